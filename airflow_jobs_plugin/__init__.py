@@ -1,0 +1,32 @@
+"""GPU training jobs on a shared Kubernetes cluster as ordinary Airflow tasks.
+
+Public API: :class:`~airflow_jobs_plugin.operators.JobOperator`,
+:class:`~airflow_jobs_plugin.sensors.JobSensor` and
+:class:`~airflow_jobs_plugin.triggers.JobTrigger`.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+PACKAGE_NAME = "airflow-jobs-plugin"
+
+
+def get_provider_info() -> dict:
+    """Describe this provider to Airflow's providers manager (``apache_airflow_provider`` entry point)."""
+    return {
+        "package-name": PACKAGE_NAME,
+        "name": "Airflow Jobs (GPU jobs on Kubernetes)",
+        "description": (
+            "Run GPU training jobs (batch/v1 Jobs and kubeflow MPIJobs) on a shared Kubernetes cluster "
+            "as deferrable Airflow tasks, with a per-group and per-user GPU quota pool, a UI and a CLI."
+        ),
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "GPU Jobs",
+                "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
+                "tags": ["software"],
+            }
+        ],
+    }
