@@ -1,0 +1,55 @@
+"""Label and annotation keys the product writes on Jobs, MPIJobs and pods, and reads back.
+
+Everything the product needs to find or resume a job is stored on the cluster objects themselves
+(Airflow's metadata DB is out of reach from workers and triggers), so these keys are the contract
+between the operator, the trigger, the quota pool, the UI and any second Airflow deployment that
+shares the cluster. Pure constants: no I/O.
+"""
+
+from __future__ import annotations
+
+PREFIX = "airflow-jobs.io"
+
+# --- labels (selectable; values are DNS-1123-label-safe, at most 63 characters) ---
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "airflow-jobs-plugin"
+GROUP = f"{PREFIX}/group"
+USER = f"{PREFIX}/user"
+# Deterministic job name without the attempt suffix: all attempts of one task try share it.
+TASK_KEY = f"{PREFIX}/task-key"
+ATTEMPT = f"{PREFIX}/attempt"
+# Set on pods by the manifests: "launcher" / "worker" for MPI jobs, "worker" for single-pod Jobs.
+ROLE = f"{PREFIX}/role"
+RANK = f"{PREFIX}/rank"
+
+# --- annotations (free text; the exact Airflow identifiers live here, labels carry safe slugs) ---
+DAG_ID = f"{PREFIX}/dag-id"
+TASK_ID = f"{PREFIX}/task-id"
+RUN_ID = f"{PREFIX}/run-id"
+MAP_INDEX = f"{PREFIX}/map-index"
+TRY_NUMBER = f"{PREFIX}/try-number"
+GPUS = f"{PREFIX}/gpus"  # total GPUs over all replicas, what the quota pool charges
+PRIORITY = f"{PREFIX}/priority"
+# Enqueue time of the first attempt (RFC 3339): a requeued job keeps its original queue position.
+QUEUED_AT = f"{PREFIX}/queued-at"
+ADMITTED_AT = f"{PREFIX}/admitted-at"
+REQUEUE_COUNT = f"{PREFIX}/requeue-count"
+# Not before this time (RFC 3339) may a requeued job be admitted again (exponential back-off).
+REQUEUE_NOT_BEFORE = f"{PREFIX}/requeue-not-before"
+# A terminal verdict the product reached itself (QueueTimeout, OverQuota, OverRequeueLimit, Cancelled),
+# written on the object so every reader computes the same state.
+VERDICT = f"{PREFIX}/verdict"
+VERDICT_MESSAGE = f"{PREFIX}/verdict-message"
+CANCELLED_BY = f"{PREFIX}/cancelled-by"
+
+# --- kubeflow MPI operator labels on MPIJob pods ---
+MPI_JOB_NAME = "training.kubeflow.org/job-name"
+MPI_JOB_ROLE = "training.kubeflow.org/job-role"
+MPI_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+
+# --- batch/v1 Job controller labels on Job pods ---
+BATCH_JOB_NAME = "batch.kubernetes.io/job-name"
+LEGACY_JOB_NAME = "job-name"
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+
+GPU_RESOURCE = "nvidia.com/gpu"
