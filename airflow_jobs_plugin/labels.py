@@ -15,8 +15,11 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-jobs-plugin"
 GROUP = f"{PREFIX}/group"
 USER = f"{PREFIX}/user"
-# Deterministic job name without the attempt suffix: all attempts of one task try share it.
+# Identifies the Airflow task instance (dag, task, run, map index), the same for every try and every
+# attempt: a retried task finds a still-live job of an earlier try by this label and reattaches to it.
 TASK_KEY = f"{PREFIX}/task-key"
+# Airflow try number and job-level attempt: (TASK_KEY, TRY, ATTEMPT) names exactly one job object.
+TRY = f"{PREFIX}/try"
 ATTEMPT = f"{PREFIX}/attempt"
 # Set on pods by the manifests: "launcher" / "worker" for MPI jobs, "worker" for single-pod Jobs.
 ROLE = f"{PREFIX}/role"

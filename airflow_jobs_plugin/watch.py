@@ -1,0 +1,340 @@
+"""One shared watch per process and namespace: the triggerer's eyes on the cluster.
+
+The triggerer runs up to a thousand triggers on one event loop. Polling per trigger would cost one
+request per job per interval; instead every trigger in the process subscribes to a single informer that
+lists and then watches the product's Jobs, MPIJobs and pods in a namespace (by the managed-by label),
+keeps them in memory and wakes the subscribers of the job an event touched. At steady state that is a
+handful of long-lived watch requests per namespace, whatever the number of jobs.
+
+A watch that breaks is resumed from the last resourceVersion; a 410 Expired re-lists; API errors back
+off exponentially. Nothing here blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
+
+log = logging.getLogger(__name__)
+
+MANAGED_SELECTOR = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
+WATCHED: tuple[Resource, ...] = (JOBS, MPIJOBS, PODS)
+
+
+def job_key(obj: Mapping[str, Any]) -> str | None:
+    """The name of the product job an object belongs to: the job itself, or the Job/MPIJob owning a pod.
+
+    MPI pods (and the launcher Job the operator creates) carry the MPIJob's name in the kubeflow label;
+    batch Job pods carry their Job's name in the Job controller's labels.
+    """
+    meta = obj.get("metadata") or {}
+    lbl = meta.get("labels") or {}
+    if obj.get("kind") in ("Job", "MPIJob") and labels.MANAGED_BY in lbl and labels.MPI_JOB_NAME not in lbl:
+        return meta.get("name")
+    return (
+        lbl.get(labels.MPI_JOB_NAME)
+        or lbl.get(labels.BATCH_JOB_NAME)
+        or lbl.get(labels.LEGACY_JOB_NAME)
+        or (meta.get("name") if obj.get("kind") in ("Job", "MPIJob") else None)
+    )
+
+
+@dataclass
+class Subscription:
+    """A waiter for changes to one job (its object or any of its pods)."""
+
+    key: str
+    _event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the next change; True if something changed, False on timeout."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        self._event.clear()
+        return True
+
+
+Listener = Callable[[str, str, dict], None]
+
+
+class SharedWatch:
+    """An informer over the product's objects in one namespace."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        *,
+        resources: Iterable[Resource] = WATCHED,
+        label_selector: str = MANAGED_SELECTOR,
+        watch_timeout: int = 300,
+        max_backoff: float = 30.0,
+    ):
+        self.client = client
+        self.namespace = namespace
+        self.resources = tuple(resources)
+        self.label_selector = label_selector
+        self.watch_timeout = watch_timeout
+        self.max_backoff = max_backoff
+        self._cache: dict[str, dict[str, dict]] = {r.plural: {} for r in self.resources}
+        self._by_key: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        self._listeners: list[Listener] = []
+        self._synced = {r.plural: asyncio.Event() for r in self.resources}
+        self._tasks: list[asyncio.Task] = []
+        self.errors = 0  # API errors seen, for observability and tests
+        self.relists = 0
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._run(r), name=f"ajp-watch-{self.namespace}-{r.plural}")
+                for r in self.resources
+            ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:
+        try:
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._synced.values())), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    # --- reading the cache ---
+
+    def get(self, resource: Resource, name: str) -> dict | None:
+        return self._cache.get(resource.plural, {}).get(name)
+
+    def objects_of(self, key: str) -> list[dict]:
+        """Every cached object (job, launcher Job, pods) belonging to product job ``key``."""
+        out = []
+        for plural, name in sorted(self._by_key.get(key, ())):
+            obj = self._cache[plural].get(name)
+            if obj is not None:
+                out.append(obj)
+        return out
+
+    def pods_of(self, key: str) -> list[dict]:
+        return [o for o in self.objects_of(key) if o.get("kind") == "Pod"]
+
+    def jobs(self, resource: Resource) -> list[dict]:
+        return list(self._cache.get(resource.plural, {}).values())
+
+    # --- subscribing ---
+
+    def subscribe(self, key: str) -> Subscription:
+        sub = Subscription(key)
+        self._subs[key].add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.key)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subs[sub.key]
+
+    def add_listener(self, fn: Listener) -> Callable[[], None]:
+        """Call ``fn(event_type, plural, obj)`` for every change (cheap, non-blocking callbacks only)."""
+        self._listeners.append(fn)
+        return lambda: self._listeners.remove(fn) if fn in self._listeners else None
+
+    @property
+    def subscriber_count(self) -> int:
+        return sum(len(s) for s in self._subs.values())
+
+    # --- the informer loop ---
+
+    async def _run(self, resource: Resource) -> None:
+        rv: str | None = None
+        failures = 0
+        while True:
+            try:
+                if rv is None:
+                    rv = await self._relist(resource)
+                async for event in self.client.watch(
+                    resource,
+                    self.namespace,
+                    resource_version=rv,
+                    label_selector=self.label_selector,
+                    timeout_seconds=self.watch_timeout,
+                ):
+                    etype = event.get("type")
+                    obj = event.get("object") or {}
+                    if etype == "ERROR":
+                        raise KubeError.from_status(int(obj.get("code") or 500), obj)
+                    new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if etype != "BOOKMARK":
+                        self._apply(resource, etype, obj)
+                    if new_rv:
+                        rv = new_rv
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except KubeError as exc:
+                if exc.gone:
+                    rv = None  # history expired: list again
+                    continue
+                self.errors += 1
+                failures += 1
+                if exc.not_found and resource is MPIJOBS:
+                    # No MPI operator on this cluster: keep trying, slowly, so one installed later is seen.
+                    self._synced[resource.plural].set()
+                    await asyncio.sleep(self.max_backoff)
+                    continue
+                delay = min(self.max_backoff, 0.2 * 2**failures) * (0.5 + random.random() / 2)
+                log.warning(
+                    "watch %s/%s failed (%s); retrying in %.1fs", self.namespace, resource.plural, exc, delay
+                )
+                await asyncio.sleep(delay)
+            except Exception:  # never let one bad event kill the watch for every trigger
+                self.errors += 1
+                failures += 1
+                log.exception("watch %s/%s: unexpected error", self.namespace, resource.plural)
+                rv = None
+                await asyncio.sleep(min(self.max_backoff, 0.2 * 2**failures))
+
+    async def _relist(self, resource: Resource) -> str:
+        listing = await self.client.list(resource, self.namespace, label_selector=self.label_selector)
+        self.relists += 1
+        kind = resource.kind
+        fresh = {}
+        for item in listing.get("items") or []:
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", resource.api_version)
+            fresh[item["metadata"]["name"]] = item
+        old = self._cache[resource.plural]
+        for name in set(old) - set(fresh):
+            self._apply(resource, "DELETED", old[name])
+        for obj in fresh.values():
+            self._apply(resource, "MODIFIED" if obj["metadata"]["name"] in old else "ADDED", obj)
+        self._synced[resource.plural].set()
+        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _apply(self, resource: Resource, etype: str, obj: dict) -> None:
+        obj.setdefault("kind", resource.kind)
+        obj.setdefault("apiVersion", resource.api_version)
+        name = obj["metadata"]["name"]
+        cache = self._cache[resource.plural]
+        key = job_key(obj)
+        if etype == "DELETED":
+            cache.pop(name, None)
+            if key:
+                self._by_key[key].discard((resource.plural, name))
+                if not self._by_key[key]:
+                    del self._by_key[key]
+        else:
+            cache[name] = obj
+            if key:
+                self._by_key[key].add((resource.plural, name))
+        if key:
+            for sub in self._subs.get(key, ()):
+                sub.notify()
+        for fn in list(self._listeners):
+            try:
+                fn(etype, resource.plural, obj)
+            except Exception:
+                log.exception("watch listener failed")
+
+
+# --- the per-process registry ---
+
+
+@dataclass
+class _Entry:
+    watch: SharedWatch
+    refs: int = 0
+    linger: asyncio.TimerHandle | None = None
+
+
+_CLIENTS: dict[tuple[int, str], asyncio.Future] = {}
+_WATCHES: dict[tuple[int, str, str], _Entry] = {}
+LINGER_SECONDS = 60.0
+
+
+async def client_for(conn_id: str = DEFAULT_CONN_ID) -> KubeClient:
+    """The process's client for a connection (one per event loop, built once)."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), conn_id)
+    fut = _CLIENTS.get(key)
+    if fut is None or (fut.done() and fut.exception() is not None):
+        fut = loop.create_future()
+        _CLIENTS[key] = fut
+        try:
+            fut.set_result(await KubeClient.from_connection(conn_id))
+        except BaseException as exc:
+            fut.set_exception(exc)
+            del _CLIENTS[key]
+            raise
+    return await asyncio.shield(fut)
+
+
+async def acquire(conn_id: str, namespace: str) -> SharedWatch:
+    """Join (or start) the shared watch of ``namespace``; pair with :func:`release`."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), conn_id, namespace)
+    entry = _WATCHES.get(key)
+    if entry is None:
+        entry = _Entry(SharedWatch(await client_for(conn_id), namespace))
+        entry = _WATCHES.setdefault(key, entry)
+        entry.watch.start()
+    if entry.linger is not None:
+        entry.linger.cancel()
+        entry.linger = None
+    entry.refs += 1
+    return entry.watch
+
+
+def release(conn_id: str, namespace: str) -> None:
+    """Leave the shared watch; the last one out stops it after a grace period (triggers come and go)."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), conn_id, namespace)
+    entry = _WATCHES.get(key)
+    if entry is None:
+        return
+    entry.refs = max(0, entry.refs - 1)
+    if entry.refs == 0 and entry.linger is None:
+
+        def _stop() -> None:
+            if entry.refs == 0 and _WATCHES.get(key) is entry:
+                del _WATCHES[key]
+                loop.create_task(entry.watch.stop())
+
+        entry.linger = loop.call_later(LINGER_SECONDS, _stop)
+
+
+async def shutdown() -> None:
+    """Stop every watch and close every client of the running loop (tests, CLI, benchmarks)."""
+    loop_id = id(asyncio.get_running_loop())
+    for key in [k for k in _WATCHES if k[0] == loop_id]:
+        entry = _WATCHES.pop(key)
+        if entry.linger is not None:
+            entry.linger.cancel()
+        await entry.watch.stop()
+    for key in [k for k in _CLIENTS if k[0] == loop_id]:
+        fut = _CLIENTS.pop(key)
+        if fut.done() and fut.exception() is None:
+            await fut.result().close()
