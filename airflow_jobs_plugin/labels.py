@@ -33,6 +33,11 @@ MAP_INDEX = f"{PREFIX}/map-index"
 TRY_NUMBER = f"{PREFIX}/try-number"
 GPUS = f"{PREFIX}/gpus"  # total GPUs over all replicas, what the quota pool charges
 PRIORITY = f"{PREFIX}/priority"
+# Exact group and user as given by the DAG author: the GROUP / USER labels carry sanitized slugs
+# (a label value allows only 63 characters of [A-Za-z0-9._-]), so readers that need the real name
+# (quota policy lookup, UI, JOB_USER / JOB_GROUP env) read these annotations.
+GROUP_NAME = f"{PREFIX}/group-name"
+USER_NAME = f"{PREFIX}/user-name"
 # Enqueue time of the first attempt (RFC 3339): a requeued job keeps its original queue position.
 QUEUED_AT = f"{PREFIX}/queued-at"
 ADMITTED_AT = f"{PREFIX}/admitted-at"

@@ -1,0 +1,439 @@
+"""JobSpec -> the Kubernetes object to create: a ``batch/v1`` Job or a ``kubeflow.org/v2beta1`` MPIJob.
+
+Pure: returns plain JSON-shaped dicts, ready for the API. Decisions worth knowing:
+
+* **Always suspended** (``spec.suspend`` / ``spec.runPolicy.suspend``): the job waits in the cluster for
+  the quota pool to admit it, and admission is just unsuspending it. While suspended, Kubernetes does
+  not run ``activeDeadlineSeconds``, so queueing time never counts against ``active_deadline``.
+* **Pod failure policy** (single Job): the author's fatal *and* retryable exit codes fail the Job at
+  once (``FailJob``) instead of burning pod retries; the product then tells them apart by exit code
+  (fatal: stop; retryable: new attempt after back-off). A pod with the ``DisruptionTarget`` condition
+  (preemption, node drain, node lost, kubelet eviction) also fails the Job at once: recreating the pod
+  inside the same Job would keep the GPU reservation while the cluster is short of capacity, whereas a
+  failed attempt releases it and the product resubmits a new attempt through the queue with back-off
+  (bounded by ``max_attempts``). Every other non-zero exit counts against ``backoff_limit``.
+  The MPIJob API has no pod failure policy: for MPI jobs the product applies these exit-code rules
+  to the launcher's exit code itself.
+* **Environment** in every container (init containers too): ``JOB_USER``, ``JOB_GROUP`` (exact values),
+  ``JOB_NAME`` (this attempt's job name), ``JOB_ATTEMPT``, ``JOB_ROLE`` (``worker`` or ``launcher``),
+  ``JOB_RANK`` and ``JOB_WORLD_SIZE`` (number of workers). A single-pod job is worker 0 of 1. MPI
+  workers read their rank from the MPI operator's replica-index label through the downward API. The
+  launcher's ``JOB_RANK`` is ``-1``: always set and always an integer, so ``int(os.environ["JOB_RANK"])``
+  works everywhere, and never a valid worker index. A container without GPUs gets
+  ``NVIDIA_VISIBLE_DEVICES=void`` so a CUDA base image on a GPU node cannot use GPUs it was not charged for.
+* **Labels**: MANAGED_BY, GROUP, USER, TASK_KEY, ATTEMPT (plus the author's) on the job and every pod
+  template; ROLE and RANK only on pod templates, where they describe a replica. MPI worker pods share
+  one template, so their RANK comes from the operator's ``training.kubeflow.org/replica-index`` label
+  (see :func:`pod_role_and_rank`); the launcher has no RANK label (``-1`` is not a valid label value).
+* **Annotations**: the exact Airflow identifiers, exact group/user and the author's on the job and
+  pods; GPUS, PRIORITY, QUEUED_AT and REQUEUE_COUNT only on the job, because they change over the
+  job's life and a pod copy would go stale.
+* **MPI**: ``slotsPerWorker`` = GPUs per worker (at least 1); ``cleanPodPolicy: Running`` frees the
+  workers' GPUs as soon as the launcher ends; the launcher pod uses ``restartPolicy: Never`` (every
+  try keeps its own pod, log and exit code, bounded by ``backoff_limit``), workers ``OnFailure`` (a
+  crashed ``sshd`` comes back in place; the job shows it as degraded). With the default
+  ``launcherCreationPolicy: AtStartup`` the launcher is created together with the workers and its
+  ``wait-for-workers`` init container (the launcher image, a plain ``sh`` loop over ``getent hosts`` /
+  ``nslookup``) holds it until every worker hostname resolves: the launcher shows ``Init:0/1``,
+  ``PodInitializing``, then ``Running``, and the check works with every MPI operator version.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow_jobs_plugin import labels as keys
+from airflow_jobs_plugin.spec import (
+    ENV_ATTEMPT,
+    ENV_GROUP,
+    ENV_NAME,
+    ENV_RANK,
+    ENV_ROLE,
+    ENV_USER,
+    ENV_WORLD_SIZE,
+    MAIN_CONTAINER,
+    WAIT_FOR_WORKERS_CONTAINER,
+    JobSpec,
+    TaskIdentity,
+    label_value,
+    thaw,
+    total_gpus,
+)
+
+JOB_API_VERSION = "batch/v1"
+JOB_KIND = "Job"
+MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
+MPIJOB_KIND = "MPIJob"
+# (group, version, plural) for the custom-objects / batch APIs.
+JOB_RESOURCE = ("batch", "v1", "jobs")
+MPIJOB_RESOURCE = ("kubeflow.org", "v2beta1", "mpijobs")
+
+ROLE_WORKER = "worker"
+ROLE_LAUNCHER = "launcher"
+LAUNCHER_RANK = -1
+DEFAULT_WORKER_COMMAND = ("/usr/sbin/sshd", "-De")
+WAIT_FOR_WORKERS_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
+# Sleep between DNS checks; the launcher waits at most as long as the workers take to start.
+_WAIT_SLEEP_SECONDS = 2
+_WAIT_SCRIPT = f"""\
+if command -v getent >/dev/null 2>&1; then resolve() {{ getent hosts "$1"; }}
+elif command -v nslookup >/dev/null 2>&1; then resolve() {{ nslookup "$1"; }}
+else echo "wait-for-workers: the image has neither getent nor nslookup; set wait_for_workers=False" >&2; exit 1
+fi
+i=0
+while [ "$i" -lt "$JOB_WORLD_SIZE" ]; do
+  host="$JOB_NAME-worker-$i.$JOB_NAME-worker.$JOB_NAMESPACE.svc"
+  if ! resolve "$host" >/dev/null 2>&1; then
+    echo "waiting for $host"
+    until resolve "$host" >/dev/null 2>&1; do sleep {_WAIT_SLEEP_SECONDS}; done
+  fi
+  i=$((i + 1))
+done
+echo "all $JOB_WORLD_SIZE workers resolve"
+"""
+
+
+def rfc3339(moment: datetime) -> str:
+    """UTC RFC 3339 with microseconds ('2024-05-01T12:00:00.000123Z'), the form of every time annotation.
+
+    Microseconds keep two jobs queued within the same second in their true order.
+    """
+    if moment.tzinfo is None:
+        raise ValueError(f"timestamp must be timezone-aware, got naive {moment!r}")
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Inverse of :func:`rfc3339` (also accepts offsets and no fraction); returns an aware datetime."""
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp has no timezone: {text!r}")
+    return parsed
+
+
+def _seconds(delta: timedelta) -> int:
+    # Kubernetes takes whole seconds; rounding up never cuts a deadline short.
+    return math.ceil(delta.total_seconds())
+
+
+def pod_role_and_rank(pod_labels: Mapping[str, str]) -> tuple[str | None, int | None]:
+    """Role and rank of a pod of this product from its labels: ('worker', 0), ('launcher', None), ...
+
+    Single-pod jobs carry ROLE and RANK; MPI pods carry ROLE, and workers get their index from the
+    MPI operator's replica-index label.
+    """
+    role = pod_labels.get(keys.ROLE) or pod_labels.get(keys.MPI_JOB_ROLE)
+    raw = pod_labels.get(keys.RANK)
+    if raw is None and role == ROLE_WORKER:
+        raw = pod_labels.get(keys.MPI_REPLICA_INDEX)
+    try:
+        rank = int(raw) if raw is not None else None
+    except ValueError:
+        rank = None
+    return role, rank
+
+
+def object_labels(spec: JobSpec, task: TaskIdentity, attempt: int) -> dict[str, str]:
+    """Labels on the Job / MPIJob object itself (author's first, the product's win on no conflict)."""
+    return {
+        **spec.labels,
+        keys.MANAGED_BY: keys.MANAGED_BY_VALUE,
+        keys.GROUP: label_value(spec.group),
+        keys.USER: label_value(spec.user),
+        keys.TASK_KEY: task.instance_key(),
+        keys.TRY: str(task.try_number),
+        keys.ATTEMPT: str(attempt),
+    }
+
+
+def _identity_annotations(spec: JobSpec, task: TaskIdentity) -> dict[str, str]:
+    return {
+        **spec.annotations,
+        keys.DAG_ID: task.dag_id,
+        keys.TASK_ID: task.task_id,
+        keys.RUN_ID: task.run_id,
+        keys.MAP_INDEX: str(task.map_index),
+        keys.TRY_NUMBER: str(task.try_number),
+        keys.GROUP_NAME: spec.group,
+        keys.USER_NAME: spec.user,
+    }
+
+
+def object_annotations(spec: JobSpec, task: TaskIdentity, queued_at: datetime) -> dict[str, str]:
+    """Annotations on the Job / MPIJob object: identity plus what the quota pool reads and updates."""
+    return {
+        **_identity_annotations(spec, task),
+        keys.GPUS: str(total_gpus(spec)),
+        keys.PRIORITY: str(spec.priority),
+        keys.QUEUED_AT: rfc3339(queued_at),
+        keys.REQUEUE_COUNT: "0",
+    }
+
+
+def _env(spec: JobSpec, name: str, attempt: int, role: str, rank: int | None, gpus: int) -> list[dict]:
+    """Product variables first, then the author's; ``rank=None`` reads the MPI replica index."""
+    rank_var: dict[str, Any] = {"name": ENV_RANK}
+    if rank is None:
+        rank_var["valueFrom"] = {"fieldRef": {"fieldPath": f"metadata.labels['{keys.MPI_REPLICA_INDEX}']"}}
+    else:
+        rank_var["value"] = str(rank)
+    env: list[dict] = [
+        {"name": ENV_USER, "value": spec.user},
+        {"name": ENV_GROUP, "value": spec.group},
+        {"name": ENV_NAME, "value": name},
+        {"name": ENV_ATTEMPT, "value": str(attempt)},
+        {"name": ENV_ROLE, "value": role},
+        rank_var,
+        {"name": ENV_WORLD_SIZE, "value": str(spec.workers)},
+    ]
+    for key, value in spec.env.items():
+        env.append(
+            {"name": key, "value": value}
+            if isinstance(value, str)
+            else {"name": key, "valueFrom": thaw(value)}
+        )
+    if gpus == 0:
+        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"})
+    return env
+
+
+def _resources(cpu: str | None, memory: str | None, gpus: int) -> dict:
+    # requests == limits: GPUs (extended resources) require it, and Guaranteed QoS keeps a training
+    # pod from being the first one the kubelet evicts under memory pressure.
+    amounts: dict[str, str] = {}
+    if cpu is not None:
+        amounts["cpu"] = cpu
+    if memory is not None:
+        amounts["memory"] = memory
+    if gpus:
+        amounts[keys.GPU_RESOURCE] = str(gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+def _container(
+    spec: JobSpec,
+    *,
+    env: list[dict],
+    command: tuple[str, ...] | None,
+    args: tuple[str, ...] | None,
+    resources: dict,
+) -> dict:
+    container: dict[str, Any] = {"name": MAIN_CONTAINER, "image": spec.image}
+    if command:
+        container["command"] = list(command)
+    if args:
+        container["args"] = list(args)
+    container["env"] = env
+    if resources:
+        container["resources"] = resources
+    if spec.volume_mounts:
+        container["volumeMounts"] = [m.to_k8s() for m in spec.volume_mounts]
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    return container
+
+
+def _author_init_containers(spec: JobSpec, env: list[dict]) -> list[dict]:
+    out = []
+    for frozen in spec.init_containers:
+        container = thaw(frozen)
+        container["env"] = [dict(e) for e in env] + container.get("env", [])
+        out.append(container)
+    return out
+
+
+def _wait_for_workers_container(spec: JobSpec, env: list[dict]) -> dict:
+    container: dict[str, Any] = {
+        "name": WAIT_FOR_WORKERS_CONTAINER,
+        "image": spec.image,
+        "command": ["sh", "-c", _WAIT_SCRIPT],
+        "env": [dict(e) for e in env]
+        + [{"name": "JOB_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "resources": {
+            "requests": dict(WAIT_FOR_WORKERS_RESOURCES),
+            "limits": dict(WAIT_FOR_WORKERS_RESOURCES),
+        },
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    return container
+
+
+def _pod_template(
+    spec: JobSpec,
+    *,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    container: dict,
+    init_containers: list[dict],
+    restart_policy: str | None,
+) -> dict:
+    pod: dict[str, Any] = {"restartPolicy": restart_policy} if restart_policy else {}
+    if init_containers:
+        pod["initContainers"] = init_containers
+    pod["containers"] = [container]
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [t.to_k8s() for t in spec.tolerations]
+    if spec.volumes:
+        pod["volumes"] = thaw(spec.volumes)
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
+    if spec.service_account:
+        pod["serviceAccountName"] = spec.service_account
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+
+
+def _metadata(spec: JobSpec, name: str, task: TaskIdentity, attempt: int, queued_at: datetime) -> dict:
+    meta: dict[str, Any] = {"name": name}
+    if spec.namespace:
+        meta["namespace"] = spec.namespace
+    meta["labels"] = object_labels(spec, task, attempt)
+    meta["annotations"] = object_annotations(spec, task, queued_at)
+    return meta
+
+
+def _pod_failure_policy(spec: JobSpec) -> dict:
+    rules: list[dict] = []
+    for codes in (spec.fatal_exit_codes, spec.retryable_exit_codes):
+        if codes:
+            rules.append(
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": MAIN_CONTAINER, "operator": "In", "values": list(codes)},
+                }
+            )
+    rules.append({"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
+    return {"rules": rules}
+
+
+def _deadlines(spec: JobSpec) -> dict[str, int]:
+    out: dict[str, int] = {"backoffLimit": spec.backoff_limit}
+    if spec.active_deadline is not None:
+        out["activeDeadlineSeconds"] = _seconds(spec.active_deadline)
+    if spec.ttl_after_finished is not None:
+        out["ttlSecondsAfterFinished"] = _seconds(spec.ttl_after_finished)
+    return out
+
+
+def build_job(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime) -> dict:
+    """A suspended ``batch/v1`` Job running one pod (``workers == 1``)."""
+    pod_labels = {**object_labels(spec, task, attempt), keys.ROLE: ROLE_WORKER, keys.RANK: "0"}
+    env = _env(spec, name, attempt, ROLE_WORKER, 0, spec.gpus)
+    container = _container(
+        spec,
+        env=env,
+        command=spec.command,
+        args=spec.args,
+        resources=_resources(spec.cpu, spec.memory, spec.gpus),
+    )
+    template = _pod_template(
+        spec,
+        labels=pod_labels,
+        annotations=_identity_annotations(spec, task),
+        container=container,
+        init_containers=_author_init_containers(spec, env),
+        restart_policy="Never",  # also required by podFailurePolicy
+    )
+    return {
+        "apiVersion": JOB_API_VERSION,
+        "kind": JOB_KIND,
+        "metadata": _metadata(spec, name, task, attempt, queued_at),
+        "spec": {
+            "suspend": True,
+            "parallelism": 1,
+            "completions": 1,
+            **_deadlines(spec),
+            "podFailurePolicy": _pod_failure_policy(spec),
+            "template": template,
+        },
+    }
+
+
+def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime) -> dict:
+    """A suspended ``kubeflow.org/v2beta1`` MPIJob: one launcher and ``spec.workers`` workers."""
+    base_labels = object_labels(spec, task, attempt)
+    pod_annotations = _identity_annotations(spec, task)
+
+    launcher_env = _env(spec, name, attempt, ROLE_LAUNCHER, LAUNCHER_RANK, spec.launcher_gpus)
+    launcher_init = _author_init_containers(spec, launcher_env)
+    if spec.wait_for_workers:
+        launcher_init.append(_wait_for_workers_container(spec, launcher_env))
+    launcher_resources = _resources(
+        spec.launcher_cpu if spec.launcher_cpu is not None else spec.cpu,
+        spec.launcher_memory if spec.launcher_memory is not None else spec.memory,
+        spec.launcher_gpus,
+    )
+    launcher = _pod_template(
+        spec,
+        labels={**base_labels, keys.ROLE: ROLE_LAUNCHER},
+        annotations=pod_annotations,
+        container=_container(
+            spec, env=launcher_env, command=spec.command, args=spec.args, resources=launcher_resources
+        ),
+        init_containers=launcher_init,
+        restart_policy=None,  # set per replica below; the MPI operator warns about one in the template
+    )
+
+    worker_env = _env(spec, name, attempt, ROLE_WORKER, None, spec.gpus)
+    worker = _pod_template(
+        spec,
+        labels={**base_labels, keys.ROLE: ROLE_WORKER},
+        annotations=dict(pod_annotations),
+        container=_container(
+            spec,
+            env=worker_env,
+            command=spec.worker_command or DEFAULT_WORKER_COMMAND,
+            args=None,
+            resources=_resources(spec.cpu, spec.memory, spec.gpus),
+        ),
+        init_containers=_author_init_containers(spec, worker_env),
+        restart_policy=None,
+    )
+
+    mpi_spec: dict[str, Any] = {
+        "slotsPerWorker": max(spec.gpus, 1),
+        "mpiImplementation": spec.mpi_implementation,
+        "launcherCreationPolicy": spec.launcher_creation_policy,
+    }
+    if spec.launcher_gpus:
+        # The MPI operator hides GPUs from a launcher unless it also runs as a worker.
+        mpi_spec["runLauncherAsWorker"] = True
+    mpi_spec["runPolicy"] = {"suspend": True, "cleanPodPolicy": "Running", **_deadlines(spec)}
+    mpi_spec["mpiReplicaSpecs"] = {
+        "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": launcher},
+        "Worker": {"replicas": spec.workers, "restartPolicy": "OnFailure", "template": worker},
+    }
+    return {
+        "apiVersion": MPIJOB_API_VERSION,
+        "kind": MPIJOB_KIND,
+        "metadata": _metadata(spec, name, task, attempt, queued_at),
+        "spec": mpi_spec,
+    }
+
+
+def build_manifest(
+    spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
+) -> dict:
+    """The object to create for one attempt: a Job when ``spec.workers == 1``, else an MPIJob.
+
+    ``name`` is normally ``task.job_name(attempt)``; ``queued_at`` (timezone-aware) is the enqueue time
+    of the task's first attempt, so a resubmitted attempt keeps its place in the queue.
+    """
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise ValueError(f"attempt must be a whole number >= 1, got {attempt!r}")
+    build = build_mpijob if spec.is_mpi else build_job
+    return build(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
+
+
+def resource_of(manifest: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(group, version, plural) of a manifest built here, for the API call that creates or reads it."""
+    if manifest.get("kind") == MPIJOB_KIND:
+        return MPIJOB_RESOURCE
+    if manifest.get("kind") == JOB_KIND:
+        return JOB_RESOURCE
+    raise ValueError(f"not a manifest of this product: kind {manifest.get('kind')!r}")

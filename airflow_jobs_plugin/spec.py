@@ -1,0 +1,1342 @@
+"""The job a DAG author asks for: :class:`JobSpec`, its validation, and deterministic job naming.
+
+Everything here is pure (stdlib only, no I/O) so that a DAG fails at parse time, with a message naming
+the offending argument, instead of minutes later on the cluster.
+
+Decisions worth knowing:
+
+* ``command`` given as one string runs through ``sh -c`` (pipes and ``$VARS`` work as typed); give a
+  list to bypass the shell. ``args`` must be a list: a single string there is nearly always a command
+  line that would reach the program as one argument.
+* ``workers == 1`` builds a ``batch/v1`` Job; ``workers > 1`` an MPIJob with one launcher and that many
+  workers. An MPI job without GPUs (``gpus=0``) is accepted: it is legal on Kubernetes and useful for
+  smoke tests, although the product is meant for GPU jobs.
+* The launcher gets GPUs only as a full extra MPI worker: ``launcher_gpus`` is 0 or equal to ``gpus``
+  (the MPI operator hides GPUs from a launcher that is not also a worker).
+* Templated fields (``image``, ``command``, ``args``, ``worker_command``, ``env`` values) may hold Jinja
+  at parse time: with ``templated=True`` a string containing ``{{`` or ``{%`` skips its grammar check
+  (its type is still checked); validate again after rendering with ``templated=False``.
+* ``group`` and ``user`` are free text. Labels carry a sanitized slug (:func:`label_value`); the exact
+  value lives in annotations and in the ``JOB_GROUP`` / ``JOB_USER`` environment variables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from airflow_jobs_plugin import labels as keys
+
+# --- limits and defaults -------------------------------------------------------------------------
+
+MAX_GPUS_PER_WORKER = 64
+MAX_WORKERS = 1024
+MAX_ATTEMPTS = 100
+MAX_BACKOFF_LIMIT = 100
+MAX_PRIORITY = 1000
+PRIORITY_NAMES: Mapping[str, int] = {"low": -100, "normal": 0, "high": 100}
+
+DEFAULT_BACKOFF_LIMIT = 1  # one pod-level retry absorbs a flaky crash; more repeat deterministic ones on GPUs
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_RETRY_BACKOFF = timedelta(seconds=30)
+DEFAULT_RETRY_BACKOFF_MAX = timedelta(minutes=10)
+DEFAULT_SCHEDULE_TIMEOUT = timedelta(minutes=3)
+DEFAULT_REQUEUE_LIMIT = 5
+DEFAULT_REQUEUE_BACKOFF = timedelta(minutes=1)
+DEFAULT_REQUEUE_BACKOFF_MAX = timedelta(minutes=10)
+DEFAULT_ACTIVE_DEADLINE = timedelta(days=1)
+DEFAULT_TTL_AFTER_FINISHED = timedelta(days=7)
+# A shorter TTL lets Kubernetes delete a finished job before the trigger has read its final state.
+MIN_TTL_AFTER_FINISHED = timedelta(seconds=60)
+
+LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
+MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
+IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+# Arguments that may hold Jinja at parse time (the operator's template_fields); see validate(templated=...).
+TEMPLATED_FIELDS = ("image", "command", "args", "worker_command", "env")
+
+MAIN_CONTAINER = "main"
+WAIT_FOR_WORKERS_CONTAINER = "wait-for-workers"
+# Volume names the MPI operator adds to every MPI pod; a second volume with the same name is rejected.
+MPI_OPERATOR_VOLUMES = ("ssh-auth", "mpi-job-config")
+
+# Environment variables the product sets in every container (see manifests.py).
+ENV_USER = "JOB_USER"
+ENV_GROUP = "JOB_GROUP"
+ENV_NAME = "JOB_NAME"
+ENV_ATTEMPT = "JOB_ATTEMPT"
+ENV_ROLE = "JOB_ROLE"
+ENV_RANK = "JOB_RANK"
+ENV_WORLD_SIZE = "JOB_WORLD_SIZE"
+PRODUCT_ENV = (ENV_USER, ENV_GROUP, ENV_NAME, ENV_ATTEMPT, ENV_ROLE, ENV_RANK, ENV_WORLD_SIZE)
+# Set by the GPU device plugin from the gpus argument; an author value could expose GPUs not charged.
+DEVICE_PLUGIN_ENV = ("NVIDIA_VISIBLE_DEVICES",)
+
+VOLUME_SOURCES = frozenset(
+    {
+        "awsElasticBlockStore",
+        "azureDisk",
+        "azureFile",
+        "cephfs",
+        "cinder",
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "fc",
+        "flexVolume",
+        "flocker",
+        "gcePersistentDisk",
+        "gitRepo",
+        "glusterfs",
+        "hostPath",
+        "image",
+        "iscsi",
+        "nfs",
+        "persistentVolumeClaim",
+        "photonPersistentDisk",
+        "portworxVolume",
+        "projected",
+        "quobyte",
+        "rbd",
+        "scaleIO",
+        "secret",
+        "storageos",
+        "vsphereVolume",
+    }
+)
+ENV_VALUE_FROM = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
+
+# --- naming limits -------------------------------------------------------------------------------
+# The MPI operator derives names from the MPIJob name: the launcher Job "<name>-launcher" (also the
+# batch.kubernetes.io/job-name label value on its pod), the worker Service "<name>-worker" and worker
+# pod hostnames "<name>-worker-<index>". Hostnames and label values are DNS-1123 labels (<= 63), so the
+# longest worker hostname, with the highest index MAX_WORKERS - 1, bounds the name. The Service name is
+# a DNS-1035 label, which is why a job name always starts with a letter.
+DNS_LABEL_MAX = 63
+NAME_MAX = DNS_LABEL_MAX - len(f"-worker-{MAX_WORKERS - 1}")  # 51
+ATTEMPT_SUFFIX_MAX = len(f"-a{MAX_ATTEMPTS}")
+TASK_KEY_MAX = NAME_MAX - ATTEMPT_SUFFIX_MAX
+HASH_LEN = 10  # 40 bits: collisions need ~1e6 tasks alive at once, and the slug must match too
+SLUG_MAX = TASK_KEY_MAX - HASH_LEN - 1
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_QUANTITY = re.compile(
+    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?P<suffix>[eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$",
+    re.ASCII,
+)
+_QUANTITY_FACTORS = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+# Image reference grammar of the container distribution spec.
+_IMG_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_IMG_DOMAIN = re.compile(
+    rf"^(?:{_IMG_DOMAIN_COMPONENT}(?:\.{_IMG_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?$"
+)
+_IMG_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_IMG_TAG = re.compile(r"^[\w][\w.-]{0,127}$", re.ASCII)
+_IMG_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$")
+_IMG_NAME_MAX = 255
+
+_MISSING: Any = object()
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+class JobSpecError(ValueError):
+    """An invalid job argument. ``field`` is the argument (``env.EPOCHS``, ``tolerations[0].effect``).
+
+    When several arguments are wrong, ``errors`` lists every problem as ``(field, message)`` pairs and
+    the string form shows them all, one per line, the first one being ``field``/``message``.
+    """
+
+    def __init__(self, field: str, message: str, errors: tuple[tuple[str, str], ...] = ()) -> None:
+        self.field = field
+        self.message = message
+        self.errors = errors or ((field, message),)
+        super().__init__("\n".join(f"{f}: {m}" for f, m in self.errors))
+
+
+class _Problems:
+    """Collects every problem so the author fixes them all in one round."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, field: str, message: str) -> Any:
+        self.items.append((field, message))
+        return _MISSING
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            field, message = self.items[0]
+            raise JobSpecError(field, message, tuple(self.items))
+
+
+# --- immutable collections ---------------------------------------------------------------------------
+
+
+class FrozenMap(Mapping):
+    """An immutable, hashable, insertion-ordered mapping used for every mapping inside a JobSpec."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping | Any = ()) -> None:
+        object.__setattr__(self, "_data", dict(data))
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._data.items()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return dict(self.items()) == dict(other.items())
+        return NotImplemented
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("FrozenMap is immutable")
+
+    def __reduce__(self) -> tuple:
+        # Rebuild through __init__: the default slot-state restore would hit the blocked __setattr__
+        # (Airflow deep-copies operators, and with them any spec they hold).
+        return (FrozenMap, (self._data,))
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+
+def freeze(value: Any) -> Any:
+    """Deep-convert dicts to :class:`FrozenMap` and lists to tuples."""
+    if isinstance(value, Mapping):
+        return FrozenMap((k, freeze(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Deep-convert frozen values back to plain dicts and lists (JSON shapes for manifests)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """Turn Kubernetes client model objects (V1Volume, V1Toleration, ...) into their JSON dict form.
+
+    Duck-typed on the generated models' ``attribute_map`` so the package does not import the client.
+    """
+    if hasattr(value, "attribute_map") and hasattr(value, "openapi_types"):
+        out = {}
+        for attr in value.openapi_types:
+            v = getattr(value, attr)
+            if v is not None:
+                out[value.attribute_map[attr]] = _plain(v)
+        return out
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --- model -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """One pod toleration, Kubernetes semantics (``operator`` Equal or Exists)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+    def to_k8s(self) -> dict:
+        """The toleration as Kubernetes JSON."""
+        out: dict[str, Any] = {"operator": self.operator}
+        if self.key:
+            out["key"] = self.key
+        if self.value:
+            out["value"] = self.value
+        if self.effect:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    """Where a declared volume appears in every container of the job."""
+
+    name: str
+    mount_path: str
+    read_only: bool = False
+    sub_path: str = ""
+
+    def to_k8s(self) -> dict:
+        """The mount as Kubernetes JSON."""
+        out: dict[str, Any] = {"name": self.name, "mountPath": self.mount_path}
+        if self.read_only:
+            out["readOnly"] = True
+        if self.sub_path:
+            out["subPath"] = self.sub_path
+        return out
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job request. Build it with :meth:`build` (or :func:`validate`), never directly.
+
+    Resources (``gpus``, ``cpu``, ``memory``) are per worker. Durations are ``timedelta``; ``None``
+    means "no limit" where allowed (``queue_timeout``, ``active_deadline``, ``ttl_after_finished``,
+    ``requeue_limit``). ``volumes`` and ``init_containers`` keep their Kubernetes JSON shape, frozen.
+    """
+
+    image: str
+    group: str
+    user: str
+    command: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None
+    env: FrozenMap = FrozenMap()
+    gpus: int = 0
+    workers: int = 1
+    cpu: str | None = None
+    memory: str | None = None
+    node_selector: FrozenMap = FrozenMap()
+    tolerations: tuple[Toleration, ...] = ()
+    volumes: tuple[FrozenMap, ...] = ()
+    volume_mounts: tuple[VolumeMount, ...] = ()
+    namespace: str | None = None
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
+    retry_backoff_max: timedelta = DEFAULT_RETRY_BACKOFF_MAX
+    retryable_exit_codes: tuple[int, ...] = ()
+    fatal_exit_codes: tuple[int, ...] = ()
+    queue_timeout: timedelta | None = None
+    schedule_timeout: timedelta = DEFAULT_SCHEDULE_TIMEOUT
+    requeue_limit: int | None = DEFAULT_REQUEUE_LIMIT
+    requeue_backoff: timedelta = DEFAULT_REQUEUE_BACKOFF
+    requeue_backoff_max: timedelta = DEFAULT_REQUEUE_BACKOFF_MAX
+    active_deadline: timedelta | None = DEFAULT_ACTIVE_DEADLINE
+    ttl_after_finished: timedelta | None = DEFAULT_TTL_AFTER_FINISHED
+    labels: FrozenMap = FrozenMap()
+    annotations: FrozenMap = FrozenMap()
+    priority: int = 0
+    launcher_gpus: int = 0
+    launcher_cpu: str | None = None
+    launcher_memory: str | None = None
+    worker_command: tuple[str, ...] | None = None
+    wait_for_workers: bool = True
+    launcher_creation_policy: str = "AtStartup"
+    mpi_implementation: str = "OpenMPI"
+    init_containers: tuple[FrozenMap, ...] = ()
+    image_pull_policy: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+
+    @classmethod
+    def build(cls, **kwargs: Any) -> JobSpec:
+        """Validate DAG-author arguments (see :func:`validate`) and return the spec."""
+        return validate(**kwargs)
+
+    @property
+    def is_mpi(self) -> bool:
+        """True when the job runs as an MPIJob (more than one worker)."""
+        return self.workers > 1
+
+    @property
+    def pod_count(self) -> int:
+        """Pods one attempt runs: the workers, plus the launcher of an MPI job."""
+        return self.workers + 1 if self.is_mpi else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serializable arguments; ``validate(**spec.to_dict()) == spec``."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, timedelta):
+                value = value.total_seconds()
+            elif f.name == "tolerations":
+                value = [t.to_k8s() for t in value]
+            elif f.name == "volume_mounts":
+                value = [m.to_k8s() for m in value]
+            else:
+                value = thaw(value)
+            out[f.name] = value
+        return out
+
+
+def total_gpus(spec: JobSpec) -> int:
+    """GPUs the job holds while running, what the quota pool charges: workers x gpus + launcher."""
+    return spec.workers * spec.gpus + (spec.launcher_gpus if spec.is_mpi else 0)
+
+
+# --- task identity and naming ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """The Airflow task instance a job belongs to. ``map_index`` is -1 for an unmapped task."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+    def task_key(self) -> str:
+        """See :func:`task_key`."""
+        return task_key(self)
+
+    def instance_key(self) -> str:
+        """See :func:`instance_key`."""
+        return instance_key(self)
+
+    def job_name(self, attempt: int = 1) -> str:
+        """See :func:`job_name`."""
+        return job_name(self, attempt=attempt)
+
+
+def _slug(text: str) -> str:
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    return re.sub(r"[^a-z0-9]+", "-", folded).strip("-")
+
+
+def _fit(dag: str, task: str, budget: int) -> str:
+    """Join dag and task slugs within ``budget``, sharing the room so both stay recognisable."""
+    if not dag or not task:
+        return (dag or task)[:budget].strip("-")
+    if len(dag) + 1 + len(task) <= budget:
+        return f"{dag}-{task}"
+    room = budget - 1
+    dag_room = max(room // 2, room - len(task))
+    dag_part = dag[:dag_room].strip("-")
+    task_part = task[: room - len(dag_part)].strip("-")
+    return f"{dag_part}-{task_part}" if dag_part and task_part else (dag_part or task_part)
+
+
+def _identity_args(args: tuple, kwargs: dict) -> tuple[str, str, str, int | None, int]:
+    """Accept either a TaskIdentity or the separate identifiers (dag_id, task_id, run_id, ...)."""
+    if args and isinstance(args[0], TaskIdentity):
+        if len(args) > 1 or kwargs:
+            raise TypeError("pass a TaskIdentity alone, or the identifiers without one")
+        t = args[0]
+        return t.dag_id, t.task_id, t.run_id, t.map_index, t.try_number
+    names = ("dag_id", "task_id", "run_id", "map_index", "try_number")
+    values = dict(zip(names, args, strict=False))
+    for key, value in kwargs.items():
+        if key not in names or key in values:
+            raise TypeError(f"unexpected or repeated argument {key!r}")
+        values[key] = value
+    missing = [n for n in names[:3] if n not in values]
+    if missing:
+        raise TypeError(f"missing identifiers: {', '.join(missing)}")
+    return (
+        values["dag_id"],
+        values["task_id"],
+        values["run_id"],
+        values.get("map_index", -1),
+        values.get("try_number", 1),
+    )
+
+
+def task_key(*identity: Any, **named: Any) -> str:
+    """Deterministic name of one Airflow task try's job, without the attempt suffix.
+
+    Call as ``task_key(dag_id, task_id, run_id, map_index=-1, try_number=1)`` or
+    ``task_key(task_identity)``. ``map_index`` None means unmapped (-1).
+
+    ``<dag>-<task>-<hash>``: a readable slug (ASCII-folded, so unicode ids work) plus ten hex digits of
+    a SHA-256 over every identifier, so distinct task instances get distinct keys even when their
+    slugs are equal or truncated. Starts with a letter and is at most :data:`TASK_KEY_MAX` characters.
+    """
+    dag_id, task_id, run_id, map_index, try_number = _identity_args(identity, named)
+    index = -1 if map_index is None else int(map_index)
+    payload = json.dumps([str(dag_id), str(task_id), str(run_id), index, int(try_number)], ensure_ascii=False)
+    digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:HASH_LEN]
+    slug = _fit(_slug(str(dag_id)), _slug(str(task_id)), SLUG_MAX)
+    if not slug:
+        slug = "job"
+    elif not slug[0].isalpha():
+        slug = ("j-" + slug)[:SLUG_MAX].strip("-")
+    return f"{slug}-{digest}"
+
+
+def instance_key(*identity: Any, **named: Any) -> str:
+    """Label value naming the Airflow task instance (dag, task, run, map index) across all its tries.
+
+    Unlike :func:`task_key`, the try number is not part of it: a retried task lists jobs by this key
+    (the ``TASK_KEY`` label) to find a still-live job of an earlier try and reattach instead of
+    submitting a second one. Same shape as :func:`task_key`: readable slug plus a hash.
+    """
+    dag_id, task_id, run_id, map_index, _try = _identity_args(identity, named)
+    return task_key(dag_id, task_id, run_id, map_index=map_index, try_number=0)
+
+
+def _check_attempt(attempt: Any) -> int:
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= MAX_ATTEMPTS:
+        raise ValueError(f"attempt must be a whole number from 1 to {MAX_ATTEMPTS}, got {attempt!r}")
+    return attempt
+
+
+def job_name(*identity: Any, attempt: int = 1, **named: Any) -> str:
+    """Deterministic job name for one attempt: ``<task_key>-a<attempt>``.
+
+    Call as ``job_name(dag_id, task_id, run_id, map_index, try_number, attempt=2)`` or
+    ``job_name(task_identity, attempt=2)``; a sixth positional identifier is the attempt.
+
+    A DNS-1123 label starting with a letter, at most :data:`NAME_MAX` (51) characters so that every
+    name the MPI operator derives from it (``-launcher``, ``-worker-1023``) stays a valid 63-character
+    label. Job-level retries (a new attempt after a node loss, say) get a new name; the Airflow try
+    number is part of the hash, so each Airflow try has its own family of attempts.
+    """
+    if len(identity) == 6 and not isinstance(identity[0], TaskIdentity):
+        identity, attempt = identity[:5], identity[5]
+    return f"{task_key(*identity, **named)}-a{_check_attempt(attempt)}"
+
+
+_ATTEMPT_SUFFIX = re.compile(r"^(?P<key>.+)-a(?P<attempt>[1-9][0-9]*)$")
+
+
+def split_attempt(name: str) -> tuple[str, int]:
+    """``('<task_key>', attempt)`` from a name made by :func:`job_name`; ValueError for other names."""
+    match = _ATTEMPT_SUFFIX.match(name)
+    if not match:
+        raise ValueError(f"{name!r} is not a job name of this product (no -a<attempt> suffix)")
+    return match.group("key"), int(match.group("attempt"))
+
+
+def attempt_name(name: str, attempt: int) -> str:
+    """The name of attempt ``attempt`` of the same task try as the job called ``name``."""
+    key, _ = split_attempt(name)
+    return f"{key}-a{_check_attempt(attempt)}"
+
+
+def label_value(text: str) -> str:
+    """A valid Kubernetes label value for ``text``: unchanged when already valid, else a stable slug.
+
+    A lossy slug gets six hex digits of the original's hash appended, so two different inputs (say
+    ``a@b`` and ``a-b``) do not end up with the same label value.
+    """
+    if len(text) <= DNS_LABEL_MAX and _LABEL_VALUE.match(text):
+        return text
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", folded)
+    base = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", base)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:6]
+    base = re.sub(r"[^A-Za-z0-9]+$", "", base[: DNS_LABEL_MAX - 7])
+    return f"{base}-{digest}" if base else digest
+
+
+def is_dns_label(text: str) -> bool:
+    """True for a DNS-1123 label (lower-case alphanumerics and '-', at most 63 characters)."""
+    return len(text) <= DNS_LABEL_MAX and bool(_DNS_LABEL.match(text))
+
+
+# --- field checks ------------------------------------------------------------------------------------
+
+
+def _is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def _show(value: Any) -> str:
+    """``int 3`` / ``str 'x'``: the type matters as much as the value in these messages."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def image_problem(image: str) -> str | None:
+    """What is wrong with a container image reference, or None when it is valid."""
+    if not image:
+        return "is empty -- give an image such as 'ghcr.io/org/train:1.2'"
+    if image != image.strip() or any(c.isspace() for c in image):
+        return f"contains whitespace: {image!r}"
+    rest, digest = image, None
+    if "@" in rest:
+        rest, digest = rest.split("@", 1)
+        if not _IMG_DIGEST.match(digest):
+            return f"digest {digest!r} is not <algorithm>:<hex>, e.g. 'sha256:' and 64 hex digits"
+        algorithm, _, hexpart = digest.partition(":")
+        if algorithm == "sha256" and not re.fullmatch(r"[a-f0-9]{64}", hexpart):
+            return f"sha256 digest must be 64 lower-case hex digits, got {len(hexpart)} characters"
+    name, tag = rest, None
+    last = rest.rfind(":")
+    if last > rest.rfind("/"):
+        name, tag = rest[:last], rest[last + 1 :]
+        if not _IMG_TAG.match(tag):
+            return f"tag {tag!r} is invalid: letters, digits, '_', '.', '-', at most 128, not starting with '.' or '-'"
+    if not name:
+        return f"has no repository name: {image!r}"
+    if len(name) > _IMG_NAME_MAX:
+        return f"repository name is longer than {_IMG_NAME_MAX} characters"
+    parts = name.split("/")
+    first = parts[0]
+    domain = ""
+    # Upper case does not make a registry here (Docker would): 'MyOrg/train' is far more often a
+    # mistyped repository than a registry host called MyOrg.
+    if len(parts) > 1 and ("." in first or ":" in first or first == "localhost"):
+        if not _IMG_DOMAIN.match(first):
+            return f"registry {first!r} is not a valid host[:port]"
+        domain, parts = first + "/", parts[1:]
+    for part in parts:
+        if not part:
+            return f"has an empty path component: {image!r}"
+        if part != part.lower() and _IMG_PATH_COMPONENT.match(part.lower()):
+            fixed = domain + "/".join(p.lower() for p in parts) + image[len(name) :]
+            return f"repository path must be lower-case, got {image!r} -- use {fixed!r}"
+        if not _IMG_PATH_COMPONENT.match(part):
+            return (
+                f"repository path component {part!r} is invalid: lower-case letters and digits "
+                "separated by '.', '_', '__' or '-'"
+            )
+    return None
+
+
+def label_key_problem(key: Any) -> str | None:
+    """What is wrong with a label or annotation key (``[prefix/]name``), or None."""
+    if not isinstance(key, str):
+        return f"key must be a string, got {_show(key)}"
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not prefix:
+        return f"key {key!r} has an empty prefix before '/'"
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f"key prefix {prefix!r} must be a lower-case DNS subdomain such as 'example.com'"
+    if not name or len(name) > DNS_LABEL_MAX or not _QUALIFIED_NAME.match(name):
+        return (
+            f"key {key!r}: the name part must be 1-63 characters of letters, digits, '-', '_', '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def label_value_problem(value: Any) -> str | None:
+    """What is wrong with a label value, or None."""
+    if not isinstance(value, str):
+        return f"value must be a string, got {_show(value)} -- quote it"
+    if len(value) > DNS_LABEL_MAX:
+        return f"value must be at most 63 characters, got {len(value)}"
+    if not _LABEL_VALUE.match(value):
+        return (
+            f"value {value!r} may contain only letters, digits, '-', '_', '.' and must start and end "
+            "with a letter or digit"
+        )
+    return None
+
+
+def _reserved_key(key: str) -> bool:
+    return (
+        key.startswith(keys.PREFIX + "/")
+        or key == keys.MANAGED_BY
+        or key.startswith("training.kubeflow.org/")
+        or key.startswith("batch.kubernetes.io/")
+        or key in (keys.LEGACY_JOB_NAME, "controller-uid")
+    )
+
+
+def parse_quantity(text: str) -> Decimal | None:
+    """The numeric value of a Kubernetes quantity ('500m', '16Gi', '1e3'), or None if malformed."""
+    match = _QUANTITY.match(text)
+    if not match:
+        return None
+    try:
+        number = Decimal(match.group("num"))
+    except InvalidOperation:
+        return None
+    suffix = match.group("suffix") or ""
+    if suffix[:1] in ("e", "E"):
+        return number * (Decimal(10) ** int(suffix[1:]))
+    return number * _QUANTITY_FACTORS[suffix]
+
+
+class _Checker:
+    """Field-by-field parsing into normalized values; every problem is recorded, none raised early."""
+
+    def __init__(self, templated: bool) -> None:
+        self.templated = templated
+        self.problems = _Problems()
+
+    def add(self, field: str, message: str) -> Any:
+        return self.problems.add(field, message)
+
+    # scalars
+
+    def whole(self, field: str, value: Any, lo: int, hi: int | None, hint: str = "") -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                extra = " -- pass a number, not a string" if isinstance(value, str) else ""
+                return self.add(field, f"must be a whole number{_range(lo, hi)}, got {_show(value)}{extra}")
+        if value < lo or (hi is not None and value > hi):
+            return self.add(field, f"must be a whole number{_range(lo, hi)}, got {value}{hint}")
+        return value
+
+    def duration(self, field: str, value: Any, *, optional: bool, minimum: timedelta) -> Any:
+        if value is None:
+            if optional:
+                return None
+            return self.add(field, "is required -- give a timedelta or a number of seconds")
+        if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+            return self.add(field, f"must be a timedelta or a number of seconds, got {_show(value)}")
+        if not isinstance(value, timedelta):
+            if not math.isfinite(value):
+                return self.add(field, f"must be a finite number of seconds, got {value}")
+            value = timedelta(seconds=value)
+        if value < minimum:
+            none = " (or None for no limit)" if optional else ""
+            return self.add(field, f"must be at least {_human(minimum)}{none}, got {_human(value)}")
+        return value
+
+    def text(self, field: str, value: Any, *, max_len: int = 253) -> Any:
+        if value is None:
+            return self.add(field, "is required")
+        if not isinstance(value, str):
+            return self.add(field, f"must be a string, got {_show(value)}")
+        if not value.strip():
+            return self.add(field, "must not be empty")
+        if value != value.strip():
+            return self.add(field, f"has leading or trailing whitespace: {value!r}")
+        if any(not c.isprintable() for c in value):
+            return self.add(field, f"contains control characters: {value!r}")
+        if len(value) > max_len:
+            return self.add(field, f"must be at most {max_len} characters, got {len(value)}")
+        return value
+
+    def dns_name(self, field: str, value: Any, *, subdomain: bool) -> Any:
+        if not isinstance(value, str):
+            return self.add(field, f"must be a string, got {_show(value)}")
+        ok = (
+            len(value) <= 253 and _DNS_SUBDOMAIN.match(value)
+            if subdomain
+            else len(value) <= DNS_LABEL_MAX and _DNS_LABEL.match(value)
+        )
+        if not ok:
+            what = "DNS subdomain (at most 253" if subdomain else "DNS-1123 label (at most 63"
+            return self.add(
+                field,
+                f"{value!r} is not a valid {what} lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit)",
+            )
+        return value
+
+    def choice(self, field: str, value: Any, options: tuple[str, ...], optional: bool = False) -> Any:
+        if value is None and optional:
+            return None
+        if value not in options:
+            match = [o for o in options if isinstance(value, str) and o.lower() == value.lower()]
+            hint = f" -- did you mean {match[0]!r}?" if match else ""
+            return self.add(
+                field, f"must be one of {', '.join(map(repr, options))}, got {_show(value)}{hint}"
+            )
+        return value
+
+    def quantity(self, field: str, value: Any, *, memory: bool) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return self.add(field, f"must be a Kubernetes quantity such as '4' or '16Gi', got {_show(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            return self.add(field, f"must be a finite quantity, got {value}")
+        text = value if isinstance(value, str) else format(Decimal(str(value)).normalize(), "f")
+        amount = parse_quantity(text)
+        if amount is None:
+            example = "'16Gi' or '512Mi'" if memory else "'4' or '500m'"
+            return self.add(field, f"{text!r} is not a Kubernetes quantity such as {example}")
+        if amount <= 0:
+            return self.add(field, f"must be greater than zero, got {text!r}")
+        if memory and text.endswith("m"):
+            return self.add(
+                field, f"{text!r} means {amount} bytes (m is milli) -- did you mean '{text[:-1]}Mi'?"
+            )
+        if memory and amount < 2**20:
+            return self.add(
+                field, f"{text!r} is {amount} bytes, less than 1Mi -- add a unit, e.g. '{text}Gi'"
+            )
+        return text
+
+    # collections
+
+    def command(self, field: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            if not value.strip():
+                return self.add(field, "is an empty string -- give a command or leave it unset")
+            return ("sh", "-c", value)
+        if isinstance(value, list | tuple):
+            out = []
+            for i, item in enumerate(value):
+                if not isinstance(item, str):
+                    self.add(f"{field}[{i}]", f"must be a string, got {_show(item)} -- quote it")
+                else:
+                    out.append(item)
+            if len(out) != len(value):
+                return _MISSING
+            return tuple(out) or None
+        return self.add(field, f"must be a list of strings or one shell command string, got {_show(value)}")
+
+    def args(self, field: str, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.add(
+                field,
+                f"must be a list of strings, got the string {value!r} -- split it, e.g. "
+                "['--epochs', '3'], or put the whole line in command",
+            )
+        return self.command(field, value)
+
+    def mapping(self, field: str, value: Any) -> Any:
+        if value is None:
+            return {}
+        value = _plain(value)
+        if not isinstance(value, Mapping):
+            return self.add(field, f"must be a mapping, got {_show(value)}")
+        return value
+
+    def sequence(self, field: str, value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+            return self.add(field, f"must be a list, got {_show(value)}")
+        return [_plain(v) for v in value]
+
+    def env(self, value: Any) -> Any:
+        raw = self.mapping("env", value)
+        if raw is _MISSING:
+            return raw
+        out: dict[str, Any] = {}
+        for name, item in raw.items():
+            where = f"env.{name}"
+            if not isinstance(name, str) or not _ENV_NAME.match(name):
+                self.add(
+                    where,
+                    "is not a valid variable name: letters, digits, '_', '-', '.', not starting with a digit",
+                )
+                continue
+            if name in PRODUCT_ENV:
+                self.add(where, "is reserved: the product sets it in every container")
+                continue
+            if name in DEVICE_PLUGIN_ENV:
+                self.add(where, "is reserved: the GPU device plugin sets it from the gpus argument")
+                continue
+            if isinstance(item, Mapping):
+                ref_keys = list(item)
+                if (
+                    len(ref_keys) == 1
+                    and ref_keys[0] in ENV_VALUE_FROM
+                    and isinstance(item[ref_keys[0]], Mapping)
+                ):
+                    out[name] = freeze(dict(item))
+                else:
+                    self.add(
+                        where,
+                        f"a mapping value must be exactly one of {', '.join(ENV_VALUE_FROM)}, e.g. "
+                        "{'secretKeyRef': {'name': 'wandb', 'key': 'api-key'}}",
+                    )
+                continue
+            if not isinstance(item, str):
+                self.add(where, f"value must be a string, got {_show(item)} -- quote it: '{item}'")
+                continue
+            out[name] = item
+        return FrozenMap(out)
+
+    def string_map(self, field: str, value: Any, *, label_values: bool, reserved_ok: bool) -> Any:
+        raw = self.mapping(field, value)
+        if raw is _MISSING:
+            return raw
+        out: dict[str, str] = {}
+        size = 0
+        for key, item in raw.items():
+            where = f"{field}.{key}"
+            problem = label_key_problem(key)
+            if problem:
+                self.add(where, problem)
+                continue
+            if not reserved_ok and _reserved_key(key):
+                self.add(where, "is reserved: the product or its controllers set this key")
+                continue
+            problem = (
+                label_value_problem(item)
+                if label_values
+                else (
+                    None
+                    if isinstance(item, str)
+                    else f"value must be a string, got {_show(item)} -- quote it"
+                )
+            )
+            if problem:
+                self.add(where, problem)
+                continue
+            size += len(key) + len(item)
+            out[key] = item
+        if size > 256 * 1024:
+            self.add(field, f"total size must be at most 256 KiB, got {size} bytes")
+        return FrozenMap(out)
+
+    def tolerations(self, value: Any) -> Any:
+        items = self.sequence("tolerations", value)
+        if items is _MISSING:
+            return items
+        out = []
+        ok = True
+        for i, item in enumerate(items):
+            where = f"tolerations[{i}]"
+            if not isinstance(item, Mapping):
+                self.add(
+                    where, f"must be a mapping like {{'key': 'gpu', 'operator': 'Exists'}}, got {_show(item)}"
+                )
+                ok = False
+                continue
+            known = {"key", "operator", "value", "effect", "tolerationSeconds"}
+            unknown = sorted(set(item) - known)
+            if unknown:
+                self.add(
+                    f"{where}.{unknown[0]}", f"unknown toleration field; allowed: {', '.join(sorted(known))}"
+                )
+                ok = False
+                continue
+            key = item.get("key") or ""
+            operator = item.get("operator") or "Equal"
+            val = item.get("value") or ""
+            effect = item.get("effect") or ""
+            seconds = item.get("tolerationSeconds")
+            before = len(self.problems.items)
+            if key and label_key_problem(key):
+                self.add(f"{where}.key", label_key_problem(key))
+            self.choice(f"{where}.operator", operator, TOLERATION_OPERATORS)
+            self.choice(f"{where}.effect", effect, TOLERATION_EFFECTS)
+            if not isinstance(val, str):
+                self.add(f"{where}.value", f"must be a string, got {_show(val)} -- quote it")
+            elif operator == "Exists" and val:
+                self.add(f"{where}.value", "must be empty when operator is 'Exists'")
+            elif val and label_value_problem(val):
+                self.add(f"{where}.value", label_value_problem(val))
+            if not key and operator != "Exists":
+                self.add(f"{where}.operator", "must be 'Exists' when key is empty (tolerate every taint)")
+            if seconds is not None:
+                if effect != "NoExecute":
+                    self.add(f"{where}.tolerationSeconds", "only applies to effect 'NoExecute'")
+                else:
+                    self.whole(f"{where}.tolerationSeconds", seconds, 0, None)
+            if len(self.problems.items) != before:
+                ok = False
+                continue
+            out.append(Toleration(key, operator, val, effect, None if seconds is None else int(seconds)))
+        return tuple(out) if ok else _MISSING
+
+    def volumes(self, value: Any) -> Any:
+        items = self.sequence("volumes", value)
+        if items is _MISSING:
+            return items
+        out = []
+        seen: set[str] = set()
+        ok = True
+        for i, item in enumerate(items):
+            where = f"volumes[{i}]"
+            if not isinstance(item, Mapping):
+                self.add(
+                    where,
+                    "must be a Kubernetes volume mapping like "
+                    f"{{'name': 'shared', 'persistentVolumeClaim': {{'claimName': 'vision-data'}}}}, got {_show(item)}",
+                )
+                ok = False
+                continue
+            name = item.get("name")
+            if self.dns_name(f"{where}.name", name, subdomain=False) is _MISSING:
+                ok = False
+                continue
+            if name in seen:
+                self.add(f"{where}.name", f"{name!r} is declared twice")
+                ok = False
+                continue
+            if name in MPI_OPERATOR_VOLUMES:
+                self.add(
+                    f"{where}.name", f"{name!r} is reserved: the MPI operator adds a volume of that name"
+                )
+                ok = False
+                continue
+            seen.add(name)
+            sources = [k for k in item if k != "name"]
+            if len(sources) != 1 or sources[0] not in VOLUME_SOURCES:
+                self.add(
+                    where,
+                    f"must have exactly one volume source (e.g. persistentVolumeClaim, nfs, emptyDir), got {sources}",
+                )
+                ok = False
+                continue
+            out.append(freeze(dict(item)))
+        return tuple(out) if ok else _MISSING
+
+    def volume_mounts(self, value: Any, field: str = "volume_mounts") -> Any:
+        items = self.sequence(field, value)
+        if items is _MISSING:
+            return items
+        out = []
+        paths: set[str] = set()
+        ok = True
+        aliases = {"mount_path": "mountPath", "read_only": "readOnly", "sub_path": "subPath"}
+        for i, item in enumerate(items):
+            where = f"{field}[{i}]"
+            if not isinstance(item, Mapping):
+                self.add(
+                    where,
+                    f"must be a mapping like {{'name': 'shared', 'mountPath': '/data'}}, got {_show(item)}",
+                )
+                ok = False
+                continue
+            item = {aliases.get(k, k): v for k, v in item.items()}
+            before = len(self.problems.items)
+            name = item.get("name")
+            path = item.get("mountPath")
+            sub = item.get("subPath") or ""
+            read_only = item.get("readOnly", False)
+            if not isinstance(name, str) or not name:
+                self.add(f"{where}.name", f"must name a declared volume, got {_show(name)}")
+            if not isinstance(path, str) or not path.startswith("/") or ":" in path:
+                self.add(f"{where}.mountPath", f"must be an absolute path without ':', got {_show(path)}")
+            elif path in paths:
+                self.add(f"{where}.mountPath", f"{path!r} is mounted twice")
+            if not isinstance(sub, str) or sub.startswith("/") or ".." in sub.split("/"):
+                self.add(f"{where}.subPath", f"must be a relative path without '..', got {_show(sub)}")
+            if not isinstance(read_only, bool):
+                self.add(f"{where}.readOnly", f"must be true or false, got {_show(read_only)}")
+            if len(self.problems.items) != before:
+                ok = False
+                continue
+            paths.add(path)
+            out.append(VolumeMount(name, path, read_only, sub))
+        return tuple(out) if ok else _MISSING
+
+    def exit_codes(self, field: str, value: Any) -> Any:
+        items = self.sequence(field, value)
+        if items is _MISSING:
+            return items
+        out = set()
+        ok = True
+        for i, code in enumerate(items):
+            parsed = self.whole(f"{field}[{i}]", code, 1, 255, " -- exit codes are 1..255 (0 is success)")
+            if parsed is _MISSING:
+                ok = False
+            else:
+                out.add(parsed)
+        return tuple(sorted(out)) if ok else _MISSING
+
+    def image(self, field: str, value: Any) -> Any:
+        if value is None:
+            return self.add(field, "is required -- give a container image such as 'ghcr.io/org/train:1.2'")
+        if not isinstance(value, str):
+            return self.add(field, f"must be a string, got {_show(value)}")
+        if self.templated and _is_template(value):
+            return value
+        problem = image_problem(value)
+        return self.add(field, problem) if problem else value
+
+    def init_containers(self, value: Any, volume_names: set[str] | None) -> Any:
+        items = self.sequence("init_containers", value)
+        if items is _MISSING:
+            return items
+        out = []
+        seen: set[str] = set()
+        ok = True
+        for i, item in enumerate(items):
+            where = f"init_containers[{i}]"
+            if not isinstance(item, Mapping):
+                self.add(
+                    where, f"must be a Kubernetes container mapping with name and image, got {_show(item)}"
+                )
+                ok = False
+                continue
+            before = len(self.problems.items)
+            name = item.get("name")
+            if self.dns_name(f"{where}.name", name, subdomain=False) is not _MISSING:
+                if name in seen:
+                    self.add(f"{where}.name", f"{name!r} is used twice")
+                elif name in (MAIN_CONTAINER, WAIT_FOR_WORKERS_CONTAINER):
+                    self.add(f"{where}.name", f"{name!r} is reserved for the product's own containers")
+                seen.add(name)
+            self.image(f"{where}.image", item.get("image"))
+            mounts = self.volume_mounts(item.get("volumeMounts"), f"{where}.volumeMounts")
+            if mounts is not _MISSING and volume_names is not None:
+                for j, mount in enumerate(mounts):
+                    if mount.name not in volume_names:
+                        self.add(f"{where}.volumeMounts[{j}].name", _undeclared(mount.name, volume_names))
+            if len(self.problems.items) != before:
+                ok = False
+                continue
+            out.append(freeze(dict(item)))
+        return tuple(out) if ok else _MISSING
+
+    def pull_secrets(self, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        items = self.sequence("image_pull_secrets", value)
+        if items is _MISSING:
+            return items
+        out = []
+        for i, item in enumerate(items):
+            name = item.get("name") if isinstance(item, Mapping) else item
+            parsed = self.dns_name(f"image_pull_secrets[{i}]", name, subdomain=True)
+            if parsed is not _MISSING:
+                out.append(parsed)
+        return tuple(out) if len(out) == len(items) else _MISSING
+
+    def priority(self, value: Any) -> Any:
+        if isinstance(value, str):
+            if value in PRIORITY_NAMES:
+                return PRIORITY_NAMES[value]
+            return self.add(
+                "priority",
+                f"must be a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY} or one of "
+                f"{', '.join(map(repr, PRIORITY_NAMES))}, got {_show(value)}",
+            )
+        return self.whole("priority", value, -MAX_PRIORITY, MAX_PRIORITY, " (higher runs first)")
+
+
+def _range(lo: int, hi: int | None) -> str:
+    return f" >= {lo}" if hi is None else f" from {lo} to {hi}"
+
+
+def _human(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    return f"{seconds:g}s"
+
+
+def _undeclared(name: str, declared: set[str]) -> str:
+    known = ", ".join(sorted(map(repr, declared))) or "none"
+    return f"{name!r} is not a declared volume (declared: {known}) -- add it to volumes"
+
+
+def validate(
+    *,
+    image: Any = None,
+    group: Any = None,
+    user: Any = None,
+    command: Any = None,
+    args: Any = None,
+    env: Any = None,
+    gpus: Any = 0,
+    workers: Any = 1,
+    cpu: Any = None,
+    memory: Any = None,
+    node_selector: Any = None,
+    tolerations: Any = None,
+    volumes: Any = None,
+    volume_mounts: Any = None,
+    namespace: Any = None,
+    backoff_limit: Any = DEFAULT_BACKOFF_LIMIT,
+    max_attempts: Any = DEFAULT_MAX_ATTEMPTS,
+    retry_backoff: Any = DEFAULT_RETRY_BACKOFF,
+    retry_backoff_max: Any = DEFAULT_RETRY_BACKOFF_MAX,
+    retryable_exit_codes: Any = (),
+    fatal_exit_codes: Any = (),
+    queue_timeout: Any = None,
+    schedule_timeout: Any = DEFAULT_SCHEDULE_TIMEOUT,
+    requeue_limit: Any = DEFAULT_REQUEUE_LIMIT,
+    requeue_backoff: Any = DEFAULT_REQUEUE_BACKOFF,
+    requeue_backoff_max: Any = DEFAULT_REQUEUE_BACKOFF_MAX,
+    active_deadline: Any = DEFAULT_ACTIVE_DEADLINE,
+    ttl_after_finished: Any = DEFAULT_TTL_AFTER_FINISHED,
+    labels: Any = None,
+    annotations: Any = None,
+    priority: Any = 0,
+    launcher_gpus: Any = 0,
+    launcher_cpu: Any = None,
+    launcher_memory: Any = None,
+    worker_command: Any = None,
+    wait_for_workers: Any = True,
+    launcher_creation_policy: Any = "AtStartup",
+    mpi_implementation: Any = "OpenMPI",
+    init_containers: Any = None,
+    image_pull_policy: Any = None,
+    image_pull_secrets: Any = None,
+    service_account: Any = None,
+    templated: bool = False,
+) -> JobSpec:
+    """Check DAG-author arguments and return the normalized :class:`JobSpec`.
+
+    Raises :class:`JobSpecError` naming every wrong argument (``gpus: must be a whole number from 0
+    to 64, got -2``). With ``templated=True`` (parse time, before Jinja rendering) strings containing
+    ``{{`` or ``{%`` in ``image``, ``command``, ``args``, ``worker_command`` and ``env`` values skip
+    their grammar checks.
+
+    Accepted shapes: durations as ``timedelta`` or seconds; ``command`` as a list or one shell string;
+    ``env`` values as strings or one ``valueFrom`` mapping (``{'secretKeyRef': {...}}``);
+    ``tolerations``, ``volumes``, ``volume_mounts``, ``init_containers`` as Kubernetes JSON mappings
+    or Kubernetes client model objects; ``priority`` as an int or 'low' / 'normal' / 'high'.
+    """
+    c = _Checker(templated)
+    v: dict[str, Any] = {}
+    v["image"] = c.image("image", image)
+    v["group"] = c.text("group", group)
+    v["user"] = c.text("user", user)
+    v["command"] = c.command("command", command)
+    v["args"] = c.args("args", args)
+    v["env"] = c.env(env)
+    v["gpus"] = c.whole("gpus", gpus, 0, MAX_GPUS_PER_WORKER, " (GPUs per worker)")
+    v["workers"] = c.whole("workers", workers, 1, MAX_WORKERS, " (1 runs a single pod, more an MPI job)")
+    v["cpu"] = c.quantity("cpu", cpu, memory=False)
+    v["memory"] = c.quantity("memory", memory, memory=True)
+    v["node_selector"] = c.string_map("node_selector", node_selector, label_values=True, reserved_ok=True)
+    v["tolerations"] = c.tolerations(tolerations)
+    v["volumes"] = c.volumes(volumes)
+    v["volume_mounts"] = c.volume_mounts(volume_mounts)
+    v["namespace"] = None if namespace is None else c.dns_name("namespace", namespace, subdomain=False)
+    v["backoff_limit"] = c.whole(
+        "backoff_limit", backoff_limit, 0, MAX_BACKOFF_LIMIT, " (pod retries inside one attempt)"
+    )
+    v["max_attempts"] = c.whole(
+        "max_attempts", max_attempts, 1, MAX_ATTEMPTS, " (1 means no job-level retry)"
+    )
+    one_second = timedelta(seconds=1)
+    v["retry_backoff"] = c.duration("retry_backoff", retry_backoff, optional=False, minimum=timedelta(0))
+    v["retry_backoff_max"] = c.duration(
+        "retry_backoff_max", retry_backoff_max, optional=False, minimum=timedelta(0)
+    )
+    v["retryable_exit_codes"] = c.exit_codes("retryable_exit_codes", retryable_exit_codes)
+    v["fatal_exit_codes"] = c.exit_codes("fatal_exit_codes", fatal_exit_codes)
+    v["queue_timeout"] = c.duration("queue_timeout", queue_timeout, optional=True, minimum=one_second)
+    v["schedule_timeout"] = c.duration(
+        "schedule_timeout", schedule_timeout, optional=False, minimum=one_second
+    )
+    v["requeue_limit"] = None if requeue_limit is None else c.whole("requeue_limit", requeue_limit, 0, None)
+    v["requeue_backoff"] = c.duration(
+        "requeue_backoff", requeue_backoff, optional=False, minimum=timedelta(0)
+    )
+    v["requeue_backoff_max"] = c.duration(
+        "requeue_backoff_max", requeue_backoff_max, optional=False, minimum=timedelta(0)
+    )
+    v["active_deadline"] = c.duration("active_deadline", active_deadline, optional=True, minimum=one_second)
+    v["ttl_after_finished"] = c.duration(
+        "ttl_after_finished", ttl_after_finished, optional=True, minimum=MIN_TTL_AFTER_FINISHED
+    )
+    v["labels"] = c.string_map("labels", labels, label_values=True, reserved_ok=False)
+    v["annotations"] = c.string_map("annotations", annotations, label_values=False, reserved_ok=False)
+    v["priority"] = c.priority(priority)
+    v["launcher_gpus"] = c.whole("launcher_gpus", launcher_gpus, 0, MAX_GPUS_PER_WORKER)
+    v["launcher_cpu"] = c.quantity("launcher_cpu", launcher_cpu, memory=False)
+    v["launcher_memory"] = c.quantity("launcher_memory", launcher_memory, memory=True)
+    v["worker_command"] = c.command("worker_command", worker_command)
+    if not isinstance(wait_for_workers, bool):
+        c.add("wait_for_workers", f"must be True or False, got {_show(wait_for_workers)}")
+    v["wait_for_workers"] = wait_for_workers
+    v["launcher_creation_policy"] = c.choice(
+        "launcher_creation_policy", launcher_creation_policy, LAUNCHER_CREATION_POLICIES
+    )
+    v["mpi_implementation"] = c.choice("mpi_implementation", mpi_implementation, MPI_IMPLEMENTATIONS)
+    volume_names = None if v["volumes"] is _MISSING else {vol["name"] for vol in v["volumes"]}
+    v["init_containers"] = c.init_containers(init_containers, volume_names)
+    v["image_pull_policy"] = c.choice(
+        "image_pull_policy", image_pull_policy, IMAGE_PULL_POLICIES, optional=True
+    )
+    v["image_pull_secrets"] = c.pull_secrets(image_pull_secrets)
+    v["service_account"] = (
+        None if service_account is None else c.dns_name("service_account", service_account, subdomain=True)
+    )
+    _check_consistency(c, v, volume_names)
+    c.problems.raise_if_any()
+    return JobSpec(**v)
+
+
+def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | None) -> None:
+    """Rules across arguments; each runs only when the arguments it reads are valid on their own."""
+
+    def ok(*names: str) -> bool:
+        return all(v[n] is not _MISSING for n in names)
+
+    if ok("volume_mounts") and volume_names is not None:
+        for i, mount in enumerate(v["volume_mounts"]):
+            if mount.name not in volume_names:
+                c.add(f"volume_mounts[{i}].name", _undeclared(mount.name, volume_names))
+    if ok("retry_backoff", "retry_backoff_max") and v["retry_backoff"] > v["retry_backoff_max"]:
+        c.add(
+            "retry_backoff",
+            f"{_human(v['retry_backoff'])} is longer than retry_backoff_max {_human(v['retry_backoff_max'])} "
+            "-- lower it or raise retry_backoff_max",
+        )
+    if ok("requeue_backoff", "requeue_backoff_max") and v["requeue_backoff"] > v["requeue_backoff_max"]:
+        c.add(
+            "requeue_backoff",
+            f"{_human(v['requeue_backoff'])} is longer than requeue_backoff_max "
+            f"{_human(v['requeue_backoff_max'])} -- lower it or raise requeue_backoff_max",
+        )
+    if (
+        ok("schedule_timeout", "active_deadline")
+        and v["active_deadline"] is not None
+        and v["schedule_timeout"] >= v["active_deadline"]
+    ):
+        c.add(
+            "schedule_timeout",
+            f"{_human(v['schedule_timeout'])} must be shorter than active_deadline "
+            f"{_human(v['active_deadline'])}, or the job times out before a requeue can happen",
+        )
+    if ok("retryable_exit_codes", "fatal_exit_codes"):
+        both = sorted(set(v["retryable_exit_codes"]) & set(v["fatal_exit_codes"]))
+        if both:
+            c.add(
+                "fatal_exit_codes",
+                f"{both} also listed in retryable_exit_codes -- an exit code is either fatal or retryable",
+            )
+    if ok("workers") and v["workers"] == 1:
+        mpi_only = {
+            "launcher_gpus": v["launcher_gpus"] not in (0, _MISSING),
+            "launcher_cpu": v["launcher_cpu"] not in (None, _MISSING),
+            "launcher_memory": v["launcher_memory"] not in (None, _MISSING),
+            "worker_command": v["worker_command"] not in (None, _MISSING),
+        }
+        for name, given in mpi_only.items():
+            if given:
+                c.add(name, "only applies to MPI jobs (workers > 1), but workers is 1 -- remove it")
+    elif ok("workers", "launcher_gpus", "gpus") and v["launcher_gpus"] not in (0, v["gpus"]):
+        c.add(
+            "launcher_gpus",
+            f"must be 0 or equal to gpus ({v['gpus']}), got {v['launcher_gpus']}: a launcher with GPUs runs "
+            "as an extra MPI worker with the same number of slots",
+        )

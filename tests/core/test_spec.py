@@ -1,0 +1,602 @@
+"""JobSpec validation and job naming: every bad argument is named in the error, names are safe."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import re
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kubernetes.client import V1PersistentVolumeClaimVolumeSource, V1Toleration, V1Volume, V1VolumeMount
+
+from airflow_jobs_plugin.spec import (
+    DNS_LABEL_MAX,
+    MAX_ATTEMPTS,
+    MAX_WORKERS,
+    NAME_MAX,
+    FrozenMap,
+    JobSpec,
+    JobSpecError,
+    TaskIdentity,
+    Toleration,
+    VolumeMount,
+    attempt_name,
+    image_problem,
+    is_dns_label,
+    job_name,
+    label_value,
+    split_attempt,
+    task_key,
+    total_gpus,
+    validate,
+)
+
+BASE = {"image": "ghcr.io/org/train:1.2", "group": "vision", "user": "alice", "gpus": 1}
+SHARED = {"name": "shared", "persistentVolumeClaim": {"claimName": "vision-shared"}}
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def build(**overrides):
+    return validate(**{**BASE, **overrides})
+
+
+# --- one row per invalid argument: (field named in the error, arguments that break it) -------------
+
+INVALID = [
+    ("image", {"image": None}),
+    ("image", {"image": "ghcr.io/Org/train:1"}),
+    ("image", {"image": "train model:1"}),
+    ("image", {"image": "train:-latest"}),
+    ("image", {"image": "train@sha256:1234"}),
+    ("image", {"image": "registry.local:50x0/train"}),
+    ("image", {"image": "org//train"}),
+    ("command", {"command": 42}),
+    ("command", {"command": "   "}),
+    ("command[1]", {"command": ["python", 3]}),
+    ("args", {"args": "--epochs 3"}),
+    ("args[0]", {"args": [3]}),
+    ("env", {"env": ["EPOCHS=3"]}),
+    ("env.EPOCHS", {"env": {"EPOCHS": 3}}),
+    ("env.1BAD", {"env": {"1BAD": "x"}}),
+    ("env.JOB_USER", {"env": {"JOB_USER": "bob"}}),
+    ("env.NVIDIA_VISIBLE_DEVICES", {"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}),
+    ("env.TOKEN", {"env": {"TOKEN": {"secretRef": {"name": "s"}}}}),
+    ("gpus", {"gpus": -2}),
+    ("gpus", {"gpus": 65}),
+    ("gpus", {"gpus": "4"}),
+    ("gpus", {"gpus": 1.5}),
+    ("gpus", {"gpus": True}),
+    ("workers", {"workers": 0}),
+    ("workers", {"workers": MAX_WORKERS + 1}),
+    ("cpu", {"cpu": "four"}),
+    ("cpu", {"cpu": 0}),
+    ("cpu", {"cpu": [1]}),
+    ("memory", {"memory": "512m"}),
+    ("memory", {"memory": "16GB"}),
+    ("memory", {"memory": 4096}),
+    ("node_selector.gpu-type", {"node_selector": {"gpu-type": "A100 80GB"}}),
+    ("node_selector.Bad Key", {"node_selector": {"Bad Key": "x"}}),
+    ("node_selector", {"node_selector": "gpu=a100"}),
+    ("tolerations", {"tolerations": {"key": "gpu"}}),
+    ("tolerations[0]", {"tolerations": ["gpu"]}),
+    (
+        "tolerations[0].effect",
+        {"tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoScheduled"}]},
+    ),
+    ("tolerations[0].value", {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "x"}]}),
+    ("tolerations[0].operator", {"tolerations": [{"key": "gpu", "operator": "In"}]}),
+    ("tolerations[0].operator", {"tolerations": [{"value": "x"}]}),
+    (
+        "tolerations[0].tolerationSeconds",
+        {"tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 3}]},
+    ),
+    ("tolerations[0].tolerance", {"tolerations": [{"key": "k", "tolerance": 3}]}),
+    ("volumes[0].name", {"volumes": [{"name": "Shared_Data", "emptyDir": {}}]}),
+    ("volumes[0].name", {"volumes": [{"name": "ssh-auth", "emptyDir": {}}]}),
+    ("volumes[0]", {"volumes": [{"name": "shared"}]}),
+    ("volumes[0]", {"volumes": [{"name": "shared", "pvc": {"claimName": "x"}}]}),
+    ("volumes[1].name", {"volumes": [SHARED, SHARED]}),
+    (
+        "volume_mounts[0].name",
+        {"volumes": [SHARED], "volume_mounts": [{"name": "other", "mountPath": "/data"}]},
+    ),
+    (
+        "volume_mounts[0].mountPath",
+        {"volumes": [SHARED], "volume_mounts": [{"name": "shared", "mountPath": "data"}]},
+    ),
+    (
+        "volume_mounts[0].subPath",
+        {"volumes": [SHARED], "volume_mounts": [{"name": "shared", "mountPath": "/d", "subPath": "../x"}]},
+    ),
+    ("group", {"group": ""}),
+    ("group", {"group": None}),
+    ("user", {"user": 7}),
+    ("user", {"user": " alice"}),
+    ("user", {"user": "alice\n"}),
+    ("namespace", {"namespace": "ML_Team"}),
+    ("namespace", {"namespace": "x" * 64}),
+    ("labels.airflow-jobs.io/group", {"labels": {"airflow-jobs.io/group": "x"}}),
+    ("labels.app.kubernetes.io/managed-by", {"labels": {"app.kubernetes.io/managed-by": "me"}}),
+    ("labels.team", {"labels": {"team": "x" * 64}}),
+    ("labels.team", {"labels": {"team": 5}}),
+    ("labels.team", {"labels": {"team": "-vision"}}),
+    ("annotations.Example.com/x", {"annotations": {"Example.com/x": "v"}}),
+    ("annotations.note", {"annotations": {"note": 1}}),
+    ("annotations.training.kubeflow.org/job-name", {"annotations": {"training.kubeflow.org/job-name": "x"}}),
+    ("priority", {"priority": "urgent"}),
+    ("priority", {"priority": 5000}),
+    ("backoff_limit", {"backoff_limit": -1}),
+    ("max_attempts", {"max_attempts": 0}),
+    ("max_attempts", {"max_attempts": MAX_ATTEMPTS + 1}),
+    ("retry_backoff", {"retry_backoff": timedelta(minutes=20)}),
+    ("retry_backoff_max", {"retry_backoff_max": "10m"}),
+    ("queue_timeout", {"queue_timeout": 0}),
+    ("queue_timeout", {"queue_timeout": timedelta(seconds=-5)}),
+    ("queue_timeout", {"queue_timeout": float("inf")}),
+    ("schedule_timeout", {"schedule_timeout": timedelta(days=2)}),
+    ("schedule_timeout", {"schedule_timeout": None}),
+    ("active_deadline", {"active_deadline": 0}),
+    ("ttl_after_finished", {"ttl_after_finished": 10}),
+    ("requeue_limit", {"requeue_limit": -1}),
+    ("requeue_backoff", {"requeue_backoff": 3600}),
+    ("retryable_exit_codes[0]", {"retryable_exit_codes": [0]}),
+    ("fatal_exit_codes[1]", {"fatal_exit_codes": [1, 256]}),
+    ("fatal_exit_codes", {"fatal_exit_codes": [2], "retryable_exit_codes": [2, 3]}),
+    ("fatal_exit_codes", {"fatal_exit_codes": "1"}),
+    ("launcher_gpus", {"launcher_gpus": 1}),
+    ("launcher_gpus", {"workers": 2, "gpus": 4, "launcher_gpus": 2}),
+    ("launcher_cpu", {"launcher_cpu": "1"}),
+    ("worker_command", {"worker_command": ["/usr/sbin/sshd", "-De"]}),
+    ("launcher_memory", {"workers": 2, "launcher_memory": "1m"}),
+    ("launcher_creation_policy", {"workers": 2, "launcher_creation_policy": "waitforworkersready"}),
+    ("mpi_implementation", {"workers": 2, "mpi_implementation": "MVAPICH"}),
+    ("wait_for_workers", {"workers": 2, "wait_for_workers": "yes"}),
+    ("init_containers[0].name", {"init_containers": [{"name": "main", "image": "busybox"}]}),
+    ("init_containers[0].image", {"init_containers": [{"name": "fetch", "image": "Bad Image"}]}),
+    (
+        "init_containers[0].volumeMounts[0].name",
+        {
+            "init_containers": [
+                {"name": "fetch", "image": "busybox", "volumeMounts": [{"name": "nope", "mountPath": "/x"}]}
+            ]
+        },
+    ),
+    (
+        "init_containers[1].name",
+        {"init_containers": [{"name": "a", "image": "busybox"}, {"name": "a", "image": "busybox"}]},
+    ),
+    ("image_pull_policy", {"image_pull_policy": "always"}),
+    ("image_pull_secrets[0]", {"image_pull_secrets": ["Reg_Cred"]}),
+    ("service_account", {"service_account": "Trainer"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "overrides"), INVALID, ids=[f"{f}-{i}" for i, (f, _) in enumerate(INVALID)]
+)
+def test_invalid_argument_is_named_in_the_error(field, overrides):
+    with pytest.raises(JobSpecError) as caught:
+        build(**overrides)
+    error = caught.value
+    assert error.field == field
+    assert [f for f, _ in error.errors] == [field], error.errors
+    assert str(error).startswith(f"{field}: ")
+    assert isinstance(error, ValueError)
+
+
+def test_the_invalid_table_covers_at_least_thirty_distinct_arguments():
+    assert len({field.split(".")[0].split("[")[0] for field, _ in INVALID}) >= 30
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"gpus": -2}, "gpus: must be a whole number from 0 to 64, got -2"),
+        ({"env": {"EPOCHS": 3}}, "env.EPOCHS: value must be a string, got int 3 -- quote it"),
+        ({"gpus": "4"}, "pass a number, not a string"),
+        ({"memory": "512m"}, "did you mean '512Mi'?"),
+        ({"image": "ghcr.io/Org/train:1"}, "use 'ghcr.io/org/train:1'"),
+        ({"args": "--epochs 3"}, "['--epochs', '3']"),
+        ({"image_pull_policy": "always"}, "did you mean 'Always'?"),
+        ({"volumes": [SHARED], "volume_mounts": [{"name": "data", "mountPath": "/d"}]}, "declared: 'shared'"),
+        ({"schedule_timeout": timedelta(days=2)}, "shorter than active_deadline"),
+    ],
+)
+def test_error_message_says_what_is_wrong_and_how_to_fix_it(overrides, expected):
+    with pytest.raises(JobSpecError, match=re.escape(expected)):
+        build(**overrides)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(JobSpecError) as caught:
+        build(gpus=-1, workers=0, env={"A": 1}, namespace="Bad")
+    fields = [f for f, _ in caught.value.errors]
+    assert fields == ["env.A", "gpus", "workers", "namespace"]
+    for field in fields:
+        assert f"{field}: " in str(caught.value)
+
+
+# --- valid arguments and normalization ----------------------------------------------------------------
+
+
+def test_minimal_spec_gets_the_documented_defaults():
+    spec = build()
+    assert spec.workers == 1 and not spec.is_mpi
+    assert spec.schedule_timeout == timedelta(minutes=3)
+    assert spec.active_deadline == timedelta(days=1)
+    assert spec.ttl_after_finished == timedelta(days=7)
+    assert spec.queue_timeout is None
+    assert spec.launcher_gpus == 0
+    assert spec.max_attempts >= 1 and spec.backoff_limit >= 0
+    assert spec.retry_backoff <= spec.retry_backoff_max
+
+
+def test_build_is_the_same_as_validate():
+    assert JobSpec.build(**BASE) == validate(**BASE)
+
+
+def test_string_command_runs_through_the_shell():
+    assert build(command="python train.py | tee log").command == ("sh", "-c", "python train.py | tee log")
+
+
+def test_list_command_and_args_are_kept_as_tuples():
+    spec = build(command=["python", "train.py"], args=["--epochs", "3"])
+    assert spec.command == ("python", "train.py")
+    assert spec.args == ("--epochs", "3")
+
+
+def test_empty_command_list_means_the_image_entrypoint():
+    assert build(command=[]).command is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "attribute", "expected"),
+    [
+        ({"cpu": 4}, "cpu", "4"),
+        ({"cpu": 0.5}, "cpu", "0.5"),
+        ({"cpu": "500m"}, "cpu", "500m"),
+        ({"memory": "16Gi"}, "memory", "16Gi"),
+        ({"memory": 2**30}, "memory", str(2**30)),
+        ({"priority": "high"}, "priority", 100),
+        ({"priority": "low"}, "priority", -100),
+        ({"priority": -7}, "priority", -7),
+        ({"queue_timeout": 600}, "queue_timeout", timedelta(minutes=10)),
+        ({"active_deadline": None}, "active_deadline", None),
+        ({"ttl_after_finished": None}, "ttl_after_finished", None),
+        ({"requeue_limit": None}, "requeue_limit", None),
+        ({"fatal_exit_codes": [3, 1, 3]}, "fatal_exit_codes", (1, 3)),
+        ({"retryable_exit_codes": (137,)}, "retryable_exit_codes", (137,)),
+        ({"image_pull_secrets": "regcred"}, "image_pull_secrets", ("regcred",)),
+        ({"image_pull_secrets": [{"name": "regcred"}]}, "image_pull_secrets", ("regcred",)),
+        ({"gpus": 2.0}, "gpus", 2),
+    ],
+)
+def test_arguments_are_normalized(overrides, attribute, expected):
+    assert getattr(build(**overrides), attribute) == expected
+
+
+def test_env_accepts_strings_and_value_from_references():
+    secret = {"secretKeyRef": {"name": "wandb", "key": "api-key"}}
+    spec = build(env={"EPOCHS": "3", "WANDB_API_KEY": secret})
+    assert spec.env["EPOCHS"] == "3"
+    assert spec.env["WANDB_API_KEY"] == secret
+
+
+def test_tolerations_accept_dicts_and_kubernetes_models():
+    from_dict = build(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    from_model = build(
+        tolerations=[V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+    )
+    expected = (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
+    assert from_dict.tolerations == from_model.tolerations == expected
+
+
+def test_toleration_without_key_and_exists_tolerates_everything():
+    assert build(tolerations=[{"operator": "Exists"}]).tolerations == (Toleration(operator="Exists"),)
+
+
+def test_volumes_and_mounts_accept_kubernetes_models_and_snake_case():
+    model = V1Volume(
+        name="shared", persistent_volume_claim=V1PersistentVolumeClaimVolumeSource(claim_name="vision")
+    )
+    spec = build(
+        volumes=[model],
+        volume_mounts=[V1VolumeMount(name="shared", mount_path="/shared", read_only=True)],
+    )
+    assert spec.volumes == (
+        FrozenMap({"name": "shared", "persistentVolumeClaim": FrozenMap({"claimName": "vision"})}),
+    )
+    assert spec.volume_mounts == (VolumeMount("shared", "/shared", read_only=True),)
+    snake = build(
+        volumes=[SHARED], volume_mounts=[{"name": "shared", "mount_path": "/s", "sub_path": "runs"}]
+    )
+    assert snake.volume_mounts == (VolumeMount("shared", "/s", sub_path="runs"),)
+
+
+def test_init_containers_may_mount_declared_volumes():
+    spec = build(
+        volumes=[SHARED],
+        init_containers=[
+            {
+                "name": "fetch",
+                "image": "busybox:1.36",
+                "volumeMounts": [{"name": "shared", "mountPath": "/s"}],
+            }
+        ],
+    )
+    assert spec.init_containers[0]["name"] == "fetch"
+
+
+def test_mpi_job_without_gpus_is_accepted():
+    spec = build(gpus=0, workers=4)
+    assert spec.is_mpi and total_gpus(spec) == 0
+
+
+def test_launcher_may_have_gpus_equal_to_a_worker():
+    spec = build(gpus=8, workers=2, launcher_gpus=8)
+    assert total_gpus(spec) == 24
+
+
+def test_total_gpus_of_a_single_pod_job_is_its_gpus():
+    assert total_gpus(build(gpus=4)) == 4
+
+
+@pytest.mark.parametrize(("workers", "pods"), [(1, 1), (2, 3), (8, 9)])
+def test_pod_count_includes_the_mpi_launcher(workers, pods):
+    assert build(workers=workers).pod_count == pods
+
+
+# --- templated fields ---------------------------------------------------------------------------------
+
+TEMPLATED = {
+    "image": "{{ params.image }}",
+    "command": ["python", "{{ params.script }}"],
+    "args": ["--date", "{{ ds }}"],
+    "env": {"RUN": "{{ run_id }}"},
+    "worker_command": None,
+}
+
+
+def test_templated_values_pass_in_template_aware_mode():
+    spec = build(templated=True, **TEMPLATED)
+    assert spec.image == "{{ params.image }}"
+    assert spec.env["RUN"] == "{{ run_id }}"
+
+
+def test_templated_image_fails_the_grammar_check_outside_template_mode():
+    with pytest.raises(JobSpecError, match="^image: "):
+        build(image="{{ params.image }}")
+
+
+def test_template_mode_still_checks_types_and_untemplated_values():
+    with pytest.raises(JobSpecError) as caught:
+        build(templated=True, image="Not Valid", env={"N": 3})
+    assert [f for f, _ in caught.value.errors] == ["image", "env.N"]
+
+
+def test_block_templates_count_as_templates():
+    assert build(templated=True, image="{% if x %}a{% else %}b{% endif %}").image.startswith("{%")
+
+
+# --- immutability and serialization -------------------------------------------------------------------
+
+
+def test_spec_is_frozen_and_hashable():
+    spec = build(env={"A": "1"}, labels={"team": "cv"})
+    with pytest.raises(AttributeError):
+        spec.gpus = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spec.env["B"] = "2"  # type: ignore[index]
+    assert hash(spec) == hash(build(env={"A": "1"}, labels={"team": "cv"}))
+
+
+def test_spec_survives_deepcopy_and_pickle():
+    spec = build(env={"A": "1"}, volumes=[SHARED], tolerations=[{"operator": "Exists"}])
+    assert copy.deepcopy(spec) == spec
+    assert pickle.loads(pickle.dumps(spec)) == spec
+
+
+def test_to_dict_round_trips_through_validate():
+    spec = build(
+        command="python train.py",
+        env={"A": "1", "S": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        workers=2,
+        gpus=2,
+        cpu="4",
+        memory="16Gi",
+        node_selector={"gpu": "a100"},
+        tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}],
+        volumes=[SHARED],
+        volume_mounts=[{"name": "shared", "mountPath": "/s", "readOnly": True}],
+        queue_timeout=timedelta(hours=2),
+        labels={"team": "cv"},
+        annotations={"note": "hello world"},
+        priority="high",
+        fatal_exit_codes=[2],
+        retryable_exit_codes=[137],
+        init_containers=[{"name": "fetch", "image": "busybox"}],
+        image_pull_secrets=["regcred"],
+        service_account="trainer",
+    )
+    plain = json.loads(json.dumps(spec.to_dict()))
+    assert validate(**plain) == spec
+
+
+# --- image grammar ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ubuntu",
+        "ubuntu:22.04",
+        "library/ubuntu",
+        "ghcr.io/org/team/train:v1.2.3",
+        "localhost/train",
+        "localhost:5000/train:dev",
+        "registry.example.com:5000/a/b_c/d-e/f.g:tag",
+        "nvcr.io/nvidia/pytorch:24.01-py3",
+        "[::1]:5000/train",
+        "train@sha256:" + "a" * 64,
+        "ghcr.io/org/train:1.2@sha256:" + "0123456789abcdef" * 4,
+        "a__b/c---d",
+        "MyRegistry.io/org/train",
+    ],
+)
+def test_valid_image_references(image):
+    assert image_problem(image) is None
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "",
+        "UBUNTU",
+        "ubuntu:",
+        "ubuntu:tag:extra",
+        "-ubuntu",
+        "ubuntu_",
+        "a/b/",
+        "a..b",
+        "train@sha256:" + "A" * 64,
+        "x:" + "t" * 129,
+    ],
+)
+def test_invalid_image_references(image):
+    assert image_problem(image) is not None
+
+
+# --- naming -------------------------------------------------------------------------------------------
+
+ids = st.text(min_size=1, max_size=300)
+map_indexes = st.integers(min_value=-1, max_value=100_000)
+tries = st.integers(min_value=1, max_value=1000)
+attempts = st.integers(min_value=1, max_value=MAX_ATTEMPTS)
+
+
+def test_name_is_a_readable_slug_plus_hash_and_attempt():
+    name = job_name(
+        "nightly_retrain", "train.resnet50", "scheduled__2024-05-01T00:00:00+00:00", -1, 1, attempt=2
+    )
+    assert re.fullmatch(r"nightly-retrain-train-resnet50-[0-9a-f]{10}-a2", name)
+
+
+def test_task_key_is_the_name_without_the_attempt_suffix():
+    task = TaskIdentity("dag", "task", "run", 3, 2)
+    assert task.job_name(1) == task.task_key() + "-a1"
+    assert task.job_name(7) == task.task_key() + "-a7"
+    assert task.task_key() == task_key("dag", "task", "run", 3, 2)
+
+
+def test_naming_accepts_a_task_identity_or_separate_identifiers():
+    task = TaskIdentity("dag", "task", "run", 3, 2)
+    assert job_name(task, attempt=4) == job_name("dag", "task", "run", 3, 2, 4) == task.job_name(4)
+    assert job_name("dag", "task", "run", map_index=3, try_number=2, attempt=4) == task.job_name(4)
+    assert task_key(task) == task_key("dag", "task", "run", 3, 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((TaskIdentity("d", "t", "r"), "extra"), {}),
+        (("d", "t"), {}),
+        (("d", "t", "r"), {"dag_id": "again"}),
+        (("d", "t", "r"), {"colour": "red"}),
+    ],
+)
+def test_naming_rejects_mixed_or_missing_identifiers(args, kwargs):
+    with pytest.raises(TypeError):
+        task_key(*args, **kwargs)
+
+
+def test_attempt_names_share_the_task_key():
+    first = TaskIdentity("dag", "task", "run").job_name(1)
+    assert attempt_name(first, 3) == TaskIdentity("dag", "task", "run").job_name(3)
+    assert split_attempt(attempt_name(first, 12)) == (TaskIdentity("dag", "task", "run").task_key(), 12)
+
+
+@pytest.mark.parametrize("name", ["plain-job", "job-a0", "job-a", "-a3"])
+def test_foreign_names_have_no_attempt(name):
+    with pytest.raises(ValueError, match="not a job name"):
+        split_attempt(name)
+
+
+def test_name_leaves_room_for_the_mpi_operator_suffixes():
+    assert NAME_MAX + len(f"-worker-{MAX_WORKERS - 1}") == DNS_LABEL_MAX
+    longest = job_name("d" * 500, "t" * 500, "r" * 500, 99999, 999, attempt=MAX_ATTEMPTS)
+    assert len(longest) <= NAME_MAX
+    for derived in (f"{longest}-launcher", f"{longest}-worker", f"{longest}-worker-{MAX_WORKERS - 1}"):
+        assert len(derived) <= DNS_LABEL_MAX and DNS_1035.match(derived)
+
+
+def test_dag_id_starting_with_a_digit_still_gives_a_name_starting_with_a_letter():
+    assert job_name("2024_etl", "load", "r")[0].isalpha()
+
+
+def test_unicode_ids_are_folded_or_hashed():
+    assert job_name("café_modèle", "entraînement", "r").startswith("cafe-modele-entrainement-")
+    assert job_name("日本語", "タスク", "r").startswith("job-")
+
+
+def test_map_index_none_means_unmapped():
+    assert task_key("d", "t", "r", None) == task_key("d", "t", "r", -1)
+
+
+@pytest.mark.parametrize("attempt", [0, -1, MAX_ATTEMPTS + 1, True, 1.0])
+def test_attempt_out_of_range_is_rejected(attempt):
+    with pytest.raises(ValueError, match="attempt"):
+        job_name("d", "t", "r", attempt=attempt)
+
+
+@settings(max_examples=300, deadline=None)
+@given(dag=ids, task=ids, run=ids, index=map_indexes, try_number=tries, attempt=attempts)
+def test_any_identifiers_give_a_valid_deterministic_name(dag, task, run, index, try_number, attempt):
+    name = job_name(dag, task, run, index, try_number, attempt)
+    assert len(name) <= NAME_MAX
+    assert is_dns_label(name) and DNS_1035.match(name)
+    assert name == job_name(dag, task, run, index, try_number, attempt)
+    assert LABEL_VALUE.match(task_key(dag, task, run, index, try_number))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(ids, ids, ids, map_indexes, tries), min_size=2, max_size=2, unique=True),
+)
+def test_distinct_task_instances_get_distinct_names(pair):
+    first, second = pair
+    assert job_name(*first) != job_name(*second)
+
+
+def test_names_differ_only_by_identifiers_with_equal_slugs():
+    assert job_name("a_b", "t", "r") != job_name("a-b", "t", "r")
+    assert job_name("d", "t", "run1") != job_name("d", "t", "run2")
+    assert job_name("d", "t", "r", 0) != job_name("d", "t", "r", 1)
+    assert job_name("d", "t", "r", -1, 1) != job_name("d", "t", "r", -1, 2)
+
+
+# --- label values -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["vision", "Alice.Smith", "a_b-c", "x" * 63, ""])
+def test_valid_label_values_are_kept_unchanged(value):
+    assert label_value(value) == value
+
+
+@pytest.mark.parametrize("value", ["alice@example.com", "-lead", "trail-", "x" * 64, "日本", "a b", "___"])
+def test_invalid_label_values_are_sanitized(value):
+    result = label_value(value)
+    assert result != value
+    assert len(result) <= 63 and LABEL_VALUE.match(result)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=100), min_size=2, max_size=2, unique=True))
+def test_label_values_are_valid_and_distinct(pair):
+    first, second = (label_value(v) for v in pair)
+    assert LABEL_VALUE.match(first) and len(first) <= 63
+    assert first != second
