@@ -1,0 +1,475 @@
+"""The reservation ledger as data: its ConfigMap encoding and the pure steps of an admission pass.
+
+Each group has one ledger ConfigMap whose ``data`` holds one entry per admitted job (key
+``<namespace>.<job>``, value a small JSON object), so ``kubectl get configmap -o yaml`` shows who holds
+what. The cluster I/O around it (read, compare-and-swap on ``resourceVersion``, unsuspend) lives in the
+shell; everything here is pure, so every step of the protocol in ``docs/quota.md`` can be tested alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from enum import Enum
+from typing import Any
+
+from .. import labels
+from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
+
+LEDGER_FORMAT = 1
+LEDGER_NAME_PREFIX = "airflow-jobs-quota-"
+_REQUIRED = ("job", "user", "gpus", "uid", "admitted_at")
+
+
+def ledger_name(group: str) -> str:
+    """Name of the group's ledger ConfigMap (group names are DNS-1123 labels, so this is valid)."""
+    return f"{LEDGER_NAME_PREFIX}{group}"
+
+
+@dataclass(frozen=True)
+class UnreadableEntry:
+    """A ledger entry this version cannot read: not counted, reported, and written back untouched.
+
+    Kept verbatim because it may come from a newer release sharing the cluster: dropping it could free
+    GPUs another process still relies on. An admin deletes it with ``kubectl edit`` once understood.
+    """
+
+    key: str
+    raw: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """One group's reservations (sorted by admission time, then uid) plus entries it could not read."""
+
+    group: str
+    reservations: tuple[Reservation, ...] = ()
+    unreadable: tuple[UnreadableEntry, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reservations", _canonical(self.reservations))
+
+    @property
+    def used_gpus(self) -> int:
+        return sum(r.gpus for r in self.reservations)
+
+    def find(self, uid: str) -> Reservation | None:
+        """The reservation of the job with this uid, if any."""
+        return next((r for r in self.reservations if r.uid == uid), None)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """One line per unreadable entry, for a log line or an event."""
+        return tuple(f"{ledger_name(self.group)} data.{e.key}: {e.problem}" for e in self.unreadable)
+
+
+def _canonical(reservations: Iterable[Reservation]) -> tuple[Reservation, ...]:
+    return tuple(sorted(reservations, key=lambda r: (r.admitted_at, r.uid)))
+
+
+def _rfc3339(value: datetime) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(value: object) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError(f"admitted_at must be an RFC 3339 string, got {value!r}")
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"admitted_at must carry a time zone, got {value!r}")
+    return parsed
+
+
+def entry_key(reservation: Reservation) -> str:
+    """The ConfigMap data key of a reservation: ``<namespace>.<job>`` (just ``<job>`` without namespace).
+
+    Namespaces and job names are DNS-1123 labels, neither contains a dot, so the key is unambiguous and
+    a valid ConfigMap key.
+    """
+    return f"{reservation.namespace}.{reservation.job}" if reservation.namespace else reservation.job
+
+
+def encode(ledger: Ledger) -> dict[str, str]:
+    """The ConfigMap ``data`` for ``ledger``: one human-readable JSON value per reservation."""
+    data: dict[str, str] = {}
+    for entry in ledger.unreadable:
+        data[entry.key] = entry.raw
+    for r in ledger.reservations:
+        key = entry_key(r)
+        # Two jobs can share a name when one was deleted and recreated before a reconcile noticed.
+        if key in data:
+            key = f"{key}.{r.uid}"
+        value = {
+            "v": LEDGER_FORMAT,
+            "job": r.job,
+            "namespace": r.namespace,
+            "group": r.group,
+            "user": r.user,
+            "gpus": r.gpus,
+            "uid": r.uid,
+            "admitted_at": _rfc3339(r.admitted_at),
+            "requeue_count": r.requeue_count,
+        }
+        data[key] = json.dumps(value, sort_keys=True)
+    return data
+
+
+def _decode_entry(group: str, raw: object) -> Reservation:
+    if not isinstance(raw, str):
+        raise ValueError(f"value must be a JSON string, got {type(raw).__name__}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    if value.get("v") != LEDGER_FORMAT:
+        raise ValueError(f"unknown entry format v={value.get('v')!r} (this version reads v={LEDGER_FORMAT})")
+    missing = [k for k in _REQUIRED if k not in value]
+    if missing:
+        raise ValueError(f"missing field(s): {', '.join(missing)}")
+    if value.get("group", group) != group:
+        raise ValueError(f"entry belongs to group {value['group']!r}, not {group!r}")
+    for name in ("job", "user", "uid"):
+        if not isinstance(value[name], str) or not value[name]:
+            raise ValueError(f"{name} must be a non-empty string, got {value[name]!r}")
+    namespace = value.get("namespace", "")
+    if not isinstance(namespace, str):
+        raise ValueError(f"namespace must be a string, got {namespace!r}")
+    for name, default in (("gpus", None), ("requeue_count", 0)):
+        number = value.get(name, default)
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {number!r}")
+    return Reservation(
+        job=value["job"],
+        group=group,
+        user=value["user"],
+        gpus=value["gpus"],
+        uid=value["uid"],
+        admitted_at=_parse_time(value["admitted_at"]),
+        namespace=namespace,
+        requeue_count=value.get("requeue_count", 0),
+    )
+
+
+def decode(group: str, data: Mapping[str, object] | None) -> Ledger:
+    """Read a ledger ConfigMap's ``data``; never raises on bad entries.
+
+    An entry that cannot be read lands in :attr:`Ledger.unreadable` (see :attr:`Ledger.problems`). A
+    second entry for a uid already read is dropped: the job holds one reservation, counting it twice
+    would only strand GPUs.
+    """
+    reservations: dict[str, Reservation] = {}
+    unreadable: list[UnreadableEntry] = []
+    for key in sorted(data or {}):
+        raw = (data or {})[key]
+        try:
+            reservation = _decode_entry(group, raw)
+        except (ValueError, TypeError, OverflowError) as exc:
+            text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
+            unreadable.append(UnreadableEntry(key=str(key), raw=text, problem=str(exc)))
+            continue
+        reservations.setdefault(reservation.uid, reservation)
+    return Ledger(group=group, reservations=tuple(reservations.values()), unreadable=tuple(unreadable))
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading jobs
+# --------------------------------------------------------------------------------------------------
+
+
+def _annotation_int(annotations: Mapping[str, str], key: str, default: int) -> int:
+    raw = annotations.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"annotation {key} must be an integer, got {raw!r}") from None
+
+
+def _rfc3339_or_none(raw: object, what: str) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{what} must be an RFC 3339 time, got {raw!r}") from None
+    # The API server always writes UTC; a bare time from a hand edit is read the same way.
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
+    """A :class:`QueuedJob` from a Job's or MPIJob's ``metadata`` (labels and annotations of labels.py).
+
+    Group and user come from the exact-name annotations, falling back to the (slug) labels.
+    The enqueue time falls back to ``creationTimestamp`` when the queued-at annotation is missing.
+    Raises ValueError naming the missing or malformed key.
+    """
+    job_labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    name = metadata.get("name")
+    uid = metadata.get("uid")
+    if not name or not uid:
+        raise ValueError("metadata needs name and uid")
+    # The annotations carry the exact names the policy is keyed by; labels only hold sanitized slugs.
+    group = annotations.get(labels.GROUP_NAME) or job_labels.get(labels.GROUP)
+    user = annotations.get(labels.USER_NAME) or job_labels.get(labels.USER)
+    if not group:
+        raise ValueError(
+            f"job {name} has neither a {labels.GROUP_NAME} annotation nor a {labels.GROUP} label"
+        )
+    if not user:
+        raise ValueError(f"job {name} has neither a {labels.USER_NAME} annotation nor a {labels.USER} label")
+    if labels.GPUS not in annotations:
+        raise ValueError(f"job {name} has no {labels.GPUS} annotation")
+    queued_at = _rfc3339_or_none(
+        annotations.get(labels.QUEUED_AT), f"annotation {labels.QUEUED_AT}"
+    ) or _rfc3339_or_none(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
+    if queued_at is None:
+        raise ValueError(f"job {name} has neither a {labels.QUEUED_AT} annotation nor a creationTimestamp")
+    return QueuedJob(
+        name=name,
+        namespace=metadata.get("namespace") or "",
+        uid=uid,
+        group=group,
+        user=user,
+        gpus=_annotation_int(annotations, labels.GPUS, 0),
+        priority=_annotation_int(annotations, labels.PRIORITY, 0),
+        queued_at=queued_at,
+        not_before=_rfc3339_or_none(
+            annotations.get(labels.REQUEUE_NOT_BEFORE), f"annotation {labels.REQUEUE_NOT_BEFORE}"
+        ),
+        requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
+    )
+
+
+def observed_job(metadata: Mapping[str, Any] | None, *, suspended: bool, terminal: bool) -> ObservedJob:
+    """What reconcile needs from a job: ``None`` metadata means the job was not found (404)."""
+    if metadata is None:
+        return ObservedJob.gone()
+    annotations = metadata.get("annotations") or {}
+    return ObservedJob(
+        exists=True,
+        terminal=terminal or bool(annotations.get(labels.VERDICT)),
+        suspended=suspended,
+        requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Reconcile
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObservedJob:
+    """What the cluster says about a reserved job right now.
+
+    ``exists`` is false once the object is gone (a job being deleted still exists: its pods may still
+    hold GPUs). ``terminal`` means it finished (Complete or Failed condition, or a product verdict).
+    ``requeue_count`` is read from the job's annotation: larger than the reservation's means the job was
+    requeued after that reservation was made.
+    """
+
+    exists: bool = True
+    terminal: bool = False
+    suspended: bool = False
+    requeue_count: int = 0
+
+    @classmethod
+    def gone(cls) -> ObservedJob:
+        return cls(exists=False)
+
+
+class DropReason(str, Enum):
+    GONE = "JobGone"
+    FINISHED = "JobFinished"
+    REQUEUED = "JobRequeued"
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A reservation a reconcile removes, and why (for a log line or an event)."""
+
+    reservation: Reservation
+    reason: DropReason
+
+    @property
+    def message(self) -> str:
+        r = self.reservation
+        what = {
+            DropReason.GONE: "no longer exists",
+            DropReason.FINISHED: "has finished",
+            DropReason.REQUEUED: "was requeued",
+        }[self.reason]
+        return f"released {r.gpus} GPU(s) of group {r.group} held by {entry_key(r)} (user {r.user}): the job {what}"
+
+
+def reconcile_drops(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tuple[Drop, ...]:
+    """The reservations whose jobs are gone, finished or requeued since their admission.
+
+    ``observed`` maps job uid to what the cluster shows. A uid missing from it was not looked at and
+    is kept: never free GPUs on a guess.
+    """
+    drops = []
+    for r in ledger.reservations:
+        seen = observed.get(r.uid)
+        if seen is None:
+            continue
+        if not seen.exists:
+            drops.append(Drop(r, DropReason.GONE))
+        elif seen.terminal:
+            drops.append(Drop(r, DropReason.FINISHED))
+        elif seen.requeue_count > r.requeue_count:
+            drops.append(Drop(r, DropReason.REQUEUED))
+    return tuple(drops)
+
+
+def reconcile(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> Ledger:
+    """``ledger`` without the reservations :func:`reconcile_drops` finds stale."""
+    dropped = {d.reservation.uid for d in reconcile_drops(ledger, observed)}
+    if not dropped:
+        return ledger
+    return replace(ledger, reservations=tuple(r for r in ledger.reservations if r.uid not in dropped))
+
+
+def pending_unsuspend(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tuple[Reservation, ...]:
+    """Reserved jobs of the current attempt that are still suspended: a pass died before unsuspending.
+
+    Unsuspending them again is idempotent and cannot over-admit, since their GPUs are already counted.
+    If they still never get scheduled, the schedule timeout requeues them, so nothing leaks.
+    """
+    result = []
+    for r in ledger.reservations:
+        seen = observed.get(r.uid)
+        if (
+            seen is not None
+            and seen.exists
+            and not seen.terminal
+            and seen.suspended
+            and seen.requeue_count == r.requeue_count
+        ):
+            result.append(r)
+    return tuple(result)
+
+
+def adopt(ledger: Ledger, running: Iterable[Reservation]) -> Ledger:
+    """Add reservations for unsuspended, unfinished jobs of the group the ledger does not know.
+
+    A job runs without a reservation only if the ledger was lost (deleted ConfigMap, unreadable entry)
+    or someone unsuspended a job by hand. Charging it keeps the quota honest; reconcile frees it when
+    the job ends.
+    """
+    known = {r.uid for r in ledger.reservations}
+    added = [r for r in running if r.group == ledger.group and r.uid not in known]
+    unique = {r.uid: r for r in reversed(added)}
+    if not unique:
+        return ledger
+    return replace(ledger, reservations=ledger.reservations + tuple(unique.values()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Admit and release
+# --------------------------------------------------------------------------------------------------
+
+
+def with_admitted(ledger: Ledger, decisions: Iterable[Decision], now: datetime) -> Ledger:
+    """``ledger`` plus a reservation for every job admitted in ``decisions`` for its group.
+
+    Idempotent: a job that already holds a reservation keeps its original one.
+    """
+    if now.tzinfo is None:
+        raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
+    known = {r.uid for r in ledger.reservations}
+    added = []
+    for d in decisions:
+        if d.verdict is Verdict.ADMIT and d.job.group == ledger.group and d.job.uid not in known:
+            known.add(d.job.uid)
+            added.append(Reservation.for_job(d.job, now))
+    if not added:
+        return ledger
+    return replace(ledger, reservations=ledger.reservations + tuple(added))
+
+
+def without(ledger: Ledger, uid: str) -> Ledger:
+    """``ledger`` without the reservation of job ``uid`` (release at the end of a job or on requeue)."""
+    if ledger.find(uid) is None:
+        return ledger
+    return replace(ledger, reservations=tuple(r for r in ledger.reservations if r.uid != uid))
+
+
+# --------------------------------------------------------------------------------------------------
+# One admission pass, planned
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdmissionPlan:
+    """What one admission pass for one group must write, in this order.
+
+    1. if ``ledger_changed``: compare-and-swap ``encode(ledger)`` against the ``resourceVersion`` read
+       (on 409: re-read everything and plan again);
+    2. fail the jobs in ``fail`` (write the verdict annotation, then delete or stop them);
+    3. unsuspend every job in ``unsuspend`` (idempotent) with the admitted-at annotation in the same patch.
+    """
+
+    ledger: Ledger
+    ledger_changed: bool
+    decisions: tuple[Decision, ...]
+    drops: tuple[Drop, ...]
+    unsuspend: tuple[Reservation, ...]
+    fail: tuple[Decision, ...]
+
+
+def plan_admission(
+    policy: QuotaPolicy,
+    ledger: Ledger,
+    queued: Sequence[QueuedJob],
+    observed: Mapping[str, ObservedJob],
+    now: datetime,
+    running: Iterable[Reservation] = (),
+) -> AdmissionPlan:
+    """Reconcile, adopt, decide and admit for ``ledger.group``: the pure core of an admission pass.
+
+    ``queued`` are the group's suspended, unfinished jobs (a reserved job still suspended may be among
+    them); ``observed`` covers every job in the ledger; ``running`` are the group's unsuspended,
+    unfinished jobs as reservations (for :func:`adopt`).
+    """
+    drops = reconcile_drops(ledger, observed)
+    current = adopt(reconcile(ledger, observed), running)
+    decisions = tuple(
+        decide(policy, [j for j in queued if j.group == ledger.group], current.reservations, now)
+    )
+    after = with_admitted(current, decisions, now)
+    unsuspend = {r.uid: r for r in pending_unsuspend(after, observed)}
+    for d in decisions:
+        if d.verdict is Verdict.ADMIT:
+            reservation = after.find(d.job.uid)
+            if reservation is not None:
+                unsuspend.setdefault(reservation.uid, reservation)
+    return AdmissionPlan(
+        ledger=after,
+        ledger_changed=after.reservations != ledger.reservations,
+        decisions=decisions,
+        drops=drops,
+        unsuspend=_canonical(unsuspend.values()),
+        fail=tuple(d for d in decisions if d.verdict.terminal),
+    )
+
+
+def cas_retry_delay(attempt: int, jitter: float, base: timedelta = timedelta(milliseconds=50)) -> timedelta:
+    """Delay before retrying a compare-and-swap that lost (409), attempt 1 first.
+
+    ``jitter`` in [0, 1) comes from the caller's random source; the delay is drawn from
+    [half, full] of an exponential step capped at 2 s, so racing passes spread out but never spin.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    if not 0.0 <= jitter < 1.0:
+        raise ValueError(f"jitter must be in [0, 1), got {jitter}")
+    step = min(base * (2 ** min(attempt - 1, 10)), timedelta(seconds=2))
+    return step * (0.5 + jitter / 2)

@@ -1,0 +1,872 @@
+"""The GPU quota policy and the admission rule: which queued jobs may start now, and why the others wait.
+
+The rule is PrimeHub's (and Slurm's default): every group is one queue, ordered by priority and then by
+enqueue time. Walking a group's queue in that order:
+
+* a job that can never fit (it needs more GPUs than its user may ever hold in the group, or more than
+  the whole group quota) fails fast with ``OverQuota`` instead of waiting forever;
+* a job over its *user's* remaining quota is skipped (``UserQuota``) and blocks nobody: one user who
+  queued too much must not stall their colleagues;
+* a job over the *group's* remaining quota stops the group (``GroupQuota``): everything behind it waits
+  (``BehindHead``), otherwise a stream of small jobs would starve a large one forever;
+* everything else is admitted, and counts against the quotas of the jobs after it in the same pass.
+
+Pure: stdlib and PyYAML only, no I/O. The shell reads the policy ConfigMap and the ledger, calls
+:func:`parse_policy` and :func:`decide`, and writes the outcome back.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from enum import Enum
+from itertools import groupby
+from typing import Any
+
+import yaml
+
+from .requeue import (
+    DEFAULT_BACKOFF_BASE,
+    DEFAULT_BACKOFF_CAP,
+    DEFAULT_REQUEUE_LIMIT,
+    DEFAULT_SCHEDULE_TIMEOUT,
+    RequeueSettings,
+    format_duration,
+    queue_timed_out,
+)
+
+# Key of the policy YAML inside the policy ConfigMap's ``data``.
+POLICY_KEY = "policy.yaml"
+DEFAULT_POLICY_CONFIGMAP = "airflow-jobs-quota-policy"
+
+# Group names end up in labels and in the ledger ConfigMap's name, so they must be DNS-1123 labels.
+_GROUP_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+# --------------------------------------------------------------------------------------------------
+# Policy model
+# --------------------------------------------------------------------------------------------------
+
+
+class PolicyError(ValueError):
+    """The policy YAML is invalid. ``errors`` holds one ``"key.path: problem"`` line per problem."""
+
+    def __init__(self, errors: Sequence[str]):
+        self.errors = tuple(errors)
+        if len(self.errors) == 1:
+            text = f"invalid quota policy: {self.errors[0]}"
+        else:
+            text = "invalid quota policy:\n" + "\n".join(f"  - {e}" for e in self.errors)
+        super().__init__(text)
+
+
+class UnknownGroupError(ValueError):
+    """A job names a group the policy does not define."""
+
+
+class UnknownPriorityError(ValueError):
+    """A job asks for a priority class the policy does not define."""
+
+
+@dataclass(frozen=True)
+class GroupQuota:
+    """One group's GPU quota and the per-user limits inside it.
+
+    ``user_gpus`` is the default per-user limit (``None``: only the group quota limits a user) and
+    ``users`` overrides it per user. A per-user limit above the group quota is allowed (a policy-wide
+    default often exceeds a small group's quota) and simply means the group quota is the limit.
+    """
+
+    name: str
+    gpus: int
+    user_gpus: int | None = None
+    users: Mapping[str, int] = field(default_factory=dict, hash=False)
+    max_running_jobs_per_user: int | None = None
+
+    def configured_user_limit(self, user: str) -> int:
+        """The per-user GPU limit as written in the policy (may exceed the group quota)."""
+        if user in self.users:
+            return self.users[user]
+        return self.gpus if self.user_gpus is None else self.user_gpus
+
+    def user_limit(self, user: str) -> int:
+        """The most GPUs ``user`` can ever hold in this group at once."""
+        return min(self.configured_user_limit(user), self.gpus)
+
+
+@dataclass(frozen=True)
+class QuotaPolicy:
+    """The whole policy: groups, named priority classes and the requeue/timeout settings."""
+
+    groups: Mapping[str, GroupQuota] = field(hash=False)
+    priorities: Mapping[str, int] = field(default_factory=dict, hash=False)
+    default_priority: int = 0
+    requeue: RequeueSettings = RequeueSettings()
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self.groups))
+
+    def require_group(self, name: str) -> GroupQuota:
+        """The group's quota, or :class:`UnknownGroupError` naming the known groups (submit-time check)."""
+        quota = self.groups.get(name)
+        if quota is not None:
+            return quota
+        known = ", ".join(self.group_names) or "none"
+        hint = _did_you_mean(name, self.group_names)
+        raise UnknownGroupError(
+            f"unknown quota group {name!r}{hint}; known groups: {known}. "
+            "Pick one of them, or ask a platform admin to add the group under 'groups:' in the quota policy."
+        )
+
+    def user_limit(self, group: str, user: str) -> int:
+        """The most GPUs ``user`` can ever hold in ``group`` (raises for an unknown group)."""
+        return self.require_group(group).user_limit(user)
+
+    def priority_of(self, priority: str | int | None) -> int:
+        """Resolve a job's requested priority to the integer the queue orders by.
+
+        ``None`` gives the policy's default; an integer (or its decimal string, as stored in the
+        priority annotation) is taken as is; any other string must name a class under ``priorities``.
+        Resolve once at submit time and store the integer on the job, so that later policy edits do
+        not reorder jobs already queued.
+        """
+        if priority is None:
+            return self.default_priority
+        if isinstance(priority, bool):
+            raise UnknownPriorityError(f"priority must be a class name or an integer, got {priority!r}")
+        if isinstance(priority, int):
+            return priority
+        if priority in self.priorities:
+            return self.priorities[priority]
+        if re.fullmatch(r"[-+]?\d+", priority.strip()):
+            return int(priority)
+        known = ", ".join(f"{k} ({v})" for k, v in sorted(self.priorities.items(), key=lambda kv: -kv[1]))
+        hint = _did_you_mean(priority, tuple(self.priorities))
+        raise UnknownPriorityError(
+            f"unknown priority class {priority!r}{hint}; known classes: {known or 'none'} (or give an integer)"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing and validation
+# --------------------------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+
+
+def _construct_strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue  # unhashable key: construct_mapping below reports it
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"duplicate key {key!r} (first given on line {first + 1})",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping)
+
+_TOP_KEYS = {
+    "groups": "the quota of every group",
+    "defaults": "per-user settings every group inherits",
+    "priorities": "named priority classes",
+    "default_priority": "priority of jobs that ask for none",
+    "schedule_timeout": "how long an admitted job may wait for its pods to be scheduled",
+    "requeue_limit": "how often a job may be requeued",
+    "requeue_backoff": "back-off between requeues",
+    "queue_timeout": "how long a job may wait in the queue",
+}
+_GROUP_KEYS = {
+    "gpus": "the group's GPU quota",
+    "user_gpus": "default per-user GPU limit",
+    "users": "per-user GPU limits",
+    "max_running_jobs_per_user": "admitted jobs a user may hold at once",
+}
+_DEFAULTS_KEYS = {k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user")}
+_BACKOFF_KEYS = {"base": "first back-off", "cap": "longest back-off"}
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, path: str, problem: str) -> None:
+        self.items.append(f"{path}: {problem}")
+
+
+def _join(path: str, key: object) -> str:
+    text = str(key)
+    if not text or re.search(r"[.\s\"']", text):
+        text = f'"{text}"'
+    return f"{path}.{text}" if path else text
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    match = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {match[0]!r}?" if match else ""
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return repr(value)
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _mapping(value: object, path: str, errors: _Errors, *, what: str) -> dict | None:
+    if isinstance(value, dict):
+        return value
+    errors.add(path, f"must be a mapping of {what}, got {_describe(value)}")
+    return None
+
+
+def _check_keys(mapping: dict, allowed: Mapping[str, str], path: str, errors: _Errors) -> None:
+    for key in mapping:
+        if key in allowed:
+            continue
+        where = _join(path, key)
+        if not isinstance(key, str):
+            errors.add(where, f"unknown key {key!r}; allowed keys: {', '.join(allowed)}")
+            continue
+        errors.add(where, f"unknown key{_did_you_mean(key, allowed)} (allowed: {', '.join(allowed)})")
+
+
+def _non_negative_int(value: object, path: str, errors: _Errors, *, minimum: int = 0) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+        return value
+    kind = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
+    fix = " (remove the key to use the default)" if value is None else ""
+    errors.add(path, f"must be {kind}, got {_describe(value)}{fix}")
+    return None
+
+
+def _string_key(key: object, path: str, errors: _Errors, *, what: str) -> str | None:
+    if isinstance(key, str) and key.strip():
+        return key
+    if isinstance(key, str):
+        errors.add(path, f"{what} must not be empty")
+    else:
+        # YAML 1.1 reads unquoted yes/no/on/off as booleans and digits as numbers.
+        errors.add(
+            path,
+            f"{what} must be a string, got {_describe(key)}; quote it in the YAML (unquoted yes/no/on/off/"
+            "true/false read as booleans and bare digits as numbers)",
+        )
+    return None
+
+
+def parse_duration(value: object) -> timedelta:
+    """A duration from the policy: seconds as an integer, or a string like ``90s``, ``3m``, ``1h30m``, ``2d``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.replace(" ", ""))
+        if match and any(match.groups()):
+            days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    raise ValueError(
+        f"must be a duration: seconds as an integer or a string like '90s', '3m', '1h30m', got {_describe(value)}"
+    )
+
+
+def _duration(value: object, path: str, errors: _Errors, *, positive: bool = True) -> timedelta | None:
+    try:
+        result = parse_duration(value)
+    except ValueError as exc:
+        errors.add(path, str(exc))
+        return None
+    if positive and result <= timedelta(0):
+        errors.add(path, f"must be longer than zero, got {_describe(value)}")
+        return None
+    return result
+
+
+def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _Errors) -> GroupQuota | None:
+    path = _join("groups", name)
+    body = _mapping(
+        raw, path, errors, what="group settings (gpus, user_gpus, users, max_running_jobs_per_user)"
+    )
+    if body is None:
+        return None
+    ok = True
+    if not _GROUP_NAME.match(name):
+        errors.add(
+            path,
+            "group name must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 "
+            f"characters, starting and ending with a letter or digit); try {_suggest_group_name(name)!r}",
+        )
+        ok = False
+    _check_keys(body, _GROUP_KEYS, path, errors)
+    if "gpus" not in body:
+        errors.add(_join(path, "gpus"), "required: the group's GPU quota, a non-negative integer")
+        gpus = None
+    else:
+        gpus = _non_negative_int(body["gpus"], _join(path, "gpus"), errors)
+    user_gpus = defaults.get("user_gpus")
+    if "user_gpus" in body:
+        user_gpus = _non_negative_int(body["user_gpus"], _join(path, "user_gpus"), errors)
+        ok = ok and user_gpus is not None
+    max_jobs = defaults.get("max_running_jobs_per_user")
+    if "max_running_jobs_per_user" in body:
+        # Zero would make every job of the group unadmittable: that is a missing group, not a limit.
+        max_jobs = _non_negative_int(
+            body["max_running_jobs_per_user"], _join(path, "max_running_jobs_per_user"), errors, minimum=1
+        )
+        ok = ok and max_jobs is not None
+    users: dict[str, int] = {}
+    if "users" in body:
+        users_path = _join(path, "users")
+        raw_users = _mapping(body["users"], users_path, errors, what="user name to GPU limit")
+        ok = ok and raw_users is not None
+        for user, limit in (raw_users or {}).items():
+            user_path = _join(users_path, user)
+            key = _string_key(user, user_path, errors, what="user name")
+            value = _non_negative_int(limit, user_path, errors)
+            if key is None or value is None:
+                ok = False
+            else:
+                users[key] = value
+    if gpus is None or not ok:
+        return None
+    return GroupQuota(
+        name=name, gpus=gpus, user_gpus=user_gpus, users=users, max_running_jobs_per_user=max_jobs
+    )
+
+
+def _suggest_group_name(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].strip("-")
+    return slug or "my-group"
+
+
+def _parse_priorities(doc: dict, errors: _Errors) -> tuple[dict[str, int], int]:
+    priorities: dict[str, int] = {}
+    if "priorities" in doc:
+        raw = _mapping(doc["priorities"], "priorities", errors, what="priority class name to integer")
+        for name, value in (raw or {}).items():
+            path = _join("priorities", name)
+            key = _string_key(name, path, errors, what="priority class name")
+            if isinstance(value, int) and not isinstance(value, bool):
+                if key is not None:
+                    priorities[key] = value
+            else:
+                errors.add(path, f"must be an integer (higher runs first), got {_describe(value)}")
+    default = 0
+    if "default_priority" in doc:
+        raw_default = doc["default_priority"]
+        if isinstance(raw_default, int) and not isinstance(raw_default, bool):
+            default = raw_default
+        elif isinstance(raw_default, str) and raw_default in priorities:
+            default = priorities[raw_default]
+        elif isinstance(raw_default, str):
+            known = ", ".join(priorities) or "none defined"
+            errors.add(
+                "default_priority",
+                f"unknown priority class {raw_default!r}{_did_you_mean(raw_default, priorities)} "
+                f"(classes under 'priorities': {known}); give a class name or an integer",
+            )
+        else:
+            errors.add(
+                "default_priority",
+                f"must be a priority class name or an integer, got {_describe(raw_default)}",
+            )
+    return priorities, default
+
+
+def _parse_requeue(doc: dict, errors: _Errors) -> RequeueSettings:
+    schedule_timeout = DEFAULT_SCHEDULE_TIMEOUT
+    if "schedule_timeout" in doc:
+        schedule_timeout = _duration(doc["schedule_timeout"], "schedule_timeout", errors) or schedule_timeout
+    requeue_limit = DEFAULT_REQUEUE_LIMIT
+    if "requeue_limit" in doc:
+        value = _non_negative_int(doc["requeue_limit"], "requeue_limit", errors)
+        requeue_limit = requeue_limit if value is None else value
+    base, cap = DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP
+    if "requeue_backoff" in doc:
+        raw = _mapping(doc["requeue_backoff"], "requeue_backoff", errors, what="base and cap durations")
+        if raw is not None:
+            _check_keys(raw, _BACKOFF_KEYS, "requeue_backoff", errors)
+            if "base" in raw:
+                base = _duration(raw["base"], "requeue_backoff.base", errors) or base
+            if "cap" in raw:
+                cap = _duration(raw["cap"], "requeue_backoff.cap", errors) or cap
+            if cap < base:
+                errors.add(
+                    "requeue_backoff.cap",
+                    f"must be at least requeue_backoff.base ({format_duration(base)}), got {format_duration(cap)}",
+                )
+    queue_timeout = None
+    if doc.get("queue_timeout") is not None:
+        queue_timeout = _duration(doc["queue_timeout"], "queue_timeout", errors)
+    return RequeueSettings(
+        schedule_timeout=schedule_timeout,
+        requeue_limit=requeue_limit,
+        backoff_base=base,
+        backoff_cap=cap,
+        queue_timeout=queue_timeout,
+    )
+
+
+def parse_policy(text: str) -> QuotaPolicy:
+    """Parse and strictly validate the policy YAML.
+
+    Raises :class:`PolicyError` listing every problem found, each naming its key path
+    (``groups.vision.user_gpus: must be a non-negative integer, got -1``).
+    """
+    try:
+        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise PolicyError([f"<yaml>{where}: {exc.problem or exc}"]) from None
+    except yaml.YAMLError as exc:
+        raise PolicyError([f"<yaml>: {exc}"]) from None
+    errors = _Errors()
+    if doc is None:
+        raise PolicyError(
+            ["<root>: the policy is empty; it needs at least 'groups:' with one entry per group"]
+        )
+    if not isinstance(doc, dict):
+        raise PolicyError([f"<root>: must be a mapping with a 'groups:' key, got {_describe(doc)}"])
+    _check_keys(doc, _TOP_KEYS, "", errors)
+
+    defaults: dict[str, Any] = {}
+    if "defaults" in doc:
+        raw_defaults = _mapping(
+            doc["defaults"], "defaults", errors, what="user_gpus / max_running_jobs_per_user"
+        )
+        if raw_defaults is not None:
+            _check_keys(raw_defaults, _DEFAULTS_KEYS, "defaults", errors)
+            if "user_gpus" in raw_defaults:
+                defaults["user_gpus"] = _non_negative_int(
+                    raw_defaults["user_gpus"], "defaults.user_gpus", errors
+                )
+            if "max_running_jobs_per_user" in raw_defaults:
+                defaults["max_running_jobs_per_user"] = _non_negative_int(
+                    raw_defaults["max_running_jobs_per_user"],
+                    "defaults.max_running_jobs_per_user",
+                    errors,
+                    minimum=1,
+                )
+
+    groups: dict[str, GroupQuota] = {}
+    if "groups" not in doc:
+        errors.add(
+            "groups", "required: one entry per group, e.g. 'groups: {vision: {gpus: 8, user_gpus: 4}}'"
+        )
+    else:
+        raw_groups = _mapping(doc["groups"], "groups", errors, what="group name to group settings")
+        for name, raw in (raw_groups or {}).items():
+            key = _string_key(name, _join("groups", name), errors, what="group name")
+            if key is None:
+                continue
+            group = _parse_group(key, raw, defaults, errors)
+            if group is not None:
+                groups[key] = group
+
+    priorities, default_priority = _parse_priorities(doc, errors)
+    requeue = _parse_requeue(doc, errors)
+    if errors.items:
+        raise PolicyError(errors.items)
+    return QuotaPolicy(
+        groups=groups, priorities=priorities, default_priority=default_priority, requeue=requeue
+    )
+
+
+def policy_from_configmap_data(data: Mapping[str, str] | None, key: str = POLICY_KEY) -> QuotaPolicy:
+    """Parse the policy held under ``key`` in a ConfigMap's ``data``."""
+    if not data or key not in data:
+        present = ", ".join(sorted(data or {})) or "none"
+        raise PolicyError([f"data.{key}: missing from the policy ConfigMap (keys present: {present})"])
+    return parse_policy(data[key])
+
+
+# --------------------------------------------------------------------------------------------------
+# Jobs, reservations, GPU accounting
+# --------------------------------------------------------------------------------------------------
+
+
+def total_gpus(workers: int, gpus_per_worker: int, launcher_gpus: int = 0) -> int:
+    """GPUs a job holds over all its replicas: what its group and user are charged.
+
+    A single-pod Job is one worker; an MPI job is ``workers`` x ``gpus_per_worker`` plus the launcher's
+    own GPUs if it requests any.
+    """
+    for name, value in (
+        ("workers", workers),
+        ("gpus_per_worker", gpus_per_worker),
+        ("launcher_gpus", launcher_gpus),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    return workers * gpus_per_worker + launcher_gpus
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueuedJob:
+    """A job waiting for admission (created suspended).
+
+    ``queued_at`` is the enqueue time of its first attempt and survives requeues, which is what keeps
+    a requeued job at its original position. ``not_before`` is set while a requeued job waits out its
+    back-off. ``requeue_count`` tells a fresh admission apart from a stale reservation of an earlier
+    one. ``queue_timeout`` overrides the policy's for this job.
+    """
+
+    name: str
+    group: str
+    user: str
+    gpus: int
+    priority: int = 0
+    queued_at: datetime
+    not_before: datetime | None = None
+    uid: str
+    namespace: str = ""
+    requeue_count: int = 0
+    queue_timeout: timedelta | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reservation:
+    """GPUs held for an admitted job, from admission until the job ends or is requeued."""
+
+    job: str
+    group: str
+    user: str
+    gpus: int
+    uid: str
+    admitted_at: datetime
+    namespace: str = ""
+    requeue_count: int = 0  # the job's requeue count when it was admitted
+
+    @classmethod
+    def for_job(cls, job: QueuedJob, admitted_at: datetime) -> Reservation:
+        """The reservation that admitting ``job`` at ``admitted_at`` creates."""
+        return cls(
+            job=job.name,
+            group=job.group,
+            user=job.user,
+            gpus=job.gpus,
+            uid=job.uid,
+            admitted_at=admitted_at,
+            namespace=job.namespace,
+            requeue_count=job.requeue_count,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Admission
+# --------------------------------------------------------------------------------------------------
+
+
+class Verdict(str, Enum):
+    """The outcome of one admission pass for one queued job; the value is the reason users see."""
+
+    ADMIT = "Admitted"
+    USER_QUOTA = "UserQuota"
+    GROUP_QUOTA = "GroupQuota"
+    BEHIND_HEAD = "BehindHead"
+    BACKING_OFF = "BackingOff"
+    INADMISSIBLE = "Inadmissible"
+    OVER_QUOTA = "OverQuota"
+    QUEUE_TIMEOUT = "QueueTimeout"
+
+    @property
+    def reason(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        """The job fails now instead of waiting (never retried by Airflow for OverQuota)."""
+        return self in (Verdict.OVER_QUOTA, Verdict.QUEUE_TIMEOUT)
+
+    @property
+    def waiting(self) -> bool:
+        """The job stays queued and keeps a queue position."""
+        return self is not Verdict.ADMIT and not self.terminal
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One queued job's verdict, its 1-based position in its group's queue while waiting, and why."""
+
+    job: QueuedJob
+    verdict: Verdict
+    position: int | None
+    message: str
+    blocked_by: str | None = None  # BehindHead: the job at the head of the group
+
+    @property
+    def reason(self) -> str:
+        return self.verdict.reason
+
+
+@dataclass(frozen=True)
+class UserUsage:
+    user: str
+    gpus: int
+    jobs: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class GroupUsage:
+    """What a group holds right now, for pools views."""
+
+    group: str
+    quota: int
+    used: int
+    users: tuple[UserUsage, ...]
+
+    @property
+    def free(self) -> int:
+        return max(0, self.quota - self.used)
+
+
+def queue_order(job: QueuedJob) -> tuple:
+    """Sort key of a group's queue: higher priority first, then earlier enqueue, then name and uid."""
+    return (-job.priority, job.queued_at, job.name, job.namespace, job.uid)
+
+
+def _unique_reservations(reservations: Iterable[Reservation]) -> list[Reservation]:
+    ordered = sorted(reservations, key=lambda r: (r.admitted_at, r.uid, r.requeue_count))
+    seen: set[str] = set()
+    unique = []
+    for r in ordered:
+        if r.uid not in seen:
+            seen.add(r.uid)
+            unique.append(r)
+    return unique
+
+
+def usage(policy: QuotaPolicy, reservations: Iterable[Reservation]) -> tuple[GroupUsage, ...]:
+    """GPUs and jobs held per group and per user, for every group of the policy."""
+    unique = _unique_reservations(reservations)
+    result = []
+    for name in policy.group_names:
+        quota = policy.groups[name]
+        held = [r for r in unique if r.group == name]
+        per_user: dict[str, list[int]] = {}
+        for r in held:
+            per_user.setdefault(r.user, [0, 0])
+            per_user[r.user][0] += r.gpus
+            per_user[r.user][1] += 1
+        users = tuple(
+            UserUsage(user=u, gpus=g, jobs=n, limit=quota.user_limit(u))
+            for u, (g, n) in sorted(per_user.items())
+        )
+        result.append(GroupUsage(group=name, quota=quota.gpus, used=sum(r.gpus for r in held), users=users))
+    return tuple(result)
+
+
+@dataclass
+class _Pool:
+    """Mutable tally of one group during one pass: reservations plus this pass's admissions."""
+
+    quota: GroupQuota
+    used: int = 0
+    user_gpus: dict[str, int] = field(default_factory=dict)
+    user_jobs: dict[str, int] = field(default_factory=dict)
+
+    def take(self, user: str, gpus: int) -> None:
+        self.used += gpus
+        self.user_gpus[user] = self.user_gpus.get(user, 0) + gpus
+        self.user_jobs[user] = self.user_jobs.get(user, 0) + 1
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _utc(value: datetime) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def decide(
+    policy: QuotaPolicy,
+    queued: Sequence[QueuedJob],
+    reservations: Sequence[Reservation],
+    now: datetime,
+) -> list[Decision]:
+    """One decision per queued job (duplicates by uid collapse), grouped by group in queue order.
+
+    ``reservations`` are the GPUs already held (the reconciled ledgers); admissions in this pass count
+    against the jobs after them. A queued job that already holds a reservation of its current attempt
+    (same uid and requeue count: a crash lost its unsuspend) is admitted again without being charged
+    twice. The result depends only on the arguments, not on their order.
+    """
+    if now.tzinfo is None:
+        raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
+    unique: dict[str, QueuedJob] = {}
+    for job in sorted(queued, key=lambda j: (j.group, queue_order(j), j.requeue_count)):
+        unique.setdefault(job.uid, job)
+    held = _unique_reservations(reservations)
+    decisions: list[Decision] = []
+    jobs = sorted(unique.values(), key=lambda j: (j.group, queue_order(j)))
+    for group, members in groupby(jobs, key=lambda j: j.group):
+        decisions.extend(
+            _decide_group(policy, group, list(members), [r for r in held if r.group == group], now)
+        )
+    return decisions
+
+
+def _decide_group(
+    policy: QuotaPolicy,
+    group: str,
+    jobs: list[QueuedJob],
+    reservations: list[Reservation],
+    now: datetime,
+) -> list[Decision]:
+    quota = policy.groups.get(group)
+    reserved = {(r.uid, r.requeue_count): r for r in reservations}
+    pool = _Pool(quota) if quota is not None else None
+    if pool is not None:
+        for r in reservations:
+            pool.take(r.user, r.gpus)
+
+    head: QueuedJob | None = None  # the GroupQuota-blocked job everything behind waits for
+    verdicts: list[tuple[QueuedJob, Verdict, str, str | None]] = []
+    for job in jobs:
+        verdict, message, blocked_by = _judge(policy, quota, pool, job, reserved, head, now)
+        if verdict is Verdict.GROUP_QUOTA:
+            head = job
+        verdicts.append((job, verdict, message, blocked_by))
+
+    decisions = []
+    position = 0
+    for job, verdict, message, blocked_by in verdicts:
+        if verdict.waiting:
+            position += 1
+        decisions.append(
+            Decision(
+                job=job,
+                verdict=verdict,
+                position=position if verdict.waiting else None,
+                message=message,
+                blocked_by=blocked_by,
+            )
+        )
+    return decisions
+
+
+def _judge(
+    policy: QuotaPolicy,
+    quota: GroupQuota | None,
+    pool: _Pool | None,
+    job: QueuedJob,
+    reserved: Mapping[tuple[str, int], Reservation],
+    head: QueuedJob | None,
+    now: datetime,
+) -> tuple[Verdict, str, str | None]:
+    existing = reserved.get((job.uid, job.requeue_count))
+    if existing is not None:
+        return (
+            Verdict.ADMIT,
+            f"already admitted at {_utc(existing.admitted_at)} with {_plural(existing.gpus, 'GPU')} reserved; resuming it",
+            None,
+        )
+    timeout = job.queue_timeout if job.queue_timeout is not None else policy.requeue.queue_timeout
+    if timeout is not None and queue_timed_out(job.queued_at, now, timeout):
+        return (
+            Verdict.QUEUE_TIMEOUT,
+            f"waited {format_duration(now - job.queued_at)} in the queue of group {job.group}, "
+            f"longer than queue_timeout {format_duration(timeout)}",
+            None,
+        )
+    if quota is None or pool is None:
+        known = ", ".join(policy.group_names) or "none"
+        return (
+            Verdict.INADMISSIBLE,
+            f"group {job.group!r} is not in the quota policy{_did_you_mean(job.group, policy.group_names)} "
+            f"(known groups: {known}); the job waits until an admin adds it",
+            None,
+        )
+    if isinstance(job.gpus, bool) or not isinstance(job.gpus, int) or job.gpus < 0:
+        return (Verdict.INADMISSIBLE, f"the job asks for {job.gpus!r} GPUs, which is not a GPU count", None)
+
+    user_limit = quota.user_limit(job.user)
+    if job.gpus > quota.gpus:
+        return (
+            Verdict.OVER_QUOTA,
+            f"this job needs {_plural(job.gpus, 'GPU')} but group {quota.name}'s whole quota is "
+            f"{_plural(quota.gpus, 'GPU')}: it can never be admitted; ask for fewer GPUs or a larger quota",
+            None,
+        )
+    if job.gpus > user_limit:
+        return (
+            Verdict.OVER_QUOTA,
+            f"this job needs {_plural(job.gpus, 'GPU')} but user {job.user} may hold at most "
+            f"{_plural(user_limit, 'GPU')} in group {quota.name}: it can never be admitted; ask for fewer "
+            "GPUs or a larger user quota",
+            None,
+        )
+    if job.not_before is not None and job.not_before > now:
+        return (
+            Verdict.BACKING_OFF,
+            f"requeued {_plural(job.requeue_count, 'time')} after its pods could not be scheduled; "
+            f"back-off until {_utc(job.not_before)} ({format_duration(job.not_before - now)} left), "
+            "then it competes again at its original position",
+            None,
+        )
+
+    user_jobs = pool.user_jobs.get(job.user, 0)
+    max_jobs = quota.max_running_jobs_per_user
+    if max_jobs is not None and user_jobs >= max_jobs:
+        return (
+            Verdict.USER_QUOTA,
+            f"user {job.user} already holds {_plural(user_jobs, 'admitted job')} in group {quota.name}, "
+            f"the most allowed (max_running_jobs_per_user: {max_jobs})",
+            None,
+        )
+    user_used = pool.user_gpus.get(job.user, 0)
+    if job.gpus > max(0, user_limit - user_used):
+        return (
+            Verdict.USER_QUOTA,
+            f"user {job.user} uses {user_used} of {_plural(user_limit, 'GPU')} in group {quota.name}; "
+            f"this job needs {job.gpus}",
+            None,
+        )
+    if head is not None:
+        return (
+            Verdict.BEHIND_HEAD,
+            f"waiting behind {head.name}, which needs {_plural(head.gpus, 'GPU')} while group {quota.name} "
+            f"uses {pool.used} of {quota.gpus}; jobs of a group start in order",
+            head.name,
+        )
+    if job.gpus > max(0, quota.gpus - pool.used):
+        return (
+            Verdict.GROUP_QUOTA,
+            f"group {quota.name} uses {pool.used} of {_plural(quota.gpus, 'GPU')}; this job needs {job.gpus}",
+            None,
+        )
+    pool.take(job.user, job.gpus)
+    return (
+        Verdict.ADMIT,
+        f"admitted: group {quota.name} now uses {pool.used} of {_plural(quota.gpus, 'GPU')}, "
+        f"user {job.user} {pool.user_gpus[job.user]} of {user_limit}",
+        None,
+    )
