@@ -1,0 +1,109 @@
+"""Reading plain Kubernetes objects (dicts as the API server returns them in JSON).
+
+Lists return items without ``kind``/``apiVersion`` for built-in types and many fields are omitted
+when empty, so every accessor here tolerates missing keys and ``None`` values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+_RFC3339 = re.compile(
+    r"^(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})(?:\.(?P<frac>\d+))?"
+    r"(?P<tz>[Zz]|[+-]\d{2}:\d{2})?$"
+)
+
+
+def dig(obj: Mapping[str, Any] | None, *path: str) -> Any:
+    """Follow ``path`` through nested mappings, returning ``None`` where anything is missing."""
+    current: Any = obj
+    for key in path:
+        if not isinstance(current, Mapping):
+            return None
+        current = current.get(key)
+    return current
+
+
+def items(obj: Mapping[str, Any] | None, *path: str) -> list[Any]:
+    """A list field that may be absent or ``null``."""
+    value = dig(obj, *path)
+    return list(value) if isinstance(value, list) else []
+
+
+def mapping(obj: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any]:
+    """A map field (labels, annotations, ...) that may be absent or ``null``."""
+    value = dig(obj, *path)
+    return value if isinstance(value, Mapping) else {}
+
+
+def parse_time(value: Any) -> datetime | None:
+    """Parse an RFC 3339 timestamp (``metav1.Time`` or ``MicroTime``) into an aware UTC datetime.
+
+    Accepts a datetime as well (objects built in tests or by other clients); naive ones are UTC.
+    Anything unparseable reads as absent rather than failing the whole snapshot.
+    """
+    if isinstance(value, datetime):
+        return as_utc(value)
+    if not isinstance(value, str):
+        return None
+    match = _RFC3339.match(value.strip())
+    if not match:
+        return None
+    # Python 3.10's fromisoformat accepts only 3 or 6 fractional digits; the API uses 0 to 9.
+    frac = (match.group("frac") or "")[:6].ljust(6, "0")
+    tz = match.group("tz") or "Z"
+    tz = "+00:00" if tz in ("Z", "z") else tz
+    try:
+        parsed = datetime.fromisoformat(f"{match.group('date')}T{match.group('time')}.{frac}{tz}")
+    except ValueError:
+        return None
+    return parsed.astimezone(timezone.utc)
+
+
+def as_utc(moment: datetime) -> datetime:
+    """An aware UTC datetime; naive input is taken to be UTC already."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+    """The first status condition of type ``kind`` (what the API's own helpers look at)."""
+    for cond in items(obj, "status", "conditions"):
+        if isinstance(cond, Mapping) and cond.get("type") == kind:
+            return cond
+    return None
+
+
+def condition_true(obj: Mapping[str, Any] | None, kind: str) -> bool:
+    """Whether the first condition of type ``kind`` has status ``"True"``."""
+    cond = condition(obj, kind)
+    return cond is not None and cond.get("status") == "True"
+
+
+def as_int(value: Any, default: int | None = None) -> int | None:
+    """An integer from a number or a numeric string (annotations are strings), else ``default``."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return default
+    return default
+
+
+def latest(objs: Iterable[Mapping[str, Any]], when: Any) -> Mapping[str, Any] | None:
+    """The object with the greatest timestamp according to ``when(obj)`` (ties: the later in order)."""
+    best: Mapping[str, Any] | None = None
+    best_time: datetime | None = None
+    for obj in objs:
+        moment = when(obj) or datetime.min.replace(tzinfo=timezone.utc)
+        if best is None or best_time is None or moment >= best_time:
+            best, best_time = obj, moment
+    return best

@@ -1,0 +1,391 @@
+"""Replicas of a job: which pods belong to it, which pod is each replica's current one, and how it is doing.
+
+A single-pod ``batch/v1`` Job has one replica (role ``worker``, index 0); an MPIJob has a ``launcher``
+and ``worker`` 0..N-1. A replica may have had several pods (a failed pod stays next to its
+replacement), so its *current* pod is the most recently created one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from .. import labels
+from ._objects import as_int, condition, dig, items, latest, mapping, parse_time
+from .pod_status import pod_ready, pod_restarts, pod_status
+from .state import Reason
+
+LAUNCHER = "launcher"
+WORKER = "worker"
+NO_POD = "<none>"  # STATUS of a replica whose pod does not exist (kubectl's word for an empty cell)
+
+# Kubernetes' own keys that the product does not write, so they are not in labels.py.
+LEGACY_CONTROLLER_UID = "controller-uid"  # Job controller label before batch.kubernetes.io/controller-uid
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation on pods of Indexed Jobs
+
+MPI_KIND = "MPIJob"
+JOB_KIND = "Job"
+
+
+class Health(Enum):
+    """What a replica's current pod is doing, coarser than its kubectl STATUS."""
+
+    MISSING = "missing"  # no pod yet
+    AWAITING_SCHEDULER = "awaiting-scheduler"  # created, the scheduler has not decided
+    UNSCHEDULABLE = "unschedulable"
+    GATED = "gated"
+    STARTING = "starting"  # on a node: pulling, initializing, creating containers
+    RUNNING = "running"
+    NOT_READY = "not-ready"
+    FAILING = "failing"  # a container failed and the pod restarts it in place
+    FAILED = "failed"  # the pod ended in failure
+    SUCCEEDED = "succeeded"
+    TERMINATING = "terminating"  # being deleted, still holding its node
+    LOST = "lost"  # its node is unreachable
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica of a job as the snapshot sees it.
+
+    ``status`` is the exact kubectl STATUS of the current pod, ``ready`` the READY column (both
+    ``<none>`` while the replica has no pod), ``restarts`` the restart count. ``reason`` is the product's reading of a
+    problem (``None`` when there is none) and ``message`` the cluster's own words about it.
+    """
+
+    role: str
+    index: int
+    pod: str | None
+    status: str
+    ready: str
+    restarts: int
+    node: str | None
+    health: Health
+    reason: Reason | None = None
+    exit_code: int | None = None
+    message: str = ""
+
+    @property
+    def name(self) -> str:
+        """``launcher`` for the MPI launcher, else ``<role>-<index>`` (e.g. ``worker-1``)."""
+        return self.role if self.role == LAUNCHER and self.index == 0 else f"{self.role}-{self.index}"
+
+
+def job_kind(job: Mapping[str, Any]) -> str:
+    """``MPIJob`` or ``Job``. List responses omit ``kind`` for built-in types, so the shape decides too."""
+    if job.get("kind") == MPI_KIND or str(job.get("apiVersion") or "").startswith("kubeflow.org/"):
+        return MPI_KIND
+    if dig(job, "spec", "mpiReplicaSpecs") is not None:
+        return MPI_KIND
+    return JOB_KIND
+
+
+def pods_of(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods of ``job`` among ``pods`` (e.g. everything a namespace-wide pod list returned).
+
+    A pod belongs to a Job through its owner reference or the Job controller's labels; to an MPIJob
+    through its owner reference, the kubeflow job-name label or the launcher Job's name.
+    """
+    name = dig(job, "metadata", "name")
+    uid = dig(job, "metadata", "uid")
+    namespace = dig(job, "metadata", "namespace")
+    mpi = job_kind(job) == MPI_KIND
+    mine = []
+    for pod in pods:
+        pod_namespace = dig(pod, "metadata", "namespace")
+        if namespace and pod_namespace and pod_namespace != namespace:
+            continue
+        pod_labels = mapping(pod, "metadata", "labels")
+        owners = {
+            ref.get("uid") for ref in items(pod, "metadata", "ownerReferences") if isinstance(ref, Mapping)
+        }
+        if uid and uid in owners:
+            mine.append(pod)
+        elif mpi and (
+            pod_labels.get(labels.MPI_JOB_NAME) == name
+            or pod_labels.get(labels.BATCH_JOB_NAME) == f"{name}-launcher"
+        ):
+            mine.append(pod)
+        elif not mpi and name in (
+            pod_labels.get(labels.BATCH_JOB_NAME),
+            pod_labels.get(labels.LEGACY_JOB_NAME),
+        ):
+            # A job recreated under the same name must not adopt the pods of its predecessor.
+            pod_uid = pod_labels.get(labels.CONTROLLER_UID) or pod_labels.get(LEGACY_CONTROLLER_UID)
+            if not (uid and pod_uid and pod_uid != uid):
+                mine.append(pod)
+    return mine
+
+
+def events_of(
+    job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The events about ``job``, its launcher Job or one of ``pods`` (core/v1 or events.k8s.io/v1)."""
+    name = dig(job, "metadata", "name")
+    namespace = dig(job, "metadata", "namespace")
+    uids = {dig(job, "metadata", "uid")} | {dig(pod, "metadata", "uid") for pod in pods}
+    uids.discard(None)
+    names = {(job_kind(job), name), (JOB_KIND, f"{name}-launcher")}
+    names |= {("Pod", dig(pod, "metadata", "name")) for pod in pods}
+    mine = []
+    for event in events:
+        about = event.get("involvedObject") or event.get("regarding") or {}
+        if namespace and about.get("namespace") and about.get("namespace") != namespace:
+            continue
+        if about.get("uid") in uids or (about.get("kind"), about.get("name")) in names:
+            mine.append(event)
+    return mine
+
+
+def event_time(event: Mapping[str, Any]) -> datetime | None:
+    """When an event was last seen (deprecated and new fields both read)."""
+    for value in (
+        event.get("lastTimestamp"),
+        dig(event, "series", "lastObservedTime"),
+        event.get("eventTime"),
+        event.get("firstTimestamp"),
+        dig(event, "metadata", "creationTimestamp"),
+    ):
+        moment = parse_time(value)
+        if moment is not None:
+            return moment
+    return None
+
+
+def expected_replicas(job: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The (role, index) of every replica the job should have, launcher first."""
+    if job_kind(job) == MPI_KIND:
+        specs = mapping(job, "spec", "mpiReplicaSpecs")
+        wanted = []
+        if "Launcher" in specs:
+            wanted += [(LAUNCHER, i) for i in range(as_int(dig(specs, "Launcher", "replicas"), 1) or 0)]
+        if "Worker" in specs:
+            wanted += [(WORKER, i) for i in range(as_int(dig(specs, "Worker", "replicas"), 1) or 0)]
+        return wanted
+    role = mapping(job, "spec", "template", "metadata", "labels").get(labels.ROLE) or WORKER
+    return [(role, i) for i in range(as_int(dig(job, "spec", "parallelism"), 1) or 0)]
+
+
+def replica_key(pod: Mapping[str, Any], mpi: bool) -> tuple[str, int]:
+    """The (role, index) a pod plays, from the kubeflow labels or the product's own."""
+    pod_labels = mapping(pod, "metadata", "labels")
+    pod_annotations = mapping(pod, "metadata", "annotations")
+    role = pod_labels.get(labels.MPI_JOB_ROLE) if mpi else None
+    role = role or pod_labels.get(labels.ROLE) or WORKER
+    index = as_int(pod_labels.get(labels.MPI_REPLICA_INDEX))
+    if index is None and role != LAUNCHER:
+        index = as_int(pod_labels.get(labels.RANK))
+    if index is None:
+        index = as_int(pod_annotations.get(COMPLETION_INDEX), 0)
+    return str(role), index or 0
+
+
+def _role_order(key: tuple[str, int]) -> tuple[int, str, int]:
+    return (0 if key[0] == LAUNCHER else 1, key[0], key[1])
+
+
+def replicas_of(
+    job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]] = ()
+) -> list[ReplicaStatus]:
+    """Every expected replica, plus any replica seen only through a pod, launcher first then by index."""
+    mpi = job_kind(job) == MPI_KIND
+    by_key: dict[tuple[str, int], list[Mapping[str, Any]]] = {key: [] for key in expected_replicas(job)}
+    for pod in pods:
+        by_key.setdefault(replica_key(pod, mpi), []).append(pod)
+    event_list = list(events)
+    result = []
+    for key in sorted(by_key, key=_role_order):
+        current = latest(by_key[key], lambda p: parse_time(dig(p, "metadata", "creationTimestamp")))
+        result.append(read_replica(key[0], key[1], current, event_list))
+    return result
+
+
+def read_replica(
+    role: str, index: int, pod: Mapping[str, Any] | None, events: Iterable[Mapping[str, Any]] = ()
+) -> ReplicaStatus:
+    """How the replica ``role``/``index`` is doing according to its current ``pod`` and its events."""
+    if pod is None:
+        return ReplicaStatus(role, index, None, NO_POD, NO_POD, 0, None, Health.MISSING, Reason.CREATING)
+    status = pod_status(pod)
+    health, reason = _health(pod, status)
+    pod_name = dig(pod, "metadata", "name")
+    pod_events = [
+        e
+        for e in events
+        if (e.get("involvedObject") or e.get("regarding") or {}).get("name") == pod_name
+        and e.get("type") == "Warning"
+    ]
+    return ReplicaStatus(
+        role=role,
+        index=index,
+        pod=pod_name,
+        status=status,
+        ready=pod_ready(pod),
+        restarts=pod_restarts(pod),
+        node=dig(pod, "spec", "nodeName") or None,
+        health=health,
+        reason=reason,
+        exit_code=_exit_code(pod),
+        message=_message(pod, health, reason, pod_events),
+    )
+
+
+# kubectl STATUS words (after an optional "Init:") and what they mean for the product.
+_STARTING_REASONS: dict[str, Reason] = {
+    "ErrImagePull": Reason.IMAGE_PULL,
+    "ImagePullBackOff": Reason.IMAGE_PULL,
+    "InvalidImageName": Reason.INVALID_IMAGE_NAME,
+    "ErrImageNeverPull": Reason.IMAGE_PULL,
+    "CreateContainerConfigError": Reason.CONTAINER_CONFIG_ERROR,
+    "ContainerCreating": Reason.CONTAINER_CREATING,
+    "PodInitializing": Reason.INITIALIZING,
+    "Pending": Reason.CONTAINER_CREATING,
+}
+_FAILING_REASONS: dict[str, Reason] = {
+    "CrashLoopBackOff": Reason.CRASH_LOOP_BACK_OFF,
+    "OOMKilled": Reason.OOM_KILLED,
+    "ContainerCannotRun": Reason.CONTAINER_CANNOT_RUN,
+    "StartError": Reason.CONTAINER_CANNOT_RUN,
+    "RunContainerError": Reason.CONTAINER_CANNOT_RUN,
+    "CreateContainerError": Reason.CONTAINER_CANNOT_RUN,
+    "Error": Reason.ERROR,
+    "Evicted": Reason.EVICTED,
+    "DeadlineExceeded": Reason.DEADLINE_EXCEEDED,
+}
+# DisruptionTarget condition reasons: why the control plane or the kubelet is killing a pod.
+_DISRUPTIONS: dict[str, Reason] = {
+    "PreemptionByScheduler": Reason.PREEMPTED,
+    "PreemptionByKubeScheduler": Reason.PREEMPTED,
+    "EvictionByEvictionAPI": Reason.EVICTED,
+    "TerminationByKubelet": Reason.EVICTED,
+    "DeletionByTaintManager": Reason.NODE_LOST,
+    "DeletionByPodGC": Reason.NODE_LOST,
+}
+
+
+def _status_word(status: str) -> str:
+    return status[len("Init:") :] if status.startswith("Init:") else status
+
+
+def _failure_reason(pod: Mapping[str, Any], status: str) -> Reason:
+    disruption = condition(pod, "DisruptionTarget")
+    if disruption is not None and disruption.get("status") == "True":
+        found = _DISRUPTIONS.get(str(disruption.get("reason") or ""))
+        if found is not None:
+            return found
+    pod_reason = str(dig(pod, "status", "reason") or "")
+    if pod_reason == "NodeLost":
+        return Reason.NODE_LOST
+    if pod_reason in _FAILING_REASONS:  # the kubelet's verdict on the whole pod (Evicted, DeadlineExceeded)
+        return _FAILING_REASONS[pod_reason]
+    word = _status_word(status)
+    if word.startswith(("ExitCode:", "Signal:")):
+        return Reason.ERROR
+    return _FAILING_REASONS.get(word, _STARTING_REASONS.get(word, Reason.ERROR))
+
+
+def _container_problem(pod: Mapping[str, Any]) -> Reason | None:
+    """A container that cannot start or failed, whatever the pod's STATUS shows."""
+    for status in items(pod, "status", "initContainerStatuses") + items(pod, "status", "containerStatuses"):
+        word = str(dig(status, "state", "waiting", "reason") or "")
+        if word in _FAILING_REASONS or (word in _STARTING_REASONS and _STARTING_REASONS[word] in _PROBLEMS):
+            return _FAILING_REASONS.get(word) or _STARTING_REASONS[word]
+        terminated = dig(status, "state", "terminated")
+        if isinstance(terminated, Mapping) and (terminated.get("exitCode") or 0) != 0:
+            return _FAILING_REASONS.get(str(terminated.get("reason") or ""), Reason.ERROR)
+    return None
+
+
+_PROBLEMS = frozenset({Reason.IMAGE_PULL, Reason.INVALID_IMAGE_NAME, Reason.CONTAINER_CONFIG_ERROR})
+
+
+def _health(pod: Mapping[str, Any], status: str) -> tuple[Health, Reason | None]:
+    phase = dig(pod, "status", "phase") or "Pending"
+    word = _status_word(status)
+    if status == "Unknown" or phase == "Unknown":
+        return Health.LOST, Reason.NODE_LOST
+    if phase == "Failed":
+        return Health.FAILED, _failure_reason(pod, status)
+    if phase == "Succeeded":
+        return Health.SUCCEEDED, None
+    if status == "Terminating":
+        # Deletion hides the pod's own trouble from STATUS; a failed image pull must still show.
+        disruption = condition(pod, "DisruptionTarget")
+        reason = _DISRUPTIONS.get(str((disruption or {}).get("reason") or ""))
+        return Health.TERMINATING, reason or _container_problem(pod) or Reason.DELETED
+    if phase == "Pending" and not dig(pod, "spec", "nodeName"):
+        scheduled = condition(pod, "PodScheduled") or {}
+        if status == "SchedulingGated" or scheduled.get("reason") == "SchedulingGated":
+            return Health.GATED, Reason.SCHEDULING_GATED
+        if scheduled.get("status") == "False":
+            return Health.UNSCHEDULABLE, Reason.UNSCHEDULABLE
+        return Health.AWAITING_SCHEDULER, Reason.PENDING
+    if word in _FAILING_REASONS or word.startswith(("ExitCode:", "Signal:")):
+        return Health.FAILING, _failure_reason(pod, status)
+    if status.startswith("Init:"):
+        return Health.STARTING, _STARTING_REASONS.get(word, Reason.INITIALIZING)
+    if word in _STARTING_REASONS:
+        return Health.STARTING, _STARTING_REASONS[word]
+    if phase == "Pending":
+        return Health.STARTING, Reason.CONTAINER_CREATING
+    if status == "Completed":
+        return Health.SUCCEEDED, None
+    ready = condition(pod, "Ready")
+    if status == "NotReady" or (ready is not None and ready.get("status") != "True"):
+        return Health.NOT_READY, Reason.NOT_READY
+    return Health.RUNNING, None
+
+
+def _exit_code(pod: Mapping[str, Any]) -> int | None:
+    """The exit code that explains the pod's trouble: a failed container's, else the last crash's."""
+    statuses = items(pod, "status", "containerStatuses") + items(pod, "status", "initContainerStatuses")
+    for path in (("state", "terminated"), ("lastState", "terminated")):
+        for status in statuses:
+            terminated = dig(status, *path)
+            if isinstance(terminated, Mapping) and (terminated.get("exitCode") or 0) != 0:
+                return int(terminated["exitCode"])
+    for status in items(pod, "status", "containerStatuses"):
+        terminated = dig(status, "state", "terminated")
+        if isinstance(terminated, Mapping):
+            return int(terminated.get("exitCode") or 0)
+    return None
+
+
+def _message(
+    pod: Mapping[str, Any], health: Health, reason: Reason | None, warnings: list[Mapping[str, Any]]
+) -> str:
+    """The cluster's own words about a replica's trouble, most specific first."""
+    if health in (Health.RUNNING, Health.SUCCEEDED):
+        return ""
+    newest_warning = latest(warnings, event_time)
+    if health in (Health.UNSCHEDULABLE, Health.GATED, Health.AWAITING_SCHEDULER):
+        message = str(dig(condition(pod, "PodScheduled"), "message") or "")
+        if not message and newest_warning is not None and newest_warning.get("reason") == "FailedScheduling":
+            message = str(newest_warning.get("message") or newest_warning.get("note") or "")
+        return message
+    if reason == Reason.IMAGE_PULL:
+        # The back-off message only names the image; the kubelet's Failed event carries the registry's error.
+        pulls = [e for e in warnings if e.get("reason") in ("Failed", "ErrImagePull")]
+        newest_pull = latest(pulls, event_time)
+        if newest_pull is not None:
+            return str(newest_pull.get("message") or newest_pull.get("note") or "")
+    texts = [dig(pod, "status", "message"), dig(condition(pod, "DisruptionTarget"), "message")]
+    for status in items(pod, "status", "initContainerStatuses") + items(pod, "status", "containerStatuses"):
+        for path in (("state", "waiting"), ("state", "terminated"), ("lastState", "terminated")):
+            detail = dig(status, *path)
+            if isinstance(detail, Mapping) and detail.get("reason") not in (
+                None,
+                "Completed",
+                "PodInitializing",
+            ):
+                texts.append(detail.get("message"))
+    texts.append(dig(condition(pod, "Ready"), "message") if health == Health.NOT_READY else None)
+    for text in texts:
+        if text:
+            return str(text).strip()
+    if newest_warning is not None:
+        return str(newest_warning.get("message") or newest_warning.get("note") or "")
+    return ""

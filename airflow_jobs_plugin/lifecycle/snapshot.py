@@ -1,0 +1,519 @@
+"""A job's state, computed from the cluster objects alone: :func:`snapshot`.
+
+Inputs are what listing the cluster returns: the Job or MPIJob dict, pods and events (a whole
+namespace's worth is fine: the job's own are picked out), plus the quota pool's view of the job
+(:class:`QueueStatus` while it waits, :class:`Reservation` once admitted). The decision, first match
+wins:
+
+1. No job object: UNKNOWN / NotFound.
+2. The controller's verdict: Complete (MPIJob Succeeded) is SUCCEEDED; Failed is FAILED with the most
+   specific cause (image pull, invalid image, container cannot run, OOMKilled, evicted, preempted,
+   node lost found on the pods, else DeadlineExceeded, BackoffLimitExceeded after retries, Error).
+3. A product verdict annotation (QueueTimeout, OverQuota, OverRequeueLimit, Cancelled): FAILED or
+   CANCELLED with that reason, TERMINATING while pods still run. Then FailureTarget and
+   SuccessCriteriaMet (the controller decided and is stopping the pods): TERMINATING while pods run.
+4. The job object being deleted: TERMINATING / Deleted.
+5. Suspended: TERMINATING while pods still run (Requeued if requeued before, else Preempted); with a
+   live reservation SCHEDULING / QuotaReserved; else QUEUED with the pool's reason and position
+   (Requeued during a requeue back-off or when the pool says nothing), default Pending.
+6. Running, from the replicas (launcher first): a failed pod the job will replace is RETRYING; a
+   container failing in place is RETRYING when it is the launcher's or nothing runs, else DEGRADED;
+   every pod lost is UNKNOWN / NodeLost, some lost is DEGRADED; a pod not placed is SCHEDULING
+   (Unschedulable with the scheduler's message, SchedulingGated, Pending); a pod still starting or
+   missing is STARTING (ImagePull, InvalidImageName, CreateContainerConfigError, Initializing,
+   ContainerCreating, Creating); a pod being deleted is TERMINATING (DEGRADED next to running ones);
+   a pod not ready is DEGRADED; all running is RUNNING (Finishing when every pod has succeeded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from .. import labels
+from ._objects import as_int, as_utc, condition, condition_true, dig, items, mapping, parse_time
+from .replicas import (
+    LAUNCHER,
+    MPI_KIND,
+    Health,
+    ReplicaStatus,
+    events_of,
+    job_kind,
+    pods_of,
+    replicas_of,
+)
+from .state import QUEUE_REASONS, VERDICTS, JobState, Reason
+
+DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job default, also what the MPI launcher Job gets
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """The quota pool's view of a queued job: why it waits and where it stands (0 = next)."""
+
+    reason: str
+    position: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A job's GPU reservation in the quota ledger; ``released_at`` is ``None`` while it is held."""
+
+    gpus: int
+    admitted_at: datetime
+    released_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """Everything the product says about a job at one moment.
+
+    ``replicas`` lists the launcher then the workers (one worker for a single-pod Job), each with the
+    kubectl STATUS of its current pod. ``attempt`` is the product's submission attempt (label
+    ``labels.ATTEMPT``, 1 when absent), ``requeue_count`` how often the pool sent it back to the queue,
+    ``pod_failures`` how many pods failed within this attempt. ``exit_code`` is the exit code that
+    explains a failure, if any. ``gpu_seconds`` runs from admission to release (or ``observed_at``).
+    """
+
+    name: str
+    namespace: str
+    kind: str
+    state: JobState
+    reason: Reason
+    message: str
+    replicas: tuple[ReplicaStatus, ...] = ()
+    attempt: int = 1
+    requeue_count: int = 0
+    queue_position: int | None = None
+    pod_failures: int = 0
+    exit_code: int | None = None
+    gpus: int = 0
+    gpu_seconds: float = 0.0
+    queued_at: datetime | None = None
+    admitted_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    observed_at: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the job reached SUCCEEDED, FAILED or CANCELLED."""
+        return self.state.is_terminal
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (enums as their values, times as RFC 3339) for XCom, the UI and the CLI."""
+        out: dict[str, Any] = {}
+        for key in self.__dataclass_fields__:
+            value = getattr(self, key)
+            out[key] = [_replica_dict(r) for r in value] if key == "replicas" else _plain(value)
+        out["is_terminal"] = self.is_terminal
+        return out
+
+    def replica(self, role: str, index: int = 0) -> ReplicaStatus | None:
+        """The replica ``role``/``index`` (e.g. ``("launcher", 0)``, ``("worker", 3)``), if present."""
+        for replica in self.replicas:
+            if replica.role == role and replica.index == index:
+                return replica
+        return None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return as_utc(value).isoformat().replace("+00:00", "Z")
+    return value
+
+
+def _replica_dict(replica: ReplicaStatus) -> dict[str, Any]:
+    out = {key: _plain(getattr(replica, key)) for key in replica.__dataclass_fields__}
+    out["name"] = replica.name
+    return out
+
+
+@dataclass(frozen=True)
+class _Decision:
+    state: JobState
+    reason: Reason
+    message: str
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the job object says, read once."""
+
+    kind: str
+    annotations: Mapping[str, str]
+    suspended: bool
+    deleting: bool
+    backoff_limit: int
+    pod_failures: int
+    requeue_count: int
+
+
+# Causes found on the pods that say more than the controller's generic verdict.
+_SPECIFIC_CAUSES = frozenset(
+    {
+        Reason.IMAGE_PULL,
+        Reason.INVALID_IMAGE_NAME,
+        Reason.CONTAINER_CONFIG_ERROR,
+        Reason.CONTAINER_CANNOT_RUN,
+        Reason.OOM_KILLED,
+        Reason.EVICTED,
+        Reason.PREEMPTED,
+        Reason.NODE_LOST,
+    }
+)
+
+
+def snapshot(
+    job: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]] = (),
+    events: Iterable[Mapping[str, Any]] = (),
+    *,
+    queue: QueueStatus | None = None,
+    reservation: Reservation | None = None,
+    now: datetime,
+) -> JobSnapshot:
+    """The state of ``job`` (a batch/v1 Job or kubeflow.org/v2beta1 MPIJob dict) at ``now``.
+
+    ``pods`` and ``events`` may hold other objects too (e.g. a namespace-wide list): only those of the
+    job are used. ``job=None`` means the job object is gone. See the module docstring for the rules.
+    Objects read through a client's models convert back with the client's
+    ``ApiClient().sanitize_for_serialization(obj)``.
+    """
+    now = as_utc(now)
+    pod_list = list(pods)
+    if job is None:
+        return JobSnapshot(
+            name="",
+            namespace="",
+            kind="",
+            state=JobState.UNKNOWN,
+            reason=Reason.NOT_FOUND,
+            message="the job object does not exist",
+            gpus=reservation.gpus if reservation else 0,
+            gpu_seconds=_gpu_seconds(reservation, now),
+            admitted_at=reservation.admitted_at if reservation else None,
+            observed_at=now,
+        )
+    own_pods = pods_of(job, pod_list)
+    own_events = events_of(job, own_pods, events)
+    replicas = tuple(replicas_of(job, own_pods, own_events))
+    facts = _facts(job)
+    live = _live_pods(own_pods)
+    decision = _decide(job, facts, replicas, live, queue, reservation, now)
+    annotations = facts.annotations
+    return JobSnapshot(
+        name=str(dig(job, "metadata", "name") or ""),
+        namespace=str(dig(job, "metadata", "namespace") or ""),
+        kind=facts.kind,
+        state=decision.state,
+        reason=decision.reason,
+        message=decision.message,
+        replicas=replicas,
+        attempt=as_int(mapping(job, "metadata", "labels").get(labels.ATTEMPT))
+        or as_int(annotations.get(labels.ATTEMPT))
+        or 1,
+        requeue_count=facts.requeue_count,
+        queue_position=queue.position if queue is not None and decision.state == JobState.QUEUED else None,
+        pod_failures=facts.pod_failures,
+        exit_code=decision.exit_code,
+        gpus=reservation.gpus if reservation else (as_int(annotations.get(labels.GPUS)) or 0),
+        gpu_seconds=_gpu_seconds(reservation, now),
+        queued_at=parse_time(annotations.get(labels.QUEUED_AT))
+        or parse_time(dig(job, "metadata", "creationTimestamp")),
+        admitted_at=parse_time(annotations.get(labels.ADMITTED_AT))
+        or (reservation.admitted_at if reservation else None),
+        started_at=_started_at(own_pods),
+        finished_at=_finished_at(job, decision.state, reservation),
+        observed_at=now,
+    )
+
+
+def _facts(job: Mapping[str, Any]) -> _Facts:
+    kind = job_kind(job)
+    annotations = {str(k): str(v) for k, v in mapping(job, "metadata", "annotations").items()}
+    if kind == MPI_KIND:
+        suspended = bool(dig(job, "spec", "runPolicy", "suspend"))
+        backoff = as_int(dig(job, "spec", "runPolicy", "backoffLimit"), DEFAULT_BACKOFF_LIMIT)
+        failures = sum(
+            as_int(dig(status, "failed"), 0) or 0
+            for status in mapping(job, "status", "replicaStatuses").values()
+            if isinstance(status, Mapping)
+        )
+    else:
+        suspended = bool(dig(job, "spec", "suspend"))
+        backoff = as_int(dig(job, "spec", "backoffLimit"), DEFAULT_BACKOFF_LIMIT)
+        failures = as_int(dig(job, "status", "failed"), 0) or 0
+    return _Facts(
+        kind=kind,
+        annotations=annotations,
+        suspended=suspended,
+        deleting=dig(job, "metadata", "deletionTimestamp") is not None,
+        backoff_limit=backoff if backoff is not None else DEFAULT_BACKOFF_LIMIT,
+        pod_failures=failures,
+        requeue_count=as_int(annotations.get(labels.REQUEUE_COUNT), 0) or 0,
+    )
+
+
+def _live_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Pods that still hold their node: not ended, and not stranded on a lost node."""
+    live = []
+    for pod in pods:
+        phase = dig(pod, "status", "phase")
+        if phase in ("Succeeded", "Failed", "Unknown"):
+            continue
+        if (
+            dig(pod, "metadata", "deletionTimestamp") is not None
+            and dig(pod, "status", "reason") == "NodeLost"
+        ):
+            continue
+        live.append(pod)
+    return live
+
+
+def _decide(
+    job: Mapping[str, Any],
+    facts: _Facts,
+    replicas: tuple[ReplicaStatus, ...],
+    live: list[Mapping[str, Any]],
+    queue: QueueStatus | None,
+    reservation: Reservation | None,
+    now: datetime,
+) -> _Decision:
+    # The controller's final word is a fact about what ran; a verdict written after it cannot undo it.
+    succeeded = "Succeeded" if facts.kind == MPI_KIND else "Complete"
+    if condition_true(job, succeeded):
+        return _Decision(
+            JobState.SUCCEEDED, Reason.COMPLETED, _condition_message(job, succeeded, "completed"), 0
+        )
+    if condition_true(job, "Failed"):
+        return _failed(job, "Failed", facts, replicas, JobState.FAILED)
+    verdict = facts.annotations.get(labels.VERDICT)
+    if verdict:
+        return _verdict(verdict, facts.annotations.get(labels.VERDICT_MESSAGE, ""), facts, live)
+    if condition_true(job, "FailureTarget"):
+        state = JobState.TERMINATING if live else JobState.FAILED
+        return _failed(job, "FailureTarget", facts, replicas, state)
+    if condition_true(job, "SuccessCriteriaMet"):
+        state = JobState.TERMINATING if live else JobState.SUCCEEDED
+        return _Decision(
+            state, Reason.COMPLETED, _condition_message(job, "SuccessCriteriaMet", "completed"), 0
+        )
+    if facts.deleting:
+        return _Decision(
+            JobState.TERMINATING, Reason.DELETED, f"the job is being deleted; {len(live)} pod(s) left"
+        )
+    if facts.suspended:
+        return _suspended(facts, live, queue, reservation, now)
+    return _active(facts, replicas)
+
+
+def _verdict(verdict: str, message: str, facts: _Facts, live: list[Mapping[str, Any]]) -> _Decision:
+    reason = VERDICTS.get(verdict, Reason.ERROR)
+    if reason == Reason.ERROR:
+        message = f"verdict {verdict}: {message}" if message else f"verdict {verdict}"
+    message = message or {
+        Reason.CANCELLED: f"cancelled by {facts.annotations.get(labels.CANCELLED_BY) or 'a user'}",
+        Reason.QUEUE_TIMEOUT: "waited in the queue longer than allowed",
+        Reason.OVER_QUOTA: "asks for more GPUs than its quota can ever grant",
+        Reason.OVER_REQUEUE_LIMIT: f"requeued {facts.requeue_count} times without starting",
+    }.get(reason, "")
+    if live:
+        return _Decision(JobState.TERMINATING, reason, f"{message}; stopping {len(live)} pod(s)")
+    return _Decision(JobState.CANCELLED if reason == Reason.CANCELLED else JobState.FAILED, reason, message)
+
+
+def _condition_message(job: Mapping[str, Any], kind: str, default: str) -> str:
+    cond = condition(job, kind) or {}
+    return str(cond.get("message") or cond.get("reason") or default)
+
+
+def _failed(
+    job: Mapping[str, Any], kind: str, facts: _Facts, replicas: tuple[ReplicaStatus, ...], state: JobState
+) -> _Decision:
+    """A failed (or failing) job's reason: a specific cause on the pods beats the controller's word."""
+    cond_reason = str(dig(condition(job, kind), "reason") or "")
+    detail = _condition_message(job, kind, "failed")
+    troubled = [r for r in replicas if r.reason is not None and r.health != Health.MISSING]
+    specific = next((r for r in troubled if r.reason in _SPECIFIC_CAUSES), None)
+    failed = next((r for r in troubled if r.exit_code not in (None, 0)), None)
+    exit_code = specific.exit_code if specific is not None else (failed.exit_code if failed else None)
+    if specific is not None:
+        return _Decision(
+            state, specific.reason or Reason.ERROR, f"{detail}; {_describe(specific)}", exit_code
+        )
+    if cond_reason == "DeadlineExceeded":
+        reason = Reason.DEADLINE_EXCEEDED
+    elif cond_reason in ("MPIJobEvicted",):
+        reason = Reason.EVICTED
+    elif cond_reason == "BackoffLimitExceeded" and facts.backoff_limit > 0:
+        reason = Reason.BACKOFF_LIMIT_EXCEEDED
+    else:
+        reason = Reason.ERROR
+    if failed is not None:
+        detail = f"{detail}; {failed.name} exited with code {failed.exit_code}"
+    return _Decision(state, reason, detail, exit_code)
+
+
+def _suspended(
+    facts: _Facts,
+    live: list[Mapping[str, Any]],
+    queue: QueueStatus | None,
+    reservation: Reservation | None,
+    now: datetime,
+) -> _Decision:
+    if live:
+        reason = Reason.REQUEUED if facts.requeue_count > 0 else Reason.PREEMPTED
+        return _Decision(JobState.TERMINATING, reason, f"suspended; stopping {len(live)} pod(s)")
+    if reservation is not None and reservation.released_at is None:
+        return _Decision(
+            JobState.SCHEDULING,
+            Reason.QUOTA_RESERVED,
+            f"{reservation.gpus} GPU(s) reserved; releasing the job",
+        )
+    not_before = parse_time(facts.annotations.get(labels.REQUEUE_NOT_BEFORE))
+    requeued = f"requeued {facts.requeue_count} time(s)"
+    if facts.requeue_count > 0 and not_before is not None and not_before > now:
+        return _Decision(
+            JobState.QUEUED, Reason.REQUEUED, f"{requeued}; back in the queue at {not_before.isoformat()}"
+        )
+    if queue is not None:
+        reason = next((r for r in QUEUE_REASONS if r.value == queue.reason), Reason.PENDING)
+        message = queue.message or (reason.value if reason != Reason.PENDING else queue.reason)
+        if queue.position is not None:
+            message = f"{message} (position {queue.position})"
+        return _Decision(JobState.QUEUED, reason, message)
+    if facts.requeue_count > 0:
+        return _Decision(JobState.QUEUED, Reason.REQUEUED, requeued)
+    return _Decision(JobState.QUEUED, Reason.PENDING, "waiting for quota")
+
+
+def _describe(replica: ReplicaStatus) -> str:
+    """``worker-1: CrashLoopBackOff, exit code 2 (back-off 40s restarting failed container)``."""
+    if replica.pod is None:
+        return f"{replica.name}: no pod yet"
+    text = f"{replica.name}: {replica.status}"
+    if replica.exit_code not in (None, 0):
+        text += f", exit code {replica.exit_code}"
+    return f"{text} ({replica.message})" if replica.message else text
+
+
+def _active(facts: _Facts, replicas: tuple[ReplicaStatus, ...]) -> _Decision:
+    """An unsuspended, unfinished job: the replicas' health decides."""
+
+    def having(*healths: Health) -> list[ReplicaStatus]:
+        return [r for r in replicas if r.health in healths]
+
+    with_pods = [r for r in replicas if r.health != Health.MISSING]
+    running = having(Health.RUNNING, Health.SUCCEEDED)
+    if not with_pods:
+        if facts.pod_failures > 0:
+            return _Decision(
+                JobState.RETRYING,
+                Reason.ERROR,
+                f"{facts.pod_failures} pod(s) failed; waiting for the next one",
+            )
+        return _Decision(JobState.SCHEDULING, Reason.CREATING, "waiting for pods to be created")
+    failed = having(Health.FAILED)
+    if failed:
+        first = failed[0]
+        return _Decision(
+            JobState.RETRYING, first.reason or Reason.ERROR, _retry_message(first, facts), first.exit_code
+        )
+    failing = having(Health.FAILING)
+    if failing:
+        first = failing[0]
+        launcher_failing = any(r.role == LAUNCHER for r in failing)
+        state = JobState.RETRYING if launcher_failing or not running else JobState.DEGRADED
+        if launcher_failing:
+            first = next(r for r in failing if r.role == LAUNCHER)
+        return _Decision(state, first.reason or Reason.ERROR, _describe(first), first.exit_code)
+    lost = having(Health.LOST)
+    if lost:
+        state = JobState.UNKNOWN if len(lost) == len(with_pods) else JobState.DEGRADED
+        return _Decision(state, Reason.NODE_LOST, "; ".join(f"{_describe(r)} on node {r.node}" for r in lost))
+    placing = having(Health.UNSCHEDULABLE, Health.GATED, Health.AWAITING_SCHEDULER)
+    if placing:
+        first = placing[0]
+        return _Decision(JobState.SCHEDULING, first.reason or Reason.PENDING, _describe(first))
+    starting = having(Health.STARTING, Health.MISSING)
+    if starting:
+        first = _most_telling(starting)
+        return _Decision(JobState.STARTING, first.reason or Reason.CONTAINER_CREATING, _describe(first))
+    terminating = having(Health.TERMINATING)
+    if terminating:
+        first = terminating[0]
+        state = JobState.DEGRADED if running else JobState.TERMINATING
+        return _Decision(state, first.reason or Reason.DELETED, _describe(first))
+    not_ready = having(Health.NOT_READY)
+    if not_ready:
+        return _Decision(JobState.DEGRADED, Reason.NOT_READY, _describe(not_ready[0]))
+    if all(r.health == Health.SUCCEEDED for r in replicas):
+        return _Decision(
+            JobState.RUNNING, Reason.FINISHING, "all pods succeeded; waiting for the job to complete", 0
+        )
+    return _Decision(JobState.RUNNING, Reason.RUNNING, f"{len(running)} replica(s) running")
+
+
+_STARTING_PRIORITY = (
+    Reason.INVALID_IMAGE_NAME,
+    Reason.IMAGE_PULL,
+    Reason.CONTAINER_CONFIG_ERROR,
+    Reason.INITIALIZING,
+    Reason.CONTAINER_CREATING,
+    Reason.CREATING,
+)
+
+
+def _most_telling(starting: list[ReplicaStatus]) -> ReplicaStatus:
+    """The starting replica to report: a problem (bad image) before plain progress."""
+    rank = {reason: i for i, reason in enumerate(_STARTING_PRIORITY)}
+    return min(starting, key=lambda r: rank.get(r.reason, len(rank)) if r.reason else len(rank))
+
+
+def _retry_message(replica: ReplicaStatus, facts: _Facts) -> str:
+    text = _describe(replica)
+    return (
+        f"{text}; {facts.pod_failures} pod failure(s), the job fails at {facts.backoff_limit + 1}; retrying"
+    )
+
+
+def _gpu_seconds(reservation: Reservation | None, now: datetime) -> float:
+    if reservation is None:
+        return 0.0
+    end = as_utc(reservation.released_at) if reservation.released_at is not None else now
+    return max(0.0, (end - as_utc(reservation.admitted_at)).total_seconds()) * reservation.gpus
+
+
+def _started_at(pods: Iterable[Mapping[str, Any]]) -> datetime | None:
+    """When the first container of the job started running (image pulls and init containers excluded)."""
+    starts = []
+    for pod in pods:
+        for status in items(pod, "status", "containerStatuses"):
+            for path in (("state", "running"), ("state", "terminated"), ("lastState", "terminated")):
+                moment = parse_time(dig(status, *path, "startedAt"))
+                if moment is not None:
+                    starts.append(moment)
+    return min(starts) if starts else None
+
+
+def _finished_at(job: Mapping[str, Any], state: JobState, reservation: Reservation | None) -> datetime | None:
+    if not state.is_terminal:
+        return None
+    moment = parse_time(dig(job, "status", "completionTime"))
+    if moment is not None:
+        return moment
+    for kind in ("Complete", "Succeeded", "Failed"):
+        cond = condition(job, kind)
+        if cond is not None and cond.get("status") == "True":
+            moment = parse_time(cond.get("lastTransitionTime"))
+            if moment is not None:
+                return moment
+    return reservation.released_at if reservation is not None else None
