@@ -1,0 +1,170 @@
+"""Static configuration of the simulated cluster: its size and speed, and the API types it serves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Size, speed and behaviour of one simulated cluster."""
+
+    nodes: int = 2
+    gpus_per_node: int = 8
+    cpu_per_node: str = "64"
+    memory_per_node: str = "512Gi"
+    time_scale: float = 1.0  # multiply every simulated duration by this (0.01 = 100x faster)
+    exec_commands: bool = False  # run container commands as real local processes (demo mode)
+    watch_history: int = 1000  # events kept for watch resume; older resourceVersion -> 410
+    host: str = "127.0.0.1"
+    port: int = 0
+    # Real API servers send a bookmark about once a minute; tests want them sooner.
+    bookmark_interval: float = 5.0
+    # Bearer token the server demands; None accepts anonymous requests (a local, insecure server).
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One REST resource the simulated API server serves (what discovery advertises)."""
+
+    plural: str
+    singular: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    has_status: bool = False
+    # Fields a fieldSelector may name besides metadata.name/metadata.namespace (the server's allow-list).
+    field_labels: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = field(
+        default=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    )
+
+    @property
+    def api_version(self) -> str:
+        """The apiVersion string of objects of this type ("v1", "batch/v1", ...)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_resource(self) -> str:
+        """The resource name as the API server writes it in messages: "pods", "jobs.batch"."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+RESOURCES: dict[str, ResourceType] = {
+    r.plural: r
+    for r in (
+        ResourceType(
+            "namespaces",
+            "namespace",
+            "Namespace",
+            "",
+            "v1",
+            namespaced=False,
+            short_names=("ns",),
+            subresources=("status",),
+            has_status=True,
+            field_labels=("status.phase",),
+            verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+        ),
+        ResourceType(
+            "nodes",
+            "node",
+            "Node",
+            "",
+            "v1",
+            namespaced=False,
+            short_names=("no",),
+            subresources=("status",),
+            has_status=True,
+            field_labels=("spec.unschedulable",),
+        ),
+        ResourceType(
+            "pods",
+            "pod",
+            "Pod",
+            "",
+            "v1",
+            namespaced=True,
+            short_names=("po",),
+            categories=("all",),
+            subresources=("status", "log"),
+            has_status=True,
+            field_labels=(
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.podIPs",
+                "status.nominatedNodeName",
+            ),
+        ),
+        ResourceType(
+            "events",
+            "event",
+            "Event",
+            "",
+            "v1",
+            namespaced=True,
+            short_names=("ev",),
+            field_labels=(
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ),
+        ),
+        ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", namespaced=True, short_names=("cm",)),
+        ResourceType(
+            "jobs",
+            "job",
+            "Job",
+            "batch",
+            "v1",
+            namespaced=True,
+            categories=("all",),
+            subresources=("status",),
+            has_status=True,
+            field_labels=("status.successful",),
+        ),
+        ResourceType(
+            "mpijobs",
+            "mpijob",
+            "MPIJob",
+            "kubeflow.org",
+            "v2beta1",
+            namespaced=True,
+            short_names=("mpij",),
+            categories=("kubeflow",),
+            subresources=("status",),
+            has_status=True,
+        ),
+    )
+}
+
+
+def resource_type(plural: str) -> ResourceType:
+    """The registered type for a plural resource name (KeyError for unknown ones)."""
+    return RESOURCES[plural]
+
+
+def groups() -> dict[str, list[ResourceType]]:
+    """Resources by apiVersion ("v1", "batch/v1", ...), in registration order."""
+    out: dict[str, list[ResourceType]] = {}
+    for r in RESOURCES.values():
+        out.setdefault(r.api_version, []).append(r)
+    return out

@@ -1,0 +1,541 @@
+"""The simulated batch/v1 Job controller, following Kubernetes 1.32.
+
+``plan_job`` is the pure decision: from a Job, its pods, the time and the controller's memory of the Job
+it returns the new Job status, the pods to create / delete / release (the ``job-tracking`` finalizer) and
+the events. It implements parallelism/completions (NonIndexed), suspend/resume, backoffLimit with the pod
+re-creation back-off, activeDeadlineSeconds, podFailurePolicy, the 1.32 terminal-condition sequence
+(FailureTarget then Failed, SuccessCriteriaMet then Complete, once no pod is left terminating) and
+ttlSecondsAfterFinished. ``JobController`` applies the plan to the store.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow_jobs_plugin.sim.clock import Clock, parse_time, rfc3339
+from airflow_jobs_plugin.sim.controllers.base import (
+    Reconciler,
+    condition_true,
+    controller_ref,
+    get_condition,
+    key_of,
+    owned_by,
+    owner_reference,
+    pod_is_terminal,
+    set_condition,
+    split_key,
+)
+from airflow_jobs_plugin.sim.events import JOB_CONTROLLER, NORMAL, WARNING, EventRecorder, EventSpec
+
+log = logging.getLogger(__name__)
+
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+LEGACY_JOB_NAME_LABEL = "job-name"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
+
+POD_BACKOFF_BASE = 10.0
+POD_BACKOFF_MAX = 360.0
+
+BACKOFF_LIMIT_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+DEADLINE_EXCEEDED = ("DeadlineExceeded", "Job was active longer than specified deadline")
+COMPLETIONS_REACHED = ("CompletionsReached", "Reached expected number of succeeded pods")
+SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def random_suffix(rng: random.Random | None = None, n: int = 5) -> str:
+    """The 5-character suffix the API server uses for generateName."""
+    pick = rng or random
+    return "".join(pick.choice(SUFFIX_ALPHABET) for _ in range(n))
+
+
+@dataclass
+class JobMemory:
+    """What the controller remembers about a Job between syncs (precise times; the API has seconds)."""
+
+    started_at: datetime | None = None
+    last_failure_at: datetime | None = None
+    finished_at: datetime | None = None
+    # Pods this controller deleted itself (suspend, terminal condition): not failures of the workload.
+    deleted: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    pod: dict
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+
+
+@dataclass(frozen=True)
+class ReleasePod:
+    """Remove the job-tracking finalizer: the pod was counted."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """ttlSecondsAfterFinished expired: delete the Job with Background propagation."""
+
+
+Action = CreatePod | DeletePod | ReleasePod | DeleteJob
+
+
+@dataclass
+class JobPlan:
+    status: dict
+    actions: list[Action] = field(default_factory=list)
+    events: list[EventSpec] = field(default_factory=list)
+    memory: JobMemory = field(default_factory=JobMemory)
+    wake_at: datetime | None = None
+
+
+def pod_backoff(failures: int) -> float:
+    """Simulated seconds before a replacement pod after ``failures`` failures: 10 s doubling, max 6 min."""
+    if failures <= 0:
+        return 0.0
+    return min(POD_BACKOFF_BASE * 2 ** (failures - 1), POD_BACKOFF_MAX)
+
+
+def job_finished(job: dict) -> bool:
+    """Whether the Job has its Complete or Failed condition."""
+    conditions = job.get("status", {}).get("conditions")
+    return condition_true(conditions, "Complete") or condition_true(conditions, "Failed")
+
+
+def job_pods(job: dict, pods: list[dict]) -> list[dict]:
+    """The pods controlled by ``job``."""
+    uid = job["metadata"].get("uid")
+    return [p for p in pods if owned_by(p, uid)]
+
+
+def _exit_codes(pod: dict) -> list[tuple[str, int]]:
+    status = pod.get("status", {})
+    out = []
+    for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        term = (c.get("state") or {}).get("terminated")
+        if term is not None:
+            out.append((c["name"], int(term.get("exitCode", 0))))
+    return out
+
+
+def match_pod_failure_policy(job: dict, pod: dict) -> tuple[str, str] | None:
+    """The action of the first podFailurePolicy rule matching a failed pod, with the condition message."""
+    policy = job.get("spec", {}).get("podFailurePolicy")
+    if not policy:
+        return None
+    meta = pod["metadata"]
+    pod_ref = f"{meta.get('namespace')}/{meta['name']}"
+    for index, rule in enumerate(policy.get("rules") or []):
+        action = rule.get("action")
+        on_codes = rule.get("onExitCodes")
+        if on_codes:
+            values = set(on_codes.get("values") or [])
+            wanted = on_codes.get("containerName")
+            for name, code in _exit_codes(pod):
+                if code == 0 or (wanted and wanted != name):
+                    continue
+                hit = code in values if on_codes.get("operator") == "In" else code not in values
+                if hit:
+                    return action, (
+                        f"Container {name} for pod {pod_ref} failed with exit code {code} matching {action} rule at index {index}"
+                    )
+        for pattern in rule.get("onPodConditions") or []:
+            cond = get_condition(pod.get("status", {}).get("conditions"), pattern.get("type"))
+            if cond is not None and cond.get("status") == pattern.get("status", "True"):
+                return (
+                    action,
+                    f"Pod {pod_ref} has condition {pattern.get('type')} matching {action} rule at index {index}",
+                )
+    return None
+
+
+def pod_counts_failed(job: dict, pod: dict) -> bool:
+    """Whether a pod counts as failed (1.32: a pod being deleted counts unless only Failed pods are replaced)."""
+    phase = pod.get("status", {}).get("phase")
+    if phase == "Failed":
+        return True
+    if phase == "Succeeded":
+        return False
+    spec = job.get("spec", {})
+    if spec.get("podFailurePolicy") or spec.get("podReplacementPolicy") == "Failed":
+        return False
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _restarts(pods: list[dict]) -> int:
+    total = 0
+    for pod in pods:
+        if pod.get("status", {}).get("phase") in ("Pending", "Running"):
+            status = pod.get("status", {})
+            for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+                total += int(c.get("restartCount", 0))
+    return total
+
+
+def new_pod(job: dict, name: str) -> dict:
+    """The pod the Job controller creates from the Job's template."""
+    meta = job["metadata"]
+    template = copy.deepcopy(job.get("spec", {}).get("template") or {})
+    tmeta = template.get("metadata") or {}
+    labels = dict(tmeta.get("labels") or {})
+    labels.update(
+        {
+            CONTROLLER_UID_LABEL: meta["uid"],
+            JOB_NAME_LABEL: meta["name"],
+            LEGACY_CONTROLLER_UID_LABEL: meta["uid"],
+            LEGACY_JOB_NAME_LABEL: meta["name"],
+        }
+    )
+    pod_meta: dict[str, Any] = {
+        "name": name,
+        "generateName": f"{meta['name']}-",
+        "namespace": meta.get("namespace"),
+        "labels": labels,
+        "ownerReferences": [owner_reference(job, "batch/v1", "Job")],
+        "finalizers": [JOB_TRACKING_FINALIZER],
+    }
+    if tmeta.get("annotations"):
+        pod_meta["annotations"] = dict(tmeta["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": template.get("spec") or {}}
+
+
+def plan_job(
+    job: dict,
+    pods: list[dict],
+    now: datetime,
+    scale: float = 1.0,
+    memory: JobMemory | None = None,
+    suffix: Callable[[], str] = random_suffix,
+) -> JobPlan:
+    """One sync of ``job`` given its ``pods`` (pure; ``memory`` is copied, the new one is in the plan)."""
+    memory = copy.deepcopy(memory) if memory is not None else JobMemory()
+    spec = job.get("spec", {})
+    meta = job["metadata"]
+    status = copy.deepcopy(job.get("status") or {})
+    plan = JobPlan(status=status, memory=memory)
+    if meta.get("deletionTimestamp"):
+        return plan
+    conditions = status.get("conditions") or []
+    pods = job_pods(job, pods)
+
+    # Count finished pods still holding the tracking finalizer, then release them.
+    new_succeeded = new_failed = 0
+    fail_job: str | None = None
+    for pod in pods:
+        if JOB_TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or []):
+            continue
+        uid = pod["metadata"].get("uid")
+        if pod.get("status", {}).get("phase") == "Succeeded":
+            if uid not in memory.deleted:
+                new_succeeded += 1
+        elif pod_counts_failed(job, pod):
+            matched = (
+                match_pod_failure_policy(job, pod) if pod.get("status", {}).get("phase") == "Failed" else None
+            )
+            action = matched[0] if matched else "Count"
+            if matched and action == "FailJob" and fail_job is None:
+                fail_job = matched[1]
+            if uid not in memory.deleted and action != "Ignore":
+                new_failed += 1
+        else:
+            continue
+        plan.actions.append(ReleasePod(pod["metadata"]["name"]))
+        memory.deleted.discard(uid)
+    succeeded = int(status.get("succeeded") or 0) + new_succeeded
+    failed = int(status.get("failed") or 0) + new_failed
+    if new_failed:
+        memory.last_failure_at = now
+
+    active = [p for p in pods if not pod_is_terminal(p) and not p["metadata"].get("deletionTimestamp")]
+    terminating = [p for p in pods if p["metadata"].get("deletionTimestamp") and not pod_is_terminal(p)]
+    finished = condition_true(conditions, "Complete") or condition_true(conditions, "Failed")
+    suspended = bool(spec.get("suspend"))
+
+    if finished:
+        _apply_ttl(job, plan, now, scale)
+        _set_counts(status, active=[], pods=pods, succeeded=succeeded, failed=failed)
+        return plan
+
+    if not status.get("startTime") and not suspended:
+        status["startTime"] = rfc3339(now)
+        memory.started_at = now
+    started = memory.started_at or parse_time(status.get("startTime"))
+
+    failure = get_condition(conditions, "FailureTarget")
+    success = get_condition(conditions, "SuccessCriteriaMet")
+    completions = spec.get("completions")
+    if failure is None and success is None:
+        limit = int(spec.get("backoffLimit", 6))
+        on_failure = spec.get("template", {}).get("spec", {}).get("restartPolicy") == "OnFailure"
+        restarts = _restarts(active)
+        deadline = spec.get("activeDeadlineSeconds")
+        target: tuple[str, str] | None = None
+        if fail_job is not None:
+            target = ("PodFailurePolicy", fail_job)
+        elif failed > limit or (on_failure and restarts > 0 and restarts >= max(limit, 1)):
+            target = BACKOFF_LIMIT_EXCEEDED
+        elif deadline is not None and not suspended and started is not None:
+            due = started + timedelta(seconds=float(deadline) * scale)
+            if now >= due:
+                target = DEADLINE_EXCEEDED
+            else:
+                plan.wake_at = due
+        if target is not None:
+            conditions = set_condition(conditions, "FailureTarget", "True", now, *target, style="job")
+            plan.events.append(EventSpec(WARNING, target[0], target[1]))
+            failure = get_condition(conditions, "FailureTarget")
+            plan.wake_at = None
+        elif (completions is not None and succeeded >= int(completions)) or (
+            completions is None and succeeded > 0 and not active
+        ):
+            conditions = set_condition(
+                conditions, "SuccessCriteriaMet", "True", now, *COMPLETIONS_REACHED, style="job"
+            )
+            success = get_condition(conditions, "SuccessCriteriaMet")
+
+    if failure is not None or success is not None:
+        for pod in active:
+            _delete(plan, pod, memory)
+        if not any(not pod_is_terminal(p) for p in pods):
+            if failure is not None:
+                conditions = set_condition(
+                    conditions,
+                    "Failed",
+                    "True",
+                    now,
+                    failure.get("reason"),
+                    failure.get("message"),
+                    style="job",
+                )
+            else:
+                conditions = set_condition(
+                    conditions, "Complete", "True", now, *COMPLETIONS_REACHED, style="job"
+                )
+                status["completionTime"] = rfc3339(now)
+                plan.events.append(EventSpec(NORMAL, "Completed", "Job completed"))
+            memory.finished_at = now
+        status["conditions"] = conditions
+        _set_counts(status, active=[], pods=pods, succeeded=succeeded, failed=failed, deleting=active)
+        if job_finished({"status": status}):
+            _apply_ttl({**job, "status": status}, plan, now, scale)
+        return plan
+
+    if suspended:
+        for pod in active:
+            _delete(plan, pod, memory)
+        if not condition_true(conditions, "Suspended"):
+            conditions = set_condition(
+                conditions, "Suspended", "True", now, "JobSuspended", "Job suspended", style="job"
+            )
+            plan.events.append(EventSpec(NORMAL, "Suspended", "Job suspended"))
+        if not active and not terminating:
+            # A suspended Job with no pods left gets its startTime cleared, so that a resume starts the
+            # activeDeadlineSeconds clock again.
+            status.pop("startTime", None)
+            memory.started_at = None
+        status["conditions"] = conditions
+        _set_counts(status, active=[], pods=pods, succeeded=succeeded, failed=failed, deleting=active)
+        return plan
+
+    if condition_true(conditions, "Suspended"):
+        conditions = set_condition(
+            conditions, "Suspended", "False", now, "JobResumed", "Job resumed", style="job"
+        )
+        plan.events.append(EventSpec(NORMAL, "Resumed", "Job resumed"))
+        status["startTime"] = rfc3339(now)
+        memory.started_at = now
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None:
+            plan.wake_at = now + timedelta(seconds=float(deadline) * scale)
+
+    parallelism = int(spec.get("parallelism", 1))
+    wanted = parallelism if completions is None else max(0, min(parallelism, int(completions) - succeeded))
+    replacing = len(active) + (len(terminating) if spec.get("podReplacementPolicy") == "Failed" else 0)
+    missing = wanted - replacing
+    created: list[dict] = []
+    if missing > 0:
+        delay = pod_backoff(failed) * scale
+        ready_at = (
+            memory.last_failure_at + timedelta(seconds=delay) if memory.last_failure_at and failed else None
+        )
+        if ready_at is not None and ready_at > now:
+            plan.wake_at = min(filter(None, (plan.wake_at, ready_at)))
+        else:
+            for _ in range(missing):
+                pod = new_pod(job, f"{meta['name']}-{suffix()}")
+                plan.actions.append(CreatePod(pod))
+                plan.events.append(
+                    EventSpec(NORMAL, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
+                )
+                created.append(pod)
+    elif missing < 0:
+        for pod in sorted(active, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)[
+            :-missing
+        ]:
+            _delete(plan, pod, memory)
+    status["conditions"] = conditions
+    if not conditions:
+        status.pop("conditions", None)
+    _set_counts(status, active=active + created, pods=pods, succeeded=succeeded, failed=failed)
+    return plan
+
+
+def _delete(plan: JobPlan, pod: dict, memory: JobMemory) -> None:
+    plan.actions.append(DeletePod(pod["metadata"]["name"]))
+    plan.events.append(EventSpec(NORMAL, "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}"))
+    memory.deleted.add(pod["metadata"].get("uid"))
+
+
+def _set_counts(
+    status: dict,
+    *,
+    active: list[dict],
+    pods: list[dict],
+    succeeded: int,
+    failed: int,
+    deleting: list[dict] = (),  # type: ignore[assignment]
+) -> None:
+    deleting_uids = {p["metadata"].get("uid") for p in deleting}
+    terminating = sum(
+        1
+        for p in pods
+        if not pod_is_terminal(p)
+        and (p["metadata"].get("deletionTimestamp") or p["metadata"].get("uid") in deleting_uids)
+    )
+    ready = sum(1 for p in active if condition_true(p.get("status", {}).get("conditions"), "Ready"))
+    for key, value in (("active", len(active)), ("succeeded", succeeded), ("failed", failed)):
+        if value:
+            status[key] = value
+        else:
+            status.pop(key, None)
+    status["ready"] = ready
+    status["terminating"] = terminating
+    status["uncountedTerminatedPods"] = {}
+
+
+def _apply_ttl(job: dict, plan: JobPlan, now: datetime, scale: float) -> None:
+    ttl = job.get("spec", {}).get("ttlSecondsAfterFinished")
+    if ttl is None:
+        return
+    status = job.get("status", {})
+    finished_at = plan.memory.finished_at
+    if finished_at is None:
+        terminal = get_condition(status.get("conditions"), "Complete") or get_condition(
+            status.get("conditions"), "Failed"
+        )
+        finished_at = parse_time(status.get("completionTime")) or parse_time(
+            (terminal or {}).get("lastTransitionTime")
+        )
+    if finished_at is None:
+        return
+    expire = finished_at + timedelta(seconds=float(ttl) * scale)
+    if now >= expire:
+        plan.actions.append(DeleteJob())
+    else:
+        plan.wake_at = expire
+
+
+class JobController(Reconciler):
+    """Keeps every Job's pods and status in line with its spec."""
+
+    name = "job-controller"
+
+    def __init__(self, store: Any, clock: Clock, recorder: EventRecorder):
+        super().__init__()
+        self.store = store
+        self.clock = clock
+        self.recorder = recorder
+        self.memory: dict[str, JobMemory] = {}
+
+    def on_change(self, event_type: str, resource: str, obj: dict) -> None:
+        """Store notification: a Job or one of its pods changed."""
+        if resource == "jobs":
+            if event_type == "DELETED":
+                self.memory.pop(obj["metadata"].get("uid"), None)
+            self.enqueue(key_of(obj))
+        elif resource == "pods":
+            ref = controller_ref(obj)
+            if ref is not None and ref.get("kind") == "Job":
+                self.enqueue(f"{obj['metadata'].get('namespace')}/{ref.get('name')}")
+
+    def reconcile(self, key: str) -> None:
+        """Sync one Job."""
+        ns, name = split_key(key)
+        try:
+            job = self.store.get("jobs", name, namespace=ns)
+        except Exception:  # noqa: BLE001 - the Job is gone: its pods must not stay blocked on our finalizer
+            self._release_orphans(ns, name)
+            return
+        uid = job["metadata"]["uid"]
+        pods = self.store.list("pods", namespace=ns)
+        now = self.clock.now()
+        plan = plan_job(job, pods, now, self.clock.time_scale, self.memory.get(uid))
+        self.memory[uid] = plan.memory
+        for action in plan.actions:
+            self._apply(job, action)
+        if plan.status != (job.get("status") or {}):
+            body = {"metadata": {"name": name, "namespace": ns}, "status": plan.status}
+            job = self.store.update("jobs", body, subresource="status")
+        for spec in plan.events:
+            self.recorder.record(job, spec, JOB_CONTROLLER)
+        self.enqueue_at(key, plan.wake_at, now)
+
+    def _release_orphans(self, ns: str | None, name: str) -> None:
+        for pod in self.store.list("pods", namespace=ns):
+            ref = controller_ref(pod)
+            if ref is None or ref.get("kind") != "Job" or ref.get("name") != name:
+                continue
+            if JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                self._apply(
+                    {"metadata": {"namespace": ns, "name": name}}, ReleasePod(pod["metadata"]["name"])
+                )
+
+    def _apply(self, job: dict, action: Action) -> None:
+        ns = job["metadata"].get("namespace")
+        try:
+            if isinstance(action, CreatePod):
+                self._create_pod(action.pod, ns)
+            elif isinstance(action, DeletePod):
+                self.store.delete("pods", action.name, namespace=ns)
+            elif isinstance(action, ReleasePod):
+                pod = self.store.get("pods", action.name, namespace=ns)
+                finalizers = [
+                    f for f in pod["metadata"].get("finalizers") or [] if f != JOB_TRACKING_FINALIZER
+                ]
+                self.store.patch(
+                    "pods",
+                    action.name,
+                    {"metadata": {"finalizers": finalizers or None}},
+                    "merge",
+                    namespace=ns,
+                )
+            elif isinstance(action, DeleteJob):
+                self.store.delete(
+                    "jobs", job["metadata"]["name"], namespace=ns, propagation_policy="Background"
+                )
+        except Exception as exc:  # noqa: BLE001 - a vanished pod is not an error
+            if getattr(exc, "code", None) != 404:
+                raise
+
+    def _create_pod(self, pod: dict, ns: str | None) -> None:
+        for _ in range(5):
+            try:
+                self.store.create("pods", pod, namespace=ns)
+                return
+            except Exception as exc:  # noqa: BLE001 - name taken: draw another suffix
+                if getattr(exc, "code", None) != 409:
+                    raise
+                pod = copy.deepcopy(pod)
+                pod["metadata"]["name"] = pod["metadata"]["generateName"] + random_suffix()

@@ -1,0 +1,145 @@
+"""Garbage collector and namespace finalizer of the simulated cluster.
+
+Like the real controllers it works asynchronously from store events:
+- an object whose owners (ownerReferences) are all gone is deleted (background cascade); a dangling
+  reference next to a live owner is removed;
+- an owner marked with the ``foregroundDeletion`` finalizer has its dependents deleted first, and the
+  finalizer is removed once none is left;
+- a namespace being deleted has all its content deleted, then disappears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from .config import RESOURCES
+from .errors import ApiError
+from .store import FOREGROUND, Store
+
+log = logging.getLogger(__name__)
+
+
+class GarbageCollector:
+    """Runs on the cluster's event loop; see the module docstring."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._queue: asyncio.Queue | None = None
+
+    async def run(self) -> None:
+        """Process store events until cancelled."""
+        loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue()
+        queue = self._queue
+
+        def on_event(event_type: str, resource: str, obj: dict) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (event_type, resource, obj))
+
+        unsubscribe = self.store.subscribe(on_event)
+        try:
+            # Objects stored before the collector started get the same treatment.
+            for resource in RESOURCES:
+                for obj in self.store.list(resource):
+                    self._handle("ADDED", resource, obj)
+            while True:
+                event_type, resource, obj = await queue.get()
+                try:
+                    self._handle(event_type, resource, obj)
+                except ApiError as exc:
+                    if exc.code not in (404, 409):
+                        log.warning("garbage collector: %s", exc.message)
+                except Exception:
+                    log.exception("garbage collector failed on %s %s", event_type, resource)
+        finally:
+            unsubscribe()
+
+    def _handle(self, event_type: str, resource: str, obj: dict) -> None:
+        meta = obj["metadata"]
+        if event_type == "DELETED":
+            self._collect_dependents(meta["uid"])
+            for ref in meta.get("ownerReferences") or []:
+                self._maybe_finish_foreground(ref.get("uid"))
+            if RESOURCES[resource].namespaced:
+                self.store.finalize_namespace(meta["namespace"])
+            return
+        if resource == "namespaces" and meta.get("deletionTimestamp"):
+            self._empty_namespace(meta["name"])
+            return
+        if meta.get("deletionTimestamp") and FOREGROUND in (meta.get("finalizers") or []):
+            for dep_resource, dep in self.store.dependents(meta["uid"]):
+                if not dep["metadata"].get("deletionTimestamp"):
+                    self._delete(dep_resource, dep)
+            self._maybe_finish_foreground(meta["uid"])
+        if event_type == "ADDED" and meta.get("ownerReferences"):
+            refs = meta["ownerReferences"]
+            if not any(self.store.exists_uid(r.get("uid", "")) for r in refs):
+                self._delete(resource, obj)
+
+    def _collect_dependents(self, uid: str) -> None:
+        for resource, dep in self.store.dependents(uid):
+            refs = dep["metadata"].get("ownerReferences") or []
+            alive = [r for r in refs if r.get("uid") != uid and self.store.exists_uid(r.get("uid", ""))]
+            if alive:
+                patch = [
+                    {
+                        "op": "test",
+                        "path": "/metadata/resourceVersion",
+                        "value": dep["metadata"]["resourceVersion"],
+                    },
+                    {
+                        "op": "replace",
+                        "path": "/metadata/ownerReferences",
+                        "value": [r for r in refs if r.get("uid") != uid],
+                    },
+                ]
+                self.store.patch(
+                    resource, dep["metadata"]["name"], patch, "json", dep["metadata"].get("namespace")
+                )
+            elif not dep["metadata"].get("deletionTimestamp"):
+                self._delete(resource, dep)
+
+    def _maybe_finish_foreground(self, uid: str | None) -> None:
+        if not uid or self.store.dependents(uid):
+            return
+        with self.store.lock:
+            for resource in RESOURCES:
+                for obj in self.store.list(resource):
+                    meta = obj["metadata"]
+                    if meta["uid"] == uid and FOREGROUND in (meta.get("finalizers") or []):
+                        finalizers = [f for f in meta["finalizers"] if f != FOREGROUND]
+                        self.store.patch(
+                            resource,
+                            meta["name"],
+                            {
+                                "metadata": {
+                                    "finalizers": finalizers or None,
+                                    "resourceVersion": meta["resourceVersion"],
+                                }
+                            },
+                            "merge",
+                            meta.get("namespace"),
+                        )
+                        return
+
+    def _empty_namespace(self, namespace: str) -> None:
+        for resource, rtype in RESOURCES.items():
+            if not rtype.namespaced:
+                continue
+            for obj in self.store.list(resource, namespace):
+                if not obj["metadata"].get("deletionTimestamp"):
+                    self._delete(resource, obj)
+        self.store.finalize_namespace(namespace)
+
+    def _delete(self, resource: str, obj: dict) -> None:
+        try:
+            self.store.delete(
+                resource,
+                obj["metadata"]["name"],
+                obj["metadata"].get("namespace"),
+                propagation_policy="Background",
+                preconditions={"uid": obj["metadata"]["uid"]},
+            )
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                raise

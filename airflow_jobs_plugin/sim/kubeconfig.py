@@ -1,0 +1,43 @@
+"""Kubeconfig files pointing at the simulated API server (plain HTTP, optional bearer token)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+
+def kubeconfig_text(
+    server: str, token: str | None = None, name: str = "sim", namespace: str = "default"
+) -> str:
+    """A kubeconfig document for ``server``; JSON is valid YAML, so every loader reads it."""
+    user: dict = {"token": token} if token else {}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": name, "cluster": {"server": server}}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
+        "current-context": name,
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def write_kubeconfig(path: str | None, server: str, token: str | None = None, name: str = "sim") -> str:
+    """Write a kubeconfig (to a new private temp file when ``path`` is None); returns its path."""
+    text = kubeconfig_text(server, token, name)
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="sim-kubeconfig-", suffix=".yaml")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        return path
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    # Write then rename so a reader never sees half a file.
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kubeconfig-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,873 @@
+"""The HTTP face of the simulated cluster: the Kubernetes REST API over aiohttp.
+
+Serves discovery (plain and aggregated), /version, CRUD, watch, logs, server-side Tables, Status
+errors, request counters and fault injection, plus a small JSON admin API under ``/_sim/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from aiohttp import web
+
+from . import errors, tables
+from .config import RESOURCES, ClusterConfig, ResourceType, groups
+from .errors import ApiError
+from .faults import Faults
+from .logs import LogStore
+from .selectors import Selector, make_selector
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+VERSION_INFO = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0",
+    "gitCommit": "70d3cc986aa8221cd1dfb1121852688902d3bf53",
+    "gitTreeState": "clean",
+    "buildDate": "2024-12-11T17:59:15Z",
+    "goVersion": "go1.23.3",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+DISCOVERY_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
+PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/json-patch+json": "json",
+}
+DEFAULT_WATCH_TIMEOUT = 1800.0  # the real server's --min-request-timeout
+
+
+def truthy(value: str | None) -> bool:
+    """Query booleans as Go parses them; the Python clients send "True"/"False"."""
+    return (value or "").lower() in ("true", "1", "t", "yes")
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _json(obj: Any, status: int = 200, content_type: str = "application/json") -> web.Response:
+    return web.Response(body=_dumps(obj), status=status, headers={"Content-Type": content_type})
+
+
+def _error_response(exc: ApiError, retry_after: int | None = None) -> web.Response:
+    resp = _json(exc.status(), exc.code)
+    if retry_after is not None and exc.code in (429, 503):
+        resp.headers["Retry-After"] = str(retry_after)
+    return resp
+
+
+def _wants_table(request: web.Request) -> bool:
+    return "as=Table" in request.headers.get("Accept", "")
+
+
+def _format_log_time(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+
+
+# ---------------------------------------------------------------------------- discovery documents
+
+
+def _resource_entries(rtype: ResourceType) -> list[dict]:
+    main = {
+        "name": rtype.plural,
+        "singularName": rtype.singular,
+        "namespaced": rtype.namespaced,
+        "kind": rtype.kind,
+        "verbs": list(rtype.verbs),
+    }
+    if rtype.short_names:
+        main["shortNames"] = list(rtype.short_names)
+    if rtype.categories:
+        main["categories"] = list(rtype.categories)
+    out = [main]
+    for sub in rtype.subresources:
+        verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
+        out.append(
+            {
+                "name": f"{rtype.plural}/{sub}",
+                "singularName": "",
+                "namespaced": rtype.namespaced,
+                "kind": rtype.kind,
+                "verbs": verbs,
+            }
+        )
+    return out
+
+
+def resource_list(api_version: str) -> dict:
+    """The APIResourceList of one group version."""
+    resources = [e for r in groups()[api_version] for e in _resource_entries(r)]
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": api_version,
+        "resources": resources,
+    }
+
+
+def _aggregated_resource(rtype: ResourceType) -> dict:
+    kind = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+    entry: dict = {
+        "resource": rtype.plural,
+        "responseKind": kind,
+        "scope": "Namespaced" if rtype.namespaced else "Cluster",
+        "singularResource": rtype.singular,
+        "verbs": list(rtype.verbs),
+    }
+    if rtype.short_names:
+        entry["shortNames"] = list(rtype.short_names)
+    if rtype.categories:
+        entry["categories"] = list(rtype.categories)
+    if rtype.subresources:
+        entry["subresources"] = [
+            {
+                "subresource": sub,
+                "responseKind": kind,
+                "verbs": ["get"] if sub == "log" else ["get", "patch", "update"],
+            }
+            for sub in rtype.subresources
+        ]
+    return entry
+
+
+def aggregated_discovery(core: bool, version: str = "v2") -> dict:
+    """The APIGroupDiscoveryList for /api (core) or /apis (named groups)."""
+    items = []
+    for api_version, rtypes in groups().items():
+        is_core = "/" not in api_version
+        if is_core != core:
+            continue
+        group = rtypes[0].group
+        items.append(
+            {
+                "metadata": {"name": group, "creationTimestamp": None},
+                "versions": [
+                    {
+                        "version": rtypes[0].version,
+                        "resources": [_aggregated_resource(r) for r in rtypes],
+                        "freshness": "Current",
+                    }
+                ],
+            }
+        )
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": f"apidiscovery.k8s.io/{version}",
+        "metadata": {},
+        "items": items,
+    }
+
+
+def api_group(group: str) -> dict:
+    """The APIGroup document of one named group."""
+    version = next(r.version for r in RESOURCES.values() if r.group == group)
+    gv = {"groupVersion": f"{group}/{version}", "version": version}
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [gv], "preferredVersion": gv}
+
+
+def api_group_list() -> dict:
+    """The APIGroupList of /apis."""
+    names = []
+    for r in RESOURCES.values():
+        if r.group and r.group not in names:
+            names.append(r.group)
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [{k: v for k, v in api_group(g).items() if k not in ("kind", "apiVersion")} for g in names],
+    }
+
+
+# ---------------------------------------------------------------------------- the server
+
+
+class ApiServer:
+    """Request handling over a Store, a LogStore and Faults; build the app with :meth:`app`."""
+
+    def __init__(
+        self,
+        store: Store,
+        logs: LogStore,
+        faults: Faults,
+        config: ClusterConfig,
+        controllers: Callable[[], Any] | None = None,
+    ):
+        self.store = store
+        self.logs = logs
+        self.faults = faults
+        self.config = config
+        self.counters: Counter[tuple[str, str]] = Counter()
+        self._controllers = controllers or (lambda: None)
+        self.address = ""
+
+    def now(self) -> datetime:
+        """Current wall-clock time (timestamps and ages are real)."""
+        return self.store.now()
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/version", self._version)
+        app.router.add_get("/version/", self._version)
+        for path in ("/healthz", "/livez", "/readyz"):
+            app.router.add_get(path, self._ok)
+        app.router.add_get("/api", self._api)
+        app.router.add_get("/api/", self._api)
+        app.router.add_get("/apis", self._apis)
+        app.router.add_get("/apis/", self._apis)
+        app.router.add_route("*", "/_sim/{tail:.*}", self._admin)
+        app.router.add_route("*", "/api/v1", self._group_version)
+        app.router.add_route("*", "/api/v1/{tail:.*}", self._resource)
+        app.router.add_get("/apis/{group}", self._group)
+        app.router.add_get("/apis/{group}/", self._group)
+        app.router.add_route("*", "/apis/{group}/{version}", self._group_version)
+        app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", self._resource)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        return app
+
+    # -- middleware: auth, errors
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler):
+        try:
+            if self.config.token and not request.path.startswith(("/_sim/", "/healthz", "/livez", "/readyz")):
+                if request.headers.get("Authorization", "") != f"Bearer {self.config.token}":
+                    raise errors.unauthorized()
+            return await handler(request)
+        except ApiError as exc:
+            retry = self.faults.retry_after("", "") if exc.code in (429, 503) else None
+            return _error_response(exc, retry)
+        except web.HTTPException:
+            raise
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # a server bug must still answer like an API server
+            log.exception("simulated API server error on %s %s", request.method, request.path)
+            return _error_response(errors.internal_error(str(exc)))
+
+    async def _ok(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        # /openapi/v2 and /openapi/v3 land here too: kubectl copes with their absence for get/delete/logs.
+        return _json(
+            ApiError(404, "NotFound", "the server could not find the requested resource").status(), 404
+        )
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return _json(VERSION_INFO)
+
+    def _aggregated_version(self, request: web.Request) -> str | None:
+        accept = request.headers.get("Accept", "")
+        if "as=APIGroupDiscoveryList" not in accept:
+            return None
+        for part in accept.split(","):
+            if "as=APIGroupDiscoveryList" in part:
+                if "v=v2beta1" in part:
+                    return "v2beta1"
+                if "v=v2" in part:
+                    return "v2"
+        return None
+
+    async def _api(self, request: web.Request) -> web.Response:
+        version = self._aggregated_version(request)
+        if version:
+            return _json(
+                aggregated_discovery(True, version), content_type=DISCOVERY_CONTENT_TYPE.format(v=version)
+            )
+        return _json(
+            {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.address}],
+            }
+        )
+
+    async def _apis(self, request: web.Request) -> web.Response:
+        version = self._aggregated_version(request)
+        if version:
+            return _json(
+                aggregated_discovery(False, version), content_type=DISCOVERY_CONTENT_TYPE.format(v=version)
+            )
+        return _json(api_group_list())
+
+    async def _group(self, request: web.Request) -> web.Response:
+        group = request.match_info["group"]
+        if not any(r.group == group for r in RESOURCES.values()):
+            return await self._not_found(request)
+        return _json(api_group(group))
+
+    async def _group_version(self, request: web.Request) -> web.Response:
+        group = request.match_info.get("group", "")
+        version = request.match_info.get("version", "v1")
+        api_version = f"{group}/{version}" if group else version
+        if api_version not in groups() or request.method != "GET":
+            return await self._not_found(request)
+        return _json(resource_list(api_version))
+
+    # -- resource routing
+    def _route(self, request: web.Request) -> tuple[ResourceType, str | None, str | None, str | None]:
+        group = request.match_info.get("group", "")
+        version = request.match_info.get("version", "v1")
+        api_version = f"{group}/{version}" if group else version
+        rtypes = {r.plural: r for r in groups().get(api_version, [])}
+        parts = [p for p in request.match_info["tail"].split("/") if p]
+        if not parts:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        namespace = None
+        if (
+            parts[0] == "namespaces"
+            and len(parts) >= 3
+            and parts[2] in rtypes
+            and rtypes[parts[2]].namespaced
+        ):
+            namespace, parts = parts[1], parts[2:]
+        rtype = rtypes.get(parts[0])
+        if rtype is None or len(parts) > 3:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        name = parts[1] if len(parts) > 1 else None
+        sub = parts[2] if len(parts) > 2 else None
+        if sub is not None and sub not in rtype.subresources:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return rtype, namespace, name, sub
+
+    def _verb(self, method: str, name: str | None, query: Any) -> str:
+        if method == "GET":
+            if name is None:
+                return "watch" if truthy(query.get("watch")) else "list"
+            return "get"
+        return {
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection",
+        }.get(method, "unknown")
+
+    async def _resource(self, request: web.Request) -> web.StreamResponse:
+        rtype, namespace, name, sub = self._route(request)
+        query = request.query
+        verb = self._verb(request.method, name, query)
+        counted = f"{rtype.plural}/{sub}" if sub else rtype.plural
+        self.counters[(verb, counted)] += 1
+        delay = self.faults.latency_for(verb, counted)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        injected = self.faults.error_for(verb, counted)
+        if injected is not None:
+            return _error_response(injected, self.faults.retry_after(verb, counted))
+        if verb == "unknown" or verb not in rtype.verbs and not (sub and verb in ("get", "update", "patch")):
+            raise errors.method_not_allowed()
+        if sub == "log":
+            if verb != "get":
+                raise errors.method_not_allowed()
+            return await self._logs(request, namespace, name or "")
+        if sub is not None and verb not in ("get", "update", "patch"):
+            raise errors.method_not_allowed()
+        if name is None and verb in ("create",) and rtype.namespaced and namespace is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if verb == "list":
+            return self._list(request, rtype, namespace)
+        if verb == "watch":
+            return await self._watch(request, rtype, namespace)
+        if verb == "get":
+            obj = self.store.get(rtype.plural, name or "", namespace, copy=False)
+            if _wants_table(request):
+                return self._table_response(rtype, [obj], obj["metadata"]["resourceVersion"], query)
+            return _json(obj)
+        if verb == "create":
+            body = await self._body(request)
+            return _json(self.store.create(rtype.plural, body, namespace), 201)
+        if verb == "update":
+            body = await self._body(request)
+            meta = body.get("metadata") if isinstance(body, dict) else None
+            if not isinstance(meta, dict):
+                raise errors.bad_request("the body of the request must be an object with metadata")
+            if meta.get("name") and meta["name"] != name:
+                raise errors.bad_request("the name of the object does not match the name on the URL")
+            meta["name"] = name
+            return _json(self.store.update(rtype.plural, body, sub, namespace))
+        if verb == "patch":
+            content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+            patch_type = PATCH_TYPES.get(content_type)
+            if patch_type is None or (patch_type == "strategic" and rtype.group == "kubeflow.org"):
+                raise errors.unsupported_media_type(content_type)
+            body = await self._body(request)
+            return _json(self.store.patch(rtype.plural, name or "", body, patch_type, namespace, sub))
+        if verb == "delete":
+            return await self._delete(request, rtype, namespace, name or "")
+        if verb == "deletecollection":
+            options = await self._delete_options(request)
+            deleted = self.store.delete_collection(
+                rtype.plural,
+                namespace,
+                query.get("labelSelector"),
+                query.get("fieldSelector"),
+                options["grace"],
+                options["policy"],
+            )
+            rv = str(self.store.current_rv())
+            return _json(
+                {
+                    "kind": f"{rtype.kind}List",
+                    "apiVersion": rtype.api_version,
+                    "metadata": {"resourceVersion": rv},
+                    "items": deleted,
+                }
+            )
+        raise errors.method_not_allowed()
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        try:
+            return json.loads(raw or b"null")
+        except ValueError as exc:
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
+
+    # -- list / table
+    def _list(self, request: web.Request, rtype: ResourceType, namespace: str | None) -> web.Response:
+        query = request.query
+        items, rv = self.store.list_with_rv(
+            rtype.plural, namespace, query.get("labelSelector"), query.get("fieldSelector"), copy=False
+        )
+        meta: dict = {"resourceVersion": rv}
+        limit = int(query.get("limit") or 0)
+        token = query.get("continue")
+        if token:
+            try:
+                start = json.loads(base64.urlsafe_b64decode(token.encode()))
+            except ValueError:
+                raise ApiError(400, "BadRequest", "continue key is not valid: illegal base64 data") from None
+            items = [
+                o
+                for o in items
+                if [o["metadata"].get("namespace", ""), o["metadata"]["name"]] > start["after"]
+            ]
+        if limit > 0 and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            items, rest = items[:limit], len(items) - limit
+            key = {"after": [last.get("namespace", ""), last["name"]], "rv": rv}
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+            meta["remainingItemCount"] = rest
+        if _wants_table(request):
+            return self._table_response(rtype, items, rv, query, meta)
+        return _json(
+            {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta, "items": items}
+        )
+
+    def _table_response(
+        self, rtype: ResourceType, objects: list[dict], rv: str, query: Any, meta: dict | None = None
+    ) -> web.Response:
+        include = query.get("includeObject") or "PartialObjectMetadata"
+        body = tables.table(rtype.plural, objects, self.now(), rv, include)
+        if meta:
+            body["metadata"].update({k: v for k, v in meta.items() if k != "resourceVersion"})
+        return _json(body, content_type=TABLE_CONTENT_TYPE)
+
+    # -- delete
+    async def _delete_options(self, request: web.Request) -> dict:
+        query = request.query
+        body: dict = {}
+        if request.can_read_body:
+            raw = await request.read()
+            if raw.strip():
+                try:
+                    body = json.loads(raw) or {}
+                except ValueError as exc:
+                    raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
+        grace = body.get("gracePeriodSeconds")
+        if query.get("gracePeriodSeconds") not in (None, ""):
+            grace = int(query["gracePeriodSeconds"])
+        policy = body.get("propagationPolicy") or query.get("propagationPolicy") or None
+        orphan = body.get("orphanDependents")
+        if query.get("orphanDependents") not in (None, ""):
+            orphan = truthy(query.get("orphanDependents"))
+        if policy is None and orphan is not None:
+            policy = "Orphan" if orphan else "Background"
+        dry_run = body.get("dryRun") or query.getall("dryRun", [])
+        return {
+            "grace": grace,
+            "policy": policy,
+            "preconditions": body.get("preconditions"),
+            "dry_run": bool(dry_run),
+        }
+
+    async def _delete(
+        self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str
+    ) -> web.Response:
+        options = await self._delete_options(request)
+        if options["dry_run"]:
+            return _json(self.store.get(rtype.plural, name, namespace))
+        obj, gone = self.store.delete_ex(
+            rtype.plural, name, namespace, options["grace"], options["policy"], options["preconditions"]
+        )
+        if not gone or rtype.plural == "pods":
+            status = 202 if not gone and options["policy"] == "Foreground" else 200
+            return _json(obj, status)
+        return _json(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {
+                    "name": name,
+                    "group": rtype.group,
+                    "kind": rtype.plural,
+                    "uid": obj["metadata"]["uid"],
+                },
+            }
+        )
+
+    # -- watch
+    async def _watch(
+        self, request: web.Request, rtype: ResourceType, namespace: str | None
+    ) -> web.StreamResponse:
+        query = request.query
+        selector = make_selector(query.get("labelSelector"), query.get("fieldSelector"), rtype)
+        as_table = _wants_table(request)
+        include = query.get("includeObject") or "PartialObjectMetadata"
+        timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        bookmarks = truthy(query.get("allowWatchBookmarks"))
+        send_initial = truthy(query.get("sendInitialEvents"))
+        rv_text = query.get("resourceVersion") or ""
+        since = None if rv_text in ("", "0") or send_initial else _parse_rv(rv_text)
+
+        resp = web.StreamResponse(status=200)
+        resp.content_type = TABLE_CONTENT_TYPE if as_table else "application/json"
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        writer = _WatchWriter(resp, rtype, as_table, include, self.now)
+
+        if self.faults.take_gone():
+            await writer.error(errors.gone(rv_text or "0", self.store.current_rv()))
+            return resp
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def on_event(rv: int, event_type: str, resource: str, obj: dict, prev: dict | None) -> None:
+            if resource == rtype.plural:
+                loop.call_soon_threadsafe(queue.put_nowait, ("event", rv, event_type, obj, prev))
+
+        try:
+            replay, start_rv, unregister = self.store.watch(rtype.plural, since, on_event)
+        except ApiError as exc:
+            await writer.error(exc)
+            return resp
+
+        def close() -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ("close",))
+
+        untrack = self.faults.register_watch(close)
+        deadline = time.monotonic() + timeout
+        next_bookmark = time.monotonic() + self.config.bookmark_interval
+        try:
+            for _rv, event_type, obj, prev in replay:
+                await writer.event(*_filtered(event_type, obj, prev, selector, namespace))
+            if send_initial:
+                await writer.bookmark(start_rv, initial_end=True)
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                wait = min(deadline - now, 1.0)
+                if bookmarks:
+                    wait = max(0.0, min(wait, next_bookmark - now))
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=wait)
+                except asyncio.TimeoutError:
+                    if request.transport is None or request.transport.is_closing():
+                        break
+                    if bookmarks and time.monotonic() >= next_bookmark:
+                        next_bookmark = time.monotonic() + self.config.bookmark_interval
+                        # Read under the store lock: every event up to this version is already queued
+                        # ahead of the bookmark, so a client resuming from it misses nothing.
+                        rv = self.store.current_rv()
+                        loop.call_soon(queue.put_nowait, ("bookmark", rv))
+                    continue
+                if item[0] == "close":
+                    break
+                if item[0] == "bookmark":
+                    await writer.bookmark(item[1])
+                    continue
+                _, rv, event_type, obj, prev = item
+                await writer.event(*_filtered(event_type, obj, prev, selector, namespace))
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            unregister()
+            untrack()
+        try:
+            await resp.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return resp
+
+    # -- logs
+    async def _logs(self, request: web.Request, namespace: str | None, name: str) -> web.StreamResponse:
+        query = request.query
+        ns = namespace or "default"
+        pod = self.store.get("pods", name, ns)
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        main = [c["name"] for c in spec.get("containers") or []]
+        init = [c["name"] for c in spec.get("initContainers") or []]
+        container = query.get("container")
+        if not container:
+            if len(main) != 1:
+                detail = (
+                    f"a container name must be specified for pod {name}, choose one of: [{' '.join(main)}]"
+                )
+                if init:
+                    detail += f" or one of the init containers: [{' '.join(init)}]"
+                raise errors.bad_request(detail)
+            container = main[0]
+        elif container not in main and container not in init:
+            raise errors.bad_request(f"container {container} is not valid for pod {name}")
+        statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+        cstatus = next((s for s in statuses if s.get("name") == container), None)
+        restart = self.logs.latest_restart(ns, name, container)
+        if cstatus is not None:
+            restart = int(cstatus.get("restartCount") or 0)
+        if truthy(query.get("previous")):
+            run = None if not restart else self.logs.read(ns, name, container, restart - 1)
+            if run is None:
+                raise errors.bad_request(
+                    f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+            restart = restart - 1
+        else:
+            restart = restart or 0
+            run = self.logs.read(ns, name, container, restart)
+            if run is None:
+                if not spec.get("nodeName"):
+                    return web.Response(text="", content_type="text/plain")
+                waiting = ((cstatus or {}).get("state") or {}).get("waiting") or {}
+                if cstatus is None or waiting:
+                    why = waiting.get("reason") or (
+                        "PodInitializing" if container in main and init else "ContainerCreating"
+                    )
+                    raise errors.bad_request(
+                        f'container "{container}" in pod "{name}" is waiting to start: {why}'
+                    )
+        lines = list(run.lines) if run else []
+        since_cut = None
+        if query.get("sinceSeconds"):
+            since_cut = self.now().timestamp() - int(query["sinceSeconds"])
+        elif query.get("sinceTime"):
+            since_time = datetime.fromisoformat(query["sinceTime"].replace("Z", "+00:00"))
+            since_cut = since_time.timestamp()
+        if since_cut is not None:
+            lines = [entry for entry in lines if entry[0].timestamp() >= since_cut]
+        if query.get("tailLines") not in (None, ""):
+            tail = int(query["tailLines"])
+            lines = lines[-tail:] if tail > 0 else []
+        stamps = truthy(query.get("timestamps"))
+        limit = int(query.get("limitBytes") or 0)
+
+        def render(entries: list) -> bytes:
+            if stamps:
+                return "".join(f"{_format_log_time(t)} {text}\n" for t, text in entries).encode()
+            return "".join(f"{text}\n" for _, text in entries).encode()
+
+        if not truthy(query.get("follow")):
+            data = render(lines)
+            return web.Response(body=data[:limit] if limit else data, content_type="text/plain")
+
+        resp = web.StreamResponse(status=200)
+        resp.content_type = "text/plain"
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def listener(l_ns: str, l_pod: str, l_container: str) -> None:
+            if (l_ns, l_pod) == (ns, name):
+                loop.call_soon_threadsafe(wake.set)
+
+        unlisten = self.logs.listen(listener)
+        sent = len(run.lines) if run else 0
+        written = 0
+        uid = pod["metadata"]["uid"]
+        try:
+            chunk = render(lines)
+            if chunk:
+                await resp.write(chunk)
+                written += len(chunk)
+            while not (run and run.closed) and not (limit and written >= limit):
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    pass
+                wake.clear()
+                if request.transport is None or request.transport.is_closing():
+                    break
+                try:
+                    current = self.store.get("pods", name, ns)
+                except ApiError:
+                    break
+                if current["metadata"]["uid"] != uid:
+                    break
+                run = self.logs.read(ns, name, container, restart)
+                if run is None:
+                    continue
+                fresh = list(run.lines[sent:])
+                sent = len(run.lines)
+                if fresh:
+                    chunk = render(fresh)
+                    await resp.write(chunk)
+                    written += len(chunk)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            unlisten()
+        try:
+            await resp.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return resp
+
+    # -- admin
+    async def _admin(self, request: web.Request) -> web.Response:
+        parts = [p for p in request.match_info["tail"].split("/") if p]
+        controllers = self._controllers()
+        body: dict = {}
+        if request.method in ("POST", "PUT") and request.can_read_body:
+            raw = await request.read()
+            body = json.loads(raw) if raw.strip() else {}
+        if parts == ["counters"]:
+            return _json(
+                {
+                    "counters": [
+                        {"verb": v, "resource": r, "count": n} for (v, r), n in sorted(self.counters.items())
+                    ]
+                }
+            )
+        if parts == ["faults"]:
+            if request.method == "DELETE":
+                self.faults.clear()
+            elif request.method in ("POST", "PUT"):
+                try:
+                    self.faults.configure(body)
+                except (TypeError, ValueError) as exc:
+                    raise errors.bad_request(str(exc)) from None
+            return _json(self.faults.snapshot())
+        if parts == ["faults", "drop-watches"] and request.method == "POST":
+            return _json({"dropped": self.faults.drop_watches()})
+        if (
+            len(parts) == 3
+            and parts[0] == "nodes"
+            and parts[2] in ("lose", "restore")
+            and request.method == "POST"
+        ):
+            self.store.get("nodes", parts[1])
+            if controllers is None:
+                raise errors.service_unavailable("the simulated cluster runs without controllers")
+            getattr(controllers, "lose_node" if parts[2] == "lose" else "restore_node")(parts[1])
+            return _json({"node": parts[1], "action": parts[2]})
+        if len(parts) == 4 and parts[0] == "pods" and parts[3] == "evict" and request.method == "POST":
+            self.store.get("pods", parts[2], parts[1])
+            if controllers is None:
+                raise errors.service_unavailable("the simulated cluster runs without controllers")
+            kwargs = {"message": body["message"]} if body.get("message") else {}
+            controllers.evict_pod(parts[1], parts[2], **kwargs)
+            return _json({"pod": f"{parts[1]}/{parts[2]}", "action": "evict"})
+        return await self._not_found(request)
+
+
+def _parse_rv(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise errors.bad_request(
+            f'resourceVersion: Invalid value: "{text}": strconv.ParseUint: parsing "{text}": invalid syntax'
+        ) from None
+
+
+def _filtered(
+    event_type: str, obj: dict, prev: dict | None, selector: Selector, namespace: str | None
+) -> tuple[str | None, dict]:
+    """The event a selector-filtered watch sends: an object entering the selection is ADDED, one leaving
+    it DELETED, like the real watch cache."""
+
+    def matches(o: dict | None) -> bool:
+        if o is None:
+            return False
+        if namespace and o["metadata"].get("namespace") != namespace:
+            return False
+        return selector.empty or selector.matches(o)
+
+    if event_type == "ADDED":
+        return ("ADDED" if matches(obj) else None), obj
+    if event_type == "DELETED":
+        return ("DELETED" if matches(prev or obj) else None), obj
+    now_in, was_in = matches(obj), matches(prev)
+    if now_in and was_in:
+        return "MODIFIED", obj
+    if now_in:
+        return "ADDED", obj
+    if was_in:
+        return "DELETED", obj
+    return None, obj
+
+
+class _WatchWriter:
+    """Writes watch events, one JSON object per line, flushed per event."""
+
+    def __init__(self, resp: web.StreamResponse, rtype: ResourceType, as_table: bool, include: str, now):
+        self.resp = resp
+        self.rtype = rtype
+        self.as_table = as_table
+        self.include = include
+        self.now = now
+        self.headers_sent = False
+
+    async def _send(self, event: dict) -> None:
+        await self.resp.write(_dumps(event) + b"\n")
+
+    async def event(self, event_type: str | None, obj: dict) -> None:
+        if event_type is None:
+            return
+        if self.as_table:
+            body = tables.table(
+                self.rtype.plural,
+                [obj],
+                self.now(),
+                obj["metadata"]["resourceVersion"],
+                self.include,
+                not self.headers_sent,
+            )
+            self.headers_sent = True
+            await self._send({"type": event_type, "object": body})
+        else:
+            await self._send({"type": event_type, "object": obj})
+
+    async def bookmark(self, rv: int, initial_end: bool = False) -> None:
+        meta: dict = {"resourceVersion": str(rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        if self.as_table:
+            obj = {
+                "kind": "Table",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta,
+                "columnDefinitions": None,
+                "rows": None,
+            }
+        else:
+            obj = {"kind": self.rtype.kind, "apiVersion": self.rtype.api_version, "metadata": meta}
+        await self._send({"type": "BOOKMARK", "object": obj})
+
+    async def error(self, exc: ApiError) -> None:
+        await self._send({"type": "ERROR", "object": exc.status()})

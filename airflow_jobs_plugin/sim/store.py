@@ -1,0 +1,1109 @@
+"""The object store of the simulated API server: CRUD with the real server's defaults, validation,
+resourceVersion semantics, graceful deletion, finalizers and propagation policies, plus the bounded
+event history that watches resume from.
+
+Thread-safe (one RLock); every method takes and returns plain dicts (copies, never the stored ones).
+Defaulting and validation are pure functions at the bottom of this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from . import errors
+from .config import RESOURCES, ResourceType
+from .errors import ApiError, Cause
+from .patch import apply_patch
+from .selectors import Selector, make_selector
+
+log = logging.getLogger(__name__)
+
+Subscriber = Callable[[str, str, dict], None]
+# Internal watchers also get the resourceVersion and the previous version of the object (None on ADDED),
+# which selector-filtered watches need to turn "stopped matching" into DELETED like the real server.
+Watcher = Callable[[int, str, str, dict, "dict | None"], None]
+
+FOREGROUND = "foregroundDeletion"
+ORPHAN = "orphan"
+# Real batch/v1 Jobs keep their pods by default when deleted (a compatibility default of the Job REST
+# strategy); everything else served here cascades in the background.
+DEFAULT_PROPAGATION = {"jobs": "Orphan"}
+
+
+def clone(value: Any) -> Any:
+    """Deep copy of plain JSON data (faster than copy.deepcopy for dicts and lists)."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
+
+
+def format_time(t: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as metav1.Time serializes."""
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """Parse an RFC 3339 timestamp (None for empty input)."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class Store:
+    """Thread-safe object store; see the module docstring."""
+
+    def __init__(self, watch_history: int = 1000, now: Callable[[], datetime] | None = None):
+        self._lock = threading.RLock()
+        self._objects: dict[str, dict[tuple[str, str], dict]] = {r: {} for r in RESOURCES}
+        self._rv = 0
+        self._history_limit = max(1, watch_history)
+        self._history: dict[str, deque] = {r: deque() for r in RESOURCES}
+        # Per resource: the newest resourceVersion whose event fell out of the history.
+        self._compacted: dict[str, int] = dict.fromkeys(RESOURCES, 0)
+        self._subscribers: list[Subscriber] = []
+        self._watchers: list[Watcher] = []
+        self.now: Callable[[], datetime] = now or (lambda: datetime.now(timezone.utc))
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def lock(self) -> threading.RLock:
+        """The store lock, for callers that need several operations to be atomic."""
+        return self._lock
+
+    def current_rv(self) -> int:
+        """The latest resourceVersion handed out."""
+        with self._lock:
+            return self._rv
+
+    def _rtype(self, resource: str) -> ResourceType:
+        try:
+            return RESOURCES[resource]
+        except KeyError:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource") from None
+
+    def _key(self, rtype: ResourceType, name: str, namespace: str | None) -> tuple[str, str]:
+        return ((namespace or "default") if rtype.namespaced else "", name)
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _emit(self, event_type: str, resource: str, obj: dict, prev: dict | None) -> None:
+        rv = int(obj["metadata"]["resourceVersion"])
+        shared = clone(obj)
+        history = self._history[resource]
+        history.append((rv, event_type, shared, prev))
+        while len(history) > self._history_limit:
+            dropped = history.popleft()
+            self._compacted[resource] = dropped[0]
+        for watcher in list(self._watchers):
+            try:
+                watcher(rv, event_type, resource, shared, prev)
+            except Exception:  # a broken watcher must not break writes
+                log.exception("store watcher failed")
+        for fn in list(self._subscribers):
+            try:
+                fn(event_type, resource, clone(obj))
+            except Exception:
+                log.exception("store subscriber failed")
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call ``fn(event_type, resource, obj_copy)`` after every change (under the store lock)."""
+        with self._lock:
+            self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if fn in self._subscribers:
+                    self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    def watch(
+        self, resource: str, since: int | None, fn: Watcher
+    ) -> tuple[list[tuple], int, Callable[[], None]]:
+        """Atomically take the starting events of a watch and register ``fn`` for later ones.
+
+        With ``since`` None the starting events are a synthetic ADDED per current object; otherwise the
+        history after ``since``. Returns ``(rv, type, obj, prev)`` tuples, the current resourceVersion and
+        an unregister function. Raises ApiError 410 when ``since`` is older than the kept history.
+        """
+        with self._lock:
+            if since is None:
+                replay = [
+                    (int(o["metadata"]["resourceVersion"]), "ADDED", clone(o), None)
+                    for _, o in sorted(self._objects[resource].items())
+                ]
+            else:
+                if since < self._compacted[resource]:
+                    raise errors.gone(str(since), self._compacted[resource] + 1)
+                replay = [e for e in self._history[resource] if e[0] > since]
+            self._watchers.append(fn)
+            current = self._rv
+
+        def unregister() -> None:
+            with self._lock:
+                if fn in self._watchers:
+                    self._watchers.remove(fn)
+
+        return replay, current, unregister
+
+    def snapshot(self, resource: str) -> tuple[list[dict], int]:
+        """All objects of a resource (shared, read-only copies) and the current resourceVersion."""
+        with self._lock:
+            return [clone(o) for _, o in sorted(self._objects[resource].items())], self._rv
+
+    # ------------------------------------------------------------------ reads
+    def get(self, resource: str, name: str, namespace: str | None = None, copy: bool = True) -> dict:
+        """One object (404 ApiError if absent); ``copy=False`` as in :meth:`list_with_rv`."""
+        rtype = self._rtype(resource)
+        with self._lock:
+            obj = self._objects[resource].get(self._key(rtype, name, namespace))
+            if obj is None:
+                raise errors.not_found(rtype.group_resource, name)
+            return clone(obj) if copy else obj
+
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict]:
+        """Objects of a resource, optionally in one namespace and filtered by selectors."""
+        return self.list_with_rv(resource, namespace, label_selector, field_selector)[0]
+
+    def list_with_rv(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        copy: bool = True,
+    ) -> tuple[list[dict], str]:
+        """Like :meth:`list`, also returning the list's resourceVersion.
+
+        ``copy=False`` returns the stored dicts themselves, for readers that only serialize them: stored
+        objects are never changed in place (every write stores a new dict), so this is safe as long as the
+        caller does not mutate them.
+        """
+        rtype = self._rtype(resource)
+        selector = make_selector(label_selector, field_selector, rtype)
+        with self._lock:
+            return self._select(resource, rtype, namespace, selector, copy), str(self._rv)
+
+    def _select(
+        self, resource: str, rtype: ResourceType, namespace: str | None, selector: Selector, copy: bool = True
+    ) -> list[dict]:
+        out = []
+        for (ns, _), obj in sorted(self._objects[resource].items()):
+            if namespace and rtype.namespaced and ns != namespace:
+                continue
+            if selector.empty or selector.matches(obj):
+                out.append(clone(obj) if copy else obj)
+        return out
+
+    # ------------------------------------------------------------------ create
+    def create(self, resource: str, obj: dict, namespace: str | None = None) -> dict:
+        """Create an object with the server's defaults; 409 AlreadyExists, 422 Invalid, 404/403 namespace."""
+        rtype = self._rtype(resource)
+        obj = clone(obj)
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the body must be a JSON object")
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = obj["metadata"] = {}
+        if rtype.namespaced:
+            body_ns = meta.get("namespace")
+            if namespace and body_ns and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace or body_ns or "default"
+        else:
+            meta.pop("namespace", None)
+        obj["apiVersion"] = rtype.api_version
+        obj["kind"] = rtype.kind
+        with self._lock:
+            if rtype.namespaced:
+                self._check_namespace(rtype, meta)
+            if not meta.get("name") and meta.get("generateName"):
+                for _ in range(8):
+                    candidate = meta["generateName"] + _random_suffix()
+                    if self._key(rtype, candidate, meta.get("namespace")) not in self._objects[resource]:
+                        meta["name"] = candidate
+                        break
+            for k in (
+                "resourceVersion",
+                "uid",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "selfLink",
+            ):
+                meta.pop(k, None)
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = format_time(self.now())
+            obj = prepare_for_create(rtype, obj)
+            causes = validate(rtype, obj)
+            if causes:
+                raise errors.invalid(
+                    rtype.kind, meta.get("name") or meta.get("generateName") or "", causes, rtype.group
+                )
+            key = self._key(rtype, meta["name"], meta.get("namespace"))
+            if key in self._objects[resource]:
+                raise errors.already_exists(rtype.group_resource, meta["name"])
+            if resource in ("jobs", "mpijobs"):
+                meta["generation"] = 1
+            meta["resourceVersion"] = self._next_rv()
+            self._objects[resource][key] = obj
+            self._emit("ADDED", resource, obj, None)
+            return clone(obj)
+
+    def _check_namespace(self, rtype: ResourceType, meta: dict) -> None:
+        ns = self._objects["namespaces"].get(("", meta["namespace"]))
+        if ns is None:
+            raise errors.not_found("namespaces", meta["namespace"])
+        if ns["metadata"].get("deletionTimestamp"):
+            raise errors.forbidden_error(
+                rtype.group_resource,
+                meta.get("name") or meta.get("generateName") or "",
+                f"unable to create new content in namespace {meta['namespace']} because it is being terminated",
+            )
+
+    # ------------------------------------------------------------------ update / patch
+    def update(
+        self, resource: str, obj: dict, subresource: str | None = None, namespace: str | None = None
+    ) -> dict:
+        """PUT: replace an object (409 on a stale resourceVersion; unconditional without one)."""
+        rtype = self._rtype(resource)
+        obj = clone(obj)
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            raise errors.invalid(
+                rtype.kind,
+                "",
+                [errors.required("metadata.name", "name or generateName is required")],
+                rtype.group,
+            )
+        ns = (namespace or meta.get("namespace") or "default") if rtype.namespaced else None
+        if rtype.namespaced and namespace and meta.get("namespace") and meta["namespace"] != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        with self._lock:
+            return self._update(rtype, ns, obj, subresource)
+
+    def _update(self, rtype: ResourceType, ns: str | None, obj: dict, subresource: str | None) -> dict:
+        resource = rtype.plural
+        meta = obj.setdefault("metadata", {})
+        name = meta["name"]
+        key = self._key(rtype, name, ns)
+        old = self._objects[resource].get(key)
+        if old is None:
+            raise errors.not_found(rtype.group_resource, name)
+        old_meta = old["metadata"]
+        want_rv = meta.get("resourceVersion")
+        if want_rv and want_rv != old_meta["resourceVersion"]:
+            raise errors.conflict(rtype.group_resource, name)
+        if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+            raise errors.conflict(
+                rtype.group_resource,
+                name,
+                f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {old_meta['uid']}",
+            )
+        if subresource == "status":
+            new = clone(old)
+            new["status"] = obj.get("status") or {}
+        elif subresource:
+            raise errors.method_not_allowed()
+        else:
+            new = obj
+            new["apiVersion"] = rtype.api_version
+            new["kind"] = rtype.kind
+            if rtype.has_status:
+                if "status" in old:
+                    new["status"] = clone(old["status"])
+                else:
+                    new.pop("status", None)
+            new_meta = new["metadata"]
+            for k in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
+                if k in old_meta:
+                    new_meta[k] = old_meta[k]
+                else:
+                    new_meta.pop(k, None)
+            if rtype.namespaced:
+                new_meta["namespace"] = old_meta["namespace"]
+            else:
+                new_meta.pop("namespace", None)
+            new = prepare_for_update(rtype, new, old)
+            causes = validate(rtype, new) + validate_update(rtype, new, old)
+            if causes:
+                raise errors.invalid(rtype.kind, name, causes, rtype.group)
+            if "generation" in old_meta and _spec_of(new) != _spec_of(old):
+                new_meta["generation"] = old_meta["generation"] + 1
+        new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+        if new == old:
+            return clone(old)  # a no-op write is not stored and emits nothing, like the real server
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._objects[resource][key] = new
+        self._emit("MODIFIED", resource, new, old)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            if not (resource == "pods" and new["metadata"].get("deletionGracePeriodSeconds", 0) > 0):
+                if resource != "namespaces":
+                    return self._remove(rtype, key)
+        return clone(new)
+
+    def patch(
+        self,
+        resource: str,
+        name: str,
+        patch: dict | list,
+        patch_type: str,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict:
+        """PATCH with "merge", "strategic" or "json"; a resourceVersion in the patch is a precondition."""
+        rtype = self._rtype(resource)
+        with self._lock:
+            key = self._key(rtype, name, namespace)
+            old = self._objects[resource].get(key)
+            if old is None:
+                raise errors.not_found(rtype.group_resource, name)
+            patched = apply_patch(clone(old), patch, patch_type)
+            if not isinstance(patched, dict):
+                raise errors.bad_request("the patch must produce a JSON object")
+            meta = patched.setdefault("metadata", {})
+            if meta.get("name", name) != name:
+                raise errors.invalid(
+                    rtype.kind,
+                    name,
+                    [errors.invalid_value("metadata.name", meta.get("name"), "field is immutable")],
+                    rtype.group,
+                )
+            meta["name"] = name
+            if rtype.namespaced:
+                meta["namespace"] = old["metadata"]["namespace"]
+            return self._update(rtype, key[0] or None, patched, subresource)
+
+    # ------------------------------------------------------------------ delete
+    def delete(
+        self,
+        resource: str,
+        name: str,
+        namespace: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        preconditions: dict | None = None,
+    ) -> dict:
+        """DELETE with the real server's grace period, finalizer and propagation semantics.
+
+        Returns the object as it stands after the call (marked for deletion, or as it was when removed).
+        """
+        return self.delete_ex(
+            resource, name, namespace, grace_period_seconds, propagation_policy, preconditions
+        )[0]
+
+    def delete_ex(
+        self,
+        resource: str,
+        name: str,
+        namespace: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        preconditions: dict | None = None,
+    ) -> tuple[dict, bool]:
+        """Like :meth:`delete`, also telling whether the object is gone (True) or only marked (False)."""
+        rtype = self._rtype(resource)
+        policy = propagation_policy or DEFAULT_PROPAGATION.get(resource, "Background")
+        if policy not in ("Orphan", "Background", "Foreground"):
+            raise errors.invalid(
+                "DeleteOptions",
+                "",
+                [
+                    errors.not_supported(
+                        "propagationPolicy", policy, ["Foreground", "Background", "Orphan", "nil"]
+                    )
+                ],
+                "meta.k8s.io",
+            )
+        if grace_period_seconds is not None and grace_period_seconds < 0:
+            grace_period_seconds = 0
+        with self._lock:
+            key = self._key(rtype, name, namespace)
+            obj = self._objects[resource].get(key)
+            if obj is None:
+                raise errors.not_found(rtype.group_resource, name)
+            meta = obj["metadata"]
+            pre = preconditions or {}
+            if pre.get("uid") and pre["uid"] != meta["uid"]:
+                raise errors.conflict(
+                    rtype.group_resource,
+                    name,
+                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",
+                )
+            if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+                raise errors.conflict(
+                    rtype.group_resource,
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                )
+            if resource == "namespaces":
+                return self._delete_namespace(rtype, key, obj), False
+            if policy == "Orphan":
+                self._orphan_dependents(meta["uid"])
+            now = self.now()
+            finalizers = list(meta.get("finalizers") or [])
+            if policy == "Foreground" and self._has_dependents(meta["uid"]) and FOREGROUND not in finalizers:
+                finalizers.append(FOREGROUND)
+            grace = 0
+            if resource == "pods":
+                grace = self._pod_grace(obj, grace_period_seconds)
+            if not finalizers and grace == 0:
+                return self._remove(rtype, key), True
+            new = clone(obj)
+            nmeta = new["metadata"]
+            if finalizers:
+                nmeta["finalizers"] = finalizers
+            if not nmeta.get("deletionTimestamp"):
+                nmeta["deletionTimestamp"] = format_time(now + timedelta(seconds=grace))
+                nmeta["deletionGracePeriodSeconds"] = grace
+            elif grace < nmeta.get("deletionGracePeriodSeconds", 0):
+                # A shorter grace period replaces a longer one; a longer one never extends it.
+                nmeta["deletionTimestamp"] = format_time(now + timedelta(seconds=grace))
+                nmeta["deletionGracePeriodSeconds"] = grace
+            if new == obj:
+                return clone(obj), False
+            nmeta["resourceVersion"] = self._next_rv()
+            self._objects[resource][key] = new
+            self._emit("MODIFIED", resource, new, obj)
+            if not finalizers and grace == 0:
+                return self._remove(rtype, key), True
+            return clone(new), False
+
+    def _pod_grace(self, pod: dict, requested: int | None) -> int:
+        spec = pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            return 0  # nothing runs it: no kubelet has to stop anything
+        if requested is None:
+            requested = spec.get("terminationGracePeriodSeconds", 30)
+        if requested == 0:
+            return 0
+        return max(1, int(requested))
+
+    def _delete_namespace(self, rtype: ResourceType, key: tuple[str, str], obj: dict) -> dict:
+        name = key[1]
+        if name in ("default", "kube-system", "kube-public"):
+            raise errors.forbidden_error("namespaces", name, "this namespace may not be deleted")
+        if obj["metadata"].get("deletionTimestamp"):
+            return clone(obj)
+        new = clone(obj)
+        new["metadata"]["deletionTimestamp"] = format_time(self.now())
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new.setdefault("status", {})["phase"] = "Terminating"
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._objects["namespaces"][key] = new
+        self._emit("MODIFIED", "namespaces", new, obj)
+        return clone(new)
+
+    def finalize_namespace(self, name: str) -> bool:
+        """Remove a terminating namespace once it is empty (the namespace controller's last step)."""
+        rtype = RESOURCES["namespaces"]
+        with self._lock:
+            obj = self._objects["namespaces"].get(("", name))
+            if obj is None or not obj["metadata"].get("deletionTimestamp"):
+                return False
+            for resource, objs in self._objects.items():
+                if RESOURCES[resource].namespaced and any(ns == name for ns, _ in objs):
+                    return False
+            self._remove(rtype, ("", name))
+            return True
+
+    def _remove(self, rtype: ResourceType, key: tuple[str, str]) -> dict:
+        obj = self._objects[rtype.plural].pop(key)
+        gone = clone(obj)
+        gone["metadata"]["resourceVersion"] = self._next_rv()
+        self._emit("DELETED", rtype.plural, gone, obj)
+        return clone(gone)
+
+    def _has_dependents(self, uid: str) -> bool:
+        return any(
+            any(ref.get("uid") == uid for ref in (o["metadata"].get("ownerReferences") or []))
+            for objs in self._objects.values()
+            for o in objs.values()
+        )
+
+    def dependents(self, uid: str) -> list[tuple[str, dict]]:
+        """(resource, object) pairs whose ownerReferences name ``uid``."""
+        with self._lock:
+            return [
+                (resource, clone(o))
+                for resource, objs in self._objects.items()
+                for o in objs.values()
+                if any(ref.get("uid") == uid for ref in (o["metadata"].get("ownerReferences") or []))
+            ]
+
+    def exists_uid(self, uid: str) -> bool:
+        """Whether any stored object has this uid."""
+        with self._lock:
+            return any(o["metadata"]["uid"] == uid for objs in self._objects.values() for o in objs.values())
+
+    def _orphan_dependents(self, uid: str) -> None:
+        for resource, objs in self._objects.items():
+            for key, o in list(objs.items()):
+                refs = o["metadata"].get("ownerReferences") or []
+                if any(ref.get("uid") == uid for ref in refs):
+                    new = clone(o)
+                    kept = [ref for ref in refs if ref.get("uid") != uid]
+                    if kept:
+                        new["metadata"]["ownerReferences"] = kept
+                    else:
+                        new["metadata"].pop("ownerReferences", None)
+                    new["metadata"]["resourceVersion"] = self._next_rv()
+                    objs[key] = new
+                    self._emit("MODIFIED", resource, new, o)
+
+    def delete_collection(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+    ) -> list[dict]:
+        """Delete every matching object; returns them as the delete calls left them."""
+        out = []
+        with self._lock:
+            for obj in self.list(resource, namespace, label_selector, field_selector):
+                try:
+                    out.append(
+                        self.delete(
+                            resource,
+                            obj["metadata"]["name"],
+                            obj["metadata"].get("namespace"),
+                            grace_period_seconds,
+                            propagation_policy,
+                        )
+                    )
+                except ApiError as exc:
+                    if exc.code != 404:
+                        raise
+        return out
+
+
+# ====================================================================== defaults and validation (pure)
+
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def _random_suffix(n: int = 5) -> str:
+    return "".join(random.choice(_SUFFIX_ALPHABET) for _ in range(n))
+
+
+def _spec_of(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def default_pull_policy(image: str) -> str:
+    """IfNotPresent for a pinned tag or digest, Always for ``:latest`` or no tag."""
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else "latest"
+    return "Always" if tag == "latest" else "IfNotPresent"
+
+
+def _default_container(c: dict) -> None:
+    if not isinstance(c, dict):
+        return
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    if isinstance(c.get("image"), str) and c["image"]:
+        c.setdefault("imagePullPolicy", default_pull_policy(c["image"]))
+    resources = c.setdefault("resources", {})
+    if isinstance(resources, dict) and resources.get("limits"):
+        requests = resources.setdefault("requests", {})
+        for k, v in resources["limits"].items():
+            requests.setdefault(k, v)
+    for p in c.get("ports") or []:
+        if isinstance(p, dict):
+            p.setdefault("protocol", "TCP")
+    for e in c.get("env") or []:
+        ref = (e.get("valueFrom") or {}).get("fieldRef") if isinstance(e, dict) else None
+        if isinstance(ref, dict):
+            ref.setdefault("apiVersion", "v1")
+
+
+def default_pod_spec(spec: dict) -> dict:
+    """SetDefaults for a PodSpec (also applied to pod templates)."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        _default_container(c)
+    return spec
+
+
+_NOT_READY_TOLERATIONS = [
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+]
+
+
+def qos_class(spec: dict) -> str:
+    """Guaranteed, Burstable or BestEffort from the cpu/memory requests and limits."""
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    any_set, guaranteed = False, True
+    for c in containers:
+        res = c.get("resources") or {} if isinstance(c, dict) else {}
+        req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}
+        lim = {k: v for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
+        if req or lim:
+            any_set = True
+        if set(lim) != {"cpu", "memory"} or any(str(req.get(k, lim[k])) != str(lim[k]) for k in lim):
+            guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def prepare_for_create(rtype: ResourceType, obj: dict) -> dict:
+    """Defaults and status reset the server applies on create."""
+    spec = obj.get("spec")
+    if rtype.plural == "pods":
+        spec = obj.setdefault("spec", {}) if not isinstance(spec, dict) else spec
+        default_pod_spec(spec)
+        spec.setdefault("enableServiceLinks", True)
+        spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        spec.setdefault("priority", 0)
+        spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
+        spec.setdefault("serviceAccount", spec["serviceAccountName"])
+        tolerations = spec.setdefault("tolerations", [])
+        if isinstance(tolerations, list):
+            for t in _NOT_READY_TOLERATIONS:
+                if not any(isinstance(x, dict) and x.get("key") == t["key"] for x in tolerations):
+                    tolerations.append(dict(t))
+        obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
+    elif rtype.plural == "jobs":
+        spec = obj.setdefault("spec", {}) if not isinstance(spec, dict) else spec
+        default_job_spec(spec, obj["metadata"])
+        obj["status"] = {}
+    elif rtype.plural == "mpijobs":
+        if isinstance(spec, dict):
+            default_mpijob_spec(spec)
+        obj.pop("status", None)
+    elif rtype.plural == "namespaces":
+        obj["spec"] = {"finalizers": ["kubernetes"]}
+        obj["status"] = {"phase": "Active"}
+        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"].get(
+            "name", ""
+        )
+    elif rtype.plural == "events":
+        obj.setdefault("count", 1) if "series" not in obj else None
+        obj.setdefault("type", "Normal")
+    return obj
+
+
+def prepare_for_update(rtype: ResourceType, new: dict, old: dict) -> dict:
+    """Defaults the server re-applies on update."""
+    spec = new.get("spec")
+    if rtype.plural == "pods" and isinstance(spec, dict):
+        default_pod_spec(spec)
+    elif rtype.plural == "jobs" and isinstance(spec, dict):
+        template = spec.get("template")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            default_pod_spec(template["spec"])
+    elif rtype.plural == "mpijobs" and isinstance(spec, dict):
+        default_mpijob_spec(spec)
+    elif rtype.plural == "namespaces":
+        new["spec"] = clone(old.get("spec") or {})
+        new["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = new["metadata"]["name"]
+    return new
+
+
+def default_job_spec(spec: dict, meta: dict) -> None:
+    """The batch/v1 Job defaults, generated selector and template labels."""
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+        spec["parallelism"] = 1
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault(
+        "podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+    )
+    spec.setdefault("manualSelector", False)
+    template = spec.setdefault("template", {})
+    if not isinstance(template, dict):
+        return
+    tmeta = template.setdefault("metadata", {})
+    tspec = template.get("spec")
+    if isinstance(tspec, dict):
+        default_pod_spec(tspec)
+    if not spec.get("manualSelector"):
+        uid, name = meta.get("uid", ""), meta.get("name", "")
+        spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+        labels = tmeta.setdefault("labels", {})
+        labels.update(
+            {
+                "batch.kubernetes.io/controller-uid": uid,
+                "batch.kubernetes.io/job-name": name,
+                "controller-uid": uid,
+                "job-name": name,
+            }
+        )
+
+
+def default_mpijob_spec(spec: dict) -> None:
+    """The kubeflow.org/v2beta1 MPIJob defaults."""
+    spec.setdefault("slotsPerWorker", 1)
+    run_policy = spec.setdefault("runPolicy", {})
+    if isinstance(run_policy, dict):
+        run_policy.setdefault("cleanPodPolicy", "None")
+        run_policy.setdefault("suspend", False)
+    spec.setdefault("launcherCreationPolicy", "AtStartup")
+    spec.setdefault("mpiImplementation", "OpenMPI")
+    spec.setdefault("sshAuthMountPath", "/root/.ssh")
+    spec.setdefault("runLauncherAsWorker", False)
+    for role, replica in (spec.get("mpiReplicaSpecs") or {}).items():
+        if isinstance(replica, dict):
+            replica.setdefault("replicas", 1 if role == "Launcher" else 0)
+            replica.setdefault("restartPolicy", "Never")
+
+
+# --- validation -------------------------------------------------------------------------------
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
+    "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+NAME_PART_MSG = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+    "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+
+
+def dns_label_errors(path: str, value: str) -> list[Cause]:
+    """RFC 1123 label rules (63 characters max)."""
+    out = []
+    if len(value) > 63:
+        out.append(errors.invalid_value(path, value, "must be no more than 63 characters"))
+    if not _DNS1123_LABEL.match(value):
+        out.append(errors.invalid_value(path, value, LABEL_MSG))
+    return out
+
+
+def dns_subdomain_errors(path: str, value: str) -> list[Cause]:
+    """RFC 1123 subdomain rules (253 characters max)."""
+    out = []
+    if len(value) > 253:
+        out.append(errors.invalid_value(path, value, "must be no more than 253 characters"))
+    if not _DNS1123_SUBDOMAIN.match(value):
+        out.append(errors.invalid_value(path, value, SUBDOMAIN_MSG))
+    return out
+
+
+def label_errors(path: str, labels: object) -> list[Cause]:
+    """Label keys must be qualified names, values at most 63 characters of the label alphabet."""
+    if labels is None:
+        return []
+    if not isinstance(labels, dict):
+        return [errors.invalid_value(path, str(labels), "must be a map of strings")]
+    out = []
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+            out.append(errors.invalid_value(path, key, "prefix part " + SUBDOMAIN_MSG))
+        if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+            detail = "name part must be no more than 63 characters" if len(name) > 63 else NAME_PART_MSG
+            out.append(errors.invalid_value(path, key, detail))
+        if not isinstance(value, str):
+            out.append(errors.invalid_value(path, str(value), "must be a string"))
+            continue
+        if len(value) > 63:
+            out.append(errors.invalid_value(path, value, "must be no more than 63 characters"))
+        if not _LABEL_VALUE.match(value):
+            out.append(errors.invalid_value(path, value, LABEL_VALUE_MSG))
+    return out
+
+
+def _meta_errors(rtype: ResourceType, meta: dict, path: str = "metadata") -> list[Cause]:
+    out: list[Cause] = []
+    name = meta.get("name")
+    if path == "metadata":
+        if not name:
+            if meta.get("generateName"):
+                pass
+            else:
+                out.append(errors.required("metadata.name", "name or generateName is required"))
+        elif rtype.plural == "namespaces":
+            out += dns_label_errors("metadata.name", name)
+        elif rtype.plural != "events":
+            out += dns_subdomain_errors("metadata.name", name)
+    out += label_errors(f"{path}.labels", meta.get("labels"))
+    annotations = meta.get("annotations")
+    if annotations is not None and (
+        not isinstance(annotations, dict) or any(not isinstance(v, str) for v in annotations.values())
+    ):
+        out.append(errors.invalid_value(f"{path}.annotations", str(annotations), "must be a map of strings"))
+    return out
+
+
+def _container_errors(path: str, containers: object, required: bool, seen: set[str]) -> list[Cause]:
+    if containers is None or containers == []:
+        return [errors.required(path)] if required else []
+    if not isinstance(containers, list):
+        return [errors.invalid_value(path, str(containers), "must be a list")]
+    out: list[Cause] = []
+    for i, c in enumerate(containers):
+        cpath = f"{path}[{i}]"
+        if not isinstance(c, dict):
+            out.append(errors.invalid_value(cpath, str(c), "must be an object"))
+            continue
+        name = c.get("name")
+        if not name:
+            out.append(errors.required(f"{cpath}.name"))
+        else:
+            out += dns_label_errors(f"{cpath}.name", name)
+            if name in seen:
+                out.append(Cause(f"{cpath}.name", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+            seen.add(name)
+        if not c.get("image"):
+            out.append(errors.required(f"{cpath}.image"))
+        policy = c.get("imagePullPolicy")
+        if policy is not None and policy not in ("Always", "IfNotPresent", "Never"):
+            out.append(
+                errors.not_supported(f"{cpath}.imagePullPolicy", policy, ["Always", "IfNotPresent", "Never"])
+            )
+        res = c.get("resources") or {}
+        for k, limit in (res.get("limits") or {}).items() if isinstance(res, dict) else ():
+            request = (res.get("requests") or {}).get(k)
+            if k == "nvidia.com/gpu" and request is not None and str(request) != str(limit):
+                out.append(
+                    errors.invalid_value(
+                        f"{cpath}.resources.requests[{k}]",
+                        str(request),
+                        f"must be equal to {k} limit of {limit}",
+                    )
+                )
+    return out
+
+
+def pod_spec_errors(
+    path: str, spec: object, allowed_restart: tuple[str, ...] = ("Always", "OnFailure", "Never")
+) -> list[Cause]:
+    """Required fields and enums of a PodSpec."""
+    if not isinstance(spec, dict):
+        return [errors.required(path)]
+    seen: set[str] = set()
+    out = _container_errors(f"{path}.containers", spec.get("containers"), True, seen)
+    out += _container_errors(f"{path}.initContainers", spec.get("initContainers"), False, seen)
+    policy = spec.get("restartPolicy")
+    if policy is None:
+        out.append(errors.required(f"{path}.restartPolicy"))
+    elif policy not in allowed_restart:
+        out.append(errors.not_supported(f"{path}.restartPolicy", policy, list(allowed_restart)))
+    grace = spec.get("terminationGracePeriodSeconds")
+    if isinstance(grace, int) and grace < 0:
+        out.append(
+            errors.invalid_value(
+                f"{path}.terminationGracePeriodSeconds", grace, "must be greater than or equal to 0"
+            )
+        )
+    dns = spec.get("dnsPolicy")
+    if dns not in (None, "ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"):
+        out.append(
+            errors.not_supported(
+                f"{path}.dnsPolicy", dns, ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"]
+            )
+        )
+    return out
+
+
+def _nonneg(path: str, value: object) -> list[Cause]:
+    if value is not None and (not isinstance(value, int) or value < 0):
+        return [errors.invalid_value(path, value, "must be greater than or equal to 0")]
+    return []
+
+
+def validate(rtype: ResourceType, obj: dict) -> list[Cause]:
+    """Field errors of an object about to be stored (empty when valid)."""
+    meta = obj.get("metadata") or {}
+    out = _meta_errors(rtype, meta)
+    spec = obj.get("spec")
+    if rtype.plural == "pods":
+        out += pod_spec_errors("spec", spec)
+    elif rtype.plural == "jobs":
+        if not isinstance(spec, dict):
+            return out + [errors.required("spec")]
+        template = spec.get("template") or {}
+        out += _meta_errors(rtype, template.get("metadata") or {}, "spec.template.metadata")
+        tspec = template.get("spec")
+        if not isinstance(tspec, dict):
+            out.append(errors.required("spec.template.spec"))
+        else:
+            out += pod_spec_errors("spec.template.spec", tspec, ("OnFailure", "Never"))
+        for f in (
+            "parallelism",
+            "completions",
+            "backoffLimit",
+            "activeDeadlineSeconds",
+            "ttlSecondsAfterFinished",
+        ):
+            out += _nonneg(f"spec.{f}", spec.get(f))
+        if spec.get("completionMode") not in ("NonIndexed", "Indexed"):
+            out.append(
+                errors.not_supported(
+                    "spec.completionMode", spec.get("completionMode"), ["NonIndexed", "Indexed"]
+                )
+            )
+        selector = (spec.get("selector") or {}).get("matchLabels") or {}
+        tlabels = (template.get("metadata") or {}).get("labels") or {}
+        if not spec.get("selector"):
+            out.append(errors.required("spec.selector"))
+        elif any(tlabels.get(k) != v for k, v in selector.items()):
+            out.append(
+                errors.invalid_value(
+                    "spec.template.metadata.labels",
+                    str(tlabels),
+                    "`selector` does not match template `labels`",
+                )
+            )
+    elif rtype.plural == "mpijobs":
+        if not isinstance(spec, dict):
+            return out + [errors.required("spec")]
+        replicas = spec.get("mpiReplicaSpecs")
+        if not isinstance(replicas, dict) or not replicas:
+            out.append(errors.required("spec.mpiReplicaSpecs"))
+        else:
+            for role, rs in replicas.items():
+                if role not in ("Launcher", "Worker"):
+                    out.append(
+                        errors.not_supported(f"spec.mpiReplicaSpecs[{role}]", role, ["Launcher", "Worker"])
+                    )
+                    continue
+                if not isinstance(rs, dict):
+                    continue
+                out += _nonneg(f"spec.mpiReplicaSpecs[{role}].replicas", rs.get("replicas"))
+                tspec = (rs.get("template") or {}).get("spec")
+                if tspec is not None:
+                    out += _container_errors(
+                        f"spec.mpiReplicaSpecs[{role}].template.spec.containers",
+                        tspec.get("containers"),
+                        True,
+                        set(),
+                    )
+            if "Launcher" not in replicas:
+                out.append(
+                    errors.required("spec.mpiReplicaSpecs[Launcher]", "must have Launcher replica spec")
+                )
+        impl = spec.get("mpiImplementation")
+        if impl not in ("OpenMPI", "Intel", "MPICH"):
+            out.append(errors.not_supported("spec.mpiImplementation", impl, ["OpenMPI", "Intel", "MPICH"]))
+        out += _nonneg("spec.slotsPerWorker", spec.get("slotsPerWorker"))
+    elif rtype.plural == "configmaps":
+        for key in ("data", "binaryData"):
+            data = obj.get(key)
+            if data is not None and not isinstance(data, dict):
+                out.append(errors.invalid_value(key, str(data), "must be a map"))
+    elif rtype.plural == "events":
+        if not isinstance(obj.get("involvedObject"), dict):
+            out.append(errors.required("involvedObject"))
+    return out
+
+
+def validate_update(rtype: ResourceType, new: dict, old: dict) -> list[Cause]:
+    """Immutability rules checked on update."""
+    out: list[Cause] = []
+    if rtype.plural == "pods":
+        allowed = clone(new.get("spec") or {})
+        before = clone(old.get("spec") or {})
+        # Only images, activeDeadlineSeconds, added tolerations and removed scheduling gates may change.
+        for spec in (allowed, before):
+            for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+                if isinstance(c, dict):
+                    c.pop("image", None)
+            for k in ("activeDeadlineSeconds", "tolerations", "schedulingGates", "nodeName"):
+                spec.pop(k, None)
+        if allowed != before:
+            out.append(
+                errors.forbidden(
+                    "spec",
+                    "pod updates may not change fields other than `spec.containers[*].image`,"
+                    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                    "(allow it to be set to 1 if it was previously negative)",
+                )
+            )
+        if (old.get("spec") or {}).get("nodeName") and (new.get("spec") or {}).get("nodeName") != old["spec"][
+            "nodeName"
+        ]:
+            out.append(errors.forbidden("spec.nodeName", "field is immutable"))
+    elif rtype.plural == "jobs":
+        nspec, ospec = new.get("spec") or {}, old.get("spec") or {}
+        if nspec.get("selector") != ospec.get("selector"):
+            out.append(
+                errors.invalid_value("spec.selector", str(nspec.get("selector")), "field is immutable")
+            )
+        if nspec.get("completions") != ospec.get("completions") and nspec.get("completionMode") != "Indexed":
+            out.append(
+                errors.invalid_value("spec.completions", nspec.get("completions"), "field is immutable")
+            )
+        if nspec.get("completionMode") != ospec.get("completionMode"):
+            out.append(
+                errors.invalid_value("spec.completionMode", nspec.get("completionMode"), "field is immutable")
+            )
+        if nspec.get("template") != ospec.get("template") and not (
+            nspec.get("suspend") or ospec.get("suspend")
+        ):
+            out.append(errors.invalid_value("spec.template", "...", "field is immutable"))
+    return out

@@ -1,0 +1,371 @@
+"""The simulated MPI operator: objects it builds (pure) and MPIJob lifecycles in a running cluster."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_jobs_plugin.sim.cluster import SimCluster
+from airflow_jobs_plugin.sim.config import ClusterConfig
+from airflow_jobs_plugin.sim.controllers.mpi import (
+    Create,
+    SuspendLauncher,
+    launcher_job,
+    plan_mpijob,
+    worker_pod,
+)
+from airflow_jobs_plugin.sim.scenarios import ANNOTATION
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def mpijob(
+    name: str = "train",
+    workers: int = 2,
+    launcher_scenario: dict | None = None,
+    worker_scenario: dict | None = None,
+    init: bool = False,
+    **run_policy,
+) -> dict:
+    def template(scenario: dict | None, containers: list[dict]) -> dict:
+        meta = {"labels": {"team": "vision"}}
+        if scenario is not None:
+            meta["annotations"] = {ANNOTATION: json.dumps(scenario)}
+        return {"metadata": meta, "spec": {"containers": containers}}
+
+    launcher = template(
+        launcher_scenario,
+        [{"name": "main", "image": "mpi-launcher:1.0", "command": ["mpirun", "python", "train.py"]}],
+    )
+    if init:
+        launcher["spec"]["initContainers"] = [{"name": "wait-for-workers", "image": "busybox:1.36"}]
+    worker_containers = [
+        {"name": "main", "image": "mpi-trainer:1.0", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+    ]
+    policy = {"cleanPodPolicy": "Running", **run_policy}
+    spec = {
+        "slotsPerWorker": 2,
+        "runPolicy": policy,
+        "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": launcher},
+            "Worker": {"replicas": workers, "template": template(worker_scenario, worker_containers)},
+        },
+    }
+    if "launcherCreationPolicy" in run_policy:
+        spec["launcherCreationPolicy"] = policy.pop("launcherCreationPolicy")
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name, "namespace": "default", "uid": "mpi-uid"},
+        "spec": spec,
+    }
+
+
+def test_worker_pods_are_named_labelled_and_owned_like_the_operators():
+    pod = worker_pod(mpijob(), 1)
+    meta = pod["metadata"]
+    assert meta["name"] == "train-worker-1"
+    assert meta["labels"] == {
+        "team": "vision",
+        "training.kubeflow.org/operator-name": "mpi-operator",
+        "training.kubeflow.org/job-name": "train",
+        "training.kubeflow.org/job-role": "worker",
+        "training.kubeflow.org/replica-index": "1",
+    }
+    ref = meta["ownerReferences"][0]
+    assert (ref["kind"], ref["apiVersion"], ref["controller"], ref["blockOwnerDeletion"]) == (
+        "MPIJob",
+        "kubeflow.org/v2beta1",
+        True,
+        True,
+    )
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"], pod["spec"]["restartPolicy"]) == (
+        "train-worker-1",
+        "train",
+        "Never",
+    )
+
+
+def test_the_launcher_job_carries_the_run_policy_and_the_launcher_labels():
+    job = launcher_job(mpijob(backoffLimit=2, activeDeadlineSeconds=600), suspend=True)
+    assert job["metadata"]["name"] == "train-launcher"
+    assert (
+        job["spec"]["backoffLimit"] == 2
+        and job["spec"]["activeDeadlineSeconds"] == 600
+        and job["spec"]["suspend"]
+    )
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert labels["training.kubeflow.org/job-role"] == "launcher" and labels["team"] == "vision"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+
+
+def test_a_new_mpijob_gets_created_condition_workers_config_and_launcher():
+    plan = plan_mpijob(mpijob(), [], None, T0, config_exists=False)
+    created = [(a.resource, a.obj["metadata"]["name"]) for a in plan.actions if isinstance(a, Create)]
+    assert created == [
+        ("configmaps", "train-config"),
+        ("pods", "train-worker-0"),
+        ("pods", "train-worker-1"),
+        ("jobs", "train-launcher"),
+    ]
+    cond = plan.status["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
+        "Created",
+        "True",
+        "MPIJobCreated",
+        "MPIJob default/train is created.",
+    )
+    config = next(a.obj for a in plan.actions if isinstance(a, Create) and a.resource == "configmaps")
+    assert (
+        config["data"]["hostfile"]
+        == "train-worker-0.train.default.svc slots=2\ntrain-worker-1.train.default.svc slots=2\n"
+    )
+
+
+def test_a_suspended_mpijob_has_no_workers_and_a_suspended_launcher():
+    plan = plan_mpijob(mpijob(suspend=True), [], None, T0)
+    created = [a.obj for a in plan.actions if isinstance(a, Create)]
+    assert [o["kind"] for o in created] == ["Job"] and created[0]["spec"]["suspend"] is True
+    suspended = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
+    assert (suspended["status"], suspended["reason"]) == ("True", "MPIJobSuspended")
+
+
+def test_resuming_unsuspends_the_launcher_job():
+    first = plan_mpijob(mpijob(suspend=True), [], None, T0)
+    launcher = {**next(a.obj for a in first.actions if isinstance(a, Create)), "status": {}}
+    launcher["metadata"] = {**launcher["metadata"], "uid": "launcher-uid"}
+    resumed = plan_mpijob({**mpijob(), "status": first.status}, [], launcher, T0)
+    assert SuspendLauncher("train-launcher", False) in resumed.actions
+    cond = next(c for c in resumed.status["conditions"] if c["type"] == "Suspended")
+    assert (cond["status"], cond["reason"]) == ("False", "MPIJobResumed")
+
+
+def test_with_wait_for_workers_ready_the_launcher_waits_for_ready_workers():
+    job = mpijob(launcherCreationPolicy="WaitForWorkersReady")
+    plan = plan_mpijob(job, [], None, T0)
+    assert "Job" not in [a.obj["kind"] for a in plan.actions if isinstance(a, Create)]
+    ready = []
+    for i in range(2):
+        pod = worker_pod(job, i)
+        pod["metadata"]["uid"] = f"w{i}"
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        ready.append(pod)
+    plan = plan_mpijob(job, ready, None, T0)
+    assert [a.obj["kind"] for a in plan.actions if isinstance(a, Create)] == ["Job"]
+
+
+# ----------------------------------------------------------------------------- through the cluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as c:
+        yield c
+
+
+@pytest.fixture
+def ns(cluster):
+    name = f"mpi-{uuid.uuid4().hex[:6]}"
+    cluster.store.create("namespaces", {"metadata": {"name": name}})
+    return name
+
+
+def wait_for(check, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.02)
+    raise AssertionError(f"condition not reached within {timeout}s")
+
+
+def kubectl_status(status: dict) -> str:
+    """The STATUS column kubectl prints, for the cases these tests reach."""
+    inits = status.get("initContainerStatuses") or []
+    for i, c in enumerate(inits):
+        term = c["state"].get("terminated")
+        if term and term.get("exitCode") == 0:
+            continue
+        waiting = c["state"].get("waiting")
+        if term:
+            return f"Init:{term.get('reason') or 'Error'}"
+        if waiting and waiting.get("reason") not in (None, "PodInitializing"):
+            return f"Init:{waiting['reason']}"
+        return f"Init:{i}/{len(inits)}"
+    for c in status.get("containerStatuses") or []:
+        state = c["state"]
+        if "waiting" in state:
+            return state["waiting"]["reason"]
+        if "terminated" in state:
+            return state["terminated"]["reason"]
+    return status.get("phase") or "Pending"
+
+
+class PodHistory:
+    def __init__(self, cluster, ns: str, prefix: str):
+        self.seen: list[str] = []
+        self._lock = threading.Lock()
+
+        def on_event(event_type, resource, obj):
+            meta = obj["metadata"]
+            if (
+                resource == "pods"
+                and meta.get("namespace") == ns
+                and meta["name"].startswith(prefix)
+                and obj.get("status")
+            ):
+                word = kubectl_status(obj["status"])
+                with self._lock:
+                    if not self.seen or self.seen[-1] != word:
+                        self.seen.append(word)
+
+        self.close = cluster.store.subscribe(on_event)
+
+
+def condition(cluster, ns: str, name: str, type_: str) -> dict | None:
+    status = cluster.store.get("mpijobs", name, ns).get("status") or {}
+    c = next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+    return c if c and c["status"] == "True" else None
+
+
+def mpi_events(cluster, ns: str, name: str) -> list[str]:
+    return [
+        e["reason"] for e in cluster.store.list("events", namespace=ns) if e["involvedObject"]["name"] == name
+    ]
+
+
+def create(cluster, ns: str, body: dict) -> None:
+    body = json.loads(json.dumps(body))
+    body["metadata"] = {"name": body["metadata"]["name"]}
+    cluster.store.create("mpijobs", body, namespace=ns)
+
+
+def test_a_launcher_with_an_init_container_goes_through_init_then_the_mpijob_succeeds(cluster, ns):
+    history = PodHistory(cluster, ns, "train-launcher-")
+    try:
+        body = mpijob(init=True, launcher_scenario={"wait-for-workers": {"run": 2}, "main": {"run": 3}})
+        # An image no node has yet, so that the main container is pulled after the init container.
+        body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["image"] = (
+            f"mpi-launcher:{ns}"
+        )
+        create(cluster, ns, body)
+        done = wait_for(lambda: condition(cluster, ns, "train", "Succeeded"))
+    finally:
+        history.close()
+    assert (done["reason"], done["message"]) == (
+        "MPIJobSucceeded",
+        f"MPIJob {ns}/train successfully completed.",
+    )
+    seen = history.seen
+    order = [seen.index(s) for s in ("Init:0/1", "PodInitializing", "Running", "Completed")]
+    assert order == sorted(order), seen
+    status = cluster.store.get("mpijobs", "train", ns)["status"]
+    assert status["replicaStatuses"]["Launcher"] == {"succeeded": 1}
+    assert status["startTime"] and status["completionTime"]
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert running["status"] == "False"  # a finished MPIJob is no longer running
+    reasons = mpi_events(cluster, ns, "train")
+    assert reasons[:1] == ["MPIJobCreated"] and "MPIJobRunning" in reasons and "MPIJobSucceeded" in reasons
+    launcher = cluster.store.get("jobs", "train-launcher", ns)
+    assert launcher["metadata"]["labels"]["training.kubeflow.org/job-role"] == "launcher"
+    assert launcher["metadata"]["ownerReferences"][0]["name"] == "train"
+    # cleanPodPolicy Running: the workers, still running their sshd, are removed.
+    wait_for(
+        lambda: (
+            not cluster.store.list(
+                "pods", namespace=ns, label_selector="training.kubeflow.org/job-role=worker"
+            )
+        )
+    )
+
+
+def test_a_failing_worker_fails_the_mpijob(cluster, ns):
+    create(
+        cluster,
+        ns,
+        mpijob(worker_scenario={"main": {"run": 2, "exit": 1}}, launcher_scenario={"main": {"run": None}}),
+    )
+    failed = wait_for(lambda: condition(cluster, ns, "train", "Failed"))
+    assert failed["reason"] == "MPIJobFailed" and "workers have failed" in failed["message"]
+    assert "MPIJobFailed" in mpi_events(cluster, ns, "train")
+    status = cluster.store.get("mpijobs", "train", ns)["status"]
+    assert status["completionTime"] and status["replicaStatuses"]["Worker"].get("failed", 0) >= 1
+
+
+def test_an_evicted_worker_fails_the_mpijob_with_reason_mpijobevicted(cluster, ns):
+    create(cluster, ns, mpijob(launcher_scenario={"main": {"run": None}}))
+    wait_for(lambda: condition(cluster, ns, "train", "Running"))
+    cluster.controllers.evict_pod(ns, "train-worker-0")
+    failed = wait_for(lambda: condition(cluster, ns, "train", "Failed"))
+    assert (failed["reason"], failed["message"]) == ("MPIJobEvicted", "1/2 workers are evicted")
+
+
+def test_a_failing_launcher_fails_the_mpijob_after_the_launcher_backoff_limit(cluster, ns):
+    create(cluster, ns, mpijob(backoffLimit=0, launcher_scenario={"main": {"run": 1, "exit": 2}}))
+    failed = wait_for(lambda: condition(cluster, ns, "train", "Failed"))
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert failed["message"] == "Job has reached the specified backoff limit"
+
+
+def test_a_suspended_mpijob_starts_nothing_until_resumed(cluster, ns):
+    create(cluster, ns, mpijob(suspend=True, launcher_scenario={"main": {"run": None}}))
+    wait_for(lambda: condition(cluster, ns, "train", "Suspended"))
+    assert cluster.store.list("pods", namespace=ns) == []
+    assert cluster.store.get("jobs", "train-launcher", ns)["spec"]["suspend"] is True
+    cluster.store.patch(
+        "mpijobs", "train", {"spec": {"runPolicy": {"suspend": False}}}, "merge", namespace=ns
+    )
+    wait_for(lambda: condition(cluster, ns, "train", "Running"))
+    resumed = next(
+        c
+        for c in cluster.store.get("mpijobs", "train", ns)["status"]["conditions"]
+        if c["type"] == "Suspended"
+    )
+    assert (resumed["status"], resumed["reason"]) == ("False", "MPIJobResumed")
+    cluster.store.patch("mpijobs", "train", {"spec": {"runPolicy": {"suspend": True}}}, "merge", namespace=ns)
+    wait_for(
+        lambda: condition(cluster, ns, "train", "Suspended") and not cluster.store.list("pods", namespace=ns)
+    )
+    assert cluster.store.get("jobs", "train-launcher", ns)["spec"]["suspend"] is True
+
+
+def test_with_wait_for_workers_ready_the_launcher_job_appears_after_the_workers_are_ready(cluster, ns):
+    order: list[str] = []
+
+    def on_event(event_type, resource, obj):
+        if obj["metadata"].get("namespace") != ns:
+            return
+        if resource == "jobs" and event_type == "ADDED":
+            order.append("launcher")
+        elif resource == "pods" and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in obj.get("status", {}).get("conditions") or []
+        ):
+            order.append(f"ready:{obj['metadata']['name']}")
+
+    close = cluster.store.subscribe(on_event)
+    try:
+        create(
+            cluster,
+            ns,
+            mpijob(launcherCreationPolicy="WaitForWorkersReady", launcher_scenario={"main": {"run": 1}}),
+        )
+        wait_for(lambda: condition(cluster, ns, "train", "Succeeded"))
+    finally:
+        close()
+    first_launcher = order.index("launcher")
+    assert {"ready:train-worker-0", "ready:train-worker-1"} <= set(order[:first_launcher])
+
+
+def test_a_finished_mpijob_is_deleted_after_its_ttl(cluster, ns):
+    create(cluster, ns, mpijob(ttlSecondsAfterFinished=5, launcher_scenario={"main": {"run": 1}}))
+    wait_for(lambda: not cluster.store.list("mpijobs", namespace=ns))
+    wait_for(
+        lambda: not cluster.store.list("jobs", namespace=ns) and not cluster.store.list("pods", namespace=ns)
+    )
