@@ -337,6 +337,7 @@ class KubeClient:
         *,
         resource_version: str | None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         timeout_seconds: int = 300,
     ) -> AsyncIterator[dict]:
         """Watch events as dicts (``type``, ``object``). A 410 arrives as an ``ERROR`` event."""
@@ -345,6 +346,7 @@ class KubeClient:
             ("allowWatchBookmarks", "true"),
             ("resourceVersion", resource_version),
             ("labelSelector", label_selector),
+            ("fieldSelector", field_selector),
             ("timeoutSeconds", timeout_seconds),
         ]
         async for line in self.stream(

@@ -30,6 +30,36 @@ MANAGED_SELECTOR = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
 WATCHED: tuple[Resource, ...] = (JOBS, MPIJOBS, PODS)
 
 
+@dataclass(frozen=True)
+class Scope:
+    """Which objects a shared watch follows. The product's own jobs and pods share one scope per
+    namespace; a sensor waiting for a job submitted by something else gets a scope of its own."""
+
+    job_labels: str | None = MANAGED_SELECTOR
+    job_fields: str | None = None
+    pod_labels: str | None = MANAGED_SELECTOR
+
+    def selectors(self, resource: Resource) -> tuple[str | None, str | None]:
+        if resource is PODS:
+            return self.pod_labels, None
+        return self.job_labels, self.job_fields
+
+    @classmethod
+    def for_job(cls, name: str, kind: str = "Job") -> Scope:
+        """Exactly one job, whoever created it, and the pods its controller made: a Job's pods carry
+        the Job controller's job-name label, an MPIJob's launcher and workers the kubeflow label."""
+        pod_key = labels.MPI_JOB_NAME if kind == "MPIJob" else labels.LEGACY_JOB_NAME
+        return cls(job_labels=None, job_fields=f"metadata.name={name}", pod_labels=f"{pod_key}={name}")
+
+    @classmethod
+    def for_labels(cls, selector: str) -> Scope:
+        """Jobs matching a label selector; their pods are expected to carry the same labels."""
+        return cls(job_labels=selector, job_fields=None, pod_labels=selector)
+
+
+PRODUCT = Scope()
+
+
 def job_key(obj: Mapping[str, Any]) -> str | None:
     """The name of the product job an object belongs to: the job itself, or the Job/MPIJob owning a pod.
 
@@ -48,7 +78,7 @@ def job_key(obj: Mapping[str, Any]) -> str | None:
     )
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: subscriptions live in sets
 class Subscription:
     """A waiter for changes to one job (its object or any of its pods)."""
 
@@ -80,14 +110,14 @@ class SharedWatch:
         namespace: str,
         *,
         resources: Iterable[Resource] = WATCHED,
-        label_selector: str = MANAGED_SELECTOR,
+        scope: Scope = PRODUCT,
         watch_timeout: int = 300,
         max_backoff: float = 30.0,
     ):
         self.client = client
         self.namespace = namespace
         self.resources = tuple(resources)
-        self.label_selector = label_selector
+        self.scope = scope
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
         self._cache: dict[str, dict[str, dict]] = {r.plural: {} for r in self.resources}
@@ -172,6 +202,7 @@ class SharedWatch:
         rv: str | None = None
         failures = 0
         while True:
+            label_selector, field_selector = self.scope.selectors(resource)
             try:
                 if rv is None:
                     rv = await self._relist(resource)
@@ -179,7 +210,8 @@ class SharedWatch:
                     resource,
                     self.namespace,
                     resource_version=rv,
-                    label_selector=self.label_selector,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
                     timeout_seconds=self.watch_timeout,
                 ):
                     etype = event.get("type")
@@ -218,7 +250,10 @@ class SharedWatch:
                 await asyncio.sleep(min(self.max_backoff, 0.2 * 2**failures))
 
     async def _relist(self, resource: Resource) -> str:
-        listing = await self.client.list(resource, self.namespace, label_selector=self.label_selector)
+        label_selector, field_selector = self.scope.selectors(resource)
+        listing = await self.client.list(
+            resource, self.namespace, label_selector=label_selector, field_selector=field_selector
+        )
         self.relists += 1
         kind = resource.kind
         fresh = {}
@@ -271,7 +306,7 @@ class _Entry:
 
 
 _CLIENTS: dict[tuple[int, str], asyncio.Future] = {}
-_WATCHES: dict[tuple[int, str, str], _Entry] = {}
+_WATCHES: dict[tuple[int, str, str, Scope], _Entry] = {}
 LINGER_SECONDS = 60.0
 
 
@@ -292,13 +327,13 @@ async def client_for(conn_id: str = DEFAULT_CONN_ID) -> KubeClient:
     return await asyncio.shield(fut)
 
 
-async def acquire(conn_id: str, namespace: str) -> SharedWatch:
+async def acquire(conn_id: str, namespace: str, scope: Scope = PRODUCT) -> SharedWatch:
     """Join (or start) the shared watch of ``namespace``; pair with :func:`release`."""
     loop = asyncio.get_running_loop()
-    key = (id(loop), conn_id, namespace)
+    key = (id(loop), conn_id, namespace, scope)
     entry = _WATCHES.get(key)
     if entry is None:
-        entry = _Entry(SharedWatch(await client_for(conn_id), namespace))
+        entry = _Entry(SharedWatch(await client_for(conn_id), namespace, scope=scope))
         entry = _WATCHES.setdefault(key, entry)
         entry.watch.start()
     if entry.linger is not None:
@@ -308,10 +343,10 @@ async def acquire(conn_id: str, namespace: str) -> SharedWatch:
     return entry.watch
 
 
-def release(conn_id: str, namespace: str) -> None:
+def release(conn_id: str, namespace: str, scope: Scope = PRODUCT) -> None:
     """Leave the shared watch; the last one out stops it after a grace period (triggers come and go)."""
     loop = asyncio.get_running_loop()
-    key = (id(loop), conn_id, namespace)
+    key = (id(loop), conn_id, namespace, scope)
     entry = _WATCHES.get(key)
     if entry is None:
         return

@@ -1,0 +1,87 @@
+"""Live container logs into the task log, each line prefixed by its replica: ``[launcher]``, ``[worker-1]``.
+
+One follow stream per container instance (pod uid, container, restart); a stream that breaks while the
+container still runs resumes and skips the lines already shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Iterable
+
+from airflow_jobs_plugin.kube import KubeClient, KubeError
+from airflow_jobs_plugin.lifecycle import JobSnapshot
+
+
+def _started_containers(pod: dict) -> Iterable[tuple[str, int, bool]]:
+    """(container, restart count, still running) for every container that has produced output."""
+    status = pod.get("status") or {}
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        state = cs.get("state") or {}
+        if "running" in state or "terminated" in state:
+            yield cs["name"], int(cs.get("restartCount") or 0), "running" in state
+
+
+class LogStreamer:
+    def __init__(self, client: KubeClient, namespace: str, log: logging.Logger, tail: deque[str]):
+        self.client = client
+        self.namespace = namespace
+        self.log = log
+        self.tail = tail
+        self._tasks: dict[tuple[str, str, int], asyncio.Task] = {}
+
+    def follow(self, snap: JobSnapshot, pods: Iterable[dict]) -> None:
+        """Start following every container that started and is not followed yet."""
+        prefixes = {
+            r.pod: f"{r.role}-{r.index}" if r.role != "launcher" else "launcher" for r in snap.replicas
+        }
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            name = meta.get("name")
+            prefix = prefixes.get(name)
+            if prefix is None:
+                continue
+            main = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
+            for container, restart, _running in _started_containers(pod):
+                key = (meta.get("uid") or name, container, restart)
+                if key in self._tasks:
+                    continue
+                label = prefix if container == main else f"{prefix}/{container}"
+                self._tasks[key] = asyncio.create_task(self._follow(name, container, label))
+
+    async def _follow(self, pod: str, container: str, label: str) -> None:
+        shown = 0
+        for _ in range(5):  # a broken stream resumes; a container that ended closes it for good
+            seen = 0
+            try:
+                async for line in self.client.follow_log(self.namespace, pod, container=container):
+                    seen += 1
+                    if seen <= shown:
+                        continue
+                    shown = seen
+                    text = f"[{label}] {line}"
+                    self.tail.append(text)
+                    self.log.info("%s", text)
+            except KubeError as exc:
+                if exc.not_found or exc.status == 400:  # pod gone or container not started yet
+                    return
+                await asyncio.sleep(1)
+                continue
+            return
+
+    async def drain(self, timeout: float) -> None:
+        """Let the streams of finished containers deliver their last lines."""
+        pending = [t for t in self._tasks.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    async def close(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        for task in self._tasks.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()

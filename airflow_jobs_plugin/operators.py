@@ -1,0 +1,290 @@
+"""JobOperator: a GPU training job on Kubernetes as one deferrable Airflow task."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.exceptions import AirflowException
+from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import spec as spec_defaults
+from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.lifecycle import snapshot
+from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.outcome import failure_message, is_fatal, summary
+from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, validate
+from airflow_jobs_plugin.triggers import JobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+STATE_KEY = "airflow_jobs_plugin.job"
+
+# Operator arguments that describe the job itself (validated together into a JobSpec).
+SPEC_ARGS = (
+    "image",
+    "command",
+    "args",
+    "env",
+    "gpus",
+    "workers",
+    "cpu",
+    "memory",
+    "node_selector",
+    "tolerations",
+    "volumes",
+    "volume_mounts",
+    "group",
+    "user",
+    "namespace",
+    "backoff_limit",
+    "max_attempts",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retryable_exit_codes",
+    "fatal_exit_codes",
+    "queue_timeout",
+    "schedule_timeout",
+    "requeue_limit",
+    "requeue_backoff",
+    "requeue_backoff_max",
+    "active_deadline",
+    "ttl_after_finished",
+    "job_labels",
+    "job_annotations",
+    "priority",
+    "launcher_gpus",
+    "launcher_cpu",
+    "launcher_memory",
+    "worker_command",
+    "wait_for_workers",
+    "launcher_creation_policy",
+    "mpi_implementation",
+    "init_containers",
+    "image_pull_policy",
+    "image_pull_secrets",
+    "service_account",
+)
+
+
+class JobLink(BaseOperatorLink):
+    """Operator extra link from the task to its job's page in the GPU Jobs view."""
+
+    name = "GPU Job"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        return f"/airflow-jobs/jobs/{ti_key.dag_id}/{ti_key.task_id}/{ti_key.run_id}?map_index={ti_key.map_index}"
+
+
+class JobOperator(BaseOperator):
+    """Run a GPU job on Kubernetes and wait for it on the triggerer.
+
+    ``workers=1`` submits a ``batch/v1`` Job; ``workers>1`` a kubeflow ``MPIJob`` with one launcher and
+    that many workers. The job waits for its group's GPU quota, runs, streams its logs into this task's
+    log, retries retryable failures with a back-off, and fails with the state, reason, exit codes and last
+    log lines. Invalid arguments fail when the DAG is parsed, naming the argument.
+
+    Example::
+
+        train = JobOperator(
+            task_id="train",
+            image="ghcr.io/acme/trainer:{{ ds_nodash }}",
+            command=["python", "train.py", "--epochs", "10"],
+            gpus=4,
+            workers=2,
+            group="vision",
+            env={"DATA": "/project/vision/data"},
+            max_attempts=3,
+        )
+    """
+
+    template_fields: Sequence[str] = ("image", "command", "args", "env", "job_labels", "job_annotations")
+    template_fields_renderers = {"env": "json", "command": "py", "args": "py"}
+    operator_extra_links = (JobLink(),)
+    ui_color = "#7fb2e5"
+
+    def __init__(
+        self,
+        *,
+        image: str,
+        command: Sequence[str] | str | None = None,
+        args: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        gpus: int = 0,
+        workers: int = 1,
+        cpu: str | None = None,
+        memory: str | None = None,
+        node_selector: Mapping[str, str] | None = None,
+        tolerations: Sequence[Mapping[str, Any]] | None = None,
+        volumes: Sequence[Mapping[str, Any]] | None = None,
+        volume_mounts: Sequence[Mapping[str, Any]] | None = None,
+        group: str,
+        user: str | None = None,
+        namespace: str = "default",
+        kubernetes_conn_id: str = DEFAULT_CONN_ID,
+        backoff_limit: int = spec_defaults.DEFAULT_BACKOFF_LIMIT,
+        max_attempts: int = spec_defaults.DEFAULT_MAX_ATTEMPTS,
+        retry_backoff: timedelta = spec_defaults.DEFAULT_RETRY_BACKOFF,
+        retry_backoff_max: timedelta = spec_defaults.DEFAULT_RETRY_BACKOFF_MAX,
+        retryable_exit_codes: Sequence[int] = (),
+        fatal_exit_codes: Sequence[int] = (),
+        queue_timeout: timedelta | None = None,
+        schedule_timeout: timedelta = spec_defaults.DEFAULT_SCHEDULE_TIMEOUT,
+        requeue_limit: int = spec_defaults.DEFAULT_REQUEUE_LIMIT,
+        active_deadline: timedelta | None = spec_defaults.DEFAULT_ACTIVE_DEADLINE,
+        ttl_after_finished: timedelta | None = spec_defaults.DEFAULT_TTL_AFTER_FINISHED,
+        job_labels: Mapping[str, str] | None = None,
+        job_annotations: Mapping[str, str] | None = None,
+        priority: int | str = 0,
+        launcher_gpus: int = 0,
+        launcher_cpu: str | None = None,
+        launcher_memory: str | None = None,
+        worker_command: Sequence[str] | str | None = None,
+        wait_for_workers: bool = True,
+        launcher_creation_policy: str = "AtStartup",
+        mpi_implementation: str = "OpenMPI",
+        init_containers: Sequence[Mapping[str, Any]] | None = None,
+        image_pull_policy: str | None = None,
+        image_pull_secrets: Sequence[str] | None = None,
+        service_account: str | None = None,
+        requeue_backoff: timedelta = spec_defaults.DEFAULT_REQUEUE_BACKOFF,
+        requeue_backoff_max: timedelta = spec_defaults.DEFAULT_REQUEUE_BACKOFF_MAX,
+        stream_logs: bool = True,
+        quota_configmap: str | None = None,
+        quota_namespace: str | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        values = locals()
+        for arg in SPEC_ARGS:
+            setattr(self, arg, values[arg])
+        self.env = dict(env or {})
+        self.job_labels = dict(job_labels or {})
+        self.job_annotations = dict(job_annotations or {})
+        self.retryable_exit_codes = tuple(retryable_exit_codes)
+        self.fatal_exit_codes = tuple(fatal_exit_codes)
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.stream_logs = stream_logs
+        self.quota_configmap = quota_configmap
+        self.quota_namespace = quota_namespace
+        # Parse-time check: a bad argument fails the DAG import, naming the argument. Values that are
+        # still Jinja templates are checked again once rendered, in execute().
+        self._spec(templated=True)
+
+    # --- the spec ---
+
+    def _spec(self, *, templated: bool) -> JobSpec:
+        values = {arg: getattr(self, arg) for arg in SPEC_ARGS}
+        values["labels"] = values.pop("job_labels")
+        values["annotations"] = values.pop("job_annotations")
+        values["user"] = values["user"] or self.owner
+        return validate(**values, templated=templated)
+
+    # --- execute ---
+
+    def execute(self, context: Context) -> Any:
+        spec = self._spec(templated=False)
+        ti = context["ti"]
+        identity = TaskIdentity(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index if ti.map_index is not None else -1,
+            try_number=ti.try_number,
+        )
+        store = context.get("task_state_store")
+        name, kind = asyncio.run(self._submit(spec, identity, store))
+        self.defer(
+            trigger=JobTrigger(
+                job_name=name,
+                namespace=spec.namespace,
+                kind=kind,
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                max_attempts=spec.max_attempts,
+                retry_backoff=spec.retry_backoff.total_seconds(),
+                retry_backoff_max=spec.retry_backoff_max.total_seconds(),
+                retryable_exit_codes=list(spec.retryable_exit_codes),
+                fatal_exit_codes=list(spec.fatal_exit_codes),
+                stream_logs=self.stream_logs,
+                quota_configmap=self.quota_configmap,
+                quota_namespace=self.quota_namespace,
+                queue_timeout=spec.queue_timeout.total_seconds() if spec.queue_timeout else None,
+                schedule_timeout=spec.schedule_timeout.total_seconds() if spec.schedule_timeout else None,
+                requeue_limit=spec.requeue_limit,
+            ),
+            method_name="execute_complete",
+        )
+
+    async def _submit(self, spec: JobSpec, identity: TaskIdentity, store: Any) -> tuple[str, str]:
+        """Create the job suspended, or reattach to the live job of an earlier try. Never two."""
+        kind = "MPIJob" if spec.workers > 1 else "Job"
+        resource = MPIJOBS if kind == "MPIJob" else JOBS
+        client = await KubeClient.from_connection(self.kubernetes_conn_id)
+        try:
+            live = await self._live_job_of_task(client, resource, spec.namespace, identity)
+            if live is not None:
+                name = live["metadata"]["name"]
+                self.log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
+                if store is not None:
+                    store.set(STATE_KEY, {"name": name, "kind": kind, "namespace": spec.namespace})
+                return name, kind
+            name = identity.job_name(1)
+            # Remember the name before creating: a worker that dies right after the create leaves a
+            # record the retry finds (and the TASK_KEY label finds the job even without the record).
+            if store is not None:
+                store.set(STATE_KEY, {"name": name, "kind": kind, "namespace": spec.namespace})
+            body = build_manifest(
+                spec, name=name, task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+            )
+            try:
+                await client.create(resource, spec.namespace, body)
+                self.log.info("created %s %s/%s (suspended until admitted)", kind, spec.namespace, name)
+            except KubeError as exc:
+                if not exc.already_exists:
+                    raise AirflowException(f"creating {kind} {spec.namespace}/{name} failed: {exc}") from exc
+                self.log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
+            return name, kind
+        finally:
+            await client.close()
+
+    async def _live_job_of_task(
+        self, client: KubeClient, resource: Resource, namespace: str, identity: TaskIdentity
+    ) -> dict | None:
+        listing = await client.list(
+            resource, namespace, label_selector=f"{labels.TASK_KEY}={identity.instance_key()}"
+        )
+        live = []
+        for item in listing.get("items") or []:
+            item.setdefault("kind", resource.kind)
+            if (item.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            if not snapshot(item, [], (), now=datetime.now(timezone.utc)).state.is_terminal:
+                live.append(item)
+        live.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
+        return live[-1] if live else None
+
+    # --- completion ---
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") == "success":
+            result = summary(event)
+            self.log.info(
+                "%s %s succeeded after %d attempt(s); %.0f GPU-seconds",
+                result["kind"],
+                result["job_name"],
+                result["attempts"],
+                result["gpu_seconds"] or 0,
+            )
+            return result
+        message = failure_message(event)
+        if is_fatal(event):
+            raise AirflowFailException(message)
+        raise AirflowException(message)
+
+    def on_kill(self) -> None:
+        """Nothing runs on the worker while the job runs: the trigger's on_kill deletes the job."""

@@ -1,0 +1,132 @@
+"""JobSensor: wait for a GPU job that something else submitted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.exceptions import AirflowException
+from airflow.sdk import BaseSensorOperator
+
+from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, KubeClient
+from airflow_jobs_plugin.lifecycle import JobState, snapshot
+from airflow_jobs_plugin.outcome import failure_message
+from airflow_jobs_plugin.triggers import JobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class JobSensor(BaseSensorOperator):
+    """Wait until a job (by name, or the newest job matching labels) reaches a target state.
+
+    Deferrable by default: the waiting happens on the triggerer through the shared watch, not on a
+    worker. The task fails when the job reaches one of ``fail_states``.
+
+    Example::
+
+        wait = JobSensor(
+            task_id="wait_for_nightly_train",
+            job_name="nightly-train-a1",          # or labels={"team": "vision"}
+            kind="MPIJob",
+            target_states=["SUCCEEDED"],
+        )
+    """
+
+    template_fields: Sequence[str] = ("job_name", "labels")
+
+    def __init__(
+        self,
+        *,
+        job_name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        kind: str = "Job",
+        namespace: str = "default",
+        kubernetes_conn_id: str = DEFAULT_CONN_ID,
+        target_states: Sequence[str] = (JobState.SUCCEEDED.value,),
+        fail_states: Sequence[str] = (JobState.FAILED.value, JobState.CANCELLED.value),
+        deferrable: bool = True,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        if (job_name is None) == (not labels):
+            raise ValueError("JobSensor: give exactly one of job_name or labels")
+        if kind not in ("Job", "MPIJob"):
+            raise ValueError(f"kind: must be 'Job' or 'MPIJob', got {kind!r}")
+        known = {s.value for s in JobState}
+        for field, states in (("target_states", target_states), ("fail_states", fail_states)):
+            bad = [s for s in states if s not in known]
+            if bad:
+                raise ValueError(f"{field}: unknown state(s) {bad}; known: {sorted(known)}")
+        if set(target_states) & set(fail_states):
+            raise ValueError("target_states and fail_states must not overlap")
+        self.job_name = job_name
+        self.labels = dict(labels or {})
+        self.kind = kind
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.target_states = tuple(target_states)
+        self.fail_states = tuple(fail_states)
+        self.deferrable = deferrable
+
+    @property
+    def _selector(self) -> str | None:
+        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())) or None
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        self.defer(
+            trigger=JobTrigger(
+                job_name=self.job_name or "",
+                namespace=self.namespace,
+                kind=self.kind,
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                observe=True,
+                label_selector=self._selector,
+                target_states=list(self.target_states),
+                fail_states=list(self.fail_states),
+                stream_logs=False,
+            ),
+            method_name="execute_complete",
+            timeout=self.execution_timeout,
+        )
+
+    def poke(self, context: Context) -> bool:
+        """Non-deferrable mode: one read of the job per poke interval."""
+        import asyncio
+
+        return asyncio.run(self._poke())
+
+    async def _poke(self) -> bool:
+        resource = MPIJOBS if self.kind == "MPIJob" else JOBS
+        client = await KubeClient.from_connection(self.kubernetes_conn_id)
+        try:
+            if self.job_name:
+                job = await client.get_or_none(resource, self.namespace, self.job_name)
+            else:
+                items = (await client.list(resource, self.namespace, label_selector=self._selector))["items"]
+                items.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
+                job = items[-1] if items else None
+            if job is None:
+                return False
+            job.setdefault("kind", self.kind)
+            from airflow_jobs_plugin.kube import PODS
+            from airflow_jobs_plugin.labels import LEGACY_JOB_NAME, MPI_JOB_NAME
+
+            key = MPI_JOB_NAME if self.kind == "MPIJob" else LEGACY_JOB_NAME
+            pods = (
+                await client.list(PODS, self.namespace, label_selector=f"{key}={job['metadata']['name']}")
+            )["items"]
+            state = snapshot(job, pods, (), now=datetime.now(timezone.utc)).state.value
+        finally:
+            await client.close()
+        if state in self.fail_states:
+            raise AirflowException(f"{self.kind} {job['metadata']['name']} reached {state}")
+        return state in self.target_states
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            raise AirflowException(failure_message(event))
+        return {k: event.get(k) for k in ("job_name", "kind", "namespace", "state", "reason")}

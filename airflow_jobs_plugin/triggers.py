@@ -1,0 +1,401 @@
+"""JobTrigger: follows a GPU job on the triggerer, from the queue to its final state.
+
+Example (what :class:`~airflow_jobs_plugin.operators.JobOperator` defers to; DAG authors rarely build
+one themselves)::
+
+    self.defer(
+        trigger=JobTrigger(job_name="train-3f2a-1-1", namespace="ml", kind="MPIJob", max_attempts=3),
+        method_name="execute_complete",
+    )
+
+Everything the trigger knows comes from the cluster: its kwargs name the job and the retry rules, never a
+manifest or a credential (trigger kwargs are stored unencrypted). ``run()`` can start over at any
+moment (a triggerer restart rebuilds the trigger from ``serialize()``) and picks up where the cluster
+is: the latest attempt of the job, its admission, its pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_jobs_plugin import attempts, labels, tracking
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.lifecycle import Failure, JobSnapshot, JobState, classify_failure, snapshot
+from airflow_jobs_plugin.logstream import LogStreamer
+from airflow_jobs_plugin.spec import attempt_name
+
+
+def _resource(kind: str) -> Resource:
+    return MPIJOBS if kind == "MPIJob" else JOBS
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class JobTrigger(BaseTrigger):
+    """Wait for a job (a batch/v1 Job or a kubeflow MPIJob) through the process's shared watch.
+
+    Yields exactly one event: ``status`` is ``success`` or ``failed`` (with state, reason, exit codes,
+    the attempts and the last log lines), or ``error`` if the job vanished.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        namespace: str,
+        kind: str = "Job",
+        kubernetes_conn_id: str = DEFAULT_CONN_ID,
+        max_attempts: int = 1,
+        retry_backoff: float = 60.0,
+        retry_backoff_max: float = 1800.0,
+        retryable_exit_codes: list[int] | tuple[int, ...] = (),
+        fatal_exit_codes: list[int] | tuple[int, ...] = (),
+        stream_logs: bool = True,
+        log_tail_lines: int = 30,
+        recheck_interval: float = 60.0,
+        quota_configmap: str | None = None,
+        quota_namespace: str | None = None,
+        queue_timeout: float | None = None,
+        schedule_timeout: float | None = 180.0,
+        requeue_limit: int = 3,
+        observe: bool = False,
+        label_selector: str | None = None,
+        target_states: list[str] | tuple[str, ...] = (JobState.SUCCEEDED.value,),
+        fail_states: list[str] | tuple[str, ...] = (JobState.FAILED.value, JobState.CANCELLED.value),
+    ):
+        super().__init__()
+        if kind not in ("Job", "MPIJob"):
+            raise ValueError(f"kind: must be 'Job' or 'MPIJob', got {kind!r}")
+        self.job_name = job_name
+        self.namespace = namespace
+        self.kind = kind
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.max_attempts = max(1, int(max_attempts))
+        self.retry_backoff = float(retry_backoff)
+        self.retry_backoff_max = float(retry_backoff_max)
+        self.retryable_exit_codes = tuple(int(c) for c in retryable_exit_codes)
+        self.fatal_exit_codes = tuple(int(c) for c in fatal_exit_codes)
+        self.stream_logs = bool(stream_logs)
+        self.log_tail_lines = int(log_tail_lines)
+        self.recheck_interval = float(recheck_interval)
+        self.quota_configmap = quota_configmap
+        self.quota_namespace = quota_namespace
+        self.queue_timeout = queue_timeout
+        self.schedule_timeout = schedule_timeout
+        self.requeue_limit = int(requeue_limit)
+        # Observe mode (JobSensor): follow a job something else submitted; never admit, retry or delete.
+        self.observe = bool(observe)
+        self.label_selector = label_selector
+        self.target_states = tuple(JobState(s).value for s in target_states)
+        self.fail_states = tuple(JobState(s).value for s in fail_states)
+        if set(self.target_states) & set(self.fail_states):
+            raise ValueError("target_states and fail_states must not overlap")
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_name": self.job_name,
+                "namespace": self.namespace,
+                "kind": self.kind,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "max_attempts": self.max_attempts,
+                "retry_backoff": self.retry_backoff,
+                "retry_backoff_max": self.retry_backoff_max,
+                "retryable_exit_codes": list(self.retryable_exit_codes),
+                "fatal_exit_codes": list(self.fatal_exit_codes),
+                "stream_logs": self.stream_logs,
+                "log_tail_lines": self.log_tail_lines,
+                "recheck_interval": self.recheck_interval,
+                "quota_configmap": self.quota_configmap,
+                "quota_namespace": self.quota_namespace,
+                "queue_timeout": self.queue_timeout,
+                "schedule_timeout": self.schedule_timeout,
+                "requeue_limit": self.requeue_limit,
+                "observe": self.observe,
+                "label_selector": self.label_selector,
+                "target_states": list(self.target_states),
+                "fail_states": list(self.fail_states),
+            },
+        )
+
+    # --- the run loop ---
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.observe:
+            async for event in self._observe():
+                yield event
+            return
+        resource = _resource(self.kind)
+        watch = await shared.acquire(self.kubernetes_conn_id, self.namespace)
+        client = watch.client
+        admission = Admission.for_watch(
+            watch, quota_configmap=self.quota_configmap, quota_namespace=self.quota_namespace
+        )
+        tail: deque[str] = deque(maxlen=self.log_tail_lines)
+        streamer = LogStreamer(client, self.namespace, self.log, tail) if self.stream_logs else None
+        name = self.job_name
+        sub = watch.subscribe(name)
+        try:
+            await watch.wait_synced(timeout=60)
+            name = self._latest_attempt_name(watch, resource, name)
+            if name != sub.key:
+                watch.unsubscribe(sub)
+                sub = watch.subscribe(name)
+            seen: tuple | None = None
+            history: list[dict[str, Any]] = []
+            while True:
+                job = watch.get(resource, name) or await client.get_or_none(resource, self.namespace, name)
+                if job is None:
+                    self.log.error("job %s/%s no longer exists", self.namespace, name)
+                    yield TriggerEvent(
+                        {
+                            "status": "error",
+                            "job_name": name,
+                            "kind": self.kind,
+                            "namespace": self.namespace,
+                            "state": JobState.UNKNOWN.value,
+                            "reason": "JobDeleted",
+                            "message": f"{self.kind} {name} was deleted outside the task",
+                            "attempts": history,
+                            "log_tail": list(tail),
+                            "retryable": False,
+                        }
+                    )
+                    return
+                job.setdefault("kind", self.kind)
+                pods = watch.pods_of(name)
+                queue = await admission.ensure(job) if _suspended(job) else None
+                snap = snapshot(job, pods, (), queue=queue, now=_now())
+                if tracking.signature(snap) != seen:
+                    seen = tracking.signature(snap)
+                    self.log.info("%s %s: %s", self.kind, name, tracking.state_line(snap))
+                if streamer is not None:
+                    streamer.follow(snap, pods)
+                failure = _failure(snap, self.retryable_exit_codes, self.fatal_exit_codes)
+                attempt = attempts.attempt_of(job)
+                decision = tracking.decide(
+                    snap,
+                    failure,
+                    attempt=attempt,
+                    max_attempts=self.max_attempts,
+                    backoff=timedelta(seconds=self.retry_backoff),
+                    backoff_max=timedelta(seconds=self.retry_backoff_max),
+                )
+                if decision.step is tracking.Step.WAIT:
+                    await sub.wait(timeout=admission.wake_after(job, self.recheck_interval))
+                    continue
+                await admission.release(job)
+                history.append(_attempt_record(job, snap))
+                if decision.step is tracking.Step.RETRY:
+                    name = await self._submit_next_attempt(client, resource, job, attempt, decision.delay)
+                    self.log.warning(
+                        "attempt %d of %s failed (%s); attempt %d of %d starts after %s as %s",
+                        attempt,
+                        self.job_name,
+                        getattr(snap.reason, "value", snap.reason),
+                        attempt + 1,
+                        self.max_attempts,
+                        decision.delay,
+                        name,
+                    )
+                    watch.unsubscribe(sub)
+                    sub = watch.subscribe(name)
+                    seen = None
+                    continue
+                if streamer is not None:
+                    await streamer.drain(timeout=10)
+                status = "success" if snap.state is JobState.SUCCEEDED else "failed"
+                yield TriggerEvent(
+                    tracking.event_payload(
+                        snap,
+                        failure,
+                        status=status,
+                        job_name=name,
+                        kind=self.kind,
+                        namespace=self.namespace,
+                        attempts=history,
+                        log_tail=list(tail),
+                        retryable=decision.retryable,
+                    )
+                )
+                return
+        finally:
+            watch.unsubscribe(sub)
+            if streamer is not None:
+                await streamer.close()
+            shared.release(self.kubernetes_conn_id, self.namespace)
+
+    async def _observe(self) -> AsyncIterator[TriggerEvent]:
+        """JobSensor's wait: until the job (by name, or the newest matching the labels) reaches a target
+        or a fail state. A job that does not exist yet is waited for."""
+        resource = _resource(self.kind)
+        scope = (
+            shared.Scope.for_labels(self.label_selector)
+            if self.label_selector
+            else shared.Scope.for_job(self.job_name, self.kind)
+        )
+        watch = await shared.acquire(self.kubernetes_conn_id, self.namespace, scope)
+        subs: dict[str, shared.Subscription] = {}
+        wake = asyncio.Event()
+        remove = watch.add_listener(lambda *_: wake.set())
+        seen: tuple | None = None
+        try:
+            await watch.wait_synced(timeout=60)
+            while True:
+                job = self._observed_job(watch, resource)
+                if job is not None:
+                    name = job["metadata"]["name"]
+                    job.setdefault("kind", self.kind)
+                    snap = snapshot(job, watch.pods_of(name), (), now=_now())
+                    if tracking.signature(snap) != seen:
+                        seen = tracking.signature(snap)
+                        self.log.info("%s %s: %s", self.kind, name, tracking.state_line(snap))
+                    state = snap.state.value
+                    if state in self.target_states or state in self.fail_states:
+                        yield TriggerEvent(
+                            tracking.event_payload(
+                                snap,
+                                None,
+                                status="success" if state in self.target_states else "failed",
+                                job_name=name,
+                                kind=self.kind,
+                                namespace=self.namespace,
+                                attempts=[_attempt_record(job, snap)],
+                                log_tail=[],
+                                retryable=False,
+                            )
+                        )
+                        return
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self.recheck_interval)
+                wake.clear()
+        finally:
+            remove()
+            for sub in subs.values():
+                watch.unsubscribe(sub)
+            shared.release(self.kubernetes_conn_id, self.namespace, scope)
+
+    def _observed_job(self, watch: shared.SharedWatch, resource: Resource) -> dict | None:
+        if not self.label_selector:
+            return watch.get(resource, self.job_name)
+        jobs = watch.jobs(resource)
+        jobs.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
+        return jobs[-1] if jobs else None
+
+    def _latest_attempt_name(self, watch: shared.SharedWatch, resource: Resource, name: str) -> str:
+        """After a rebuild, the job in the kwargs may have been followed by later attempts."""
+        first = watch.get(resource, name)
+        if first is None:
+            return name
+        meta_labels = first["metadata"].get("labels") or {}
+        siblings = [
+            j
+            for j in watch.jobs(resource)
+            if (j["metadata"].get("labels") or {}).get(labels.TASK_KEY) == meta_labels.get(labels.TASK_KEY)
+            and (j["metadata"].get("labels") or {}).get(labels.TRY) == meta_labels.get(labels.TRY)
+        ]
+        latest = attempts.latest_attempt(siblings) or first
+        return latest["metadata"]["name"]
+
+    async def _submit_next_attempt(
+        self, client: KubeClient, resource: Resource, job: dict, attempt: int, delay: timedelta
+    ) -> str:
+        now = _now()
+        name = attempt_name(self.job_name, attempt + 1)
+        body = attempts.next_attempt(job, name=name, attempt=attempt + 1, not_before=now + delay, now=now)
+        try:
+            await client.create(resource, self.namespace, body)
+        except KubeError as exc:
+            if not exc.already_exists:  # a rebuilt trigger already submitted it: adopt
+                raise
+        return name
+
+    # --- user kill and teardown ---
+
+    async def on_kill(self) -> None:
+        """A user marked the task failed/success or cleared it: delete the job, free its quota."""
+        client = await shared.client_for(self.kubernetes_conn_id)
+        resource = _resource(self.kind)
+        job = await client.get_or_none(resource, self.namespace, self.job_name)
+        name = self.job_name
+        if job is not None:
+            meta_labels = job["metadata"].get("labels") or {}
+            listing = await client.list(
+                resource,
+                self.namespace,
+                label_selector=f"{labels.TASK_KEY}={meta_labels.get(labels.TASK_KEY)},"
+                f"{labels.TRY}={meta_labels.get(labels.TRY)}",
+            )
+            latest = attempts.latest_attempt(listing.get("items") or []) or job
+            name = latest["metadata"]["name"]
+            with contextlib.suppress(KubeError):
+                await client.merge_patch(
+                    resource,
+                    self.namespace,
+                    name,
+                    {
+                        "metadata": {
+                            "annotations": {labels.VERDICT: "Cancelled", labels.CANCELLED_BY: "airflow"}
+                        }
+                    },
+                )
+            await Admission.release_job(client, latest, self.quota_configmap, self.quota_namespace)
+        deleted = await client.delete(resource, self.namespace, name, propagation_policy="Background")
+        self.log.info(
+            "task killed by a user: %s %s/%s %s",
+            self.kind,
+            self.namespace,
+            name,
+            "deleted" if deleted else "already gone",
+        )
+
+    async def cleanup(self) -> None:
+        """Runs on every exit, including a triggerer restart: never touches the job."""
+
+
+def _failure(snap: JobSnapshot, retryable: tuple[int, ...], fatal: tuple[int, ...]) -> Failure | None:
+    """The failure class of a FAILED snapshot; None for other states and for product verdicts
+    (QueueTimeout, OverQuota, ...) that are not pod failures."""
+    if snap.state is not JobState.FAILED:
+        return None
+    try:
+        return classify_failure(snap, retryable_exit_codes=retryable, fatal_exit_codes=fatal)
+    except ValueError:
+        return None
+
+
+def _suspended(job: dict) -> bool:
+    spec = job.get("spec") or {}
+    if job.get("kind") == "MPIJob":
+        return bool((spec.get("runPolicy") or {}).get("suspend"))
+    return bool(spec.get("suspend"))
+
+
+def _attempt_record(job: dict, snap: JobSnapshot) -> dict[str, Any]:
+    return {
+        "attempt": attempts.attempt_of(job),
+        "job_name": job["metadata"]["name"],
+        "state": snap.state.value,
+        "reason": str(getattr(snap.reason, "value", snap.reason) or ""),
+        "exit_codes": tracking.exit_codes(snap),
+        "queued_at": _iso(snap.queued_at),
+        "started_at": _iso(snap.started_at),
+        "finished_at": _iso(snap.finished_at),
+        "gpu_seconds": snap.gpu_seconds,
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

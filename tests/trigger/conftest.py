@@ -1,0 +1,60 @@
+"""A live simulated cluster and the ``kubernetes_default`` connection pointing at it.
+
+The trigger reads the connection exactly as in production (the cncf provider's hook); the only
+difference from a real cluster is the kubeconfig the connection names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.kube import KubeClient
+from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.01)) as sim:
+        yield sim
+
+
+@pytest.fixture(autouse=True)
+def connection(cluster, monkeypatch):
+    conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": cluster.kubeconfig_path}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(conn))
+    yield
+    os.environ.pop("AIRFLOW_CONN_KUBERNETES_DEFAULT", None)
+
+
+@pytest.fixture
+async def client(cluster):
+    c = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+    yield c
+    await c.close()
+    await shared.shutdown()
+
+
+_counter = iter(range(1, 10_000))
+
+
+def task_identity(task_id: str = "train", try_number: int = 1) -> TaskIdentity:
+    """A fresh task instance per call, so tests sharing a cluster never collide."""
+    return TaskIdentity("nightly", task_id, f"run-{next(_counter)}", -1, try_number)
+
+
+def job_manifest(identity: TaskIdentity, *, scenario: dict | None = None, **args) -> dict:
+    values = {"image": "registry.example/trainer:1", "group": "vision", "user": "alice", "gpus": 1}
+    values.update(args)
+    if scenario is not None:
+        values["annotations"] = {"sim.airflow-jobs.io/scenario": json.dumps(scenario)}
+    spec = validate(**values)
+    return build_manifest(
+        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
