@@ -63,6 +63,12 @@ class GarbageCollector:
             if RESOURCES[resource].namespaced:
                 self.store.finalize_namespace(meta["namespace"])
             return
+        # Events are handled after the fact: decide on the object as it is now, not as the event saw it.
+        found = self.store.find_uid(meta["uid"])
+        if found is None:
+            return
+        obj = found[1]
+        meta = obj["metadata"]
         if resource == "namespaces" and meta.get("deletionTimestamp"):
             self._empty_namespace(meta["name"])
             return
@@ -102,25 +108,20 @@ class GarbageCollector:
     def _maybe_finish_foreground(self, uid: str | None) -> None:
         if not uid or self.store.dependents(uid):
             return
-        with self.store.lock:
-            for resource in RESOURCES:
-                for obj in self.store.list(resource):
-                    meta = obj["metadata"]
-                    if meta["uid"] == uid and FOREGROUND in (meta.get("finalizers") or []):
-                        finalizers = [f for f in meta["finalizers"] if f != FOREGROUND]
-                        self.store.patch(
-                            resource,
-                            meta["name"],
-                            {
-                                "metadata": {
-                                    "finalizers": finalizers or None,
-                                    "resourceVersion": meta["resourceVersion"],
-                                }
-                            },
-                            "merge",
-                            meta.get("namespace"),
-                        )
-                        return
+        found = self.store.find_uid(uid)
+        if found is None:
+            return
+        resource, obj = found
+        meta = obj["metadata"]
+        if FOREGROUND in (meta.get("finalizers") or []):
+            finalizers = [f for f in meta["finalizers"] if f != FOREGROUND]
+            self.store.patch(
+                resource,
+                meta["name"],
+                {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
+                "merge",
+                meta.get("namespace"),
+            )
 
     def _empty_namespace(self, namespace: str) -> None:
         for resource, rtype in RESOURCES.items():

@@ -171,6 +171,52 @@ def aggregated_discovery(core: bool, version: str = "v2") -> dict:
     }
 
 
+def openapi_v3_root() -> dict:
+    """The /openapi/v3 index: one document per group version."""
+    paths = {}
+    for api_version in groups():
+        prefix = f"apis/{api_version}" if "/" in api_version else f"api/{api_version}"
+        paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={abs(hash(api_version)):X}"}
+    return {"paths": paths}
+
+
+def openapi_v3_group_version(api_version: str) -> dict:
+    """A minimal OpenAPI v3 document for one group version.
+
+    It carries no schemas: only the PATCH operations with their group-version-kind and the
+    ``fieldValidation`` query parameter, which is what kubectl looks for to hand validation to the server
+    (so ``kubectl create -f`` / ``apply -f`` work without ``--validate=false``).
+    """
+    paths = {}
+    for r in groups()[api_version]:
+        base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+        path = (
+            f"{base}/namespaces/{{namespace}}/{r.plural}/{{name}}"
+            if r.namespaced
+            else f"{base}/{r.plural}/{{name}}"
+        )
+        gvk = {"group": r.group, "version": r.version, "kind": r.kind}
+        operation = {
+            "operationId": f"patch{r.kind}",
+            "parameters": [
+                {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+                {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+            ],
+            "responses": {"200": {"description": "OK"}},
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": gvk,
+        }
+        post = dict(operation, operationId=f"create{r.kind}", **{"x-kubernetes-action": "post"})
+        paths[path] = {"patch": operation}
+        paths[path.rsplit("/", 1)[0]] = {"post": post}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]},
+        "paths": paths,
+        "components": {},
+    }
+
+
 def api_group(group: str) -> dict:
     """The APIGroup document of one named group."""
     version = next(r.version for r in RESOURCES.values() if r.group == group)
@@ -229,6 +275,8 @@ class ApiServer:
         app.router.add_get("/apis", self._apis)
         app.router.add_get("/apis/", self._apis)
         app.router.add_route("*", "/_sim/{tail:.*}", self._admin)
+        app.router.add_get("/openapi/v3", self._openapi_v3)
+        app.router.add_get("/openapi/v3/{tail:.*}", self._openapi_v3)
         app.router.add_route("*", "/api/v1", self._group_version)
         app.router.add_route("*", "/api/v1/{tail:.*}", self._resource)
         app.router.add_get("/apis/{group}", self._group)
@@ -265,6 +313,15 @@ class ApiServer:
         return _json(
             ApiError(404, "NotFound", "the server could not find the requested resource").status(), 404
         )
+
+    async def _openapi_v3(self, request: web.Request) -> web.Response:
+        tail = request.match_info.get("tail", "")
+        if not tail:
+            return _json(openapi_v3_root())
+        api_version = tail.split("/", 1)[1] if "/" in tail else ""
+        if not tail.startswith(("api/", "apis/")) or api_version not in groups():
+            return await self._not_found(request)
+        return _json(openapi_v3_group_version(api_version))
 
     async def _version(self, request: web.Request) -> web.Response:
         return _json(VERSION_INFO)

@@ -71,6 +71,9 @@ class Store:
         # Per resource: the newest resourceVersion whose event fell out of the history.
         self._compacted: dict[str, int] = dict.fromkeys(RESOURCES, 0)
         self._subscribers: list[Subscriber] = []
+        # Indexes for the garbage collector: uid -> (resource, key), owner uid -> dependents' (resource, key).
+        self._by_uid: dict[str, tuple[str, tuple[str, str]]] = {}
+        self._dependents: dict[str, set[tuple[str, tuple[str, str]]]] = {}
         self._watchers: list[Watcher] = []
         self.now: Callable[[], datetime] = now or (lambda: datetime.now(timezone.utc))
 
@@ -93,6 +96,32 @@ class Store:
 
     def _key(self, rtype: ResourceType, name: str, namespace: str | None) -> tuple[str, str]:
         return ((namespace or "default") if rtype.namespaced else "", name)
+
+    def _put(self, resource: str, key: tuple[str, str], obj: dict) -> None:
+        """Store a new version of an object, keeping the uid and owner indexes current."""
+        old = self._objects[resource].get(key)
+        self._objects[resource][key] = obj
+        self._by_uid[obj["metadata"]["uid"]] = (resource, key)
+        old_owners = {r.get("uid") for r in ((old or {}).get("metadata") or {}).get("ownerReferences") or []}
+        new_owners = {r.get("uid") for r in obj["metadata"].get("ownerReferences") or []}
+        for uid in old_owners - new_owners:
+            self._unlink(uid, resource, key)
+        for uid in new_owners - old_owners:
+            self._dependents.setdefault(uid, set()).add((resource, key))
+
+    def _unlink(self, owner_uid: str | None, resource: str, key: tuple[str, str]) -> None:
+        deps = self._dependents.get(owner_uid or "")
+        if deps is not None:
+            deps.discard((resource, key))
+            if not deps:
+                del self._dependents[owner_uid or ""]
+
+    def _pop(self, resource: str, key: tuple[str, str]) -> dict:
+        obj = self._objects[resource].pop(key)
+        self._by_uid.pop(obj["metadata"]["uid"], None)
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            self._unlink(ref.get("uid"), resource, key)
+        return obj
 
     def _next_rv(self) -> str:
         self._rv += 1
@@ -265,7 +294,7 @@ class Store:
             if resource in ("jobs", "mpijobs"):
                 meta["generation"] = 1
             meta["resourceVersion"] = self._next_rv()
-            self._objects[resource][key] = obj
+            self._put(resource, key, obj)
             self._emit("ADDED", resource, obj, None)
             return clone(obj)
 
@@ -362,7 +391,7 @@ class Store:
         if new == old:
             return clone(old)  # a no-op write is not stored and emits nothing, like the real server
         new["metadata"]["resourceVersion"] = self._next_rv()
-        self._objects[resource][key] = new
+        self._put(resource, key, new)
         self._emit("MODIFIED", resource, new, old)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             if not (resource == "pods" and new["metadata"].get("deletionGracePeriodSeconds", 0) > 0):
@@ -492,7 +521,7 @@ class Store:
             if new == obj:
                 return clone(obj), False
             nmeta["resourceVersion"] = self._next_rv()
-            self._objects[resource][key] = new
+            self._put(resource, key, new)
             self._emit("MODIFIED", resource, new, obj)
             if not finalizers and grace == 0:
                 return self._remove(rtype, key), True
@@ -520,7 +549,7 @@ class Store:
         new["metadata"]["deletionGracePeriodSeconds"] = 0
         new.setdefault("status", {})["phase"] = "Terminating"
         new["metadata"]["resourceVersion"] = self._next_rv()
-        self._objects["namespaces"][key] = new
+        self._put("namespaces", key, new)
         self._emit("MODIFIED", "namespaces", new, obj)
         return clone(new)
 
@@ -538,48 +567,45 @@ class Store:
             return True
 
     def _remove(self, rtype: ResourceType, key: tuple[str, str]) -> dict:
-        obj = self._objects[rtype.plural].pop(key)
+        obj = self._pop(rtype.plural, key)
         gone = clone(obj)
         gone["metadata"]["resourceVersion"] = self._next_rv()
         self._emit("DELETED", rtype.plural, gone, obj)
         return clone(gone)
 
     def _has_dependents(self, uid: str) -> bool:
-        return any(
-            any(ref.get("uid") == uid for ref in (o["metadata"].get("ownerReferences") or []))
-            for objs in self._objects.values()
-            for o in objs.values()
-        )
+        return bool(self._dependents.get(uid))
 
     def dependents(self, uid: str) -> list[tuple[str, dict]]:
         """(resource, object) pairs whose ownerReferences name ``uid``."""
         with self._lock:
-            return [
-                (resource, clone(o))
-                for resource, objs in self._objects.items()
-                for o in objs.values()
-                if any(ref.get("uid") == uid for ref in (o["metadata"].get("ownerReferences") or []))
-            ]
+            return [(r, clone(self._objects[r][k])) for r, k in sorted(self._dependents.get(uid, ()))]
 
     def exists_uid(self, uid: str) -> bool:
         """Whether any stored object has this uid."""
         with self._lock:
-            return any(o["metadata"]["uid"] == uid for objs in self._objects.values() for o in objs.values())
+            return uid in self._by_uid
+
+    def find_uid(self, uid: str) -> tuple[str, dict] | None:
+        """(resource, object) of the object with this uid, if it exists."""
+        with self._lock:
+            where = self._by_uid.get(uid)
+            if where is None:
+                return None
+            return where[0], clone(self._objects[where[0]][where[1]])
 
     def _orphan_dependents(self, uid: str) -> None:
-        for resource, objs in self._objects.items():
-            for key, o in list(objs.items()):
-                refs = o["metadata"].get("ownerReferences") or []
-                if any(ref.get("uid") == uid for ref in refs):
-                    new = clone(o)
-                    kept = [ref for ref in refs if ref.get("uid") != uid]
-                    if kept:
-                        new["metadata"]["ownerReferences"] = kept
-                    else:
-                        new["metadata"].pop("ownerReferences", None)
-                    new["metadata"]["resourceVersion"] = self._next_rv()
-                    objs[key] = new
-                    self._emit("MODIFIED", resource, new, o)
+        for resource, key in sorted(self._dependents.get(uid, ())):
+            old = self._objects[resource][key]
+            new = clone(old)
+            kept = [ref for ref in old["metadata"].get("ownerReferences") or [] if ref.get("uid") != uid]
+            if kept:
+                new["metadata"]["ownerReferences"] = kept
+            else:
+                new["metadata"].pop("ownerReferences", None)
+            new["metadata"]["resourceVersion"] = self._next_rv()
+            self._put(resource, key, new)
+            self._emit("MODIFIED", resource, new, old)
 
     def delete_collection(
         self,
@@ -730,7 +756,8 @@ def prepare_for_create(rtype: ResourceType, obj: dict) -> dict:
             "name", ""
         )
     elif rtype.plural == "events":
-        obj.setdefault("count", 1) if "series" not in obj else None
+        if "series" not in obj:
+            obj.setdefault("count", 1)
         obj.setdefault("type", "Normal")
     return obj
 

@@ -6,7 +6,7 @@ rules independently of the product's own lifecycle code, so the two can check ea
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 from .store import parse_time
 
@@ -240,8 +240,6 @@ def pod_columns(pod: dict, now: datetime) -> tuple[str, str, str, str]:
 
 def pod_status(pod: dict, now: datetime | None = None) -> str:
     """The STATUS column of ``kubectl get pods`` for one pod."""
-    from datetime import timezone
-
     return pod_columns(pod, now or datetime.now(timezone.utc))[1]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -141,3 +142,19 @@ def test_get_pods_watch_streams_changes(sim, kubectl, namespace, manifests):
     assert header == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert initial[:3] == ["watched", "0/1", "Pending"]
     assert update[:3] == ["watched", "1/1", "Running"]
+
+
+def test_create_and_apply_from_a_file_validate_on_the_server(kubectl, namespace, tmp_path):
+    manifest = tmp_path / "pod.json"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "fromfile"},
+        "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+    }
+    manifest.write_text(json.dumps(pod))
+    assert kubectl("create", "-f", str(manifest), "-n", namespace).stdout.strip() == "pod/fromfile created"
+    pod["metadata"]["labels"] = {"applied": "yes"}
+    manifest.write_text(json.dumps(pod))
+    assert kubectl("apply", "-f", str(manifest), "-n", namespace).stdout.strip() == "pod/fromfile configured"
+    assert rows(kubectl("get", "pods", "-l", "applied=yes", "-n", namespace).stdout)[1][0] == "fromfile"

@@ -487,3 +487,15 @@ def test_history_is_kept_per_resource(store):
     )
     unregister()
     assert [e[2]["metadata"]["name"] for e in replay] == ["quiet"]
+
+
+def test_a_dependent_released_by_patch_survives_its_former_owner(sim, namespace):
+    owner = sim.store.create("jobs", job("rel"), namespace)
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "rel", "uid": owner["metadata"]["uid"]}
+    sim.store.create("configmaps", {"metadata": {"name": "kept", "ownerReferences": [ref]}}, namespace)
+    sim.store.create("configmaps", {"metadata": {"name": "collected", "ownerReferences": [ref]}}, namespace)
+    sim.store.patch("configmaps", "kept", {"metadata": {"ownerReferences": None}}, "merge", namespace)
+    sim.store.delete("jobs", "rel", namespace, propagation_policy="Background")
+    assert wait_until(
+        lambda: [c["metadata"]["name"] for c in sim.store.list("configmaps", namespace)] == ["kept"]
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -386,3 +387,22 @@ def test_table_answer_for_pods_and_jobs(sim, namespace, manifests, core, batch):
         assert body["kind"] == "Table"
         assert [c["name"] for c in body["columnDefinitions"] if c["priority"] == 0] == header
         assert body["rows"][0]["cells"][: len(first)] == first
+
+
+def test_list_pages_with_limit_and_continue(core, namespace):
+    for name in ("a", "b", "c"):
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    first = core.list_namespaced_config_map(namespace, limit=2)
+    assert [c.metadata.name for c in first.items] == ["a", "b"]
+    assert first.metadata.remaining_item_count == 1
+    rest = core.list_namespaced_config_map(namespace, limit=2, _continue=first.metadata._continue)
+    assert [c.metadata.name for c in rest.items] == ["c"]
+    assert rest.metadata._continue is None
+
+
+def test_unsupported_verb_is_method_not_allowed(sim):
+    request = urllib.request.Request(f"{sim.url}/api/v1/namespaces", method="DELETE")
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(request, timeout=10)
+    body = json.loads(exc.value.read())
+    assert (exc.value.code, body["reason"]) == (405, "MethodNotAllowed")

@@ -223,12 +223,14 @@ def test_a_lost_node_marks_its_pods_nodelost_and_the_job_replaces_them_elsewhere
             )
         )
         assert {t["key"] for t in ready["spec"]["taints"]} == {"node.kubernetes.io/unreachable"}
-        lost = wait_for(
-            lambda: (
-                (p := get(cluster, ns, first["metadata"]["name"]))["status"].get("reason") == "NodeLost" and p
+
+        def marked_lost():
+            pod = get(cluster, ns, first["metadata"]["name"])
+            return (
+                pod["status"].get("reason") == "NodeLost" and pod["metadata"].get("deletionTimestamp") and pod
             )
-        )
-        assert lost["metadata"].get("deletionTimestamp")
+
+        lost = wait_for(marked_lost)
         assert next(c for c in lost["status"]["conditions"] if c["type"] == "Ready")["status"] == "False"
         assert (
             lost["status"]["message"]
@@ -359,3 +361,18 @@ def test_exec_mode_kills_the_process_when_the_pod_is_deleted(exec_cluster):
     )
     assert not exec_cluster.controllers.kubelet._processes  # noqa: SLF001 - no process left behind
     assert pod["metadata"]["name"]
+
+
+def test_an_eviction_through_the_eviction_api_marks_the_pod_and_deletes_it_gracefully(cluster, ns):
+    history = History(cluster, ns)
+    try:
+        cluster.store.create("pods", pod_body("evictee", {"main": {"pull": 0, "run": None}}), namespace=ns)
+        wait_for(lambda: phase(cluster, ns, "evictee") == "Running")
+        cluster.controllers.evict_pod(ns, "evictee", via_api=True)
+        wait_for(lambda: not cluster.store.list("pods", namespace=ns))
+    finally:
+        history.close()
+    final = history.statuses[-1][1]
+    target = next(c for c in final["conditions"] if c["type"] == "DisruptionTarget")
+    assert (target["status"], target["reason"]) == ("True", "EvictionByEvictionAPI")
+    assert final["phase"] == "Failed"

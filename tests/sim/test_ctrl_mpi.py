@@ -369,3 +369,16 @@ def test_a_finished_mpijob_is_deleted_after_its_ttl(cluster, ns):
     wait_for(
         lambda: not cluster.store.list("jobs", namespace=ns) and not cluster.store.list("pods", namespace=ns)
     )
+
+
+def test_a_failed_launcher_pod_that_is_retried_marks_the_mpijob_restarting(cluster, ns):
+    create(cluster, ns, mpijob(backoffLimit=1, launcher_scenario={"main": {"run": 1, "exit": 1}}))
+    failed = wait_for(lambda: condition(cluster, ns, "train", "Failed"))
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert "MPIJobRestarting" in mpi_events(cluster, ns, "train")
+    assert (
+        len(
+            cluster.store.list("pods", namespace=ns, label_selector="training.kubeflow.org/job-role=launcher")
+        )
+        == 2
+    )

@@ -200,7 +200,7 @@ def gpu_pod(name: str, gpus: int, run: float | None = None) -> dict:
 def test_a_pod_is_bound_with_a_scheduled_event(cluster, ns):
     cluster.store.create("pods", gpu_pod("small", 1, run=1), namespace=ns)
     bound = wait_for(lambda: cluster.store.get("pods", "small", ns)["spec"].get("nodeName"))
-    scheduled = [e for e in events_for(cluster, ns, "small") if e["reason"] == "Scheduled"]
+    scheduled = wait_for(lambda: [e for e in events_for(cluster, ns, "small") if e["reason"] == "Scheduled"])
     assert scheduled[0]["message"] == f"Successfully assigned {ns}/small to {bound}"
     assert scheduled[0]["type"] == "Normal" and scheduled[0]["source"]["component"] == "default-scheduler"
     cond = next(

@@ -117,6 +117,17 @@ class Controllers:
         """The node reports Ready again; its kubelet resumes its pods."""
         self._on_loop(lambda: self.kubelet.restore_node(node))
 
-    def evict_pod(self, namespace: str, name: str, message: str = DEFAULT_EVICTION_MESSAGE) -> None:
-        """The kubelet evicts the pod: phase Failed, reason Evicted, DisruptionTarget condition."""
-        self._on_loop(lambda: self.kubelet.evict(namespace, name, message))
+    def evict_pod(
+        self, namespace: str, name: str, message: str = DEFAULT_EVICTION_MESSAGE, *, via_api: bool = False
+    ) -> None:
+        """Evict a pod.
+
+        By default the kubelet evicts it (node pressure): phase Failed, reason Evicted, the message,
+        DisruptionTarget (TerminationByKubelet), containers stopped; the pod object stays. With
+        ``via_api`` it is evicted through the Eviction API instead: DisruptionTarget
+        (EvictionByEvictionAPI), then a graceful deletion.
+        """
+        if via_api:
+            self._on_loop(lambda: self.kubelet.evict_via_api(namespace, name))
+        else:
+            self._on_loop(lambda: self.kubelet.evict(namespace, name, message))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -405,7 +405,7 @@ def _set_counts(
     pods: list[dict],
     succeeded: int,
     failed: int,
-    deleting: list[dict] = (),  # type: ignore[assignment]
+    deleting: Sequence[dict] = (),
 ) -> None:
     deleting_uids = {p["metadata"].get("uid") for p in deleting}
     terminating = sum(
@@ -479,17 +479,19 @@ class JobController(Reconciler):
             self._release_orphans(ns, name)
             return
         uid = job["metadata"]["uid"]
-        pods = self.store.list("pods", namespace=ns)
+        # Read-only views of this Job's pods (the controller labels every pod it creates).
+        pods = self.store.list_with_rv("pods", ns, f"{CONTROLLER_UID_LABEL}={uid}", copy=False)[0]
         now = self.clock.now()
         plan = plan_job(job, pods, now, self.clock.time_scale, self.memory.get(uid))
         self.memory[uid] = plan.memory
         for action in plan.actions:
             self._apply(job, action)
-        if plan.status != (job.get("status") or {}):
-            body = {"metadata": {"name": name, "namespace": ns}, "status": plan.status}
-            job = self.store.update("jobs", body, subresource="status")
+        # Events before the status: whoever sees the new condition also finds the event explaining it.
         for spec in plan.events:
             self.recorder.record(job, spec, JOB_CONTROLLER)
+        if plan.status != (job.get("status") or {}):
+            body = {"metadata": {"name": name, "namespace": ns}, "status": plan.status}
+            self.store.update("jobs", body, subresource="status")
         self.enqueue_at(key, plan.wake_at, now)
 
     def _release_orphans(self, ns: str | None, name: str) -> None:

@@ -24,7 +24,6 @@ from typing import Any
 from airflow_jobs_plugin.sim.clock import Clock, rfc3339
 from airflow_jobs_plugin.sim.controllers.base import (
     Reconciler,
-    condition_true,
     controller_ref,
     key_of,
     pod_is_terminal,
@@ -907,6 +906,20 @@ class Kubelet(Reconciler):
         self._evictions[key] = ("Evicted", message)
         self.enqueue(key)
 
+    def evict_via_api(self, namespace: str, name: str) -> None:
+        """An Eviction API call: DisruptionTarget (EvictionByEvictionAPI), then a graceful deletion."""
+        pod = self.store.get("pods", name, namespace=namespace)
+        conditions = set_condition(
+            pod.get("status", {}).get("conditions"),
+            "DisruptionTarget",
+            "True",
+            self.clock.now(),
+            "EvictionByEvictionAPI",
+            "Eviction API: evicting",
+        )
+        self._patch_status(pod, {**pod.get("status", {}), "conditions": conditions})
+        self.store.delete("pods", name, namespace=namespace)
+
     def lose_node(self, node: str, eviction_after: float = NODE_LOST_EVICTION_SECONDS) -> None:
         """The node's kubelet stops reporting; its pods are marked NodeLost after ``eviction_after`` s."""
         self.lost_nodes.add(node)
@@ -1149,8 +1162,3 @@ def _signal(process: asyncio.subprocess.Process, sig: int) -> bool:
 def _node_index(node: str) -> int:
     digits = "".join(ch for ch in node.rsplit("-", 1)[-1] if ch.isdigit())
     return int(digits) % 250 if digits else 0
-
-
-def node_is_ready(node: dict) -> bool:
-    """Whether the node reports Ready=True."""
-    return condition_true(node.get("status", {}).get("conditions"), "Ready")

@@ -439,7 +439,7 @@ class MPIController(Reconciler):
             config_exists = True
         except Exception:  # noqa: BLE001 - not created yet
             config_exists = False
-        pods = self.store.list("pods", namespace=ns, label_selector=f"{JOB_NAME_LABEL}={name}")
+        pods = self.store.list_with_rv("pods", ns, f"{JOB_NAME_LABEL}={name}", copy=False)[0]  # read-only
         now = self.clock.now()
         uid = mpijob["metadata"]["uid"]
         plan = plan_mpijob(
@@ -452,11 +452,12 @@ class MPIController(Reconciler):
             except Exception as exc:  # noqa: BLE001 - races with the garbage collector are harmless
                 if getattr(exc, "code", None) not in (404, 409):
                     raise
-        if plan.status != (mpijob.get("status") or {}):
-            body = {"metadata": {"name": name, "namespace": ns}, "status": plan.status}
-            mpijob = self.store.update("mpijobs", body, subresource="status")
+        # Events before the status: whoever sees the new condition also finds the event explaining it.
         for spec in plan.events:
             self.recorder.record(mpijob, spec, MPI_OPERATOR)
+        if plan.status != (mpijob.get("status") or {}):
+            body = {"metadata": {"name": name, "namespace": ns}, "status": plan.status}
+            self.store.update("mpijobs", body, subresource="status")
         self.enqueue_at(key, plan.wake_at, now)
 
     def _apply(self, ns: str | None, action: MPIAction) -> None:

@@ -207,15 +207,21 @@ def _ranked(counts: Counter[str]) -> str:
     return ", ".join(sorted(f"{n} {reason}" for reason, n in counts.items()))
 
 
-def fit_pod(pod: dict, nodes: list[dict], pods: list[dict]) -> Placement | Unschedulable:
-    """Choose a node for ``pod`` given the cluster's ``nodes`` and all ``pods`` (pure)."""
+def fit_pod(
+    pod: dict, nodes: list[dict], pods: list[dict], usage: dict[str, dict[str, Decimal]] | None = None
+) -> Placement | Unschedulable:
+    """Choose a node for ``pod`` given the cluster's ``nodes`` and all ``pods`` (pure).
+
+    ``usage`` (node name -> requested resources, as ``node_usage`` computes it) saves recomputing it
+    from ``pods`` when many pods are placed in one pass.
+    """
     failures: Counter[str] = Counter()
     preemption: Counter[str] = Counter()
     candidates: list[tuple[float, str]] = []
     requests = pod_requests(pod)
     for node in nodes:
         name = node["metadata"]["name"]
-        used = node_usage(name, pods)
+        used = usage[name] if usage is not None and name in usage else node_usage(name, pods)
         reasons, helpful = _filter(pod, node, used)
         if reasons:
             failures.update(reasons)
@@ -278,20 +284,25 @@ class Scheduler(Reconciler):
     def reconcile(self, key: str) -> None:
         """One pass over all pending pods, in queue order, each seeing the placements before it."""
         nodes = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
-        pods = self.store.list("pods")
+        # Read-only views of the stored pods: nothing here modifies them.
+        pods = self.store.list_with_rv("pods", copy=False)[0]
+        usage: dict[str, Counter[str]] = {n["metadata"]["name"]: Counter() for n in nodes}
         for pod in pods:
-            if pod.get("spec", {}).get("schedulingGates") and not pod.get("spec", {}).get("nodeName"):
+            spec = pod.get("spec", {})
+            if occupies_node(pod) and spec["nodeName"] in usage:
+                usage[spec["nodeName"]].update(pod_requests(pod))
+                usage[spec["nodeName"]]["pods"] += 1
+            if spec.get("schedulingGates") and not spec.get("nodeName"):
                 self._mark_gated(pod)
         for pod in pending_order(pods):
             try:
-                placed = self._schedule(pod, nodes, pods)
+                placed = self._schedule(pod, nodes, pods, usage)
             except Exception:  # noqa: BLE001 - one bad pod must not block the queue
                 log.exception("scheduling %s failed", pod["metadata"].get("name"))
                 continue
-            if placed is not None:
-                pods = [p for p in pods if p["metadata"].get("uid") != placed["metadata"].get("uid")] + [
-                    placed
-                ]
+            if placed is not None and placed in usage:
+                usage[placed].update(pod_requests(pod))
+                usage[placed]["pods"] += 1
 
     def _mark_gated(self, pod: dict) -> None:
         cond = get_condition(pod.get("status", {}).get("conditions"), "PodScheduled")
@@ -308,10 +319,13 @@ class Scheduler(Reconciler):
         )
         self._patch_status(pod, {"phase": "Pending", "conditions": conditions})
 
-    def _schedule(self, pod: dict, nodes: list[dict], pods: list[dict]) -> dict | None:
+    def _schedule(
+        self, pod: dict, nodes: list[dict], pods: list[dict], usage: dict[str, Counter[str]]
+    ) -> str | None:
+        """Place one pod; returns the node it was bound to."""
         meta = pod["metadata"]
         now = self.clock.now()
-        decision = fit_pod(pod, nodes, pods)
+        decision = fit_pod(pod, nodes, pods, usage)  # type: ignore[arg-type]
         conditions = pod.get("status", {}).get("conditions")
         if isinstance(decision, Unschedulable):
             cond = get_condition(conditions, "PodScheduled")
@@ -348,7 +362,7 @@ class Scheduler(Reconciler):
             ),
             SCHEDULER,
         )
-        return bound
+        return decision.node
 
     def _patch_status(self, pod: dict, status: dict) -> dict:
         meta = pod["metadata"]
