@@ -8,13 +8,21 @@ over, and if it failed, whether a new attempt should follow and when.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
 from typing import Any
 
-from airflow_jobs_plugin.lifecycle import Failure, JobSnapshot, JobState, ReplicaStatus
+from airflow_jobs_plugin.lifecycle import (
+    Failure,
+    FailureClass,
+    JobSnapshot,
+    JobState,
+    Reason,
+    ReplicaStatus,
+    is_transient_pull_error,
+)
 
 QUIET_STATES = frozenset({JobState.SUCCEEDED})
 
@@ -78,6 +86,7 @@ def signature(snapshot: JobSnapshot) -> tuple:
 
 class Step(str, Enum):
     WAIT = "wait"  # not over: keep watching
+    FAIL_FAST = "fail_fast"  # stuck in a way no waiting cures: rule FAILED now (verdict + suspend)
     RETRY = "retry"  # failed, retryable, attempts left: submit the next attempt after a back-off
     FINISH = "finish"  # over: yield the final event
 
@@ -104,6 +113,8 @@ def decide(
     attempts are left; everything else terminal finishes (the task's own retries are Airflow's).
     """
     if not snapshot.state.is_terminal:
+        if stuck_for_good(snapshot, failure):
+            return Decision(Step.FAIL_FAST)
         return Decision(Step.WAIT)
     if snapshot.state is JobState.FAILED and failure is not None and failure.retryable:
         if attempt < max_attempts:
@@ -115,6 +126,34 @@ def decide(
             return Decision(Step.RETRY, delay=delay, retryable=True)
         return Decision(Step.FINISH, retryable=True)
     return Decision(Step.FINISH, retryable=False)
+
+
+# Pod problems Kubernetes retries forever (a pod in ImagePullBackOff never fails on its own, so the Job
+# would sit until its active deadline, a day by default, holding its GPUs).
+_STUCK = frozenset({Reason.IMAGE_PULL, Reason.INVALID_IMAGE_NAME})
+
+
+def stuck_for_good(
+    snapshot: JobSnapshot, failure: Failure | None, events: Iterable[Mapping[str, Any]] = ()
+) -> bool:
+    """A live job that cannot progress: a replica on a lost node; pods that can never start: an invalid
+    image name at once; an image pull only once
+    the kubelet has backed off at least once and the registry's answer is permanent (not found,
+    denied), never for a transient one (rate limit, timeout), which the kubelet's own retries cure.
+
+    The pod's back-off message hides the registry's answer; the pull events (``events``) carry it, so
+    any transient answer among them keeps the job waiting."""
+    if snapshot.state is JobState.UNKNOWN and snapshot.reason is Reason.NODE_LOST:
+        # Its pods cannot finish on a node that is gone, and a controller waiting for them to become
+        # terminal would hold the job (and its quota) forever: end the attempt so a new one can start.
+        return True
+    if snapshot.reason not in _STUCK or failure is None or failure.failure_class is not FailureClass.FATAL:
+        return False
+    if snapshot.reason is Reason.INVALID_IMAGE_NAME:
+        return True
+    if any(is_transient_pull_error(str(e.get("message") or "")) for e in events):
+        return False
+    return any(r.status == "ImagePullBackOff" for r in snapshot.replicas)
 
 
 def tail(lines: Iterable[str], n: int) -> list[str]:

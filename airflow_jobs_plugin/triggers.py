@@ -28,7 +28,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_jobs_plugin import attempts, labels, tracking
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import (
+    DEFAULT_CONN_ID,
+    EVENTS,
+    JOBS,
+    MPIJOBS,
+    PODS,
+    KubeClient,
+    KubeError,
+    Resource,
+)
 from airflow_jobs_plugin.lifecycle import Failure, JobSnapshot, JobState, classify_failure, snapshot
 from airflow_jobs_plugin.logstream import LogStreamer
 from airflow_jobs_plugin.spec import attempt_name
@@ -155,6 +164,7 @@ class JobTrigger(BaseTrigger):
                 sub = watch.subscribe(name)
             seen: tuple | None = None
             history: list[dict[str, Any]] = []
+            final_read = False
             while True:
                 job = watch.get(resource, name) or await client.get_or_none(resource, self.namespace, name)
                 if job is None:
@@ -176,7 +186,9 @@ class JobTrigger(BaseTrigger):
                     return
                 job.setdefault("kind", self.kind)
                 pods = watch.pods_of(name)
-                queue = await admission.ensure(job) if _suspended(job) else None
+                # A job the product has ruled on (a verdict) stays suspended: never admit it again.
+                waiting = _suspended(job) and labels.VERDICT not in (job["metadata"].get("annotations") or {})
+                queue = await admission.ensure(job) if waiting else None
                 snap = snapshot(job, pods, (), queue=queue, now=_now())
                 if tracking.signature(snap) != seen:
                     seen = tracking.signature(snap)
@@ -193,8 +205,26 @@ class JobTrigger(BaseTrigger):
                     backoff=timedelta(seconds=self.retry_backoff),
                     backoff_max=timedelta(seconds=self.retry_backoff_max),
                 )
+                if decision.step is tracking.Step.FAIL_FAST:
+                    # The pod's back-off message hides the registry's answer; the pull events carry it.
+                    # Look once, just before ruling, so a transient refusal is never ruled permanent.
+                    events = await self._events_of(client, pods)
+                    snap = snapshot(job, pods, events, queue=queue, now=_now())
+                    failure = _failure(snap, self.retryable_exit_codes, self.fatal_exit_codes)
+                    if tracking.stuck_for_good(snap, failure, events):
+                        await self._rule_failed(client, resource, job, snap, failure)
+                    await sub.wait(timeout=self.recheck_interval)
+                    continue
                 if decision.step is tracking.Step.WAIT:
                     await sub.wait(timeout=admission.wake_after(job, self.recheck_interval))
+                    continue
+                if not final_read:
+                    # Jobs and pods arrive on separate watch streams: the Job's final condition can
+                    # overtake its pods' last statuses. Read the pods once, then decide on fresh facts.
+                    final_read = True
+                    fresh = await self._pods_now(client, name)
+                    for pod in fresh:
+                        watch.absorb(PODS, pod)
                     continue
                 await admission.release(job)
                 history.append(_attempt_record(job, snap))
@@ -213,6 +243,7 @@ class JobTrigger(BaseTrigger):
                     watch.unsubscribe(sub)
                     sub = watch.subscribe(name)
                     seen = None
+                    final_read = False
                     continue
                 if streamer is not None:
                     await streamer.drain(timeout=10)
@@ -309,6 +340,38 @@ class JobTrigger(BaseTrigger):
         latest = attempts.latest_attempt(siblings) or first
         return latest["metadata"]["name"]
 
+    async def _pods_now(self, client: KubeClient, name: str) -> list[dict]:
+        key = labels.MPI_JOB_NAME if self.kind == "MPIJob" else labels.LEGACY_JOB_NAME
+        listing = await client.list(PODS, self.namespace, label_selector=f"{key}={name}")
+        return listing.get("items") or []
+
+    async def _events_of(self, client: KubeClient, pods: list[dict]) -> list[dict]:
+        events: list[dict] = []
+        for pod in pods:
+            listing = await client.list(
+                EVENTS, self.namespace, field_selector=f"involvedObject.name={pod['metadata']['name']}"
+            )
+            events.extend(listing.get("items") or [])
+        return events
+
+    async def _rule_failed(
+        self, client: KubeClient, resource: Resource, job: dict, snap: JobSnapshot, failure: Failure | None
+    ) -> None:
+        """Record the product's verdict on the job and suspend it, so its pods (and GPUs) go now."""
+        reason = snap.reason.value
+        message = (failure.message if failure else "") + (f": {snap.message}" if snap.message else "")
+        self.log.error("%s %s cannot start (%s); failing it now", self.kind, job["metadata"]["name"], reason)
+        suspend = {"runPolicy": {"suspend": True}} if self.kind == "MPIJob" else {"suspend": True}
+        patch = {
+            "metadata": {"annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message[:1000]}},
+            "spec": suspend,
+        }
+        try:
+            await client.merge_patch(resource, self.namespace, job["metadata"]["name"], patch)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+
     async def _submit_next_attempt(
         self, client: KubeClient, resource: Resource, job: dict, attempt: int, delay: timedelta
     ) -> str:
@@ -366,9 +429,15 @@ class JobTrigger(BaseTrigger):
 
 
 def _failure(snap: JobSnapshot, retryable: tuple[int, ...], fatal: tuple[int, ...]) -> Failure | None:
-    """The failure class of a FAILED snapshot; None for other states and for product verdicts
-    (QueueTimeout, OverQuota, ...) that are not pod failures."""
-    if snap.state is not JobState.FAILED:
+    """The failure class of a snapshot reporting a failure (a FAILED job, or live pods stuck on one);
+    None otherwise and for product verdicts (QueueTimeout, OverQuota, ...) that are not pod failures."""
+    if snap.state not in (
+        JobState.FAILED,
+        JobState.STARTING,
+        JobState.RETRYING,
+        JobState.DEGRADED,
+        JobState.UNKNOWN,
+    ):
         return None
     try:
         return classify_failure(snap, retryable_exit_codes=retryable, fatal_exit_codes=fatal)

@@ -196,6 +196,17 @@ class SharedWatch:
     def subscriber_count(self) -> int:
         return sum(len(s) for s in self._subs.values())
 
+    def absorb(self, resource: Resource, obj: dict) -> None:
+        """Fold in an object read directly, unless the cache already holds the same or a newer version
+        (resourceVersions are opaque, so only an exact match proves the cache is current; a read is
+        newer than anything the watch delivered before it started)."""
+        cached = self._cache.get(resource.plural, {}).get(obj["metadata"]["name"])
+        if cached is not None and cached["metadata"].get("resourceVersion") == obj["metadata"].get(
+            "resourceVersion"
+        ):
+            return
+        self._apply(resource, "MODIFIED", obj)
+
     # --- the informer loop ---
 
     async def _run(self, resource: Resource) -> None:

@@ -113,6 +113,11 @@ VERDICTS: dict[str, Reason] = {
     Reason.OVER_QUOTA.value: Reason.OVER_QUOTA,
     Reason.OVER_REQUEUE_LIMIT.value: Reason.OVER_REQUEUE_LIMIT,
     Reason.CANCELLED.value: Reason.CANCELLED,
+    # Pods stuck pulling never fail by themselves; the trigger rules on a permanent pull failure.
+    Reason.IMAGE_PULL.value: Reason.IMAGE_PULL,
+    Reason.INVALID_IMAGE_NAME.value: Reason.INVALID_IMAGE_NAME,
+    # A pod on a lost node never becomes terminal by itself; the trigger ends the attempt.
+    Reason.NODE_LOST.value: Reason.NODE_LOST,
 }
 
 # Reasons a QueueStatus from the quota pool may carry; anything else reads as Pending.

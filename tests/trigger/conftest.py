@@ -58,3 +58,15 @@ def job_manifest(identity: TaskIdentity, *, scenario: dict | None = None, **args
     return build_manifest(
         spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
     )
+
+
+def set_scenario(manifest: dict, role: str, scenario: dict) -> dict:
+    """Give one role's pod template (``launcher``/``worker`` of an MPIJob, ``worker`` of a Job) its own
+    simulated behaviour."""
+    if manifest["kind"] == "MPIJob":
+        key = {"launcher": "Launcher", "worker": "Worker"}[role]
+        template = manifest["spec"]["mpiReplicaSpecs"][key]["template"]
+    else:
+        template = manifest["spec"]["template"]
+    template["metadata"].setdefault("annotations", {})["sim.airflow-jobs.io/scenario"] = json.dumps(scenario)
+    return manifest
