@@ -1,0 +1,200 @@
+"""JobOperator through the real path: execute() defers, the trigger runs, execute_complete() decides."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from airflow.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient
+from airflow_jobs_plugin.operators import STATE_KEY, JobOperator
+from airflow_jobs_plugin.spec import JobSpecError
+
+_runs = iter(range(1, 10_000))
+
+
+@dataclass
+class FakeTI:
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+
+@dataclass
+class StateStore:
+    """The task_state_store accessor's get/set, kept across tries of one task instance."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, **_: Any) -> None:
+        self.values[key] = value
+
+
+def context_for(op: JobOperator, run_id: str, try_number: int, store: StateStore) -> dict:
+    return {"ti": FakeTI("nightly", op.task_id, run_id, -1, try_number), "task_state_store": store}
+
+
+def deferral(op: JobOperator, context: dict) -> TaskDeferred:
+    with pytest.raises(TaskDeferred) as info:
+        op.execute(context)
+    return info.value
+
+
+def run_to_event(deferred: TaskDeferred, timeout: float = 60) -> dict:
+    async def collect():
+        try:
+            return [e.payload async for e in deferred.trigger.run()]
+        finally:
+            await shared.shutdown()
+
+    (event,) = asyncio.run(asyncio.wait_for(collect(), timeout))
+    return event
+
+
+def jobs_of(cluster, op: JobOperator, run_id: str) -> list[dict]:
+    from airflow_jobs_plugin.spec import TaskIdentity
+
+    key = TaskIdentity("nightly", op.task_id, run_id).instance_key()
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            resource = MPIJOBS if op.workers > 1 else JOBS
+            return (await client.list(resource, "default", label_selector=f"{labels.TASK_KEY}={key}"))[
+                "items"
+            ]
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def operator(**kwargs) -> JobOperator:
+    values = {
+        "task_id": "train",
+        "image": "registry.example/trainer:1",
+        "group": "vision",
+        "gpus": 1,
+        "owner": "alice",
+        "retry_backoff": 0.05,
+    }
+    values.update(kwargs)
+    return JobOperator(**values)
+
+
+def test_invalid_arguments_fail_at_parse_time_naming_the_argument():
+    with pytest.raises(JobSpecError, match="gpus"):
+        operator(gpus=-2)
+    with pytest.raises(JobSpecError, match="image"):
+        operator(image="Registry Example/trainer")
+    with pytest.raises(JobSpecError, match=r"env\.EPOCHS"):
+        operator(env={"EPOCHS": 3})
+
+
+def test_templated_values_are_checked_after_rendering_not_at_parse_time():
+    op = operator(image="registry.example/trainer:{{ ds_nodash }}")
+    assert op.image.endswith("{{ ds_nodash }}")
+
+
+def test_a_successful_job_returns_a_summary(cluster):
+    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'})
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    deferred = deferral(op, context_for(op, run_id, 1, store))
+    assert deferred.method_name == "execute_complete"
+    assert store.get(STATE_KEY)["name"] == deferred.trigger.job_name
+    _, kwargs = deferred.trigger.serialize()
+    assert "token" not in str(kwargs).lower() and "image" not in kwargs  # no manifest, no secret
+    result = op.execute_complete(context_for(op, run_id, 1, store), run_to_event(deferred))
+    assert result["state"] == "SUCCEEDED" and result["kind"] == "Job" and result["attempts"] == 1
+    assert result["job_name"] == deferred.trigger.job_name
+
+
+def test_a_failed_job_raises_with_state_reason_exit_code_and_log_tail(cluster):
+    op = operator(
+        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 1, "exit": 4, "logs": ["boom"]}}'},
+        backoff_limit=0,
+    )
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    deferred = deferral(op, context_for(op, run_id, 1, store))
+    event = run_to_event(deferred)
+    with pytest.raises(AirflowFailException) as info:  # a non-zero exit is not retryable by default
+        op.execute_complete(context_for(op, run_id, 1, store), event)
+    message = str(info.value)
+    assert "FAILED" in message and "worker-0=4" in message and "[worker-0] boom" in message
+
+
+def test_an_exit_code_declared_retryable_lets_airflow_retry_the_task(cluster):
+    op = operator(
+        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 1, "exit": 75}}'},
+        backoff_limit=0,
+        max_attempts=1,
+        retryable_exit_codes=[75],
+    )
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    event = run_to_event(deferral(op, context_for(op, run_id, 1, store)))
+    with pytest.raises(AirflowException) as info:
+        op.execute_complete(context_for(op, run_id, 1, store), event)
+    assert not isinstance(info.value, AirflowFailException)
+
+
+def test_a_worker_crash_between_create_and_defer_is_reattached_by_the_retry(cluster, monkeypatch):
+    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'})
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+
+    def crash(*_a, **_k):
+        raise SystemExit("worker killed")
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit):
+        patch.setattr(op, "defer", crash)
+        op.execute(context_for(op, run_id, 1, store))
+    (created,) = jobs_of(cluster, op, run_id)
+    deferred = deferral(op, context_for(op, run_id, 2, store))  # Airflow's retry: try 2
+    assert deferred.trigger.job_name == created["metadata"]["name"]
+    assert len(jobs_of(cluster, op, run_id)) == 1
+    result = op.execute_complete(context_for(op, run_id, 2, store), run_to_event(deferred))
+    assert result["state"] == "SUCCEEDED"
+
+
+def test_a_retry_after_the_previous_job_ended_submits_a_new_job(cluster):
+    op = operator(
+        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 1, "exit": 1}}'}, backoff_limit=0
+    )
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    run_to_event(deferral(op, context_for(op, run_id, 1, store)))
+    deferred = deferral(op, context_for(op, run_id, 2, store))
+    names = {j["metadata"]["name"] for j in jobs_of(cluster, op, run_id)}
+    assert len(names) == 2 and deferred.trigger.job_name in names
+    run_to_event(deferred)
+
+
+def test_an_mpi_operator_task_submits_an_mpijob(cluster):
+    op = operator(
+        task_id="train_mpi",
+        workers=2,
+        job_annotations={
+            "sim.airflow-jobs.io/scenario": '{"main": {"run": 3}, "wait-for-workers": {"run": 1}}'
+        },
+    )
+    run_id = f"run-{next(_runs)}"
+    deferred = deferral(op, context_for(op, run_id, 1, StateStore()))
+    assert deferred.trigger.kind == "MPIJob"
+    (job,) = jobs_of(cluster, op, run_id)
+    assert job["kind"] == "MPIJob" and job["metadata"]["labels"][labels.ATTEMPT] == "1"
+    result = op.execute_complete({}, run_to_event(deferred))
+    assert result["kind"] == "MPIJob" and result["state"] == "SUCCEEDED"
