@@ -1,0 +1,101 @@
+"""JobSensor waits on the triggerer for a job something else submitted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from airflow.exceptions import AirflowException
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.kube import JOBS, KubeClient
+from airflow_jobs_plugin.sensors import JobSensor
+
+
+def plain_job(name: str, *, exit_code: int = 0, labels: dict | None = None) -> dict:
+    """A batch/v1 Job as any other tool would submit it: no product labels."""
+    scenario = json.dumps({"main": {"run": 2, "exit": exit_code}})
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {
+                    "labels": labels or {},
+                    "annotations": {"sim.airflow-jobs.io/scenario": scenario},
+                },
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1"}]},
+            },
+        },
+    }
+
+
+def sensor_event(sensor: JobSensor, create: dict | None, kubeconfig: str, timeout: float = 60) -> dict:
+    with pytest.raises(TaskDeferred) as info:
+        sensor.execute({})
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            run = asyncio.ensure_future(_collect(info.value.trigger))
+            await asyncio.sleep(0.2)  # the sensor is already waiting when the job appears
+            if create is not None:
+                await client.create(JOBS, "default", create)
+            return await asyncio.wait_for(run, timeout)
+        finally:
+            await client.close()
+            await shared.shutdown()
+
+    (event,) = asyncio.run(go())
+    return event
+
+
+async def _collect(trigger):
+    return [e.payload async for e in trigger.run()]
+
+
+def test_a_sensor_waits_for_a_job_by_name_even_before_it_exists(cluster):
+    sensor = JobSensor(task_id="wait", job_name="external-train-1")
+    event = sensor_event(sensor, plain_job("external-train-1"), cluster.kubeconfig_path)
+    assert event["status"] == "success" and event["state"] == "SUCCEEDED"
+    assert sensor.execute_complete({}, event)["job_name"] == "external-train-1"
+
+
+def test_a_sensor_by_labels_picks_the_matching_job(cluster):
+    sensor = JobSensor(task_id="wait", labels={"team": "speech", "pipeline": "asr"})
+    job = plain_job("external-asr-7", labels={"team": "speech", "pipeline": "asr"})
+    event = sensor_event(sensor, job, cluster.kubeconfig_path)
+    assert event["job_name"] == "external-asr-7" and event["status"] == "success"
+
+
+def test_a_sensor_fails_the_task_when_the_job_fails(cluster):
+    sensor = JobSensor(task_id="wait", job_name="external-train-2")
+    event = sensor_event(sensor, plain_job("external-train-2", exit_code=1), cluster.kubeconfig_path)
+    assert event["status"] == "failed" and event["state"] == "FAILED"
+    with pytest.raises(AirflowException, match="FAILED"):
+        sensor.execute_complete({}, event)
+
+
+def test_a_sensor_can_wait_for_running_rather_than_done(cluster):
+    sensor = JobSensor(task_id="wait", job_name="external-train-3", target_states=["RUNNING"])
+    event = sensor_event(sensor, plain_job("external-train-3"), cluster.kubeconfig_path)
+    assert event["state"] == "RUNNING"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "exactly one of job_name or labels"),
+        ({"job_name": "x", "labels": {"a": "b"}}, "exactly one of job_name or labels"),
+        ({"job_name": "x", "target_states": ["DONE"]}, "target_states"),
+        ({"job_name": "x", "kind": "PyTorchJob"}, "kind"),
+        ({"job_name": "x", "target_states": ["FAILED"]}, "must not overlap"),
+    ],
+)
+def test_bad_sensor_arguments_fail_at_parse_time(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        JobSensor(task_id="wait", **kwargs)
