@@ -52,8 +52,6 @@ PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 
-RESOURCES_BY_KIND: Mapping[str, Resource] = {r.kind: r for r in (JOBS, MPIJOBS, PODS, EVENTS, CONFIGMAPS)}
-
 
 class KubeError(Exception):
     """An API call failed. ``status`` is the HTTP code (0 for a transport error), ``reason`` the

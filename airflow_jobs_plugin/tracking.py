@@ -24,8 +24,6 @@ from airflow_jobs_plugin.lifecycle import (
     is_transient_pull_error,
 )
 
-QUIET_STATES = frozenset({JobState.SUCCEEDED})
-
 
 def replica_summary(replicas: Sequence[ReplicaStatus]) -> str:
     """``launcher Init:1/2, workers 2/2 ContainerCreating``: the per-replica kubectl statuses, grouped.
@@ -154,15 +152,6 @@ def stuck_for_good(
     if any(is_transient_pull_error(str(e.get("message") or "")) for e in events):
         return False
     return any(r.status == "ImagePullBackOff" for r in snapshot.replicas)
-
-
-def tail(lines: Iterable[str], n: int) -> list[str]:
-    out: list[str] = []
-    for line in lines:
-        out.append(line)
-        if len(out) > n:
-            del out[0]
-    return out
 
 
 def exit_codes(snapshot: JobSnapshot) -> dict[str, int]:
