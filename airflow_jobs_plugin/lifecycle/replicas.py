@@ -2,14 +2,14 @@
 
 A single-pod ``batch/v1`` Job has one replica (role ``worker``, index 0); an MPIJob has a ``launcher``
 and ``worker`` 0..N-1. A replica may have had several pods (a failed pod stays next to its
-replacement), so its *current* pod is the most recently created one.
+replacement), so its *current* pod is the live one if there is one, else the most recently created.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
@@ -198,9 +198,34 @@ def replicas_of(
     event_list = list(events)
     result = []
     for key in sorted(by_key, key=_role_order):
-        current = latest(by_key[key], lambda p: parse_time(dig(p, "metadata", "creationTimestamp")))
+        current = current_pod(by_key[key])
         result.append(read_replica(key[0], key[1], current, event_list))
     return result
+
+
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def current_pod(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The pod that stands for a replica among all its pods, ``None`` when there is none.
+
+    A pod that has not ended and is not being deleted wins over the pods it replaced; among equals the
+    newest does. Creation times have one-second precision, so pods created in the same second are
+    ordered by ``resourceVersion`` (the API server's counter, compared as a number when it is one),
+    then by their order in ``pods``.
+    """
+
+    def rank(entry: tuple[int, Mapping[str, Any]]) -> tuple[bool, datetime, int, int]:
+        position, pod = entry
+        live = dig(pod, "status", "phase") not in ("Succeeded", "Failed") and not dig(
+            pod, "metadata", "deletionTimestamp"
+        )
+        created = parse_time(dig(pod, "metadata", "creationTimestamp")) or _NEVER
+        version = str(dig(pod, "metadata", "resourceVersion") or "")
+        return live, created, int(version) if version.isdigit() else -1, position
+
+    ranked = max(enumerate(pods), key=rank, default=None)
+    return ranked[1] if ranked is not None else None
 
 
 def read_replica(

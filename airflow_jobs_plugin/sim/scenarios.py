@@ -63,6 +63,8 @@ class ContainerScenario:
 
 
 INIT_DEFAULT = ContainerScenario(run=0.0, logs=())
+# A sidecar (an init container with restartPolicy Always) serves the pod until the pod stops it.
+SIDECAR_DEFAULT = ContainerScenario(run=None, logs=())
 WORKER_DEFAULT = ContainerScenario(run=None, logs=WORKER_LOGS)
 MAIN_DEFAULT = ContainerScenario()
 
@@ -231,6 +233,11 @@ class PodScenarios:
     containers: Mapping[str, ContainerScenario] = field(default_factory=dict)
 
 
+def is_sidecar(container: dict) -> bool:
+    """Whether an init container is a sidecar: restartable, started before and kept beside the others."""
+    return container.get("restartPolicy") == "Always"
+
+
 def pod_scenarios(pod: dict) -> PodScenarios:
     """Resolve every container's scenario: role default, then image tag, then the annotation.
 
@@ -258,7 +265,10 @@ def pod_scenarios(pod: dict) -> PodScenarios:
         return scenario
 
     return PodScenarios(
-        init={c["name"]: resolve(c, INIT_DEFAULT) for c in spec.get("initContainers") or []},
+        init={
+            c["name"]: resolve(c, SIDECAR_DEFAULT if is_sidecar(c) else INIT_DEFAULT)
+            for c in spec.get("initContainers") or []
+        },
         containers={
             c["name"]: resolve(c, WORKER_DEFAULT if worker else MAIN_DEFAULT)
             for c in spec.get("containers") or []

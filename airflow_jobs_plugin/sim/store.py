@@ -826,8 +826,12 @@ def default_mpijob_spec(spec: dict) -> None:
     spec.setdefault("runLauncherAsWorker", False)
     for role, replica in (spec.get("mpiReplicaSpecs") or {}).items():
         if isinstance(replica, dict):
-            replica.setdefault("replicas", 1 if role == "Launcher" else 0)
-            replica.setdefault("restartPolicy", "Never")
+            launcher = role == "Launcher"
+            replica.setdefault("replicas", 1 if launcher else 0)
+            # The operator's defaults differ by role: a launcher retries in place (its mpirun may start
+            # before the workers' sshd answers), a worker pod is replaced whole.
+            if not replica.get("restartPolicy"):
+                replica["restartPolicy"] = "OnFailure" if launcher else "Never"
 
 
 # --- validation -------------------------------------------------------------------------------

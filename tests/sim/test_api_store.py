@@ -159,6 +159,14 @@ def test_mpijob_defaults(store):
     assert "status" not in created  # status belongs to the status subresource
 
 
+def test_mpijob_replica_defaults_restart_the_launcher_in_place_and_replace_workers(store):
+    template = {"spec": {"containers": [{"name": "c", "image": "i"}]}}
+    spec = {"mpiReplicaSpecs": {"Launcher": {"template": template}, "Worker": {"template": template}}}
+    replicas = store.create("mpijobs", {"metadata": {"name": "m"}, "spec": spec})["spec"]["mpiReplicaSpecs"]
+    assert (replicas["Launcher"]["restartPolicy"], replicas["Launcher"]["replicas"]) == ("OnFailure", 1)
+    assert (replicas["Worker"]["restartPolicy"], replicas["Worker"]["replicas"]) == ("Never", 0)
+
+
 # --------------------------------------------------------------------------- validation
 
 

@@ -109,6 +109,13 @@ def test_a_new_job_creates_one_pod_named_labelled_and_owned_like_the_real_contro
     assert [(e.reason, e.message) for e in plan.events] == [("SuccessfulCreate", "Created pod: train-abcde")]
 
 
+def test_a_new_pod_keeps_the_finalizers_of_the_job_template_besides_job_tracking():
+    with_finalizer = job()
+    with_finalizer["spec"]["template"]["metadata"]["finalizers"] = ["example.com/keep"]
+    [create] = [a for a in plan_job(with_finalizer, [], T0).actions if isinstance(a, CreatePod)]
+    assert create.pod["metadata"]["finalizers"] == ["example.com/keep", JOB_TRACKING_FINALIZER]
+
+
 def test_a_job_created_suspended_has_no_pod_no_start_time_and_a_suspended_condition():
     plan = plan_job(job(suspend=True), [], T0)
     assert not [a for a in plan.actions if isinstance(a, CreatePod)]
@@ -297,10 +304,36 @@ def test_the_pod_back_off_doubles_from_ten_seconds_up_to_six_minutes():
     assert [pod_backoff(n) for n in (0, 1, 2, 3, 7, 20)] == [0, 10, 20, 40, 360, 360]
 
 
-def test_a_job_being_deleted_is_left_alone():
+def test_a_job_being_deleted_creates_no_pod():
     doomed = job()
     doomed["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert plan_job(doomed, [], T0).actions == []
+
+
+def test_a_job_being_deleted_counts_and_releases_every_pod_including_running_ones():
+    doomed = job(status={"startTime": "2026-01-01T00:00:00Z"})
+    doomed["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:10Z"
+    pods = [
+        job_pod("train-a", "Failed", 1),
+        job_pod("train-b", "Running"),
+        job_pod("train-c", "Running", deleting=True),
+    ]
+    plan = plan_job(doomed, pods, T0)
+    assert sorted(a.name for a in plan.actions if isinstance(a, ReleasePod)) == [
+        "train-a",
+        "train-b",
+        "train-c",
+    ]
+    assert not [a for a in plan.actions if isinstance(a, (CreatePod, DeletePod))]
+    # The pod being deleted counts as failed (no podFailurePolicy), the running one is only let go.
+    assert plan.status["failed"] == 2
+
+
+def test_a_suspended_job_being_deleted_leaves_the_deletion_of_its_pods_to_the_garbage_collector():
+    doomed = job(suspend=True, status={"startTime": "2026-01-01T00:00:00Z"})
+    doomed["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:10Z"
+    plan = plan_job(doomed, [job_pod("train-a", "Running")], T0)
+    assert [type(a) for a in plan.actions] == [ReleasePod]
 
 
 def test_memory_is_not_modified_by_planning():

@@ -30,6 +30,7 @@ def make_pod(
     scenario: dict | str | None = None,
     *,
     init: bool = False,
+    sidecar: bool = False,
     restart: str = "Never",
     image: str = "trainer:1.0",
     **container,
@@ -46,6 +47,15 @@ def make_pod(
         spec["initContainers"] = [
             {"name": "setup", "image": "busybox:1.36", "imagePullPolicy": "IfNotPresent"}
         ]
+    if sidecar:
+        spec.setdefault("initContainers", []).append(
+            {
+                "name": "proxy",
+                "image": "proxy:1.0",
+                "imagePullPolicy": "IfNotPresent",
+                "restartPolicy": "Always",
+            }
+        )
     return {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
 
 
@@ -262,6 +272,38 @@ def test_a_failing_init_container_of_an_onfailure_pod_crash_loops():
     moments = drive(make_pod({"setup": {"exit": 2}}, init=True, restart="OnFailure"), horizon=60)
     assert "CrashLoopBackOff" in [m.shown("setup", init=True) for m in moments]
     assert {m.phase for m in moments} == {"Pending"}
+
+
+def test_a_sidecar_keeps_running_beside_the_main_container_which_starts_once_the_sidecar_started():
+    moments = drive(make_pod({"main": {"run": 20}}, sidecar=True))
+    both = [m for m in moments if m.shown("proxy", init=True) == "Running" and m.shown() == "Running"]
+    assert both and both[0].phase == "Running"
+    conditions = {c["type"]: c["status"] for c in both[0].step.status["conditions"]}
+    assert (conditions["Initialized"], conditions["ContainersReady"]) == ("True", "True")
+    before = moments[: moments.index(next(m for m in moments if m.shown("proxy", init=True) == "Running"))]
+    assert before and all(m.shown() == "PodInitializing" for m in before)
+
+
+def test_an_unready_sidecar_keeps_the_pod_unready():
+    moments = drive(make_pod({"main": {"run": 20}, "proxy": {"ready": 10}}, sidecar=True))
+    early = next(m for m in moments if m.shown() == "Running")
+    ready = next(c for c in early.step.status["conditions"] if c["type"] == "ContainersReady")
+    assert (ready["status"], ready["message"]) == ("False", "containers with unready status: [proxy]")
+
+
+def test_a_sidecar_is_stopped_once_the_main_container_finished_and_does_not_decide_the_phase():
+    moments = drive(make_pod({"main": {"run": 5}}, sidecar=True))
+    last = moments[-1]
+    assert last.phase == "Succeeded"
+    assert last.state("proxy", init=True)["state"]["terminated"]["exitCode"] == 143
+    assert ("Killing", "Stopping container proxy") in events(moments)
+
+
+def test_a_crashing_sidecar_is_restarted_even_in_a_never_restarted_pod():
+    moments = drive(make_pod({"main": {"run": 60}, "proxy": {"run": 5, "exit": 0}}, sidecar=True), horizon=50)
+    assert "CrashLoopBackOff" in [m.shown("proxy", init=True) for m in moments]
+    assert moments[-1].state("proxy", init=True)["restartCount"] >= 1
+    assert {m.phase for m in moments if m.shown() == "Running"} == {"Running"}
 
 
 def test_a_container_is_ready_only_after_its_ready_delay():

@@ -30,6 +30,7 @@ def mpijob(
     launcher_scenario: dict | None = None,
     worker_scenario: dict | None = None,
     init: bool = False,
+    launcher_restart: str | None = None,
     **run_policy,
 ) -> dict:
     def template(scenario: dict | None, containers: list[dict]) -> dict:
@@ -56,6 +57,8 @@ def mpijob(
             "Worker": {"replicas": workers, "template": template(worker_scenario, worker_containers)},
         },
     }
+    if launcher_restart is not None:
+        spec["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = launcher_restart
     if "launcherCreationPolicy" in run_policy:
         spec["launcherCreationPolicy"] = policy.pop("launcherCreationPolicy")
     return {
@@ -372,7 +375,11 @@ def test_a_finished_mpijob_is_deleted_after_its_ttl(cluster, ns):
 
 
 def test_a_failed_launcher_pod_that_is_retried_marks_the_mpijob_restarting(cluster, ns):
-    create(cluster, ns, mpijob(backoffLimit=1, launcher_scenario={"main": {"run": 1, "exit": 1}}))
+    create(
+        cluster,
+        ns,
+        mpijob(backoffLimit=1, launcher_restart="Never", launcher_scenario={"main": {"run": 1, "exit": 1}}),
+    )
     failed = wait_for(lambda: condition(cluster, ns, "train", "Failed"))
     assert failed["reason"] == "BackoffLimitExceeded"
     assert "MPIJobRestarting" in mpi_events(cluster, ns, "train")

@@ -204,7 +204,11 @@ def new_pod(job: dict, name: str) -> dict:
         "namespace": meta.get("namespace"),
         "labels": labels,
         "ownerReferences": [owner_reference(job, "batch/v1", "Job")],
-        "finalizers": [JOB_TRACKING_FINALIZER],
+        # The template's own finalizers come along, as the real controller copies them.
+        "finalizers": [
+            *(f for f in tmeta.get("finalizers") or [] if f != JOB_TRACKING_FINALIZER),
+            JOB_TRACKING_FINALIZER,
+        ],
     }
     if tmeta.get("annotations"):
         pod_meta["annotations"] = dict(tmeta["annotations"])
@@ -225,8 +229,9 @@ def plan_job(
     meta = job["metadata"]
     status = copy.deepcopy(job.get("status") or {})
     plan = JobPlan(status=status, memory=memory)
-    if meta.get("deletionTimestamp"):
-        return plan
+    # A Job being deleted still counts its pods and lets every one of them go (a Foreground deletion
+    # waits for the pods, which must not wait for this finalizer); it only stops managing them.
+    deleting = bool(meta.get("deletionTimestamp"))
     conditions = status.get("conditions") or []
     pods = job_pods(job, pods)
 
@@ -249,7 +254,7 @@ def plan_job(
                 fail_job = matched[1]
             if uid not in memory.deleted and action != "Ignore":
                 new_failed += 1
-        else:
+        elif not deleting:
             continue
         plan.actions.append(ReleasePod(pod["metadata"]["name"]))
         memory.deleted.discard(uid)
@@ -333,7 +338,7 @@ def plan_job(
         return plan
 
     if suspended:
-        for pod in active:
+        for pod in active if not deleting else ():
             _delete(plan, pod, memory)
         if not condition_true(conditions, "Suspended"):
             conditions = set_condition(
@@ -363,7 +368,7 @@ def plan_job(
     parallelism = int(spec.get("parallelism", 1))
     wanted = parallelism if completions is None else max(0, min(parallelism, int(completions) - succeeded))
     replacing = len(active) + (len(terminating) if spec.get("podReplacementPolicy") == "Failed" else 0)
-    missing = wanted - replacing
+    missing = 0 if deleting else wanted - replacing
     created: list[dict] = []
     if missing > 0:
         delay = pod_backoff(failed) * scale

@@ -44,6 +44,7 @@ from airflow_jobs_plugin.sim.scenarios import (
     PodScenarios,
     PullFailure,
     ScenarioError,
+    is_sidecar,
     normalized_image,
     pod_scenarios,
     valid_image,
@@ -93,6 +94,8 @@ class ContainerRun:
     image: str
     init: bool
     exec_argv: tuple[str, ...] | None = None  # exec mode: the command this container runs locally
+    sidecar: bool = False  # an init container with restartPolicy Always
+    has_started: bool = False  # it ran once: a sidecar no longer holds back the containers after it
     stage: str = "idle"  # idle|pulling|pull_failed|pull_backoff|invalid|never_pull|config_error|running|exited|crash_backoff
     until: datetime | None = None  # end of the current stage (None: until something else happens)
     attempt: int = 0  # restartCount
@@ -242,7 +245,13 @@ def new_pod_run(
         argv = None
         if not init and c.get("name") == exec_name:
             argv = tuple(c.get("command") or ()) + tuple(c.get("args") or ())
-        return ContainerRun(name=c["name"], image=c.get("image") or "", init=init, exec_argv=argv)
+        return ContainerRun(
+            name=c["name"],
+            image=c.get("image") or "",
+            init=init,
+            exec_argv=argv,
+            sidecar=init and is_sidecar(c),
+        )
 
     return PodRun(
         uid=pod["metadata"].get("uid", ""),
@@ -370,7 +379,7 @@ class _Sync:
             self.exit(c, 128, "ContainerCannotRun", sc.cannot_run, started=self.now)
             self.event(WARNING, "Failed", f"Error: {sc.cannot_run}", c)
             return
-        c.stage, c.started_at, c.finished_at = "running", self.now, None
+        c.stage, c.started_at, c.finished_at, c.has_started = "running", self.now, None, True
         c.ready_at = self.later(sc.ready)
         self.event(NORMAL, "Started", f"Started container {c.name}", c)
         if c.exec_argv is not None:
@@ -433,6 +442,8 @@ class _Sync:
             c.until = None
 
     def restarts(self, c: ContainerRun, code: int) -> bool:
+        if c.sidecar:  # whatever the pod's policy: a sidecar is meant to run as long as the pod
+            return True
         if self.restart_policy == "Always":
             return not c.init or code != 0
         return self.restart_policy == "OnFailure" and code != 0
@@ -572,6 +583,9 @@ def container_status(c: ContainerRun, now: datetime, default_waiting: str) -> di
 
 
 def _init_done(c: ContainerRun) -> bool:
+    """Whether the containers after ``c`` may start: it succeeded, or it is a sidecar that has started."""
+    if c.sidecar:
+        return c.has_started
     return c.stage == "exited" and c.exit_code == 0
 
 
@@ -635,7 +649,9 @@ def pod_status(pod: dict, run: PodRun, now: datetime) -> dict:
             "ContainersNotInitialized",
             f"containers with incomplete status: [{' '.join(pending)}]",
         )
-    unready = [s["name"] for s in statuses if not s["ready"]]
+    # Sidecars serve the regular containers: their readiness is part of the pod's.
+    sidecar_statuses = [s for c, s in zip(run.init, init_statuses, strict=True) if c.sidecar]
+    unready = [s["name"] for s in sidecar_statuses + statuses if not s["ready"]]
     for type_ in ("Ready", "ContainersReady"):
         if phase == "Succeeded" or (completed and not unready):
             conditions = set_condition(conditions, type_, "False", now, "PodCompleted")
@@ -711,6 +727,12 @@ def step_pod(
             sync.advance(c)
     status = pod_status(pod, run, now)
     if status["phase"] in ("Succeeded", "Failed"):
+        # The regular containers are done: the kubelet stops the sidecars, the last one first.
+        term_codes = {name: sc.term_exit for name, sc in (scenarios.init if scenarios else {}).items()}
+        for c in reversed(run.init):
+            if c.sidecar:
+                sync.kill(c, term_codes.get(c.name, 143))
+        status = pod_status(pod, run, now)
         run.done = True
         for c in run.init + run.containers:
             c.until = None
