@@ -1,23 +1,61 @@
 """Admission: the step that turns a queued (suspended) job into a running one.
 
 Every job is created suspended so the queue is visible in the cluster; admitting it is unsuspending it.
-This module is the one door through which that happens. Without a quota policy it admits at once
-(after any retry back-off recorded on the object); the quota pool gates the same door.
+This module is the one door through which that happens.
+
+Without a quota policy (``quota_configmap`` is ``None``) a job is admitted at once, after any retry
+back-off recorded on it. With one, the quota pool gates the door: per process, per namespace and per
+group, one worker runs admission passes (:func:`~airflow_jobs_plugin.quota.ledger.admission_pass`)
+whenever something that matters changed (a job queued, finished, requeued or deleted, the group's ledger
+or the policy changed) and when a timer is due (a back-off or a timeout expires, a periodic resync).
+Passes are coalesced: a thousand triggers of one group waiting share every pass. A trigger asks
+:meth:`Admission.ensure` for its job's latest decision and is woken when that decision changes.
+
+The policy ConfigMap and the ledgers are read through watches of their own (one per process and quota
+namespace), never polled per trigger.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from datetime import datetime, timezone
-from typing import Any
-from weakref import WeakKeyDictionary
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from weakref import WeakKeyDictionary, WeakSet
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient, KubeError
+from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError
 from airflow_jobs_plugin.lifecycle import QueueStatus
-from airflow_jobs_plugin.watch import SharedWatch
+from airflow_jobs_plugin.quota import ledger
+from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
+from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "Admission",
+    "OverQuotaError",
+    "check_group",
+    "not_before",
+    "shutdown",
+    "unsuspend_patch",
+]
+
+# How long ensure() waits for the pass that judges a job it has not seen yet.
+ENSURE_WAIT_SECONDS = 10.0
+# Minimum spacing of two passes of one group: events arriving meanwhile are served by the next pass.
+PASS_SPACING_SECONDS = 0.05
+# A pass even without events, in case one was missed (a watch gap, a clock jump).
+RESYNC_SECONDS = 60.0
+# A pass whose job patches lost a race runs again this soon (the view catches up meanwhile).
+STALE_RETRY_SECONDS = 0.2
+# An admission with no subscribed trigger and no caller for this long stops its workers and watches.
+IDLE_SECONDS = 120.0
+
+
+_STARTED: WeakSet[Admission] = WeakSet()
 
 
 def _now() -> datetime:
@@ -28,51 +66,360 @@ def _parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+async def _wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait for ``event`` up to ``timeout``; True if it was set.
+
+    Not ``asyncio.wait_for``: before Python 3.12 it can swallow a cancellation that arrives as the event
+    is set, and a worker that misses its cancellation never stops.
+    """
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()
+    return event.is_set()
 
 
 def not_before(job: dict) -> datetime | None:
-    """The time before which a job must not be admitted (a job-level retry's back-off)."""
+    """The time before which a job must not be admitted (a retry's or a requeue's back-off)."""
     return _parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUE_NOT_BEFORE))
 
 
-def unsuspend_patch(job: dict, now: datetime) -> dict[str, Any]:
-    """The merge patch that admits ``job``: unsuspend, and record when."""
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    spec: dict[str, Any] = (
-        {"runPolicy": {"suspend": False}} if job.get("kind") == "MPIJob" else {"suspend": False}
-    )
-    return {"metadata": {"annotations": {labels.ADMITTED_AT: stamp}}, "spec": spec}
+class OverQuotaError(ValueError):
+    """A job needs more GPUs than its user or its group may ever hold: it could never be admitted."""
+
+
+async def _read_policy(
+    client: KubeClient, quota_configmap: str, quota_namespace: str
+) -> quota.QuotaPolicy | None:
+    configmap = await client.get_or_none(CONFIGMAPS, quota_namespace, quota_configmap)
+    if configmap is None:
+        return None
+    return quota.policy_from_configmap_data(configmap.get("data"))
+
+
+async def check_group(
+    client: KubeClient,
+    quota_configmap: str | None,
+    quota_namespace: str,
+    group: str,
+    user: str,
+    gpus: int,
+) -> None:
+    """Submit-time check of a job against the quota policy, before the job is created.
+
+    Raises :class:`~airflow_jobs_plugin.quota.UnknownGroupError` (a ValueError) naming the group and
+    the known groups, and :class:`OverQuotaError` if ``gpus`` (the total over all replicas) exceeds
+    what ``user`` may ever hold in ``group``. Without a policy configured there is nothing to check; a
+    policy ConfigMap that is missing or invalid is not the DAG author's fault: the job is created and
+    waits as Inadmissible, with the reason, until an admin fixes the policy.
+    """
+    if quota_configmap is None:
+        return
+    try:
+        policy = await _read_policy(client, quota_configmap, quota_namespace)
+    except quota.PolicyError:
+        return
+    if policy is None:
+        return
+    group_quota = policy.require_group(group)
+    if gpus > group_quota.gpus:
+        raise OverQuotaError(
+            f"the job needs {gpus} GPUs but the whole quota of group {group} is {group_quota.gpus}: "
+            "it could never start; ask for fewer GPUs or a larger group quota"
+        )
+    limit = group_quota.user_limit(user)
+    if gpus > limit:
+        raise OverQuotaError(
+            f"the job needs {gpus} GPUs but user {user} may hold at most {limit} in group {group}: "
+            "it could never start; ask for fewer GPUs or a larger user quota"
+        )
+
+
+def _wake(watch: SharedWatch, job_name: str) -> None:
+    """Wake the triggers following ``job_name`` (their job did not change, its queue status did)."""
+    watch.notify(job_name)
+
+
+@dataclass(frozen=True)
+class _PolicyState:
+    policy: quota.QuotaPolicy | None
+    problem: str | None  # why no job of any group can be admitted now
+    version: str | None = None
+
+
+class _PolicySource:
+    """The policy ConfigMap through a watch of its own: parsed once per change."""
+
+    def __init__(self, client: KubeClient, namespace: str, name: str, on_change: Callable[[], None]):
+        self.namespace = namespace
+        self.name = name
+        self.watch = SharedWatch(
+            client,
+            namespace,
+            resources=(CONFIGMAPS,),
+            scope=Scope(job_labels=None, job_fields=f"metadata.name={name}", pod_labels=None),
+        )
+        self.watch.add_listener(lambda *_: on_change())
+        self._state: _PolicyState | None = None
+
+    def start(self) -> None:
+        self.watch.start()
+
+    async def stop(self) -> None:
+        await self.watch.stop()
+
+    async def current(self) -> _PolicyState:
+        where = f"{self.namespace}/{self.name}"
+        if not await self.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS):
+            return _PolicyState(None, f"the quota policy ConfigMap {where} could not be read yet; retrying")
+        configmap = self.watch.get(CONFIGMAPS, self.name)
+        if configmap is None:
+            return _PolicyState(
+                None,
+                f"the quota policy ConfigMap {where} does not exist; jobs wait until a platform admin "
+                f"creates it (key {quota.POLICY_KEY})",
+            )
+        version = configmap["metadata"].get("resourceVersion")
+        if self._state is not None and self._state.version == version:
+            return self._state
+        try:
+            state = _PolicyState(quota.policy_from_configmap_data(configmap.get("data")), None, version)
+        except quota.PolicyError as exc:
+            state = _PolicyState(None, f"the quota policy ConfigMap {where} is invalid: {exc}", version)
+            log.error("%s", state.problem)
+        self._state = state
+        return state
+
+
+class _GroupWorker:
+    """Runs the admission passes of one group in this process, one at a time, when due."""
+
+    def __init__(self, admission: Admission, group: str):
+        self.admission = admission
+        self.group = group
+        self.decisions: dict[str, quota.Decision] = {}
+        self.statuses: dict[str, QueueStatus | None] = {}
+        self.seen: dict[str, tuple] = {}  # uid -> fingerprint of the job the last pass judged
+        self.problem: str | None = None  # the policy cannot be used: every job of the group waits
+        self.error: str | None = None  # the last pass failed (API trouble): shown until one succeeds
+        self.ledger_version: str | None = None
+        self.ledger_problems: tuple[str, ...] = ()
+        self.next_due: datetime | None = None
+        self.started = 0
+        self.finished = 0
+        self.failures = 0
+        self._dirty = asyncio.Event()
+        self._done = asyncio.Event()
+        self.task = asyncio.create_task(self._run(), name=f"ajp-admission-{group}")
+
+    def mark(self) -> None:
+        self._dirty.set()
+
+    async def wait_pass(self, timeout: float) -> None:
+        """Wait for a pass that starts after this call to finish (bounded by ``timeout``)."""
+        target = self.started + 1
+        self.mark()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.finished < target:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            await _wait_event(self._done, remaining)
+
+    async def _run(self) -> None:
+        while not self.admission.closed:
+            timeout = None
+            if self.next_due is not None:
+                timeout = max(0.0, (self.next_due - _now()).total_seconds())
+            await _wait_event(self._dirty, timeout)
+            if self.admission.closed:
+                return
+            self._dirty.clear()
+            self.started += 1
+            try:
+                await self.admission._pass(self)
+                self.failures = 0
+                self.error = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never let a bad pass kill the worker: retry with back-off
+                self.failures += 1
+                delay = min(30.0, 0.2 * 2**self.failures)
+                if isinstance(exc, (KubeError, LedgerConflict)):
+                    log.warning(
+                        "admission pass of group %s failed (%s); retrying in %.1fs", self.group, exc, delay
+                    )
+                else:
+                    log.exception("admission pass of group %s failed; retrying in %.1fs", self.group, delay)
+                self.next_due = _now() + timedelta(seconds=delay)
+                self.error = (
+                    f"the quota pool could not run an admission pass ({exc}); retrying in {delay:.0f}s"
+                )
+            self.finished = self.started
+            done, self._done = self._done, asyncio.Event()
+            done.set()
+            await asyncio.sleep(PASS_SPACING_SECONDS)
 
 
 class Admission:
-    """Admission for the jobs of one shared watch (one namespace of one cluster)."""
+    """Admission for the jobs of one shared watch (one namespace of one cluster) under one policy."""
 
-    _by_watch: WeakKeyDictionary[SharedWatch, Admission] = WeakKeyDictionary()
+    _registry: WeakKeyDictionary[SharedWatch, dict[tuple[str | None, str], Admission]] = WeakKeyDictionary()
 
     def __init__(self, watch: SharedWatch, quota_configmap: str | None, quota_namespace: str | None):
         self.watch = watch
         self.client: KubeClient = watch.client
         self.quota_configmap = quota_configmap
         self.quota_namespace = quota_namespace or watch.namespace
+        self.hook: ledger.Hook | None = None  # step hook for every pass and requeue (tests)
+        self._groups: dict[str, _GroupWorker] = {}
+        self._fingerprints: dict[str, tuple] = {}
+        self._policy: _PolicySource | None = None
+        self._ledgers: SharedWatch | None = None
+        self._remove_listener: Callable[[], None] | None = None
+        self._reaper: asyncio.Task | None = None
+        self._last_use = 0.0
+        self._rng = random.Random()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False
 
     @classmethod
     def for_watch(
         cls, watch: SharedWatch, *, quota_configmap: str | None = None, quota_namespace: str | None = None
     ) -> Admission:
-        existing = cls._by_watch.get(watch)
-        if existing is None or (existing.quota_configmap, existing.quota_namespace) != (
-            quota_configmap,
-            quota_namespace or watch.namespace,
-        ):
+        """The process's admission for ``watch`` and this policy (one per watch and policy)."""
+        by_policy = cls._registry.setdefault(watch, {})
+        key = (quota_configmap, quota_namespace or watch.namespace)
+        existing = by_policy.get(key)
+        if existing is None:
             existing = cls(watch, quota_configmap, quota_namespace)
-            cls._by_watch[watch] = existing
+            by_policy[key] = existing
         return existing
 
+    @property
+    def quota_enabled(self) -> bool:
+        return self.quota_configmap is not None
+
+    # --- the trigger's interface ---
+
     async def ensure(self, job: dict) -> QueueStatus | None:
-        """Called while ``job`` is suspended: admit it if it may run, else say why it waits."""
+        """Called while ``job`` is suspended: admit it if it may run, else say why it waits.
+
+        Without a quota policy the job is unsuspended here. With one, the group's pass admits it; this
+        returns the latest decision for the job (reason, position, message), waiting for a pass first if
+        no pass has judged this version of the job yet; ``None`` if no pass has seen the job.
+        """
+        if not self.quota_enabled:
+            return await self._admit_at_once(job)
+        meta = job.get("metadata") or {}
+        if (meta.get("annotations") or {}).get(labels.VERDICT):
+            return None
+        group = group_of(job)
+        if not group:
+            return QueueStatus(
+                reason="Inadmissible",
+                message=f"the job has no {labels.GROUP_NAME} annotation: the quota pool cannot place it in a queue",
+            )
+        worker = self._worker(group)
+        uid = meta.get("uid") or ""
+        if worker.seen.get(uid) != ledger.fingerprint(job):
+            await worker.wait_pass(ENSURE_WAIT_SECONDS)
+        return self._status(worker, uid)
+
+    def wake_after(self, job: dict, default: float) -> float:
+        """How long a trigger may sleep before it must look again even without a watch event.
+
+        With a quota policy this also makes sure the job's group has a worker in this process, so a
+        trigger rebuilt while its job already runs still gets its schedule deadline watched.
+        """
+        group = group_of(job) if self.quota_enabled else None
+        if group:
+            self._worker(group)
+        wait_until = not_before(job)
+        if wait_until is None:
+            return default
+        return max(0.05, min(default, (wait_until - _now()).total_seconds()))
+
+    async def release(self, job: dict) -> None:
+        """A job reached its end: give its GPUs back and let the next jobs of its group start."""
+        if not self.quota_enabled:
+            return
+        await self.release_job(self.client, job, self.quota_configmap, self.quota_namespace)
+        group = group_of(job)
+        if group and not self.closed:
+            self._worker(group).mark()
+
+    @staticmethod
+    async def release_job(
+        client: KubeClient, job: dict, quota_configmap: str | None, quota_namespace: str | None
+    ) -> None:
+        """Remove ``job``'s reservation from its group's ledger (compare-and-swap); no-op without quota."""
+        if quota_configmap is None:
+            return
+        group = group_of(job)
+        meta = job.get("metadata") or {}
+        if not group or not meta.get("uid"):
+            return
+        namespace = quota_namespace or meta.get("namespace") or "default"
+        try:
+            await ledger.release(client, namespace, group, meta["uid"])
+        except (KubeError, LedgerConflict) as exc:
+            # Not fatal: the job has ended, so the next pass of any process drops its reservation.
+            log.warning(
+                "could not release the GPUs of %s now (%s); the next pass will", meta.get("name"), exc
+            )
+
+    # --- more of the pool, for the CLI, the operator and tests ---
+
+    def start_group(self, group: str) -> None:
+        """Run the group's passes in this process from now on (triggers do this through ensure)."""
+        self._worker(group).mark()
+
+    async def run_pass(self, group: str, timeout: float = 30.0) -> None:
+        """Run a pass of ``group`` now and wait for it."""
+        await self._worker(group).wait_pass(timeout)
+
+    def decision(self, job_uid: str) -> quota.Decision | None:
+        """The latest decision of any group's pass for a queued job."""
+        for worker in self._groups.values():
+            found = worker.decisions.get(job_uid)
+            if found is not None:
+                return found
+        return None
+
+    async def close(self) -> None:
+        """Stop this admission's workers and watches; the next call that needs them starts them again."""
+        self.closed = True
+        if self._remove_listener is not None:
+            self._remove_listener()
+        tasks = [w.task for w in self._groups.values()]
+        if self._reaper is not None and self._reaper is not asyncio.current_task():
+            tasks.append(self._reaper)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        self._groups.clear()
+        stops = [
+            asyncio.ensure_future(watch.stop())
+            for watch in (self._policy.watch if self._policy else None, self._ledgers)
+            if watch is not None
+        ]
+        if stops:
+            await asyncio.wait(stops, timeout=5)
+        self._policy = self._ledgers = self._remove_listener = self._reaper = None
+
+    # --- internals ---
+
+    async def _admit_at_once(self, job: dict) -> QueueStatus | None:
         now = _now()
         wait_until = not_before(job)
         if wait_until is not None and wait_until > now:
@@ -84,26 +431,217 @@ class Admission:
         meta = job["metadata"]
         try:
             await self.client.merge_patch(
-                resource, meta["namespace"], meta["name"], unsuspend_patch(job, now)
+                resource, meta["namespace"], meta["name"], unsuspend_patch(job, now, conditional=False)
             )
         except KubeError as exc:
             if not exc.not_found:
                 raise
         return None
 
-    def wake_after(self, job: dict, default: float) -> float:
-        """How long a trigger may sleep before it must look again even without a watch event."""
-        wait_until = not_before(job)
-        if wait_until is None:
-            return default
-        return max(0.05, min(default, (wait_until - _now()).total_seconds()))
+    def _start(self) -> None:
+        if self._policy is not None:
+            return
+        assert self.quota_configmap is not None
+        # A trigger may still hold an admission the reaper closed: it simply starts again.
+        self.closed = False
+        self.loop = asyncio.get_running_loop()
+        _STARTED.add(self)
+        self._policy = _PolicySource(self.client, self.quota_namespace, self.quota_configmap, self._mark_all)
+        self._policy.start()
+        self._ledgers = SharedWatch(
+            self.client,
+            self.quota_namespace,
+            resources=(CONFIGMAPS,),
+            scope=Scope(job_labels=MANAGED_SELECTOR, job_fields=None, pod_labels=None),
+        )
+        self._ledgers.add_listener(self._on_ledger_event)
+        self._ledgers.start()
+        self._remove_listener = self.watch.add_listener(self._on_job_event)
+        self._reaper = asyncio.create_task(self._reap(), name="ajp-admission-reaper")
 
-    async def release(self, job: dict) -> None:
-        """A job reached its end: give its GPUs back (nothing to do without a quota pool)."""
-        await self.release_job(self.client, job, self.quota_configmap, self.quota_namespace)
+    def _worker(self, group: str) -> _GroupWorker:
+        self._last_use = asyncio.get_running_loop().time()
+        self._start()
+        worker = self._groups.get(group)
+        if worker is None:
+            worker = self._groups[group] = _GroupWorker(self, group)
+            worker.mark()
+        return worker
 
-    @staticmethod
-    async def release_job(
-        client: KubeClient, job: dict, quota_configmap: str | None, quota_namespace: str | None
+    def _mark_all(self) -> None:
+        for worker in self._groups.values():
+            worker.mark()
+
+    def _on_job_event(self, etype: str, plural: str, obj: dict) -> None:
+        if plural not in (JOBS.plural, MPIJOBS.plural):
+            return
+        group = group_of(obj)
+        worker = self._groups.get(group) if group else None
+        if worker is None:
+            return
+        uid = (obj.get("metadata") or {}).get("uid") or ""
+        if etype == "DELETED":
+            self._fingerprints.pop(uid, None)
+            worker.mark()
+            return
+        current = ledger.fingerprint(obj)
+        if self._fingerprints.get(uid) != current:
+            self._fingerprints[uid] = current
+            worker.mark()
+
+    def _on_ledger_event(self, etype: str, plural: str, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or ""
+        if not name.startswith(quota.ledger_name("")):
+            return
+        worker = self._groups.get(name[len(quota.ledger_name("")) :])
+        if worker is not None and (
+            etype == "DELETED" or meta.get("resourceVersion") != worker.ledger_version
+        ):
+            worker.mark()
+
+    async def _reap(self) -> None:
+        """Stop when no trigger of this process follows a job of the watch any more."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(IDLE_SECONDS / 4)
+            if self.watch.subscriber_count == 0 and loop.time() - self._last_use > IDLE_SECONDS:
+                await self.close()
+                return
+
+    def _group_jobs(self, group: str) -> list[dict]:
+        return [
+            job for resource in (JOBS, MPIJOBS) for job in self.watch.jobs(resource) if group_of(job) == group
+        ]
+
+    def _status(self, worker: _GroupWorker, uid: str) -> QueueStatus | None:
+        if worker.problem is not None:
+            return QueueStatus(reason="Inadmissible", message=worker.problem)
+        status = worker.statuses.get(uid)
+        if status is None and worker.error is not None:
+            return QueueStatus(reason="Pending", message=worker.error)
+        return status
+
+    async def _pass(self, worker: _GroupWorker) -> None:
+        """One pass of a group, then the stuck-start checks, then the next timer."""
+        assert self._policy is not None
+        state = await self._policy.current()
+        group = worker.group
+        jobs = self._group_jobs(group)
+        if state.policy is None:
+            changed, worker.problem = worker.problem != state.problem, state.problem
+            worker.decisions = {}
+            worker.next_due = _now() + timedelta(seconds=RESYNC_SECONDS)
+            for job in jobs:
+                worker.seen[job["metadata"]["uid"]] = ledger.fingerprint(job)
+                if changed:
+                    _wake(self.watch, job["metadata"]["name"])
+            return
+        policy = state.policy
+        had_problem, worker.problem = worker.problem, None
+        outcome = await ledger.admission_pass(
+            self.client,
+            ledger_namespace=self.quota_namespace,
+            group=group,
+            policy=policy,
+            jobs=lambda: self._group_jobs(group),
+            hook=self.hook,
+            rng=self._rng,
+        )
+        worker.ledger_version = outcome.stored.version
+        for drop in outcome.drops:
+            log.info("%s", drop.message)
+        if outcome.ledger.problems != worker.ledger_problems:
+            worker.ledger_problems = outcome.ledger.problems
+            for problem in outcome.ledger.problems:
+                log.warning("quota ledger: %s (kept and not counted until an admin removes it)", problem)
+        now = _now()
+        due: list[datetime] = [now + timedelta(seconds=RESYNC_SECONDS)]
+        if outcome.stale:
+            due.append(now + timedelta(seconds=STALE_RETRY_SECONDS))
+        due.extend(await self._check_stuck(outcome, policy, now))
+        self._record(worker, outcome, policy, due, had_problem is not None)
+        worker.next_due = min(due)
+
+    def _record(
+        self,
+        worker: _GroupWorker,
+        outcome: ledger.PassOutcome,
+        policy: quota.QuotaPolicy,
+        due: list[datetime],
+        force_wake: bool,
     ) -> None:
-        return None
+        decisions = {d.job.uid: d for d in outcome.decisions}
+        statuses: dict[str, QueueStatus | None] = {}
+        for uid, decision in decisions.items():
+            # An admitted job stays suspended until the pass's unsuspend lands: say so meanwhile.
+            statuses[uid] = QueueStatus(decision.reason, decision.position, decision.message)
+            if decision.verdict is quota.Verdict.BACKING_OFF and decision.job.not_before is not None:
+                due.append(decision.job.not_before)
+            if decision.verdict.waiting:
+                timeout = decision.job.queue_timeout or policy.requeue.queue_timeout
+                if timeout is not None:
+                    due.append(decision.job.queued_at + timeout)
+        for uid, problem in outcome.view.unreadable.items():
+            statuses[uid] = QueueStatus(reason="Inadmissible", message=problem)
+        for uid, job in outcome.view.by_uid.items():
+            worker.seen[uid] = ledger.fingerprint(job)
+            if force_wake or statuses.get(uid) != worker.statuses.get(uid):
+                _wake(self.watch, job["metadata"]["name"])
+        for uid in set(worker.seen) - set(outcome.view.by_uid):
+            del worker.seen[uid]
+        worker.decisions = decisions
+        worker.statuses = statuses
+
+    async def _check_stuck(
+        self, outcome: ledger.PassOutcome, policy: quota.QuotaPolicy, now: datetime
+    ) -> list[datetime]:
+        """Requeue admitted jobs whose pods missed their schedule deadline; the deadlines still ahead."""
+        due: list[datetime] = []
+        for uid, job in outcome.view.by_uid.items():
+            if (
+                ledger.is_suspended(job)
+                or ledger.is_finished(job)
+                or job["metadata"].get("deletionTimestamp")
+                # Its pods are outside this process's view: the processes watching its namespace judge it.
+                or job["metadata"].get("namespace") != self.watch.namespace
+            ):
+                continue
+            reservation = outcome.ledger.find(uid)
+            admitted_at = reservation.admitted_at if reservation is not None else ledger.admitted_at_of(job)
+            if admitted_at is None:
+                continue
+            name = job["metadata"]["name"]
+            if ledger.all_pods_scheduled(job, self.watch.pods_of(name)):
+                continue
+            try:
+                settings = ledger.job_settings(job, policy.requeue)
+            except ValueError as exc:
+                log.warning("job %s: %s; using the policy's limits", name, exc)
+                settings = policy.requeue
+            deadline = quota.schedule_deadline(admitted_at, settings.schedule_timeout)
+            if deadline > now:
+                due.append(deadline)
+                continue
+            result = await ledger.requeue_stuck(
+                self.client,
+                job,
+                ledger_namespace=self.quota_namespace,
+                settings=settings,
+                now=now,
+                hook=self.hook,
+                rng=self._rng,
+            )
+            if result is not None:
+                log.warning("%s %s: %s", job.get("kind", "Job"), name, result.message)
+            # The job changed (requeued, failed, or raced): the next pass sees the new state.
+            due.append(now)
+        return due
+
+
+async def shutdown() -> None:
+    """Close every admission started on the running loop (tests, CLI, benchmarks)."""
+    loop = asyncio.get_running_loop()
+    for admission in list(_STARTED):
+        if admission.loop is loop and not admission.closed:
+            await admission.close()

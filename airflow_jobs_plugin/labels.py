@@ -44,6 +44,12 @@ ADMITTED_AT = f"{PREFIX}/admitted-at"
 REQUEUE_COUNT = f"{PREFIX}/requeue-count"
 # Not before this time (RFC 3339) may a requeued job be admitted again (exponential back-off).
 REQUEUE_NOT_BEFORE = f"{PREFIX}/requeue-not-before"
+# The job's own limits for the quota pool, in seconds (decimal) or a count, written at submit time from
+# the task's arguments: any process running an admission pass reads them from the job, so every process
+# applies the same limits. Absent: the quota policy's value; REQUEUE_LIMIT "none" means no limit.
+SCHEDULE_TIMEOUT = f"{PREFIX}/schedule-timeout"
+QUEUE_TIMEOUT = f"{PREFIX}/queue-timeout"
+REQUEUE_LIMIT = f"{PREFIX}/requeue-limit"
 # A terminal verdict the product reached itself (QueueTimeout, OverQuota, OverRequeueLimit, Cancelled),
 # written on the object so every reader computes the same state.
 VERDICT = f"{PREFIX}/verdict"

@@ -47,6 +47,8 @@ from typing import Any
 
 from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.spec import (
+    DEFAULT_REQUEUE_LIMIT,
+    DEFAULT_SCHEDULE_TIMEOUT,
     ENV_ATTEMPT,
     ENV_GROUP,
     ENV_NAME,
@@ -170,7 +172,22 @@ def object_annotations(spec: JobSpec, task: TaskIdentity, queued_at: datetime) -
         keys.PRIORITY: str(spec.priority),
         keys.QUEUED_AT: rfc3339(queued_at),
         keys.REQUEUE_COUNT: "0",
+        # The job's own limits travel with it: any process may run the admission pass that applies them.
+        **_quota_limits(spec),
     }
+
+
+def _quota_limits(spec: JobSpec) -> dict[str, str]:
+    """The task's own quota-pool limits, only where the author chose one: a task that keeps the
+    defaults follows the quota policy's values, which the platform admin sets for everyone."""
+    limits: dict[str, str] = {}
+    if spec.requeue_limit != DEFAULT_REQUEUE_LIMIT:
+        limits[keys.REQUEUE_LIMIT] = "none" if spec.requeue_limit is None else str(spec.requeue_limit)
+    if spec.schedule_timeout is not None and spec.schedule_timeout != DEFAULT_SCHEDULE_TIMEOUT:
+        limits[keys.SCHEDULE_TIMEOUT] = f"{spec.schedule_timeout.total_seconds():g}"
+    if spec.queue_timeout is not None:
+        limits[keys.QUEUE_TIMEOUT] = f"{spec.queue_timeout.total_seconds():g}"
+    return limits
 
 
 def _env(spec: JobSpec, name: str, attempt: int, role: str, rank: int | None, gpus: int) -> list[dict]:

@@ -13,11 +13,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin import spec as spec_defaults
+from airflow_jobs_plugin.admission import check_group
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.manifests import build_manifest
 from airflow_jobs_plugin.outcome import failure_message, is_fatal, summary
-from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, validate
+from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus, validate
 from airflow_jobs_plugin.triggers import JobTrigger
 
 if TYPE_CHECKING:
@@ -213,9 +214,6 @@ class JobOperator(BaseOperator):
                 stream_logs=self.stream_logs,
                 quota_configmap=self.quota_configmap,
                 quota_namespace=self.quota_namespace,
-                queue_timeout=spec.queue_timeout.total_seconds() if spec.queue_timeout else None,
-                schedule_timeout=spec.schedule_timeout.total_seconds() if spec.schedule_timeout else None,
-                requeue_limit=spec.requeue_limit,
             ),
             method_name="execute_complete",
         )
@@ -233,6 +231,19 @@ class JobOperator(BaseOperator):
                 if store is not None:
                     store.set(STATE_KEY, {"name": name, "kind": kind, "namespace": spec.namespace})
                 return name, kind
+            # An unknown group, or a job that could never fit its quota, fails here, before anything
+            # is created (the error names the group and the known ones, or the numbers).
+            try:
+                await check_group(
+                    client,
+                    self.quota_configmap,
+                    self.quota_namespace or spec.namespace,
+                    spec.group,
+                    spec.user,
+                    total_gpus(spec),
+                )
+            except ValueError as exc:
+                raise AirflowFailException(str(exc)) from exc
             name = identity.job_name(1)
             # Remember the name before creating: a worker that dies right after the create leaves a
             # record the retry finds (and the TASK_KEY label finds the job even without the record).

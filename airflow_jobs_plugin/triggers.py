@@ -75,9 +75,6 @@ class JobTrigger(BaseTrigger):
         recheck_interval: float = 60.0,
         quota_configmap: str | None = None,
         quota_namespace: str | None = None,
-        queue_timeout: float | None = None,
-        schedule_timeout: float | None = 180.0,
-        requeue_limit: int = 3,
         observe: bool = False,
         label_selector: str | None = None,
         target_states: list[str] | tuple[str, ...] = (JobState.SUCCEEDED.value,),
@@ -100,9 +97,6 @@ class JobTrigger(BaseTrigger):
         self.recheck_interval = float(recheck_interval)
         self.quota_configmap = quota_configmap
         self.quota_namespace = quota_namespace
-        self.queue_timeout = queue_timeout
-        self.schedule_timeout = schedule_timeout
-        self.requeue_limit = int(requeue_limit)
         # Observe mode (JobSensor): follow a job something else submitted; never admit, retry or delete.
         self.observe = bool(observe)
         self.label_selector = label_selector
@@ -129,9 +123,6 @@ class JobTrigger(BaseTrigger):
                 "recheck_interval": self.recheck_interval,
                 "quota_configmap": self.quota_configmap,
                 "quota_namespace": self.quota_namespace,
-                "queue_timeout": self.queue_timeout,
-                "schedule_timeout": self.schedule_timeout,
-                "requeue_limit": self.requeue_limit,
                 "observe": self.observe,
                 "label_selector": self.label_selector,
                 "target_states": list(self.target_states),
@@ -162,9 +153,14 @@ class JobTrigger(BaseTrigger):
             if name != sub.key:
                 watch.unsubscribe(sub)
                 sub = watch.subscribe(name)
+            # The initial listing notified the subscription; the first look below reads what it
+            # listed. Left set, that stale wake-up would make the second look read the cache before
+            # the admission's own change arrives, and admit the job a second time.
+            sub.clear()
             seen: tuple | None = None
             history: list[dict[str, Any]] = []
             final_read = False
+            unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
             while True:
                 job = watch.get(resource, name) or await client.get_or_none(resource, self.namespace, name)
                 if job is None:
@@ -188,7 +184,15 @@ class JobTrigger(BaseTrigger):
                 pods = watch.pods_of(name)
                 # A job the product has ruled on (a verdict) stays suspended: never admit it again.
                 waiting = _suspended(job) and labels.VERDICT not in (job["metadata"].get("annotations") or {})
-                queue = await admission.ensure(job) if waiting else None
+                version = job["metadata"].get("resourceVersion")
+                if waiting and unsuspended_from is not None and unsuspended_from == version:
+                    # This process unsuspended this very version: the change is on its way, but a pod's
+                    # event (another watch stream) can wake us before the job's own. Do not admit twice.
+                    queue = None
+                else:
+                    queue = await admission.ensure(job) if waiting else None
+                    direct = waiting and queue is None and not admission.quota_enabled
+                    unsuspended_from = version if direct else None
                 snap = snapshot(job, pods, (), queue=queue, now=_now())
                 if tracking.signature(snap) != seen:
                     seen = tracking.signature(snap)

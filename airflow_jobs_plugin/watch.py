@@ -88,6 +88,10 @@ class Subscription:
     def notify(self) -> None:
         self._event.set()
 
+    def clear(self) -> None:
+        """Forget the changes notified so far: for a caller about to read the cache, which holds them."""
+        self._event.clear()
+
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait for the next change; True if something changed, False on timeout."""
         try:
@@ -186,6 +190,12 @@ class SharedWatch:
             subs.discard(sub)
             if not subs:
                 del self._subs[sub.key]
+
+    def notify(self, key: str) -> None:
+        """Wake the subscribers of job ``key`` although none of its objects changed (its queue position
+        or reason did: the quota pool decides that outside the job's objects)."""
+        for sub in list(self._subs.get(key, ())):
+            sub.notify()
 
     def add_listener(self, fn: Listener) -> Callable[[], None]:
         """Call ``fn(event_type, plural, obj)`` for every change (cheap, non-blocking callbacks only)."""

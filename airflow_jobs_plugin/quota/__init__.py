@@ -1,7 +1,8 @@
 """The GPU quota pool: policy, admission rule, requeue rules and the reservation ledger's data model.
 
-Everything in this package is pure (no I/O). The protocol that ties it to the cluster is described in
-``docs/quota.md``.
+The modules re-exported here (``policy``, ``requeue``, ``ledger_model``) are pure: no I/O. The one
+exception, ``quota.ledger``, is the cluster I/O that applies them (reading and compare-and-swapping the
+ledger ConfigMaps) and is imported on its own by the shell; the protocol is in ``docs/quota.md``.
 """
 
 from __future__ import annotations

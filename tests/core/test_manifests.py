@@ -466,3 +466,13 @@ def test_rfc3339_is_utc_with_microseconds_and_round_trips():
 )
 def test_pod_role_and_rank_from_labels(labels, expected):
     assert pod_role_and_rank(labels) == expected
+
+
+def test_the_jobs_own_quota_limits_travel_on_the_object():
+    ann = manifest(schedule_timeout=90, queue_timeout=3600, requeue_limit=2)["metadata"]["annotations"]
+    assert ann[keys.SCHEDULE_TIMEOUT] == "90"
+    assert ann[keys.QUEUE_TIMEOUT] == "3600"
+    assert ann[keys.REQUEUE_LIMIT] == "2"
+    defaults = manifest()["metadata"]["annotations"]
+    # A task that keeps the defaults follows the quota policy's limits.
+    assert not {keys.QUEUE_TIMEOUT, keys.SCHEDULE_TIMEOUT, keys.REQUEUE_LIMIT} & set(defaults)

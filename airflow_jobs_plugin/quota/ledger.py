@@ -1,0 +1,626 @@
+"""The quota ledger on the cluster: compare-and-swap on a group's ConfigMap, admission passes, requeues.
+
+The shell half of the quota pool: the rules are the pure functions of this package, this module does
+the reads and writes around them in the order ``docs/quota.md`` prescribes. Every write that could race
+is conditional: the ledger ConfigMap is replaced with the ``resourceVersion`` that was read, and every
+patch of a job carries the job's ``resourceVersion`` as a precondition, so a process acting on a stale
+view loses with a 409 instead of undoing someone else's newer decision.
+
+The steps of a pass and of a requeue call an optional ``hook`` at each boundary (``read``, ``planned``,
+``ledger-written``, ``failed:<job>``, ``unsuspended:<job>``, ``requeue-patched:<job>``,
+``released:<job>``), which is where a process may die; the tests use it to kill a pass at every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import random
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .. import labels
+from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from .ledger_model import (
+    Drop,
+    Ledger,
+    ObservedJob,
+    cas_retry_delay,
+    decode,
+    encode,
+    ledger_name,
+    observed_job,
+    plan_admission,
+    queued_job_from_metadata,
+    without,
+)
+from .policy import Decision, QueuedJob, QuotaPolicy, Reservation
+from .requeue import Requeue, RequeueLimitReached, RequeueSettings, requeue_decision
+
+Hook = Callable[[str], "Awaitable[None] | None"]
+JobSource = Callable[[], "Awaitable[Sequence[dict]] | Sequence[dict]"]
+
+MAX_CAS_ATTEMPTS = 30
+TERMINAL_CONDITIONS = ("Complete", "Succeeded", "Failed")
+
+
+class LedgerConflict(Exception):
+    """Another process changed (or created, or deleted) the ledger since it was read."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def rfc3339(moment: datetime) -> str:
+    """UTC with microseconds, the form of every time annotation the product writes."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+async def _call(hook: Hook | None, step: str) -> None:
+    if hook is None:
+        return
+    result = hook(step)
+    if inspect.isawaitable(result):
+        await result
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading jobs
+# --------------------------------------------------------------------------------------------------
+
+
+def resource_of(job: Mapping[str, Any]) -> Resource:
+    return MPIJOBS if job.get("kind") == "MPIJob" else JOBS
+
+
+def is_suspended(job: Mapping[str, Any]) -> bool:
+    spec = job.get("spec") or {}
+    if job.get("kind") == "MPIJob":
+        return bool((spec.get("runPolicy") or {}).get("suspend"))
+    return bool(spec.get("suspend"))
+
+
+def is_finished(job: Mapping[str, Any]) -> bool:
+    """The controller's final word (Complete / Succeeded / Failed) or a verdict of the product."""
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(labels.VERDICT):
+        return True
+    return any(
+        c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or ()
+    )
+
+
+def group_of(job: Mapping[str, Any]) -> str | None:
+    """The exact quota group a job runs in (annotation, falling back to the slug label)."""
+    meta = job.get("metadata") or {}
+    return (meta.get("annotations") or {}).get(labels.GROUP_NAME) or (meta.get("labels") or {}).get(
+        labels.GROUP
+    )
+
+
+def is_product_job(job: Mapping[str, Any]) -> bool:
+    """A Job or MPIJob the product submitted, not the launcher Job an MPI operator made for an MPIJob."""
+    meta = job.get("metadata") or {}
+    if labels.MPI_JOB_NAME in (meta.get("labels") or {}) and job.get("kind") != "MPIJob":
+        return False
+    return not any(ref.get("kind") == "MPIJob" for ref in meta.get("ownerReferences") or ())
+
+
+def fingerprint(job: Mapping[str, Any]) -> tuple:
+    """What an admission pass reads from a job: a pass is due only when this changes."""
+    meta = job.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return (
+        is_suspended(job),
+        is_finished(job),
+        bool(meta.get("deletionTimestamp")),
+        tuple(
+            annotations.get(k)
+            for k in (
+                labels.GPUS,
+                labels.PRIORITY,
+                labels.QUEUED_AT,
+                labels.REQUEUE_COUNT,
+                labels.REQUEUE_NOT_BEFORE,
+                labels.QUEUE_TIMEOUT,
+                labels.GROUP_NAME,
+                labels.USER_NAME,
+            )
+        ),
+    )
+
+
+def _seconds_annotation(annotations: Mapping[str, str], key: str) -> timedelta | None:
+    raw = annotations.get(key)
+    if raw in (None, "", "none"):
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError(f"annotation {key} must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"annotation {key} must be a positive number of seconds, got {raw!r}")
+    return timedelta(seconds=seconds)
+
+
+def job_settings(job: Mapping[str, Any], policy: RequeueSettings) -> RequeueSettings:
+    """The policy's requeue settings with the job's own limits (labels.SCHEDULE_TIMEOUT, ...) applied.
+
+    A malformed annotation raises ValueError naming it.
+    """
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    settings = policy
+    schedule = _seconds_annotation(annotations, labels.SCHEDULE_TIMEOUT)
+    if schedule is not None:
+        settings = replace(settings, schedule_timeout=schedule)
+    queue = _seconds_annotation(annotations, labels.QUEUE_TIMEOUT)
+    if queue is not None:
+        settings = replace(settings, queue_timeout=queue)
+    raw = annotations.get(labels.REQUEUE_LIMIT)
+    if raw == "none":
+        settings = replace(settings, requeue_limit=sys.maxsize)
+    elif raw not in (None, ""):
+        try:
+            limit = int(raw)
+        except ValueError:
+            raise ValueError(
+                f"annotation {labels.REQUEUE_LIMIT} must be a count or 'none', got {raw!r}"
+            ) from None
+        if limit < 0:
+            raise ValueError(f"annotation {labels.REQUEUE_LIMIT} must be >= 0, got {raw!r}")
+        settings = replace(settings, requeue_limit=limit)
+    return settings
+
+
+def queued_job(job: Mapping[str, Any]) -> QueuedJob:
+    """The job as the admission rule sees it, with its own queue timeout (ValueError names a bad key)."""
+    meta = job.get("metadata") or {}
+    result = queued_job_from_metadata(meta)
+    own_timeout = _seconds_annotation(meta.get("annotations") or {}, labels.QUEUE_TIMEOUT)
+    return replace(result, queue_timeout=own_timeout) if own_timeout is not None else result
+
+
+def admitted_at_of(job: Mapping[str, Any]) -> datetime | None:
+    return _parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.ADMITTED_AT))
+
+
+def expected_pods(job: Mapping[str, Any]) -> int:
+    """How many pods an admitted job runs at once: its parallelism, or an MPIJob's replicas."""
+    spec = job.get("spec") or {}
+    if job.get("kind") == "MPIJob":
+        replica_specs = spec.get("mpiReplicaSpecs") or {}
+        return sum(int((r or {}).get("replicas", 1)) for r in replica_specs.values()) or 1
+    parallelism = spec.get("parallelism")
+    return 1 if parallelism is None else int(parallelism)
+
+
+def pod_scheduled(pod: Mapping[str, Any]) -> bool:
+    if (pod.get("spec") or {}).get("nodeName"):
+        return True
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
+
+
+def all_pods_scheduled(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether every pod the job runs is bound to a node (whatever its containers are doing).
+
+    Pods being deleted do not count: the controller is replacing them, the new ones must be placed.
+    """
+    placed = sum(
+        1 for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp") and pod_scheduled(p)
+    )
+    return placed >= expected_pods(job)
+
+
+def observe(job: Mapping[str, Any]) -> ObservedJob:
+    return observed_job(job.get("metadata") or {}, suspended=is_suspended(job), terminal=is_finished(job))
+
+
+# --------------------------------------------------------------------------------------------------
+# The ledger ConfigMap
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredLedger:
+    """A ledger as read, with the ConfigMap it came from (``None``: it does not exist yet)."""
+
+    ledger: Ledger
+    configmap: dict | None
+
+    @property
+    def version(self) -> str | None:
+        return (self.configmap or {}).get("metadata", {}).get("resourceVersion")
+
+
+async def read_ledger(client: KubeClient, namespace: str, group: str) -> StoredLedger:
+    """GET the group's ledger; a missing ConfigMap is an empty ledger (created on the first write)."""
+    configmap = await client.get_or_none(CONFIGMAPS, namespace, ledger_name(group))
+    return StoredLedger(decode(group, (configmap or {}).get("data")), configmap)
+
+
+async def write_ledger(client: KubeClient, namespace: str, stored: StoredLedger, new: Ledger) -> StoredLedger:
+    """Compare-and-swap ``new`` over ``stored``: PUT with the read resourceVersion, or create.
+
+    Raises :class:`LedgerConflict` on a 409 (someone wrote first), on AlreadyExists (someone created
+    it first) and on 404 (someone deleted it since): re-read and plan again.
+    """
+    data = encode(new)
+    try:
+        if stored.configmap is None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": ledger_name(new.group),
+                    "namespace": namespace,
+                    "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE, labels.GROUP: new.group},
+                },
+                "data": data,
+            }
+            written = await client.create(CONFIGMAPS, namespace, body)
+        else:
+            body = dict(stored.configmap)
+            body["data"] = data
+            written = await client.replace(CONFIGMAPS, namespace, body)
+    except KubeError as exc:
+        if exc.status == 409 or exc.not_found:
+            raise LedgerConflict(str(exc)) from exc
+        raise
+    return StoredLedger(new, written)
+
+
+async def _sleep_before_retry(attempt: int, rng: random.Random) -> None:
+    await asyncio.sleep(cas_retry_delay(attempt, rng.random()).total_seconds())
+
+
+async def update_ledger(
+    client: KubeClient,
+    namespace: str,
+    group: str,
+    change: Callable[[Ledger], Ledger],
+    *,
+    rng: random.Random | None = None,
+    max_attempts: int = MAX_CAS_ATTEMPTS,
+) -> StoredLedger:
+    """Read, apply ``change``, compare-and-swap; on a conflict re-read and apply again (jittered)."""
+    rng = rng or random.Random()
+    for attempt in range(1, max_attempts + 1):
+        stored = await read_ledger(client, namespace, group)
+        new = change(stored.ledger)
+        if new.reservations == stored.ledger.reservations:
+            return stored
+        try:
+            return await write_ledger(client, namespace, stored, new)
+        except LedgerConflict:
+            if attempt == max_attempts:
+                raise
+            await _sleep_before_retry(attempt, rng)
+    raise AssertionError("unreachable")
+
+
+async def release(
+    client: KubeClient,
+    namespace: str,
+    group: str,
+    uid: str,
+    *,
+    requeue_count_at_most: int | None = None,
+    rng: random.Random | None = None,
+) -> bool:
+    """Remove job ``uid``'s reservation; True if there was one.
+
+    ``requeue_count_at_most`` limits the release to a reservation of that attempt or an earlier one,
+    so a requeue never frees the reservation of a newer admission made meanwhile.
+    """
+    released = False
+
+    def change(ledger: Ledger) -> Ledger:
+        nonlocal released
+        held = ledger.find(uid)
+        released = held is not None and (
+            requeue_count_at_most is None or held.requeue_count <= requeue_count_at_most
+        )
+        return without(ledger, uid) if released else ledger
+
+    await update_ledger(client, namespace, group, change, rng=rng)
+    return released
+
+
+# --------------------------------------------------------------------------------------------------
+# Patches of jobs
+# --------------------------------------------------------------------------------------------------
+
+
+def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
+    return {"runPolicy": {"suspend": suspend}} if job.get("kind") == "MPIJob" else {"suspend": suspend}
+
+
+def _precondition(job: Mapping[str, Any]) -> dict[str, Any]:
+    version = (job.get("metadata") or {}).get("resourceVersion")
+    return {"resourceVersion": version} if version else {}
+
+
+def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditional: bool = True) -> dict:
+    """The merge patch that admits ``job``: unsuspend and record the admission time in one write.
+
+    ``conditional`` adds the job's resourceVersion as a precondition: a job that changed since it was
+    read (requeued, finished, failed by another process) is not unsuspended on a stale decision.
+    """
+    return {
+        "metadata": {
+            **(_precondition(job) if conditional else {}),
+            "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
+        },
+        "spec": _suspend_spec(job, False),
+    }
+
+
+def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
+    """Fail a job with a product verdict; suspending it too stops any pod it still has."""
+    return {
+        "metadata": {
+            **_precondition(job),
+            "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
+        },
+        "spec": _suspend_spec(job, True),
+    }
+
+
+def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:
+    """Suspend a stuck job and record its requeue in one write (before its reservation is released)."""
+    return {
+        "metadata": {
+            **_precondition(job),
+            "annotations": {
+                labels.REQUEUE_COUNT: str(outcome.requeue_count),
+                labels.REQUEUE_NOT_BEFORE: rfc3339(outcome.not_before),
+                labels.ADMITTED_AT: None,
+            },
+        },
+        "spec": _suspend_spec(job, True),
+    }
+
+
+async def patch_job(client: KubeClient, job: Mapping[str, Any], patch: Mapping[str, Any]) -> dict | None:
+    """Apply a conditional patch; ``None`` if the job changed since it was read (409) or is gone."""
+    meta = job.get("metadata") or {}
+    try:
+        return await client.merge_patch(resource_of(job), meta.get("namespace") or "", meta["name"], patch)
+    except KubeError as exc:
+        if exc.status == 409 or exc.not_found:
+            return None
+        raise
+
+
+# --------------------------------------------------------------------------------------------------
+# One admission pass
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """The group's jobs as one pass sees them."""
+
+    by_uid: Mapping[str, dict]
+    queued: tuple[QueuedJob, ...]
+    running: tuple[Reservation, ...]
+    observed: Mapping[str, ObservedJob]
+    unreadable: Mapping[str, str]  # uid -> why the job cannot be queued
+
+
+_MISSING: dict = {}
+
+
+async def _lookup(client: KubeClient, reservation: Reservation, namespace: str) -> dict | None:
+    """A reserved job the view does not hold, by name; ``_MISSING`` if gone, ``None`` if unknown."""
+    ns = reservation.namespace or namespace
+    try:
+        for resource in (JOBS, MPIJOBS):
+            try:
+                job = await client.get(resource, ns, reservation.job)
+            except KubeError as exc:
+                if exc.not_found:
+                    continue
+                raise
+            if (job.get("metadata") or {}).get("uid") == reservation.uid:
+                job.setdefault("kind", resource.kind)
+                return job
+        return _MISSING
+    except KubeError:
+        # The API did not answer: the job was not looked at, so its reservation stays.
+        return None
+
+
+async def read_view(
+    client: KubeClient, group: str, ledger: Ledger, jobs: Iterable[dict], ledger_namespace: str, now: datetime
+) -> GroupView:
+    """Sort the group's jobs into queued, running (for adoption) and observed (for reconcile).
+
+    A reserved job missing from ``jobs`` (another namespace, a view that lags) is looked up by name:
+    only a positive answer (404, or another uid under that name) marks it gone.
+    """
+    by_uid: dict[str, dict] = {}
+    queued: list[QueuedJob] = []
+    running: list[Reservation] = []
+    unreadable: dict[str, str] = {}
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid or group_of(job) != group or not is_product_job(job):
+            continue
+        by_uid[uid] = job
+        if is_finished(job):
+            continue
+        try:
+            entry = queued_job(job)
+        except ValueError as exc:
+            unreadable[uid] = str(exc)
+            continue
+        if is_suspended(job):
+            if not meta.get("deletionTimestamp"):
+                queued.append(entry)
+        else:
+            running.append(Reservation.for_job(entry, admitted_at_of(job) or now))
+    observed = {uid: observe(job) for uid, job in by_uid.items()}
+    for reservation in ledger.reservations:
+        if reservation.uid in by_uid:
+            continue
+        found = await _lookup(client, reservation, ledger_namespace)
+        if found is _MISSING:
+            observed[reservation.uid] = ObservedJob.gone()
+        elif found is not None:
+            by_uid[reservation.uid] = found
+            observed[reservation.uid] = observe(found)
+    return GroupView(by_uid, tuple(queued), tuple(running), observed, unreadable)
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What one admission pass decided and did."""
+
+    group: str
+    stored: StoredLedger  # the ledger after the pass, with its ConfigMap
+    view: GroupView
+    decisions: tuple[Decision, ...]
+    drops: tuple[Drop, ...]
+    admitted: tuple[str, ...]  # names of the jobs this pass unsuspended
+    failed: tuple[str, ...]  # names of the jobs this pass failed (OverQuota, QueueTimeout)
+    conflicts: int  # ledger compare-and-swaps lost before this pass won
+    stale: bool  # a job changed under the pass (409): run again once the view catches up
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.stored.ledger
+
+
+async def _fetch(jobs: JobSource) -> Sequence[dict]:
+    result = jobs()
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+async def admission_pass(
+    client: KubeClient,
+    *,
+    ledger_namespace: str,
+    group: str,
+    policy: QuotaPolicy,
+    jobs: JobSource,
+    now: Callable[[], datetime] = utcnow,
+    hook: Hook | None = None,
+    rng: random.Random | None = None,
+    max_attempts: int = MAX_CAS_ATTEMPTS,
+) -> PassOutcome:
+    """Read, plan, write the ledger (CAS), fail, unsuspend: one idempotent pass for ``group``.
+
+    ``jobs`` returns the group's Job/MPIJob objects (a watch cache or a LIST; other objects are
+    ignored); it is called again on every CAS retry. Safe to run in any number of processes at once.
+    """
+    rng = rng or random.Random()
+    conflicts = 0
+    for attempt in range(1, max_attempts + 1):
+        stored = await read_ledger(client, ledger_namespace, group)
+        moment = now()
+        view = await read_view(client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment)
+        await _call(hook, "read")
+        plan = plan_admission(policy, stored.ledger, view.queued, view.observed, moment, view.running)
+        await _call(hook, "planned")
+        if not plan.ledger_changed:
+            break
+        try:
+            stored = await write_ledger(client, ledger_namespace, stored, plan.ledger)
+        except LedgerConflict:
+            conflicts += 1
+            if attempt == max_attempts:
+                raise
+            await _sleep_before_retry(attempt, rng)
+            continue
+        await _call(hook, "ledger-written")
+        break
+
+    stale = False
+    failed: list[str] = []
+    for decision in plan.fail:
+        job = view.by_uid[decision.job.uid]
+        if await patch_job(client, job, verdict_patch(job, decision.reason, decision.message)) is None:
+            stale = True
+        else:
+            failed.append(decision.job.name)
+        await _call(hook, f"failed:{decision.job.name}")
+    admitted: list[str] = []
+    for reservation in plan.unsuspend:
+        job = view.by_uid.get(reservation.uid)
+        if job is None or await patch_job(client, job, unsuspend_patch(job, reservation.admitted_at)) is None:
+            stale = True
+        else:
+            admitted.append(reservation.job)
+        await _call(hook, f"unsuspended:{reservation.job}")
+    return PassOutcome(
+        group=group,
+        stored=stored,
+        view=view,
+        decisions=plan.decisions,
+        drops=plan.drops,
+        admitted=tuple(admitted),
+        failed=tuple(failed),
+        conflicts=conflicts,
+        stale=stale,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Requeue of a stuck job
+# --------------------------------------------------------------------------------------------------
+
+
+async def requeue_stuck(
+    client: KubeClient,
+    job: Mapping[str, Any],
+    *,
+    ledger_namespace: str,
+    settings: RequeueSettings,
+    now: datetime,
+    hook: Hook | None = None,
+    rng: random.Random | None = None,
+) -> Requeue | RequeueLimitReached | None:
+    """Send an admitted job whose pods were not placed in time back to the queue, or fail it.
+
+    First one patch suspends it and records the requeue (or the OverRequeueLimit verdict); only then is
+    its reservation released, so a job that may still run never goes unaccounted. ``None`` if the job
+    changed since it was read (another process got there first): nothing was written.
+    """
+    meta = job.get("metadata") or {}
+    count = int((meta.get("annotations") or {}).get(labels.REQUEUE_COUNT) or 0)
+    outcome = requeue_decision(count, now, settings)
+    if isinstance(outcome, Requeue):
+        patch = requeue_patch(job, outcome)
+    else:
+        patch = verdict_patch(job, outcome.reason, outcome.message)
+    if await patch_job(client, job, patch) is None:
+        return None
+    await _call(hook, f"requeue-patched:{meta['name']}")
+    group = group_of(job)
+    if group:
+        await release(client, ledger_namespace, group, meta["uid"], requeue_count_at_most=count, rng=rng)
+    await _call(hook, f"released:{meta['name']}")
+    return outcome

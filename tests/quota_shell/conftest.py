@@ -1,0 +1,150 @@
+"""A simulated cluster, a quota policy ConfigMap and suspended jobs for the quota pool's shell."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_jobs_plugin import admission, labels, quota
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, Resource
+from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+NAMESPACE = "default"
+SCENARIO = "sim.airflow-jobs.io/scenario"
+_CREATED: list[tuple[Resource, str]] = []
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with SimCluster(ClusterConfig(nodes=4, gpus_per_node=8, time_scale=0.01)) as sim:
+        yield sim
+
+
+@pytest.fixture(autouse=True)
+def connection(cluster, monkeypatch):
+    conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": cluster.kubeconfig_path}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(conn))
+    yield
+    os.environ.pop("AIRFLOW_CONN_KUBERNETES_DEFAULT", None)
+
+
+@pytest.fixture
+async def client(cluster):
+    c = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+    yield c
+    await admission.shutdown()
+    await shared.shutdown()
+    # Jobs still running would hold the simulated nodes' GPUs for the tests after this one.
+    created, _CREATED[:] = list(_CREATED), []
+    await asyncio.gather(*(c.delete(resource, NAMESPACE, name) for resource, name in created))
+    await c.close()
+
+
+def unique(prefix: str) -> str:
+    """A fresh group or ConfigMap name, so tests sharing a cluster never share a queue."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def policy_yaml(group: str, gpus: int = 4, user_gpus: int = 4, extra: str = "") -> str:
+    return f"groups:\n  {group}: {{gpus: {gpus}, user_gpus: {user_gpus}}}\n{extra}"
+
+
+async def put_policy(client: KubeClient, name: str, text: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name},
+        "data": {quota.POLICY_KEY: text},
+    }
+    await client.create(CONFIGMAPS, NAMESPACE, body)
+
+
+def job_body(
+    group: str,
+    user: str,
+    gpus: int,
+    *,
+    run: float = 5,
+    task: str = "train",
+    node_selector: dict | None = None,
+    annotations: dict | None = None,
+    **args,
+) -> dict:
+    """A suspended Job of the product whose container runs ``run`` simulated seconds."""
+    ident = TaskIdentity("quota", task, f"run-{uuid.uuid4().hex[:8]}", -1, 1)
+    spec = validate(
+        image="registry.example/trainer:1",
+        group=group,
+        user=user,
+        gpus=gpus,
+        node_selector=node_selector,
+        annotations={SCENARIO: json.dumps({"main": {"pull": 0.5, "run": run}})},
+        **args,
+    )
+    body = build_manifest(
+        spec, name=ident.job_name(1), task=ident, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
+    body["metadata"]["annotations"].update(annotations or {})
+    return body
+
+
+async def create_jobs(client: KubeClient, *bodies: dict) -> list[dict]:
+    """Create the jobs (Jobs or MPIJobs) one after the other: their queue order is their creation order."""
+    created = []
+    for body in bodies:
+        resource = MPIJOBS if body["kind"] == "MPIJob" else JOBS
+        job = await client.create(resource, NAMESPACE, body)
+        job.setdefault("kind", body["kind"])
+        created.append(job)
+        _CREATED.append((resource, body["metadata"]["name"]))
+    return created
+
+
+async def ledger_of(client: KubeClient, group: str) -> quota.Ledger:
+    return (await ledger_io.read_ledger(client, NAMESPACE, group)).ledger
+
+
+def annotation(job: dict, key: str) -> str | None:
+    return (job["metadata"].get("annotations") or {}).get(key)
+
+
+def admitted_at(job: dict) -> datetime:
+    value = annotation(job, labels.ADMITTED_AT)
+    assert value, f"{job['metadata']['name']} was never admitted"
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+async def list_jobs(client: KubeClient) -> list[dict]:
+    """Every Job of the namespace, straight from the API (a pass's job source without a watch)."""
+    items = (await client.list(JOBS, NAMESPACE))["items"]
+    for item in items:
+        item.setdefault("kind", "Job")
+    return items
+
+
+async def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
+    """Poll an async or plain predicate until it returns something truthy; fail after ``timeout``."""
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}"
+            )
+        await asyncio.sleep(interval)

@@ -1,0 +1,146 @@
+"""Several processes admit jobs of the same groups at once against one cluster.
+
+Three OS processes each run this product's admission workers for two groups, driven by their own
+watches, while a few hundred jobs of random sizes and durations go through. The simulator's own pod
+table is sampled throughout: the GPUs held by the pods of a group, and of a user within it, never
+exceed the quota. In the end every job was admitted and ran, and no reservation is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+from collections import defaultdict
+
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.kube import JOBS, KubeClient
+from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.watch import SharedWatch
+
+from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
+
+PROCESSES = 3
+JOBS_PER_GROUP = 100
+USERS = ("ann", "ben", "cid")
+
+
+def _admission_process(kubeconfig: str, policy: str, groups: list[str], stop) -> None:
+    async def serve() -> None:
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+        watch = SharedWatch(client, NAMESPACE)
+        watch.start()
+        await watch.wait_synced(timeout=60)
+        admission = Admission.for_watch(watch, quota_configmap=policy, quota_namespace=NAMESPACE)
+        for group in groups:
+            admission.start_group(group)
+        await asyncio.to_thread(stop.wait)
+        await admission.close()
+        await watch.stop()
+        await client.close()
+
+    asyncio.run(serve())
+
+
+def pod_gpus(pod: dict) -> int:
+    return sum(
+        int(((c.get("resources") or {}).get("limits") or {}).get(labels.GPU_RESOURCE, 0))
+        for c in pod["spec"]["containers"]
+    )
+
+
+class Sampler:
+    """Reads the simulator's pods and records every moment a quota was exceeded."""
+
+    def __init__(self, cluster, limits: dict[str, tuple[int, dict[str, int]]]):
+        self.cluster = cluster
+        self.limits = limits
+        self.violations: list[str] = []
+        self.peak: dict[str, int] = defaultdict(int)
+        self.samples = 0
+
+    def sample(self) -> None:
+        pods, _ = self.cluster.store.list_with_rv("pods", NAMESPACE, copy=False)
+        by_group: dict[str, int] = defaultdict(int)
+        by_user: dict[tuple[str, str], int] = defaultdict(int)
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            notes = pod["metadata"].get("annotations") or {}
+            group, user = notes.get(labels.GROUP_NAME), notes.get(labels.USER_NAME)
+            if group not in self.limits:
+                continue
+            by_group[group] += pod_gpus(pod)
+            by_user[(group, user)] += pod_gpus(pod)
+        self.samples += 1
+        for group, used in by_group.items():
+            self.peak[group] = max(self.peak[group], used)
+            if used > self.limits[group][0]:
+                self.violations.append(f"group {group} pods hold {used} GPUs > {self.limits[group][0]}")
+        for (group, user), used in by_user.items():
+            limit = self.limits[group][1].get(user, self.limits[group][0])
+            if used > limit:
+                self.violations.append(f"user {user} pods hold {used} GPUs in {group} > {limit}")
+
+    async def run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(0.02)
+
+
+async def test_processes_admitting_concurrently_never_exceed_a_quota_and_admit_every_job(client, cluster):
+    big, small, policy = unique("big"), unique("small"), unique("policy")
+    await put_policy(
+        client,
+        policy,
+        f"groups:\n  {big}: {{gpus: 16, user_gpus: 8}}\n  {small}: {{gpus: 12, user_gpus: 8, users: {{cid: 4}}}}\n",
+    )
+    limits = {big: (16, {u: 8 for u in USERS}), small: (12, {"ann": 8, "ben": 8, "cid": 4})}
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    processes = [
+        context.Process(target=_admission_process, args=(cluster.kubeconfig_path, policy, [big, small], stop))
+        for _ in range(PROCESSES)
+    ]
+    for process in processes:
+        process.start()
+    sampler = Sampler(cluster, limits)
+    sampling = asyncio.create_task(sampler.run())
+    try:
+        rng = random.Random(20261122)
+        bodies = []
+        for group in (big, small):
+            for i in range(JOBS_PER_GROUP):
+                user = rng.choice(USERS)
+                gpus = rng.choice((0, 1, 1, 2, 2, 4))
+                bodies.append(job_body(group, user, gpus, run=rng.uniform(2, 30), task=f"t{i}"))
+        rng.shuffle(bodies)
+        jobs = await create_jobs(client, *bodies)
+        names = [j["metadata"]["name"] for j in jobs]
+
+        async def all_finished():
+            current = {j["metadata"]["name"]: j for j in (await client.list(JOBS, NAMESPACE))["items"]}
+            return all(ledger_io.is_finished(current[n]) for n in names)
+
+        await wait_for(all_finished, timeout=120, interval=0.5)
+
+        async def ledgers_empty():
+            return [(await ledger_of(client, g)).reservations for g in (big, small)] == [(), ()]
+
+        await wait_for(ledgers_empty, timeout=30, interval=0.2)
+    finally:
+        sampling.cancel()
+        stop.set()
+        for process in processes:
+            process.join(timeout=30)
+
+    assert sampler.violations == []
+    assert sampler.samples > 100 and sampler.peak[big] > 8 and sampler.peak[small] > 6
+    finished = {j["metadata"]["name"]: j for j in (await client.list(JOBS, NAMESPACE))["items"]}
+    for name in names:
+        job = finished[name]
+        assert annotation(job, labels.ADMITTED_AT), f"{name} was never admitted"
+        assert annotation(job, labels.VERDICT) is None
+        assert any(c["type"] == "Complete" for c in job["status"].get("conditions") or ()), name
+    assert all(p.exitcode == 0 for p in processes)
