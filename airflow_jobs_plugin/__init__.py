@@ -29,4 +29,7 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
+        "plugins": [
+            {"name": "airflow_jobs", "plugin-class": "airflow_jobs_plugin.plugin.AirflowJobsPlugin"},
+        ],
     }

@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_sim_command(subparsers)
+    _add_inspect_commands(subparsers)
     return parser
 
 
@@ -80,6 +81,227 @@ def _run_sim(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print("Simulated cluster stopped.", flush=True)
     return 0
+
+
+# --- status, describe, logs, cancel ---
+
+
+def _cluster_arguments(command: argparse.ArgumentParser) -> None:
+    where = command.add_argument_group("cluster")
+    where.add_argument(
+        "--namespace", "-n", default="default", help="namespace of the jobs (default: default)"
+    )
+    source = where.add_mutually_exclusive_group()
+    source.add_argument(
+        "--conn-id",
+        default=None,
+        help="Airflow Kubernetes connection to read the cluster through (default: kubernetes_default)",
+    )
+    source.add_argument("--kubeconfig", default=None, metavar="PATH", help="use this kubeconfig file instead")
+    where.add_argument(
+        "--quota-configmap",
+        default=None,
+        help="ConfigMap holding the quota policy (default: airflow-jobs-quota-policy; '' for none)",
+    )
+    where.add_argument(
+        "--quota-namespace", default=None, help="namespace of the policy and ledgers (default: --namespace)"
+    )
+    command.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _add_inspect_commands(subparsers: argparse._SubParsersAction) -> None:
+    status = subparsers.add_parser(
+        "status", help="quota pools, queues and jobs", description="Show quota pools, queues and jobs."
+    )
+    _cluster_arguments(status)
+    status.set_defaults(handler=_run_status)
+
+    describe = subparsers.add_parser(
+        "describe",
+        help="one job: state, timeline, replicas, events, log tails",
+        description="Describe one job: its state, timeline, replicas with their kubectl STATUS, events "
+        "and the last log lines of every replica.",
+    )
+    describe.add_argument("job", metavar="JOB", help="job name")
+    describe.add_argument(
+        "--tail", type=int, default=10, help="log lines per replica (default 10, 0 for none)"
+    )
+    _cluster_arguments(describe)
+    describe.set_defaults(handler=_run_describe)
+
+    logs = subparsers.add_parser(
+        "logs",
+        help="a job's log, by rank",
+        description="Print the log of one replica of a job: the launcher of an MPI job (rank -1) or "
+        "worker 0 of a single-pod job unless --rank says which worker.",
+    )
+    logs.add_argument("job", metavar="JOB", help="job name")
+    logs.add_argument("--rank", type=int, default=None, help="worker rank (-1 is the MPI launcher)")
+    logs.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new lines until the pod ends"
+    )
+    logs.add_argument("--tail", type=int, default=None, help="only the last N lines")
+    _cluster_arguments(logs)
+    logs.set_defaults(handler=_run_logs)
+
+    cancel = subparsers.add_parser(
+        "cancel",
+        help="cancel a job",
+        description="Cancel a job: mark it Cancelled, free its quota and delete it with its pods.",
+    )
+    cancel.add_argument("job", metavar="JOB", help="job name")
+    cancel.add_argument(
+        "--by", default=None, help="who cancels, recorded on the job (default: the login name)"
+    )
+    _cluster_arguments(cancel)
+    cancel.set_defaults(handler=_run_cancel)
+
+
+def _target(args: argparse.Namespace):
+    from airflow_jobs_plugin import quota
+    from airflow_jobs_plugin.inspect import Target
+
+    configmap = quota.DEFAULT_POLICY_CONFIGMAP if args.quota_configmap is None else args.quota_configmap
+    return Target(
+        namespace=args.namespace, quota_configmap=configmap or None, quota_namespace=args.quota_namespace
+    )
+
+
+def _with_client(args: argparse.Namespace, work) -> int:
+    """Run ``work(client)`` on a client for the chosen cluster; errors print one line and exit 1."""
+    import asyncio
+
+    from airflow_jobs_plugin.inspect import JobNotFound
+    from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
+
+    async def run() -> int:
+        if args.kubeconfig:
+            client = await KubeClient.from_kubeconfig(args.kubeconfig)
+        else:
+            client = await KubeClient.from_connection(args.conn_id or DEFAULT_CONN_ID)
+        try:
+            return int(await work(client) or 0)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(run())
+    except JobNotFound as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 1
+    except KubeError as exc:
+        print(f"error: the cluster answered {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _print_json(value) -> None:
+    import json
+
+    from airflow_jobs_plugin.plugin.views import plain
+
+    print(json.dumps(plain(value), indent=2, sort_keys=True))
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from airflow_jobs_plugin.inspect import read_cluster
+    from airflow_jobs_plugin.plugin.text import status_text
+    from airflow_jobs_plugin.plugin.views import overview
+
+    async def work(client) -> int:
+        view = overview(await read_cluster(client, _target(args)))
+        _print_json(view) if args.json else print(status_text(view))
+        return 0
+
+    return _with_client(args, work)
+
+
+def _run_describe(args: argparse.Namespace) -> int:
+    from airflow_jobs_plugin.inspect import read_job, read_log_tails
+    from airflow_jobs_plugin.plugin.text import describe_text
+    from airflow_jobs_plugin.plugin.views import job_detail
+
+    async def work(client) -> int:
+        state, job = await read_job(client, _target(args), args.job)
+        tails = (
+            await read_log_tails(client, args.namespace, job, state.pods, args.tail) if args.tail > 0 else ()
+        )
+        detail = job_detail(state, job, tails)
+        _print_json(detail) if args.json else print(describe_text(detail))
+        return 0
+
+    return _with_client(args, work)
+
+
+def _run_logs(args: argparse.Namespace) -> int:
+    import json
+
+    from airflow_jobs_plugin.inspect import JobNotFound, find_job, follow_log, read_cluster
+    from airflow_jobs_plugin.plugin.views import log_targets, pick_log_target
+
+    async def work(client) -> int:
+        target = _target(args)
+        job = await find_job(client, args.namespace, args.job)
+        state = await read_cluster(client, target)
+        targets = log_targets(job, state.pods)
+        chosen = pick_log_target(targets, args.rank)
+        if chosen is None:
+            ranks = ", ".join(str(t[1]) for t in targets) or "none yet"
+            raise JobNotFound(f"job {args.job} has no pod of rank {args.rank} (ranks: {ranks})")
+        replica, rank, pod, container = chosen
+
+        def emit(line: str) -> None:
+            if args.json:
+                print(
+                    json.dumps({"job": args.job, "replica": replica, "rank": rank, "pod": pod, "line": line})
+                )
+            else:
+                print(line)
+            sys.stdout.flush()
+
+        if args.follow:
+            async for line in follow_log(client, args.namespace, pod, container or None):
+                emit(line)
+            return 0
+        text = await client.read_log(args.namespace, pod, container=container or None, tail_lines=args.tail)
+        lines = text.splitlines()
+        if args.json:
+            _print_json(
+                {
+                    "job": args.job,
+                    "replica": replica,
+                    "rank": rank,
+                    "pod": pod,
+                    "container": container,
+                    "lines": lines,
+                }
+            )
+        else:
+            for line in lines:
+                print(line)
+        return 0
+
+    return _with_client(args, work)
+
+
+def _run_cancel(args: argparse.Namespace) -> int:
+    import getpass
+
+    from airflow_jobs_plugin.inspect import cancel
+
+    async def work(client) -> int:
+        outcome = await cancel(client, _target(args), args.job, args.by or getpass.getuser())
+        if args.json:
+            _print_json(outcome)
+        elif outcome.already_finished:
+            print(f"{outcome.kind.lower()}/{outcome.name} already finished: nothing to cancel")
+        else:
+            gone = "deleted" if outcome.deleted else "already gone"
+            print(f"{outcome.kind.lower()}/{outcome.name} cancelled ({gone})")
+        return 0
+
+    return _with_client(args, work)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,244 @@
+"""Reading (and cancelling) the product's jobs on the cluster, for the UI and the CLI.
+
+The I/O half of the GPU Jobs views: one namespace's Jobs, MPIJobs, pods and events, the quota policy
+and every group's ledger, read with a handful of LISTs into a :class:`~airflow_jobs_plugin.plugin.views.ClusterState`
+that the pure builders of :mod:`airflow_jobs_plugin.plugin.views` turn into pages and tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_jobs_plugin import attempts, labels, quota
+from airflow_jobs_plugin.kube import CONFIGMAPS, EVENTS, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets
+from airflow_jobs_plugin.quota.ledger import is_finished, is_product_job, release
+from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
+from airflow_jobs_plugin.spec import TaskIdentity
+from airflow_jobs_plugin.watch import MANAGED_SELECTOR
+
+LOG_TAIL_LINES = 50
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to look: the namespace of the jobs, and the quota policy's ConfigMap (if any)."""
+
+    namespace: str = "default"
+    quota_configmap: str | None = quota.DEFAULT_POLICY_CONFIGMAP
+    quota_namespace: str | None = None
+
+    @property
+    def ledger_namespace(self) -> str:
+        return self.quota_namespace or self.namespace
+
+
+class JobNotFound(LookupError):
+    """No product job of that name (or for that task instance) in the namespace."""
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """What cancelling did: the job (latest attempt) it ruled on and whether the object was deleted."""
+
+    namespace: str
+    name: str
+    kind: str
+    deleted: bool
+    already_finished: bool
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+async def _items(client: KubeClient, resource: Resource, namespace: str, selector: str | None = None) -> list:
+    listing = await client.list(resource, namespace, label_selector=selector)
+    items = listing.get("items") or []
+    for item in items:
+        item.setdefault("kind", resource.kind)
+        item.setdefault("apiVersion", resource.api_version)
+    return items
+
+
+async def _mpijobs(client: KubeClient, namespace: str, selector: str | None = None) -> list:
+    """MPIJobs, or none where the cluster has no kubeflow MPI operator (the resource is unknown)."""
+    try:
+        return await _items(client, MPIJOBS, namespace, selector)
+    except KubeError as exc:
+        if exc.not_found:
+            return []
+        raise
+
+
+async def read_policy(client: KubeClient, target: Target) -> tuple[quota.QuotaPolicy | None, str | None]:
+    """The quota policy, or ``None`` with the reason (not configured, missing, invalid)."""
+    if not target.quota_configmap:
+        return None, None
+    configmap = await client.get_or_none(CONFIGMAPS, target.ledger_namespace, target.quota_configmap)
+    if configmap is None:
+        return None, (
+            f"no quota policy: ConfigMap {target.ledger_namespace}/{target.quota_configmap} does not exist"
+        )
+    try:
+        return quota.policy_from_configmap_data(configmap.get("data")), None
+    except quota.PolicyError as exc:
+        return None, str(exc)
+
+
+async def read_ledgers(client: KubeClient, target: Target) -> dict[str, quota.Ledger]:
+    """Every group's decoded ledger in the quota namespace (ConfigMaps named ``airflow-jobs-quota-<group>``)."""
+    ledgers = {}
+    for configmap in await _items(client, CONFIGMAPS, target.ledger_namespace):
+        name = str((configmap.get("metadata") or {}).get("name") or "")
+        if not name.startswith(LEDGER_NAME_PREFIX) or name == target.quota_configmap:
+            continue
+        group = name[len(LEDGER_NAME_PREFIX) :]
+        if quota.ledger_name(group) == name:
+            ledgers[group] = quota.decode(group, configmap.get("data"))
+    return ledgers
+
+
+async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
+    """Everything the overview needs, read at once (LISTs in parallel)."""
+    jobs, mpijobs, pods, events, (policy, problem), ledgers = await asyncio.gather(
+        _items(client, JOBS, target.namespace, MANAGED_SELECTOR),
+        _mpijobs(client, target.namespace, MANAGED_SELECTOR),
+        _items(client, PODS, target.namespace, MANAGED_SELECTOR),
+        _items(client, EVENTS, target.namespace),
+        read_policy(client, target),
+        read_ledgers(client, target),
+    )
+    return ClusterState(
+        jobs=tuple(j for j in [*jobs, *mpijobs] if is_product_job(j)),
+        pods=tuple(pods),
+        events=tuple(events),
+        now=_now(),
+        policy=policy,
+        policy_problem=problem,
+        ledgers=ledgers,
+    )
+
+
+async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
+    """The product job ``name`` (a Job or an MPIJob); :class:`JobNotFound` otherwise."""
+    for resource in (JOBS, MPIJOBS):
+        try:
+            job = await client.get_or_none(resource, namespace, name)
+        except KubeError as exc:
+            if resource is MPIJOBS and exc.not_found:
+                continue
+            raise
+        if job is not None:
+            job.setdefault("kind", resource.kind)
+            job.setdefault("apiVersion", resource.api_version)
+            if (job["metadata"].get("labels") or {}).get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE:
+                return job
+    raise JobNotFound(f"no GPU job {namespace}/{name}")
+
+
+async def find_task_job(
+    client: KubeClient, namespace: str, dag_id: str, task_id: str, run_id: str, map_index: int = -1
+) -> dict:
+    """The latest job (newest try, then newest attempt) of a task instance, by its TASK_KEY label."""
+    key = TaskIdentity(dag_id, task_id, run_id, map_index).instance_key()
+    selector = f"{labels.TASK_KEY}={key}"
+    found = [
+        *await _items(client, JOBS, namespace, selector),
+        *await _mpijobs(client, namespace, selector),
+    ]
+    found = [j for j in found if is_product_job(j)]
+    if not found:
+        raise JobNotFound(f"no GPU job for task {dag_id}.{task_id} of run {run_id} (map index {map_index})")
+
+    def order(job: Mapping[str, Any]) -> tuple:
+        meta_labels = (job.get("metadata") or {}).get("labels") or {}
+        try_label = str(meta_labels.get(labels.TRY) or "")
+        try_number = int(try_label) if try_label.isdigit() else 0
+        return (
+            try_number,
+            attempts.attempt_of(job),
+            (job.get("metadata") or {}).get("creationTimestamp") or "",
+        )
+
+    return max(found, key=order)
+
+
+async def read_job(client: KubeClient, target: Target, name: str) -> tuple[ClusterState, dict]:
+    """The cluster state around one job (the namespace's jobs too, for its queue position) and the job."""
+    job = await find_job(client, target.namespace, name)
+    state = await read_cluster(client, target)
+    return state, job
+
+
+async def read_log_tails(
+    client: KubeClient,
+    namespace: str,
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    lines: int = LOG_TAIL_LINES,
+) -> tuple[LogTail, ...]:
+    """The last ``lines`` of every replica's current pod, launcher first (an unreadable log says why)."""
+
+    async def tail(replica: str, rank: int, pod: str, container: str) -> LogTail:
+        try:
+            text = await client.read_log(namespace, pod, container=container or None, tail_lines=lines)
+        except KubeError as exc:
+            return LogTail(replica, rank, pod, container, (), exc.message or str(exc))
+        return LogTail(replica, rank, pod, container, tuple(text.splitlines()))
+
+    return tuple(await asyncio.gather(*(tail(*t) for t in log_targets(job, pods))))
+
+
+async def follow_log(
+    client: KubeClient, namespace: str, pod: str, container: str | None
+) -> AsyncIterator[str]:
+    """A pod's log from its start, following it until the container ends."""
+    async for line in client.follow_log(namespace, pod, container=container):
+        yield line
+
+
+def _resource_of(job: Mapping[str, Any]) -> Resource:
+    return MPIJOBS if job.get("kind") == "MPIJob" else JOBS
+
+
+async def cancel(client: KubeClient, target: Target, name: str, by: str) -> CancelOutcome:
+    """Cancel a job as a user's kill of its task does: rule it Cancelled, free its quota, delete it.
+
+    The latest attempt of the job's task try is the one ruled on (an earlier attempt's name still
+    finds it). The verdict goes on first, so every reader reports CANCELLED even while the pods stop;
+    the reservation is released, then the object is deleted with Background propagation so its pods go
+    with it. A job that already finished is left alone.
+    """
+    job = await find_job(client, target.namespace, name)
+    resource = _resource_of(job)
+    meta_labels = job["metadata"].get("labels") or {}
+    if meta_labels.get(labels.TASK_KEY):
+        selector = f"{labels.TASK_KEY}={meta_labels[labels.TASK_KEY]}"
+        if meta_labels.get(labels.TRY):
+            selector += f",{labels.TRY}={meta_labels[labels.TRY]}"
+        listing = await client.list(resource, target.namespace, label_selector=selector)
+        latest = attempts.latest_attempt(listing.get("items") or []) or job
+        job = dict(latest)
+        job.setdefault("kind", resource.kind)
+    name = job["metadata"]["name"]
+    if is_finished(job):
+        return CancelOutcome(target.namespace, name, resource.kind, False, True)
+    with contextlib.suppress(KubeError):
+        await client.merge_patch(
+            resource,
+            target.namespace,
+            name,
+            {"metadata": {"annotations": {labels.VERDICT: "Cancelled", labels.CANCELLED_BY: by}}},
+        )
+    group = (job["metadata"].get("annotations") or {}).get(labels.GROUP_NAME) or meta_labels.get(labels.GROUP)
+    if target.quota_configmap and group and job["metadata"].get("uid"):
+        with contextlib.suppress(KubeError):
+            await release(client, target.ledger_namespace, group, job["metadata"]["uid"])
+    deleted = await client.delete(resource, target.namespace, name, propagation_policy="Background")
+    return CancelOutcome(target.namespace, name, resource.kind, deleted, False)

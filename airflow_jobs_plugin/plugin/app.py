@@ -1,0 +1,268 @@
+"""The GPU Jobs FastAPI app, mounted by Airflow's API server under ``/airflow-jobs``.
+
+Every route requires a signed-in Airflow user, through Airflow's own security dependencies (the JWT in
+the ``Authorization`` header or Airflow's session cookie, checked by the configured auth manager):
+
+- the overview pages and their JSON need the Cluster Activity view; jobs of DAGs the user may not read
+  are left out of lists and queues (pools and charts count every job: quota is shared);
+- a job's page needs read access to its DAG's task instances;
+- cancelling needs edit access to its DAG's task instances (what marking the task failed needs).
+
+The cluster is read through the Airflow connection named in ``[airflow_jobs] kubernetes_conn_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagAccessEntity, DagDetails
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_view
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+
+from airflow_jobs_plugin import inspect, quota
+from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
+
+from . import html, views
+
+URL_PREFIX = "/airflow-jobs"
+CONFIG_SECTION = "airflow_jobs"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the plugin reads the cluster: Airflow config section ``[airflow_jobs]``."""
+
+    kubernetes_conn_id: str = DEFAULT_CONN_ID
+    namespace: str = "default"
+    quota_configmap: str | None = quota.DEFAULT_POLICY_CONFIGMAP
+    quota_namespace: str | None = None
+
+    @classmethod
+    def from_airflow_config(cls) -> Settings:
+        from airflow.configuration import conf
+
+        def get(key: str, default: str | None) -> str | None:
+            return conf.get(CONFIG_SECTION, key, fallback=default)
+
+        configmap = get("quota_configmap", quota.DEFAULT_POLICY_CONFIGMAP)
+        return cls(
+            kubernetes_conn_id=get("kubernetes_conn_id", DEFAULT_CONN_ID) or DEFAULT_CONN_ID,
+            namespace=get("namespace", "default") or "default",
+            quota_configmap=configmap or None,
+            quota_namespace=get("quota_namespace", None) or None,
+        )
+
+    def target(self, namespace: str | None = None) -> inspect.Target:
+        return inspect.Target(
+            namespace=namespace or self.namespace,
+            quota_configmap=self.quota_configmap,
+            quota_namespace=self.quota_namespace or self.namespace,
+        )
+
+
+def _settings() -> Settings:
+    return Settings.from_airflow_config()
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
+
+
+async def _with_cluster(settings: Settings, work: Callable[[KubeClient], Awaitable[T]]) -> T:
+    """Run ``work`` on a client for the configured connection; cluster trouble becomes 404 / 502."""
+    try:
+        client = await KubeClient.from_connection(settings.kubernetes_conn_id)
+    except Exception as exc:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"cannot reach the cluster: {exc}") from exc
+    try:
+        return await work(client)
+    except inspect.JobNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, exc.args[0]) from exc
+    except KubeError as exc:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the cluster answered {exc}") from exc
+    finally:
+        await client.close()
+
+
+# --- authorization on a job's DAG (the DAG is known only once the job is read) ---
+
+
+def _team(dag_id: str | None) -> str | None:
+    if not dag_id:
+        return None
+    from airflow.models.dag import DagModel
+
+    return DagModel.get_team_name(dag_id)
+
+
+def _may(user: Any, method: str, dag_id: str | None) -> bool:
+    """Whether ``user`` may ``method`` (GET/PUT) task instances of ``dag_id``; no DAG means every DAG."""
+    details = DagDetails(id=dag_id, team_name=_team(dag_id)) if dag_id else None
+    return get_auth_manager().is_authorized_dag(
+        method=method, access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=user
+    )
+
+
+def _require(user: Any, method: str, dag_id: str | None) -> None:
+    if not _may(user, method, dag_id):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
+
+
+def _visible(user: Any, state: views.ClusterState) -> views.Visible:
+    """Jobs of the DAGs ``user`` may read; jobs outside any DAG only for readers of every DAG."""
+    dag_ids = {views.dag_of(j) for j in state.jobs} - {None}
+    readable = {d for d in dag_ids if _may(user, "GET", d)}
+    return views.dag_filter(readable, all_dags=_may(user, "GET", None))
+
+
+def _base(request: Request) -> str:
+    """Airflow's own base path (the mount point's parent), so links work under a base URL too."""
+    root = str(request.scope.get("root_path") or "")
+    return root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else root
+
+
+def _map_index(raw: str) -> int:
+    """The task's map index; Airflow's task view leaves ``{MAP_INDEX}`` unfilled for unmapped tasks."""
+    try:
+        return int(raw)
+    except ValueError:
+        return -1
+
+
+ReadAccess = Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))
+
+
+def create_app() -> FastAPI:
+    """The app the plugin mounts at :data:`URL_PREFIX`."""
+    app = FastAPI(
+        title="GPU Jobs",
+        description="Quota pools, queues and GPU jobs of the airflow-jobs-plugin provider.",
+        docs_url=None,
+        redoc_url=None,
+    )
+
+    async def overview_of(settings: Settings, user: Any) -> views.Overview:
+        state = await _with_cluster(settings, lambda c: inspect.read_cluster(c, settings.target()))
+        return views.overview(state, _visible(user, state))
+
+    async def detail_of(settings: Settings, user: Any, namespace: str, name: str) -> views.JobDetail:
+        async def work(client: KubeClient) -> views.JobDetail:
+            target = settings.target(namespace)
+            state, job = await inspect.read_job(client, target, name)
+            _require(user, "GET", views.dag_of(job))
+            logs = await inspect.read_log_tails(client, target.namespace, job, state.pods)
+            return views.job_detail(state, job, logs)
+
+        return await _with_cluster(settings, work)
+
+    async def task_detail_of(
+        settings: Settings, dag_id: str, task_id: str, run_id: str, map_index: int
+    ) -> views.JobDetail:
+        async def work(client: KubeClient) -> views.JobDetail:
+            target = settings.target()
+            job = await inspect.find_task_job(client, target.namespace, dag_id, task_id, run_id, map_index)
+            state = await inspect.read_cluster(client, target)
+            logs = await inspect.read_log_tails(client, target.namespace, job, state.pods)
+            return views.job_detail(state, job, logs)
+
+        return await _with_cluster(settings, work)
+
+    async def cancel_job(settings: Settings, user: Any, namespace: str, name: str) -> inspect.CancelOutcome:
+        async def work(client: KubeClient) -> inspect.CancelOutcome:
+            target = settings.target(namespace)
+            job = await inspect.find_job(client, target.namespace, name)
+            _require(user, "PUT", views.dag_of(job))
+            return await inspect.cancel(client, target, name, by=user.get_name())
+
+        return await _with_cluster(settings, work)
+
+    # --- JSON ---
+
+    @app.get("/api/overview", dependencies=[ReadAccess])
+    async def api_overview(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(views.plain(await overview_of(settings, user)))
+
+    @app.get("/api/pools", dependencies=[ReadAccess])
+    async def api_pools(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(views.plain((await overview_of(settings, user)).pools))
+
+    @app.get("/api/queues", dependencies=[ReadAccess])
+    async def api_queues(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(views.plain((await overview_of(settings, user)).queues))
+
+    @app.get("/api/jobs", dependencies=[ReadAccess])
+    async def api_jobs(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(views.plain((await overview_of(settings, user)).jobs))
+
+    @app.get("/api/jobs/{namespace}/{name}")
+    async def api_job(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(views.plain(await detail_of(settings, user, namespace, name)))
+
+    @app.get(
+        "/api/tasks/{dag_id}/{task_id}/{run_id}",
+        dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))],
+    )
+    async def api_task_job(
+        dag_id: str, task_id: str, run_id: str, settings: SettingsDep, map_index: str = Query("-1")
+    ) -> JSONResponse:
+        index = _map_index(map_index)
+        return JSONResponse(views.plain(await task_detail_of(settings, dag_id, task_id, run_id, index)))
+
+    @app.post("/api/jobs/{namespace}/{name}/cancel")
+    async def api_cancel(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(views.plain(await cancel_job(settings, user, namespace, name)))
+
+    # --- pages ---
+
+    @app.get("/", response_class=HTMLResponse, dependencies=[ReadAccess])
+    async def overview_page(request: Request, settings: SettingsDep, user: GetUserDep) -> HTMLResponse:
+        return HTMLResponse(html.overview_page(await overview_of(settings, user), base=_base(request)))
+
+    @app.get("/jobs/{namespace}/{name}", response_class=HTMLResponse)
+    async def job_page(
+        request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
+    ) -> HTMLResponse:
+        detail = await detail_of(settings, user, namespace, name)
+        can_cancel = _may(user, "PUT", detail.job.dag_id)
+        return HTMLResponse(html.job_page(detail, base=_base(request), can_cancel=can_cancel))
+
+    @app.get(
+        "/jobs/{dag_id}/{task_id}/{run_id}",
+        response_class=HTMLResponse,
+        dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))],
+    )
+    async def task_page(
+        request: Request,
+        dag_id: str,
+        task_id: str,
+        run_id: str,
+        settings: SettingsDep,
+        user: GetUserDep,
+        map_index: str = Query("-1"),
+    ) -> HTMLResponse:
+        base = _base(request)
+        try:
+            detail = await task_detail_of(settings, dag_id, task_id, run_id, _map_index(map_index))
+        except HTTPException as exc:
+            if exc.status_code != status.HTTP_404_NOT_FOUND:
+                raise
+            return HTMLResponse(
+                html.message_page("GPU job", f"{exc.detail}: it has not been submitted yet", base=base),
+                status_code=status.HTTP_404_NOT_FOUND,
+            )
+        can_cancel = _may(user, "PUT", dag_id)
+        return HTMLResponse(html.job_page(detail, base=base, can_cancel=can_cancel))
+
+    @app.post("/jobs/{namespace}/{name}/cancel")
+    async def cancel_form(
+        request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
+    ) -> RedirectResponse:
+        await cancel_job(settings, user, namespace, name)
+        url = f"{_base(request)}{views.job_url(namespace, name)}"
+        return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
+
+    return app

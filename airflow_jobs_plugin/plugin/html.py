@@ -1,0 +1,274 @@
+"""Server-rendered HTML of the GPU Jobs pages: inline CSS, inline SVG, one small inline script.
+
+Pure functions from view models to strings; every value is escaped. Links are given relative to
+Airflow's root and prefixed with ``base`` (Airflow's base URL path, empty by default). The pages refresh
+themselves: the script fetches the page again every few seconds and swaps its ``<main>``, keeping the
+scroll position; without scripts (a sandboxed frame) the page is simply static.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from . import svg
+from .views import PREFIX, JobDetail, JobRow, Overview
+
+REFRESH_SECONDS = 5
+
+_CSS = """
+:root { color-scheme: light dark; --muted: #777; --line: #8884; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 0; padding: 12px 20px; }
+header { display: flex; gap: 16px; align-items: baseline; border-bottom: 1px solid var(--line); }
+header h1 { font-size: 18px; margin: 4px 0 8px; }
+header a, header span { color: var(--muted); font-size: 12px; }
+h2 { font-size: 15px; margin: 20px 0 6px; }
+table { border-collapse: collapse; width: 100%; margin-bottom: 4px; }
+th, td { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { font-size: 12px; color: var(--muted); font-weight: 600; }
+td.num, th.num { text-align: right; }
+tr.user td:first-child { padding-left: 24px; color: var(--muted); }
+.badge { display: inline-block; padding: 0 6px; border-radius: 8px; color: #fff; font-size: 12px; }
+.msg { color: var(--muted); font-size: 12px; }
+.problem { background: #fb8c0033; padding: 4px 8px; border-radius: 4px; margin: 4px 0; }
+.charts { display: flex; flex-wrap: wrap; gap: 16px; }
+.charts figure { margin: 0; }
+.charts figcaption { font-size: 12px; color: var(--muted); }
+pre.log { background: #8881; padding: 6px 8px; max-height: 240px; overflow: auto; font-size: 12px; margin: 0; }
+button.cancel { background: #c62828; color: #fff; border: 0; padding: 4px 12px; border-radius: 4px; cursor: pointer; }
+dl.fields { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 8px 0; }
+dl.fields dt { color: var(--muted); }
+dl.fields dd { margin: 0; }
+"""
+
+_SCRIPT = """
+(function () {
+  var seconds = %d;
+  function refresh() {
+    if (document.hidden) { return; }
+    fetch(window.location.href, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
+      .then(function (text) {
+        var fresh = new DOMParser().parseFromString(text, "text/html").querySelector("main");
+        var main = document.querySelector("main");
+        if (fresh && main) { var y = window.scrollY; main.replaceWith(fresh); window.scrollTo(0, y); }
+        document.body.dataset.refreshed = new Date().toISOString();
+      })
+      .catch(function (e) { document.body.dataset.refreshError = String(e); });
+  }
+  window.setInterval(refresh, seconds * 1000);
+  // Links into Airflow's own UI: inside Airflow's frame, let its router navigate the whole page.
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest && event.target.closest("a.airflow");
+    if (!link || window.parent === window) { return; }
+    try {
+      window.parent.history.pushState({}, "", link.getAttribute("href"));
+      window.parent.dispatchEvent(new PopStateEvent("popstate"));
+      event.preventDefault();
+    } catch (e) { /* a frame of another origin: follow the link here */ }
+  });
+})();
+"""
+
+
+def _e(value: object) -> str:
+    return escape("" if value is None else str(value))
+
+
+def _cell(value: object) -> str:
+    return "<td>&lt;none&gt;</td>" if value is None or value == "" else f"<td>{_e(value)}</td>"
+
+
+def _num(value: object) -> str:
+    return f'<td class="num">{"-" if value is None else _e(value)}</td>'
+
+
+def badge(state: str) -> str:
+    """A job state as a coloured badge."""
+    color = svg.STATE_COLORS.get(state, "#757575")
+    return f'<span class="badge state" data-state="{_e(state)}" style="background:{color}">{_e(state)}</span>'
+
+
+def page(title: str, body: str, *, base: str = "", refresh: int | None = REFRESH_SECONDS) -> str:
+    """A whole document: header with navigation, ``body`` inside ``<main>``, the refresh script."""
+    script = f"<script>{_SCRIPT % refresh}</script>" if refresh else ""
+    return (
+        "<!DOCTYPE html>"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f'<header><h1>{_e(title)}</h1><a href="{_e(base + PREFIX)}/">GPU Jobs overview</a>'
+        f'<a href="{_e(base + PREFIX)}/api/overview">JSON</a></header>'
+        f"<main>{body}</main>{script}</body></html>"
+    )
+
+
+def _airflow_link(base: str, href: str | None, text: str) -> str:
+    if not href:
+        return _e(text) if text else "&lt;none&gt;"
+    return f'<a class="airflow" href="{_e(base + href)}">{_e(text)}</a>'
+
+
+def pools_section(ov: Overview) -> str:
+    rows = []
+    for pool in ov.pools:
+        rows.append(
+            f'<tr class="pool" data-group="{_e(pool.group)}"><td><b>{_e(pool.group)}</b></td><td></td>'
+            f"{_num(pool.quota)}{_num(pool.used)}{_num(pool.free)}{_num(pool.queued_jobs)}"
+            f"{_num(pool.queued_gpus)}</tr>"
+        )
+        for user in pool.users:
+            rows.append(
+                f'<tr class="user" data-group="{_e(pool.group)}" data-user="{_e(user.user)}">'
+                f"<td>{_e(pool.group)}</td><td>{_e(user.user)}</td>{_num(user.limit)}{_num(user.gpus)}"
+                f"<td></td>{_num(user.queued_jobs)}{_num(user.queued_gpus)}</tr>"
+            )
+    if not rows:
+        return '<section id="pools"><h2>Pools</h2><p class="msg">no quota pools</p></section>'
+    head = (
+        "<tr><th>group</th><th>user</th><th class=num>quota</th><th class=num>used GPUs</th>"
+        "<th class=num>free</th><th class=num>queued jobs</th><th class=num>queued GPUs</th></tr>"
+    )
+    return f'<section id="pools"><h2>Pools</h2><table>{head}{"".join(rows)}</table></section>'
+
+
+def queues_section(ov: Overview, base: str = "") -> str:
+    parts = ['<section id="queues"><h2>Queues</h2>']
+    if not ov.queues:
+        parts.append('<p class="msg">no job is waiting</p>')
+    for queue in ov.queues:
+        rows = "".join(
+            f'<tr class="queued" data-job="{_e(e.name)}" data-reason="{_e(e.reason)}">'
+            f'{_num(e.position)}<td><a href="{_e(base + e.detail_url)}">{_e(e.name)}</a></td>'
+            f"<td>{_e(e.user)}</td>{_num(e.gpus)}{_num(e.priority)}<td>{_e(e.reason)}</td>"
+            f'<td>{_e(e.waiting)}</td><td class="msg">{_e(e.message)}</td></tr>'
+            for e in queue.entries
+        )
+        parts.append(
+            f'<h3 data-group="{_e(queue.group)}">{_e(queue.group)}</h3><table><tr><th class=num>position</th>'
+            "<th>job</th><th>user</th><th class=num>GPUs</th><th class=num>priority</th><th>reason</th>"
+            f"<th>waiting</th><th>message</th></tr>{rows}</table>"
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def charts_section(ov: Overview) -> str:
+    figures = "".join(
+        f"<figure><figcaption>{_e(c.group)}: GPUs held since {c.start.strftime('%H:%M')} UTC "
+        f"(peak {c.peak})</figcaption>"
+        f"{svg.usage_chart(c)}</figure>"
+        for c in ov.charts
+    )
+    return f'<section id="usage"><h2>GPU usage</h2><div class="charts">{figures}</div></section>'
+
+
+def job_rows(rows: Sequence[JobRow], base: str = "") -> str:
+    out = []
+    for j in rows:
+        task = _airflow_link(base, j.task_url, j.task_id or "")
+        run = _airflow_link(base, j.dag_run_url, f"{j.dag_id} / {j.run_id}" if j.dag_id else "")
+        out.append(
+            f'<tr class="job" data-job="{_e(j.name)}" data-state="{_e(j.state)}">'
+            f'<td><a href="{_e(base + j.detail_url)}">{_e(j.name)}</a><div class="msg">{_e(j.kind)}</div></td>'
+            f"<td>{badge(j.state)}</td><td>{_e(j.reason)}<div class=msg>{_e(j.message)}</div></td>"
+            f"<td>{_e(j.group)}</td><td>{_e(j.user)}</td>{_num(j.gpus)}{_num(j.attempt)}<td>{_e(j.age)}</td>"
+            f"<td>{run}</td><td>{task}</td></tr>"
+        )
+    return "".join(out)
+
+
+def jobs_section(ov: Overview, base: str = "") -> str:
+    if not ov.jobs:
+        return '<section id="jobs"><h2>Jobs</h2><p class="msg">no jobs</p></section>'
+    head = (
+        "<tr><th>job</th><th>state</th><th>reason</th><th>group</th><th>user</th><th class=num>GPUs</th>"
+        "<th class=num>attempt</th><th>age</th><th>DAG run</th><th>task</th></tr>"
+    )
+    return f'<section id="jobs"><h2>Jobs</h2><table>{head}{job_rows(ov.jobs, base)}</table></section>'
+
+
+def overview_page(ov: Overview, *, base: str = "") -> str:
+    """The overview: problems, pools, queues, usage charts, jobs."""
+    problems = "".join(f'<div class="problem">{_e(p)}</div>' for p in ov.problems)
+    body = (
+        problems + pools_section(ov) + queues_section(ov, base) + charts_section(ov) + jobs_section(ov, base)
+    )
+    return page("GPU Jobs", body, base=base)
+
+
+def job_page(d: JobDetail, *, base: str = "", can_cancel: bool = False) -> str:
+    """A job: fields, cancel button, timeline, replicas, events, log tails by rank."""
+    j = d.job
+    fields = [
+        ("state", badge(j.state) + f" {_e(j.reason)}"),
+        ("message", _e(j.message)),
+        ("kind", _e(j.kind)),
+        ("namespace", _e(j.namespace)),
+        ("group / user", f"{_e(j.group)} / {_e(j.user)}"),
+        ("GPUs", _e(j.gpus)),
+        ("attempt", _e(j.attempt)),
+        ("requeues", _e(j.requeue_count)),
+        ("pod failures", _e(j.pod_failures)),
+        ("queue position", _e(j.queue_position) if j.queue_position is not None else "-"),
+        ("age", _e(j.age)),
+        ("DAG run", _airflow_link(base, j.dag_run_url, f"{j.dag_id} / {j.run_id}" if j.dag_id else "")),
+        ("task", _airflow_link(base, j.task_url, j.task_id or "")),
+    ]
+    parts = [
+        '<section id="summary"><dl class="fields">',
+        "".join(f'<dt>{k}</dt><dd data-field="{k}">{v}</dd>' for k, v in fields),
+        "</dl>",
+    ]
+    if d.cancellable and can_cancel:
+        action = f"{base}{j.detail_url}/cancel"
+        parts.append(
+            f'<form method="post" action="{_e(action)}" onsubmit="return confirm(\'Cancel this job?\')">'
+            '<button class="cancel" type="submit">Cancel job</button></form>'
+        )
+    parts.append("</section>")
+    parts.append('<section id="timeline"><h2>Timeline</h2>')
+    parts.append(svg.state_timeline(d.phases, d.snapshot.observed_at or j.created_at))
+    parts.append("<table><tr><th>time (UTC)</th><th>what</th><th>detail</th></tr>")
+    parts.extend(
+        f"<tr><td>{e.at.strftime('%Y-%m-%d %H:%M:%S')}</td><td>{_e(e.label)}</td><td class=msg>{_e(e.detail)}</td></tr>"
+        for e in d.timeline
+    )
+    parts.append("</table></section>")
+    parts.append(
+        '<section id="replicas"><h2>Replicas</h2><table><tr><th>replica</th><th class=num>rank</th><th>pod</th>'
+        "<th>ready</th><th>status</th><th>restarts</th><th>age</th><th>node</th><th>message</th></tr>"
+    )
+    parts.extend(
+        f'<tr class="replica" data-replica="{_e(r.replica)}" data-status="{_e(r.status)}"><td>{_e(r.replica)}</td>'
+        f"{_num(r.rank)}{_cell(r.pod)}<td>{_e(r.ready)}</td><td>{_e(r.status)}</td><td>{_e(r.restarts)}</td>"
+        f"<td>{_e(r.age)}</td>{_cell(r.node)}<td class=msg>{_e(r.message)}</td></tr>"
+        for r in d.replicas
+    )
+    parts.append("</table></section>")
+    parts.append(
+        '<section id="events"><h2>Events</h2><table><tr><th>type</th><th>reason</th><th>age</th>'
+        "<th>from</th><th>message</th></tr>"
+    )
+    parts.extend(
+        f'<tr class="event" data-reason="{_e(e.reason)}"><td>{_e(e.type)}</td><td>{_e(e.reason)}</td>'
+        f"<td>{_e(e.age)}</td><td>{_e(e.object)}</td><td class=msg>{_e(e.message)}</td></tr>"
+        for e in d.events
+    )
+    parts.append("</table></section>")
+    parts.append('<section id="logs"><h2>Logs</h2>')
+    if not d.logs:
+        parts.append('<p class="msg">no pod has started yet</p>')
+    for tail in d.logs:
+        text = _e(f"cannot read the log: {tail.error}") if tail.error else _e("\n".join(tail.lines))
+        parts.append(
+            f'<h3 data-rank="{tail.rank}">{_e(tail.replica)} (rank {tail.rank}) '
+            f'<span class="msg">{_e(tail.pod)}</span></h3><pre class="log" data-rank="{tail.rank}">{text}</pre>'
+        )
+    parts.append("</section>")
+    return page(f"GPU job {j.name}", "".join(parts), base=base)
+
+
+def message_page(title: str, message: str, *, base: str = "", refresh: int | None = REFRESH_SECONDS) -> str:
+    """A page saying one thing (no job for this task yet, not found, not signed in)."""
+    return page(title, f'<p class="msg" id="message">{_e(message)}</p>', base=base, refresh=refresh)

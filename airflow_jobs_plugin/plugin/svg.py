@@ -1,0 +1,124 @@
+"""Inline SVG charts for the GPU Jobs pages: GPU usage over time per group, a job's state timeline.
+
+Pure string building (no I/O, nothing loaded from elsewhere): the pages embed the result as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from html import escape
+
+from .views import Phase, UsageChart
+
+STATE_COLORS = {
+    "QUEUED": "#9e9e9e",
+    "SCHEDULING": "#7e57c2",
+    "STARTING": "#29b6f6",
+    "RUNNING": "#43a047",
+    "DEGRADED": "#fb8c00",
+    "RETRYING": "#f4511e",
+    "TERMINATING": "#8d6e63",
+    "SUCCEEDED": "#2e7d32",
+    "FAILED": "#c62828",
+    "CANCELLED": "#616161",
+    "UNKNOWN": "#bdbdbd",
+}
+
+_LEFT, _RIGHT, _TOP, _BOTTOM = 36, 8, 10, 22
+
+
+def _clock(moment: datetime) -> str:
+    return moment.strftime("%H:%M")
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def usage_chart(chart: UsageChart, width: int = 640, height: int = 160) -> str:
+    """A step chart of the GPUs ``chart.group`` held, with its quota as a dashed line."""
+    span = max((chart.end - chart.start).total_seconds(), 1.0)
+    top = max(chart.peak, chart.quota or 0, 1)
+    inner_w = width - _LEFT - _RIGHT
+    inner_h = height - _TOP - _BOTTOM
+
+    def x(moment: datetime) -> float:
+        offset = min(max((moment - chart.start).total_seconds(), 0.0), span)
+        return _LEFT + inner_w * offset / span
+
+    def y(gpus: float) -> float:
+        return _TOP + inner_h * (1 - gpus / top)
+
+    path = [f"M{_fmt(x(chart.start))},{_fmt(y(0))}"]
+    for i, point in enumerate(chart.points):
+        path.append(f"L{_fmt(x(point.at))},{_fmt(y(chart.points[i - 1].gpus if i else 0))}")
+        path.append(f"L{_fmt(x(point.at))},{_fmt(y(point.gpus))}")
+    last = chart.points[-1].gpus if chart.points else 0
+    path.append(f"L{_fmt(x(chart.end))},{_fmt(y(last))}")
+    path.append(f"L{_fmt(x(chart.end))},{_fmt(y(0))}Z")
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="usage-chart" data-group="{escape(chart.group)}" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="GPUs held by group {escape(chart.group)} over time">',
+        f"<title>GPUs held by group {escape(chart.group)}, peak {chart.peak}</title>",
+        f'<line x1="{_LEFT}" y1="{_fmt(y(0))}" x2="{width - _RIGHT}" y2="{_fmt(y(0))}" stroke="#888"/>',
+        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_fmt(y(0))}" stroke="#888"/>',
+        f'<path class="usage" d="{" ".join(path)}" fill="#43a04755" stroke="#2e7d32" stroke-width="1.5"/>',
+        f'<text x="{_LEFT - 4}" y="{_fmt(y(top) + 4)}" text-anchor="end" font-size="10">{top}</text>',
+        f'<text x="{_LEFT - 4}" y="{_fmt(y(0))}" text-anchor="end" font-size="10">0</text>',
+        f'<text x="{_LEFT}" y="{height - 6}" font-size="10">{_clock(chart.start)}</text>',
+        f'<text x="{width - _RIGHT}" y="{height - 6}" text-anchor="end" font-size="10">'
+        f"{_clock(chart.end)} UTC</text>",
+    ]
+    if chart.quota is not None:
+        parts.append(
+            f'<line class="quota" x1="{_LEFT}" y1="{_fmt(y(chart.quota))}" x2="{width - _RIGHT}" '
+            f'y2="{_fmt(y(chart.quota))}" stroke="#c62828" stroke-dasharray="4 3"/>'
+            f'<text x="{width - _RIGHT}" y="{_fmt(y(chart.quota) - 3)}" text-anchor="end" font-size="10" '
+            f'fill="#c62828">quota {chart.quota}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def state_timeline(phases: Sequence[Phase], now: datetime, width: int = 640, height: int = 44) -> str:
+    """A horizontal bar of the job's stretches coloured by state; the final state as a marker."""
+    if not phases:
+        return ""
+    start = phases[0].start
+    end = max([now] + [p.end or p.start for p in phases])
+    span = max((end - start).total_seconds(), 1.0)
+    inner_w = width - 2 * 8
+
+    def x(moment: datetime) -> float:
+        return 8 + inner_w * max((moment - start).total_seconds(), 0.0) / span
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="state-timeline" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="state timeline">'
+    ]
+    for phase in phases:
+        color = STATE_COLORS.get(phase.state, "#bdbdbd")
+        label = escape(f"{phase.state} {phase.start.strftime('%H:%M:%S')}: {phase.detail}")
+        if phase.end is None:
+            cx = x(phase.start)
+            parts.append(
+                f'<g data-state="{escape(phase.state)}"><title>{label}</title>'
+                f'<circle cx="{_fmt(min(cx, width - 8))}" cy="14" r="6" fill="{color}"/></g>'
+            )
+            continue
+        x0, x1 = x(phase.start), x(phase.end)
+        w = max(x1 - x0, 2.0)
+        parts.append(
+            f'<g data-state="{escape(phase.state)}"><title>{label}</title>'
+            f'<rect x="{_fmt(x0)}" y="6" width="{_fmt(w)}" height="16" fill="{color}"/>'
+            + (
+                f'<text x="{_fmt(x0 + 3)}" y="36" font-size="10">{escape(phase.state)}</text>'
+                if w > 50
+                else ""
+            )
+            + "</g>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)

@@ -1,0 +1,134 @@
+"""Plain-text rendering of the GPU Jobs views for the terminal (``airflow-jobs status``, ``describe``).
+
+Tables follow kubectl's look: upper-case headers, left-aligned columns three spaces apart, ``<none>``
+for an empty cell. Pure: strings in, strings out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .views import JobDetail, Overview
+
+NONE = "<none>"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; ``None`` and empty cells print as ``<none>``."""
+    cells = [[str(h).upper() for h in headers]] + [
+        [NONE if c is None or c == "" else str(c) for c in row] for row in rows
+    ]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def status_text(ov: Overview) -> str:
+    """Pools, queues and jobs as three tables."""
+    out = ["POOLS"]
+    if ov.pools:
+        rows = []
+        for pool in ov.pools:
+            rows.append(
+                [
+                    pool.group,
+                    "",
+                    _limit(pool.quota),
+                    pool.used,
+                    _limit(pool.free),
+                    pool.queued_jobs,
+                    pool.queued_gpus,
+                ]
+            )
+            for user in pool.users:
+                rows.append(
+                    ["", user.user, _limit(user.limit), user.gpus, "", user.queued_jobs, user.queued_gpus]
+                )
+        out.append(table(["group", "user", "quota", "used", "free", "queued", "queued gpus"], rows))
+    else:
+        out.append("no quota pools")
+    out.append("")
+    out.append("QUEUES")
+    entries = [
+        [q.group, e.position, f"{e.namespace}/{e.name}", e.user, e.gpus, e.reason, e.waiting, e.message]
+        for q in ov.queues
+        for e in q.entries
+    ]
+    out.append(
+        table(["group", "pos", "job", "user", "gpus", "reason", "waiting", "message"], entries)
+        if entries
+        else "no job is waiting"
+    )
+    out.append("")
+    out.append("JOBS")
+    jobs = [
+        [j.name, j.state, j.reason, j.group, j.user, j.gpus, j.attempt, j.age, j.dag_id, j.task_id]
+        for j in ov.jobs
+    ]
+    out.append(
+        table(["name", "state", "reason", "group", "user", "gpus", "attempt", "age", "dag", "task"], jobs)
+        if jobs
+        else "no jobs"
+    )
+    for problem in ov.problems:
+        out.append(f"warning: {problem}")
+    return "\n".join(out)
+
+
+def describe_text(d: JobDetail) -> str:
+    """``kubectl describe``-like: fields, timeline, replicas, events, then the log tails."""
+    j = d.job
+    fields = [
+        ("Name", j.name),
+        ("Namespace", j.namespace),
+        ("Kind", j.kind),
+        ("State", j.state),
+        ("Reason", j.reason),
+        ("Message", j.message),
+        ("Group", j.group),
+        ("User", j.user),
+        ("GPUs", j.gpus),
+        ("Attempt", j.attempt),
+        ("Requeues", j.requeue_count),
+        ("Pod failures", j.pod_failures),
+        ("Queue position", j.queue_position),
+        ("Age", j.age),
+        ("DAG", j.dag_id),
+        ("Task", j.task_id),
+        ("Run", j.run_id),
+        ("Map index", j.map_index),
+    ]
+    width = max(len(k) for k, _ in fields) + 2
+    out = [f"{k + ':':<{width}}{NONE if v is None or v == '' else v}" for k, v in fields]
+    out.append("")
+    out.append("Timeline:")
+    out.extend(
+        f"  {e.at.strftime('%Y-%m-%d %H:%M:%S')}Z  {e.label}" + (f"  {e.detail}" if e.detail else "")
+        for e in d.timeline
+    )
+    out.append("")
+    out.append("Replicas:")
+    rows = [[r.replica, r.rank, r.pod, r.ready, r.status, r.restarts, r.age, r.node] for r in d.replicas]
+    out.append(_indent(table(["replica", "rank", "pod", "ready", "status", "restarts", "age", "node"], rows)))
+    out.append("")
+    out.append("Events:")
+    if d.events:
+        rows = [[e.type, e.reason, e.age, e.object, e.message] for e in d.events]
+        out.append(_indent(table(["type", "reason", "age", "from", "message"], rows)))
+    else:
+        out.append("  <none>")
+    for tail in d.logs:
+        out.append("")
+        out.append(f"Log of {tail.replica} (rank {tail.rank}, pod {tail.pod}):")
+        if tail.error:
+            out.append(f"  cannot read the log: {tail.error}")
+        out.extend(f"  {line}" for line in tail.lines)
+    return "\n".join(out)
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())

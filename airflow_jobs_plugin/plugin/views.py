@@ -1,0 +1,891 @@
+"""Page data for the GPU Jobs UI and CLI, built from what listing the cluster returns. No I/O.
+
+Inputs are plain objects: the product's Jobs and MPIJobs, the pods and events of their namespace, the
+quota policy (or why there is none) and each group's decoded ledger. Outputs are frozen dataclasses that
+the HTML pages, the JSON endpoints and the CLI tables all render, so the three always agree:
+
+- :func:`overview`: pools (quota, used, queued, per user), each group's queue with positions and
+  pending reasons, the job list and one GPU-usage chart per group;
+- :func:`job_detail`: one job with its state timeline, replicas (kubectl STATUS), pods, events and
+  log tails by rank.
+
+Queue positions and pending reasons are recomputed with the quota pool's own rule
+(:func:`airflow_jobs_plugin.quota.decide`) from the same inputs the admission pass reads, so every
+reader sees what the pool decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import quote
+
+from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin.lifecycle import (
+    LAUNCHER,
+    JobSnapshot,
+    JobState,
+    QueueStatus,
+    ReplicaStatus,
+    events_of,
+    human_duration,
+    pod_row,
+    pods_of,
+    snapshot,
+    timestamp_age,
+)
+from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
+from airflow_jobs_plugin.lifecycle.replicas import event_time, replica_key
+
+PREFIX = "/airflow-jobs"
+CHART_WINDOW = timedelta(hours=1)
+CHART_MIN_SPAN = timedelta(minutes=5)
+LAUNCHER_RANK = -1  # the launcher's JOB_RANK: always an integer, below every worker's
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """One namespace's worth of cluster objects, as read at ``now``.
+
+    ``jobs`` are the product's Jobs and MPIJobs (``kind`` set on each); ``policy`` is ``None`` when no
+    quota policy is configured or it cannot be read, with the reason in ``policy_problem``;
+    ``ledgers`` holds every group's decoded ledger.
+    """
+
+    jobs: tuple[Mapping[str, Any], ...]
+    pods: tuple[Mapping[str, Any], ...]
+    events: tuple[Mapping[str, Any], ...]
+    now: datetime
+    policy: quota.QuotaPolicy | None = None
+    policy_problem: str | None = None
+    ledgers: Mapping[str, quota.Ledger] = dataclasses.field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One line of the job list."""
+
+    namespace: str
+    name: str
+    kind: str
+    state: str
+    reason: str
+    message: str
+    group: str
+    user: str
+    gpus: int
+    attempt: int
+    requeue_count: int
+    pod_failures: int
+    age: str
+    created_at: datetime | None
+    queue_position: int | None
+    dag_id: str | None
+    task_id: str | None
+    run_id: str | None
+    map_index: int | None
+    detail_url: str
+    dag_run_url: str | None
+    task_url: str | None
+
+
+@dataclass(frozen=True)
+class UserRow:
+    """One user's share of a group: GPUs held, jobs running, their limit and what they have queued."""
+
+    user: str
+    gpus: int
+    jobs: int
+    limit: int | None
+    queued_jobs: int
+    queued_gpus: int
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """One group's quota pool."""
+
+    group: str
+    quota: int | None
+    used: int
+    free: int | None
+    queued_jobs: int
+    queued_gpus: int
+    users: tuple[UserRow, ...]
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A waiting job at its position (1 = next) with the pool's reason and message."""
+
+    position: int | None
+    namespace: str
+    name: str
+    user: str
+    gpus: int
+    priority: int
+    reason: str
+    message: str
+    waiting: str
+    detail_url: str
+
+
+@dataclass(frozen=True)
+class GroupQueue:
+    group: str
+    entries: tuple[QueueEntry, ...]
+
+
+@dataclass(frozen=True)
+class UsagePoint:
+    """From ``at`` until the next point, the group held ``gpus`` GPUs."""
+
+    at: datetime
+    gpus: int
+
+
+@dataclass(frozen=True)
+class UsageChart:
+    """A group's GPUs held over ``[start, end]`` as steps, with its quota for reference."""
+
+    group: str
+    quota: int | None
+    start: datetime
+    end: datetime
+    points: tuple[UsagePoint, ...]
+
+    @property
+    def peak(self) -> int:
+        return max((p.gpus for p in self.points), default=0)
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything the overview page and ``airflow-jobs status`` show."""
+
+    now: datetime
+    pools: tuple[PoolRow, ...]
+    queues: tuple[GroupQueue, ...]
+    jobs: tuple[JobRow, ...]
+    charts: tuple[UsageChart, ...]
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of a job's life in one state (``end`` is ``None`` for an instant, e.g. the finish)."""
+
+    state: str
+    start: datetime
+    end: datetime | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """A dated fact about the job: a state it entered or a condition the controller set."""
+
+    at: datetime
+    label: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ReplicaRow:
+    """A replica (launcher or worker) and its current pod as kubectl prints it."""
+
+    replica: str
+    rank: int
+    pod: str | None
+    ready: str
+    status: str
+    restarts: str
+    age: str
+    node: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """An event about the job or one of its pods, as ``kubectl describe`` lists them."""
+
+    type: str
+    reason: str
+    object: str
+    message: str
+    count: int
+    age: str
+    at: datetime | None
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The last lines of one replica's log (``error`` when they could not be read)."""
+
+    replica: str
+    rank: int
+    pod: str
+    container: str
+    lines: tuple[str, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """Everything the job page and ``airflow-jobs describe`` show."""
+
+    job: JobRow
+    snapshot: JobSnapshot
+    phases: tuple[Phase, ...]
+    timeline: tuple[TimelineEntry, ...]
+    replicas: tuple[ReplicaRow, ...]
+    events: tuple[EventRow, ...]
+    logs: tuple[LogTail, ...]
+    cancellable: bool
+
+
+# --------------------------------------------------------------------------------------------------
+# Small readers
+# --------------------------------------------------------------------------------------------------
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _meta(obj).get("labels") or {}
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def group_of(job: Mapping[str, Any]) -> str:
+    """The exact group the job runs in (annotation), else the label's slug, else ``""``."""
+    return _annotations(job).get(labels.GROUP_NAME) or _labels(job).get(labels.GROUP) or ""
+
+
+def user_of(job: Mapping[str, Any]) -> str:
+    """The exact user the job runs for (annotation), else the label's slug, else ``""``."""
+    return _annotations(job).get(labels.USER_NAME) or _labels(job).get(labels.USER) or ""
+
+
+def dag_of(job: Mapping[str, Any]) -> str | None:
+    """The DAG the job belongs to (``None`` for a job submitted outside Airflow)."""
+    return _annotations(job).get(labels.DAG_ID) or None
+
+
+def is_suspended(job: Mapping[str, Any]) -> bool:
+    spec = job.get("spec") or {}
+    if job.get("kind") == "MPIJob":
+        return bool((spec.get("runPolicy") or {}).get("suspend"))
+    return bool(spec.get("suspend"))
+
+
+def _is_waiting(job: Mapping[str, Any]) -> bool:
+    """Suspended, not ruled on by the product, not finished, not being deleted: in the queue."""
+    if not is_suspended(job) or _annotations(job).get(labels.VERDICT):
+        return False
+    if _meta(job).get("deletionTimestamp"):
+        return False
+    conditions = (job.get("status") or {}).get("conditions") or ()
+    return not any(
+        c.get("type") in ("Complete", "Succeeded", "Failed") and c.get("status") == "True" for c in conditions
+    )
+
+
+def job_url(namespace: str, name: str) -> str:
+    """The job page."""
+    return f"{PREFIX}/jobs/{quote(namespace, safe='')}/{quote(name, safe='')}"
+
+
+def task_view_url(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+    """The task-instance view (and operator extra link target) of a task's job."""
+    path = "/".join(quote(part, safe="") for part in (dag_id, task_id, run_id))
+    return f"{PREFIX}/jobs/{path}?map_index={map_index}"
+
+
+def dag_run_url(dag_id: str, run_id: str) -> str:
+    """The DAG run in Airflow's own UI."""
+    return f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def task_url(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str:
+    """The task instance in Airflow's own UI (the mapped instance for a mapped task)."""
+    url = f"{dag_run_url(dag_id, run_id)}/tasks/{quote(task_id, safe='')}"
+    return f"{url}/mapped/{map_index}" if map_index is not None and map_index >= 0 else url
+
+
+# --------------------------------------------------------------------------------------------------
+# Queue decisions and snapshots
+# --------------------------------------------------------------------------------------------------
+
+
+def _reservations(state: ClusterState) -> list[quota.Reservation]:
+    return [r for ledger in state.ledgers.values() for r in ledger.reservations]
+
+
+def queue_decisions(state: ClusterState) -> tuple[dict[str, quota.Decision], dict[str, str]]:
+    """The pool's decision for every waiting job (by uid), and why some jobs cannot be judged.
+
+    Without a policy there are no decisions: every waiting job is reported with the policy problem.
+    """
+    waiting = [job for job in state.jobs if _is_waiting(job)]
+    problems: dict[str, str] = {}
+    if state.policy is None:
+        if state.policy_problem:
+            for job in waiting:
+                problems[str(_meta(job).get("uid") or "")] = state.policy_problem
+        return {}, problems
+    queued = []
+    for job in waiting:
+        try:
+            queued.append(quota.queued_job_from_metadata(_meta(job)))
+        except ValueError as exc:
+            problems[str(_meta(job).get("uid") or "")] = str(exc)
+    decisions = quota.decide(state.policy, queued, _reservations(state), state.now)
+    return {d.job.uid: d for d in decisions}, problems
+
+
+def snapshots(state: ClusterState) -> list[tuple[Mapping[str, Any], JobSnapshot]]:
+    """Every job with its snapshot, the queue status and reservation taken from the pool's view."""
+    decisions, problems = queue_decisions(state)
+    held = {r.uid: r for r in _reservations(state)}
+    result = []
+    for job in state.jobs:
+        uid = str(_meta(job).get("uid") or "")
+        queue = None
+        if uid in decisions:
+            d = decisions[uid]
+            queue = QueueStatus(d.reason, d.position, d.message)
+        elif uid in problems:
+            queue = QueueStatus("Inadmissible", None, problems[uid])
+        reservation = held.get(uid)
+        gpus = HeldGpus(reservation.gpus, reservation.admitted_at) if reservation is not None else None
+        snap = snapshot(job, state.pods, state.events, queue=queue, reservation=gpus, now=state.now)
+        result.append((job, snap))
+    return result
+
+
+def job_row(job: Mapping[str, Any], snap: JobSnapshot, now: datetime) -> JobRow:
+    """The job list line of ``job``."""
+    annotations = _annotations(job)
+    namespace = snap.namespace or str(_meta(job).get("namespace") or "")
+    name = snap.name or str(_meta(job).get("name") or "")
+    dag_id = dag_of(job)
+    task_id = annotations.get(labels.TASK_ID) or None
+    run_id = annotations.get(labels.RUN_ID) or None
+    map_index = _int(annotations.get(labels.MAP_INDEX))
+    created = _parse_time(_meta(job).get("creationTimestamp"))
+    return JobRow(
+        namespace=namespace,
+        name=name,
+        kind=snap.kind,
+        state=snap.state.value,
+        reason=snap.reason.value,
+        message=snap.message,
+        group=group_of(job),
+        user=user_of(job),
+        gpus=snap.gpus,
+        attempt=snap.attempt,
+        requeue_count=snap.requeue_count,
+        pod_failures=snap.pod_failures,
+        age=timestamp_age(created, now) if created else "<unknown>",
+        created_at=created,
+        queue_position=snap.queue_position,
+        dag_id=dag_id,
+        task_id=task_id,
+        run_id=run_id,
+        map_index=map_index,
+        detail_url=job_url(namespace, name),
+        dag_run_url=dag_run_url(dag_id, run_id) if dag_id and run_id else None,
+        task_url=task_url(dag_id, run_id, task_id, map_index) if dag_id and run_id and task_id else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Overview
+# --------------------------------------------------------------------------------------------------
+
+
+def _queued_by(decisions: Iterable[quota.Decision]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per group and user: (jobs, GPUs) still waiting."""
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for d in decisions:
+        if not d.verdict.waiting:
+            continue
+        users = out.setdefault(d.job.group, {})
+        jobs, gpus = users.get(d.job.user, (0, 0))
+        users[d.job.user] = (jobs + 1, gpus + d.job.gpus)
+    return out
+
+
+def pools(state: ClusterState, decisions: Iterable[quota.Decision]) -> tuple[PoolRow, ...]:
+    """Every group of the policy (and any group holding a ledger entry without one), with its users."""
+    queued = _queued_by(decisions)
+    usage = {u.group: u for u in quota.usage(state.policy, _reservations(state))} if state.policy else {}
+    groups = sorted(
+        set(usage) | {g for g, ledger in state.ledgers.items() if ledger.reservations} | set(queued)
+    )
+    rows = []
+    for group in groups:
+        waiting = queued.get(group, {})
+        held = usage.get(group)
+        per_user: dict[str, UserRow] = {}
+        if held is not None:
+            for u in held.users:
+                jobs, gpus = waiting.get(u.user, (0, 0))
+                per_user[u.user] = UserRow(u.user, u.gpus, u.jobs, u.limit, jobs, gpus)
+        else:
+            ledger = state.ledgers.get(group)
+            for r in ledger.reservations if ledger else ():
+                prev = per_user.get(r.user) or UserRow(r.user, 0, 0, None, 0, 0)
+                per_user[r.user] = dataclasses.replace(prev, gpus=prev.gpus + r.gpus, jobs=prev.jobs + 1)
+        for user, (jobs, gpus) in waiting.items():
+            if user not in per_user:
+                limit = None
+                if state.policy is not None and group in state.policy.groups:
+                    limit = state.policy.groups[group].user_limit(user)
+                per_user[user] = UserRow(user, 0, 0, limit, jobs, gpus)
+        used = held.used if held is not None else sum(u.gpus for u in per_user.values())
+        group_quota = held.quota if held is not None else None
+        rows.append(
+            PoolRow(
+                group=group,
+                quota=group_quota,
+                used=used,
+                free=held.free if held is not None else None,
+                queued_jobs=sum(j for j, _ in waiting.values()),
+                queued_gpus=sum(g for _, g in waiting.values()),
+                users=tuple(per_user[u] for u in sorted(per_user)),
+            )
+        )
+    return tuple(rows)
+
+
+def queues(
+    state: ClusterState, decisions: Iterable[quota.Decision], problems: Mapping[str, str]
+) -> tuple[GroupQueue, ...]:
+    """Each group's waiting jobs in queue order; jobs the pool cannot judge come last with the reason."""
+    by_group: dict[str, list[QueueEntry]] = {}
+    for d in decisions:
+        if not d.verdict.waiting:
+            continue
+        by_group.setdefault(d.job.group, []).append(
+            QueueEntry(
+                position=d.position,
+                namespace=d.job.namespace,
+                name=d.job.name,
+                user=d.job.user,
+                gpus=d.job.gpus,
+                priority=d.job.priority,
+                reason=d.reason,
+                message=d.message,
+                waiting=human_duration((state.now - d.job.queued_at).total_seconds()),
+                detail_url=job_url(d.job.namespace, d.job.name),
+            )
+        )
+    for job in state.jobs:
+        uid = str(_meta(job).get("uid") or "")
+        if uid not in problems:
+            continue
+        namespace, name = str(_meta(job).get("namespace") or ""), str(_meta(job).get("name") or "")
+        queued_at = _parse_time(_annotations(job).get(labels.QUEUED_AT)) or _parse_time(
+            _meta(job).get("creationTimestamp")
+        )
+        by_group.setdefault(group_of(job), []).append(
+            QueueEntry(
+                position=None,
+                namespace=namespace,
+                name=name,
+                user=user_of(job),
+                gpus=_int(_annotations(job).get(labels.GPUS)) or 0,
+                priority=_int(_annotations(job).get(labels.PRIORITY)) or 0,
+                reason="Inadmissible",
+                message=problems[uid],
+                waiting=human_duration((state.now - queued_at).total_seconds()) if queued_at else "<unknown>",
+                detail_url=job_url(namespace, name),
+            )
+        )
+    result = []
+    for group in sorted(by_group):
+        entries = sorted(
+            by_group[group], key=lambda e: (e.position is None, e.position or 0, e.namespace, e.name)
+        )
+        result.append(GroupQueue(group, tuple(entries)))
+    return tuple(result)
+
+
+def gpu_intervals(snap: JobSnapshot, now: datetime) -> tuple[datetime, datetime, int] | None:
+    """When ``snap``'s job held its GPUs: from admission to its end (or ``now``); ``None`` if never."""
+    if snap.admitted_at is None or snap.gpus <= 0 or snap.state == JobState.QUEUED:
+        return None
+    if snap.is_terminal:
+        end = snap.finished_at or snap.admitted_at
+    else:
+        end = now
+    return (snap.admitted_at, max(end, snap.admitted_at), snap.gpus)
+
+
+def usage_steps(
+    intervals: Iterable[tuple[datetime, datetime, int]], start: datetime, end: datetime
+) -> tuple[UsagePoint, ...]:
+    """GPUs held over ``[start, end]`` as change points; the first point is at ``start``.
+
+    An interval counts from its start (inclusive) to its end (exclusive); intervals outside the window
+    do not count, those straddling its start count from ``start``.
+    """
+    changes: dict[datetime, int] = {}
+    base = 0
+    for begin, finish, gpus in intervals:
+        if finish <= start or begin >= end or finish <= begin:
+            continue
+        if begin <= start:
+            base += gpus
+        else:
+            changes[begin] = changes.get(begin, 0) + gpus
+        if finish < end:
+            changes[finish] = changes.get(finish, 0) - gpus
+    points = [UsagePoint(start, base)]
+    level = base
+    for moment in sorted(changes):
+        if changes[moment] == 0:
+            continue
+        level += changes[moment]
+        points.append(UsagePoint(moment, level))
+    return tuple(points)
+
+
+def charts(
+    state: ClusterState,
+    pairs: Sequence[tuple[Mapping[str, Any], JobSnapshot]],
+    pool_rows: Sequence[PoolRow],
+    window: timedelta = CHART_WINDOW,
+) -> tuple[UsageChart, ...]:
+    """One chart per group, from the jobs still present on the cluster, all over the same span.
+
+    The span is at most ``window``, shorter when every job is younger (but at least
+    :data:`CHART_MIN_SPAN`), so a fresh cluster's usage is not squeezed into the last pixels.
+    """
+    by_group: dict[str, list[tuple[datetime, datetime, int]]] = {}
+    for job, snap in pairs:
+        interval = gpu_intervals(snap, state.now)
+        if interval is not None:
+            by_group.setdefault(group_of(job), []).append(interval)
+    earliest = min((i[0] for intervals in by_group.values() for i in intervals), default=state.now)
+    margin = (state.now - earliest) / 10
+    start = max(state.now - window, min(earliest - margin, state.now - CHART_MIN_SPAN))
+    quotas = {p.group: p.quota for p in pool_rows}
+    groups = sorted(set(by_group) | set(quotas))
+    return tuple(
+        UsageChart(g, quotas.get(g), start, state.now, usage_steps(by_group.get(g, ()), start, state.now))
+        for g in groups
+    )
+
+
+Visible = Callable[[Mapping[str, Any]], bool]
+
+
+def overview(state: ClusterState, visible: Visible | None = None) -> Overview:
+    """The overview of ``state``.
+
+    ``visible`` filters the job list and queue entries to what the reader may see (a predicate on the
+    job dict, see :func:`dag_filter`); pools and charts count every job, since quota is shared.
+    """
+    decisions, problems = queue_decisions(state)
+    pairs = snapshots(state)
+    pool_rows = pools(state, decisions.values())
+    allowed = {
+        (str(_meta(j).get("namespace") or ""), str(_meta(j).get("name") or ""))
+        for j in state.jobs
+        if visible is None or visible(j)
+    }
+    rows = [job_row(job, snap, state.now) for job, snap in pairs]
+    rows = [r for r in rows if (r.namespace, r.name) in allowed]
+    rows.sort(key=lambda r: (r.created_at or state.now, r.name), reverse=True)
+    queue_views = tuple(
+        GroupQueue(q.group, tuple(e for e in q.entries if (e.namespace, e.name) in allowed))
+        for q in queues(state, decisions.values(), problems)
+    )
+    notes = []
+    if state.policy is None and state.policy_problem:
+        notes.append(state.policy_problem)
+    for ledger in state.ledgers.values():
+        notes.extend(f"ledger of group {ledger.group}: {p}" for p in ledger.problems)
+    return Overview(
+        now=state.now,
+        pools=pool_rows,
+        queues=tuple(q for q in queue_views if q.entries),
+        jobs=tuple(rows),
+        charts=charts(state, pairs, pool_rows),
+        problems=tuple(notes),
+    )
+
+
+def dag_filter(readable_dags: set[str] | None, *, all_dags: bool) -> Visible:
+    """A ``visible`` predicate: jobs of readable DAGs; jobs without a DAG only for readers of every DAG.
+
+    ``readable_dags=None`` means no restriction.
+    """
+
+    def visible(job: Mapping[str, Any]) -> bool:
+        if readable_dags is None:
+            return True
+        dag_id = dag_of(job)
+        return dag_id in readable_dags if dag_id else all_dags
+
+    return visible
+
+
+# --------------------------------------------------------------------------------------------------
+# Job detail
+# --------------------------------------------------------------------------------------------------
+
+
+def rank_of(replica: ReplicaStatus) -> int:
+    """A replica's rank: the launcher is -1, a worker its index."""
+    return LAUNCHER_RANK if replica.role == LAUNCHER else replica.index
+
+
+def phases(snap: JobSnapshot) -> tuple[Phase, ...]:
+    """The job's life as consecutive stretches: queued, admitted (placing and starting), running,
+    then the final state as an instant; a live job's last stretch is its current state up to now."""
+    now = snap.observed_at or datetime.now(timezone.utc)
+    marks: list[tuple[datetime, str, str]] = []
+    if snap.queued_at is not None:
+        marks.append((snap.queued_at, JobState.QUEUED.value, "waiting for quota"))
+    if snap.admitted_at is not None:
+        marks.append((snap.admitted_at, JobState.SCHEDULING.value, f"admitted with {snap.gpus} GPU(s)"))
+    if snap.started_at is not None:
+        marks.append((snap.started_at, JobState.RUNNING.value, "first container started"))
+    marks.sort(key=lambda m: m[0])
+    end = snap.finished_at if snap.is_terminal and snap.finished_at is not None else now
+    if not snap.is_terminal and marks and marks[-1][1] != snap.state.value:
+        # The latest stretch is whatever the job is doing now (e.g. RETRYING after it first ran).
+        last_at = marks[-1][0]
+        marks[-1] = (last_at, snap.state.value, snap.message)
+    result = []
+    for i, (at, state, detail) in enumerate(marks):
+        until = marks[i + 1][0] if i + 1 < len(marks) else end
+        result.append(Phase(state, at, max(until, at), detail))
+    if snap.is_terminal:
+        result.append(Phase(snap.state.value, end, None, snap.message))
+    return tuple(result)
+
+
+_CONDITION_LABELS = {
+    "Suspended": "suspended",
+    "Complete": "completed",
+    "Succeeded": "succeeded",
+    "Failed": "failed",
+    "FailureTarget": "failing",
+    "SuccessCriteriaMet": "success criteria met",
+    "Created": "created",
+    "Running": "running",
+    "Restarting": "restarting",
+}
+
+
+def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, ...]:
+    """Dated facts in order: submitted, admitted, started, the controller's conditions, finished."""
+    entries: list[TimelineEntry] = []
+    if snap.queued_at is not None:
+        entries.append(TimelineEntry(snap.queued_at, "QUEUED", f"submitted to group {group_of(job) or '-'}"))
+    if snap.admitted_at is not None:
+        entries.append(TimelineEntry(snap.admitted_at, "ADMITTED", f"{snap.gpus} GPU(s) reserved"))
+    if snap.started_at is not None:
+        entries.append(TimelineEntry(snap.started_at, "STARTED", "first container started"))
+    for cond in (job.get("status") or {}).get("conditions") or ():
+        at = _parse_time(cond.get("lastTransitionTime"))
+        kind = str(cond.get("type") or "")
+        if at is None or kind not in _CONDITION_LABELS:
+            continue
+        words = _CONDITION_LABELS[kind] if cond.get("status") == "True" else f"not {_CONDITION_LABELS[kind]}"
+        detail = ": ".join(x for x in (str(cond.get("reason") or ""), str(cond.get("message") or "")) if x)
+        entries.append(TimelineEntry(at, f"{kind} ({words})", detail))
+    deleted = _parse_time(_meta(job).get("deletionTimestamp"))
+    if deleted is not None:
+        entries.append(TimelineEntry(deleted, "DELETING", "the job object is being deleted"))
+    if snap.is_terminal and snap.finished_at is not None:
+        entries.append(
+            TimelineEntry(snap.finished_at, snap.state.value, f"{snap.reason.value}: {snap.message}")
+        )
+    # Controller conditions carry whole seconds while the product's own times carry microseconds: order
+    # within a second by the job's life (submitted, admitted, conditions, started, finished).
+    order = {"QUEUED": 0, "ADMITTED": 1, "STARTED": 3, snap.state.value: 4}
+    entries.sort(key=lambda e: (e.at.replace(microsecond=0), order.get(e.label, 2), e.at))
+    return tuple(entries)
+
+
+def replica_rows(
+    job: Mapping[str, Any], snap: JobSnapshot, pods: Iterable[Mapping[str, Any]], now: datetime
+) -> tuple[ReplicaRow, ...]:
+    """Each replica with its current pod's kubectl columns (``<none>`` cells while it has no pod)."""
+    by_name = {str(_meta(p).get("name") or ""): p for p in pods}
+    rows = []
+    for replica in snap.replicas:
+        pod = by_name.get(replica.pod or "")
+        printed = pod_row(pod, now) if pod is not None else None
+        rows.append(
+            ReplicaRow(
+                replica=replica.name,
+                rank=rank_of(replica),
+                pod=replica.pod,
+                ready=printed.ready if printed else replica.ready,
+                status=printed.status if printed else replica.status,
+                restarts=printed.restarts if printed else str(replica.restarts),
+                age=printed.age if printed else "<none>",
+                node=replica.node,
+                message=replica.message,
+            )
+        )
+    return tuple(rows)
+
+
+def event_rows(events: Iterable[Mapping[str, Any]], now: datetime) -> tuple[EventRow, ...]:
+    """Events oldest first, each with kubectl describe's columns."""
+    rows = []
+    for event in events:
+        about = event.get("involvedObject") or event.get("regarding") or {}
+        at = event_time(event)
+        rows.append(
+            EventRow(
+                type=str(event.get("type") or ""),
+                reason=str(event.get("reason") or ""),
+                object=f"{str(about.get('kind') or '').lower()}/{about.get('name') or ''}",
+                message=str(event.get("message") or event.get("note") or ""),
+                count=_int(event.get("count")) or 1,
+                age=human_duration((now - at).total_seconds()) if at else "<unknown>",
+                at=at,
+            )
+        )
+    rows.sort(key=lambda r: (r.at or now, r.object, r.reason))
+    return tuple(rows)
+
+
+def log_targets(
+    job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
+) -> tuple[tuple[str, int, str, str], ...]:
+    """(replica, rank, pod, container) whose log to show: each replica's newest pod, its main container."""
+    mpi = job.get("kind") == "MPIJob"
+    newest: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for pod in pods_of(job, pods):
+        key = replica_key(pod, mpi)
+        current = newest.get(key)
+        if current is None or str(_meta(pod).get("creationTimestamp") or "") >= str(
+            _meta(current).get("creationTimestamp") or ""
+        ):
+            newest[key] = pod
+    targets = []
+    for (role, index), pod in sorted(newest.items(), key=lambda kv: (kv[0][0] != LAUNCHER, kv[0][1])):
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        name = "launcher" if role == LAUNCHER else f"{role}-{index}"
+        rank = LAUNCHER_RANK if role == LAUNCHER else index
+        targets.append((name, rank, str(_meta(pod).get("name") or ""), str(containers[0].get("name") or "")))
+    return tuple(targets)
+
+
+def pick_log_target(
+    targets: Sequence[tuple[str, int, str, str]], rank: int | None
+) -> tuple[str, int, str, str] | None:
+    """The replica for ``airflow-jobs logs``: the given rank, else the launcher, else the first worker."""
+    if rank is not None:
+        return next((t for t in targets if t[1] == rank), None)
+    return next((t for t in targets if t[1] == LAUNCHER_RANK), targets[0] if targets else None)
+
+
+def job_detail(
+    state: ClusterState,
+    job: Mapping[str, Any],
+    logs: Sequence[LogTail] = (),
+) -> JobDetail:
+    """The job page of ``job`` (one of ``state.jobs``, or a job read on its own)."""
+    uid = str(_meta(job).get("uid") or "")
+    jobs = tuple(state.jobs)
+    if not any(str(_meta(j).get("uid") or "") == uid for j in jobs):
+        jobs += (job,)
+    decisions, problems = queue_decisions(dataclasses.replace(state, jobs=jobs))
+    queue = None
+    if uid in decisions:
+        queue = QueueStatus(decisions[uid].reason, decisions[uid].position, decisions[uid].message)
+    elif uid in problems:
+        queue = QueueStatus("Inadmissible", None, problems[uid])
+    held = {r.uid: r for r in _reservations(state)}.get(uid)
+    snap = snapshot(
+        job,
+        state.pods,
+        state.events,
+        queue=queue,
+        reservation=HeldGpus(held.gpus, held.admitted_at) if held else None,
+        now=state.now,
+    )
+    own_pods = pods_of(job, state.pods)
+    return JobDetail(
+        job=job_row(job, snap, state.now),
+        snapshot=snap,
+        phases=phases(snap),
+        timeline=timeline(job, snap),
+        replicas=replica_rows(job, snap, own_pods, state.now),
+        events=event_rows(events_of(job, own_pods, state.events), state.now),
+        logs=tuple(logs),
+        cancellable=not snap.is_terminal and not _meta(job).get("deletionTimestamp"),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON
+# --------------------------------------------------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready copy of a view model: dataclasses as dicts, enums as values, times as RFC 3339."""
+    if isinstance(value, JobSnapshot):
+        return value.as_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, UsageChart):
+            out["peak"] = value.peak
+        return out
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value

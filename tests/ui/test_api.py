@@ -1,0 +1,169 @@
+"""The plugin's routes on a real Airflow API server: Airflow's authentication and authorization apply.
+
+``admin`` has the Admin role, ``viewer`` the Viewer role (read-only) of Airflow's SimpleAuthManager.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+PREFIX = "/airflow-jobs"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tokens(api_server):
+    return {user: api_server.token(user) for user in ("admin", "viewer")}
+
+
+def get(api_server, path: str, token: str | None = None, **kw) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.get(f"{api_server.url}{path}", headers=headers, timeout=30, **kw)
+
+
+def post(api_server, path: str, token: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(f"{api_server.url}{path}", headers=headers, timeout=30)
+
+
+def task_path(population, role: str) -> str:
+    i = population.identities[role]
+    return f"{i.dag_id}/{i.task_id}/{i.run_id}"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/"),
+        ("GET", "/api/overview"),
+        ("GET", "/api/pools"),
+        ("GET", "/api/queues"),
+        ("GET", "/api/jobs"),
+        ("GET", "/api/jobs/default/{runner}"),
+        ("GET", "/jobs/default/{runner}"),
+        ("GET", "/jobs/{task}"),
+        ("GET", "/api/tasks/{task}"),
+        ("POST", "/api/jobs/default/{runner}/cancel"),
+        ("POST", "/jobs/default/{runner}/cancel"),
+    ],
+)
+def test_unauthenticated_requests_get_401(api_server, population, method, path):
+    url = PREFIX + path.format(runner=population.names["runner"], task=task_path(population, "runner"))
+    response = get(api_server, url) if method == "GET" else post(api_server, url)
+    assert response.status_code == 401, response.text
+    assert response.json() == {"detail": "Not authenticated"}
+
+
+def test_a_forged_token_is_refused(api_server):
+    assert get(api_server, f"{PREFIX}/api/overview", "not-a-jwt").status_code == 403
+
+
+@pytest.mark.parametrize("user", ["admin", "viewer"])
+def test_authenticated_readers_get_pools_queues_and_jobs(api_server, population, tokens, user):
+    response = get(api_server, f"{PREFIX}/api/overview", tokens[user])
+    assert response.status_code == 200, response.text
+    data = response.json()
+    states = {j["name"]: j["state"] for j in data["jobs"]}
+    assert states[population.names["runner"]] == "RUNNING"
+    assert states[population.names["broken"]] == "FAILED"
+    assert states[population.names["waiting"]] == "QUEUED"
+    assert {p["group"] for p in data["pools"]} == {"nlp", "vision"}
+    (queue,) = data["queues"]
+    assert (queue["group"], queue["entries"][0]["position"], queue["entries"][0]["reason"]) == (
+        "vision",
+        1,
+        "GroupQuota",
+    )
+
+
+def test_parts_of_the_overview_have_their_own_endpoints(api_server, population, tokens):
+    pools = get(api_server, f"{PREFIX}/api/pools", tokens["viewer"]).json()
+    assert {p["group"]: p["quota"] for p in pools} == {"nlp": 8, "vision": 4}
+    queues = get(api_server, f"{PREFIX}/api/queues", tokens["viewer"]).json()
+    assert [e["name"] for q in queues for e in q["entries"]] == [population.names["waiting"]]
+    jobs = get(api_server, f"{PREFIX}/api/jobs", tokens["viewer"]).json()
+    assert population.names["mpi"] in {j["name"] for j in jobs}
+
+
+def test_job_detail_json(api_server, population, tokens):
+    response = get(api_server, f"{PREFIX}/api/jobs/default/{population.names['mpi']}", tokens["viewer"])
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["job"]["kind"] == "MPIJob"
+    assert [(r["replica"], r["rank"], r["status"]) for r in data["replicas"]] == [
+        ("launcher", -1, "Running"),
+        ("worker-0", 0, "Running"),
+        ("worker-1", 1, "Running"),
+    ]
+    assert [t["rank"] for t in data["logs"]] == [-1, 0, 1]
+
+
+def test_task_view_finds_the_job_of_a_task_instance(api_server, population, tokens):
+    path = f"{PREFIX}/api/tasks/{task_path(population, 'broken')}"
+    response = get(api_server, path, tokens["viewer"], params={"map_index": "-1"})
+    assert response.status_code == 200, response.text
+    assert response.json()["job"]["name"] == population.names["broken"]
+    # Airflow's task view leaves {MAP_INDEX} unfilled for an unmapped task.
+    page = get(
+        api_server,
+        f"{PREFIX}/jobs/{task_path(population, 'broken')}?map_index={{MAP_INDEX}}",
+        tokens["viewer"],
+    )
+    assert page.status_code == 200
+    assert population.names["broken"] in page.text
+
+
+def test_task_without_a_job_yet(api_server, tokens):
+    page = get(api_server, f"{PREFIX}/jobs/nightly_training/not_submitted/manual__1", tokens["viewer"])
+    assert page.status_code == 404
+    assert "has not been submitted yet" in page.text
+    assert get(api_server, f"{PREFIX}/api/jobs/default/no-such-job", tokens["viewer"]).status_code == 404
+
+
+def test_pages_accept_airflows_session_cookie(api_server, population, tokens):
+    response = get(api_server, f"{PREFIX}/", cookies={"_token": tokens["viewer"]})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert population.names["runner"] in response.text
+
+
+def test_viewer_may_not_cancel(api_server, population, tokens):
+    name = population.names["doomed"]
+    response = post(api_server, f"{PREFIX}/api/jobs/default/{name}/cancel", tokens["viewer"])
+    assert response.status_code == 403
+    assert response.json() == {"detail": "Forbidden"}
+    assert post(api_server, f"{PREFIX}/jobs/default/{name}/cancel", tokens["viewer"]).status_code == 403
+    detail = get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["viewer"]).json()
+    assert detail["job"]["state"] == "RUNNING"
+    page = get(api_server, f"{PREFIX}/jobs/default/{name}", tokens["viewer"]).text
+    assert "Cancel job" not in page
+    assert "Cancel job" in get(api_server, f"{PREFIX}/jobs/default/{name}", tokens["admin"]).text
+
+
+def test_admin_cancels_a_job(api_server, population, tokens):
+    name = population.names["doomed"]
+    response = post(api_server, f"{PREFIX}/api/jobs/default/{name}/cancel", tokens["admin"])
+    assert response.status_code == 200, response.text
+    assert response.json() == {
+        "already_finished": False,
+        "deleted": True,
+        "kind": "Job",
+        "name": name,
+        "namespace": "default",
+    }
+    after = get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["admin"])
+    assert after.status_code == 404 or after.json()["job"]["state"] in {"CANCELLED", "TERMINATING"}
+
+
+def test_plugin_is_registered_with_its_views(api_server, tokens):
+    plugins = get(api_server, "/api/v2/plugins", tokens["admin"]).json()["plugins"]
+    (plugin,) = [p for p in plugins if p["name"] == "airflow_jobs"]
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == [PREFIX]
+    views = {v["name"]: v for v in plugin["external_views"]}
+    assert views["GPU Jobs"]["destination"] == "nav"
+    assert views["GPU Job"]["destination"] == "task_instance"
+    assert (
+        views["GPU Job"]["href"] == f"{PREFIX}/jobs/{{DAG_ID}}/{{TASK_ID}}/{{RUN_ID}}?map_index={{MAP_INDEX}}"
+    )
+    assert any("JobLink" in link for link in plugin["operator_extra_links"])

@@ -1,0 +1,190 @@
+"""``airflow-jobs status|describe|logs|cancel`` against a simulated cluster, as tables and as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from airflow_jobs_plugin import cli
+from airflow_jobs_plugin.inspect import JobNotFound, Target, find_job
+from airflow_jobs_plugin.kube import KubeClient
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_status_prints_pools_queues_and_jobs_as_tables(population, capsys):
+    code, out, _ = run(capsys, "status", "--kubeconfig", population.kubeconfig)
+    assert code == 0
+    pools, rest = out.split("QUEUES")
+    queues, jobs = rest.split("JOBS")
+    assert pools.splitlines()[1].split() == [
+        "GROUP",
+        "USER",
+        "QUOTA",
+        "USED",
+        "FREE",
+        "QUEUED",
+        "QUEUED",
+        "GPUS",
+    ]
+    assert any(line.split()[:4] == ["vision", "<none>", "4", "2"] for line in pools.splitlines())
+    waiting = next(line for line in queues.splitlines() if population.names["waiting"] in line)
+    assert waiting.split()[:3] == ["vision", "1", f"default/{population.names['waiting']}"]
+    assert "GroupQuota" in waiting
+    states = {line.split()[0]: line.split()[1] for line in jobs.splitlines()[2:] if line.strip()}
+    assert states[population.names["runner"]] == "RUNNING"
+    assert states[population.names["done"]] == "SUCCEEDED"
+    assert states[population.names["broken"]] == "FAILED"
+    assert states[population.names["waiting"]] == "QUEUED"
+
+
+def test_status_json_has_the_same_data(population, capsys):
+    code, out, _ = run(capsys, "status", "--kubeconfig", population.kubeconfig, "--json")
+    assert code == 0
+    data = json.loads(out)
+    by_name = {j["name"]: j for j in data["jobs"]}
+    waiting = by_name[population.names["waiting"]]
+    assert (waiting["state"], waiting["reason"], waiting["queue_position"]) == ("QUEUED", "GroupQuota", 1)
+    assert by_name[population.names["mpi"]]["kind"] == "MPIJob"
+    assert by_name[population.names["mpi"]]["gpus"] == 4
+    pools = {p["group"]: p for p in data["pools"]}
+    assert (pools["vision"]["quota"], pools["vision"]["queued_jobs"], pools["vision"]["queued_gpus"]) == (
+        4,
+        1,
+        4,
+    )
+    assert [e["name"] for q in data["queues"] for e in q["entries"]] == [population.names["waiting"]]
+    assert {c["group"] for c in data["charts"]} == {"nlp", "vision"}
+
+
+def test_describe_shows_replicas_timeline_events_and_log_tails(population, capsys):
+    name = population.names["mpi"]
+    code, out, _ = run(capsys, "describe", name, "--kubeconfig", population.kubeconfig)
+    assert code == 0
+    assert f"Name:           {name}" in out
+    assert "State:          RUNNING" in out
+    replicas = out.split("Replicas:")[1].split("Events:")[0]
+    rows = [line.split() for line in replicas.splitlines()[2:] if line.strip()]
+    assert [(r[0], r[1], r[4]) for r in rows] == [
+        ("launcher", "-1", "Running"),
+        ("worker-0", "0", "Running"),
+        ("worker-1", "1", "Running"),
+    ]
+    assert "MPIJobCreated" in out.split("Events:")[1]
+    assert "Log of launcher (rank -1" in out and "mpirun started" in out
+
+
+def test_describe_json(population, capsys):
+    code, out, _ = run(
+        capsys, "describe", population.names["broken"], "--kubeconfig", population.kubeconfig, "--json"
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert (data["job"]["state"], data["snapshot"]["exit_code"]) == ("FAILED", 3)
+    assert [t["label"] for t in data["timeline"]][:2] == ["QUEUED", "ADMITTED"]
+    assert data["timeline"][-1]["label"] == "FAILED"
+    assert data["logs"][0]["lines"][-1] == "boom: bad shard"
+    assert data["cancellable"] is False
+
+
+def test_logs_of_a_single_pod_job(population, capsys):
+    code, out, _ = run(capsys, "logs", population.names["broken"], "--kubeconfig", population.kubeconfig)
+    assert code == 0
+    assert out.splitlines()[-2:] == ["loading data", "boom: bad shard"]
+
+
+def test_logs_by_rank_and_as_json(population, capsys):
+    code, out, _ = run(
+        capsys,
+        "logs",
+        population.names["mpi"],
+        "--rank",
+        "1",
+        "--json",
+        "--kubeconfig",
+        population.kubeconfig,
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert (data["replica"], data["rank"]) == ("worker-1", 1)
+    assert data["pod"].endswith("-worker-1")
+    assert "step 1" in data["lines"]
+
+
+def test_logs_follow_prints_until_the_container_ends(population, capsys):
+    code, out, _ = run(
+        capsys,
+        "logs",
+        population.names["broken"],
+        "--follow",
+        "--json",
+        "--kubeconfig",
+        population.kubeconfig,
+    )
+    assert code == 0
+    lines = [json.loads(line)["line"] for line in out.splitlines()]
+    assert lines[-2:] == ["loading data", "boom: bad shard"]
+
+
+def test_logs_of_a_rank_the_job_does_not_have(population, capsys):
+    code, _, err = run(
+        capsys, "logs", population.names["broken"], "--rank", "5", "--kubeconfig", population.kubeconfig
+    )
+    assert code == 1
+    assert "has no pod of rank 5 (ranks: 0)" in err
+
+
+def test_unknown_job(population, capsys):
+    code, _, err = run(capsys, "describe", "no-such-job", "--kubeconfig", population.kubeconfig)
+    assert code == 1
+    assert err.strip() == "error: no GPU job default/no-such-job"
+
+
+def test_cancel_marks_the_job_cancelled_and_deletes_it(population, capsys):
+    name = population.names["victim"]
+    code, out, _ = run(capsys, "cancel", name, "--by", "ops-alice", "--kubeconfig", population.kubeconfig)
+    assert code == 0
+    assert out.strip() == f"job/{name} cancelled (deleted)"
+
+    async def gone_or_cancelled() -> str:
+        client = await KubeClient.from_kubeconfig(population.kubeconfig)
+        try:
+            job = await find_job(client, Target().namespace, name)
+        except JobNotFound:
+            return "gone"
+        finally:
+            await client.close()
+        return job["metadata"]["annotations"]["airflow-jobs.io/cancelled-by"]
+
+    assert asyncio.run(gone_or_cancelled()) in {"gone", "ops-alice"}
+    code, out, _ = run(capsys, "status", "--json", "--kubeconfig", population.kubeconfig)
+    pools = {p["group"]: p for p in json.loads(out)["pools"]}
+    assert "erin" not in {u["user"] for u in pools["nlp"]["users"]}  # its GPUs went back to the pool
+
+
+def test_cancel_json_of_a_finished_job_leaves_it_alone(population, capsys):
+    code, out, _ = run(
+        capsys, "cancel", population.names["done"], "--json", "--kubeconfig", population.kubeconfig
+    )
+    assert code == 0
+    assert json.loads(out) == {
+        "already_finished": True,
+        "deleted": False,
+        "kind": "Job",
+        "name": population.names["done"],
+        "namespace": "default",
+    }
+
+
+def test_status_through_the_airflow_connection(population, capsys, monkeypatch):
+    conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": population.kubeconfig}}
+    monkeypatch.setenv("AIRFLOW_CONN_UI_CLUSTER", json.dumps(conn))
+    # The suite runs Airflow in unit-test mode, which announces its config on stdout; a user's CLI does not.
+    monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
+    code, out, _ = run(capsys, "status", "--conn-id", "ui_cluster", "--json")
+    assert code == 0
+    assert population.names["runner"] in {j["name"] for j in json.loads(out)["jobs"]}

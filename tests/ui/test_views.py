@@ -1,0 +1,497 @@
+"""The page data of the GPU Jobs UI and CLI, built from plain cluster objects (no cluster, no Airflow)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin.lifecycle import JobState, snapshot
+from airflow_jobs_plugin.plugin import html, svg, text, views
+from tests.lifecycle.factories import (
+    NAMESPACE,
+    at,
+    batch_job,
+    event,
+    job_condition,
+    job_pod,
+    launcher_pod,
+    mpi_job,
+    running,
+    terminated,
+    ts,
+    uid,
+    worker_pod,
+)
+
+NOW = at(600)
+PHUSERS = quota.parse_policy("groups:\n  phusers: {gpus: 4, user_gpus: 4}\n")
+
+
+def product_job(
+    name: str, user: str, gpus: int, *, queued_s: float, suspend: bool, group: str = "phusers", **kw
+):
+    job = batch_job(
+        name,
+        suspend=suspend,
+        annotations={
+            labels.GROUP_NAME: group,
+            labels.USER_NAME: user,
+            labels.GPUS: str(gpus),
+            labels.QUEUED_AT: ts(queued_s),
+            labels.DAG_ID: "nightly",
+            labels.TASK_ID: f"train_{name}",
+            labels.RUN_ID: "scheduled__2026-03-02T00:00:00+00:00",
+            labels.MAP_INDEX: "-1",
+            **kw.pop("annotations", {}),
+        },
+        **kw,
+    )
+    job["metadata"]["labels"].update({labels.GROUP: group, labels.USER: user})
+    return job
+
+
+def reservation(job: dict, admitted_s: float) -> quota.Reservation:
+    meta = job["metadata"]
+    return quota.Reservation(
+        job=meta["name"],
+        group=meta["annotations"][labels.GROUP_NAME],
+        user=meta["annotations"][labels.USER_NAME],
+        gpus=int(meta["annotations"][labels.GPUS]),
+        uid=meta["uid"],
+        admitted_at=at(admitted_s),
+        namespace=NAMESPACE,
+    )
+
+
+def primehub_example_1() -> views.ClusterState:
+    """Group phusers (quota 4): A (bob, 2) runs; B (pan, 4) waits for the group; C (lin, 2) behind it."""
+    a = product_job("a", "bob", 2, queued_s=-60, suspend=False)
+    b = product_job("b", "pan", 4, queued_s=-50, suspend=True)
+    c = product_job("c", "lin", 2, queued_s=-40, suspend=True)
+    pod_a = job_pod("a", phase="Running", statuses=[running("main", ready=True)], ready=True)
+    ledger = quota.Ledger("phusers", (reservation(a, 0),))
+    return views.ClusterState(
+        jobs=(a, b, c), pods=(pod_a,), events=(), now=NOW, policy=PHUSERS, ledgers={"phusers": ledger}
+    )
+
+
+# --- queues and pools --------------------------------------------------------------------------------
+
+
+def test_queue_shows_positions_and_the_pools_reasons_in_order():
+    ov = views.overview(primehub_example_1())
+    (queue,) = ov.queues
+    assert queue.group == "phusers"
+    assert [(e.name, e.position, e.reason) for e in queue.entries] == [
+        ("b", 1, "GroupQuota"),
+        ("c", 2, "BehindHead"),
+    ]
+    assert queue.entries[0].message == "group phusers uses 2 of 4 GPUs; this job needs 4"
+    assert queue.entries[0].detail_url == f"/airflow-jobs/jobs/{NAMESPACE}/b"
+
+
+def test_pool_counts_held_and_queued_gpus_per_group_and_user():
+    (pool,) = views.overview(primehub_example_1()).pools
+    assert (pool.group, pool.quota, pool.used, pool.free, pool.queued_jobs, pool.queued_gpus) == (
+        "phusers",
+        4,
+        2,
+        2,
+        2,
+        6,
+    )
+    assert [(u.user, u.gpus, u.jobs, u.limit, u.queued_jobs, u.queued_gpus) for u in pool.users] == [
+        ("bob", 2, 1, 4, 0, 0),
+        ("lin", 0, 0, 4, 1, 2),
+        ("pan", 0, 0, 4, 1, 4),
+    ]
+
+
+def test_job_list_carries_state_reason_position_and_gpus_of_each_job():
+    rows = {r.name: r for r in views.overview(primehub_example_1()).jobs}
+    assert (rows["a"].state, rows["a"].reason, rows["a"].gpus) == ("RUNNING", "Running", 2)
+    assert (rows["b"].state, rows["b"].reason, rows["b"].queue_position) == ("QUEUED", "GroupQuota", 1)
+    assert (rows["c"].state, rows["c"].reason, rows["c"].queue_position) == ("QUEUED", "BehindHead", 2)
+    assert (rows["b"].group, rows["b"].user, rows["b"].age) == ("phusers", "pan", "11m")
+
+
+def test_user_over_their_quota_is_skipped_and_the_next_job_is_admitted():
+    """PrimeHub example 2: B is bob's second job (over his 4), it blocks nobody; C fits."""
+    state = primehub_example_1()
+    b = product_job("b", "bob", 4, queued_s=-50, suspend=True)
+    state = views.ClusterState(
+        jobs=(state.jobs[0], b, state.jobs[2]),
+        pods=state.pods,
+        events=(),
+        now=NOW,
+        policy=PHUSERS,
+        ledgers=state.ledgers,
+    )
+    decisions, _ = views.queue_decisions(state)
+    assert {d.job.name: d.reason for d in decisions.values()} == {"b": "UserQuota", "c": "Admitted"}
+    (queue,) = views.overview(state).queues
+    assert [(e.name, e.position, e.reason) for e in queue.entries] == [("b", 1, "UserQuota")]
+
+
+def test_without_a_policy_waiting_jobs_show_why_and_the_overview_says_so():
+    state = views.ClusterState(
+        jobs=(product_job("b", "pan", 4, queued_s=-50, suspend=True),),
+        pods=(),
+        events=(),
+        now=NOW,
+        policy=None,
+        policy_problem="no quota policy: ConfigMap ml-team/airflow-jobs-quota-policy does not exist",
+    )
+    ov = views.overview(state)
+    assert ov.problems == (state.policy_problem,)
+    (queue,) = ov.queues
+    (entry,) = queue.entries
+    assert (entry.name, entry.position, entry.reason, entry.message) == (
+        "b",
+        None,
+        "Inadmissible",
+        state.policy_problem,
+    )
+    assert ov.jobs[0].reason == "Inadmissible"
+    assert ov.pools == ()  # no policy and no ledger: no pool to show
+
+
+def test_unreadable_ledger_entries_are_reported_as_problems():
+    ledger = quota.decode("phusers", {"ml-team.x": "not json"})
+    state = views.ClusterState(
+        jobs=(), pods=(), events=(), now=NOW, policy=PHUSERS, ledgers={"phusers": ledger}
+    )
+    (problem,) = views.overview(state).problems
+    assert problem.startswith("ledger of group phusers:")
+
+
+@pytest.mark.parametrize(
+    ("readable", "all_dags", "expected"),
+    [
+        (None, False, {"a", "b", "c", "outside"}),  # no restriction
+        ({"nightly"}, False, {"a", "b", "c"}),
+        (set(), False, set()),
+        (set(), True, {"outside"}),  # a reader of every DAG also sees jobs submitted outside Airflow
+    ],
+)
+def test_readers_see_only_jobs_of_dags_they_may_read(readable, all_dags, expected):
+    state = primehub_example_1()
+    outside = product_job("outside", "ops", 0, queued_s=-10, suspend=False, group="phusers")
+    del outside["metadata"]["annotations"][labels.DAG_ID]
+    state = views.ClusterState(
+        jobs=(*state.jobs, outside),
+        pods=state.pods,
+        events=(),
+        now=NOW,
+        policy=PHUSERS,
+        ledgers=state.ledgers,
+    )
+    ov = views.overview(state, views.dag_filter(readable, all_dags=all_dags))
+    assert {r.name for r in ov.jobs} == expected
+    assert {e.name for q in ov.queues for e in q.entries} == expected & {"b", "c"}
+    assert ov.pools[0].used == 2  # quota is shared: pools count every job
+
+
+# --- links -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("map_index", "task_url"),
+    [
+        (-1, "/dags/nightly/runs/scheduled__2026-03-02T00%3A00%3A00%2B00%3A00/tasks/train_a"),
+        (3, "/dags/nightly/runs/scheduled__2026-03-02T00%3A00%3A00%2B00%3A00/tasks/train_a/mapped/3"),
+    ],
+)
+def test_job_row_links_to_its_dag_run_and_task_in_airflow(map_index, task_url):
+    job = product_job(
+        "a", "bob", 2, queued_s=-60, suspend=False, annotations={labels.MAP_INDEX: str(map_index)}
+    )
+    row = views.job_row(job, snapshot(job, (), (), now=NOW), NOW)
+    assert row.dag_run_url == "/dags/nightly/runs/scheduled__2026-03-02T00%3A00%3A00%2B00%3A00"
+    assert row.task_url == task_url
+    assert row.detail_url == f"/airflow-jobs/jobs/{NAMESPACE}/a"
+
+
+def test_task_view_url_is_the_operator_extra_link_shape():
+    assert (
+        views.task_view_url("nightly", "train", "manual__1", 2)
+        == "/airflow-jobs/jobs/nightly/train/manual__1?map_index=2"
+    )
+
+
+# --- GPU usage over time -----------------------------------------------------------------------------
+
+T = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+
+
+def m(minutes: float) -> datetime:
+    return T + timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize(
+    ("intervals", "expected"),
+    [
+        pytest.param([], [(0, 0)], id="nothing-held"),
+        pytest.param([(10, 20, 4)], [(0, 0), (10, 4), (20, 0)], id="one-job-inside-the-window"),
+        pytest.param([(-30, 20, 2)], [(0, 2), (20, 0)], id="straddles-the-window-start"),
+        pytest.param([(50, 90, 2)], [(0, 0), (50, 2)], id="still-running-at-the-end"),
+        pytest.param([(-90, -70, 8), (70, 80, 8)], [(0, 0)], id="outside-the-window"),
+        pytest.param(
+            [(10, 40, 2), (20, 30, 4)], [(0, 0), (10, 2), (20, 6), (30, 2), (40, 0)], id="overlapping-jobs"
+        ),
+        pytest.param([(10, 20, 2), (20, 30, 2)], [(0, 0), (10, 2), (30, 0)], id="hand-over-at-one-instant"),
+    ],
+)
+def test_usage_steps(intervals, expected):
+    points = views.usage_steps([(m(a), m(b), g) for a, b, g in intervals], m(0), m(60))
+    assert [((p.at - T).total_seconds() / 60, p.gpus) for p in points] == expected
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ("queued", None),
+        ("running", (0, 600, 2)),
+        ("finished", (0, 300, 4)),
+    ],
+)
+def test_a_job_holds_gpus_from_admission_to_its_end(state, expected):
+    if state == "queued":
+        job = product_job("q", "pan", 4, queued_s=-50, suspend=True)
+    elif state == "running":
+        job = product_job("r", "bob", 2, queued_s=-60, suspend=False, annotations={labels.ADMITTED_AT: ts(0)})
+    else:
+        job = product_job(
+            "f",
+            "bob",
+            4,
+            queued_s=-60,
+            suspend=False,
+            annotations={labels.ADMITTED_AT: ts(0)},
+            conditions=[job_condition("Complete", "CompletionsReached", at_s=300)],
+        )
+    interval = views.gpu_intervals(snapshot(job, (), (), now=NOW), NOW)
+    if expected is None:
+        assert interval is None
+    else:
+        start, end, gpus = interval
+        assert ((start - at(0)).total_seconds(), (end - at(0)).total_seconds(), gpus) == expected
+
+
+def running_since(name: str, group: str, admitted_s: float) -> dict:
+    annotations = {labels.ADMITTED_AT: ts(admitted_s)}
+    return product_job(
+        name, "bob", 2, queued_s=admitted_s, suspend=False, group=group, annotations=annotations
+    )
+
+
+@pytest.mark.parametrize(
+    ("admitted_s", "span"),
+    [
+        pytest.param(590, views.CHART_MIN_SPAN, id="young-jobs-get-the-minimum-span"),
+        pytest.param(-1200, timedelta(minutes=33), id="older-jobs-with-a-tenth-of-margin"),
+        pytest.param(-86400, views.CHART_WINDOW, id="never-more-than-the-window"),
+    ],
+)
+def test_every_group_gets_a_chart_over_one_span_fitted_to_its_jobs(admitted_s, span):
+    policy = quota.parse_policy("groups:\n  phusers: {gpus: 4}\n  idle: {gpus: 2}\n")
+    job = running_since("r", "phusers", admitted_s)
+    state = views.ClusterState(jobs=(job,), pods=(), events=(), now=NOW, policy=policy)
+    charts = views.overview(state).charts
+    assert [(c.group, c.quota, c.end - c.start) for c in charts] == [("idle", 2, span), ("phusers", 4, span)]
+
+
+# --- job detail --------------------------------------------------------------------------------------
+
+
+def mpi_state() -> tuple[views.ClusterState, dict]:
+    job = mpi_job(
+        "dist",
+        workers=2,
+        annotations={labels.GROUP_NAME: "phusers", labels.USER_NAME: "bob", labels.ADMITTED_AT: ts(0)},
+    )
+    pods = (
+        launcher_pod("dist", phase="Running", statuses=[running("main", ready=True)], ready=True),
+        worker_pod("dist", 0, phase="Running", statuses=[running("main", ready=True)], ready=True),
+        worker_pod(
+            "dist",
+            1,
+            phase="Running",
+            statuses=[terminated("main", 1, restarts=2)],
+            ready=False,
+        ),
+    )
+    events = (
+        event("Pod", "dist-worker-1", "BackOff", "Back-off restarting failed container main", at_s=500),
+    )
+    return views.ClusterState(jobs=(job,), pods=pods, events=events, now=NOW, policy=PHUSERS), job
+
+
+def test_job_detail_lists_launcher_then_workers_by_rank_with_kubectl_status():
+    state, job = mpi_state()
+    detail = views.job_detail(state, job)
+    assert [(r.replica, r.rank, r.status) for r in detail.replicas] == [
+        ("launcher", -1, "Running"),
+        ("worker-0", 0, "Running"),
+        ("worker-1", 1, "Error"),
+    ]
+    assert detail.job.state == JobState.DEGRADED.value
+    assert [(e.type, e.reason, e.object) for e in detail.events] == [
+        ("Warning", "BackOff", "pod/dist-worker-1")
+    ]
+    assert detail.cancellable
+
+
+def test_log_targets_are_each_replicas_main_container_launcher_first():
+    state, job = mpi_state()
+    targets = views.log_targets(job, state.pods)
+    assert [(name, rank, pod, container) for name, rank, pod, container in targets] == [
+        ("launcher", -1, "dist-launcher-q8zvn", "main"),
+        ("worker-0", 0, "dist-worker-0", "main"),
+        ("worker-1", 1, "dist-worker-1", "main"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rank", "expected"), [(None, "launcher"), (1, "worker-1"), (-1, "launcher"), (7, None)]
+)
+def test_logs_default_to_the_launcher_and_pick_a_worker_by_rank(rank, expected):
+    state, job = mpi_state()
+    chosen = views.pick_log_target(views.log_targets(job, state.pods), rank)
+    assert (chosen[0] if chosen else None) == expected
+
+
+def test_single_pod_job_logs_default_to_worker_zero():
+    job = product_job("a", "bob", 2, queued_s=-60, suspend=False)
+    pod = job_pod("a", phase="Running", statuses=[running("main", ready=True)], ready=True)
+    assert views.pick_log_target(views.log_targets(job, [pod]), None)[:2] == ("worker-0", 0)
+
+
+def test_a_finished_job_cannot_be_cancelled():
+    job = product_job(
+        "f",
+        "bob",
+        1,
+        queued_s=-60,
+        suspend=False,
+        conditions=[job_condition("Complete", "CompletionsReached")],
+    )
+    detail = views.job_detail(views.ClusterState(jobs=(job,), pods=(), events=(), now=NOW), job)
+    assert detail.job.state == "SUCCEEDED"
+    assert not detail.cancellable
+
+
+def test_phases_of_a_finished_job_run_from_queued_to_its_final_state():
+    job = product_job(
+        "f",
+        "bob",
+        1,
+        queued_s=-60,
+        suspend=False,
+        annotations={labels.ADMITTED_AT: ts(0)},
+        conditions=[job_condition("Complete", "CompletionsReached", at_s=300)],
+    )
+    pod = job_pod("f", phase="Succeeded", statuses=[terminated("main", 0)])  # ran from 30s to 90s
+    snap = snapshot(job, [pod], (), now=NOW)
+    assert [(p.state, p.start, p.end) for p in views.phases(snap)] == [
+        ("QUEUED", at(-60), at(0)),
+        ("SCHEDULING", at(0), at(30)),
+        ("RUNNING", at(30), at(300)),
+        ("SUCCEEDED", at(300), None),
+    ]
+
+
+def test_phases_of_a_live_job_end_in_its_current_state_now():
+    job = product_job("q", "pan", 4, queued_s=-60, suspend=True)
+    assert [(p.state, p.start, p.end) for p in views.phases(snapshot(job, (), (), now=NOW))] == [
+        ("QUEUED", at(-60), NOW)
+    ]
+
+
+def test_timeline_orders_facts_of_one_second_by_the_jobs_life():
+    job = product_job(
+        "f",
+        "bob",
+        1,
+        queued_s=0.5,
+        suspend=False,
+        annotations={labels.ADMITTED_AT: ts(0.7)},
+        conditions=[job_condition("Suspended", "JobResumed", "Job resumed", status="False", at_s=0)],
+    )
+    labels_in_order = [e.label for e in views.timeline(job, snapshot(job, (), (), now=NOW))]
+    assert labels_in_order == ["QUEUED", "ADMITTED", "Suspended (not suspended)"]
+
+
+# --- JSON, text and SVG ------------------------------------------------------------------------------
+
+
+def test_plain_turns_view_models_into_json_ready_values():
+    ov = views.overview(primehub_example_1())
+    data = views.plain(ov)
+    assert data["now"] == "2026-03-02T09:10:00Z"
+    assert data["jobs"][0]["state"] in {"QUEUED", "RUNNING"}
+    assert data["charts"][0]["peak"] == ov.charts[0].peak
+    state, job = mpi_state()
+    detail = views.plain(views.job_detail(state, job))
+    assert detail["snapshot"]["state"] == "DEGRADED"
+    assert detail["replicas"][0]["rank"] == -1
+
+
+def test_text_table_pads_columns_and_prints_empty_cells_as_none():
+    assert text.table(["name", "gpus"], [["a", 4], ["longer", None]]).splitlines() == [
+        "NAME     GPUS",
+        "a        4",
+        "longer   <none>",
+    ]
+
+
+def test_status_text_has_pools_queues_and_jobs():
+    out = text.status_text(views.overview(primehub_example_1()))
+    assert out.index("POOLS") < out.index("QUEUES") < out.index("JOBS")
+    assert "GroupQuota" in out and "BehindHead" in out
+
+
+def test_usage_chart_draws_the_quota_line_only_when_there_is_a_quota():
+    chart = views.UsageChart(
+        "vision", 8, m(0), m(60), (views.UsagePoint(m(0), 2), views.UsagePoint(m(30), 6))
+    )
+    drawn = svg.usage_chart(chart)
+    assert drawn.startswith("<svg") and 'data-group="vision"' in drawn
+    assert 'class="quota"' in drawn and "quota 8" in drawn
+    assert 'class="quota"' not in svg.usage_chart(views.UsageChart("x", None, m(0), m(60), ()))
+
+
+def test_state_timeline_draws_one_bar_per_stretch_and_a_marker_for_the_end():
+    phases = (
+        views.Phase("QUEUED", m(0), m(10), "waiting"),
+        views.Phase("RUNNING", m(10), m(50), "running"),
+        views.Phase("FAILED", m(50), None, "exit 3"),
+    )
+    drawn = svg.state_timeline(phases, m(50))
+    assert drawn.count("<rect") == 2 and drawn.count("<circle") == 1
+    assert 'data-state="FAILED"' in drawn
+
+
+def test_uid_helper_is_stable():
+    # The factories' uids tie pods to jobs: a sanity check that the fixtures above are consistent.
+    assert mpi_state()[1]["metadata"]["uid"] == uid("dist")
+
+
+def test_pages_escape_what_the_cluster_says():
+    job = product_job(
+        "a",
+        "<b>bob</b>",
+        1,
+        queued_s=-60,
+        suspend=True,
+        annotations={labels.VERDICT: "Cancelled", labels.VERDICT_MESSAGE: "<script>x()</script>"},
+    )
+    state = views.ClusterState(jobs=(job,), pods=(), events=(), now=NOW, policy=PHUSERS)
+    page = html.overview_page(views.overview(state))
+    assert "<script>x()" not in page and "&lt;script&gt;x()&lt;/script&gt;" in page
+    assert "&lt;b&gt;bob&lt;/b&gt;" in page
+    detail = html.job_page(views.job_detail(state, job), can_cancel=True)
+    assert "&lt;script&gt;x()" in detail
+    assert "Cancel job" not in detail  # a cancelled job is over
