@@ -115,7 +115,8 @@ async def check_group(
     """Submit-time check of a job against the quota policy, before the job is created.
 
     Raises :class:`~airflow_jobs_plugin.quota.UnknownGroupError` (a ValueError) naming the group and
-    the known groups, and :class:`OverQuotaError` if ``gpus`` (the total over all replicas) exceeds
+    the known groups, a ValueError if ``user`` is not a member of a group that lists its members, and
+    :class:`OverQuotaError` if ``gpus`` (the total over all replicas) exceeds
     what ``user`` may ever hold in ``group``. Without a policy configured there is nothing to check; a
     policy ConfigMap that is missing or invalid is not the DAG author's fault: the job is created and
     waits as Inadmissible, with the reason, until an admin fixes the policy.
@@ -129,6 +130,11 @@ async def check_group(
     if policy is None:
         return
     group_quota = policy.require_group(group)
+    if not group_quota.is_member(user):
+        raise ValueError(
+            f"group: {user!r} is not a member of group {group!r}; ask a platform admin to add them to "
+            f"groups.{group}.members in the quota policy"
+        )
     if gpus > group_quota.gpus:
         raise OverQuotaError(
             f"the job needs {gpus} GPUs but the whole quota of group {group} is {group_quota.gpus}: "

@@ -86,6 +86,13 @@ class GroupQuota:
     user_gpus: int | None = None
     users: Mapping[str, int] = field(default_factory=dict, hash=False)
     max_running_jobs_per_user: int | None = None
+    # Who may submit to the group; None leaves it open to anyone. Users with a per-user override are
+    # members too, so listing a user twice is never needed.
+    members: frozenset[str] | None = None
+
+    def is_member(self, user: str) -> bool:
+        """Whether ``user`` may submit jobs to this group."""
+        return self.members is None or user in self.members or user in self.users
 
     def configured_user_limit(self, user: str) -> int:
         """The per-user GPU limit as written in the policy (may exceed the group quota)."""
@@ -198,6 +205,7 @@ _GROUP_KEYS = {
     "user_gpus": "default per-user GPU limit",
     "users": "per-user GPU limits",
     "max_running_jobs_per_user": "admitted jobs a user may hold at once",
+    "members": "the users who may submit to the group (absent: anyone)",
 }
 _DEFAULTS_KEYS = {k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user")}
 _BACKOFF_KEYS = {"base": "first back-off", "cap": "longest back-off"}
@@ -308,7 +316,7 @@ def _duration(value: object, path: str, errors: _Errors, *, positive: bool = Tru
 def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _Errors) -> GroupQuota | None:
     path = _join("groups", name)
     body = _mapping(
-        raw, path, errors, what="group settings (gpus, user_gpus, users, max_running_jobs_per_user)"
+        raw, path, errors, what="group settings (gpus, user_gpus, users, max_running_jobs_per_user, members)"
     )
     if body is None:
         return None
@@ -350,10 +358,31 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
                 ok = False
             else:
                 users[key] = value
+    members: frozenset[str] | None = None
+    if "members" in body:
+        members_path = _join(path, "members")
+        raw_members = body["members"]
+        if not isinstance(raw_members, list):
+            errors.add(members_path, f"must be a list of user names, got {type(raw_members).__name__}")
+            ok = False
+        else:
+            names = set()
+            for i, member in enumerate(raw_members):
+                key = _string_key(member, f"{members_path}[{i}]", errors, what="user name")
+                if key is None:
+                    ok = False
+                else:
+                    names.add(key)
+            members = frozenset(names)
     if gpus is None or not ok:
         return None
     return GroupQuota(
-        name=name, gpus=gpus, user_gpus=user_gpus, users=users, max_running_jobs_per_user=max_jobs
+        name=name,
+        gpus=gpus,
+        user_gpus=user_gpus,
+        users=users,
+        max_running_jobs_per_user=max_jobs,
+        members=members,
     )
 
 
@@ -870,3 +899,25 @@ def _judge(
         f"user {job.user} {pool.user_gpus[job.user]} of {user_limit}",
         None,
     )
+
+
+def claim_problem(policy: QuotaPolicy, *, owner: str, user: str | None, group: str) -> str | None:
+    """Why a task of DAG owner ``owner`` may not run jobs as ``user`` in ``group`` (None: it may).
+
+    The user a job is charged to is the DAG's owner: a task may not name somebody else, or it would
+    spend their quota. The group must exist and the owner must be one of its members.
+    """
+    if user is not None and user != owner:
+        return (
+            f"user: a task owned by {owner!r} may not submit jobs as {user!r} (it would use their quota); "
+            "drop the user argument or make the DAG's owner that user"
+        )
+    known = policy.groups.get(group)
+    if known is None:
+        return f"group: unknown group {group!r}; known groups: {', '.join(sorted(policy.groups)) or '(none)'}"
+    if not known.is_member(owner):
+        return (
+            f"group: {owner!r} is not a member of group {group!r}; ask a platform admin to add them to "
+            f"groups.{group}.members in the quota policy"
+        )
+    return None

@@ -113,6 +113,15 @@ CHECKS = [
         OverQuotaError,
         "whole quota of group vision is 8",
     ),
+    (
+        "a user outside the group's members",
+        "nlp",
+        "ann",
+        1,
+        ValueError,
+        "'ann' is not a member of group 'nlp'",
+    ),
+    ("a listed member", "nlp", "zoe", 1, None, None),
 ]
 
 
@@ -121,7 +130,9 @@ CHECKS = [
 )
 async def test_check_group_at_submit_time(client, case, group, user, gpus, error, text):
     name = unique("policy")
-    await put_policy(client, name, "groups:\n  vision: {gpus: 8, user_gpus: 4}\n  nlp: {gpus: 16}\n")
+    await put_policy(
+        client, name, "groups:\n  vision: {gpus: 8, user_gpus: 4}\n  nlp: {gpus: 16, members: [zoe]}\n"
+    )
     if error is None:
         assert await check_group(client, name, NAMESPACE, group, user, gpus) is None
         return

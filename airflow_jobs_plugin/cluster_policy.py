@@ -1,0 +1,69 @@
+"""An Airflow cluster policy that keeps DAGs from spending other people's GPU quota.
+
+Off until an admin turns it on, in ``$AIRFLOW_HOME/config/airflow_local_settings.py``::
+
+    from airflow_jobs_plugin.cluster_policy import task_policy  # noqa: F401
+
+and points ``[airflow_jobs] quota_policy_file`` (``AIRFLOW__AIRFLOW_JOBS__QUOTA_POLICY_FILE``) at the quota
+policy YAML, for example the policy ConfigMap mounted into the dag processor. With it, a DAG whose
+JobOperator names another user, an unknown group or a group its owner is not a member of fails to import,
+with the reason in the import error. The rule itself is ``quota.policy.claim_problem``.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from airflow.exceptions import AirflowClusterPolicyViolation
+
+from airflow_jobs_plugin.quota.policy import QuotaPolicy, claim_problem, parse_policy
+
+CONFIG_SECTION = "airflow_jobs"
+CONFIG_KEY = "quota_policy_file"
+
+
+def _policy_path() -> str:
+    from airflow.configuration import conf
+
+    path = conf.get(CONFIG_SECTION, CONFIG_KEY, fallback=None)
+    if not path:
+        raise AirflowClusterPolicyViolation(
+            f"the airflow-jobs cluster policy is enabled but [{CONFIG_SECTION}] {CONFIG_KEY} is not set: "
+            "point it at the quota policy YAML"
+        )
+    return path
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, mtime_ns: int) -> QuotaPolicy:
+    # Keyed by modification time: a policy ConfigMap updated in place is picked up on the next parse.
+    with open(path, encoding="utf-8") as fh:
+        return parse_policy(fh.read())
+
+
+def load_policy(path: str) -> QuotaPolicy:
+    try:
+        return _load(path, os.stat(path).st_mtime_ns)
+    except OSError as exc:
+        raise AirflowClusterPolicyViolation(f"cannot read the quota policy {path}: {exc}") from exc
+    except ValueError as exc:
+        raise AirflowClusterPolicyViolation(f"the quota policy {path} is invalid: {exc}") from exc
+
+
+def task_policy(task) -> None:
+    """Airflow's per-task cluster policy hook: checks every JobOperator task as its DAG is parsed."""
+    from airflow_jobs_plugin.operators import JobOperator
+
+    if not isinstance(task, JobOperator):
+        return
+    where = f"task {task.task_id!r}"
+    for field, value in (("group", task.group), ("user", task.user)):
+        if isinstance(value, str) and "{{" in value:
+            raise AirflowClusterPolicyViolation(
+                f"{where}: {field} is a template; with the quota cluster policy on, it must be a plain "
+                "value so it can be checked when the DAG is parsed"
+            )
+    problem = claim_problem(load_policy(_policy_path()), owner=task.owner, user=task.user, group=task.group)
+    if problem:
+        raise AirflowClusterPolicyViolation(f"{where}: {problem}")
