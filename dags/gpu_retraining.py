@@ -1,0 +1,114 @@
+"""Daily retraining of the vision model.
+
+``prepare_data`` (a CPU job) writes the run's dataset, ``train`` runs an MPI job with 2 workers of 2
+GPUs each, ``evaluate`` scores the candidate on 1 GPU and writes its metrics, ``is_better`` compares
+them with the production model's, and ``promote`` replaces the production model only if the candidate
+is better (otherwise it is skipped).
+
+Every job waits for the ``vision`` group's GPU quota, streams its logs into the task log and keeps its
+files in the shared artifact store (``example_settings.ARTIFACTS_DIR``), one directory per DAG run.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG, task
+from example_settings import (
+    ARTIFACT_MOUNTS,
+    ARTIFACT_VOLUMES,
+    ARTIFACTS_DIR,
+    NAMESPACE,
+    PYTHON,
+    QUOTA_CONFIGMAP,
+    TRAINER_IMAGE,
+    script,
+)
+
+from airflow_jobs_plugin.operators import JobOperator
+
+# One directory per DAG run; ':' and '+' of run ids are awkward in paths and object-store keys.
+RUN_DIR = ARTIFACTS_DIR + "/runs/{{ run_id | replace(':', '-') | replace('+', '_') }}"
+PRODUCTION_DIR = f"{ARTIFACTS_DIR}/production"
+
+with DAG(
+    dag_id="gpu_retraining",
+    description="prepare data, train on 2 MPI workers, evaluate, promote if better",
+    schedule="@daily",
+    start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    # A retry reattaches to a job still running, so retrying a task never trains twice at once.
+    default_args={"owner": "vision-ml", "retries": 1, "retry_delay": timedelta(seconds=30)},
+    tags=["gpu", "example"],
+    doc_md=__doc__,
+):
+    job_defaults = {
+        "image": TRAINER_IMAGE,
+        "group": "vision",
+        "user": "retraining-bot",
+        "namespace": NAMESPACE,
+        "quota_configmap": QUOTA_CONFIGMAP,
+        "volumes": ARTIFACT_VOLUMES,
+        "volume_mounts": ARTIFACT_MOUNTS,
+        # A queued job waiting a whole day means today's run is pointless: the next one is due.
+        "queue_timeout": timedelta(hours=20),
+    }
+
+    prepare_data = JobOperator(
+        task_id="prepare_data",
+        command=[PYTHON, script("prepare.py"), "--out", RUN_DIR],
+        gpus=0,
+        cpu="2",
+        memory="4Gi",
+        **job_defaults,
+    )
+
+    train = JobOperator(
+        task_id="train",
+        command=[PYTHON, script("train.py"), "--run-dir", RUN_DIR, "--epochs", "6"],
+        workers=2,
+        gpus=2,
+        cpu="8",
+        memory="32Gi",
+        # A lost node or an evicted worker is not the model's fault: resubmit up to twice.
+        max_attempts=3,
+        retry_backoff=timedelta(seconds=30),
+        active_deadline=timedelta(hours=6),
+        **job_defaults,
+    )
+
+    evaluate = JobOperator(
+        task_id="evaluate",
+        command=[PYTHON, script("evaluate.py"), "--run-dir", RUN_DIR],
+        gpus=1,
+        **job_defaults,
+    )
+
+    @task.short_circuit(task_id="is_better")
+    def is_better(run_dir: str, production_dir: str) -> bool:
+        """True if the candidate's accuracy beats production's (or there is no production model yet)."""
+        candidate = json.loads((Path(run_dir) / "metrics.json").read_text())["accuracy"]
+        current_file = Path(production_dir) / "metrics.json"
+        if not current_file.exists():
+            print(f"no production model yet: promoting the candidate (accuracy {candidate})")
+            return True
+        current = json.loads(current_file.read_text())["accuracy"]
+        better = candidate > current
+        print(
+            f"candidate accuracy {candidate} vs production {current}: "
+            + ("promoting" if better else "keeping production")
+        )
+        return better
+
+    promote = JobOperator(
+        task_id="promote",
+        command=[PYTHON, script("promote.py"), "--run-dir", RUN_DIR, "--production", PRODUCTION_DIR],
+        gpus=0,
+        **job_defaults,
+    )
+
+    prepare_data >> train >> evaluate >> is_better(RUN_DIR, PRODUCTION_DIR) >> promote

@@ -1,0 +1,254 @@
+"""The deployment files: helm-values/values.yaml over the official chart's defaults, the Role, the quota
+policy ConfigMap and the image's Dockerfile."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from airflow.models.connection import Connection
+
+from airflow_jobs_plugin import quota
+
+ROOT = Path(__file__).resolve().parents[2]
+HELM = ROOT / "helm-values"
+CHART = ROOT.parent / "shared" / "airflow-chart"
+DEFAULT_POLICY_CONFIGMAP = "airflow-jobs-quota-policy"
+
+# Every verb the Kubernetes API server knows for RBAC on ordinary resources.
+KUBERNETES_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+# The fewest verbs the product needs, per (API group, resource): what kube.py's callers do.
+NEEDED_VERBS = {
+    ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods/log"): {"get"},
+    ("", "events"): {"list"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "update"},
+}
+
+needs_chart = pytest.mark.skipif(
+    not (CHART / "values.schema.json").exists(), reason=f"the chart's schema is not at {CHART}"
+)
+
+
+def helm_merge(base: Any, override: Any) -> Any:
+    """Helm's coalescing of a values file over the chart's defaults: maps merge key by key, lists and
+    scalars replace, and a null in the override removes the key."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return copy.deepcopy(override)
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif key in merged:
+            merged[key] = helm_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def load_documents(path: Path) -> dict[str, dict]:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(path.read_text()) if doc}
+
+
+@pytest.fixture(scope="module")
+def ours() -> dict:
+    return load_yaml(HELM / "values.yaml")
+
+
+@pytest.fixture(scope="module")
+def merged(ours) -> dict:
+    return helm_merge(load_yaml(CHART / "values.yaml"), ours)
+
+
+def env_of(values: dict) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in values.get("env") or []}
+
+
+# --- the merge itself ---
+
+
+@pytest.mark.parametrize(
+    ("base", "override", "expected"),
+    [
+        ({"a": {"b": 1, "c": 2}}, {"a": {"b": 3}}, {"a": {"b": 3, "c": 2}}),
+        ({"a": [1, 2]}, {"a": [3]}, {"a": [3]}),
+        ({"a": {"b": 1}, "d": 4}, {"a": None}, {"d": 4}),
+        ({"a": 1}, {"e": {"f": 5}}, {"a": 1, "e": {"f": 5}}),
+    ],
+    ids=["maps merge", "lists replace", "null removes", "new keys added"],
+)
+def test_merge_follows_helm_coalescing(base, override, expected):
+    assert helm_merge(base, override) == expected
+
+
+# --- values.yaml ---
+
+
+@needs_chart
+def test_values_merged_over_the_chart_defaults_validate_against_the_chart_schema(merged):
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [
+        f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(merged)
+    ]
+    assert errors == []
+
+
+@needs_chart
+def test_a_broken_value_is_caught_by_the_schema(merged):
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    broken = helm_merge(merged, {"triggerer": {"replicas": "two"}})
+    assert not jsonschema.Draft7Validator(schema).is_valid(broken)
+
+
+@needs_chart
+def test_triggerer_is_enabled_with_at_least_two_replicas(merged):
+    assert merged["triggerer"]["enabled"] is True
+    assert merged["triggerer"]["replicas"] >= 2
+
+
+@needs_chart
+def test_the_image_is_the_provider_image_for_the_targeted_airflow(merged):
+    import airflow
+
+    image = merged["images"]["airflow"]
+    assert image["repository"] and image["tag"]
+    # The chart renders its templates for airflowVersion: it must be the Airflow the provider targets.
+    assert merged["airflowVersion"].split(".")[:2] == airflow.__version__.split(".")[:2]
+    dockerfile = (HELM / "Dockerfile").read_text()
+    assert re.search(rf"^FROM apache/airflow:{re.escape(merged['airflowVersion'])}\s*$", dockerfile, re.M)
+    assert "pip install" in dockerfile and "/tmp/airflow-jobs-plugin" in dockerfile
+
+
+def test_the_kubernetes_connection_is_in_cluster(ours):
+    value = env_of(ours)["AIRFLOW_CONN_KUBERNETES_DEFAULT"]
+    connection = Connection.from_json(value, conn_id="kubernetes_default")
+    assert connection.conn_type == "kubernetes"
+    assert connection.extra_dejson == {"in_cluster": True}
+
+
+def test_the_quota_policy_setting_names_the_shipped_configmap(ours):
+    policy = load_yaml(HELM / "quota-policy.yaml")
+    assert env_of(ours)["AIRFLOW_JOBS_QUOTA_CONFIGMAP"] == policy["metadata"]["name"]
+
+
+def _uncommented_settings(text: str) -> list[str]:
+    """Settings (keys with a value) with no comment of their own, none on an earlier sibling of their
+    group (siblings not separated by a blank line share a comment) and none on an enclosing key."""
+    missing = []
+    stack: list[tuple[int, bool]] = []  # (indent, covered) of the enclosing keys
+    previous_comment = False
+    group: dict[int, bool] = {}  # indent -> covered, for the current run of siblings
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        stripped = line.strip()
+        if not stripped:
+            previous_comment = False
+            group.clear()
+            continue
+        if stripped.startswith("#"):
+            previous_comment = True
+            continue
+        indent = len(line) - len(line.lstrip())
+        match = re.match(r"\s*(- )?([A-Za-z_][\w.-]*):", line)
+        if match is None:  # a list item or block-scalar content belongs to its key
+            previous_comment = False
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        covered = previous_comment or " #" in line or group.get(indent, False) or any(c for _, c in stack)
+        is_setting = bool(line[match.end() :].split(" #")[0].strip())  # a header only opens a block
+        if is_setting and not covered:
+            missing.append(stripped)
+        group = {i: c for i, c in group.items() if i <= indent}
+        group[indent] = covered
+        stack.append((indent, covered))
+        previous_comment = False
+    return missing
+
+
+def test_every_choice_in_the_values_carries_a_comment():
+    assert _uncommented_settings((HELM / "values.yaml").read_text()) == []
+
+
+def test_the_comment_check_spots_an_uncommented_setting():
+    text = "# image\nimages:\n  tag: x\n\nexecutor: LocalExecutor\nworkers:\n  replicas: 3\n"
+    assert _uncommented_settings(text) == ["executor: LocalExecutor", "replicas: 3"]
+
+
+# --- rbac.yaml ---
+
+
+@pytest.fixture(scope="module")
+def rbac() -> dict[str, dict]:
+    return load_documents(HELM / "rbac.yaml")
+
+
+def test_the_role_is_a_well_formed_namespaced_role(rbac):
+    role = rbac["Role"]
+    assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", role["metadata"]["name"])
+    assert role["rules"]
+    for rule in role["rules"]:
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}
+        for key in ("apiGroups", "resources", "verbs"):
+            assert isinstance(rule[key], list) and rule[key], f"{key} must be a non-empty list: {rule}"
+            assert "*" not in rule[key], f"wildcard in {key}: {rule}"
+        assert set(rule["verbs"]) <= KUBERNETES_VERBS, rule
+
+
+def test_the_role_grants_exactly_the_fewest_verbs_the_product_needs(rbac):
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in rbac["Role"]["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    assert granted == NEEDED_VERBS
+
+
+def test_the_role_binding_binds_the_service_accounts_named_in_the_values(rbac, ours):
+    binding = rbac["RoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": rbac["Role"]["metadata"]["name"],
+    }
+    for subject in binding["subjects"]:
+        assert subject["kind"] == "ServiceAccount" and subject["namespace"]
+    bound = {s["name"] for s in binding["subjects"]}
+    # Workers submit, triggerers follow and admit, the api-server serves the UI; nobody else.
+    expected = {ours[c]["serviceAccount"]["name"] for c in ("workers", "triggerer", "apiServer")}
+    assert bound == expected
+
+
+# --- quota-policy.yaml ---
+
+
+def test_the_quota_policy_configmap_is_well_formed_and_its_policy_valid():
+    configmap = load_yaml(HELM / "quota-policy.yaml")
+    assert configmap["apiVersion"] == "v1" and configmap["kind"] == "ConfigMap"
+    assert configmap["metadata"]["name"] == DEFAULT_POLICY_CONFIGMAP
+    assert "namespace" not in configmap["metadata"], "applied with -n, in the jobs' namespace"
+    assert all(isinstance(v, str) for v in configmap["data"].values())
+    policy = quota.policy_from_configmap_data(configmap["data"])
+    assert set(policy.groups) >= {"vision", "research", "nlp"}
+
+
+def test_the_policy_parser_rejects_a_broken_policy_document():
+    configmap = load_yaml(HELM / "quota-policy.yaml")
+    broken = {"policy.yaml": configmap["data"]["policy.yaml"].replace("gpus: 6", "gpu: 6")}
+    with pytest.raises(quota.PolicyError):
+        quota.policy_from_configmap_data(broken)

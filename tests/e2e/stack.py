@@ -1,0 +1,261 @@
+"""A real Airflow (api-server, scheduler with LocalExecutor, dag-processor, triggerer) next to the
+simulated GPU cluster in exec mode, each a process group of its own, for the end-to-end tests.
+
+Mirrors what ``scripts/demo`` starts, with a private AIRFLOW_HOME, free ports and faster pacing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DAGS = ROOT / "dags"
+POLICY_MANIFEST = ROOT / "helm-values" / "quota-policy.yaml"
+BIN = Path(sys.executable).parent
+AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+STOP_GRACE_SECONDS = 25
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _clean_environ() -> dict[str, str]:
+    # The test session's own Airflow settings (unit test mode, its AIRFLOW_HOME) must not leak in.
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "EXAMPLE_"))}
+
+
+@dataclass
+class Stack:
+    """The running processes and where their files are."""
+
+    workdir: Path
+    step_seconds: float = 0.5
+    time_scale: float = 0.1
+    env: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def home(self) -> Path:
+        return self.workdir / "airflow"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.workdir / "artifacts"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    def _log(self, name: str) -> Path:
+        return self.workdir / f"{name}.out"
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        out = self._log(name).open("wb")
+        self.processes[name] = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir
+        )
+
+    def start(self) -> Stack:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        api_port = free_port()
+        base = _clean_environ()
+        base["PATH"] = f"{BIN}{os.pathsep}{base.get('PATH', '')}"
+        sim_env = {**base, "EXAMPLE_STEP_SECONDS": str(self.step_seconds)}
+        self._spawn(
+            "sim",
+            [
+                str(BIN / "airflow-jobs"),
+                "sim",
+                "--nodes",
+                "3",
+                "--exec-commands",
+                "--time-scale",
+                str(self.time_scale),
+                "--kubeconfig",
+                str(self.kubeconfig),
+            ],
+            sim_env,
+        )
+        connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(self.kubeconfig)}}
+        self.env = {
+            **base,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "6",
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(api_port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
+            "AIRFLOW_JOBS_EXAMPLE_SCRIPTS": str(DAGS / "scripts"),
+            "AIRFLOW_JOBS_EXAMPLE_ARTIFACTS": str(self.artifacts),
+        }
+        self.airflow("db", "migrate", timeout=300)
+        self._wait_for(lambda: self.kubeconfig.exists(), 60, "the simulated cluster's kubeconfig")
+        self.create_quota_policy()
+        for component in AIRFLOW_COMPONENTS:
+            self._spawn(component, [str(BIN / "airflow"), component], self.env)
+        return self
+
+    def create_quota_policy(self) -> None:
+        from kubernetes import client, config
+
+        body = yaml.safe_load(POLICY_MANIFEST.read_text())
+        api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+        api.create_namespaced_config_map("default", body)
+
+    def airflow(self, *args: str, timeout: float = 180) -> str:
+        done = subprocess.run(
+            [str(BIN / "airflow"), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.workdir,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"airflow {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    # --- the metadata DB, read-only ---
+
+    def query(self, sql: str, *params: object) -> list[tuple]:
+        db = sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True, timeout=30)
+        try:
+            return db.execute(sql, params).fetchall()
+        finally:
+            db.close()
+
+    def wait_for_dags(self, dag_ids: list[str], timeout: float) -> None:
+        def parsed() -> bool:
+            rows = self.query("SELECT dag_id FROM dag WHERE is_stale = 0")
+            return set(dag_ids) <= {r[0] for r in rows}
+
+        self._wait_for(parsed, timeout, f"the DAGs {dag_ids} to be parsed")
+
+    def wait_for_run(self, dag_id: str, timeout: float) -> tuple[str, str]:
+        """(run_id, state) of the DAG's first run to finish."""
+        finished: list[tuple[str, str]] = []
+
+        def done() -> bool:
+            rows = self.query(
+                "SELECT run_id, state FROM dag_run WHERE dag_id = ? AND state IN ('success', 'failed')",
+                dag_id,
+            )
+            finished[:] = rows
+            return bool(rows)
+
+        self._wait_for(done, timeout, f"a run of {dag_id} to finish")
+        return finished[0]
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        rows = self.query(
+            "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", dag_id, run_id
+        )
+        return {task: state for task, state in rows}
+
+    def task_tries(self, dag_id: str, run_id: str) -> dict[str, tuple[str, int]]:
+        """task id -> (state, try number) of its latest try."""
+        rows = self.query(
+            "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = ? AND run_id = ?",
+            dag_id,
+            run_id,
+        )
+        return {task: (state, tries) for task, state, tries in rows}
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int | None = None) -> list[str]:
+        """The events of the task's log files (the worker's and the trigger's part) of one try, or of
+        every try in order."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        pattern = f"attempt={try_number}.log*" if try_number is not None else "attempt=*.log*"
+
+        def order(path: Path) -> tuple[int, str]:
+            return int(path.name.split("=", 1)[1].split(".", 1)[0]), path.name
+
+        events: list[str] = []
+        for path in sorted(folder.glob(pattern), key=order):
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    events.append(str(json.loads(line).get("event", "")))
+                except ValueError:
+                    events.append(line)
+        return events
+
+    def _wait_for(self, condition, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}")
+            try:
+                if condition():
+                    return
+            except sqlite3.OperationalError:
+                pass  # the DB is being migrated or is locked: ask again
+            time.sleep(2)
+        raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    # --- teardown ---
+
+    def stop(self) -> None:
+        """SIGTERM every process group, then SIGKILL what is left after the grace period."""
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self.processes.values():
+            # The group may outlive its leader (task supervisors, uvicorn workers).
+            _signal_group(proc, signal.SIGKILL)
+            if proc.poll() is None:
+                proc.wait(timeout=10)
+
+    def alive_groups(self) -> list[str]:
+        """Names of the components whose process group still has a live process."""
+        alive = []
+        for name, proc in self.processes.items():
+            try:
+                os.killpg(proc.pid, 0)
+                alive.append(name)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                alive.append(name)
+        return alive
+
+    def output(self, name: str) -> str:
+        return self._log(name).read_text(errors="replace")
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,135 @@
+"""End to end: the example DAGs on a real Airflow (LocalExecutor scheduler, dag-processor, triggerer,
+api-server) against the simulated GPU cluster running the jobs' scripts as local processes.
+
+One stack serves every test: the daily retraining run, the quota contention run and the failure
+showcase go at the same time, as they would on a shared cluster.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.e2e.stack import Stack
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+RETRAINING = "gpu_retraining"
+CONTENTION = "gpu_quota_contention"
+FAILURES = "gpu_failures_and_retries"
+RUN_TIMEOUT = 360
+QUOTA_REASON = re.compile(r"QUEUED \((GroupQuota|UserQuota|BehindHead)\b")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    stack = Stack(tmp_path_factory.mktemp("e2e"))
+    try:
+        stack.start()
+        stack.wait_for_dags([RETRAINING, CONTENTION, FAILURES], timeout=180)
+        # Unpausing the daily DAG starts today's run at once (catchup is off).
+        stack.airflow("dags", "unpause", RETRAINING)
+        for dag_id in (CONTENTION, FAILURES):
+            stack.airflow("dags", "unpause", dag_id)
+            stack.airflow("dags", "trigger", dag_id)
+        yield stack
+    finally:
+        stack.stop()
+    assert stack.alive_groups() == [], "processes left running after the stack stopped"
+
+
+def _first(events: list[str], pattern: str) -> int:
+    for index, event in enumerate(events):
+        if re.search(pattern, event):
+            return index
+    return -1
+
+
+def test_daily_retraining_runs_to_success_and_streams_the_pods_logs(stack):
+    run_id, state = stack.wait_for_run(RETRAINING, timeout=RUN_TIMEOUT)
+    states = stack.task_states(RETRAINING, run_id)
+
+    assert state == "success", f"{RETRAINING} {run_id} ended {state}: {states}"
+    # The first run has no production model to beat, so the candidate is promoted.
+    assert states == {
+        "prepare_data": "success",
+        "train": "success",
+        "evaluate": "success",
+        "is_better": "success",
+        "promote": "success",
+    }
+    prepare = stack.task_log(RETRAINING, run_id, "prepare_data")
+    assert any(e.startswith("[worker-0] prepare: shard 1/4") for e in prepare)
+    train = stack.task_log(RETRAINING, run_id, "train")
+    assert any(
+        e.startswith("[launcher] train: epoch 6: gradients all-reduced across 2 worker(s)") for e in train
+    )
+    assert _first(train, r"^MPIJob \S+: RUNNING") >= 0
+    evaluate = stack.task_log(RETRAINING, run_id, "evaluate")
+    assert any(re.match(r"\[worker-0\] METRIC accuracy=0\.\d+$", e) for e in evaluate)
+    assert (stack.artifacts / "production" / "model.json").exists()
+
+
+def test_quota_contention_queues_jobs_with_a_quota_reason_before_they_run(stack):
+    run_id, state = stack.wait_for_run(CONTENTION, timeout=RUN_TIMEOUT)
+    states = stack.task_states(CONTENTION, run_id)
+
+    assert state == "success", f"{CONTENTION} {run_id} ended {state}: {states}"
+    queued_then_ran = {}
+    for task_id in states:
+        events = stack.task_log(CONTENTION, run_id, task_id)
+        queued = _first(events, QUOTA_REASON.pattern)
+        running = _first(events, r"^Job \S+: RUNNING")
+        if queued >= 0:
+            assert running > queued, f"{task_id} ran before it was queued: {events}"
+            queued_then_ran[task_id] = QUOTA_REASON.search(events[queued]).group(1)
+        assert any(e.startswith("[worker-0] train: rank 0: epoch 30/30") for e in events), task_id
+    # research holds 6 GPUs and its users ask for 12: whichever 4-GPU job comes second waits for the group.
+    assert queued_then_ran, "no job was ever queued for quota"
+    assert "GroupQuota" in queued_then_ran.values() or "BehindHead" in queued_then_ran.values()
+
+
+def _no_try_after_the_one_that_failed(stack, run_id: str, task_id: str, pattern: str) -> bool:
+    """The one try that saw its job fail as ``pattern`` says and raised is the task's last try: Airflow
+    did not retry it.
+
+    Earlier tries may exist: Airflow can retry a deferred task whose trigger fired before the scheduler
+    processed the deferral (a known scheduler race); such a try never resumes, so it never raises."""
+    _, last = stack.task_tries(FAILURES, run_id)[task_id]
+    raised = [
+        n
+        for n in range(1, last + 1)
+        if _first(events := stack.task_log(FAILURES, run_id, task_id, n), pattern) >= 0
+        and _first(events, r"^Task failed with exception") >= 0
+    ]
+    return raised == [last]
+
+
+def test_failures_are_retried_at_the_right_level_and_fatal_ones_never(stack):
+    run_id, state = stack.wait_for_run(FAILURES, timeout=RUN_TIMEOUT)
+    tries = stack.task_tries(FAILURES, run_id)
+
+    # Two tasks cannot succeed by design, so the run fails; each task ends as its scenario says.
+    assert state == "failed"
+    assert {task: state for task, (state, _) in tries.items()} == {
+        "pod_restart_in_job": "success",
+        "job_resubmitted": "success",
+        "task_retry": "success",
+        "fatal_exit_code": "failed",
+        "missing_image": "failed",
+    }
+    # Level 1: the second run of the script is a new pod of the same job.
+    restarted = stack.task_log(FAILURES, run_id, "pod_restart_in_job")
+    first_run = _first(restarted, r"^\[worker-0\] flaky: run 1 \(job attempt 1\)")
+    assert 0 <= first_run < _first(restarted, r"^\[worker-0\] flaky: run 2 \(job attempt 1\)")
+    # Level 2: a second attempt of the job, within the same task.
+    resubmitted = stack.task_log(FAILURES, run_id, "job_resubmitted")
+    assert _first(resubmitted, r"attempt 2 of 3 starts after") >= 0
+    assert _first(resubmitted, r"^\[worker-0\] flaky: run 2 \(job attempt 2\)") >= 0
+    # Level 3: both attempts of the first try failed; a later try of the task succeeded.
+    assert tries["task_retry"][1] >= 2
+    assert _first(stack.task_log(FAILURES, run_id, "task_retry"), r"attempt 2 of 2 starts after") >= 0
+    # Fatal failures end the task at once, whatever its retries.
+    assert _no_try_after_the_one_that_failed(stack, run_id, "fatal_exit_code", r"exited with code 3")
+    assert _no_try_after_the_one_that_failed(stack, run_id, "missing_image", r"FAILED \(ImagePull")
