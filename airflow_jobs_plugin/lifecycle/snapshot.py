@@ -209,6 +209,9 @@ def snapshot(
     live = _live_pods(own_pods)
     decision = _decide(job, facts, replicas, live, queue, reservation, now)
     annotations = facts.annotations
+    finished_at = _finished_at(job, decision.state, reservation)
+    if reservation is None:
+        reservation = _reservation_on(annotations, finished_at)
     return JobSnapshot(
         name=str(dig(job, "metadata", "name") or ""),
         namespace=str(dig(job, "metadata", "namespace") or ""),
@@ -231,9 +234,19 @@ def snapshot(
         admitted_at=parse_time(annotations.get(labels.ADMITTED_AT))
         or (reservation.admitted_at if reservation else None),
         started_at=_started_at(own_pods),
-        finished_at=_finished_at(job, decision.state, reservation),
+        finished_at=finished_at,
         observed_at=now,
     )
+
+
+def _reservation_on(annotations: Mapping[str, Any], finished_at: datetime | None) -> Reservation | None:
+    """The GPUs an admitted job holds, read from the job itself (admission time and GPU total), held
+    until the job finished: what a caller without the quota ledger at hand can still account."""
+    admitted = parse_time(annotations.get(labels.ADMITTED_AT))
+    gpus = as_int(annotations.get(labels.GPUS))
+    if admitted is None or not gpus:
+        return None
+    return Reservation(gpus=gpus, admitted_at=admitted, released_at=finished_at)
 
 
 def _facts(job: Mapping[str, Any]) -> _Facts:

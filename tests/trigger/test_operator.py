@@ -119,6 +119,7 @@ def test_a_successful_job_returns_a_summary(cluster):
     result = op.execute_complete(context_for(op, run_id, 1, store), run_to_event(deferred))
     assert result["state"] == "SUCCEEDED" and result["kind"] == "Job" and result["attempts"] == 1
     assert result["job_name"] == deferred.trigger.job_name
+    assert result["gpu_seconds"] > 0  # one GPU held from admission to completion
 
 
 def test_a_failed_job_raises_with_state_reason_exit_code_and_log_tail(cluster):
