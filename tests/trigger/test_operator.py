@@ -108,7 +108,8 @@ def test_templated_values_are_checked_after_rendering_not_at_parse_time():
 
 
 def test_a_successful_job_returns_a_summary(cluster):
-    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'})
+    # 200 simulated seconds at 100x: two real seconds, longer than the timestamps' one-second grain.
+    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 200}}'})
     run_id = f"run-{next(_runs)}"
     store = StateStore()
     deferred = deferral(op, context_for(op, run_id, 1, store))
