@@ -10,6 +10,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 PACKAGE_NAME = "airflow-jobs-plugin"
+# The cncf provider's Kubernetes connection, used unless a task names another.
+DEFAULT_CONN_ID = "kubernetes_default"
 
 
 def get_provider_info() -> dict:

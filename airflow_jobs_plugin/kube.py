@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-DEFAULT_CONN_ID = "kubernetes_default"
+from airflow_jobs_plugin import DEFAULT_CONN_ID  # noqa: E402,F401  (re-exported)
 
 
 @dataclass(frozen=True)

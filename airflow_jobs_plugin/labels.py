@@ -67,3 +67,8 @@ LEGACY_JOB_NAME = "job-name"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 
 GPU_RESOURCE = "nvidia.com/gpu"
+
+# --- Airflow task_state_store ---
+# The job of the current try, recorded before the job is created, so a retry finds it even if the
+# worker died between the create and the deferral.
+TASK_STATE_KEY = "airflow_jobs_plugin.job"

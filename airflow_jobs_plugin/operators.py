@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
-from airflow_jobs_plugin.admission import check_group
-from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, KubeClient, KubeError, Resource
-from airflow_jobs_plugin.lifecycle import snapshot
-from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.labels import TASK_STATE_KEY
 from airflow_jobs_plugin.outcome import failure_message, is_fatal, summary
-from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus, validate
-from airflow_jobs_plugin.triggers import JobTrigger
+from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, validate
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-STATE_KEY = "airflow_jobs_plugin.job"
+STATE_KEY = TASK_STATE_KEY  # the task_state_store key of the current job
 
 # Operator arguments that describe the job itself (validated together into a JobSpec).
 SPEC_ARGS = (
@@ -198,8 +194,25 @@ class JobOperator(BaseOperator):
             map_index=ti.map_index if ti.map_index is not None else -1,
             try_number=ti.try_number,
         )
-        store = context.get("task_state_store")
-        name, kind = asyncio.run(self._submit(spec, identity, store))
+        # The cluster client and the trigger load only here, on the worker: a DAG file that merely
+        # parses never pays for them.
+        from airflow_jobs_plugin.submission import SubmissionRefused, submit
+        from airflow_jobs_plugin.triggers import JobTrigger
+
+        try:
+            name, kind = asyncio.run(
+                submit(
+                    spec,
+                    identity,
+                    context.get("task_state_store"),
+                    conn_id=self.kubernetes_conn_id,
+                    quota_configmap=self.quota_configmap,
+                    quota_namespace=self.quota_namespace,
+                    log=self.log,
+                )
+            )
+        except SubmissionRefused as exc:
+            raise AirflowFailException(str(exc)) from exc
         self.defer(
             trigger=JobTrigger(
                 job_name=name,
@@ -217,67 +230,6 @@ class JobOperator(BaseOperator):
             ),
             method_name="execute_complete",
         )
-
-    async def _submit(self, spec: JobSpec, identity: TaskIdentity, store: Any) -> tuple[str, str]:
-        """Create the job suspended, or reattach to the live job of an earlier try. Never two."""
-        kind = "MPIJob" if spec.workers > 1 else "Job"
-        resource = MPIJOBS if kind == "MPIJob" else JOBS
-        client = await KubeClient.from_connection(self.kubernetes_conn_id)
-        try:
-            live = await self._live_job_of_task(client, resource, spec.namespace, identity)
-            if live is not None:
-                name = live["metadata"]["name"]
-                self.log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
-                if store is not None:
-                    store.set(STATE_KEY, {"name": name, "kind": kind, "namespace": spec.namespace})
-                return name, kind
-            # An unknown group, or a job that could never fit its quota, fails here, before anything
-            # is created (the error names the group and the known ones, or the numbers).
-            try:
-                await check_group(
-                    client,
-                    self.quota_configmap,
-                    self.quota_namespace or spec.namespace,
-                    spec.group,
-                    spec.user,
-                    total_gpus(spec),
-                )
-            except ValueError as exc:
-                raise AirflowFailException(str(exc)) from exc
-            name = identity.job_name(1)
-            # Remember the name before creating: a worker that dies right after the create leaves a
-            # record the retry finds (and the TASK_KEY label finds the job even without the record).
-            if store is not None:
-                store.set(STATE_KEY, {"name": name, "kind": kind, "namespace": spec.namespace})
-            body = build_manifest(
-                spec, name=name, task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
-            )
-            try:
-                await client.create(resource, spec.namespace, body)
-                self.log.info("created %s %s/%s (suspended until admitted)", kind, spec.namespace, name)
-            except KubeError as exc:
-                if not exc.already_exists:
-                    raise AirflowException(f"creating {kind} {spec.namespace}/{name} failed: {exc}") from exc
-                self.log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
-            return name, kind
-        finally:
-            await client.close()
-
-    async def _live_job_of_task(
-        self, client: KubeClient, resource: Resource, namespace: str, identity: TaskIdentity
-    ) -> dict | None:
-        listing = await client.list(
-            resource, namespace, label_selector=f"{labels.TASK_KEY}={identity.instance_key()}"
-        )
-        live = []
-        for item in listing.get("items") or []:
-            item.setdefault("kind", resource.kind)
-            if (item.get("metadata") or {}).get("deletionTimestamp"):
-                continue
-            if not snapshot(item, [], (), now=datetime.now(timezone.utc)).state.is_terminal:
-                live.append(item)
-        live.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
-        return live[-1] if live else None
 
     # --- completion ---
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseSensorOperator
 
-from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, KubeClient
+from airflow_jobs_plugin import DEFAULT_CONN_ID
+from airflow_jobs_plugin.labels import LEGACY_JOB_NAME, MPI_JOB_NAME
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.outcome import failure_message
-from airflow_jobs_plugin.triggers import JobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -77,6 +77,8 @@ class JobSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        from airflow_jobs_plugin.triggers import JobTrigger  # loads the cluster client: worker only
+
         self.defer(
             trigger=JobTrigger(
                 job_name=self.job_name or "",
@@ -100,6 +102,8 @@ class JobSensor(BaseSensorOperator):
         return asyncio.run(self._poke())
 
     async def _poke(self) -> bool:
+        from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS, KubeClient
+
         resource = MPIJOBS if self.kind == "MPIJob" else JOBS
         client = await KubeClient.from_connection(self.kubernetes_conn_id)
         try:
@@ -112,9 +116,6 @@ class JobSensor(BaseSensorOperator):
             if job is None:
                 return False
             job.setdefault("kind", self.kind)
-            from airflow_jobs_plugin.kube import PODS
-            from airflow_jobs_plugin.labels import LEGACY_JOB_NAME, MPI_JOB_NAME
-
             key = MPI_JOB_NAME if self.kind == "MPIJob" else LEGACY_JOB_NAME
             pods = (
                 await client.list(PODS, self.namespace, label_selector=f"{key}={job['metadata']['name']}")

@@ -1,0 +1,97 @@
+"""Submitting a job for a task try: create it suspended, or reattach to the live job of an earlier try.
+
+The worker-side shell of :class:`~airflow_jobs_plugin.operators.JobOperator`: never two live jobs for
+one task, whatever crashes where.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.admission import check_group
+from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.lifecycle import snapshot
+from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
+
+
+class SubmissionRefused(ValueError):
+    """The job can never run as asked (unknown group, not a member, can never fit its quota)."""
+
+
+async def submit(
+    spec: JobSpec,
+    identity: TaskIdentity,
+    store: Any,
+    *,
+    conn_id: str,
+    quota_configmap: str | None,
+    quota_namespace: str | None,
+    log: logging.Logger | Any,
+) -> tuple[str, str]:
+    """Return ``(job name, kind)`` of the job this try follows, creating it if no earlier try's job lives."""
+    kind = "MPIJob" if spec.is_mpi else "Job"
+    resource = MPIJOBS if spec.is_mpi else JOBS
+    client = await KubeClient.from_connection(conn_id)
+    try:
+        live = await live_job_of_task(client, resource, spec.namespace, identity)
+        if live is not None:
+            name = live["metadata"]["name"]
+            log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
+            _remember(store, name, kind, spec.namespace)
+            return name, kind
+        # An unknown group, a non-member, or a job that could never fit its quota fails here, before
+        # anything is created (the error names the group and the known ones, or the numbers).
+        try:
+            await check_group(
+                client,
+                quota_configmap,
+                quota_namespace or spec.namespace,
+                spec.group,
+                spec.user,
+                total_gpus(spec),
+            )
+        except ValueError as exc:
+            raise SubmissionRefused(str(exc)) from exc
+        name = identity.job_name(1)
+        # Remember the name before creating: a worker that dies right after the create leaves a record
+        # the retry finds (and the TASK_KEY label finds the job even without the record).
+        _remember(store, name, kind, spec.namespace)
+        body = build_manifest(spec, name=name, task=identity, attempt=1, queued_at=datetime.now(timezone.utc))
+        try:
+            await client.create(resource, spec.namespace, body)
+            log.info("created %s %s/%s (suspended until admitted)", kind, spec.namespace, name)
+        except KubeError as exc:
+            if not exc.already_exists:
+                raise RuntimeError(f"creating {kind} {spec.namespace}/{name} failed: {exc}") from exc
+            log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
+        return name, kind
+    finally:
+        await client.close()
+
+
+async def live_job_of_task(
+    client: KubeClient, resource: Resource, namespace: str, identity: TaskIdentity
+) -> dict | None:
+    """The newest job of any try of this task instance that has not ended, if there is one."""
+    listing = await client.list(
+        resource, namespace, label_selector=f"{labels.TASK_KEY}={identity.instance_key()}"
+    )
+    now = datetime.now(timezone.utc)
+    live = []
+    for item in listing.get("items") or []:
+        item.setdefault("kind", resource.kind)
+        if (item.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        if not snapshot(item, [], (), now=now).state.is_terminal:
+            live.append(item)
+    live.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
+    return live[-1] if live else None
+
+
+def _remember(store: Any, name: str, kind: str, namespace: str) -> None:
+    if store is not None:
+        store.set(labels.TASK_STATE_KEY, {"name": name, "kind": kind, "namespace": namespace})
