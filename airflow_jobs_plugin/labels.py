@@ -72,3 +72,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # The job of the current try, recorded before the job is created, so a retry finds it even if the
 # worker died between the create and the deferral.
 TASK_STATE_KEY = "airflow_jobs_plugin.job"
+# The job whose success a try of this task has returned. A later try may adopt an earlier try's
+# succeeded job only if its result never reached a try (the try was lost after the job finished, as in
+# a scheduler/triggerer race); a task cleared after a delivered success submits a new job.
+TASK_STATE_DELIVERED = "airflow_jobs_plugin.delivered"

@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
-from airflow_jobs_plugin.labels import TASK_STATE_KEY
+from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_KEY
 from airflow_jobs_plugin.outcome import failure_message, is_fatal, summary
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, validate
 
@@ -236,6 +236,9 @@ class JobOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "success":
             result = summary(event)
+            store = context.get("task_state_store")
+            if store is not None:
+                store.set(TASK_STATE_DELIVERED, result["job_name"])
             self.log.info(
                 "%s %s succeeded after %d attempt(s); %.0f GPU-seconds",
                 result["kind"],

@@ -13,7 +13,7 @@ from typing import Any
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.admission import check_group
 from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient, KubeError, Resource
-from airflow_jobs_plugin.lifecycle import snapshot
+from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.manifests import build_manifest
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
 
@@ -37,7 +37,9 @@ async def submit(
     resource = MPIJOBS if spec.is_mpi else JOBS
     client = await KubeClient.from_connection(conn_id)
     try:
-        live = await live_job_of_task(client, resource, spec.namespace, identity)
+        # Without a task_state_store there is no record of what was delivered: never adopt a success.
+        delivered = (store.get(labels.TASK_STATE_DELIVERED) or "") if store is not None else None
+        live = await live_job_of_task(client, resource, spec.namespace, identity, delivered)
         if live is not None:
             name = live["metadata"]["name"]
             log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
@@ -74,22 +76,36 @@ async def submit(
 
 
 async def live_job_of_task(
-    client: KubeClient, resource: Resource, namespace: str, identity: TaskIdentity
+    client: KubeClient,
+    resource: Resource,
+    namespace: str,
+    identity: TaskIdentity,
+    delivered: str | None = None,
 ) -> dict | None:
-    """The newest job of any try of this task instance that has not ended, if there is one."""
+    """The job a new try of this task instance should follow instead of submitting one, if any.
+
+    The newest job of any earlier try that has not ended; failing that, the newest one that succeeded
+    but whose result no try has returned (``delivered`` names the job whose result was returned). A
+    failed job is never adopted: the retry exists to run it again.
+    """
     listing = await client.list(
         resource, namespace, label_selector=f"{labels.TASK_KEY}={identity.instance_key()}"
     )
     now = datetime.now(timezone.utc)
-    live = []
+    live, undelivered = [], []
     for item in listing.get("items") or []:
         item.setdefault("kind", resource.kind)
         if (item.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        if not snapshot(item, [], (), now=now).state.is_terminal:
+        state = snapshot(item, [], (), now=now).state
+        if not state.is_terminal:
             live.append(item)
-    live.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
-    return live[-1] if live else None
+        elif state is JobState.SUCCEEDED and delivered is not None and item["metadata"]["name"] != delivered:
+            undelivered.append(item)
+    for candidates in (live, undelivered):
+        if candidates:
+            return max(candidates, key=lambda j: j["metadata"].get("creationTimestamp") or "")
+    return None
 
 
 def _remember(store: Any, name: str, kind: str, namespace: str) -> None:

@@ -200,3 +200,29 @@ def test_an_mpi_operator_task_submits_an_mpijob(cluster):
     assert job["kind"] == "MPIJob" and job["metadata"]["labels"][labels.ATTEMPT] == "1"
     result = op.execute_complete({}, run_to_event(deferred))
     assert result["kind"] == "MPIJob" and result["state"] == "SUCCEEDED"
+
+
+def test_a_retry_adopts_an_earlier_success_whose_result_was_never_returned(cluster):
+    # The scheduler/triggerer race: the job succeeded, but the try that deferred was failed before its
+    # execute_complete ran. The retry must not train again.
+    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'})
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    first = deferral(op, context_for(op, run_id, 1, store))
+    assert run_to_event(first)["status"] == "success"  # ... and the try is lost here
+    second = deferral(op, context_for(op, run_id, 2, store))
+    assert second.trigger.job_name == first.trigger.job_name
+    assert len(jobs_of(cluster, op, run_id)) == 1
+    result = op.execute_complete(context_for(op, run_id, 2, store), run_to_event(second))
+    assert result["state"] == "SUCCEEDED"
+
+
+def test_a_task_cleared_after_a_delivered_success_trains_again(cluster):
+    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'})
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    first = deferral(op, context_for(op, run_id, 1, store))
+    op.execute_complete(context_for(op, run_id, 1, store), run_to_event(first))
+    second = deferral(op, context_for(op, run_id, 2, store))  # a user cleared the task
+    assert second.trigger.job_name != first.trigger.job_name
+    run_to_event(second)
