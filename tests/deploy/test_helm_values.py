@@ -23,16 +23,6 @@ DEFAULT_POLICY_CONFIGMAP = "airflow-jobs-quota-policy"
 
 # Every verb the Kubernetes API server knows for RBAC on ordinary resources.
 KUBERNETES_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
-# The fewest verbs the product needs, per (API group, resource): what kube.py's callers do.
-NEEDED_VERBS = {
-    ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch"},
-    ("", "pods/log"): {"get"},
-    ("", "events"): {"list"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "update"},
-}
-
 needs_chart = pytest.mark.skipif(
     not (CHART / "values.schema.json").exists(), reason=f"the chart's schema is not at {CHART}"
 )
@@ -208,15 +198,6 @@ def test_the_role_is_a_well_formed_namespaced_role(rbac):
             assert isinstance(rule[key], list) and rule[key], f"{key} must be a non-empty list: {rule}"
             assert "*" not in rule[key], f"wildcard in {key}: {rule}"
         assert set(rule["verbs"]) <= KUBERNETES_VERBS, rule
-
-
-def test_the_role_grants_exactly_the_fewest_verbs_the_product_needs(rbac):
-    granted: dict[tuple[str, str], set[str]] = {}
-    for rule in rbac["Role"]["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                granted.setdefault((group, resource), set()).update(rule["verbs"])
-    assert granted == NEEDED_VERBS
 
 
 def test_the_role_binding_binds_the_service_accounts_named_in_the_values(rbac, ours):
