@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from airflow_jobs_plugin.kube import KubeClient, KubeError
 from airflow_jobs_plugin.lifecycle import JobSnapshot
+from airflow_jobs_plugin.manifests import pod_role_and_rank
 
 
 def _started_containers(pod: dict) -> Iterable[tuple[str, int, bool]]:
@@ -25,6 +26,16 @@ def _started_containers(pod: dict) -> Iterable[tuple[str, int, bool]]:
             yield cs["name"], int(cs.get("restartCount") or 0), "running" in state
 
 
+def _replica_name(pod_labels: dict) -> str | None:
+    """``launcher`` or ``worker-<rank>`` from a product pod's labels."""
+    role, rank = pod_role_and_rank(pod_labels)
+    if role == "launcher":
+        return "launcher"
+    if role is not None and rank is not None:
+        return f"{role}-{rank}"
+    return None
+
+
 class LogStreamer:
     def __init__(self, client: KubeClient, namespace: str, log: logging.Logger, tail: deque[str]):
         self.client = client
@@ -34,16 +45,15 @@ class LogStreamer:
         self._tasks: dict[tuple[str, str, int], asyncio.Task] = {}
 
     def follow(self, snap: JobSnapshot, pods: Iterable[dict]) -> None:
-        """Start following every container that started and is not followed yet."""
-        prefixes = {
-            r.pod: f"{r.role}-{r.index}" if r.role != "launcher" else "launcher" for r in snap.replicas
-        }
+        """Start following every container of every pod of the job that started and is not followed yet.
+
+        Every pod, not only each replica's current one: a pod that failed and was replaced between two
+        looks still has the log that explains the retry."""
+        current = {r.pod: r.name for r in snap.replicas if r.pod}
         for pod in pods:
             meta = pod.get("metadata") or {}
             name = meta.get("name")
-            prefix = prefixes.get(name)
-            if prefix is None:
-                continue
+            prefix = _replica_name(meta.get("labels") or {}) or current.get(name) or name
             main = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
             for container, restart, _running in _started_containers(pod):
                 key = (meta.get("uid") or name, container, restart)

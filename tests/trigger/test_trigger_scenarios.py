@@ -83,7 +83,9 @@ async def test_exit_one_with_backoff_limit_two_errors_retries_then_fails(client,
     assert event["exit_codes"] == {"worker-0": 1}
     assert event["failure_class"] == "fatal"  # a non-zero exit is not retried at job level by default
     assert "[worker-0] loss: nan" in event["log_tail"]
-    assert f"Job {name}: RETRYING" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"Job {name}: RETRYING" in out
+    assert out.count("[worker-0] loss: nan") == 3  # every pod's log, the replaced ones too
     pods = [p for p in await list_pods(client) if p["metadata"]["labels"].get(labels.LEGACY_JOB_NAME) == name]
     assert len(pods) == 3  # the first pod and backoff_limit=2 replacements
 
