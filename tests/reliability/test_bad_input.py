@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from task_doubles import task_context
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin import watch as shared
@@ -140,26 +139,6 @@ def connection(cluster, monkeypatch):
     )
 
 
-@dataclass
-class FakeTI:
-    dag_id: str
-    task_id: str = "train"
-    run_id: str = "run-1"
-    map_index: int = -1
-    try_number: int = 1
-
-
-@dataclass
-class Store:
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any, **_: Any) -> None:
-        self.values[key] = value
-
-
 def cluster_objects(cluster) -> tuple[list[dict], list[dict]]:
     jobs = cluster.store.list("jobs", "default")
     ledgers = [
@@ -187,7 +166,7 @@ def test_an_unknown_group_at_submit_time_fails_the_task_and_creates_nothing(clus
     before = cluster_objects(cluster)
     op = JobOperator(**{**GOOD, "group": "speech"}, quota_configmap="policy-unknown")
     with pytest.raises(AirflowFailException, match="unknown quota group 'speech'.*nlp, vision"):
-        op.execute({"ti": FakeTI("unknown_group"), "task_state_store": Store()})
+        op.execute(task_context("unknown_group"))
     assert cluster_objects(cluster) == before
 
 
@@ -196,7 +175,7 @@ def test_a_job_that_can_never_fit_fails_at_submit_time_and_creates_nothing(clust
     before = cluster_objects(cluster)
     op = JobOperator(**{**GOOD, "gpus": 8}, quota_configmap="policy-small")
     with pytest.raises(AirflowFailException, match="could never start"):
-        op.execute({"ti": FakeTI("never_fits"), "task_state_store": Store()})
+        op.execute(task_context("never_fits"))
     assert cluster_objects(cluster) == before
 
 
@@ -218,7 +197,7 @@ def test_a_malformed_policy_at_run_time_holds_jobs_inadmissible_without_crashing
         job_annotations={"sim.airflow-jobs.io/scenario": json.dumps({"main": {"run": 1}})},
     )
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute({"ti": FakeTI("broken_policy"), "task_state_store": Store()})
+        op.execute(task_context("broken_policy"))
     # An admin breaks the policy after the job was submitted.
     cm = cluster.store.get("configmaps", "policy-broken", "default")
     cm["data"]["policy.yaml"] = "groups:\n  vision: {gpus: eight}\n"
@@ -277,7 +256,7 @@ def test_a_job_deleted_behind_the_triggers_back_ends_it_cleanly(cluster):
         **GOOD, job_annotations={"sim.airflow-jobs.io/scenario": json.dumps({"main": {"run": None}})}
     )
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute({"ti": FakeTI("deleted_behind"), "task_state_store": Store()})
+        op.execute(task_context("deleted_behind"))
     name = deferred.value.trigger.job_name
 
     async def go():

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from task_doubles import task_context
 
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.operators import JobOperator
@@ -24,26 +23,6 @@ DAG_SECRET = "s3cr3t-wandb-key"
 def guarded_cluster():
     with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01, token=TOKEN)) as sim:
         yield sim
-
-
-@dataclass
-class FakeTI:
-    dag_id: str = "secrets"
-    task_id: str = "train"
-    run_id: str = "run-1"
-    map_index: int = -1
-    try_number: int = 1
-
-
-@dataclass
-class Store:
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any, **_: Any) -> None:
-        self.values[key] = value
 
 
 def test_a_token_in_the_connection_never_reaches_kwargs_xcom_or_logs(guarded_cluster, monkeypatch, capsys):
@@ -64,7 +43,7 @@ def test_a_token_in_the_connection_never_reaches_kwargs_xcom_or_logs(guarded_clu
             "sim.airflow-jobs.io/scenario": json.dumps({"main": {"run": 2, "logs": ["step 1"]}})
         },
     )
-    context = {"ti": FakeTI(), "task_state_store": Store()}
+    context = task_context("secrets")
     with pytest.raises(TaskDeferred) as info:
         op.execute(context)
     trigger = info.value.trigger

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from airflow.sdk.exceptions import TaskDeferred
+from task_doubles import task_context
 
 from airflow_jobs_plugin import inspect
 from airflow_jobs_plugin import watch as shared
@@ -30,26 +29,6 @@ RESOURCE_GROUPS = {"jobs": "batch", "mpijobs": "kubeflow.org"}  # everything els
 SCENARIO = "sim.airflow-jobs.io/scenario"
 
 
-@dataclass
-class FakeTI:
-    dag_id: str
-    task_id: str = "train"
-    run_id: str = "run-1"
-    map_index: int = -1
-    try_number: int = 1
-
-
-@dataclass
-class Store:
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any, **_: Any) -> None:
-        self.values[key] = value
-
-
 def granted() -> dict[tuple[str, str], set[str]]:
     (role,) = [d for d in yaml.safe_load_all(ROLE.read_text()) if d and d.get("kind") == "Role"]
     out: dict[tuple[str, str], set[str]] = {}
@@ -61,7 +40,7 @@ def granted() -> dict[tuple[str, str], set[str]]:
 
 
 def deferred(op: JobOperator, dag_id: str) -> tuple[TaskDeferred, dict]:
-    context = {"ti": FakeTI(dag_id), "task_state_store": Store()}
+    context = task_context(dag_id)
     with pytest.raises(TaskDeferred) as info:
         op.execute(context)
     return info.value, context

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from task_doubles import FakeTI, StateStore
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin import watch as shared
@@ -17,28 +16,6 @@ from airflow_jobs_plugin.operators import STATE_KEY, JobOperator
 from airflow_jobs_plugin.spec import JobSpecError
 
 _runs = iter(range(1, 10_000))
-
-
-@dataclass
-class FakeTI:
-    dag_id: str
-    task_id: str
-    run_id: str
-    map_index: int = -1
-    try_number: int = 1
-
-
-@dataclass
-class StateStore:
-    """The task_state_store accessor's get/set, kept across tries of one task instance."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any, **_: Any) -> None:
-        self.values[key] = value
 
 
 def context_for(op: JobOperator, run_id: str, try_number: int, store: StateStore) -> dict:

@@ -1,0 +1,44 @@
+"""What a worker hands an operator, for tests that call ``execute()`` directly: the task instance's
+identity and the ``task_state_store`` that survives retries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FakeTI:
+    dag_id: str
+    task_id: str = "train"
+    run_id: str = "run-1"
+    map_index: int = -1
+    try_number: int = 1
+
+
+@dataclass
+class StateStore:
+    """The task_state_store accessor's get/set, kept across tries of one task instance."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, **_: Any) -> None:
+        self.values[key] = value
+
+
+def task_context(
+    dag_id: str,
+    task_id: str = "train",
+    *,
+    run_id: str = "run-1",
+    try_number: int = 1,
+    store: StateStore | None = None,
+) -> dict:
+    """The context ``execute()`` reads: ``ti`` and ``task_state_store``."""
+    return {
+        "ti": FakeTI(dag_id, task_id, run_id, -1, try_number),
+        "task_state_store": store if store is not None else StateStore(),
+    }
