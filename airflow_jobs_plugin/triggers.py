@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -41,6 +41,11 @@ from airflow_jobs_plugin.kube import (
 from airflow_jobs_plugin.lifecycle import Failure, JobSnapshot, JobState, classify_failure, snapshot
 from airflow_jobs_plugin.logstream import LogStreamer
 from airflow_jobs_plugin.spec import attempt_name
+
+T = TypeVar("T")
+# Back-off between repeats of an API call that failed transiently (429, 5xx, no answer), in seconds.
+TRANSIENT_RETRY_FIRST = 0.2
+TRANSIENT_RETRY_MAX = 10.0
 
 
 def _resource(kind: str) -> Resource:
@@ -162,7 +167,9 @@ class JobTrigger(BaseTrigger):
             final_read = False
             unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
             while True:
-                job = watch.get(resource, name) or await client.get_or_none(resource, self.namespace, name)
+                job = watch.get(resource, name) or await self._patiently(
+                    client.get_or_none, resource, self.namespace, name
+                )
                 if job is None:
                     self.log.error("job %s/%s no longer exists", self.namespace, name)
                     yield TriggerEvent(
@@ -190,7 +197,7 @@ class JobTrigger(BaseTrigger):
                     # event (another watch stream) can wake us before the job's own. Do not admit twice.
                     queue = None
                 else:
-                    queue = await admission.ensure(job) if waiting else None
+                    queue = await self._patiently(admission.ensure, job) if waiting else None
                     direct = waiting and queue is None and not admission.quota_enabled
                     unsuspended_from = version if direct else None
                 snap = snapshot(job, pods, (), queue=queue, now=_now())
@@ -212,11 +219,11 @@ class JobTrigger(BaseTrigger):
                 if decision.step is tracking.Step.FAIL_FAST:
                     # The pod's back-off message hides the registry's answer; the pull events carry it.
                     # Look once, just before ruling, so a transient refusal is never ruled permanent.
-                    events = await self._events_of(client, pods)
+                    events = await self._patiently(self._events_of, client, pods)
                     snap = snapshot(job, pods, events, queue=queue, now=_now())
                     failure = _failure(snap, self.retryable_exit_codes, self.fatal_exit_codes)
                     if tracking.stuck_for_good(snap, failure, events):
-                        await self._rule_failed(client, resource, job, snap, failure)
+                        await self._patiently(self._rule_failed, client, resource, job, snap, failure)
                     await sub.wait(timeout=self.recheck_interval)
                     continue
                 if decision.step is tracking.Step.WAIT:
@@ -226,14 +233,16 @@ class JobTrigger(BaseTrigger):
                     # Jobs and pods arrive on separate watch streams: the Job's final condition can
                     # overtake its pods' last statuses. Read the pods once, then decide on fresh facts.
                     final_read = True
-                    fresh = await self._pods_now(client, name)
+                    fresh = await self._patiently(self._pods_now, client, name)
                     for pod in fresh:
                         watch.absorb(PODS, pod)
                     continue
                 await admission.release(job)
                 history.append(_attempt_record(job, snap))
                 if decision.step is tracking.Step.RETRY:
-                    name = await self._submit_next_attempt(client, resource, job, attempt, decision.delay)
+                    name = await self._patiently(
+                        self._submit_next_attempt, client, resource, job, attempt, decision.delay
+                    )
                     self.log.warning(
                         "attempt %d of %s failed (%s); attempt %d of %d starts after %s as %s",
                         attempt,
@@ -321,6 +330,24 @@ class JobTrigger(BaseTrigger):
             for sub in subs.values():
                 watch.unsubscribe(sub)
             shared.release(self.kubernetes_conn_id, self.namespace, scope)
+
+    async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``call(*args)``, repeated after a back-off while the API answers with a transient error.
+
+        Every call passed here is safe to repeat (reads, idempotent patches, a create that adopts an
+        existing object). Without this, one throttled or failed request would fail the Airflow task of a
+        job that is running fine.
+        """
+        delay = TRANSIENT_RETRY_FIRST
+        while True:
+            try:
+                return await call(*args)
+            except KubeError as exc:
+                if not exc.transient:
+                    raise
+                self.log.warning("Kubernetes API: %s; trying again in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(TRANSIENT_RETRY_MAX, delay * 2)
 
     def _observed_job(self, watch: shared.SharedWatch, resource: Resource) -> dict | None:
         if not self.label_selector:

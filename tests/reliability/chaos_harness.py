@@ -1,0 +1,263 @@
+"""The moving parts of the chaos test: the Airflow worker, the triggerer process, the chaos itself.
+
+- :class:`Worker` runs ``JobOperator.execute`` as an Airflow worker would, with a fake task instance and
+  a ``task_state_store`` kept across tries. ``TaskDeferred`` hands the trigger's ``serialize()`` output
+  to the triggerer; any other exception is a failed try, which Airflow retries with the next try
+  number. A worker that dies between the create and the deferral is a ``defer`` that raises.
+- :class:`Triggerer` is the OS process of :mod:`.chaos_triggerer`, killed with SIGKILL and restarted.
+- :class:`Chaos` evicts pods and loses a node, recording which tasks it hit.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk.exceptions import TaskDeferred
+from task_doubles import FakeTI, StateStore
+
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.operators import STATE_KEY, JobOperator
+from airflow_jobs_plugin.spec import TaskIdentity
+
+from .chaos_plan import LOST_NODE, Kind, Task, operator_kwargs
+from .chaos_triggerer import append_record, read_records, triggerer_main
+
+DAG_ID = "chaos"
+RUN_ID = "chaos-run"
+
+
+class WorkerDied(BaseException):
+    """The worker process dies right after creating the job, before the deferral reaches Airflow."""
+
+
+def task_key(task: Task) -> str:
+    return TaskIdentity(DAG_ID, task.task_id, RUN_ID).instance_key()
+
+
+@dataclass
+class Submission:
+    """What the worker did for one task: the try that deferred and the job its trigger follows."""
+
+    deferred_try: int
+    trigger_job: str
+    created_by_crashed_try: str | None = None  # the job name the crashed try had stored
+
+
+class Worker:
+    """Executes every task until it defers, retrying failed tries as Airflow does."""
+
+    def __init__(self, deferrals: Path, max_tries: int = 8):
+        self.deferrals = deferrals
+        self.max_tries = max_tries
+        self.submissions: dict[str, Submission] = {}
+        self.failed_tries: list[str] = []  # "task try N: error" for each try that raised
+
+    def submit_all(self, tasks: list[Task], workers: int) -> list[threading.Thread]:
+        """Submit ``tasks`` in order from ``workers`` threads, as several Airflow workers would."""
+        queue = list(reversed(tasks))
+        lock = threading.Lock()
+
+        def work() -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    task = queue.pop()
+                self.submit(task)
+
+        return [run_in_thread(work) for _ in range(workers)]
+
+    def submit(self, task: Task) -> None:
+        op = JobOperator(
+            task_id=task.task_id,
+            retry_backoff=timedelta(seconds=0.2),
+            retry_backoff_max=timedelta(seconds=1),
+            **operator_kwargs(task),
+        )
+        store = StateStore()
+        crashed_job: str | None = None
+        for try_number in range(1, self.max_tries + 1):
+            context = {"ti": FakeTI(DAG_ID, task.task_id, RUN_ID, -1, try_number), "task_state_store": store}
+            crash_now = task.crash_before_defer and crashed_job is None
+            try:
+                if crash_now:
+                    op.defer = _die  # type: ignore[method-assign]
+                try:
+                    op.execute(context)
+                finally:
+                    if crash_now:
+                        del op.defer
+            except TaskDeferred as deferred:
+                classpath, kwargs = deferred.trigger.serialize()
+                append_record(
+                    self.deferrals, {"task": task.task_id, "classpath": classpath, "kwargs": kwargs}
+                )
+                self.submissions[task.task_id] = Submission(try_number, kwargs["job_name"], crashed_job)
+                return
+            except WorkerDied:
+                crashed_job = store.get(STATE_KEY)["name"]
+                self.failed_tries.append(f"{task.task_id} try {try_number}: worker died after the create")
+            except Exception as exc:  # a failed try: Airflow retries the task
+                self.failed_tries.append(
+                    f"{task.task_id} try {try_number}: {type(exc).__name__}: {exc}"[:300]
+                )
+        raise AssertionError(
+            f"{task.task_id} never deferred in {self.max_tries} tries: {self.failed_tries[-3:]}"
+        )
+
+
+def _die(*_args: Any, **_kwargs: Any) -> None:
+    raise WorkerDied()
+
+
+class Triggerer:
+    """The triggerer OS process; ``restart`` SIGKILLs it and starts a fresh one on the same files.
+
+    Processes come from a fork server that has imported Airflow and the product once: a fresh process
+    per (re)start, with nothing in memory from the one killed, without paying Airflow's import time
+    (several seconds on a loaded CI runner) at every restart.
+    """
+
+    def __init__(self, deferrals: Path, events: Path, log: Path, connection: str):
+        self.files = (str(deferrals), str(events), str(log), connection)
+        self.context = multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload(["airflow_jobs_plugin.triggers", triggerer_main.__module__])
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self.ready = self.context.Event()
+        self.kills = 0
+        self.pids: list[int] = []
+
+    def start(self) -> None:
+        self.ready = self.context.Event()
+        self.process = self.context.Process(
+            target=triggerer_main, args=(*self.files, self.ready), daemon=True
+        )
+        self.process.start()
+        self.pids.append(self.process.pid)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.join(timeout=10)
+        self.kills += 1
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=10)
+
+
+def events_by_task(events: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for record in read_records(events):
+        out.setdefault(record["task"], []).append(record)
+    return out
+
+
+class Chaos:
+    """Cluster faults aimed at the disruption scenarios; remembers which attempt-1 pods it hit."""
+
+    def __init__(self, cluster, namespace: str, tasks: list[Task]):
+        self.cluster = cluster
+        self.namespace = namespace
+        self.task_of_key = {task_key(t): t for t in tasks}
+        self.evicted: set[str] = set()  # task ids
+        self.stranded: set[str] = set()  # task ids whose attempt-1 pod was on the node when it was lost
+        self.lost = False
+
+    def _first_attempt_pods(self, pods: list[dict], kind: Kind) -> list[tuple[Task, dict]]:
+        out = []
+        for pod in pods:
+            pod_labels = pod["metadata"].get("labels") or {}
+            task = self.task_of_key.get(pod_labels.get(labels.TASK_KEY, ""))
+            if task is not None and task.kind is kind and pod_labels.get(labels.ATTEMPT) == "1":
+                out.append((task, pod))
+        return out
+
+    def evict_running(self) -> int:
+        """Evict every running attempt-1 pod of an EVICTED task not evicted yet; how many now."""
+
+        def on_loop() -> int:
+            pods = self.cluster.store.list("pods", self.namespace)
+            count = 0
+            for task, pod in self._first_attempt_pods(pods, Kind.EVICTED):
+                status = pod.get("status") or {}
+                running = any(
+                    "running" in (c.get("state") or {}) for c in status.get("containerStatuses") or ()
+                )
+                if task.task_id in self.evicted or not running or pod["metadata"].get("deletionTimestamp"):
+                    continue
+                self.cluster.controllers.evict_pod(self.namespace, pod["metadata"]["name"])
+                self.evicted.add(task.task_id)
+                count += 1
+            return count
+
+        return self.cluster.call(on_loop)
+
+    def running_on_lost_node(self) -> int:
+        def on_loop() -> int:
+            pods = self.cluster.store.list("pods", self.namespace)
+            return sum(
+                1
+                for _, pod in self._first_attempt_pods(pods, Kind.NODE_LOSS)
+                if (pod.get("status") or {}).get("phase") == "Running"
+            )
+
+        return self.cluster.call(on_loop)
+
+    def lose_node(self, eviction_after: float) -> None:
+        """Lose the node; in the same step of the simulator, note whose attempt-1 pods it strands."""
+
+        def on_loop() -> None:
+            pods = self.cluster.store.list("pods", self.namespace)
+            for task, pod in self._first_attempt_pods(pods, Kind.NODE_LOSS):
+                placed = (pod.get("spec") or {}).get("nodeName") == LOST_NODE
+                ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                if placed and not ended and not pod["metadata"].get("deletionTimestamp"):
+                    self.stranded.add(task.task_id)
+            self.cluster.controllers.lose_node(LOST_NODE, eviction_after=eviction_after)
+            self.lost = True
+
+        self.cluster.call(on_loop)
+
+    def stranded_tasks_retried(self) -> bool:
+        """Every stranded task's trigger has moved on: its attempt-2 job exists."""
+        keys = {key for key, task in self.task_of_key.items() if task.task_id in self.stranded}
+
+        def on_loop() -> bool:
+            retried = {
+                (job["metadata"].get("labels") or {}).get(labels.TASK_KEY)
+                for job in self.cluster.store.list("jobs", self.namespace)
+                if (job["metadata"].get("labels") or {}).get(labels.ATTEMPT) == "2"
+            }
+            return keys <= retried
+
+        return self.cluster.call(on_loop)
+
+    def restore_node(self) -> None:
+        self.cluster.controllers.restore_node(LOST_NODE)
+
+
+def run_in_thread(target, *args: Any) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
