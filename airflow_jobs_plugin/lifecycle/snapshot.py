@@ -362,6 +362,14 @@ def _failed(
         return _Decision(
             state, specific.reason or Reason.ERROR, f"{detail}; {_describe(specific)}", exit_code
         )
+    cond_message = str(dig(condition(job, kind), "message") or "")
+    if cond_reason == "PodFailurePolicy" and "DisruptionTarget" in cond_message:
+        # The pod was disrupted (evicted, preempted, or its node lost) and may be gone: the
+        # infrastructure failed the job, not the program, whatever the killed container's exit code.
+        # A NodeLost ruling the product wrote before the controller's word says which disruption.
+        lost = facts.annotations.get(labels.VERDICT) == Reason.NODE_LOST.value
+        reason = Reason.NODE_LOST if lost else Reason.EVICTED
+        return _Decision(state, reason, f"{detail}; its pod was disrupted", None)
     if cond_reason == "DeadlineExceeded":
         reason = Reason.DEADLINE_EXCEEDED
     elif cond_reason in ("MPIJobEvicted",):

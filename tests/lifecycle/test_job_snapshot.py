@@ -20,6 +20,7 @@ from .factories import (
     NAMESPACE,
     at,
     batch_job,
+    job_condition,
     job_pod,
     launcher_pod,
     mpi_job,
@@ -381,3 +382,23 @@ def test_degraded_message_names_the_replica_and_its_exit_code():
     result = take(BY_ID["degraded-mpi-worker-exited-with-error"])
     assert result.message.startswith("worker-1: Error, exit code 2")
     assert result.exit_code == 2
+
+
+def test_a_job_failed_by_its_disruption_rule_is_an_infrastructure_failure_not_an_error():
+    from airflow_jobs_plugin.lifecycle import FailureClass, classify_failure
+
+    message = "Pod default/train-x7k2p has condition DisruptionTarget matching FailJob rule at index 0"
+    job = batch_job(conditions=[job_condition("Failed", "PodFailurePolicy", message)], failed=1)
+    snap = snapshot(job, [], now=NOW)
+    assert (snap.state, snap.reason, snap.exit_code) == (JobState.FAILED, Reason.EVICTED, None)
+    assert classify_failure(snap).failure_class is FailureClass.RETRYABLE
+
+
+def test_a_disrupted_job_the_product_ruled_node_lost_keeps_that_reason():
+    message = "Pod default/train-x7k2p has condition DisruptionTarget matching FailJob rule at index 0"
+    job = batch_job(
+        annotations={labels.VERDICT: "NodeLost"},
+        conditions=[job_condition("Failed", "PodFailurePolicy", message)],
+        failed=1,
+    )
+    assert snapshot(job, [], now=NOW).reason is Reason.NODE_LOST

@@ -308,12 +308,6 @@ def _first_attempt_reason(event: dict, first: dict) -> str:
     return str(getattr(snapshot(first, [], ()).reason, "value", ""))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Job failed by its DisruptionTarget rule whose pod is gone (the lost node came back) reads as "
-    "a fatal 'Error', not a retryable NodeLost: the Failed condition outranks the pods' evidence and the "
-    "product's own NodeLost verdict",
-)
 def test_a_node_loss_seen_only_after_the_node_returned_is_retried(cluster, connection):
     """The triggerer is down while a node is lost and comes back: the job's only evidence is its Failed
     condition (``... has condition DisruptionTarget matching FailJob rule ...``), its pod being gone."""
