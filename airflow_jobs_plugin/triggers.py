@@ -362,9 +362,17 @@ class JobTrigger(BaseTrigger):
         if first is None:
             return name
         meta_labels = first["metadata"].get("labels") or {}
+        # Later attempts are only ever named attempt_name(job_name, k): look those names up rather than
+        # scan every cached job (a scan per trigger is quadratic when a triggerer restarts with
+        # thousands of triggers, and stalls the loop for all of them).
+        try:
+            names = [attempt_name(self.job_name, k) for k in range(1, self.max_attempts + 1)]
+            candidates = [j for j in (watch.get(resource, n) for n in names) if j is not None]
+        except ValueError:  # a name this product did not make: fall back to the labels
+            candidates = watch.jobs(resource)
         siblings = [
             j
-            for j in watch.jobs(resource)
+            for j in candidates
             if (j["metadata"].get("labels") or {}).get(labels.TASK_KEY) == meta_labels.get(labels.TASK_KEY)
             and (j["metadata"].get("labels") or {}).get(labels.TRY) == meta_labels.get(labels.TRY)
         ]

@@ -1,0 +1,245 @@
+"""The simulated cluster of a benchmark, in a process of its own, driven over stdin/stdout.
+
+Run by the benchmark drivers, not by hand: ``python simproc.py --nodes 60 --time-scale 0.5``. It starts a
+:class:`~airflow_jobs_plugin.sim.SimCluster`, prints one JSON line with the kubeconfig path, then answers
+one JSON line per command line read from stdin (answers start with ``@bench ``) (``{"op": ...}``).
+
+Keeping the cluster out of the process under test means that process's CPU time and memory are its own.
+While it runs, the process records two things a client cannot see:
+
+- the moment (``time.time()``) of every state change that matters to a benchmark, taken inside the
+  store write that makes it: a job unsuspended, its first pod Running, its Complete/Failed condition;
+- the API server's request counters, sampled twice a second, so a driver can compute request rates
+  over any window afterwards.
+
+Jobs are built from real manifests (``spec.validate`` + ``manifests.build_manifest``, exactly what
+``JobOperator`` submits) and written straight into the store rather than POSTed: creating 5,000 jobs over
+HTTP would only measure the API server, and the objects are the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+SCENARIO = "sim.airflow-jobs.io/scenario"
+SAMPLE_SECONDS = 0.5
+MARK = "@bench "  # protocol lines start with it: imports may print to stdout too
+
+
+def _complete(obj: dict) -> str | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return cond["type"]
+    return None
+
+
+class Recorder:
+    """Timestamps of the state changes of every product job, by namespace and job name.
+
+    Registered as a store watcher: called inside each write with the new object and the previous one,
+    so the times are when the cluster changed, not when anyone looked.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def __call__(self, rv: int, event_type: str, resource: str, obj: dict, prev: dict | None) -> None:
+        if resource not in ("jobs", "pods") or event_type == "DELETED":
+            return
+        meta = obj.get("metadata") or {}
+        lbl = meta.get("labels") or {}
+        if lbl.get(labels.MANAGED_BY) != labels.MANAGED_BY_VALUE:
+            return
+        now = time.time()
+        if resource == "jobs":
+            entry = self._entry(meta.get("namespace", ""), meta["name"])
+            entry.setdefault("group", (meta.get("annotations") or {}).get(labels.GROUP_NAME))
+            suspended = bool((obj.get("spec") or {}).get("suspend"))
+            if not suspended and "unsuspended" not in entry:
+                entry["unsuspended"] = now
+            done = _complete(obj)
+            if done and "finished" not in entry:
+                entry["finished"] = now
+                entry["outcome"] = done
+            return
+        job = lbl.get(labels.LEGACY_JOB_NAME)
+        if not job:
+            return
+        phase = (obj.get("status") or {}).get("phase")
+        before = ((prev or {}).get("status") or {}).get("phase")
+        entry = self._entry(meta.get("namespace", ""), job)
+        entry.setdefault("pod", meta["name"])
+        if phase == "Running" and before != "Running" and "running" not in entry:
+            entry["running"] = now
+
+    def _entry(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.jobs.setdefault(namespace, {}).setdefault(name, {})
+
+    def summary(self, namespace: str) -> dict[str, int]:
+        entries = self.jobs.get(namespace, {}).values()
+        return {
+            "jobs": len(entries),
+            "unsuspended": sum(1 for e in entries if "unsuspended" in e),
+            "running": sum(1 for e in entries if "running" in e),
+            "finished": sum(1 for e in entries if "finished" in e),
+        }
+
+
+class Sampler(threading.Thread):
+    """The API server's counters every half second: ``(time, {"verb resource": count})``."""
+
+    def __init__(self, cluster: SimCluster):
+        super().__init__(name="bench-sampler", daemon=True)
+        self.cluster = cluster
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            counts = self.cluster.call(lambda: dict(self.cluster._server.counters))  # noqa: SLF001
+            self.samples.append((time.time(), {f"{v} {r}": n for (v, r), n in counts.items()}))
+            self.stopping.wait(SAMPLE_SECONDS)
+
+
+def job_manifest(
+    namespace: str, index: int, run: float, *, group: str, user: str, gpus: int, prefix: str
+) -> dict:
+    """The manifest JobOperator would submit for task ``prefix`` of run ``index``."""
+    scenario = {"main": {"pull": 1, "run": run, "logs": ["starting", "done"]}}
+    spec = validate(
+        image="registry.example/trainer:1",
+        group=group,
+        user=user,
+        gpus=gpus,
+        namespace=namespace,
+        annotations={SCENARIO: json.dumps(scenario)},
+    )
+    task = TaskIdentity("bench", prefix, f"run-{index}", -1, 1)
+    return build_manifest(
+        spec, name=task.job_name(1), task=task, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
+
+
+class Server:
+    """The command loop."""
+
+    def __init__(self, cluster: SimCluster):
+        self.cluster = cluster
+        self.recorder = Recorder()
+        self.sampler = Sampler(cluster)
+
+    def handle(self, cmd: dict) -> Any:
+        op = cmd["op"]
+        store = self.cluster.store
+        if op == "create_jobs":
+            return self.create_jobs(cmd)
+        if op == "summary":
+            return self.cluster.call(self.recorder.summary, cmd["namespace"])
+        if op == "transitions":
+            return self.cluster.call(lambda: dict(self.recorder.jobs.get(cmd["namespace"], {})))
+        if op == "samples":
+            since = float(cmd.get("since") or 0)
+            return [s for s in list(self.sampler.samples) if s[0] >= since]
+        if op == "counters":
+            return {f"{v} {r}": n for (v, r), n in self.cluster.counters().items()}
+        if op == "put_configmap":
+            body = {"metadata": {"name": cmd["name"], "labels": cmd.get("labels") or {}}, "data": cmd["data"]}
+            return self.cluster.call(store.create, "configmaps", body, cmd["namespace"])["metadata"]["name"]
+        if op == "stop":
+            return "bye"
+        raise ValueError(f"unknown op {op!r}")
+
+    def create_jobs(self, cmd: dict) -> list[str]:
+        """Create jobs (suspended, as the operator does, unless ``suspended`` is false)."""
+        namespace = cmd["namespace"]
+        specs = cmd["jobs"]  # [{"run": s, "group": g, "user": u, "gpus": n}]
+        manifests = [
+            job_manifest(
+                namespace,
+                i,
+                s["run"],
+                group=s.get("group", "bench"),
+                user=s.get("user", "bench"),
+                gpus=int(s.get("gpus", 0)),
+                prefix=cmd.get("prefix", "track"),
+            )
+            for i, s in enumerate(specs)
+        ]
+        if not cmd.get("suspended", True):
+            for m in manifests:
+                m["spec"]["suspend"] = False
+        store = self.cluster.store
+
+        # In batches, so the cluster's loop keeps serving requests meanwhile.
+        names: list[str] = []
+        for start in range(0, len(manifests), 250):
+            chunk = manifests[start : start + 250]
+
+            def create_chunk(chunk: list[dict] = chunk) -> list[str]:
+                if not any(n["metadata"]["name"] == namespace for n in store.list("namespaces")):
+                    store.create("namespaces", {"metadata": {"name": namespace}})
+                return [store.create("jobs", m, namespace)["metadata"]["name"] for m in chunk]
+
+            names.extend(self.cluster.call(create_chunk))
+        return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--time-scale", type=float, default=0.1)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    cluster = SimCluster(
+        ClusterConfig(
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            time_scale=args.time_scale,
+            watch_history=20000,
+        )
+    ).start()
+    server = Server(cluster)
+    cluster.call(lambda: cluster.store.watch("jobs", cluster.store.current_rv(), server.recorder))
+    server.sampler.start()
+    out = sys.stdout
+    out.write(
+        MARK
+        + json.dumps(
+            {"kubeconfig": cluster.kubeconfig_path, "url": cluster.url, "policy_key": quota.POLICY_KEY}
+        )
+        + "\n"
+    )
+    out.flush()
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            cmd = json.loads(line)
+            try:
+                reply = {"ok": True, "result": server.handle(cmd)}
+            except Exception as exc:  # report, keep serving
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            out.write(MARK + json.dumps(reply) + "\n")
+            out.flush()
+            if cmd.get("op") == "stop":
+                break
+    finally:
+        server.sampler.stopping.set()
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""A triggerer-like process: N triggers on one asyncio loop, each following one job to its final event.
+
+Run by the benchmark drivers: ``python tracker.py --kind ours|cncf --names names.json --namespace ns
+--out result.json``. The ``kubernetes_default`` connection comes from ``AIRFLOW_CONN_KUBERNETES_DEFAULT``,
+as in a triggerer.
+
+- ``ours``: :class:`~airflow_jobs_plugin.triggers.JobTrigger` as ``JobOperator`` defers to it.
+- ``cncf``: the cncf provider's ``KubernetesJobTrigger`` as its ``KubernetesJobOperator`` defers to it
+  in deferrable mode (default ``job_poll_interval`` of 10 s, ``get_logs`` on, no XCom sidecar).
+
+Each trigger's logger is replaced by a recorder that formats every line as a logger would and keeps the
+time each lifecycle state was first logged; the time of each trigger's final event is kept too. For
+``ours`` a listener on the shared watch also records when the process *received* each job's Complete
+condition and first Running pod, which splits a latency into delivery and reaction.
+
+Prints ``@bench {"ready": t}`` once imports are done and the triggers are about to start, and writes the
+results (times, CPU samples, peak memory) to ``--out`` when every trigger has fired, at ``--cap``
+seconds, or once ``--stop-file`` exists, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from typing import Any
+
+SAMPLE_SECONDS = 0.5
+MARK = "@bench "  # protocol lines start with it: imports may print to stdout too
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def memory_kb() -> tuple[int, int]:
+    """(current RSS, peak RSS) of this process in kB, from /proc/self/status."""
+    rss = hwm = 0
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1])
+    except OSError:
+        hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss, hwm
+
+
+class Book:
+    """Everything the process observed, by job name."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, dict[str, float]] = {}
+        self.events: dict[str, dict[str, Any]] = {}
+        self.received: dict[str, dict[str, float]] = {}
+        self.lines = 0
+        self.errors: list[str] = []
+
+    def state(self, job: str, state: str) -> None:
+        self.states.setdefault(job, {}).setdefault(state, time.time())
+
+    def receive(self, job: str, what: str) -> None:
+        self.received.setdefault(job, {}).setdefault(what, time.time())
+
+
+class TaskLog:
+    """Stands in for a trigger's task logger. Formats each line (the cost a real logger pays at least)
+    and notes the first time each state of its job was logged (``"<Kind> <job>: <STATE> ..."``)."""
+
+    def __init__(self, book: Book, job: str):
+        self.book = book
+        self.job = job
+        self.marker = f" {job}: "
+
+    def _line(self, msg: Any, *args: Any, **_: Any) -> None:
+        text = str(msg) % args if args else str(msg)
+        self.book.lines += 1
+        at = text.find(self.marker)
+        if at != -1 and at < 10:
+            words = text[at + len(self.marker) :].split()
+            if words:
+                self.book.state(self.job, words[0].rstrip(":"))
+
+    debug = info = warning = error = exception = critical = _line
+
+    def isEnabledFor(self, _level: int) -> bool:  # noqa: N802 - the logging API's name
+        return True
+
+
+def _complete(obj: dict) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def build_triggers(kind: str, names: list[str], namespace: str, args: argparse.Namespace, book: Book) -> list:
+    if kind == "ours":
+        from airflow_jobs_plugin.triggers import JobTrigger
+
+        triggers = [
+            JobTrigger(
+                job_name=name,
+                namespace=namespace,
+                stream_logs=args.stream_logs,
+                quota_configmap=args.quota_configmap,
+                quota_namespace=namespace if args.quota_configmap else None,
+            )
+            for name in names
+        ]
+    else:
+        from airflow.providers.cncf.kubernetes.triggers.job import KubernetesJobTrigger
+
+        pods: dict[str, str] = {}
+        if args.pods:
+            with open(args.pods) as f:
+                pods = json.load(f)
+        triggers = []
+        for name in names:
+            trigger = KubernetesJobTrigger(
+                job_name=name,
+                job_namespace=namespace,
+                pod_names=[pods.get(name) or f"{name}-pod"],
+                pod_namespace=namespace,
+                base_container_name="main",
+                kubernetes_conn_id="kubernetes_default",
+                poll_interval=args.poll_interval,
+                get_logs=True,
+                do_xcom_push=False,
+            )
+            trigger.hook._log = TaskLog(book, name)  # noqa: SLF001 - the hook logs every poll
+            triggers.append(trigger)
+    for trigger, name in zip(triggers, names, strict=True):
+        trigger._log = TaskLog(book, name)  # noqa: SLF001 - LoggingMixin's cached logger
+    return triggers
+
+
+async def follow(trigger: Any, name: str, book: Book) -> None:
+    try:
+        async for event in trigger.run():
+            payload = event.payload
+            book.events[name] = {
+                "t": time.time(),
+                "status": payload.get("status"),
+                "state": payload.get("state"),
+            }
+            break
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a trigger that dies is a result too
+        book.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        book.events[name] = {"t": time.time(), "status": "crashed", "state": None}
+
+
+def asked_to_stop(stop_file: str | None) -> bool:
+    # A file rather than a signal: a signal reaching a loop this busy can be lost (asyncio's wakeup
+    # pipe overflows). One stat every half second does not block.
+    return bool(stop_file) and os.path.exists(stop_file)
+
+
+async def sample(samples: list, stop_file: str | None, stop: asyncio.Event) -> None:
+    while True:
+        rss, hwm = memory_kb()
+        samples.append((time.time(), cpu_seconds(), rss, hwm))
+        if asked_to_stop(stop_file):
+            stop.set()
+        await asyncio.sleep(SAMPLE_SECONDS)
+
+
+async def amain(args: argparse.Namespace, names: list[str]) -> dict:
+    book = Book()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    triggers = build_triggers(args.kind, names, args.namespace, args, book)
+
+    watch = None
+    if args.kind == "ours":
+        from airflow_jobs_plugin import watch as shared
+
+        watch = await shared.acquire("kubernetes_default", args.namespace)
+
+        def on_event(_etype: str, plural: str, obj: dict) -> None:
+            key = shared.job_key(obj)
+            if key is None:
+                return
+            if plural == "pods" and (obj.get("status") or {}).get("phase") == "Running":
+                book.receive(key, "running")
+            elif plural == "jobs" and _complete(obj):
+                book.receive(key, "finished")
+
+        watch.add_listener(on_event)
+
+    samples: list = []
+    sampler = asyncio.create_task(sample(samples, args.stop_file, stop))
+    rss0, _ = memory_kb()
+    cpu0 = cpu_seconds()
+    started = time.time()
+    print(MARK + json.dumps({"ready": started}), flush=True)
+    tasks = [asyncio.create_task(follow(t, n, book)) for t, n in zip(triggers, names, strict=True)]
+    everything = asyncio.gather(*tasks, return_exceptions=True)
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({everything, stopper}, timeout=args.cap, return_when=asyncio.FIRST_COMPLETED)
+    capped = everything not in done
+    ended = time.time()
+    cpu1 = cpu_seconds()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    stopper.cancel()
+    sampler.cancel()
+    _, hwm = memory_kb()
+    if args.kind == "ours":
+        from airflow_jobs_plugin import admission
+        from airflow_jobs_plugin import watch as shared
+
+        if watch is not None:
+            shared.release("kubernetes_default", args.namespace)
+        await admission.shutdown()
+        await shared.shutdown()
+    return {
+        "kind": args.kind,
+        "n": len(names),
+        "pid": os.getpid(),
+        "started": started,
+        "ended": ended,
+        "capped": capped,
+        "cpu_seconds": cpu1 - cpu0,
+        "rss_start_kb": rss0,
+        "peak_rss_kb": hwm,
+        "samples": samples,
+        "states": book.states,
+        "events": book.events,
+        "received": book.received,
+        "log_lines": book.lines,
+        "errors": book.errors[:50],
+        "python": sys.version.split()[0],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kind", choices=("ours", "cncf"), required=True)
+    parser.add_argument("--names", required=True, help="JSON file: the job names")
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--cap", type=float, default=3600.0, help="stop after this many seconds")
+    parser.add_argument("--stop-file", default=None, help="stop as soon as this file exists")
+    parser.add_argument("--stream-logs", action="store_true", help="JobTrigger: follow container logs")
+    parser.add_argument("--quota-configmap", default=None, help="JobTrigger: the quota policy ConfigMap")
+    parser.add_argument("--poll-interval", type=float, default=10.0, help="cncf: job_poll_interval")
+    parser.add_argument("--pods", default=None, help="cncf: JSON file {job: pod name}")
+    args = parser.parse_args()
+    with open(args.names) as f:
+        names: list[str] = json.load(f)
+    result = asyncio.run(amain(args, names))
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
