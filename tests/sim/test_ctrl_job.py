@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from sim_waiting import wait_for
 
 from airflow_jobs_plugin.sim.cluster import SimCluster
 from airflow_jobs_plugin.sim.config import ClusterConfig
@@ -361,16 +362,6 @@ def ns(cluster):
     name = f"job-{uuid.uuid4().hex[:6]}"
     cluster.store.create("namespaces", {"metadata": {"name": name}})
     return name
-
-
-def wait_for(check, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.02)
-    raise AssertionError(f"condition not reached within {timeout}s")
 
 
 def manifest(name: str, scenario: dict | None = None, restart: str = "Never", **spec) -> dict:

@@ -6,10 +6,10 @@ import asyncio
 import json
 import sys
 import threading
-import time
 import uuid
 
 import pytest
+from sim_waiting import wait_for
 
 from airflow_jobs_plugin.sim.cluster import SimCluster
 from airflow_jobs_plugin.sim.config import ClusterConfig
@@ -28,16 +28,6 @@ def ns(cluster):
     name = f"kl-{uuid.uuid4().hex[:6]}"
     cluster.store.create("namespaces", {"metadata": {"name": name}})
     return name
-
-
-def wait_for(check, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.02)
-    raise AssertionError(f"condition not reached within {timeout}s")
 
 
 class History:

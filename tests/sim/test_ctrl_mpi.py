@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from datetime import datetime, timezone
+from functools import partial
 
 import pytest
+from sim_waiting import wait_for as _wait_for
 
 from airflow_jobs_plugin.sim.cluster import SimCluster
 from airflow_jobs_plugin.sim.config import ClusterConfig
@@ -178,14 +179,8 @@ def ns(cluster):
     return name
 
 
-def wait_for(check, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.02)
-    raise AssertionError(f"condition not reached within {timeout}s")
+# This file's controllers need a different default patience.
+wait_for = partial(_wait_for, timeout=20.0)
 
 
 def kubectl_status(status: dict) -> str:

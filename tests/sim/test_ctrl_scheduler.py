@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from decimal import Decimal
+from functools import partial
 
 import pytest
+from sim_waiting import wait_for as _wait_for
 
 from airflow_jobs_plugin.sim.cluster import SimCluster
 from airflow_jobs_plugin.sim.config import ClusterConfig
@@ -164,14 +165,8 @@ def ns(cluster):
     return name
 
 
-def wait_for(check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.02)
-    raise AssertionError(f"condition not reached within {timeout}s: {check.__doc__ or check}")
+# This file's controllers need a different default patience.
+wait_for = partial(_wait_for, timeout=10.0)
 
 
 def events_for(cluster, ns: str, name: str) -> list[dict]:
