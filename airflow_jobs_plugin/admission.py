@@ -130,11 +130,9 @@ async def check_group(
     if policy is None:
         return
     group_quota = policy.require_group(group)
-    if not group_quota.is_member(user):
-        raise ValueError(
-            f"group: {user!r} is not a member of group {group!r}; ask a platform admin to add them to "
-            f"groups.{group}.members in the quota policy"
-        )
+    problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group)
+    if problem:  # the rule and its wording live in the pure core, shared with the cluster policy
+        raise ValueError(problem)
     if gpus > group_quota.gpus:
         raise OverQuotaError(
             f"the job needs {gpus} GPUs but the whole quota of group {group} is {group_quota.gpus}: "
