@@ -581,6 +581,16 @@ class Store:
         with self._lock:
             return [(r, clone(self._objects[r][k])) for r, k in sorted(self._dependents.get(uid, ()))]
 
+    def owned(self, resource: str, owner_uid: str) -> list[dict]:
+        """Read-only views (as ``copy=False``) of the ``resource`` objects whose ownerReferences name
+        ``owner_uid``, in key order.
+
+        Controllers read their children through the owner index: a label-selector list scans every
+        object of the resource, which made each Job change cost O(all pods)."""
+        with self._lock:
+            keys = sorted(k for r, k in self._dependents.get(owner_uid, ()) if r == resource)
+            return [self._objects[resource][k] for k in keys]
+
     def exists_uid(self, uid: str) -> bool:
         """Whether any stored object has this uid."""
         with self._lock:

@@ -484,8 +484,12 @@ class JobController(Reconciler):
             self._release_orphans(ns, name)
             return
         uid = job["metadata"]["uid"]
-        # Read-only views of this Job's pods (the controller labels every pod it creates).
-        pods = self.store.list_with_rv("pods", ns, f"{CONTROLLER_UID_LABEL}={uid}", copy=False)[0]
+        # Read-only views of this Job's pods: the ones it owns that still carry its selector's label.
+        pods = [
+            p
+            for p in self.store.owned("pods", uid)
+            if (p["metadata"].get("labels") or {}).get(CONTROLLER_UID_LABEL) == uid
+        ]
         now = self.clock.now()
         plan = plan_job(job, pods, now, self.clock.time_scale, self.memory.get(uid))
         self.memory[uid] = plan.memory

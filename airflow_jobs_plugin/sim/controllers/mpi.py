@@ -439,7 +439,17 @@ class MPIController(Reconciler):
             config_exists = True
         except Exception:  # noqa: BLE001 - not created yet
             config_exists = False
-        pods = self.store.list_with_rv("pods", ns, f"{JOB_NAME_LABEL}={name}", copy=False)[0]  # read-only
+        # Read-only views of the workers (owned by the MPIJob) and the launcher's pods (owned by its Job).
+        owners = [mpijob["metadata"]["uid"], *([launcher["metadata"]["uid"]] if launcher else [])]
+        pods = sorted(
+            (
+                p
+                for owner in owners
+                for p in self.store.owned("pods", owner)
+                if (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name
+            ),
+            key=lambda p: p["metadata"]["name"],
+        )
         now = self.clock.now()
         uid = mpijob["metadata"]["uid"]
         plan = plan_mpijob(
