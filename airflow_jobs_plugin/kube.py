@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -95,6 +96,39 @@ class KubeError(Exception):
                 payload,
             )
         return cls(status, "Unknown", str(payload)[:500])
+
+
+# Back-off between repeats of an API call that failed transiently (429, 5xx, no answer), in seconds.
+TRANSIENT_RETRY_FIRST = 0.2
+TRANSIENT_RETRY_MAX = 10.0
+
+T = TypeVar("T")
+
+
+async def patiently(
+    call: Callable[..., Awaitable[T]],
+    *args: Any,
+    log: logging.Logger | Any,
+    tries: int | None = None,
+) -> T:
+    """``call(*args)``, repeated with a doubling back-off while the API answers with a transient error.
+
+    Only for calls that are safe to repeat (reads, idempotent patches, a create whose AlreadyExists the
+    caller adopts). ``tries`` bounds the attempts (``None``: until it answers), after which the last
+    error propagates: a worker gives up and lets Airflow retry the task, a trigger waits it out.
+    """
+    delay = TRANSIENT_RETRY_FIRST
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await call(*args)
+        except KubeError as exc:
+            if not exc.transient or (tries is not None and attempt >= tries):
+                raise
+            log.warning("Kubernetes API: %s; trying again in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(TRANSIENT_RETRY_MAX, delay * 2)
 
 
 class KubeClient:

@@ -12,10 +12,14 @@ from typing import Any
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.admission import check_group
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.manifests import build_manifest
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
+
+# Attempts per API call before the try fails (back-off 0.2 s doubling: about 6 s in all). Throttling and
+# brief server trouble are absorbed here; a longer outage fails the try and Airflow's retry takes over.
+SUBMIT_TRIES = 6
 
 
 class SubmissionRefused(ValueError):
@@ -39,7 +43,16 @@ async def submit(
     try:
         # Without a task_state_store there is no record of what was delivered: never adopt a success.
         delivered = (store.get(labels.TASK_STATE_DELIVERED) or "") if store is not None else None
-        live = await live_job_of_task(client, resource, spec.namespace, identity, delivered)
+        live = await patiently(
+            live_job_of_task,
+            client,
+            resource,
+            spec.namespace,
+            identity,
+            delivered,
+            log=log,
+            tries=SUBMIT_TRIES,
+        )
         if live is not None:
             name = live["metadata"]["name"]
             log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
@@ -48,13 +61,16 @@ async def submit(
         # An unknown group, a non-member, or a job that could never fit its quota fails here, before
         # anything is created (the error names the group and the known ones, or the numbers).
         try:
-            await check_group(
+            await patiently(
+                check_group,
                 client,
                 quota_configmap,
                 quota_namespace or spec.namespace,
                 spec.group,
                 spec.user,
                 total_gpus(spec),
+                log=log,
+                tries=SUBMIT_TRIES,
             )
         except ValueError as exc:
             raise SubmissionRefused(str(exc)) from exc
@@ -64,7 +80,8 @@ async def submit(
         _remember(store, name, kind, spec.namespace)
         body = build_manifest(spec, name=name, task=identity, attempt=1, queued_at=datetime.now(timezone.utc))
         try:
-            await client.create(resource, spec.namespace, body)
+            # A create the server applied but answered with an error is repeated into AlreadyExists: adopted.
+            await patiently(client.create, resource, spec.namespace, body, log=log, tries=SUBMIT_TRIES)
             log.info("created %s %s/%s (suspended until admitted)", kind, spec.namespace, name)
         except KubeError as exc:
             if not exc.already_exists:

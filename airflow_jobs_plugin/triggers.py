@@ -37,15 +37,13 @@ from airflow_jobs_plugin.kube import (
     KubeClient,
     KubeError,
     Resource,
+    patiently,
 )
 from airflow_jobs_plugin.lifecycle import Failure, JobSnapshot, JobState, classify_failure, snapshot
 from airflow_jobs_plugin.logstream import LogStreamer
 from airflow_jobs_plugin.spec import attempt_name
 
 T = TypeVar("T")
-# Back-off between repeats of an API call that failed transiently (429, 5xx, no answer), in seconds.
-TRANSIENT_RETRY_FIRST = 0.2
-TRANSIENT_RETRY_MAX = 10.0
 
 
 def _resource(kind: str) -> Resource:
@@ -332,22 +330,9 @@ class JobTrigger(BaseTrigger):
             shared.release(self.kubernetes_conn_id, self.namespace, scope)
 
     async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``call(*args)``, repeated after a back-off while the API answers with a transient error.
-
-        Every call passed here is safe to repeat (reads, idempotent patches, a create that adopts an
-        existing object). Without this, one throttled or failed request would fail the Airflow task of a
-        job that is running fine.
-        """
-        delay = TRANSIENT_RETRY_FIRST
-        while True:
-            try:
-                return await call(*args)
-            except KubeError as exc:
-                if not exc.transient:
-                    raise
-                self.log.warning("Kubernetes API: %s; trying again in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(TRANSIENT_RETRY_MAX, delay * 2)
+        # Without this, one throttled or failed request would fail the Airflow task of a job that is
+        # running fine: on the triggerer, wait the API out.
+        return await patiently(call, *args, log=self.log)
 
     def _observed_job(self, watch: shared.SharedWatch, resource: Resource) -> dict | None:
         if not self.label_selector:

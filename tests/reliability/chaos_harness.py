@@ -57,6 +57,7 @@ class Worker:
         self.max_tries = max_tries
         self.submissions: dict[str, Submission] = {}
         self.failed_tries: list[str] = []  # "task try N: error" for each try that raised
+        self.gave_up: list[str] = []  # tasks that failed every try
 
     def submit_all(self, tasks: list[Task], workers: int) -> list[threading.Thread]:
         """Submit ``tasks`` in order from ``workers`` threads, as several Airflow workers would."""
@@ -107,9 +108,8 @@ class Worker:
                 self.failed_tries.append(
                     f"{task.task_id} try {try_number}: {type(exc).__name__}: {exc}"[:300]
                 )
-        raise AssertionError(
-            f"{task.task_id} never deferred in {self.max_tries} tries: {self.failed_tries[-3:]}"
-        )
+        # Airflow would fail the task here; the test reports it (raising would only end this thread).
+        self.gave_up.append(f"{task.task_id} never deferred in {self.max_tries} tries")
 
 
 def _die(*_args: Any, **_kwargs: Any) -> None:

@@ -203,3 +203,49 @@ def test_a_task_cleared_after_a_delivered_success_trains_again(cluster):
     second = deferral(op, context_for(op, run_id, 2, store))  # a user cleared the task
     assert second.trigger.job_name != first.trigger.job_name
     run_to_event(second)
+
+
+def _failing_first(cluster, monkeypatch, verb: str, resource: str, codes: list[int]) -> list[int]:
+    """Answer the next ``len(codes)`` matching requests with those error codes; returns what was served."""
+    from airflow_jobs_plugin.sim.faults import error_for_code
+
+    pending, served = list(codes), []
+    decide = cluster.faults.error_for
+
+    def error_for(v: str, r: str):
+        if v == verb and r == resource and pending:
+            served.append(pending.pop(0))
+            return error_for_code(served[-1], 0)
+        return decide(v, r)
+
+    monkeypatch.setattr(cluster.faults, "error_for", error_for)
+    return served
+
+
+def test_a_throttled_or_failing_api_at_submit_is_waited_out_within_the_try(cluster, monkeypatch):
+    op = operator()
+    run_id = f"run-{next(_runs)}"
+    served = _failing_first(cluster, monkeypatch, "create", "jobs", [429, 503, 500])
+    deferred = deferral(op, context_for(op, run_id, 1, StateStore()))  # try 1 defers: no Airflow retry
+    assert served == [429, 503, 500]
+    assert [j["metadata"]["name"] for j in jobs_of(cluster, op, run_id)] == [deferred.trigger.job_name]
+    run_to_event(deferred)
+
+
+def test_an_api_outage_longer_than_the_submit_back_off_fails_the_try_for_airflow_to_retry(
+    cluster, monkeypatch
+):
+    from airflow_jobs_plugin import submission
+    from airflow_jobs_plugin.kube import KubeError
+
+    monkeypatch.setattr(submission, "SUBMIT_TRIES", 2)
+    op = operator()
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    _failing_first(cluster, monkeypatch, "list", "jobs", [503, 503])
+    with pytest.raises(KubeError, match="503"):
+        op.execute(context_for(op, run_id, 1, store))
+    assert jobs_of(cluster, op, run_id) == []
+    deferred = deferral(op, context_for(op, run_id, 2, store))
+    assert len(jobs_of(cluster, op, run_id)) == 1
+    run_to_event(deferred)
