@@ -551,8 +551,10 @@ class Admission:
             jobs=lambda: self._group_jobs(group),
             hook=self.hook,
             rng=self._rng,
+            cached=lambda: self._cached_ledger(group),
         )
         worker.ledger_version = outcome.stored.version
+        self._absorb(outcome)
         for drop in outcome.drops:
             log.info("%s", drop.message)
         if outcome.ledger.problems != worker.ledger_problems:
@@ -563,9 +565,31 @@ class Admission:
         due: list[datetime] = [now + timedelta(seconds=RESYNC_SECONDS)]
         if outcome.stale:
             due.append(now + timedelta(seconds=STALE_RETRY_SECONDS))
+        if outcome.unsuspend_due is not None:
+            due.append(outcome.unsuspend_due)
         due.extend(await self._check_stuck(outcome, policy, now))
         self._record(worker, outcome, policy, due, had_problem is not None)
         worker.next_due = min(due)
+
+    def _cached_ledger(self, group: str) -> ledger.StoredLedger | None:
+        """The group's ledger as this process's ledger watch holds it; ``None`` before it has synced."""
+        if self._ledgers is None or not self._ledgers.synced:
+            return None
+        configmap = self._ledgers.get(CONFIGMAPS, quota.ledger_name(group))
+        return ledger.StoredLedger(quota.decode(group, (configmap or {}).get("data")), configmap)
+
+    def _absorb(self, outcome: ledger.PassOutcome) -> None:
+        """Fold what the pass wrote into this process's caches: its next pass (and the triggers) see
+        it at once instead of acting again on the versions the watches have not replaced yet."""
+        written = outcome.stored.configmap if outcome.written else None
+        if self._ledgers is not None and written is not None:
+            if outcome.written_over is not None:
+                self._ledgers.absorb(CONFIGMAPS, written, replaces=outcome.written_over)
+            elif self._ledgers.get(CONFIGMAPS, written["metadata"]["name"]) is None:  # this pass created it
+                self._ledgers.absorb(CONFIGMAPS, written)
+        for read_version, job in outcome.patched:
+            if (job.get("metadata") or {}).get("namespace") == self.watch.namespace:
+                self.watch.absorb(ledger.resource_of(job), job, replaces=read_version)
 
     def _record(
         self,

@@ -157,6 +157,11 @@ class SharedWatch:
             return False
         return True
 
+    @property
+    def synced(self) -> bool:
+        """Every resource has been listed once (the cache may still lag the cluster, as any cache)."""
+        return all(e.is_set() for e in self._synced.values())
+
     # --- reading the cache ---
 
     def get(self, resource: Resource, name: str) -> dict | None:
@@ -206,16 +211,24 @@ class SharedWatch:
     def subscriber_count(self) -> int:
         return sum(len(s) for s in self._subs.values())
 
-    def absorb(self, resource: Resource, obj: dict) -> None:
-        """Fold in an object read directly, unless the cache already holds the same or a newer version
-        (resourceVersions are opaque, so only an exact match proves the cache is current; a read is
-        newer than anything the watch delivered before it started)."""
+    def absorb(self, resource: Resource, obj: dict, replaces: str | None = None) -> bool:
+        """Fold in an object read or written directly, ahead of its watch event; whether it was.
+
+        Without ``replaces``: unless the cache already holds the same version (resourceVersions are
+        opaque, so only an exact match proves the cache is current; a read is newer than anything the
+        watch delivered before it started). With ``replaces`` (the version a write was conditional on):
+        only while the cache still holds exactly that version. A write's result is then newer than the
+        cache, and anything newer still comes on the watch, in order; absorbing it after the watch has
+        moved on could put back an older version that no later event would ever replace.
+        """
         cached = self._cache.get(resource.plural, {}).get(obj["metadata"]["name"])
-        if cached is not None and cached["metadata"].get("resourceVersion") == obj["metadata"].get(
-            "resourceVersion"
-        ):
-            return
+        cached_version = None if cached is None else cached["metadata"].get("resourceVersion")
+        if replaces is not None and cached_version != replaces:
+            return False
+        if cached_version is not None and cached_version == obj["metadata"].get("resourceVersion"):
+            return False
         self._apply(resource, "MODIFIED", obj)
+        return True
 
     # --- the informer loop ---
 

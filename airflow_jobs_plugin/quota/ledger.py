@@ -26,6 +26,7 @@ from typing import Any
 from .. import labels
 from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from .ledger_model import (
+    UNSUSPEND_GRACE,
     Drop,
     Ledger,
     ObservedJob,
@@ -506,6 +507,13 @@ class PassOutcome:
     failed: tuple[str, ...]  # names of the jobs this pass failed (OverQuota, QueueTimeout)
     conflicts: int  # ledger compare-and-swaps lost before this pass won
     stale: bool  # a job changed under the pass (409): run again once the view catches up
+    # The jobs as this pass's patches (or re-reads) left them, each with the version the pass had read.
+    patched: tuple[tuple[str, dict], ...] = ()
+    written_over: str | None = None  # the ledger version this pass's compare-and-swap replaced
+    written: bool = False
+    unsuspend_due: datetime | None = (
+        None  # when a reservation in its grace must be repaired if still suspended
+    )
 
     @property
     def ledger(self) -> Ledger:
@@ -530,50 +538,79 @@ async def admission_pass(
     hook: Hook | None = None,
     rng: random.Random | None = None,
     max_attempts: int = MAX_CAS_ATTEMPTS,
+    cached: Callable[[], StoredLedger | None] | None = None,
+    unsuspend_grace: timedelta = UNSUSPEND_GRACE,
 ) -> PassOutcome:
     """Read, plan, write the ledger (CAS), fail, unsuspend: one idempotent pass for ``group``.
 
     ``jobs`` returns the group's Job/MPIJob objects (a watch cache or a LIST; other objects are
-    ignored); it is called again on every CAS retry. Safe to run in any number of processes at once.
+    ignored); it is called again on every CAS retry. ``cached`` may return the ledger as a watch last
+    saw it (``None``: unknown): a pass that only plans on it saves a GET, and one that writes learns it
+    was stale from the compare-and-swap; before acting on jobs without writing, it reads the ledger
+    afresh. Safe to run in any number of processes at once.
     """
     rng = rng or random.Random()
     conflicts = 0
-    for attempt in range(1, max_attempts + 1):
-        stored = await read_ledger(client, ledger_namespace, group)
+    fresh_reads = 0
+    written_over: str | None = None
+    written = False
+    attempt = 0
+    while True:
+        attempt += 1
+        stored = cached() if cached is not None and fresh_reads == 0 and attempt == 1 else None
+        if stored is None:
+            stored = await read_ledger(client, ledger_namespace, group)
+            fresh_reads += 1
         moment = now()
         view = await read_view(client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment)
         await _call(hook, "read")
-        plan = plan_admission(policy, stored.ledger, view.queued, view.observed, moment, view.running)
+        plan = plan_admission(
+            policy, stored.ledger, view.queued, view.observed, moment, view.running, unsuspend_grace
+        )
         await _call(hook, "planned")
         if not plan.ledger_changed:
+            if fresh_reads == 0 and (plan.unsuspend or plan.fail):
+                continue  # never act on jobs from a cached ledger: read it and plan again
             break
         try:
+            written_over, written = stored.version, True
             stored = await write_ledger(client, ledger_namespace, stored, plan.ledger)
         except LedgerConflict:
+            written = False
             conflicts += 1
-            if attempt == max_attempts:
+            if attempt >= max_attempts:
                 raise
-            await _sleep_before_retry(attempt, rng)
+            if fresh_reads:  # a cached ledger that lost is simply stale: re-read at once
+                await _sleep_before_retry(conflicts, rng)
             continue
         await _call(hook, "ledger-written")
         break
 
     stale = False
     failed: list[str] = []
+    patched: list[tuple[str, dict]] = []
     for decision in plan.fail:
         job = view.by_uid[decision.job.uid]
-        if await patch_job(client, job, verdict_patch(job, decision.reason, decision.message)) is None:
+        result, ours = await _settle(
+            client, job, lambda j, d=decision: verdict_patch(j, d.reason, d.message), is_finished
+        )
+        if result is None:
             stale = True
         else:
-            failed.append(decision.job.name)
+            patched.append((job["metadata"].get("resourceVersion") or "", result))
+            if ours:
+                failed.append(decision.job.name)
         await _call(hook, f"failed:{decision.job.name}")
     admitted: list[str] = []
     for reservation in plan.unsuspend:
         job = view.by_uid.get(reservation.uid)
-        if job is None or await patch_job(client, job, unsuspend_patch(job, reservation.admitted_at)) is None:
+        result, ours = (None, False) if job is None else await _unsuspend(client, job, reservation)
+        if result is None:
             stale = True
         else:
-            admitted.append(reservation.job)
+            patched.append((job["metadata"].get("resourceVersion") or "", result))
+            if ours:  # not found already unsuspended by another process
+                admitted.append(reservation.job)
         await _call(hook, f"unsuspended:{reservation.job}")
     return PassOutcome(
         group=group,
@@ -585,7 +622,54 @@ async def admission_pass(
         failed=tuple(failed),
         conflicts=conflicts,
         stale=stale,
+        patched=tuple(patched),
+        unsuspend_due=plan.unsuspend_due,
+        written_over=written_over,
+        written=written,
     )
+
+
+async def _unsuspend(client: KubeClient, job: dict, reservation: Reservation) -> tuple[dict | None, bool]:
+    """Unsuspend ``job`` for ``reservation`` (see :func:`_settle`); a job requeued meanwhile is left to
+    the next pass, which reconciles its reservation."""
+    return await _settle(
+        client,
+        job,
+        lambda j: unsuspend_patch(j, reservation.admitted_at),
+        lambda j: is_finished(j) or not is_suspended(j),
+        lambda j: observe(j).requeue_count == reservation.requeue_count,
+    )
+
+
+async def _settle(
+    client: KubeClient,
+    job: dict,
+    patch: Callable[[dict], dict],
+    done: Callable[[dict], bool],
+    still_wanted: Callable[[dict], bool] = lambda _job: True,
+) -> tuple[dict | None, bool]:
+    """Apply ``patch(job)`` conditionally: the job as it now is (``None`` if unknown) and whether this
+    call changed it.
+
+    The patch is conditional on the version the pass saw. When that version was stale (409), one read
+    tells why: another process did it already (``done``: the job as read), or the job changed otherwise
+    and the patch is ``still_wanted`` (patch once more on the fresh version). Re-reading one job costs
+    a GET where running the whole pass again would cost a pass of every process.
+    """
+    result = await patch_job(client, job, patch(job))
+    if result is not None:
+        return result, True
+    meta = job.get("metadata") or {}
+    current = await client.get_or_none(resource_of(job), meta.get("namespace") or "", meta["name"])
+    if current is None or (current.get("metadata") or {}).get("uid") != meta.get("uid"):
+        return None, False
+    current.setdefault("kind", job.get("kind"))
+    if done(current):
+        return current, False
+    if not still_wanted(current):
+        return None, False
+    result = await patch_job(client, current, patch(current))
+    return result, result is not None
 
 
 # --------------------------------------------------------------------------------------------------

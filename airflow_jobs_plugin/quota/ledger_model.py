@@ -337,8 +337,19 @@ def reconcile(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> Ledger:
     return replace(ledger, reservations=tuple(r for r in ledger.reservations if r.uid not in dropped))
 
 
-def pending_unsuspend(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tuple[Reservation, ...]:
-    """Reserved jobs of the current attempt that are still suspended: a pass died before unsuspending.
+# How long a reservation belongs to the pass that wrote it. That pass unsuspends its job right after
+# its compare-and-swap; another process repeating the unsuspend meanwhile only races it into a 409.
+UNSUSPEND_GRACE = timedelta(seconds=2)
+
+
+def pending_unsuspend(
+    ledger: Ledger,
+    observed: Mapping[str, ObservedJob],
+    now: datetime | None = None,
+    grace: timedelta = timedelta(0),
+) -> tuple[Reservation, ...]:
+    """Reserved jobs of the current attempt still suspended ``grace`` after their admission: the pass
+    that reserved them died before unsuspending (younger ones are still that pass's to unsuspend).
 
     Unsuspending them again is idempotent and cannot over-admit, since their GPUs are already counted.
     If they still never get scheduled, the schedule timeout requeues them, so nothing leaks.
@@ -352,6 +363,7 @@ def pending_unsuspend(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tu
             and not seen.terminal
             and seen.suspended
             and seen.requeue_count == r.requeue_count
+            and (now is None or r.admitted_at + grace <= now)
         ):
             result.append(r)
     return tuple(result)
@@ -423,6 +435,7 @@ class AdmissionPlan:
     drops: tuple[Drop, ...]
     unsuspend: tuple[Reservation, ...]
     fail: tuple[Decision, ...]
+    unsuspend_due: datetime | None = None  # when a reservation left to its own pass becomes an orphan
 
 
 def plan_admission(
@@ -432,12 +445,15 @@ def plan_admission(
     observed: Mapping[str, ObservedJob],
     now: datetime,
     running: Iterable[Reservation] = (),
+    unsuspend_grace: timedelta = timedelta(0),
 ) -> AdmissionPlan:
     """Reconcile, adopt, decide and admit for ``ledger.group``: the pure core of an admission pass.
 
     ``queued`` are the group's suspended, unfinished jobs (a reserved job still suspended may be among
     them); ``observed`` covers every job in the ledger; ``running`` are the group's unsuspended,
-    unfinished jobs as reservations (for :func:`adopt`).
+    unfinished jobs as reservations (for :func:`adopt`). A reservation an earlier pass made is
+    unsuspended only once ``unsuspend_grace`` has passed since its admission (:func:`pending_unsuspend`);
+    the ones this pass makes, at once.
     """
     drops = reconcile_drops(ledger, observed)
     current = adopt(reconcile(ledger, observed), running)
@@ -445,12 +461,16 @@ def plan_admission(
         decide(policy, [j for j in queued if j.group == ledger.group], current.reservations, now)
     )
     after = with_admitted(current, decisions, now)
-    unsuspend = {r.uid: r for r in pending_unsuspend(after, observed)}
+    unsuspend = {r.uid: r for r in pending_unsuspend(after, observed, now, unsuspend_grace)}
     for d in decisions:
         if d.verdict is Verdict.ADMIT:
             reservation = after.find(d.job.uid)
-            if reservation is not None:
+            if reservation is not None and (
+                current.find(d.job.uid) is None or reservation.admitted_at + unsuspend_grace <= now
+            ):
                 unsuspend.setdefault(reservation.uid, reservation)
+    # Reservations left to the pass that made them: if still suspended after the grace, repair them.
+    young = [r for r in pending_unsuspend(after, observed) if r.uid not in unsuspend]
     return AdmissionPlan(
         ledger=after,
         ledger_changed=after.reservations != ledger.reservations,
@@ -458,6 +478,7 @@ def plan_admission(
         drops=drops,
         unsuspend=_canonical(unsuspend.values()),
         fail=tuple(d for d in decisions if d.verdict.terminal),
+        unsuspend_due=min((r.admitted_at + unsuspend_grace for r in young), default=None),
     )
 
 

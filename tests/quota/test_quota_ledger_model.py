@@ -9,6 +9,7 @@ import pytest
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.quota.ledger_model import (
+    UNSUSPEND_GRACE,
     DropReason,
     Ledger,
     ObservedJob,
@@ -295,6 +296,44 @@ def test_crash_after_cas_before_unsuspend_is_repaired_by_the_next_pass():
     assert second.ledger.find("uid-a").admitted_at == NOW  # not charged twice, original admission kept
     assert second.ledger.used_gpus == 8
     assert {d.job.name: d.verdict for d in second.decisions}["c"] is Verdict.GROUP_QUOTA
+
+
+def test_a_reservation_another_pass_just_made_is_left_to_that_pass_to_unsuspend():
+    first = plan_admission(POLICY, Ledger("vision"), [queued("a", 4)], {}, NOW)
+    # Another process's pass runs between that pass's compare-and-swap and its unsuspend.
+    racing = plan_admission(
+        POLICY,
+        first.ledger,
+        [queued("a", 4)],
+        {"uid-a": ObservedJob(suspended=True)},
+        NOW + timedelta(milliseconds=300),
+        unsuspend_grace=UNSUSPEND_GRACE,
+    )
+    assert racing.unsuspend == ()
+    assert racing.unsuspend_due == NOW + UNSUSPEND_GRACE  # when it becomes an orphan to repair
+    assert not racing.ledger_changed
+
+
+def test_a_reservation_still_suspended_after_the_grace_is_repaired_by_any_pass():
+    first = plan_admission(POLICY, Ledger("vision"), [queued("a", 4)], {}, NOW)
+    repair = plan_admission(
+        POLICY,
+        first.ledger,
+        [queued("a", 4)],
+        {"uid-a": ObservedJob(suspended=True)},
+        NOW + UNSUSPEND_GRACE,
+        unsuspend_grace=UNSUSPEND_GRACE,
+    )
+    assert [r.job for r in repair.unsuspend] == ["a"]
+    assert repair.unsuspend_due is None
+
+
+def test_a_pass_unsuspends_what_it_admits_itself_at_once_whatever_the_grace():
+    plan = plan_admission(
+        POLICY, Ledger("vision"), [queued("a", 4)], {}, NOW, unsuspend_grace=UNSUSPEND_GRACE
+    )
+    assert [r.job for r in plan.unsuspend] == ["a"]
+    assert plan.unsuspend_due is None
 
 
 def test_crash_mid_requeue_after_suspend_before_release_is_repaired():

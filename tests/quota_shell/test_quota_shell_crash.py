@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from datetime import timedelta
 
 import pytest
 
@@ -31,7 +32,9 @@ def policy(group: str) -> quota.QuotaPolicy:
     return quota.parse_policy(f"groups:\n  {group}: {{gpus: {QUOTA}, user_gpus: 4}}\n")
 
 
-async def run_pass(client: KubeClient, group: str, hook=None) -> ledger_io.PassOutcome:
+async def run_pass(client: KubeClient, group: str, hook=None, later: bool = False) -> ledger_io.PassOutcome:
+    """One pass; ``later``: once a dead pass's reservations are past their grace (orphans to repair)."""
+    shift = ledger_io.UNSUSPEND_GRACE if later else timedelta(0)
     return await ledger_io.admission_pass(
         client,
         ledger_namespace=NAMESPACE,
@@ -39,6 +42,7 @@ async def run_pass(client: KubeClient, group: str, hook=None) -> ledger_io.PassO
         policy=policy(group),
         jobs=lambda: list_jobs(client),
         hook=hook,
+        now=lambda: ledger_io.utcnow() + shift,
     )
 
 
@@ -104,10 +108,47 @@ async def test_a_pass_killed_at_a_step_leaves_a_safe_state_the_next_pass_repairs
         await run_pass(client, group, hook=die)
     assert_safe(await ledger_of(client, group), await current(client, jobs))
 
-    await run_pass(client, group)
+    await run_pass(client, group, later=True)
     ledger, now = await ledger_of(client, group), await current(client, jobs)
     assert_safe(ledger, now)
     assert_repaired(ledger, now)
+
+
+async def test_a_pass_racing_one_between_its_write_and_its_unsuspend_leaves_the_unsuspend_to_it(client):
+    group, jobs = await scene(client)
+    raced = []
+
+    async def race(at: str) -> None:
+        if at == "ledger-written" and not raced:
+            # Another process's pass, in the gap: the reservations are the first pass's to unsuspend.
+            raced.append(await run_pass(client, group))
+
+    outcome = await run_pass(client, group, hook=race)
+    (other,) = raced
+    assert other.admitted == () and other.unsuspend_due is not None
+    assert len(outcome.admitted) == 2
+    assert_repaired(await ledger_of(client, group), await current(client, jobs))
+
+
+async def test_an_unsuspend_that_lost_to_another_process_reads_the_job_instead_of_passing_again(client):
+    group, jobs = await scene(client)
+    lagging = await list_jobs(client)  # what a process whose watch lags still sees
+    await run_pass(client, group)  # another process admits Q1 and Q2
+
+    outcome = await ledger_io.admission_pass(
+        client,
+        ledger_namespace=NAMESPACE,
+        group=group,
+        policy=policy(group),
+        jobs=lambda: lagging,
+        now=lambda: ledger_io.utcnow() + ledger_io.UNSUSPEND_GRACE,
+    )
+
+    assert outcome.admitted == () and not outcome.stale  # no second admission, no pass to run again
+    seen = {job["metadata"]["name"]: job for _, job in outcome.patched}  # as read back, for the cache
+    assert not ledger_io.is_suspended(seen[jobs["Q1"]["metadata"]["name"]])
+    assert not ledger_io.is_suspended(seen[jobs["Q2"]["metadata"]["name"]])
+    assert annotation(seen[jobs["O"]["metadata"]["name"]], labels.VERDICT) == "OverQuota"
 
 
 async def test_a_pass_after_a_complete_pass_changes_nothing(client):
@@ -150,7 +191,7 @@ async def test_a_process_killed_in_the_middle_of_a_pass_is_repaired_by_another(c
     assert process.exitcode == 17
     assert_safe(await ledger_of(client, group), await current(client, jobs))
 
-    await run_pass(client, group)
+    await run_pass(client, group, later=True)
     ledger, now = await ledger_of(client, group), await current(client, jobs)
     assert_safe(ledger, now)
     assert_repaired(ledger, now)
