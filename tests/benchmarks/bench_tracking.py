@@ -45,19 +45,20 @@ from benchlib import (
 CNCF_KEYS = ("get jobs/status",)  # what the cncf trigger calls, and nothing else does
 SETTLE = 3.0  # seconds after the last pod starts before window A opens
 CNCF_START = 45.0  # seconds the cncf process takes to import and start polling, with a margin
+CNCF_START_PER_JOB = 0.07  # plus this per trigger: it builds an API client (an SSL context) per poll
 
 
 def startup_estimate(n: int, history: dict[int, float] | None = None) -> float:
     """Real seconds until the simulator has ``n`` jobs running, with a margin.
 
-    With measurements of smaller runs, a power law through the last two (exponent between 1.8 and 2.2: the
-    simulator's controllers scan every pod on each change, so start-up grows faster than linearly);
+    With measurements of smaller runs, a power law through the last two (exponent between 1.2 and 2.2:
+    start-up grows a little faster than linearly, as every write also feeds the watches of every client);
     otherwise a conservative default."""
     points = sorted((history or {}).items())
     if len(points) >= 2:
         (n1, s1), (n2, s2) = points[-2], points[-1]
         k = math.log(max(s2, 1.0) / max(s1, 1.0)) / math.log(n2 / n1) if n2 > n1 else 1.0
-        k = min(2.2, max(1.8, k))
+        k = min(2.2, max(1.2, k))
         return 10 + 1.2 * s2 * (n / n2) ** k
     return 10 + 0.05 * n + n * n / 50000
 
@@ -78,7 +79,8 @@ def run_tracking(
     """One tracking run of ``n`` jobs; returns the figures (see the module docstring)."""
     spread = spread if spread is not None else max(20.0, min(180.0, 0.04 * n))
     startup = startup if startup is not None else startup_estimate(n)
-    lead = startup + SETTLE + window + ((CNCF_START + window) if cncf else 0.0) + 10.0
+    cncf_start = CNCF_START + CNCF_START_PER_JOB * n
+    lead = startup + SETTLE + window + ((cncf_start + window) if cncf else 0.0) + 10.0
     rng = random.Random(n)
     runs = [(lead + spread * rng.random()) / time_scale for _ in range(n)]
     namespace = f"track-{n}"

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from sim_fixtures import connection_fixture
 
 from airflow_jobs_plugin import labels, quota
 from airflow_jobs_plugin import watch as shared
@@ -74,11 +75,8 @@ def cluster():
         yield sim
 
 
-@pytest.fixture
-def connection(cluster, monkeypatch):
-    # The workers of this process read it from the environment; the triggerer process is handed the value.
-    conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": cluster.kubeconfig_path}}
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(conn))
+# The workers of this process read it from the environment; the triggerer process is handed the value.
+connection = connection_fixture(autouse=False)
 
 
 def prepare(cluster) -> None:

@@ -7,30 +7,18 @@ difference from a real cluster is the kubeconfig the connection names.
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 
 import pytest
+from sim_fixtures import cluster_fixture, connection_fixture
 
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.kube import KubeClient
 from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
 from airflow_jobs_plugin.spec import TaskIdentity, validate
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.01)) as sim:
-        yield sim
-
-
-@pytest.fixture(autouse=True)
-def connection(cluster, monkeypatch):
-    conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": cluster.kubeconfig_path}}
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(conn))
-    yield
-    os.environ.pop("AIRFLOW_CONN_KUBERNETES_DEFAULT", None)
+cluster = cluster_fixture(nodes=2)
+connection = connection_fixture()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ preemption victims found for incoming pod.``
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections import Counter
@@ -56,7 +57,12 @@ NO_VICTIMS = "No preemption victims found for incoming pod"
 
 def parse_quantity(value: Any) -> Decimal:
     """A Kubernetes resource quantity ("500m", "64", "512Gi", 2) as a number."""
-    text = str(value).strip()
+    return _parse_quantity(str(value).strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_quantity(text: str) -> Decimal:
+    # A cluster repeats a handful of quantities thousands of times per scheduling pass.
     match = _QUANTITY.match(text)
     if not match:
         raise ValueError(f"quantities must match the regular expression: {text!r}")
@@ -260,6 +266,49 @@ def pending_order(pods: list[dict]) -> list[dict]:
     )
 
 
+class Capacity:
+    """What the pods hold on each node, and which pods wait for one, kept current inside every write.
+
+    A pass used to recount every pod in the store: one pass per pod created, each O(all pods), made
+    starting thousands of pods quadratic. This is fed by the store's watcher hook, under the store lock
+    and in write order, so it is never behind the store; a pass copies it under the same lock.
+    """
+
+    def __init__(self) -> None:
+        self.usage: dict[str, Counter[str]] = {}
+        self.waiting: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name): no node yet
+        self._held: dict[str, tuple[str, dict[str, Decimal]]] = {}  # uid -> (node, requests)
+        self._requests: dict[str, dict[str, Decimal]] = {}  # a pod's requests never change
+
+    def on_write(self, rv: int, event_type: str, resource: str, pod: dict, prev: dict | None) -> None:
+        if resource != "pods":
+            return
+        meta = pod["metadata"]
+        uid = meta.get("uid") or ""
+        held = self._held.pop(uid, None)
+        if held is not None:
+            self._add(held[0], held[1], -1)
+        self.waiting.pop(uid, None)
+        if event_type == "DELETED":
+            self._requests.pop(uid, None)
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        if occupies_node(pod):
+            requests = self._requests.get(uid)
+            if requests is None:
+                requests = self._requests[uid] = pod_requests(pod)
+            self._held[uid] = (node, requests)
+            self._add(node, requests, 1)
+        elif not node and not pod_is_terminal(pod):
+            self.waiting[uid] = (meta.get("namespace") or "default", meta["name"])
+
+    def _add(self, node: str, requests: dict[str, Decimal], sign: int) -> None:
+        used = self.usage.setdefault(node, Counter())
+        for resource, quantity in requests.items():
+            used[resource] += sign * quantity
+        used["pods"] += sign
+
+
 class Scheduler(Reconciler):
     """Runs a scheduling pass whenever pods or nodes change."""
 
@@ -271,6 +320,10 @@ class Scheduler(Reconciler):
         self.store = store
         self.clock = clock
         self.recorder = recorder
+        self.capacity = Capacity()
+        replay, _, self._unwatch = store.watch("pods", None, self.capacity.on_write)
+        for rv, event_type, pod, prev in replay:
+            self.capacity.on_write(rv, event_type, "pods", pod, prev)
 
     def on_change(self, event_type: str, resource: str, obj: dict) -> None:
         """Store notification: anything that may free or need capacity triggers a pass."""
@@ -283,20 +336,27 @@ class Scheduler(Reconciler):
 
     def reconcile(self, key: str) -> None:
         """One pass over all pending pods, in queue order, each seeing the placements before it."""
-        nodes = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
-        # Read-only views of the stored pods: nothing here modifies them.
-        pods = self.store.list_with_rv("pods", copy=False)[0]
-        usage: dict[str, Counter[str]] = {n["metadata"]["name"]: Counter() for n in nodes}
-        for pod in pods:
-            spec = pod.get("spec", {})
-            if occupies_node(pod) and spec["nodeName"] in usage:
-                usage[spec["nodeName"]].update(pod_requests(pod))
-                usage[spec["nodeName"]]["pods"] += 1
-            if spec.get("schedulingGates") and not spec.get("nodeName"):
+        with self.store.lock:
+            # Read-only views of the stored nodes and waiting pods: nothing here modifies them.
+            nodes = sorted(
+                self.store.list_with_rv("nodes", copy=False)[0], key=lambda n: n["metadata"]["name"]
+            )
+            usage = {
+                n["metadata"]["name"]: Counter(self.capacity.usage.get(n["metadata"]["name"], ()))
+                for n in nodes
+            }
+            waiting = []
+            for namespace, name in list(self.capacity.waiting.values()):
+                try:
+                    waiting.append(self.store.get("pods", name, namespace=namespace, copy=False))
+                except Exception:  # noqa: BLE001 - deleted in the same write that emptied the entry
+                    continue
+        for pod in waiting:
+            if pod.get("spec", {}).get("schedulingGates"):
                 self._mark_gated(pod)
-        for pod in pending_order(pods):
+        for pod in pending_order(waiting):
             try:
-                placed = self._schedule(pod, nodes, pods, usage)
+                placed = self._schedule(pod, nodes, [], usage)
             except Exception:  # noqa: BLE001 - one bad pod must not block the queue
                 log.exception("scheduling %s failed", pod["metadata"].get("name"))
                 continue
