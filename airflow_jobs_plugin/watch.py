@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import labels, resource_version
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,7 @@ class Subscription:
 
 
 Listener = Callable[[str, str, dict], None]
+MAX_DELETED_REMEMBERED = 10_000
 
 
 class SharedWatch:
@@ -129,6 +130,8 @@ class SharedWatch:
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
         self._listeners: list[Listener] = []
         self._synced = {r.plural: asyncio.Event() for r in self.resources}
+        # Names the watch saw deleted, with the deletion's version, so a read in flight cannot revive them.
+        self._deleted: dict[str, dict[str, str]] = {r.plural: {} for r in self.resources}
         self._tasks: list[asyncio.Task] = []
         self.errors = 0  # API errors seen, for observability and tests
         self.relists = 0
@@ -214,19 +217,28 @@ class SharedWatch:
     def absorb(self, resource: Resource, obj: dict, replaces: str | None = None) -> bool:
         """Fold in an object read or written directly, ahead of its watch event; whether it was.
 
-        Without ``replaces``: unless the cache already holds the same version (resourceVersions are
-        opaque, so only an exact match proves the cache is current; a read is newer than anything the
-        watch delivered before it started). With ``replaces`` (the version a write was conditional on):
-        only while the cache still holds exactly that version. A write's result is then newer than the
-        cache, and anything newer still comes on the watch, in order; absorbing it after the watch has
-        moved on could put back an older version that no later event would ever replace.
+        The cache must only move forward: anything newer still arrives on the watch, in order, so an
+        older version put back here would stay until the object next changes. With ``replaces`` (the
+        version a write was conditional on) the write's result is folded in only while the cache still
+        holds exactly that version. Otherwise a read is refused when the cache holds the same or a newer
+        version, or when the watch saw the object deleted at a version the read does not follow;
+        versions are compared as the API allows (:mod:`~airflow_jobs_plugin.resource_version`), and
+        where they cannot be, only an exact match is known to be current.
         """
-        cached = self._cache.get(resource.plural, {}).get(obj["metadata"]["name"])
+        name = obj["metadata"]["name"]
+        version = obj["metadata"].get("resourceVersion")
+        cached = self._cache.get(resource.plural, {}).get(name)
         cached_version = None if cached is None else cached["metadata"].get("resourceVersion")
-        if replaces is not None and cached_version != replaces:
-            return False
-        if cached_version is not None and cached_version == obj["metadata"].get("resourceVersion"):
-            return False
+        if replaces is not None:
+            if cached_version != replaces:
+                return False
+        elif cached is not None:
+            if cached_version == version or resource_version.compare(version, cached_version) == -1:
+                return False
+        else:
+            deleted_at = self._deleted.get(resource.plural, {}).get(name)
+            if deleted_at is not None and resource_version.compare(version, deleted_at) != 1:
+                return False
         self._apply(resource, "MODIFIED", obj)
         return True
 
@@ -296,8 +308,11 @@ class SharedWatch:
             item.setdefault("apiVersion", resource.api_version)
             fresh[item["metadata"]["name"]] = item
         old = self._cache[resource.plural]
+        listed_at = str((listing.get("metadata") or {}).get("resourceVersion") or "")
         for name in set(old) - set(fresh):
             self._apply(resource, "DELETED", old[name])
+            if listed_at:  # gone by the list's version, whatever version it was last seen at
+                self._deleted[resource.plural][name] = listed_at
         for obj in fresh.values():
             self._apply(resource, "MODIFIED" if obj["metadata"]["name"] in old else "ADDED", obj)
         self._synced[resource.plural].set()
@@ -309,13 +324,19 @@ class SharedWatch:
         name = obj["metadata"]["name"]
         cache = self._cache[resource.plural]
         key = job_key(obj)
+        deleted = self._deleted.setdefault(resource.plural, {})
         if etype == "DELETED":
+            deleted.pop(name, None)
+            deleted[name] = obj["metadata"].get("resourceVersion") or ""
+            if len(deleted) > MAX_DELETED_REMEMBERED:
+                del deleted[next(iter(deleted))]
             cache.pop(name, None)
             if key:
                 self._by_key[key].discard((resource.plural, name))
                 if not self._by_key[key]:
                     del self._by_key[key]
         else:
+            deleted.pop(name, None)
             cache[name] = obj
             if key:
                 self._by_key[key].add((resource.plural, name))

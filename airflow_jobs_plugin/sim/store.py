@@ -74,6 +74,9 @@ class Store:
         # Indexes for the garbage collector: uid -> (resource, key), owner uid -> dependents' (resource, key).
         self._by_uid: dict[str, tuple[str, tuple[str, str]]] = {}
         self._dependents: dict[str, set[tuple[str, tuple[str, str]]]] = {}
+        # Per resource, (label key, value) -> keys of the objects carrying it: a list with an equality
+        # selector (a job's pods, one task's jobs) reads its matches instead of scanning every object.
+        self._by_label: dict[str, dict[tuple[str, str], set[tuple[str, str]]]] = {r: {} for r in RESOURCES}
         self._watchers: list[Watcher] = []
         self.now: Callable[[], datetime] = now or (lambda: datetime.now(timezone.utc))
 
@@ -101,6 +104,7 @@ class Store:
         """Store a new version of an object, keeping the uid and owner indexes current."""
         old = self._objects[resource].get(key)
         self._objects[resource][key] = obj
+        self._index_labels(resource, key, old, obj)
         self._by_uid[obj["metadata"]["uid"]] = (resource, key)
         old_owners = {r.get("uid") for r in ((old or {}).get("metadata") or {}).get("ownerReferences") or []}
         new_owners = {r.get("uid") for r in obj["metadata"].get("ownerReferences") or []}
@@ -118,10 +122,23 @@ class Store:
 
     def _pop(self, resource: str, key: tuple[str, str]) -> dict:
         obj = self._objects[resource].pop(key)
+        self._index_labels(resource, key, obj, None)
         self._by_uid.pop(obj["metadata"]["uid"], None)
         for ref in obj["metadata"].get("ownerReferences") or []:
             self._unlink(ref.get("uid"), resource, key)
         return obj
+
+    def _index_labels(self, resource: str, key: tuple[str, str], old: dict | None, new: dict | None) -> None:
+        before, after = _label_pairs(old), _label_pairs(new)
+        index = self._by_label[resource]
+        for pair in before - after:
+            keys = index.get(pair)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del index[pair]
+        for pair in after - before:
+            index.setdefault(pair, set()).add(key)
 
     def _next_rv(self) -> str:
         self._rv += 1
@@ -235,7 +252,15 @@ class Store:
         self, resource: str, rtype: ResourceType, namespace: str | None, selector: Selector, copy: bool = True
     ) -> list[dict]:
         out = []
-        for (ns, _), obj in sorted(self._objects[resource].items()):
+        objects = self._objects[resource]
+        narrowing = next((r for r in selector.labels if r.op in ("=", "in")), None)
+        if narrowing is not None:
+            index = self._by_label[resource]
+            keys = set().union(*(index.get((narrowing.key, v), ()) for v in narrowing.values))
+            items = sorted((k, objects[k]) for k in keys)
+        else:
+            items = sorted(objects.items())
+        for (ns, _), obj in items:
             if namespace and rtype.namespaced and ns != namespace:
                 continue
             if selector.empty or selector.matches(obj):
@@ -649,6 +674,11 @@ class Store:
 # ====================================================================== defaults and validation (pure)
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def _label_pairs(obj: dict | None) -> set[tuple[str, str]]:
+    labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    return {(k, v) for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else set()
 
 
 def _random_suffix(n: int = 5) -> str:

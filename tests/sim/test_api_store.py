@@ -507,3 +507,22 @@ def test_a_dependent_released_by_patch_survives_its_former_owner(sim, namespace)
     assert wait_until(
         lambda: [c["metadata"]["name"] for c in sim.store.list("configmaps", namespace)] == ["kept"]
     )
+
+
+def test_a_list_by_label_follows_relabels_and_deletions(store):
+    for name, team in (("a", "red"), ("b", "blue"), ("c", "red")):
+        body = pod(name)
+        body["metadata"]["labels"] = {"team": team}
+        store.create("pods", body, "default")
+
+    def names(selector: str) -> list[str]:
+        return [p["metadata"]["name"] for p in store.list("pods", "default", label_selector=selector)]
+
+    assert names("team=red") == ["a", "c"]
+    store.patch("pods", "a", {"metadata": {"labels": {"team": "blue"}}}, "merge", namespace="default")
+    store.patch("pods", "c", {"metadata": {"labels": {"team": None}}}, "merge", namespace="default")
+    store.delete("pods", "b", namespace="default", grace_period_seconds=0)
+    assert names("team=red") == []
+    assert names("team in (blue,red)") == ["a"]
+    assert names("team=blue,team!=red") == ["a"]
+    assert names("!team") == ["c"]

@@ -1,0 +1,77 @@
+"""The shared watch's cache only ever moves forward, whatever is folded into it and when."""
+
+from __future__ import annotations
+
+from airflow_jobs_plugin import resource_version
+from airflow_jobs_plugin.kube import JOBS, PODS
+from airflow_jobs_plugin.watch import SharedWatch
+
+
+def obj(name: str, version: str, kind: str = "Pod", **fields) -> dict:
+    return {
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "default", "resourceVersion": version},
+        **fields,
+    }
+
+
+def watch() -> SharedWatch:
+    return SharedWatch(None, "default")  # type: ignore[arg-type] - the cache alone, no API calls
+
+
+def test_resource_versions_compare_as_integers_of_one_resource():
+    assert resource_version.compare("9", "10") == -1
+    assert resource_version.compare("10", "10") == 0
+    assert resource_version.compare("123", "99") == 1
+
+
+def test_a_resource_version_that_is_not_a_plain_positive_integer_cannot_be_compared():
+    for odd in ("", None, "0", "012", "abc", "1.5", "-3", "١٢"):
+        assert resource_version.compare(odd, "5") is None
+        assert resource_version.compare("5", odd) is None
+
+
+async def test_a_read_newer_than_the_cache_is_folded_in():
+    w = watch()
+    w._apply(PODS, "ADDED", obj("p", "10", status={"phase": "Pending"}))
+    assert w.absorb(PODS, obj("p", "12", status={"phase": "Running"}))
+    assert w.get(PODS, "p")["status"]["phase"] == "Running"
+
+
+async def test_a_read_older_than_what_the_watch_already_delivered_is_not_folded_in():
+    w = watch()
+    w._apply(PODS, "ADDED", obj("p", "15", status={"phase": "Succeeded"}))
+    assert not w.absorb(PODS, obj("p", "12", status={"phase": "Running"}))
+    assert w.get(PODS, "p")["status"]["phase"] == "Succeeded"
+
+
+async def test_a_read_of_an_object_the_watch_saw_deleted_does_not_bring_it_back():
+    w = watch()
+    w._apply(PODS, "ADDED", obj("p", "10"))
+    w._apply(PODS, "DELETED", obj("p", "14"))
+    assert not w.absorb(PODS, obj("p", "12"))
+    assert w.get(PODS, "p") is None
+
+
+async def test_an_object_created_again_under_a_deleted_name_is_folded_in():
+    w = watch()
+    w._apply(PODS, "ADDED", obj("p", "10"))
+    w._apply(PODS, "DELETED", obj("p", "14"))
+    assert w.absorb(PODS, obj("p", "20"))
+    assert w.get(PODS, "p")["metadata"]["resourceVersion"] == "20"
+
+
+async def test_without_comparable_versions_only_the_same_version_is_refused():
+    w = watch()
+    w._apply(PODS, "ADDED", obj("p", "a1"))
+    assert not w.absorb(PODS, obj("p", "a1"))
+    assert w.absorb(PODS, obj("p", "b7"))
+
+
+async def test_a_write_result_is_folded_in_only_over_the_version_the_write_replaced():
+    w = watch()
+    w._apply(JOBS, "ADDED", obj("j", "10", kind="Job", spec={"suspend": True}))
+    assert w.absorb(JOBS, obj("j", "11", kind="Job", spec={"suspend": False}), replaces="10")
+    w._apply(JOBS, "MODIFIED", obj("j", "13", kind="Job", spec={"suspend": False}, status={"active": 1}))
+    assert not w.absorb(JOBS, obj("j", "11", kind="Job", spec={"suspend": False}), replaces="10")
+    assert w.get(JOBS, "j")["metadata"]["resourceVersion"] == "13"
