@@ -53,7 +53,8 @@ def _ms(value: float | None) -> str:
 def _ratio(r: dict | None) -> str:
     if not r or r.get("value") is None:
         return "-"
-    return ("≥ " if r.get("lower_bound") else "") + f"{r['value']:,.0f}×"
+    basis = f" (against {r['basis']}: no request in its window)" if r.get("basis") else ""
+    return ("≥ " if r.get("lower_bound") else "") + f"{r['value']:,.0f}×" + basis
 
 
 def nominal_ratio(r: dict) -> dict | None:
