@@ -551,16 +551,15 @@ async def admission_pass(
     """
     rng = rng or random.Random()
     conflicts = 0
-    fresh_reads = 0
     written_over: str | None = None
     written = False
     attempt = 0
     while True:
         attempt += 1
-        stored = cached() if cached is not None and fresh_reads == 0 and attempt == 1 else None
-        if stored is None:
+        stored = cached() if cached is not None and attempt == 1 else None
+        fresh = stored is None
+        if fresh:
             stored = await read_ledger(client, ledger_namespace, group)
-            fresh_reads += 1
         moment = now()
         view = await read_view(client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment)
         await _call(hook, "read")
@@ -569,20 +568,20 @@ async def admission_pass(
         )
         await _call(hook, "planned")
         if not plan.ledger_changed:
-            if fresh_reads == 0 and (plan.unsuspend or plan.fail):
+            if not fresh and (plan.unsuspend or plan.fail):
                 continue  # never act on jobs from a cached ledger: read it and plan again
             break
+        replaced = stored.version
         try:
-            written_over, written = stored.version, True
             stored = await write_ledger(client, ledger_namespace, stored, plan.ledger)
         except LedgerConflict:
-            written = False
             conflicts += 1
             if attempt >= max_attempts:
                 raise
-            if fresh_reads:  # a cached ledger that lost is simply stale: re-read at once
+            if fresh:  # a cached ledger that lost is simply stale: re-read at once
                 await _sleep_before_retry(conflicts, rng)
             continue
+        written_over, written = replaced, True
         await _call(hook, "ledger-written")
         break
 

@@ -278,7 +278,6 @@ class Capacity:
         self.usage: dict[str, Counter[str]] = {}
         self.waiting: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name): no node yet
         self._held: dict[str, tuple[str, dict[str, Decimal]]] = {}  # uid -> (node, requests)
-        self._requests: dict[str, dict[str, Decimal]] = {}  # a pod's requests never change
 
     def on_write(self, rv: int, event_type: str, resource: str, pod: dict, prev: dict | None) -> None:
         if resource != "pods":
@@ -290,13 +289,11 @@ class Capacity:
             self._add(held[0], held[1], -1)
         self.waiting.pop(uid, None)
         if event_type == "DELETED":
-            self._requests.pop(uid, None)
             return
         node = (pod.get("spec") or {}).get("nodeName")
         if occupies_node(pod):
-            requests = self._requests.get(uid)
-            if requests is None:
-                requests = self._requests[uid] = pod_requests(pod)
+            # A pod's requests never change: counted once, when it first holds its node.
+            requests = held[1] if held is not None else pod_requests(pod)
             self._held[uid] = (node, requests)
             self._add(node, requests, 1)
         elif not node and not pod_is_terminal(pod):
