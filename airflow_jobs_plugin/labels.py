@@ -76,3 +76,7 @@ TASK_STATE_KEY = "airflow_jobs_plugin.job"
 # succeeded job only if its result never reached a try (the try was lost after the job finished, as in
 # a scheduler/triggerer race); a task cleared after a delivered success submits a new job.
 TASK_STATE_DELIVERED = "airflow_jobs_plugin.delivered"
+# The try whose job failed in a way no retry can cure, with its message. Airflow may still start another
+# try of that task (its scheduler can act on a stale event of the deferral after the resumed try has
+# failed); such a try fails at once instead of running a job that cannot succeed.
+TASK_STATE_FATAL = "airflow_jobs_plugin.fatal"

@@ -13,8 +13,14 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
-from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_KEY
-from airflow_jobs_plugin.outcome import failure_message, is_fatal, summary
+from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
+from airflow_jobs_plugin.outcome import (
+    failure_message,
+    fatal_record,
+    is_fatal,
+    repeated_fatal_failure,
+    summary,
+)
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, validate
 
 if TYPE_CHECKING:
@@ -194,6 +200,15 @@ class JobOperator(BaseOperator):
             map_index=ti.map_index if ti.map_index is not None else -1,
             try_number=ti.try_number,
         )
+        store = context.get("task_state_store")
+        repeated = repeated_fatal_failure(
+            store.get(TASK_STATE_FATAL) if store is not None else None,
+            try_number=ti.try_number,
+            max_tries=getattr(ti, "max_tries", None),
+            retries=int(self.retries or 0),
+        )
+        if repeated:
+            raise AirflowFailException(repeated)
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
         from airflow_jobs_plugin.submission import SubmissionRefused, submit
@@ -204,7 +219,7 @@ class JobOperator(BaseOperator):
                 submit(
                     spec,
                     identity,
-                    context.get("task_state_store"),
+                    store,
                     conn_id=self.kubernetes_conn_id,
                     quota_configmap=self.quota_configmap,
                     quota_namespace=self.quota_namespace,
@@ -249,6 +264,9 @@ class JobOperator(BaseOperator):
             return result
         message = failure_message(event)
         if is_fatal(event):
+            store = context.get("task_state_store")
+            if store is not None and "ti" in context:
+                store.set(TASK_STATE_FATAL, fatal_record(context["ti"].try_number, message))
             raise AirflowFailException(message)
         raise AirflowException(message)
 

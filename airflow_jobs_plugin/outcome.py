@@ -24,6 +24,36 @@ def is_fatal(event: Mapping[str, Any]) -> bool:
     return str(event.get("reason") or "") in FATAL_VERDICTS
 
 
+def fatal_record(try_number: int, message: str) -> dict[str, Any]:
+    """What a try that raised a fatal failure leaves in the task's state store."""
+    return {"try": int(try_number), "message": message}
+
+
+def repeated_fatal_failure(
+    record: Mapping[str, Any] | None, *, try_number: int, max_tries: int | None, retries: int
+) -> str | None:
+    """The message to fail this try with at once, or None to run it.
+
+    A fatal failure ends the task: Airflow is told not to retry it. If a later try starts anyway in the
+    same run of the task (between two clears), Airflow started it on its own (a stale executor event of
+    the deferral processed after the resumed try failed) and running the job again cannot help. A user's
+    clear starts a new run of the task: Airflow then sets ``max_tries`` to the last try plus ``retries``,
+    so the first try of the current run is ``max_tries - retries + 1``; a fatal failure before it was
+    already seen by whoever cleared the task, and the job runs again.
+    """
+    if not record or max_tries is None:
+        return None
+    fatal_try = int(record.get("try") or 0)
+    first_try_of_this_run = max_tries - retries + 1
+    if not first_try_of_this_run <= fatal_try < try_number:
+        return None
+    return (
+        f"try {fatal_try} of this task already failed in a way no retry can cure, and the task was not "
+        f"cleared since: not running the job again (clear the task to run it after fixing the cause)\n"
+        f"{record.get('message') or ''}"
+    ).rstrip()
+
+
 def summary(event: Mapping[str, Any]) -> dict[str, Any]:
     """The XCom a successful task returns: job, kind, attempts, durations, GPU-seconds, final state."""
     history = list(event.get("attempts") or [])

@@ -14,6 +14,8 @@ class FakeTI:
     run_id: str = "run-1"
     map_index: int = -1
     try_number: int = 1
+    # Airflow's cumulative retry budget: retries at first, last try + retries after a clear.
+    max_tries: int | None = None
 
 
 @dataclass

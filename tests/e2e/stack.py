@@ -188,7 +188,7 @@ class Stack:
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int | None = None) -> list[str]:
         """The events of the task's log files (the worker's and the trigger's part) of one try, or of
-        every try in order."""
+        every try in order; a failure's event is followed by its exception's message."""
         folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
         pattern = f"attempt={try_number}.log*" if try_number is not None else "attempt=*.log*"
 
@@ -199,9 +199,12 @@ class Stack:
         for path in sorted(folder.glob(pattern), key=order):
             for line in path.read_text(errors="replace").splitlines():
                 try:
-                    events.append(str(json.loads(line).get("event", "")))
+                    record = json.loads(line)
                 except ValueError:
                     events.append(line)
+                    continue
+                events.append(str(record.get("event", "")))
+                events.extend(str(e.get("exc_value", "")) for e in record.get("error_detail") or [])
         return events
 
     def _wait_for(self, condition, timeout: float, what: str) -> None:

@@ -90,20 +90,34 @@ def test_quota_contention_queues_jobs_with_a_quota_reason_before_they_run(stack)
     assert "GroupQuota" in queued_then_ran.values() or "BehindHead" in queued_then_ran.values()
 
 
-def _no_try_after_the_one_that_failed(stack, run_id: str, task_id: str, pattern: str) -> bool:
-    """The one try that saw its job fail as ``pattern`` says and raised is the task's last try: Airflow
-    did not retry it.
+def _fatal_failure_ended_the_task(stack, run_id: str, task_id: str, pattern: str) -> bool:
+    """Exactly one try saw its job fail as ``pattern`` says and raised; no try after it ran a job.
 
-    Earlier tries may exist: Airflow can retry a deferred task whose trigger fired before the scheduler
-    processed the deferral (a known scheduler race); such a try never resumes, so it never raises."""
+    Airflow may start other tries on its own (scheduler races): an earlier one whose trigger fired
+    before the scheduler processed its deferral never resumes, so it never raises; a later one, started
+    because the scheduler acted on the deferral's stale executor event after the resumed try had failed,
+    must fail at once, naming the fatal try, without creating a job."""
     _, last = stack.task_tries(FAILURES, run_id)[task_id]
+    logs = {n: stack.task_log(FAILURES, run_id, task_id, n) for n in range(1, last + 1)}
+    refused = {
+        n for n, events in logs.items() if _first(events, r"^try \d+ of this task already failed") >= 0
+    }
     raised = [
         n
-        for n in range(1, last + 1)
-        if _first(events := stack.task_log(FAILURES, run_id, task_id, n), pattern) >= 0
+        for n, events in logs.items()
+        if n not in refused
+        and _first(events, pattern) >= 0
         and _first(events, r"^Task failed with exception") >= 0
     ]
-    return raised == [last]
+    if len(raised) != 1:
+        return False
+    (fatal,) = raised
+    return all(
+        n in refused
+        and _first(logs[n], rf"^try {fatal} of this task already failed") >= 0
+        and _first(logs[n], r"^created (Job|MPIJob) ") < 0
+        for n in range(fatal + 1, last + 1)
+    )
 
 
 def test_failures_are_retried_at_the_right_level_and_fatal_ones_never(stack):
@@ -131,5 +145,5 @@ def test_failures_are_retried_at_the_right_level_and_fatal_ones_never(stack):
     assert tries["task_retry"][1] >= 2
     assert _first(stack.task_log(FAILURES, run_id, "task_retry"), r"attempt 2 of 2 starts after") >= 0
     # Fatal failures end the task at once, whatever its retries.
-    assert _no_try_after_the_one_that_failed(stack, run_id, "fatal_exit_code", r"exited with code 3")
-    assert _no_try_after_the_one_that_failed(stack, run_id, "missing_image", r"FAILED \(ImagePull")
+    assert _fatal_failure_ended_the_task(stack, run_id, "fatal_exit_code", r"exited with code 3")
+    assert _fatal_failure_ended_the_task(stack, run_id, "missing_image", r"FAILED \(ImagePull")

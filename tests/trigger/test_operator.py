@@ -18,8 +18,11 @@ from airflow_jobs_plugin.spec import JobSpecError
 _runs = iter(range(1, 10_000))
 
 
-def context_for(op: JobOperator, run_id: str, try_number: int, store: StateStore) -> dict:
-    return {"ti": FakeTI("nightly", op.task_id, run_id, -1, try_number), "task_state_store": store}
+def context_for(
+    op: JobOperator, run_id: str, try_number: int, store: StateStore, max_tries: int | None = None
+) -> dict:
+    ti = FakeTI("nightly", op.task_id, run_id, -1, try_number, max_tries)
+    return {"ti": ti, "task_state_store": store}
 
 
 def deferral(op: JobOperator, context: dict) -> TaskDeferred:
@@ -113,6 +116,43 @@ def test_a_failed_job_raises_with_state_reason_exit_code_and_log_tail(cluster):
         op.execute_complete(context_for(op, run_id, 1, store), event)
     message = str(info.value)
     assert "FAILED" in message and "worker-0=4" in message and "[worker-0] boom" in message
+
+
+def _fatally_failed_first_try(op: JobOperator, run_id: str, store: StateStore) -> None:
+    event = run_to_event(deferral(op, context_for(op, run_id, 1, store, max_tries=op.retries)))
+    with pytest.raises(AirflowFailException):
+        op.execute_complete(context_for(op, run_id, 1, store, max_tries=op.retries), event)
+
+
+def test_a_try_airflow_starts_after_a_fatal_failure_fails_at_once_without_a_job(cluster):
+    # Airflow's scheduler can act on the deferral's stale executor event after the resumed try raised
+    # AirflowFailException, and retry the task anyway: the job must not run again.
+    op = operator(
+        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 1, "exit": 3}}'},
+        backoff_limit=0,
+        retries=2,
+    )
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    _fatally_failed_first_try(op, run_id, store)
+    with pytest.raises(AirflowFailException, match=r"(?s)try 1 of this task already failed.*worker-0=3"):
+        op.execute(context_for(op, run_id, 2, store, max_tries=2))
+    assert len(jobs_of(cluster, op, run_id)) == 1
+
+
+def test_a_task_cleared_after_a_fatal_failure_runs_its_job_again(cluster):
+    op = operator(
+        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 1, "exit": 3}}'},
+        backoff_limit=0,
+        retries=2,
+    )
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    _fatally_failed_first_try(op, run_id, store)
+    # The clear after try 1 set max_tries to 1 + retries.
+    deferred = deferral(op, context_for(op, run_id, 2, store, max_tries=3))
+    assert len(jobs_of(cluster, op, run_id)) == 2
+    run_to_event(deferred)
 
 
 def test_an_exit_code_declared_retryable_lets_airflow_retry_the_task(cluster):

@@ -1,0 +1,34 @@
+"""A fatal failure ends its task: a try Airflow starts anyway in the same run of the task fails at once."""
+
+from __future__ import annotations
+
+from airflow_jobs_plugin.outcome import fatal_record, repeated_fatal_failure
+
+RECORD = fatal_record(1, "Job default/train-a1 ended FAILED (reason ImagePull)")
+
+
+def test_a_try_after_a_fatal_failure_in_the_same_run_of_the_task_fails_with_its_message():
+    message = repeated_fatal_failure(RECORD, try_number=2, max_tries=2, retries=2)
+    assert message is not None
+    assert message.startswith("try 1 of this task already failed")
+    assert message.endswith("ended FAILED (reason ImagePull)")
+
+
+def test_a_try_after_the_task_was_cleared_runs_again():
+    # Cleared after try 1: Airflow sets max_tries to 1 + retries, so this run of the task starts at try 2.
+    assert repeated_fatal_failure(RECORD, try_number=2, max_tries=3, retries=2) is None
+
+
+def test_a_fatal_failure_of_a_later_run_of_the_task_counts_from_its_first_try():
+    record = fatal_record(3, "exited with code 3")
+    # Cleared after try 2 (max_tries 2 + 2): try 3 failed fatally, try 4 must not run the job again.
+    assert repeated_fatal_failure(record, try_number=4, max_tries=4, retries=2) is not None
+
+
+def test_without_a_record_or_without_max_tries_the_try_runs():
+    assert repeated_fatal_failure(None, try_number=2, max_tries=2, retries=2) is None
+    assert repeated_fatal_failure(RECORD, try_number=2, max_tries=None, retries=2) is None
+
+
+def test_the_try_that_recorded_the_failure_is_not_refused_on_its_own_rerun():
+    assert repeated_fatal_failure(RECORD, try_number=1, max_tries=2, retries=2) is None
