@@ -72,9 +72,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # The job of the current try, recorded before the job is created, so a retry finds it even if the
 # worker died between the create and the deferral.
 TASK_STATE_KEY = "airflow_jobs_plugin.job"
-# The job whose success a try of this task has returned. A later try may adopt an earlier try's
-# succeeded job only if its result never reached a try (the try was lost after the job finished, as in
-# a scheduler/triggerer race); a task cleared after a delivered success submits a new job.
+# The job whose success a try of this task returned, and that try. A later try may adopt an earlier
+# try's succeeded job only if its result never counted: no try returned it (the try was lost after the
+# job finished, as in a scheduler/triggerer race), or the try that returned it was failed by Airflow
+# anyway (a later try in the same run of the task). A task cleared after a returned success trains again.
 TASK_STATE_DELIVERED = "airflow_jobs_plugin.delivered"
 # The try whose job failed in a way no retry can cure, with its message. Airflow may still start another
 # try of that task (its scheduler can act on a stale event of the deferral after the resumed try has

@@ -15,6 +15,8 @@ from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
 from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
 from airflow_jobs_plugin.outcome import (
+    delivered_job,
+    delivery_record,
     failure_message,
     fatal_record,
     is_fatal,
@@ -201,14 +203,14 @@ class JobOperator(BaseOperator):
             try_number=ti.try_number,
         )
         store = context.get("task_state_store")
-        repeated = repeated_fatal_failure(
-            store.get(TASK_STATE_FATAL) if store is not None else None,
-            try_number=ti.try_number,
-            max_tries=getattr(ti, "max_tries", None),
-            retries=int(self.retries or 0),
+        tries = dict(
+            try_number=ti.try_number, max_tries=getattr(ti, "max_tries", None), retries=self.retries or 0
         )
+        repeated = repeated_fatal_failure(store.get(TASK_STATE_FATAL) if store is not None else None, **tries)
         if repeated:
             raise AirflowFailException(repeated)
+        # Without a task_state_store there is no record of what was returned: never adopt a success.
+        delivered = delivered_job(store.get(TASK_STATE_DELIVERED), **tries) if store is not None else None
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
         from airflow_jobs_plugin.submission import SubmissionRefused, submit
@@ -220,6 +222,7 @@ class JobOperator(BaseOperator):
                     spec,
                     identity,
                     store,
+                    delivered=delivered,
                     conn_id=self.kubernetes_conn_id,
                     quota_configmap=self.quota_configmap,
                     quota_namespace=self.quota_namespace,
@@ -253,7 +256,8 @@ class JobOperator(BaseOperator):
             result = summary(event)
             store = context.get("task_state_store")
             if store is not None:
-                store.set(TASK_STATE_DELIVERED, result["job_name"])
+                try_number = context["ti"].try_number if "ti" in context else 0
+                store.set(TASK_STATE_DELIVERED, delivery_record(result["job_name"], try_number))
             self.log.info(
                 "%s %s succeeded after %d attempt(s); %.0f GPU-seconds",
                 result["kind"],

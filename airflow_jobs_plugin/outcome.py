@@ -24,6 +24,17 @@ def is_fatal(event: Mapping[str, Any]) -> bool:
     return str(event.get("reason") or "") in FATAL_VERDICTS
 
 
+def same_run_of_task(earlier_try: int, *, try_number: int, max_tries: int | None, retries: int) -> bool:
+    """True if ``earlier_try`` came before this try within the same run of the task (no clear between).
+
+    A clear starts a new run of the task: Airflow sets ``max_tries`` to the last try plus ``retries``, so
+    the first try of the current run is ``max_tries - retries + 1``. Unknown ``max_tries``: False.
+    """
+    if max_tries is None:
+        return False
+    return max_tries - retries + 1 <= earlier_try < try_number
+
+
 def fatal_record(try_number: int, message: str) -> dict[str, Any]:
     """What a try that raised a fatal failure leaves in the task's state store."""
     return {"try": int(try_number), "message": message}
@@ -35,23 +46,46 @@ def repeated_fatal_failure(
     """The message to fail this try with at once, or None to run it.
 
     A fatal failure ends the task: Airflow is told not to retry it. If a later try starts anyway in the
-    same run of the task (between two clears), Airflow started it on its own (a stale executor event of
-    the deferral processed after the resumed try failed) and running the job again cannot help. A user's
-    clear starts a new run of the task: Airflow then sets ``max_tries`` to the last try plus ``retries``,
-    so the first try of the current run is ``max_tries - retries + 1``; a fatal failure before it was
-    already seen by whoever cleared the task, and the job runs again.
+    same run of the task, Airflow started it on its own (its scheduler acted on a stale executor event of
+    the deferral after the resumed try failed) and running the job again cannot help. After a clear the
+    job runs again: whoever cleared the task saw the failure.
     """
-    if not record or max_tries is None:
+    if not record:
         return None
     fatal_try = int(record.get("try") or 0)
-    first_try_of_this_run = max_tries - retries + 1
-    if not first_try_of_this_run <= fatal_try < try_number:
+    if not same_run_of_task(fatal_try, try_number=try_number, max_tries=max_tries, retries=retries):
         return None
     return (
         f"try {fatal_try} of this task already failed in a way no retry can cure, and the task was not "
         f"cleared since: not running the job again (clear the task to run it after fixing the cause)\n"
         f"{record.get('message') or ''}"
     ).rstrip()
+
+
+def delivery_record(job_name: str, try_number: int) -> dict[str, Any]:
+    """What a try that returned a job's success leaves in the task's state store."""
+    return {"job": job_name, "try": int(try_number)}
+
+
+def delivered_job(
+    record: Mapping[str, Any] | str | None, *, try_number: int, max_tries: int | None, retries: int
+) -> str:
+    """The job whose returned success Airflow kept, or "" if none: a later try may adopt any other
+    succeeded job of the task instead of training again.
+
+    A success returned by an earlier try of the same run of the task was lost: had Airflow kept it, the
+    task would have succeeded and no later try would run without a clear (the scheduler can fail a
+    resumed try that already returned, on a stale event of its deferral). That job is adopted again.
+    """
+    if not record:
+        return ""
+    if isinstance(record, str):
+        return record
+    name = str(record.get("job") or "")
+    returned_by = int(record.get("try") or 0)
+    if same_run_of_task(returned_by, try_number=try_number, max_tries=max_tries, retries=retries):
+        return ""
+    return name
 
 
 def summary(event: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,18 +31,19 @@ async def submit(
     identity: TaskIdentity,
     store: Any,
     *,
+    delivered: str | None,
     conn_id: str,
     quota_configmap: str | None,
     quota_namespace: str | None,
     log: logging.Logger | Any,
 ) -> tuple[str, str]:
-    """Return ``(job name, kind)`` of the job this try follows, creating it if no earlier try's job lives."""
+    """Return ``(job name, kind)`` of the job this try follows, creating it if no earlier try's job lives.
+
+    ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success)."""
     kind = "MPIJob" if spec.is_mpi else "Job"
     resource = MPIJOBS if spec.is_mpi else JOBS
     client = await KubeClient.from_connection(conn_id)
     try:
-        # Without a task_state_store there is no record of what was delivered: never adopt a success.
-        delivered = (store.get(labels.TASK_STATE_DELIVERED) or "") if store is not None else None
         live = await patiently(
             live_job_of_task,
             client,

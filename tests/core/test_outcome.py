@@ -1,8 +1,9 @@
-"""A fatal failure ends its task: a try Airflow starts anyway in the same run of the task fails at once."""
+"""What earlier tries of a task leave for the next one: a fatal failure ends the task, even if Airflow
+starts another try on its own; a returned success that Airflow dropped is adopted, not trained again."""
 
 from __future__ import annotations
 
-from airflow_jobs_plugin.outcome import fatal_record, repeated_fatal_failure
+from airflow_jobs_plugin.outcome import delivered_job, delivery_record, fatal_record, repeated_fatal_failure
 
 RECORD = fatal_record(1, "Job default/train-a1 ended FAILED (reason ImagePull)")
 
@@ -32,3 +33,24 @@ def test_without_a_record_or_without_max_tries_the_try_runs():
 
 def test_the_try_that_recorded_the_failure_is_not_refused_on_its_own_rerun():
     assert repeated_fatal_failure(RECORD, try_number=1, max_tries=2, retries=2) is None
+
+
+def test_a_success_returned_in_this_run_of_the_task_was_dropped_by_airflow_and_is_adopted_again():
+    record = delivery_record("train-a1", 1)
+    assert delivered_job(record, try_number=2, max_tries=1, retries=1) == ""
+
+
+def test_a_success_returned_before_the_task_was_cleared_is_not_adopted_again():
+    record = delivery_record("train-a1", 1)
+    assert delivered_job(record, try_number=2, max_tries=2, retries=1) == "train-a1"
+
+
+def test_a_returned_success_without_its_try_or_without_max_tries_is_never_adopted_again():
+    assert delivered_job("train-a1", try_number=2, max_tries=1, retries=1) == "train-a1"
+    assert (
+        delivered_job(delivery_record("train-a1", 1), try_number=2, max_tries=None, retries=1) == "train-a1"
+    )
+
+
+def test_nothing_returned_yet_lets_any_success_be_adopted():
+    assert delivered_job(None, try_number=2, max_tries=1, retries=1) == ""

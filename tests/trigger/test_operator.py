@@ -235,14 +235,30 @@ def test_a_retry_adopts_an_earlier_success_whose_result_was_never_returned(clust
 
 
 def test_a_task_cleared_after_a_delivered_success_trains_again(cluster):
-    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'})
+    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'}, retries=1)
     run_id = f"run-{next(_runs)}"
     store = StateStore()
-    first = deferral(op, context_for(op, run_id, 1, store))
-    op.execute_complete(context_for(op, run_id, 1, store), run_to_event(first))
-    second = deferral(op, context_for(op, run_id, 2, store))  # a user cleared the task
+    first = deferral(op, context_for(op, run_id, 1, store, max_tries=1))
+    op.execute_complete(context_for(op, run_id, 1, store, max_tries=1), run_to_event(first))
+    # A user cleared the task after try 1: Airflow set max_tries to 1 + retries.
+    second = deferral(op, context_for(op, run_id, 2, store, max_tries=2))
     assert second.trigger.job_name != first.trigger.job_name
     run_to_event(second)
+
+
+def test_a_success_returned_by_a_try_airflow_failed_anyway_is_adopted_not_trained_again(cluster):
+    # The scheduler acted on the deferral's stale executor event while the resumed try was returning
+    # its result, marked the task for retry, and dropped the result: the same run of the task goes on.
+    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'}, retries=1)
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    first = deferral(op, context_for(op, run_id, 1, store, max_tries=1))
+    op.execute_complete(context_for(op, run_id, 1, store, max_tries=1), run_to_event(first))
+    second = deferral(op, context_for(op, run_id, 2, store, max_tries=1))
+    assert second.trigger.job_name == first.trigger.job_name
+    assert len(jobs_of(cluster, op, run_id)) == 1
+    result = op.execute_complete(context_for(op, run_id, 2, store, max_tries=1), run_to_event(second))
+    assert result["state"] == "SUCCEEDED"
 
 
 def _failing_first(cluster, monkeypatch, verb: str, resource: str, codes: list[int]) -> list[int]:
