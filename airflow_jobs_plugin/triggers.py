@@ -39,7 +39,14 @@ from airflow_jobs_plugin.kube import (
     Resource,
     patiently,
 )
-from airflow_jobs_plugin.lifecycle import Failure, JobSnapshot, JobState, classify_failure, snapshot
+from airflow_jobs_plugin.lifecycle import (
+    Failure,
+    JobSnapshot,
+    JobState,
+    classify_failure,
+    disrupted_pod,
+    snapshot,
+)
 from airflow_jobs_plugin.logstream import LogStreamer
 from airflow_jobs_plugin.spec import attempt_name
 
@@ -163,6 +170,7 @@ class JobTrigger(BaseTrigger):
             seen: tuple | None = None
             history: list[dict[str, Any]] = []
             final_read = False
+            final_events: list[dict] = []  # read with the final look: what outlives a disrupted pod
             unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
             while True:
                 job = watch.get(resource, name) or await self._patiently(
@@ -198,7 +206,7 @@ class JobTrigger(BaseTrigger):
                     queue = await self._patiently(admission.ensure, job) if waiting else None
                     direct = waiting and queue is None and not admission.quota_enabled
                     unsuspended_from = version if direct else None
-                snap = snapshot(job, pods, (), queue=queue, now=_now())
+                snap = snapshot(job, pods, final_events, queue=queue, now=_now())
                 if tracking.signature(snap) != seen:
                     seen = tracking.signature(snap)
                     self.log.info("%s %s: %s", self.kind, name, tracking.state_line(snap))
@@ -217,7 +225,9 @@ class JobTrigger(BaseTrigger):
                 if decision.step is tracking.Step.FAIL_FAST:
                     # The pod's back-off message hides the registry's answer; the pull events carry it.
                     # Look once, just before ruling, so a transient refusal is never ruled permanent.
-                    events = await self._patiently(self._events_of, client, pods)
+                    events = await self._patiently(
+                        self._events_of, client, [p["metadata"]["name"] for p in pods]
+                    )
                     snap = snapshot(job, pods, events, queue=queue, now=_now())
                     failure = _failure(snap, self.retryable_exit_codes, self.fatal_exit_codes)
                     if tracking.stuck_for_good(snap, failure, events):
@@ -234,6 +244,10 @@ class JobTrigger(BaseTrigger):
                     fresh = await self._patiently(self._pods_now, client, name)
                     for pod in fresh:
                         watch.absorb(PODS, pod)
+                    disrupted = disrupted_pod(job)
+                    if disrupted:
+                        # The disrupted pod may be gone; its events still say whether its node was lost.
+                        final_events = await self._patiently(self._events_of, client, [disrupted])
                     continue
                 await admission.release(job)
                 history.append(_attempt_record(job, snap))
@@ -255,6 +269,7 @@ class JobTrigger(BaseTrigger):
                     sub = watch.subscribe(name)
                     seen = None
                     final_read = False
+                    final_events = []
                     continue
                 if streamer is not None:
                     await streamer.drain(timeout=10)
@@ -369,12 +384,10 @@ class JobTrigger(BaseTrigger):
         listing = await client.list(PODS, self.namespace, label_selector=f"{key}={name}")
         return listing.get("items") or []
 
-    async def _events_of(self, client: KubeClient, pods: list[dict]) -> list[dict]:
+    async def _events_of(self, client: KubeClient, pod_names: list[str]) -> list[dict]:
         events: list[dict] = []
-        for pod in pods:
-            listing = await client.list(
-                EVENTS, self.namespace, field_selector=f"involvedObject.name={pod['metadata']['name']}"
-            )
+        for pod in pod_names:
+            listing = await client.list(EVENTS, self.namespace, field_selector=f"involvedObject.name={pod}")
             events.extend(listing.get("items") or [])
         return events
 

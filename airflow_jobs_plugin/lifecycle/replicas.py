@@ -7,6 +7,7 @@ replacement), so its *current* pod is the live one if there is one, else the mos
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -120,16 +121,51 @@ def pods_of(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[M
     return mine
 
 
+# The Job controller names the pod its pod failure policy matched: "Pod <ns>/<name> has condition
+# DisruptionTarget matching FailJob rule at index <i>".
+_DISRUPTED_POD = re.compile(
+    r"^Pod (?P<namespace>[^/\s]+)/(?P<name>\S+) has condition DisruptionTarget matching "
+)
+# What the node lifecycle controller and the taint eviction controller record on the pods of a node that
+# stopped answering: the evidence of a node loss that outlives the pod.
+_NODE_LOSS_EVENTS = frozenset({"NodeNotReady", "TaintManagerEviction"})
+
+
+def disrupted_pod(job: Mapping[str, Any]) -> str | None:
+    """The pod whose DisruptionTarget condition failed the Job through its pod failure policy, as the
+    controller's Failed (or FailureTarget) condition names it; the pod itself may be gone."""
+    for kind in ("Failed", "FailureTarget"):
+        match = _DISRUPTED_POD.match(str(dig(condition(job, kind), "message") or ""))
+        if match:
+            return match["name"]
+    return None
+
+
+def lost_with_its_node(pod_name: str | None, events: Iterable[Mapping[str, Any]]) -> bool:
+    """True if the events say the pod's node stopped answering (not-ready, then the taint eviction)."""
+    if not pod_name:
+        return False
+    for event in events:
+        about = event.get("involvedObject") or event.get("regarding") or {}
+        if about.get("kind") == "Pod" and about.get("name") == pod_name:
+            if event.get("reason") in _NODE_LOSS_EVENTS:
+                return True
+    return False
+
+
 def events_of(
     job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]]
 ) -> list[Mapping[str, Any]]:
-    """The events about ``job``, its launcher Job or one of ``pods`` (core/v1 or events.k8s.io/v1)."""
+    """The events about ``job``, its launcher Job, one of ``pods``, or the pod that the job's pod
+    failure policy names (core/v1 or events.k8s.io/v1)."""
     name = dig(job, "metadata", "name")
     namespace = dig(job, "metadata", "namespace")
     uids = {dig(job, "metadata", "uid")} | {dig(pod, "metadata", "uid") for pod in pods}
     uids.discard(None)
     names = {(job_kind(job), name), (JOB_KIND, f"{name}-launcher")}
     names |= {("Pod", dig(pod, "metadata", "name")) for pod in pods}
+    if disrupted_pod(job):
+        names.add(("Pod", disrupted_pod(job)))
     mine = []
     for event in events:
         about = event.get("involvedObject") or event.get("regarding") or {}

@@ -40,8 +40,10 @@ from .replicas import (
     MPI_KIND,
     Health,
     ReplicaStatus,
+    disrupted_pod,
     events_of,
     job_kind,
+    lost_with_its_node,
     pods_of,
     replicas_of,
 )
@@ -207,7 +209,7 @@ def snapshot(
     replicas = tuple(replicas_of(job, own_pods, own_events))
     facts = _facts(job)
     live = _live_pods(own_pods)
-    decision = _decide(job, facts, replicas, live, queue, reservation, now)
+    decision = _decide(job, facts, replicas, live, queue, reservation, now, own_events)
     annotations = facts.annotations
     finished_at = _finished_at(job, decision.state, reservation)
     if reservation is None:
@@ -299,6 +301,7 @@ def _decide(
     queue: QueueStatus | None,
     reservation: Reservation | None,
     now: datetime,
+    events: list[Mapping[str, Any]],
 ) -> _Decision:
     # The controller's final word is a fact about what ran; a verdict written after it cannot undo it.
     succeeded = "Succeeded" if facts.kind == MPI_KIND else "Complete"
@@ -307,13 +310,13 @@ def _decide(
             JobState.SUCCEEDED, Reason.COMPLETED, _condition_message(job, succeeded, "completed"), 0
         )
     if condition_true(job, "Failed"):
-        return _failed(job, "Failed", facts, replicas, JobState.FAILED)
+        return _failed(job, "Failed", facts, replicas, JobState.FAILED, events)
     verdict = facts.annotations.get(labels.VERDICT)
     if verdict:
         return _verdict(verdict, facts.annotations.get(labels.VERDICT_MESSAGE, ""), facts, live)
     if condition_true(job, "FailureTarget"):
         state = JobState.TERMINATING if live else JobState.FAILED
-        return _failed(job, "FailureTarget", facts, replicas, state)
+        return _failed(job, "FailureTarget", facts, replicas, state, events)
     if condition_true(job, "SuccessCriteriaMet"):
         state = JobState.TERMINATING if live else JobState.SUCCEEDED
         return _Decision(
@@ -349,7 +352,12 @@ def _condition_message(job: Mapping[str, Any], kind: str, default: str) -> str:
 
 
 def _failed(
-    job: Mapping[str, Any], kind: str, facts: _Facts, replicas: tuple[ReplicaStatus, ...], state: JobState
+    job: Mapping[str, Any],
+    kind: str,
+    facts: _Facts,
+    replicas: tuple[ReplicaStatus, ...],
+    state: JobState,
+    events: list[Mapping[str, Any]],
 ) -> _Decision:
     """A failed (or failing) job's reason: a specific cause on the pods beats the controller's word."""
     cond_reason = str(dig(condition(job, kind), "reason") or "")
@@ -366,8 +374,10 @@ def _failed(
     if cond_reason == "PodFailurePolicy" and "DisruptionTarget" in cond_message:
         # The pod was disrupted (evicted, preempted, or its node lost) and may be gone: the
         # infrastructure failed the job, not the program, whatever the killed container's exit code.
-        # A NodeLost ruling the product wrote before the controller's word says which disruption.
+        # Which disruption: a NodeLost ruling the product wrote before the controller's word, or the
+        # node controllers' events on the pod, which outlive it.
         lost = facts.annotations.get(labels.VERDICT) == Reason.NODE_LOST.value
+        lost = lost or lost_with_its_node(disrupted_pod(job), events)
         reason = Reason.NODE_LOST if lost else Reason.EVICTED
         return _Decision(state, reason, f"{detail}; its pod was disrupted", None)
     if cond_reason == "DeadlineExceeded":

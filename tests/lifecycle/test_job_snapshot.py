@@ -20,6 +20,7 @@ from .factories import (
     NAMESPACE,
     at,
     batch_job,
+    event,
     job_condition,
     job_pod,
     launcher_pod,
@@ -61,8 +62,8 @@ def test_scenario_objects_parse_with_the_kubernetes_models(scenario: Scenario):
             assert parses(scenario.job, "V1Job")
     for pod in scenario.pods:
         assert parses(pod, "V1Pod"), pod["metadata"]["name"]
-    for event in scenario.events:
-        assert parses(event, "CoreV1Event")
+    for item in scenario.events:
+        assert parses(item, "CoreV1Event")
 
 
 def test_queued_job_carries_queue_position_and_pool_message():
@@ -95,7 +96,6 @@ def test_unschedulable_message_is_the_schedulers():
 
 
 def test_unschedulable_message_falls_back_to_the_failed_scheduling_event():
-    from .factories import event
 
     pod = job_pod(node=None, unschedulable_message="")
     pod["status"]["conditions"][0].pop("message")
@@ -271,7 +271,6 @@ def test_attempt_defaults_to_one():
 
 
 def test_snapshot_picks_its_pods_and_events_out_of_namespace_wide_lists():
-    from .factories import event
 
     mine = job_pod(phase="Running", statuses=[running()])
     other_job = job_pod("other", phase="Failed", statuses=[terminated("main", 1)], ready=False)
@@ -402,3 +401,25 @@ def test_a_disrupted_job_the_product_ruled_node_lost_keeps_that_reason():
         failed=1,
     )
     assert snapshot(job, [], now=NOW).reason is Reason.NODE_LOST
+
+
+def test_a_disrupted_job_whose_gone_pod_lost_its_node_is_node_lost():
+    # The node came back, the kubelet removed the stranded pod, and the Job controller failed the job:
+    # only the node controllers' events on the pod remain to say the node was lost.
+    message = "Pod default/train-x7k2p has condition DisruptionTarget matching FailJob rule at index 0"
+    job = batch_job(conditions=[job_condition("Failed", "PodFailurePolicy", message)], failed=1)
+    events = [
+        event("Pod", "train-x7k2p", "NodeNotReady", "Node is not ready"),
+        event("Pod", "train-x7k2p", "TaintManagerEviction", "Marking for deletion Pod default/train-x7k2p"),
+    ]
+    assert snapshot(job, [], events, now=NOW).reason is Reason.NODE_LOST
+
+
+def test_a_disrupted_job_whose_gone_pod_was_evicted_stays_evicted():
+    message = "Pod default/train-x7k2p has condition DisruptionTarget matching FailJob rule at index 0"
+    job = batch_job(conditions=[job_condition("Failed", "PodFailurePolicy", message)], failed=1)
+    events = [
+        event("Pod", "train-x7k2p", "Evicted", "The node was low on resource: memory."),
+        event("Pod", "other-pod", "NodeNotReady", "Node is not ready"),  # another pod's node
+    ]
+    assert snapshot(job, [], events, now=NOW).reason is Reason.EVICTED

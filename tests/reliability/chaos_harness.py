@@ -230,20 +230,6 @@ class Chaos:
 
         self.cluster.call(on_loop)
 
-    def stranded_tasks_retried(self) -> bool:
-        """Every stranded task's trigger has moved on: its attempt-2 job exists."""
-        keys = {key for key, task in self.task_of_key.items() if task.task_id in self.stranded}
-
-        def on_loop() -> bool:
-            retried = {
-                (job["metadata"].get("labels") or {}).get(labels.TASK_KEY)
-                for job in self.cluster.store.list("jobs", self.namespace)
-                if (job["metadata"].get("labels") or {}).get(labels.ATTEMPT) == "2"
-            }
-            return keys <= retried
-
-        return self.cluster.call(on_loop)
-
     def restore_node(self) -> None:
         self.cluster.controllers.restore_node(LOST_NODE)
 
