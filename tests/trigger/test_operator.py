@@ -118,15 +118,8 @@ def test_a_failed_job_raises_with_state_reason_exit_code_and_log_tail(cluster):
     assert "FAILED" in message and "worker-0=4" in message and "[worker-0] boom" in message
 
 
-def _fatally_failed_first_try(op: JobOperator, run_id: str, store: StateStore) -> None:
-    event = run_to_event(deferral(op, context_for(op, run_id, 1, store, max_tries=op.retries)))
-    with pytest.raises(AirflowFailException):
-        op.execute_complete(context_for(op, run_id, 1, store, max_tries=op.retries), event)
-
-
-def test_a_try_airflow_starts_after_a_fatal_failure_fails_at_once_without_a_job(cluster):
-    # Airflow's scheduler can act on the deferral's stale executor event after the resumed try raised
-    # AirflowFailException, and retry the task anyway: the job must not run again.
+def _fatally_failed_first_try() -> tuple[JobOperator, str, StateStore]:
+    """A task with retries=2 whose try 1 saw its job exit with code 3 (fatal) and raised."""
     op = operator(
         job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 1, "exit": 3}}'},
         backoff_limit=0,
@@ -134,21 +127,23 @@ def test_a_try_airflow_starts_after_a_fatal_failure_fails_at_once_without_a_job(
     )
     run_id = f"run-{next(_runs)}"
     store = StateStore()
-    _fatally_failed_first_try(op, run_id, store)
+    event = run_to_event(deferral(op, context_for(op, run_id, 1, store, max_tries=2)))
+    with pytest.raises(AirflowFailException):
+        op.execute_complete(context_for(op, run_id, 1, store, max_tries=2), event)
+    return op, run_id, store
+
+
+def test_a_try_airflow_starts_after_a_fatal_failure_fails_at_once_without_a_job(cluster):
+    # Airflow's scheduler can act on the deferral's stale executor event after the resumed try raised
+    # AirflowFailException, and retry the task anyway: the job must not run again.
+    op, run_id, store = _fatally_failed_first_try()
     with pytest.raises(AirflowFailException, match=r"(?s)try 1 of this task already failed.*worker-0=3"):
         op.execute(context_for(op, run_id, 2, store, max_tries=2))
     assert len(jobs_of(cluster, op, run_id)) == 1
 
 
 def test_a_task_cleared_after_a_fatal_failure_runs_its_job_again(cluster):
-    op = operator(
-        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 1, "exit": 3}}'},
-        backoff_limit=0,
-        retries=2,
-    )
-    run_id = f"run-{next(_runs)}"
-    store = StateStore()
-    _fatally_failed_first_try(op, run_id, store)
+    op, run_id, store = _fatally_failed_first_try()
     # The clear after try 1 set max_tries to 1 + retries.
     deferred = deferral(op, context_for(op, run_id, 2, store, max_tries=3))
     assert len(jobs_of(cluster, op, run_id)) == 2
@@ -234,28 +229,30 @@ def test_a_retry_adopts_an_earlier_success_whose_result_was_never_returned(clust
     assert result["state"] == "SUCCEEDED"
 
 
-def test_a_task_cleared_after_a_delivered_success_trains_again(cluster):
+def _returned_success_of_first_try() -> tuple[JobOperator, str, StateStore, str]:
+    """A task with retries=1 whose try 1 returned its job's success; the job's name."""
     op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'}, retries=1)
     run_id = f"run-{next(_runs)}"
     store = StateStore()
     first = deferral(op, context_for(op, run_id, 1, store, max_tries=1))
     op.execute_complete(context_for(op, run_id, 1, store, max_tries=1), run_to_event(first))
+    return op, run_id, store, first.trigger.job_name
+
+
+def test_a_task_cleared_after_a_delivered_success_trains_again(cluster):
+    op, run_id, store, first = _returned_success_of_first_try()
     # A user cleared the task after try 1: Airflow set max_tries to 1 + retries.
     second = deferral(op, context_for(op, run_id, 2, store, max_tries=2))
-    assert second.trigger.job_name != first.trigger.job_name
+    assert second.trigger.job_name != first
     run_to_event(second)
 
 
 def test_a_success_returned_by_a_try_airflow_failed_anyway_is_adopted_not_trained_again(cluster):
     # The scheduler acted on the deferral's stale executor event while the resumed try was returning
     # its result, marked the task for retry, and dropped the result: the same run of the task goes on.
-    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'}, retries=1)
-    run_id = f"run-{next(_runs)}"
-    store = StateStore()
-    first = deferral(op, context_for(op, run_id, 1, store, max_tries=1))
-    op.execute_complete(context_for(op, run_id, 1, store, max_tries=1), run_to_event(first))
+    op, run_id, store, first = _returned_success_of_first_try()
     second = deferral(op, context_for(op, run_id, 2, store, max_tries=1))
-    assert second.trigger.job_name == first.trigger.job_name
+    assert second.trigger.job_name == first
     assert len(jobs_of(cluster, op, run_id)) == 1
     result = op.execute_complete(context_for(op, run_id, 2, store, max_tries=1), run_to_event(second))
     assert result["state"] == "SUCCEEDED"
