@@ -252,12 +252,10 @@ class JobOperator(BaseOperator):
     # --- completion ---
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        try_number = context["ti"].try_number if "ti" in context else 0
         if event.get("status") == "success":
             result = summary(event)
-            store = context.get("task_state_store")
-            if store is not None:
-                try_number = context["ti"].try_number if "ti" in context else 0
-                store.set(TASK_STATE_DELIVERED, delivery_record(result["job_name"], try_number))
+            self._remember(context, TASK_STATE_DELIVERED, delivery_record(result["job_name"], try_number))
             self.log.info(
                 "%s %s succeeded after %d attempt(s); %.0f GPU-seconds",
                 result["kind"],
@@ -268,11 +266,20 @@ class JobOperator(BaseOperator):
             return result
         message = failure_message(event)
         if is_fatal(event):
-            store = context.get("task_state_store")
-            if store is not None and "ti" in context:
-                store.set(TASK_STATE_FATAL, fatal_record(context["ti"].try_number, message))
+            self._remember(context, TASK_STATE_FATAL, fatal_record(try_number, message))
             raise AirflowFailException(message)
         raise AirflowException(message)
+
+    def _remember(self, context: Context, key: str, value: dict[str, Any]) -> None:
+        """Record what this try returned for later tries; a record that cannot be written must not
+        change the task's outcome (a fatal failure must stay fatal), so the error is only logged."""
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        try:
+            store.set(key, value)
+        except Exception as exc:  # whatever the state store's backend raises
+            self.log.warning("could not record %s in the task state store: %s", key, exc)
 
     def on_kill(self) -> None:
         """Nothing runs on the worker while the job runs: the trigger's on_kill deletes the job."""

@@ -302,3 +302,18 @@ def test_an_api_outage_longer_than_the_submit_back_off_fails_the_try_for_airflow
     deferred = deferral(op, context_for(op, run_id, 2, store))
     assert len(jobs_of(cluster, op, run_id)) == 1
     run_to_event(deferred)
+
+
+class _BrokenStore(StateStore):
+    def set(self, key, value, **_):
+        raise ConnectionError("state store unavailable")
+
+
+def test_a_fatal_failure_stays_fatal_when_the_state_store_cannot_record_it():
+    op = operator()
+    event = {"status": "failed", "state": "FAILED", "reason": "ImagePull", "failure_class": "fatal"}
+    context = context_for(op, "run-broken-store", 1, _BrokenStore())
+    with pytest.raises(AirflowFailException, match="ImagePull"):
+        op.execute_complete(context, {**event, "job_name": "train-a1", "kind": "Job"})
+    result = op.execute_complete(context, {"status": "success", "job_name": "train-a1", "kind": "Job"})
+    assert result["job_name"] == "train-a1"
