@@ -15,10 +15,9 @@ from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
 from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
 from airflow_jobs_plugin.outcome import (
+    TryOutcome,
     delivered_job,
-    delivery_record,
     failure_message,
-    fatal_record,
     is_fatal,
     repeated_fatal_failure,
     summary,
@@ -206,11 +205,15 @@ class JobOperator(BaseOperator):
         tries = dict(
             try_number=ti.try_number, max_tries=getattr(ti, "max_tries", None), retries=self.retries or 0
         )
-        repeated = repeated_fatal_failure(store.get(TASK_STATE_FATAL) if store is not None else None, **tries)
-        if repeated:
-            raise AirflowFailException(repeated)
+        if store is not None:
+            fatal = TryOutcome.from_json(store.get(TASK_STATE_FATAL))
+            repeated = repeated_fatal_failure(fatal, **tries)
+            if repeated:
+                raise AirflowFailException(repeated)
         # Without a task_state_store there is no record of what was returned: never adopt a success.
-        delivered = delivered_job(store.get(TASK_STATE_DELIVERED), **tries) if store is not None else None
+        delivered = None
+        if store is not None:
+            delivered = delivered_job(TryOutcome.from_json(store.get(TASK_STATE_DELIVERED)), **tries)
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
         from airflow_jobs_plugin.submission import SubmissionRefused, submit
@@ -255,7 +258,7 @@ class JobOperator(BaseOperator):
         try_number = context["ti"].try_number if "ti" in context else 0
         if event.get("status") == "success":
             result = summary(event)
-            self._remember(context, TASK_STATE_DELIVERED, delivery_record(result["job_name"], try_number))
+            self._remember(context, TASK_STATE_DELIVERED, TryOutcome(try_number, job=result["job_name"]))
             self.log.info(
                 "%s %s succeeded after %d attempt(s); %.0f GPU-seconds",
                 result["kind"],
@@ -266,18 +269,22 @@ class JobOperator(BaseOperator):
             return result
         message = failure_message(event)
         if is_fatal(event):
-            self._remember(context, TASK_STATE_FATAL, fatal_record(try_number, message))
+            self._remember(
+                context,
+                TASK_STATE_FATAL,
+                TryOutcome(try_number, job=event.get("job_name") or "", message=message),
+            )
             raise AirflowFailException(message)
         raise AirflowException(message)
 
-    def _remember(self, context: Context, key: str, value: dict[str, Any]) -> None:
+    def _remember(self, context: Context, key: str, outcome: TryOutcome) -> None:
         """Record what this try returned for later tries; a record that cannot be written must not
         change the task's outcome (a fatal failure must stay fatal), so the error is only logged."""
         store = context.get("task_state_store")
         if store is None:
             return
         try:
-            store.set(key, value)
+            store.set(key, outcome.to_json())
         except Exception as exc:  # whatever the state store's backend raises
             self.log.warning("could not record %s in the task state store: %s", key, exc)
 

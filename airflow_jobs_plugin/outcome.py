@@ -9,6 +9,7 @@ attempts used up on a flaky node) are ordinary failures the DAG's own ``retries`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 # Product verdicts that no retry of the same task can cure (pod failures carry their own class).
@@ -35,13 +36,36 @@ def same_run_of_task(earlier_try: int, *, try_number: int, max_tries: int | None
     return max_tries - retries + 1 <= earlier_try < try_number
 
 
-def fatal_record(try_number: int, message: str) -> dict[str, Any]:
-    """What a try that raised a fatal failure leaves in the task's state store."""
-    return {"try": int(try_number), "message": message}
+@dataclass(frozen=True)
+class TryOutcome:
+    """What a try of the task ended with, kept in the task's state store for the tries after it: the
+    job whose success it returned, or the message of the fatal failure it raised."""
+
+    try_number: int
+    job: str = ""
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"try": self.try_number, "job": self.job, "message": self.message}
+
+    @classmethod
+    def from_json(cls, value: Any) -> TryOutcome | None:
+        """Read back a stored record; a bare job name (an older record) has no known try."""
+        if not value:
+            return None
+        if isinstance(value, str):
+            return cls(try_number=0, job=value)
+        if not isinstance(value, Mapping):
+            return None
+        try:
+            number = int(value.get("try") or 0)
+        except (TypeError, ValueError):
+            number = 0
+        return cls(number, str(value.get("job") or ""), str(value.get("message") or ""))
 
 
 def repeated_fatal_failure(
-    record: Mapping[str, Any] | None, *, try_number: int, max_tries: int | None, retries: int
+    fatal: TryOutcome | None, *, try_number: int, max_tries: int | None, retries: int
 ) -> str | None:
     """The message to fail this try with at once, or None to run it.
 
@@ -50,25 +74,19 @@ def repeated_fatal_failure(
     the deferral after the resumed try failed) and running the job again cannot help. After a clear the
     job runs again: whoever cleared the task saw the failure.
     """
-    if not record:
+    if fatal is None:
         return None
-    fatal_try = int(record.get("try") or 0)
-    if not same_run_of_task(fatal_try, try_number=try_number, max_tries=max_tries, retries=retries):
+    if not same_run_of_task(fatal.try_number, try_number=try_number, max_tries=max_tries, retries=retries):
         return None
     return (
-        f"try {fatal_try} of this task already failed in a way no retry can cure, and the task was not "
-        f"cleared since: not running the job again (clear the task to run it after fixing the cause)\n"
-        f"{record.get('message') or ''}"
+        f"try {fatal.try_number} of this task already failed in a way no retry can cure, and the task was "
+        f"not cleared since: not running the job again (clear the task to run it after fixing the cause)\n"
+        f"{fatal.message}"
     ).rstrip()
 
 
-def delivery_record(job_name: str, try_number: int) -> dict[str, Any]:
-    """What a try that returned a job's success leaves in the task's state store."""
-    return {"job": job_name, "try": int(try_number)}
-
-
 def delivered_job(
-    record: Mapping[str, Any] | str | None, *, try_number: int, max_tries: int | None, retries: int
+    delivered: TryOutcome | None, *, try_number: int, max_tries: int | None, retries: int
 ) -> str:
     """The job whose returned success Airflow kept, or "" if none: a later try may adopt any other
     succeeded job of the task instead of training again.
@@ -77,15 +95,11 @@ def delivered_job(
     task would have succeeded and no later try would run without a clear (the scheduler can fail a
     resumed try that already returned, on a stale event of its deferral). That job is adopted again.
     """
-    if not record:
+    if delivered is None:
         return ""
-    if isinstance(record, str):
-        return record
-    name = str(record.get("job") or "")
-    returned_by = int(record.get("try") or 0)
-    if same_run_of_task(returned_by, try_number=try_number, max_tries=max_tries, retries=retries):
+    if same_run_of_task(delivered.try_number, try_number=try_number, max_tries=max_tries, retries=retries):
         return ""
-    return name
+    return delivered.job
 
 
 def summary(event: Mapping[str, Any]) -> dict[str, Any]:
