@@ -205,14 +205,11 @@ class JobOperator(BaseOperator):
         tries = dict(
             try_number=ti.try_number, max_tries=getattr(ti, "max_tries", None), retries=self.retries or 0
         )
+        delivered = None  # without a task_state_store nothing says what was returned: adopt no success
         if store is not None:
-            fatal = TryOutcome.from_json(store.get(TASK_STATE_FATAL))
-            repeated = repeated_fatal_failure(fatal, **tries)
+            repeated = repeated_fatal_failure(TryOutcome.from_json(store.get(TASK_STATE_FATAL)), **tries)
             if repeated:
                 raise AirflowFailException(repeated)
-        # Without a task_state_store there is no record of what was returned: never adopt a success.
-        delivered = None
-        if store is not None:
             delivered = delivered_job(TryOutcome.from_json(store.get(TASK_STATE_DELIVERED)), **tries)
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.

@@ -145,12 +145,12 @@ def lost_with_its_node(pod_name: str | None, events: Iterable[Mapping[str, Any]]
     """True if the events say the pod's node stopped answering (not-ready, then the taint eviction)."""
     if not pod_name:
         return False
-    for event in events:
-        about = event.get("involvedObject") or event.get("regarding") or {}
-        if about.get("kind") == "Pod" and about.get("name") == pod_name:
-            if event.get("reason") in _NODE_LOSS_EVENTS:
-                return True
-    return False
+    return any(
+        event.get("reason") in _NODE_LOSS_EVENTS
+        and (about := event.get("involvedObject") or event.get("regarding") or {}).get("kind") == "Pod"
+        and about.get("name") == pod_name
+        for event in events
+    )
 
 
 def events_of(
@@ -164,8 +164,9 @@ def events_of(
     uids.discard(None)
     names = {(job_kind(job), name), (JOB_KIND, f"{name}-launcher")}
     names |= {("Pod", dig(pod, "metadata", "name")) for pod in pods}
-    if disrupted_pod(job):
-        names.add(("Pod", disrupted_pod(job)))
+    disrupted = disrupted_pod(job)
+    if disrupted:
+        names.add(("Pod", disrupted))
     mine = []
     for event in events:
         about = event.get("involvedObject") or event.get("regarding") or {}

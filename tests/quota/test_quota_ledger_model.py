@@ -298,32 +298,29 @@ def test_crash_after_cas_before_unsuspend_is_repaired_by_the_next_pass():
     assert {d.job.name: d.verdict for d in second.decisions}["c"] is Verdict.GROUP_QUOTA
 
 
-def test_a_reservation_another_pass_just_made_is_left_to_that_pass_to_unsuspend():
+def _pass_after_another_reserved_a(at: datetime):
+    """Another process's pass over the ledger a first pass wrote, job a reserved but still suspended."""
     first = plan_admission(POLICY, Ledger("vision"), [queued("a", 4)], {}, NOW)
-    # Another process's pass runs between that pass's compare-and-swap and its unsuspend.
-    racing = plan_admission(
+    return plan_admission(
         POLICY,
         first.ledger,
         [queued("a", 4)],
         {"uid-a": ObservedJob(suspended=True)},
-        NOW + timedelta(milliseconds=300),
+        at,
         unsuspend_grace=UNSUSPEND_GRACE,
     )
+
+
+def test_a_reservation_another_pass_just_made_is_left_to_that_pass_to_unsuspend():
+    # Another process's pass runs between that pass's compare-and-swap and its unsuspend.
+    racing = _pass_after_another_reserved_a(NOW + timedelta(milliseconds=300))
     assert racing.unsuspend == ()
     assert racing.unsuspend_due == NOW + UNSUSPEND_GRACE  # when it becomes an orphan to repair
     assert not racing.ledger_changed
 
 
 def test_a_reservation_still_suspended_after_the_grace_is_repaired_by_any_pass():
-    first = plan_admission(POLICY, Ledger("vision"), [queued("a", 4)], {}, NOW)
-    repair = plan_admission(
-        POLICY,
-        first.ledger,
-        [queued("a", 4)],
-        {"uid-a": ObservedJob(suspended=True)},
-        NOW + UNSUSPEND_GRACE,
-        unsuspend_grace=UNSUSPEND_GRACE,
-    )
+    repair = _pass_after_another_reserved_a(NOW + UNSUSPEND_GRACE)
     assert [r.job for r in repair.unsuspend] == ["a"]
     assert repair.unsuspend_due is None
 
