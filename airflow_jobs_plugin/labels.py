@@ -55,6 +55,13 @@ REQUEUE_LIMIT = f"{PREFIX}/requeue-limit"
 VERDICT = f"{PREFIX}/verdict"
 VERDICT_MESSAGE = f"{PREFIX}/verdict-message"
 CANCELLED_BY = f"{PREFIX}/cancelled-by"
+CANCELLED_AT = f"{PREFIX}/cancelled-at"
+# A user stopped the job (RFC 3339 time, and who): it is suspended, holds no GPUs and no reservation, and
+# no admission pass may unsuspend it until a resume removes both annotations. QUEUED_AT is kept, so a
+# resumed job goes back to its original queue position and its queue timeout still counts from the
+# first enqueue.
+STOPPED_AT = f"{PREFIX}/stopped-at"
+STOPPED_BY = f"{PREFIX}/stopped-by"
 
 # --- kubeflow MPI operator labels on MPIJob pods ---
 MPI_JOB_NAME = "training.kubeflow.org/job-name"

@@ -400,6 +400,18 @@ def _suspended(
     reservation: Reservation | None,
     now: datetime,
 ) -> _Decision:
+    stopped_at = facts.annotations.get(labels.STOPPED_AT)
+    if stopped_at:
+        # A user's stop: the job keeps its place in the queue's history but no admission pass may
+        # release it until a resume removes the annotation.
+        who = facts.annotations.get(labels.STOPPED_BY) or "a user"
+        if live:
+            return _Decision(
+                JobState.TERMINATING, Reason.STOPPED, f"stopped by {who}; stopping {len(live)} pod(s)"
+            )
+        return _Decision(
+            JobState.STOPPED, Reason.STOPPED, f"stopped by {who} at {stopped_at}; resume to requeue"
+        )
     if live:
         reason = Reason.REQUEUED if facts.requeue_count > 0 else Reason.PREEMPTED
         return _Decision(JobState.TERMINATING, reason, f"suspended; stopping {len(live)} pod(s)")

@@ -17,7 +17,7 @@ class JobState(str, Enum):
     STARTING: placed; pulling images, running init containers, creating containers. RUNNING: every
     replica running. DEGRADED: some replicas running, others not (restarting, not ready, lost).
     RETRYING: a pod failed and the job will try again. TERMINATING: being stopped, pods still hold
-    GPUs. SUCCEEDED, FAILED, CANCELLED: terminal. UNKNOWN: the state cannot be read (lost node,
+    GPUs. STOPPED: stopped by a user, holding nothing, until resumed. SUCCEEDED, FAILED, CANCELLED: terminal. UNKNOWN: the state cannot be read (lost node,
     missing objects).
     """
 
@@ -31,6 +31,9 @@ class JobState(str, Enum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # Suspended by a user on purpose: pods deleted, GPUs and quota released, the task still deferred.
+    # Not terminal: a resume sends the job back to its group's queue.
+    STOPPED = "STOPPED"
     UNKNOWN = "UNKNOWN"
 
     def __str__(self) -> str:
@@ -99,6 +102,7 @@ class Reason(str, Enum):
     OVER_QUOTA = "OverQuota"
     OVER_REQUEUE_LIMIT = "OverRequeueLimit"
     CANCELLED = "Cancelled"
+    STOPPED = "Stopped"  # a user stopped the job; it waits for a resume
     DELETED = "Deleted"  # the job object is being deleted without a product verdict
     COMPLETED = "Completed"
     NOT_FOUND = "NotFound"  # the job object is gone

@@ -135,9 +135,10 @@ TERMS: tuple[SourceTerm, ...] = tuple(
     + _terms(_W, _S.FAILED, "Failed")
     # CANCELLED
     + _terms(_R, _S.CANCELLED, "Deleted", reason=Reason.CANCELLED)
-    + _terms(_M, _S.CANCELLED, "STOPPED", reason=Reason.CANCELLED)
     + _terms(_P, _S.CANCELLED, "Cancelled", reason=Reason.CANCELLED)
-    + _terms(_W, _S.CANCELLED, "Stopped", reason=Reason.CANCELLED)
+    # STOPPED
+    + _terms(_M, _S.STOPPED, "STOPPED", reason=Reason.STOPPED)
+    + _terms(_W, _S.STOPPED, "Stopped", reason=Reason.STOPPED)
     # UNKNOWN
     + _terms(_R, _S.UNKNOWN, "Unknown")
     + _terms(_M, _S.UNKNOWN, "UNKNOWN")
@@ -188,6 +189,7 @@ STATE_REASONS: dict[JobState, tuple[Reason, ...]] = {
     ),
     _S.TERMINATING: (
         Reason.CANCELLED,
+        Reason.STOPPED,
         Reason.OVER_REQUEUE_LIMIT,
         Reason.REQUEUED,
         Reason.PREEMPTED,
@@ -214,6 +216,7 @@ STATE_REASONS: dict[JobState, tuple[Reason, ...]] = {
         Reason.PREEMPTED,
     ),
     _S.CANCELLED: (Reason.CANCELLED,),
+    _S.STOPPED: (Reason.STOPPED,),
     _S.UNKNOWN: (Reason.NODE_LOST, Reason.NOT_FOUND),
 }
 
@@ -227,7 +230,8 @@ MEANINGS: dict[JobState, str] = {
     _S.TERMINATING: "being stopped; pods still hold GPUs",
     _S.SUCCEEDED: "finished, exit code 0",
     _S.FAILED: "finished in failure",
-    _S.CANCELLED: "stopped by a user",
+    _S.CANCELLED: "cancelled by a user (UI, CLI, kubectl delete, Airflow mark failed or clear)",
+    _S.STOPPED: "stopped by a user: pods deleted, GPUs and quota released, waiting for a resume",
     _S.UNKNOWN: "cannot be read (node lost, object missing)",
 }
 

@@ -72,6 +72,10 @@ def _requeued(count: int, not_before: float | None = None) -> dict:
     return annotations
 
 
+def _stopped(by: str) -> dict:
+    return {labels.STOPPED_AT: ts(-5), labels.STOPPED_BY: by}
+
+
 def _verdict(verdict: str, message: str = "") -> dict:
     annotations = {labels.VERDICT: verdict}
     if message:
@@ -758,6 +762,21 @@ SCENARIOS: list[Scenario] = [
         [launcher_pod(phase="Failed", statuses=[terminated("main", 143, "Error")], ready=False)],
         JobState.CANCELLED,
         Reason.CANCELLED,
+    ),
+    # --- STOPPED ---
+    Scenario(
+        "stopped-by-user-pods-still-stopping",
+        batch_job(suspend=True, annotations=_stopped("bob")),
+        [job_pod(phase="Running", statuses=[running()], deleting=True)],
+        JobState.TERMINATING,
+        Reason.STOPPED,
+    ),
+    Scenario(
+        "stopped-by-user-pods-gone",
+        mpi_job(suspend=True, annotations=_stopped("bob")),
+        [],
+        JobState.STOPPED,
+        Reason.STOPPED,
     ),
     # --- UNKNOWN ---
     Scenario(
