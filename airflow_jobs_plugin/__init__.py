@@ -16,6 +16,8 @@ DEFAULT_CONN_ID = "kubernetes_default"
 
 def get_provider_info() -> dict:
     """Describe this provider to Airflow's providers manager (``apache_airflow_provider`` entry point)."""
+    from airflow_jobs_plugin.config import provider_config
+
     return {
         "package-name": PACKAGE_NAME,
         "name": "Airflow Jobs (GPU jobs on Kubernetes)",
@@ -31,6 +33,7 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
+        "config": provider_config(),
         "plugins": [
             {"name": "airflow_jobs", "plugin-class": "airflow_jobs_plugin.plugin.AirflowJobsPlugin"},
         ],

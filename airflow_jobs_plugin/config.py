@@ -1,0 +1,103 @@
+"""The provider's configuration: every ``[airflow_jobs]`` option, declared once.
+
+The declarations are plain data (no Airflow import) so ``get_provider_info()`` can publish them to
+Airflow's configuration system (``airflow config get-value airflow_jobs namespace`` then works and the
+defaults show in ``airflow config list``), and every reader (operator, trigger, UI, CLI, cluster policy)
+asks :func:`get` for the same option by the same name. Environment variables follow Airflow's rule:
+``AIRFLOW__AIRFLOW_JOBS__<OPTION>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SECTION = "airflow_jobs"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``[airflow_jobs]`` option as Airflow's provider ``config`` schema describes it."""
+
+    name: str
+    description: str
+    type: str  # "string", "integer", "boolean", "float" (Airflow's provider config types)
+    default: str | None
+    example: str | None = None
+
+    def as_provider_info(self) -> dict[str, str | None]:
+        return {
+            "description": self.description,
+            "version_added": "0.1.0",
+            "type": self.type,
+            "example": self.example,
+            "default": self.default,
+        }
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "kubernetes_conn_id",
+        "The cncf provider's Kubernetes connection the UI and CLI read the cluster through (operators "
+        "take their own ``kubernetes_conn_id`` argument, defaulting to the same connection).",
+        "string",
+        "kubernetes_default",
+        "kubernetes_gpu_cluster",
+    ),
+    Option(
+        "namespace",
+        "Namespace the GPU Jobs page and the CLI read jobs from; set it to the namespace your jobs run "
+        "in (with the shipped Helm values, the release namespace).",
+        "string",
+        "default",
+        "airflow",
+    ),
+    Option(
+        "quota_configmap",
+        "Name of the ConfigMap holding the quota policy (key ``policy.yaml``). Empty: no quota pool.",
+        "string",
+        "airflow-jobs-quota-policy",
+        "airflow-jobs-quota-policy",
+    ),
+    Option(
+        "quota_namespace",
+        "Namespace of the quota policy ConfigMap and of the ledgers. Empty: the jobs' namespace.",
+        "string",
+        "",
+        "gpu-quota",
+    ),
+    Option(
+        "quota_policy_file",
+        "Path of the quota policy YAML on the DAG processor, read by the opt-in cluster policy "
+        "(``airflow_jobs_plugin.cluster_policy``) to check DAGs at parse time.",
+        "string",
+        "",
+        "/opt/airflow/quota/policy.yaml",
+    ),
+)
+
+BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+
+def provider_config() -> dict[str, dict]:
+    """The ``config`` entry of ``get_provider_info()``."""
+    return {
+        SECTION: {
+            "description": "GPU jobs on Kubernetes: the cluster, the namespace and the quota pool.",
+            "options": {option.name: option.as_provider_info() for option in OPTIONS},
+        }
+    }
+
+
+def get(name: str) -> str:
+    """The option's value from Airflow's configuration, or its declared default ("" when none).
+
+    Imports Airflow's configuration lazily, so the CLI can run where Airflow is not configured.
+    """
+    option = BY_NAME[name]  # a KeyError here is a typo in the product, not a user error
+    fallback = option.default or ""
+    try:
+        from airflow.configuration import conf
+    except ImportError:  # pragma: no cover - Airflow is a dependency; the CLI may still run without it
+        return fallback
+    value = conf.get(SECTION, name, fallback=fallback)
+    return fallback if value is None else str(value)
