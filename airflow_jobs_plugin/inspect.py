@@ -8,16 +8,16 @@ that the pure builders of :mod:`airflow_jobs_plugin.plugin.views` turn into page
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import attempts, labels, quota
+from airflow_jobs_plugin import actions, attempts, labels, quota
+from airflow_jobs_plugin.actions import CancelOutcome
 from airflow_jobs_plugin.kube import CONFIGMAPS, EVENTS, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets
-from airflow_jobs_plugin.quota.ledger import is_finished, is_product_job, release
+from airflow_jobs_plugin.quota.ledger import is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
 from airflow_jobs_plugin.spec import TaskIdentity
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR
@@ -40,17 +40,6 @@ class Target:
 
 class JobNotFound(LookupError):
     """No product job of that name (or for that task instance) in the namespace."""
-
-
-@dataclass(frozen=True)
-class CancelOutcome:
-    """What cancelling did: the job (latest attempt) it ruled on and whether the object was deleted."""
-
-    namespace: str
-    name: str
-    kind: str
-    deleted: bool
-    already_finished: bool
 
 
 def _now() -> datetime:
@@ -203,42 +192,8 @@ async def follow_log(
         yield line
 
 
-def _resource_of(job: Mapping[str, Any]) -> Resource:
-    return MPIJOBS if job.get("kind") == "MPIJob" else JOBS
-
-
 async def cancel(client: KubeClient, target: Target, name: str, by: str) -> CancelOutcome:
-    """Cancel a job as a user's kill of its task does: rule it Cancelled, free its quota, delete it.
-
-    The latest attempt of the job's task try is the one ruled on (an earlier attempt's name still
-    finds it). The verdict goes on first, so every reader reports CANCELLED even while the pods stop;
-    the reservation is released, then the object is deleted with Background propagation so its pods go
-    with it. A job that already finished is left alone.
-    """
+    """Cancel a job as a user's kill of its task does (see :func:`airflow_jobs_plugin.actions.cancel`)."""
     job = await find_job(client, target.namespace, name)
-    resource = _resource_of(job)
-    meta_labels = job["metadata"].get("labels") or {}
-    if meta_labels.get(labels.TASK_KEY):
-        selector = f"{labels.TASK_KEY}={meta_labels[labels.TASK_KEY]}"
-        if meta_labels.get(labels.TRY):
-            selector += f",{labels.TRY}={meta_labels[labels.TRY]}"
-        listing = await client.list(resource, target.namespace, label_selector=selector)
-        latest = attempts.latest_attempt(listing.get("items") or []) or job
-        job = dict(latest)
-        job.setdefault("kind", resource.kind)
-    name = job["metadata"]["name"]
-    if is_finished(job):
-        return CancelOutcome(target.namespace, name, resource.kind, False, True)
-    with contextlib.suppress(KubeError):
-        await client.merge_patch(
-            resource,
-            target.namespace,
-            name,
-            {"metadata": {"annotations": {labels.VERDICT: "Cancelled", labels.CANCELLED_BY: by}}},
-        )
-    group = (job["metadata"].get("annotations") or {}).get(labels.GROUP_NAME) or meta_labels.get(labels.GROUP)
-    if target.quota_configmap and group and job["metadata"].get("uid"):
-        with contextlib.suppress(KubeError):
-            await release(client, target.ledger_namespace, group, job["metadata"]["uid"])
-    deleted = await client.delete(resource, target.namespace, name, propagation_policy="Background")
-    return CancelOutcome(target.namespace, name, resource.kind, deleted, False)
+    ledger_namespace = target.ledger_namespace if target.quota_configmap else None
+    return await actions.cancel(client, target.namespace, job, by, ledger_namespace)

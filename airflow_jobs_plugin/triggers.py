@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_jobs_plugin import attempts, labels, tracking
+from airflow_jobs_plugin import actions, attempts, labels, tracking
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import (
@@ -430,36 +430,17 @@ class JobTrigger(BaseTrigger):
         resource = _resource(self.kind)
         job = await client.get_or_none(resource, self.namespace, self.job_name)
         name = self.job_name
+        what = "already gone"
         if job is not None:
-            meta_labels = job["metadata"].get("labels") or {}
-            listing = await client.list(
-                resource,
-                self.namespace,
-                label_selector=f"{labels.TASK_KEY}={meta_labels.get(labels.TASK_KEY)},"
-                f"{labels.TRY}={meta_labels.get(labels.TRY)}",
-            )
-            latest = attempts.latest_attempt(listing.get("items") or []) or job
-            name = latest["metadata"]["name"]
-            with contextlib.suppress(KubeError):
-                await client.merge_patch(
-                    resource,
-                    self.namespace,
-                    name,
-                    {
-                        "metadata": {
-                            "annotations": {labels.VERDICT: "Cancelled", labels.CANCELLED_BY: "airflow"}
-                        }
-                    },
-                )
-            await Admission.release_job(client, latest, self.quota_configmap, self.quota_namespace)
-        deleted = await client.delete(resource, self.namespace, name, propagation_policy="Background")
-        self.log.info(
-            "task killed by a user: %s %s/%s %s",
-            self.kind,
-            self.namespace,
-            name,
-            "deleted" if deleted else "already gone",
-        )
+            job.setdefault("kind", resource.kind)
+            ledger_namespace = (self.quota_namespace or self.namespace) if self.quota_configmap else None
+            outcome = await actions.cancel(client, self.namespace, job, "airflow", ledger_namespace)
+            name = outcome.name
+            if outcome.already_finished:
+                what = "already finished, left as it is"
+            elif outcome.deleted:
+                what = "cancelled and deleted"
+        self.log.info("task killed by a user: %s %s/%s %s", self.kind, self.namespace, name, what)
 
     async def cleanup(self) -> None:
         """Runs on every exit, including a triggerer restart: never touches the job."""
