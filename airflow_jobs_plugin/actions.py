@@ -1,9 +1,15 @@
-"""What a person does to a job on purpose: cancel it (and, later in this module, stop and resume it).
+"""What a person does to a job on purpose: cancel it, stop it, resume it.
 
 One implementation for every door a user comes through: the GPU Jobs page and the CLI (through
-:mod:`airflow_jobs_plugin.inspect`) and Airflow's own mark failed / mark success / clear (through
-``JobTrigger.on_kill``). The action is always taken on the newest attempt of the task try the named job
-belongs to, so an earlier attempt's name, as printed in an old log line, still finds the live job.
+:mod:`airflow_jobs_plugin.inspect`), Airflow's own mark failed / mark success / clear (through
+``JobTrigger.on_kill``) and the orphan sweep. Every action is taken on the newest attempt of the task try
+the named job belongs to, so an earlier attempt's name, as printed in an old log line, still finds the
+live job. Whether an action applies at all is :func:`airflow_jobs_plugin.action_rules.refusal`: an action
+that does not apply (a second cancel, a stop of a stopped job) answers in one line and changes nothing.
+
+Each action also records a Kubernetes Event on the job (``Cancelled``, ``Stopped``, ``Resumed``, with who
+did it), so ``kubectl describe``, the job page's events and a later ``cancel`` of a job that is already
+gone can all say who acted and when.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import attempts, labels
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient, KubeError, Resource
-from airflow_jobs_plugin.quota.ledger import is_finished, release
+from airflow_jobs_plugin import action_rules, attempts, labels
+from airflow_jobs_plugin.action_rules import Action, JobFacts, refusal
+from airflow_jobs_plugin.kube import EVENTS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.quota.ledger import group_of, is_finished, release
+
+EVENT_SOURCE = "airflow-jobs"
 
 
 @dataclass(frozen=True)
@@ -28,10 +37,28 @@ class CancelOutcome:
     kind: str
     deleted: bool
     already_finished: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    """What a stop or a resume did: ``done`` False when it did not apply, ``message`` says why or what."""
+
+    action: str
+    namespace: str
+    name: str
+    kind: str
+    done: bool
+    message: str
 
 
 def resource_of(job: Mapping[str, Any]) -> Resource:
     return MPIJOBS if job.get("kind") == "MPIJob" else JOBS
+
+
+def facts_of(job: Mapping[str, Any]) -> JobFacts:
+    """The facts :func:`~airflow_jobs_plugin.action_rules.refusal` reads; finished as the ledger reads it."""
+    return action_rules.facts_of(job, finished=is_finished(job))
 
 
 async def newest_attempt(client: KubeClient, namespace: str, job: Mapping[str, Any]) -> dict:
@@ -49,6 +76,50 @@ async def newest_attempt(client: KubeClient, namespace: str, job: Mapping[str, A
     return latest
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
+    # batch/v1 Job: spec.suspend; kubeflow MPIJob v2beta1: spec.runPolicy.suspend.
+    return {"runPolicy": {"suspend": suspend}} if job.get("kind") == "MPIJob" else {"suspend": suspend}
+
+
+async def _release(client: KubeClient, job: Mapping[str, Any], ledger_namespace: str | None) -> None:
+    meta = job.get("metadata") or {}
+    group = group_of(job)
+    if ledger_namespace and group and meta.get("uid"):
+        with contextlib.suppress(KubeError):
+            await release(client, ledger_namespace, group, meta["uid"])
+
+
+async def record_event(
+    client: KubeClient, namespace: str, job: Mapping[str, Any], reason: str, message: str
+) -> None:
+    """A Normal Event on ``job`` saying what a person did (best effort: the action stands without it)."""
+    meta = job.get("metadata") or {}
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {
+        "metadata": {"generateName": f"{meta.get('name', 'job')}.", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": job.get("apiVersion") or resource_of(job).api_version,
+            "kind": resource_of(job).kind,
+            "name": meta.get("name"),
+            "namespace": namespace,
+            "uid": meta.get("uid"),
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Normal",
+        "source": {"component": EVENT_SOURCE},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    with contextlib.suppress(KubeError):
+        await client.create(EVENTS, namespace, body)
+
+
 async def cancel(
     client: KubeClient,
     namespace: str,
@@ -61,15 +132,16 @@ async def cancel(
     The verdict goes on first, so every reader (the task's trigger above all) reports CANCELLED even
     while the pods stop; the reservation is released (``ledger_namespace`` None: no quota pool), then
     the object is deleted with Background propagation so its pods go with it. A job that already
-    finished is left alone.
+    finished is left alone. A stopped job is cancelled like any other.
     """
     job = await newest_attempt(client, namespace, job)
     resource = resource_of(job)
-    meta = job["metadata"]
-    name = meta["name"]
-    if is_finished(job):
-        return CancelOutcome(namespace, name, resource.kind, False, True)
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    facts = facts_of(job)
+    name = facts.name
+    why_not = refusal(Action.CANCEL, facts)
+    if why_not is not None:
+        return CancelOutcome(namespace, name, resource.kind, False, True, why_not)
+    when = _now()
     with contextlib.suppress(KubeError):
         await client.merge_patch(
             resource,
@@ -85,10 +157,100 @@ async def cancel(
                 }
             },
         )
-    meta_labels = meta.get("labels") or {}
-    group = (meta.get("annotations") or {}).get(labels.GROUP_NAME) or meta_labels.get(labels.GROUP)
-    if ledger_namespace and group and meta.get("uid"):
-        with contextlib.suppress(KubeError):
-            await release(client, ledger_namespace, group, meta["uid"])
+    await _release(client, job, ledger_namespace)
+    await record_event(client, namespace, job, "Cancelled", f"cancelled by {by}")
     deleted = await client.delete(resource, namespace, name, propagation_policy="Background")
-    return CancelOutcome(namespace, name, resource.kind, deleted, False)
+    gone = "deleted with its pods" if deleted else "already gone"
+    return CancelOutcome(namespace, name, resource.kind, deleted, False, f"{facts.ref} cancelled ({gone})")
+
+
+async def stop(
+    client: KubeClient,
+    namespace: str,
+    job: Mapping[str, Any],
+    by: str,
+    ledger_namespace: str | None,
+) -> ActionOutcome:
+    """Stop ``job``'s newest attempt: suspend it, mark it stopped, free its quota reservation.
+
+    One write suspends the job and records ``stopped-at`` / ``stopped-by`` (and drops ``admitted-at``:
+    the admission ends here, as a requeue's does), so no reader ever sees a stopped job that is not
+    suspended. The pods are not deleted here: suspending makes their controller delete them, the Job
+    controller for a batch/v1 Job (kubernetes ``pkg/controller/job/job_controller.go``, ``manageJob``:
+    "Deleting all active pods in suspended job", v1.24+ where suspend is GA) and the MPI operator for an
+    MPIJob (kubeflow/mpi-operator v0.8.0 ``pkg/controller/mpi_job_controller.go``, ``syncHandler``:
+    a suspended MPIJob suspends its launcher Job and ``cleanUpWorkerPods`` deletes the workers). The job
+    reads TERMINATING (Stopped) until its pods are gone, then STOPPED. Its reservation is released after
+    the write, so an admission pass that reads the job meanwhile already sees it stopped.
+    """
+    job = await newest_attempt(client, namespace, job)
+    resource = resource_of(job)
+    facts = facts_of(job)
+    why_not = refusal(Action.STOP, facts)
+    if why_not is not None:
+        return ActionOutcome("stop", namespace, facts.name, resource.kind, False, why_not)
+    patch = {
+        "metadata": {
+            "annotations": {labels.STOPPED_AT: _now(), labels.STOPPED_BY: by, labels.ADMITTED_AT: None}
+        },
+        "spec": _suspend_spec(job, True),
+    }
+    await client.merge_patch(resource, namespace, facts.name, patch)
+    await _release(client, job, ledger_namespace)
+    await record_event(client, namespace, job, "Stopped", f"stopped by {by}")
+    return ActionOutcome(
+        "stop",
+        namespace,
+        facts.name,
+        resource.kind,
+        True,
+        f"{facts.ref} stopped: its pods are deleted and its GPUs released; resume puts it back in its queue",
+    )
+
+
+async def resume(
+    client: KubeClient,
+    namespace: str,
+    job: Mapping[str, Any],
+    by: str,
+    ledger_namespace: str | None,
+) -> ActionOutcome:
+    """Resume a stopped job: it goes back to its group's queue at its original position.
+
+    Removing ``stopped-at`` / ``stopped-by`` is the whole resume under a quota pool: the job is still
+    suspended and keeps ``queued-at``, so the next admission pass places it where it was first enqueued
+    (a stop is a pause, not a resubmission: its queue timeout also still counts from that first enqueue).
+    Without a quota pool (``ledger_namespace`` None) nothing else would ever admit it, so the same write
+    unsuspends it, as the no-quota admission (``admission.Admission._admit_at_once``) does, unless a
+    retry back-off is still running: then the task's trigger admits it when the back-off ends. The job
+    then runs again from the start (its controller creates fresh pods).
+    """
+    from airflow_jobs_plugin.admission import not_before
+    from airflow_jobs_plugin.quota.ledger import unsuspend_patch
+
+    job = await newest_attempt(client, namespace, job)
+    resource = resource_of(job)
+    facts = facts_of(job)
+    why_not = refusal(Action.RESUME, facts)
+    if why_not is not None:
+        return ActionOutcome("resume", namespace, facts.name, resource.kind, False, why_not)
+    now = datetime.now(timezone.utc)
+    forget = {labels.STOPPED_AT: None, labels.STOPPED_BY: None}
+    backing_off = (not_before(job) or now) > now
+    if ledger_namespace is None and not backing_off:
+        patch = unsuspend_patch(job, now, conditional=False)
+        patch["metadata"]["annotations"].update(forget)
+        message = f"{facts.ref} resumed: started again (no quota pool)"
+    else:
+        patch = {"metadata": {"annotations": forget}}
+        group = group_of(job)
+        queued_at = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.QUEUED_AT)
+        since = f", queued since {queued_at}" if queued_at else ""
+        message = (
+            f"{facts.ref} resumed: back in group {group}'s queue at its original position{since}"
+            if ledger_namespace is not None
+            else f"{facts.ref} resumed: starts when its retry back-off ends"
+        )
+    await client.merge_patch(resource, namespace, facts.name, patch)
+    await record_event(client, namespace, job, "Resumed", f"resumed by {by}")
+    return ActionOutcome("resume", namespace, facts.name, resource.kind, True, message)

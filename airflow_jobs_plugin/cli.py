@@ -83,7 +83,7 @@ def _run_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- status, describe, logs, cancel ---
+# --- status, describe, logs, cancel, stop, resume ---
 
 
 def _cluster_arguments(command: argparse.ArgumentParser) -> None:
@@ -155,6 +155,30 @@ def _add_inspect_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     _cluster_arguments(cancel)
     cancel.set_defaults(handler=_run_cancel)
+
+    stop = subparsers.add_parser(
+        "stop",
+        help="stop a job (frees its GPUs; resume requeues it)",
+        description="Stop a job: suspend it so its pods are deleted and its GPUs and quota reservation "
+        "are released. Its task stays deferred in STOPPED until the job is resumed or cancelled.",
+    )
+    stop.add_argument("job", metavar="JOB", help="job name")
+    stop.add_argument("--by", default=None, help="who stops, recorded on the job (default: the login name)")
+    _cluster_arguments(stop)
+    stop.set_defaults(handler=_run_stop)
+
+    resume = subparsers.add_parser(
+        "resume",
+        help="resume a stopped job",
+        description="Resume a stopped job: it goes back to its group's queue at its original position "
+        "(without a quota pool it starts at once) and runs again from the start.",
+    )
+    resume.add_argument("job", metavar="JOB", help="job name")
+    resume.add_argument(
+        "--by", default=None, help="who resumes, recorded in the job's events (default: the login name)"
+    )
+    _cluster_arguments(resume)
+    resume.set_defaults(handler=_run_resume)
 
 
 def _target(args: argparse.Namespace):
@@ -292,13 +316,33 @@ def _run_cancel(args: argparse.Namespace) -> int:
 
     async def work(client) -> int:
         outcome = await cancel(client, _target(args), args.job, args.by or getpass.getuser())
-        if args.json:
-            _print_json(outcome)
-        elif outcome.already_finished:
-            print(f"{outcome.kind.lower()}/{outcome.name} already finished: nothing to cancel")
-        else:
-            gone = "deleted" if outcome.deleted else "already gone"
-            print(f"{outcome.kind.lower()}/{outcome.name} cancelled ({gone})")
+        _print_json(outcome) if args.json else print(outcome.message)
+        return 0
+
+    return _with_client(args, work)
+
+
+def _run_stop(args: argparse.Namespace) -> int:
+    import getpass
+
+    from airflow_jobs_plugin.inspect import stop
+
+    async def work(client) -> int:
+        outcome = await stop(client, _target(args), args.job, args.by or getpass.getuser())
+        _print_json(outcome) if args.json else print(outcome.message)
+        return 0
+
+    return _with_client(args, work)
+
+
+def _run_resume(args: argparse.Namespace) -> int:
+    import getpass
+
+    from airflow_jobs_plugin.inspect import resume
+
+    async def work(client) -> int:
+        outcome = await resume(client, _target(args), args.job, args.by or getpass.getuser())
+        _print_json(outcome) if args.json else print(outcome.message)
         return 0
 
     return _with_client(args, work)

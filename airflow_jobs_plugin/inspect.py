@@ -1,4 +1,4 @@
-"""Reading (and cancelling) the product's jobs on the cluster, for the UI and the CLI.
+"""Reading the product's jobs on the cluster for the UI and the CLI, and acting on them by name.
 
 The I/O half of the GPU Jobs views: one namespace's Jobs, MPIJobs, pods and events, the quota policy
 and every group's ledger, read with a handful of LISTs into a :class:`~airflow_jobs_plugin.plugin.views.ClusterState`
@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_jobs_plugin import actions, attempts, labels, quota
-from airflow_jobs_plugin.actions import CancelOutcome
+from airflow_jobs_plugin.actions import ActionOutcome, CancelOutcome
 from airflow_jobs_plugin.kube import CONFIGMAPS, EVENTS, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets
 from airflow_jobs_plugin.quota.ledger import is_product_job
@@ -192,8 +192,52 @@ async def follow_log(
         yield line
 
 
+def _ledger_namespace(target: Target) -> str | None:
+    """Where reservations live, or ``None`` without a quota pool."""
+    return target.ledger_namespace if target.quota_configmap else None
+
+
+async def _cancelled_earlier(client: KubeClient, namespace: str, name: str) -> CancelOutcome | None:
+    """A cancel of a job that is already gone: what its ``Cancelled`` event says, if it is still kept."""
+    listing = await client.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")
+    events = [
+        e
+        for e in listing.get("items") or []
+        if e.get("reason") == "Cancelled" and (e.get("source") or {}).get("component") == actions.EVENT_SOURCE
+    ]
+    if not events:
+        return None
+    last = max(events, key=lambda e: str(e.get("lastTimestamp") or ""))
+    kind = str((last.get("involvedObject") or {}).get("kind") or "Job")
+    when = last.get("lastTimestamp")
+    message = f"{kind.lower()}/{name} was already {last.get('message') or 'cancelled'}" + (
+        f" at {when}" if when else ""
+    )
+    return CancelOutcome(namespace, name, kind, False, True, f"{message} (deleted)")
+
+
 async def cancel(client: KubeClient, target: Target, name: str, by: str) -> CancelOutcome:
-    """Cancel a job as a user's kill of its task does (see :func:`airflow_jobs_plugin.actions.cancel`)."""
+    """Cancel a job as a user's kill of its task does (see :func:`airflow_jobs_plugin.actions.cancel`).
+
+    A job cancelled earlier and already deleted answers with who cancelled it, from its event.
+    """
+    try:
+        job = await find_job(client, target.namespace, name)
+    except JobNotFound:
+        earlier = await _cancelled_earlier(client, target.namespace, name)
+        if earlier is None:
+            raise
+        return earlier
+    return await actions.cancel(client, target.namespace, job, by, _ledger_namespace(target))
+
+
+async def stop(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
+    """Stop a job (see :func:`airflow_jobs_plugin.actions.stop`)."""
     job = await find_job(client, target.namespace, name)
-    ledger_namespace = target.ledger_namespace if target.quota_configmap else None
-    return await actions.cancel(client, target.namespace, job, by, ledger_namespace)
+    return await actions.stop(client, target.namespace, job, by, _ledger_namespace(target))
+
+
+async def resume(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
+    """Resume a stopped job (see :func:`airflow_jobs_plugin.actions.resume`)."""
+    job = await find_job(client, target.namespace, name)
+    return await actions.resume(client, target.namespace, job, by, _ledger_namespace(target))

@@ -6,7 +6,9 @@ the ``Authorization`` header or Airflow's session cookie, checked by the configu
 - the overview pages and their JSON need the Cluster Activity view; jobs of DAGs the user may not read
   are left out of lists and queues (pools and charts count every job: quota is shared);
 - a job's page needs read access to its DAG's task instances;
-- cancelling needs edit access to its DAG's task instances (what marking the task failed needs).
+- cancelling, stopping and resuming need edit access to its DAG's task instances (what marking the task
+  failed needs), and a request authenticated by Airflow's session cookie must come from this Airflow's
+  own origin (:mod:`airflow_jobs_plugin.plugin.origin`).
 
 The cluster is read through the Airflow connection named in ``[airflow_jobs] kubernetes_conn_id``.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
+from urllib.parse import urlencode
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagAccessEntity, DagDetails
@@ -23,10 +26,10 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
-from airflow_jobs_plugin import inspect, quota
+from airflow_jobs_plugin import actions, inspect, quota
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 
-from . import html, views
+from . import html, origin, views
 
 URL_PREFIX = "/airflow-jobs"
 CONFIG_SECTION = "airflow_jobs"
@@ -112,6 +115,41 @@ def _require(user: Any, method: str, dag_id: str | None) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
 
 
+def may_act(user: Any, dag_id: str | None) -> bool:
+    """Who may cancel, stop and resume a job: whoever may edit its DAG's task instances (mark them
+    failed or success, clear them). One rule for every action and for showing the buttons."""
+    return _may(user, "PUT", dag_id)
+
+
+def _own_origins(request: Request) -> list[str]:
+    """The origins this Airflow is reached at: as the request names its host, as a proxy forwarded it,
+    and ``[api] base_url`` when set."""
+    from airflow.configuration import conf
+
+    headers = request.headers
+    found = [f"{request.url.scheme}://{headers.get('host', request.url.netloc)}"]
+    forwarded_host = headers.get("x-forwarded-host")
+    if forwarded_host:
+        scheme = headers.get("x-forwarded-proto", request.url.scheme).split(",")[0].strip()
+        found.append(f"{scheme}://{forwarded_host.split(',')[0].strip()}")
+    base_url = conf.get("api", "base_url", fallback=None)
+    if base_url:
+        found.append(base_url)
+    return found
+
+
+def require_same_origin(request: Request) -> None:
+    """Refuse (403) a state-changing request sent with Airflow's session cookie from another origin."""
+    if request.headers.get("authorization"):
+        return
+    why = origin.refusal(request.headers.get("origin"), request.headers.get("referer"), _own_origins(request))
+    if why is not None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, why)
+
+
+SameOrigin = Depends(require_same_origin)
+
+
 def _visible(user: Any, state: views.ClusterState) -> views.Visible:
     """Jobs of the DAGs ``user`` may read; jobs outside any DAG only for readers of every DAG."""
     dag_ids = {views.dag_of(j) for j in state.jobs} - {None}
@@ -171,12 +209,24 @@ def create_app() -> FastAPI:
 
         return await _with_cluster(settings, work)
 
-    async def cancel_job(settings: Settings, user: Any, namespace: str, name: str) -> inspect.CancelOutcome:
-        async def work(client: KubeClient) -> inspect.CancelOutcome:
+    async def act(
+        settings: Settings, user: Any, namespace: str, name: str, action: str
+    ) -> actions.CancelOutcome | actions.ActionOutcome:
+        """Cancel, stop or resume a job as ``user``, if they may edit its DAG."""
+        doors = {"cancel": inspect.cancel, "stop": inspect.stop, "resume": inspect.resume}
+
+        async def work(client: KubeClient) -> actions.CancelOutcome | actions.ActionOutcome:
             target = settings.target(namespace)
-            job = await inspect.find_job(client, target.namespace, name)
-            _require(user, "PUT", views.dag_of(job))
-            return await inspect.cancel(client, target, name, by=user.get_name())
+            try:
+                job = await inspect.find_job(client, target.namespace, name)
+            except inspect.JobNotFound:
+                job = None
+            if job is not None and not may_act(user, views.dag_of(job)):
+                raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
+            if job is None and not may_act(user, None):
+                # A job already gone: only someone who may act on every DAG learns what happened to it.
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no GPU job {target.namespace}/{name}")
+            return await doors[action](client, target, name, by=user.get_name())
 
         return await _with_cluster(settings, work)
 
@@ -212,9 +262,17 @@ def create_app() -> FastAPI:
         index = _map_index(map_index)
         return JSONResponse(views.plain(await task_detail_of(settings, dag_id, task_id, run_id, index)))
 
-    @app.post("/api/jobs/{namespace}/{name}/cancel")
+    @app.post("/api/jobs/{namespace}/{name}/cancel", dependencies=[SameOrigin])
     async def api_cancel(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain(await cancel_job(settings, user, namespace, name)))
+        return JSONResponse(views.plain(await act(settings, user, namespace, name, "cancel")))
+
+    @app.post("/api/jobs/{namespace}/{name}/stop", dependencies=[SameOrigin])
+    async def api_stop(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(views.plain(await act(settings, user, namespace, name, "stop")))
+
+    @app.post("/api/jobs/{namespace}/{name}/resume", dependencies=[SameOrigin])
+    async def api_resume(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(views.plain(await act(settings, user, namespace, name, "resume")))
 
     # --- pages ---
 
@@ -224,11 +282,26 @@ def create_app() -> FastAPI:
 
     @app.get("/jobs/{namespace}/{name}", response_class=HTMLResponse)
     async def job_page(
-        request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
+        request: Request,
+        namespace: str,
+        name: str,
+        settings: SettingsDep,
+        user: GetUserDep,
+        notice: str | None = Query(None, max_length=html.NOTICE_MAX),
     ) -> HTMLResponse:
-        detail = await detail_of(settings, user, namespace, name)
-        can_cancel = _may(user, "PUT", detail.job.dag_id)
-        return HTMLResponse(html.job_page(detail, base=_base(request), can_cancel=can_cancel))
+        base = _base(request)
+        try:
+            detail = await detail_of(settings, user, namespace, name)
+        except HTTPException as exc:
+            if exc.status_code != status.HTTP_404_NOT_FOUND:
+                raise
+            # After a cancel the job is gone: say what the action did rather than only "not found".
+            return HTMLResponse(
+                html.message_page(f"GPU job {name}", notice or str(exc.detail), base=base, refresh=None),
+                status_code=status.HTTP_200_OK if notice else status.HTTP_404_NOT_FOUND,
+            )
+        may = may_act(user, detail.job.dag_id)
+        return HTMLResponse(html.job_page(detail, base=base, can_act=may, notice=notice))
 
     @app.get(
         "/jobs/{dag_id}/{task_id}/{run_id}",
@@ -254,15 +327,29 @@ def create_app() -> FastAPI:
                 html.message_page("GPU job", f"{exc.detail}: it has not been submitted yet", base=base),
                 status_code=status.HTTP_404_NOT_FOUND,
             )
-        can_cancel = _may(user, "PUT", dag_id)
-        return HTMLResponse(html.job_page(detail, base=base, can_cancel=can_cancel))
+        return HTMLResponse(html.job_page(detail, base=base, can_act=may_act(user, dag_id)))
 
-    @app.post("/jobs/{namespace}/{name}/cancel")
+    async def form(request: Request, settings: Settings, user: Any, namespace: str, name: str, action: str):
+        outcome = await act(settings, user, namespace, name, action)
+        url = f"{_base(request)}{views.job_url(namespace, name)}?{urlencode({'notice': outcome.message[: html.NOTICE_MAX]})}"
+        return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
+
+    @app.post("/jobs/{namespace}/{name}/cancel", dependencies=[SameOrigin])
     async def cancel_form(
         request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
     ) -> RedirectResponse:
-        await cancel_job(settings, user, namespace, name)
-        url = f"{_base(request)}{views.job_url(namespace, name)}"
-        return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
+        return await form(request, settings, user, namespace, name, "cancel")
+
+    @app.post("/jobs/{namespace}/{name}/stop", dependencies=[SameOrigin])
+    async def stop_form(
+        request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
+    ) -> RedirectResponse:
+        return await form(request, settings, user, namespace, name, "stop")
+
+    @app.post("/jobs/{namespace}/{name}/resume", dependencies=[SameOrigin])
+    async def resume_form(
+        request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
+    ) -> RedirectResponse:
+        return await form(request, settings, user, namespace, name, "resume")
 
     return app

@@ -4,6 +4,12 @@ Pure functions from view models to strings; every value is escaped. Links are gi
 Airflow's root and prefixed with ``base`` (Airflow's base URL path, empty by default). The pages refresh
 themselves: the script fetches the page again every few seconds and swaps its ``<main>``, keeping the
 scroll position; without scripts (a sandboxed frame) the page is simply static.
+
+Actions that destroy or pause work (Stop, Cancel) ask for confirmation in the page itself, with a
+``<details>`` element that opens a second button: Airflow shows plugin pages in an ``<iframe>`` whose
+sandbox has no ``allow-modals`` (``allow-scripts allow-same-origin allow-forms allow-downloads`` in
+Airflow 3.3's ``ui/src/pages/Iframe.tsx`` caller), so ``confirm()`` returns false at once there and a
+form guarded by it would never post. ``<details>`` needs no script at all.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from . import svg
 from .views import PREFIX, JobDetail, JobRow, Overview
 
 REFRESH_SECONDS = 5
+NOTICE_MAX = 300  # characters of an action's one-line answer carried back to the job page
 
 _CSS = """
 :root { color-scheme: light dark; --muted: #777; --line: #8884; }
@@ -35,7 +42,17 @@ tr.user td:first-child { padding-left: 24px; color: var(--muted); }
 .charts figure { margin: 0; }
 .charts figcaption { font-size: 12px; color: var(--muted); }
 pre.log { background: #8881; padding: 6px 8px; max-height: 240px; overflow: auto; font-size: 12px; margin: 0; }
-button.cancel { background: #c62828; color: #fff; border: 0; padding: 4px 12px; border-radius: 4px; cursor: pointer; }
+.actions { display: flex; gap: 12px; align-items: flex-start; margin: 8px 0; }
+.actions form { margin: 0; }
+.actions summary { list-style: none; }
+.actions summary::-webkit-details-marker { display: none; }
+.act { color: #fff; border: 0; padding: 4px 12px; border-radius: 4px; cursor: pointer; font: inherit; display: inline-block; }
+.act.cancel { background: #c62828; }
+.act.stop { background: #6d4c41; }
+.act.resume { background: #2e7d32; }
+.confirm-box { margin-top: 6px; padding: 6px 8px; border: 1px solid var(--line); border-radius: 4px; max-width: 420px; }
+.confirm-box p { margin: 0 0 6px; }
+.notice { background: #1e88e533; padding: 4px 8px; border-radius: 4px; margin: 8px 0; }
 dl.fields { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 8px 0; }
 dl.fields dt { color: var(--muted); }
 dl.fields dd { margin: 0; }
@@ -45,7 +62,8 @@ _SCRIPT = """
 (function () {
   var seconds = %d;
   function refresh() {
-    if (document.hidden) { return; }
+    // Never swap the page under a user who is confirming an action.
+    if (document.hidden || document.querySelector("details.confirm[open]")) { return; }
     fetch(window.location.href, {credentials: "same-origin", headers: {"Accept": "text/html"}})
       .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
       .then(function (text) {
@@ -197,8 +215,45 @@ def overview_page(ov: Overview, *, base: str = "") -> str:
     return page("GPU Jobs", body, base=base)
 
 
-def job_page(d: JobDetail, *, base: str = "", can_cancel: bool = False) -> str:
-    """A job: fields, cancel button, timeline, replicas, events, log tails by rank."""
+_CONFIRM = {
+    "stop": (
+        "Stop job",
+        "Stopping deletes the job's pods and frees its GPUs and its quota. Its task waits (STOPPED) until "
+        "you resume the job, which queues it again at its original place and runs it from the start.",
+        "Yes, stop it",
+    ),
+    "cancel": (
+        "Cancel job",
+        "Cancelling deletes the job and its pods and ends its task as CANCELLED; no retry runs it again "
+        "(only clearing the task does).",
+        "Yes, cancel it",
+    ),
+}
+
+
+def action_buttons(d: JobDetail, base: str) -> str:
+    """Stop / Resume / Cancel for the actions that apply now; Stop and Cancel confirm in the page."""
+    parts = []
+    for action in d.actions:
+        url = _e(f"{base}{d.job.detail_url}/{action}")
+        if action == "resume":
+            parts.append(
+                f'<form method="post" action="{url}"><button class="act resume" type="submit" '
+                'data-action="resume">Resume job</button></form>'
+            )
+            continue
+        label, warning, confirm = _CONFIRM[action]
+        parts.append(
+            f'<details class="confirm" data-action="{action}"><summary class="act {action}" '
+            f'role="button">{label}</summary><div class="confirm-box"><p>{_e(warning)}</p>'
+            f'<form method="post" action="{url}"><button class="act {action}" type="submit" '
+            f'data-confirm="{action}">{confirm}</button></form></div></details>'
+        )
+    return f'<div class="actions">{"".join(parts)}</div>' if parts else ""
+
+
+def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str | None = None) -> str:
+    """A job: what the last action did, fields, Stop / Resume / Cancel, timeline, replicas, events, logs."""
     j = d.job
     fields = [
         ("state", badge(j.state) + f" {_e(j.reason)}"),
@@ -215,17 +270,14 @@ def job_page(d: JobDetail, *, base: str = "", can_cancel: bool = False) -> str:
         ("DAG run", _airflow_link(base, j.dag_run_url, f"{j.dag_id} / {j.run_id}" if j.dag_id else "")),
         ("task", _airflow_link(base, j.task_url, j.task_id or "")),
     ]
-    parts = [
+    parts = [f'<div class="notice" id="notice">{_e(notice)}</div>'] if notice else []
+    parts += [
         '<section id="summary"><dl class="fields">',
         "".join(f'<dt>{k}</dt><dd data-field="{k}">{v}</dd>' for k, v in fields),
         "</dl>",
     ]
-    if d.cancellable and can_cancel:
-        action = f"{base}{j.detail_url}/cancel"
-        parts.append(
-            f'<form method="post" action="{_e(action)}" onsubmit="return confirm(\'Cancel this job?\')">'
-            '<button class="cancel" type="submit">Cancel job</button></form>'
-        )
+    if can_act:
+        parts.append(action_buttons(d, base))
     parts.append("</section>")
     parts.append('<section id="timeline"><h2>Timeline</h2>')
     parts.append(svg.state_timeline(d.phases, d.snapshot.observed_at or j.created_at))

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
-from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin import action_rules, labels, quota
 from airflow_jobs_plugin.lifecycle import (
     LAUNCHER,
     JobSnapshot,
@@ -255,7 +255,8 @@ class JobDetail:
     replicas: tuple[ReplicaRow, ...]
     events: tuple[EventRow, ...]
     logs: tuple[LogTail, ...]
-    cancellable: bool
+    # What a user who may edit the job's DAG can do to it now: "stop", "resume", "cancel".
+    actions: tuple[str, ...]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -331,12 +332,6 @@ def _is_waiting(job: Mapping[str, Any]) -> bool:
 def job_url(namespace: str, name: str) -> str:
     """The job page."""
     return f"{PREFIX}/jobs/{quote(namespace, safe='')}/{quote(name, safe='')}"
-
-
-def task_view_url(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
-    """The task-instance view (and operator extra link target) of a task's job."""
-    path = "/".join(quote(part, safe="") for part in (dag_id, task_id, run_id))
-    return f"{PREFIX}/jobs/{path}?map_index={map_index}"
 
 
 def dag_run_url(dag_id: str, run_id: str) -> str:
@@ -862,7 +857,9 @@ def job_detail(
         replicas=replica_rows(job, snap, own_pods, state.now),
         events=event_rows(events_of(job, own_pods, state.events), state.now),
         logs=tuple(logs),
-        cancellable=not snap.is_terminal and not _meta(job).get("deletionTimestamp"),
+        actions=tuple(
+            a.value for a in action_rules.available(action_rules.facts_of(job, finished=snap.is_terminal))
+        ),
     )
 
 

@@ -88,7 +88,7 @@ def test_describe_json(population, capsys):
     assert [t["label"] for t in data["timeline"]][:2] == ["QUEUED", "ADMITTED"]
     assert data["timeline"][-1]["label"] == "FAILED"
     assert data["logs"][0]["lines"][-1] == "boom: bad shard"
-    assert data["cancellable"] is False
+    assert data["actions"] == []
 
 
 def test_logs_of_a_single_pod_job(population, capsys):
@@ -148,7 +148,7 @@ def test_cancel_marks_the_job_cancelled_and_deletes_it(population, capsys):
     name = population.names["victim"]
     code, out, _ = run(capsys, "cancel", name, "--by", "ops-alice", "--kubeconfig", population.kubeconfig)
     assert code == 0
-    assert out.strip() == f"job/{name} cancelled (deleted)"
+    assert out.strip() == f"job/{name} cancelled (deleted with its pods)"
 
     async def gone_or_cancelled() -> str:
         client = await KubeClient.from_kubeconfig(population.kubeconfig)
@@ -175,6 +175,7 @@ def test_cancel_json_of_a_finished_job_leaves_it_alone(population, capsys):
         "already_finished": True,
         "deleted": False,
         "kind": "Job",
+        "message": f"job/{population.names['done']} already finished: nothing to cancel",
         "name": population.names["done"],
         "namespace": "default",
     }

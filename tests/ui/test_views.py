@@ -214,13 +214,6 @@ def test_job_row_links_to_its_dag_run_and_task_in_airflow(map_index, task_url):
     assert row.detail_url == f"/airflow-jobs/jobs/{NAMESPACE}/a"
 
 
-def test_task_view_url_is_the_operator_extra_link_shape():
-    assert (
-        views.task_view_url("nightly", "train", "manual__1", 2)
-        == "/airflow-jobs/jobs/nightly/train/manual__1?map_index=2"
-    )
-
-
 # --- GPU usage over time -----------------------------------------------------------------------------
 
 T = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -341,7 +334,7 @@ def test_job_detail_lists_launcher_then_workers_by_rank_with_kubectl_status():
     assert [(e.type, e.reason, e.object) for e in detail.events] == [
         ("Warning", "BackOff", "pod/dist-worker-1")
     ]
-    assert detail.cancellable
+    assert detail.actions == ("stop", "cancel")
 
 
 def test_log_targets_are_each_replicas_main_container_launcher_first():
@@ -380,7 +373,7 @@ def test_a_finished_job_cannot_be_cancelled():
     )
     detail = views.job_detail(views.ClusterState(jobs=(job,), pods=(), events=(), now=NOW), job)
     assert detail.job.state == "SUCCEEDED"
-    assert not detail.cancellable
+    assert detail.actions == ()
 
 
 def test_phases_of_a_finished_job_run_from_queued_to_its_final_state():
@@ -492,6 +485,6 @@ def test_pages_escape_what_the_cluster_says():
     page = html.overview_page(views.overview(state))
     assert "<script>x()" not in page and "&lt;script&gt;x()&lt;/script&gt;" in page
     assert "&lt;b&gt;bob&lt;/b&gt;" in page
-    detail = html.job_page(views.job_detail(state, job), can_cancel=True)
+    detail = html.job_page(views.job_detail(state, job), can_act=True)
     assert "&lt;script&gt;x()" in detail
     assert "Cancel job" not in detail  # a cancelled job is over

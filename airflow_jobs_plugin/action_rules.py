@@ -1,0 +1,101 @@
+"""Whether a person's action (cancel, stop, resume) applies to a job, and the one line that says why not.
+
+Pure: the shell (:mod:`airflow_jobs_plugin.actions`) reads the job and hands over the few facts that
+matter. An action that does not apply is not an error: a second cancel, a stop of a stopped job or a
+resume of a running one gets a clear answer and changes nothing, so a double click or a retried CLI
+call is harmless. Rules, first match wins:
+
+1. a job being deleted: nothing to do (its deletion is under way);
+2. a job the product cancelled: "already cancelled by <who> at <when>";
+3. a finished job (the controller's final condition or another verdict of the product): nothing to do;
+4. stop of a stopped job: "already stopped by <who> at <when>";
+5. resume of a job that is not stopped: nothing to resume (it is queued or holds its GPUs);
+6. otherwise the action applies.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_jobs_plugin import labels
+
+
+class Action(enum.Enum):
+    CANCEL = "cancel"
+    STOP = "stop"
+    RESUME = "resume"
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the rules read of a job (its newest attempt)."""
+
+    kind: str
+    name: str
+    finished: bool
+    deleting: bool
+    suspended: bool
+    verdict: str | None = None
+    cancelled_by: str | None = None
+    cancelled_at: str | None = None
+    stopped_by: str | None = None
+    stopped_at: str | None = None
+
+    @property
+    def ref(self) -> str:
+        """``job/name`` or ``mpijob/name``, as kubectl names it."""
+        return f"{self.kind.lower()}/{self.name}"
+
+
+def refusal(action: Action, job: JobFacts) -> str | None:
+    """Why ``action`` does not apply to ``job`` (one line), or ``None`` when it does."""
+    verb = action.value
+    if job.deleting:
+        return f"{job.ref} is already being deleted: nothing to {verb}"
+    if job.verdict == "Cancelled":
+        return f"{job.ref} was already cancelled by {job.cancelled_by or 'a user'}{_at(job.cancelled_at)}"
+    if job.finished:
+        why = f" ({job.verdict})" if job.verdict else ""
+        return f"{job.ref} already finished{why}: nothing to {verb}"
+    if action is Action.STOP and job.stopped_at:
+        return (
+            f"{job.ref} is already stopped by {job.stopped_by or 'a user'}{_at(job.stopped_at)}; "
+            "resume puts it back in its queue"
+        )
+    if action is Action.RESUME and not job.stopped_at:
+        where = "waiting in its queue" if job.suspended else "admitted and holds its GPUs"
+        return f"{job.ref} is not stopped ({where}): nothing to resume"
+    return None
+
+
+def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:
+    """The facts of a Job or MPIJob; ``finished`` is the caller's reading of its end (one rule each:
+    the quota ledger's for the actions, the lifecycle snapshot's for the pages)."""
+    meta = job.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    spec = job.get("spec") or {}
+    mpi = job.get("kind") == "MPIJob"
+    return JobFacts(
+        kind="MPIJob" if mpi else "Job",
+        name=str(meta.get("name") or ""),
+        finished=finished,
+        deleting=bool(meta.get("deletionTimestamp")),
+        suspended=bool((spec.get("runPolicy") or {}).get("suspend") if mpi else spec.get("suspend")),
+        verdict=annotations.get(labels.VERDICT),
+        cancelled_by=annotations.get(labels.CANCELLED_BY),
+        cancelled_at=annotations.get(labels.CANCELLED_AT),
+        stopped_by=annotations.get(labels.STOPPED_BY),
+        stopped_at=annotations.get(labels.STOPPED_AT),
+    )
+
+
+def available(job: JobFacts) -> tuple[Action, ...]:
+    """The actions that apply to ``job`` now, in the order the job page offers them."""
+    return tuple(a for a in (Action.STOP, Action.RESUME, Action.CANCEL) if refusal(a, job) is None)
+
+
+def _at(when: str | None) -> str:
+    return f" at {when}" if when else ""
