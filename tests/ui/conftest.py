@@ -12,6 +12,8 @@ simulator scenarios, then admitted by real admission passes of the quota pool:
 | ``mpi`` | nlp | dave | 2 x 2 | MPI launcher and workers run until deleted | RUNNING |
 | ``victim`` | nlp | erin | 1 | runs until deleted; the CLI cancel test cancels it | RUNNING |
 | ``doomed`` | nlp | frank | 1 | runs until deleted; the API cancel test cancels it | RUNNING |
+| ``paused`` | nlp | heidi | 1 | runs until deleted; the API and browser tests stop and resume it | RUNNING |
+| ``halted`` | nlp | ivan | 1 | runs until deleted; the CLI test stops and resumes it | RUNNING |
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ JOBS_TO_CREATE = {
     ),
     "victim": ({"*": {"run": None}}, {"group": "nlp", "user": "erin", "gpus": 1}),
     "doomed": ({"*": {"run": None}}, {"group": "nlp", "user": "frank", "gpus": 1}),
+    "paused": ({"*": {"run": None}}, {"group": "nlp", "user": "heidi", "gpus": 1}),
+    "halted": ({"*": {"run": None}}, {"group": "nlp", "user": "ivan", "gpus": 1}),
 }
 
 
@@ -131,6 +135,8 @@ async def _populate(cluster: SimCluster) -> tuple[dict[str, str], dict[str, Task
             "mpi": "RUNNING",
             "victim": "RUNNING",
             "doomed": "RUNNING",
+            "paused": "RUNNING",
+            "halted": "RUNNING",
         }
         deadline = time.monotonic() + 30
         while True:

@@ -1,9 +1,10 @@
-"""``airflow-jobs status|describe|logs|cancel`` against a simulated cluster, as tables and as JSON."""
+"""``airflow-jobs status|describe|logs|cancel|stop|resume`` against a simulated cluster, as tables and as JSON."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from airflow_jobs_plugin import cli
 from airflow_jobs_plugin.inspect import JobNotFound, Target, find_job
@@ -179,6 +180,52 @@ def test_cancel_json_of_a_finished_job_leaves_it_alone(population, capsys):
         "name": population.names["done"],
         "namespace": "default",
     }
+
+
+def test_stop_then_resume_from_the_command_line(population, capsys):
+    name, kube = population.names["halted"], population.kubeconfig
+    code, out, _ = run(capsys, "stop", name, "--by", "ops-ivan", "--kubeconfig", kube)
+    assert code == 0
+    assert out.strip() == (
+        f"job/{name} stopped: its pods are deleted and its GPUs released; resume puts it back in its queue"
+    )
+
+    def state() -> tuple[str, str]:
+        _, described, _ = run(capsys, "describe", name, "--json", "--tail", "0", "--kubeconfig", kube)
+        data = json.loads(described)
+        return data["job"]["state"], data["job"]["message"]
+
+    deadline = time.monotonic() + 30
+    while state()[0] != "STOPPED":  # TERMINATING (Stopped) while its pod stops
+        assert time.monotonic() < deadline, state()
+        time.sleep(0.1)
+    assert state()[1].startswith("stopped by ops-ivan at ")
+    _, status, _ = run(capsys, "status", "--json", "--kubeconfig", kube)
+    assert "ivan" not in {u["user"] for p in json.loads(status)["pools"] for u in p["users"] if u["gpus"]}
+
+    code, out, _ = run(capsys, "stop", name, "--kubeconfig", kube)
+    assert code == 0
+    assert out.strip().startswith(f"job/{name} is already stopped by ops-ivan at ")
+
+    code, out, _ = run(capsys, "resume", name, "--json", "--kubeconfig", kube)
+    assert code == 0
+    resumed = json.loads(out)
+    assert (resumed["action"], resumed["done"]) == ("resume", True)
+    assert resumed["message"].startswith(
+        f"job/{name} resumed: back in group nlp's queue at its original position"
+    )
+    assert state()[0] == "QUEUED"
+
+    code, out, _ = run(capsys, "resume", name, "--kubeconfig", kube)
+    assert out.strip() == f"job/{name} is not stopped (waiting in its queue): nothing to resume"
+    # Out of the queue again, so the other tests find the queues as the population made them.
+    assert run(capsys, "cancel", name, "--kubeconfig", kube)[0] == 0
+
+
+def test_stop_of_an_unknown_job(population, capsys):
+    code, _, err = run(capsys, "stop", "no-such-job", "--kubeconfig", population.kubeconfig)
+    assert code == 1
+    assert err.strip() == "error: no GPU job default/no-such-job"
 
 
 def test_status_through_the_airflow_connection(population, capsys, monkeypatch):

@@ -1,0 +1,307 @@
+"""Stop, resume and cancel on the simulated cluster, through the same functions the page and the CLI call.
+
+Each scenario is what a user meets: a running job, the action, then what the cluster shows (pods, the
+quota ledger, the job's spec and annotations, the state every reader computes). No admission pass runs
+while a job is stopped here: keeping admission away from stopped jobs is the quota pool's rule, tested
+with it; these tests show what the action itself leaves on the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin.inspect import JobNotFound, Target, cancel, find_job, read_job, resume, stop
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
+from airflow_jobs_plugin.plugin.views import job_detail
+from airflow_jobs_plugin.quota.ledger import admission_pass, read_ledger, unsuspend_patch
+from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+NAMESPACE = "default"
+POLICY = "groups:\n  vision: {gpus: 4, user_gpus: 4}\n"
+SCENARIO = "sim.airflow-jobs.io/scenario"
+QUOTA = Target(namespace=NAMESPACE)
+NO_QUOTA = Target(namespace=NAMESPACE, quota_configmap=None)
+
+
+@pytest.fixture
+def cluster():
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim:
+        yield sim
+
+
+def manifest(task: str, *, user: str = "alice", gpus: int = 4, workers: int = 1) -> dict:
+    identity = TaskIdentity("nightly", task, "manual__1", -1, 1)
+    spec = validate(
+        image="registry.example/trainer:1",
+        group="vision",
+        user=user,
+        gpus=gpus,
+        workers=workers,
+        ttl_after_finished=None,
+        annotations={SCENARIO: json.dumps({"*": {"run": None}})},
+    )
+    body = build_manifest(
+        spec,
+        name=identity.job_name(1),
+        task=identity,
+        attempt=1,
+        queued_at=datetime.now(timezone.utc),
+    )
+    if body["kind"] == "MPIJob":
+        launcher = body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+        own = {WAIT_FOR_WORKERS_CONTAINER: {"run": 1}, "*": {"run": None}}
+        launcher["metadata"].setdefault("annotations", {})[SCENARIO] = json.dumps(own)
+    return body
+
+
+async def until(check: Callable[[], Awaitable[object]], timeout: float = 30) -> object:
+    """Poll ``check`` until it answers something truthy (the bound only catches a hang)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout}s: {check.__name__}")
+        await asyncio.sleep(0.05)
+
+
+class Cluster:
+    """The test's view of the cluster: one client, the quota policy, reading as the page does."""
+
+    def __init__(self, client: KubeClient, target: Target):
+        self.client = client
+        self.target = target
+
+    async def create(self, body: dict) -> str:
+        await self.client.create(MPIJOBS if body["kind"] == "MPIJob" else JOBS, NAMESPACE, body)
+        return body["metadata"]["name"]
+
+    async def admit(self) -> None:
+        policy = quota.parse_policy(POLICY)
+
+        async def jobs() -> list[dict]:
+            found = []
+            for resource in (JOBS, MPIJOBS):
+                for item in (await self.client.list(resource, NAMESPACE)).get("items") or []:
+                    item.setdefault("kind", resource.kind)
+                    found.append(item)
+            return found
+
+        await admission_pass(
+            self.client, ledger_namespace=NAMESPACE, group="vision", policy=policy, jobs=jobs
+        )
+
+    async def state(self, name: str) -> str:
+        cluster_state, job = await read_job(self.client, self.target, name)
+        return job_detail(cluster_state, job).job.state
+
+    async def reason(self, name: str) -> tuple[str, str, int | None]:
+        cluster_state, job = await read_job(self.client, self.target, name)
+        row = job_detail(cluster_state, job).job
+        return row.state, row.reason, row.queue_position
+
+    async def pods(self, name: str) -> list[str]:
+        items = (await self.client.list(PODS, NAMESPACE, label_selector=f"{labels.TASK_KEY}")).get(
+            "items"
+        ) or []
+        return [
+            p["metadata"]["name"]
+            for p in items
+            if p["metadata"]["name"].startswith(name) and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    async def all_pods(self, name: str) -> list[str]:
+        items = (await self.client.list(PODS, NAMESPACE)).get("items") or []
+        return [p["metadata"]["name"] for p in items if p["metadata"]["name"].startswith(name)]
+
+    async def reserved(self) -> set[str]:
+        stored = await read_ledger(self.client, NAMESPACE, "vision")
+        return {r.job for r in stored.ledger.reservations}
+
+    async def job(self, name: str) -> dict:
+        return await find_job(self.client, NAMESPACE, name)
+
+
+def scenario(target: Target, body: Callable[[Cluster], Awaitable[None]], sim: SimCluster) -> None:
+    async def run() -> None:
+        client = await KubeClient.from_kubeconfig(sim.kubeconfig_path)
+        try:
+            if target.quota_configmap:
+                await client.create(
+                    CONFIGMAPS,
+                    NAMESPACE,
+                    {"metadata": {"name": target.quota_configmap}, "data": {quota.POLICY_KEY: POLICY}},
+                )
+            await body(Cluster(client, target))
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def suspended(job: dict) -> bool:
+    spec = job["spec"]
+    return bool(spec["runPolicy"]["suspend"] if job["kind"] == "MPIJob" else spec["suspend"])
+
+
+def test_a_stopped_job_loses_its_pods_and_reservation_and_resumes_at_its_original_queue_position(cluster):
+    async def body(c: Cluster) -> None:
+        first = await c.create(manifest("first"))
+        second = await c.create(manifest("second", user="bob"))
+        await c.admit()
+
+        async def first_runs() -> bool:
+            return await c.state(first) == "RUNNING"
+
+        await until(first_runs)
+        assert await c.reason(second) == ("QUEUED", "GroupQuota", 1)
+        assert await c.reserved() == {first}
+
+        outcome = await stop(c.client, QUOTA, first, by="alice")
+        assert outcome.done and outcome.message.startswith(f"job/{first} stopped")
+        job = await c.job(first)
+        assert suspended(job)
+        assert job["metadata"]["annotations"][labels.STOPPED_BY] == "alice"
+        assert labels.ADMITTED_AT not in job["metadata"]["annotations"]
+        assert await c.reserved() == set()  # the quota is free at once, before the pods are gone
+
+        async def stopped() -> bool:
+            return await c.state(first) == "STOPPED" and not await c.all_pods(first)
+
+        await until(stopped)  # the Job controller deleted the pod on suspend
+        state, reason, _ = await c.reason(first)
+        assert (state, reason) == ("STOPPED", "Stopped")
+
+        # A job submitted after the stop waits behind both.
+        third = await c.create(manifest("third", user="carol"))
+        again = await resume(c.client, QUOTA, first, by="bob")
+        assert again.done
+        assert again.message == (
+            f"job/{first} resumed: back in group vision's queue at its original position, "
+            f"queued since {job['metadata']['annotations'][labels.QUEUED_AT]}"
+        )
+        resumed = await c.job(first)
+        assert suspended(resumed)  # the pool admits it, not the resume
+        assert labels.STOPPED_AT not in resumed["metadata"]["annotations"]
+        assert (
+            resumed["metadata"]["annotations"][labels.QUEUED_AT]
+            == job["metadata"]["annotations"][labels.QUEUED_AT]
+        )
+        assert (await c.reason(first))[0] == "QUEUED"
+
+        await c.admit()
+        await until(first_runs)
+        assert await c.reserved() == {first}
+        assert (await c.reason(second))[:2] == ("QUEUED", "GroupQuota")
+        assert (await c.reason(third))[:2] == ("QUEUED", "BehindHead")
+
+    scenario(QUOTA, body, cluster)
+
+
+def test_without_a_quota_pool_resume_starts_the_job_again(cluster):
+    async def body(c: Cluster) -> None:
+        name = await c.create(manifest("solo", gpus=1))
+        job = await c.job(name)
+        # Admitted as the no-quota admission does it.
+        await c.client.merge_patch(
+            JOBS, NAMESPACE, name, unsuspend_patch(job, datetime.now(timezone.utc), conditional=False)
+        )
+
+        async def runs() -> bool:
+            return await c.state(name) == "RUNNING"
+
+        await until(runs)
+        running_pods = await c.all_pods(name)
+        assert (await stop(c.client, NO_QUOTA, name, by="alice")).done
+
+        async def stopped() -> bool:
+            return await c.state(name) == "STOPPED"
+
+        await until(stopped)
+        assert not await c.all_pods(name)
+        outcome = await resume(c.client, NO_QUOTA, name, by="alice")
+        assert outcome.message == f"job/{name} resumed: started again (no quota pool)"
+        assert not suspended(await c.job(name))
+        await until(runs)
+        # It runs again from the start: a fresh pod, not the one the stop deleted.
+        assert set(await c.all_pods(name)).isdisjoint(running_pods)
+
+    scenario(NO_QUOTA, body, cluster)
+
+
+def test_stopping_an_mpi_job_deletes_its_launcher_and_workers(cluster):
+    async def body(c: Cluster) -> None:
+        name = await c.create(manifest("dist", gpus=1, workers=2))
+        await c.admit()
+
+        async def runs() -> bool:
+            return await c.state(name) == "RUNNING"
+
+        await until(runs, timeout=60)
+        assert len(await c.pods(name)) == 3  # launcher and two workers
+        outcome = await stop(c.client, QUOTA, name, by="alice")
+        assert outcome.message.startswith(f"mpijob/{name} stopped")
+        assert suspended(await c.job(name))
+
+        async def stopped() -> bool:
+            return await c.state(name) == "STOPPED" and not await c.all_pods(name)
+
+        await until(stopped, timeout=60)
+        assert await c.reserved() == set()
+
+    scenario(QUOTA, body, cluster)
+
+
+def test_actions_that_do_not_apply_answer_in_one_line_and_change_nothing(cluster):
+    async def body(c: Cluster) -> None:
+        name = await c.create(manifest("twice", gpus=2))
+        await c.admit()
+
+        async def runs() -> bool:
+            return await c.state(name) == "RUNNING"
+
+        await until(runs)
+        not_stopped = await resume(c.client, QUOTA, name, by="alice")
+        assert (not_stopped.done, not_stopped.message) == (
+            False,
+            f"job/{name} is not stopped (admitted and holds its GPUs): nothing to resume",
+        )
+        await stop(c.client, QUOTA, name, by="alice")
+        before = (await c.job(name))["metadata"]["resourceVersion"]
+        second = await stop(c.client, QUOTA, name, by="bob")
+        assert not second.done
+        assert second.message.startswith(f"job/{name} is already stopped by alice at ")
+        assert (await c.job(name))["metadata"]["resourceVersion"] == before
+
+        # A stopped job can be cancelled; a second cancel says who cancelled it, from the job's event.
+        first = await cancel(c.client, QUOTA, name, by="carol")
+        assert (first.deleted, first.message) == (True, f"job/{name} cancelled (deleted with its pods)")
+
+        async def gone() -> bool:
+            try:
+                await c.job(name)
+            except JobNotFound:
+                return True
+            return False
+
+        await until(gone)
+        again = await cancel(c.client, QUOTA, name, by="dave")
+        assert (again.deleted, again.already_finished) == (False, True)
+        assert again.message.startswith(f"job/{name} was already cancelled by carol at ")
+        assert again.message.endswith("(deleted)")
+        with pytest.raises(JobNotFound):
+            await cancel(c.client, QUOTA, "never-existed", by="dave")
+        with pytest.raises(JobNotFound):
+            await stop(c.client, QUOTA, name, by="dave")
+
+    scenario(QUOTA, body, cluster)
