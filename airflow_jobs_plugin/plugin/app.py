@@ -138,8 +138,11 @@ def _own_origins(request: Request) -> list[str]:
     return found
 
 
-def require_same_origin(request: Request) -> None:
-    """Refuse (403) a state-changing request sent with Airflow's session cookie from another origin."""
+def require_same_origin(request: Request, user: GetUserDep) -> None:
+    """Refuse (403) a state-changing request sent with Airflow's session cookie from another origin.
+
+    It depends on the signed-in user so that a request without credentials still gets Airflow's 401.
+    """
     if request.headers.get("authorization"):
         return
     why = origin.refusal(request.headers.get("origin"), request.headers.get("referer"), _own_origins(request))

@@ -22,9 +22,11 @@ def get(api_server, path: str, token: str | None = None, **kw) -> httpx.Response
     return httpx.get(f"{api_server.url}{path}", headers=headers, timeout=30, **kw)
 
 
-def post(api_server, path: str, token: str | None = None) -> httpx.Response:
+def post(api_server, path: str, token: str | None = None, **kw) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.post(f"{api_server.url}{path}", headers=headers, timeout=30)
+    return httpx.post(
+        f"{api_server.url}{path}", headers={**headers, **kw.pop("headers", {})}, timeout=30, **kw
+    )
 
 
 def task_path(population, role: str) -> str:
@@ -46,6 +48,10 @@ def task_path(population, role: str) -> str:
         ("GET", "/api/tasks/{task}"),
         ("POST", "/api/jobs/default/{runner}/cancel"),
         ("POST", "/jobs/default/{runner}/cancel"),
+        ("POST", "/api/jobs/default/{runner}/stop"),
+        ("POST", "/api/jobs/default/{runner}/resume"),
+        ("POST", "/jobs/default/{runner}/stop"),
+        ("POST", "/jobs/default/{runner}/resume"),
     ],
 )
 def test_unauthenticated_requests_get_401(api_server, population, method, path):
@@ -136,9 +142,16 @@ def test_viewer_may_not_cancel(api_server, population, tokens):
     assert post(api_server, f"{PREFIX}/jobs/default/{name}/cancel", tokens["viewer"]).status_code == 403
     detail = get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["viewer"]).json()
     assert detail["job"]["state"] == "RUNNING"
+    for action in ("stop", "resume"):
+        assert (
+            post(api_server, f"{PREFIX}/api/jobs/default/{name}/{action}", tokens["viewer"]).status_code
+            == 403
+        )
     page = get(api_server, f"{PREFIX}/jobs/default/{name}", tokens["viewer"]).text
-    assert "Cancel job" not in page
-    assert "Cancel job" in get(api_server, f"{PREFIX}/jobs/default/{name}", tokens["admin"]).text
+    assert "Cancel job" not in page and "Stop job" not in page
+    admin_page = get(api_server, f"{PREFIX}/jobs/default/{name}", tokens["admin"]).text
+    assert "Cancel job" in admin_page and "Stop job" in admin_page
+    assert "confirm(" not in admin_page  # Airflow's frame has no allow-modals: confirmation is in the page
 
 
 def test_admin_cancels_a_job(api_server, population, tokens):
@@ -149,6 +162,7 @@ def test_admin_cancels_a_job(api_server, population, tokens):
         "already_finished": False,
         "deleted": True,
         "kind": "Job",
+        "message": f"job/{name} cancelled (deleted with its pods)",
         "name": name,
         "namespace": "default",
     }
@@ -167,3 +181,55 @@ def test_plugin_is_registered_with_its_views(api_server, tokens):
         views["GPU Job"]["href"] == f"{PREFIX}/jobs/{{DAG_ID}}/{{TASK_ID}}/{{RUN_ID}}?map_index={{MAP_INDEX}}"
     )
     assert any("JobLink" in link for link in plugin["operator_extra_links"])
+
+
+def test_admin_stops_and_resumes_a_job(api_server, population, tokens):
+    name = population.names["paused"]
+    stopped = post(api_server, f"{PREFIX}/api/jobs/default/{name}/stop", tokens["admin"])
+    assert stopped.status_code == 200, stopped.text
+    assert stopped.json()["done"] is True
+    detail = get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["admin"]).json()
+    assert detail["job"]["state"] in {"TERMINATING", "STOPPED"}
+    assert detail["job"]["reason"] == "Stopped"
+    assert detail["actions"] == ["resume", "cancel"]
+    again = post(api_server, f"{PREFIX}/api/jobs/default/{name}/stop", tokens["admin"]).json()
+    assert again["done"] is False and again["message"].startswith(f"job/{name} is already stopped by admin")
+    resumed = post(api_server, f"{PREFIX}/api/jobs/default/{name}/resume", tokens["admin"]).json()
+    assert resumed["done"] is True
+    assert (
+        get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["admin"]).json()["job"]["state"]
+        == "QUEUED"
+    )
+    # Out of the queue again, so the other tests find the queues as the population made them.
+    assert post(api_server, f"{PREFIX}/api/jobs/default/{name}/cancel", tokens["admin"]).status_code == 200
+
+
+def test_a_cross_origin_post_with_airflows_session_cookie_is_refused(api_server, population, tokens):
+    name = population.names["runner"]
+    cookie = {"_token": tokens["admin"]}
+    for path in (f"/api/jobs/default/{name}/cancel", f"/jobs/default/{name}/stop"):
+        forged = post(api_server, PREFIX + path, cookies=cookie, headers={"Origin": "https://evil.example"})
+        assert forged.status_code == 403, forged.text
+        assert "Origin https://evil.example is not this Airflow" in forged.json()["detail"]
+    bare = post(api_server, f"{PREFIX}/jobs/default/{name}/cancel", cookies=cookie)
+    assert bare.status_code == 403
+    assert "no Origin or Referer header" in bare.json()["detail"]
+    detail = get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["admin"]).json()
+    assert detail["job"]["state"] == "RUNNING"  # nothing happened to the job
+
+
+def test_a_same_origin_form_post_with_the_cookie_acts_and_comes_back_with_its_answer(
+    api_server, population, tokens
+):
+    name = population.names["runner"]
+    response = post(
+        api_server,
+        f"{PREFIX}/jobs/default/{name}/resume",
+        cookies={"_token": tokens["admin"]},
+        headers={"Origin": api_server.url},
+    )
+    assert response.status_code == 303, response.text
+    location = response.headers["location"]
+    assert location.startswith(f"{PREFIX}/jobs/default/{name}?notice=")
+    page = get(api_server, location, cookies={"_token": tokens["admin"]})
+    assert f"job/{name} is not stopped (admitted and holds its GPUs): nothing to resume" in page.text
