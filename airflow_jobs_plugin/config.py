@@ -73,6 +73,22 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "/opt/airflow/quota/policy.yaml",
     ),
+    Option(
+        "orphan_sweep_interval",
+        "Seconds between two orphan sweeps of the API server (jobs whose task instance ended or no "
+        "longer exists are cancelled, see docs/ui.md). 0 turns the sweep off.",
+        "integer",
+        "60",
+        "300",
+    ),
+    Option(
+        "orphan_grace_period",
+        "Seconds a job, and a task instance that ended, are left alone before the orphan sweep judges "
+        "them: longer than a worker needs between creating a job and deferring.",
+        "integer",
+        "600",
+        "900",
+    ),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}

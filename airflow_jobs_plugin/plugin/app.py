@@ -15,7 +15,10 @@ The cluster is read through the Airflow connection named in ``[airflow_jobs] kub
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
@@ -29,7 +32,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from airflow_jobs_plugin import actions, inspect, quota
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 
-from . import html, origin, views
+from . import html, origin, sweep, views
 
 URL_PREFIX = "/airflow-jobs"
 CONFIG_SECTION = "airflow_jobs"
@@ -177,6 +180,23 @@ def _map_index(raw: str) -> int:
 ReadAccess = Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))
 
 
+async def _connect() -> tuple[KubeClient, inspect.Target]:
+    settings = _settings()
+    return await KubeClient.from_connection(settings.kubernetes_conn_id), settings.target()
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Run the orphan sweep for as long as the API server serves the app (see ``plugin/sweep.py``)."""
+    task = asyncio.create_task(sweep.run_periodically(_connect), name="airflow-jobs-orphan-sweep")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def create_app() -> FastAPI:
     """The app the plugin mounts at :data:`URL_PREFIX`."""
     app = FastAPI(
@@ -184,6 +204,7 @@ def create_app() -> FastAPI:
         description="Quota pools, queues and GPU jobs of the airflow-jobs-plugin provider.",
         docs_url=None,
         redoc_url=None,
+        lifespan=lifespan,
     )
 
     async def overview_of(settings: Settings, user: Any) -> views.Overview:

@@ -1,0 +1,212 @@
+"""The orphan sweep's rule, table-driven, and one sweep on the simulated cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin.inspect import JobNotFound, Target, find_job
+from airflow_jobs_plugin.kube import CONFIGMAPS, EVENTS, JOBS, KubeClient
+from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.orphans import JobRecord, TaskRecord, TaskRef, job_record, judge
+from airflow_jobs_plugin.plugin.sweep import BY, sweep
+from airflow_jobs_plugin.quota.ledger import admission_pass, read_ledger
+from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+GRACE = timedelta(minutes=10)
+TASK = TaskRef("nightly", "train", "scheduled__2026-03-02", -1)
+
+
+def job(*, age_min: float = 60, live: bool = True, task: TaskRef | None = TASK) -> JobRecord:
+    return JobRecord("train-job", task, 1, NOW - timedelta(minutes=age_min), live)
+
+
+def ti(state: str | None, ended_min_ago: float | None = None) -> TaskRecord:
+    end = NOW - timedelta(minutes=ended_min_ago) if ended_min_ago is not None else None
+    return TaskRecord(state, 1, end)
+
+
+@pytest.mark.parametrize(
+    ("record", "task", "dag_known", "cancel", "reason"),
+    [
+        (job(live=False), ti("failed", 60), True, False, "finished or being deleted"),
+        (job(task=None), None, True, False, "not submitted by an Airflow task"),
+        (
+            job(age_min=3),
+            ti("failed", 60),
+            True,
+            False,
+            "younger than 10m00s: its task may not have deferred yet",
+        ),
+        (job(), None, False, False, "DAG nightly is not in this Airflow: another deployment may own it"),
+        (
+            job(),
+            None,
+            True,
+            True,
+            "task instance nightly.train of run scheduled__2026-03-02 no longer exists",
+        ),
+        (job(), ti("running"), True, False, "task instance is running"),
+        (job(), ti("deferred"), True, False, "task instance is deferred"),
+        (job(), ti("up_for_retry", 1), True, False, "task instance is up_for_retry"),
+        (job(), ti("queued"), True, False, "task instance is queued"),
+        (job(), ti("scheduled"), True, False, "task instance is scheduled"),
+        (job(), ti("restarting"), True, False, "task instance is restarting"),
+        (job(), ti(None), True, False, "task instance is waiting for a state"),
+        (job(), ti("failed", 2), True, False, "task instance ended 2m00s ago (failed)"),
+        (
+            job(),
+            ti("failed", 30),
+            True,
+            True,
+            "task instance nightly.train of run scheduled__2026-03-02 is failed since "
+            "2026-03-02T11:30:00+00:00 (try 1): no try follows the job",
+        ),
+        (job(), ti("success", 30), True, True, None),
+        (job(), ti("upstream_failed"), True, True, None),
+        (job(), ti("skipped", 45), True, True, None),
+    ],
+)
+def test_an_orphan_is_a_live_job_no_try_of_its_task_will_follow(record, task, dag_known, cancel, reason):
+    verdict = judge(record, task, dag_known=dag_known, now=NOW, grace=GRACE)
+    assert verdict.cancel is cancel
+    if reason is not None:
+        assert verdict.reason == reason
+
+
+def test_the_record_comes_from_the_operators_exact_annotations():
+    body = {
+        "kind": "Job",
+        "metadata": {
+            "name": "j",
+            "creationTimestamp": "2026-03-02T11:00:00Z",
+            "annotations": {
+                labels.DAG_ID: "nightly",
+                labels.TASK_ID: "train",
+                labels.RUN_ID: "manual__2026-03-02T10:00:00+00:00",
+                labels.MAP_INDEX: "3",
+                labels.TRY_NUMBER: "2",
+            },
+        },
+    }
+    record = job_record(body, finished=False)
+    assert record.task == TaskRef("nightly", "train", "manual__2026-03-02T10:00:00+00:00", 3)
+    assert (record.try_number, record.created_at, record.live) == (
+        2,
+        datetime(2026, 3, 2, 11, tzinfo=timezone.utc),
+        True,
+    )
+    assert not job_record(body, finished=True).live
+    assert job_record({"metadata": {"name": "x"}}, finished=False).task is None
+
+
+# --- one sweep on the simulated cluster --------------------------------------------------------------
+
+POLICY = "groups:\n  vision: {gpus: 8, user_gpus: 8}\n"
+SCENARIO = "sim.airflow-jobs.io/scenario"
+
+
+def submitted(identity: TaskIdentity) -> dict:
+    spec = validate(
+        image="registry.example/trainer:1",
+        group="vision",
+        user="alice",
+        gpus=2,
+        ttl_after_finished=None,
+        annotations={SCENARIO: json.dumps({"*": {"run": None}})},
+    )
+    return build_manifest(
+        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
+
+
+def test_the_sweep_cancels_a_running_orphan_and_frees_its_quota_and_keeps_the_rest():
+    orphan = TaskIdentity("nightly", "orphan", "manual__1", -1, 1)  # its task failed long ago
+    followed = TaskIdentity("nightly", "followed", "manual__1", -1, 1)  # its task is deferred
+    foreign = TaskIdentity("elsewhere", "train", "manual__1", -1, 1)  # a DAG of another Airflow
+    deleted_run = TaskIdentity("nightly", "train", "manual__gone", -1, 1)  # its DAG run was deleted
+    tasks = {
+        TaskRef("nightly", "orphan", "manual__1"): TaskRecord(
+            "failed", 1, datetime.now(timezone.utc) - timedelta(hours=2)
+        ),
+        TaskRef("nightly", "followed", "manual__1"): TaskRecord("deferred", 1, None),
+    }
+    asked: list[set[TaskRef]] = []
+
+    def read_tasks(refs: set[TaskRef]) -> tuple[set[str], dict[TaskRef, TaskRecord]]:
+        asked.append(refs)
+        return {"nightly"}, {r: tasks[r] for r in refs if r in tasks}
+
+    async def scenario(sim: SimCluster) -> None:
+        client = await KubeClient.from_kubeconfig(sim.kubeconfig_path)
+        target = Target(namespace="default")
+        try:
+            await client.create(
+                CONFIGMAPS,
+                "default",
+                {"metadata": {"name": quota.DEFAULT_POLICY_CONFIGMAP}, "data": {quota.POLICY_KEY: POLICY}},
+            )
+            names = {}
+            for identity in (orphan, followed, foreign, deleted_run):
+                body = submitted(identity)
+                await client.create(JOBS, "default", body)
+                names[identity.task_id + identity.run_id] = body["metadata"]["name"]
+
+            async def jobs() -> list[dict]:
+                items = (await client.list(JOBS, "default")).get("items") or []
+                return [{**i, "kind": "Job"} for i in items]
+
+            await admission_pass(
+                client,
+                ledger_namespace="default",
+                group="vision",
+                policy=quota.parse_policy(POLICY),
+                jobs=jobs,
+            )
+            held = {r.job for r in (await read_ledger(client, "default", "vision")).ledger.reservations}
+            assert held == set(names.values())  # all four admitted: the orphan holds 2 GPUs nobody uses
+
+            # Right after submission every job is within the grace period: nothing is swept.
+            young = await sweep(client, target, read_tasks, grace=timedelta(minutes=10))
+            assert {s.name for s in young if s.outcome} == set()
+
+            # An hour later the orphan and the job of a deleted run are cancelled; the rest is kept.
+            later = datetime.now(timezone.utc) + timedelta(hours=1)
+            swept = {
+                s.name: s
+                for s in await sweep(client, target, read_tasks, now=later, grace=timedelta(minutes=10))
+            }
+            cancelled = {n for n, s in swept.items() if s.outcome}
+            assert cancelled == {names["orphanmanual__1"], names["trainmanual__gone"]}
+            assert swept[names["followedmanual__1"]].verdict.reason == "task instance is deferred"
+            assert "another deployment" in swept[names["trainmanual__1"]].verdict.reason
+            assert asked[-1] == {
+                TaskRef(i.dag_id, i.task_id, i.run_id) for i in (orphan, followed, foreign, deleted_run)
+            }
+
+            for name in cancelled:
+                with pytest.raises(JobNotFound):
+                    await find_job(client, "default", name)
+            held = {r.job for r in (await read_ledger(client, "default", "vision")).ledger.reservations}
+            assert held == {names["followedmanual__1"], names["trainmanual__1"]}
+            events = (
+                await client.list(
+                    EVENTS, "default", field_selector=f"involvedObject.name={names['orphanmanual__1']}"
+                )
+            )["items"]
+            assert [e["message"] for e in events if e["reason"] == "Cancelled"] == [f"cancelled by {BY}"]
+
+            # The next sweep finds nothing left to cancel.
+            again = await sweep(client, target, read_tasks, now=later, grace=timedelta(minutes=10))
+            assert [s.outcome for s in again] == [None, None]
+        finally:
+            await client.close()
+
+    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim:
+        asyncio.run(scenario(sim))
