@@ -14,6 +14,7 @@ simulator scenarios, then admitted by real admission passes of the quota pool:
 | ``doomed`` | nlp | frank | 1 | runs until deleted; the API cancel test cancels it | RUNNING |
 | ``paused`` | nlp | heidi | 1 | runs until deleted; the API and browser tests stop and resume it | RUNNING |
 | ``halted`` | nlp | ivan | 1 | runs until deleted; the CLI test stops and resumes it | RUNNING |
+| ``framed`` | nlp | judy | 1 | runs until deleted; the browser test stops, resumes and cancels it in Airflow's UI | RUNNING |
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ NAMESPACE = "default"
 POLICY = """
 groups:
   vision: {gpus: 4, user_gpus: 4}
-  nlp: {gpus: 8, user_gpus: 4}
+  nlp: {gpus: 12, user_gpus: 4}
 """
 SCENARIO = "sim.airflow-jobs.io/scenario"
 
@@ -87,6 +88,7 @@ JOBS_TO_CREATE = {
     "doomed": ({"*": {"run": None}}, {"group": "nlp", "user": "frank", "gpus": 1}),
     "paused": ({"*": {"run": None}}, {"group": "nlp", "user": "heidi", "gpus": 1}),
     "halted": ({"*": {"run": None}}, {"group": "nlp", "user": "ivan", "gpus": 1}),
+    "framed": ({"*": {"run": None}}, {"group": "nlp", "user": "judy", "gpus": 1}),
 }
 
 
@@ -115,7 +117,7 @@ async def _populate(cluster: SimCluster) -> tuple[dict[str, str], dict[str, Task
         names, identities = {}, {}
         for i, (role, (scenario, args)) in enumerate(JOBS_TO_CREATE.items()):
             identity = TaskIdentity(
-                "nightly_training", f"train_{role}", f"scheduled__2026-01-0{i + 1}", -1, 1
+                "nightly_training", f"train_{role}", f"scheduled__2026-01-{i + 1:02d}", -1, 1
             )
             body = _manifest(identity, scenario, **args)
             await client.create(MPIJOBS if body["kind"] == "MPIJob" else JOBS, NAMESPACE, body)
@@ -137,6 +139,7 @@ async def _populate(cluster: SimCluster) -> tuple[dict[str, str], dict[str, Task
             "doomed": "RUNNING",
             "paused": "RUNNING",
             "halted": "RUNNING",
+            "framed": "RUNNING",
         }
         deadline = time.monotonic() + 30
         while True:

@@ -85,7 +85,7 @@ def test_authenticated_readers_get_pools_queues_and_jobs(api_server, population,
 
 def test_parts_of_the_overview_have_their_own_endpoints(api_server, population, tokens):
     pools = get(api_server, f"{PREFIX}/api/pools", tokens["viewer"]).json()
-    assert {p["group"]: p["quota"] for p in pools} == {"nlp": 8, "vision": 4}
+    assert {p["group"]: p["quota"] for p in pools} == {"nlp": 12, "vision": 4}
     queues = get(api_server, f"{PREFIX}/api/queues", tokens["viewer"]).json()
     assert [e["name"] for q in queues for e in q["entries"]] == [population.names["waiting"]]
     jobs = get(api_server, f"{PREFIX}/api/jobs", tokens["viewer"]).json()

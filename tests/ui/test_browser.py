@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.inspect import JobNotFound, find_job
+from airflow_jobs_plugin.kube import KubeClient
+from airflow_jobs_plugin.quota.ledger import read_ledger
 from tests.ui.browser import Browser, chromium_binary, in_ci
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -44,7 +48,7 @@ JOB_FACTS = """({
   timeline: document.querySelectorAll('svg.state-timeline g[data-state]').length,
   events: [...document.querySelectorAll('tr.event')].map(r => r.dataset.reason),
   launcherLog: (document.querySelector('pre.log[data-rank="-1"]') || {}).textContent,
-  cancel: !!document.querySelector('button.cancel'),
+  cancel: !!document.querySelector('details.confirm[data-action=cancel]'),
   dagRun: (document.querySelector('dd[data-field="DAG run"] a') || {}).getAttribute?.call(
     document.querySelector('dd[data-field="DAG run"] a'), 'href'),
 })"""
@@ -121,3 +125,100 @@ def test_pages_in_a_real_browser(api_server, population, tmp_path):
 
     asyncio.run(scenario())
     assert (ARTIFACTS / "ui-overview.png").stat().st_size > 10_000
+
+
+FRAME = "document.querySelector('iframe[title=\"GPU Jobs\"]')"
+
+
+def test_stop_resume_and_cancel_clicked_inside_airflows_ui(api_server, population, tmp_path):
+    """The buttons work inside Airflow's own page, whose frame forbids modal dialogs."""
+    if BINARY is None:
+        pytest.fail("CI must run the browser test: chromium is missing")
+    name = population.names["framed"]
+    token = api_server.token("admin")
+
+    async def frame(expression: str, browser: Browser):
+        return await browser.evaluate(
+            f"(() => {{ const doc = {FRAME}.contentDocument; return {expression}; }})()"
+        )
+
+    async def until_frame(expression: str, browser: Browser, timeout: float = 30):
+        return await browser.wait_for(
+            f"(() => {{ const f = {FRAME}; const doc = f && f.contentDocument;"
+            f" return !!doc && doc.readyState === 'complete' && ({expression}); }})()",
+            timeout=timeout,
+        )
+
+    async def cluster() -> tuple[dict | None, set[str]]:
+        client = await KubeClient.from_kubeconfig(population.kubeconfig)
+        try:
+            try:
+                job = await find_job(client, "default", name)
+            except JobNotFound:
+                job = None
+            held = {r.job for r in (await read_ledger(client, "default", "nlp")).ledger.reservations}
+            return job, held
+        finally:
+            await client.close()
+
+    async def scenario() -> None:
+        async with Browser(BINARY, tmp_path / "profile") as browser:
+            await browser.set_cookie(api_server.url, "_token", token)
+            await browser.open(f"{api_server.url}/plugin/gpu-jobs")
+            await until_frame(f"!!doc.querySelector('tr.job[data-job=\"{name}\"] a')", browser)
+            # Why the page cannot ask with confirm(): Airflow's frame has no allow-modals.
+            assert "allow-modals" not in await browser.evaluate(f"{FRAME}.getAttribute('sandbox')")
+            assert await frame("doc.defaultView.confirm('Cancel this job?')", browser) is False
+
+            await frame(f"doc.querySelector('tr.job[data-job=\"{name}\"] a').click()", browser)
+            await until_frame("!!doc.querySelector('details.confirm[data-action=stop] summary')", browser)
+
+            # Stop: open the in-page confirmation, then confirm.
+            await frame("doc.querySelector('details.confirm[data-action=stop] summary').click()", browser)
+            assert await frame("doc.querySelector('details.confirm[data-action=stop]').open", browser)
+            await frame("doc.querySelector('button[data-confirm=stop]').click()", browser)
+            await until_frame("!!doc.querySelector('#notice')", browser)
+            assert (await frame("doc.querySelector('#notice').textContent", browser)).startswith(
+                f"job/{name} stopped"
+            )
+            job, held = await cluster()
+            assert job is not None and job["spec"]["suspend"] is True
+            assert job["metadata"]["annotations"][labels.STOPPED_BY] == "admin"
+            assert name not in held  # its quota is free again
+            await until_frame(
+                # The page refreshes itself while the pod stops (TERMINATING, then STOPPED).
+                "doc.querySelector('dd[data-field=state] .badge').dataset.state === 'STOPPED'",
+                browser,
+            )
+            await browser.screenshot(ARTIFACTS / "ui-stopped-in-airflow.png")
+
+            # Resume: one click; the job waits in its queue again.
+            await until_frame("!!doc.querySelector('button[data-action=resume]')", browser)
+            await frame("doc.querySelector('button[data-action=resume]').click()", browser)
+            await until_frame(
+                "!!doc.querySelector('#notice') && doc.querySelector('#notice').textContent.includes('resumed')",
+                browser,
+            )
+            job, _ = await cluster()
+            assert job is not None and labels.STOPPED_AT not in job["metadata"]["annotations"]
+            assert (
+                await frame("doc.querySelector('dd[data-field=state] .badge').dataset.state", browser)
+                == "QUEUED"
+            )
+
+            # Cancel: confirm in the page; the job is gone and holds no quota.
+            await frame("doc.querySelector('details.confirm[data-action=cancel] summary').click()", browser)
+            await frame("doc.querySelector('button[data-confirm=cancel]').click()", browser)
+            await until_frame(
+                "!!doc.querySelector('#message') && doc.querySelector('#message').textContent.includes('cancelled')",
+                browser,
+            )
+            assert await frame("doc.querySelector('#message').textContent", browser) == (
+                f"job/{name} cancelled (deleted with its pods)"
+            )
+            await browser.screenshot(ARTIFACTS / "ui-cancelled-in-airflow.png")
+            job, held = await cluster()
+            assert job is None
+            assert name not in held
+
+    asyncio.run(scenario())
