@@ -210,3 +210,53 @@ def test_the_sweep_cancels_a_running_orphan_and_frees_its_quota_and_keeps_the_re
 
     with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim:
         asyncio.run(scenario(sim))
+
+
+# --- the sweep's reading of Airflow's metadata database ---------------------------------------------
+
+SWEEP_DAG = """
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.python import PythonOperator
+
+
+def boom():
+    raise RuntimeError("the task died")
+
+
+with DAG("{dag_id}", schedule=None) as dag:
+    PythonOperator(task_id="ok", python_callable=lambda: None)
+    PythonOperator(task_id="boom", python_callable=boom)
+"""
+
+
+def test_the_sweep_reads_task_states_and_known_dags_from_airflows_database():
+    import importlib.util
+    from pathlib import Path
+
+    from airflow.configuration import conf
+    from airflow.utils.db import initdb
+
+    from airflow_jobs_plugin.plugin.sweep import read_task_instances
+
+    initdb()
+    dag_id = "orphan_sweep_reads_states"
+    folder = Path(conf.get("core", "dags_folder"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{dag_id}.py"
+    path.write_text(SWEEP_DAG.format(dag_id=dag_id))
+    spec = importlib.util.spec_from_file_location(dag_id, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = module.dag.test()
+
+    ok, boom = TaskRef(dag_id, "ok", run.run_id), TaskRef(dag_id, "boom", run.run_id)
+    missing = TaskRef(dag_id, "never_ran", run.run_id)
+    foreign = TaskRef("not_a_dag_here", "train", run.run_id)
+    known, tasks = read_task_instances({ok, boom, missing, foreign})
+    assert known == {dag_id}
+    assert set(tasks) == {ok, boom}
+    assert (tasks[ok].state, tasks[ok].try_number) == ("success", 1)
+    assert tasks[boom].state == "failed" and tasks[boom].end_date is not None
+    assert tasks[boom].end_date.tzinfo is not None
+    assert read_task_instances(set()) == (set(), {})
