@@ -22,8 +22,9 @@ from typing import Any
 
 from airflow_jobs_plugin import action_rules, attempts, labels
 from airflow_jobs_plugin.action_rules import Action, JobFacts, refusal
+from airflow_jobs_plugin.admission import not_before
 from airflow_jobs_plugin.kube import EVENTS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
-from airflow_jobs_plugin.quota.ledger import group_of, is_finished, release
+from airflow_jobs_plugin.quota.ledger import group_of, is_finished, release, unsuspend_patch
 
 EVENT_SOURCE = "airflow-jobs"
 
@@ -225,9 +226,6 @@ async def resume(
     retry back-off is still running: then the task's trigger admits it when the back-off ends. The job
     then runs again from the start (its controller creates fresh pods).
     """
-    from airflow_jobs_plugin.admission import not_before
-    from airflow_jobs_plugin.quota.ledger import unsuspend_patch
-
     job = await newest_attempt(client, namespace, job)
     resource = resource_of(job)
     facts = facts_of(job)

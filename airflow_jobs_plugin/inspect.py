@@ -114,6 +114,14 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
     )
 
 
+async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
+    """The product's Jobs and MPIJobs of a namespace, without their pods and events."""
+    jobs, mpijobs = await asyncio.gather(
+        _items(client, JOBS, namespace, MANAGED_SELECTOR), _mpijobs(client, namespace, MANAGED_SELECTOR)
+    )
+    return [j for j in [*jobs, *mpijobs] if is_product_job(j)]
+
+
 async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
     """The product job ``name`` (a Job or an MPIJob); :class:`JobNotFound` otherwise."""
     for resource in (JOBS, MPIJOBS):

@@ -84,9 +84,8 @@ async def sweep(
 ) -> list[Swept]:
     """Judge every live product job of the namespace and cancel the orphans; what was judged."""
     now = now or datetime.now(timezone.utc)
-    state = await inspect.read_cluster(client, target)
     live: list[tuple[dict, JobRecord]] = []
-    for job in state.jobs:
+    for job in await inspect.read_jobs(client, target.namespace):
         record = job_record(job, finished=is_finished(job))
         if record.live and record.task is not None:
             live.append((dict(job), record))

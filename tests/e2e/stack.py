@@ -44,6 +44,8 @@ class Stack:
     """The running processes and where their files are."""
 
     workdir: Path
+    dags_folder: Path = DAGS
+    extra_env: dict[str, str] = field(default_factory=dict)
     step_seconds: float = 0.5
     time_scale: float = 0.1
     env: dict[str, str] = field(default_factory=dict)
@@ -96,7 +98,7 @@ class Stack:
         self.env = {
             **base,
             "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "6",
@@ -112,6 +114,7 @@ class Stack:
             "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
             "AIRFLOW_JOBS_EXAMPLE_SCRIPTS": str(DAGS / "scripts"),
             "AIRFLOW_JOBS_EXAMPLE_ARTIFACTS": str(self.artifacts),
+            **self.extra_env,
         }
         self.airflow("db", "migrate", timeout=300)
         self._wait_for(lambda: self.kubeconfig.exists(), 60, "the simulated cluster's kubeconfig")
