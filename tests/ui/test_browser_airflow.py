@@ -51,6 +51,9 @@ def stack(tmp_path_factory):
             ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            # Sweep often, with a short grace, so the orphan test sees a sweep of the real API server.
+            "AIRFLOW__AIRFLOW_JOBS__ORPHAN_SWEEP_INTERVAL": "2",
+            "AIRFLOW__AIRFLOW_JOBS__ORPHAN_GRACE_PERIOD": "5",
         },
     )
     try:
@@ -171,3 +174,46 @@ def test_cancel_clicked_in_airflows_ui_ends_the_job_and_frees_its_quota(stack, t
         )
     assert (run_state, state) == ("failed", "failed"), events[-8:]
     assert any("cancel" in e.lower() for e in events[-10:]), events[-10:]
+
+
+def test_the_api_server_sweeps_an_orphan_whose_dag_run_no_longer_exists(stack):
+    """A job left by a task of a run that is gone: the API server's sweep cancels it after the grace."""
+    from datetime import datetime, timezone
+
+    from airflow_jobs_plugin.kube import EVENTS
+    from airflow_jobs_plugin.manifests import build_manifest
+    from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+    identity = TaskIdentity(DAG_ID, "train", "manual__a_run_that_was_deleted", -1, 1)
+    spec = validate(
+        image="ghcr.io/example/ml-trainer:1.0",
+        command=["python3", "-c", "import time; time.sleep(3600)"],
+        gpus=1,
+        group="vision",
+        user="retraining-bot",
+        ttl_after_finished=None,
+    )
+    body = build_manifest(
+        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
+    name = body["metadata"]["name"]
+
+    async def create() -> None:
+        client = await KubeClient.from_kubeconfig(str(stack.kubeconfig))
+        try:
+            await client.create(JOBS, "default", body)
+        finally:
+            await client.close()
+
+    async def cancelled_by() -> list[str]:
+        client = await KubeClient.from_kubeconfig(str(stack.kubeconfig))
+        try:
+            listing = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={name}")
+            return [e["message"] for e in listing.get("items") or [] if e.get("reason") == "Cancelled"]
+        finally:
+            await client.close()
+
+    asyncio.run(create())
+    wait(lambda: name not in {j["metadata"]["name"] for j in asyncio.run(task_jobs(stack))}, 180, "the sweep")
+    assert asyncio.run(cancelled_by()) == ["cancelled by orphan sweep"]
+    assert name not in asyncio.run(reserved(stack))
