@@ -166,13 +166,16 @@ def not_acceptable(message: str) -> ApiError:
     return ApiError(406, "NotAcceptable", message)
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
-    """415 for a request body type the server does not understand."""
-    return ApiError(
-        415,
-        "UnsupportedMediaType",
-        f'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got "{content_type}")',
+def unsupported_media_type(content_type: str, detail: str = "") -> ApiError:
+    """415 for a request body type the server does not understand; lists only what it does accept."""
+    from .server import PATCH_TYPES  # the one list of accepted patch types
+
+    accepted = ", ".join(sorted(PATCH_TYPES))
+    message = (
+        f"the body of the request was in an unknown format - accepted media types include: {accepted}"
+        f' (got "{content_type}")'
     )
+    return ApiError(415, "UnsupportedMediaType", f"{message}: {detail}" if detail else message)
 
 
 def too_many_requests(retry_after: int = 1) -> ApiError:

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import errors, tables
+from . import errors, protobuf, tables
 from .config import RESOURCES, ClusterConfig, ResourceType, groups
 from .errors import ApiError
 from .faults import Faults
@@ -278,10 +278,12 @@ class ApiServer:
         app.router.add_get("/openapi/v3", self._openapi_v3)
         app.router.add_get("/openapi/v3/{tail:.*}", self._openapi_v3)
         app.router.add_route("*", "/api/v1", self._group_version)
+        app.router.add_route("*", "/api/v1/", self._group_version)
         app.router.add_route("*", "/api/v1/{tail:.*}", self._resource)
         app.router.add_get("/apis/{group}", self._group)
         app.router.add_get("/apis/{group}/", self._group)
         app.router.add_route("*", "/apis/{group}/{version}", self._group_version)
+        app.router.add_route("*", "/apis/{group}/{version}/", self._group_version)
         app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", self._resource)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
@@ -487,6 +489,11 @@ class ApiServer:
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
+        if request.headers.get("Content-Type", "").split(";")[0].strip() == protobuf.CONTENT_TYPE:
+            try:
+                return protobuf.decode(raw)
+            except protobuf.ProtobufError as exc:
+                raise errors.unsupported_media_type(protobuf.CONTENT_TYPE, str(exc)) from None
         try:
             return json.loads(raw or b"null")
         except ValueError as exc:

@@ -8,6 +8,8 @@ Defaulting and validation are pure functions at the bottom of this module.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import random
 import threading
@@ -308,6 +310,8 @@ class Store:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = format_time(self.now())
             obj = prepare_for_create(rtype, obj)
+            if resource == "services":
+                self._allocate_cluster_ip(obj["spec"])
             causes = validate(rtype, obj)
             if causes:
                 raise errors.invalid(
@@ -322,6 +326,38 @@ class Store:
             self._put(resource, key, obj)
             self._emit("ADDED", resource, obj, None)
             return clone(obj)
+
+    def _allocate_cluster_ip(self, spec: dict) -> None:
+        """A free address of the service range 10.96.0.0/12 (kubeadm's default), like the IP allocator;
+        ``None`` (headless), ExternalName services and a requested free address are left as they are."""
+        if spec.get("type") == "ExternalName" or spec.get("clusterIP") == "None":
+            if spec.get("clusterIP") == "None":
+                spec["clusterIPs"] = ["None"]
+            return
+        taken = {(o.get("spec") or {}).get("clusterIP") for o in self._objects["services"].values()}
+        wanted = spec.get("clusterIP")
+        if wanted:
+            if wanted in taken:
+                raise errors.invalid(
+                    "Service",
+                    "",
+                    [
+                        errors.invalid_value(
+                            "spec.clusterIPs",
+                            [wanted],
+                            f"failed to allocate IP {wanted}: provided IP is already allocated",
+                        )
+                    ],
+                )
+        else:
+            n = len(taken) + 1
+            while True:
+                wanted = f"10.{96 + (n >> 16) % 16}.{(n >> 8) & 255}.{n & 255}"
+                if wanted not in taken and n & 255 not in (0, 255):
+                    break
+                n += 1
+        spec["clusterIP"] = wanted
+        spec["clusterIPs"] = [wanted]
 
     def _check_namespace(self, rtype: ResourceType, meta: dict) -> None:
         ns = self._objects["namespaces"].get(("", meta["namespace"]))
@@ -799,7 +835,54 @@ def prepare_for_create(rtype: ResourceType, obj: dict) -> dict:
         if "series" not in obj:
             obj.setdefault("count", 1)
         obj.setdefault("type", "Normal")
+    elif rtype.plural == "secrets":
+        default_secret(obj)
+    elif rtype.plural == "services":
+        spec = obj.setdefault("spec", {}) if not isinstance(spec, dict) else spec
+        default_service_spec(spec)
+        obj["status"] = {"loadBalancer": {}}
     return obj
+
+
+def default_secret(obj: dict) -> None:
+    """type Opaque; ``stringData`` is write-only: merged into ``data`` (base64), its keys winning.
+
+    Upstream: pkg/apis/core/v1/conversion.go (Convert_v1_Secret_To_core_Secret) and defaults.go,
+    release-1.32. Undecodable ``data`` is refused as the JSON decoder refuses it (400).
+    """
+    obj.setdefault("type", "Opaque")
+    data = obj.get("data")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(value, str):
+                continue
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise errors.bad_request(
+                    f'Secret in version "v1" cannot be handled as a Secret: illegal base64 data in data[{key}]'
+                ) from None
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict) and string_data:
+        merged = obj["data"] = dict(data) if isinstance(data, dict) else {}
+        for key, value in string_data.items():
+            merged[key] = base64.b64encode(str(value).encode()).decode()
+
+
+def default_service_spec(spec: dict) -> None:
+    """SetDefaults_Service (pkg/apis/core/v1/defaults.go, release-1.32): type ClusterIP, session affinity
+    None, ports TCP with ``targetPort`` = ``port``, single-stack IPv4, internal traffic policy Cluster."""
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if port.get("targetPort") in (None, 0, "") and "port" in port:
+                port["targetPort"] = port["port"]
+    if spec["type"] != "ExternalName":
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
 
 
 def prepare_for_update(rtype: ResourceType, new: dict, old: dict) -> dict:
@@ -813,6 +896,16 @@ def prepare_for_update(rtype: ResourceType, new: dict, old: dict) -> dict:
             default_pod_spec(template["spec"])
     elif rtype.plural == "mpijobs" and isinstance(spec, dict):
         default_mpijob_spec(spec)
+    elif rtype.plural == "secrets":
+        default_secret(new)
+    elif rtype.plural == "services" and isinstance(spec, dict):
+        # patchAllocatedValues (pkg/registry/core/service/storage/storage.go, release-1.32): an update
+        # that leaves the allocated IPs out keeps them, so a re-applied manifest is not a change.
+        old_spec = old.get("spec") or {}
+        for key in ("clusterIP", "clusterIPs"):
+            if not spec.get(key) and old_spec.get(key):
+                spec[key] = clone(old_spec[key])
+        default_service_spec(spec)
     elif rtype.plural == "namespaces":
         new["spec"] = clone(old.get("spec") or {})
         new["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = new["metadata"]["name"]
@@ -872,4 +965,3 @@ def default_mpijob_spec(spec: dict) -> None:
             # before the workers' sshd answers), a worker pod is replaced whole.
             if not replica.get("restartPolicy"):
                 replica["restartPolicy"] = "OnFailure" if launcher else "Never"
-

@@ -262,10 +262,11 @@ def validate(rtype: ResourceType, obj: dict) -> list[Cause]:
             out.append(errors.not_supported("spec.mpiImplementation", impl, ["OpenMPI", "Intel", "MPICH"]))
         out += _nonneg("spec.slotsPerWorker", spec.get("slotsPerWorker"))
     elif rtype.plural == "configmaps":
-        for key in ("data", "binaryData"):
-            data = obj.get(key)
-            if data is not None and not isinstance(data, dict):
-                out.append(errors.invalid_value(key, str(data), "must be a map"))
+        out += config_map_errors(obj)
+    elif rtype.plural == "secrets":
+        out += secret_errors(obj)
+    elif rtype.plural == "services":
+        out += service_errors(obj)
     elif rtype.plural == "events":
         if not isinstance(obj.get("involvedObject"), dict):
             out.append(errors.required("involvedObject"))
@@ -299,6 +300,13 @@ def validate_update(rtype: ResourceType, new: dict, old: dict) -> list[Cause]:
             "nodeName"
         ]:
             out.append(errors.forbidden("spec.nodeName", "field is immutable"))
+    elif rtype.plural in ("configmaps", "secrets"):
+        out += _immutable_data_errors(new, old)
+    elif rtype.plural == "services":
+        old_ip = (old.get("spec") or {}).get("clusterIP")
+        new_ip = (new.get("spec") or {}).get("clusterIP")
+        if old_ip and new_ip != old_ip:
+            out.append(errors.invalid_value("spec.clusterIPs[0]", new_ip, "may not change once set"))
     elif rtype.plural == "jobs":
         nspec, ospec = new.get("spec") or {}, old.get("spec") or {}
         if nspec.get("selector") != ospec.get("selector"):
@@ -317,4 +325,215 @@ def validate_update(rtype: ResourceType, new: dict, old: dict) -> list[Cause]:
             nspec.get("suspend") or ospec.get("suspend")
         ):
             out.append(errors.invalid_value("spec.template", "...", "field is immutable"))
+    return out
+
+
+# --- ConfigMaps and Secrets (ValidateConfigMap, ValidateSecret, ValidateSecretUpdate) -------------
+
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+CONFIG_KEY_MSG = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+    "'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+MAX_SECRET_BYTES = 1024 * 1024  # core.MaxSecretSize; a ConfigMap has the same bound (MaxConfigMapSize)
+
+
+def config_key_errors(path: str, key: str) -> list[Cause]:
+    """IsConfigMapKey (apimachinery util/validation): the key becomes a file name in a volume."""
+    out = []
+    if len(key) > 253:
+        out.append(errors.invalid_value(path, key, "must be no more than 253 characters"))
+    if not _CONFIG_KEY.match(key):
+        out.append(errors.invalid_value(path, key, CONFIG_KEY_MSG))
+    if key in (".", ".."):
+        out.append(errors.invalid_value(path, key, "must not be '.' or '..'"))
+    elif key.startswith(".."):
+        out.append(errors.invalid_value(path, key, "must not start with '..'"))
+    return out
+
+
+def _map_of(obj: dict, field: str) -> tuple[dict, list[Cause]]:
+    value = obj.get(field)
+    if value is None:
+        return {}, []
+    if not isinstance(value, dict):
+        return {}, [errors.invalid_value(field, str(value), "must be a map")]
+    return value, []
+
+
+def config_map_errors(obj: dict) -> list[Cause]:
+    """Keys of ``data`` and ``binaryData`` are config keys, unique across both; 1 MiB in total."""
+    data, out = _map_of(obj, "data")
+    binary, more = _map_of(obj, "binaryData")
+    out += more
+    size = 0
+    for key, value in data.items():
+        out += config_key_errors(f"data[{key}]", key)
+        size += len(str(value))
+    for key, value in binary.items():
+        out += config_key_errors(f"binaryData[{key}]", key)
+        if key in data:
+            out.append(errors.invalid_value(f"binaryData[{key}]", key, "duplicate of key present in data"))
+        size += len(str(value)) * 3 // 4
+    if size > MAX_SECRET_BYTES:
+        out.append(Cause("", "FieldValueTooLong", f"Too long: must have at most {MAX_SECRET_BYTES} bytes"))
+    return out
+
+
+# Keys each well-known Secret type must carry (ValidateSecret's switch on secret.Type).
+_SECRET_REQUIRED_KEYS = {
+    "kubernetes.io/dockercfg": (".dockercfg",),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+    "kubernetes.io/ssh-auth": ("ssh-privatekey",),
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+}
+
+
+def secret_errors(obj: dict) -> list[Cause]:
+    """Config-key data, 1 MiB in total, and the keys each well-known type requires."""
+    data, out = _map_of(obj, "data")
+    size = 0
+    for key, value in data.items():
+        out += config_key_errors(f"data[{key}]", key)
+        size += len(str(value)) * 3 // 4
+    if size > MAX_SECRET_BYTES:
+        out.append(
+            Cause("data", "FieldValueTooLong", f"Too long: must have at most {MAX_SECRET_BYTES} bytes")
+        )
+    kind = obj.get("type") or "Opaque"
+    for key in _SECRET_REQUIRED_KEYS.get(kind, ()):
+        if key not in data:
+            out.append(errors.required(f"data[{key}]"))
+    if kind == "kubernetes.io/basic-auth" and "username" not in data and "password" not in data:
+        out += [errors.required("data[username]"), errors.required("data[password]")]
+    if kind == "kubernetes.io/service-account-token":
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if not annotations.get("kubernetes.io/service-account.name"):
+            out.append(errors.required("metadata.annotations[kubernetes.io/service-account.name]"))
+    return out
+
+
+def _immutable_data_errors(new: dict, old: dict) -> list[Cause]:
+    """ValidateSecretUpdate / ValidateConfigMapUpdate: ``type`` never changes; once ``immutable`` is
+    true neither it nor the data may change."""
+    out = []
+    if "type" in old and new.get("type") != old.get("type"):
+        out.append(errors.invalid_value("type", new.get("type"), "field is immutable"))
+    if old.get("immutable"):
+        if not new.get("immutable"):
+            out.append(errors.forbidden("immutable", "field is immutable when `immutable` is set"))
+        for field in ("data", "binaryData"):
+            if (new.get(field) or {}) != (old.get(field) or {}):
+                out.append(errors.forbidden(field, "field is immutable when `immutable` is set"))
+    return out
+
+
+# --- Services (ValidateService, validateServicePort) -----------------------------------------------
+
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1035_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+_IANA_SVC_NAME = re.compile(r"^[-a-z0-9]+$")
+SERVICE_TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
+PROTOCOLS = ["SCTP", "TCP", "UDP"]
+_IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$")
+
+
+def dns1035_label_errors(path: str, value: str) -> list[Cause]:
+    """A Service name is a DNS-1035 label: it becomes a DNS name and environment variable names."""
+    out = []
+    if len(value) > 63:
+        out.append(errors.invalid_value(path, value, "must be no more than 63 characters"))
+    if not _DNS1035_LABEL.match(value):
+        out.append(errors.invalid_value(path, value, DNS1035_MSG))
+    return out
+
+
+def _port_number_errors(path: str, value: object) -> list[Cause]:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        return [errors.invalid_value(path, value, "must be between 1 and 65535, inclusive")]
+    return []
+
+
+def _target_port_errors(path: str, value: object) -> list[Cause]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _port_number_errors(path, value)
+    if isinstance(value, str):
+        if len(value) > 15:
+            return [errors.invalid_value(path, value, "must be no more than 15 characters")]
+        if not _IANA_SVC_NAME.match(value) or not re.search(r"[a-z]", value) or "--" in value:
+            return [
+                errors.invalid_value(
+                    path,
+                    value,
+                    "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-), at least one "
+                    "letter (a-z), and no consecutive hyphens",
+                )
+            ]
+    return []
+
+
+def service_errors(obj: dict) -> list[Cause]:
+    """Name, type, ports, selector and cluster IP of a Service."""
+    meta = obj.get("metadata") or {}
+    out: list[Cause] = []
+    if meta.get("name"):
+        # ValidateServiceName is NameIsDNS1035Label; the generic subdomain check has run already, so
+        # only the label rule is added when the subdomain rule passed.
+        if _DNS1123_SUBDOMAIN.match(meta["name"]):
+            out += dns1035_label_errors("metadata.name", meta["name"])
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return out + [errors.required("spec")]
+    kind = spec.get("type")
+    if kind not in SERVICE_TYPES:
+        out.append(errors.not_supported("spec.type", kind, SERVICE_TYPES))
+    affinity = spec.get("sessionAffinity")
+    if affinity not in ("ClientIP", "None"):
+        out.append(errors.not_supported("spec.sessionAffinity", affinity, ["ClientIP", "None"]))
+    cluster_ip = spec.get("clusterIP")
+    headless = cluster_ip == "None"
+    if cluster_ip and not headless and not _IPV4.match(str(cluster_ip)):
+        out.append(
+            errors.invalid_value(
+                "spec.clusterIPs[0]", cluster_ip, "must be empty, 'None', or a valid IP address"
+            )
+        )
+    if kind == "ExternalName":
+        name = spec.get("externalName")
+        if not name:
+            out.append(errors.required("spec.externalName"))
+        else:
+            out += dns_subdomain_errors("spec.externalName", name)
+    ports = spec.get("ports") or []
+    if not isinstance(ports, list):
+        return out + [errors.invalid_value("spec.ports", str(ports), "must be a list")]
+    if not ports and not headless and kind != "ExternalName":
+        out.append(errors.required("spec.ports"))
+    names: set[str] = set()
+    for i, port in enumerate(ports):
+        path = f"spec.ports[{i}]"
+        if not isinstance(port, dict):
+            out.append(errors.invalid_value(path, str(port), "must be an object"))
+            continue
+        name = port.get("name") or ""
+        if len(ports) > 1 and not name:
+            out.append(errors.required(f"{path}.name"))
+        elif name:
+            out += dns_label_errors(f"{path}.name", name)
+            if name in names:
+                out.append(Cause(f"{path}.name", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+            names.add(name)
+        out += _port_number_errors(f"{path}.port", port.get("port"))
+        if port.get("protocol") not in PROTOCOLS:
+            out.append(errors.not_supported(f"{path}.protocol", port.get("protocol"), PROTOCOLS))
+        out += _target_port_errors(f"{path}.targetPort", port.get("targetPort"))
+        if port.get("nodePort") and kind not in ("NodePort", "LoadBalancer"):
+            out.append(errors.forbidden(f"{path}.nodePort", "may not be used when `type` is 'ClusterIP'"))
+    selector = spec.get("selector")
+    if selector is not None:
+        out += label_errors("spec.selector", selector)
     return out
