@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import errors, protobuf, tables
+from . import errors, protobuf, schema, tables
 from .config import RESOURCES, ClusterConfig, ResourceType, groups
 from .errors import ApiError
 from .faults import Faults
@@ -66,6 +66,13 @@ def _error_response(exc: ApiError, retry_after: int | None = None) -> web.Respon
     resp = _json(exc.status(), exc.code)
     if retry_after is not None and exc.code in (429, 503):
         resp.headers["Retry-After"] = str(retry_after)
+    return resp
+
+
+def _warn(resp: web.Response, warnings: tuple[str, ...]) -> web.Response:
+    """Add RFC 7234 ``Warning: 299 - "..."`` headers, as the API server reports dropped fields."""
+    for text in warnings:
+        resp.headers.add("Warning", '299 - "{}"'.format(text.replace('"', '\\"')))
     return resp
 
 
@@ -446,24 +453,28 @@ class ApiServer:
                 return self._table_response(rtype, [obj], obj["metadata"]["resourceVersion"], query)
             return _json(obj)
         if verb == "create":
-            body = await self._body(request)
-            return _json(self.store.create(rtype.plural, body, namespace), 201)
+            body, warnings = self._decoded(request, rtype, await self._body(request))
+            return _warn(_json(self.store.create(rtype.plural, body, namespace), 201), warnings)
         if verb == "update":
-            body = await self._body(request)
+            body, warnings = self._decoded(request, rtype, await self._body(request))
             meta = body.get("metadata") if isinstance(body, dict) else None
             if not isinstance(meta, dict):
                 raise errors.bad_request("the body of the request must be an object with metadata")
             if meta.get("name") and meta["name"] != name:
                 raise errors.bad_request("the name of the object does not match the name on the URL")
             meta["name"] = name
-            return _json(self.store.update(rtype.plural, body, sub, namespace))
+            return _warn(_json(self.store.update(rtype.plural, body, sub, namespace)), warnings)
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             patch_type = PATCH_TYPES.get(content_type)
             if patch_type is None or (patch_type == "strategic" and rtype.group == "kubeflow.org"):
                 raise errors.unsupported_media_type(content_type)
-            body = await self._body(request)
-            return _json(self.store.patch(rtype.plural, name or "", body, patch_type, namespace, sub))
+            body, warnings = await self._body(request), ()
+            if patch_type != "json":
+                body, warnings = self._decoded(request, rtype, body)
+            return _warn(
+                _json(self.store.patch(rtype.plural, name or "", body, patch_type, namespace, sub)), warnings
+            )
         if verb == "delete":
             return await self._delete(request, rtype, namespace, name or "")
         if verb == "deletecollection":
@@ -486,6 +497,17 @@ class ApiServer:
                 }
             )
         raise errors.method_not_allowed()
+
+    def _decoded(self, request: web.Request, rtype: ResourceType, body: Any) -> tuple[Any, tuple[str, ...]]:
+        """The body as the server's decoder leaves it, and the warnings it owes the client."""
+        mode = request.query.get("fieldValidation") or "Warn"
+        if mode not in ("Ignore", "Warn", "Strict"):
+            raise errors.bad_request(
+                f"fieldValidation parameter unsupported: {mode}. Must be one of Ignore, Warn, Strict"
+            )
+        decoded = schema.decode(rtype.plural, rtype.kind, body, strict=mode == "Strict")
+        warnings = () if mode == "Ignore" else tuple(f'unknown field "{f}"' for f in decoded.unknown)
+        return decoded.obj, warnings
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()

@@ -15,6 +15,7 @@ import re
 from . import errors
 from .config import ResourceType
 from .errors import Cause
+from .schema import QUANTITY_MSG, is_quantity
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -101,15 +102,45 @@ def _meta_errors(rtype: ResourceType, meta: dict, path: str = "metadata") -> lis
         elif rtype.plural != "events":
             out += dns_subdomain_errors("metadata.name", name)
     out += label_errors(f"{path}.labels", meta.get("labels"))
-    annotations = meta.get("annotations")
-    if annotations is not None and (
-        not isinstance(annotations, dict) or any(not isinstance(v, str) for v in annotations.values())
-    ):
-        out.append(errors.invalid_value(f"{path}.annotations", str(annotations), "must be a map of strings"))
+    out += annotation_errors(f"{path}.annotations", meta.get("annotations"))
     return out
 
 
-def _container_errors(path: str, containers: object, required: bool, seen: set[str]) -> list[Cause]:
+TOTAL_ANNOTATION_BYTES = 256 * 1024  # apimachinery objectmeta.go TotalAnnotationSizeLimitB
+
+
+def _qualified_name_errors(path: str, key: str) -> list[Cause]:
+    """IsQualifiedName: an optional DNS-subdomain prefix and a 63-character name part."""
+    out = []
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        out.append(errors.invalid_value(path, key, "prefix part " + SUBDOMAIN_MSG))
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        detail = "name part must be no more than 63 characters" if len(name) > 63 else NAME_PART_MSG
+        out.append(errors.invalid_value(path, key, detail))
+    return out
+
+
+def annotation_errors(path: str, annotations: object) -> list[Cause]:
+    """ValidateAnnotations: qualified-name keys (lower-cased), at most 256 KiB of keys and values."""
+    if annotations is None:
+        return []
+    if not isinstance(annotations, dict) or any(not isinstance(v, str) for v in annotations.values()):
+        return [errors.invalid_value(path, str(annotations), "must be a map of strings")]
+    out: list[Cause] = []
+    for key in annotations:
+        out += _qualified_name_errors(path, key.lower())
+    size = sum(len(k) + len(v) for k, v in annotations.items())
+    if size > TOTAL_ANNOTATION_BYTES:
+        out.append(
+            Cause(path, "FieldValueTooLong", f"Too long: must have at most {TOTAL_ANNOTATION_BYTES} bytes")
+        )
+    return out
+
+
+def _container_errors(
+    path: str, containers: object, required: bool, seen: set[str], volumes: set[str] | None = None
+) -> list[Cause]:
     if containers is None or containers == []:
         return [errors.required(path)] if required else []
     if not isinstance(containers, list):
@@ -135,17 +166,21 @@ def _container_errors(path: str, containers: object, required: bool, seen: set[s
             out.append(
                 errors.not_supported(f"{cpath}.imagePullPolicy", policy, ["Always", "IfNotPresent", "Never"])
             )
-        res = c.get("resources") or {}
-        for k, limit in (res.get("limits") or {}).items() if isinstance(res, dict) else ():
-            request = (res.get("requests") or {}).get(k)
-            if k == "nvidia.com/gpu" and request is not None and str(request) != str(limit):
-                out.append(
-                    errors.invalid_value(
-                        f"{cpath}.resources.requests[{k}]",
-                        str(request),
-                        f"must be equal to {k} limit of {limit}",
-                    )
-                )
+        out += resource_errors(f"{cpath}.resources", c.get("resources"))
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            if c.get(probe) is not None:
+                out += probe_errors(f"{cpath}.{probe}", c[probe], probe != "readinessProbe")
+        out += env_errors(f"{cpath}.env", c.get("env"))
+        for j, mount in enumerate(c.get("volumeMounts") or []):
+            mpath = f"{cpath}.volumeMounts[{j}]"
+            if not isinstance(mount, dict):
+                continue
+            if not mount.get("name"):
+                out.append(errors.required(f"{mpath}.name"))
+            elif volumes is not None and mount["name"] not in volumes:
+                out.append(Cause(f"{mpath}.name", "FieldValueNotFound", f'Not found: "{mount["name"]}"'))
+            if not mount.get("mountPath"):
+                out.append(errors.required(f"{mpath}.mountPath"))
     return out
 
 
@@ -156,8 +191,17 @@ def pod_spec_errors(
     if not isinstance(spec, dict):
         return [errors.required(path)]
     seen: set[str] = set()
-    out = _container_errors(f"{path}.containers", spec.get("containers"), True, seen)
-    out += _container_errors(f"{path}.initContainers", spec.get("initContainers"), False, seen)
+    volume_errors, volumes = _volume_errors(f"{path}.volumes", spec.get("volumes"))
+    out = volume_errors
+    out += _container_errors(f"{path}.containers", spec.get("containers"), True, seen, volumes)
+    out += _container_errors(f"{path}.initContainers", spec.get("initContainers"), False, seen, volumes)
+    if spec.get("affinity") is not None:
+        out += affinity_errors(f"{path}.affinity", spec["affinity"])
+    for i, toleration in enumerate(spec.get("tolerations") or []):
+        out += toleration_errors(f"{path}.tolerations[{i}]", toleration)
+    node_selector = spec.get("nodeSelector")
+    if node_selector is not None:
+        out += label_errors(f"{path}.nodeSelector", node_selector)
     policy = spec.get("restartPolicy")
     if policy is None:
         out.append(errors.required(f"{path}.restartPolicy"))
@@ -536,4 +580,402 @@ def service_errors(obj: dict) -> list[Cause]:
     selector = spec.get("selector")
     if selector is not None:
         out += label_errors("spec.selector", selector)
+    return out
+
+
+# --- pod spec parts (validation.go: ValidateResourceRequirements, validateAffinity, ValidateTolerations,
+# validateProbe, ValidateVolumes, ValidateEnv) -------------------------------------------------------
+
+_STANDARD_CONTAINER_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
+_SUFFIX = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+}
+
+
+def quantity_value(value: object) -> float:
+    """The number a quantity stands for (the schema decoder has checked the syntax already)."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    m = re.match(r"^([+-]?(?:\d+\.?\d*|\.\d+))(.*)$", text)
+    if not m:
+        return float("nan")
+    number, suffix = float(m.group(1)), m.group(2)
+    if suffix in _SUFFIX:
+        return number * _SUFFIX[suffix]
+    if suffix[:1] in ("e", "E"):
+        return number * 10 ** int(suffix[1:])
+    return number
+
+
+def _is_native(name: str) -> bool:
+    return (
+        "/" not in name
+        or name.startswith("kubernetes.io/")
+        or name.split("/", 1)[0].endswith(".kubernetes.io")
+    )
+
+
+def resource_errors(path: str, resources: object) -> list[Cause]:
+    """Names standard or fully qualified; values not negative; requests at most limits; extended
+    resources (e.g. nvidia.com/gpu) whole numbers, not overcommitted: requests equal limits."""
+    if not isinstance(resources, dict):
+        return []
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    out: list[Cause] = []
+    for field, values in (("limits", limits), ("requests", requests)):
+        if not isinstance(values, dict):
+            continue
+        for name, value in values.items():
+            where = f"{path}.{field}[{name}]"
+            if (
+                "/" not in name
+                and name not in _STANDARD_CONTAINER_RESOURCES
+                and not name.startswith("hugepages-")
+            ):
+                out.append(errors.invalid_value(where, name, "must be a standard resource for containers"))
+                continue
+            if "/" in name:
+                out += _qualified_name_errors(where, name)
+            if not is_quantity(value):  # only kinds without a schema (MPIJob templates) get here
+                out.append(errors.invalid_value(where, str(value), QUANTITY_MSG))
+                continue
+            amount = quantity_value(value)
+            if amount < 0:
+                out.append(errors.invalid_value(where, str(value), "must be greater than or equal to 0"))
+            if not _is_native(name) and amount != int(amount):
+                out.append(errors.invalid_value(where, str(value), "must be an integer"))
+    if not isinstance(limits, dict) or not isinstance(requests, dict):
+        return out
+    for name, request in requests.items():
+        limit = limits.get(name)
+        if not is_quantity(request) or (limit is not None and not is_quantity(limit)):
+            continue
+        extended = "/" in name and not _is_native(name)
+        if limit is None:
+            if extended:
+                out.append(
+                    errors.required(f"{path}.limits", "Limit must be set for non overcommitable resources")
+                )
+            continue
+        if extended and quantity_value(request) != quantity_value(limit):
+            out.append(
+                errors.invalid_value(
+                    f"{path}.requests[{name}]", str(request), f"must be equal to {name} limit of {limit}"
+                )
+            )
+        elif quantity_value(request) > quantity_value(limit):
+            out.append(
+                errors.invalid_value(
+                    f"{path}.requests", str(request), f"must be less than or equal to {name} limit of {limit}"
+                )
+            )
+    return out
+
+
+_NODE_OPERATORS = ["DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn"]
+_LABEL_OPERATORS = ["DoesNotExist", "Exists", "In", "NotIn"]
+
+
+def _requirement_errors(path: str, req: object, operators: list[str]) -> list[Cause]:
+    if not isinstance(req, dict):
+        return [errors.invalid_value(path, str(req), "must be an object")]
+    out: list[Cause] = []
+    key, op, values = req.get("key") or "", req.get("operator"), req.get("values") or []
+    if not key:
+        out.append(errors.required(f"{path}.key"))
+    else:
+        out += _qualified_name_errors(f"{path}.key", key)
+    if op in ("In", "NotIn") and not values:
+        out.append(errors.required(f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
+    elif op in ("Exists", "DoesNotExist") and values:
+        out.append(
+            errors.forbidden(
+                f"{path}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+            )
+        )
+    elif op in ("Gt", "Lt") and len(values) != 1:
+        out.append(
+            errors.required(
+                f"{path}.values", "must be specified single value when `operator` is 'Lt' or 'Gt'"
+            )
+        )
+    elif op not in operators:
+        out.append(errors.not_supported(f"{path}.operator", op, operators))
+    return out
+
+
+def _node_selector_term_errors(path: str, term: object) -> list[Cause]:
+    if not isinstance(term, dict):
+        return [errors.invalid_value(path, str(term), "must be an object")]
+    out: list[Cause] = []
+    for i, req in enumerate(term.get("matchExpressions") or []):
+        out += _requirement_errors(f"{path}.matchExpressions[{i}]", req, _NODE_OPERATORS)
+    for i, req in enumerate(term.get("matchFields") or []):
+        out += _requirement_errors(f"{path}.matchFields[{i}]", req, ["In", "NotIn"])
+    return out
+
+
+def _weight_errors(path: str, weight: object) -> list[Cause]:
+    if not isinstance(weight, int) or not 1 <= weight <= 100:
+        return [errors.invalid_value(path, weight, "must be in the range 1-100")]
+    return []
+
+
+def _pod_affinity_term_errors(path: str, term: object) -> list[Cause]:
+    if not isinstance(term, dict):
+        return [errors.invalid_value(path, str(term), "must be an object")]
+    out: list[Cause] = []
+    if not term.get("topologyKey"):
+        out.append(errors.required(f"{path}.topologyKey", "can not be empty"))
+    else:
+        out += _qualified_name_errors(f"{path}.topologyKey", term["topologyKey"])
+    selector = term.get("labelSelector")
+    if isinstance(selector, dict):
+        out += label_errors(f"{path}.labelSelector.matchLabels", selector.get("matchLabels"))
+        for i, req in enumerate(selector.get("matchExpressions") or []):
+            out += _requirement_errors(f"{path}.labelSelector.matchExpressions[{i}]", req, _LABEL_OPERATORS)
+    return out
+
+
+def affinity_errors(path: str, affinity: object) -> list[Cause]:
+    """validateAffinity: node selector terms, pod (anti-)affinity terms and their weights.
+
+    A weighted term put under ``requiredDuringScheduling...`` never gets here as such: for node
+    affinity the decoder refuses the list (400); for pod affinity the ``weight``/``podAffinityTerm``
+    keys are pruned and the empty term fails ``topologyKey: Required value`` here, as upstream."""
+    if not isinstance(affinity, dict):
+        return []
+    out: list[Cause] = []
+    node = affinity.get("nodeAffinity") or {}
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    rpath = f"{path}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    if isinstance(required, dict):
+        terms = required.get("nodeSelectorTerms") or []
+        if not terms:
+            out.append(
+                errors.required(f"{rpath}.nodeSelectorTerms", "must have at least one node selector term")
+            )
+        for i, term in enumerate(terms):
+            out += _node_selector_term_errors(f"{rpath}.nodeSelectorTerms[{i}]", term)
+    ppath = f"{path}.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, term in enumerate(node.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+        if isinstance(term, dict):
+            out += _weight_errors(f"{ppath}[{i}].weight", term.get("weight"))
+            out += _node_selector_term_errors(f"{ppath}[{i}].preference", term.get("preference") or {})
+    for kind in ("podAffinity", "podAntiAffinity"):
+        pod = affinity.get(kind) or {}
+        base = f"{path}.{kind}"
+        for i, term in enumerate(pod.get("requiredDuringSchedulingIgnoredDuringExecution") or []):
+            out += _pod_affinity_term_errors(
+                f"{base}.requiredDuringSchedulingIgnoredDuringExecution[{i}]", term
+            )
+        for i, term in enumerate(pod.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+            where = f"{base}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            if isinstance(term, dict):
+                out += _weight_errors(f"{where}.weight", term.get("weight"))
+                out += _pod_affinity_term_errors(f"{where}.podAffinityTerm", term.get("podAffinityTerm"))
+    return out
+
+
+_EFFECTS = ["NoExecute", "NoSchedule", "PreferNoSchedule"]
+
+
+def toleration_errors(path: str, toleration: object) -> list[Cause]:
+    """ValidateTolerations: an empty key needs Exists; Exists takes no value; effect enum;
+    tolerationSeconds only with NoExecute."""
+    if not isinstance(toleration, dict):
+        return [errors.invalid_value(path, str(toleration), "must be an object")]
+    out: list[Cause] = []
+    key, op = toleration.get("key") or "", toleration.get("operator") or "Equal"
+    if key:
+        out += _qualified_name_errors(f"{path}.key", key)
+    elif op != "Exists":
+        out.append(
+            errors.invalid_value(
+                f"{path}.operator",
+                op,
+                'operator must be Exists when `key` is empty, which means "match all values and all keys"',
+            )
+        )
+    if op == "Exists" and toleration.get("value"):
+        out.append(
+            errors.invalid_value(
+                f"{path}.operator", toleration["value"], "value must be empty when `operator` is 'Exists'"
+            )
+        )
+    elif op not in ("Equal", "Exists"):
+        out.append(errors.not_supported(f"{path}.operator", op, ["Equal", "Exists"]))
+    effect = toleration.get("effect")
+    if effect and effect not in _EFFECTS:
+        out.append(errors.not_supported(f"{path}.effect", effect, _EFFECTS))
+    if toleration.get("tolerationSeconds") is not None and effect != "NoExecute":
+        out.append(
+            errors.invalid_value(
+                f"{path}.effect", effect or "", "effect must be 'NoExecute' when `tolerationSeconds` is set"
+            )
+        )
+    return out
+
+
+_PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+
+
+def probe_errors(path: str, probe: object, single_success: bool) -> list[Cause]:
+    """validateProbe: exactly one handler; counts not negative; liveness and startup probes need
+    ``successThreshold`` 1."""
+    if not isinstance(probe, dict):
+        return []
+    handlers = [h for h in _PROBE_HANDLERS if probe.get(h) is not None]
+    out: list[Cause] = []
+    if not handlers:
+        out.append(errors.required(path, "must specify a handler type"))
+    elif len(handlers) > 1:
+        out.append(errors.forbidden(f"{path}.{handlers[1]}", "may not specify more than 1 handler type"))
+    for field in (
+        "initialDelaySeconds",
+        "timeoutSeconds",
+        "periodSeconds",
+        "successThreshold",
+        "failureThreshold",
+    ):
+        out += _nonneg(f"{path}.{field}", probe.get(field))
+    if single_success and probe.get("successThreshold") not in (None, 1):
+        out.append(errors.invalid_value(f"{path}.successThreshold", probe["successThreshold"], "must be 1"))
+    http = probe.get("httpGet")
+    if isinstance(http, dict) and http.get("port") is None:
+        out.append(errors.required(f"{path}.httpGet.port"))
+    return out
+
+
+_VOLUME_SOURCES = (
+    "hostPath",
+    "emptyDir",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "gitRepo",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "persistentVolumeClaim",
+    "rbd",
+    "flexVolume",
+    "cinder",
+    "cephfs",
+    "flocker",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "configMap",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "projected",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+    "csi",
+    "ephemeral",
+    "image",
+)
+
+
+def _volume_errors(path: str, volumes: object) -> tuple[list[Cause], set[str]]:
+    """ValidateVolumes: unique DNS-label names, exactly one source, the source's required fields."""
+    names: set[str] = set()
+    out: list[Cause] = []
+    for i, volume in enumerate(volumes or [] if isinstance(volumes, list) else []):
+        vpath = f"{path}[{i}]"
+        if not isinstance(volume, dict):
+            continue
+        name = volume.get("name") or ""
+        if not name:
+            out.append(errors.required(f"{vpath}.name"))
+        else:
+            out += dns_label_errors(f"{vpath}.name", name)
+            if name in names:
+                out.append(Cause(f"{vpath}.name", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+            names.add(name)
+        sources = [s for s in _VOLUME_SOURCES if volume.get(s) is not None]
+        if not sources:
+            out.append(errors.required(vpath, "must specify a volume type"))
+        elif len(sources) > 1:
+            out.append(errors.forbidden(f"{vpath}.{sources[1]}", "may not specify more than 1 volume type"))
+        claim = volume.get("persistentVolumeClaim")
+        if isinstance(claim, dict) and not claim.get("claimName"):
+            out.append(errors.required(f"{vpath}.persistentVolumeClaim.claimName"))
+        secret = volume.get("secret")
+        if isinstance(secret, dict) and not secret.get("secretName"):
+            out.append(errors.required(f"{vpath}.secret.secretName"))
+        config = volume.get("configMap")
+        if isinstance(config, dict) and not config.get("name"):
+            out.append(errors.required(f"{vpath}.configMap.name"))
+    return out, names
+
+
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+ENV_NAME_MSG = (
+    "a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or '.', and "
+    "must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', regex used for "
+    "validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')"
+)
+_ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+
+
+def env_errors(path: str, env: object) -> list[Cause]:
+    """ValidateEnv: names, and ``valueFrom`` with exactly one source and no ``value`` beside it."""
+    out: list[Cause] = []
+    for i, var in enumerate(env or [] if isinstance(env, list) else []):
+        vpath = f"{path}[{i}]"
+        if not isinstance(var, dict):
+            continue
+        name = var.get("name") or ""
+        if not name:
+            out.append(errors.required(f"{vpath}.name"))
+        elif not _ENV_NAME.match(name):
+            out.append(errors.invalid_value(f"{vpath}.name", name, ENV_NAME_MSG))
+        source = var.get("valueFrom")
+        if isinstance(source, dict):
+            kinds = [k for k in _ENV_SOURCES if source.get(k) is not None]
+            if len(kinds) != 1:
+                out.append(
+                    errors.invalid_value(
+                        f"{vpath}.valueFrom",
+                        "",
+                        "must specify one of: `fieldRef`, `resourceFieldRef`, "
+                        "`configMapKeyRef` or `secretKeyRef`"
+                        if not kinds
+                        else "may not have more than one field specified at a time",
+                    )
+                )
+            if var.get("value"):
+                out.append(
+                    errors.invalid_value(
+                        f"{vpath}.valueFrom", "", "may not be specified when `value` is not empty"
+                    )
+                )
+            for ref in ("configMapKeyRef", "secretKeyRef"):
+                key_ref = source.get(ref)
+                if isinstance(key_ref, dict):
+                    if not key_ref.get("key"):
+                        out.append(errors.required(f"{vpath}.valueFrom.{ref}.key"))
+                    if not key_ref.get("name"):
+                        out.append(errors.required(f"{vpath}.valueFrom.{ref}.name"))
     return out
