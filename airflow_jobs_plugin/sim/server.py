@@ -299,9 +299,7 @@ class ApiServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
         try:
-            if self.config.token and not request.path.startswith(("/_sim/", "/healthz", "/livez", "/readyz")):
-                if request.headers.get("Authorization", "") != f"Bearer {self.config.token}":
-                    raise errors.unauthorized()
+            self._authenticate(request)
             return await handler(request)
         except ApiError as exc:
             retry = self.faults.retry_after("", "") if exc.code in (429, 503) else None
@@ -313,6 +311,15 @@ class ApiServer:
         except Exception as exc:  # a server bug must still answer like an API server
             log.exception("simulated API server error on %s %s", request.method, request.path)
             return _error_response(errors.internal_error(str(exc)))
+
+    def _authenticate(self, request: web.Request) -> None:
+        """With a token configured every request must carry it, the ``/_sim/`` admin API included (it
+        can create jobs that run commands in exec mode); only the health probes stay open, as
+        kube-apiserver leaves ``/healthz``, ``/livez`` and ``/readyz`` to anonymous callers."""
+        if not self.config.token or request.path in ("/healthz", "/livez", "/readyz"):
+            return
+        if request.headers.get("Authorization", "") != f"Bearer {self.config.token}":
+            raise errors.unauthorized()
 
     async def _ok(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
