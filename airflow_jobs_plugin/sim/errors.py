@@ -118,6 +118,17 @@ def conflict(resource: str, name: str, detail: str | None = None) -> ApiError:
     )
 
 
+def apply_conflict(resource: str, name: str, message: str, fields: list[tuple[str, str]]) -> ApiError:
+    """409 Conflict of a server-side apply: one ``FieldManagerConflict`` cause per contested field."""
+    plural, group = _split(resource)
+    details = _details(plural, name, group)
+    details["causes"] = [
+        {"reason": "FieldManagerConflict", "message": f'conflict with "{manager}"', "field": field}
+        for manager, field in fields
+    ]
+    return ApiError(409, "Conflict", message, details)
+
+
 def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> ApiError:
     """422 Invalid listing every field error, formatted like the real server."""
     qualified = f"{kind}.{group}" if group else kind
@@ -168,9 +179,9 @@ def not_acceptable(message: str) -> ApiError:
 
 def unsupported_media_type(content_type: str, detail: str = "") -> ApiError:
     """415 for a request body type the server does not understand; lists only what it does accept."""
-    from .server import PATCH_TYPES  # the one list of accepted patch types
+    from .server import APPLY_TYPE, PATCH_TYPES  # the one list of accepted patch types
 
-    accepted = ", ".join(sorted(PATCH_TYPES))
+    accepted = ", ".join(sorted([*PATCH_TYPES, APPLY_TYPE]))
     message = (
         f"the body of the request was in an unknown format - accepted media types include: {accepted}"
         f' (got "{content_type}")'

@@ -18,9 +18,11 @@ What a real server answers, modelled here:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from . import errors
 from .errors import ApiError
@@ -70,17 +72,43 @@ class Decoded:
     unknown: tuple[str, ...]
 
 
-def _models():
+SCHEMA_FILE = Path(__file__).with_name("k8s_schema.json")
+
+
+def _referenced(kind: str) -> list[str]:
+    return re.findall(r"(?:V\d\w*|CoreV1\w*)", kind)
+
+
+def extract() -> dict[str, dict[str, str]]:
+    """Every model reachable from the served kinds, read from the ``kubernetes`` client's models.
+
+    Importing that package costs seconds (it loads every API and model), far too slow for a request
+    path or the simulator's start-up, so the result is written to ``k8s_schema.json`` beside this module
+    (``python -m airflow_jobs_plugin.sim.schema``) and a test checks the file matches the package.
+    """
     from kubernetes.client import models
 
-    return models
+    out: dict[str, dict[str, str]] = {}
+    todo = list(MODELS.values())
+    while todo:
+        name = todo.pop()
+        if name in out:
+            continue
+        cls = getattr(models, name)
+        out[name] = {cls.attribute_map[attr]: kind for attr, kind in cls.openapi_types.items()}
+        for kind in out[name].values():
+            todo += [m for m in _referenced(kind) if hasattr(models, m)]
+    return dict(sorted(out.items()))
 
 
 @cache
+def _schemas() -> dict[str, dict[str, str]]:
+    return json.loads(SCHEMA_FILE.read_text())
+
+
 def compiled(model: str) -> dict[str, str]:
     """JSON field name -> type string of one model (``str``, ``int``, ``list[V1Container]``, ...)."""
-    cls = getattr(_models(), model)
-    return {cls.attribute_map[attr]: kind for attr, kind in cls.openapi_types.items()}
+    return _schemas()[model]
 
 
 def _go_type(kind: str) -> str:
@@ -190,3 +218,7 @@ def decode(resource: str, kind_name: str, body: object, strict: bool = False) ->
         if key in body:
             obj[key] = body[key]
     return Decoded(obj, tuple(walk.unknown))
+
+
+if __name__ == "__main__":
+    SCHEMA_FILE.write_text(json.dumps(extract(), indent=0, sort_keys=True) + "\n")
