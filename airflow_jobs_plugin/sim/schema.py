@@ -61,7 +61,12 @@ def is_quantity(value: object) -> bool:
         return False
     if isinstance(value, (int, float)):
         return True
-    return isinstance(value, str) and bool(_QUANTITY.match(value.strip()))
+    return isinstance(value, str) and _is_quantity_text(value)
+
+
+@cache
+def _is_quantity_text(text: str) -> bool:
+    return bool(_QUANTITY.match(text.strip()))
 
 
 @dataclass(frozen=True)

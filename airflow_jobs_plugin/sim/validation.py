@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+from functools import lru_cache
 
 from . import errors
 from .config import ResourceType
@@ -610,8 +611,13 @@ def quantity_value(value: object) -> float:
     """The number a quantity stands for (the schema decoder has checked the syntax already)."""
     if isinstance(value, (int, float)):
         return float(value)
-    text = str(value).strip()
-    m = re.match(r"^([+-]?(?:\d+\.?\d*|\.\d+))(.*)$", text)
+    return _quantity_text_value(str(value))
+
+
+@lru_cache(maxsize=4096)
+def _quantity_text_value(text: str) -> float:
+    # Cached: a cluster's pods repeat a handful of quantities, and this runs for each on every create.
+    m = re.match(r"^([+-]?(?:\d+\.?\d*|\.\d+))(.*)$", text.strip())
     if not m:
         return float("nan")
     number, suffix = float(m.group(1)), m.group(2)
