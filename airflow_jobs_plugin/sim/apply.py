@@ -294,10 +294,11 @@ def apply(
         if entry is mine or entry.get("subresource") != subresource:
             continue
         owned = from_fields_v1(entry.get("fieldsV1") or {})
+        # Owning a list item (".") is shared freely: only the fields inside it can clash.
         clash = {
             p
             for p in owned & applied
-            if value_at(base, p) is not _MISSING and value_at(base, p) != value_at(config, p)
+            if p[-1] != "." and value_at(base, p) is not _MISSING and value_at(base, p) != value_at(config, p)
         }
         if clash and not force:
             conflicts += [Conflict(str(entry.get("manager", "")), p) for p in sorted(clash)]
@@ -338,7 +339,7 @@ def record_update(
     or changed (operation ``Update``), and the other managers lose them."""
     before = fields_of(old, subresource) if old else set()
     after = fields_of(new, subresource)
-    changed = {p for p in after if p not in before or value_at(old, p) != value_at(new, p)}
+    changed = {p for p in after if p not in before or (p[-1] != "." and value_at(old, p) != value_at(new, p))}
     removed = before - after
     entries = _entries(old) if old else []
     out: list[dict] = []

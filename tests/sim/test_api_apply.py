@@ -103,3 +103,38 @@ def test_an_unknown_patch_type_is_refused_listing_only_the_served_ones(sim, name
 
 def test_the_shipped_schema_matches_the_kubernetes_client_models():
     assert json.loads(schema.SCHEMA_FILE.read_text()) == schema.extract()
+
+
+def pod_config(container: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [container]}}
+
+
+def test_keyed_lists_merge_per_item_so_two_managers_share_a_container():
+    from airflow_jobs_plugin.sim import apply as ssa
+
+    first = ssa.apply(None, pod_config({"name": "main", "image": "trainer:1"}), "deployer", False, "t0")
+    second = ssa.apply(
+        first.obj, pod_config({"name": "main", "env": [{"name": "SEED", "value": "1"}]}), "tuner", False, "t1"
+    )
+    assert second.conflicts == ()
+    assert second.obj["spec"]["containers"] == [
+        {"name": "main", "image": "trainer:1", "env": [{"name": "SEED", "value": "1"}]}
+    ]
+    contested = ssa.apply(
+        second.obj, pod_config({"name": "main", "image": "trainer:2"}), "tuner", False, "t2"
+    )
+    assert [(c.manager, c.field) for c in contested.conflicts] == [
+        ("deployer", '.spec.containers[name="main"].image')
+    ]
+
+
+def test_an_update_takes_the_fields_it_changes_from_their_applier():
+    from airflow_jobs_plugin.sim import apply as ssa
+
+    applied = ssa.apply(None, pod_config({"name": "main", "image": "trainer:1"}), "deployer", False, "t0").obj
+    edited = json.loads(json.dumps(applied))
+    edited["spec"]["containers"][0]["image"] = "trainer:hotfix"
+    fields = ssa.record_update(applied, edited, "kubectl-edit", "t1")
+    owners = {e["manager"]: ssa.from_fields_v1(e["fieldsV1"]) for e in fields}
+    image = ("f:spec", "f:containers", 'k:{"name":"main"}', "f:image")
+    assert image in owners["kubectl-edit"] and image not in owners["deployer"]
