@@ -358,6 +358,18 @@ class Store:
                 n += 1
         spec["clusterIP"] = wanted
         spec["clusterIPs"] = [wanted]
+        if spec.get("type") in ("NodePort", "LoadBalancer"):
+            # The node-port allocator's range is 30000-32767 (--service-node-port-range default).
+            used = {
+                p.get("nodePort")
+                for o in self._objects["services"].values()
+                for p in (o.get("spec") or {}).get("ports") or []
+                if isinstance(p, dict)
+            }
+            free = (n for n in range(30000, 32768) if n not in used)
+            for port in spec.get("ports") or []:
+                if isinstance(port, dict) and not port.get("nodePort"):
+                    port["nodePort"] = next(free)
 
     def _check_namespace(self, rtype: ResourceType, meta: dict) -> None:
         ns = self._objects["namespaces"].get(("", meta["namespace"]))

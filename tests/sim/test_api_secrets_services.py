@@ -148,3 +148,20 @@ def test_protobuf_of_a_kind_not_described_is_refused_naming_it():
     raw = protobuf.MAGIC + bytes([0x0A, 0x0B, 0x0A, 0x02]) + b"v1" + bytes([0x12, 0x05]) + b"Pod12"
     with pytest.raises(protobuf.ProtobufError, match="Pod12"):
         protobuf.decode(raw)
+
+
+def test_kubectl_create_job_and_namespace_send_protobuf_too(kubectl, namespace):
+    kubectl("create", "job", "once", "--image=busybox:1.36", "-n", namespace, "--", "sh", "-c", "true")
+    job = json.loads(kubectl("get", "job", "once", "-n", namespace, "-o", "json").stdout)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["sh", "-c", "true"] and job["spec"]["backoffLimit"] == 6
+    assert "stdin" not in container  # a protobuf zero value of a non-pointer field reads as unset
+    name = f"{namespace}-extra"
+    assert kubectl("create", "namespace", name).stdout.strip() == f"namespace/{name} created"
+    kubectl("delete", "namespace", name, "--wait=false")
+
+
+def test_node_port_services_get_a_node_port(kubectl, namespace):
+    kubectl("create", "service", "nodeport", "np", "--tcp=80:8080", "-n", namespace)
+    ports = rows(kubectl("get", "svc", "np", "-n", namespace).stdout)[1][4]
+    assert ports.startswith("80:3") and ports.endswith("/TCP")
