@@ -165,3 +165,50 @@ def test_node_port_services_get_a_node_port(kubectl, namespace):
     kubectl("create", "service", "nodeport", "np", "--tcp=80:8080", "-n", namespace)
     ports = rows(kubectl("get", "svc", "np", "-n", namespace).stdout)[1][4]
     assert ports.startswith("80:3") and ports.endswith("/TCP")
+
+
+def _field(number: int, payload: bytes | int) -> bytes:
+    """One protobuf field: varint for ints, length-delimited for bytes (enough for these tests)."""
+
+    def varint(n: int) -> bytes:
+        out = b""
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            out += bytes([byte | (0x80 if n else 0)])
+            if not n:
+                return out
+
+    if isinstance(payload, int):
+        return varint(number << 3) + varint(payload)
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def test_protobuf_pod_decodes_quantity_maps_and_keeps_pointer_zeros():
+    limits = _field(1, _field(1, b"nvidia.com/gpu") + _field(2, _field(1, b"1")))  # map entry -> Quantity
+    container = _field(1, b"main") + _field(2, b"trainer:1") + _field(8, limits)  # name, image, resources
+    spec = _field(2, container) + _field(4, 0)  # containers, terminationGracePeriodSeconds: 0
+    pod = _field(1, _field(1, b"p") + _field(3, b"")) + _field(2, spec)  # metadata (empty namespace), spec
+    envelope = _field(1, _field(1, b"v1") + _field(2, b"Pod")) + _field(2, pod)
+    decoded = protobuf.decode(protobuf.MAGIC + envelope)
+    assert decoded == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def test_proto_field_lines_are_parsed_with_their_package():
+    text = "package k8s.io.api.core.v1;\nmessage Thing {\n  optional string name = 1;\n  repeated Item items = 2;\n  map<string, string> labels = 3;\n}\n"
+    assert protobuf.parse_proto(text) == {
+        "k8s.io.api.core.v1.Thing": {
+            "1": ["name", "string", "optional"],
+            "2": ["items", "k8s.io.api.core.v1.Item", "repeated"],
+            "3": ["labels", "string", "map"],
+        }
+    }
