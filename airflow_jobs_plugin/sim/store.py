@@ -3,7 +3,7 @@ resourceVersion semantics, graceful deletion, finalizers and propagation policie
 event history that watches resume from.
 
 Thread-safe (one RLock); every method takes and returns plain dicts (copies, never the stored ones).
-Defaulting and validation are pure functions at the bottom of this module.
+Defaulting is pure functions at the bottom of this module; validation is in validation.py.
 """
 
 from __future__ import annotations
