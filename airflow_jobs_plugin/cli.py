@@ -44,9 +44,16 @@ def _add_sim_command(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument(
         "--exec-commands",
         action="store_true",
-        help="run the main container's command as a local process (its output is the pod log)",
+        help="run the main container's command as a local process (its output is the pod log). "
+        "WARNING: this runs ANY command it is given, as the user running the simulator, for anyone "
+        "who can create a Job or MPIJob on it; use --token and keep --host on 127.0.0.1",
     )
-    sim.add_argument("--token", default=None, help="require this bearer token (default: no authentication)")
+    sim.add_argument(
+        "--token",
+        default=None,
+        help="require this bearer token on every request, the /_sim/ admin API included "
+        "(default: no authentication)",
+    )
     sim.set_defaults(handler=_run_sim)
 
 

@@ -118,6 +118,17 @@ def conflict(resource: str, name: str, detail: str | None = None) -> ApiError:
     )
 
 
+def apply_conflict(resource: str, name: str, message: str, fields: list[tuple[str, str]]) -> ApiError:
+    """409 Conflict of a server-side apply: one ``FieldManagerConflict`` cause per contested field."""
+    plural, group = _split(resource)
+    details = _details(plural, name, group)
+    details["causes"] = [
+        {"reason": "FieldManagerConflict", "message": f'conflict with "{manager}"', "field": field}
+        for manager, field in fields
+    ]
+    return ApiError(409, "Conflict", message, details)
+
+
 def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> ApiError:
     """422 Invalid listing every field error, formatted like the real server."""
     qualified = f"{kind}.{group}" if group else kind
@@ -166,13 +177,16 @@ def not_acceptable(message: str) -> ApiError:
     return ApiError(406, "NotAcceptable", message)
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
-    """415 for a request body type the server does not understand."""
-    return ApiError(
-        415,
-        "UnsupportedMediaType",
-        f'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got "{content_type}")',
+def unsupported_media_type(content_type: str, detail: str = "") -> ApiError:
+    """415 for a request body type the server does not understand; lists only what it does accept."""
+    from .server import APPLY_TYPE, PATCH_TYPES  # the one list of accepted patch types
+
+    accepted = ", ".join(sorted([*PATCH_TYPES, APPLY_TYPE]))
+    message = (
+        f"the body of the request was in an unknown format - accepted media types include: {accepted}"
+        f' (got "{content_type}")'
     )
+    return ApiError(415, "UnsupportedMediaType", f"{message}: {detail}" if detail else message)
 
 
 def too_many_requests(retry_after: int = 1) -> ApiError:

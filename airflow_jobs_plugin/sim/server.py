@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import json
 import logging
 import time
@@ -16,13 +17,16 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+import yaml
 from aiohttp import web
 
-from . import errors, tables
+from . import apply as ssa
+from . import errors, protobuf, schema, tables
 from .config import RESOURCES, ClusterConfig, ResourceType, groups
 from .errors import ApiError
 from .faults import Faults
 from .logs import LogStore
+from .patch import apply_patch
 from .selectors import Selector, make_selector
 from .store import Store
 
@@ -46,6 +50,7 @@ PATCH_TYPES = {
     "application/strategic-merge-patch+json": "strategic",
     "application/json-patch+json": "json",
 }
+APPLY_TYPE = "application/apply-patch+yaml"
 DEFAULT_WATCH_TIMEOUT = 1800.0  # the real server's --min-request-timeout
 
 
@@ -66,6 +71,17 @@ def _error_response(exc: ApiError, retry_after: int | None = None) -> web.Respon
     resp = _json(exc.status(), exc.code)
     if retry_after is not None and exc.code in (429, 503):
         resp.headers["Retry-After"] = str(retry_after)
+    return resp
+
+
+def _now_text() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _warn(resp: web.Response, warnings: tuple[str, ...]) -> web.Response:
+    """Add RFC 7234 ``Warning: 299 - "..."`` headers, as the API server reports dropped fields."""
+    for text in warnings:
+        resp.headers.add("Warning", '299 - "{}"'.format(text.replace('"', '\\"')))
     return resp
 
 
@@ -278,10 +294,12 @@ class ApiServer:
         app.router.add_get("/openapi/v3", self._openapi_v3)
         app.router.add_get("/openapi/v3/{tail:.*}", self._openapi_v3)
         app.router.add_route("*", "/api/v1", self._group_version)
+        app.router.add_route("*", "/api/v1/", self._group_version)
         app.router.add_route("*", "/api/v1/{tail:.*}", self._resource)
         app.router.add_get("/apis/{group}", self._group)
         app.router.add_get("/apis/{group}/", self._group)
         app.router.add_route("*", "/apis/{group}/{version}", self._group_version)
+        app.router.add_route("*", "/apis/{group}/{version}/", self._group_version)
         app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", self._resource)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
@@ -290,9 +308,7 @@ class ApiServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
         try:
-            if self.config.token and not request.path.startswith(("/_sim/", "/healthz", "/livez", "/readyz")):
-                if request.headers.get("Authorization", "") != f"Bearer {self.config.token}":
-                    raise errors.unauthorized()
+            self._authenticate(request)
             return await handler(request)
         except ApiError as exc:
             retry = self.faults.retry_after("", "") if exc.code in (429, 503) else None
@@ -304,6 +320,15 @@ class ApiServer:
         except Exception as exc:  # a server bug must still answer like an API server
             log.exception("simulated API server error on %s %s", request.method, request.path)
             return _error_response(errors.internal_error(str(exc)))
+
+    def _authenticate(self, request: web.Request) -> None:
+        """With a token configured every request must carry it, the ``/_sim/`` admin API included (it
+        can create jobs that run commands in exec mode); only the health probes stay open, as
+        kube-apiserver leaves ``/healthz``, ``/livez`` and ``/readyz`` to anonymous callers."""
+        if not self.config.token or request.path in ("/healthz", "/livez", "/readyz"):
+            return
+        if request.headers.get("Authorization", "") != f"Bearer {self.config.token}":
+            raise errors.unauthorized()
 
     async def _ok(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -444,24 +469,48 @@ class ApiServer:
                 return self._table_response(rtype, [obj], obj["metadata"]["resourceVersion"], query)
             return _json(obj)
         if verb == "create":
-            body = await self._body(request)
-            return _json(self.store.create(rtype.plural, body, namespace), 201)
+            body, warnings = self._decoded(request, rtype, await self._body(request))
+            if isinstance(body, dict):
+                self._track(request, None, body, None)
+            return _warn(_json(self.store.create(rtype.plural, body, namespace), 201), warnings)
         if verb == "update":
-            body = await self._body(request)
+            body, warnings = self._decoded(request, rtype, await self._body(request))
+            if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
+                old = self._current(rtype, name or "", namespace)
+                if old is not None:
+                    self._track(request, old, body, sub)
             meta = body.get("metadata") if isinstance(body, dict) else None
             if not isinstance(meta, dict):
                 raise errors.bad_request("the body of the request must be an object with metadata")
             if meta.get("name") and meta["name"] != name:
                 raise errors.bad_request("the name of the object does not match the name on the URL")
             meta["name"] = name
-            return _json(self.store.update(rtype.plural, body, sub, namespace))
+            return _warn(_json(self.store.update(rtype.plural, body, sub, namespace)), warnings)
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+            if content_type == APPLY_TYPE:
+                return await self._apply(request, rtype, namespace, name or "", sub)
             patch_type = PATCH_TYPES.get(content_type)
             if patch_type is None or (patch_type == "strategic" and rtype.group == "kubeflow.org"):
                 raise errors.unsupported_media_type(content_type)
-            body = await self._body(request)
-            return _json(self.store.patch(rtype.plural, name or "", body, patch_type, namespace, sub))
+            body, warnings = await self._body(request), ()
+            if patch_type != "json":
+                body, warnings = self._decoded(request, rtype, body)
+            old = self._current(rtype, name or "", namespace)
+            if old is not None:
+                try:
+                    projected = apply_patch(copy.deepcopy(old), body, patch_type)
+                except ApiError:
+                    projected = None  # the store answers the same error with the real write
+                if isinstance(projected, dict):
+                    fields = ssa.record_update(old, projected, self._manager(request), _now_text(), sub)
+                    if patch_type == "json" and isinstance(body, list):
+                        body = [*body, {"op": "add", "path": "/metadata/managedFields", "value": fields}]
+                    elif isinstance(body, dict):
+                        body = {**body, "metadata": {**(body.get("metadata") or {}), "managedFields": fields}}
+            return _warn(
+                _json(self.store.patch(rtype.plural, name or "", body, patch_type, namespace, sub)), warnings
+            )
         if verb == "delete":
             return await self._delete(request, rtype, namespace, name or "")
         if verb == "deletecollection":
@@ -485,8 +534,94 @@ class ApiServer:
             )
         raise errors.method_not_allowed()
 
+    # -- field ownership and server-side apply
+    def _manager(self, request: web.Request) -> str:
+        """The field manager: ``fieldManager``, else the user agent up to its first "/" (as upstream)."""
+        manager = request.query.get("fieldManager")
+        if manager:
+            if len(manager) > 128:
+                raise errors.bad_request("fieldManager: Too long: may not be longer than 128 characters")
+            return manager
+        return request.headers.get("User-Agent", "unknown").split("/", 1)[0] or "unknown"
+
+    def _current(self, rtype: ResourceType, name: str, namespace: str | None) -> dict | None:
+        try:
+            return self.store.get(rtype.plural, name, namespace, copy=False)
+        except ApiError:
+            return None
+
+    def _track(self, request: web.Request, old: dict | None, body: dict, sub: str | None) -> None:
+        meta = body.setdefault("metadata", {})
+        if isinstance(meta, dict):
+            meta["managedFields"] = ssa.record_update(old, body, self._manager(request), _now_text(), sub)
+
+    async def _apply(
+        self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str, sub: str | None
+    ) -> web.Response:
+        """PATCH with ``application/apply-patch+yaml``: create or merge, owning the applied fields."""
+        if not request.query.get("fieldManager"):
+            raise errors.bad_request("PATCH, application/apply-patch+yaml requires fieldManager to be set")
+        raw = await request.read()
+        try:
+            config = yaml.safe_load(raw.decode() or "null")
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise errors.bad_request(f"error decoding YAML: {exc}") from None
+        if not isinstance(config, dict):
+            raise errors.bad_request("the apply configuration must be an object")
+        if (config.get("apiVersion"), config.get("kind")) != (rtype.api_version, rtype.kind):
+            raise errors.bad_request(
+                f"the apply configuration's apiVersion and kind ({config.get('apiVersion')}, "
+                f"{config.get('kind')}) must be {rtype.api_version}, {rtype.kind}"
+            )
+        config, warnings = self._decoded(request, rtype, config)
+        config["apiVersion"], config["kind"] = rtype.api_version, rtype.kind
+        meta = config.setdefault("metadata", {})
+        if meta.get("name", name) != name:
+            raise errors.bad_request("the name of the object does not match the name on the URL")
+        meta["name"] = name
+        manager, force = request.query["fieldManager"], truthy(request.query.get("force"))
+        for _ in range(5):  # another writer between our read and our write: apply again on its result
+            live = self._current(rtype, name, namespace)
+            result = ssa.apply(
+                copy.deepcopy(live) if live else None, config, manager, force, _now_text(), sub
+            )
+            if result.conflicts:
+                raise errors.apply_conflict(
+                    rtype.group_resource,
+                    name,
+                    ssa.conflict_message(result.conflicts),
+                    [(c.manager, c.field) for c in result.conflicts],
+                )
+            try:
+                if live is None:
+                    if sub:
+                        raise errors.not_found(rtype.group_resource, name)
+                    return _warn(_json(self.store.create(rtype.plural, result.obj, namespace), 201), warnings)
+                result.obj["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+                return _warn(_json(self.store.update(rtype.plural, result.obj, sub, namespace)), warnings)
+            except ApiError as exc:
+                if exc.code != 409 or exc.reason not in ("Conflict", "AlreadyExists"):
+                    raise
+        raise errors.conflict(rtype.group_resource, name)
+
+    def _decoded(self, request: web.Request, rtype: ResourceType, body: Any) -> tuple[Any, tuple[str, ...]]:
+        """The body as the server's decoder leaves it, and the warnings it owes the client."""
+        mode = request.query.get("fieldValidation") or "Warn"
+        if mode not in ("Ignore", "Warn", "Strict"):
+            raise errors.bad_request(
+                f"fieldValidation parameter unsupported: {mode}. Must be one of Ignore, Warn, Strict"
+            )
+        decoded = schema.decode(rtype.plural, rtype.kind, body, strict=mode == "Strict")
+        warnings = () if mode == "Ignore" else tuple(f'unknown field "{f}"' for f in decoded.unknown)
+        return decoded.obj, warnings
+
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
+        if request.headers.get("Content-Type", "").split(";")[0].strip() == protobuf.CONTENT_TYPE:
+            try:
+                return protobuf.decode(raw)
+            except protobuf.ProtobufError as exc:
+                raise errors.unsupported_media_type(protobuf.CONTENT_TYPE, str(exc)) from None
         try:
             return json.loads(raw or b"null")
         except ValueError as exc:

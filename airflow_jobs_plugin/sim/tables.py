@@ -72,6 +72,23 @@ CONFIGMAP_COLUMNS = [
     _col("Data", "Data contains the configuration data.", type_="integer"),
     AGE_COLUMN,
 ]
+# The printers of pkg/printers/internalversion/printers.go (release-1.32): secretColumnDefinitions and
+# serviceColumnDefinitions.
+SECRET_COLUMNS = [
+    NAME_COLUMN,
+    _col("Type", "The type of the secret"),
+    _col("Data", "The number of entries in the secret", type_="integer"),
+    AGE_COLUMN,
+]
+SERVICE_COLUMNS = [
+    NAME_COLUMN,
+    _col("Type", "The type of the service"),
+    _col("Cluster-IP", "The cluster IP of the service"),
+    _col("External-IP", "The external IP of the service"),
+    _col("Port(s)", "The ports of the service"),
+    AGE_COLUMN,
+    _col("Selector", "The selector of the service", 1),
+]
 EVENT_COLUMNS = [
     _col("Last Seen", "The time at which the most recent occurrence of this event was recorded."),
     _col("Type", "Type of this event (Normal, Warning), new types could be added in the future."),
@@ -404,6 +421,37 @@ def event_row(event: dict, now: datetime) -> list:
     ]
 
 
+def service_row(svc: dict, now: datetime) -> list:
+    """Cells of a service row: printService's external IP and port rules."""
+    spec = svc.get("spec") or {}
+    kind = spec.get("type", "ClusterIP")
+    ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    if kind == "ExternalName":
+        external = spec.get("externalName", "")
+    elif spec.get("externalIPs"):
+        external = ",".join(spec["externalIPs"])
+    elif kind == "LoadBalancer":
+        external = ",".join(i.get("ip") or i.get("hostname", "") for i in ingress) or "<pending>"
+    else:
+        external = "<none>"
+    ports = []
+    for p in spec.get("ports") or []:
+        text = f"{p.get('port')}"
+        if p.get("nodePort"):
+            text += f":{p['nodePort']}"
+        ports.append(f"{text}/{p.get('protocol', 'TCP')}")
+    selector = spec.get("selector") or {}
+    return [
+        svc["metadata"]["name"],
+        kind,
+        spec.get("clusterIP") or "<none>",
+        external,
+        ",".join(ports) or "<none>",
+        since(svc["metadata"].get("creationTimestamp"), now),
+        ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>",
+    ]
+
+
 def columns_for(resource: str) -> list[dict]:
     """Column definitions of a resource's table."""
     return {
@@ -412,6 +460,8 @@ def columns_for(resource: str) -> list[dict]:
         "nodes": NODE_COLUMNS,
         "namespaces": NAMESPACE_COLUMNS,
         "configmaps": CONFIGMAP_COLUMNS,
+        "secrets": SECRET_COLUMNS,
+        "services": SERVICE_COLUMNS,
         "events": EVENT_COLUMNS,
     }.get(resource, GENERIC_COLUMNS)
 
@@ -434,6 +484,16 @@ def row_for(resource: str, obj: dict, now: datetime, include_object: str = "Part
     elif resource == "configmaps":
         count = len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
         cells = [obj["metadata"]["name"], count, since(obj["metadata"].get("creationTimestamp"), now)]
+    elif resource == "secrets":
+        count = len(obj.get("data") or {})
+        cells = [
+            obj["metadata"]["name"],
+            obj.get("type", ""),
+            count,
+            since(obj["metadata"].get("creationTimestamp"), now),
+        ]
+    elif resource == "services":
+        cells = service_row(obj, now)
     elif resource == "events":
         cells = event_row(obj, now)
     else:

@@ -146,3 +146,16 @@ def test_bearer_token_is_required_when_configured(tmp_path):
         finally:
             api.close()
         assert "default" in names
+
+
+def test_admin_api_sits_behind_the_token_too(tmp_path):
+    with SimCluster(
+        ClusterConfig(nodes=1, token="s3cret"), kubeconfig_path=str(tmp_path / "kc.yaml"), controllers=False
+    ) as cluster:
+        status, _, body = http("POST", f"{cluster.url}/_sim/faults", {"error_rate": 1.0})
+        assert (status, body["reason"]) == (401, "Unauthorized")
+        assert http("GET", f"{cluster.url}/_sim/counters")[0] == 401
+        good = {"Authorization": "Bearer s3cret"}
+        assert http("GET", f"{cluster.url}/_sim/counters", headers=good)[0] == 200
+        with urllib.request.urlopen(f"{cluster.url}/healthz", timeout=10) as resp:
+            assert resp.status == 200  # health probes stay anonymous, as on kube-apiserver
