@@ -28,14 +28,25 @@ Pure: returns plain JSON-shaped dicts, ready for the API. Decisions worth knowin
 * **Annotations**: the exact Airflow identifiers, exact group/user and the author's on the job and
   pods; GPUS, PRIORITY, QUEUED_AT and REQUEUE_COUNT only on the job, because they change over the
   job's life and a pod copy would go stale.
-* **MPI**: ``slotsPerWorker`` = GPUs per worker (at least 1); ``cleanPodPolicy: Running`` frees the
-  workers' GPUs as soon as the launcher ends; the launcher pod uses ``restartPolicy: Never`` (every
-  try keeps its own pod, log and exit code, bounded by ``backoff_limit``), workers ``OnFailure`` (a
-  crashed ``sshd`` comes back in place; the job shows it as degraded). With the default
-  ``launcherCreationPolicy: AtStartup`` the launcher is created together with the workers and its
-  ``wait-for-workers`` init container (the launcher image, a plain ``sh`` loop over ``getent hosts`` /
-  ``nslookup``) holds it until every worker hostname resolves: the launcher shows ``Init:0/1``,
-  ``PodInitializing``, then ``Running``, and the check works with every MPI operator version.
+* **MPI**: ``slotsPerWorker`` = GPUs per worker (at least 1); the launcher pod uses
+  ``restartPolicy: Never`` (every try keeps its own pod, log and exit code, bounded by
+  ``backoff_limit``), workers ``OnFailure`` (a crashed ``sshd`` comes back in place; the job shows it
+  as degraded).
+* **The launcher waits through the operator, not a script**: ``launcherCreationPolicy`` defaults to
+  ``WaitForWorkersReady``, so the MPI operator creates the launcher Job only once every worker pod is
+  Ready (kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go``, v0.5.0 and v0.8.0:
+  ``countReadyWorkerPods(worker) == len(worker)`` before ``newLauncherJob``). Ready is also when a
+  worker's name resolves: the operator's headless Service ``<job>`` (``newJobService``, not
+  ``publishNotReadyAddresses`` unless ``runLauncherAsWorker``) publishes ``<job>-worker-<i>.<job>.<ns>.svc``
+  for Ready pods only, the names of the hostfile it writes. No extra wait is needed, and none is
+  added: a hand-written DNS loop once waited for names the operator never publishes (``<job>-worker``
+  was the Service name before v0.5). The launcher's and workers' ``Init:N/M`` / ``PodInitializing``
+  phases come from the author's ``init_containers`` (a data fetch, say), which every replica runs.
+* **cleanPodPolicy: Running**: when the launcher ends, the operator deletes the workers that are
+  still Running or Pending (``deleteWorkerPods``), so an ``sshd`` that never exits gives its GPUs back
+  at once; workers that already ended stay, with their logs, until the MPIJob's TTL. The v2beta1
+  default is ``None`` (``setDefaultsRunPolicy`` in ``pkg/apis/kubeflow/v2beta1/default.go``), which
+  would leave every worker holding its GPUs until the TTL deletes the job.
 """
 
 from __future__ import annotations
@@ -57,7 +68,6 @@ from airflow_jobs_plugin.spec import (
     ENV_USER,
     ENV_WORLD_SIZE,
     MAIN_CONTAINER,
-    WAIT_FOR_WORKERS_CONTAINER,
     JobSpec,
     TaskIdentity,
     label_value,
@@ -69,33 +79,11 @@ JOB_API_VERSION = "batch/v1"
 JOB_KIND = "Job"
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
 MPIJOB_KIND = "MPIJob"
-# (group, version, plural) for the custom-objects / batch APIs.
-JOB_RESOURCE = ("batch", "v1", "jobs")
-MPIJOB_RESOURCE = ("kubeflow.org", "v2beta1", "mpijobs")
 
 ROLE_WORKER = "worker"
 ROLE_LAUNCHER = "launcher"
 LAUNCHER_RANK = -1
 DEFAULT_WORKER_COMMAND = ("/usr/sbin/sshd", "-De")
-WAIT_FOR_WORKERS_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
-# Sleep between DNS checks; the launcher waits at most as long as the workers take to start.
-_WAIT_SLEEP_SECONDS = 2
-_WAIT_SCRIPT = f"""\
-if command -v getent >/dev/null 2>&1; then resolve() {{ getent hosts "$1"; }}
-elif command -v nslookup >/dev/null 2>&1; then resolve() {{ nslookup "$1"; }}
-else echo "wait-for-workers: the image has neither getent nor nslookup; set wait_for_workers=False" >&2; exit 1
-fi
-i=0
-while [ "$i" -lt "$JOB_WORLD_SIZE" ]; do
-  host="$JOB_NAME-worker-$i.$JOB_NAME-worker.$JOB_NAMESPACE.svc"
-  if ! resolve "$host" >/dev/null 2>&1; then
-    echo "waiting for $host"
-    until resolve "$host" >/dev/null 2>&1; do sleep {_WAIT_SLEEP_SECONDS}; done
-  fi
-  i=$((i + 1))
-done
-echo "all $JOB_WORLD_SIZE workers resolve"
-"""
 
 
 def rfc3339(moment: datetime) -> str:
@@ -262,23 +250,6 @@ def _author_init_containers(spec: JobSpec, env: list[dict]) -> list[dict]:
     return out
 
 
-def _wait_for_workers_container(spec: JobSpec, env: list[dict]) -> dict:
-    container: dict[str, Any] = {
-        "name": WAIT_FOR_WORKERS_CONTAINER,
-        "image": spec.image,
-        "command": ["sh", "-c", _WAIT_SCRIPT],
-        "env": [dict(e) for e in env]
-        + [{"name": "JOB_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-        "resources": {
-            "requests": dict(WAIT_FOR_WORKERS_RESOURCES),
-            "limits": dict(WAIT_FOR_WORKERS_RESOURCES),
-        },
-    }
-    if spec.image_pull_policy:
-        container["imagePullPolicy"] = spec.image_pull_policy
-    return container
-
-
 def _pod_template(
     spec: JobSpec,
     *,
@@ -378,8 +349,6 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
 
     launcher_env = _env(spec, name, attempt, ROLE_LAUNCHER, LAUNCHER_RANK, spec.launcher_gpus)
     launcher_init = _author_init_containers(spec, launcher_env)
-    if spec.wait_for_workers:
-        launcher_init.append(_wait_for_workers_container(spec, launcher_env))
     launcher_resources = _resources(
         spec.launcher_cpu if spec.launcher_cpu is not None else spec.cpu,
         spec.launcher_memory if spec.launcher_memory is not None else spec.memory,
@@ -445,12 +414,3 @@ def build_manifest(
         raise ValueError(f"attempt must be a whole number >= 1, got {attempt!r}")
     build = build_mpijob if spec.is_mpi else build_job
     return build(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
-
-
-def resource_of(manifest: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(group, version, plural) of a manifest built here, for the API call that creates or reads it."""
-    if manifest.get("kind") == MPIJOB_KIND:
-        return MPIJOB_RESOURCE
-    if manifest.get("kind") == JOB_KIND:
-        return JOB_RESOURCE
-    raise ValueError(f"not a manifest of this product: kind {manifest.get('kind')!r}")

@@ -11,13 +11,10 @@ from kubernetes.client import ApiClient
 
 from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.manifests import (
-    JOB_RESOURCE,
     LAUNCHER_RANK,
-    MPIJOB_RESOURCE,
     build_manifest,
     parse_rfc3339,
     pod_role_and_rank,
-    resource_of,
     rfc3339,
 )
 from airflow_jobs_plugin.spec import TaskIdentity, label_value, validate
@@ -383,32 +380,36 @@ def test_mpi_pod_templates_carry_role_labels_and_identity_annotations():
     assert keys.ROLE not in m["metadata"]["labels"]
 
 
-def test_launcher_waits_for_workers_in_an_init_container_by_default():
+def test_the_operator_creates_the_launcher_once_every_worker_is_ready_by_default():
+    # kubeflow/mpi-operator pkg/controller/mpi_job_controller.go (v0.5.0 .. v0.8.0): with
+    # WaitForWorkersReady the launcher Job is created only when countReadyWorkerPods == len(workers),
+    # which is also when the headless Service publishes every worker's name: no script waits for DNS.
+    m = manifest(gpus=1, workers=2)
+    assert m["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert "initContainers" not in pod_templates(m)["launcher"]["spec"]
+    assert "initContainers" not in pod_templates(m)["worker"]["spec"]
+
+
+def test_author_init_containers_run_in_the_launcher_and_every_worker():
+    # What a newcomer sees as Init:0/1 and PodInitializing on every replica: the author's data fetch.
     m = manifest(gpus=1, workers=2, init_containers=[{"name": "fetch", "image": "busybox"}])
     launcher = deserialize(pod_templates(m)["launcher"], "V1PodTemplateSpec")
-    init = launcher.spec.init_containers
-    assert [c.name for c in init] == ["fetch", "wait-for-workers"]
-    wait = init[-1]
-    assert wait.image == "ghcr.io/org/train:1.2"
-    assert wait.command[:2] == ["sh", "-c"]
-    assert "$JOB_NAME-worker-$i.$JOB_NAME-worker.$JOB_NAMESPACE.svc" in wait.command[2]
-    assert {e.name for e in wait.env} >= {"JOB_NAME", "JOB_WORLD_SIZE", "JOB_NAMESPACE"}
+    assert [c.name for c in launcher.spec.init_containers] == ["fetch"]
     worker_init = pod_templates(m)["worker"]["spec"]["initContainers"]
     assert [c["name"] for c in worker_init] == ["fetch"]
+    env = {e["name"]: e for e in worker_init[0]["env"]}
+    assert env["JOB_ROLE"]["value"] == "worker" and "valueFrom" in env["JOB_RANK"]
 
 
-def test_waiting_for_workers_can_be_turned_off():
-    launcher = pod_templates(manifest(gpus=1, workers=2, wait_for_workers=False))["launcher"]
-    assert "initContainers" not in launcher["spec"]
+def test_no_container_name_is_reserved_for_a_wait_script_any_more():
+    m = manifest(gpus=1, workers=2, init_containers=[{"name": "wait-for-workers", "image": "busybox"}])
+    assert [c["name"] for c in pod_templates(m)["launcher"]["spec"]["initContainers"]] == ["wait-for-workers"]
 
 
 def test_launcher_creation_policy_and_mpi_implementation_are_passed_through():
-    m = manifest(
-        gpus=1, workers=2, launcher_creation_policy="WaitForWorkersReady", mpi_implementation="Intel"
-    )
-    assert m["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    m = manifest(gpus=1, workers=2, launcher_creation_policy="AtStartup", mpi_implementation="Intel")
+    assert m["spec"]["launcherCreationPolicy"] == "AtStartup"
     assert m["spec"]["mpiImplementation"] == "Intel"
-    assert manifest(gpus=1, workers=2)["spec"]["launcherCreationPolicy"] == "AtStartup"
 
 
 # --- both kinds -------------------------------------------------------------------------------------
@@ -421,16 +422,6 @@ def test_every_label_value_is_valid(workers):
     for label_set in label_sets:
         for value in label_set.values():
             assert len(value) <= 63 and LABEL_VALUE.match(value), value
-
-
-@pytest.mark.parametrize(("workers", "resource"), [(1, JOB_RESOURCE), (2, MPIJOB_RESOURCE)])
-def test_resource_of_names_the_api_to_call(workers, resource):
-    assert resource_of(manifest(gpus=1, workers=workers)) == resource
-
-
-def test_resource_of_rejects_foreign_objects():
-    with pytest.raises(ValueError, match="kind"):
-        resource_of({"kind": "Deployment"})
 
 
 def test_naive_enqueue_time_is_rejected():
