@@ -32,16 +32,19 @@ Pure: returns plain JSON-shaped dicts, ready for the API. Decisions worth knowin
   ``restartPolicy: Never`` (every try keeps its own pod, log and exit code, bounded by
   ``backoff_limit``), workers ``OnFailure`` (a crashed ``sshd`` comes back in place; the job shows it
   as degraded).
-* **The launcher waits through the operator, not a script**: ``launcherCreationPolicy`` defaults to
-  ``WaitForWorkersReady``, so the MPI operator creates the launcher Job only once every worker pod is
-  Ready (kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go``, v0.5.0 and v0.8.0:
-  ``countReadyWorkerPods(worker) == len(worker)`` before ``newLauncherJob``). Ready is also when a
-  worker's name resolves: the operator's headless Service ``<job>`` (``newJobService``, not
-  ``publishNotReadyAddresses`` unless ``runLauncherAsWorker``) publishes ``<job>-worker-<i>.<job>.<ns>.svc``
-  for Ready pods only, the names of the hostfile it writes. No extra wait is needed, and none is
-  added: a hand-written DNS loop once waited for names the operator never publishes (``<job>-worker``
-  was the Service name before v0.5). The launcher's and workers' ``Init:N/M`` / ``PodInitializing``
-  phases come from the author's ``init_containers`` (a data fetch, say), which every replica runs.
+* **The launcher waits for the names the operator publishes**: the operator's headless Service is
+  named after the MPIJob and each worker pod gets ``hostname: <job>-worker-<i>``, ``subdomain: <job>``
+  (kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go``, ``newJobService`` / ``newWorker``,
+  v0.5.0 through v0.8.0), so a worker is reachable as :func:`worker_host` once it is Ready (the Service
+  does not ``publishNotReadyAddresses`` unless ``runLauncherAsWorker``). ``launcherCreationPolicy``
+  defaults to ``WaitForWorkersReady``, but that policy is only checked when the operator *creates* the
+  launcher Job, and for an MPIJob created suspended (always, here) the operator creates it at its first
+  sync, suspended, because no worker exists yet and ``countReadyWorkerPods(worker) == len(worker)``
+  reads ``0 == 0``; on resume the existing launcher is simply unsuspended with the workers
+  (kubeflow/mpi-operator issue #615, open at v0.8.0). So the launcher also runs a ``wait-for-workers``
+  init container (the launcher image, a ``sh`` loop over ``getent hosts`` / ``nslookup``) that waits
+  for exactly the names of :func:`worker_host`: the launcher shows ``Init:N/M``, ``PodInitializing``,
+  then ``Running``. The author's ``init_containers`` (a data fetch, say) run first, in every replica.
 * **cleanPodPolicy: Running**: when the launcher ends, the operator deletes the workers that are
   still Running or Pending (``deleteWorkerPods``), so an ``sshd`` that never exits gives its GPUs back
   at once; workers that already ended stay, with their logs, until the MPIJob's TTL. The v2beta1
@@ -68,6 +71,7 @@ from airflow_jobs_plugin.spec import (
     ENV_USER,
     ENV_WORLD_SIZE,
     MAIN_CONTAINER,
+    WAIT_FOR_WORKERS_CONTAINER,
     JobSpec,
     TaskIdentity,
     label_value,
@@ -84,6 +88,41 @@ ROLE_WORKER = "worker"
 ROLE_LAUNCHER = "launcher"
 LAUNCHER_RANK = -1
 DEFAULT_WORKER_COMMAND = ("/usr/sbin/sshd", "-De")
+WAIT_FOR_WORKERS_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
+# Sleep between DNS checks; the launcher waits at most as long as the workers take to become Ready.
+_WAIT_SLEEP_SECONDS = 2
+
+
+def worker_host(job: str, index: int | str, namespace: str) -> str:
+    """The DNS name of MPI worker ``index``, as the MPI operator publishes it and writes it in the hostfile.
+
+    kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go`` (v0.5.0 .. v0.8.0): worker pods get
+    ``hostname: <job>-worker-<i>`` and ``subdomain: <job>``, the name of the headless Service
+    ``newJobService`` creates; ``newConfigMap`` writes ``<job>-worker-<i>.<job>.<ns>.svc``. (Before
+    v0.5 the Service was ``<job>-worker``: a name that no longer resolves.) Shell variables may stand
+    for the parts, which is how the ``wait-for-workers`` script uses this one rule.
+    """
+    return f"{job}-worker-{index}.{job}.{namespace}.svc"
+
+
+def _wait_script() -> str:
+    host = worker_host("$JOB_NAME", "$i", "$JOB_NAMESPACE")
+    return f"""\
+if command -v getent >/dev/null 2>&1; then resolve() {{ getent hosts "$1"; }}
+elif command -v nslookup >/dev/null 2>&1; then resolve() {{ nslookup "$1"; }}
+else echo "wait-for-workers: the image has neither getent nor nslookup; set wait_for_workers=False" >&2; exit 1
+fi
+i=0
+while [ "$i" -lt "$JOB_WORLD_SIZE" ]; do
+  host="{host}"
+  if ! resolve "$host" >/dev/null 2>&1; then
+    echo "waiting for $host"
+    until resolve "$host" >/dev/null 2>&1; do sleep {_WAIT_SLEEP_SECONDS}; done
+  fi
+  i=$((i + 1))
+done
+echo "all $JOB_WORLD_SIZE workers resolve"
+"""
 
 
 def rfc3339(moment: datetime) -> str:
@@ -250,6 +289,23 @@ def _author_init_containers(spec: JobSpec, env: list[dict]) -> list[dict]:
     return out
 
 
+def _wait_for_workers_container(spec: JobSpec, env: list[dict]) -> dict:
+    container: dict[str, Any] = {
+        "name": WAIT_FOR_WORKERS_CONTAINER,
+        "image": spec.image,
+        "command": ["sh", "-c", _wait_script()],
+        "env": [dict(e) for e in env]
+        + [{"name": "JOB_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "resources": {
+            "requests": dict(WAIT_FOR_WORKERS_RESOURCES),
+            "limits": dict(WAIT_FOR_WORKERS_RESOURCES),
+        },
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    return container
+
+
 def _pod_template(
     spec: JobSpec,
     *,
@@ -349,6 +405,8 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
 
     launcher_env = _env(spec, name, attempt, ROLE_LAUNCHER, LAUNCHER_RANK, spec.launcher_gpus)
     launcher_init = _author_init_containers(spec, launcher_env)
+    if spec.wait_for_workers:
+        launcher_init.append(_wait_for_workers_container(spec, launcher_env))
     launcher_resources = _resources(
         spec.launcher_cpu if spec.launcher_cpu is not None else spec.cpu,
         spec.launcher_memory if spec.launcher_memory is not None else spec.memory,

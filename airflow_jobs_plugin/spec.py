@@ -67,6 +67,7 @@ TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 TEMPLATED_FIELDS = ("image", "command", "args", "worker_command", "env")
 
 MAIN_CONTAINER = "main"
+WAIT_FOR_WORKERS_CONTAINER = "wait-for-workers"
 # Volume names the MPI operator adds to every MPI pod; a second volume with the same name is rejected.
 MPI_OPERATOR_VOLUMES = ("ssh-auth", "mpi-job-config")
 
@@ -371,6 +372,7 @@ class JobSpec:
     launcher_cpu: str | None = None
     launcher_memory: str | None = None
     worker_command: tuple[str, ...] | None = None
+    wait_for_workers: bool = True
     launcher_creation_policy: str = "WaitForWorkersReady"
     mpi_implementation: str = "OpenMPI"
     init_containers: tuple[FrozenMap, ...] = ()
@@ -1097,7 +1099,7 @@ class _Checker:
             if self.dns_name(f"{where}.name", name, subdomain=False) is not _MISSING:
                 if name in seen:
                     self.add(f"{where}.name", f"{name!r} is used twice")
-                elif name == MAIN_CONTAINER:
+                elif name in (MAIN_CONTAINER, WAIT_FOR_WORKERS_CONTAINER):
                     self.add(f"{where}.name", f"{name!r} is reserved for the product's own containers")
                 seen.add(name)
             self.image(f"{where}.image", item.get("image"))
@@ -1189,6 +1191,7 @@ def validate(
     launcher_cpu: Any = None,
     launcher_memory: Any = None,
     worker_command: Any = None,
+    wait_for_workers: Any = True,
     launcher_creation_policy: Any = "WaitForWorkersReady",
     mpi_implementation: Any = "OpenMPI",
     init_containers: Any = None,
@@ -1261,6 +1264,9 @@ def validate(
     v["launcher_cpu"] = c.quantity("launcher_cpu", launcher_cpu, memory=False)
     v["launcher_memory"] = c.quantity("launcher_memory", launcher_memory, memory=True)
     v["worker_command"] = c.command("worker_command", worker_command)
+    if not isinstance(wait_for_workers, bool):
+        c.add("wait_for_workers", f"must be True or False, got {_show(wait_for_workers)}")
+    v["wait_for_workers"] = wait_for_workers
     v["launcher_creation_policy"] = c.choice(
         "launcher_creation_policy", launcher_creation_policy, LAUNCHER_CREATION_POLICIES
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from datetime import datetime, timedelta, timezone
 
 import jsonschema
@@ -16,6 +17,7 @@ from airflow_jobs_plugin.manifests import (
     parse_rfc3339,
     pod_role_and_rank,
     rfc3339,
+    worker_host,
 )
 from airflow_jobs_plugin.spec import TaskIdentity, label_value, validate
 
@@ -380,30 +382,68 @@ def test_mpi_pod_templates_carry_role_labels_and_identity_annotations():
     assert keys.ROLE not in m["metadata"]["labels"]
 
 
+def test_worker_host_is_the_name_the_mpi_operator_publishes():
+    # kubeflow/mpi-operator pkg/controller/mpi_job_controller.go, v0.5.0 and v0.8.0: newWorker sets
+    # hostname <job>-worker-<i> and subdomain <job> (the headless Service of newJobService), and
+    # newConfigMap writes <job>-worker-<i>.<job>.<ns>.svc into the hostfile. Not <job>-worker (pre-v0.5).
+    assert worker_host("train", 1, "ml") == "train-worker-1.train.ml.svc"
+
+
+def test_launcher_waits_for_the_published_worker_names_in_an_init_container_by_default():
+    m = manifest(gpus=1, workers=2, init_containers=[{"name": "fetch", "image": "busybox"}])
+    launcher = deserialize(pod_templates(m)["launcher"], "V1PodTemplateSpec")
+    init = launcher.spec.init_containers
+    assert [c.name for c in init] == ["fetch", "wait-for-workers"]
+    wait = init[-1]
+    assert wait.image == "ghcr.io/org/train:1.2"
+    assert wait.command[:2] == ["sh", "-c"]
+    assert f'host="{worker_host("$JOB_NAME", "$i", "$JOB_NAMESPACE")}"' in wait.command[2]
+    assert "$JOB_NAME-worker-$i.$JOB_NAME.$JOB_NAMESPACE.svc" in wait.command[2]
+    assert {e.name for e in wait.env} >= {"JOB_NAME", "JOB_WORLD_SIZE", "JOB_NAMESPACE"}
+    worker_init = pod_templates(m)["worker"]["spec"]["initContainers"]
+    assert [c["name"] for c in worker_init] == ["fetch"]
+
+
+def test_the_wait_script_resolves_each_worker_name_in_turn(tmp_path):
+    # Run the script itself with a fake getent that knows only the names the operator publishes.
+    m = manifest(gpus=1, workers=2)
+    wait = pod_templates(m)["launcher"]["spec"]["initContainers"][-1]
+    known = {worker_host("train-1", i, "ml") for i in range(2)}
+    getent = tmp_path / "getent"
+    getent.write_text(
+        '#!/bin/sh\ncase "$2" in ' + "|".join(sorted(known)) + ") echo 10.0.0.1 $2;; *) exit 2;; esac\n"
+    )
+    getent.chmod(0o755)
+    env = {
+        "PATH": f"{tmp_path}:/usr/bin:/bin",
+        "JOB_NAME": "train-1",
+        "JOB_NAMESPACE": "ml",
+        "JOB_WORLD_SIZE": "2",
+    }
+    done = subprocess.run(wait["command"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "all 2 workers resolve"
+
+
 def test_the_operator_creates_the_launcher_once_every_worker_is_ready_by_default():
-    # kubeflow/mpi-operator pkg/controller/mpi_job_controller.go (v0.5.0 .. v0.8.0): with
-    # WaitForWorkersReady the launcher Job is created only when countReadyWorkerPods == len(workers),
-    # which is also when the headless Service publishes every worker's name: no script waits for DNS.
+    # Effective when the MPIJob is created unsuspended; see the module docstring (mpi-operator #615).
     m = manifest(gpus=1, workers=2)
     assert m["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
-    assert "initContainers" not in pod_templates(m)["launcher"]["spec"]
     assert "initContainers" not in pod_templates(m)["worker"]["spec"]
 
 
+def test_waiting_for_workers_can_be_turned_off():
+    launcher = pod_templates(manifest(gpus=1, workers=2, wait_for_workers=False))["launcher"]
+    assert "initContainers" not in launcher["spec"]
+
+
 def test_author_init_containers_run_in_the_launcher_and_every_worker():
-    # What a newcomer sees as Init:0/1 and PodInitializing on every replica: the author's data fetch.
+    # What a newcomer sees as Init:0/2 and PodInitializing on every replica: the author's data fetch.
     m = manifest(gpus=1, workers=2, init_containers=[{"name": "fetch", "image": "busybox"}])
-    launcher = deserialize(pod_templates(m)["launcher"], "V1PodTemplateSpec")
-    assert [c.name for c in launcher.spec.init_containers] == ["fetch"]
     worker_init = pod_templates(m)["worker"]["spec"]["initContainers"]
     assert [c["name"] for c in worker_init] == ["fetch"]
     env = {e["name"]: e for e in worker_init[0]["env"]}
     assert env["JOB_ROLE"]["value"] == "worker" and "valueFrom" in env["JOB_RANK"]
-
-
-def test_no_container_name_is_reserved_for_a_wait_script_any_more():
-    m = manifest(gpus=1, workers=2, init_containers=[{"name": "wait-for-workers", "image": "busybox"}])
-    assert [c["name"] for c in pod_templates(m)["launcher"]["spec"]["initContainers"]] == ["wait-for-workers"]
 
 
 def test_launcher_creation_policy_and_mpi_implementation_are_passed_through():

@@ -155,6 +155,7 @@ INVALID = [
     ("launcher_memory", {"workers": 2, "launcher_memory": "1m"}),
     ("launcher_creation_policy", {"workers": 2, "launcher_creation_policy": "waitforworkersready"}),
     ("mpi_implementation", {"workers": 2, "mpi_implementation": "MVAPICH"}),
+    ("wait_for_workers", {"workers": 2, "wait_for_workers": "yes"}),
     ("init_containers[0].name", {"init_containers": [{"name": "main", "image": "busybox"}]}),
     ("init_containers[0].image", {"init_containers": [{"name": "fetch", "image": "Bad Image"}]}),
     (

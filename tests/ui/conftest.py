@@ -27,7 +27,7 @@ import pytest
 from airflow_jobs_plugin import quota
 from airflow_jobs_plugin.inspect import Target, read_cluster
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient
-from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
 from airflow_jobs_plugin.plugin.views import overview
 from airflow_jobs_plugin.quota.ledger import admission_pass
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
@@ -62,6 +62,11 @@ def _manifest(identity: TaskIdentity, scenario: dict, **args) -> dict:
     body = build_manifest(
         spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
     )
+    if body["kind"] == "MPIJob":
+        # The launcher's init container waits for the workers; it must end for the launcher to run.
+        launcher = body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+        own = {WAIT_FOR_WORKERS_CONTAINER: {"run": 1}, **scenario}
+        launcher["metadata"].setdefault("annotations", {})[SCENARIO] = json.dumps(own)
     return body
 
 
