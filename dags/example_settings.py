@@ -24,6 +24,9 @@ NAMESPACE = os.environ.get("AIRFLOW_JOBS_EXAMPLE_NAMESPACE", "default")
 QUOTA_CONFIGMAP = os.environ.get("AIRFLOW_JOBS_QUOTA_CONFIGMAP", "airflow-jobs-quota-policy") or None
 PYTHON = "python3"
 
+# The simulated cluster's per-container scenario (docs/simulator.md); a real cluster ignores it.
+POD_SCENARIO_ANNOTATION = "sim.airflow-jobs.io/scenario"
+
 ARTIFACT_VOLUMES = [{"name": "artifacts", "persistentVolumeClaim": {"claimName": ARTIFACTS_CLAIM}}]
 ARTIFACT_MOUNTS = [{"name": "artifacts", "mountPath": ARTIFACTS_DIR}]
 
