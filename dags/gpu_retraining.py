@@ -22,6 +22,7 @@ from example_settings import (
     ARTIFACT_MOUNTS,
     ARTIFACT_VOLUMES,
     ARTIFACTS_DIR,
+    FETCH_SECONDS,
     NAMESPACE,
     POD_SCENARIO_ANNOTATION,
     PYTHON,
@@ -85,7 +86,7 @@ with DAG(
         ],
         # Read by the simulated cluster only (a real one ignores it): its init containers follow a
         # scenario, so the fetch takes the few seconds the real one would.
-        job_annotations={POD_SCENARIO_ANNOTATION: json.dumps({"fetch-data": {"run": 10}})},
+        job_annotations={POD_SCENARIO_ANNOTATION: json.dumps({"fetch-data": {"run": FETCH_SECONDS}})},
         cpu="8",
         memory="32Gi",
         # A lost node or an evicted worker is not the model's fault: resubmit up to twice.
