@@ -49,7 +49,10 @@ Pure: returns plain JSON-shaped dicts, ready for the API. Decisions worth knowin
   still Running or Pending (``deleteWorkerPods``), so an ``sshd`` that never exits gives its GPUs back
   at once; workers that already ended stay, with their logs, until the MPIJob's TTL. The v2beta1
   default is ``None`` (``setDefaultsRunPolicy`` in ``pkg/apis/kubeflow/v2beta1/default.go``), which
-  would leave every worker holding its GPUs until the TTL deletes the job.
+  would leave every worker holding its GPUs until the TTL deletes the job. Nothing of the ranks is
+  lost: their output reaches ``mpirun``, i.e. the launcher's log, which the operator never cleans (a
+  worker pod's own log is its ``sshd``'s); ``airflow-jobs logs JOB --rank N`` reads rank N's lines
+  there once the worker is gone (:mod:`airflow_jobs_plugin.rank_log`).
 """
 
 from __future__ import annotations
