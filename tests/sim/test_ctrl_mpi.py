@@ -513,3 +513,18 @@ def _get(cluster, resource: str, name: str, ns: str) -> dict | None:
         return cluster.store.get(resource, name, ns)
     except Exception:  # noqa: BLE001 - not there yet
         return None
+
+
+@pytest.mark.parametrize("dag_id", ["2024_retrain", "x" * 200])
+def test_the_products_mpijobs_pass_the_operators_validation(dag_id):
+    # A name the operator refuses (DNS-1035 for <name>-worker-<last>) would leave the job never starting.
+    from airflow_jobs_plugin.manifests import build_manifest
+    from airflow_jobs_plugin.sim.controllers.mpi import validation_errors
+    from airflow_jobs_plugin.sim.store import default_mpijob_spec
+    from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+    task = TaskIdentity(dag_id, "train", "manual__2026-01-01", -1, 1)
+    spec = validate(image="trainer:1", group="vision", user="alice", gpus=1, workers=64)
+    body = build_manifest(spec, name=task.job_name(1), task=task, attempt=1, queued_at=T0)
+    default_mpijob_spec(body["spec"])
+    assert validation_errors(body) == []
