@@ -265,10 +265,54 @@ def _run_describe(args: argparse.Namespace) -> int:
     return _with_client(args, work)
 
 
+async def _rank_from_launcher(client, args: argparse.Namespace, launcher: tuple[str, int, str, str]) -> int:
+    """A worker rank whose pod is gone (the MPI operator deletes running workers when the launcher
+    ends): its lines from the launcher's log, where mpirun gathers every rank's output (rank_log.py)."""
+
+    from airflow_jobs_plugin.inspect import JobNotFound
+    from airflow_jobs_plugin.rank_log import rank_lines
+
+    _, _, pod, container = launcher
+    text = await client.read_log(args.namespace, pod, container=container or None)
+    lines = rank_lines(text.splitlines(), args.rank)
+    if lines is None:
+        raise JobNotFound(
+            f"job {args.job}: the pod of worker {args.rank} was deleted when the job ended (cleanPodPolicy "
+            f"Running frees its GPUs), and the launcher's log does not say which line is whose: run mpirun "
+            f"with --tag-output (Open MPI) or -prepend-rank (Intel MPI, MPICH), or read the whole log "
+            f"with --rank -1"
+        )
+    if args.tail is not None:
+        lines = lines[-args.tail :] if args.tail > 0 else []
+    print(
+        f"worker {args.rank}'s pod was deleted when the job ended; rank {args.rank}'s lines from the "
+        f"launcher's log ({pod}):",
+        file=sys.stderr,
+    )
+    if args.json:
+        _print_json(
+            {
+                "job": args.job,
+                "replica": f"worker-{args.rank}",
+                "rank": args.rank,
+                "pod": pod,
+                "container": container,
+                "source": "launcher",
+                "lines": lines,
+            }
+        )
+    else:
+        for line in lines:
+            print(line)
+    sys.stdout.flush()
+    return 0
+
+
 def _run_logs(args: argparse.Namespace) -> int:
     import json
 
     from airflow_jobs_plugin.inspect import JobNotFound, find_job, follow_log, read_cluster
+    from airflow_jobs_plugin.manifests import LAUNCHER_RANK
     from airflow_jobs_plugin.plugin.views import log_targets, pick_log_target
 
     async def work(client) -> int:
@@ -278,6 +322,14 @@ def _run_logs(args: argparse.Namespace) -> int:
         targets = log_targets(job, state.pods)
         chosen = pick_log_target(targets, args.rank)
         if chosen is None:
+            launcher = pick_log_target(targets, LAUNCHER_RANK)
+            if (
+                job.get("kind") == "MPIJob"
+                and launcher is not None
+                and args.rank is not None
+                and args.rank >= 0
+            ):
+                return await _rank_from_launcher(client, args, launcher)
             ranks = ", ".join(str(t[1]) for t in targets) or "none yet"
             raise JobNotFound(f"job {args.job} has no pod of rank {args.rank} (ranks: {ranks})")
         replica, rank, pod, container = chosen

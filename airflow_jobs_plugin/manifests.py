@@ -28,14 +28,31 @@ Pure: returns plain JSON-shaped dicts, ready for the API. Decisions worth knowin
 * **Annotations**: the exact Airflow identifiers, exact group/user and the author's on the job and
   pods; GPUS, PRIORITY, QUEUED_AT and REQUEUE_COUNT only on the job, because they change over the
   job's life and a pod copy would go stale.
-* **MPI**: ``slotsPerWorker`` = GPUs per worker (at least 1); ``cleanPodPolicy: Running`` frees the
-  workers' GPUs as soon as the launcher ends; the launcher pod uses ``restartPolicy: Never`` (every
-  try keeps its own pod, log and exit code, bounded by ``backoff_limit``), workers ``OnFailure`` (a
-  crashed ``sshd`` comes back in place; the job shows it as degraded). With the default
-  ``launcherCreationPolicy: AtStartup`` the launcher is created together with the workers and its
-  ``wait-for-workers`` init container (the launcher image, a plain ``sh`` loop over ``getent hosts`` /
-  ``nslookup``) holds it until every worker hostname resolves: the launcher shows ``Init:0/1``,
-  ``PodInitializing``, then ``Running``, and the check works with every MPI operator version.
+* **MPI**: ``slotsPerWorker`` = GPUs per worker (at least 1); the launcher pod uses
+  ``restartPolicy: Never`` (every try keeps its own pod, log and exit code, bounded by
+  ``backoff_limit``), workers ``OnFailure`` (a crashed ``sshd`` comes back in place; the job shows it
+  as degraded).
+* **The launcher waits for the names the operator publishes**: the operator's headless Service is
+  named after the MPIJob and each worker pod gets ``hostname: <job>-worker-<i>``, ``subdomain: <job>``
+  (kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go``, ``newJobService`` / ``newWorker``,
+  v0.5.0 through v0.8.0), so a worker is reachable as :func:`worker_host` once it is Ready (the Service
+  does not ``publishNotReadyAddresses`` unless ``runLauncherAsWorker``). ``launcherCreationPolicy``
+  defaults to ``WaitForWorkersReady``, but that policy is only checked when the operator *creates* the
+  launcher Job, and for an MPIJob created suspended (always, here) the operator creates it at its first
+  sync, suspended, because no worker exists yet and ``countReadyWorkerPods(worker) == len(worker)``
+  reads ``0 == 0``; on resume the existing launcher is simply unsuspended with the workers
+  (kubeflow/mpi-operator issue #615, open at v0.8.0). So the launcher also runs a ``wait-for-workers``
+  init container (the launcher image, a ``sh`` loop over ``getent hosts`` / ``nslookup``) that waits
+  for exactly the names of :func:`worker_host`: the launcher shows ``Init:N/M``, ``PodInitializing``,
+  then ``Running``. The author's ``init_containers`` (a data fetch, say) run first, in every replica.
+* **cleanPodPolicy: Running**: when the launcher ends, the operator deletes the workers that are
+  still Running or Pending (``deleteWorkerPods``), so an ``sshd`` that never exits gives its GPUs back
+  at once; workers that already ended stay, with their logs, until the MPIJob's TTL. The v2beta1
+  default is ``None`` (``setDefaultsRunPolicy`` in ``pkg/apis/kubeflow/v2beta1/default.go``), which
+  would leave every worker holding its GPUs until the TTL deletes the job. Nothing of the ranks is
+  lost: their output reaches ``mpirun``, i.e. the launcher's log, which the operator never cleans (a
+  worker pod's own log is its ``sshd``'s); ``airflow-jobs logs JOB --rank N`` reads rank N's lines
+  there once the worker is gone (:mod:`airflow_jobs_plugin.rank_log`).
 """
 
 from __future__ import annotations
@@ -69,25 +86,38 @@ JOB_API_VERSION = "batch/v1"
 JOB_KIND = "Job"
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
 MPIJOB_KIND = "MPIJob"
-# (group, version, plural) for the custom-objects / batch APIs.
-JOB_RESOURCE = ("batch", "v1", "jobs")
-MPIJOB_RESOURCE = ("kubeflow.org", "v2beta1", "mpijobs")
 
 ROLE_WORKER = "worker"
 ROLE_LAUNCHER = "launcher"
 LAUNCHER_RANK = -1
 DEFAULT_WORKER_COMMAND = ("/usr/sbin/sshd", "-De")
 WAIT_FOR_WORKERS_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
-# Sleep between DNS checks; the launcher waits at most as long as the workers take to start.
+# Sleep between DNS checks; the launcher waits at most as long as the workers take to become Ready.
 _WAIT_SLEEP_SECONDS = 2
-_WAIT_SCRIPT = f"""\
+
+
+def worker_host(job: str, index: int | str, namespace: str) -> str:
+    """The DNS name of MPI worker ``index``, as the MPI operator publishes it and writes it in the hostfile.
+
+    kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go`` (v0.5.0 .. v0.8.0): worker pods get
+    ``hostname: <job>-worker-<i>`` and ``subdomain: <job>``, the name of the headless Service
+    ``newJobService`` creates; ``newConfigMap`` writes ``<job>-worker-<i>.<job>.<ns>.svc``. (Before
+    v0.5 the Service was ``<job>-worker``: a name that no longer resolves.) Shell variables may stand
+    for the parts, which is how the ``wait-for-workers`` script uses this one rule.
+    """
+    return f"{job}-worker-{index}.{job}.{namespace}.svc"
+
+
+def _wait_script() -> str:
+    host = worker_host("$JOB_NAME", "$i", "$JOB_NAMESPACE")
+    return f"""\
 if command -v getent >/dev/null 2>&1; then resolve() {{ getent hosts "$1"; }}
 elif command -v nslookup >/dev/null 2>&1; then resolve() {{ nslookup "$1"; }}
 else echo "wait-for-workers: the image has neither getent nor nslookup; set wait_for_workers=False" >&2; exit 1
 fi
 i=0
 while [ "$i" -lt "$JOB_WORLD_SIZE" ]; do
-  host="$JOB_NAME-worker-$i.$JOB_NAME-worker.$JOB_NAMESPACE.svc"
+  host="{host}"
   if ! resolve "$host" >/dev/null 2>&1; then
     echo "waiting for $host"
     until resolve "$host" >/dev/null 2>&1; do sleep {_WAIT_SLEEP_SECONDS}; done
@@ -266,7 +296,7 @@ def _wait_for_workers_container(spec: JobSpec, env: list[dict]) -> dict:
     container: dict[str, Any] = {
         "name": WAIT_FOR_WORKERS_CONTAINER,
         "image": spec.image,
-        "command": ["sh", "-c", _WAIT_SCRIPT],
+        "command": ["sh", "-c", _wait_script()],
         "env": [dict(e) for e in env]
         + [{"name": "JOB_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "resources": {
@@ -445,12 +475,3 @@ def build_manifest(
         raise ValueError(f"attempt must be a whole number >= 1, got {attempt!r}")
     build = build_mpijob if spec.is_mpi else build_job
     return build(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
-
-
-def resource_of(manifest: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(group, version, plural) of a manifest built here, for the API call that creates or reads it."""
-    if manifest.get("kind") == MPIJOB_KIND:
-        return MPIJOB_RESOURCE
-    if manifest.get("kind") == JOB_KIND:
-        return JOB_RESOURCE
-    raise ValueError(f"not a manifest of this product: kind {manifest.get('kind')!r}")

@@ -150,7 +150,7 @@ class JobOperator(BaseOperator):
         launcher_memory: str | None = None,
         worker_command: Sequence[str] | str | None = None,
         wait_for_workers: bool = True,
-        launcher_creation_policy: str = "AtStartup",
+        launcher_creation_policy: str = "WaitForWorkersReady",
         mpi_implementation: str = "OpenMPI",
         init_containers: Sequence[Mapping[str, Any]] | None = None,
         image_pull_policy: str | None = None,

@@ -373,7 +373,7 @@ class JobSpec:
     launcher_memory: str | None = None
     worker_command: tuple[str, ...] | None = None
     wait_for_workers: bool = True
-    launcher_creation_policy: str = "AtStartup"
+    launcher_creation_policy: str = "WaitForWorkersReady"
     mpi_implementation: str = "OpenMPI"
     init_containers: tuple[FrozenMap, ...] = ()
     image_pull_policy: str | None = None
@@ -1192,7 +1192,7 @@ def validate(
     launcher_memory: Any = None,
     worker_command: Any = None,
     wait_for_workers: Any = True,
-    launcher_creation_policy: Any = "AtStartup",
+    launcher_creation_policy: Any = "WaitForWorkersReady",
     mpi_implementation: Any = "OpenMPI",
     init_containers: Any = None,
     image_pull_policy: Any = None,

@@ -24,6 +24,12 @@ NAMESPACE = os.environ.get("AIRFLOW_JOBS_EXAMPLE_NAMESPACE", "default")
 QUOTA_CONFIGMAP = os.environ.get("AIRFLOW_JOBS_QUOTA_CONFIGMAP", "airflow-jobs-quota-policy") or None
 PYTHON = "python3"
 
+# The simulated cluster's per-container scenario (docs/simulator.md); a real cluster ignores it.
+POD_SCENARIO_ANNOTATION = "sim.airflow-jobs.io/scenario"
+# How long the training job's data fetch (an init container) takes on the simulated cluster, in
+# simulated seconds; a real cluster takes what the fetch takes.
+FETCH_SECONDS = float(os.environ.get("AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS", "20"))
+
 ARTIFACT_VOLUMES = [{"name": "artifacts", "persistentVolumeClaim": {"claimName": ARTIFACTS_CLAIM}}]
 ARTIFACT_MOUNTS = [{"name": "artifacts", "mountPath": ARTIFACTS_DIR}]
 

@@ -1,7 +1,8 @@
 """Daily retraining of the vision model.
 
 ``prepare_data`` (a CPU job) writes the run's dataset, ``train`` runs an MPI job with 2 workers of 2
-GPUs each, ``evaluate`` scores the candidate on 1 GPU and writes its metrics, ``is_better`` compares
+GPUs each (every replica first stages the dataset in a ``fetch-data`` init container, so the task log
+shows the launcher and workers going through ``Init:0/N`` and ``PodInitializing``), ``evaluate`` scores the candidate on 1 GPU and writes its metrics, ``is_better`` compares
 them with the production model's, and ``promote`` replaces the production model only if the candidate
 is better (otherwise it is skipped).
 
@@ -21,7 +22,9 @@ from example_settings import (
     ARTIFACT_MOUNTS,
     ARTIFACT_VOLUMES,
     ARTIFACTS_DIR,
+    FETCH_SECONDS,
     NAMESPACE,
+    POD_SCENARIO_ANNOTATION,
     PYTHON,
     QUOTA_CONFIGMAP,
     TRAINER_IMAGE,
@@ -72,6 +75,18 @@ with DAG(
         command=[PYTHON, script("train.py"), "--run-dir", RUN_DIR, "--epochs", "6"],
         workers=2,
         gpus=2,
+        # Every replica (launcher and workers) stages the data before it starts.
+        init_containers=[
+            {
+                "name": "fetch-data",
+                "image": TRAINER_IMAGE,
+                "command": [PYTHON, script("fetch_data.py"), "--run-dir", RUN_DIR],
+                "volumeMounts": ARTIFACT_MOUNTS,
+            }
+        ],
+        # Read by the simulated cluster only (a real one ignores it): its init containers follow a
+        # scenario, so the fetch takes the few seconds the real one would.
+        job_annotations={POD_SCENARIO_ANNOTATION: json.dumps({"fetch-data": {"run": FETCH_SECONDS}})},
         cpu="8",
         memory="32Gi",
         # A lost node or an evicted worker is not the model's fault: resubmit up to twice.

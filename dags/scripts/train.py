@@ -2,8 +2,10 @@
 
 In a real cluster the launcher's image has ``mpirun``: this script re-executes itself under
 ``mpirun -np $JOB_WORLD_SIZE`` and every rank trains its share. Where there is no ``mpirun`` (the
-simulated cluster runs only the launcher as a local process) it plays all ranks in one process. Either
-way rank 0 writes the model into the run directory. Standard library only.
+simulated cluster runs only the launcher as a local process) it plays all ranks in one process and tags
+each rank's lines as ``mpirun --tag-output`` does (``[1,<rank>]<stdout>:``), so ``airflow-jobs logs JOB
+--rank N`` finds them in the launcher's log either way. Rank 0 writes the model into the run directory.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -44,8 +46,12 @@ def main(argv: list[str]) -> int:
     mpirun = shutil.which("mpirun")
     if os.environ.get("JOB_ROLE") == "launcher" and not _under_mpi() and mpirun:
         print(f"train: starting {world} ranks with mpirun", flush=True)
-        os.execv(mpirun, [mpirun, "-np", str(world), sys.executable, os.path.abspath(__file__), *argv])
+        # --tag-output: every rank's line says whose it is, in the launcher's log that outlives the workers.
+        command = [mpirun, "-np", str(world), "--tag-output", sys.executable, os.path.abspath(__file__)]
+        os.execv(mpirun, [*command, *argv])
     ranks = [_rank()] if _under_mpi() else list(range(world))
+    # Playing the ranks of an MPI launcher in one process: tag their lines as mpirun would.
+    playing_ranks = not _under_mpi() and os.environ.get("JOB_ROLE") == "launcher"
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     prepared = run_dir / "data.json"
@@ -59,7 +65,8 @@ def main(argv: list[str]) -> int:
         acc = accuracy_after(epoch, data["seed"])
         loss = round(1.2 * math.exp(-epoch / 3) + 0.05, 4)
         for rank in ranks:
-            print(f"train: rank {rank}: epoch {epoch}/{args.epochs} loss={loss} acc={acc}", flush=True)
+            tag = f"[1,{rank}]<stdout>:" if playing_ranks else ""
+            print(f"{tag}train: rank {rank}: epoch {epoch}/{args.epochs} loss={loss} acc={acc}", flush=True)
         print(f"train: epoch {epoch}: gradients all-reduced across {world} worker(s)", flush=True)
         time.sleep(STEP_SECONDS)
     if 0 in ranks:

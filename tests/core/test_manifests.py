@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from datetime import datetime, timedelta, timezone
 
 import jsonschema
@@ -11,14 +12,12 @@ from kubernetes.client import ApiClient
 
 from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.manifests import (
-    JOB_RESOURCE,
     LAUNCHER_RANK,
-    MPIJOB_RESOURCE,
     build_manifest,
     parse_rfc3339,
     pod_role_and_rank,
-    resource_of,
     rfc3339,
+    worker_host,
 )
 from airflow_jobs_plugin.spec import TaskIdentity, label_value, validate
 
@@ -383,7 +382,14 @@ def test_mpi_pod_templates_carry_role_labels_and_identity_annotations():
     assert keys.ROLE not in m["metadata"]["labels"]
 
 
-def test_launcher_waits_for_workers_in_an_init_container_by_default():
+def test_worker_host_is_the_name_the_mpi_operator_publishes():
+    # kubeflow/mpi-operator pkg/controller/mpi_job_controller.go, v0.5.0 and v0.8.0: newWorker sets
+    # hostname <job>-worker-<i> and subdomain <job> (the headless Service of newJobService), and
+    # newConfigMap writes <job>-worker-<i>.<job>.<ns>.svc into the hostfile. Not <job>-worker (pre-v0.5).
+    assert worker_host("train", 1, "ml") == "train-worker-1.train.ml.svc"
+
+
+def test_launcher_waits_for_the_published_worker_names_in_an_init_container_by_default():
     m = manifest(gpus=1, workers=2, init_containers=[{"name": "fetch", "image": "busybox"}])
     launcher = deserialize(pod_templates(m)["launcher"], "V1PodTemplateSpec")
     init = launcher.spec.init_containers
@@ -391,10 +397,39 @@ def test_launcher_waits_for_workers_in_an_init_container_by_default():
     wait = init[-1]
     assert wait.image == "ghcr.io/org/train:1.2"
     assert wait.command[:2] == ["sh", "-c"]
-    assert "$JOB_NAME-worker-$i.$JOB_NAME-worker.$JOB_NAMESPACE.svc" in wait.command[2]
+    assert f'host="{worker_host("$JOB_NAME", "$i", "$JOB_NAMESPACE")}"' in wait.command[2]
+    assert "$JOB_NAME-worker-$i.$JOB_NAME.$JOB_NAMESPACE.svc" in wait.command[2]
     assert {e.name for e in wait.env} >= {"JOB_NAME", "JOB_WORLD_SIZE", "JOB_NAMESPACE"}
     worker_init = pod_templates(m)["worker"]["spec"]["initContainers"]
     assert [c["name"] for c in worker_init] == ["fetch"]
+
+
+def test_the_wait_script_resolves_each_worker_name_in_turn(tmp_path):
+    # Run the script itself with a fake getent that knows only the names the operator publishes.
+    m = manifest(gpus=1, workers=2)
+    wait = pod_templates(m)["launcher"]["spec"]["initContainers"][-1]
+    known = {worker_host("train-1", i, "ml") for i in range(2)}
+    getent = tmp_path / "getent"
+    getent.write_text(
+        '#!/bin/sh\ncase "$2" in ' + "|".join(sorted(known)) + ") echo 10.0.0.1 $2;; *) exit 2;; esac\n"
+    )
+    getent.chmod(0o755)
+    env = {
+        "PATH": f"{tmp_path}:/usr/bin:/bin",
+        "JOB_NAME": "train-1",
+        "JOB_NAMESPACE": "ml",
+        "JOB_WORLD_SIZE": "2",
+    }
+    done = subprocess.run(wait["command"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "all 2 workers resolve"
+
+
+def test_the_operator_creates_the_launcher_once_every_worker_is_ready_by_default():
+    # Effective when the MPIJob is created unsuspended; see the module docstring (mpi-operator #615).
+    m = manifest(gpus=1, workers=2)
+    assert m["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert "initContainers" not in pod_templates(m)["worker"]["spec"]
 
 
 def test_waiting_for_workers_can_be_turned_off():
@@ -402,13 +437,19 @@ def test_waiting_for_workers_can_be_turned_off():
     assert "initContainers" not in launcher["spec"]
 
 
+def test_author_init_containers_run_in_the_launcher_and_every_worker():
+    # What a newcomer sees as Init:0/2 and PodInitializing on every replica: the author's data fetch.
+    m = manifest(gpus=1, workers=2, init_containers=[{"name": "fetch", "image": "busybox"}])
+    worker_init = pod_templates(m)["worker"]["spec"]["initContainers"]
+    assert [c["name"] for c in worker_init] == ["fetch"]
+    env = {e["name"]: e for e in worker_init[0]["env"]}
+    assert env["JOB_ROLE"]["value"] == "worker" and "valueFrom" in env["JOB_RANK"]
+
+
 def test_launcher_creation_policy_and_mpi_implementation_are_passed_through():
-    m = manifest(
-        gpus=1, workers=2, launcher_creation_policy="WaitForWorkersReady", mpi_implementation="Intel"
-    )
-    assert m["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    m = manifest(gpus=1, workers=2, launcher_creation_policy="AtStartup", mpi_implementation="Intel")
+    assert m["spec"]["launcherCreationPolicy"] == "AtStartup"
     assert m["spec"]["mpiImplementation"] == "Intel"
-    assert manifest(gpus=1, workers=2)["spec"]["launcherCreationPolicy"] == "AtStartup"
 
 
 # --- both kinds -------------------------------------------------------------------------------------
@@ -421,16 +462,6 @@ def test_every_label_value_is_valid(workers):
     for label_set in label_sets:
         for value in label_set.values():
             assert len(value) <= 63 and LABEL_VALUE.match(value), value
-
-
-@pytest.mark.parametrize(("workers", "resource"), [(1, JOB_RESOURCE), (2, MPIJOB_RESOURCE)])
-def test_resource_of_names_the_api_to_call(workers, resource):
-    assert resource_of(manifest(gpus=1, workers=workers)) == resource
-
-
-def test_resource_of_rejects_foreign_objects():
-    with pytest.raises(ValueError, match="kind"):
-        resource_of({"kind": "Deployment"})
 
 
 def test_naive_enqueue_time_is_rejected():

@@ -71,6 +71,19 @@ def test_the_retraining_pipeline_is_daily_and_promotes_only_after_the_comparison
     assert dag.get_task("is_better").task_type == "_ShortCircuitDecoratedOperator"
 
 
+def test_every_replica_of_the_training_job_fetches_the_data_in_an_init_container_first(dagbag):
+    """What makes the launcher's and workers' Init:0/N and PodInitializing visible in the task log."""
+    from airflow_jobs_plugin.sim.scenarios import ANNOTATION, parse_annotation
+
+    train = dagbag.dags["gpu_retraining"].get_task("train")
+    (fetch,) = train.init_containers
+    assert fetch["name"] == "fetch-data" and fetch["command"][1].endswith("fetch_data.py")
+    # On the simulated cluster the fetch takes a few seconds, like the real one.
+    scenario = json.loads(train.job_annotations[ANNOTATION])
+    assert scenario["fetch-data"]["run"] >= 2
+    assert parse_annotation(train.job_annotations[ANNOTATION]) == scenario
+
+
 @pytest.mark.parametrize(
     ("candidate", "production", "promote"),
     [(0.91, None, True), (0.91, 0.89, True), (0.91, 0.91, False), (0.88, 0.93, False)],
@@ -138,12 +151,21 @@ def test_the_pipeline_scripts_hand_a_model_from_step_to_step_and_promote_it(tmp_
     )
     assert train.returncode == 0, train.stderr
     assert "train: rank 1: epoch 6/6" in train.stdout
+    fetch = _run("fetch_data.py", "--run-dir", str(run), env={"JOB_ROLE": "worker", "JOB_RANK": "1"})
+    assert fetch.returncode == 0, fetch.stderr
+    assert "fetch: worker 1: shard 4/4 staged" in fetch.stdout
     evaluate = _run("evaluate.py", "--run-dir", str(run))
     assert evaluate.returncode == 0
     metric = [line for line in evaluate.stdout.splitlines() if line.startswith("METRIC accuracy=")]
     assert len(metric) == 1
     assert _run("promote.py", "--run-dir", str(run), "--production", str(production)).returncode == 0
     assert (production / "metrics.json").read_text() == (run / "metrics.json").read_text()
+
+
+def test_the_fetch_script_fails_clearly_when_the_data_was_never_prepared(tmp_path):
+    fetch = _run("fetch_data.py", "--run-dir", str(tmp_path / "runs" / "missing"))
+    assert fetch.returncode == 1
+    assert "data.json is missing: did prepare_data run for this run?" in fetch.stderr
 
 
 @pytest.mark.parametrize(

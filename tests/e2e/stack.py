@@ -112,6 +112,10 @@ class Stack:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
             "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
+            # The data fetch of the training job's init containers lasts 15 s here (simulated seconds
+            # at the stack's time scale): longer than a loaded triggerer takes to pick a trigger up, so
+            # the task log sees the launcher in Init (order, not speed, is what the test asserts).
+            "AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS": str(round(15 / self.time_scale)),
             "AIRFLOW_JOBS_EXAMPLE_SCRIPTS": str(DAGS / "scripts"),
             "AIRFLOW_JOBS_EXAMPLE_ARTIFACTS": str(self.artifacts),
             **self.extra_env,
@@ -242,6 +246,10 @@ class Stack:
             _signal_group(proc, signal.SIGKILL)
             if proc.poll() is None:
                 proc.wait(timeout=10)
+        # SIGKILL is delivered asynchronously: a group member may still be dying when killpg returns.
+        deadline = time.monotonic() + 10
+        while self.alive_groups() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def alive_groups(self) -> list[str]:
         """Names of the components whose process group still has a live process."""

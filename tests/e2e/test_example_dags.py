@@ -65,7 +65,11 @@ def test_daily_retraining_runs_to_success_and_streams_the_pods_logs(stack):
     assert any(
         e.startswith("[launcher] train: epoch 6: gradients all-reduced across 2 worker(s)") for e in train
     )
-    assert _first(train, r"^MPIJob \S+: RUNNING") >= 0
+    # The launcher's init containers (the DAG's fetch-data, then wait-for-workers) show while it starts:
+    # the README's "STARTING (launcher Init:0/2, ...)" is what the task log says.
+    launcher_init = _first(train, r"^MPIJob \S+: STARTING \(.*\blauncher Init:\d+/2\b")
+    running = _first(train, r"^MPIJob \S+: RUNNING")
+    assert 0 <= launcher_init < running, "\n".join(train)
     evaluate = stack.task_log(RETRAINING, run_id, "evaluate")
     assert any(re.match(r"\[worker-0\] METRIC accuracy=0\.\d+$", e) for e in evaluate)
     assert (stack.artifacts / "production" / "model.json").exists()

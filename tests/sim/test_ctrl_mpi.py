@@ -11,11 +11,13 @@ from functools import partial
 import pytest
 from sim_waiting import wait_for as _wait_for
 
+from airflow_jobs_plugin.manifests import worker_host
 from airflow_jobs_plugin.sim.cluster import SimCluster
 from airflow_jobs_plugin.sim.config import ClusterConfig
 from airflow_jobs_plugin.sim.controllers.mpi import (
     Create,
     SuspendLauncher,
+    job_service,
     launcher_job,
     plan_mpijob,
     worker_pod,
@@ -125,6 +127,8 @@ def test_a_new_mpijob_gets_created_condition_workers_config_and_launcher():
         "MPIJob default/train is created.",
     )
     config = next(a.obj for a in plan.actions if isinstance(a, Create) and a.resource == "configmaps")
+    hosts = [line.split()[0] for line in config["data"]["hostfile"].splitlines()]
+    assert hosts == [worker_host("train", i, "default") for i in range(2)]
     assert (
         config["data"]["hostfile"]
         == "train-worker-0.train.default.svc slots=2\ntrain-worker-1.train.default.svc slots=2\n"
@@ -161,6 +165,99 @@ def test_with_wait_for_workers_ready_the_launcher_waits_for_ready_workers():
         ready.append(pod)
     plan = plan_mpijob(job, ready, None, T0)
     assert [a.obj["kind"] for a in plan.actions if isinstance(a, Create)] == ["Job"]
+
+
+def test_the_workers_service_is_headless_and_named_after_the_mpijob():
+    # newJobService (mpi_job_controller.go v0.5.0, v0.8.0): Service <job>, selecting every pod of the job;
+    # since v0.7 it publishes not-ready addresses only when the launcher also runs as a worker.
+    svc = job_service(mpijob())
+    assert svc["metadata"]["name"] == "train"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {
+        "training.kubeflow.org/operator-name": "mpi-operator",
+        "training.kubeflow.org/job-name": "train",
+    }
+    assert svc["spec"]["publishNotReadyAddresses"] is False
+    as_worker = mpijob()
+    as_worker["spec"]["runLauncherAsWorker"] = True
+    assert job_service(as_worker)["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_pod_hostnames_and_subdomain_give_the_names_the_product_waits_for():
+    job = mpijob()
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["subdomain"] = "mine"
+    launcher = launcher_job(job, suspend=False)["spec"]["template"]["spec"]
+    assert (launcher["hostname"], launcher["subdomain"]) == ("train-launcher", "train")
+    worker = worker_pod(job, 1)["spec"]
+    assert (worker["hostname"], worker["subdomain"]) == ("train-worker-1", "train")
+    assert worker["dnsConfig"]["searches"] == ["train.default.svc.cluster.local"]
+    published = f"{worker['hostname']}.{worker['subdomain']}.default.svc"
+    assert published == worker_host("train", 1, "default")
+
+
+def test_a_suspended_mpijob_gets_its_launcher_at_once_whatever_the_creation_policy():
+    # kubeflow/mpi-operator issue #615 (open at v0.8.0): no workers exist while suspended, so
+    # countReadyWorkerPods(worker) == len(worker) reads 0 == 0 and the launcher Job is created, suspended;
+    # resuming unsuspends it in the same sync that creates the workers. Hence the product's own wait.
+    job = mpijob(suspend=True, launcherCreationPolicy="WaitForWorkersReady")
+    first = plan_mpijob(job, [], None, T0)
+    launcher = next(a.obj for a in first.actions if isinstance(a, Create) and a.resource == "jobs")
+    assert launcher["spec"]["suspend"] is True
+    launcher = {**launcher, "metadata": {**launcher["metadata"], "uid": "launcher-uid"}, "status": {}}
+    resumed_job = mpijob(launcherCreationPolicy="WaitForWorkersReady")
+    resumed = plan_mpijob({**resumed_job, "status": first.status}, [], launcher, T0)
+    assert SuspendLauncher("train-launcher", False) in resumed.actions
+    assert [a.obj["metadata"]["name"] for a in resumed.actions if isinstance(a, Create)] == [
+        "train-worker-0",
+        "train-worker-1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda j: j["spec"]["runPolicy"].update(cleanPodPolicy="Sometimes"),
+            'spec.runPolicy.cleanPodPolicy: Unsupported value: "Sometimes": supported values: "All", "None", "Running"',
+        ),
+        (
+            lambda j: j["spec"]["mpiReplicaSpecs"]["Launcher"].update(replicas=2),
+            "spec.mpiReplicaSpecs[Launcher].replicas: Invalid value: 2: must be 1",
+        ),
+        (
+            lambda j: j["spec"]["mpiReplicaSpecs"]["Worker"].update(restartPolicy="Always"),
+            'spec.mpiReplicaSpecs[Worker].restartPolicy: Unsupported value: "Always"',
+        ),
+        (
+            lambda j: j["metadata"].update(name="x" * 60),
+            "will not able to create pod and service with invalid DNS label",
+        ),
+    ],
+)
+def test_the_operator_refuses_what_validate_mpijob_refuses(change, message):
+    # pkg/apis/kubeflow/validation/validation.go (v0.8.0): the CRD accepts these values, the operator
+    # records a ValidationError Warning and creates nothing.
+    job = mpijob()
+    change(job)
+    plan = plan_mpijob(job, [], None, T0, config_exists=False, service_exists=False)
+    assert plan.actions == [] and "conditions" not in plan.status
+    (event,) = plan.events
+    assert (event.type, event.reason) == ("Warning", "ValidationError")
+    assert event.message.startswith("Found validation errors: ") and message in event.message
+
+
+def test_unset_policies_take_the_v2beta1_defaults():
+    # default.go: cleanPodPolicy None, launcherCreationPolicy AtStartup, restart policies
+    # OnFailure (Launcher) and Never (Worker); the operator defaults its copy before validating.
+    job = mpijob()
+    del job["spec"]["runPolicy"]["cleanPodPolicy"]
+    plan = plan_mpijob(job, [], None, T0)
+    kinds = [a.obj["kind"] for a in plan.actions if isinstance(a, Create)]
+    assert kinds == ["Pod", "Pod", "Job"] and not plan.events[1:]
+    launcher = next(a.obj for a in plan.actions if isinstance(a, Create) and a.resource == "jobs")
+    assert launcher["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+    worker = next(a.obj for a in plan.actions if isinstance(a, Create) and a.resource == "pods")
+    assert worker["spec"]["restartPolicy"] == "Never"
 
 
 # ----------------------------------------------------------------------------- through the cluster
@@ -292,8 +389,15 @@ def test_a_failing_worker_fails_the_mpijob(cluster, ns):
     failed = wait_for(lambda: condition(cluster, ns, "train", "Failed"))
     assert failed["reason"] == "MPIJobFailed" and "workers have failed" in failed["message"]
     assert "MPIJobFailed" in mpi_events(cluster, ns, "train")
+    # cleanPodPolicy Running (mpi_job_controller.go deleteWorkerPods, v0.5.0..v0.8.0) deletes the workers
+    # still Running or Pending and keeps the ended ones, then initializeMPIJobStatuses resets their counts.
+    wait_for(lambda: cluster.store.get("mpijobs", "train", ns)["status"]["replicaStatuses"]["Worker"] == {})
     status = cluster.store.get("mpijobs", "train", ns)["status"]
-    assert status["completionTime"] and status["replicaStatuses"]["Worker"].get("failed", 0) >= 1
+    assert status["completionTime"]
+    failed_pods = [
+        p for p in cluster.store.list("pods", namespace=ns) if p["status"].get("phase") == "Failed"
+    ]
+    assert any(p["metadata"]["name"].startswith("train-worker-") for p in failed_pods)
 
 
 def test_an_evicted_worker_fails_the_mpijob_with_reason_mpijobevicted(cluster, ns):
@@ -384,3 +488,43 @@ def test_a_failed_launcher_pod_that_is_retried_marks_the_mpijob_restarting(clust
         )
         == 2
     )
+
+
+def test_a_running_mpijob_has_its_headless_service_and_its_finished_workers_keep_their_logs(cluster, ns):
+    create(
+        cluster,
+        ns,
+        mpijob(
+            launcher_scenario={"main": {"run": 2}},
+            worker_scenario={"main": {"run": 1, "logs": ["rank ready"]}},
+            launcherCreationPolicy="AtStartup",
+        ),
+    )
+    svc = wait_for(lambda: _get(cluster, "services", "train", ns))
+    assert svc["spec"]["clusterIP"] == "None" and svc["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+    wait_for(lambda: condition(cluster, ns, "train", "Succeeded"))
+    # The workers ended on their own before the launcher: cleanPodPolicy Running keeps them.
+    names = {p["metadata"]["name"] for p in cluster.store.list("pods", namespace=ns)}
+    assert {"train-worker-0", "train-worker-1"} <= names
+
+
+def _get(cluster, resource: str, name: str, ns: str) -> dict | None:
+    try:
+        return cluster.store.get(resource, name, ns)
+    except Exception:  # noqa: BLE001 - not there yet
+        return None
+
+
+@pytest.mark.parametrize("dag_id", ["2024_retrain", "x" * 200])
+def test_the_products_mpijobs_pass_the_operators_validation(dag_id):
+    # A name the operator refuses (DNS-1035 for <name>-worker-<last>) would leave the job never starting.
+    from airflow_jobs_plugin.manifests import build_manifest
+    from airflow_jobs_plugin.sim.controllers.mpi import validation_errors
+    from airflow_jobs_plugin.sim.store import default_mpijob_spec
+    from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+    task = TaskIdentity(dag_id, "train", "manual__2026-01-01", -1, 1)
+    spec = validate(image="trainer:1", group="vision", user="alice", gpus=1, workers=64)
+    body = build_manifest(spec, name=task.job_name(1), task=task, attempt=1, queued_at=T0)
+    default_mpijob_spec(body["spec"])
+    assert validation_errors(body) == []

@@ -1,16 +1,23 @@
 """The simulated kubeflow MPI operator (``kubeflow.org/v2beta1`` MPIJob).
 
-Like the real operator (v0.5+), an MPIJob gets worker pods ``<name>-worker-<i>``, a hostfile ConfigMap
-``<name>-config`` and a launcher batch/v1 Job ``<name>-launcher`` whose pod the Job controller creates.
-The launcher Job deciding success or failure, a failed or evicted worker failing the MPIJob, suspend,
-launcherCreationPolicy, cleanPodPolicy and ttlSecondsAfterFinished follow the operator. ``plan_mpijob``
-is the pure decision; ``MPIController`` applies it.
+Follows kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go`` (v0.5.0, checked against
+v0.8.0, the newest release): an MPIJob gets a headless Service ``<name>`` selecting its pods, worker
+pods ``<name>-worker-<i>`` with ``hostname`` = pod name and ``subdomain: <name>`` (so a Ready worker is
+``<name>-worker-<i>.<name>.<ns>.svc``), a hostfile ConfigMap ``<name>-config`` listing those names and a
+launcher batch/v1 Job ``<name>-launcher`` whose pod the Job controller creates. The launcher Job
+deciding success or failure, a failed or evicted worker failing the MPIJob, suspend,
+launcherCreationPolicy (including its upstream gap: a suspended MPIJob gets its launcher Job at once,
+issue #615), cleanPodPolicy and ttlSecondsAfterFinished follow the operator, and so does
+``ValidateMPIJob`` (``pkg/apis/kubeflow/validation/validation.go``): the API server accepts these
+fields (the CRD has no enum for them), the operator refuses to sync an invalid MPIJob and says why in
+a ``ValidationError`` Warning event. ``plan_mpijob`` is the pure decision; ``MPIController`` applies it.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +36,7 @@ from airflow_jobs_plugin.sim.controllers.base import (
     split_key,
 )
 from airflow_jobs_plugin.sim.events import MPI_OPERATOR, NORMAL, WARNING, EventRecorder, EventSpec
+from airflow_jobs_plugin.sim.store import default_mpijob_spec
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +113,13 @@ def worker_pod(mpijob: dict, index: int) -> dict:
     }
     spec = template.get("spec") or {}
     spec["hostname"] = name
-    spec["subdomain"] = meta["name"]
+    spec["subdomain"] = meta["name"]  # the Service's name: <name>-worker-<i>.<name>.<ns>.svc
+    # newWorker: Intel MPI and MPICH reach the launcher by its short hostname through this search path.
+    dns = spec.setdefault("dnsConfig", {})
+    dns["searches"] = [
+        *(dns.get("searches") or []),
+        f"{meta['name']}.{meta.get('namespace')}.svc.cluster.local",
+    ]
     spec["restartPolicy"] = _pod_restart_policy(replica)
     pod_meta: dict[str, Any] = {
         "name": name,
@@ -130,8 +144,9 @@ def launcher_job(mpijob: dict, suspend: bool) -> dict:
     tspec["restartPolicy"] = _pod_restart_policy(
         {"restartPolicy": replica.get("restartPolicy") or "OnFailure"}
     )
-    tspec.setdefault("hostname", f"{meta['name']}-launcher")
-    tspec.setdefault("subdomain", meta["name"])
+    # newLauncherPodTemplate overwrites whatever the template says.
+    tspec["hostname"] = f"{meta['name']}-launcher"
+    tspec["subdomain"] = meta["name"]
     spec: dict[str, Any] = {"template": template, "suspend": suspend}
     for source, target in (
         ("backoffLimit", "backoffLimit"),
@@ -150,6 +165,85 @@ def launcher_job(mpijob: dict, suspend: bool) -> dict:
         },
         "spec": spec,
     }
+
+
+def job_service(mpijob: dict) -> dict:
+    """The headless Service named after the MPIJob that gives its pods their DNS names (``newJobService``).
+
+    Without ``publishNotReadyAddresses`` (only ``runLauncherAsWorker`` sets it, v0.8.0), a pod's name
+    resolves only while the pod is Ready.
+    """
+    meta = mpijob["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta.get("namespace"),
+            "labels": {"app": meta["name"]},
+            "ownerReferences": [owner_reference(mpijob, API_VERSION, "MPIJob")],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {OPERATOR_NAME_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: meta["name"]},
+            "publishNotReadyAddresses": bool(mpijob.get("spec", {}).get("runLauncherAsWorker")),
+        },
+    }
+
+
+_CLEAN_POD_POLICIES = ("All", "None", "Running")
+_RESTART_POLICIES = ("Never", "OnFailure")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(f'"{v}"' for v in values)
+
+
+def validation_errors(mpijob: dict) -> list[str]:
+    """What the operator's ``ValidateMPIJob`` refuses, for the fields the simulator models (pure).
+
+    Messages are Kubernetes field errors, as the operator's ``ValidationError`` event prints them.
+    """
+    meta = mpijob["metadata"]
+    spec = mpijob.get("spec") or {}
+    errs: list[str] = []
+    worker = _replica(mpijob, "Worker")
+    replicas = worker.get("replicas")
+    last = int(replicas) - 1 if isinstance(replicas, int) and replicas > 0 else 0
+    hostname = f"{meta['name']}-worker-{last}"
+    if len(hostname) > 63 or not _DNS1035_LABEL.match(hostname):
+        errs.append(
+            f'metadata.name: Invalid value: "{meta["name"]}": will not able to create pod and service with '
+            f'invalid DNS label "{hostname}"'
+        )
+    policy = (spec.get("runPolicy") or {}).get("cleanPodPolicy")
+    if policy is None:
+        errs.append("spec.runPolicy.cleanPodPolicy: Required value: must have clean Pod policy")
+    elif policy not in _CLEAN_POD_POLICIES:
+        errs.append(
+            f'spec.runPolicy.cleanPodPolicy: Unsupported value: "{policy}": supported values: '
+            + _quoted(_CLEAN_POD_POLICIES)
+        )
+    for role in ("Launcher", "Worker"):
+        replica = _replica(mpijob, role)
+        if not replica:
+            if role == "Launcher":
+                errs.append("spec.mpiReplicaSpecs[Launcher]: Required value: must have Launcher replica spec")
+            continue
+        path = f"spec.mpiReplicaSpecs[{role}]"
+        restart = replica.get("restartPolicy")
+        if restart not in _RESTART_POLICIES:
+            errs.append(
+                f'{path}.restartPolicy: Unsupported value: "{restart}": supported values: '
+                + _quoted(_RESTART_POLICIES)
+            )
+        count = replica.get("replicas")
+        if role == "Launcher" and count != 1:
+            errs.append(f"{path}.replicas: Invalid value: {count}: must be 1")
+        if role == "Worker" and isinstance(count, int) and count <= 0:
+            errs.append(f"{path}.replicas: Invalid value: {count}: must be greater than or equal to 1")
+    return errs
 
 
 def config_map(mpijob: dict) -> dict:
@@ -202,6 +296,7 @@ def plan_mpijob(
     scale: float = 1.0,
     memory: MPIMemory | None = None,
     config_exists: bool = True,
+    service_exists: bool = True,
 ) -> MPIPlan:
     """One sync of an MPIJob given the namespace's pods and its launcher Job (pure)."""
     memory = copy.deepcopy(memory) if memory is not None else MPIMemory()
@@ -211,6 +306,15 @@ def plan_mpijob(
     status = copy.deepcopy(mpijob.get("status") or {})
     plan = MPIPlan(status=status, memory=memory)
     if meta.get("deletionTimestamp"):
+        return plan
+    # syncHandler defaults its copy (scheme.Scheme.Default) before it validates and acts on it.
+    mpijob = {**mpijob, "spec": copy.deepcopy(mpijob.get("spec") or {})}
+    default_mpijob_spec(mpijob["spec"])
+    errs = validation_errors(mpijob)
+    if errs:
+        # The operator records the refusal and does not requeue; nothing of the job is created.
+        detail = errs[0] if len(errs) == 1 else "[" + ", ".join(errs) + "]"
+        plan.events.append(EventSpec(WARNING, "ValidationError", f"Found validation errors: {detail}"))
         return plan
     spec = mpijob.get("spec", {})
     run_policy = spec.get("runPolicy") or {}
@@ -230,8 +334,16 @@ def plan_mpijob(
         message = f"MPIJob {ref} is created."
         conditions = _mpi_condition(conditions, "Created", "True", now, "MPIJobCreated", message)
         plan.events.append(EventSpec(NORMAL, "MPIJobCreated", message))
-    if not config_exists:
-        plan.actions.append(Create("configmaps", config_map(mpijob)))
+    launcher_done = launcher is not None and (
+        condition_true(launcher.get("status", {}).get("conditions"), "Complete")
+        or condition_true(launcher.get("status", {}).get("conditions"), "Failed")
+    )
+    if not launcher_done:
+        # syncHandler: the Service and the hostfile exist while the launcher has not finished.
+        if not service_exists:
+            plan.actions.append(Create("services", job_service(mpijob)))
+        if not config_exists:
+            plan.actions.append(Create("configmaps", config_map(mpijob)))
 
     finished = condition_true(conditions, "Succeeded") or condition_true(conditions, "Failed")
     if finished:
@@ -261,8 +373,9 @@ def plan_mpijob(
             if not pod["metadata"].get("deletionTimestamp"):
                 plan.actions.append(Delete("pods", pod["metadata"]["name"]))
         if launcher is None:
-            if spec.get("launcherCreationPolicy", "AtStartup") == "AtStartup":
-                plan.actions.append(Create("jobs", launcher_job(mpijob, suspend=True)))
+            # Whatever the launcherCreationPolicy: while suspended there are no workers, and the
+            # operator's ``countReadyWorkerPods(worker) == len(worker)`` reads 0 == 0 (issue #615).
+            plan.actions.append(Create("jobs", launcher_job(mpijob, suspend=True)))
         elif not launcher.get("spec", {}).get("suspend"):
             plan.actions.append(SuspendLauncher(launcher["metadata"]["name"], True))
         status["conditions"] = conditions
@@ -288,6 +401,8 @@ def plan_mpijob(
             if not pod["metadata"].get("deletionTimestamp"):
                 plan.actions.append(Delete("pods", pod_name))
 
+    # countReadyWorkerPods: a worker counts once its Ready condition is True; any policy but AtStartup
+    # waits for all of them (the CRD does not restrict the value).
     all_ready = len(workers) >= workers_wanted and all(
         condition_true(p.get("status", {}).get("conditions"), "Ready") for p in workers.values()
     )
@@ -371,8 +486,11 @@ def _counts(
             succeeded=1 if condition_true(lconds, "Complete") else 0,
             failed=1 if condition_true(lconds, "Failed") else 0,
         ),
-        "Worker": _replica_status(
-            active=0 if cleaned else phases.count("Running"),
+        # cleanUpWorkerPods resets the workers' counts (initializeMPIJobStatuses) once it cleaned them.
+        "Worker": {}
+        if cleaned
+        else _replica_status(
+            active=phases.count("Running"),
             succeeded=phases.count("Succeeded"),
             failed=phases.count("Failed"),
         ),
@@ -439,6 +557,11 @@ class MPIController(Reconciler):
             config_exists = True
         except Exception:  # noqa: BLE001 - not created yet
             config_exists = False
+        try:
+            self.store.get("services", name, namespace=ns)
+            service_exists = True
+        except Exception:  # noqa: BLE001 - not created yet
+            service_exists = False
         # Read-only views of the workers (owned by the MPIJob) and the launcher's pods (owned by its Job).
         owners = [mpijob["metadata"]["uid"], *([launcher["metadata"]["uid"]] if launcher else [])]
         pods = sorted(
@@ -453,7 +576,14 @@ class MPIController(Reconciler):
         now = self.clock.now()
         uid = mpijob["metadata"]["uid"]
         plan = plan_mpijob(
-            mpijob, pods, launcher, now, self.clock.time_scale, self.memory.get(uid), config_exists
+            mpijob,
+            pods,
+            launcher,
+            now,
+            self.clock.time_scale,
+            self.memory.get(uid),
+            config_exists,
+            service_exists,
         )
         self.memory[uid] = plan.memory
         for action in plan.actions:
