@@ -15,14 +15,15 @@ from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
 from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
 from airflow_jobs_plugin.outcome import (
+    JobEvent,
     TryOutcome,
     delivered_job,
     failure_message,
-    is_fatal,
+    headline,
     repeated_fatal_failure,
     summary,
 )
-from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, validate
+from airflow_jobs_plugin.spec import JobSpec, JobSpecError, TaskIdentity, validate
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -192,7 +193,14 @@ class JobOperator(BaseOperator):
     # --- execute ---
 
     def execute(self, context: Context) -> Any:
-        spec = self._spec(templated=False)
+        try:
+            spec = self._spec(templated=False)
+        except JobSpecError as exc:
+            # A value that is only wrong once rendered is as wrong on every retry: do not spend them.
+            fields = ", ".join(dict.fromkeys(f for f, _ in exc.errors))
+            raise AirflowFailException(
+                f"invalid rendered value of {fields} (no retry can fix this; correct the DAG):\n{exc}"
+            ) from exc
         ti = context["ti"]
         identity = TaskIdentity(
             dag_id=ti.dag_id,
@@ -253,8 +261,9 @@ class JobOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         try_number = context["ti"].try_number if "ti" in context else 0
-        if event.get("status") == "success":
-            result = summary(event)
+        ended = JobEvent.from_payload(event)
+        if ended.succeeded:
+            result = summary(ended)
             self._remember(context, TASK_STATE_DELIVERED, TryOutcome(try_number, job=result["job_name"]))
             self.log.info(
                 "%s %s succeeded after %d attempt(s); %.0f GPU-seconds",
@@ -264,12 +273,15 @@ class JobOperator(BaseOperator):
                 result["gpu_seconds"] or 0,
             )
             return result
-        message = failure_message(event)
-        if is_fatal(event):
+        message = failure_message(ended)
+        if ended.cancelled:
+            # The task log's last lines: cancelled, by whom, when; and no retry will run it again.
+            self.log.error("%s; not retried (clear the task to run it again)", headline(ended))
+        if ended.fatal:
             self._remember(
                 context,
                 TASK_STATE_FATAL,
-                TryOutcome(try_number, job=event.get("job_name") or "", message=message),
+                TryOutcome(try_number, job=ended.job_name, message=message, cancelled=ended.cancelled),
             )
             raise AirflowFailException(message)
         raise AirflowException(message)
