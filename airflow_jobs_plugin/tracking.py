@@ -73,7 +73,8 @@ def state_line(snapshot: JobSnapshot) -> str:
     ):
         detail.append(reason)
     summary = replica_summary(snapshot.replicas)
-    if summary and snapshot.state not in (JobState.QUEUED,):
+    # A queued, stopped or cancelled job has no pods worth naming (its line says why instead).
+    if summary and snapshot.state not in (JobState.QUEUED, JobState.STOPPED, JobState.CANCELLED):
         detail.append(summary)
     line = snapshot.state.value
     if detail:
@@ -88,7 +89,12 @@ _SAYS_WHY = (JobState.QUEUED, JobState.SCHEDULING, JobState.FAILED, JobState.CAN
 
 
 def signature(snapshot: JobSnapshot) -> tuple:
-    """What must change for the trigger to log a new line (not every watch event is news)."""
+    """What must change for the trigger to log a new line (not every watch event is news).
+
+    A job that has ended is logged once: its pods' last statuses arriving after its final state (the
+    final look reads them again) are not news."""
+    if snapshot.state.is_terminal:
+        return (snapshot.state, snapshot.reason)
     return (
         snapshot.state,
         snapshot.reason,

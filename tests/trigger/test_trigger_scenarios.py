@@ -212,6 +212,8 @@ async def test_an_mpi_job_goes_through_launcher_init_then_runs_to_success(client
     assert "workers 2/2" in out
     assert "[launcher] mpirun: rank 0 done" in out
     assert {r["role"] for r in event["replicas"]} == {"launcher", "worker"}
+    # The final look reads the pods again; the end is logged once, on those fresh facts.
+    assert out.count(f"MPIJob {name}: SUCCEEDED") == 1
 
 
 async def test_a_crash_looping_mpi_worker_degrades_the_job_until_the_launcher_fails(client, capsys):
