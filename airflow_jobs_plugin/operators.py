@@ -56,8 +56,6 @@ SPEC_ARGS = (
     "queue_timeout",
     "schedule_timeout",
     "requeue_limit",
-    "requeue_backoff",
-    "requeue_backoff_max",
     "active_deadline",
     "ttl_after_finished",
     "job_labels",
@@ -75,6 +73,15 @@ SPEC_ARGS = (
     "image_pull_secrets",
     "service_account",
 )
+
+
+# Arguments an earlier version accepted without ever applying them: the quota policy sets these.
+POLICY_ONLY = {
+    "requeue_backoff": "the back-off between requeues is the quota policy's requeue_backoff.base "
+    "(set by the platform admin in the policy ConfigMap): remove this argument",
+    "requeue_backoff_max": "the back-off between requeues is capped by the quota policy's "
+    "requeue_backoff.cap (set by the platform admin in the policy ConfigMap): remove this argument",
+}
 
 
 class JobLink(BaseOperatorLink):
@@ -140,7 +147,7 @@ class JobOperator(BaseOperator):
         fatal_exit_codes: Sequence[int] = (),
         queue_timeout: timedelta | None = None,
         schedule_timeout: timedelta = spec_defaults.DEFAULT_SCHEDULE_TIMEOUT,
-        requeue_limit: int = spec_defaults.DEFAULT_REQUEUE_LIMIT,
+        requeue_limit: int | str | None = spec_defaults.DEFAULT_REQUEUE_LIMIT,
         active_deadline: timedelta | None = spec_defaults.DEFAULT_ACTIVE_DEADLINE,
         ttl_after_finished: timedelta | None = spec_defaults.DEFAULT_TTL_AFTER_FINISHED,
         job_labels: Mapping[str, str] | None = None,
@@ -157,13 +164,13 @@ class JobOperator(BaseOperator):
         image_pull_policy: str | None = None,
         image_pull_secrets: Sequence[str] | None = None,
         service_account: str | None = None,
-        requeue_backoff: timedelta = spec_defaults.DEFAULT_REQUEUE_BACKOFF,
-        requeue_backoff_max: timedelta = spec_defaults.DEFAULT_REQUEUE_BACKOFF_MAX,
         stream_logs: bool = True,
         quota_configmap: str | None = None,
         quota_namespace: str | None = None,
         **kwargs: Any,
     ):
+        for gone in sorted(set(kwargs) & set(POLICY_ONLY)):
+            raise JobSpecError(gone, POLICY_ONLY[gone])
         super().__init__(**kwargs)
         values = locals()
         for arg in SPEC_ARGS:

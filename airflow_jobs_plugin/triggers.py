@@ -56,6 +56,10 @@ T = TypeVar("T")
 
 # The queue reason of a job the pool admitted (its reservation written) but not yet unsuspended.
 ADMITTED = "Admitted"
+# Without a quota pool nothing is waited for but the cluster: the trigger releases the job at once.
+NO_QUOTA = QueueStatus(
+    reason="Pending", message="no quota pool: released at once, waiting for the cluster to start it"
+)
 
 
 def _resource(kind: str) -> Resource:
@@ -322,10 +326,12 @@ class _Follow:
         if self.unsuspended_from is not None and self.unsuspended_from == version:
             # This process unsuspended this very version: the change is on its way, but a pod's event
             # (another watch stream) can wake us before the job's own. Do not admit twice.
-            return None, None
+            return NO_QUOTA, None
         queue = await self._patiently(self.admission.ensure, job)
         direct = queue is None and not self.admission.quota_enabled
         self.unsuspended_from = version if direct else None
+        if direct:
+            return NO_QUOTA, None
         reservation = None
         if queue is not None and queue.reason == ADMITTED:
             decision = self.admission.decision(job["metadata"].get("uid") or "")
