@@ -228,19 +228,25 @@ class JobOperator(BaseOperator):
             delivered = delivered_job(TryOutcome.from_json(store.get(TASK_STATE_DELIVERED)), **tries)
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
+        from airflow_jobs_plugin import config, quota_source
         from airflow_jobs_plugin.submission import SubmissionRefused, submit
         from airflow_jobs_plugin.triggers import JobTrigger
 
+        pool = quota_source.choose(
+            self.quota_configmap,
+            self.quota_namespace,
+            config.get("quota_configmap"),
+            config.get("quota_namespace"),
+        )
         try:
-            name, kind = asyncio.run(
+            job = asyncio.run(
                 submit(
                     spec,
                     identity,
                     store,
                     delivered=delivered,
                     conn_id=self.kubernetes_conn_id,
-                    quota_configmap=self.quota_configmap,
-                    quota_namespace=self.quota_namespace,
+                    pool=pool,
                     log=self.log,
                 )
             )
@@ -248,9 +254,9 @@ class JobOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from exc
         self.defer(
             trigger=JobTrigger(
-                job_name=name,
+                job_name=job.name,
                 namespace=spec.namespace,
-                kind=kind,
+                kind=job.kind,
                 kubernetes_conn_id=self.kubernetes_conn_id,
                 max_attempts=spec.max_attempts,
                 retry_backoff=spec.retry_backoff.total_seconds(),
@@ -258,8 +264,8 @@ class JobOperator(BaseOperator):
                 retryable_exit_codes=list(spec.retryable_exit_codes),
                 fatal_exit_codes=list(spec.fatal_exit_codes),
                 stream_logs=self.stream_logs,
-                quota_configmap=self.quota_configmap,
-                quota_namespace=self.quota_namespace,
+                quota_configmap=job.quota_configmap,
+                quota_namespace=job.quota_namespace,
             ),
             method_name="execute_complete",
         )
