@@ -249,12 +249,7 @@ def after_deletion(last_seen: Mapping[str, Any], *, now: datetime) -> tuple[JobS
     gone = snapshot(last_seen, (), (), now=now)
     annotations = dict((last_seen.get("metadata") or {}).get("annotations") or {})
     if gone.state.is_terminal:
-        if gone.state is JobState.CANCELLED:
-            who = annotations.get(labels.CANCELLED_BY) or "a user"
-            when = annotations.get(labels.CANCELLED_AT) or _iso(now)
-            annotations[labels.CANCELLED_AT] = when
-            gone = replace(gone, message=f"cancelled by {who} at {when}")
-        return gone, annotations
+        return who_cancelled(gone, annotations, now=now)
     when = _iso(now) or ""
     annotations[labels.CANCELLED_BY] = DELETED_BY_SOMEONE
     annotations[labels.CANCELLED_AT] = when
@@ -265,6 +260,21 @@ def after_deletion(last_seen: Mapping[str, Any], *, now: datetime) -> tuple[JobS
         message=f"cancelled by {DELETED_BY_SOMEONE} at {when}",
     )
     return cancelled, annotations
+
+
+def who_cancelled(
+    snap: JobSnapshot, annotations: Mapping[str, str], *, now: datetime
+) -> tuple[JobSnapshot, dict[str, str]]:
+    """A CANCELLED snapshot whose message names who cancelled and when (the cancel's annotations; a
+    cancel that did not record its time is dated when it was seen); any other snapshot as it is."""
+    annotations = dict(annotations)
+    if snap.state is not JobState.CANCELLED:
+        return snap, annotations
+    who = annotations.get(labels.CANCELLED_BY) or "a user"
+    when = annotations.get(labels.CANCELLED_AT) or _iso(now) or ""
+    annotations[labels.CANCELLED_BY] = who
+    annotations[labels.CANCELLED_AT] = when
+    return replace(snap, message=f"cancelled by {who} at {when}"), annotations
 
 
 class SensorVerdict(str, Enum):

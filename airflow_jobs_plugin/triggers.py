@@ -270,6 +270,7 @@ class _Follow:
         pods = self.watch.pods_of(self.name)
         queue, reservation = await self._admit(job)
         snap = snapshot(job, pods, self.final_events, queue=queue, reservation=reservation, now=_now())
+        snap, annotations = tracking.who_cancelled(snap, job["metadata"].get("annotations") or {}, now=_now())
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
         attempt = attempts.attempt_of(job)
         decision = tracking.decide(
@@ -299,7 +300,7 @@ class _Follow:
         if decision.step is tracking.Step.RETRY:
             await self._start_next_attempt(job, snap, attempt, decision.delay)
             return None
-        return await self._finish(job, snap, failure, decision.retryable)
+        return await self._finish(snap, failure, decision.retryable, annotations)
 
     # --- the steps ---
 
@@ -386,7 +387,7 @@ class _Follow:
         self._new_attempt()
 
     async def _finish(
-        self, job: dict, snap: JobSnapshot, failure: Failure | None, retryable: bool
+        self, snap: JobSnapshot, failure: Failure | None, retryable: bool, annotations: dict[str, str]
     ) -> JobEvent:
         if self.streamer is not None:
             await self.streamer.drain(timeout=10)
@@ -400,7 +401,7 @@ class _Follow:
             history=self.history,
             log_tail=list(self.tail),
             retryable=retryable,
-            annotations=job["metadata"].get("annotations") or {},
+            annotations=annotations,
         )
 
     async def _vanished(self) -> JobEvent:

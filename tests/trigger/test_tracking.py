@@ -28,6 +28,7 @@ from airflow_jobs_plugin.tracking import (
     signature,
     state_line,
     stuck_for_good,
+    who_cancelled,
 )
 
 
@@ -254,3 +255,12 @@ def test_a_finished_job_logs_its_final_state_once_whatever_its_pods_still_report
     before = snap(JobState.SUCCEEDED, Reason.COMPLETED, replica("launcher", 0, "Running"))
     after = snap(JobState.SUCCEEDED, Reason.COMPLETED, replica("launcher", 0, "Completed"))
     assert signature(before) == signature(after)
+
+
+def test_a_cancelled_job_still_in_the_cluster_reads_who_and_when_too():
+    cancelled = snap(JobState.CANCELLED, Reason.CANCELLED, message="cancelled by bob")
+    stamped = {labels.CANCELLED_BY: "bob", labels.CANCELLED_AT: "2026-11-23T20:59:00+00:00"}
+    read, _ = who_cancelled(cancelled, stamped, now=NOW)
+    assert read.message == "cancelled by bob at 2026-11-23T20:59:00+00:00"
+    running = snap(JobState.RUNNING, Reason.RUNNING)
+    assert who_cancelled(running, stamped, now=NOW)[0] is running
