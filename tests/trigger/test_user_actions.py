@@ -258,3 +258,35 @@ def test_a_trigger_serialized_by_the_previous_version_is_rebuilt(cluster):
     assert sensor.serialize()[0] == "airflow_jobs_plugin.job_sensor_trigger.JobSensorTrigger"
     with pytest.raises(TypeError, match="bogus"):
         JobTrigger(**{**old, "bogus": 1})
+
+
+def test_a_job_deleted_by_hand_under_a_quota_gives_its_gpus_back(cluster):
+    from airflow_jobs_plugin.kube import CONFIGMAPS
+
+    policy = f"pool-{next(_runs)}"
+
+    async def create_policy():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            text = "groups:\n  vision: {gpus: 8}\n"
+            await client.create(
+                CONFIGMAPS, "default", {"metadata": {"name": policy}, "data": {"policy.yaml": text}}
+            )
+        finally:
+            await client.close()
+
+    asyncio.run(create_policy())
+    task = TaskRun(train(quota_configmap=policy))
+    deferred = task.execute(1)
+    uid = {}
+
+    async def delete_after_noting_its_uid(client, name, _trigger):
+        uid["job"] = (await client.get(JOBS, "default", name))["metadata"]["uid"]
+        held = cluster.store.get("configmaps", "airflow-jobs-quota-vision", "default")
+        assert [value for value in held["data"].values() if uid["job"] in value]  # it runs on reserved GPUs
+        await kubectl_delete(client, name, _trigger)
+
+    event = follow_while(deferred, cluster, delete_after_noting_its_uid)
+    assert (event["state"], event["cancelled_by"]) == ("CANCELLED", DELETED_BY_SOMEONE)
+    ledger = cluster.store.get("configmaps", "airflow-jobs-quota-vision", "default") or {}
+    assert not [value for value in (ledger.get("data") or {}).values() if uid["job"] in value]
