@@ -385,6 +385,8 @@ class _Follow:
         )
         self._follow(name)
         self._new_attempt()
+        # This trigger created it: should it vanish before the first look, someone deleted it (a cancel).
+        self.last_seen = body
 
     async def _finish(
         self, snap: JobSnapshot, failure: Failure | None, retryable: bool, annotations: dict[str, str]
