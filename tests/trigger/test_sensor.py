@@ -149,3 +149,34 @@ def test_a_job_that_ended_where_no_target_can_follow_fails_the_sensor_at_once(cl
 def test_bad_sensor_arguments_fail_at_parse_time(kwargs, message):
     with pytest.raises(ValueError, match=message):
         JobSensor(task_id="wait", **kwargs)
+
+
+def test_a_sensor_wait_deferred_by_the_previous_version_resumes_after_an_upgrade(cluster):
+    # The previous version deferred JobSensor to JobTrigger(observe=True, ...); the triggerer, upgraded
+    # while the task was deferred, rebuilds it from those stored kwargs.
+    from airflow_jobs_plugin.triggers import JobTrigger
+
+    finished(cluster, plain_job("external-train-6"))
+    stored = {
+        "job_name": "external-train-6",
+        "namespace": "default",
+        "kind": "Job",
+        "kubernetes_conn_id": "kubernetes_default",
+        "max_attempts": 1,
+        "stream_logs": False,
+        "observe": True,
+        "label_selector": None,
+        "target_states": ["SUCCEEDED"],
+        "fail_states": ["FAILED", "CANCELLED"],
+    }
+
+    async def go():
+        try:
+            return await asyncio.wait_for(_collect(JobTrigger(**stored)), 60)
+        finally:
+            await shared.shutdown()
+
+    (event,) = asyncio.run(go())
+    assert (event["status"], event["state"]) == ("success", "SUCCEEDED")
+    sensor = JobSensor(task_id="wait", job_name="external-train-6")
+    assert sensor.execute_complete({}, event)["state"] == "SUCCEEDED"
