@@ -9,7 +9,7 @@ from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import admission, labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient
 from airflow_jobs_plugin.operators import STATE_KEY, JobOperator
@@ -36,6 +36,7 @@ def run_to_event(deferred: TaskDeferred, timeout: float = 60) -> dict:
         try:
             return [e.payload async for e in deferred.trigger.run()]
         finally:
+            await admission.shutdown()
             await shared.shutdown()
 
     (event,) = asyncio.run(asyncio.wait_for(collect(), timeout))

@@ -13,7 +13,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import inspect, labels
+from airflow_jobs_plugin import admission, inspect, labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.kube import JOBS, PODS, KubeClient
 from airflow_jobs_plugin.operators import JobOperator
@@ -91,6 +91,7 @@ def follow_while(deferred: TaskDeferred, cluster, action) -> dict:
             return await asyncio.wait_for(events, 60)
         finally:
             await client.close()
+            await admission.shutdown()
             await shared.shutdown()
 
     (event,) = asyncio.run(go())
