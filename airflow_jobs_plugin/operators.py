@@ -15,14 +15,15 @@ from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
 from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
 from airflow_jobs_plugin.outcome import (
+    JobEvent,
     TryOutcome,
     delivered_job,
     failure_message,
-    is_fatal,
+    headline,
     repeated_fatal_failure,
     summary,
 )
-from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, validate
+from airflow_jobs_plugin.spec import JobSpec, JobSpecError, TaskIdentity, validate
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -55,8 +56,6 @@ SPEC_ARGS = (
     "queue_timeout",
     "schedule_timeout",
     "requeue_limit",
-    "requeue_backoff",
-    "requeue_backoff_max",
     "active_deadline",
     "ttl_after_finished",
     "job_labels",
@@ -74,6 +73,15 @@ SPEC_ARGS = (
     "image_pull_secrets",
     "service_account",
 )
+
+
+# Arguments an earlier version accepted without ever applying them: the quota policy sets these.
+POLICY_ONLY = {
+    "requeue_backoff": "the back-off between requeues is the quota policy's requeue_backoff.base "
+    "(set by the platform admin in the policy ConfigMap): remove this argument",
+    "requeue_backoff_max": "the back-off between requeues is capped by the quota policy's "
+    "requeue_backoff.cap (set by the platform admin in the policy ConfigMap): remove this argument",
+}
 
 
 class JobLink(BaseOperatorLink):
@@ -139,7 +147,7 @@ class JobOperator(BaseOperator):
         fatal_exit_codes: Sequence[int] = (),
         queue_timeout: timedelta | None = None,
         schedule_timeout: timedelta = spec_defaults.DEFAULT_SCHEDULE_TIMEOUT,
-        requeue_limit: int = spec_defaults.DEFAULT_REQUEUE_LIMIT,
+        requeue_limit: int | str | None = spec_defaults.DEFAULT_REQUEUE_LIMIT,
         active_deadline: timedelta | None = spec_defaults.DEFAULT_ACTIVE_DEADLINE,
         ttl_after_finished: timedelta | None = spec_defaults.DEFAULT_TTL_AFTER_FINISHED,
         job_labels: Mapping[str, str] | None = None,
@@ -156,13 +164,13 @@ class JobOperator(BaseOperator):
         image_pull_policy: str | None = None,
         image_pull_secrets: Sequence[str] | None = None,
         service_account: str | None = None,
-        requeue_backoff: timedelta = spec_defaults.DEFAULT_REQUEUE_BACKOFF,
-        requeue_backoff_max: timedelta = spec_defaults.DEFAULT_REQUEUE_BACKOFF_MAX,
         stream_logs: bool = True,
         quota_configmap: str | None = None,
         quota_namespace: str | None = None,
         **kwargs: Any,
     ):
+        for gone in sorted(set(kwargs) & set(POLICY_ONLY)):
+            raise JobSpecError(gone, POLICY_ONLY[gone])
         super().__init__(**kwargs)
         values = locals()
         for arg in SPEC_ARGS:
@@ -192,7 +200,14 @@ class JobOperator(BaseOperator):
     # --- execute ---
 
     def execute(self, context: Context) -> Any:
-        spec = self._spec(templated=False)
+        try:
+            spec = self._spec(templated=False)
+        except JobSpecError as exc:
+            # A value that is only wrong once rendered is as wrong on every retry: do not spend them.
+            fields = ", ".join(dict.fromkeys(f for f, _ in exc.errors))
+            raise AirflowFailException(
+                f"invalid rendered value of {fields} (no retry can fix this; correct the DAG):\n{exc}"
+            ) from exc
         ti = context["ti"]
         identity = TaskIdentity(
             dag_id=ti.dag_id,
@@ -213,19 +228,25 @@ class JobOperator(BaseOperator):
             delivered = delivered_job(TryOutcome.from_json(store.get(TASK_STATE_DELIVERED)), **tries)
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
+        from airflow_jobs_plugin import config, quota_source
         from airflow_jobs_plugin.submission import SubmissionRefused, submit
         from airflow_jobs_plugin.triggers import JobTrigger
 
+        pool = quota_source.choose(
+            self.quota_configmap,
+            self.quota_namespace,
+            config.get("quota_configmap"),
+            config.get("quota_namespace"),
+        )
         try:
-            name, kind = asyncio.run(
+            job = asyncio.run(
                 submit(
                     spec,
                     identity,
                     store,
                     delivered=delivered,
                     conn_id=self.kubernetes_conn_id,
-                    quota_configmap=self.quota_configmap,
-                    quota_namespace=self.quota_namespace,
+                    pool=pool,
                     log=self.log,
                 )
             )
@@ -233,9 +254,9 @@ class JobOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from exc
         self.defer(
             trigger=JobTrigger(
-                job_name=name,
+                job_name=job.name,
                 namespace=spec.namespace,
-                kind=kind,
+                kind=job.kind,
                 kubernetes_conn_id=self.kubernetes_conn_id,
                 max_attempts=spec.max_attempts,
                 retry_backoff=spec.retry_backoff.total_seconds(),
@@ -243,8 +264,8 @@ class JobOperator(BaseOperator):
                 retryable_exit_codes=list(spec.retryable_exit_codes),
                 fatal_exit_codes=list(spec.fatal_exit_codes),
                 stream_logs=self.stream_logs,
-                quota_configmap=self.quota_configmap,
-                quota_namespace=self.quota_namespace,
+                quota_configmap=job.quota_configmap,
+                quota_namespace=job.quota_namespace,
             ),
             method_name="execute_complete",
         )
@@ -253,8 +274,9 @@ class JobOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         try_number = context["ti"].try_number if "ti" in context else 0
-        if event.get("status") == "success":
-            result = summary(event)
+        ended = JobEvent.from_payload(event)
+        if ended.succeeded:
+            result = summary(ended)
             self._remember(context, TASK_STATE_DELIVERED, TryOutcome(try_number, job=result["job_name"]))
             self.log.info(
                 "%s %s succeeded after %d attempt(s); %.0f GPU-seconds",
@@ -264,12 +286,15 @@ class JobOperator(BaseOperator):
                 result["gpu_seconds"] or 0,
             )
             return result
-        message = failure_message(event)
-        if is_fatal(event):
+        message = failure_message(ended)
+        if ended.cancelled:
+            # The task log's last lines: cancelled, by whom, when; and no retry will run it again.
+            self.log.error("%s; not retried (clear the task to run it again)", headline(ended))
+        if ended.fatal:
             self._remember(
                 context,
                 TASK_STATE_FATAL,
-                TryOutcome(try_number, job=event.get("job_name") or "", message=message),
+                TryOutcome(try_number, job=ended.job_name, message=message, cancelled=ended.cancelled),
             )
             raise AirflowFailException(message)
         raise AirflowException(message)

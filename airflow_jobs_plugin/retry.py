@@ -1,15 +1,15 @@
-"""Job-level retry rules: exponential back-off, the attempt budget, and what an exit code means.
+"""Job-level retry rules: the exponential back-off between attempts and the attempt budget.
 
-Pure functions. The same back-off serves job-level retries (``retry_backoff`` / ``retry_backoff_max``)
-and requeues after a stuck start (``requeue_backoff`` / ``requeue_backoff_max``).
+Pure functions, applied by :func:`airflow_jobs_plugin.tracking.decide` (``retry_backoff`` /
+``retry_backoff_max`` / ``max_attempts``). What an exit code means is the lifecycle's
+``classify_failure``; the back-off of requeues after a stuck start is the quota pool's
+(``quota/requeue.py``).
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import random
-from collections.abc import Collection
 from datetime import timedelta
 from typing import Protocol
 
@@ -54,23 +54,3 @@ def next_attempt_allowed(attempt: int, max_attempts: int) -> bool:
     if attempt < 1 or max_attempts < 1:
         raise ValueError(f"attempt and max_attempts must be >= 1, got {attempt} and {max_attempts}")
     return attempt < max_attempts
-
-
-class ExitClass(enum.Enum):
-    """What a main-container exit code means for the job, given the author's lists."""
-
-    SUCCESS = "success"  # 0
-    FATAL = "fatal"  # in fatal_exit_codes: fail the task, no retry of any kind
-    RETRYABLE = "retryable"  # in retryable_exit_codes: new job-level attempt after back-off
-    ORDINARY = "ordinary"  # any other failure: pod retries (backoff_limit), then the job fails
-
-
-def classify_exit_code(code: int, *, fatal: Collection[int], retryable: Collection[int]) -> ExitClass:
-    """Classify an exit code against the author's ``fatal_exit_codes`` and ``retryable_exit_codes``."""
-    if code == 0:
-        return ExitClass.SUCCESS
-    if code in fatal:
-        return ExitClass.FATAL
-    if code in retryable:
-        return ExitClass.RETRYABLE
-    return ExitClass.ORDINARY

@@ -10,9 +10,11 @@ from airflow.exceptions import AirflowException
 from airflow.sdk import BaseSensorOperator
 
 from airflow_jobs_plugin import DEFAULT_CONN_ID
+from airflow_jobs_plugin.job_sensor_trigger import DEFAULT_FAIL_STATES, DEFAULT_TARGET_STATES, check_states
 from airflow_jobs_plugin.labels import LEGACY_JOB_NAME, MPI_JOB_NAME
-from airflow_jobs_plugin.lifecycle import JobState, snapshot
-from airflow_jobs_plugin.outcome import failure_message
+from airflow_jobs_plugin.lifecycle import snapshot
+from airflow_jobs_plugin.outcome import JobEvent, failure_message
+from airflow_jobs_plugin.tracking import SensorVerdict, sensor_verdict
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -23,6 +25,11 @@ class JobSensor(BaseSensorOperator):
 
     Deferrable by default: the waiting happens on the triggerer through the shared watch, not on a
     worker. The task fails when the job reaches one of ``fail_states``.
+
+    A target the job has already passed counts as reached: a job that SUCCEEDED went through QUEUED,
+    SCHEDULING, STARTING and RUNNING, so ``target_states=["RUNNING"]`` is met by a job that finished
+    between two looks. A job that ended in a state that is neither a target nor a fail state can never
+    reach a target: the sensor fails at once, naming the state, instead of waiting for its timeout.
 
     Example::
 
@@ -44,8 +51,8 @@ class JobSensor(BaseSensorOperator):
         kind: str = "Job",
         namespace: str = "default",
         kubernetes_conn_id: str = DEFAULT_CONN_ID,
-        target_states: Sequence[str] = (JobState.SUCCEEDED.value,),
-        fail_states: Sequence[str] = (JobState.FAILED.value, JobState.CANCELLED.value),
+        target_states: Sequence[str] = DEFAULT_TARGET_STATES,
+        fail_states: Sequence[str] = DEFAULT_FAIL_STATES,
         deferrable: bool = True,
         **kwargs: Any,
     ):
@@ -54,20 +61,12 @@ class JobSensor(BaseSensorOperator):
             raise ValueError("JobSensor: give exactly one of job_name or labels")
         if kind not in ("Job", "MPIJob"):
             raise ValueError(f"kind: must be 'Job' or 'MPIJob', got {kind!r}")
-        known = {s.value for s in JobState}
-        for field, states in (("target_states", target_states), ("fail_states", fail_states)):
-            bad = [s for s in states if s not in known]
-            if bad:
-                raise ValueError(f"{field}: unknown state(s) {bad}; known: {sorted(known)}")
-        if set(target_states) & set(fail_states):
-            raise ValueError("target_states and fail_states must not overlap")
+        self.target_states, self.fail_states = check_states(tuple(target_states), tuple(fail_states))
         self.job_name = job_name
         self.labels = dict(labels or {})
         self.kind = kind
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.target_states = tuple(target_states)
-        self.fail_states = tuple(fail_states)
         self.deferrable = deferrable
 
     @property
@@ -77,19 +76,18 @@ class JobSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        from airflow_jobs_plugin.triggers import JobTrigger  # loads the cluster client: worker only
+        # Loads the cluster client: worker only.
+        from airflow_jobs_plugin.job_sensor_trigger import JobSensorTrigger
 
         self.defer(
-            trigger=JobTrigger(
+            trigger=JobSensorTrigger(
                 job_name=self.job_name or "",
                 namespace=self.namespace,
                 kind=self.kind,
                 kubernetes_conn_id=self.kubernetes_conn_id,
-                observe=True,
                 label_selector=self._selector,
                 target_states=list(self.target_states),
                 fail_states=list(self.fail_states),
-                stream_logs=False,
             ),
             method_name="execute_complete",
             timeout=self.execution_timeout,
@@ -120,14 +118,27 @@ class JobSensor(BaseSensorOperator):
             pods = (
                 await client.list(PODS, self.namespace, label_selector=f"{key}={job['metadata']['name']}")
             )["items"]
-            state = snapshot(job, pods, (), now=datetime.now(timezone.utc)).state.value
+            state = snapshot(job, pods, (), now=datetime.now(timezone.utc)).state
         finally:
             await client.close()
-        if state in self.fail_states:
-            raise AirflowException(f"{self.kind} {job['metadata']['name']} reached {state}")
-        return state in self.target_states
+        verdict = sensor_verdict(state, target_states=self.target_states, fail_states=self.fail_states)
+        if verdict is SensorVerdict.FAILED:
+            raise AirflowException(
+                f"{self.kind} {job['metadata']['name']} reached {state.value}, which is not one of "
+                f"{list(self.target_states)} and never will be"
+            )
+        return verdict is SensorVerdict.REACHED
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("status") != "success":
-            raise AirflowException(failure_message(event))
-        return {k: event.get(k) for k in ("job_name", "kind", "namespace", "state", "reason")}
+        result = JobEvent.from_payload(event)
+        if not result.succeeded:
+            raise AirflowException(
+                failure_message(result) + f"\nthe sensor waited for {list(self.target_states)}"
+            )
+        return {
+            "job_name": result.job_name,
+            "kind": result.kind,
+            "namespace": result.namespace,
+            "state": result.state,
+            "reason": result.reason,
+        }

@@ -49,9 +49,10 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_RETRY_BACKOFF = timedelta(seconds=30)
 DEFAULT_RETRY_BACKOFF_MAX = timedelta(minutes=10)
 DEFAULT_SCHEDULE_TIMEOUT = timedelta(minutes=3)
-DEFAULT_REQUEUE_LIMIT = 5
-DEFAULT_REQUEUE_BACKOFF = timedelta(minutes=1)
-DEFAULT_REQUEUE_BACKOFF_MAX = timedelta(minutes=10)
+# requeue_limit left out: the job carries no limit of its own and the quota policy's requeue_limit
+# applies (the manifest writes the annotation only for a limit the author chose, any value included).
+REQUEUE_LIMIT_FROM_POLICY = "policy"
+DEFAULT_REQUEUE_LIMIT = REQUEUE_LIMIT_FROM_POLICY
 DEFAULT_ACTIVE_DEADLINE = timedelta(days=1)
 DEFAULT_TTL_AFTER_FINISHED = timedelta(days=7)
 # A shorter TTL lets Kubernetes delete a finished job before the trigger has read its final state.
@@ -334,7 +335,7 @@ class JobSpec:
 
     Resources (``gpus``, ``cpu``, ``memory``) are per worker. Durations are ``timedelta``; ``None``
     means "no limit" where allowed (``queue_timeout``, ``active_deadline``, ``ttl_after_finished``,
-    ``requeue_limit``). ``volumes`` and ``init_containers`` keep their Kubernetes JSON shape, frozen.
+    ``requeue_limit``; its default, :data:`REQUEUE_LIMIT_FROM_POLICY`, takes the quota policy's). ``volumes`` and ``init_containers`` keep their Kubernetes JSON shape, frozen.
     """
 
     image: str
@@ -360,9 +361,7 @@ class JobSpec:
     fatal_exit_codes: tuple[int, ...] = ()
     queue_timeout: timedelta | None = None
     schedule_timeout: timedelta = DEFAULT_SCHEDULE_TIMEOUT
-    requeue_limit: int | None = DEFAULT_REQUEUE_LIMIT
-    requeue_backoff: timedelta = DEFAULT_REQUEUE_BACKOFF
-    requeue_backoff_max: timedelta = DEFAULT_REQUEUE_BACKOFF_MAX
+    requeue_limit: int | str | None = DEFAULT_REQUEUE_LIMIT
     active_deadline: timedelta | None = DEFAULT_ACTIVE_DEADLINE
     ttl_after_finished: timedelta | None = DEFAULT_TTL_AFTER_FINISHED
     labels: FrozenMap = FrozenMap()
@@ -1180,8 +1179,6 @@ def validate(
     queue_timeout: Any = None,
     schedule_timeout: Any = DEFAULT_SCHEDULE_TIMEOUT,
     requeue_limit: Any = DEFAULT_REQUEUE_LIMIT,
-    requeue_backoff: Any = DEFAULT_REQUEUE_BACKOFF,
-    requeue_backoff_max: Any = DEFAULT_REQUEUE_BACKOFF_MAX,
     active_deadline: Any = DEFAULT_ACTIVE_DEADLINE,
     ttl_after_finished: Any = DEFAULT_TTL_AFTER_FINISHED,
     labels: Any = None,
@@ -1246,13 +1243,10 @@ def validate(
     v["schedule_timeout"] = c.duration(
         "schedule_timeout", schedule_timeout, optional=False, minimum=one_second
     )
-    v["requeue_limit"] = None if requeue_limit is None else c.whole("requeue_limit", requeue_limit, 0, None)
-    v["requeue_backoff"] = c.duration(
-        "requeue_backoff", requeue_backoff, optional=False, minimum=timedelta(0)
-    )
-    v["requeue_backoff_max"] = c.duration(
-        "requeue_backoff_max", requeue_backoff_max, optional=False, minimum=timedelta(0)
-    )
+    if requeue_limit is None or requeue_limit == REQUEUE_LIMIT_FROM_POLICY:
+        v["requeue_limit"] = requeue_limit
+    else:
+        v["requeue_limit"] = c.whole("requeue_limit", requeue_limit, 0, None)
     v["active_deadline"] = c.duration("active_deadline", active_deadline, optional=True, minimum=one_second)
     v["ttl_after_finished"] = c.duration(
         "ttl_after_finished", ttl_after_finished, optional=True, minimum=MIN_TTL_AFTER_FINISHED
@@ -1300,12 +1294,6 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
             "retry_backoff",
             f"{_human(v['retry_backoff'])} is longer than retry_backoff_max {_human(v['retry_backoff_max'])} "
             "-- lower it or raise retry_backoff_max",
-        )
-    if ok("requeue_backoff", "requeue_backoff_max") and v["requeue_backoff"] > v["requeue_backoff_max"]:
-        c.add(
-            "requeue_backoff",
-            f"{_human(v['requeue_backoff'])} is longer than requeue_backoff_max "
-            f"{_human(v['requeue_backoff_max'])} -- lower it or raise requeue_backoff_max",
         )
     if (
         ok("schedule_timeout", "active_deadline")

@@ -7,14 +7,17 @@ one task, whatever crashes where.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import labels, quota_source
 from airflow_jobs_plugin.admission import check_group
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient, KubeError, Resource, patiently
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.quota.policy import PolicyError, QuotaPolicy, policy_from_configmap_data
+from airflow_jobs_plugin.quota_source import QuotaSource
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
 
 # Attempts per API call before the try fails (back-off 0.2 s doubling: about 6 s in all). Throttling and
@@ -23,7 +26,18 @@ SUBMIT_TRIES = 6
 
 
 class SubmissionRefused(ValueError):
-    """The job can never run as asked (unknown group, not a member, can never fit its quota)."""
+    """The job can never run as asked (unknown group, not a member, can never fit its quota, a quota
+    pool that does not exist, leaving a pool that does not allow it)."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The job a try follows, and the quota pool it is under (``quota_configmap`` None: none)."""
+
+    name: str
+    kind: str
+    quota_configmap: str | None
+    quota_namespace: str | None
 
 
 async def submit(
@@ -33,17 +47,18 @@ async def submit(
     *,
     delivered: str | None,
     conn_id: str,
-    quota_configmap: str | None,
-    quota_namespace: str | None,
+    pool: QuotaSource,
     log: logging.Logger | Any,
-) -> tuple[str, str]:
-    """Return ``(job name, kind)`` of the job this try follows, creating it if no earlier try's job lives.
+) -> Submitted:
+    """The job this try follows, created if no earlier try's job lives, and the pool it is under.
 
     ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success)."""
     kind = "MPIJob" if spec.is_mpi else "Job"
     resource = MPIJOBS if spec.is_mpi else JOBS
     client = await KubeClient.from_connection(conn_id)
     try:
+        quota_configmap = await _pool_of(client, pool, spec, log)
+        quota_namespace = (pool.namespace or spec.namespace) if quota_configmap else None
         live = await patiently(
             live_job_of_task,
             client,
@@ -58,7 +73,7 @@ async def submit(
             name = live["metadata"]["name"]
             log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
             _remember(store, name, kind, spec.namespace)
-            return name, kind
+            return Submitted(name, kind, quota_configmap, quota_namespace)
         # An unknown group, a non-member, or a job that could never fit its quota fails here, before
         # anything is created (the error names the group and the known ones, or the numbers).
         try:
@@ -88,9 +103,47 @@ async def submit(
             if not exc.already_exists:
                 raise RuntimeError(f"creating {kind} {spec.namespace}/{name} failed: {exc}") from exc
             log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
-        return name, kind
+        return Submitted(name, kind, quota_configmap, quota_namespace)
     finally:
         await client.close()
+
+
+async def _pool_of(
+    client: KubeClient, pool: QuotaSource, spec: JobSpec, log: logging.Logger | Any
+) -> str | None:
+    """The policy ConfigMap the job is under (None: no pool), checked against the cluster: a named pool
+    must exist, and a task leaving the deployment's pool needs its policy's leave."""
+    name = pool.configmap or pool.deployed
+    if name is None:
+        return None
+    namespace = pool.namespace or spec.namespace or "default"
+    configmap = await patiently(client.get_or_none, CONFIGMAPS, namespace, name, log=log, tries=SUBMIT_TRIES)
+    if configmap is None:
+        if pool.must_exist:
+            raise SubmissionRefused(quota_source.missing_problem(pool, namespace))
+        if not pool.opted_out:
+            log.info(
+                "no quota pool installed (ConfigMap %s/%s not found): the job is not under a quota",
+                namespace,
+                name,
+            )
+        return None
+    if pool.opted_out:
+        try:
+            policy: QuotaPolicy | None = policy_from_configmap_data(configmap.get("data"))
+        except PolicyError as exc:
+            raise SubmissionRefused(
+                f"quota_configmap='': the quota policy {namespace}/{name} cannot be read, so whether group "
+                f"{spec.group!r} may leave it is unknown: {exc}"
+            ) from exc
+        problem = quota_source.opt_out_problem(pool, policy, spec.group, namespace)
+        if problem:
+            raise SubmissionRefused(problem)
+        log.info(
+            "outside the quota pool %s/%s, as its policy allows for group %s", namespace, name, spec.group
+        )
+        return None
+    return name
 
 
 async def live_job_of_task(

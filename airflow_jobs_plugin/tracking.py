@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
+from airflow_jobs_plugin import attempts, labels, retry
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
@@ -22,6 +23,14 @@ from airflow_jobs_plugin.lifecycle import (
     Reason,
     ReplicaStatus,
     is_transient_pull_error,
+    snapshot,
+)
+from airflow_jobs_plugin.outcome import (
+    DELETED_BY_SOMEONE,
+    AttemptRecord,
+    EventStatus,
+    JobEvent,
+    ReplicaRecord,
 )
 
 
@@ -59,21 +68,33 @@ def state_line(snapshot: JobSnapshot) -> str:
         reason
         and reason not in ("Running", "Completed", "Pending")
         and snapshot.state is not JobState.SUCCEEDED
+        # ``STOPPED (Stopped)`` says nothing twice
+        and reason.upper() != snapshot.state.value
     ):
         detail.append(reason)
     summary = replica_summary(snapshot.replicas)
-    if summary and snapshot.state not in (JobState.QUEUED,):
+    # A queued, stopped or cancelled job has no pods worth naming (its line says why instead).
+    if summary and snapshot.state not in (JobState.QUEUED, JobState.STOPPED, JobState.CANCELLED):
         detail.append(summary)
     line = snapshot.state.value
     if detail:
         line += f" ({'; '.join(detail)})"
-    if snapshot.message and snapshot.state in (JobState.QUEUED, JobState.SCHEDULING, JobState.FAILED):
+    if snapshot.message and snapshot.state in _SAYS_WHY:
         line += f": {snapshot.message}"
     return line
 
 
+# States whose line ends with the job's message: why it waits, why it ended, who stopped it.
+_SAYS_WHY = (JobState.QUEUED, JobState.SCHEDULING, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED)
+
+
 def signature(snapshot: JobSnapshot) -> tuple:
-    """What must change for the trigger to log a new line (not every watch event is news)."""
+    """What must change for the trigger to log a new line (not every watch event is news).
+
+    A job that has ended is logged once: its pods' last statuses arriving after its final state (the
+    final look reads them again) are not news."""
+    if snapshot.state.is_terminal:
+        return (snapshot.state, snapshot.reason)
     return (
         snapshot.state,
         snapshot.reason,
@@ -115,13 +136,10 @@ def decide(
             return Decision(Step.FAIL_FAST)
         return Decision(Step.WAIT)
     if snapshot.state is JobState.FAILED and failure is not None and failure.retryable:
-        if attempt < max_attempts:
-            delay = (
-                min(backoff_max, backoff * (2 ** max(0, attempt - 1)))
-                if backoff > timedelta(0)
-                else timedelta(0)
+        if retry.next_attempt_allowed(attempt, max_attempts):
+            return Decision(
+                Step.RETRY, delay=retry.backoff_delay(attempt, backoff, backoff_max), retryable=True
             )
-            return Decision(Step.RETRY, delay=delay, retryable=True)
         return Decision(Step.FINISH, retryable=True)
     return Decision(Step.FINISH, retryable=False)
 
@@ -166,35 +184,134 @@ def exit_codes(snapshot: JobSnapshot) -> dict[str, int]:
     return codes
 
 
-def event_payload(
+def attempt_record(job: Mapping[str, Any], snapshot: JobSnapshot) -> AttemptRecord:
+    """How one attempt ended, for the event's history and the XCom."""
+    return AttemptRecord(
+        attempt=attempts.attempt_of(job),
+        job_name=str((job.get("metadata") or {}).get("name") or ""),
+        state=snapshot.state.value,
+        reason=_reason(snapshot),
+        exit_codes=exit_codes(snapshot),
+        queued_at=_iso(snapshot.queued_at),
+        started_at=_iso(snapshot.started_at),
+        finished_at=_iso(snapshot.finished_at),
+        gpu_seconds=snapshot.gpu_seconds,
+    )
+
+
+def final_event(
     snapshot: JobSnapshot,
     failure: Failure | None,
     *,
-    status: str,
+    status: EventStatus,
     job_name: str,
     kind: str,
     namespace: str,
-    attempts: Sequence[dict[str, Any]],
+    history: Sequence[AttemptRecord],
     log_tail: Sequence[str],
     retryable: bool,
-) -> dict[str, Any]:
-    """The final TriggerEvent's payload: JSON-safe, no secret, enough for execute_complete's message."""
-    return {
-        "status": status,
-        "job_name": job_name,
-        "kind": kind,
-        "namespace": namespace,
-        "state": snapshot.state.value,
-        "reason": str(getattr(snapshot.reason, "value", snapshot.reason) or ""),
-        "message": snapshot.message,
-        "failure_class": failure.failure_class.value if failure is not None else None,
-        "failure_message": failure.message if failure is not None else None,
-        "exit_codes": exit_codes(snapshot),
-        "replicas": [
-            {"role": r.role, "index": r.index, "pod": r.pod, "status": r.status} for r in snapshot.replicas
-        ],
-        "attempts": list(attempts),
-        "gpu_seconds": snapshot.gpu_seconds,
-        "log_tail": list(log_tail),
-        "retryable": retryable,
-    }
+    annotations: Mapping[str, str] | None = None,
+) -> JobEvent:
+    """The trigger's final event for a snapshot: JSON-safe once written, no secret, enough for the
+    task's message. ``annotations`` (the job's) say who cancelled a CANCELLED job, and when."""
+    annotations = annotations or {}
+    cancelled = snapshot.state is JobState.CANCELLED
+    return JobEvent(
+        status=status,
+        job_name=job_name,
+        kind=kind,
+        namespace=namespace,
+        state=snapshot.state.value,
+        reason=_reason(snapshot),
+        message=snapshot.message,
+        failure_class=failure.failure_class.value if failure is not None else None,
+        failure_message=failure.message if failure is not None else None,
+        exit_codes=exit_codes(snapshot),
+        replicas=tuple(ReplicaRecord(r.role, r.index, r.pod, r.status) for r in snapshot.replicas),
+        attempts=tuple(history),
+        gpu_seconds=snapshot.gpu_seconds,
+        log_tail=tuple(log_tail),
+        retryable=retryable,
+        cancelled_by=(annotations.get(labels.CANCELLED_BY) or "a user") if cancelled else "",
+        cancelled_at=(annotations.get(labels.CANCELLED_AT) or "") if cancelled else "",
+    )
+
+
+def after_deletion(last_seen: Mapping[str, Any], *, now: datetime) -> tuple[JobSnapshot, dict[str, str]]:
+    """What a job the trigger followed ended as once its object is gone, from the last object it saw
+    (the watch's DELETED event carries the object as it was deleted), and the annotations to report.
+
+    The product's own end stands: a job that had finished (its TTL then removed it) or that the product
+    ruled on (a verdict: ``actions.cancel`` writes Cancelled, who and when, before it deletes) reads as
+    that verdict says. Any other deletion of a live job was done on purpose by someone outside the
+    product: it is a cancel, put down to whoever deletes job objects, at the moment it was seen.
+    """
+    gone = snapshot(last_seen, (), (), now=now)
+    annotations = dict((last_seen.get("metadata") or {}).get("annotations") or {})
+    if gone.state.is_terminal:
+        return who_cancelled(gone, annotations, now=now)
+    when = _iso(now) or ""
+    annotations[labels.CANCELLED_BY] = DELETED_BY_SOMEONE
+    annotations[labels.CANCELLED_AT] = when
+    cancelled = replace(
+        gone,
+        state=JobState.CANCELLED,
+        reason=Reason.CANCELLED,
+        message=f"cancelled by {DELETED_BY_SOMEONE} at {when}",
+    )
+    return cancelled, annotations
+
+
+def who_cancelled(
+    snap: JobSnapshot, annotations: Mapping[str, str], *, now: datetime
+) -> tuple[JobSnapshot, dict[str, str]]:
+    """A CANCELLED snapshot whose message names who cancelled and when (the cancel's annotations; a
+    cancel that did not record its time is dated when it was seen); any other snapshot as it is."""
+    annotations = dict(annotations)
+    if snap.state is not JobState.CANCELLED:
+        return snap, annotations
+    who = annotations.get(labels.CANCELLED_BY) or "a user"
+    when = annotations.get(labels.CANCELLED_AT) or _iso(now) or ""
+    annotations[labels.CANCELLED_BY] = who
+    annotations[labels.CANCELLED_AT] = when
+    return replace(snap, message=f"cancelled by {who} at {when}"), annotations
+
+
+class SensorVerdict(str, Enum):
+    WAIT = "wait"
+    REACHED = "reached"
+    FAILED = "failed"
+
+
+# Every job that succeeded went through these states, whether or not anyone looked while it did.
+_BEFORE_SUCCESS = frozenset({JobState.QUEUED, JobState.SCHEDULING, JobState.STARTING, JobState.RUNNING})
+
+
+def sensor_verdict(
+    state: JobState, *, target_states: Iterable[str], fail_states: Iterable[str]
+) -> SensorVerdict:
+    """Whether a sensor waiting for ``target_states`` is done, given the job's ``state`` now.
+
+    A target the job is in is reached; so is one it has passed: a SUCCEEDED job has been QUEUED,
+    SCHEDULING, STARTING and RUNNING even if no look caught it there (a short job can finish between
+    two looks). A fail state fails the sensor. A job that ended in a state that is neither can never
+    reach a target: the sensor fails at once rather than wait for its timeout.
+    """
+    targets = {JobState(s) for s in target_states}
+    if state in targets:
+        return SensorVerdict.REACHED
+    if state in {JobState(s) for s in fail_states}:
+        return SensorVerdict.FAILED
+    if state is JobState.SUCCEEDED and targets & _BEFORE_SUCCESS:
+        return SensorVerdict.REACHED
+    if state.is_terminal:
+        return SensorVerdict.FAILED
+    return SensorVerdict.WAIT
+
+
+def _reason(snapshot: JobSnapshot) -> str:
+    return str(getattr(snapshot.reason, "value", snapshot.reason) or "")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -8,6 +8,8 @@ one themselves)::
         method_name="execute_complete",
     )
 
+A JobSensor's wait is :class:`~airflow_jobs_plugin.job_sensor_trigger.JobSensorTrigger`.
+
 Everything the trigger knows comes from the cluster: its kwargs name the job and the retry rules, never a
 manifest or a credential (trigger kwargs are stored unencrypted). ``run()`` can start over at any
 moment (a triggerer restart rebuilds the trigger from ``serialize()``) and picks up where the cluster
@@ -16,8 +18,6 @@ is: the latest attempt of the job, its admission, its pods.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
@@ -34,7 +34,6 @@ from airflow_jobs_plugin.kube import (
     JOBS,
     MPIJOBS,
     PODS,
-    KubeClient,
     KubeError,
     Resource,
     patiently,
@@ -43,14 +42,24 @@ from airflow_jobs_plugin.lifecycle import (
     Failure,
     JobSnapshot,
     JobState,
+    QueueStatus,
+    Reservation,
     classify_failure,
     disrupted_pod,
     snapshot,
 )
 from airflow_jobs_plugin.logstream import LogStreamer
+from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.spec import attempt_name
 
 T = TypeVar("T")
+
+# The queue reason of a job the pool admitted (its reservation written) but not yet unsuspended.
+ADMITTED = "Admitted"
+# Without a quota pool nothing is waited for but the cluster: the trigger releases the job at once.
+NO_QUOTA = QueueStatus(
+    reason="Pending", message="no quota pool: released at once, waiting for the cluster to start it"
+)
 
 
 def _resource(kind: str) -> Resource:
@@ -62,10 +71,13 @@ def _now() -> datetime:
 
 
 class JobTrigger(BaseTrigger):
-    """Wait for a job (a batch/v1 Job or a kubeflow MPIJob) through the process's shared watch.
+    """Follow the job a :class:`~airflow_jobs_plugin.operators.JobOperator` submitted, through the
+    process's shared watch: admit it, log its states and its pods' logs, start its next attempt after a
+    retryable failure, and yield exactly one event (a :class:`~airflow_jobs_plugin.outcome.JobEvent`
+    payload) when it is over.
 
-    Yields exactly one event: ``status`` is ``success`` or ``failed`` (with state, reason, exit codes,
-    the attempts and the last log lines), or ``error`` if the job vanished.
+    A STOPPED job is not over: the trigger logs who stopped it and waits (deferred, on no worker) for a
+    resume. A job cancelled or deleted on purpose ends the wait as CANCELLED, naming who and when.
     """
 
     def __init__(
@@ -85,10 +97,7 @@ class JobTrigger(BaseTrigger):
         recheck_interval: float = 60.0,
         quota_configmap: str | None = None,
         quota_namespace: str | None = None,
-        observe: bool = False,
-        label_selector: str | None = None,
-        target_states: list[str] | tuple[str, ...] = (JobState.SUCCEEDED.value,),
-        fail_states: list[str] | tuple[str, ...] = (JobState.FAILED.value, JobState.CANCELLED.value),
+        **previous: Any,
     ):
         super().__init__()
         if kind not in ("Job", "MPIJob"):
@@ -107,15 +116,11 @@ class JobTrigger(BaseTrigger):
         self.recheck_interval = float(recheck_interval)
         self.quota_configmap = quota_configmap
         self.quota_namespace = quota_namespace
-        # Observe mode (JobSensor): follow a job something else submitted; never admit, retry or delete.
-        self.observe = bool(observe)
-        self.label_selector = label_selector
-        self.target_states = tuple(JobState(s).value for s in target_states)
-        self.fail_states = tuple(JobState(s).value for s in fail_states)
-        if set(self.target_states) & set(self.fail_states):
-            raise ValueError("target_states and fail_states must not overlap")
+        self._sensor = _previous_sensor(self, previous)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
+        if self._sensor is not None:
+            return self._sensor.serialize()
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
@@ -133,299 +138,28 @@ class JobTrigger(BaseTrigger):
                 "recheck_interval": self.recheck_interval,
                 "quota_configmap": self.quota_configmap,
                 "quota_namespace": self.quota_namespace,
-                "observe": self.observe,
-                "label_selector": self.label_selector,
-                "target_states": list(self.target_states),
-                "fail_states": list(self.fail_states),
             },
         )
 
-    # --- the run loop ---
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        if self.observe:
-            async for event in self._observe():
+        if self._sensor is not None:  # a JobSensor's wait deferred by the previous version
+            async for event in self._sensor.run():
                 yield event
             return
-        resource = _resource(self.kind)
         watch = await shared.acquire(self.kubernetes_conn_id, self.namespace)
-        client = watch.client
-        admission = Admission.for_watch(
-            watch, quota_configmap=self.quota_configmap, quota_namespace=self.quota_namespace
-        )
-        tail: deque[str] = deque(maxlen=self.log_tail_lines)
-        streamer = LogStreamer(client, self.namespace, self.log, tail) if self.stream_logs else None
-        name = self.job_name
-        sub = watch.subscribe(name)
+        follow = _Follow(self, watch)
         try:
-            await watch.wait_synced(timeout=60)
-            name = self._latest_attempt_name(watch, resource, name)
-            if name != sub.key:
-                watch.unsubscribe(sub)
-                sub = watch.subscribe(name)
-            # The initial listing notified the subscription; the first look below reads what it
-            # listed. Left set, that stale wake-up would make the second look read the cache before
-            # the admission's own change arrives, and admit the job a second time.
-            sub.clear()
-            seen: tuple | None = None
-            history: list[dict[str, Any]] = []
-            final_read = False
-            final_events: list[dict] = []  # read with the final look: what outlives a disrupted pod
-            unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
-            while True:
-                job = watch.get(resource, name) or await self._patiently(
-                    client.get_or_none, resource, self.namespace, name
-                )
-                if job is None:
-                    self.log.error("job %s/%s no longer exists", self.namespace, name)
-                    yield TriggerEvent(
-                        {
-                            "status": "error",
-                            "job_name": name,
-                            "kind": self.kind,
-                            "namespace": self.namespace,
-                            "state": JobState.UNKNOWN.value,
-                            "reason": "JobDeleted",
-                            "message": f"{self.kind} {name} was deleted outside the task",
-                            "attempts": history,
-                            "log_tail": list(tail),
-                            "retryable": False,
-                        }
-                    )
-                    return
-                job.setdefault("kind", self.kind)
-                pods = watch.pods_of(name)
-                # A job the product has ruled on (a verdict) stays suspended: never admit it again.
-                waiting = _suspended(job) and labels.VERDICT not in (job["metadata"].get("annotations") or {})
-                version = job["metadata"].get("resourceVersion")
-                if waiting and unsuspended_from is not None and unsuspended_from == version:
-                    # This process unsuspended this very version: the change is on its way, but a pod's
-                    # event (another watch stream) can wake us before the job's own. Do not admit twice.
-                    queue = None
-                else:
-                    queue = await self._patiently(admission.ensure, job) if waiting else None
-                    direct = waiting and queue is None and not admission.quota_enabled
-                    unsuspended_from = version if direct else None
-                snap = snapshot(job, pods, final_events, queue=queue, now=_now())
-                if tracking.signature(snap) != seen:
-                    seen = tracking.signature(snap)
-                    self.log.info("%s %s: %s", self.kind, name, tracking.state_line(snap))
-                if streamer is not None:
-                    streamer.follow(snap, pods)
-                failure = _failure(snap, self.retryable_exit_codes, self.fatal_exit_codes)
-                attempt = attempts.attempt_of(job)
-                decision = tracking.decide(
-                    snap,
-                    failure,
-                    attempt=attempt,
-                    max_attempts=self.max_attempts,
-                    backoff=timedelta(seconds=self.retry_backoff),
-                    backoff_max=timedelta(seconds=self.retry_backoff_max),
-                )
-                if decision.step is tracking.Step.FAIL_FAST:
-                    # The pod's back-off message hides the registry's answer; the pull events carry it.
-                    # Look once, just before ruling, so a transient refusal is never ruled permanent.
-                    events = await self._patiently(
-                        self._events_of, client, [p["metadata"]["name"] for p in pods]
-                    )
-                    snap = snapshot(job, pods, events, queue=queue, now=_now())
-                    failure = _failure(snap, self.retryable_exit_codes, self.fatal_exit_codes)
-                    if tracking.stuck_for_good(snap, failure, events):
-                        await self._patiently(self._rule_failed, client, resource, job, snap, failure)
-                    await sub.wait(timeout=self.recheck_interval)
-                    continue
-                if decision.step is tracking.Step.WAIT:
-                    await sub.wait(timeout=admission.wake_after(job, self.recheck_interval))
-                    continue
-                if not final_read:
-                    # Jobs and pods arrive on separate watch streams: the Job's final condition can
-                    # overtake its pods' last statuses. Read the pods once, then decide on fresh facts.
-                    final_read = True
-                    fresh = await self._patiently(self._pods_now, client, name)
-                    for pod in fresh:
-                        watch.absorb(PODS, pod)
-                    disrupted = disrupted_pod(job)
-                    if disrupted:
-                        # The disrupted pod may be gone; its events still say whether its node was lost.
-                        final_events = await self._patiently(self._events_of, client, [disrupted])
-                    continue
-                await admission.release(job)
-                history.append(_attempt_record(job, snap))
-                if decision.step is tracking.Step.RETRY:
-                    name = await self._patiently(
-                        self._submit_next_attempt, client, resource, job, attempt, decision.delay
-                    )
-                    self.log.warning(
-                        "attempt %d of %s failed (%s); attempt %d of %d starts after %s as %s",
-                        attempt,
-                        self.job_name,
-                        getattr(snap.reason, "value", snap.reason),
-                        attempt + 1,
-                        self.max_attempts,
-                        decision.delay,
-                        name,
-                    )
-                    watch.unsubscribe(sub)
-                    sub = watch.subscribe(name)
-                    seen = None
-                    final_read = False
-                    final_events = []
-                    continue
-                if streamer is not None:
-                    await streamer.drain(timeout=10)
-                status = "success" if snap.state is JobState.SUCCEEDED else "failed"
-                yield TriggerEvent(
-                    tracking.event_payload(
-                        snap,
-                        failure,
-                        status=status,
-                        job_name=name,
-                        kind=self.kind,
-                        namespace=self.namespace,
-                        attempts=history,
-                        log_tail=list(tail),
-                        retryable=decision.retryable,
-                    )
-                )
-                return
+            event = await follow.until_over()
+            yield TriggerEvent(event.to_payload())
         finally:
-            watch.unsubscribe(sub)
-            if streamer is not None:
-                await streamer.close()
+            await follow.close()
             shared.release(self.kubernetes_conn_id, self.namespace)
-
-    async def _observe(self) -> AsyncIterator[TriggerEvent]:
-        """JobSensor's wait: until the job (by name, or the newest matching the labels) reaches a target
-        or a fail state. A job that does not exist yet is waited for."""
-        resource = _resource(self.kind)
-        scope = (
-            shared.Scope.for_labels(self.label_selector)
-            if self.label_selector
-            else shared.Scope.for_job(self.job_name, self.kind)
-        )
-        watch = await shared.acquire(self.kubernetes_conn_id, self.namespace, scope)
-        subs: dict[str, shared.Subscription] = {}
-        wake = asyncio.Event()
-        remove = watch.add_listener(lambda *_: wake.set())
-        seen: tuple | None = None
-        try:
-            await watch.wait_synced(timeout=60)
-            while True:
-                job = self._observed_job(watch, resource)
-                if job is not None:
-                    name = job["metadata"]["name"]
-                    job.setdefault("kind", self.kind)
-                    snap = snapshot(job, watch.pods_of(name), (), now=_now())
-                    if tracking.signature(snap) != seen:
-                        seen = tracking.signature(snap)
-                        self.log.info("%s %s: %s", self.kind, name, tracking.state_line(snap))
-                    state = snap.state.value
-                    if state in self.target_states or state in self.fail_states:
-                        yield TriggerEvent(
-                            tracking.event_payload(
-                                snap,
-                                None,
-                                status="success" if state in self.target_states else "failed",
-                                job_name=name,
-                                kind=self.kind,
-                                namespace=self.namespace,
-                                attempts=[_attempt_record(job, snap)],
-                                log_tail=[],
-                                retryable=False,
-                            )
-                        )
-                        return
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(wake.wait(), self.recheck_interval)
-                wake.clear()
-        finally:
-            remove()
-            for sub in subs.values():
-                watch.unsubscribe(sub)
-            shared.release(self.kubernetes_conn_id, self.namespace, scope)
-
-    async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
-        # Without this, one throttled or failed request would fail the Airflow task of a job that is
-        # running fine: on the triggerer, wait the API out.
-        return await patiently(call, *args, log=self.log)
-
-    def _observed_job(self, watch: shared.SharedWatch, resource: Resource) -> dict | None:
-        if not self.label_selector:
-            return watch.get(resource, self.job_name)
-        jobs = watch.jobs(resource)
-        jobs.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
-        return jobs[-1] if jobs else None
-
-    def _latest_attempt_name(self, watch: shared.SharedWatch, resource: Resource, name: str) -> str:
-        """After a rebuild, the job in the kwargs may have been followed by later attempts."""
-        first = watch.get(resource, name)
-        if first is None:
-            return name
-        meta_labels = first["metadata"].get("labels") or {}
-        # Later attempts are only ever named attempt_name(job_name, k): look those names up rather than
-        # scan every cached job (a scan per trigger is quadratic when a triggerer restarts with
-        # thousands of triggers, and stalls the loop for all of them).
-        try:
-            names = [attempt_name(self.job_name, k) for k in range(1, self.max_attempts + 1)]
-            candidates = [j for j in (watch.get(resource, n) for n in names) if j is not None]
-        except ValueError:  # a name this product did not make: fall back to the labels
-            candidates = watch.jobs(resource)
-        siblings = [
-            j
-            for j in candidates
-            if (j["metadata"].get("labels") or {}).get(labels.TASK_KEY) == meta_labels.get(labels.TASK_KEY)
-            and (j["metadata"].get("labels") or {}).get(labels.TRY) == meta_labels.get(labels.TRY)
-        ]
-        latest = attempts.latest_attempt(siblings) or first
-        return latest["metadata"]["name"]
-
-    async def _pods_now(self, client: KubeClient, name: str) -> list[dict]:
-        key = labels.MPI_JOB_NAME if self.kind == "MPIJob" else labels.LEGACY_JOB_NAME
-        listing = await client.list(PODS, self.namespace, label_selector=f"{key}={name}")
-        return listing.get("items") or []
-
-    async def _events_of(self, client: KubeClient, pod_names: list[str]) -> list[dict]:
-        events: list[dict] = []
-        for pod in pod_names:
-            listing = await client.list(EVENTS, self.namespace, field_selector=f"involvedObject.name={pod}")
-            events.extend(listing.get("items") or [])
-        return events
-
-    async def _rule_failed(
-        self, client: KubeClient, resource: Resource, job: dict, snap: JobSnapshot, failure: Failure | None
-    ) -> None:
-        """Record the product's verdict on the job and suspend it, so its pods (and GPUs) go now."""
-        reason = snap.reason.value
-        message = (failure.message if failure else "") + (f": {snap.message}" if snap.message else "")
-        self.log.error("%s %s cannot start (%s); failing it now", self.kind, job["metadata"]["name"], reason)
-        suspend = {"runPolicy": {"suspend": True}} if self.kind == "MPIJob" else {"suspend": True}
-        patch = {
-            "metadata": {"annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message[:1000]}},
-            "spec": suspend,
-        }
-        try:
-            await client.merge_patch(resource, self.namespace, job["metadata"]["name"], patch)
-        except KubeError as exc:
-            if not exc.not_found:
-                raise
-
-    async def _submit_next_attempt(
-        self, client: KubeClient, resource: Resource, job: dict, attempt: int, delay: timedelta
-    ) -> str:
-        now = _now()
-        name = attempt_name(self.job_name, attempt + 1)
-        body = attempts.next_attempt(job, name=name, attempt=attempt + 1, not_before=now + delay, now=now)
-        try:
-            await client.create(resource, self.namespace, body)
-        except KubeError as exc:
-            if not exc.already_exists:  # a rebuilt trigger already submitted it: adopt
-                raise
-        return name
 
     # --- user kill and teardown ---
 
     async def on_kill(self) -> None:
-        """A user marked the task failed/success or cleared it: delete the job, free its quota."""
+        """A user marked the task failed or success, or cleared it: cancel the job (its newest attempt)
+        as one cancelled from the GPU Jobs page would be, and free its quota."""
         client = await shared.client_for(self.kubernetes_conn_id)
         resource = _resource(self.kind)
         job = await client.get_or_none(resource, self.namespace, self.job_name)
@@ -434,16 +168,349 @@ class JobTrigger(BaseTrigger):
         if job is not None:
             job.setdefault("kind", resource.kind)
             ledger_namespace = (self.quota_namespace or self.namespace) if self.quota_configmap else None
-            outcome = await actions.cancel(client, self.namespace, job, "airflow", ledger_namespace)
+            outcome = await actions.cancel(client, self.namespace, job, AIRFLOW_USER, ledger_namespace)
             name = outcome.name
             if outcome.already_finished:
                 what = "already finished, left as it is"
             elif outcome.deleted:
-                what = "cancelled and deleted"
-        self.log.info("task killed by a user: %s %s/%s %s", self.kind, self.namespace, name, what)
+                what = f"CANCELLED by {AIRFLOW_USER} at {_now().isoformat(timespec='seconds')}, and deleted"
+        self.log.info("task killed in Airflow: %s %s/%s %s", self.kind, self.namespace, name, what)
 
     async def cleanup(self) -> None:
         """Runs on every exit, including a triggerer restart: never touches the job."""
+
+
+# Who a cancel from Airflow's own controls is put down to: Airflow does not tell a trigger which user.
+AIRFLOW_USER = "an Airflow user (mark failed, mark success or clear)"
+
+
+def _previous_sensor(trigger: JobTrigger, previous: dict[str, Any]) -> BaseTrigger | None:
+    """The previous version served JobSensor too (``observe=True``) and wrote the sensor's kwargs into
+    every JobTrigger it serialized; a triggerer upgraded mid-run rebuilds those from the database."""
+    unknown = set(previous) - {"observe", "label_selector", "target_states", "fail_states"}
+    if unknown:
+        raise TypeError(f"JobTrigger got unexpected keyword argument(s) {sorted(unknown)}")
+    if not previous.get("observe"):
+        return None
+    from airflow_jobs_plugin.job_sensor_trigger import JobSensorTrigger
+
+    return JobSensorTrigger(
+        job_name=trigger.job_name,
+        namespace=trigger.namespace,
+        kind=trigger.kind,
+        kubernetes_conn_id=trigger.kubernetes_conn_id,
+        label_selector=previous.get("label_selector"),
+        target_states=previous.get("target_states") or (JobState.SUCCEEDED.value,),
+        fail_states=previous.get("fail_states") or (JobState.FAILED.value, JobState.CANCELLED.value),
+        recheck_interval=trigger.recheck_interval,
+    )
+
+
+class _Follow:
+    """One trigger's follow of one task try's job, attempt after attempt. Each look at the cluster is
+    :meth:`step`; the rest are its steps."""
+
+    def __init__(self, trigger: JobTrigger, watch: shared.SharedWatch):
+        self.t = trigger
+        self.log = trigger.log
+        self.watch = watch
+        self.client = watch.client
+        self.resource = _resource(trigger.kind)
+        self.admission = Admission.for_watch(
+            watch, quota_configmap=trigger.quota_configmap, quota_namespace=trigger.quota_namespace
+        )
+        self.tail: deque[str] = deque(maxlen=trigger.log_tail_lines)
+        self.streamer = (
+            LogStreamer(self.client, trigger.namespace, self.log, self.tail) if trigger.stream_logs else None
+        )
+        self.name = trigger.job_name
+        self.sub = watch.subscribe(self.name)
+        self.history: list[AttemptRecord] = []
+        self.remove_listener = watch.add_listener(self._on_event)
+        self._new_attempt()
+
+    def _new_attempt(self) -> None:
+        self.seen: tuple | None = None
+        self.final_read = False
+        self.final_events: list[dict] = []  # read with the final look: what outlives a disrupted pod
+        self.unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
+        self.last_seen: dict | None = None  # the job as last seen, or as the watch saw it deleted
+
+    def _on_event(self, etype: str, plural: str, obj: dict) -> None:
+        # The DELETED event carries the object as it was deleted: a cancel's verdict written just before
+        # the delete is read there even if no look caught the object in between.
+        if etype == "DELETED" and plural == self.resource.plural and obj["metadata"]["name"] == self.name:
+            self.last_seen = obj
+
+    async def close(self) -> None:
+        self.remove_listener()
+        self.watch.unsubscribe(self.sub)
+        if self.streamer is not None:
+            await self.streamer.close()
+
+    async def until_over(self) -> JobEvent:
+        await self.watch.wait_synced(timeout=60)
+        self._follow(self._newest_attempt_name())
+        # The initial listing notified the subscription; the first look below reads what it listed. Left
+        # set, that stale wake-up would make the second look read the cache before the admission's own
+        # change arrives, and admit the job a second time.
+        self.sub.clear()
+        while True:
+            event = await self.step()
+            if event is not None:
+                return event
+
+    async def step(self) -> JobEvent | None:
+        """One look at the job: the final event, or None after waiting for the next change."""
+        t = self.t
+        job = await self._look()
+        if job is None:
+            return await self._vanished()
+        self.last_seen = job
+        pods = self.watch.pods_of(self.name)
+        queue, reservation = await self._admit(job)
+        snap = snapshot(job, pods, self.final_events, queue=queue, reservation=reservation, now=_now())
+        snap, annotations = tracking.who_cancelled(snap, job["metadata"].get("annotations") or {}, now=_now())
+        failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
+        attempt = attempts.attempt_of(job)
+        decision = tracking.decide(
+            snap,
+            failure,
+            attempt=attempt,
+            max_attempts=t.max_attempts,
+            backoff=timedelta(seconds=t.retry_backoff),
+            backoff_max=timedelta(seconds=t.retry_backoff_max),
+        )
+        if decision.step is not tracking.Step.WAIT and decision.step is not tracking.Step.FAIL_FAST:
+            if not self.final_read:
+                # Jobs and pods arrive on separate watch streams: the Job's final condition can overtake
+                # its pods' last statuses. Read the pods once, then decide (and log) on fresh facts.
+                await self._read_final_facts(job)
+                return None
+        self._report(snap, pods)
+        if decision.step is tracking.Step.FAIL_FAST:
+            await self._fail_fast(job, pods, queue)
+            await self.sub.wait(timeout=t.recheck_interval)
+            return None
+        if decision.step is tracking.Step.WAIT:
+            await self.sub.wait(timeout=self.admission.wake_after(job, t.recheck_interval))
+            return None
+        await self.admission.release(job)
+        self.history.append(tracking.attempt_record(job, snap))
+        if decision.step is tracking.Step.RETRY:
+            await self._start_next_attempt(job, snap, attempt, decision.delay)
+            return None
+        return await self._finish(snap, failure, decision.retryable, annotations)
+
+    # --- the steps ---
+
+    async def _look(self) -> dict | None:
+        job = self.watch.get(self.resource, self.name) or await self._patiently(
+            self.client.get_or_none, self.resource, self.t.namespace, self.name
+        )
+        if job is not None:
+            job.setdefault("kind", self.t.kind)
+        return job
+
+    async def _admit(self, job: dict) -> tuple[QueueStatus | None, Reservation | None]:
+        """Ask the admission to admit a job that waits for it; what the queue says about it, and its
+        reservation once the pool has admitted it (SCHEDULING / QuotaReserved until it is unsuspended)."""
+        annotations = job["metadata"].get("annotations") or {}
+        # A job the product ruled on (a verdict) or a user stopped stays suspended: never admit it here.
+        waiting = (
+            _suspended(job) and labels.VERDICT not in annotations and labels.STOPPED_AT not in annotations
+        )
+        if not waiting:
+            self.unsuspended_from = None
+            return None, None
+        version = job["metadata"].get("resourceVersion")
+        if self.unsuspended_from is not None and self.unsuspended_from == version:
+            # This process unsuspended this very version: the change is on its way, but a pod's event
+            # (another watch stream) can wake us before the job's own. Do not admit twice.
+            return NO_QUOTA, None
+        queue = await self._patiently(self.admission.ensure, job)
+        direct = queue is None and not self.admission.quota_enabled
+        self.unsuspended_from = version if direct else None
+        if direct:
+            return NO_QUOTA, None
+        reservation = None
+        if queue is not None and queue.reason == ADMITTED:
+            decision = self.admission.decision(job["metadata"].get("uid") or "")
+            if decision is not None:
+                reservation = Reservation(decision.job.gpus, _now())
+        return queue, reservation
+
+    def _report(self, snap: JobSnapshot, pods: list[dict]) -> None:
+        if tracking.signature(snap) != self.seen:
+            self.seen = tracking.signature(snap)
+            self.log.info("%s %s: %s", self.t.kind, self.name, tracking.state_line(snap))
+        if self.streamer is not None:
+            self.streamer.follow(snap, pods)
+
+    async def _fail_fast(self, job: dict, pods: list[dict], queue: QueueStatus | None) -> None:
+        # The pod's back-off message hides the registry's answer; the pull events carry it. Look once,
+        # just before ruling, so a transient refusal is never ruled permanent.
+        t = self.t
+        events = await self._patiently(self._events_of, [p["metadata"]["name"] for p in pods])
+        snap = snapshot(job, pods, events, queue=queue, now=_now())
+        failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
+        if tracking.stuck_for_good(snap, failure, events):
+            await self._patiently(self._rule_failed, job, snap, failure)
+
+    async def _read_final_facts(self, job: dict) -> None:
+        self.final_read = True
+        fresh = await self._patiently(self._pods_now)
+        for pod in fresh:
+            self.watch.absorb(PODS, pod)
+        disrupted = disrupted_pod(job)
+        if disrupted:
+            # The disrupted pod may be gone; its events still say whether its node was lost.
+            self.final_events = await self._patiently(self._events_of, [disrupted])
+
+    async def _start_next_attempt(self, job: dict, snap: JobSnapshot, attempt: int, delay: timedelta) -> None:
+        t = self.t
+        name = attempt_name(t.job_name, attempt + 1)
+        now = _now()
+        body = attempts.next_attempt(job, name=name, attempt=attempt + 1, not_before=now + delay, now=now)
+        await self._patiently(self._create_adopting, body)
+        self.log.warning(
+            "attempt %d of %s failed (%s); attempt %d of %d starts after %s as %s",
+            attempt,
+            t.job_name,
+            getattr(snap.reason, "value", snap.reason),
+            attempt + 1,
+            t.max_attempts,
+            delay,
+            name,
+        )
+        self._follow(name)
+        self._new_attempt()
+        # This trigger created it: should it vanish before the first look, someone deleted it (a cancel).
+        self.last_seen = body
+
+    async def _finish(
+        self, snap: JobSnapshot, failure: Failure | None, retryable: bool, annotations: dict[str, str]
+    ) -> JobEvent:
+        if self.streamer is not None:
+            await self.streamer.drain(timeout=10)
+        return tracking.final_event(
+            snap,
+            failure,
+            status=EventStatus.SUCCESS if snap.state is JobState.SUCCEEDED else EventStatus.FAILED,
+            job_name=self.name,
+            kind=self.t.kind,
+            namespace=self.t.namespace,
+            history=self.history,
+            log_tail=list(self.tail),
+            retryable=retryable,
+            annotations=annotations,
+        )
+
+    async def _vanished(self) -> JobEvent:
+        """The job object is gone: cancelled, deleted by hand, or (never seen) unknown."""
+        t = self.t
+        if self.last_seen is None:
+            self.log.error("%s %s/%s does not exist", t.kind, t.namespace, self.name)
+            return JobEvent(
+                status=EventStatus.ERROR,
+                job_name=self.name,
+                kind=t.kind,
+                namespace=t.namespace,
+                state=JobState.UNKNOWN.value,
+                reason="JobDeleted",
+                message=f"{t.kind} {self.name} was deleted before the task could follow it",
+                attempts=tuple(self.history),
+                log_tail=tuple(self.tail),
+            )
+        last = self.last_seen
+        last.setdefault("kind", t.kind)
+        snap, annotations = tracking.after_deletion(last, now=_now())
+        # A cancel from the UI or CLI freed the reservation already; a kubectl delete did not.
+        await self.admission.release(last)
+        self.history.append(tracking.attempt_record(last, snap))
+        self.seen = None
+        self._report(snap, [])
+        if self.streamer is not None:
+            await self.streamer.drain(timeout=10)
+        failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
+        return tracking.final_event(
+            snap,
+            failure,
+            status=EventStatus.SUCCESS if snap.state is JobState.SUCCEEDED else EventStatus.FAILED,
+            job_name=self.name,
+            kind=t.kind,
+            namespace=t.namespace,
+            history=self.history,
+            log_tail=list(self.tail),
+            retryable=False,
+            annotations=annotations,
+        )
+
+    # --- helpers ---
+
+    def _follow(self, name: str) -> None:
+        if name != self.sub.key:
+            self.watch.unsubscribe(self.sub)
+            self.sub = self.watch.subscribe(name)
+        self.name = name
+
+    async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        # Without this, one throttled or failed request would fail the Airflow task of a job that is
+        # running fine: on the triggerer, wait the API out.
+        return await patiently(call, *args, log=self.log)
+
+    def _newest_attempt_name(self) -> str:
+        """After a rebuild, the job in the kwargs may have been followed by later attempts (and the first
+        may be gone, deleted by its TTL). Later attempts are only ever named ``attempt_name(job_name, k)``:
+        look those names up rather than scan every cached job (a scan per trigger is quadratic when a
+        triggerer restarts with thousands of triggers, and stalls the loop for all of them)."""
+        t = self.t
+        try:
+            names = [attempt_name(t.job_name, k) for k in range(1, t.max_attempts + 1)]
+        except ValueError:  # a name this product did not make: it has no later attempts
+            return t.job_name
+        found = [j for j in (self.watch.get(self.resource, n) for n in names) if j is not None]
+        newest = attempts.latest_attempt(found)
+        return newest["metadata"]["name"] if newest is not None else t.job_name
+
+    async def _pods_now(self) -> list[dict]:
+        key = labels.MPI_JOB_NAME if self.t.kind == "MPIJob" else labels.LEGACY_JOB_NAME
+        listing = await self.client.list(PODS, self.t.namespace, label_selector=f"{key}={self.name}")
+        return listing.get("items") or []
+
+    async def _events_of(self, pod_names: list[str]) -> list[dict]:
+        events: list[dict] = []
+        for pod in pod_names:
+            listing = await self.client.list(
+                EVENTS, self.t.namespace, field_selector=f"involvedObject.name={pod}"
+            )
+            events.extend(listing.get("items") or [])
+        return events
+
+    async def _rule_failed(self, job: dict, snap: JobSnapshot, failure: Failure | None) -> None:
+        """Record the product's verdict on the job and suspend it, so its pods (and GPUs) go now."""
+        reason = snap.reason.value
+        message = (failure.message if failure else "") + (f": {snap.message}" if snap.message else "")
+        self.log.error(
+            "%s %s cannot start (%s); failing it now", self.t.kind, job["metadata"]["name"], reason
+        )
+        suspend = {"runPolicy": {"suspend": True}} if self.t.kind == "MPIJob" else {"suspend": True}
+        patch = {
+            "metadata": {"annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message[:1000]}},
+            "spec": suspend,
+        }
+        try:
+            await self.client.merge_patch(self.resource, self.t.namespace, job["metadata"]["name"], patch)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+
+    async def _create_adopting(self, body: dict) -> None:
+        try:
+            await self.client.create(self.resource, self.t.namespace, body)
+        except KubeError as exc:
+            if not exc.already_exists:  # a rebuilt trigger already submitted it: adopt
+                raise
 
 
 def _failure(snap: JobSnapshot, retryable: tuple[int, ...], fatal: tuple[int, ...]) -> Failure | None:
@@ -468,21 +535,3 @@ def _suspended(job: dict) -> bool:
     if job.get("kind") == "MPIJob":
         return bool((spec.get("runPolicy") or {}).get("suspend"))
     return bool(spec.get("suspend"))
-
-
-def _attempt_record(job: dict, snap: JobSnapshot) -> dict[str, Any]:
-    return {
-        "attempt": attempts.attempt_of(job),
-        "job_name": job["metadata"]["name"],
-        "state": snap.state.value,
-        "reason": str(getattr(snap.reason, "value", snap.reason) or ""),
-        "exit_codes": tracking.exit_codes(snap),
-        "queued_at": _iso(snap.queued_at),
-        "started_at": _iso(snap.started_at),
-        "finished_at": _iso(snap.finished_at),
-        "gpu_seconds": snap.gpu_seconds,
-    }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None

@@ -89,6 +89,8 @@ class GroupQuota:
     # Who may submit to the group; None leaves it open to anyone. Users with a per-user override are
     # members too, so listing a user twice is never needed.
     members: frozenset[str] | None = None
+    # Whether the group's tasks may run outside the pool (``JobOperator(quota_configmap="")``).
+    opt_out: bool = False
 
     def is_member(self, user: str) -> bool:
         """Whether ``user`` may submit jobs to this group."""
@@ -206,6 +208,7 @@ _GROUP_KEYS = {
     "users": "per-user GPU limits",
     "max_running_jobs_per_user": "admitted jobs a user may hold at once",
     "members": "the users who may submit to the group (absent: anyone)",
+    "opt_out": "whether the group's tasks may run outside the pool (quota_configmap='')",
 }
 _DEFAULTS_KEYS = {k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user")}
 _BACKOFF_KEYS = {"base": "first back-off", "cap": "longest back-off"}
@@ -374,6 +377,10 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
                 else:
                     names.add(key)
             members = frozenset(names)
+    opt_out = body.get("opt_out", False)
+    if not isinstance(opt_out, bool):
+        errors.add(_join(path, "opt_out"), f"must be true or false, got {opt_out!r}")
+        ok = False
     if gpus is None or not ok:
         return None
     return GroupQuota(
@@ -383,6 +390,7 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         users=users,
         max_running_jobs_per_user=max_jobs,
         members=members,
+        opt_out=opt_out,
     )
 
 

@@ -3,7 +3,17 @@ starts another try on its own; a returned success that Airflow dropped is adopte
 
 from __future__ import annotations
 
-from airflow_jobs_plugin.outcome import TryOutcome, delivered_job, repeated_fatal_failure
+from airflow_jobs_plugin.outcome import (
+    AttemptRecord,
+    EventStatus,
+    JobEvent,
+    ReplicaRecord,
+    TryOutcome,
+    delivered_job,
+    failure_message,
+    repeated_fatal_failure,
+    summary,
+)
 
 RECORD = TryOutcome(1, job="train-a1", message="Job default/train-a1 ended FAILED (reason ImagePull)")
 
@@ -61,3 +71,80 @@ def test_a_stored_outcome_reads_back_as_written_and_garbage_reads_as_none():
     assert TryOutcome.from_json(None) is None
     assert TryOutcome.from_json(["not", "a", "record"]) is None
     assert TryOutcome.from_json({"try": "x", "job": "j"}) == TryOutcome(0, job="j")
+
+
+def test_a_try_after_a_cancel_in_the_same_run_of_the_task_says_it_was_cancelled():
+    record = TryOutcome(
+        1, job="train-a1", message="Job ml/train-a1 was cancelled by bob at T", cancelled=True
+    )
+    assert TryOutcome.from_json(record.to_json()) == record
+    message = repeated_fatal_failure(record, try_number=2, max_tries=2, retries=2)
+    assert message is not None and message.startswith("try 1 of this task was cancelled")
+    assert message.endswith("was cancelled by bob at T")
+    assert repeated_fatal_failure(record, try_number=2, max_tries=3, retries=2) is None  # cleared
+
+
+# --- the trigger's final event: one writer, one reader ---
+
+CANCELLED = JobEvent(
+    status=EventStatus.FAILED,
+    job_name="train-a2",
+    kind="MPIJob",
+    namespace="ml",
+    state="CANCELLED",
+    reason="Cancelled",
+    message="cancelled by bob at 2026-11-23T21:00:00+00:00",
+    exit_codes={"launcher": 137},
+    replicas=(ReplicaRecord("launcher", 0, "train-a2-launcher", "Terminating"),),
+    attempts=(
+        AttemptRecord(1, "train-a1", "FAILED", "NodeLost", gpu_seconds=10.0),
+        AttemptRecord(2, "train-a2", "CANCELLED", "Cancelled", gpu_seconds=5.0),
+    ),
+    log_tail=("epoch 3",),
+    cancelled_by="bob",
+    cancelled_at="2026-11-23T21:00:00+00:00",
+)
+
+
+def test_an_event_reads_back_as_written():
+    assert JobEvent.from_payload(CANCELLED.to_payload()) == CANCELLED
+
+
+def test_a_cancelled_job_is_fatal_and_its_message_names_who_and_when():
+    assert CANCELLED.fatal and CANCELLED.cancelled and not CANCELLED.succeeded
+    assert failure_message(CANCELLED).splitlines()[0] == (
+        "MPIJob ml/train-a2 was cancelled by bob at 2026-11-23T21:00:00+00:00"
+    )
+
+
+def test_a_payload_of_the_previous_version_is_read():
+    # Written by the previous triggerer (no cancelled_by / cancelled_at; the vanished job's dict).
+    old_failure = {
+        "status": "failed",
+        "job_name": "train-a1",
+        "kind": "Job",
+        "namespace": "ml",
+        "state": "FAILED",
+        "reason": "BackoffLimitExceeded",
+        "message": "failed",
+        "failure_class": "fatal",
+        "failure_message": "exited 1",
+        "exit_codes": {"worker-0": 1},
+        "replicas": [{"role": "worker", "index": 0, "pod": "p", "status": "Error"}],
+        "attempts": [{"attempt": 1, "job_name": "train-a1", "state": "FAILED", "gpu_seconds": 3}],
+        "gpu_seconds": 3,
+        "log_tail": ["loss: nan"],
+        "retryable": False,
+    }
+    event = JobEvent.from_payload(old_failure)
+    assert event.fatal and event.exit_codes == {"worker-0": 1} and event.attempts[0].gpu_seconds == 3.0
+    assert "exit codes worker-0=1" in failure_message(event)
+    old_vanished = {"status": "error", "job_name": "x-a1", "state": "UNKNOWN", "reason": "JobDeleted"}
+    gone = JobEvent.from_payload(old_vanished)
+    assert gone.status is EventStatus.ERROR and not gone.fatal
+
+
+def test_a_success_summary_adds_up_every_attempt():
+    done = JobEvent.from_payload({**CANCELLED.to_payload(), "status": "success", "state": "SUCCEEDED"})
+    result = summary(done)
+    assert (result["attempts"], result["gpu_seconds"], result["state"]) == (2, 15.0, "SUCCEEDED")

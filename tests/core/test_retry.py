@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin.retry import ExitClass, backoff_delay, classify_exit_code, next_attempt_allowed
+from airflow_jobs_plugin.retry import backoff_delay, next_attempt_allowed
 
 S = timedelta(seconds=1)
 
@@ -90,17 +90,3 @@ def test_next_attempt_is_allowed_until_the_budget_is_spent(attempt, max_attempts
 def test_attempt_budget_arguments_must_be_positive(attempt, max_attempts):
     with pytest.raises(ValueError):
         next_attempt_allowed(attempt, max_attempts)
-
-
-@pytest.mark.parametrize(
-    ("code", "expected"),
-    [
-        (0, ExitClass.SUCCESS),
-        (2, ExitClass.FATAL),
-        (137, ExitClass.RETRYABLE),
-        (1, ExitClass.ORDINARY),
-        (255, ExitClass.ORDINARY),
-    ],
-)
-def test_exit_codes_are_classified_by_the_author_lists(code, expected):
-    assert classify_exit_code(code, fatal=(2, 3), retryable=(137,)) is expected

@@ -143,7 +143,6 @@ INVALID = [
     ("active_deadline", {"active_deadline": 0}),
     ("ttl_after_finished", {"ttl_after_finished": 10}),
     ("requeue_limit", {"requeue_limit": -1}),
-    ("requeue_backoff", {"requeue_backoff": 3600}),
     ("retryable_exit_codes[0]", {"retryable_exit_codes": [0]}),
     ("fatal_exit_codes[1]", {"fatal_exit_codes": [1, 256]}),
     ("fatal_exit_codes", {"fatal_exit_codes": [2], "retryable_exit_codes": [2, 3]}),
@@ -600,3 +599,39 @@ def test_label_values_are_valid_and_distinct(pair):
     first, second = (label_value(v) for v in pair)
     assert LABEL_VALUE.match(first) and len(first) <= 63
     assert first != second
+
+
+# --- every argument takes effect or does not exist ---
+
+
+@pytest.mark.parametrize("limit", [0, 3, 5, None])
+def test_a_requeue_limit_the_author_chose_travels_on_the_job_whatever_its_value(limit):
+    from datetime import datetime, timezone
+
+    from airflow_jobs_plugin import labels
+    from airflow_jobs_plugin.manifests import build_manifest
+
+    identity = TaskIdentity("nightly", "train", "run-1")
+    spec = validate(image="registry.example/trainer:1", group="vision", user="alice", requeue_limit=limit)
+    ann = build_manifest(
+        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )["metadata"]["annotations"]
+    assert ann[labels.REQUEUE_LIMIT] == ("none" if limit is None else str(limit))
+    unset = validate(image="registry.example/trainer:1", group="vision", user="alice")
+    ann = build_manifest(
+        unset, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )["metadata"]["annotations"]
+    assert labels.REQUEUE_LIMIT not in ann  # left out: the quota policy's requeue_limit applies
+
+
+@pytest.mark.parametrize("argument", ["requeue_backoff", "requeue_backoff_max"])
+def test_a_requeue_back_off_is_the_quota_policys_and_the_operator_says_so(argument):
+    from airflow_jobs_plugin.operators import JobOperator
+
+    with pytest.raises(JobSpecError, match=rf"{argument}: .*quota policy"):
+        JobOperator(
+            task_id="train",
+            image="registry.example/trainer:1",
+            group="vision",
+            **{argument: timedelta(minutes=1)},
+        )

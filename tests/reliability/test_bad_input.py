@@ -12,8 +12,8 @@ from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from task_doubles import task_context
 
-from airflow_jobs_plugin import labels
 from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.job_sensor_trigger import JobSensorTrigger
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.operators import JobOperator
 from airflow_jobs_plugin.quota import parse_policy
@@ -111,6 +111,16 @@ def test_templated_values_are_not_rejected_before_rendering():
     JobOperator(
         **{**GOOD, "image": "registry.example/trainer:{{ ds_nodash }}", "env": {"RUN": "{{ run_id }}"}}
     )
+
+
+def test_a_value_wrong_only_once_rendered_fails_the_task_for_good_naming_the_field():
+    # What Airflow leaves in the attribute after rendering "{{ params.tag }}" with a tag that has a space:
+    # no retry can cure it, so none is spent (AirflowFailException, not a bare JobSpecError).
+    op = JobOperator(**{**GOOD, "image": "registry.example/trainer:{{ params.tag }}"})
+    op.image = "registry.example/trainer:v 2"
+    with pytest.raises(AirflowFailException, match=r"invalid rendered value of image") as raised:
+        op.execute(task_context("rendered_error"))
+    assert "image:" in str(raised.value)
 
 
 @pytest.mark.parametrize(
@@ -239,16 +249,18 @@ def test_a_trigger_for_a_job_that_does_not_exist_ends_with_an_error_event(cluste
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("trigger", "kwargs", "message"),
     [
-        ({"kind": "PyTorchJob"}, "kind"),
-        ({"target_states": ["DONE"]}, "DONE"),
-        ({"target_states": ["FAILED"]}, "overlap"),
+        (JobTrigger, {"kind": "PyTorchJob"}, "kind"),
+        (JobSensorTrigger, {"kind": "PyTorchJob"}, "kind"),
+        (JobSensorTrigger, {"target_states": ["DONE"]}, "DONE"),
+        (JobSensorTrigger, {"target_states": ["FAILED"]}, "overlap"),
+        (JobSensorTrigger, {"target_states": []}, "at least one"),
     ],
 )
-def test_bad_trigger_kwargs_fail_at_construction_not_inside_the_triggerer_loop(kwargs, message):
+def test_bad_trigger_kwargs_fail_at_construction_not_inside_the_triggerer_loop(trigger, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        JobTrigger(job_name="x-a1", namespace="default", **kwargs)
+        trigger(job_name="x-a1", namespace="default", **kwargs)
 
 
 def test_a_job_deleted_behind_the_triggers_back_ends_it_cleanly(cluster):
@@ -271,5 +283,7 @@ def test_a_job_deleted_behind_the_triggers_back_ends_it_cleanly(cluster):
             await shared.shutdown()
 
     (event,) = asyncio.run(go())
-    assert event["status"] in ("error", "failed")
-    assert labels.TASK_KEY  # the key the operator lists by exists (guards a rename)
+    # Deleting a live job by hand is a cancel: the task fails for good, naming who (as far as known).
+    assert (event["status"], event["state"], event["reason"]) == ("failed", "CANCELLED", "Cancelled")
+    with pytest.raises(AirflowFailException, match="cancelled by someone who deleted the job object"):
+        op.execute_complete(task_context("deleted_behind"), event)

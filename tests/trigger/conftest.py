@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 import pytest
 from sim_fixtures import cluster_fixture, connection_fixture
 
+from airflow_jobs_plugin import admission
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.kube import KubeClient
 from airflow_jobs_plugin.manifests import build_manifest
@@ -26,6 +27,7 @@ async def client(cluster):
     c = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
     yield c
     await c.close()
+    await admission.shutdown()  # the quota pools' passes a trigger started, before their watches go
     await shared.shutdown()
 
 

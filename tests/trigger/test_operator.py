@@ -9,7 +9,7 @@ from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import admission, labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient
 from airflow_jobs_plugin.operators import STATE_KEY, JobOperator
@@ -36,6 +36,7 @@ def run_to_event(deferred: TaskDeferred, timeout: float = 60) -> dict:
         try:
             return [e.payload async for e in deferred.trigger.run()]
         finally:
+            await admission.shutdown()
             await shared.shutdown()
 
     (event,) = asyncio.run(asyncio.wait_for(collect(), timeout))
@@ -317,3 +318,76 @@ def test_a_fatal_failure_stays_fatal_when_the_state_store_cannot_record_it():
         op.execute_complete(context, {**event, "job_name": "train-a1", "kind": "Job"})
     result = op.execute_complete(context, {"status": "success", "job_name": "train-a1", "kind": "Job"})
     assert result["job_name"] == "train-a1"
+
+
+# --- the deployment's quota pool ---
+
+
+def create_policy(cluster, name: str, text: str) -> None:
+    from airflow_jobs_plugin.kube import CONFIGMAPS
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            await client.create(
+                CONFIGMAPS, "default", {"metadata": {"name": name}, "data": {"policy.yaml": text}}
+            )
+        finally:
+            await client.close()
+
+    asyncio.run(go())
+
+
+@pytest.fixture
+def deployed_pool(cluster, monkeypatch):
+    """A deployment whose [airflow_jobs] quota_configmap names a pool; vision may not leave it, speech may."""
+    name = f"pool-{next(_runs)}"
+    create_policy(
+        cluster,
+        name,
+        "groups:\n  vision: {gpus: 8, members: [alice]}\n  speech: {gpus: 8, opt_out: true}\n",
+    )
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__QUOTA_CONFIGMAP", name)
+    return name
+
+
+def test_a_task_that_names_no_pool_is_under_the_deployments_pool(cluster, deployed_pool):
+    op = operator()
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    deferred = deferral(op, context_for(op, run_id, 1, store))
+    assert deferred.trigger.quota_configmap == deployed_pool
+    event = run_to_event(deferred)
+    assert event["status"] == "success"
+    # The pool's rules apply to it: a user who is not a member of the group is refused at submit.
+    stranger = operator(owner="mallory")
+    with pytest.raises(AirflowFailException, match="mallory"):
+        stranger.execute(context_for(stranger, f"run-{next(_runs)}", 1, StateStore()))
+
+
+def test_leaving_the_deployments_pool_is_refused_unless_the_policy_allows_it_for_the_group(
+    cluster, deployed_pool
+):
+    op = operator(quota_configmap="")
+    run_id = f"run-{next(_runs)}"
+    with pytest.raises(AirflowFailException, match=r"group 'vision' may not run outside the quota pool"):
+        op.execute(context_for(op, run_id, 1, StateStore()))
+    assert jobs_of(cluster, op, run_id) == []
+    allowed = operator(quota_configmap="", group="speech")
+    deferred = deferral(allowed, context_for(allowed, f"run-{next(_runs)}", 1, StateStore()))
+    assert deferred.trigger.quota_configmap is None
+
+
+def test_a_pool_that_does_not_exist_fails_the_task_at_submit_naming_it(cluster, monkeypatch):
+    op = operator(quota_configmap="quota-polcy")
+    run_id = f"run-{next(_runs)}"
+    with pytest.raises(AirflowFailException, match=r"'quota-polcy' .* does not exist in namespace 'default'"):
+        op.execute(context_for(op, run_id, 1, StateStore()))
+    assert jobs_of(cluster, op, run_id) == []
+    # The same for a deployment setting with a typo.
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__QUOTA_CONFIGMAP", "gpu-qouta")
+    plain = operator()
+    with pytest.raises(
+        AirflowFailException, match=r"'gpu-qouta' \(named by \[airflow_jobs\] quota_configmap\)"
+    ):
+        plain.execute(context_for(plain, f"run-{next(_runs)}", 1, StateStore()))

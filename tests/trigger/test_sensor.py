@@ -14,9 +14,9 @@ from airflow_jobs_plugin.kube import JOBS, KubeClient
 from airflow_jobs_plugin.sensors import JobSensor
 
 
-def plain_job(name: str, *, exit_code: int = 0, labels: dict | None = None) -> dict:
+def plain_job(name: str, *, exit_code: int = 0, labels: dict | None = None, run: int = 2) -> dict:
     """A batch/v1 Job as any other tool would submit it: no product labels."""
-    scenario = json.dumps({"main": {"run": 2, "exit": exit_code}})
+    scenario = json.dumps({"main": {"run": run, "exit": exit_code}})
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -82,8 +82,58 @@ def test_a_sensor_fails_the_task_when_the_job_fails(cluster):
 
 def test_a_sensor_can_wait_for_running_rather_than_done(cluster):
     sensor = JobSensor(task_id="wait", job_name="external-train-3", target_states=["RUNNING"])
-    event = sensor_event(sensor, plain_job("external-train-3"), cluster.kubeconfig_path)
+    # Long enough (30 s) that the sensor's look catches it running rather than finished.
+    event = sensor_event(sensor, plain_job("external-train-3", run=3000), cluster.kubeconfig_path)
     assert event["state"] == "RUNNING"
+
+
+def finished(cluster, job: dict) -> None:
+    """Submit ``job`` and wait until it has ended, as a job that finished before anyone looked."""
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            await client.create(JOBS, "default", job)
+            for _ in range(1000):
+                done = await client.get(JOBS, "default", job["metadata"]["name"])
+                if any(
+                    c.get("type") in ("Complete", "Failed")
+                    for c in done.get("status", {}).get("conditions") or []
+                ):
+                    return
+                await asyncio.sleep(0.02)
+            raise AssertionError("the job never ended")
+        finally:
+            await client.close()
+
+    asyncio.run(go())
+
+
+def test_a_target_the_job_has_passed_is_reached(cluster):
+    # The job succeeded before the sensor looked: it was RUNNING, whether or not anyone saw it.
+    finished(cluster, plain_job("external-train-4"))
+    sensor = JobSensor(task_id="wait", job_name="external-train-4", target_states=["RUNNING"])
+    event = sensor_event(sensor, None, cluster.kubeconfig_path)
+    assert (event["status"], event["state"]) == ("success", "SUCCEEDED")
+    assert sensor.execute_complete({}, event)["state"] == "SUCCEEDED"
+    poking = JobSensor(
+        task_id="poke", job_name="external-train-4", target_states=["RUNNING"], deferrable=False
+    )
+    assert poking.poke({}) is True
+
+
+def test_a_job_that_ended_where_no_target_can_follow_fails_the_sensor_at_once(cluster):
+    finished(cluster, plain_job("external-train-5", exit_code=1))
+    sensor = JobSensor(
+        task_id="wait", job_name="external-train-5", target_states=["SUCCEEDED"], fail_states=[]
+    )
+    event = sensor_event(sensor, None, cluster.kubeconfig_path)
+    assert (event["status"], event["state"]) == ("failed", "FAILED")
+    with pytest.raises(AirflowException, match=r"the sensor waited for \['SUCCEEDED'\]"):
+        sensor.execute_complete({}, event)
+    poking = JobSensor(task_id="poke", job_name="external-train-5", fail_states=[], deferrable=False)
+    with pytest.raises(AirflowException, match="never will be"):
+        poking.poke({})
 
 
 @pytest.mark.parametrize(
@@ -99,3 +149,34 @@ def test_a_sensor_can_wait_for_running_rather_than_done(cluster):
 def test_bad_sensor_arguments_fail_at_parse_time(kwargs, message):
     with pytest.raises(ValueError, match=message):
         JobSensor(task_id="wait", **kwargs)
+
+
+def test_a_sensor_wait_deferred_by_the_previous_version_resumes_after_an_upgrade(cluster):
+    # The previous version deferred JobSensor to JobTrigger(observe=True, ...); the triggerer, upgraded
+    # while the task was deferred, rebuilds it from those stored kwargs.
+    from airflow_jobs_plugin.triggers import JobTrigger
+
+    finished(cluster, plain_job("external-train-6"))
+    stored = {
+        "job_name": "external-train-6",
+        "namespace": "default",
+        "kind": "Job",
+        "kubernetes_conn_id": "kubernetes_default",
+        "max_attempts": 1,
+        "stream_logs": False,
+        "observe": True,
+        "label_selector": None,
+        "target_states": ["SUCCEEDED"],
+        "fail_states": ["FAILED", "CANCELLED"],
+    }
+
+    async def go():
+        try:
+            return await asyncio.wait_for(_collect(JobTrigger(**stored)), 60)
+        finally:
+            await shared.shutdown()
+
+    (event,) = asyncio.run(go())
+    assert (event["status"], event["state"]) == ("success", "SUCCEEDED")
+    sensor = JobSensor(task_id="wait", job_name="external-train-6")
+    assert sensor.execute_complete({}, event)["state"] == "SUCCEEDED"

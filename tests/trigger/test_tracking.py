@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
@@ -15,7 +16,20 @@ from airflow_jobs_plugin.lifecycle import (
     Reason,
     ReplicaStatus,
 )
-from airflow_jobs_plugin.tracking import Step, decide, exit_codes, replica_summary, state_line, stuck_for_good
+from airflow_jobs_plugin.outcome import DELETED_BY_SOMEONE
+from airflow_jobs_plugin.tracking import (
+    SensorVerdict,
+    Step,
+    after_deletion,
+    decide,
+    exit_codes,
+    replica_summary,
+    sensor_verdict,
+    signature,
+    state_line,
+    stuck_for_good,
+    who_cancelled,
+)
 
 
 def replica(role: str, index: int, status: str, exit_code: int | None = None) -> ReplicaStatus:
@@ -145,3 +159,108 @@ def test_exit_codes_are_reported_per_replica():
         JobState.FAILED, Reason.ERROR, replica("launcher", 0, "Error", 1), replica("worker", 1, "Error", 137)
     )
     assert exit_codes(s) == {"launcher": 1, "worker-1": 137}
+
+
+# --- a job object that is gone: what it ended as ---
+
+
+def job_object(*, annotations: dict | None = None, conditions: list | None = None) -> dict:
+    return {
+        "kind": "Job",
+        "metadata": {"name": "train-a1", "namespace": "ml", "annotations": annotations or {}},
+        "spec": {"suspend": False},
+        "status": {"conditions": conditions or [], "active": 1},
+    }
+
+
+NOW = datetime(2026, 11, 23, 21, 0, tzinfo=timezone.utc)
+
+
+def test_a_live_job_deleted_without_a_verdict_was_cancelled_by_whoever_deletes_job_objects():
+    gone, annotations = after_deletion(job_object(), now=NOW)
+    assert (gone.state, gone.reason) == (JobState.CANCELLED, Reason.CANCELLED)
+    assert annotations[labels.CANCELLED_BY] == DELETED_BY_SOMEONE
+    assert gone.message == f"cancelled by {DELETED_BY_SOMEONE} at 2026-11-23T21:00:00+00:00"
+
+
+def test_a_job_cancelled_from_the_ui_reads_as_cancelled_by_that_user_at_that_time():
+    cancel = {
+        labels.VERDICT: "Cancelled",
+        labels.CANCELLED_BY: "bob",
+        labels.CANCELLED_AT: "2026-11-23T20:59:00+00:00",
+    }
+    gone, annotations = after_deletion(job_object(annotations=cancel), now=NOW)
+    assert gone.state is JobState.CANCELLED
+    assert gone.message == "cancelled by bob at 2026-11-23T20:59:00+00:00"
+    assert annotations[labels.CANCELLED_BY] == "bob"
+
+
+def test_a_job_the_product_ended_and_then_removed_is_not_read_as_a_cancel():
+    # TTL after success: the controller's Complete stands.
+    done = [{"type": "Complete", "status": "True"}]
+    gone, _ = after_deletion(job_object(conditions=done), now=NOW)
+    assert gone.state is JobState.SUCCEEDED
+    # A product verdict (a queue timeout) stands too.
+    ruled = {labels.VERDICT: "QueueTimeout"}
+    gone, annotations = after_deletion(job_object(annotations=ruled), now=NOW)
+    assert (gone.state, gone.reason) == (JobState.FAILED, Reason.QUEUE_TIMEOUT)
+    assert labels.CANCELLED_BY not in annotations
+
+
+# --- stopped and cancelled jobs in the task log ---
+
+
+def test_a_stopped_job_says_who_stopped_it_and_when():
+    line = state_line(
+        snap(JobState.STOPPED, Reason.STOPPED, message="stopped by bob at 21:00; resume to requeue")
+    )
+    assert line == "STOPPED: stopped by bob at 21:00; resume to requeue"
+
+
+def test_a_stopped_job_is_watched_not_finished():
+    assert decide(snap(JobState.STOPPED, Reason.STOPPED), None, **BACKOFF).step is Step.WAIT
+
+
+def test_a_cancelled_job_says_who_cancelled_it():
+    line = state_line(
+        snap(JobState.CANCELLED, Reason.CANCELLED, *MPI_STARTING, message="cancelled by bob at 21:00")
+    )
+    assert line == "CANCELLED: cancelled by bob at 21:00"
+
+
+# --- JobSensor: a target reached, passed, or out of reach ---
+
+
+@pytest.mark.parametrize(
+    ("state", "targets", "fails", "verdict"),
+    [
+        (JobState.RUNNING, ["RUNNING"], ["FAILED"], SensorVerdict.REACHED),
+        (JobState.SUCCEEDED, ["RUNNING"], ["FAILED"], SensorVerdict.REACHED),  # passed through RUNNING
+        (JobState.SUCCEEDED, ["STARTING"], [], SensorVerdict.REACHED),
+        (JobState.QUEUED, ["RUNNING"], ["FAILED"], SensorVerdict.WAIT),
+        (JobState.STOPPED, ["SUCCEEDED"], ["FAILED"], SensorVerdict.WAIT),
+        (JobState.FAILED, ["RUNNING"], ["FAILED"], SensorVerdict.FAILED),
+        (JobState.FAILED, ["SUCCEEDED"], [], SensorVerdict.FAILED),  # can never succeed now
+        (JobState.CANCELLED, ["SUCCEEDED"], ["FAILED"], SensorVerdict.FAILED),
+        (JobState.SUCCEEDED, ["FAILED"], [], SensorVerdict.FAILED),
+    ],
+)
+def test_a_sensor_target_is_reached_when_the_job_is_in_it_or_has_passed_it(state, targets, fails, verdict):
+    assert sensor_verdict(state, target_states=targets, fail_states=fails) is verdict
+
+
+def test_a_finished_job_logs_its_final_state_once_whatever_its_pods_still_report():
+    # The final look reads the pods again; a launcher or worker status changing under a job that has
+    # already SUCCEEDED is not a new state for the task log.
+    before = snap(JobState.SUCCEEDED, Reason.COMPLETED, replica("launcher", 0, "Running"))
+    after = snap(JobState.SUCCEEDED, Reason.COMPLETED, replica("launcher", 0, "Completed"))
+    assert signature(before) == signature(after)
+
+
+def test_a_cancelled_job_still_in_the_cluster_reads_who_and_when_too():
+    cancelled = snap(JobState.CANCELLED, Reason.CANCELLED, message="cancelled by bob")
+    stamped = {labels.CANCELLED_BY: "bob", labels.CANCELLED_AT: "2026-11-23T20:59:00+00:00"}
+    read, _ = who_cancelled(cancelled, stamped, now=NOW)
+    assert read.message == "cancelled by bob at 2026-11-23T20:59:00+00:00"
+    running = snap(JobState.RUNNING, Reason.RUNNING)
+    assert who_cancelled(running, stamped, now=NOW)[0] is running

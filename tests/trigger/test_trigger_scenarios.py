@@ -212,6 +212,8 @@ async def test_an_mpi_job_goes_through_launcher_init_then_runs_to_success(client
     assert "workers 2/2" in out
     assert "[launcher] mpirun: rank 0 done" in out
     assert {r["role"] for r in event["replicas"]} == {"launcher", "worker"}
+    # The final look reads the pods again; the end is logged once, on those fresh facts.
+    assert out.count(f"MPIJob {name}: SUCCEEDED") == 1
 
 
 async def test_a_crash_looping_mpi_worker_degrades_the_job_until_the_launcher_fails(client, capsys):
@@ -288,3 +290,34 @@ async def test_a_trigger_rebuilt_from_serialize_mid_run_resumes_without_resubmit
     (event,) = await run_trigger(rebuilt)
     assert event["status"] == "success"
     assert len(await jobs_of_task(client, body)) == 1
+
+
+async def test_under_a_quota_an_admitted_job_reads_scheduling_never_queued_admitted(client, capsys):
+    from airflow_jobs_plugin.kube import CONFIGMAPS
+
+    policy = "groups:\n  vision: {gpus: 8, members: [alice]}\n"
+    await client.create(
+        CONFIGMAPS, "default", {"metadata": {"name": "policy-reserved"}, "data": {"policy.yaml": policy}}
+    )
+    body = job_manifest(task_identity(), scenario={"main": {"run": 5}})
+    name = await submit(client, body)
+    trigger = JobTrigger(job_name=name, namespace="default", quota_configmap="policy-reserved")
+    (event,) = await run_trigger(trigger)
+    assert event["status"] == "success", event
+    out = capsys.readouterr().out
+    lines = [line.split(f"Job {name}: ")[1] for line in out.splitlines() if f"Job {name}: " in line]
+    # Admitted means GPUs reserved: the documented SCHEDULING / QuotaReserved, never "QUEUED: admitted".
+    assert not [line for line in lines if line.startswith("QUEUED") and "admitted" in line], lines
+    # The first look waits for the pool's pass, which admits it (8 GPUs free) while it is still suspended.
+    assert lines[0].startswith("SCHEDULING (QuotaReserved") and "1 GPU(s) reserved" in lines[0], lines
+    assert lines[-1].startswith("SUCCEEDED"), lines
+
+
+async def test_without_a_quota_the_queued_line_says_what_it_waits_for(client, capsys):
+    body = job_manifest(task_identity(), scenario={"main": {"run": 5}})
+    name = await submit(client, body)
+    (event,) = await run_trigger(JobTrigger(job_name=name, namespace="default"))
+    assert event["status"] == "success"
+    out = capsys.readouterr().out
+    assert f"Job {name}: QUEUED: no quota pool: released at once, waiting for the cluster to start it" in out
+    assert "waiting for quota" not in out

@@ -1,0 +1,293 @@
+"""What a person does to a running job, and what the task then says: cancel from the GPU Jobs page or
+the CLI, ``kubectl delete job``, Airflow's mark failed / mark success / clear, stop and resume.
+
+Each scenario runs the real operator (``execute`` defers, the trigger follows the job on the simulated
+cluster, ``execute_complete`` decides) and the same cancel the UI and CLI call (``inspect.cancel``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from task_doubles import FakeTI, StateStore
+
+from airflow_jobs_plugin import admission, inspect, labels
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.kube import JOBS, PODS, KubeClient
+from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.outcome import DELETED_BY_SOMEONE
+from airflow_jobs_plugin.spec import TaskIdentity
+from airflow_jobs_plugin.triggers import AIRFLOW_USER, JobTrigger
+
+_runs = iter(range(1, 10_000))
+FOREVER = '{"main": {"run": null}}'
+
+
+def train(**kwargs) -> JobOperator:
+    values = {
+        "task_id": "train",
+        "image": "registry.example/trainer:1",
+        "group": "vision",
+        "gpus": 1,
+        "owner": "alice",
+        "retries": 2,
+        "job_annotations": {"sim.airflow-jobs.io/scenario": FOREVER},
+    }
+    values.update(kwargs)
+    return JobOperator(**values)
+
+
+class TaskRun:
+    """One run of one task (a DAG run), try after try, with the state store Airflow keeps across tries."""
+
+    def __init__(self, op: JobOperator):
+        self.op = op
+        self.run_id = f"run-{next(_runs)}"
+        self.store = StateStore()
+        self.max_tries = op.retries  # Airflow's budget before any clear
+
+    def context(self, try_number: int) -> dict:
+        ti = FakeTI("nightly", self.op.task_id, self.run_id, -1, try_number, self.max_tries)
+        return {"ti": ti, "task_state_store": self.store}
+
+    def execute(self, try_number: int) -> TaskDeferred:
+        with pytest.raises(TaskDeferred) as info:
+            self.op.execute(self.context(try_number))
+        return info.value
+
+    def clear(self, last_try: int) -> None:
+        """What a clear does to the budget: the next try starts a new run of the task."""
+        self.max_tries = last_try + (self.op.retries or 0)
+
+
+async def jobs_of(client: KubeClient, task: TaskRun) -> list[dict]:
+    key = TaskIdentity("nightly", task.op.task_id, task.run_id).instance_key()
+    return (await client.list(JOBS, "default", label_selector=f"{labels.TASK_KEY}={key}"))["items"]
+
+
+async def until_running(client: KubeClient, name: str) -> None:
+    for _ in range(600):
+        pods = (await client.list(PODS, "default"))["items"]
+        if any(
+            name in p["metadata"]["name"] and (p.get("status") or {}).get("phase") == "Running" for p in pods
+        ):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{name} never ran")
+
+
+def follow_while(deferred: TaskDeferred, cluster, action) -> dict:
+    """Run the trigger; once the job runs, do ``action(client, name, trigger)``; the trigger's event."""
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        trigger = deferred.trigger
+        try:
+            events = asyncio.ensure_future(_collect(trigger))
+            await until_running(client, trigger.job_name)
+            await action(client, trigger.job_name, trigger)
+            return await asyncio.wait_for(events, 60)
+        finally:
+            await client.close()
+            await admission.shutdown()
+            await shared.shutdown()
+
+    (event,) = asyncio.run(go())
+    return event
+
+
+async def _collect(trigger):
+    return [e.payload async for e in trigger.run()]
+
+
+async def cancel_from_the_ui(client, name, _trigger):
+    await inspect.cancel(client, inspect.Target(quota_configmap=None), name, "bob")
+
+
+async def kubectl_delete(client, name, _trigger):
+    await client.delete(JOBS, "default", name)
+
+
+async def airflow_mark_failed(client, name, trigger):
+    await trigger.on_kill()
+
+
+def count_jobs(cluster, task: TaskRun) -> int:
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            return len([j for j in await jobs_of(client, task) if not j["metadata"].get("deletionTimestamp")])
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def test_a_running_job_cancelled_from_the_ui_or_cli_ends_the_task_cancelled_for_good(cluster, capsys):
+    task = TaskRun(train())
+    event = follow_while(task.execute(1), cluster, cancel_from_the_ui)
+    assert (event["state"], event["reason"], event["cancelled_by"]) == ("CANCELLED", "Cancelled", "bob")
+    assert event["cancelled_at"]
+    with pytest.raises(AirflowFailException) as raised:
+        task.op.execute_complete(task.context(1), event)
+    assert str(raised.value).startswith(f"Job default/{event['job_name']} was cancelled by bob at ")
+    log = capsys.readouterr().out
+    assert f"CANCELLED: cancelled by bob at {event['cancelled_at']}" in log
+    assert (
+        log.rstrip().splitlines()[-1].count(f"was cancelled by bob at {event['cancelled_at']}; not retried")
+    )
+    # Airflow retries anyway (retries=2, a stale executor event): the retry submits nothing.
+    with pytest.raises(AirflowFailException, match="try 1 of this task was cancelled"):
+        task.op.execute(task.context(2))
+    assert count_jobs(cluster, task) == 0
+
+
+def test_a_cancelled_task_runs_its_job_again_only_when_cleared(cluster):
+    task = TaskRun(train())
+    event = follow_while(task.execute(1), cluster, cancel_from_the_ui)
+    with pytest.raises(AirflowFailException):
+        task.op.execute_complete(task.context(1), event)
+    task.clear(last_try=1)
+    task.execute(2)  # deferred again, following a new job
+    assert count_jobs(cluster, task) == 1
+
+
+def test_a_job_deleted_with_kubectl_is_a_cancel_by_whoever_deletes_job_objects(cluster):
+    task = TaskRun(train())
+    event = follow_while(task.execute(1), cluster, kubectl_delete)
+    assert (event["status"], event["state"]) == ("failed", "CANCELLED")
+    assert event["cancelled_by"] == DELETED_BY_SOMEONE and event["cancelled_at"]
+    with pytest.raises(AirflowFailException, match="cancelled by someone who deleted the job object"):
+        task.op.execute_complete(task.context(1), event)
+    with pytest.raises(AirflowFailException, match="was cancelled"):
+        task.op.execute(task.context(2))
+    assert count_jobs(cluster, task) == 0
+
+
+def test_airflow_mark_failed_cancels_the_job_and_says_so_in_the_task_log(cluster, capsys):
+    task = TaskRun(train())
+    event = follow_while(task.execute(1), cluster, airflow_mark_failed)
+    assert (event["state"], event["cancelled_by"]) == ("CANCELLED", AIRFLOW_USER)
+    log = capsys.readouterr().out
+    assert f"CANCELLED by {AIRFLOW_USER} at " in log and "and deleted" in log
+    assert count_jobs(cluster, task) == 0
+
+
+def test_a_kill_after_the_job_finished_leaves_it_alone(cluster, capsys):
+    task = TaskRun(train(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 1}}'}))
+    deferred = task.execute(1)
+
+    async def go():
+        try:
+            (event,) = await asyncio.wait_for(_collect(deferred.trigger), 60)
+            await deferred.trigger.on_kill()  # mark success after the fact
+            return event
+        finally:
+            await shared.shutdown()
+
+    event = asyncio.run(go())
+    assert event["state"] == "SUCCEEDED"
+    assert "already finished, left as it is" in capsys.readouterr().out
+    assert count_jobs(cluster, task) == 1
+
+
+def test_a_stopped_job_keeps_the_task_deferred_and_runs_again_when_resumed(cluster, capsys):
+    task = TaskRun(train(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 300}}'}))
+    deferred = task.execute(1)
+    name = deferred.trigger.job_name
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            events = asyncio.ensure_future(_collect(deferred.trigger))
+            await until_running(client, name)
+            # What a stop does (the UI's and CLI's action): who and when, then suspend (pods deleted).
+            stop = {labels.STOPPED_AT: "2026-11-23T21:00:00+00:00", labels.STOPPED_BY: "bob"}
+            await client.merge_patch(JOBS, "default", name, {"metadata": {"annotations": stop}})
+            await client.merge_patch(JOBS, "default", name, {"spec": {"suspend": True}})
+            seen = ""
+            for _ in range(1000):
+                seen += capsys.readouterr().out
+                if "STOPPED: stopped by bob at 2026-11-23T21:00:00+00:00" in seen:
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the task log never said the job was stopped")
+            await asyncio.sleep(0.5)  # stopped stays stopped: nothing admits it again
+            assert not events.done()
+            job = await client.get(JOBS, "default", name)
+            assert job["spec"]["suspend"] is True
+            # Resume: the stop is lifted; the job goes back to the queue and runs from the start.
+            resume = {labels.STOPPED_AT: None, labels.STOPPED_BY: None}
+            await client.merge_patch(JOBS, "default", name, {"metadata": {"annotations": resume}})
+            (event,) = await asyncio.wait_for(events, 60)
+            return event, seen + capsys.readouterr().out
+        finally:
+            await client.close()
+            await shared.shutdown()
+
+    event, log = asyncio.run(go())
+    assert event["status"] == "success", event
+    states = [
+        line.split(f"Job {name}: ")[1].split()[0].rstrip(":")
+        for line in log.splitlines()
+        if f"Job {name}: " in line
+    ]
+    stopped = states.index("STOPPED")
+    assert "RUNNING" in states[:stopped] and "QUEUED" in states[stopped:] and states[-1] == "SUCCEEDED"
+    assert count_jobs(cluster, task) == 1  # resumed, not resubmitted
+
+
+def test_a_trigger_serialized_by_the_previous_version_is_rebuilt(cluster):
+    # The previous JobTrigger wrote the sensor's kwargs into every trigger; with observe it was a sensor.
+    old = {
+        "job_name": "x-a1",
+        "namespace": "default",
+        "kind": "Job",
+        "max_attempts": 2,
+        "observe": False,
+        "label_selector": None,
+        "target_states": ["SUCCEEDED"],
+        "fail_states": ["FAILED", "CANCELLED"],
+    }
+    follower = JobTrigger(**old)
+    assert follower.serialize()[0] == "airflow_jobs_plugin.triggers.JobTrigger"
+    assert "observe" not in follower.serialize()[1]
+    sensor = JobTrigger(**{**old, "observe": True})
+    assert sensor.serialize()[0] == "airflow_jobs_plugin.job_sensor_trigger.JobSensorTrigger"
+    with pytest.raises(TypeError, match="bogus"):
+        JobTrigger(**{**old, "bogus": 1})
+
+
+def test_a_job_deleted_by_hand_under_a_quota_gives_its_gpus_back(cluster):
+    from airflow_jobs_plugin.kube import CONFIGMAPS
+
+    policy = f"pool-{next(_runs)}"
+
+    async def create_policy():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            text = "groups:\n  vision: {gpus: 8}\n"
+            await client.create(
+                CONFIGMAPS, "default", {"metadata": {"name": policy}, "data": {"policy.yaml": text}}
+            )
+        finally:
+            await client.close()
+
+    asyncio.run(create_policy())
+    task = TaskRun(train(quota_configmap=policy))
+    deferred = task.execute(1)
+    uid = {}
+
+    async def delete_after_noting_its_uid(client, name, _trigger):
+        uid["job"] = (await client.get(JOBS, "default", name))["metadata"]["uid"]
+        held = cluster.store.get("configmaps", "airflow-jobs-quota-vision", "default")
+        assert [value for value in held["data"].values() if uid["job"] in value]  # it runs on reserved GPUs
+        await kubectl_delete(client, name, _trigger)
+
+    event = follow_while(deferred, cluster, delete_after_noting_its_uid)
+    assert (event["state"], event["cancelled_by"]) == ("CANCELLED", DELETED_BY_SOMEONE)
+    ledger = cluster.store.get("configmaps", "airflow-jobs-quota-vision", "default") or {}
+    assert not [value for value in (ledger.get("data") or {}).values() if uid["job"] in value]
