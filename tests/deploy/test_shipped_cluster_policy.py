@@ -41,7 +41,7 @@ def shipped_policy(tmp_path, monkeypatch) -> Path:
 def _bag(folder: Path):
     from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(str(folder), include_examples=False)
+    return DagBag(str(folder))
 
 
 def test_the_values_enable_the_policy_the_example_dags_pass(shipped_policy):
