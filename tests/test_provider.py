@@ -176,3 +176,15 @@ def test_the_ui_settings_read_every_option_through_config_get(monkeypatch):
         quota_namespace="gpu-quota",
         namespaces=("ml", "ml-2"),
     )
+
+
+def test_the_license_file_is_apache_2_and_the_wheel_declares_it():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    text = (root / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
