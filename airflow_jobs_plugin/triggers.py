@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_jobs_plugin import actions, attempts, labels, tracking
+from airflow_jobs_plugin import actions, attempts, labels, metrics, tracking
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import (
@@ -274,6 +274,7 @@ class JobTrigger(BaseTrigger):
                 if streamer is not None:
                     await streamer.drain(timeout=10)
                 status = "success" if snap.state is JobState.SUCCEEDED else "failed"
+                metrics.emit(metrics.finished(job, snap.state.value, snap.reason.value))
                 yield TriggerEvent(
                     tracking.event_payload(
                         snap,
