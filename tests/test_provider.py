@@ -188,3 +188,11 @@ def test_the_license_file_is_apache_2_and_the_wheel_declares_it():
     text = (root / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text
+
+
+def test_every_option_is_documented_in_the_deployment_guide():
+    from airflow_jobs_plugin import config
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "deploying.md").read_text()
+    for option in config.OPTIONS:
+        assert f"| `{option.name}` |" in text, option.name
