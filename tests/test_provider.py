@@ -196,3 +196,34 @@ def test_every_option_is_documented_in_the_deployment_guide():
     text = (Path(__file__).resolve().parents[1] / "docs" / "deploying.md").read_text()
     for option in config.OPTIONS:
         assert f"| `{option.name}` |" in text, option.name
+
+
+def test_the_cli_defaults_come_from_the_airflow_configuration(monkeypatch):
+    import argparse
+
+    from airflow_jobs_plugin import cli
+
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__NAMESPACE", "ml")
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__QUOTA_CONFIGMAP", "")
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__KUBERNETES_CONN_ID", "gpu_cluster")
+    unset = argparse.Namespace(
+        namespace=None, quota_configmap=None, quota_namespace=None, conn_id=None, kubeconfig=None
+    )
+    cli._defaults_from_airflow_config(unset)
+    assert (unset.namespace, unset.quota_configmap, unset.quota_namespace, unset.conn_id) == (
+        "ml",
+        "",  # no quota pool
+        None,
+        "gpu_cluster",
+    )
+    # What the command line says wins.
+    given = argparse.Namespace(
+        namespace="other", quota_configmap="pool", quota_namespace="q", conn_id=None, kubeconfig="/k"
+    )
+    cli._defaults_from_airflow_config(given)
+    assert (given.namespace, given.quota_configmap, given.quota_namespace, given.conn_id) == (
+        "other",
+        "pool",
+        "q",
+        None,
+    )
