@@ -17,6 +17,9 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # --- real-cluster acceptance (docs/deploying.md): AIRFLOW_JOBS_TEST_KUBECONFIG selects a cluster ---
 
 REAL_CLUSTER_ENV = "AIRFLOW_JOBS_TEST_KUBECONFIG"
+# The fixtures that stand up a cluster (directly or through others): sim_fixtures.cluster_fixture's, and
+# the end-to-end stack (tests/e2e/stack.py), whose example DAGs' jobs the simulator scripts.
+CLUSTER_FIXTURES = {"cluster", "stack"}
 NOT_PORTABLE = (
     "runs on the simulator only: it scripts pods through the simulator's fault injection "
     "(sim.airflow-jobs.io/scenario, node loss, request counters) or reads its internals"
@@ -33,7 +36,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if injected is not None:
             reason = injected.args[0] if injected.args else NOT_PORTABLE
             item.add_marker(pytest.mark.skip(reason=f"{REAL_CLUSTER_ENV} is set: {reason}"))
-        elif (
-            "cluster" in getattr(item, "fixturenames", ()) and item.get_closest_marker("real_cluster") is None
+        elif CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker(
+            "real_cluster"
         ):
             item.add_marker(pytest.mark.skip(reason=f"{REAL_CLUSTER_ENV} is set: {NOT_PORTABLE}"))
