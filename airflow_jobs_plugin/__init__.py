@@ -14,8 +14,17 @@ PACKAGE_NAME = "airflow-jobs-plugin"
 DEFAULT_CONN_ID = "kubernetes_default"
 
 
+INTEGRATION = "GPU Jobs"
+
+
 def get_provider_info() -> dict:
-    """Describe this provider to Airflow's providers manager (``apache_airflow_provider`` entry point)."""
+    """Describe this provider to Airflow's providers manager (``apache_airflow_provider`` entry point).
+
+    The keys follow Airflow 3.3's ``airflow-core/src/airflow/provider_info.schema.json``. The provider
+    declares no connection type of its own: it reuses the cncf provider's ``kubernetes`` connection
+    (``apache-airflow-providers-cncf-kubernetes`` is a dependency), and declaring the same type twice
+    would make the providers manager pick one hook at random.
+    """
     from airflow_jobs_plugin.config import provider_config
 
     return {
@@ -28,11 +37,15 @@ def get_provider_info() -> dict:
         "versions": [__version__],
         "integrations": [
             {
-                "integration-name": "GPU Jobs",
+                "integration-name": INTEGRATION,
                 "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
                 "tags": ["software"],
             }
         ],
+        "operators": [{"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.operators"]}],
+        "sensors": [{"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.sensors"]}],
+        "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.triggers"]}],
+        "extra-links": ["airflow_jobs_plugin.operators.JobLink"],
         "config": provider_config(),
         "plugins": [
             {"name": "airflow_jobs", "plugin-class": "airflow_jobs_plugin.plugin.AirflowJobsPlugin"},

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
-from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin import labels, metrics, quota
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError
 from airflow_jobs_plugin.lifecycle import QueueStatus
 from airflow_jobs_plugin.quota import ledger
@@ -555,6 +555,7 @@ class Admission:
         )
         worker.ledger_version = outcome.stored.version
         self._absorb(outcome)
+        metrics.emit(metrics.from_pass(outcome, policy, _now()))
         for drop in outcome.drops:
             log.info("%s", drop.message)
         if outcome.ledger.problems != worker.ledger_problems:
@@ -662,6 +663,7 @@ class Admission:
             )
             if result is not None:
                 log.warning("%s %s: %s", job.get("kind", "Job"), name, result.message)
+                metrics.emit(metrics.after_requeue(job, result))
             # The job changed (requeued, failed, or raced): the next pass sees the new state.
             due.append(now)
         return due

@@ -96,22 +96,28 @@ def _run_sim(args: argparse.Namespace) -> int:
 def _cluster_arguments(command: argparse.ArgumentParser) -> None:
     where = command.add_argument_group("cluster")
     where.add_argument(
-        "--namespace", "-n", default="default", help="namespace of the jobs (default: default)"
+        "--namespace",
+        "-n",
+        default=None,
+        help="namespace of the jobs (default: [airflow_jobs] namespace, itself default 'default')",
     )
     source = where.add_mutually_exclusive_group()
     source.add_argument(
         "--conn-id",
         default=None,
-        help="Airflow Kubernetes connection to read the cluster through (default: kubernetes_default)",
+        help="Airflow Kubernetes connection to read the cluster through "
+        "(default: [airflow_jobs] kubernetes_conn_id, itself default kubernetes_default)",
     )
     source.add_argument("--kubeconfig", default=None, metavar="PATH", help="use this kubeconfig file instead")
     where.add_argument(
         "--quota-configmap",
         default=None,
-        help="ConfigMap holding the quota policy (default: airflow-jobs-quota-policy; '' for none)",
+        help="ConfigMap holding the quota policy (default: [airflow_jobs] quota_configmap; '' for none)",
     )
     where.add_argument(
-        "--quota-namespace", default=None, help="namespace of the policy and ledgers (default: --namespace)"
+        "--quota-namespace",
+        default=None,
+        help="namespace of the policy and ledgers (default: [airflow_jobs] quota_namespace, else --namespace)",
     )
     command.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -198,9 +204,30 @@ def _target(args: argparse.Namespace):
     )
 
 
+def _defaults_from_airflow_config(args: argparse.Namespace) -> None:
+    """Fill what the command line left out from ``[airflow_jobs]``, as the UI reads it (config.get)."""
+    import contextlib
+
+    from airflow_jobs_plugin import config
+
+    # Loading Airflow's configuration may log to stdout; keep stdout for the command's tables or JSON.
+    with contextlib.redirect_stdout(sys.stderr):
+        config.get("namespace")
+    if args.namespace is None:
+        args.namespace = config.get("namespace") or "default"
+    if args.quota_configmap is None:
+        args.quota_configmap = config.get("quota_configmap")  # "" means no quota pool
+    if args.quota_namespace is None:
+        args.quota_namespace = config.get("quota_namespace") or None
+    if getattr(args, "conn_id", None) is None and not getattr(args, "kubeconfig", None):
+        args.conn_id = config.get("kubernetes_conn_id") or None
+
+
 def _with_client(args: argparse.Namespace, work) -> int:
     """Run ``work(client)`` on a client for the chosen cluster; errors print one line and exit 1."""
     import asyncio
+
+    _defaults_from_airflow_config(args)
 
     from airflow_jobs_plugin.inspect import JobNotFound
     from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError

@@ -8,6 +8,10 @@ and points ``[airflow_jobs] quota_policy_file`` (``AIRFLOW__AIRFLOW_JOBS__QUOTA_
 policy YAML, for example the policy ConfigMap mounted into the dag processor. With it, a DAG whose
 JobOperator names another user, an unknown group or a group its owner is not a member of fails to import,
 with the reason in the import error. The rule itself is ``quota.policy.claim_problem``.
+
+A platform that decides who may charge what sets ``[airflow_jobs] charging_file`` too: the DAG's folder
+then decides which groups and users its tasks may charge (``charging.charge_problem``), whatever the
+task's self-declared owner; the shipped Helm values do this.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from functools import lru_cache
 
 from airflow.exceptions import AirflowClusterPolicyViolation
 
+from airflow_jobs_plugin.charging import ChargingError, ChargingMap, charge_problem, parse_charging
 from airflow_jobs_plugin.quota.policy import QuotaPolicy, claim_problem, parse_policy
 
 CONFIG_SECTION = "airflow_jobs"
@@ -51,6 +56,27 @@ def load_policy(path: str) -> QuotaPolicy:
         raise AirflowClusterPolicyViolation(f"the quota policy {path} is invalid: {exc}") from exc
 
 
+@lru_cache(maxsize=4)
+def _load_charging(path: str, mtime_ns: int) -> ChargingMap:
+    with open(path, encoding="utf-8") as fh:
+        return parse_charging(fh.read())
+
+
+def load_charging(path: str) -> ChargingMap:
+    try:
+        return _load_charging(path, os.stat(path).st_mtime_ns)
+    except OSError as exc:
+        raise AirflowClusterPolicyViolation(f"cannot read the charging map {path}: {exc}") from exc
+    except ChargingError as exc:
+        raise AirflowClusterPolicyViolation(f"the charging map {path} is invalid: {exc}") from exc
+
+
+def _charging_path() -> str:
+    from airflow_jobs_plugin import config
+
+    return config.get("charging_file")
+
+
 def task_policy(task) -> None:
     """Airflow's per-task cluster policy hook: checks every JobOperator task as its DAG is parsed."""
     from airflow_jobs_plugin.operators import JobOperator
@@ -64,6 +90,19 @@ def task_policy(task) -> None:
                 f"{where}: {field} is a template; with the quota cluster policy on, it must be a plain "
                 "value so it can be checked when the DAG is parsed"
             )
-    problem = claim_problem(load_policy(_policy_path()), owner=task.owner, user=task.user, group=task.group)
+    policy = load_policy(_policy_path())
+    charging_path = _charging_path()
+    if charging_path:
+        dag = task.dag if task.has_dag() else None
+        problem = charge_problem(
+            load_charging(charging_path),
+            dag_file=str(dag.fileloc) if dag is not None else "",
+            owner=task.owner,
+            user=task.user,
+            group=task.group,
+            known_groups=set(policy.groups),
+        )
+    else:
+        problem = claim_problem(policy, owner=task.owner, user=task.user, group=task.group)
     if problem:
         raise AirflowClusterPolicyViolation(f"{where}: {problem}")

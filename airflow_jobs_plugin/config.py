@@ -52,6 +52,14 @@ OPTIONS: tuple[Option, ...] = (
         "airflow",
     ),
     Option(
+        "namespaces",
+        "More namespaces the GPU Jobs page and the CLI show jobs from, comma-separated, besides "
+        "``namespace`` (the first one shown). Each needs the read rights of the shipped Role.",
+        "string",
+        "",
+        "gpu-team-a,gpu-team-b",
+    ),
+    Option(
         "quota_configmap",
         "Name of the ConfigMap holding the quota policy (key ``policy.yaml``). Empty: no quota pool.",
         "string",
@@ -89,6 +97,15 @@ OPTIONS: tuple[Option, ...] = (
         "600",
         "900",
     ),
+    Option(
+        "charging_file",
+        "Path of the platform's charging map on the DAG processor: which groups and users the DAGs of "
+        "each DAG folder may charge (format: docs/deploying.md). Read by the opt-in cluster policy; "
+        "empty: a task may charge only its owner, in a group the owner is a member of.",
+        "string",
+        "",
+        "/opt/airflow/quota/charging.yaml",
+    ),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
@@ -102,6 +119,16 @@ def provider_config() -> dict[str, dict]:
             "options": {option.name: option.as_provider_info() for option in OPTIONS},
         }
     }
+
+
+def namespaces(primary: str, extra: str) -> tuple[str, ...]:
+    """The namespaces to watch: ``primary`` first, then the comma-separated ``extra``, each once."""
+    seen: list[str] = []
+    for name in (primary, *extra.split(",")):
+        name = name.strip()
+        if name and name not in seen:
+            seen.append(name)
+    return tuple(seen)
 
 
 def get(name: str) -> str:

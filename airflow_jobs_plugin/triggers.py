@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_jobs_plugin import actions, attempts, labels, tracking
+from airflow_jobs_plugin import actions, attempts, labels, metrics, tracking
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import (
@@ -150,6 +150,7 @@ class JobTrigger(BaseTrigger):
         follow = _Follow(self, watch)
         try:
             event = await follow.until_over()
+            metrics.emit(metrics.finished(follow.last_seen or {}, event.state, event.reason))
             yield TriggerEvent(event.to_payload())
         finally:
             await follow.close()

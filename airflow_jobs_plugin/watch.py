@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_jobs_plugin import labels, resource_version
+from airflow_jobs_plugin import labels, metrics, resource_version
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
 
 log = logging.getLogger(__name__)
@@ -273,6 +273,7 @@ class SharedWatch:
             except asyncio.CancelledError:
                 raise
             except KubeError as exc:
+                metrics.emit(metrics.watch_interrupted(self.namespace, resource.plural, exc))
                 if exc.gone:
                     rv = None  # history expired: list again
                     continue
@@ -288,7 +289,8 @@ class SharedWatch:
                     "watch %s/%s failed (%s); retrying in %.1fs", self.namespace, resource.plural, exc, delay
                 )
                 await asyncio.sleep(delay)
-            except Exception:  # never let one bad event kill the watch for every trigger
+            except Exception as exc:  # never let one bad event kill the watch for every trigger
+                metrics.emit(metrics.watch_interrupted(self.namespace, resource.plural, exc))
                 self.errors += 1
                 failures += 1
                 log.exception("watch %s/%s: unexpected error", self.namespace, resource.plural)

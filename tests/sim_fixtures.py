@@ -8,12 +8,29 @@ connection exactly as in production (the cncf provider's hook); only the kubecon
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 
 import pytest
 
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
 
 CONNECTION_ENV = "AIRFLOW_CONN_KUBERNETES_DEFAULT"
+# A kubeconfig of a real cluster: the tests marked ``real_cluster`` run there instead of on the simulator
+# (docs/deploying.md, "Acceptance on a real cluster"); the others skip, saying why (tests/conftest.py).
+REAL_CLUSTER_ENV = "AIRFLOW_JOBS_TEST_KUBECONFIG"
+
+
+@dataclass(frozen=True)
+class RealCluster:
+    """A real cluster as a test sees it: only its kubeconfig (no fault injection, no counters)."""
+
+    kubeconfig_path: str
+    simulated: bool = False
+
+
+def real_cluster_kubeconfig() -> str | None:
+    return os.environ.get(REAL_CLUSTER_ENV) or None
 
 
 def cluster_fixture(nodes: int, gpus_per_node: int = 8, time_scale: float = 0.01):
@@ -21,6 +38,10 @@ def cluster_fixture(nodes: int, gpus_per_node: int = 8, time_scale: float = 0.01
 
     @pytest.fixture(scope="module")
     def cluster():
+        real = real_cluster_kubeconfig()
+        if real is not None:
+            yield RealCluster(real)
+            return
         with SimCluster(
             ClusterConfig(nodes=nodes, gpus_per_node=gpus_per_node, time_scale=time_scale)
         ) as sim:

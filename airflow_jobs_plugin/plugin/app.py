@@ -47,20 +47,20 @@ class Settings:
     namespace: str = "default"
     quota_configmap: str | None = quota.DEFAULT_POLICY_CONFIGMAP
     quota_namespace: str | None = None
+    # Every namespace to show, ``namespace`` first ([airflow_jobs] namespaces adds more).
+    namespaces: tuple[str, ...] = ("default",)
 
     @classmethod
     def from_airflow_config(cls) -> Settings:
-        from airflow.configuration import conf
+        from airflow_jobs_plugin import config
 
-        def get(key: str, default: str | None) -> str | None:
-            return conf.get(CONFIG_SECTION, key, fallback=default)
-
-        configmap = get("quota_configmap", quota.DEFAULT_POLICY_CONFIGMAP)
+        namespace = config.get("namespace") or "default"
         return cls(
-            kubernetes_conn_id=get("kubernetes_conn_id", DEFAULT_CONN_ID) or DEFAULT_CONN_ID,
-            namespace=get("namespace", "default") or "default",
-            quota_configmap=configmap or None,
-            quota_namespace=get("quota_namespace", None) or None,
+            kubernetes_conn_id=config.get("kubernetes_conn_id") or DEFAULT_CONN_ID,
+            namespace=namespace,
+            quota_configmap=config.get("quota_configmap") or None,
+            quota_namespace=config.get("quota_namespace") or None,
+            namespaces=config.namespaces(namespace, config.get("namespaces")),
         )
 
     def target(self, namespace: str | None = None) -> inspect.Target:

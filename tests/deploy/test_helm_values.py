@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from airflow_jobs_plugin import quota
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / "helm-values"
-CHART = ROOT.parent / "shared" / "airflow-chart"
+# The official chart's schema and default values (no templates; see docs/deploying.md).
+CHART = Path(os.environ.get("AIRFLOW_CHART_DIR", ROOT.parent / "shared" / "airflow-chart"))
 DEFAULT_POLICY_CONFIGMAP = "airflow-jobs-quota-policy"
 
 # Every verb the Kubernetes API server knows for RBAC on ordinary resources.
@@ -48,8 +50,8 @@ def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
-def load_documents(path: Path) -> dict[str, dict]:
-    return {doc["kind"]: doc for doc in yaml.safe_load_all(path.read_text()) if doc}
+def load_documents(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
 @pytest.fixture(scope="module")
@@ -183,36 +185,152 @@ def test_the_comment_check_spots_an_uncommented_setting():
 
 
 @pytest.fixture(scope="module")
-def rbac() -> dict[str, dict]:
+def rbac() -> list[dict]:
     return load_documents(HELM / "rbac.yaml")
 
 
-def test_the_role_is_a_well_formed_namespaced_role(rbac):
-    role = rbac["Role"]
-    assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
-    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", role["metadata"]["name"])
-    assert role["rules"]
-    for rule in role["rules"]:
-        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}
-        for key in ("apiGroups", "resources", "verbs"):
-            assert isinstance(rule[key], list) and rule[key], f"{key} must be a non-empty list: {rule}"
-            assert "*" not in rule[key], f"wildcard in {key}: {rule}"
-        assert set(rule["verbs"]) <= KUBERNETES_VERBS, rule
+def test_every_role_is_a_well_formed_namespaced_role(rbac):
+    roles = [d for d in rbac if d["kind"] == "Role"]
+    assert len(roles) == 3
+    for role in roles:
+        assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", role["metadata"]["name"])
+        assert role["rules"]
+        for rule in role["rules"]:
+            assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}
+            for key in ("apiGroups", "resources", "verbs"):
+                assert isinstance(rule[key], list) and rule[key], f"{key} must be a non-empty list: {rule}"
+                assert "*" not in rule[key], f"wildcard in {key}: {rule}"
+            assert set(rule["verbs"]) <= KUBERNETES_VERBS, rule
+            # RBAC cannot restrict create by name: a create in a named rule would be silently unusable.
+            if "resourceNames" in rule:
+                assert "create" not in rule["verbs"], rule
 
 
-def test_the_role_binding_binds_the_service_accounts_named_in_the_values(rbac, ours):
-    binding = rbac["RoleBinding"]
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": rbac["Role"]["metadata"]["name"],
-    }
-    for subject in binding["subjects"]:
-        assert subject["kind"] == "ServiceAccount" and subject["namespace"]
-    bound = {s["name"] for s in binding["subjects"]}
+def test_each_component_has_its_own_service_account_and_binding(rbac, ours):
+    roles = {d["metadata"]["name"] for d in rbac if d["kind"] == "Role"}
+    bindings = [d for d in rbac if d["kind"] == "RoleBinding"]
+    accounts = [ours[c]["serviceAccount"]["name"] for c in ("workers", "triggerer", "apiServer")]
+    assert len(set(accounts)) == 3, "workers, triggerers and the api-server need distinct accounts"
+    bound = {}
+    for binding in bindings:
+        assert binding["roleRef"]["apiGroup"] == "rbac.authorization.k8s.io"
+        assert binding["roleRef"]["kind"] == "Role" and binding["roleRef"]["name"] in roles
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject["namespace"]
+            assert subject["name"] not in bound, f"{subject['name']} is bound twice"
+            bound[subject["name"]] = binding["roleRef"]["name"]
     # Workers submit, triggerers follow and admit, the api-server serves the UI; nobody else.
-    expected = {ours[c]["serviceAccount"]["name"] for c in ("workers", "triggerer", "apiServer")}
-    assert bound == expected
+    assert set(bound) == set(accounts)
+    assert len(set(bound.values())) == 3, "one Role per component"
+
+
+def _rules(rbac: list[dict], account: str) -> list[dict]:
+    (binding,) = [
+        d for d in rbac if d["kind"] == "RoleBinding" and account in {s["name"] for s in d["subjects"]}
+    ]
+    (role,) = [d for d in rbac if d["kind"] == "Role" and d["metadata"]["name"] == binding["roleRef"]["name"]]
+    return role["rules"]
+
+
+def _may(rules: list[dict], verb: str, resource: str, name: str | None = None) -> bool:
+    """RBAC's rule: a request is allowed when one rule names its verb and resource and, if the rule has
+    resourceNames, the object's name (kubernetes/kubernetes pkg/apis/rbac/v1/evaluation_helpers.go)."""
+    return any(
+        verb in r["verbs"]
+        and resource in r["resources"]
+        and (not r.get("resourceNames") or (name is not None and name in r["resourceNames"]))
+        for r in rules
+    )
+
+
+def test_workers_cannot_patch_jobs_nor_write_any_configmap(rbac, ours):
+    from airflow_jobs_plugin.quota.ledger_model import ledger_name
+
+    worker = _rules(rbac, ours["workers"]["serviceAccount"]["name"])
+    assert _may(worker, "create", "jobs") and _may(worker, "create", "mpijobs")
+    for verb in ("patch", "update", "delete"):
+        assert not _may(worker, verb, "jobs") and not _may(worker, verb, "mpijobs")
+    for name in (DEFAULT_POLICY_CONFIGMAP, ledger_name("vision"), "airflow-config"):
+        for verb in ("create", "update", "patch", "delete"):
+            assert not _may(worker, verb, "configmaps", name)
+    assert _may(worker, "get", "configmaps", DEFAULT_POLICY_CONFIGMAP)
+    assert not _may(worker, "get", "configmaps", ledger_name("vision"))
+
+
+def test_only_ledgers_of_the_shipped_groups_are_writable_and_never_the_policy_or_the_chart_config(rbac, ours):
+    from airflow_jobs_plugin.quota.ledger_model import ledger_name
+
+    groups = quota.policy_from_configmap_data(load_yaml(HELM / "quota-policy.yaml")["data"]).groups
+    for component in ("triggerer", "apiServer"):
+        rules = _rules(rbac, ours[component]["serviceAccount"]["name"])
+        assert all(_may(rules, "update", "configmaps", ledger_name(g)) for g in groups), component
+        for name in (DEFAULT_POLICY_CONFIGMAP, "airflow-config", "anything-else"):
+            assert not _may(rules, "update", "configmaps", name), (component, name)
+            assert not _may(rules, "patch", "configmaps", name), (component, name)
+
+
+# --- the configuration reaches every component ---
+
+
+def render_config_value(value: object, namespace: str) -> str:
+    """The chart's configmap.yaml renders each ``config`` value with ``tpl`` against the release
+    (chart/templates/configmaps/configmap.yaml, apache/airflow): the only template our values use is the
+    release namespace, as the chart's own defaults do for [kubernetes_executor] namespace."""
+    text = str(value)
+    rendered = text.replace("{{ .Release.Namespace }}", namespace)
+    assert "{{" not in rendered, f"a template this test cannot render: {text}"
+    return rendered
+
+
+def test_every_provider_option_set_in_the_values_is_a_declared_option(ours):
+    from airflow_jobs_plugin import config
+
+    assert set(ours["config"][config.SECTION]) <= set(config.BY_NAME)
+
+
+def test_the_rendered_airflow_cfg_points_every_component_at_the_release_namespace(ours, tmp_path):
+    """airflow.cfg as the chart renders it for release namespace ``ml``, read by Airflow's own parser
+    through config.get: the namespace, the policy and its files are the ones the other files use."""
+    from airflow.configuration import AirflowConfigParser
+
+    from airflow_jobs_plugin import config
+
+    section = ours["config"][config.SECTION]
+    rendered = {key: render_config_value(value, "ml") for key, value in section.items()}
+    parser = AirflowConfigParser()
+    parser.read_dict({config.SECTION: rendered})
+    assert parser.get(config.SECTION, "namespace") == "ml"
+    assert parser.get(config.SECTION, "quota_namespace") == "ml"
+    policy = load_yaml(HELM / "quota-policy.yaml")
+    assert parser.get(config.SECTION, "quota_configmap") == policy["metadata"]["name"]
+    assert parser.get(config.SECTION, "kubernetes_conn_id") == "kubernetes_default"
+    assert env_of(ours)["AIRFLOW_JOBS_QUOTA_CONFIGMAP"] == policy["metadata"]["name"]
+    # The cluster policy's files are the policy ConfigMap's keys, where the dag-processor mounts it.
+    (mount,) = [m for m in ours["dagProcessor"]["extraVolumeMounts"] if m["name"] == "quota-policy"]
+    (volume,) = [v for v in ours["dagProcessor"]["extraVolumes"] if v["name"] == "quota-policy"]
+    assert volume["configMap"]["name"] == policy["metadata"]["name"]
+    for option in ("quota_policy_file", "charging_file"):
+        path = Path(parser.get(config.SECTION, option))
+        assert str(path.parent) == mount["mountPath"] and path.name in policy["data"], option
+
+
+@needs_chart
+def test_the_provider_options_are_in_the_chart_config_every_component_mounts(merged, ours):
+    """Every Airflow component of the chart mounts <release>-config (airflow.cfg from ``config:``) and
+    gets ``env``: chart/templates/*/…-deployment.yaml include "airflow_config_mount" and
+    "custom_airflow_environment". So the section in the merged values reaches workers, triggerers, the
+    api-server and the dag-processor alike; no component-level override may shadow it."""
+    from airflow_jobs_plugin import config
+
+    assert merged["config"][config.SECTION] == ours["config"][config.SECTION]
+    assert merged["config"]["core"]["load_examples"] == "False"
+    for component in ("workers", "triggerer", "apiServer", "dagProcessor", "scheduler"):
+        for item in merged.get(component, {}).get("env") or []:
+            assert not item["name"].startswith("AIRFLOW__AIRFLOW_JOBS__"), (component, item)
+    assert not [e for e in merged["env"] if e["name"].startswith("AIRFLOW__AIRFLOW_JOBS__")]
+    # The chart only writes airflow_local_settings.py when the value is set: ours turns the policy on.
+    assert "airflow_jobs_plugin.cluster_policy import task_policy" in merged["airflowLocalSettings"]
 
 
 # --- quota-policy.yaml ---

@@ -58,8 +58,8 @@ def policy_file(tmp_path, monkeypatch):
     return path
 
 
-def op(**kwargs) -> JobOperator:
-    return JobOperator(task_id="train", image="trainer:1", gpus=1, **kwargs)
+def op(task_id: str = "train", **kwargs) -> JobOperator:
+    return JobOperator(task_id=task_id, image="trainer:1", gpus=1, **kwargs)
 
 
 def test_the_hook_accepts_a_member_submitting_as_themselves(policy_file):
@@ -131,3 +131,90 @@ def test_an_admin_enabled_policy_turns_a_quota_grab_into_an_import_error(tmp_pat
     ).stdout
     errors = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
     assert any("not a member of group 'nlp'" in e["error"] for e in errors), errors
+
+
+# --- the platform's charging map: the DAG's folder decides whom it may charge, not its owner ---
+
+CHARGING = """
+folders:
+  /dags/vision:
+    groups: [vision]
+    users: [retraining-bot, alice]
+  /dags:
+    groups: [sandbox, nlp]
+    users: [alice, dave]
+"""
+
+
+@pytest.mark.parametrize(
+    ("dag_file", "owner", "user", "group", "problem"),
+    [
+        ("/dags/vision/retrain.py", "vision-ml", "retraining-bot", "vision", None),
+        ("/dags/vision/deep/x.py", "alice", None, "vision", None),  # nested folders inherit
+        ("/dags/nlp.py", "dave", None, "nlp", None),
+        # The most specific folder decides: vision DAGs may not charge the wider folder's groups.
+        ("/dags/vision/retrain.py", "alice", None, "nlp", "may charge groups vision, not 'nlp'"),
+        # An owner naming itself a bot gets nothing: the charged user must be listed for the folder.
+        ("/dags/grab.py", "retraining-bot", None, "sandbox", "not 'retraining-bot' (the task's owner)"),
+        ("/dags/grab.py", "bob-2", None, "sandbox", "not 'bob-2' (the task's owner)"),
+        ("/dags/grab.py", "alice", "dave-2", "nlp", "not 'dave-2' (the task's user)"),
+        ("/elsewhere/x.py", "alice", None, "nlp", "is under no folder of the platform's charging map"),
+        ("/dags-other/x.py", "alice", None, "nlp", "is under no folder"),  # a prefix is not a folder
+        ("/dags/x.py", "alice", None, "speech", "unknown group 'speech'"),
+    ],
+)
+def test_the_dag_folder_decides_which_groups_and_users_it_may_charge(dag_file, owner, user, group, problem):
+    from airflow_jobs_plugin.charging import charge_problem, parse_charging
+
+    found = charge_problem(
+        parse_charging(CHARGING),
+        dag_file=dag_file,
+        owner=owner,
+        user=user,
+        group=group,
+        known_groups={"vision", "nlp", "sandbox"},
+    )
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("groups: []", "folders: the charging map needs a 'folders:' mapping"),
+        ("folders: {dags: {groups: [a], users: [b]}}", "folders.dags: a folder must be an absolute path"),
+        ("folders: {/d: {groups: [a]}}", "folders./d: needs exactly 'groups' and 'users'"),
+        ("folders: {/d: {groups: a, users: [b]}}", "folders./d.groups: must be a non-empty list"),
+        ("folders: {/d: {groups: [a], users: [1]}}", r"folders./d.users[0]: must be a name"),
+        ("folders: {}\nteams: {}", "teams: unknown key"),
+    ],
+)
+def test_a_malformed_charging_map_names_the_field(text, message):
+    from airflow_jobs_plugin.charging import ChargingError, parse_charging
+
+    with pytest.raises(ChargingError) as error:
+        parse_charging(text)
+    assert message in str(error.value)
+
+
+def test_with_a_charging_map_the_hook_charges_by_folder_not_by_owner(policy_file, tmp_path, monkeypatch):
+    from airflow.sdk import DAG
+
+    charging = tmp_path / "charging.yaml"
+    charging.write_text(CHARGING.replace("/dags", str(tmp_path / "dags")))
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__CHARGING_FILE", str(charging))
+    allowed = DAG("allowed", schedule=None)
+    allowed.fileloc = str(tmp_path / "dags" / "team.py")  # where the DAG processor found the file
+    task_policy(op("a", group="sandbox", owner="anyone", user="dave", dag=allowed))
+    with pytest.raises(AirflowClusterPolicyViolation, match="may charge users alice, dave, not 'bob-2'"):
+        task_policy(op("b", group="sandbox", owner="bob-2", dag=allowed))
+    outside = DAG("outside", schedule=None)
+    outside.fileloc = str(tmp_path / "other" / "x.py")
+    with pytest.raises(AirflowClusterPolicyViolation, match="under no folder"):
+        task_policy(op(group="sandbox", owner="alice", dag=outside))
+    charging.write_text("folders: 3\n")
+    os.utime(charging, ns=(1, 10**18))
+    with pytest.raises(AirflowClusterPolicyViolation, match="the charging map .* is invalid: folders:"):
+        task_policy(op("c", group="sandbox", owner="alice", dag=allowed))
