@@ -434,12 +434,18 @@ class Admission:
         resource = MPIJOBS if job.get("kind") == "MPIJob" else JOBS
         meta = job["metadata"]
         try:
-            await self.client.merge_patch(
+            patched = await self.client.merge_patch(
                 resource, meta["namespace"], meta["name"], unsuspend_patch(job, now, conditional=False)
             )
         except KubeError as exc:
             if not exc.not_found:
                 raise
+            return None
+        # Fold the unsuspended job into the shared watch now, as the quota path does: its pods can
+        # arrive on their own stream before the Job's own update does, and must not meet a cached Job
+        # that still reads suspended.
+        if meta.get("namespace") == self.watch.namespace:
+            self.watch.absorb(resource, patched, replaces=meta.get("resourceVersion"))
         return None
 
     def _start(self) -> None:

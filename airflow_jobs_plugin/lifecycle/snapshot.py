@@ -45,6 +45,7 @@ from .replicas import (
     job_kind,
     lost_with_its_node,
     pods_of,
+    replica_key,
     replicas_of,
 )
 from .state import QUEUE_REASONS, VERDICTS, JobState, Reason
@@ -305,30 +306,113 @@ def _decide(
 ) -> _Decision:
     # The controller's final word is a fact about what ran; a verdict written after it cannot undo it.
     succeeded = "Succeeded" if facts.kind == MPI_KIND else "Complete"
+    # Until every pod is gone the job still holds its GPUs: it is TERMINATING, whatever was decided.
+    holding = _holding(job, facts, live)
     if condition_true(job, succeeded):
-        return _Decision(
-            JobState.SUCCEEDED, Reason.COMPLETED, _condition_message(job, succeeded, "completed"), 0
-        )
+        message = _condition_message(job, succeeded, "completed")
+        if holding:
+            return _Decision(JobState.TERMINATING, Reason.COMPLETED, _stopping(message, holding), 0)
+        return _Decision(JobState.SUCCEEDED, Reason.COMPLETED, message, 0)
     if condition_true(job, "Failed"):
-        return _failed(job, "Failed", facts, replicas, JobState.FAILED, events)
+        state = JobState.TERMINATING if holding else JobState.FAILED
+        return _with_verdict(_failed(job, "Failed", facts, replicas, state, events), facts, holding)
     verdict = facts.annotations.get(labels.VERDICT)
     if verdict:
         return _verdict(verdict, facts.annotations.get(labels.VERDICT_MESSAGE, ""), facts, live)
     if condition_true(job, "FailureTarget"):
-        state = JobState.TERMINATING if live else JobState.FAILED
+        state = JobState.TERMINATING if holding else JobState.FAILED
         return _failed(job, "FailureTarget", facts, replicas, state, events)
     if condition_true(job, "SuccessCriteriaMet"):
-        state = JobState.TERMINATING if live else JobState.SUCCEEDED
-        return _Decision(
-            state, Reason.COMPLETED, _condition_message(job, "SuccessCriteriaMet", "completed"), 0
-        )
+        message = _condition_message(job, "SuccessCriteriaMet", "completed")
+        if holding:
+            return _Decision(JobState.TERMINATING, Reason.COMPLETED, _stopping(message, holding), 0)
+        return _Decision(JobState.SUCCEEDED, Reason.COMPLETED, message, 0)
     if facts.deleting:
         return _Decision(
             JobState.TERMINATING, Reason.DELETED, f"the job is being deleted; {len(live)} pod(s) left"
         )
     if facts.suspended:
-        return _suspended(facts, live, queue, reservation, now)
+        stopping = [pod for pod in live if _being_stopped(job, pod)]
+        if live and not stopping:
+            # Every live pod was created after the job's last suspension: the job has been resumed
+            # since the version read here (its own update has not arrived yet); it is not stopping.
+            return _active(facts, replicas)
+        return _suspended(facts, stopping, queue, reservation, now)
     return _active(facts, replicas)
+
+
+def _holding(
+    job: Mapping[str, Any], facts: _Facts, live: list[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The live pods that still hold their GPUs once the controller has ruled on the job.
+
+    A pod being deleted holds its GPUs until it is gone. So does an MPI worker: the workers of an
+    MPIJob never end by themselves; mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8.0,
+    ``deleteWorkerPods`` after the launcher finished) deletes them per ``cleanPodPolicy``, and with
+    ``None`` they keep running. A launcher pod or a Job's pod that looks live without a deletion
+    timestamp is a view older than the job's own: the launcher Job only finishes once its pod ended,
+    and the Job controller (``pkg/controller/job/job_controller.go``, 1.31+) writes SuccessCriteriaMet
+    and FailureTarget only after counting the pods that decided them, deleting the others; while it
+    still counts pods as active or terminating, they hold.
+    """
+    holding = []
+    mpi = facts.kind == MPI_KIND
+    counted = (as_int(dig(job, "status", "active"), 0) or 0) + (
+        as_int(dig(job, "status", "terminating"), 0) or 0
+    )
+    for pod in live:
+        if dig(pod, "metadata", "deletionTimestamp") is not None:
+            holding.append(pod)
+        elif mpi and replica_key(pod, True)[0] != LAUNCHER:
+            holding.append(pod)
+        elif not mpi and counted > 0 and not (condition_true(job, "Complete") or condition_true(job, "Failed")):
+            holding.append(pod)
+    return holding
+
+
+def _being_stopped(job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether a live pod of a suspended job is one its suspension is stopping.
+
+    It is if it is being deleted, or if it predates the job's last ``Suspended=True`` transition: the
+    Job controller (``pkg/controller/job/job_controller.go``, 1.32: ``ensureJobConditionStatus`` with
+    ``jm.clock.Now()``) and mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8.0:
+    ``updateMPIJobConditions(JobSuspended, True, "MPIJobSuspended")``) write that condition, with its
+    lastTransitionTime, only when the status flips, after deleting the active pods. A pod created at or
+    after it was created by a resume the version read here does not show yet (or in the same second,
+    the API's precision, where the resume is far likelier than a stop). While the condition still says
+    ``False`` (resumed), the suspension is newer than the controller's last word: every pod is stopping.
+    Without the condition at all the job has never been seen suspended by its controller, so no pod of
+    it can predate a suspension.
+    """
+    if dig(pod, "metadata", "deletionTimestamp") is not None:
+        return True
+    cond = condition(job, "Suspended")
+    if cond is None:
+        return False
+    if cond.get("status") != "True":
+        return True
+    suspended_at = parse_time(cond.get("lastTransitionTime"))
+    created = parse_time(dig(pod, "metadata", "creationTimestamp"))
+    if suspended_at is None or created is None:
+        return True
+    return created < suspended_at
+
+
+def _stopping(message: str, holding: list[Mapping[str, Any]]) -> str:
+    return f"{message}; {len(holding)} pod(s) still stopping"
+
+
+def _with_verdict(decision: _Decision, facts: _Facts, holding: list[Mapping[str, Any]]) -> _Decision:
+    """A controller failure the product caused on purpose (it ended a job it had ruled failed, so that
+    the cluster shows it failed) reads as the product's verdict, not the controller's generic cause."""
+    verdict = facts.annotations.get(labels.VERDICT)
+    reason = VERDICTS.get(verdict or "")
+    if reason is None or reason in (Reason.CANCELLED, Reason.STOPPED):
+        return decision
+    message = facts.annotations.get(labels.VERDICT_MESSAGE) or decision.message
+    if holding:
+        message = _stopping(message, holding)
+    return _Decision(decision.state, reason, message, decision.exit_code)
 
 
 def _verdict(verdict: str, message: str, facts: _Facts, live: list[Mapping[str, Any]]) -> _Decision:

@@ -196,6 +196,8 @@ STATE_REASONS: dict[JobState, tuple[Reason, ...]] = {
         Reason.EVICTED,
         Reason.DELETED,
         Reason.BACKOFF_LIMIT_EXCEEDED,
+        Reason.IMAGE_PULL,
+        Reason.INVALID_IMAGE_NAME,
         Reason.COMPLETED,
     ),
     _S.SUCCEEDED: (Reason.COMPLETED,),
