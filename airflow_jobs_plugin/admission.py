@@ -30,6 +30,7 @@ from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, Kube
 from airflow_jobs_plugin.lifecycle import QueueStatus
 from airflow_jobs_plugin.quota import ledger
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
+from airflow_jobs_plugin.quota.requeue import format_duration
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch
 
 log = logging.getLogger(__name__)
@@ -425,6 +426,8 @@ class Admission:
 
     async def _admit_at_once(self, job: dict) -> QueueStatus | None:
         now = _now()
+        if ledger.is_stopped(job):
+            return await self._hold_stopped(job, now)
         wait_until = not_before(job)
         if wait_until is not None and wait_until > now:
             secs = int((wait_until - now).total_seconds())
@@ -447,6 +450,39 @@ class Admission:
         if meta.get("namespace") == self.watch.namespace:
             self.watch.absorb(resource, patched, replaces=meta.get("resourceVersion"))
         return None
+
+    async def _hold_stopped(self, job: dict, now: datetime) -> QueueStatus | None:
+        """A stopped job is never released; past its own queue timeout it fails as the timeout says."""
+        try:
+            queued: quota.QueuedJob | None = ledger.queued_job(job)
+        except ValueError:  # no readable queue time or timeout: it simply stays stopped
+            queued = None
+        stopped_at = (queued.stopped_at if queued else None) or now
+        timeout = queued.queue_timeout if queued else None
+        if (
+            queued is not None
+            and timeout is not None
+            and quota.queue_timed_out(queued.queued_at, now, timeout)
+        ):
+            message = (
+                f"stopped at {ledger.rfc3339(stopped_at)} and waited {format_duration(now - queued.queued_at)} "
+                f"since it was queued, longer than queue_timeout {format_duration(timeout)}"
+            )
+            result, _ = await ledger.settle(
+                self.client,
+                job,
+                lambda j: ledger.verdict_patch(j, quota.Verdict.QUEUE_TIMEOUT.value, message),
+                ledger.is_finished,
+                ledger.is_stopped,
+            )
+            if result is not None:
+                self.watch.absorb(
+                    ledger.resource_of(job), result, replaces=job["metadata"].get("resourceVersion")
+                )
+            return None
+        return QueueStatus(
+            reason="Stopped", message=f"stopped at {ledger.rfc3339(stopped_at)}; resume to requeue it"
+        )
 
     def _start(self) -> None:
         if self._policy is not None:
@@ -558,6 +594,7 @@ class Admission:
             hook=self.hook,
             rng=self._rng,
             cached=lambda: self._cached_ledger(group),
+            pods_of=self._pods_of,
         )
         worker.ledger_version = outcome.stored.version
         self._absorb(outcome)
@@ -576,6 +613,13 @@ class Admission:
         due.extend(await self._check_stuck(outcome, policy, now))
         self._record(worker, outcome, policy, due, had_problem is not None)
         worker.next_due = min(due)
+
+    def _pods_of(self, job: dict) -> list[dict] | None:
+        """A job's pods as this process's watch holds them; ``None`` for a job outside its namespace."""
+        meta = job.get("metadata") or {}
+        if meta.get("namespace") != self.watch.namespace or not self.watch.synced:
+            return None
+        return self.watch.pods_of(meta.get("name") or "")
 
     def _cached_ledger(self, group: str) -> ledger.StoredLedger | None:
         """The group's ledger as this process's ledger watch holds it; ``None`` before it has synced."""

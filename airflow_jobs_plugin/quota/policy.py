@@ -577,6 +577,9 @@ class QueuedJob:
     namespace: str = ""
     requeue_count: int = 0
     queue_timeout: timedelta | None = None
+    # Set while a user has stopped the job (labels.STOPPED_AT): it is never admitted until a resume,
+    # but keeps ``queued_at``, so a resumed job competes again at its original position.
+    stopped_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -623,6 +626,7 @@ class Verdict(str, Enum):
     INADMISSIBLE = "Inadmissible"
     OVER_QUOTA = "OverQuota"
     QUEUE_TIMEOUT = "QueueTimeout"
+    STOPPED = "Stopped"
 
     @property
     def reason(self) -> str:
@@ -788,13 +792,15 @@ def _decide_group(
     decisions = []
     position = 0
     for job, verdict, message, blocked_by in verdicts:
-        if verdict.waiting:
+        # A stopped job keeps its enqueue time but takes no place in line until it is resumed.
+        placed = verdict.waiting and verdict is not Verdict.STOPPED
+        if placed:
             position += 1
         decisions.append(
             Decision(
                 job=job,
                 verdict=verdict,
-                position=position if verdict.waiting else None,
+                position=position if placed else None,
                 message=message,
                 blocked_by=blocked_by,
             )
@@ -811,6 +817,24 @@ def _judge(
     head: QueuedJob | None,
     now: datetime,
 ) -> tuple[Verdict, str, str | None]:
+    timeout = job.queue_timeout if job.queue_timeout is not None else policy.requeue.queue_timeout
+    if job.stopped_at is not None:
+        # Checked before any reservation: a stopped job is never admitted again, not even by the
+        # repair of an unsuspend a crash lost. Its time in the queue still counts, as the queue
+        # timeout says: stopping a job does not stop its queue clock.
+        if timeout is not None and queue_timed_out(job.queued_at, now, timeout):
+            return (
+                Verdict.QUEUE_TIMEOUT,
+                f"stopped at {_utc(job.stopped_at)} and waited {format_duration(now - job.queued_at)} since "
+                f"it was queued in group {job.group}, longer than queue_timeout {format_duration(timeout)}",
+                None,
+            )
+        return (
+            Verdict.STOPPED,
+            f"stopped at {_utc(job.stopped_at)}; not admitted until resumed, then it competes again at "
+            "its original position",
+            None,
+        )
     existing = reserved.get((job.uid, job.requeue_count))
     if existing is not None:
         return (
@@ -818,7 +842,6 @@ def _judge(
             f"already admitted at {_utc(existing.admitted_at)} with {_plural(existing.gpus, 'GPU')} reserved; resuming it",
             None,
         )
-    timeout = job.queue_timeout if job.queue_timeout is not None else policy.requeue.queue_timeout
     if timeout is not None and queue_timed_out(job.queued_at, now, timeout):
         return (
             Verdict.QUEUE_TIMEOUT,
