@@ -7,7 +7,16 @@ points: :func:`pod_status` (kubectl's STATUS column), :func:`snapshot` (a job's 
 
 from __future__ import annotations
 
-from .failures import FAILURE_REASONS, Failure, FailureClass, classify_failure, is_transient_pull_error
+from .failures import (
+    FAILURE_REASONS,
+    START_GRACE,
+    Failure,
+    FailureClass,
+    classify_failure,
+    is_transient_pull_error,
+    missing_object,
+    start_cannot_succeed,
+)
 from .pod_status import (
     PodRow,
     human_duration,
@@ -75,6 +84,9 @@ __all__ = [
     "human_duration",
     "is_restartable_init_container",
     "is_transient_pull_error",
+    "missing_object",
+    "start_cannot_succeed",
+    "START_GRACE",
     "job_kind",
     "pod_ready",
     "pod_restarts",

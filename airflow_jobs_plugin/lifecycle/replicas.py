@@ -68,6 +68,9 @@ class ReplicaStatus:
     reason: Reason | None = None
     exit_code: int | None = None
     message: str = ""
+    # Since when the current pod has been where it is now, as far as its own conditions tell: for a
+    # pod whose containers cannot be created, the moment it got ready to start them.
+    since: datetime | None = None
 
     @property
     def name(self) -> str:
@@ -292,7 +295,22 @@ def read_replica(
         reason=reason,
         exit_code=_exit_code(pod),
         message=_message(pod, health, reason, pod_events),
+        since=_since(pod),
     )
+
+
+def _since(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's containers could first be created: the latest transition to True of the
+    conditions that precede it (scheduled, sandbox ready, init containers done), else its creation."""
+    moments = [
+        parse_time(cond.get("lastTransitionTime"))
+        for cond in items(pod, "status", "conditions")
+        if isinstance(cond, Mapping)
+        and cond.get("type") in ("PodScheduled", "PodReadyToStartContainers", "Initialized")
+        and cond.get("status") == "True"
+    ]
+    known = [m for m in moments if m is not None]
+    return max(known) if known else parse_time(dig(pod, "metadata", "creationTimestamp"))
 
 
 # kubectl STATUS words (after an optional "Init:") and what they mean for the product.

@@ -341,9 +341,7 @@ def _decide(
     return _active(facts, replicas)
 
 
-def _holding(
-    job: Mapping[str, Any], facts: _Facts, live: list[Mapping[str, Any]]
-) -> list[Mapping[str, Any]]:
+def _holding(job: Mapping[str, Any], facts: _Facts, live: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The live pods that still hold their GPUs once the controller has ruled on the job.
 
     A pod being deleted holds its GPUs until it is gone. So does an MPI worker: the workers of an
@@ -365,7 +363,9 @@ def _holding(
             holding.append(pod)
         elif mpi and replica_key(pod, True)[0] != LAUNCHER:
             holding.append(pod)
-        elif not mpi and counted > 0 and not (condition_true(job, "Complete") or condition_true(job, "Failed")):
+        elif (
+            not mpi and counted > 0 and not (condition_true(job, "Complete") or condition_true(job, "Failed"))
+        ):
             holding.append(pod)
     return holding
 
