@@ -538,24 +538,6 @@ def policy_from_configmap_data(data: Mapping[str, str] | None, key: str = POLICY
 # --------------------------------------------------------------------------------------------------
 
 
-def total_gpus(workers: int, gpus_per_worker: int, launcher_gpus: int = 0) -> int:
-    """GPUs a job holds over all its replicas: what its group and user are charged.
-
-    A single-pod Job is one worker; an MPI job is ``workers`` x ``gpus_per_worker`` plus the launcher's
-    own GPUs if it requests any.
-    """
-    for name, value in (
-        ("workers", workers),
-        ("gpus_per_worker", gpus_per_worker),
-        ("launcher_gpus", launcher_gpus),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    return workers * gpus_per_worker + launcher_gpus
-
-
 @dataclass(frozen=True, kw_only=True)
 class QueuedJob:
     """A job waiting for admission (created suspended).
