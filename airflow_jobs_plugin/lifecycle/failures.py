@@ -53,6 +53,7 @@ _ALWAYS_FATAL = frozenset(
         Reason.DEADLINE_EXCEEDED,
         Reason.QUEUE_TIMEOUT,
         Reason.OVER_QUOTA,
+        Reason.UNSCHEDULABLE,  # only ever a failure as the product's verdict: a pod larger than any node
         Reason.OVER_REQUEUE_LIMIT,
         Reason.CANCELLED,
         Reason.DELETED,

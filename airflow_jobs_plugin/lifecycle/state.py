@@ -124,6 +124,8 @@ VERDICTS: dict[str, Reason] = {
     # the kubelet forever too; the trigger rules on them after a grace (lifecycle.start_cannot_succeed).
     Reason.CONTAINER_CONFIG_ERROR.value: Reason.CONTAINER_CONFIG_ERROR,
     Reason.CONTAINER_CANNOT_RUN.value: Reason.CONTAINER_CANNOT_RUN,
+    # A pod larger than any node: the scheduler reports Unschedulable forever; admission rules on it.
+    Reason.UNSCHEDULABLE.value: Reason.UNSCHEDULABLE,
     # A pod on a lost node never becomes terminal by itself; the trigger ends the attempt.
     Reason.NODE_LOST.value: Reason.NODE_LOST,
 }

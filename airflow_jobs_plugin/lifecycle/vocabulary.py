@@ -212,6 +212,7 @@ STATE_REASONS: dict[JobState, tuple[Reason, ...]] = {
         Reason.DEADLINE_EXCEEDED,
         Reason.QUEUE_TIMEOUT,
         Reason.OVER_QUOTA,
+        Reason.UNSCHEDULABLE,
         Reason.OVER_REQUEUE_LIMIT,
         Reason.NODE_LOST,
         Reason.EVICTED,

@@ -797,6 +797,18 @@ SCENARIOS: list[Scenario] = [
         Reason.OVER_QUOTA,
     ),
     Scenario(
+        "failed-pod-larger-than-any-node",
+        batch_job(
+            suspend=True,
+            annotations=_verdict(
+                "Unschedulable", "its worker pod asks for 16 GPUs but any node offers at most 8"
+            ),
+        ),
+        [],
+        JobState.FAILED,
+        Reason.UNSCHEDULABLE,
+    ),
+    Scenario(
         "failed-over-requeue-limit",
         batch_job(suspend=True, annotations={**_requeued(3), **_verdict("OverRequeueLimit")}),
         [],

@@ -30,9 +30,11 @@ SCENARIO = "sim.airflow-jobs.io/scenario"
 
 
 def granted() -> dict[tuple[str, str], set[str]]:
-    (role,) = [d for d in yaml.safe_load_all(ROLE.read_text()) if d and d.get("kind") == "Role"]
+    roles = [
+        d for d in yaml.safe_load_all(ROLE.read_text()) if d and d.get("kind") in ("Role", "ClusterRole")
+    ]
     out: dict[tuple[str, str], set[str]] = {}
-    for rule in role["rules"]:
+    for rule in (rule for role in roles for rule in role["rules"]):
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.setdefault((group, resource), set()).update(rule["verbs"])
