@@ -170,14 +170,34 @@ def events_of(
     disrupted = disrupted_pod(job)
     if disrupted:
         names.add(("Pod", disrupted))
+    event_list = list(events)
+    # Pods already gone still explain the job: the Job controller names every pod it creates in a
+    # SuccessfulCreate event on the Job ("Created pod: <name>", pkg/controller/job/job_controller.go,
+    # Kubernetes 1.32), which outlives the pod; an MPIJob's workers are named <job>-worker-<i> by
+    # mpi-operator (pkg/controller/mpi_job_controller.go, v0.8.0, workerName).
+    for event in event_list:
+        about = event.get("involvedObject") or event.get("regarding") or {}
+        if (
+            (about.get("kind"), about.get("name")) in names
+            and about.get("kind") == JOB_KIND
+            and event.get("reason") == "SuccessfulCreate"
+        ):
+            created = _CREATED_POD.match(str(event.get("message") or event.get("note") or ""))
+            if created:
+                names.add(("Pod", created["pod"]))
+    if job_kind(job) == MPI_KIND:
+        names |= {("Pod", f"{name}-worker-{i}") for role, i in expected_replicas(job) if role == WORKER}
     mine = []
-    for event in events:
+    for event in event_list:
         about = event.get("involvedObject") or event.get("regarding") or {}
         if namespace and about.get("namespace") and about.get("namespace") != namespace:
             continue
         if about.get("uid") in uids or (about.get("kind"), about.get("name")) in names:
             mine.append(event)
     return mine
+
+
+_CREATED_POD = re.compile(r"^Created pod: (?P<pod>\S+)$")
 
 
 def event_time(event: Mapping[str, Any]) -> datetime | None:

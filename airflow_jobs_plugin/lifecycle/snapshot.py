@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
@@ -41,6 +41,7 @@ from .replicas import (
     Health,
     ReplicaStatus,
     disrupted_pod,
+    event_time,
     events_of,
     job_kind,
     lost_with_its_node,
@@ -101,6 +102,10 @@ class JobSnapshot:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     observed_at: datetime | None = None
+    # The newest Warning events about the job's pods, newest last, even of pods already deleted:
+    # ``worker-0 train-x7k2p Failed: Failed to pull image "...": not found``. The cause of a failure
+    # outlives the pod that showed it.
+    last_events: tuple[str, ...] = ()
 
     @property
     def is_terminal(self) -> bool:
@@ -112,7 +117,10 @@ class JobSnapshot:
         out: dict[str, Any] = {}
         for key in self.__dataclass_fields__:
             value = getattr(self, key)
-            out[key] = [_replica_dict(r) for r in value] if key == "replicas" else _plain(value)
+            if key == "replicas":
+                out[key] = [_replica_dict(r) for r in value]
+            else:
+                out[key] = list(value) if isinstance(value, tuple) else _plain(value)
         out["is_terminal"] = self.is_terminal
         return out
 
@@ -211,6 +219,9 @@ def snapshot(
     facts = _facts(job)
     live = _live_pods(own_pods)
     decision = _decide(job, facts, replicas, live, queue, reservation, now, own_events)
+    last_events = _last_warnings(own_events)
+    if decision.state in (JobState.FAILED, JobState.TERMINATING) and decision.reason != Reason.COMPLETED:
+        decision = _with_cause(decision, own_events)
     annotations = facts.annotations
     finished_at = _finished_at(job, decision.state, reservation)
     if reservation is None:
@@ -239,6 +250,47 @@ def snapshot(
         started_at=_started_at(own_pods),
         finished_at=finished_at,
         observed_at=now,
+        last_events=last_events,
+    )
+
+
+LAST_EVENTS = 5
+
+
+def _warnings(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    about_pods = [
+        e
+        for e in events
+        if e.get("type") == "Warning"
+        and (e.get("involvedObject") or e.get("regarding") or {}).get("kind") == "Pod"
+    ]
+    return sorted(about_pods, key=lambda e: event_time(e) or datetime.min.replace(tzinfo=timezone.utc))
+
+
+def _event_text(event: Mapping[str, Any]) -> str:
+    return str(event.get("message") or event.get("note") or "").strip()
+
+
+def _last_warnings(events: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    lines = []
+    for event in _warnings(events)[-LAST_EVENTS:]:
+        about = event.get("involvedObject") or event.get("regarding") or {}
+        pod = str(about.get("name") or "")
+        lines.append(f"{pod} {event.get('reason') or ''}: {_event_text(event)}".strip())
+    return tuple(lines)
+
+
+def _with_cause(decision: _Decision, events: Iterable[Mapping[str, Any]]) -> _Decision:
+    """A failure's message ends with the newest Warning of its pods when it does not say it already:
+    the registry's "not found", the kubelet's missing key, after the pod that showed them is gone."""
+    warnings = _warnings(events)
+    if not warnings:
+        return decision
+    text = _event_text(warnings[-1])
+    if not text or text in decision.message:
+        return decision
+    return _Decision(
+        decision.state, decision.reason, f"{decision.message}; last event: {text}", decision.exit_code
     )
 
 
