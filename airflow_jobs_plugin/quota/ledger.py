@@ -390,15 +390,35 @@ def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditiona
     }
 
 
+# The shortest deadline the API accepts: the Job controller fails the job at its next sync.
+ENDING_DEADLINE_SECONDS = 1
+
+
 def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
-    """Fail a job with a product verdict; suspending it too stops any pod it still has."""
-    return {
-        "metadata": {
-            **_precondition(job),
-            "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
-        },
-        "spec": _suspend_spec(job, True),
+    """Fail a job with a product verdict, in a way its controller itself marks it failed.
+
+    A batch/v1 Job is ended through its own ``activeDeadlineSeconds``, which the API lets a Job change
+    at any time (``pkg/apis/batch/validation/validation.go``, Kubernetes 1.32: ``ValidateJobSpecUpdate``
+    keeps completions, selector, template, completionMode, podFailurePolicy and backoffLimitPerIndex
+    immutable, not the deadline). The Job controller (``pkg/controller/job/job_controller.go``,
+    ``pastActiveDeadline`` from ``status.startTime``) then writes FailureTarget and Failed
+    (DeadlineExceeded) and deletes the pods itself, so ``kubectl get jobs`` shows the job Failed, never
+    ``Suspended`` as a queued one; the product's verdict stays the job's reason. A job still suspended
+    (queued, stopped) has no start time: it is resumed with ``parallelism: 0``, which starts the
+    deadline's clock without creating a pod. An MPIJob is suspended: mpi-operator copies
+    ``runPolicy.activeDeadlineSeconds`` into the launcher Job only when it creates it
+    (``newLauncherJob``, v0.8.0), so changing it later ends nothing.
+    """
+    metadata = {
+        **_precondition(job),
+        "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
     }
+    if job.get("kind") == "MPIJob":
+        return {"metadata": metadata, "spec": _suspend_spec(job, True)}
+    spec: dict[str, Any] = {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}
+    if is_suspended(job):
+        spec.update(suspend=False, parallelism=0)
+    return {"metadata": metadata, "spec": spec}
 
 
 def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:

@@ -808,6 +808,18 @@ SCENARIOS: list[Scenario] = [
         JobState.FAILED,
         Reason.UNSCHEDULABLE,
     ),
+    # The product ended a queued job through its controller (activeDeadlineSeconds, parallelism 0):
+    # kubectl shows it Failed (DeadlineExceeded); the product's verdict stays its reason.
+    Scenario(
+        "failed-queue-timeout-ended-by-the-job-controller",
+        batch_job(
+            annotations=_verdict("QueueTimeout", "waited 2h in the queue of group vision"),
+            conditions=[_FAILED_DEADLINE],
+        ),
+        [],
+        JobState.FAILED,
+        Reason.QUEUE_TIMEOUT,
+    ),
     Scenario(
         "failed-over-requeue-limit",
         batch_job(suspend=True, annotations={**_requeued(3), **_verdict("OverRequeueLimit")}),

@@ -11,7 +11,14 @@ from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import JOBS
 from airflow_jobs_plugin.quota import ledger as ledger_io
 
-from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique
+from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
+
+
+async def job_failed(client, name: str) -> dict | None:
+    """The job once its controller marked it Failed (what ``kubectl get jobs`` shows as Failed)."""
+    job = await client.get(JOBS, NAMESPACE, name)
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return job if any(c["type"] == "Failed" and c["status"] == "True" for c in conditions) else None
 
 
 @pytest.mark.parametrize("with_quota", [False, True], ids=["without-quota", "with-quota"])
@@ -33,7 +40,9 @@ async def test_sixteen_gpus_on_eight_gpu_nodes_fails_at_once_saying_why(client, 
     assert annotation(ruled, labels.VERDICT) == "Unschedulable"
     message = annotation(ruled, labels.VERDICT_MESSAGE) or ""
     assert "asks for 16 GPUs but any node offers at most 8" in message
-    assert ledger_io.is_suspended(ruled)
+    # Its controller marks it Failed, as kubectl shows it; it never ran a pod.
+    failed = await wait_for(lambda: job_failed(client, job["metadata"]["name"]))
+    assert failed["spec"]["parallelism"] == 0 and not failed["status"].get("active")
     if with_quota:
         await admission.run_pass(group)
         assert (await ledger_of(client, group)).reservations == ()

@@ -10,6 +10,7 @@ from airflow_jobs_plugin.kube import JOBS
 from airflow_jobs_plugin.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
+from .test_quota_shell_never_fits import job_failed
 
 
 async def admission_for(client, group_gpus: int, extra: str = "") -> tuple[str, Admission]:
@@ -91,8 +92,10 @@ async def test_a_stopped_job_past_its_queue_timeout_fails_as_the_queue_timeout_s
     current = await wait_for(failed)
     assert annotation(current, labels.VERDICT) == "QueueTimeout"
     assert "stopped at 2026-01-01T00:00:00Z" in (annotation(current, labels.VERDICT_MESSAGE) or "")
-    assert ledger_io.is_suspended(current)
     assert (await ledger_of(client, group)).reservations == ()
+    # Its controller marks it Failed (kubectl shows Failed, not Suspended as a queued job), without a pod.
+    failed = await wait_for(lambda: job_failed(client, job["metadata"]["name"]))
+    assert failed["spec"]["parallelism"] == 0
 
 
 async def test_without_a_quota_policy_a_stopped_job_is_not_released_either(client):
