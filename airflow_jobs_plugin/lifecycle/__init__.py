@@ -40,7 +40,7 @@ from .replicas import (
     pods_of,
     replicas_of,
 )
-from .snapshot import JobSnapshot, QueueStatus, Reservation, snapshot
+from .snapshot import JobSnapshot, QueueStatus, Reservation, TaskRef, snapshot
 from .state import QUEUE_REASONS, TERMINAL_STATES, VERDICTS, JobState, Reason
 from .vocabulary import (
     MEANINGS,
@@ -70,6 +70,7 @@ __all__ = [
     "FailureClass",
     "Health",
     "JobSnapshot",
+    "TaskRef",
     "JobState",
     "PodRow",
     "QueueStatus",

@@ -73,6 +73,33 @@ class Reservation:
 
 
 @dataclass(frozen=True)
+class TaskRef:
+    """The Airflow task instance try that submitted a job, from the job's own annotations: what a sweep
+    for jobs nobody follows (their task no longer running, deferred or up for retry) asks Airflow about."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int | None = None
+
+    @classmethod
+    def of(cls, annotations: Mapping[str, str]) -> TaskRef | None:
+        """``None`` for a job without the exact identifiers (not submitted by a task of this product)."""
+        dag_id, task_id, run_id = (annotations.get(k) for k in (labels.DAG_ID, labels.TASK_ID, labels.RUN_ID))
+        if not (dag_id and task_id and run_id):
+            return None
+        map_index = as_int(annotations.get(labels.MAP_INDEX), -1)
+        return cls(
+            dag_id=dag_id,
+            task_id=task_id,
+            run_id=run_id,
+            map_index=-1 if map_index is None else map_index,
+            try_number=as_int(annotations.get(labels.TRY_NUMBER)),
+        )
+
+
+@dataclass(frozen=True)
 class JobSnapshot:
     """Everything the product says about a job at one moment.
 
@@ -106,6 +133,17 @@ class JobSnapshot:
     # ``worker-0 train-x7k2p Failed: Failed to pull image "...": not found``. The cause of a failure
     # outlives the pod that showed it.
     last_events: tuple[str, ...] = ()
+    # Who submitted it and when the object was created: a job younger than a short grace may belong to
+    # a task between creating it and deferring, which is not an orphan yet.
+    task: TaskRef | None = None
+    created_at: datetime | None = None
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Whether the job holds GPUs now: admitted and not finished, or pods of it still running."""
+        return (self.admitted_at is not None and self.finished_at is None and not self.is_terminal) or (
+            self.state is JobState.TERMINATING
+        )
 
     @property
     def is_terminal(self) -> bool:
@@ -119,9 +157,14 @@ class JobSnapshot:
             value = getattr(self, key)
             if key == "replicas":
                 out[key] = [_replica_dict(r) for r in value]
+            elif key == "task":
+                out[key] = (
+                    None if value is None else {k: getattr(value, k) for k in value.__dataclass_fields__}
+                )
             else:
                 out[key] = list(value) if isinstance(value, tuple) else _plain(value)
         out["is_terminal"] = self.is_terminal
+        out["holds_gpus"] = self.holds_gpus
         return out
 
     def replica(self, role: str, index: int = 0) -> ReplicaStatus | None:
@@ -251,6 +294,8 @@ def snapshot(
         finished_at=finished_at,
         observed_at=now,
         last_events=last_events,
+        task=TaskRef.of(annotations),
+        created_at=parse_time(dig(job, "metadata", "creationTimestamp")),
     )
 
 

@@ -4,7 +4,7 @@ snapshot and end the failure's message, found through the events the controllers
 from __future__ import annotations
 
 from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.lifecycle import JobState, Reason, snapshot
+from airflow_jobs_plugin.lifecycle import JobState, Reason, TaskRef, snapshot
 
 from .factories import at, batch_job, event, mpi_job
 from .scenarios import NOT_FOUND
@@ -63,3 +63,23 @@ def test_a_succeeded_job_carries_no_failure_cause():
     ]
     result = snapshot(job, [], events, now=at(60))
     assert result.state is JobState.SUCCEEDED and "last event" not in result.message
+
+
+def test_a_snapshot_names_the_task_instance_try_that_submitted_the_job():
+    # What a sweep for orphaned jobs asks Airflow about, and whether the job still costs GPUs.
+    annotations = {
+        labels.DAG_ID: "nightly",
+        labels.TASK_ID: "train",
+        labels.RUN_ID: "scheduled__2026-01-01T00:00:00+00:00",
+        labels.MAP_INDEX: "3",
+        labels.TRY_NUMBER: "2",
+        labels.ADMITTED_AT: "2026-03-02T09:00:00Z",
+        labels.GPUS: "4",
+    }
+    result = snapshot(batch_job(annotations=annotations, active=1), [], now=at(60))
+    assert result.task == TaskRef("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00", 3, 2)
+    assert result.created_at is not None
+    assert result.holds_gpus
+    assert result.as_dict()["task"]["map_index"] == 3
+    queued = snapshot(batch_job(suspend=True), [], now=at(60))
+    assert queued.task is None and not queued.holds_gpus

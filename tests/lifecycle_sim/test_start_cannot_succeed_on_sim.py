@@ -57,3 +57,25 @@ async def test_a_pod_stuck_in_create_container_config_error_fails_fast_and_frees
     finally:
         await client.close()
         await shared.shutdown()
+
+
+async def test_a_job_larger_than_any_node_fails_at_once_through_the_trigger(cluster):
+    identity = TaskIdentity("stuck", "train", "run-2", -1, 1)
+    spec = validate(image="registry.example/trainer:1", group="vision", user="alice", gpus=16)
+    body = build_manifest(
+        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
+    client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+    try:
+        await client.create(JOBS, "default", body)
+        trigger = JobTrigger(job_name=body["metadata"]["name"], namespace="default")
+
+        async def collect() -> list[dict]:
+            return [event.payload async for event in trigger.run()]
+
+        (event,) = await asyncio.wait_for(collect(), 60)
+        assert (event["state"], event["reason"]) == ("FAILED", "Unschedulable"), event
+        assert "asks for 16 GPUs but any node offers at most 8" in event["message"]
+    finally:
+        await client.close()
+        await shared.shutdown()
