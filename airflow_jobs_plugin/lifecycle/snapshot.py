@@ -52,6 +52,7 @@ from .replicas import (
 from .state import QUEUE_REASONS, VERDICTS, JobState, Reason
 
 DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job default, also what the MPI launcher Job gets
+ADMITTED = "Admitted"  # the quota pool's verdict for a job whose GPUs it reserved (quota.Verdict.ADMIT)
 
 
 @dataclass(frozen=True)
@@ -602,6 +603,9 @@ def _suspended(
             Reason.QUOTA_RESERVED,
             f"{reservation.gpus} GPU(s) reserved; releasing the job",
         )
+    if queue is not None and queue.reason == ADMITTED:
+        # The pool reserved its GPUs; the unsuspend that releases it has not landed yet.
+        return _Decision(JobState.SCHEDULING, Reason.QUOTA_RESERVED, queue.message or "GPUs reserved")
     not_before = parse_time(facts.annotations.get(labels.REQUEUE_NOT_BEFORE))
     requeued = f"requeued {facts.requeue_count} time(s)"
     if facts.requeue_count > 0 and not_before is not None and not_before > now:
@@ -616,7 +620,9 @@ def _suspended(
         return _Decision(JobState.QUEUED, reason, message)
     if facts.requeue_count > 0:
         return _Decision(JobState.QUEUED, Reason.REQUEUED, requeued)
-    return _Decision(JobState.QUEUED, Reason.PENDING, "waiting for quota")
+    # No admission decision is known yet (without a quota policy the job is released at the next
+    # look; with one, the pool's first pass has not judged it): say that, not "quota".
+    return _Decision(JobState.QUEUED, Reason.PENDING, "created suspended; waiting to be admitted")
 
 
 def _describe(replica: ReplicaStatus) -> str:

@@ -167,6 +167,15 @@ SCENARIOS: list[Scenario] = [
         Reason.QUOTA_RESERVED,
         reservation=HELD,
     ),
+    # The trigger knows the pool's decision, not the ledger: "Admitted" is a reservation too.
+    Scenario(
+        "scheduling-quota-reserved-as-the-pool-decided",
+        batch_job(suspend=True),
+        [],
+        JobState.SCHEDULING,
+        Reason.QUOTA_RESERVED,
+        queue=QueueStatus("Admitted", None, "admitted: group vision now uses 4 of 8 GPUs"),
+    ),
     Scenario(
         "scheduling-pods-not-created-yet",
         batch_job(),
