@@ -264,7 +264,7 @@ def snapshot(
     live = _live_pods(own_pods)
     decision = _decide(job, facts, replicas, live, queue, reservation, now, own_events)
     last_events = _last_warnings(own_events)
-    if decision.state in (JobState.FAILED, JobState.TERMINATING) and decision.reason != Reason.COMPLETED:
+    if decision.state in (JobState.FAILED, JobState.TERMINATING) and decision.reason not in _NOT_FAILURES:
         decision = _with_cause(decision, own_events)
     annotations = facts.annotations
     finished_at = _finished_at(job, decision.state, reservation)
@@ -301,6 +301,10 @@ def snapshot(
 
 
 LAST_EVENTS = 5
+# Ends that are no failure of the job: their messages need no cause from the pods' events.
+_NOT_FAILURES = frozenset(
+    {Reason.COMPLETED, Reason.PREEMPTED, Reason.REQUEUED, Reason.STOPPED, Reason.CANCELLED, Reason.DELETED}
+)
 
 
 def _warnings(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
