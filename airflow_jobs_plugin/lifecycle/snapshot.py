@@ -387,10 +387,12 @@ def _live_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         phase = dig(pod, "status", "phase")
         if phase in ("Succeeded", "Failed", "Unknown"):
             continue
-        if (
-            dig(pod, "metadata", "deletionTimestamp") is not None
-            and dig(pod, "status", "reason") == "NodeLost"
-        ):
+        deleting = dig(pod, "metadata", "deletionTimestamp") is not None
+        if deleting and dig(pod, "status", "reason") == "NodeLost":
+            continue
+        if deleting and not dig(pod, "spec", "nodeName"):
+            # Never placed, it holds no GPUs; the pod garbage collector fails and removes it
+            # (pkg/controller/podgc/gc_controller.go, gcUnscheduledTerminating).
             continue
         live.append(pod)
     return live

@@ -142,6 +142,7 @@ def fingerprint(job: Mapping[str, Any]) -> tuple:
                 labels.QUEUE_TIMEOUT,
                 labels.GROUP_NAME,
                 labels.USER_NAME,
+                labels.STOPPED_AT,  # a stop or a resume changes what the pass decides
             )
         ),
     )
@@ -240,7 +241,9 @@ def observe(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = N
     """What reconcile needs from ``job``; ``pods`` (its pods, where known) tell whether it still holds
     GPUs after it ended or was stopped."""
     holding = pods is not None and any(
-        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for pod in pods
+        (pod.get("spec") or {}).get("nodeName")  # a pod never placed holds no GPUs
+        and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        for pod in pods
     )
     return observed_job(
         job.get("metadata") or {},

@@ -523,15 +523,23 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "terminating-over-requeue-limit-pods-still-running",
         batch_job(suspend=True, annotations={**_requeued(3), **_verdict("OverRequeueLimit")}),
-        [job_pod(node=None, unschedulable_message=UNSCHEDULABLE, deleting=True)],
+        [job_pod(statuses=[waiting("main", "ContainerCreating")], deleting=True)],
         JobState.TERMINATING,
         Reason.OVER_REQUEUE_LIMIT,
     ),
     Scenario(
         "terminating-requeued-after-stuck-start",
         batch_job(suspend=True, annotations=_requeued(1, not_before=600)),
-        [job_pod(node=None, unschedulable_message=UNSCHEDULABLE, deleting=True)],
+        [job_pod(statuses=[waiting("main", "ContainerCreating")], deleting=True)],
         JobState.TERMINATING,
+        Reason.REQUEUED,
+    ),
+    # A pod never placed holds no GPUs: its deletion does not keep the job TERMINATING.
+    Scenario(
+        "queued-requeued-whose-unplaced-pod-is-being-deleted",
+        batch_job(suspend=True, annotations=_requeued(1, not_before=600)),
+        [job_pod(node=None, unschedulable_message=UNSCHEDULABLE, deleting=True)],
+        JobState.QUEUED,
         Reason.REQUEUED,
     ),
     Scenario(
