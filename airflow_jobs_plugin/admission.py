@@ -18,6 +18,7 @@ namespace), never polled per trigger.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import random
 from collections.abc import Callable
@@ -26,10 +27,11 @@ from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
 from airflow_jobs_plugin import labels, metrics, quota
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError
-from airflow_jobs_plugin.lifecycle import QueueStatus
-from airflow_jobs_plugin.quota import ledger
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
+from airflow_jobs_plugin.quota import ledger, placement
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
+from airflow_jobs_plugin.quota.requeue import format_duration
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "Admission",
     "OverQuotaError",
+    "PolicyNotFoundError",
     "check_group",
     "not_before",
     "shutdown",
@@ -53,6 +56,10 @@ RESYNC_SECONDS = 60.0
 STALE_RETRY_SECONDS = 0.2
 # An admission with no subscribed trigger and no caller for this long stops its workers and watches.
 IDLE_SECONDS = 120.0
+# How long the nodes' GPU capacities read for placement are reused (nodes join and leave rarely).
+NODES_TTL_SECONDS = 30.0
+# Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 
 
 _STARTED: WeakSet[Admission] = WeakSet()
@@ -95,6 +102,31 @@ class OverQuotaError(ValueError):
     """A job needs more GPUs than its user or its group may ever hold: it could never be admitted."""
 
 
+class PolicyNotFoundError(ValueError):
+    """The ``quota_configmap`` a job names does not exist: it would wait as Inadmissible forever."""
+
+
+async def _policy_not_found(client: KubeClient, quota_configmap: str, quota_namespace: str) -> str:
+    """Why a named policy ConfigMap cannot be used, with the policy ConfigMaps that do exist."""
+    try:
+        listing = await client.list(CONFIGMAPS, quota_namespace)
+    except KubeError:  # no list permission: say what is known
+        listing = {}
+    policies = sorted(
+        str(cm["metadata"]["name"])
+        for cm in listing.get("items") or []
+        if quota.POLICY_KEY in (cm.get("data") or {})
+    )
+    close = difflib.get_close_matches(quota_configmap, policies, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    known = ", ".join(policies) or "none"
+    return (
+        f"quota_configmap: no ConfigMap {quota_configmap!r} in namespace {quota_namespace}{hint} "
+        f"(quota policy ConfigMaps there: {known}); fix quota_configmap, or ask a platform admin to create "
+        f"the policy (key {quota.POLICY_KEY}) before submitting"
+    )
+
+
 async def _read_policy(
     client: KubeClient, quota_configmap: str, quota_namespace: str
 ) -> quota.QuotaPolicy | None:
@@ -117,9 +149,11 @@ async def check_group(
     Raises :class:`~airflow_jobs_plugin.quota.UnknownGroupError` (a ValueError) naming the group and
     the known groups, a ValueError if ``user`` is not a member of a group that lists its members, and
     :class:`OverQuotaError` if ``gpus`` (the total over all replicas) exceeds
-    what ``user`` may ever hold in ``group``. Without a policy configured there is nothing to check; a
-    policy ConfigMap that is missing or invalid is not the DAG author's fault: the job is created and
-    waits as Inadmissible, with the reason, until an admin fixes the policy.
+    what ``user`` may ever hold in ``group``. Without a policy configured there is nothing to check.
+    A ``quota_configmap`` that names no ConfigMap (a typo, the wrong namespace) raises
+    :class:`PolicyNotFoundError` naming the policy ConfigMaps that exist: the job would wait forever.
+    A policy that exists but is invalid is not the DAG author's fault: the job is created and waits as
+    Inadmissible, with the reason, until an admin fixes the policy.
     """
     if quota_configmap is None:
         return
@@ -128,7 +162,7 @@ async def check_group(
     except quota.PolicyError:
         return
     if policy is None:
-        return
+        raise PolicyNotFoundError(await _policy_not_found(client, quota_configmap, quota_namespace))
     group_quota = policy.require_group(group)
     problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group)
     if problem:  # the rule and its wording live in the pure core, shared with the cluster policy
@@ -292,6 +326,9 @@ class Admission:
         self._reaper: asyncio.Task | None = None
         self._last_use = 0.0
         self._rng = random.Random()
+        self._node_capacities: list[placement.NodeCapacity] = []
+        self._nodes_read_at: float | None = None
+        self._nodes_lock: asyncio.Lock | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
 
@@ -321,11 +358,16 @@ class Admission:
         returns the latest decision for the job (reason, position, message), waiting for a pass first if
         no pass has judged this version of the job yet; ``None`` if no pass has seen the job.
         """
-        if not self.quota_enabled:
-            return await self._admit_at_once(job)
         meta = job.get("metadata") or {}
         if (meta.get("annotations") or {}).get(labels.VERDICT):
             return None
+        too_large = placement.never_fits(job, await self._nodes())
+        if too_large is not None:
+            # Admitting it would only trade a wait in the queue for a wait as Unschedulable.
+            await self._rule(job, Reason.UNSCHEDULABLE.value, too_large)
+            return None
+        if not self.quota_enabled:
+            return await self._admit_at_once(job)
         group = group_of(job)
         if not group:
             return QueueStatus(
@@ -425,6 +467,8 @@ class Admission:
 
     async def _admit_at_once(self, job: dict) -> QueueStatus | None:
         now = _now()
+        if ledger.is_stopped(job):
+            return await self._hold_stopped(job, now)
         wait_until = not_before(job)
         if wait_until is not None and wait_until > now:
             secs = int((wait_until - now).total_seconds())
@@ -434,13 +478,86 @@ class Admission:
         resource = MPIJOBS if job.get("kind") == "MPIJob" else JOBS
         meta = job["metadata"]
         try:
-            await self.client.merge_patch(
+            patched = await self.client.merge_patch(
                 resource, meta["namespace"], meta["name"], unsuspend_patch(job, now, conditional=False)
             )
         except KubeError as exc:
             if not exc.not_found:
                 raise
+            return None
+        # Fold the unsuspended job into the shared watch now, as the quota path does: its pods can
+        # arrive on their own stream before the Job's own update does, and must not meet a cached Job
+        # that still reads suspended.
+        if meta.get("namespace") == self.watch.namespace:
+            self.watch.absorb(resource, patched, replaces=meta.get("resourceVersion"))
         return None
+
+    async def _hold_stopped(self, job: dict, now: datetime) -> QueueStatus | None:
+        """A stopped job is never released; past its own queue timeout it fails as the timeout says."""
+        try:
+            queued: quota.QueuedJob | None = ledger.queued_job(job)
+        except ValueError:  # no readable queue time or timeout: it simply stays stopped
+            queued = None
+        stopped_at = (queued.stopped_at if queued else None) or now
+        timeout = queued.queue_timeout if queued else None
+        if (
+            queued is not None
+            and timeout is not None
+            and quota.queue_timed_out(queued.queued_at, now, timeout)
+        ):
+            message = (
+                f"stopped at {ledger.rfc3339(stopped_at)} and waited {format_duration(now - queued.queued_at)} "
+                f"since it was queued, longer than queue_timeout {format_duration(timeout)}"
+            )
+            await self._rule(job, quota.Verdict.QUEUE_TIMEOUT.value, message, ledger.is_stopped)
+            return None
+        return QueueStatus(
+            reason="Stopped", message=f"stopped at {ledger.rfc3339(stopped_at)}; resume to requeue it"
+        )
+
+    async def _rule(
+        self, job: dict, reason: str, message: str, still_wanted: Callable[[dict], bool] = lambda _j: True
+    ) -> None:
+        """Fail a queued job with the product's verdict (conditional on the version read; a job changed
+        meanwhile is re-read once), and fold the result into the shared watch."""
+        log.warning("%s %s: %s: %s", job.get("kind", "Job"), job["metadata"]["name"], reason, message)
+        result, _ = await ledger.settle(
+            self.client,
+            job,
+            lambda j: ledger.verdict_patch(j, reason, message),
+            ledger.is_finished,
+            still_wanted,
+        )
+        if result is not None and job["metadata"].get("namespace") == self.watch.namespace:
+            self.watch.absorb(
+                ledger.resource_of(job), result, replaces=job["metadata"].get("resourceVersion")
+            )
+
+    async def _nodes(self) -> list[placement.NodeCapacity]:
+        """The cluster's nodes as placement sees them, listed at most every NODES_TTL_SECONDS; empty
+        when they cannot be read (no permission to list nodes: nothing is ruled on then)."""
+        loop = asyncio.get_running_loop()
+        if self._nodes_read_at is not None and loop.time() - self._nodes_read_at < NODES_TTL_SECONDS:
+            return self._node_capacities
+        if self._nodes_lock is None:
+            self._nodes_lock = asyncio.Lock()
+        async with self._nodes_lock:  # a thousand triggers starting at once share one LIST
+            if self._nodes_read_at is not None and loop.time() - self._nodes_read_at < NODES_TTL_SECONDS:
+                return self._node_capacities
+            await self._read_nodes(loop)
+        return self._node_capacities
+
+    async def _read_nodes(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            listing = await self.client.list(NODES, "")
+            self._node_capacities = [placement.NodeCapacity.of(n) for n in listing.get("items") or []]
+        except KubeError as exc:
+            if self._nodes_read_at is None:
+                log.warning(
+                    "cannot list the cluster's nodes (%s): pods larger than any node are not caught", exc
+                )
+            self._node_capacities = []
+        self._nodes_read_at = loop.time()
 
     def _start(self) -> None:
         if self._policy is not None:
@@ -552,6 +669,7 @@ class Admission:
             hook=self.hook,
             rng=self._rng,
             cached=lambda: self._cached_ledger(group),
+            pods_of=self._pods_of,
         )
         worker.ledger_version = outcome.stored.version
         self._absorb(outcome)
@@ -571,6 +689,13 @@ class Admission:
         due.extend(await self._check_stuck(outcome, policy, now))
         self._record(worker, outcome, policy, due, had_problem is not None)
         worker.next_due = min(due)
+
+    def _pods_of(self, job: dict) -> list[dict] | None:
+        """A job's pods as this process's watch holds them; ``None`` for a job outside its namespace."""
+        meta = job.get("metadata") or {}
+        if meta.get("namespace") != self.watch.namespace or not self.watch.synced:
+            return None
+        return self.watch.pods_of(meta.get("name") or "")
 
     def _cached_ledger(self, group: str) -> ledger.StoredLedger | None:
         """The group's ledger as this process's ledger watch holds it; ``None`` before it has synced."""

@@ -94,14 +94,22 @@ async def read_ledgers(client: KubeClient, target: Target) -> dict[str, quota.Le
 
 
 async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
-    """Everything the overview needs, read at once (LISTs in parallel)."""
-    jobs, mpijobs, pods, events, (policy, problem), ledgers = await asyncio.gather(
-        _items(client, JOBS, target.namespace, MANAGED_SELECTOR),
-        _mpijobs(client, target.namespace, MANAGED_SELECTOR),
+    """Everything the overview needs: pods (with events, policy and ledgers) first, then the jobs.
+
+    The jobs are listed after their pods, never alongside: each job is then at least as new as its
+    pods, so a pod can never show a resume or a start its job does not show yet, and anything the job
+    knows that its pods do not is the job's own word (its conditions and counts), which the lifecycle
+    rules read first. Two LISTs in parallel answer at unrelated versions.
+    """
+    pods, events, (policy, problem), ledgers = await asyncio.gather(
         _items(client, PODS, target.namespace, MANAGED_SELECTOR),
         _items(client, EVENTS, target.namespace),
         read_policy(client, target),
         read_ledgers(client, target),
+    )
+    jobs, mpijobs = await asyncio.gather(
+        _items(client, JOBS, target.namespace, MANAGED_SELECTOR),
+        _mpijobs(client, target.namespace, MANAGED_SELECTOR),
     )
     return ClusterState(
         jobs=tuple(j for j in [*jobs, *mpijobs] if is_product_job(j)),

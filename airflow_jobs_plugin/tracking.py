@@ -24,6 +24,7 @@ from airflow_jobs_plugin.lifecycle import (
     ReplicaStatus,
     is_transient_pull_error,
     snapshot,
+    start_cannot_succeed,
 )
 from airflow_jobs_plugin.outcome import (
     DELETED_BY_SOMEONE,
@@ -159,6 +160,8 @@ def stuck_for_good(
 
     The pod's back-off message hides the registry's answer; the pull events (``events``) carry it, so
     any transient answer among them keeps the job waiting."""
+    if start_cannot_succeed(snapshot):  # containers that cannot be created, past the grace
+        return True
     if snapshot.state is JobState.UNKNOWN and snapshot.reason is Reason.NODE_LOST:
         # Its pods cannot finish on a node that is gone, and a controller waiting for them to become
         # terminal would hold the job (and its quota) forever: end the attempt so a new one can start.

@@ -7,7 +7,16 @@ points: :func:`pod_status` (kubectl's STATUS column), :func:`snapshot` (a job's 
 
 from __future__ import annotations
 
-from .failures import FAILURE_REASONS, Failure, FailureClass, classify_failure, is_transient_pull_error
+from .failures import (
+    FAILURE_REASONS,
+    START_GRACE,
+    Failure,
+    FailureClass,
+    classify_failure,
+    is_transient_pull_error,
+    missing_object,
+    start_cannot_succeed,
+)
 from .pod_status import (
     PodRow,
     human_duration,
@@ -31,7 +40,7 @@ from .replicas import (
     pods_of,
     replicas_of,
 )
-from .snapshot import JobSnapshot, QueueStatus, Reservation, snapshot
+from .snapshot import JobSnapshot, QueueStatus, Reservation, TaskRef, snapshot
 from .state import QUEUE_REASONS, TERMINAL_STATES, VERDICTS, JobState, Reason
 from .vocabulary import (
     MEANINGS,
@@ -61,6 +70,7 @@ __all__ = [
     "FailureClass",
     "Health",
     "JobSnapshot",
+    "TaskRef",
     "JobState",
     "PodRow",
     "QueueStatus",
@@ -75,6 +85,9 @@ __all__ = [
     "human_duration",
     "is_restartable_init_container",
     "is_transient_pull_error",
+    "missing_object",
+    "start_cannot_succeed",
+    "START_GRACE",
     "job_kind",
     "pod_ready",
     "pod_restarts",

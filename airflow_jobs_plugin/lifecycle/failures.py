@@ -9,8 +9,10 @@ non-zero code is the job's own failure too, unless the DAG author declares its e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import Enum
 
 from .snapshot import JobSnapshot
@@ -51,6 +53,7 @@ _ALWAYS_FATAL = frozenset(
         Reason.DEADLINE_EXCEEDED,
         Reason.QUEUE_TIMEOUT,
         Reason.OVER_QUOTA,
+        Reason.UNSCHEDULABLE,  # only ever a failure as the product's verdict: a pod larger than any node
         Reason.OVER_REQUEUE_LIMIT,
         Reason.CANCELLED,
         Reason.DELETED,
@@ -148,3 +151,76 @@ def classify_failure(
         shown = f"exit code {code}" if code is not None else "the failure"
         return Failure(default, reason, code, f"{shown} is {default} by default")
     return Failure(FailureClass.FATAL, reason, code, f"{reason} does not change on another attempt")
+
+
+# --- starts that cannot succeed ------------------------------------------------------------------
+
+# How long a pod may sit in CreateContainerConfigError / CreateContainerError before the product
+# rules it failed. The kubelet retries both on every pod sync, without end
+# (``pkg/kubelet/kuberuntime/kuberuntime_container.go``, Kubernetes 1.32: ``startContainer`` returns
+# ``ErrCreateContainerConfig`` when ``generateContainerConfig`` fails and ``ErrCreateContainer`` when the
+# runtime's CreateContainer does), so only a verdict frees the GPUs before the job's deadline.
+START_GRACE = timedelta(seconds=60)
+
+_CREATE_ERRORS = ("CreateContainerConfigError", "CreateContainerError")
+
+# Runtime answers to CreateContainer that the kubelet's next sync cures: containerd keeps a name
+# reserved while an earlier, timed-out create of the same container is still finishing ("failed to
+# reserve container name ... is reserved for ..."), and a runtime under load misses the kubelet's
+# deadline. Tolerated however long they last: the job's own deadline still bounds them.
+_TRANSIENT_CREATE_MARKERS = ("is reserved for", "context deadline exceeded", "deadlineexceeded")
+
+# The kubelet's words for a missing object (``pkg/kubelet/kubelet_pods.go``, Kubernetes 1.32,
+# ``makeEnvironmentVariables``: ``couldn't find key %v in ConfigMap %v/%v``, the same for Secret; a
+# missing object is the API's NotFound, ``configmap "x" not found`` / ``secret "x" not found``).
+_MISSING_KEY = re.compile(
+    r"couldn't find key (?P<key>\S+) in (?P<kind>Secret|ConfigMap) (?P<where>\S+)", re.I
+)
+_MISSING_OBJECT = re.compile(r"(?P<kind>secret|configmap)s? \"(?P<name>[^\"]+)\" not found", re.I)
+
+
+def missing_object(message: str) -> str | None:
+    """The Secret or ConfigMap (and key) a kubelet message says is missing, e.g.
+    ``key password of Secret ml/db-creds`` or ``Secret db-creds``; ``None`` if it names none."""
+    found = _MISSING_KEY.search(message)
+    if found:
+        kind = "Secret" if found["kind"].lower() == "secret" else "ConfigMap"
+        return f"key {found['key']} of {kind} {found['where']}"
+    found = _MISSING_OBJECT.search(message)
+    if found:
+        kind = "Secret" if found["kind"].lower() == "secret" else "ConfigMap"
+        return f"{kind} {found['name']}"
+    return None
+
+
+def start_cannot_succeed(snapshot: JobSnapshot, grace: timedelta | None = None) -> str | None:
+    """Why a live job can never start, once a replica's containers have failed to be created for
+    ``grace`` (default :data:`START_GRACE`; ``None`` while none has, or its error is one the kubelet's
+    retries cure).
+
+    The grace covers what a short wait does cure: a Secret or ConfigMap created with or just after
+    the job (by the same DAG, or synced by an operator such as external-secrets), and the kubelet's
+    own view of it, which its watch-based Secret and ConfigMap managers (``pkg/kubelet/secret``,
+    ``pkg/kubelet/configmap``) bring up to date moments after the object changes. The message names
+    the missing object where the kubelet's does.
+    """
+    grace = START_GRACE if grace is None else grace
+    now = snapshot.observed_at
+    if now is None or snapshot.state.is_terminal:
+        return None
+    for replica in snapshot.replicas:
+        word = replica.status[len("Init:") :] if replica.status.startswith("Init:") else replica.status
+        if word not in _CREATE_ERRORS or replica.since is None:
+            continue
+        text = replica.message.lower()
+        if word == "CreateContainerError" and any(m in text for m in _TRANSIENT_CREATE_MARKERS):
+            continue
+        stuck = now - replica.since
+        if stuck < grace:
+            continue
+        missing = missing_object(replica.message)
+        cause = f"missing {missing}" if missing else (replica.message or word)
+        return (
+            f"{replica.name} cannot start its containers: {cause} ({word} for {int(stuck.total_seconds())}s)"
+        )
+    return None

@@ -68,6 +68,9 @@ class ReplicaStatus:
     reason: Reason | None = None
     exit_code: int | None = None
     message: str = ""
+    # Since when the current pod has been where it is now, as far as its own conditions tell: for a
+    # pod whose containers cannot be created, the moment it got ready to start them.
+    since: datetime | None = None
 
     @property
     def name(self) -> str:
@@ -167,14 +170,34 @@ def events_of(
     disrupted = disrupted_pod(job)
     if disrupted:
         names.add(("Pod", disrupted))
+    event_list = list(events)
+    # Pods already gone still explain the job: the Job controller names every pod it creates in a
+    # SuccessfulCreate event on the Job ("Created pod: <name>", pkg/controller/job/job_controller.go,
+    # Kubernetes 1.32), which outlives the pod; an MPIJob's workers are named <job>-worker-<i> by
+    # mpi-operator (pkg/controller/mpi_job_controller.go, v0.8.0, workerName).
+    for event in event_list:
+        about = event.get("involvedObject") or event.get("regarding") or {}
+        if (
+            (about.get("kind"), about.get("name")) in names
+            and about.get("kind") == JOB_KIND
+            and event.get("reason") == "SuccessfulCreate"
+        ):
+            created = _CREATED_POD.match(str(event.get("message") or event.get("note") or ""))
+            if created:
+                names.add(("Pod", created["pod"]))
+    if job_kind(job) == MPI_KIND:
+        names |= {("Pod", f"{name}-worker-{i}") for role, i in expected_replicas(job) if role == WORKER}
     mine = []
-    for event in events:
+    for event in event_list:
         about = event.get("involvedObject") or event.get("regarding") or {}
         if namespace and about.get("namespace") and about.get("namespace") != namespace:
             continue
         if about.get("uid") in uids or (about.get("kind"), about.get("name")) in names:
             mine.append(event)
     return mine
+
+
+_CREATED_POD = re.compile(r"^Created pod: (?P<pod>\S+)$")
 
 
 def event_time(event: Mapping[str, Any]) -> datetime | None:
@@ -292,7 +315,22 @@ def read_replica(
         reason=reason,
         exit_code=_exit_code(pod),
         message=_message(pod, health, reason, pod_events),
+        since=_since(pod),
     )
+
+
+def _since(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's containers could first be created: the latest transition to True of the
+    conditions that precede it (scheduled, sandbox ready, init containers done), else its creation."""
+    moments = [
+        parse_time(cond.get("lastTransitionTime"))
+        for cond in items(pod, "status", "conditions")
+        if isinstance(cond, Mapping)
+        and cond.get("type") in ("PodScheduled", "PodReadyToStartContainers", "Initialized")
+        and cond.get("status") == "True"
+    ]
+    known = [m for m in moments if m is not None]
+    return max(known) if known else parse_time(dig(pod, "metadata", "creationTimestamp"))
 
 
 # kubectl STATUS words (after an optional "Init:") and what they mean for the product.

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
@@ -41,15 +41,18 @@ from .replicas import (
     Health,
     ReplicaStatus,
     disrupted_pod,
+    event_time,
     events_of,
     job_kind,
     lost_with_its_node,
     pods_of,
+    replica_key,
     replicas_of,
 )
 from .state import QUEUE_REASONS, VERDICTS, JobState, Reason
 
 DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job default, also what the MPI launcher Job gets
+ADMITTED = "Admitted"  # the quota pool's verdict for a job whose GPUs it reserved (quota.Verdict.ADMIT)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,33 @@ class Reservation:
     gpus: int
     admitted_at: datetime
     released_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """The Airflow task instance try that submitted a job, from the job's own annotations: what a sweep
+    for jobs nobody follows (their task no longer running, deferred or up for retry) asks Airflow about."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int | None = None
+
+    @classmethod
+    def of(cls, annotations: Mapping[str, str]) -> TaskRef | None:
+        """``None`` for a job without the exact identifiers (not submitted by a task of this product)."""
+        dag_id, task_id, run_id = (annotations.get(k) for k in (labels.DAG_ID, labels.TASK_ID, labels.RUN_ID))
+        if not (dag_id and task_id and run_id):
+            return None
+        map_index = as_int(annotations.get(labels.MAP_INDEX), -1)
+        return cls(
+            dag_id=dag_id,
+            task_id=task_id,
+            run_id=run_id,
+            map_index=-1 if map_index is None else map_index,
+            try_number=as_int(annotations.get(labels.TRY_NUMBER)),
+        )
 
 
 @dataclass(frozen=True)
@@ -100,6 +130,21 @@ class JobSnapshot:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     observed_at: datetime | None = None
+    # The newest Warning events about the job's pods, newest last, even of pods already deleted:
+    # ``worker-0 train-x7k2p Failed: Failed to pull image "...": not found``. The cause of a failure
+    # outlives the pod that showed it.
+    last_events: tuple[str, ...] = ()
+    # Who submitted it and when the object was created: a job younger than a short grace may belong to
+    # a task between creating it and deferring, which is not an orphan yet.
+    task: TaskRef | None = None
+    created_at: datetime | None = None
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Whether the job holds GPUs now: admitted and not finished, or pods of it still running."""
+        return (self.admitted_at is not None and self.finished_at is None and not self.is_terminal) or (
+            self.state is JobState.TERMINATING
+        )
 
     @property
     def is_terminal(self) -> bool:
@@ -111,8 +156,16 @@ class JobSnapshot:
         out: dict[str, Any] = {}
         for key in self.__dataclass_fields__:
             value = getattr(self, key)
-            out[key] = [_replica_dict(r) for r in value] if key == "replicas" else _plain(value)
+            if key == "replicas":
+                out[key] = [_replica_dict(r) for r in value]
+            elif key == "task":
+                out[key] = (
+                    None if value is None else {k: getattr(value, k) for k in value.__dataclass_fields__}
+                )
+            else:
+                out[key] = list(value) if isinstance(value, tuple) else _plain(value)
         out["is_terminal"] = self.is_terminal
+        out["holds_gpus"] = self.holds_gpus
         return out
 
     def replica(self, role: str, index: int = 0) -> ReplicaStatus | None:
@@ -210,6 +263,9 @@ def snapshot(
     facts = _facts(job)
     live = _live_pods(own_pods)
     decision = _decide(job, facts, replicas, live, queue, reservation, now, own_events)
+    last_events = _last_warnings(own_events)
+    if decision.state in (JobState.FAILED, JobState.TERMINATING) and decision.reason not in _NOT_FAILURES:
+        decision = _with_cause(decision, own_events)
     annotations = facts.annotations
     finished_at = _finished_at(job, decision.state, reservation)
     if reservation is None:
@@ -238,6 +294,53 @@ def snapshot(
         started_at=_started_at(own_pods),
         finished_at=finished_at,
         observed_at=now,
+        last_events=last_events,
+        task=TaskRef.of(annotations),
+        created_at=parse_time(dig(job, "metadata", "creationTimestamp")),
+    )
+
+
+LAST_EVENTS = 5
+# Ends that are no failure of the job: their messages need no cause from the pods' events.
+_NOT_FAILURES = frozenset(
+    {Reason.COMPLETED, Reason.PREEMPTED, Reason.REQUEUED, Reason.STOPPED, Reason.CANCELLED, Reason.DELETED}
+)
+
+
+def _warnings(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    about_pods = [
+        e
+        for e in events
+        if e.get("type") == "Warning"
+        and (e.get("involvedObject") or e.get("regarding") or {}).get("kind") == "Pod"
+    ]
+    return sorted(about_pods, key=lambda e: event_time(e) or datetime.min.replace(tzinfo=timezone.utc))
+
+
+def _event_text(event: Mapping[str, Any]) -> str:
+    return str(event.get("message") or event.get("note") or "").strip()
+
+
+def _last_warnings(events: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    lines = []
+    for event in _warnings(events)[-LAST_EVENTS:]:
+        about = event.get("involvedObject") or event.get("regarding") or {}
+        pod = str(about.get("name") or "")
+        lines.append(f"{pod} {event.get('reason') or ''}: {_event_text(event)}".strip())
+    return tuple(lines)
+
+
+def _with_cause(decision: _Decision, events: Iterable[Mapping[str, Any]]) -> _Decision:
+    """A failure's message ends with the newest Warning of its pods when it does not say it already:
+    the registry's "not found", the kubelet's missing key, after the pod that showed them is gone."""
+    warnings = _warnings(events)
+    if not warnings:
+        return decision
+    text = _event_text(warnings[-1])
+    if not text or text in decision.message:
+        return decision
+    return _Decision(
+        decision.state, decision.reason, f"{decision.message}; last event: {text}", decision.exit_code
     )
 
 
@@ -284,10 +387,12 @@ def _live_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         phase = dig(pod, "status", "phase")
         if phase in ("Succeeded", "Failed", "Unknown"):
             continue
-        if (
-            dig(pod, "metadata", "deletionTimestamp") is not None
-            and dig(pod, "status", "reason") == "NodeLost"
-        ):
+        deleting = dig(pod, "metadata", "deletionTimestamp") is not None
+        if deleting and dig(pod, "status", "reason") == "NodeLost":
+            continue
+        if deleting and not dig(pod, "spec", "nodeName"):
+            # Never placed, it holds no GPUs; the pod garbage collector fails and removes it
+            # (pkg/controller/podgc/gc_controller.go, gcUnscheduledTerminating).
             continue
         live.append(pod)
     return live
@@ -305,30 +410,113 @@ def _decide(
 ) -> _Decision:
     # The controller's final word is a fact about what ran; a verdict written after it cannot undo it.
     succeeded = "Succeeded" if facts.kind == MPI_KIND else "Complete"
+    # Until every pod is gone the job still holds its GPUs: it is TERMINATING, whatever was decided.
+    holding = _holding(job, facts, live)
     if condition_true(job, succeeded):
-        return _Decision(
-            JobState.SUCCEEDED, Reason.COMPLETED, _condition_message(job, succeeded, "completed"), 0
-        )
+        message = _condition_message(job, succeeded, "completed")
+        if holding:
+            return _Decision(JobState.TERMINATING, Reason.COMPLETED, _stopping(message, holding), 0)
+        return _Decision(JobState.SUCCEEDED, Reason.COMPLETED, message, 0)
     if condition_true(job, "Failed"):
-        return _failed(job, "Failed", facts, replicas, JobState.FAILED, events)
+        state = JobState.TERMINATING if holding else JobState.FAILED
+        return _with_verdict(_failed(job, "Failed", facts, replicas, state, events), facts, holding)
     verdict = facts.annotations.get(labels.VERDICT)
     if verdict:
         return _verdict(verdict, facts.annotations.get(labels.VERDICT_MESSAGE, ""), facts, live)
     if condition_true(job, "FailureTarget"):
-        state = JobState.TERMINATING if live else JobState.FAILED
+        state = JobState.TERMINATING if holding else JobState.FAILED
         return _failed(job, "FailureTarget", facts, replicas, state, events)
     if condition_true(job, "SuccessCriteriaMet"):
-        state = JobState.TERMINATING if live else JobState.SUCCEEDED
-        return _Decision(
-            state, Reason.COMPLETED, _condition_message(job, "SuccessCriteriaMet", "completed"), 0
-        )
+        message = _condition_message(job, "SuccessCriteriaMet", "completed")
+        if holding:
+            return _Decision(JobState.TERMINATING, Reason.COMPLETED, _stopping(message, holding), 0)
+        return _Decision(JobState.SUCCEEDED, Reason.COMPLETED, message, 0)
     if facts.deleting:
         return _Decision(
             JobState.TERMINATING, Reason.DELETED, f"the job is being deleted; {len(live)} pod(s) left"
         )
     if facts.suspended:
-        return _suspended(facts, live, queue, reservation, now)
+        stopping = [pod for pod in live if _being_stopped(job, pod)]
+        if live and not stopping:
+            # Every live pod was created after the job's last suspension: the job has been resumed
+            # since the version read here (its own update has not arrived yet); it is not stopping.
+            return _active(facts, replicas)
+        return _suspended(facts, stopping, queue, reservation, now)
     return _active(facts, replicas)
+
+
+def _holding(job: Mapping[str, Any], facts: _Facts, live: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The live pods that still hold their GPUs once the controller has ruled on the job.
+
+    A pod being deleted holds its GPUs until it is gone. So does an MPI worker: the workers of an
+    MPIJob never end by themselves; mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8.0,
+    ``deleteWorkerPods`` after the launcher finished) deletes them per ``cleanPodPolicy``, and with
+    ``None`` they keep running. A launcher pod or a Job's pod that looks live without a deletion
+    timestamp is a view older than the job's own: the launcher Job only finishes once its pod ended,
+    and the Job controller (``pkg/controller/job/job_controller.go``, 1.31+) writes SuccessCriteriaMet
+    and FailureTarget only after counting the pods that decided them, deleting the others; while it
+    still counts pods as active or terminating, they hold.
+    """
+    holding = []
+    mpi = facts.kind == MPI_KIND
+    counted = (as_int(dig(job, "status", "active"), 0) or 0) + (
+        as_int(dig(job, "status", "terminating"), 0) or 0
+    )
+    for pod in live:
+        if dig(pod, "metadata", "deletionTimestamp") is not None:
+            holding.append(pod)
+        elif mpi and replica_key(pod, True)[0] != LAUNCHER:
+            holding.append(pod)
+        elif (
+            not mpi and counted > 0 and not (condition_true(job, "Complete") or condition_true(job, "Failed"))
+        ):
+            holding.append(pod)
+    return holding
+
+
+def _being_stopped(job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether a live pod of a suspended job is one its suspension is stopping.
+
+    It is if it is being deleted, or if it predates the job's last ``Suspended=True`` transition: the
+    Job controller (``pkg/controller/job/job_controller.go``, 1.32: ``ensureJobConditionStatus`` with
+    ``jm.clock.Now()``) and mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8.0:
+    ``updateMPIJobConditions(JobSuspended, True, "MPIJobSuspended")``) write that condition, with its
+    lastTransitionTime, only when the status flips, after deleting the active pods. A pod created at or
+    after it was created by a resume the version read here does not show yet (or in the same second,
+    the API's precision, where the resume is far likelier than a stop). While the condition still says
+    ``False`` (resumed), the suspension is newer than the controller's last word: every pod is stopping.
+    Without the condition at all the job has never been seen suspended by its controller, so no pod of
+    it can predate a suspension.
+    """
+    if dig(pod, "metadata", "deletionTimestamp") is not None:
+        return True
+    cond = condition(job, "Suspended")
+    if cond is None:
+        return False
+    if cond.get("status") != "True":
+        return True
+    suspended_at = parse_time(cond.get("lastTransitionTime"))
+    created = parse_time(dig(pod, "metadata", "creationTimestamp"))
+    if suspended_at is None or created is None:
+        return True
+    return created < suspended_at
+
+
+def _stopping(message: str, holding: list[Mapping[str, Any]]) -> str:
+    return f"{message}; {len(holding)} pod(s) still stopping"
+
+
+def _with_verdict(decision: _Decision, facts: _Facts, holding: list[Mapping[str, Any]]) -> _Decision:
+    """A controller failure the product caused on purpose (it ended a job it had ruled failed, so that
+    the cluster shows it failed) reads as the product's verdict, not the controller's generic cause."""
+    verdict = facts.annotations.get(labels.VERDICT)
+    reason = VERDICTS.get(verdict or "")
+    if reason is None or reason in (Reason.CANCELLED, Reason.STOPPED):
+        return decision
+    message = facts.annotations.get(labels.VERDICT_MESSAGE) or decision.message
+    if holding:
+        message = _stopping(message, holding)
+    return _Decision(decision.state, reason, message, decision.exit_code)
 
 
 def _verdict(verdict: str, message: str, facts: _Facts, live: list[Mapping[str, Any]]) -> _Decision:
@@ -421,6 +609,9 @@ def _suspended(
             Reason.QUOTA_RESERVED,
             f"{reservation.gpus} GPU(s) reserved; releasing the job",
         )
+    if queue is not None and queue.reason == ADMITTED:
+        # The pool reserved its GPUs; the unsuspend that releases it has not landed yet.
+        return _Decision(JobState.SCHEDULING, Reason.QUOTA_RESERVED, queue.message or "GPUs reserved")
     not_before = parse_time(facts.annotations.get(labels.REQUEUE_NOT_BEFORE))
     requeued = f"requeued {facts.requeue_count} time(s)"
     if facts.requeue_count > 0 and not_before is not None and not_before > now:
@@ -435,7 +626,9 @@ def _suspended(
         return _Decision(JobState.QUEUED, reason, message)
     if facts.requeue_count > 0:
         return _Decision(JobState.QUEUED, Reason.REQUEUED, requeued)
-    return _Decision(JobState.QUEUED, Reason.PENDING, "waiting for quota")
+    # No admission decision is known yet (without a quota policy the job is released at the next
+    # look; with one, the pool's first pass has not judged it): say that, not "quota".
+    return _Decision(JobState.QUEUED, Reason.PENDING, "created suspended; waiting to be admitted")
 
 
 def _describe(replica: ReplicaStatus) -> str:

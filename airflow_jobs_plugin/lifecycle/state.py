@@ -120,6 +120,12 @@ VERDICTS: dict[str, Reason] = {
     # Pods stuck pulling never fail by themselves; the trigger rules on a permanent pull failure.
     Reason.IMAGE_PULL.value: Reason.IMAGE_PULL,
     Reason.INVALID_IMAGE_NAME.value: Reason.INVALID_IMAGE_NAME,
+    # Containers that cannot be created (a missing Secret or ConfigMap key, a bad mount) are retried by
+    # the kubelet forever too; the trigger rules on them after a grace (lifecycle.start_cannot_succeed).
+    Reason.CONTAINER_CONFIG_ERROR.value: Reason.CONTAINER_CONFIG_ERROR,
+    Reason.CONTAINER_CANNOT_RUN.value: Reason.CONTAINER_CANNOT_RUN,
+    # A pod larger than any node: the scheduler reports Unschedulable forever; admission rules on it.
+    Reason.UNSCHEDULABLE.value: Reason.UNSCHEDULABLE,
     # A pod on a lost node never becomes terminal by itself; the trigger ends the attempt.
     Reason.NODE_LOST.value: Reason.NODE_LOST,
 }

@@ -48,7 +48,6 @@ from .policy import (
     parse_policy,
     policy_from_configmap_data,
     queue_order,
-    total_gpus,
     usage,
 )
 from .requeue import (
@@ -59,7 +58,6 @@ from .requeue import (
     requeue_backoff,
     requeue_decision,
     schedule_deadline,
-    schedule_deadline_passed,
 )
 
 __all__ = [
@@ -106,8 +104,6 @@ __all__ = [
     "requeue_backoff",
     "requeue_decision",
     "schedule_deadline",
-    "schedule_deadline_passed",
-    "total_gpus",
     "usage",
     "with_admitted",
     "without",

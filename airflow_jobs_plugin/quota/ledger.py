@@ -142,6 +142,7 @@ def fingerprint(job: Mapping[str, Any]) -> tuple:
                 labels.QUEUE_TIMEOUT,
                 labels.GROUP_NAME,
                 labels.USER_NAME,
+                labels.STOPPED_AT,  # a stop or a resume changes what the pass decides
             )
         ),
     )
@@ -231,8 +232,25 @@ def all_pods_scheduled(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
     return placed >= expected_pods(job)
 
 
-def observe(job: Mapping[str, Any]) -> ObservedJob:
-    return observed_job(job.get("metadata") or {}, suspended=is_suspended(job), terminal=is_finished(job))
+def is_stopped(job: Mapping[str, Any]) -> bool:
+    """A user stopped the job (labels.STOPPED_AT): no admission may release it until a resume."""
+    return bool(((job.get("metadata") or {}).get("annotations") or {}).get(labels.STOPPED_AT))
+
+
+def observe(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = None) -> ObservedJob:
+    """What reconcile needs from ``job``; ``pods`` (its pods, where known) tell whether it still holds
+    GPUs after it ended or was stopped."""
+    holding = pods is not None and any(
+        (pod.get("spec") or {}).get("nodeName")  # a pod never placed holds no GPUs
+        and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        for pod in pods
+    )
+    return observed_job(
+        job.get("metadata") or {},
+        suspended=is_suspended(job),
+        terminal=is_finished(job),
+        holding_pods=holding,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -375,15 +393,35 @@ def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditiona
     }
 
 
+# The shortest deadline the API accepts: the Job controller fails the job at its next sync.
+ENDING_DEADLINE_SECONDS = 1
+
+
 def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
-    """Fail a job with a product verdict; suspending it too stops any pod it still has."""
-    return {
-        "metadata": {
-            **_precondition(job),
-            "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
-        },
-        "spec": _suspend_spec(job, True),
+    """Fail a job with a product verdict, in a way its controller itself marks it failed.
+
+    A batch/v1 Job is ended through its own ``activeDeadlineSeconds``, which the API lets a Job change
+    at any time (``pkg/apis/batch/validation/validation.go``, Kubernetes 1.32: ``ValidateJobSpecUpdate``
+    keeps completions, selector, template, completionMode, podFailurePolicy and backoffLimitPerIndex
+    immutable, not the deadline). The Job controller (``pkg/controller/job/job_controller.go``,
+    ``pastActiveDeadline`` from ``status.startTime``) then writes FailureTarget and Failed
+    (DeadlineExceeded) and deletes the pods itself, so ``kubectl get jobs`` shows the job Failed, never
+    ``Suspended`` as a queued one; the product's verdict stays the job's reason. A job still suspended
+    (queued, stopped) has no start time: it is resumed with ``parallelism: 0``, which starts the
+    deadline's clock without creating a pod. An MPIJob is suspended: mpi-operator copies
+    ``runPolicy.activeDeadlineSeconds`` into the launcher Job only when it creates it
+    (``newLauncherJob``, v0.8.0), so changing it later ends nothing.
+    """
+    metadata = {
+        **_precondition(job),
+        "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
     }
+    if job.get("kind") == "MPIJob":
+        return {"metadata": metadata, "spec": _suspend_spec(job, True)}
+    spec: dict[str, Any] = {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}
+    if is_suspended(job):
+        spec.update(suspend=False, parallelism=0)
+    return {"metadata": metadata, "spec": spec}
 
 
 def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:
@@ -452,12 +490,20 @@ async def _lookup(client: KubeClient, reservation: Reservation, namespace: str) 
 
 
 async def read_view(
-    client: KubeClient, group: str, ledger: Ledger, jobs: Iterable[dict], ledger_namespace: str, now: datetime
+    client: KubeClient,
+    group: str,
+    ledger: Ledger,
+    jobs: Iterable[dict],
+    ledger_namespace: str,
+    now: datetime,
+    pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None = None,
 ) -> GroupView:
     """Sort the group's jobs into queued, running (for adoption) and observed (for reconcile).
 
     A reserved job missing from ``jobs`` (another namespace, a view that lags) is looked up by name:
-    only a positive answer (404, or another uid under that name) marks it gone.
+    only a positive answer (404, or another uid under that name) marks it gone. A stopped job is queued
+    (never adopted, even before its suspension lands) so its queue timeout keeps counting. ``pods_of``
+    returns a job's pods where they are known (``None`` elsewhere).
     """
     by_uid: dict[str, dict] = {}
     queued: list[QueuedJob] = []
@@ -476,12 +522,14 @@ async def read_view(
         except ValueError as exc:
             unreadable[uid] = str(exc)
             continue
-        if is_suspended(job):
+        if is_suspended(job) or is_stopped(job):
             if not meta.get("deletionTimestamp"):
                 queued.append(entry)
         else:
             running.append(Reservation.for_job(entry, admitted_at_of(job) or now))
-    observed = {uid: observe(job) for uid, job in by_uid.items()}
+    observed = {
+        uid: observe(job, pods_of(job) if pods_of is not None else None) for uid, job in by_uid.items()
+    }
     for reservation in ledger.reservations:
         if reservation.uid in by_uid:
             continue
@@ -540,6 +588,7 @@ async def admission_pass(
     max_attempts: int = MAX_CAS_ATTEMPTS,
     cached: Callable[[], StoredLedger | None] | None = None,
     unsuspend_grace: timedelta = UNSUSPEND_GRACE,
+    pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None = None,
 ) -> PassOutcome:
     """Read, plan, write the ledger (CAS), fail, unsuspend: one idempotent pass for ``group``.
 
@@ -547,7 +596,8 @@ async def admission_pass(
     ignored); it is called again on every CAS retry. ``cached`` may return the ledger as a watch last
     saw it (``None``: unknown): a pass that only plans on it saves a GET, and one that writes learns it
     was stale from the compare-and-swap; before acting on jobs without writing, it reads the ledger
-    afresh. Safe to run in any number of processes at once.
+    afresh. ``pods_of`` returns a job's pods where known: a reservation of a job that ended or was
+    stopped is kept while they live. Safe to run in any number of processes at once.
     """
     rng = rng or random.Random()
     conflicts = 0
@@ -561,7 +611,9 @@ async def admission_pass(
         if fresh:
             stored = await read_ledger(client, ledger_namespace, group)
         moment = now()
-        view = await read_view(client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment)
+        view = await read_view(
+            client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment, pods_of
+        )
         await _call(hook, "read")
         plan = plan_admission(
             policy, stored.ledger, view.queued, view.observed, moment, view.running, unsuspend_grace
@@ -590,7 +642,7 @@ async def admission_pass(
     patched: list[tuple[str, dict]] = []
     for decision in plan.fail:
         job = view.by_uid[decision.job.uid]
-        result, ours = await _settle(
+        result, ours = await settle(
             client, job, lambda j, d=decision: verdict_patch(j, d.reason, d.message), is_finished
         )
         if result is None:
@@ -629,18 +681,19 @@ async def admission_pass(
 
 
 async def _unsuspend(client: KubeClient, job: dict, reservation: Reservation) -> tuple[dict | None, bool]:
-    """Unsuspend ``job`` for ``reservation`` (see :func:`_settle`); a job requeued meanwhile is left to
+    """Unsuspend ``job`` for ``reservation`` (see :func:`settle`); a job requeued meanwhile is left to
     the next pass, which reconciles its reservation."""
-    return await _settle(
+    return await settle(
         client,
         job,
         lambda j: unsuspend_patch(j, reservation.admitted_at),
         lambda j: is_finished(j) or not is_suspended(j),
-        lambda j: observe(j).requeue_count == reservation.requeue_count,
+        # A job stopped since the pass read it is never released by that pass's stale decision.
+        lambda j: observe(j).requeue_count == reservation.requeue_count and not is_stopped(j),
     )
 
 
-async def _settle(
+async def settle(
     client: KubeClient,
     job: dict,
     patch: Callable[[dict], dict],

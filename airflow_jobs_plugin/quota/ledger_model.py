@@ -244,10 +244,13 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
             annotations.get(labels.REQUEUE_NOT_BEFORE), f"annotation {labels.REQUEUE_NOT_BEFORE}"
         ),
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
+        stopped_at=_rfc3339_or_none(annotations.get(labels.STOPPED_AT), f"annotation {labels.STOPPED_AT}"),
     )
 
 
-def observed_job(metadata: Mapping[str, Any] | None, *, suspended: bool, terminal: bool) -> ObservedJob:
+def observed_job(
+    metadata: Mapping[str, Any] | None, *, suspended: bool, terminal: bool, holding_pods: bool = False
+) -> ObservedJob:
     """What reconcile needs from a job: ``None`` metadata means the job was not found (404)."""
     if metadata is None:
         return ObservedJob.gone()
@@ -257,6 +260,8 @@ def observed_job(metadata: Mapping[str, Any] | None, *, suspended: bool, termina
         terminal=terminal or bool(annotations.get(labels.VERDICT)),
         suspended=suspended,
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
+        stopped=bool(annotations.get(labels.STOPPED_AT)),
+        holding_pods=holding_pods,
     )
 
 
@@ -272,13 +277,17 @@ class ObservedJob:
     ``exists`` is false once the object is gone (a job being deleted still exists: its pods may still
     hold GPUs). ``terminal`` means it finished (Complete or Failed condition, or a product verdict).
     ``requeue_count`` is read from the job's annotation: larger than the reservation's means the job was
-    requeued after that reservation was made.
+    requeued after that reservation was made. ``stopped``: a user stopped it (labels.STOPPED_AT).
+    ``holding_pods``: pods of it are still live, so a job that ended or was stopped still holds its
+    GPUs (False where its pods are not known).
     """
 
     exists: bool = True
     terminal: bool = False
     suspended: bool = False
     requeue_count: int = 0
+    stopped: bool = False
+    holding_pods: bool = False
 
     @classmethod
     def gone(cls) -> ObservedJob:
@@ -289,6 +298,7 @@ class DropReason(str, Enum):
     GONE = "JobGone"
     FINISHED = "JobFinished"
     REQUEUED = "JobRequeued"
+    STOPPED = "JobStopped"
 
 
 @dataclass(frozen=True)
@@ -305,15 +315,17 @@ class Drop:
             DropReason.GONE: "no longer exists",
             DropReason.FINISHED: "has finished",
             DropReason.REQUEUED: "was requeued",
+            DropReason.STOPPED: "was stopped by a user",
         }[self.reason]
         return f"released {r.gpus} GPU(s) of group {r.group} held by {entry_key(r)} (user {r.user}): the job {what}"
 
 
 def reconcile_drops(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tuple[Drop, ...]:
-    """The reservations whose jobs are gone, finished or requeued since their admission.
+    """The reservations whose jobs are gone, finished, stopped or requeued since their admission.
 
     ``observed`` maps job uid to what the cluster shows. A uid missing from it was not looked at and
-    is kept: never free GPUs on a guess.
+    is kept: never free GPUs on a guess. A finished or stopped job whose pods are still live keeps its
+    reservation until they are gone: its GPUs are not free yet.
     """
     drops = []
     for r in ledger.reservations:
@@ -322,8 +334,12 @@ def reconcile_drops(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tupl
             continue
         if not seen.exists:
             drops.append(Drop(r, DropReason.GONE))
+        elif (seen.terminal or seen.stopped) and seen.holding_pods:
+            continue
         elif seen.terminal:
             drops.append(Drop(r, DropReason.FINISHED))
+        elif seen.stopped:
+            drops.append(Drop(r, DropReason.STOPPED))
         elif seen.requeue_count > r.requeue_count:
             drops.append(Drop(r, DropReason.REQUEUED))
     return tuple(drops)
@@ -361,6 +377,7 @@ def pending_unsuspend(
             seen is not None
             and seen.exists
             and not seen.terminal
+            and not seen.stopped
             and seen.suspended
             and seen.requeue_count == r.requeue_count
             and (now is None or r.admitted_at + grace <= now)

@@ -546,24 +546,6 @@ def policy_from_configmap_data(data: Mapping[str, str] | None, key: str = POLICY
 # --------------------------------------------------------------------------------------------------
 
 
-def total_gpus(workers: int, gpus_per_worker: int, launcher_gpus: int = 0) -> int:
-    """GPUs a job holds over all its replicas: what its group and user are charged.
-
-    A single-pod Job is one worker; an MPI job is ``workers`` x ``gpus_per_worker`` plus the launcher's
-    own GPUs if it requests any.
-    """
-    for name, value in (
-        ("workers", workers),
-        ("gpus_per_worker", gpus_per_worker),
-        ("launcher_gpus", launcher_gpus),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    return workers * gpus_per_worker + launcher_gpus
-
-
 @dataclass(frozen=True, kw_only=True)
 class QueuedJob:
     """A job waiting for admission (created suspended).
@@ -585,6 +567,9 @@ class QueuedJob:
     namespace: str = ""
     requeue_count: int = 0
     queue_timeout: timedelta | None = None
+    # Set while a user has stopped the job (labels.STOPPED_AT): it is never admitted until a resume,
+    # but keeps ``queued_at``, so a resumed job competes again at its original position.
+    stopped_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -631,6 +616,7 @@ class Verdict(str, Enum):
     INADMISSIBLE = "Inadmissible"
     OVER_QUOTA = "OverQuota"
     QUEUE_TIMEOUT = "QueueTimeout"
+    STOPPED = "Stopped"
 
     @property
     def reason(self) -> str:
@@ -796,13 +782,15 @@ def _decide_group(
     decisions = []
     position = 0
     for job, verdict, message, blocked_by in verdicts:
-        if verdict.waiting:
+        # A stopped job keeps its enqueue time but takes no place in line until it is resumed.
+        placed = verdict.waiting and verdict is not Verdict.STOPPED
+        if placed:
             position += 1
         decisions.append(
             Decision(
                 job=job,
                 verdict=verdict,
-                position=position if verdict.waiting else None,
+                position=position if placed else None,
                 message=message,
                 blocked_by=blocked_by,
             )
@@ -819,6 +807,24 @@ def _judge(
     head: QueuedJob | None,
     now: datetime,
 ) -> tuple[Verdict, str, str | None]:
+    timeout = job.queue_timeout if job.queue_timeout is not None else policy.requeue.queue_timeout
+    if job.stopped_at is not None:
+        # Checked before any reservation: a stopped job is never admitted again, not even by the
+        # repair of an unsuspend a crash lost. Its time in the queue still counts, as the queue
+        # timeout says: stopping a job does not stop its queue clock.
+        if timeout is not None and queue_timed_out(job.queued_at, now, timeout):
+            return (
+                Verdict.QUEUE_TIMEOUT,
+                f"stopped at {_utc(job.stopped_at)} and waited {format_duration(now - job.queued_at)} since "
+                f"it was queued in group {job.group}, longer than queue_timeout {format_duration(timeout)}",
+                None,
+            )
+        return (
+            Verdict.STOPPED,
+            f"stopped at {_utc(job.stopped_at)}; not admitted until resumed, then it competes again at "
+            "its original position",
+            None,
+        )
     existing = reserved.get((job.uid, job.requeue_count))
     if existing is not None:
         return (
@@ -826,7 +832,6 @@ def _judge(
             f"already admitted at {_utc(existing.admitted_at)} with {_plural(existing.gpus, 'GPU')} reserved; resuming it",
             None,
         )
-    timeout = job.queue_timeout if job.queue_timeout is not None else policy.requeue.queue_timeout
     if timeout is not None and queue_timed_out(job.queued_at, now, timeout):
         return (
             Verdict.QUEUE_TIMEOUT,

@@ -72,24 +72,6 @@ def schedule_deadline(
     return admitted_at + schedule_timeout
 
 
-def schedule_deadline_passed(
-    admitted_at: datetime,
-    pods_scheduled: bool,
-    now: datetime,
-    schedule_timeout: timedelta = DEFAULT_SCHEDULE_TIMEOUT,
-) -> bool:
-    """Whether an admitted job must be requeued because its pods were not placed in time.
-
-    ``pods_scheduled`` is true once every replica's pod has been bound to a node (``PodScheduled``
-    true), whatever its containers are doing: pulling images, running init containers or already
-    running. Pods that do not exist yet count as not scheduled.
-    """
-    _require_aware(admitted_at=admitted_at, now=now)
-    if pods_scheduled:
-        return False
-    return now >= admitted_at + schedule_timeout
-
-
 def requeue_backoff(
     count: int, base: timedelta = DEFAULT_BACKOFF_BASE, cap: timedelta = DEFAULT_BACKOFF_CAP
 ) -> timedelta:

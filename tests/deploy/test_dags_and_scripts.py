@@ -15,6 +15,7 @@ import yaml
 
 from airflow_jobs_plugin import quota
 from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.spec import total_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
@@ -120,7 +121,7 @@ def test_every_example_job_fits_its_group_and_user_in_the_shipped_policy(dagbag)
             assert job.quota_configmap == "airflow-jobs-quota-policy", job.task_id
             group = policy.require_group(job.group)
             user_limit = min(group.gpus, group.users.get(job.user, group.user_gpus or group.gpus))
-            needed = quota.total_gpus(job.workers, job.gpus, job.launcher_gpus)
+            needed = total_gpus(job._spec(templated=True))  # what submission charges
             assert needed <= user_limit, f"{dag.dag_id}.{job.task_id} could never run (OverQuota)"
 
 

@@ -167,6 +167,15 @@ SCENARIOS: list[Scenario] = [
         Reason.QUOTA_RESERVED,
         reservation=HELD,
     ),
+    # The trigger knows the pool's decision, not the ledger: "Admitted" is a reservation too.
+    Scenario(
+        "scheduling-quota-reserved-as-the-pool-decided",
+        batch_job(suspend=True),
+        [],
+        JobState.SCHEDULING,
+        Reason.QUOTA_RESERVED,
+        queue=QueueStatus("Admitted", None, "admitted: group vision now uses 4 of 8 GPUs"),
+    ),
     Scenario(
         "scheduling-pods-not-created-yet",
         batch_job(),
@@ -514,15 +523,23 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "terminating-over-requeue-limit-pods-still-running",
         batch_job(suspend=True, annotations={**_requeued(3), **_verdict("OverRequeueLimit")}),
-        [job_pod(node=None, unschedulable_message=UNSCHEDULABLE, deleting=True)],
+        [job_pod(statuses=[waiting("main", "ContainerCreating")], deleting=True)],
         JobState.TERMINATING,
         Reason.OVER_REQUEUE_LIMIT,
     ),
     Scenario(
         "terminating-requeued-after-stuck-start",
         batch_job(suspend=True, annotations=_requeued(1, not_before=600)),
-        [job_pod(node=None, unschedulable_message=UNSCHEDULABLE, deleting=True)],
+        [job_pod(statuses=[waiting("main", "ContainerCreating")], deleting=True)],
         JobState.TERMINATING,
+        Reason.REQUEUED,
+    ),
+    # A pod never placed holds no GPUs: its deletion does not keep the job TERMINATING.
+    Scenario(
+        "queued-requeued-whose-unplaced-pod-is-being-deleted",
+        batch_job(suspend=True, annotations=_requeued(1, not_before=600)),
+        [job_pod(node=None, unschedulable_message=UNSCHEDULABLE, deleting=True)],
+        JobState.QUEUED,
         Reason.REQUEUED,
     ),
     Scenario(
@@ -577,6 +594,62 @@ SCENARIOS: list[Scenario] = [
         JobState.TERMINATING,
         Reason.COMPLETED,
     ),
+    # --- One job, two watch streams: a view where one stream lags reads as a state the job was in ---
+    # The job was admitted (unsuspended) and its pod created, but the Job's own update has not arrived:
+    # the pod, created after the job's last Suspended=True transition, proves the resume.
+    Scenario(
+        "starting-resumed-job-whose-own-update-lags-its-pod",
+        batch_job(suspend=True),
+        [job_pod(statuses=[waiting("main", "ContainerCreating")], created=0)],
+        JobState.STARTING,
+        Reason.CONTAINER_CREATING,
+    ),
+    # A pod older than the suspension is one the controller is stopping, even before its deletion shows.
+    Scenario(
+        "terminating-preempted-pod-predates-the-suspension",
+        batch_job(suspend=True),
+        [job_pod(phase="Running", statuses=[running()], created=-120)],
+        JobState.TERMINATING,
+        Reason.PREEMPTED,
+    ),
+    # Suspended again after a resume the controller recorded, before it acted on the new suspension.
+    Scenario(
+        "terminating-suspended-again-before-the-controller-acted",
+        batch_job(
+            suspend=True,
+            conditions=[job_condition("Suspended", "JobResumed", "Job resumed", status="False", at_s=-30)],
+        ),
+        [job_pod(phase="Running", statuses=[running()], created=-20)],
+        JobState.TERMINATING,
+        Reason.PREEMPTED,
+    ),
+    # The Job is Complete (its controller counted the pod succeeded) while the pod's last status lags.
+    Scenario(
+        "succeeded-job-complete-whose-pod-update-lags",
+        batch_job(
+            succeeded=1,
+            conditions=[
+                job_condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")
+            ],
+        ),
+        [job_pod(phase="Running", statuses=[running()])],
+        JobState.SUCCEEDED,
+        Reason.COMPLETED,
+    ),
+    Scenario(
+        "succeeded-success-criteria-met-whose-pod-update-lags",
+        batch_job(
+            succeeded=1,
+            conditions=[
+                job_condition(
+                    "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"
+                )
+            ],
+        ),
+        [job_pod(phase="Running", statuses=[running()])],
+        JobState.SUCCEEDED,
+        Reason.COMPLETED,
+    ),
     # --- SUCCEEDED ---
     Scenario(
         "succeeded-job-complete",
@@ -598,9 +671,22 @@ SCENARIOS: list[Scenario] = [
                 job_condition("Succeeded", "MPIJobSucceeded", "MPIJob ml-team/dist successfully completed.")
             ]
         ),
+        [launcher_pod(phase="Succeeded", statuses=[terminated()], ready=False)],
+        JobState.SUCCEEDED,
+        Reason.COMPLETED,
+    ),
+    # The launcher is done but the workers still hold their GPUs while they stop (mcli: "until this
+    # phase is complete, the run can still be consuming resources").
+    Scenario(
+        "terminating-mpijob-succeeded-while-workers-stop",
+        mpi_job(
+            conditions=[
+                job_condition("Succeeded", "MPIJobSucceeded", "MPIJob ml-team/dist successfully completed.")
+            ]
+        ),
         [launcher_pod(phase="Succeeded", statuses=[terminated()], ready=False)]
         + [worker_pod(index=i, phase="Running", statuses=[running()], deleting=True) for i in range(2)],
-        JobState.SUCCEEDED,
+        JobState.TERMINATING,
         Reason.COMPLETED,
     ),
     # --- FAILED ---
@@ -634,11 +720,12 @@ SCENARIOS: list[Scenario] = [
         Reason.IMAGE_PULL,
         events=[event("Pod", "train-x7k2p", "Failed", NOT_FOUND, at_s=60)],
     ),
+    # A controller older than 1.31 writes Failed before the pod is gone: its GPUs are still held.
     Scenario(
-        "failed-image-pull-pod-still-being-deleted",
+        "terminating-failed-image-pull-pod-still-being-deleted",
         batch_job(failed=1, conditions=[_FAILED_DEADLINE]),
         [job_pod(statuses=[waiting("main", "ErrImagePull", NOT_FOUND)], deleting=True)],
-        JobState.FAILED,
+        JobState.TERMINATING,
         Reason.IMAGE_PULL,
     ),
     Scenario(
@@ -654,6 +741,23 @@ SCENARIOS: list[Scenario] = [
             )
         ],
         JobState.FAILED,
+        Reason.INVALID_IMAGE_NAME,
+    ),
+    Scenario(
+        "terminating-mpijob-failed-on-invalid-image-while-workers-still-run",
+        mpi_job(
+            conditions=[
+                job_condition("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
+            ]
+        ),
+        [
+            worker_pod(
+                index=i,
+                statuses=[waiting("main", "InvalidImageName", 'couldn\'t parse image name "Mpi:Bad Tag"')],
+            )
+            for i in range(2)
+        ],
+        JobState.TERMINATING,
         Reason.INVALID_IMAGE_NAME,
     ),
     Scenario(
@@ -710,6 +814,30 @@ SCENARIOS: list[Scenario] = [
         Reason.OVER_QUOTA,
     ),
     Scenario(
+        "failed-pod-larger-than-any-node",
+        batch_job(
+            suspend=True,
+            annotations=_verdict(
+                "Unschedulable", "its worker pod asks for 16 GPUs but any node offers at most 8"
+            ),
+        ),
+        [],
+        JobState.FAILED,
+        Reason.UNSCHEDULABLE,
+    ),
+    # The product ended a queued job through its controller (activeDeadlineSeconds, parallelism 0):
+    # kubectl shows it Failed (DeadlineExceeded); the product's verdict stays its reason.
+    Scenario(
+        "failed-queue-timeout-ended-by-the-job-controller",
+        batch_job(
+            annotations=_verdict("QueueTimeout", "waited 2h in the queue of group vision"),
+            conditions=[_FAILED_DEADLINE],
+        ),
+        [],
+        JobState.FAILED,
+        Reason.QUEUE_TIMEOUT,
+    ),
+    Scenario(
         "failed-over-requeue-limit",
         batch_job(suspend=True, annotations={**_requeued(3), **_verdict("OverRequeueLimit")}),
         [],
@@ -728,7 +856,6 @@ SCENARIOS: list[Scenario] = [
         mpi_job(conditions=[job_condition("Failed", "MPIJobEvicted", "1/2 workers are evicted")]),
         [
             launcher_pod(phase="Failed", statuses=[terminated("main", 1)], ready=False),
-            worker_pod(index=0, phase="Running", statuses=[running()], deleting=True),
             worker_pod(
                 index=1,
                 phase="Failed",
@@ -739,6 +866,24 @@ SCENARIOS: list[Scenario] = [
             ),
         ],
         JobState.FAILED,
+        Reason.EVICTED,
+    ),
+    Scenario(
+        "terminating-mpi-worker-evicted-while-the-others-stop",
+        mpi_job(conditions=[job_condition("Failed", "MPIJobEvicted", "1/2 workers are evicted")]),
+        [
+            launcher_pod(phase="Failed", statuses=[terminated("main", 1)], ready=False),
+            worker_pod(index=0, phase="Running", statuses=[running()], deleting=True),
+            worker_pod(
+                index=1,
+                phase="Failed",
+                reason="Evicted",
+                message="The node was low on resource: memory.",
+                statuses=[terminated("main", 137, "Error")],
+                ready=False,
+            ),
+        ],
+        JobState.TERMINATING,
         Reason.EVICTED,
     ),
     Scenario(

@@ -246,9 +246,20 @@ CASES = [
     ),
     Case(
         "SUCCEEDED-an-mpi-job",
-        mpi_job("train", launcher={"main": {"run": 1}}),
-        lambda s: s.condition("Succeeded"),
+        mpi_job("train", launcher={"main": {"run": 1}}, cleanPodPolicy="Running"),
+        lambda s: s.condition("Succeeded") and not s.pod("train-worker"),
         JobState.SUCCEEDED,
+        Reason.COMPLETED,
+        {"launcher": "Completed", "worker-0": "<none>", "worker-1": "<none>"},
+        exit_code=0,
+    ),
+    # With cleanPodPolicy None mpi-operator leaves the workers running after the launcher succeeded:
+    # they still hold their GPUs, so the job is not over.
+    Case(
+        "TERMINATING-an-mpi-job-that-succeeded-while-its-workers-still-run",
+        mpi_job("train", launcher={"main": {"run": 1}}, cleanPodPolicy="None"),
+        lambda s: s.condition("Succeeded"),
+        JobState.TERMINATING,
         Reason.COMPLETED,
         {"launcher": "Completed", **WORKERS_RUNNING},
         exit_code=0,
@@ -270,8 +281,10 @@ CASES = [
         Reason.DEADLINE_EXCEEDED,
         {"worker-0": "<none>"},
     ),
+    # The MPIJob failed but, under the simulator's default cleanPodPolicy None (mpi-operator's too), its
+    # workers keep running and holding their GPUs: the job is TERMINATING with the failure's reason.
     Case(
-        "FAILED-ImagePull-mpi-workers-backing-off-when-the-deadline-hits",
+        "TERMINATING-failed-ImagePull-mpi-workers-backing-off-when-the-deadline-hits",
         mpi_job(
             "train",
             launcher={"main": FOREVER},
@@ -279,12 +292,12 @@ CASES = [
             activeDeadlineSeconds=30,
         ),
         lambda s: failed(s) and workers_waiting(s, "ImagePullBackOff"),
-        JobState.FAILED,
+        JobState.TERMINATING,
         Reason.IMAGE_PULL,
         {"launcher": "<none>", "worker-0": "ImagePullBackOff", "worker-1": "ImagePullBackOff"},
     ),
     Case(
-        "FAILED-InvalidImageName-mpi-workers-when-the-deadline-hits",
+        "TERMINATING-failed-InvalidImageName-mpi-workers-when-the-deadline-hits",
         mpi_job(
             "train",
             launcher={"main": FOREVER},
@@ -292,7 +305,7 @@ CASES = [
             activeDeadlineSeconds=30,
         ),
         lambda s: failed(s) and workers_waiting(s, "InvalidImageName"),
-        JobState.FAILED,
+        JobState.TERMINATING,
         Reason.INVALID_IMAGE_NAME,
         {"launcher": "<none>", "worker-0": "InvalidImageName", "worker-1": "InvalidImageName"},
     ),
@@ -326,10 +339,10 @@ CASES = [
         act=evict_job_pod_once_running,
     ),
     Case(
-        "FAILED-Evicted-an-mpi-worker",
+        "TERMINATING-failed-Evicted-an-mpi-worker",
         mpi_job("train", launcher={"main": FOREVER}),
         failed,
-        JobState.FAILED,
+        JobState.TERMINATING,
         Reason.EVICTED,
         {"launcher": "Running", "worker-0": "Error", "worker-1": "Running"},
         act=evict_worker_0_once_running,
@@ -344,7 +357,7 @@ CASES = [
         exit_code=3,
     ),
     Case(
-        "FAILED-BackoffLimitExceeded-Init-Error-on-an-mpi-launcher",
+        "TERMINATING-failed-BackoffLimitExceeded-Init-Error-on-an-mpi-launcher",
         mpi_job(
             "train",
             launcher_init=True,
@@ -353,7 +366,7 @@ CASES = [
             backoffLimit=1,
         ),
         failed,
-        JobState.FAILED,
+        JobState.TERMINATING,
         Reason.BACKOFF_LIMIT_EXCEEDED,
         {"launcher": "Init:Error", **WORKERS_RUNNING},
         exit_code=1,

@@ -15,7 +15,6 @@ from airflow_jobs_plugin.quota.policy import (
     Verdict,
     decide,
     parse_policy,
-    total_gpus,
     usage,
 )
 
@@ -330,25 +329,9 @@ def test_naive_now_is_rejected():
 # --- GPU accounting ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("workers", "per_worker", "launcher", "total"),
-    [(1, 4, 0, 4), (4, 2, 0, 8), (4, 2, 1, 9), (3, 0, 0, 0), (1, 0, 1, 1)],
-)
-def test_total_gpus_counts_every_replica(workers, per_worker, launcher, total):
-    assert total_gpus(workers, per_worker, launcher) == total
-
-
-@pytest.mark.parametrize(
-    ("args", "match"), [((0, 1), "workers"), ((2, -1), "gpus_per_worker"), ((1, 1, True), "launcher")]
-)
-def test_total_gpus_rejects_nonsense(args, match):
-    with pytest.raises(ValueError, match=match):
-        total_gpus(*args)
-
-
 def test_mpi_job_is_charged_for_all_workers_and_the_launcher():
     policy = parse_policy("groups: {g: {gpus: 8, user_gpus: 8}}")
-    mpi = job("mpi", total_gpus(workers=3, gpus_per_worker=2, launcher_gpus=1), "bob", group="g")
+    mpi = job("mpi", 3 * 2 + 1, "bob", group="g")  # spec.total_gpus: workers x GPUs + launcher
     single = job("single", 2, "lin", minute=1, group="g")
     decisions = decide(policy, [mpi, single], [], NOW)
     # 3 x 2 + 1 = 7 of 8: the 2-GPU job behind it no longer fits.
@@ -357,7 +340,7 @@ def test_mpi_job_is_charged_for_all_workers_and_the_launcher():
 
 def test_mpi_job_wider_than_the_group_is_over_quota():
     policy = parse_policy("groups: {g: {gpus: 8}}")
-    (decision,) = decide(policy, [job("mpi", total_gpus(5, 2), "bob", group="g")], [], NOW)
+    (decision,) = decide(policy, [job("mpi", 5 * 2, "bob", group="g")], [], NOW)
     assert decision.verdict is Verdict.OVER_QUOTA
 
 

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_jobs_plugin.quota.ledger import all_pods_scheduled
 from airflow_jobs_plugin.quota.requeue import (
     Requeue,
     RequeueLimitReached,
@@ -15,35 +16,47 @@ from airflow_jobs_plugin.quota.requeue import (
     requeue_backoff,
     requeue_decision,
     schedule_deadline,
-    schedule_deadline_passed,
 )
 
 ADMITTED = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 
 
+def pod(*, node: str | None = None, deleting: bool = False, waiting: str | None = None) -> dict:
+    status: dict = {"phase": "Pending"}
+    if waiting:
+        status["containerStatuses"] = [{"name": "main", "state": {"waiting": {"reason": waiting}}}]
+    meta: dict = {"name": "p"}
+    if deleting:
+        meta["deletionTimestamp"] = "2025-03-01T09:10:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": status}
+
+
+JOB = {"kind": "Job", "spec": {"parallelism": 1}}
+
+
 @pytest.mark.parametrize(
-    ("scenario", "pods_scheduled", "elapsed", "passed"),
+    ("scenario", "pods", "scheduled"),
     [
-        ("unscheduled_within_the_timeout_keeps_waiting", False, timedelta(minutes=2, seconds=59), False),
-        ("unscheduled_at_the_timeout_is_requeued", False, timedelta(minutes=3), True),
-        ("unscheduled_long_after_is_requeued", False, timedelta(hours=1), True),
-        ("scheduled_but_still_pulling_images_is_never_requeued", True, timedelta(hours=1), False),
-        ("scheduled_early_is_fine", True, timedelta(seconds=5), False),
+        ("no_pod_yet_is_not_scheduled", [], False),
+        ("a_pod_waiting_for_a_node_is_not_scheduled", [pod()], False),
+        ("a_pod_pulling_its_image_is_scheduled", [pod(node="gpu-1", waiting="ImagePullBackOff")], True),
+        ("a_pod_on_its_way_out_does_not_count", [pod(node="gpu-1", deleting=True)], False),
     ],
 )
-def test_schedule_deadline_counts_only_scheduling(scenario, pods_scheduled, elapsed, passed):
-    assert schedule_deadline_passed(ADMITTED, pods_scheduled, ADMITTED + elapsed) is passed
+def test_only_scheduling_counts_against_the_schedule_timeout(scenario, pods, scheduled):
+    # The rule the admission's stuck-start check runs: every pod bound to a node, whatever its
+    # containers do (image pulls and init containers never count).
+    assert all_pods_scheduled(JOB, pods) is scheduled
 
 
-def test_schedule_timeout_is_configurable():
-    now = ADMITTED + timedelta(minutes=4)
-    assert not schedule_deadline_passed(ADMITTED, False, now, schedule_timeout=timedelta(minutes=5))
+def test_the_schedule_deadline_is_admission_plus_the_timeout():
+    assert schedule_deadline(ADMITTED) == ADMITTED + timedelta(minutes=3)
     assert schedule_deadline(ADMITTED, timedelta(minutes=5)) == ADMITTED + timedelta(minutes=5)
 
 
 def test_naive_datetimes_are_rejected():
     with pytest.raises(ValueError, match="timezone-aware"):
-        schedule_deadline_passed(datetime(2025, 1, 1), False, ADMITTED)
+        schedule_deadline(datetime(2025, 1, 1))
 
 
 @pytest.mark.parametrize(

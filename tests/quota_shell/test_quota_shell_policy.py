@@ -6,7 +6,7 @@ import pytest
 
 from airflow_jobs_plugin import labels, quota
 from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission, OverQuotaError, check_group
+from airflow_jobs_plugin.admission import Admission, OverQuotaError, PolicyNotFoundError, check_group
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS
 from airflow_jobs_plugin.quota import ledger as ledger_io
 
@@ -27,7 +27,9 @@ async def cached(admission: Admission, job: dict) -> dict:
 
 async def test_without_a_quota_policy_a_job_is_admitted_at_once(client):
     admission = await admission_for(None)
-    (job,) = await create_jobs(client, job_body(unique("any"), "ann", 64))
+    # As large as a node, far beyond any group's share: no pool limits it (one larger than any node
+    # can never start and fails at once: test_quota_shell_never_fits.py).
+    (job,) = await create_jobs(client, job_body(unique("any"), "ann", 8))
 
     assert await admission.ensure(await cached(admission, job)) is None
 
@@ -143,6 +145,15 @@ async def test_check_group_at_submit_time(client, case, group, user, gpus, error
         assert "known groups: nlp, vision" in str(raised.value)
 
 
-async def test_check_group_lets_the_job_queue_when_no_policy_is_readable(client):
+async def test_check_group_without_a_policy_configured_checks_nothing(client):
     assert await check_group(client, None, NAMESPACE, "vision", "ann", 99) is None
-    assert await check_group(client, unique("absent"), NAMESPACE, "vision", "ann", 99) is None
+
+
+async def test_a_mistyped_quota_configmap_fails_at_submit_naming_the_policies_that_exist(client):
+    name = unique("team-policy")
+    await put_policy(client, name, policy_yaml("vision"))
+    with pytest.raises(PolicyNotFoundError) as raised:
+        await check_group(client, name + "x", NAMESPACE, "vision", "ann", 1)
+    text = str(raised.value)
+    assert text.startswith(f"quota_configmap: no ConfigMap '{name}x' in namespace {NAMESPACE}")
+    assert f"did you mean {name!r}?" in text

@@ -36,6 +36,12 @@ async def pool(client):
     return start
 
 
+async def failure_target(client, name: str) -> bool:
+    job = await client.get(JOBS, NAMESPACE, name)
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "FailureTarget" and c["status"] == "True" for c in conditions)
+
+
 def job_getter(client, job: dict):
     async def get() -> dict:
         return await client.get(JOBS, NAMESPACE, job["metadata"]["name"])
@@ -102,7 +108,10 @@ async def test_a_stuck_job_is_requeued_keeps_its_position_and_fails_past_the_lim
     job = await wait_for(failed)
     assert annotation(job, labels.VERDICT) == "OverRequeueLimit"
     assert "requeue_limit: 1" in annotation(job, labels.VERDICT_MESSAGE)
-    assert ledger_io.is_suspended(job)
+    # Ended by its own controller (activeDeadlineSeconds): it rules the job failed (FailureTarget, then
+    # Failed once the pod garbage collector has removed its never-placed pod, which the simulator lacks).
+    assert job["spec"]["activeDeadlineSeconds"] == ledger_io.ENDING_DEADLINE_SECONDS
+    await wait_for(lambda: failure_target(client, stuck["metadata"]["name"]))
 
     async def late_admitted():
         return annotation(await job_getter(client, late)(), labels.ADMITTED_AT)

@@ -40,21 +40,23 @@ COMPONENTS = {
 }
 
 
-def role_of(service_account: str) -> dict:
-    """The Role a RoleBinding of rbac.yaml binds to ``service_account`` (exactly one)."""
+def roles_of(service_account: str) -> list[dict]:
+    """The Role (exactly one) and any ClusterRoles that rbac.yaml binds to ``service_account``."""
     docs = [d for d in yaml.safe_load_all(ROLE.read_text()) if d]
-    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Role"}
-    (name,) = [
-        d["roleRef"]["name"]
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    bound = [
+        (d["roleRef"]["kind"], d["roleRef"]["name"])
         for d in docs
-        if d["kind"] == "RoleBinding" and any(s["name"] == service_account for s in d["subjects"])
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["name"] == service_account for s in d["subjects"])
     ]
-    return roles[name]
+    assert sum(1 for kind, _ in bound if kind == "Role") == 1, bound
+    return [roles[ref] for ref in bound]
 
 
 def granted(service_account: str) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = {}
-    for rule in role_of(service_account)["rules"]:
+    for rule in (rule for role in roles_of(service_account) for rule in role["rules"]):
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.setdefault((group, resource), set()).update(rule["verbs"])

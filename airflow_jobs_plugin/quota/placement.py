@@ -1,0 +1,120 @@
+"""Whether a job's pods can ever be placed on the cluster's nodes: :func:`never_fits`.
+
+The quota pool bounds what a group may hold; the nodes bound what one pod may ask. A pod asking for more
+GPUs than any node it may run on has in all is Unschedulable forever (the scheduler's message only says
+"Insufficient nvidia.com/gpu", which also means "not now"), and would wait until its job's deadline. The
+rule looks only at GPUs and at a pod template's ``nodeSelector`` (equality of labels, as the scheduler's
+NodeAffinity filter applies it); free GPUs do not matter, only what a node offers when empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import labels
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """A node as placement sees it: its name, its labels and the GPUs it can ever offer pods."""
+
+    name: str
+    gpus: int
+    node_labels: Mapping[str, str]
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any]) -> NodeCapacity:
+        """From a core/v1 Node: ``status.allocatable`` (what pods may use; capacity minus reservations)."""
+        meta = node.get("metadata") or {}
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        return cls(
+            name=str(meta.get("name") or ""),
+            gpus=_count(allocatable.get(labels.GPU_RESOURCE)),
+            node_labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """What one pod of a job asks for: its role, its GPUs, and the labels its nodes must carry."""
+
+    role: str
+    gpus: int
+    node_selector: Mapping[str, str]
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def _template_gpus(template: Mapping[str, Any]) -> int:
+    """A pod's GPUs: its containers' sum, or its largest init container if that is larger (the
+    scheduler's effective request, ``pkg/api/v1/resource/helpers.go`` ``PodRequests``)."""
+    spec = template.get("spec") or {}
+
+    def gpus(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        return _count((resources.get("limits") or {}).get(labels.GPU_RESOURCE)) or _count(
+            (resources.get("requests") or {}).get(labels.GPU_RESOURCE)
+        )
+
+    main = sum(gpus(c) for c in spec.get("containers") or ())
+    init = max((gpus(c) for c in spec.get("initContainers") or ()), default=0)
+    return max(main, init)
+
+
+def pod_shapes(job: Mapping[str, Any]) -> list[PodShape]:
+    """One shape per pod template of a batch/v1 Job or kubeflow.org MPIJob."""
+    spec = job.get("spec") or {}
+    if job.get("kind") == "MPIJob":
+        templates = [
+            (role.lower(), (replica or {}).get("template") or {})
+            for role, replica in (spec.get("mpiReplicaSpecs") or {}).items()
+        ]
+    else:
+        templates = [("worker", spec.get("template") or {})]
+    return [
+        PodShape(
+            role=role,
+            gpus=_template_gpus(template),
+            node_selector={
+                str(k): str(v) for k, v in ((template.get("spec") or {}).get("nodeSelector") or {}).items()
+            },
+        )
+        for role, template in templates
+    ]
+
+
+def never_fits(job: Mapping[str, Any], nodes: Iterable[NodeCapacity]) -> str | None:
+    """Why a pod of ``job`` can never be placed on any of ``nodes``; ``None`` if every pod can be
+    (or no node is known, where nothing can be said)."""
+    known = list(nodes)
+    if not known:
+        return None
+    for shape in pod_shapes(job):
+        if shape.gpus == 0:
+            continue
+        eligible = [
+            n for n in known if all(n.node_labels.get(k) == v for k, v in shape.node_selector.items())
+        ]
+        largest = max((n.gpus for n in eligible), default=0)
+        if shape.gpus <= largest:
+            continue
+        where = (
+            f"the nodes matching its nodeSelector {dict(shape.node_selector)}"
+            if shape.node_selector
+            else "any node"
+        )
+        if not eligible:
+            continue  # nodes with those labels may yet join the cluster: nothing can be said
+        return (
+            f"its {shape.role} pod asks for {shape.gpus} GPUs but {where} offers at most {largest} "
+            f"(largest node: {max(eligible, key=lambda n: n.gpus).name}): it can never be scheduled; ask for "
+            f"at most {largest} GPUs per pod, or more workers with fewer GPUs each"
+        )
+    return None

@@ -1,0 +1,106 @@
+"""A job's Job and its pods arrive on two watch streams; when one lags, the task log still shows only
+states the job was in, in lifecycle order.
+
+The simulator's latency fault on one resource's ``watch`` verb holds back that stream (every event of
+it arrives late, in order, once the delayed watch request starts), which makes the cross-stream skew
+of a real cluster deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timezone
+
+import pytest
+from sim_fixtures import cluster_fixture, connection_fixture
+
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.kube import JOBS, KubeClient
+from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.triggers import JobTrigger
+
+cluster = cluster_fixture(nodes=1)
+connection = connection_fixture()
+
+ORDER = ["QUEUED", "SCHEDULING", "STARTING", "RUNNING", "SUCCEEDED"]
+_runs = iter(range(1, 10_000))
+
+
+@pytest.fixture
+async def client(cluster):
+    c = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+    yield c
+    await c.close()
+    await shared.shutdown()
+    cluster.faults.clear()
+
+
+def manifest(scenario: dict) -> dict:
+    identity = TaskIdentity("lagging", "train", f"run-{next(_runs)}", -1, 1)
+    spec = validate(
+        image="registry.example/trainer:1",
+        group="vision",
+        user="alice",
+        gpus=1,
+        annotations={"sim.airflow-jobs.io/scenario": json.dumps(scenario)},
+    )
+    return build_manifest(
+        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
+
+
+def states_logged(text: str, name: str) -> list[str]:
+    return [
+        line.split(f"Job {name}: ")[1].split()[0].rstrip(":")
+        for line in text.splitlines()
+        if f"Job {name}: " in line
+    ]
+
+
+async def follow(name: str) -> dict:
+    async def collect() -> list[dict]:
+        return [event.payload async for event in JobTrigger(job_name=name, namespace="default").run()]
+
+    (event,) = await asyncio.wait_for(collect(), 60)
+    return event
+
+
+def assert_lifecycle_order(seen: list[str]) -> None:
+    assert seen[0] == "QUEUED" and seen[-1] == "SUCCEEDED" and "RUNNING" in seen, seen
+    assert set(seen) <= set(ORDER), seen  # never TERMINATING: the job was never stopped
+    assert [ORDER.index(s) for s in seen] == sorted(ORDER.index(s) for s in seen), seen
+
+
+async def test_a_job_whose_own_updates_lag_its_pods_never_reads_as_preempted(cluster, client, capsys):
+    # The Job's stream starts a second late: its pods are created, run and finish while the cache
+    # still holds the Job as it was before admission.
+    cluster.faults.set_latency(1.0, verb="watch", resource="jobs")
+    body = manifest({"main": {"pull": 1, "run": 20, "exit": 0, "logs": ["epoch 1"]}})
+    await client.create(JOBS, "default", body)
+    event = await follow(body["metadata"]["name"])
+    assert event["state"] == "SUCCEEDED", event
+    assert_lifecycle_order(states_logged(capsys.readouterr().out, body["metadata"]["name"]))
+
+
+async def test_a_job_whose_pods_lag_its_own_completion_goes_from_running_to_succeeded(
+    cluster, client, capsys
+):
+    # Once the pod runs, its stream is cut and resumes late: the Job's Complete arrives while the
+    # cache still holds the pod Running.
+    body = manifest({"main": {"pull": 1, "run": 60, "exit": 0, "logs": ["epoch 1"]}})
+    name = body["metadata"]["name"]
+    await client.create(JOBS, "default", body)
+    trigger = asyncio.ensure_future(follow(name))
+    # The cluster is observed from outside, as a client would; the trigger runs on this loop meanwhile.
+    while not any(  # noqa: ASYNC110
+        name in p["metadata"]["name"] and (p.get("status") or {}).get("phase") == "Running"
+        for p in cluster.store.list("pods", "default")
+    ):
+        await asyncio.sleep(0.01)
+    cluster.faults.set_latency(2.0, verb="watch", resource="pods")
+    cluster.faults.drop_watches()
+    event = await trigger
+    assert event["state"] == "SUCCEEDED", event
+    assert_lifecycle_order(states_logged(capsys.readouterr().out, name))
