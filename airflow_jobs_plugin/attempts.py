@@ -10,6 +10,7 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -75,6 +76,7 @@ def next_attempt(
     annotations = meta.setdefault("annotations", {})
     for key in _ATTEMPT_ANNOTATIONS:
         annotations.pop(key, None)
+    ended = annotations.pop(labels.ENDED_SPEC, None)
     annotations[labels.REQUEUE_COUNT] = "0"
     annotations[labels.REQUEUE_NOT_BEFORE] = _rfc3339(not_before)
     annotations.setdefault(labels.QUEUED_AT, _rfc3339(now))
@@ -85,6 +87,13 @@ def next_attempt(
         templates = [r.get("template") or {} for r in (spec.get("mpiReplicaSpecs") or {}).values()]
     else:
         spec["suspend"] = True
+        # The previous attempt may have been ended through its own deadline (quota.ledger.verdict_patch):
+        # the new attempt gets the author's deadline and parallelism back.
+        for field, value in _ended_fields(ended).items():
+            if value is None:
+                spec.pop(field, None)
+            else:
+                spec[field] = value
         spec.pop("selector", None)
         spec.pop("manualSelector", None)
         templates = [spec.get("template") or {}]
@@ -101,6 +110,16 @@ def next_attempt(
                 if env.get("name") == "JOB_NAME":
                     env["value"] = name
     return obj
+
+
+def _ended_fields(recorded: str | None) -> dict[str, Any]:
+    if not recorded:
+        return {}
+    try:
+        fields = json.loads(recorded)
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
 
 
 def _rfc3339(when: datetime) -> str:

@@ -55,6 +55,9 @@ REQUEUE_LIMIT = f"{PREFIX}/requeue-limit"
 VERDICT = f"{PREFIX}/verdict"
 VERDICT_MESSAGE = f"{PREFIX}/verdict-message"
 CANCELLED_BY = f"{PREFIX}/cancelled-by"
+# The spec fields (JSON) the product overwrote to end a Job through its own controller (a one-second
+# activeDeadlineSeconds, parallelism 0): a retry's next attempt, cloned from the ended one, restores them.
+ENDED_SPEC = f"{PREFIX}/ended-spec"
 CANCELLED_AT = f"{PREFIX}/cancelled-at"
 # A user stopped the job (RFC 3339 time, and who): it is suspended, holds no GPUs and no reservation, and
 # no admission pass may unsuspend it until a resume removes both annotations. QUEUED_AT is kept, so a

@@ -50,6 +50,7 @@ from airflow_jobs_plugin.lifecycle import (
 )
 from airflow_jobs_plugin.logstream import LogStreamer
 from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
+from airflow_jobs_plugin.quota import ledger
 from airflow_jobs_plugin.spec import attempt_name
 
 T = TypeVar("T")
@@ -489,21 +490,21 @@ class _Follow:
         return events
 
     async def _rule_failed(self, job: dict, snap: JobSnapshot, failure: Failure | None) -> None:
-        """Record the product's verdict on the job and suspend it, so its pods (and GPUs) go now."""
+        """Record the product's verdict and end the job through its own controller, so its pods (and
+        GPUs) go now and ``kubectl get jobs`` shows it failed (see ``quota.ledger.verdict_patch``)."""
         reason = snap.reason.value
         message = (failure.message if failure else "") + (f": {snap.message}" if snap.message else "")
         self.log.error(
             "%s %s cannot start (%s); failing it now", self.t.kind, job["metadata"]["name"], reason
         )
-        suspend = {"runPolicy": {"suspend": True}} if self.t.kind == "MPIJob" else {"suspend": True}
-        patch = {
-            "metadata": {"annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message[:1000]}},
-            "spec": suspend,
-        }
+        job.setdefault("kind", self.t.kind)
+        patch = ledger.verdict_patch(job, reason, message[:1000])
         try:
             await self.client.merge_patch(self.resource, self.t.namespace, job["metadata"]["name"], patch)
         except KubeError as exc:
-            if not exc.not_found:
+            # Gone: nothing left to end. Changed since this look (the patch carries its resourceVersion):
+            # the next look rules again on the fresh object.
+            if not (exc.not_found or exc.conflict):
                 raise
 
     async def _create_adopting(self, body: dict) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import math
 import random
 import sys
@@ -421,6 +422,12 @@ def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
     spec: dict[str, Any] = {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}
     if is_suspended(job):
         spec.update(suspend=False, parallelism=0)
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    if labels.ENDED_SPEC not in annotations:  # a second ruling must not record the ending values
+        job_spec = job.get("spec") or {}
+        metadata["annotations"][labels.ENDED_SPEC] = json.dumps(
+            {field: job_spec.get(field) for field in spec if field != "suspend"}, sort_keys=True
+        )
     return {"metadata": metadata, "spec": spec}
 
 

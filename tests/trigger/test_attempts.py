@@ -127,3 +127,32 @@ def test_latest_attempt_is_the_highest_attempt_label():
 def test_attempt_of_an_unlabelled_or_garbled_object_is_one():
     assert attempt_of({"metadata": {}}) == 1
     assert attempt_of({"metadata": {"labels": {labels.ATTEMPT: "many"}}}) == 1
+
+
+def test_next_attempt_of_a_job_the_product_ended_gets_the_authors_deadline_back():
+    """A job ruled failed is ended through its own one-second deadline (quota.ledger.verdict_patch);
+    a retry cloned from it must not inherit that deadline, or the new attempt fails at once."""
+    from airflow_jobs_plugin.quota.ledger import verdict_patch
+
+    job = failed_job()
+    job["spec"]["activeDeadlineSeconds"] = 86400
+    patch = verdict_patch(job, "NodeLost", "node gone")
+    ended = failed_job()
+    ended["spec"].update(patch["spec"])
+    ended["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    assert ended["spec"]["activeDeadlineSeconds"] == 1
+
+    new = next_attempt(ended, name="train-a2", attempt=2, not_before=LATER, now=NOW)
+    assert new["spec"]["activeDeadlineSeconds"] == 86400
+    assert "parallelism" not in new["spec"]
+    assert labels.ENDED_SPEC not in new["metadata"]["annotations"]
+
+
+def test_a_second_ruling_keeps_the_first_recorded_deadline():
+    from airflow_jobs_plugin.quota.ledger import verdict_patch
+
+    job = failed_job()
+    job["metadata"]["annotations"][labels.ENDED_SPEC] = '{"activeDeadlineSeconds": 600}'
+    job["spec"]["activeDeadlineSeconds"] = 1
+    patch = verdict_patch(job, "ImagePull", "not found")
+    assert labels.ENDED_SPEC not in patch["metadata"]["annotations"]
