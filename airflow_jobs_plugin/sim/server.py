@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import errors, tables
+from . import auth, errors, tables
 from .config import RESOURCES, ClusterConfig, ResourceType, groups
 from .errors import ApiError
 from .faults import Faults
@@ -291,7 +291,7 @@ class ApiServer:
     async def _middleware(self, request: web.Request, handler):
         try:
             if self.config.token and not request.path.startswith(("/_sim/", "/healthz", "/livez", "/readyz")):
-                if request.headers.get("Authorization", "") != f"Bearer {self.config.token}":
+                if not auth.accepts(self.config, request.headers.get("Authorization", ""), time.time()):
                     raise errors.unauthorized()
             return await handler(request)
         except ApiError as exc:
