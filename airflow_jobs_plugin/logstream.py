@@ -1,7 +1,9 @@
 """Live container logs into the task log, each line prefixed by its replica: ``[launcher]``, ``[worker-1]``.
 
 One follow stream per container instance (pod uid, container, restart); a stream that breaks while the
-container still runs resumes and skips the lines already shown.
+container still runs resumes and skips the lines already shown. An established stream outlives the token
+that opened it (the API server authenticates a request once, when it starts); a resume that the API
+server refuses backs off while the client renews the connection's credentials.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ def _replica_name(pod_labels: dict) -> str | None:
     return None
 
 
+RESUMES = 6
+RESUME_MAX_WAIT = 16.0
+
+
 class LogStreamer:
     def __init__(self, client: KubeClient, namespace: str, log: logging.Logger, tail: deque[str]):
         self.client = client
@@ -64,7 +70,7 @@ class LogStreamer:
 
     async def _follow(self, pod: str, container: str, label: str) -> None:
         shown = 0
-        for _ in range(5):  # a broken stream resumes; a container that ended closes it for good
+        for attempt in range(RESUMES):  # a broken stream resumes; a container that ended closes it for good
             seen = 0
             try:
                 async for line in self.client.follow_log(self.namespace, pod, container=container):
@@ -78,7 +84,9 @@ class LogStreamer:
             except KubeError as exc:
                 if exc.not_found or exc.status == 400:  # pod gone or container not started yet
                     return
-                await asyncio.sleep(1)
+                # Doubling waits (1, 2, 4, ... s) outlast a refused credential's renewal or a restart of
+                # the API server, which a fixed one-second wait would exhaust in five seconds.
+                await asyncio.sleep(min(RESUME_MAX_WAIT, 2.0**attempt))
                 continue
             return
 
