@@ -109,8 +109,9 @@ def after_unauthorized(used: Credential, current: Credential, *, retried: bool, 
     return Verdict.RENEW
 
 
-def refused_message(conn_id: str, credential: Credential, server_message: str) -> str:
-    """The error a task or the watch log shows when the API server keeps refusing a connection."""
+def refused_message(name: str, credential: Credential, server_message: str) -> str:
+    """The error a task or the watch log shows when the API server keeps refusing a connection
+    (``name``: "connection 'kubernetes_default'", or the kubeconfig a client was built from)."""
     expiry = f"valid until {credential.expires_at.isoformat()}" if credential.expires_at else "with no expiry"
     remedy = {
         Kind.EXEC: "check that the exec plugin the kubeconfig names still returns a token the cluster "
@@ -120,7 +121,7 @@ def refused_message(conn_id: str, credential: Credential, server_message: str) -
         "update the connection",
     }[credential.kind]
     return (
-        f"the Kubernetes API server refused the credentials of connection {conn_id!r} "
-        f"({credential.kind.value}, obtained at {credential.obtained_at.isoformat()}, {expiry}) even after "
-        f"renewing them: {server_message or 'Unauthorized'}; {remedy}"
+        f"the Kubernetes API server refused freshly obtained credentials of {name} "
+        f"({credential.kind.value}, obtained at {credential.obtained_at.isoformat()}, {expiry}): "
+        f"{server_message or 'Unauthorized'}; {remedy}"
     )

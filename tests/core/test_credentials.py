@@ -193,7 +193,7 @@ async def test_a_renewed_credential_refused_again_is_an_error_naming_the_connect
     with pytest.raises(KubeError) as caught:
         await creds.refused(renewed, retried=True, server_message="Unauthorized")
     assert caught.value.status == 401
-    assert "connection 'k8s'" in caught.value.message and "even after renewing" in caught.value.message
+    assert "connection 'k8s'" in caught.value.message and "refused freshly obtained" in caught.value.message
     assert not caught.value.transient
 
 

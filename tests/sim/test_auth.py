@@ -185,7 +185,7 @@ async def test_a_revoked_identity_is_an_error_naming_the_connection_and_the_watc
                 await asyncio.sleep(0.2)
         assert caught.value.status == 401
         assert f"kubeconfig {kubeconfig!r}" in caught.value.message
-        assert "even after renewing" in caught.value.message
+        assert "refused freshly obtained" in caught.value.message
         await eventually(lambda: watch.refusals > 0)
         # Access restored: the watch resumes by itself and sees what happened meanwhile.
         expiring.store.create(

@@ -1,0 +1,129 @@
+"""Deferred jobs followed through several credential expiries: the real trigger path on a simulated
+cluster that accepts only short-lived tokens.
+
+The ``kubernetes_default`` connection names a kubeconfig whose exec plugin mints tokens living a few
+seconds (as ``aws eks get-token`` mints 15-minute ones). Hundreds of ``JobTrigger.run()`` share one
+watch, one client and one set of credentials for longer than several token lifetimes; every job must
+end in the state its scenario dictates, with no request refused on the way and the watch never erring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+
+import pytest
+from sim_fixtures import CONNECTION_ENV, connection_env
+
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.kube import JOBS, KubeClient
+from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.triggers import JobTrigger
+
+from .conftest import job_manifest, task_identity
+
+SECRET = "soak-signing-secret"
+# The full soak (AJP_CREDENTIALS_SOAK=full): 300 jobs, 6-second tokens, jobs running up to 30 s.
+FULL = os.environ.get("AJP_CREDENTIALS_SOAK") == "full"
+TTL = 6.0 if FULL else 3.0
+JOBS_COUNT = 300 if FULL else 80
+LONGEST_RUN = 30.0 if FULL else 10.0  # wall seconds: several token lifetimes
+TIME_SCALE = 0.01
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    gpus_needed = JOBS_COUNT
+    with SimCluster(
+        ClusterConfig(
+            nodes=gpus_needed // 8 + 1, gpus_per_node=8, time_scale=TIME_SCALE, token=SECRET, token_ttl=TTL
+        )
+    ) as sim:
+        yield sim
+
+
+@pytest.fixture(autouse=True)
+def connection(cluster, monkeypatch):
+    monkeypatch.setenv(CONNECTION_ENV, connection_env(cluster))
+
+
+def scenario(index: int, rng: random.Random) -> tuple[dict, str]:
+    """Every third job fails with exit code 3 (no pod retries); the rest succeed. Run times are spread so
+    jobs end all through the soak, across every token's expiry."""
+    run = rng.uniform(1.0, LONGEST_RUN) / TIME_SCALE
+    if index % 3 == 2:
+        return {"main": {"pull": 50, "run": run, "exit": 3, "logs": [f"job {index} fails"]}}, "FAILED"
+    return {"main": {"pull": 50, "run": run, "exit": 0, "logs": [f"job {index} done"]}}, "SUCCEEDED"
+
+
+async def test_every_deferred_job_ends_in_its_state_through_several_token_expiries(cluster):
+    rng = random.Random(14)
+    submitter = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+    expected: dict[str, str] = {}
+    try:
+        for index in range(JOBS_COUNT):
+            body, state = scenario(index, rng)
+            manifest = job_manifest(task_identity(f"soak-{index}"), scenario=body, backoff_limit=0)
+            await submitter.create(JOBS, "default", manifest)
+            expected[manifest["metadata"]["name"]] = state
+    finally:
+        await submitter.close()
+
+    async def follow(name: str, index: int) -> dict:
+        # Every tenth trigger streams its pod's log, so log streams live through the expiries too.
+        trigger = JobTrigger(job_name=name, namespace="default", stream_logs=index % 10 == 0)
+        events = [event.payload async for event in trigger.run()]
+        assert len(events) == 1, (name, events)
+        return events[0]
+
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(*(follow(name, i) for i, name in enumerate(expected))), timeout=240
+        )
+        client = await shared.client_for()
+        watch = await shared.acquire("kubernetes_default", "default")
+        try:
+            watch_errors = watch.errors
+        finally:
+            shared.release("kubernetes_default", "default")
+    finally:
+        credentials = client.credentials if "client" in locals() else None
+        await shared.shutdown()
+
+    ended = {r["job_name"]: r["state"] for r in results}
+    wrong = {name: (ended.get(name), state) for name, state in expected.items() if ended.get(name) != state}
+    assert not wrong, f"{len(wrong)} jobs ended wrong (got, expected): {dict(list(wrong.items())[:5])}"
+    assert credentials is not None
+    # Several lifetimes passed; the shared client renewed each time, and nothing was refused on the way.
+    assert credentials.renewals >= 3, credentials.renewals
+    assert watch_errors == 0
+    streamed = [r for r in results if r["job_name"] in list(expected)[::10]]
+    for result in streamed:
+        index = list(expected).index(result["job_name"])
+        assert any(f"job {index} " in line for line in result["log_tail"]), result["log_tail"]
+
+
+async def test_a_connection_whose_renewed_token_is_refused_fails_with_its_name(
+    cluster, tmp_path, monkeypatch
+):
+    from airflow_jobs_plugin.kube import KubeError
+    from airflow_jobs_plugin.sim import auth
+
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("not-the-clusters-secret")
+    kubeconfig = auth.write_exec_kubeconfig(
+        str(tmp_path / "kubeconfig"), cluster.url, auth.exec_user(TTL, secret_file=str(secret_file))
+    )
+    monkeypatch.setenv(
+        CONNECTION_ENV, f'{{"conn_type": "kubernetes", "extra": {{"kube_config_path": "{kubeconfig}"}}}}'
+    )
+    client = await KubeClient.from_connection()
+    try:
+        with pytest.raises(KubeError) as caught:
+            await client.get_or_none(JOBS, "default", "anything")
+    finally:
+        await client.close()
+    assert caught.value.status == 401
+    assert "connection 'kubernetes_default'" in caught.value.message
+    assert "exec plugin" in caught.value.message and "refused freshly obtained" in caught.value.message
