@@ -5,13 +5,14 @@ The ``kubernetes_default`` connection names a kubeconfig whose exec plugin mints
 seconds (as ``aws eks get-token`` mints 15-minute ones). Hundreds of ``JobTrigger.run()`` share one
 watch, one client and one set of credentials for longer than several token lifetimes; every job must
 end in the state its scenario dictates, with no request refused on the way and the watch never erring.
+Two sizes: ``short`` (80 jobs, 3-second tokens) and ``full`` (300 jobs, 6-second tokens, marked slow).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
+from dataclasses import dataclass
 
 import pytest
 from sim_fixtures import CONNECTION_ENV, connection_env
@@ -24,20 +25,32 @@ from airflow_jobs_plugin.triggers import JobTrigger
 from .conftest import job_manifest, task_identity
 
 SECRET = "soak-signing-secret"
-# The full soak (AJP_CREDENTIALS_SOAK=full): 300 jobs, 6-second tokens, jobs running up to 30 s.
-FULL = os.environ.get("AJP_CREDENTIALS_SOAK") == "full"
-TTL = 6.0 if FULL else 3.0
-JOBS_COUNT = 300 if FULL else 80
-LONGEST_RUN = 30.0 if FULL else 10.0  # wall seconds: several token lifetimes
 TIME_SCALE = 0.01
 
 
+@dataclass(frozen=True)
+class Soak:
+    jobs: int
+    ttl: float  # token lifetime, seconds
+    longest_run: float  # wall seconds a job may run: several token lifetimes
+
+
+SHORT = Soak(jobs=80, ttl=3.0, longest_run=10.0)  # about 30 s
+FULL = Soak(jobs=300, ttl=6.0, longest_run=30.0)  # about 50 s
+
+
+@pytest.fixture(
+    scope="module", params=[SHORT, pytest.param(FULL, marks=pytest.mark.slow)], ids=["short", "full"]
+)
+def soak(request) -> Soak:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def cluster():
-    gpus_needed = JOBS_COUNT
+def cluster(soak):
     with SimCluster(
         ClusterConfig(
-            nodes=gpus_needed // 8 + 1, gpus_per_node=8, time_scale=TIME_SCALE, token=SECRET, token_ttl=TTL
+            nodes=soak.jobs // 8 + 1, gpus_per_node=8, time_scale=TIME_SCALE, token=SECRET, token_ttl=soak.ttl
         )
     ) as sim:
         yield sim
@@ -48,22 +61,22 @@ def connection(cluster, monkeypatch):
     monkeypatch.setenv(CONNECTION_ENV, connection_env(cluster))
 
 
-def scenario(index: int, rng: random.Random) -> tuple[dict, str]:
+def scenario(index: int, rng: random.Random, longest_run: float) -> tuple[dict, str]:
     """Every third job fails with exit code 3 (no pod retries); the rest succeed. Run times are spread so
     jobs end all through the soak, across every token's expiry."""
-    run = rng.uniform(1.0, LONGEST_RUN) / TIME_SCALE
+    run = rng.uniform(1.0, longest_run) / TIME_SCALE
     if index % 3 == 2:
         return {"main": {"pull": 50, "run": run, "exit": 3, "logs": [f"job {index} fails"]}}, "FAILED"
     return {"main": {"pull": 50, "run": run, "exit": 0, "logs": [f"job {index} done"]}}, "SUCCEEDED"
 
 
-async def test_every_deferred_job_ends_in_its_state_through_several_token_expiries(cluster):
+async def test_every_deferred_job_ends_in_its_state_through_several_token_expiries(cluster, soak):
     rng = random.Random(14)
     submitter = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
     expected: dict[str, str] = {}
     try:
-        for index in range(JOBS_COUNT):
-            body, state = scenario(index, rng)
+        for index in range(soak.jobs):
+            body, state = scenario(index, rng, soak.longest_run)
             manifest = job_manifest(task_identity(f"soak-{index}"), scenario=body, backoff_limit=0)
             await submitter.create(JOBS, "default", manifest)
             expected[manifest["metadata"]["name"]] = state
@@ -113,7 +126,7 @@ async def test_a_connection_whose_renewed_token_is_refused_fails_with_its_name(
     secret_file = tmp_path / "secret"
     secret_file.write_text("not-the-clusters-secret")
     kubeconfig = auth.write_exec_kubeconfig(
-        str(tmp_path / "kubeconfig"), cluster.url, auth.exec_user(TTL, secret_file=str(secret_file))
+        str(tmp_path / "kubeconfig"), cluster.url, auth.exec_user(soak.ttl, secret_file=str(secret_file))
     )
     monkeypatch.setenv(
         CONNECTION_ENV, f'{{"conn_type": "kubernetes", "extra": {{"kube_config_path": "{kubeconfig}"}}}}'
