@@ -139,7 +139,7 @@ async def patiently(
 
 # What a credential source yields: its kind, the Authorization header (None for a client certificate)
 # and the expiry the source reported (an exec plugin's ``status.expirationTimestamp``).
-Obtained = tuple[Kind, "str | None", "datetime | None"]
+Obtained = tuple[Kind, str | None, datetime | None]
 
 
 def _utcnow() -> datetime:

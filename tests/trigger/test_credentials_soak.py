@@ -118,7 +118,7 @@ async def test_every_deferred_job_ends_in_its_state_through_several_token_expiri
 
 
 async def test_a_connection_whose_renewed_token_is_refused_fails_with_its_name(
-    cluster, tmp_path, monkeypatch
+    cluster, soak, tmp_path, monkeypatch
 ):
     from airflow_jobs_plugin.kube import KubeError
     from airflow_jobs_plugin.sim import auth
