@@ -201,3 +201,54 @@ async def test_a_revoked_identity_is_an_error_naming_the_connection_and_the_watc
     finally:
         await watch.stop()
         await client.close()
+
+
+def test_airflow_jobs_sim_with_a_token_ttl_writes_a_kubeconfig_whose_exec_plugin_other_clients_run(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from kubernetes import client as sync_client
+    from kubernetes import config as sync_config
+
+    kubeconfig = tmp_path / "sim.yaml"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "airflow_jobs_plugin.cli",
+            "sim",
+            "--token-ttl",
+            "5",
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = proc.stdout.readline().rsplit(" ", 1)[1].strip()
+        proc.stdout.readline()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}/api/v1/nodes", timeout=10)
+        assert refused.value.code == 401
+        user = json.loads(kubeconfig.read_text())["users"][0]["user"]
+        assert user["exec"]["apiVersion"] == "client.authentication.k8s.io/v1"
+        assert "token" not in user  # the signing secret is never a usable token
+        # The official synchronous client runs the same exec plugin.
+        api = sync_config.new_client_from_config(config_file=str(kubeconfig))
+        try:
+            nodes = sync_client.CoreV1Api(api).list_node().items
+        finally:
+            api.close()
+        assert len(nodes) == 2
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
