@@ -39,6 +39,7 @@ def _replica_name(pod_labels: dict) -> str | None:
 
 
 RESUMES = 6
+RESUME_FIRST_WAIT = 1.0
 RESUME_MAX_WAIT = 16.0
 
 
@@ -86,7 +87,7 @@ class LogStreamer:
                     return
                 # Doubling waits (1, 2, 4, ... s) outlast a refused credential's renewal or a restart of
                 # the API server, which a fixed one-second wait would exhaust in five seconds.
-                await asyncio.sleep(min(RESUME_MAX_WAIT, 2.0**attempt))
+                await asyncio.sleep(min(RESUME_MAX_WAIT, RESUME_FIRST_WAIT * 2**attempt))
                 continue
             return
 
