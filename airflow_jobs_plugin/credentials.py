@@ -23,8 +23,9 @@ After a 401 (client-go ``exec.go`` ``maybeRefreshCreds``: rotate unless already 
 
 1. the request already retried once: give up, with an error naming the connection;
 2. someone renewed since the request was sent: resend with the current credential;
-3. the current credential is younger than :data:`MIN_RENEW_INTERVAL`: give up (a credential that fresh
-   was refused; renewing again would only hammer the plugin);
+3. the current credential is younger than :data:`MIN_RENEW_INTERVAL` and not past its expiry: give up
+   (a credential that fresh was refused; renewing again would only hammer the plugin). One past its
+   expiry is renewed however young: a slow plugin can hand out a token with less than a second to live;
 4. otherwise renew, then resend.
 """
 
@@ -104,7 +105,8 @@ def after_unauthorized(used: Credential, current: Credential, *, retried: bool, 
         return Verdict.GIVE_UP
     if used.generation != current.generation:
         return Verdict.RESEND
-    if now - current.obtained_at < MIN_RENEW_INTERVAL:
+    expired = current.expires_at is not None and now >= current.expires_at
+    if now - current.obtained_at < MIN_RENEW_INTERVAL and not expired:
         return Verdict.GIVE_UP
     return Verdict.RENEW
 

@@ -100,6 +100,13 @@ def test_a_credential_refused_within_a_second_of_being_obtained_is_not_renewed_a
     assert after_unauthorized(fresh, fresh, retried=False, now=now) is Verdict.GIVE_UP
 
 
+def test_a_young_credential_refused_past_its_expiry_is_renewed():
+    # A slow plugin handed out a token with half a second to live; the request arrived after it died.
+    dying = Credential(Kind.EXEC, "Bearer x", T0, T0 + timedelta(milliseconds=500), generation=2)
+    now = T0 + timedelta(milliseconds=700)
+    assert after_unauthorized(dying, dying, retried=False, now=now) is Verdict.RENEW
+
+
 def test_the_refusal_names_the_connection_and_the_remedy_but_never_the_token():
     credential = Credential(Kind.EXEC, "Bearer s3cr3t-token", T0, T0 + timedelta(minutes=15))
     text = refused_message("connection 'kubernetes_default'", credential, "Unauthorized")
