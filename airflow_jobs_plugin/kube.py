@@ -162,6 +162,7 @@ class Credentials:
         self._current = first
         self._clock = clock
         self._lock = asyncio.Lock()
+        self._quiet_until: datetime | None = None
         self.renewals = 0  # for observability and tests
 
     @classmethod
@@ -179,18 +180,22 @@ class Credentials:
     async def current(self) -> Credential:
         """The credential to send now, renewed first when it is due."""
         seen = self._current
-        if not rules.due(seen, self._clock()):
+        now = self._clock()
+        if not rules.due(seen, now):
             return seen
+        expired = seen.expires_at is not None and now >= seen.expires_at
+        if not expired and self._quiet_until is not None and now < self._quiet_until:
+            return seen  # an early renewal just failed: do not run the plugin for every request
         async with self._lock:
             if self._current is not seen:  # renewed while this request waited for the lock
                 return self._current
             try:
                 await self._renew()
             except KubeError:
-                expires = seen.expires_at
-                if expires is not None and self._clock() >= expires:
+                if seen.expires_at is not None and self._clock() >= seen.expires_at:
                     raise
                 # Renewing ahead of time failed (a plugin hiccup): the old one still works for a while.
+                self._quiet_until = self._clock() + rules.MIN_RENEW_INTERVAL
                 log.warning("renewing the credentials of %s failed; using the current ones", self.name)
         return self._current
 

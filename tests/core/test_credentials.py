@@ -213,6 +213,20 @@ async def test_a_plugin_failing_before_expiry_keeps_the_current_token():
     assert (await creds.current()).header == "Bearer token-1"
 
 
+async def test_a_plugin_failing_before_expiry_is_not_run_again_for_every_request():
+    clock = Clock()
+    source = Source(clock)
+    creds = await started(clock, source)
+    clock.advance(seconds=8)
+    source.fail = RuntimeError("exec: process returned 1")
+    for _ in range(20):
+        assert (await creds.current()).header == "Bearer token-1"
+    assert source.runs == 2
+    clock.advance(seconds=1)
+    source.fail = None
+    assert (await creds.current()).header == "Bearer token-3"
+
+
 async def test_a_plugin_failing_after_expiry_is_a_transient_error_naming_the_connection():
     clock = Clock()
     source = Source(clock)
