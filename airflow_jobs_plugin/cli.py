@@ -54,10 +54,19 @@ def _add_sim_command(subparsers: argparse._SubParsersAction) -> None:
         help="require this bearer token on every request, the /_sim/ admin API included "
         "(default: no authentication)",
     )
+    sim.add_argument(
+        "--token-ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="require short-lived tokens living this long, minted by an exec plugin the kubeconfig runs "
+        "(python -m airflow_jobs_plugin.sim.mint_token); --token, or a random secret, signs them",
+    )
     sim.set_defaults(handler=_run_sim)
 
 
 def _run_sim(args: argparse.Namespace) -> int:
+    import secrets
     import signal
     import threading
 
@@ -70,7 +79,8 @@ def _run_sim(args: argparse.Namespace) -> int:
         exec_commands=args.exec_commands,
         host=args.host,
         port=args.port,
-        token=args.token,
+        token=args.token or (secrets.token_hex(16) if args.token_ttl is not None else None),
+        token_ttl=args.token_ttl,
     )
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -3,7 +3,8 @@
 The shell around the pure core. Bodies stay plain dicts (the core works on the API's JSON), which also
 keeps Jobs and kubeflow MPIJobs (a custom resource without generated models) on one code path. The
 client is built from the cncf provider's Kubernetes connection (``kubernetes_default``), so every
-authentication mode that connection supports works here too.
+authentication mode that connection supports works here too, and its credentials are renewed for as long
+as the process lives (:class:`Credentials`, rules in :mod:`airflow_jobs_plugin.credentials`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from airflow_jobs_plugin import DEFAULT_CONN_ID  # noqa: E402,F401  (re-exported)
+from airflow_jobs_plugin import credentials as rules
+from airflow_jobs_plugin.credentials import Credential, Kind
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,175 @@ async def patiently(
             delay = min(TRANSIENT_RETRY_MAX, delay * 2)
 
 
+# What a credential source yields: its kind, the Authorization header (None for a client certificate)
+# and the expiry the source reported (an exec plugin's ``status.expirationTimestamp``).
+Obtained = tuple[Kind, str | None, datetime | None]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Credentials:
+    """One connection's credentials, renewed when :func:`~airflow_jobs_plugin.credentials.due` and
+    after a 401, one renewal at a time however many requests ask at once."""
+
+    def __init__(
+        self,
+        name: str,
+        obtain: Callable[[], Awaitable[Obtained]],
+        first: Credential,
+        clock: Callable[[], datetime] = _utcnow,
+    ):
+        self.name = name
+        self._obtain = obtain
+        self._current = first
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._quiet_until: datetime | None = None
+        self.renewals = 0  # for observability and tests
+
+    @classmethod
+    async def start(
+        cls, name: str, obtain: Callable[[], Awaitable[Obtained]], clock: Callable[[], datetime] = _utcnow
+    ) -> Credentials:
+        creds = cls(name, obtain, Credential(Kind.STATIC, None, clock(), None), clock)
+        creds._current = await creds._fetch(generation=0)
+        return creds
+
+    @property
+    def credential(self) -> Credential:
+        return self._current
+
+    async def current(self) -> Credential:
+        """The credential to send now, renewed first when it is due."""
+        seen = self._current
+        now = self._clock()
+        if not rules.due(seen, now):
+            return seen
+        expired = seen.expires_at is not None and now >= seen.expires_at
+        if not expired and self._quiet_until is not None and now < self._quiet_until:
+            return seen  # an early renewal just failed: do not run the plugin for every request
+        async with self._lock:
+            if self._current is not seen:  # renewed while this request waited for the lock
+                return self._current
+            try:
+                await self._renew()
+            except KubeError:
+                if seen.expires_at is not None and self._clock() >= seen.expires_at:
+                    raise
+                # Renewing ahead of time failed (a plugin hiccup): the old one still works for a while.
+                self._quiet_until = self._clock() + rules.MIN_RENEW_INTERVAL
+                log.warning("renewing the credentials of %s failed; using the current ones", self.name)
+        return self._current
+
+    async def refused(self, used: Credential, *, retried: bool, server_message: str) -> Credential:
+        """The credential to resend a request refused with 401, or a :class:`KubeError` naming the
+        connection when renewing does not help."""
+        async with self._lock:
+            verdict = rules.after_unauthorized(used, self._current, retried=retried, now=self._clock())
+            if verdict is rules.Verdict.RESEND:
+                return self._current
+            if verdict is rules.Verdict.RENEW:
+                log.warning("Kubernetes API refused the credentials of %s; renewing them", self.name)
+                await self._renew()
+                return self._current
+            raise KubeError(
+                401, "Unauthorized", rules.refused_message(self.name, self._current, server_message)
+            )
+
+    async def _renew(self) -> None:
+        self._current = await self._fetch(generation=self._current.generation + 1)
+        self.renewals += 1
+
+    async def _fetch(self, generation: int) -> Credential:
+        try:
+            kind, header, reported = await self._obtain()
+        except KubeError:
+            raise
+        except Exception as exc:  # an exec plugin that failed, a token file that vanished
+            raise KubeError(
+                0, "CredentialsUnavailable", f"obtaining the credentials of {self.name} failed: {exc}"
+            ) from exc
+        now = self._clock()
+        if reported is not None and reported.tzinfo is None:
+            reported = reported.replace(tzinfo=timezone.utc)
+        return Credential(kind, header, now, rules.expiry_of(kind, now, reported), generation)
+
+
+def kubeconfig_source(
+    config: str | Mapping[str, Any] | None, context: str | None
+) -> Callable[[], Awaitable[Obtained]]:
+    """Credentials read afresh from a kubeconfig (a path, a parsed document, or None for the default
+    location) by kubernetes_asyncio's own loader each time: a new ``KubeConfigLoader`` has no cached
+    exec result, so it runs the exec plugin (``config/exec_provider.py``) and re-reads a ``tokenFile``
+    (kubernetes_asyncio 35.0.1 ``config/kube_config.py`` ``load_from_exec_plugin``, ``_load_user_token``)."""
+
+    async def obtain() -> Obtained:
+        scratch = k8s_client.Configuration()
+        if isinstance(config, Mapping):
+            loader = await k8s_config.load_kube_config_from_dict(
+                dict(config), context=context, client_configuration=scratch
+            )
+        else:
+            loader = await k8s_config.load_kube_config(
+                config_file=config, context=context, client_configuration=scratch, persist_config=False
+            )
+        # The loader's active user section (a kubernetes_asyncio internal, stable since 2019).
+        user = getattr(loader, "_user", None) or {}
+        if "exec" in user:
+            kind = Kind.EXEC
+        elif "tokenFile" in user:
+            kind = Kind.TOKEN_FILE
+        else:
+            kind = Kind.STATIC
+        return kind, scratch.api_key.get("BearerToken"), getattr(loader, "exec_plugin_expiry", None)
+
+    return obtain
+
+
+def token_file_source(path: str) -> Callable[[], Awaitable[Obtained]]:
+    """The in-cluster service-account token, which the kubelet rotates on disk."""
+
+    async def obtain() -> Obtained:
+        token = (await asyncio.to_thread(_read_text, path)).strip()
+        if not token:
+            raise ValueError(f"the service-account token file {path} is empty")
+        return Kind.TOKEN_FILE, f"Bearer {token}", None
+
+    return obtain
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+async def _connection_source(hook: Any) -> Callable[[], Awaitable[Obtained]]:
+    """Where the cncf hook found the connection's credentials, as a source to read them again.
+
+    The same fields and precedence as ``AsyncKubernetesHook._load_config`` (apache-airflow-providers-cncf-
+    kubernetes 10.25.0, ``hooks/kubernetes.py``): in_cluster, config_dict, kube_config_path, kube_config,
+    else the default kubeconfig; the hook has already refused a connection that sets several.
+    """
+    from kubernetes_asyncio.config import incluster_config
+
+    if getattr(hook, "_is_in_cluster", False):
+        return token_file_source(incluster_config.SERVICE_TOKEN_FILENAME)
+    context = hook._coalesce_param(hook.cluster_context, await hook._get_field("cluster_context"))
+    if hook.config_dict:
+        return kubeconfig_source(hook.config_dict, context)
+    path = await hook._get_field("kube_config_path")
+    if path:
+        return kubeconfig_source(path, context)
+    text = await hook._get_field("kube_config")
+    if text:
+        import yaml
+
+        return kubeconfig_source(text if isinstance(text, Mapping) else yaml.safe_load(text), context)
+    return kubeconfig_source(None, context)
+
+
 class KubeClient:
     """A thin async REST client over ``kubernetes_asyncio``'s transport, speaking raw dicts.
 
@@ -138,8 +313,10 @@ class KubeClient:
     :mod:`airflow_jobs_plugin.watch`), so it holds one connection pool.
     """
 
-    def __init__(self, api: k8s_client.ApiClient):
+    def __init__(self, api: k8s_client.ApiClient, credentials: Credentials | None = None):
         self._api = api
+        # None: the configuration's own authentication, never renewed (a client built by hand).
+        self.credentials = credentials
 
     # --- construction ---
 
@@ -152,18 +329,21 @@ class KubeClient:
 
         hook = AsyncKubernetesHook(conn_id=conn_id)
         # get_conn() loads the connection's configuration into hook.client_configuration; the client
-        # it yields lives only for the block, so a long-lived client is built on the same configuration.
+        # it yields lives only for the block, so a long-lived client is built on the same configuration
+        # (server, TLS). Its credentials are read again from the same place whenever they are due.
         async with hook.get_conn():
             pass
-        return cls(k8s_client.ApiClient(configuration=hook.client_configuration))
+        credentials = await Credentials.start(f"connection {conn_id!r}", await _connection_source(hook))
+        return cls(k8s_client.ApiClient(configuration=hook.client_configuration), credentials)
 
     @classmethod
     async def from_kubeconfig(cls, path: str, context: str | None = None) -> KubeClient:
         configuration = k8s_client.Configuration()
         await k8s_config.load_kube_config(
-            config_file=path, context=context, client_configuration=configuration
+            config_file=path, context=context, client_configuration=configuration, persist_config=False
         )
-        return cls(k8s_client.ApiClient(configuration=configuration))
+        credentials = await Credentials.start(f"kubeconfig {path!r}", kubeconfig_source(path, context))
+        return cls(k8s_client.ApiClient(configuration=configuration), credentials)
 
     async def close(self) -> None:
         await self._api.close()
@@ -205,15 +385,52 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = 30.0,
     ):
+        """The response of the first attempt the API server does not refuse with 401 (see
+        :mod:`airflow_jobs_plugin.credentials` for when a refused request renews and resends)."""
+        credentials = self.credentials
+        if credentials is None:
+            return await self._send_once(method, path, query, body, content_type, timeout, None)
+        credential = await credentials.current()
+        retried = False
+        while True:
+            response = await self._send_once(method, path, query, body, content_type, timeout, credential)
+            if response.status != 401:
+                return response
+            try:
+                refusal = _json_or_text(await response.read())
+            finally:
+                response.release()
+            message = refusal.get("message", "") if isinstance(refusal, Mapping) else str(refusal)[:200]
+            credential = await credentials.refused(credential, retried=retried, server_message=message)
+            retried = True
+
+    async def _send_once(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, Any]],
+        body: Any,
+        content_type: str,
+        timeout: float | tuple[float, float] | None,
+        credential: Credential | None,
+    ):
         params = [(k, _query_value(v)) for k, v in query if v is not None]
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        auth_settings = ["BearerToken"]
+        if credential is not None:
+            # The header is set here, not through the configuration's api_key, so a refused request
+            # knows exactly which credential it was sent with.
+            auth_settings = []
+            if credential.header:
+                headers["Authorization"] = credential.header
         try:
             return await self._api.call_api(
                 path,
                 method,
                 query_params=params,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
+                header_params=headers,
                 body=body,
-                auth_settings=["BearerToken"],
+                auth_settings=auth_settings,
                 _preload_content=False,
                 _request_timeout=timeout,
             )

@@ -1,7 +1,9 @@
 """Live container logs into the task log, each line prefixed by its replica: ``[launcher]``, ``[worker-1]``.
 
-One follow stream per container instance (pod uid, container, restart); a stream that breaks while the
-container still runs resumes and skips the lines already shown.
+One follow stream per container instance (pod uid, container, restart); a stream that ends while the
+container still runs is opened again at the trigger's next look and skips the lines already shown. An established stream outlives the token
+that opened it (the API server authenticates a request once, when it starts); a resume that the API
+server refuses backs off while the client renews the connection's credentials.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 
 from airflow_jobs_plugin.kube import KubeClient, KubeError
@@ -36,6 +38,12 @@ def _replica_name(pod_labels: dict) -> str | None:
     return None
 
 
+RESUMES = 6
+REOPENS = 100  # streams of one running container reopened after they ended, at most
+RESUME_FIRST_WAIT = 1.0
+RESUME_MAX_WAIT = 16.0
+
+
 class LogStreamer:
     def __init__(self, client: KubeClient, namespace: str, log: logging.Logger, tail: deque[str]):
         self.client = client
@@ -43,9 +51,13 @@ class LogStreamer:
         self.log = log
         self.tail = tail
         self._tasks: dict[tuple[str, str, int], asyncio.Task] = {}
+        self._shown: Counter[tuple[str, str, int]] = Counter()  # lines shown per container instance
+        self._reopened: Counter[tuple[str, str, int]] = Counter()
 
     def follow(self, snap: JobSnapshot, pods: Iterable[dict]) -> None:
-        """Start following every container of every pod of the job that started and is not followed yet.
+        """Start following every container of every pod of the job that started and is not followed yet,
+        and follow again a running container whose stream ended (the API server closed it: a restart, a
+        dropped connection); the lines already shown are skipped.
 
         Every pod, not only each replica's current one: a pod that failed and was replaced between two
         looks still has the log that explains the retry."""
@@ -55,30 +67,34 @@ class LogStreamer:
             name = meta.get("name")
             prefix = _replica_name(meta.get("labels") or {}) or current.get(name) or name
             main = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
-            for container, restart, _running in _started_containers(pod):
+            for container, restart, running in _started_containers(pod):
                 key = (meta.get("uid") or name, container, restart)
-                if key in self._tasks:
+                task = self._tasks.get(key)
+                if task is not None and not (task.done() and running and self._reopened[key] < REOPENS):
                     continue
+                if task is not None:
+                    self._reopened[key] += 1
                 label = prefix if container == main else f"{prefix}/{container}"
-                self._tasks[key] = asyncio.create_task(self._follow(name, container, label))
+                self._tasks[key] = asyncio.create_task(self._follow(key, name, container, label))
 
-    async def _follow(self, pod: str, container: str, label: str) -> None:
-        shown = 0
-        for _ in range(5):  # a broken stream resumes; a container that ended closes it for good
+    async def _follow(self, key: tuple[str, str, int], pod: str, container: str, label: str) -> None:
+        for attempt in range(RESUMES):  # a refused open is tried again; a stream that ends is done
             seen = 0
             try:
                 async for line in self.client.follow_log(self.namespace, pod, container=container):
                     seen += 1
-                    if seen <= shown:
+                    if seen <= self._shown[key]:
                         continue
-                    shown = seen
+                    self._shown[key] = seen
                     text = f"[{label}] {line}"
                     self.tail.append(text)
                     self.log.info("%s", text)
             except KubeError as exc:
                 if exc.not_found or exc.status == 400:  # pod gone or container not started yet
                     return
-                await asyncio.sleep(1)
+                # Doubling waits (1, 2, 4, ... s) outlast a refused credential's renewal or a restart of
+                # the API server, which a fixed one-second wait would exhaust in five seconds.
+                await asyncio.sleep(min(RESUME_MAX_WAIT, RESUME_FIRST_WAIT * 2**attempt))
                 continue
             return
 

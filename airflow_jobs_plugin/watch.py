@@ -7,7 +7,10 @@ keeps them in memory and wakes the subscribers of the job an event touched. At s
 handful of long-lived watch requests per namespace, whatever the number of jobs.
 
 A watch that breaks is resumed from the last resourceVersion; a 410 Expired re-lists; API errors back
-off exponentially. Nothing here blocks the loop.
+off exponentially. Expired credentials are the client's business (:class:`~airflow_jobs_plugin.kube.
+Credentials` renews them ahead of time and after a 401); when the API server keeps refusing them the watch
+logs the refusal, which names the connection, and keeps trying with the same back-off, so it resumes by
+itself once the connection's credentials are accepted again. Nothing here blocks the loop.
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class SharedWatch:
         self._deleted: dict[str, dict[str, str]] = {r.plural: {} for r in self.resources}
         self._tasks: list[asyncio.Task] = []
         self.errors = 0  # API errors seen, for observability and tests
+        self.refusals = 0  # of which 401s the client's credential renewal did not cure
         self.relists = 0
 
     # --- lifecycle ---
@@ -285,9 +289,23 @@ class SharedWatch:
                     await asyncio.sleep(self.max_backoff)
                     continue
                 delay = min(self.max_backoff, 0.2 * 2**failures) * (0.5 + random.random() / 2)
-                log.warning(
-                    "watch %s/%s failed (%s); retrying in %.1fs", self.namespace, resource.plural, exc, delay
-                )
+                if exc.status == 401:
+                    self.refusals += 1
+                    log.error(
+                        "watch %s/%s: %s; retrying in %.1fs",
+                        self.namespace,
+                        resource.plural,
+                        exc.message,
+                        delay,
+                    )
+                else:
+                    log.warning(
+                        "watch %s/%s failed (%s); retrying in %.1fs",
+                        self.namespace,
+                        resource.plural,
+                        exc,
+                        delay,
+                    )
                 await asyncio.sleep(delay)
             except Exception as exc:  # never let one bad event kill the watch for every trigger
                 metrics.emit(metrics.watch_interrupted(self.namespace, resource.plural, exc))

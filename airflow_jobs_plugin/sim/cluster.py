@@ -152,7 +152,10 @@ class SimCluster:
             self.stop()
             raise
         self.kubeconfig_path = write_kubeconfig(
-            None if self._own_kubeconfig else self.kubeconfig_path, self.url, self.config.token
+            None if self._own_kubeconfig else self.kubeconfig_path,
+            self.url,
+            self.config.token,
+            token_ttl=self.config.token_ttl,
         )
         return self
 

@@ -22,6 +22,9 @@ class ClusterConfig:
     bookmark_interval: float = 5.0
     # Bearer token the server demands; None accepts anonymous requests (a local, insecure server).
     token: str | None = None
+    # With ``token`` set: tokens expire. ``token`` becomes the secret that signs short-lived tokens and
+    # only those minted with it, and not yet expired, are accepted (see ``sim/auth.py``).
+    token_ttl: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Kubeconfig files pointing at the simulated API server (plain HTTP, optional bearer token)."""
+"""Kubeconfig files pointing at the simulated API server (plain HTTP, optional bearer token, or an exec
+plugin minting expiring tokens when the server demands them)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ import tempfile
 
 
 def kubeconfig_text(
-    server: str, token: str | None = None, name: str = "sim", namespace: str = "default"
+    server: str,
+    token: str | None = None,
+    name: str = "sim",
+    namespace: str = "default",
+    token_ttl: float | None = None,
 ) -> str:
     """A kubeconfig document for ``server``; JSON is valid YAML, so every loader reads it."""
+    from .auth import exec_user
+
     user: dict = {"token": token} if token else {}
+    if token and token_ttl is not None:
+        user = exec_user(token_ttl, secret=token)
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -24,9 +33,11 @@ def kubeconfig_text(
     return json.dumps(doc, indent=2) + "\n"
 
 
-def write_kubeconfig(path: str | None, server: str, token: str | None = None, name: str = "sim") -> str:
+def write_kubeconfig(
+    path: str | None, server: str, token: str | None = None, name: str = "sim", token_ttl: float | None = None
+) -> str:
     """Write a kubeconfig (to a new private temp file when ``path`` is None); returns its path."""
-    text = kubeconfig_text(server, token, name)
+    text = kubeconfig_text(server, token, name, token_ttl=token_ttl)
     if path is None:
         fd, path = tempfile.mkstemp(prefix="sim-kubeconfig-", suffix=".yaml")
         with os.fdopen(fd, "w") as fh:
