@@ -129,6 +129,18 @@ RESOURCES: dict[str, ResourceType] = {
             ),
         ),
         ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", namespaced=True, short_names=("cm",)),
+        ResourceType("secrets", "secret", "Secret", "", "v1", namespaced=True, field_labels=("type",)),
+        ResourceType(
+            "persistentvolumeclaims",
+            "persistentvolumeclaim",
+            "PersistentVolumeClaim",
+            "",
+            "v1",
+            namespaced=True,
+            short_names=("pvc",),
+            subresources=("status",),
+            has_status=True,
+        ),
         ResourceType(
             "jobs",
             "job",

@@ -39,6 +39,15 @@ from airflow_jobs_plugin.sim.events import (
     EventRecorder,
     EventSpec,
 )
+from airflow_jobs_plugin.sim.references import (
+    CONFIGMAPS,
+    SECRETS,
+    MissingReference,
+    PodNetwork,
+    container_env,
+    mount_failures,
+    refers_to_objects,
+)
 from airflow_jobs_plugin.sim.scenarios import (
     ContainerScenario,
     PodScenarios,
@@ -132,6 +141,7 @@ class PodRun:
     init: list[ContainerRun]
     containers: list[ContainerRun]
     config_error: str | None = None
+    mount_errors: tuple[str, ...] = ()  # the FailedMount messages last reported
     done: bool = False  # a terminal status was reported: nothing runs any more
 
 
@@ -161,6 +171,18 @@ class StartProcess:
 class KillProcess:
     container: str
     attempt: int
+
+
+@dataclass(frozen=True)
+class References:
+    """What the pod's names resolved to in this sync: each container's env (or the kubelet's error for
+    it) and the FailedMount messages of its volumes (``sim.references``)."""
+
+    env: dict[tuple[bool, str], dict[str, str] | str] = field(default_factory=dict)
+    mounts: tuple[str, ...] = ()
+
+
+NO_REFERENCES = References()
 
 
 @dataclass
@@ -275,7 +297,9 @@ class _Sync:
         now: datetime,
         scale: float,
         images: frozenset[str],
+        refs: References = NO_REFERENCES,
     ):
+        self.refs = refs
         self.pod = pod
         self.run = run
         self.scenarios = scenarios
@@ -370,6 +394,13 @@ class _Sync:
 
     def start(self, c: ContainerRun) -> None:
         sc = self.scenario(c)
+        env = self.refs.env.get((c.init, c.name))
+        if isinstance(env, str):
+            # generateContainerConfig fails after the pull: the image stays, no container is created.
+            if c.stage != "config_error" or c.waiting_message != env:
+                self.event(WARNING, "Failed", f"Error: {env}", c)
+            c.stage, c.waiting_message, c.until = "config_error", env, None
+            return
         c.container_id = "containerd://" + secrets.token_hex(32)
         c.image_id = image_id(c.image)
         c.exit_code, c.reason, c.message, c.logs_sent, c.log_tail = None, "", "", 0, []
@@ -385,7 +416,8 @@ class _Sync:
         if c.exec_argv is not None:
             c.until = None
             spec = self.specs[(c.init, c.name)]
-            env = {e["name"]: str(e.get("value", "")) for e in spec.get("env") or [] if "name" in e}
+            if env is None:
+                env = {e["name"]: str(e.get("value", "")) for e in spec.get("env") or [] if "name" in e}
             self.step.processes.append(
                 StartProcess(c.name, c.attempt, c.exec_argv, env, spec.get("workingDir"))
             )
@@ -490,6 +522,8 @@ class _Sync:
                 self.back_off(c)
             elif c.stage == "crash_backoff" and self.due(c):
                 self.relaunch(c)
+            elif c.stage == "config_error" and self.run.config_error is None:
+                self.start(c)  # the kubelet retries on every sync: the missing object may exist now
             if (c.stage, c.attempt, c.until) == before:
                 break
         if c.until is not None:
@@ -695,6 +729,7 @@ def step_pod(
     *,
     images: frozenset[str] = frozenset(),
     evict: tuple[str, str] | None = None,
+    refs: References = NO_REFERENCES,
 ) -> Step:
     """One kubelet sync of ``pod`` (pure: ``run`` is not modified, the new record is in the result).
 
@@ -708,7 +743,7 @@ def step_pod(
             scenarios = pod_scenarios(pod)
         except ScenarioError as exc:
             run.config_error = f"invalid {exc}"
-    sync = _Sync(pod, run, scenarios, now, scale, images)
+    sync = _Sync(pod, run, scenarios, now, scale, images, refs)
     deleting = bool(pod.get("metadata", {}).get("deletionTimestamp"))
     if run.done:
         sync.step.status = pod.get("status") or {}
@@ -718,6 +753,16 @@ def step_pod(
         return _evict(sync, *evict)
     if deleting:
         return _terminate(sync)
+    if refs.mounts and not any(c.has_started for c in run.init + run.containers):
+        # Volumes are set up before the sandbox: nothing starts, every container shows ContainerCreating.
+        if refs.mounts != run.mount_errors:
+            for message in refs.mounts:
+                sync.event(WARNING, "FailedMount", message)
+        run.mount_errors = refs.mounts
+        status = pod_status(pod, run, now)
+        status["conditions"] = set_condition(status["conditions"], "PodReadyToStartContainers", "False", now)
+        sync.step.status = status
+        return sync.step
     for c in run.init:
         sync.advance(c)
         if not _init_done(c):
@@ -902,7 +947,12 @@ class Kubelet(Reconciler):
 
     # -- notifications
     def on_change(self, event_type: str, resource: str, obj: dict) -> None:
-        """Store notification: every change of a bound pod syncs it."""
+        """Store notification: every change of a bound pod syncs it; a ConfigMap or Secret written
+        resyncs the pods of its namespace still waiting for one (the kubelet's managers watch them)."""
+        if resource in (CONFIGMAPS, SECRETS):
+            if event_type != "DELETED":
+                self._resync_waiting(obj["metadata"].get("namespace"))
+            return
         if resource != "pods":
             return
         key = key_of(obj)
@@ -913,6 +963,36 @@ class Kubelet(Reconciler):
             return
         if obj.get("spec", {}).get("nodeName"):
             self.enqueue(key)
+
+    def _resync_waiting(self, namespace: str | None) -> None:
+        prefix = f"{namespace}/"
+        for key, run in list(self.runs.items()):
+            if not key.startswith(prefix) or run.done:
+                continue
+            if run.mount_errors or any(c.stage == "config_error" for c in run.init + run.containers):
+                self.enqueue(key)
+
+    def _references(self, pod: dict, run: PodRun) -> References:
+        """Resolve the pod's ConfigMaps and Secrets against the store (pods naming none skip it)."""
+        if not refers_to_objects(pod):
+            return NO_REFERENCES
+
+        def lookup(kind: str, namespace: str, name: str) -> dict | None:
+            try:
+                return self.store.get(kind, name, namespace=namespace, copy=False)
+            except Exception:  # noqa: BLE001 - not found, or a kind this server does not serve
+                return None
+
+        net = PodNetwork(run.node, run.host_ip, run.pod_ip)
+        env: dict[tuple[bool, str], dict[str, str] | str] = {}
+        spec = pod.get("spec", {})
+        for init, group in ((True, spec.get("initContainers") or []), (False, spec.get("containers") or [])):
+            for c in group:
+                try:
+                    env[(init, c["name"])] = container_env(c, pod, lookup, net)
+                except MissingReference as exc:
+                    env[(init, c["name"])] = str(exc)
+        return References(env=env, mounts=tuple(mount_failures(pod, lookup)))
 
     def _forget(self, key: str, run: PodRun) -> None:
         del self.runs[key]
@@ -1049,7 +1129,13 @@ class Kubelet(Reconciler):
             run = new_pod_run(pod, node, self._host_ip(node), self._pod_ip(node), now, self.exec_commands)
         evict = self._evictions.pop(key, None)
         step = step_pod(
-            pod, run, now, self.clock.time_scale, images=frozenset(self.images.get(node, ())), evict=evict
+            pod,
+            run,
+            now,
+            self.clock.time_scale,
+            images=frozenset(self.images.get(node, ())),
+            evict=evict,
+            refs=self._references(pod, run),
         )
         self.runs[key] = step.run
         self.images.setdefault(node, set()).update(step.pulled)
