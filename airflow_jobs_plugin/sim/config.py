@@ -131,6 +131,18 @@ RESOURCES: dict[str, ResourceType] = {
         ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", namespaced=True, short_names=("cm",)),
         ResourceType("secrets", "secret", "Secret", "", "v1", namespaced=True, field_labels=("type",)),
         ResourceType(
+            "services",
+            "service",
+            "Service",
+            "",
+            "v1",
+            namespaced=True,
+            short_names=("svc",),
+            categories=("all",),
+            subresources=("status",),
+            has_status=True,
+        ),
+        ResourceType(
             "persistentvolumeclaims",
             "persistentvolumeclaim",
             "PersistentVolumeClaim",

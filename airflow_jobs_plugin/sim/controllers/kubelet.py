@@ -17,14 +17,15 @@ import logging
 import os
 import secrets
 import signal
+import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_jobs_plugin.sim import dns
 from airflow_jobs_plugin.sim.clock import Clock, rfc3339
 from airflow_jobs_plugin.sim.controllers.base import (
     Reconciler,
-    controller_ref,
     key_of,
     pod_is_terminal,
     set_condition,
@@ -68,6 +69,7 @@ PULL_BACKOFF_MAX = 300.0
 # How long a failed state (ErrImagePull, a terminated container about to restart) shows before the
 # back-off state replaces it, as the next kubelet sync would.
 FLASH_SECONDS = 1.0
+DNS_KEY = "~hosts"  # queue key of the exec-mode hosts file (pod keys always contain a "/")
 NODE_LOST_EVICTION_SECONDS = 300.0  # the default tolerationSeconds for node.kubernetes.io/unreachable
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 DEFAULT_EVICTION_MESSAGE = (
@@ -251,22 +253,10 @@ def new_pod_run(
 ) -> PodRun:
     """The runtime record of a pod the kubelet just admitted."""
     spec = pod.get("spec", {})
-    exec_name = None
-    ref = controller_ref(pod)
     containers = spec.get("containers") or []
-    if (
-        exec_commands
-        and ref is not None
-        and ref.get("kind") == "Job"
-        and containers
-        and containers[0].get("command")
-    ):
-        exec_name = containers[0]["name"]
 
     def make(c: dict, init: bool) -> ContainerRun:
-        argv = None
-        if not init and c.get("name") == exec_name:
-            argv = tuple(c.get("command") or ()) + tuple(c.get("args") or ())
+        argv = exec_argv(c) if exec_commands else None
         return ContainerRun(
             name=c["name"],
             image=c.get("image") or "",
@@ -284,6 +274,18 @@ def new_pod_run(
         init=[make(c, True) for c in spec.get("initContainers") or []],
         containers=[make(c, False) for c in containers],
     )
+
+
+def exec_argv(container: dict) -> tuple[str, ...] | None:
+    """The local command line of a container in exec mode (None: it follows its scenario).
+
+    A container without ``command`` would run its image's entrypoint, which is not on this machine; an
+    ``sshd`` (the MPI workers' default command) needs root and host keys, so it follows its scenario too.
+    """
+    command = tuple(str(a) for a in container.get("command") or ())
+    if not command or os.path.basename(command[0]) == "sshd":
+        return None
+    return command + tuple(str(a) for a in container.get("args") or ())
 
 
 class _Sync:
@@ -944,11 +946,14 @@ class Kubelet(Reconciler):
         self._processes: dict[tuple[str, str, int], asyncio.subprocess.Process] = {}
         self._tasks: set[asyncio.Task] = set()
         self._node_timers: dict[str, asyncio.TimerHandle] = {}
+        self._root: tempfile.TemporaryDirectory | None = None  # exec mode: working dirs, hosts file, shims
 
     # -- notifications
     def on_change(self, event_type: str, resource: str, obj: dict) -> None:
         """Store notification: every change of a bound pod syncs it; a ConfigMap or Secret written
         resyncs the pods of its namespace still waiting for one (the kubelet's managers watch them)."""
+        if self._root is not None and resource in ("pods", "services"):
+            self.enqueue(DNS_KEY)  # a name may have appeared or moved: the hosts file follows
         if resource in (CONFIGMAPS, SECRETS):
             if event_type != "DELETED":
                 self._resync_waiting(obj["metadata"].get("namespace"))
@@ -1104,6 +1109,9 @@ class Kubelet(Reconciler):
     # -- sync
     def reconcile(self, key: str) -> None:
         """Sync one pod."""
+        if key == DNS_KEY:
+            self._write_hosts()
+            return
         ns, name = split_key(key)
         try:
             pod = self.store.get("pods", name, namespace=ns)
@@ -1185,9 +1193,47 @@ class Kubelet(Reconciler):
         return f"10.244.{_node_index(node)}.{self._ips[node] + 1}"
 
     # -- exec mode
+    def _exec_root(self) -> str:
+        if self._root is None:
+            self._root = tempfile.TemporaryDirectory(prefix="sim-kubelet-")
+            dns.write_shims(os.path.join(self._root.name, "bin"))
+            self._write_hosts()
+        return self._root.name
+
+    def _write_hosts(self) -> None:
+        if self._root is None:
+            return
+        try:
+            services = self.store.list("services")
+        except Exception:  # noqa: BLE001 - a server without Services: pods' names only
+            services = []
+        text = dns.hosts_text(dns.cluster_records(services, self.store.list("pods")))
+        path = os.path.join(self._root.name, "hosts")
+        with open(path + ".new", "w") as f:
+            f.write(text)
+        os.replace(path + ".new", path)  # a reader sees the old file or the new one, never half of one
+
     def _start_process(self, key: str, run: PodRun, pod: dict, proc: StartProcess) -> None:
-        if proc.workdir and not os.path.isdir(proc.workdir):
-            proc = replace(proc, workdir=None)  # the image's directory does not exist on this machine
+        root = self._exec_root()
+        if not proc.workdir or not os.path.isdir(proc.workdir):
+            # The image's directory does not exist on this machine: each pod gets its own empty one.
+            workdir = os.path.join(root, "pods", run.uid or key.replace("/", "_"))
+            os.makedirs(workdir, exist_ok=True)
+            proc = replace(proc, workdir=workdir)
+        namespace = pod["metadata"].get("namespace") or "default"
+        path = os.pathsep.join(
+            (os.path.join(root, "bin"), proc.env.get("PATH") or os.environ.get("PATH", ""))
+        )
+        proc = replace(
+            proc,
+            env={
+                **proc.env,
+                "PATH": path,
+                "HOSTNAME": pod.get("spec", {}).get("hostname") or pod["metadata"]["name"],
+                dns.HOSTS_ENV: os.path.join(root, "hosts"),
+                dns.SEARCH_ENV: dns.search_path(namespace),
+            },
+        )
         task = asyncio.get_running_loop().create_task(self._run_process(key, run.uid, pod, proc))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -1221,7 +1267,7 @@ class Kubelet(Reconciler):
         run = self.runs.get(key)
         if run is None or run.uid != uid:
             return
-        for c in run.containers:
+        for c in run.init + run.containers:
             if c.name == proc.container and c.attempt == proc.attempt:
                 c.process_exit, c.process_error = exit_code, error
         self.enqueue(key)
@@ -1254,6 +1300,9 @@ class Kubelet(Reconciler):
             except (asyncio.TimeoutError, ProcessLookupError):
                 pass
         self._processes.clear()
+        if self._root is not None:
+            self._root.cleanup()
+            self._root = None
 
 
 def _signal(process: asyncio.subprocess.Process, sig: int) -> bool:
