@@ -92,7 +92,7 @@ RESOURCES: dict[str, ResourceType] = {
             namespaced=True,
             short_names=("po",),
             categories=("all",),
-            subresources=("status", "log"),
+            subresources=("status", "log", "exec"),
             has_status=True,
             field_labels=(
                 "spec.nodeName",

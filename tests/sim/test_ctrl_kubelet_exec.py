@@ -172,3 +172,92 @@ def test_dns_records_follow_the_specification():
         "w.a.svc.cluster.local": ["10.244.0.3"],  # not-ready pods are not published by default
         "w-1.w.a.svc.cluster.local": ["10.244.0.3"],
     }
+
+
+# ----------------------------------------------------------------------------- pods/exec
+
+
+def test_pods_exec_runs_in_the_container_sees_its_empty_dir_and_stops_it_as_the_cncf_xcom_sidecar_is_stopped(
+    cluster, ns
+):
+    from kubernetes import client, config
+    from kubernetes.stream import stream
+
+    loop = 'mkdir -p /airflow/xcom; echo \'{"a": 1}\' > /airflow/xcom/return.json; trap "exit 0" INT; while true; do sleep 1; done'
+    pod = {
+        "metadata": {"name": "sidecar"},
+        "spec": {
+            "restartPolicy": "Never",
+            "volumes": [{"name": "xcom", "emptyDir": {}}],
+            "containers": [sh("main", loop, volumeMounts=[{"name": "xcom", "mountPath": "/airflow/xcom"}])],
+        },
+    }
+    cluster.store.create("pods", pod, namespace=ns)
+    wait_for(lambda: phase(cluster, ns, "sidecar") == "Running", timeout=30)
+    api = client.CoreV1Api(config.new_client_from_config(config_file=cluster.kubeconfig_path))
+
+    def run(command: list[str], **kwargs):
+        return stream(
+            api.connect_get_namespaced_pod_exec,
+            "sidecar",
+            ns,
+            container="main",
+            command=command,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+            **kwargs,
+        )
+
+    read = "for i in 1 2 3 4 5 6 7 8 9; do [ -s /airflow/xcom/return.json ] && break; sleep 0.2; done; cat /airflow/xcom/return.json"
+    resp = run(["/bin/sh", "-c", read])
+    resp.run_forever(timeout=20)
+    assert resp.returncode == 0  # before read_all(), which empties every channel
+    assert resp.read_all().strip() == '{"a": 1}'
+
+    failing = run(["/bin/sh", "-c", "echo oops >&2; exit 3"])
+    failing.run_forever(timeout=20)
+    assert failing.returncode == 3
+    assert failing.read_stderr().strip() == "oops"
+
+    killer = stream(
+        api.connect_get_namespaced_pod_exec,
+        "sidecar",
+        ns,
+        container="main",
+        command=["/bin/sh"],
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+    )
+    killer.write_stdin("kill -2 $(pgrep -u $(id -u) -f 'sh'); echo sent\n")
+    out = ""
+    while killer.is_open() and "sent" not in out:
+        killer.update(timeout=1)
+        out += killer.read_stdout() if killer.peek_stdout() else ""
+    killer.close()
+    wait_for(lambda: phase(cluster, ns, "sidecar") == "Succeeded", timeout=30)
+    term = cluster.store.get("pods", "sidecar", ns)["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0
+
+
+def test_pods_exec_into_a_container_without_a_process_is_refused_with_the_reason(cluster, ns):
+    import json
+    import urllib.error
+    import urllib.request
+
+    body = {
+        "metadata": {"name": "scenario", "annotations": {ANNOTATION: '{"main": {"run": null}}'}},
+        "spec": {"containers": [{"name": "main", "image": "trainer:1"}]},
+    }
+    cluster.store.create("pods", body, namespace=ns)
+    wait_for(lambda: phase(cluster, ns, "scenario") == "Running", timeout=30)
+    url = f"{cluster.url}/api/v1/namespaces/{ns}/pods/scenario/exec?command=ls&stdout=1"
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(urllib.request.Request(url, method="POST"))
+    status = json.loads(raised.value.read())
+    assert raised.value.code == 400 and "runs no local process" in status["message"]

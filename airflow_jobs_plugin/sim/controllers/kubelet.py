@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_jobs_plugin.sim import dns
+from airflow_jobs_plugin.sim import dns, processes
 from airflow_jobs_plugin.sim.clock import Clock, rfc3339
 from airflow_jobs_plugin.sim.controllers.base import (
     Reconciler,
@@ -947,6 +947,10 @@ class Kubelet(Reconciler):
         self._tasks: set[asyncio.Task] = set()
         self._node_timers: dict[str, asyncio.TimerHandle] = {}
         self._root: tempfile.TemporaryDirectory | None = None  # exec mode: working dirs, hosts file, shims
+        # exec mode: (pod uid, container) -> what an exec into its running process gets
+        self._targets: dict[
+            tuple[str, str], tuple[dict[str, str], str, tuple[processes.Mount, ...], int]
+        ] = {}
 
     # -- notifications
     def on_change(self, event_type: str, resource: str, obj: dict) -> None:
@@ -1002,6 +1006,7 @@ class Kubelet(Reconciler):
     def _forget(self, key: str, run: PodRun) -> None:
         del self.runs[key]
         for c in run.init + run.containers:
+            self._targets.pop((run.uid, c.name), None)
             proc = self._processes.pop((run.uid, c.name, c.attempt), None)
             if proc is not None and proc.returncode is None:
                 _signal(proc, signal.SIGKILL)
@@ -1197,6 +1202,7 @@ class Kubelet(Reconciler):
         if self._root is None:
             self._root = tempfile.TemporaryDirectory(prefix="sim-kubelet-")
             dns.write_shims(os.path.join(self._root.name, "bin"))
+            processes.write_pgrep(os.path.join(self._root.name, "bin"))
             self._write_hosts()
         return self._root.name
 
@@ -1215,11 +1221,24 @@ class Kubelet(Reconciler):
 
     def _start_process(self, key: str, run: PodRun, pod: dict, proc: StartProcess) -> None:
         root = self._exec_root()
+        pod_dir = os.path.join(root, "pods", run.uid or key.replace("/", "_"))
+        os.makedirs(pod_dir, exist_ok=True)
+        spec = pod.get("spec", {})
+        container = next(
+            (
+                c
+                for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                if c["name"] == proc.container
+            ),
+            {},
+        )
+        mounts = processes.empty_dir_mounts(pod, container, pod_dir)
+        for mount in mounts:
+            os.makedirs(mount.local, exist_ok=True)
+        proc = replace(proc, argv=processes.rewrite(proc.argv, mounts))
         if not proc.workdir or not os.path.isdir(proc.workdir):
             # The image's directory does not exist on this machine: each pod gets its own empty one.
-            workdir = os.path.join(root, "pods", run.uid or key.replace("/", "_"))
-            os.makedirs(workdir, exist_ok=True)
-            proc = replace(proc, workdir=workdir)
+            proc = replace(proc, workdir=pod_dir)
         namespace = pod["metadata"].get("namespace") or "default"
         path = os.pathsep.join(
             (os.path.join(root, "bin"), proc.env.get("PATH") or os.environ.get("PATH", ""))
@@ -1234,11 +1253,23 @@ class Kubelet(Reconciler):
                 dns.SEARCH_ENV: dns.search_path(namespace),
             },
         )
-        task = asyncio.get_running_loop().create_task(self._run_process(key, run.uid, pod, proc))
+        task = asyncio.get_running_loop().create_task(self._run_process(key, run.uid, pod, proc, mounts))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_process(self, key: str, uid: str, pod: dict, proc: StartProcess) -> None:
+    def exec_target(
+        self, pod: dict, container: str
+    ) -> tuple[dict[str, str], str, tuple[processes.Mount, ...]] | None:
+        """Environment, working directory and mounts for an exec into ``container`` (None: no process runs)."""
+        target = self._targets.get((pod["metadata"].get("uid", ""), container))
+        if target is None:
+            return None
+        env, cwd, mounts, pid = target
+        return {**env, processes.SESSION_ENV: str(pid)}, cwd, mounts
+
+    async def _run_process(
+        self, key: str, uid: str, pod: dict, proc: StartProcess, mounts: tuple[processes.Mount, ...] = ()
+    ) -> None:
         ns, name = pod["metadata"].get("namespace"), pod["metadata"]["name"]
         exit_code: int | None = None
         error: str | None = None
@@ -1256,6 +1287,7 @@ class Kubelet(Reconciler):
             error = f'failed to create containerd task: exec: "{proc.argv[0] if proc.argv else ""}": {exc.strerror}'
         else:
             self._processes[(uid, proc.container, proc.attempt)] = process
+            self._targets[(uid, proc.container)] = (proc.env, proc.workdir or "", mounts, process.pid)
             assert process.stdout is not None
             async for raw in process.stdout:
                 self.logs.append(
@@ -1264,6 +1296,7 @@ class Kubelet(Reconciler):
             code = await process.wait()
             exit_code = 128 + -code if code < 0 else code
             self._processes.pop((uid, proc.container, proc.attempt), None)
+            self._targets.pop((uid, proc.container), None)
         run = self.runs.get(key)
         if run is None or run.uid != uid:
             return
