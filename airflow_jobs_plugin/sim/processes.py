@@ -6,9 +6,11 @@ approximated, and said so in docs/simulator.md:
 - ``emptyDir`` volumes are directories of the pod's own; their ``mountPath`` written in a container's
   command line (or in an exec'd command) is rewritten to that directory. A path computed at run time
   (from a variable, in a script file) is not rewritten.
-- ``pgrep`` sees only the processes of the container (its session): the cncf provider stops its XCom
-  sidecar with ``kill -2 $(pgrep -u $(id -u) -f 'sh')`` (``utils/pod_manager.py`` ``extract_xcom_kill``),
-  which on a shared machine would otherwise reach every ``sh`` of the user.
+- ``pgrep`` sees only the processes of the container (its session, and the commands exec'd into it,
+  which carry the session in their environment): the cncf provider stops its XCom sidecar with
+  ``kill -2 $(pgrep -u $(id -u) -f 'sh')`` (``utils/pod_manager.py`` ``extract_xcom_kill``), which on a
+  shared machine would otherwise reach every ``sh`` of the user, and which in a real container also
+  stops the exec'd shell itself, ending the exec session the operator waits on.
 """
 
 from __future__ import annotations
@@ -71,16 +73,20 @@ while i < len(args):
 session = os.environ.get("{session}")
 if pattern is None or session is None:
     sys.exit(2)
+marker = ("{session}=" + session).encode()
 found = []
 for pid in filter(str.isdigit, os.listdir("/proc")):
-    if int(pid) in (os.getpid(), os.getppid()):
+    if int(pid) == os.getpid():
         continue
     try:
         with open(f"/proc/{{pid}}/stat") as f:
             stat = f.read()
         fields = stat[stat.rindex(")") + 2 :].split()
         if fields[3] != session:
-            continue
+            # An exec'd process is the container's too, as in its PID namespace: it carries the session.
+            with open(f"/proc/{{pid}}/environ", "rb") as f:
+                if marker not in f.read().split(b"\\0"):
+                    continue
         if uid is not None and str(os.stat(f"/proc/{{pid}}").st_uid) != uid:
             continue
         if full:
