@@ -44,7 +44,7 @@ def _add_sim_command(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument(
         "--exec-commands",
         action="store_true",
-        help="run the main container's command as a local process (its output is the pod log). "
+        help="run every container that has a command as a local process (its output is the container log). "
         "WARNING: this runs ANY command it is given, as the user running the simulator, for anyone "
         "who can create a Job or MPIJob on it; use --token and keep --host on 127.0.0.1",
     )

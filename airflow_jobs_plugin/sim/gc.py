@@ -5,7 +5,11 @@ Like the real controllers it works asynchronously from store events:
   reference next to a live owner is removed;
 - an owner marked with the ``foregroundDeletion`` finalizer has its dependents deleted first, and the
   finalizer is removed once none is left;
-- a namespace being deleted has all its content deleted, then disappears.
+- a namespace being deleted has all its content deleted, then disappears;
+- a pod bound to a node that no longer exists is marked Failed with a ``DisruptionTarget`` condition and
+  force-deleted (pod GC: kubernetes release-1.32 ``pkg/controller/podgc/gc_controller.go`` ``gcOrphaned``
+  and ``markFailedAndDeletePodWithCondition``; upstream first quarantines the orphan for 40 s in case the
+  node comes back, the simulator acts on the node's deletion at once).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import logging
 
 from .config import RESOURCES
+from .controllers.base import set_condition
 from .errors import ApiError
 from .store import FOREGROUND, Store
 
@@ -56,6 +61,8 @@ class GarbageCollector:
 
     def _handle(self, event_type: str, resource: str, obj: dict) -> None:
         meta = obj["metadata"]
+        if event_type == "DELETED" and resource == "nodes":
+            self._collect_orphaned_pods(meta["name"])
         if event_type == "DELETED":
             self._collect_dependents(meta["uid"])
             for ref in meta.get("ownerReferences") or []:
@@ -81,6 +88,42 @@ class GarbageCollector:
             refs = meta["ownerReferences"]
             if not any(self.store.exists_uid(r.get("uid", "")) for r in refs):
                 self._delete(resource, obj)
+
+    def _collect_orphaned_pods(self, node: str) -> None:
+        for pod in self.store.list("pods"):
+            if (pod.get("spec") or {}).get("nodeName") != node:
+                continue
+            meta = pod["metadata"]
+            try:
+                status = dict(pod.get("status") or {})
+                if status.get("phase") not in ("Succeeded", "Failed"):
+                    status["phase"] = "Failed"
+                status["conditions"] = set_condition(
+                    status.get("conditions"),
+                    "DisruptionTarget",
+                    "True",
+                    self.store.now(),
+                    "DeletionByPodGC",
+                    "PodGC: node no longer exists",
+                )
+                self.store.patch(
+                    "pods",
+                    meta["name"],
+                    {"status": {"phase": status["phase"], "conditions": status["conditions"]}},
+                    "merge",
+                    meta.get("namespace"),
+                    subresource="status",
+                )
+                self.store.delete(
+                    "pods",
+                    meta["name"],
+                    meta.get("namespace"),
+                    grace_period_seconds=0,
+                    preconditions={"uid": meta["uid"]},
+                )
+            except ApiError as exc:
+                if exc.code not in (404, 409):
+                    raise
 
     def _collect_dependents(self, uid: str) -> None:
         for resource, dep in self.store.dependents(uid):

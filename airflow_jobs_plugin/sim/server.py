@@ -25,6 +25,7 @@ from . import apply as ssa
 from . import auth, errors, protobuf, schema, tables
 from .config import RESOURCES, ClusterConfig, ResourceType, groups
 from .errors import ApiError
+from .exec import serve_exec
 from .faults import Faults
 from .logs import LogStore
 from .patch import apply_patch
@@ -457,6 +458,8 @@ class ApiServer:
             return _error_response(injected, self.faults.retry_after(verb, counted))
         if verb == "unknown" or verb not in rtype.verbs and not (sub and verb in ("get", "update", "patch")):
             raise errors.method_not_allowed()
+        if sub == "exec":  # the kubelet's streaming endpoint, served in exec mode (sim/exec.py)
+            return await serve_exec(request, self.store, self._controllers(), namespace or "", name or "")
         if sub == "log":
             if verb != "get":
                 raise errors.method_not_allowed()

@@ -105,3 +105,61 @@ def test_a_job_whose_pod_exits_0_succeeds_and_one_whose_pod_exits_1_fails(connec
         "exits-0": ("Complete:CompletionsReached",),
         "exits-1": ("Failed:BackoffLimitExceeded",),
     }
+
+
+POD_DAG_FILE = """
+import pendulum
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import DAG
+
+with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+    KubernetesPodOperator(
+        task_id="answer",
+        namespace={namespace!r},
+        image="busybox:1.36",
+        cmds=["sh", "-c", "echo computing; mkdir -p /airflow/xcom; echo '{{\\"answer\\": 42}}' > /airflow/xcom/return.json"],
+        do_xcom_push=True,
+        get_logs=True,
+        deferrable=True,
+        poll_interval=0.5,
+    )
+"""
+
+
+@pytest.fixture(scope="module")
+def exec_sim():
+    """A cluster in exec mode: the pod's containers, the XCom sidecar included, are local processes."""
+    from airflow_jobs_plugin.sim.cluster import SimCluster
+    from airflow_jobs_plugin.sim.config import ClusterConfig
+
+    with SimCluster(ClusterConfig(nodes=1, time_scale=0.01, exec_commands=True)) as cluster:
+        yield cluster
+
+
+def test_a_deferrable_pod_operator_pushes_its_xcom_through_the_sidecar_and_succeeds(
+    exec_sim, airflow_db, monkeypatch
+):
+    extra = {"kube_config_path": exec_sim.kubeconfig_path}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes", "extra": extra})
+    )
+    namespace = f"kpo-{uuid.uuid4().hex[:8]}"
+    exec_sim.store.create("namespaces", {"metadata": {"name": namespace}})
+    from airflow.configuration import conf
+
+    dag_id = f"cncf_pod_{namespace.replace('-', '_')}"
+    folder = Path(conf.get("core", "dags_folder"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{dag_id}.py"
+    path.write_text(textwrap.dedent(POD_DAG_FILE.format(dag_id=dag_id, namespace=namespace)))
+    spec = importlib.util.spec_from_file_location(dag_id, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    run = module.dag.test()
+
+    (ti,) = run.get_task_instances()
+    assert str(ti.state) == "success"
+    assert ti.xcom_pull(task_ids="answer") == {"answer": 42}

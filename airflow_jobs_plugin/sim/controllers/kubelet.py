@@ -17,14 +17,15 @@ import logging
 import os
 import secrets
 import signal
+import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_jobs_plugin.sim import dns, processes
 from airflow_jobs_plugin.sim.clock import Clock, rfc3339
 from airflow_jobs_plugin.sim.controllers.base import (
     Reconciler,
-    controller_ref,
     key_of,
     pod_is_terminal,
     set_condition,
@@ -38,6 +39,15 @@ from airflow_jobs_plugin.sim.events import (
     WARNING,
     EventRecorder,
     EventSpec,
+)
+from airflow_jobs_plugin.sim.references import (
+    CONFIGMAPS,
+    SECRETS,
+    MissingReference,
+    PodNetwork,
+    container_env,
+    mount_failures,
+    refers_to_objects,
 )
 from airflow_jobs_plugin.sim.scenarios import (
     ContainerScenario,
@@ -59,6 +69,7 @@ PULL_BACKOFF_MAX = 300.0
 # How long a failed state (ErrImagePull, a terminated container about to restart) shows before the
 # back-off state replaces it, as the next kubelet sync would.
 FLASH_SECONDS = 1.0
+DNS_KEY = "~hosts"  # queue key of the exec-mode hosts file (pod keys always contain a "/")
 NODE_LOST_EVICTION_SECONDS = 300.0  # the default tolerationSeconds for node.kubernetes.io/unreachable
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 DEFAULT_EVICTION_MESSAGE = (
@@ -132,6 +143,7 @@ class PodRun:
     init: list[ContainerRun]
     containers: list[ContainerRun]
     config_error: str | None = None
+    mount_errors: tuple[str, ...] = ()  # the FailedMount messages last reported
     done: bool = False  # a terminal status was reported: nothing runs any more
 
 
@@ -161,6 +173,18 @@ class StartProcess:
 class KillProcess:
     container: str
     attempt: int
+
+
+@dataclass(frozen=True)
+class References:
+    """What the pod's names resolved to in this sync: each container's env (or the kubelet's error for
+    it) and the FailedMount messages of its volumes (``sim.references``)."""
+
+    env: dict[tuple[bool, str], dict[str, str] | str] = field(default_factory=dict)
+    mounts: tuple[str, ...] = ()
+
+
+NO_REFERENCES = References()
 
 
 @dataclass
@@ -229,22 +253,10 @@ def new_pod_run(
 ) -> PodRun:
     """The runtime record of a pod the kubelet just admitted."""
     spec = pod.get("spec", {})
-    exec_name = None
-    ref = controller_ref(pod)
     containers = spec.get("containers") or []
-    if (
-        exec_commands
-        and ref is not None
-        and ref.get("kind") == "Job"
-        and containers
-        and containers[0].get("command")
-    ):
-        exec_name = containers[0]["name"]
 
     def make(c: dict, init: bool) -> ContainerRun:
-        argv = None
-        if not init and c.get("name") == exec_name:
-            argv = tuple(c.get("command") or ()) + tuple(c.get("args") or ())
+        argv = exec_argv(c) if exec_commands else None
         return ContainerRun(
             name=c["name"],
             image=c.get("image") or "",
@@ -264,6 +276,18 @@ def new_pod_run(
     )
 
 
+def exec_argv(container: dict) -> tuple[str, ...] | None:
+    """The local command line of a container in exec mode (None: it follows its scenario).
+
+    A container without ``command`` would run its image's entrypoint, which is not on this machine; an
+    ``sshd`` (the MPI workers' default command) needs root and host keys, so it follows its scenario too.
+    """
+    command = tuple(str(a) for a in container.get("command") or ())
+    if not command or os.path.basename(command[0]) == "sshd":
+        return None
+    return command + tuple(str(a) for a in container.get("args") or ())
+
+
 class _Sync:
     """One sync of one pod: mutable scratch state behind the pure ``step_pod``."""
 
@@ -275,7 +299,9 @@ class _Sync:
         now: datetime,
         scale: float,
         images: frozenset[str],
+        refs: References = NO_REFERENCES,
     ):
+        self.refs = refs
         self.pod = pod
         self.run = run
         self.scenarios = scenarios
@@ -370,6 +396,13 @@ class _Sync:
 
     def start(self, c: ContainerRun) -> None:
         sc = self.scenario(c)
+        env = self.refs.env.get((c.init, c.name))
+        if isinstance(env, str):
+            # generateContainerConfig fails after the pull: the image stays, no container is created.
+            if c.stage != "config_error" or c.waiting_message != env:
+                self.event(WARNING, "Failed", f"Error: {env}", c)
+            c.stage, c.waiting_message, c.until = "config_error", env, None
+            return
         c.container_id = "containerd://" + secrets.token_hex(32)
         c.image_id = image_id(c.image)
         c.exit_code, c.reason, c.message, c.logs_sent, c.log_tail = None, "", "", 0, []
@@ -385,7 +418,8 @@ class _Sync:
         if c.exec_argv is not None:
             c.until = None
             spec = self.specs[(c.init, c.name)]
-            env = {e["name"]: str(e.get("value", "")) for e in spec.get("env") or [] if "name" in e}
+            if env is None:
+                env = {e["name"]: str(e.get("value", "")) for e in spec.get("env") or [] if "name" in e}
             self.step.processes.append(
                 StartProcess(c.name, c.attempt, c.exec_argv, env, spec.get("workingDir"))
             )
@@ -490,6 +524,8 @@ class _Sync:
                 self.back_off(c)
             elif c.stage == "crash_backoff" and self.due(c):
                 self.relaunch(c)
+            elif c.stage == "config_error" and self.run.config_error is None:
+                self.start(c)  # the kubelet retries on every sync: the missing object may exist now
             if (c.stage, c.attempt, c.until) == before:
                 break
         if c.until is not None:
@@ -695,6 +731,7 @@ def step_pod(
     *,
     images: frozenset[str] = frozenset(),
     evict: tuple[str, str] | None = None,
+    refs: References = NO_REFERENCES,
 ) -> Step:
     """One kubelet sync of ``pod`` (pure: ``run`` is not modified, the new record is in the result).
 
@@ -708,7 +745,7 @@ def step_pod(
             scenarios = pod_scenarios(pod)
         except ScenarioError as exc:
             run.config_error = f"invalid {exc}"
-    sync = _Sync(pod, run, scenarios, now, scale, images)
+    sync = _Sync(pod, run, scenarios, now, scale, images, refs)
     deleting = bool(pod.get("metadata", {}).get("deletionTimestamp"))
     if run.done:
         sync.step.status = pod.get("status") or {}
@@ -718,6 +755,16 @@ def step_pod(
         return _evict(sync, *evict)
     if deleting:
         return _terminate(sync)
+    if refs.mounts and not any(c.has_started for c in run.init + run.containers):
+        # Volumes are set up before the sandbox: nothing starts, every container shows ContainerCreating.
+        if refs.mounts != run.mount_errors:
+            for message in refs.mounts:
+                sync.event(WARNING, "FailedMount", message)
+        run.mount_errors = refs.mounts
+        status = pod_status(pod, run, now)
+        status["conditions"] = set_condition(status["conditions"], "PodReadyToStartContainers", "False", now)
+        sync.step.status = status
+        return sync.step
     for c in run.init:
         sync.advance(c)
         if not _init_done(c):
@@ -899,10 +946,22 @@ class Kubelet(Reconciler):
         self._processes: dict[tuple[str, str, int], asyncio.subprocess.Process] = {}
         self._tasks: set[asyncio.Task] = set()
         self._node_timers: dict[str, asyncio.TimerHandle] = {}
+        self._root: tempfile.TemporaryDirectory | None = None  # exec mode: working dirs, hosts file, shims
+        # exec mode: (pod uid, container) -> what an exec into its running process gets
+        self._targets: dict[
+            tuple[str, str], tuple[dict[str, str], str, tuple[processes.Mount, ...], int]
+        ] = {}
 
     # -- notifications
     def on_change(self, event_type: str, resource: str, obj: dict) -> None:
-        """Store notification: every change of a bound pod syncs it."""
+        """Store notification: every change of a bound pod syncs it; a ConfigMap or Secret written
+        resyncs the pods of its namespace still waiting for one (the kubelet's managers watch them)."""
+        if self._root is not None and resource in ("pods", "services"):
+            self.enqueue(DNS_KEY)  # a name may have appeared or moved: the hosts file follows
+        if resource in (CONFIGMAPS, SECRETS):
+            if event_type != "DELETED":
+                self._resync_waiting(obj["metadata"].get("namespace"))
+            return
         if resource != "pods":
             return
         key = key_of(obj)
@@ -914,9 +973,40 @@ class Kubelet(Reconciler):
         if obj.get("spec", {}).get("nodeName"):
             self.enqueue(key)
 
+    def _resync_waiting(self, namespace: str | None) -> None:
+        prefix = f"{namespace}/"
+        for key, run in list(self.runs.items()):
+            if not key.startswith(prefix) or run.done:
+                continue
+            if run.mount_errors or any(c.stage == "config_error" for c in run.init + run.containers):
+                self.enqueue(key)
+
+    def _references(self, pod: dict, run: PodRun) -> References:
+        """Resolve the pod's ConfigMaps and Secrets against the store (pods naming none skip it)."""
+        if not refers_to_objects(pod):
+            return NO_REFERENCES
+
+        def lookup(kind: str, namespace: str, name: str) -> dict | None:
+            try:
+                return self.store.get(kind, name, namespace=namespace, copy=False)
+            except Exception:  # noqa: BLE001 - not found, or a kind this server does not serve
+                return None
+
+        net = PodNetwork(run.node, run.host_ip, run.pod_ip)
+        env: dict[tuple[bool, str], dict[str, str] | str] = {}
+        spec = pod.get("spec", {})
+        for init, group in ((True, spec.get("initContainers") or []), (False, spec.get("containers") or [])):
+            for c in group:
+                try:
+                    env[(init, c["name"])] = container_env(c, pod, lookup, net)
+                except MissingReference as exc:
+                    env[(init, c["name"])] = str(exc)
+        return References(env=env, mounts=tuple(mount_failures(pod, lookup)))
+
     def _forget(self, key: str, run: PodRun) -> None:
         del self.runs[key]
         for c in run.init + run.containers:
+            self._targets.pop((run.uid, c.name), None)
             proc = self._processes.pop((run.uid, c.name, c.attempt), None)
             if proc is not None and proc.returncode is None:
                 _signal(proc, signal.SIGKILL)
@@ -1024,6 +1114,9 @@ class Kubelet(Reconciler):
     # -- sync
     def reconcile(self, key: str) -> None:
         """Sync one pod."""
+        if key == DNS_KEY:
+            self._write_hosts()
+            return
         ns, name = split_key(key)
         try:
             pod = self.store.get("pods", name, namespace=ns)
@@ -1049,7 +1142,13 @@ class Kubelet(Reconciler):
             run = new_pod_run(pod, node, self._host_ip(node), self._pod_ip(node), now, self.exec_commands)
         evict = self._evictions.pop(key, None)
         step = step_pod(
-            pod, run, now, self.clock.time_scale, images=frozenset(self.images.get(node, ())), evict=evict
+            pod,
+            run,
+            now,
+            self.clock.time_scale,
+            images=frozenset(self.images.get(node, ())),
+            evict=evict,
+            refs=self._references(pod, run),
         )
         self.runs[key] = step.run
         self.images.setdefault(node, set()).update(step.pulled)
@@ -1099,14 +1198,78 @@ class Kubelet(Reconciler):
         return f"10.244.{_node_index(node)}.{self._ips[node] + 1}"
 
     # -- exec mode
+    def _exec_root(self) -> str:
+        if self._root is None:
+            self._root = tempfile.TemporaryDirectory(prefix="sim-kubelet-")
+            dns.write_shims(os.path.join(self._root.name, "bin"))
+            processes.write_pgrep(os.path.join(self._root.name, "bin"))
+            self._write_hosts()
+        return self._root.name
+
+    def _write_hosts(self) -> None:
+        if self._root is None:
+            return
+        try:
+            services = self.store.list("services")
+        except Exception:  # noqa: BLE001 - a server without Services: pods' names only
+            services = []
+        text = dns.hosts_text(dns.cluster_records(services, self.store.list("pods")))
+        path = os.path.join(self._root.name, "hosts")
+        with open(path + ".new", "w") as f:
+            f.write(text)
+        os.replace(path + ".new", path)  # a reader sees the old file or the new one, never half of one
+
     def _start_process(self, key: str, run: PodRun, pod: dict, proc: StartProcess) -> None:
-        if proc.workdir and not os.path.isdir(proc.workdir):
-            proc = replace(proc, workdir=None)  # the image's directory does not exist on this machine
-        task = asyncio.get_running_loop().create_task(self._run_process(key, run.uid, pod, proc))
+        root = self._exec_root()
+        pod_dir = os.path.join(root, "pods", run.uid or key.replace("/", "_"))
+        os.makedirs(pod_dir, exist_ok=True)
+        spec = pod.get("spec", {})
+        container = next(
+            (
+                c
+                for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                if c["name"] == proc.container
+            ),
+            {},
+        )
+        mounts = processes.empty_dir_mounts(pod, container, pod_dir)
+        for mount in mounts:
+            os.makedirs(mount.local, exist_ok=True)
+        proc = replace(proc, argv=processes.rewrite(proc.argv, mounts))
+        if not proc.workdir or not os.path.isdir(proc.workdir):
+            # The image's directory does not exist on this machine: each pod gets its own empty one.
+            proc = replace(proc, workdir=pod_dir)
+        namespace = pod["metadata"].get("namespace") or "default"
+        path = os.pathsep.join(
+            (os.path.join(root, "bin"), proc.env.get("PATH") or os.environ.get("PATH", ""))
+        )
+        proc = replace(
+            proc,
+            env={
+                **proc.env,
+                "PATH": path,
+                "HOSTNAME": pod.get("spec", {}).get("hostname") or pod["metadata"]["name"],
+                dns.HOSTS_ENV: os.path.join(root, "hosts"),
+                dns.SEARCH_ENV: dns.search_path(namespace),
+            },
+        )
+        task = asyncio.get_running_loop().create_task(self._run_process(key, run.uid, pod, proc, mounts))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_process(self, key: str, uid: str, pod: dict, proc: StartProcess) -> None:
+    def exec_target(
+        self, pod: dict, container: str
+    ) -> tuple[dict[str, str], str, tuple[processes.Mount, ...]] | None:
+        """Environment, working directory and mounts for an exec into ``container`` (None: no process runs)."""
+        target = self._targets.get((pod["metadata"].get("uid", ""), container))
+        if target is None:
+            return None
+        env, cwd, mounts, pid = target
+        return {**env, processes.SESSION_ENV: str(pid)}, cwd, mounts
+
+    async def _run_process(
+        self, key: str, uid: str, pod: dict, proc: StartProcess, mounts: tuple[processes.Mount, ...] = ()
+    ) -> None:
         ns, name = pod["metadata"].get("namespace"), pod["metadata"]["name"]
         exit_code: int | None = None
         error: str | None = None
@@ -1124,6 +1287,7 @@ class Kubelet(Reconciler):
             error = f'failed to create containerd task: exec: "{proc.argv[0] if proc.argv else ""}": {exc.strerror}'
         else:
             self._processes[(uid, proc.container, proc.attempt)] = process
+            self._targets[(uid, proc.container)] = (proc.env, proc.workdir or "", mounts, process.pid)
             assert process.stdout is not None
             async for raw in process.stdout:
                 self.logs.append(
@@ -1132,10 +1296,11 @@ class Kubelet(Reconciler):
             code = await process.wait()
             exit_code = 128 + -code if code < 0 else code
             self._processes.pop((uid, proc.container, proc.attempt), None)
+            self._targets.pop((uid, proc.container), None)
         run = self.runs.get(key)
         if run is None or run.uid != uid:
             return
-        for c in run.containers:
+        for c in run.init + run.containers:
             if c.name == proc.container and c.attempt == proc.attempt:
                 c.process_exit, c.process_error = exit_code, error
         self.enqueue(key)
@@ -1168,6 +1333,9 @@ class Kubelet(Reconciler):
             except (asyncio.TimeoutError, ProcessLookupError):
                 pass
         self._processes.clear()
+        if self._root is not None:
+            self._root.cleanup()
+            self._root = None
 
 
 def _signal(process: asyncio.subprocess.Process, sig: int) -> bool:

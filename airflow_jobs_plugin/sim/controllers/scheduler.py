@@ -25,6 +25,7 @@ from airflow_jobs_plugin.sim.controllers.base import (
     set_condition,
 )
 from airflow_jobs_plugin.sim.events import NORMAL, SCHEDULER, WARNING, EventRecorder, EventSpec
+from airflow_jobs_plugin.sim.references import CLAIMS, missing_claim
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +254,18 @@ def fit_pod(
     )
 
 
+def unresolvable(message: str, total: int) -> Unschedulable:
+    """A PreFilter rejection (UnschedulableAndUnresolvable): no node is tried and preemption cannot help.
+
+    The wording is ``FitError.Error()`` of kubernetes release-1.32 ``pkg/scheduler/framework/types.go``
+    with a PreFilter message, followed by the preemption PostFilter's summary.
+    """
+    return Unschedulable(
+        f"0/{total} nodes are available: {message}. "
+        f"preemption: 0/{total} nodes are available: {total} {NOT_HELPFUL}."
+    )
+
+
 def pending_order(pods: list[dict]) -> list[dict]:
     """Pods waiting for a node, highest priority first, then oldest first (the scheduling queue's order)."""
     waiting = [p for p in pods if wants_scheduling(p)]
@@ -324,7 +337,7 @@ class Scheduler(Reconciler):
 
     def on_change(self, event_type: str, resource: str, obj: dict) -> None:
         """Store notification: anything that may free or need capacity triggers a pass."""
-        if resource == "nodes":
+        if resource == "nodes" or (resource == CLAIMS and event_type == "ADDED"):
             self.enqueue(self.PASS)
         elif resource == "pods":
             spec = obj.get("spec", {})
@@ -382,7 +395,11 @@ class Scheduler(Reconciler):
         """Place one pod; returns the node it was bound to."""
         meta = pod["metadata"]
         now = self.clock.now()
-        decision = fit_pod(pod, nodes, pods, usage)  # type: ignore[arg-type]
+        claim_error = missing_claim(pod, self._lookup)
+        if claim_error is not None:
+            decision: Placement | Unschedulable = unresolvable(claim_error, len(nodes))
+        else:
+            decision = fit_pod(pod, nodes, pods, usage)  # type: ignore[arg-type]
         conditions = pod.get("status", {}).get("conditions")
         if isinstance(decision, Unschedulable):
             cond = get_condition(conditions, "PodScheduled")
@@ -420,6 +437,12 @@ class Scheduler(Reconciler):
             SCHEDULER,
         )
         return decision.node
+
+    def _lookup(self, kind: str, namespace: str, name: str) -> dict | None:
+        try:
+            return self.store.get(kind, name, namespace=namespace, copy=False)
+        except Exception:  # noqa: BLE001 - not found
+            return None
 
     def _patch_status(self, pod: dict, status: dict) -> dict:
         meta = pod["metadata"]
