@@ -156,14 +156,29 @@ def test_the_triggerer_s_admission_unsuspends(job):
     assert refusals(Request(TRIGGERER, "UPDATE", patched(old, unsuspend_patch(old, QUEUED_AT)), old)) == []
 
 
-def test_the_ui_s_cancel_verdict_and_a_fail_verdict_pass_on_a_running_or_queued_job(job):
+def test_the_ui_s_cancel_passes_and_the_triggerer_ends_a_job_it_ruled_failed(job):
     queued = created(job)
     running = patched(queued, unsuspend_patch(queued, QUEUED_AT))
     cancel = {"metadata": {"annotations": {labels.VERDICT: "Cancelled", labels.CANCELLED_BY: "admin"}}}
     for old in (queued, running):
         assert refusals(Request(API_SERVER, "UPDATE", patched(old, cancel), old)) == []
-        # A verdict suspends: stopping a job never needs the admitting identity.
-        assert refusals(Request(API_SERVER, "UPDATE", patched(old, verdict_patch(old, "X", "y")), old)) == []
+        # A job ruled failed is ended through its own deadline; a queued one is released with
+        # parallelism 0 for that (quota.ledger.verdict_patch): only the triggerers rule.
+        assert refusals(Request(TRIGGERER, "UPDATE", patched(old, verdict_patch(old, "X", "y")), old)) == []
+    assert (
+        refusals(Request(API_SERVER, "UPDATE", patched(running, verdict_patch(running, "X", "y")), running))
+        == []
+    )
+
+
+def test_releasing_a_queued_job_even_with_no_pods_is_the_triggerer_s_alone():
+    """Parallelism 0 starts nothing, but a later raise of it would: the unsuspend stays refused.
+    (An MPIJob ruled failed stays suspended, so only a batch Job is released to end it.)"""
+    queued = created(manifest(workers=1))
+    (message,) = refusals(
+        Request(API_SERVER, "UPDATE", patched(queued, verdict_patch(queued, "X", "y")), queued)
+    )
+    assert message.startswith("airflow-jobs rule admission-by-triggerer")
 
 
 def test_the_triggerer_opens_a_group_ledger():
