@@ -23,6 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 POLICY_MANIFEST = ROOT / "helm-values" / "quota-policy.yaml"
+CLAIM_MANIFEST = ROOT / "helm-values" / "example-artifacts-claim.yaml"
 BIN = Path(sys.executable).parent
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 STOP_GRACE_SECONDS = 25
@@ -133,6 +134,8 @@ class Stack:
         body = yaml.safe_load(POLICY_MANIFEST.read_text())
         api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
         api.create_namespaced_config_map("default", body)
+        # The example DAGs mount this claim; without it their pods would stay Pending, as on a real cluster.
+        api.create_namespaced_persistent_volume_claim("default", yaml.safe_load(CLAIM_MANIFEST.read_text()))
 
     def airflow(self, *args: str, timeout: float = 180) -> str:
         done = subprocess.run(
