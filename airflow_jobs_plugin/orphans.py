@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.lifecycle._objects import as_int, parse_time
 
 # Airflow's TaskInstanceState values (airflow-core ``airflow/utils/state.py``, 3.3) in which a try of the
 # task is running or will run, and so follows (or will reattach to) the task's live job. ``None`` is a
@@ -91,23 +92,6 @@ class Verdict:
     reason: str
 
 
-def _time(value: Any) -> datetime | None:
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def job_record(job: Mapping[str, Any], *, finished: bool) -> JobRecord:
     """The record of a Job or MPIJob, from the annotations the operator writes (exact Airflow ids)."""
     meta = job.get("metadata") or {}
@@ -115,13 +99,13 @@ def job_record(job: Mapping[str, Any], *, finished: bool) -> JobRecord:
     dag_id, task_id, run_id = (annotations.get(k) for k in (labels.DAG_ID, labels.TASK_ID, labels.RUN_ID))
     task = None
     if dag_id and task_id and run_id:
-        map_index = _int(annotations.get(labels.MAP_INDEX))
+        map_index = as_int(annotations.get(labels.MAP_INDEX))
         task = TaskRef(dag_id, task_id, run_id, -1 if map_index is None else map_index)
     return JobRecord(
         name=str(meta.get("name") or ""),
         task=task,
-        try_number=_int(annotations.get(labels.TRY_NUMBER)),
-        created_at=_time(meta.get("creationTimestamp")),
+        try_number=as_int(annotations.get(labels.TRY_NUMBER)),
+        created_at=parse_time(meta.get("creationTimestamp")),
         live=not finished and not meta.get("deletionTimestamp"),
     )
 

@@ -376,6 +376,27 @@ def queue_decisions(state: ClusterState) -> tuple[dict[str, quota.Decision], dic
     return {d.job.uid: d for d in decisions}, problems
 
 
+def _queue_status(
+    uid: str,
+    decisions: Mapping[str, quota.Decision],
+    problems: Mapping[str, str],
+    held: Mapping[str, quota.Reservation],
+) -> QueueStatus | None:
+    """What the pool's view says of a waiting job, as its snapshot reads it."""
+    if uid in decisions:
+        d = decisions[uid]
+        if d.verdict is quota.Verdict.ADMIT and uid not in held:
+            # The pool's rule says it fits, but no pass has reserved its GPUs yet: it still waits in
+            # the queue. Showing it SCHEDULING (QuotaReserved) would show a state it is not in.
+            return QueueStatus(
+                "Pending", d.position, "fits the quota now; the next admission pass releases it"
+            )
+        return QueueStatus(d.reason, d.position, d.message)
+    if uid in problems:
+        return QueueStatus("Inadmissible", None, problems[uid])
+    return None
+
+
 def snapshots(state: ClusterState) -> list[tuple[Mapping[str, Any], JobSnapshot]]:
     """Every job with its snapshot, the queue status and reservation taken from the pool's view."""
     decisions, problems = queue_decisions(state)
@@ -386,7 +407,14 @@ def snapshots(state: ClusterState) -> list[tuple[Mapping[str, Any], JobSnapshot]
         queue = None
         if uid in decisions:
             d = decisions[uid]
-            queue = QueueStatus(d.reason, d.position, d.message)
+            if d.reason == quota.Verdict.ADMIT.value and uid not in held:
+                # The pool's rule says it fits, but no pass has reserved its GPUs yet: it still waits
+                # in the queue. Showing it SCHEDULING (QuotaReserved) would show a state it is not in.
+                queue = QueueStatus(
+                    "Pending", d.position, "fits the quota now; the next admission pass releases it"
+                )
+            else:
+                queue = QueueStatus(d.reason, d.position, d.message)
         elif uid in problems:
             queue = QueueStatus("Inadmissible", None, problems[uid])
         reservation = held.get(uid)
@@ -834,12 +862,9 @@ def job_detail(
     if not any(str(_meta(j).get("uid") or "") == uid for j in jobs):
         jobs += (job,)
     decisions, problems = queue_decisions(dataclasses.replace(state, jobs=jobs))
-    queue = None
-    if uid in decisions:
-        queue = QueueStatus(decisions[uid].reason, decisions[uid].position, decisions[uid].message)
-    elif uid in problems:
-        queue = QueueStatus("Inadmissible", None, problems[uid])
-    held = {r.uid: r for r in _reservations(state)}.get(uid)
+    reservations = {r.uid: r for r in _reservations(state)}
+    queue = _queue_status(uid, decisions, problems, reservations)
+    held = reservations.get(uid)
     snap = snapshot(
         job,
         state.pods,
