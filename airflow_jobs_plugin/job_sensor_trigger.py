@@ -19,27 +19,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_jobs_plugin import tracking
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS
-from airflow_jobs_plugin.lifecycle import JobState, snapshot
+from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import EventStatus
-
-DEFAULT_TARGET_STATES = (JobState.SUCCEEDED.value,)
-DEFAULT_FAIL_STATES = (JobState.FAILED.value, JobState.CANCELLED.value)
-
-
-def check_states(target_states: Any, fail_states: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The sensor's states, validated: known state names, at least one target, no overlap."""
-    known = {s.value for s in JobState}
-    for field, states in (("target_states", target_states), ("fail_states", fail_states)):
-        bad = [s for s in states if s not in known]
-        if bad:
-            raise ValueError(f"{field}: unknown state(s) {bad}; known: {sorted(known)}")
-    if not target_states:
-        raise ValueError("target_states: give at least one state to wait for, e.g. ['SUCCEEDED']")
-    if set(target_states) & set(fail_states):
-        raise ValueError(
-            f"target_states and fail_states must not overlap: {sorted(set(target_states) & set(fail_states))}"
-        )
-    return tuple(target_states), tuple(fail_states)
+from airflow_jobs_plugin.tracking import DEFAULT_FAIL_STATES, DEFAULT_TARGET_STATES, check_states
 
 
 class JobSensorTrigger(BaseTrigger):

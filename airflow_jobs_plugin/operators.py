@@ -115,7 +115,15 @@ class JobOperator(BaseOperator):
         )
     """
 
-    template_fields: Sequence[str] = ("image", "command", "args", "env", "job_labels", "job_annotations")
+    template_fields: Sequence[str] = (
+        "image",
+        "command",
+        "args",
+        "env",
+        "init_containers",
+        "job_labels",
+        "job_annotations",
+    )
     template_fields_renderers = {"env": "json", "command": "py", "args": "py"}
     operator_extra_links = (JobLink(),)
     ui_color = "#7fb2e5"

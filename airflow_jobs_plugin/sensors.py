@@ -10,11 +10,16 @@ from airflow.exceptions import AirflowException
 from airflow.sdk import BaseSensorOperator
 
 from airflow_jobs_plugin import DEFAULT_CONN_ID
-from airflow_jobs_plugin.job_sensor_trigger import DEFAULT_FAIL_STATES, DEFAULT_TARGET_STATES, check_states
 from airflow_jobs_plugin.labels import LEGACY_JOB_NAME, MPI_JOB_NAME
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import JobEvent, failure_message
-from airflow_jobs_plugin.tracking import SensorVerdict, sensor_verdict
+from airflow_jobs_plugin.tracking import (
+    DEFAULT_FAIL_STATES,
+    DEFAULT_TARGET_STATES,
+    SensorVerdict,
+    check_states,
+    sensor_verdict,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -65,7 +65,7 @@ TOLERATION_OPERATORS = ("Equal", "Exists")
 TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # Arguments that may hold Jinja at parse time (the operator's template_fields); see validate(templated=...).
-TEMPLATED_FIELDS = ("image", "command", "args", "worker_command", "env")
+TEMPLATED_FIELDS = ("image", "command", "args", "worker_command", "env", "init_containers")
 
 MAIN_CONTAINER = "main"
 WAIT_FOR_WORKERS_CONTAINER = "wait-for-workers"
