@@ -28,7 +28,9 @@ def main(argv: list[str]) -> int:
         return 1
     manifest = json.loads(manifest_file.read_text())
     shards = int(manifest["shards"])
-    who = f"{os.environ.get('JOB_ROLE', 'replica')} {os.environ.get('JOB_RANK', '')}".strip()
+    role, rank = os.environ.get("JOB_ROLE", "replica"), os.environ.get("JOB_RANK", "")
+    # The launcher's JOB_RANK is -1 (it is no rank of the world): name it by its role alone.
+    who = role if role == "launcher" or not rank else f"{role} {rank}"
     for shard in range(1, shards + 1):
         time.sleep(STEP_SECONDS)
         print(f"fetch: {who}: shard {shard}/{shards} staged", flush=True)
