@@ -40,33 +40,40 @@ def _policy_path() -> str:
     return path
 
 
-@lru_cache(maxsize=4)
-def _load(path: str, mtime_ns: int) -> QuotaPolicy:
-    # Keyed by modification time: a policy ConfigMap updated in place is picked up on the next parse.
+@lru_cache(maxsize=8)
+def _text(path: str, mtime_ns: int) -> str:
+    # Keyed by modification time: a ConfigMap mounted and updated in place is picked up on the next parse.
     with open(path, encoding="utf-8") as fh:
-        return parse_policy(fh.read())
+        return fh.read()
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return _text(path, os.stat(path).st_mtime_ns)
+    except OSError as exc:
+        raise AirflowClusterPolicyViolation(f"cannot read the {what} {path}: {exc}") from exc
+
+
+@lru_cache(maxsize=8)
+def _policy(text: str) -> QuotaPolicy:
+    return parse_policy(text)
+
+
+@lru_cache(maxsize=8)
+def _charging(text: str) -> ChargingMap:
+    return parse_charging(text)
 
 
 def load_policy(path: str) -> QuotaPolicy:
     try:
-        return _load(path, os.stat(path).st_mtime_ns)
-    except OSError as exc:
-        raise AirflowClusterPolicyViolation(f"cannot read the quota policy {path}: {exc}") from exc
+        return _policy(_read(path, "quota policy"))
     except ValueError as exc:
         raise AirflowClusterPolicyViolation(f"the quota policy {path} is invalid: {exc}") from exc
 
 
-@lru_cache(maxsize=4)
-def _load_charging(path: str, mtime_ns: int) -> ChargingMap:
-    with open(path, encoding="utf-8") as fh:
-        return parse_charging(fh.read())
-
-
 def load_charging(path: str) -> ChargingMap:
     try:
-        return _load_charging(path, os.stat(path).st_mtime_ns)
-    except OSError as exc:
-        raise AirflowClusterPolicyViolation(f"cannot read the charging map {path}: {exc}") from exc
+        return _charging(_read(path, "charging map"))
     except ChargingError as exc:
         raise AirflowClusterPolicyViolation(f"the charging map {path} is invalid: {exc}") from exc
 

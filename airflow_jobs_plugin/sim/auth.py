@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
-import os
 import sys
-import tempfile
 from datetime import datetime, timezone
 
 from .config import ClusterConfig
@@ -93,28 +90,3 @@ def exec_user(ttl: float, *, secret: str | None = None, secret_file: str | None 
             "provideClusterInfo": False,
         }
     }
-
-
-def exec_kubeconfig_text(server: str, user: dict, name: str = "sim", namespace: str = "default") -> str:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "preferences": {},
-        "clusters": [{"name": name, "cluster": {"server": server}}],
-        "users": [{"name": name, "user": user}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
-        "current-context": name,
-    }
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def write_exec_kubeconfig(path: str | None, server: str, user: dict, name: str = "sim") -> str:
-    """Write a kubeconfig whose user is ``user`` (a private temp file when ``path`` is None)."""
-    text = exec_kubeconfig_text(server, user, name)
-    if path is None:
-        fd, path = tempfile.mkstemp(prefix="sim-kubeconfig-", suffix=".yaml")
-    else:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    return path

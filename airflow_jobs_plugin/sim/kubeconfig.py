@@ -21,6 +21,11 @@ def kubeconfig_text(
     user: dict = {"token": token} if token else {}
     if token and token_ttl is not None:
         user = exec_user(token_ttl, secret=token)
+    return user_kubeconfig_text(server, user, name, namespace)
+
+
+def user_kubeconfig_text(server: str, user: dict, name: str = "sim", namespace: str = "default") -> str:
+    """A kubeconfig document for ``server`` authenticating as ``user`` (a kubeconfig ``user`` entry)."""
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -37,7 +42,15 @@ def write_kubeconfig(
     path: str | None, server: str, token: str | None = None, name: str = "sim", token_ttl: float | None = None
 ) -> str:
     """Write a kubeconfig (to a new private temp file when ``path`` is None); returns its path."""
-    text = kubeconfig_text(server, token, name, token_ttl=token_ttl)
+    return _write(path, kubeconfig_text(server, token, name, token_ttl=token_ttl))
+
+
+def write_user_kubeconfig(path: str | None, server: str, user: dict, name: str = "sim") -> str:
+    """Write a kubeconfig whose user entry is ``user`` (an exec plugin, a token file, ...)."""
+    return _write(path, user_kubeconfig_text(server, user, name))
+
+
+def _write(path: str | None, text: str) -> str:
     if path is None:
         fd, path = tempfile.mkstemp(prefix="sim-kubeconfig-", suffix=".yaml")
         with os.fdopen(fd, "w") as fh:

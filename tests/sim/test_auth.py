@@ -19,6 +19,7 @@ from kubernetes_asyncio import client as k8s_client
 
 from airflow_jobs_plugin.kube import PODS, Credentials, KubeClient, KubeError, token_file_source
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster, auth
+from airflow_jobs_plugin.sim import kubeconfig as kubeconfig_file
 from airflow_jobs_plugin.sim.mint_token import main as mint_main
 from airflow_jobs_plugin.watch import Scope, SharedWatch
 
@@ -161,7 +162,7 @@ async def test_a_revoked_identity_is_an_error_naming_the_connection_and_the_watc
     namespace = fresh_namespace(expiring)
     secret_file = tmp_path / "secret"
     secret_file.write_text(SECRET)
-    kubeconfig = auth.write_exec_kubeconfig(
+    kubeconfig = kubeconfig_file.write_user_kubeconfig(
         str(tmp_path / "kubeconfig"), expiring.url, auth.exec_user(TTL, secret_file=str(secret_file))
     )
     client = await KubeClient.from_kubeconfig(kubeconfig)

@@ -22,6 +22,7 @@ from sim_fixtures import CONNECTION_ENV, connection_env
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.kube import JOBS, PODS, KubeClient, KubeError
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster, auth
+from airflow_jobs_plugin.sim import kubeconfig as kubeconfig_file
 from airflow_jobs_plugin.triggers import JobTrigger
 
 from .conftest import job_manifest, task_identity
@@ -128,7 +129,7 @@ async def test_a_connection_whose_renewed_token_is_refused_fails_with_its_name(
 
     secret_file = tmp_path / "secret"
     secret_file.write_text("not-the-clusters-secret")
-    kubeconfig = auth.write_exec_kubeconfig(
+    kubeconfig = kubeconfig_file.write_user_kubeconfig(
         str(tmp_path / "kubeconfig"), cluster.url, auth.exec_user(soak.ttl, secret_file=str(secret_file))
     )
     monkeypatch.setenv(
