@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from .errors import ApiError
-from .processes import rewrite
+from .processes import rewrite, with_default_signals
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ async def serve_exec(
     argv = list(rewrite(argv, mounts))
     try:
         process = await asyncio.create_subprocess_exec(
-            *argv,
+            *with_default_signals(argv),
             stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -16,6 +16,7 @@ approximated, and said so in docs/simulator.md:
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 from dataclasses import dataclass
@@ -48,6 +49,28 @@ def rewrite(argv: tuple[str, ...] | list[str], mounts: tuple[Mount, ...]) -> tup
             arg = arg.replace(m.path, m.local)
         out.append(arg)
     return tuple(out)
+
+
+# Signals a shell started in the background (``cmd &`` without job control, ``nohup``) ignores, and
+# passes on to every child. A container's process does not inherit them from whoever started the
+# kubelet, and POSIX forbids a non-interactive shell to trap a signal ignored on entry: the cncf XCom
+# sidecar's ``trap "exit 0" INT`` would never fire and its pod would never end.
+_INHERITED = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
+_RESET_AND_EXEC = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT): signal.signal(s, signal.SIG_DFL)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def with_default_signals(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``argv``, started through a reset of the signals this process ignores, if it ignores any.
+
+    Dispositions set to default survive ``exec``; the reset costs an interpreter start, so it is paid
+    only when this process was itself started ignoring a signal."""
+    if argv and any(signal.getsignal(s) == signal.SIG_IGN for s in _INHERITED):
+        return (sys.executable, "-c", _RESET_AND_EXEC, *argv)
+    return tuple(argv)
 
 
 _PGREP = '''#!{python}

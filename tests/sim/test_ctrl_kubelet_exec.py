@@ -263,3 +263,21 @@ def test_pods_exec_into_a_container_without_a_process_is_refused_with_the_reason
         urllib.request.urlopen(urllib.request.Request(url, method="POST"))
     status = json.loads(raised.value.read())
     assert raised.value.code == 400 and "runs no local process" in status["message"]
+
+
+def test_a_container_traps_sigint_even_when_the_simulator_was_started_ignoring_it():
+    """A suite or simulator started with ``&`` from a script ignores SIGINT and SIGQUIT; its containers
+    must not: the cncf XCom sidecar ends on ``trap "exit 0" INT``, which a shell cannot set for a signal
+    ignored on entry, so its pod (and the operator's exec session) would never end."""
+    import subprocess
+    import sys
+
+    script = (
+        "import signal, subprocess, sys\n"
+        "from airflow_jobs_plugin.sim.processes import with_default_signals\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "argv = ['sh', '-c', 'trap \"exit 7\" INT; kill -INT $$; sleep 5; exit 1']\n"
+        "sys.exit(subprocess.run(with_default_signals(argv)).returncode)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert done.returncode == 7

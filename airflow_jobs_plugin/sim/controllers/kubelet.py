@@ -1275,7 +1275,7 @@ class Kubelet(Reconciler):
         error: str | None = None
         try:
             process = await asyncio.create_subprocess_exec(
-                *proc.argv,
+                *processes.with_default_signals(proc.argv),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,
