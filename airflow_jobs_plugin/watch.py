@@ -329,12 +329,26 @@ class SharedWatch:
             fresh[item["metadata"]["name"]] = item
         old = self._cache[resource.plural]
         listed_at = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        # The list was taken before it arrived: a trigger may have folded in a newer read or write of an
+        # object meanwhile (absorb). The cache only moves forward, so the list never puts back an older
+        # version of it, nor deletes an object first seen after the list's version.
         for name in set(old) - set(fresh):
+            seen = old[name]["metadata"].get("resourceVersion")
+            if resource_version.compare(seen, listed_at) == 1:
+                continue
             self._apply(resource, "DELETED", old[name])
             if listed_at:  # gone by the list's version, whatever version it was last seen at
                 self._deleted[resource.plural][name] = listed_at
         for obj in fresh.values():
-            self._apply(resource, "MODIFIED" if obj["metadata"]["name"] in old else "ADDED", obj)
+            cached = old.get(obj["metadata"]["name"])
+            if cached is not None and (
+                resource_version.compare(
+                    obj["metadata"].get("resourceVersion"), cached["metadata"].get("resourceVersion")
+                )
+                == -1
+            ):
+                continue
+            self._apply(resource, "MODIFIED" if cached is not None else "ADDED", obj)
         self._synced[resource.plural].set()
         return str((listing.get("metadata") or {}).get("resourceVersion") or "")
 

@@ -75,3 +75,37 @@ async def test_a_write_result_is_folded_in_only_over_the_version_the_write_repla
     w._apply(JOBS, "MODIFIED", obj("j", "13", kind="Job", spec={"suspend": False}, status={"active": 1}))
     assert not w.absorb(JOBS, obj("j", "11", kind="Job", spec={"suspend": False}), replaces="10")
     assert w.get(JOBS, "j")["metadata"]["resourceVersion"] == "13"
+
+
+class _SlowList:
+    """A client whose LIST answers with what it read before a read the test folds in meanwhile."""
+
+    def __init__(self, items: list[dict], listed_at: str):
+        self.items, self.listed_at = items, listed_at
+        self.answered = None
+
+    async def list(self, resource, namespace, *, label_selector=None, field_selector=None) -> dict:
+        import asyncio
+
+        self.answered = asyncio.Event()
+        await self.answered.wait()
+        return {"items": [dict(i) for i in self.items], "metadata": {"resourceVersion": self.listed_at}}
+
+
+async def test_a_relist_taken_before_a_fresher_read_does_not_put_the_older_version_back():
+    """A watch drop forces a relist; while it is in flight the trigger reads the job's pods for its final
+    look (the pod has failed meanwhile). The list, taken earlier, must not turn the pod back to Running:
+    the final event would report a failed job with no exit code."""
+    import asyncio
+
+    client = _SlowList([obj("p", "10", status={"phase": "Running"})], listed_at="10")
+    w = SharedWatch(client, "default")  # type: ignore[arg-type]
+    w._apply(PODS, "ADDED", obj("p", "10", status={"phase": "Running"}))
+    relist = asyncio.create_task(w._relist(PODS))
+    await asyncio.sleep(0)
+    assert w.absorb(PODS, obj("p", "12", status={"phase": "Failed"}))
+    assert w.absorb(PODS, obj("q", "13", status={"phase": "Pending"}))  # created after the list
+    client.answered.set()
+    await relist
+    assert w.get(PODS, "p")["status"]["phase"] == "Failed"
+    assert w.get(PODS, "q") is not None
