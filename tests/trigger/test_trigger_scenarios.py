@@ -215,7 +215,9 @@ async def test_an_mpi_job_goes_through_launcher_init_then_runs_to_success(client
     set_scenario(
         body,
         "launcher",
-        {"wait-for-workers": {"run": 5}, "main": {"run": 5, "logs": ["mpirun: rank 0 done"]}},
+        # The init phase lasts 1.5 s here: long enough to be seen on a loaded machine, where a trigger
+        # may look only every few hundred milliseconds; a 50 ms phase is not a state a user would see.
+        {"wait-for-workers": {"run": 150}, "main": {"run": 5, "logs": ["mpirun: rank 0 done"]}},
     )
     name = await submit(client, body)
     (event,) = await run_trigger(JobTrigger(job_name=name, namespace="default", kind="MPIJob"))
