@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 STATE_KEY = TASK_STATE_KEY  # the task_state_store key of the current job
+RESULT_XCOM_KEY = "result"  # the XCom key of the JSON the job wrote to /dev/termination-log
 
 # Arguments an earlier version accepted without ever applying them: the quota policy sets these.
 POLICY_ONLY = {
@@ -453,6 +454,9 @@ class JobOperator(BaseOperator):
                 result["attempts"],
                 result["gpu_seconds"] or 0,
             )
+            if ended.result is not None and "ti" in context:
+                # Its own key too, so a downstream task pulls the job's metrics without the summary.
+                context["ti"].xcom_push(key=RESULT_XCOM_KEY, value=ended.result)
             return result
         message = failure_message(ended)
         if ended.cancelled:

@@ -263,3 +263,33 @@ def test_pods_exec_into_a_container_without_a_process_is_refused_with_the_reason
         urllib.request.urlopen(urllib.request.Request(url, method="POST"))
     status = json.loads(raised.value.read())
     assert raised.value.code == 400 and "runs no local process" in status["message"]
+
+
+def test_the_termination_message_is_the_file_the_process_wrote_at_its_termination_message_path(cluster, ns):
+    # kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go (v1.31): the kubelet reads the file on
+    # exit, success or not; FallbackToLogsOnError reads the log only when the file is empty.
+    store = cluster.store
+    pods = {
+        "wrote": sh("main", "echo '{\"accuracy\": 0.9}' > /dev/termination-log"),
+        "custom": sh("main", "printf done > /tmp/result.json", terminationMessagePath="/tmp/result.json"),
+        "fell-back": sh(
+            "main", "echo first; echo last words; exit 2", terminationMessagePolicy="FallbackToLogsOnError"
+        ),
+    }
+    for name, container in pods.items():
+        store.create(
+            "pods",
+            {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "containers": [container]}},
+            namespace=ns,
+        )
+    for name in pods:
+        wait_for(lambda name=name: phase(cluster, ns, name) in ("Succeeded", "Failed"), timeout=30)
+
+    def message(name: str) -> str:
+        return store.get("pods", name, ns)["status"]["containerStatuses"][0]["state"]["terminated"].get(
+            "message", ""
+        )
+
+    assert message("wrote") == '{"accuracy": 0.9}\n'
+    assert message("custom") == "done"
+    assert message("fell-back") == "first\nlast words"
