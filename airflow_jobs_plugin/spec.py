@@ -1670,6 +1670,7 @@ _DEFAULTS: dict[str, Any] = {}  # filled below, from validate's own signature: o
 _WHOLE_NUMBERS = frozenset(
     {"gpus", "workers", "backoff_limit", "max_attempts", "requeue_limit", "priority", "launcher_gpus"}
 )
+_WHOLE_NUMBER_LISTS = frozenset({"retryable_exit_codes", "fatal_exit_codes"})
 _BOOLEANS = frozenset({"wait_for_workers"})
 _DURATIONS = frozenset(
     {
@@ -1698,6 +1699,8 @@ def _settle(given: dict[str, Any], *, templated: bool, rendered: frozenset[str])
                 value = _DEFERRED
         elif name in rendered and isinstance(value, str):
             value = _from_text(name, value)
+        elif name in rendered and name in _WHOLE_NUMBER_LISTS and isinstance(value, list | tuple):
+            value = [_from_text("gpus", item) if isinstance(item, str) else item for item in value]
         out[name] = value
     return out
 
