@@ -386,7 +386,7 @@ class JobOperator(BaseOperator):
             try_number=ti.try_number,
         )
         store = context.get("task_state_store")
-        tries = dict(
+        tries: dict[str, Any] = dict(
             try_number=ti.try_number, max_tries=getattr(ti, "max_tries", None), retries=self.retries or 0
         )
         delivered = None  # without a task_state_store nothing says what was returned: adopt no success
@@ -424,7 +424,7 @@ class JobOperator(BaseOperator):
         self.defer(
             trigger=JobTrigger(
                 job_name=job.name,
-                namespace=spec.namespace,
+                namespace=spec.namespace or "default",
                 kind=job.kind,
                 kubernetes_conn_id=self.kubernetes_conn_id,
                 max_attempts=spec.max_attempts,

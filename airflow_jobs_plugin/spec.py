@@ -319,6 +319,7 @@ class FrozenMap(Mapping):
     """An immutable, hashable, insertion-ordered mapping used for every mapping inside a JobSpec."""
 
     __slots__ = ("_data",)
+    _data: dict[Any, Any]
 
     def __init__(self, data: Mapping | Any = ()) -> None:
         object.__setattr__(self, "_data", dict(data))
@@ -652,7 +653,7 @@ def job_name(*identity: Any, attempt: int = 1, **named: Any) -> str:
     number is part of the hash, so each Airflow try has its own family of attempts.
     """
     if len(identity) == 6 and not isinstance(identity[0], TaskIdentity):
-        identity, attempt = identity[:5], identity[5]
+        identity, attempt = identity[:5], int(identity[-1])
     return f"{task_key(*identity, **named)}-a{_check_attempt(attempt)}"
 
 
@@ -1084,16 +1085,17 @@ class _Checker:
             effect = item.get("effect") or ""
             seconds = item.get("tolerationSeconds")
             before = len(self.problems.items)
-            if key and label_key_problem(key):
-                self.add(f"{where}.key", label_key_problem(key))
+            key_problem = label_key_problem(key) if key else None
+            if key_problem:
+                self.add(f"{where}.key", key_problem)
             self.choice(f"{where}.operator", operator, TOLERATION_OPERATORS)
             self.choice(f"{where}.effect", effect, TOLERATION_EFFECTS)
             if not isinstance(val, str):
                 self.add(f"{where}.value", f"must be a string, got {_show(val)} -- quote it")
             elif operator == "Exists" and val:
                 self.add(f"{where}.value", "must be empty when operator is 'Exists'")
-            elif val and label_value_problem(val):
-                self.add(f"{where}.value", label_value_problem(val))
+            elif val and (value_problem := label_value_problem(val)):
+                self.add(f"{where}.value", value_problem)
             if not key and operator != "Exists":
                 self.add(f"{where}.operator", "must be 'Exists' when key is empty (tolerate every taint)")
             if seconds is not None:
@@ -1138,7 +1140,7 @@ class _Checker:
                 )
                 ok = False
                 continue
-            seen.add(name)
+            seen.add(str(name))
             sources = [k for k in item if k != "name"]
             if len(sources) != 1 or sources[0] not in VOLUME_SOURCES:
                 self.add(
@@ -1186,8 +1188,8 @@ class _Checker:
             if len(self.problems.items) != before:
                 ok = False
                 continue
-            paths.add(path)
-            out.append(VolumeMount(name, path, read_only, sub))
+            paths.add(str(path))
+            out.append(VolumeMount(str(name), str(path), read_only, sub))
         return tuple(out) if ok else _MISSING
 
     def exit_codes(self, field: str, value: Any) -> Any:
@@ -1236,7 +1238,7 @@ class _Checker:
                     self.add(f"{where}.name", f"{name!r} is used twice")
                 elif name in (MAIN_CONTAINER, WAIT_FOR_WORKERS_CONTAINER):
                     self.add(f"{where}.name", f"{name!r} is reserved for the product's own containers")
-                seen.add(name)
+                seen.add(str(name))
             self.image(f"{where}.image", item.get("image"))
             mounts = self.volume_mounts(item.get("volumeMounts"), f"{where}.volumeMounts")
             if mounts is not _MISSING and volume_names is not None:

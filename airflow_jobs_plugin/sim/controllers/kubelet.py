@@ -1250,7 +1250,7 @@ class Kubelet(Reconciler):
         pod_dir = os.path.join(root, "pods", run.uid or key.replace("/", "_"))
         os.makedirs(pod_dir, exist_ok=True)
         spec = pod.get("spec", {})
-        container = next(
+        container: dict = next(
             (
                 c
                 for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
