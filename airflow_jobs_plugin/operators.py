@@ -356,9 +356,14 @@ class JobOperator(BaseOperator):
 
     def _spec(self, *, templated: bool) -> JobSpec:
         values = self._job_arguments()
-        if not templated and self.pod_template_file:
+        path = self.pod_template_file
+        if path is not None and not contains_unrendered(path) and not isinstance(path, str):
+            raise JobSpecError(
+                "pod_template_file", f"must be a path to a YAML or JSON file, got {type(path).__name__}"
+            )
+        if not templated and path:
             values["pod_template"] = merge_under(
-                read_pod_template_file(self.pod_template_file), dict(values["pod_template"] or {})
+                read_pod_template_file(path), dict(values["pod_template"] or {})
             )
         rendered = {
             "labels" if n == "job_labels" else "annotations" if n == "job_annotations" else n

@@ -1744,6 +1744,17 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
         for i, mount in enumerate(v["volume_mounts"]):
             if mount.name not in volume_names:
                 c.add(f"volume_mounts[{i}].name", _undeclared(mount.name, volume_names))
+    if (
+        ok("container_resources", "cpu", "memory")
+        and any(name.startswith("hugepages-") for name in v["container_resources"])
+        and v["cpu"] is None
+        and v["memory"] is None
+    ):
+        # kubernetes pkg/apis/core/validation/validation.go (v1.31), ValidateResourceRequirements:
+        # "HugePages require cpu or memory".
+        c.add(
+            "container_resources", "hugepages need cpu or memory set too (the API server refuses them alone)"
+        )
     if ok("retry_backoff", "retry_backoff_max") and v["retry_backoff"] > v["retry_backoff_max"]:
         c.add(
             "retry_backoff",

@@ -191,6 +191,11 @@ def test_a_bad_pod_field_is_named_with_its_fix(arg, value, field, fix):
     assert fix in problems[field], problems[field]
 
 
+def test_hugepages_without_cpu_or_memory_are_refused_as_the_api_server_does():
+    assert "cpu or memory" in errors(container_resources={"hugepages-2Mi": "1Gi"})["container_resources"]
+    validate(**BASE, memory="4Gi", shm_size=None, container_resources={"hugepages-2Mi": "1Gi"})
+
+
 def test_shm_larger_than_the_memory_limit_is_refused():
     assert "raise memory" in errors(memory="4Gi", shm_size="8Gi")["shm_size"]
 
@@ -274,6 +279,26 @@ def test_pod_template_cannot_override_the_products_fields():
 )
 def test_pod_template_cannot_take_gpus_or_relabel_the_job_behind_the_quotas_back(template, field):
     assert field in errors(pod_template=template)
+
+
+def test_a_pod_template_file_is_read_when_the_task_runs_and_merged_under_pod_template(tmp_path):
+    from airflow_jobs_plugin.operators import JobOperator
+
+    path = tmp_path / "pod.yaml"
+    path.write_text("spec:\n  hostIPC: true\n  dnsPolicy: Default\n")
+    op = JobOperator(
+        task_id="t",
+        **BASE,
+        pod_template={"spec": {"dnsPolicy": "ClusterFirst"}},
+        pod_template_file=str(path),
+    )
+    spec = op._spec(templated=False)
+    assert spec.pod_template["spec"] == {"hostIPC": True, "dnsPolicy": "ClusterFirst"}
+    op.pod_template_file = str(tmp_path / "missing.yaml")
+    with pytest.raises(JobSpecError, match=r"^pod_template_file: cannot read"):
+        op._spec(templated=False)
+    with pytest.raises(JobSpecError, match=r"^pod_template_file: must be a path"):
+        JobOperator(task_id="t", **BASE, pod_template_file=3)
 
 
 def test_merge_under_lays_the_products_mapping_over_the_authors_and_merges_named_lists_by_name():
