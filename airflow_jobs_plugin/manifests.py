@@ -360,7 +360,22 @@ def _pod_template(
     if spec.security_context:
         pod["securityContext"] = thaw(spec.security_context)
     own = {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
-    return merge_under(thaw(spec.pod_template), own) if spec.pod_template else own
+    return merge_under(_as_main(thaw(spec.pod_template)), own) if spec.pod_template else own
+
+
+# The KubernetesPodOperator's pod templates call the container it runs "base"
+# (cncf provider operators/pod.py, BASE_CONTAINER_NAME): here it is the main container.
+KPO_BASE_CONTAINER = "base"
+
+
+def _as_main(template: dict) -> dict:
+    containers = (template.get("spec") or {}).get("containers") or []
+    names = {c.get("name") for c in containers if isinstance(c, dict)}
+    if KPO_BASE_CONTAINER in names and MAIN_CONTAINER not in names:
+        for container in containers:
+            if container.get("name") == KPO_BASE_CONTAINER:
+                container["name"] = MAIN_CONTAINER
+    return template
 
 
 def merge_under(base: Any, own: Any) -> Any:

@@ -232,6 +232,15 @@ def test_pod_template_adds_what_the_product_does_not_set_and_keeps_sidecars():
     assert template["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
 
 
+def test_a_kubernetes_pod_operator_template_s_base_container_is_the_main_one():
+    template = {
+        "spec": {"containers": [{"name": "base", "image": "x/y:1", "ports": [{"containerPort": 8080}]}]}
+    }
+    pod = manifest(pod_template=template)["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["main"]
+    assert main(pod)["ports"] == [{"containerPort": 8080}] and main(pod)["image"] == "ghcr.io/org/train:1.2"
+
+
 def test_pod_template_cannot_override_the_products_fields():
     clean = manifest()
     m = manifest(pod_template=TEMPLATE)
