@@ -1702,7 +1702,7 @@ def _settle(given: dict[str, Any], *, templated: bool, rendered: frozenset[str])
         elif name in rendered and isinstance(value, str):
             value = _from_text(name, value)
         elif name in rendered and name in _WHOLE_NUMBER_LISTS and isinstance(value, list | tuple):
-            value = [_from_text("gpus", item) if isinstance(item, str) else item for item in value]
+            value = [_whole_from_text(item) if isinstance(item, str) else item for item in value]
         out[name] = value
     return out
 
@@ -1711,8 +1711,8 @@ def _from_text(name: str, text: str) -> Any:
     """A rendered template's text as the type the argument takes; unchanged when it spells none, so
     the usual check reports it."""
     stripped = text.strip()
-    if name in _WHOLE_NUMBERS and re.fullmatch(r"[+-]?\d+", stripped):
-        return int(stripped)
+    if name in _WHOLE_NUMBERS:
+        return _whole_from_text(text)
     if name in _BOOLEANS and stripped.lower() in ("true", "false"):
         return stripped.lower() == "true"
     if name in _DURATIONS:
@@ -1725,6 +1725,11 @@ def _from_text(name: str, text: str) -> Any:
     if stripped == "None" and _DEFAULTS.get(name, "") is None:
         return None
     return text
+
+
+def _whole_from_text(text: str) -> Any:
+    stripped = text.strip()
+    return int(stripped) if re.fullmatch(r"[+-]?\d+", stripped) else text
 
 
 _DEFAULTS.update(
