@@ -74,6 +74,9 @@ from airflow_jobs_plugin.spec import (
     ENV_USER,
     ENV_WORLD_SIZE,
     MAIN_CONTAINER,
+    SHM_PATH,
+    SHM_VOLUME,
+    TERMINATION_MESSAGE_PATH,
     WAIT_FOR_WORKERS_CONTAINER,
     JobSpec,
     TaskIdentity,
@@ -247,7 +250,7 @@ def _env(spec: JobSpec, name: str, attempt: int, role: str, rank: int | None, gp
     return env
 
 
-def _resources(cpu: str | None, memory: str | None, gpus: int) -> dict:
+def _resources(spec: JobSpec, cpu: str | None, memory: str | None, gpus: int) -> dict:
     # requests == limits: GPUs (extended resources) require it, and Guaranteed QoS keeps a training
     # pod from being the first one the kubelet evicts under memory pressure.
     amounts: dict[str, str] = {}
@@ -255,8 +258,9 @@ def _resources(cpu: str | None, memory: str | None, gpus: int) -> dict:
         amounts["cpu"] = cpu
     if memory is not None:
         amounts["memory"] = memory
+    amounts.update(spec.container_resources)
     if gpus:
-        amounts[keys.GPU_RESOURCE] = str(gpus)
+        amounts[spec.gpu_resource] = str(gpus)
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
 
@@ -274,12 +278,24 @@ def _container(
     if args:
         container["args"] = list(args)
     container["env"] = env
+    if spec.env_from:
+        container["envFrom"] = thaw(spec.env_from)
     if resources:
         container["resources"] = resources
-    if spec.volume_mounts:
-        container["volumeMounts"] = [m.to_k8s() for m in spec.volume_mounts]
+    mounts = [m.to_k8s() for m in spec.volume_mounts]
+    if spec.shm_size:
+        mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
+    if mounts:
+        container["volumeMounts"] = mounts
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
+    if spec.container_security_context:
+        container["securityContext"] = thaw(spec.container_security_context)
+    # The job's result: a small JSON document the program writes to this file on success. On a failure
+    # without one, the kubelet puts the log's tail there instead (FallbackToLogsOnError), which the
+    # failure message can show even after the pod's log is gone.
+    container["terminationMessagePath"] = TERMINATION_MESSAGE_PATH
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return container
 
 
@@ -324,15 +340,73 @@ def _pod_template(
     pod["containers"] = [container]
     if spec.node_selector:
         pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.affinity:
+        pod["affinity"] = thaw(spec.affinity)
     if spec.tolerations:
         pod["tolerations"] = [t.to_k8s() for t in spec.tolerations]
-    if spec.volumes:
-        pod["volumes"] = thaw(spec.volumes)
+    volumes = thaw(spec.volumes)
+    if spec.shm_size:
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}})
+    if volumes:
+        pod["volumes"] = volumes
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
     if spec.service_account:
         pod["serviceAccountName"] = spec.service_account
-    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+    if spec.priority_class_name:
+        pod["priorityClassName"] = spec.priority_class_name
+    if spec.scheduler_name:
+        pod["schedulerName"] = spec.scheduler_name
+    if spec.security_context:
+        pod["securityContext"] = thaw(spec.security_context)
+    own = {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+    return merge_under(_as_main(thaw(spec.pod_template)), own) if spec.pod_template else own
+
+
+# The KubernetesPodOperator's pod templates call the container it runs "base"
+# (cncf provider operators/pod.py, BASE_CONTAINER_NAME): here it is the main container.
+KPO_BASE_CONTAINER = "base"
+
+
+def _as_main(template: dict) -> dict:
+    containers = (template.get("spec") or {}).get("containers") or []
+    names = {c.get("name") for c in containers if isinstance(c, dict)}
+    if KPO_BASE_CONTAINER in names and MAIN_CONTAINER not in names:
+        for container in containers:
+            if container.get("name") == KPO_BASE_CONTAINER:
+                container["name"] = MAIN_CONTAINER
+    return template
+
+
+def merge_under(base: Any, own: Any) -> Any:
+    """The author's ``pod_template`` (``base``) with the product's pod template laid over it.
+
+    The product's fields win wherever both set one: every label and annotation key the product writes,
+    ``restartPolicy``, the main container's image, command, env, resources (so its GPU count), and so on.
+    Mappings merge key by key; lists of named items (containers, volumes, env, ...) merge item by item
+    on ``name``, the author's extra items kept (a sidecar, a volume); other lists are the product's when
+    it sets one. ``suspend`` is not reachable from a pod template (it is a Job field), and
+    :func:`~airflow_jobs_plugin.spec.validate` refuses GPU resources and the product's variables in
+    the template, so nothing in it can take GPUs the quota did not charge.
+    """
+    if isinstance(base, dict) and isinstance(own, dict):
+        merged = dict(base)
+        for key, value in own.items():
+            merged[key] = merge_under(base[key], value) if key in base else value
+        return merged
+    if isinstance(base, list) and isinstance(own, list) and _named(base) and _named(own):
+        theirs = {item["name"]: item for item in base}
+        mine = {item["name"] for item in own}
+        # The product's items first, in its order (the main container stays the default one), each laid
+        # over the author's item of the same name; then the author's other items.
+        return [merge_under(theirs[o["name"]], o) if o["name"] in theirs else o for o in own] + [
+            item for item in base if item["name"] not in mine
+        ]
+    return own
+
+
+def _named(items: list) -> bool:
+    return all(isinstance(item, dict) and isinstance(item.get("name"), str) for item in items)
 
 
 def _metadata(spec: JobSpec, name: str, task: TaskIdentity, attempt: int, queued_at: datetime) -> dict:
@@ -376,7 +450,7 @@ def build_job(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, que
         env=env,
         command=spec.command,
         args=spec.args,
-        resources=_resources(spec.cpu, spec.memory, spec.gpus),
+        resources=_resources(spec, spec.cpu, spec.memory, spec.gpus),
     )
     template = _pod_template(
         spec,
@@ -411,6 +485,7 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
     if spec.wait_for_workers:
         launcher_init.append(_wait_for_workers_container(spec, launcher_env))
     launcher_resources = _resources(
+        spec,
         spec.launcher_cpu if spec.launcher_cpu is not None else spec.cpu,
         spec.launcher_memory if spec.launcher_memory is not None else spec.memory,
         spec.launcher_gpus,
@@ -436,7 +511,7 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
             env=worker_env,
             command=spec.worker_command or DEFAULT_WORKER_COMMAND,
             args=None,
-            resources=_resources(spec.cpu, spec.memory, spec.gpus),
+            resources=_resources(spec, spec.cpu, spec.memory, spec.gpus),
         ),
         init_containers=_author_init_containers(spec, worker_env),
         restart_policy=None,

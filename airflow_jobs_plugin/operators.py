@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
 from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
+from airflow_jobs_plugin.manifests import merge_under
 from airflow_jobs_plugin.outcome import (
     JobEvent,
     TryOutcome,
@@ -23,57 +24,20 @@ from airflow_jobs_plugin.outcome import (
     repeated_fatal_failure,
     summary,
 )
-from airflow_jobs_plugin.spec import JobSpec, JobSpecError, TaskIdentity, validate
+from airflow_jobs_plugin.spec import (
+    JOB_ARGUMENTS,
+    JobSpec,
+    JobSpecError,
+    TaskIdentity,
+    contains_unrendered,
+    validate,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 STATE_KEY = TASK_STATE_KEY  # the task_state_store key of the current job
-
-# Operator arguments that describe the job itself (validated together into a JobSpec).
-SPEC_ARGS = (
-    "image",
-    "command",
-    "args",
-    "env",
-    "gpus",
-    "workers",
-    "cpu",
-    "memory",
-    "node_selector",
-    "tolerations",
-    "volumes",
-    "volume_mounts",
-    "group",
-    "user",
-    "namespace",
-    "backoff_limit",
-    "max_attempts",
-    "retry_backoff",
-    "retry_backoff_max",
-    "retryable_exit_codes",
-    "fatal_exit_codes",
-    "queue_timeout",
-    "schedule_timeout",
-    "requeue_limit",
-    "active_deadline",
-    "ttl_after_finished",
-    "job_labels",
-    "job_annotations",
-    "priority",
-    "launcher_gpus",
-    "launcher_cpu",
-    "launcher_memory",
-    "worker_command",
-    "wait_for_workers",
-    "launcher_creation_policy",
-    "mpi_implementation",
-    "init_containers",
-    "image_pull_policy",
-    "image_pull_secrets",
-    "service_account",
-)
-
+RESULT_XCOM_KEY = "result"  # the XCom key of the JSON the job wrote to /dev/termination-log
 
 # Arguments an earlier version accepted without ever applying them: the quota policy sets these.
 POLICY_ONLY = {
@@ -82,6 +46,59 @@ POLICY_ONLY = {
     "requeue_backoff_max": "the back-off between requeues is capped by the quota policy's "
     "requeue_backoff.cap (set by the platform admin in the policy ConfigMap): remove this argument",
 }
+
+# KubernetesPodOperator arguments (apache-airflow-providers-cncf-kubernetes operators/pod.py, 10.x)
+# that JobOperator spells differently or handles another way: the author gets the right name instead
+# of Airflow's generic "Invalid arguments were passed".
+KPO_NAMES = {
+    "cmds": "use command (a list, or one shell string)",
+    "arguments": "use args",
+    "env_vars": "use env (a mapping of name to value or to a valueFrom mapping)",
+    "labels": "use job_labels (they go on the job and on every pod)",
+    "annotations": "use job_annotations",
+    "service_account_name": "use service_account",
+    "get_logs": "use stream_logs",
+    "container_logs": "use stream_logs (every container's log is streamed, prefixed by rank)",
+    "log_events_on_failure": "remove it: the job's events are always part of its failure message",
+    "name": "remove it: the job is named after the DAG, task, run and attempt (deterministic, so a "
+    "retried task finds its job)",
+    "random_name_suffix": "remove it: job names are deterministic",
+    "full_pod_spec": "use pod_template (a dict) or pod_template_file",
+    "pod_template_dict": "use pod_template",
+    "resources": "use cpu, memory, gpus and container_resources",
+    "startup_timeout_seconds": "use schedule_timeout (a timedelta or seconds)",
+    "active_deadline_seconds": "use active_deadline (a timedelta or seconds)",
+    "on_finish_action": "use ttl_after_finished: the job and its pods are kept that long after it ends",
+    "is_delete_operator_pod": "use ttl_after_finished: the job and its pods are kept that long after it ends",
+    "reattach_on_restart": "remove it: a retried task always reattaches to its job",
+    "in_cluster": "use kubernetes_conn_id (an Airflow Kubernetes connection)",
+    "config_file": "use kubernetes_conn_id (an Airflow Kubernetes connection)",
+    "cluster_context": "use kubernetes_conn_id (an Airflow Kubernetes connection)",
+    "poll_interval": "remove it: the triggerer follows the job through a watch, not by polling",
+    "hostnetwork": "use pod_template={'spec': {'hostNetwork': True}}",
+    "dnspolicy": "use pod_template={'spec': {'dnsPolicy': ...}}",
+    "termination_grace_period": "use pod_template={'spec': {'terminationGracePeriodSeconds': ...}}",
+    "ports": "use pod_template with the main container's ports: {'spec': {'containers': [{'name': 'main', "
+    "'ports': [...]}]}}",
+}
+
+
+def read_pod_template_file(path: str) -> dict[str, Any]:
+    """The pod in a YAML or JSON file (``pod_template_file``), or a JobSpecError naming the argument."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded = yaml.safe_load(handle)
+    except OSError as exc:
+        raise JobSpecError("pod_template_file", f"cannot read {path!r}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise JobSpecError("pod_template_file", f"{path!r} is not valid YAML or JSON: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise JobSpecError(
+            "pod_template_file", f"{path!r} must hold one pod mapping, got {type(loaded).__name__}"
+        )
+    return loaded
 
 
 class JobLink(BaseOperatorLink):
@@ -99,7 +116,10 @@ class JobOperator(BaseOperator):
     ``workers=1`` submits a ``batch/v1`` Job; ``workers>1`` a kubeflow ``MPIJob`` with one launcher and
     that many workers. The job waits for its group's GPU quota, runs, streams its logs into this task's
     log, retries retryable failures with a back-off, and fails with the state, reason, exit codes and last
-    log lines. Invalid arguments fail when the DAG is parsed, naming the argument.
+    log lines. Invalid arguments fail when the DAG is parsed, naming the argument; every job argument may
+    be a Jinja template or an XComArg, checked once rendered with the same messages. On success the task
+    returns a summary; a JSON document the program wrote to ``/dev/termination-log`` is in it under
+    ``result`` and is also pushed as the XCom key ``result``. See docs/operator.md for every argument.
 
     Example::
 
@@ -113,18 +133,80 @@ class JobOperator(BaseOperator):
             env={"DATA": "/project/vision/data"},
             max_attempts=3,
         )
+
+    :param image: container image of every container the job runs (``registry/repo:tag``).
+    :param group: the quota group charged for the job's GPUs.
+    :param user: the user charged inside the group; the task's ``owner`` when unset.
+    :param command: the program: a list (exec form) or one string, run through ``sh -c``.
+    :param args: arguments after ``command`` (a list of strings).
+    :param env: environment variables: name to a string, or to one ``valueFrom`` mapping such as
+        ``{'secretKeyRef': {'name': 'wandb', 'key': 'api-key'}}``.
+    :param env_from: whole Secrets or ConfigMaps as variables: ``[{'secretRef': {'name': 'creds'}}]``.
+    :param gpus: GPUs per worker (0 to 64); the quota charges workers x gpus (+ the launcher's).
+    :param gpu_resource: the extended resource the GPUs are: ``nvidia.com/gpu`` (default), a MIG profile
+        such as ``nvidia.com/mig-1g.10gb``, ``amd.com/gpu``.
+    :param workers: 1 runs one pod (a Job); more run an MPIJob with that many workers and a launcher.
+    :param cpu: CPU per worker (a quantity: ``'8'``, ``'500m'``); requests equal limits.
+    :param memory: memory per worker (``'64Gi'``); requests equal limits.
+    :param container_resources: other resources of the main container, e.g. ``{'rdma/ib': 1,
+        'hugepages-2Mi': '1Gi', 'ephemeral-storage': '100Gi'}``; requests equal limits.
+    :param shm_size: size of the memory-backed ``/dev/shm``: ``'auto'`` (8Gi, or half of ``memory``
+        when that is lower), a quantity, or None for the runtime's 64Mi default.
+    :param node_selector: node labels the pods require.
+    :param affinity: a Kubernetes ``Affinity`` mapping (node, pod, pod anti-affinity).
+    :param tolerations: Kubernetes tolerations (mappings or ``V1Toleration``).
+    :param volumes: Kubernetes volumes of every pod.
+    :param volume_mounts: mounts of those volumes in every container.
+    :param namespace: namespace of the job.
+    :param priority_class_name: the pods' PriorityClass (the scheduler's preemption order).
+    :param scheduler_name: the scheduler that places the pods (Volcano, a coscheduling plugin, ...).
+    :param security_context: the pods' ``PodSecurityContext`` mapping.
+    :param container_security_context: the main container's ``SecurityContext`` mapping, e.g.
+        ``{'capabilities': {'add': ['IPC_LOCK']}}`` for RDMA.
+    :param pod_template: a pod (``{'metadata': ..., 'spec': ...}``) the product's pod is laid over: the
+        product's fields win where both set one; it may not ask for GPUs.
+    :param pod_template_file: a YAML or JSON file holding such a pod, read when the task runs; merged
+        under ``pod_template``.
+    :param backoff_limit: pod retries inside one attempt.
+    :param max_attempts: job-level attempts (new job, through the queue) for retryable failures.
+    :param retry_backoff: first back-off between attempts (doubles each time).
+    :param retry_backoff_max: longest back-off between attempts.
+    :param retryable_exit_codes: exit codes that start a new attempt.
+    :param fatal_exit_codes: exit codes that fail the task with no retry at all.
+    :param queue_timeout: fail the job if it waits longer than this for quota (None: no limit).
+    :param schedule_timeout: requeue an admitted job whose pods are not all placed within this.
+    :param requeue_limit: requeues before the job fails (``'policy'``: the quota policy's; None: no limit).
+    :param active_deadline: running time limit of one attempt (None: no limit).
+    :param ttl_after_finished: how long a finished job and its pods are kept.
+    :param job_labels: labels on the job and every pod.
+    :param job_annotations: annotations on the job and every pod.
+    :param priority: queue order inside the group: -1000..1000 or ``'low'``, ``'normal'``, ``'high'``.
+    :param launcher_gpus: MPI only: 0, or ``gpus`` to make the launcher an extra worker.
+    :param launcher_cpu: MPI only: the launcher's CPU (default: ``cpu``).
+    :param launcher_memory: MPI only: the launcher's memory (default: ``memory``).
+    :param worker_command: MPI only: what the workers run (default: ``sshd``).
+    :param wait_for_workers: MPI only: the launcher waits until every worker's name resolves.
+    :param launcher_creation_policy: MPI only: ``WaitForWorkersReady`` or ``AtStartup``.
+    :param mpi_implementation: MPI only: ``OpenMPI``, ``Intel`` or ``MPICH``.
+    :param init_containers: containers that run before the main one, in every pod.
+    :param image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``.
+    :param image_pull_secrets: names of Secrets to pull the image with.
+    :param service_account: the pods' ServiceAccount.
+    :param kubernetes_conn_id: the Airflow Kubernetes connection of the cluster.
+    :param stream_logs: stream the pods' logs into the task log.
+    :param quota_configmap: the quota policy ConfigMap (default: the deployment's configuration).
+    :param quota_namespace: the namespace of that ConfigMap.
     """
 
-    template_fields: Sequence[str] = (
-        "image",
-        "command",
-        "args",
-        "env",
-        "init_containers",
-        "job_labels",
-        "job_annotations",
-    )
-    template_fields_renderers = {"env": "json", "command": "py", "args": "py"}
+    # Every job argument may be Jinja or an XComArg (Airflow resolves XComArgs in template fields).
+    template_fields: Sequence[str] = (*JOB_ARGUMENTS, "pod_template_file")
+    template_fields_renderers = {
+        "env": "json",
+        "command": "py",
+        "args": "py",
+        "pod_template": "json",
+        "affinity": "json",
+    }
     operator_extra_links = (JobLink(),)
     ui_color = "#7fb2e5"
 
@@ -132,78 +214,162 @@ class JobOperator(BaseOperator):
         self,
         *,
         image: str,
+        group: str,
+        user: str | None = None,
         command: Sequence[str] | str | None = None,
         args: Sequence[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        gpus: int = 0,
-        workers: int = 1,
+        env: Mapping[str, Any] | None = None,
+        env_from: Sequence[Mapping[str, Any]] | None = None,
+        gpus: int | str = 0,
+        gpu_resource: str = spec_defaults.DEFAULT_GPU_RESOURCE,
+        workers: int | str = 1,
         cpu: str | None = None,
         memory: str | None = None,
+        container_resources: Mapping[str, Any] | None = None,
+        shm_size: str | None = spec_defaults.SHM_AUTO,
         node_selector: Mapping[str, str] | None = None,
+        affinity: Mapping[str, Any] | None = None,
         tolerations: Sequence[Mapping[str, Any]] | None = None,
         volumes: Sequence[Mapping[str, Any]] | None = None,
         volume_mounts: Sequence[Mapping[str, Any]] | None = None,
-        group: str,
-        user: str | None = None,
         namespace: str = "default",
-        kubernetes_conn_id: str = DEFAULT_CONN_ID,
-        backoff_limit: int = spec_defaults.DEFAULT_BACKOFF_LIMIT,
-        max_attempts: int = spec_defaults.DEFAULT_MAX_ATTEMPTS,
-        retry_backoff: timedelta = spec_defaults.DEFAULT_RETRY_BACKOFF,
-        retry_backoff_max: timedelta = spec_defaults.DEFAULT_RETRY_BACKOFF_MAX,
+        priority_class_name: str | None = None,
+        scheduler_name: str | None = None,
+        security_context: Mapping[str, Any] | None = None,
+        container_security_context: Mapping[str, Any] | None = None,
+        pod_template: Mapping[str, Any] | None = None,
+        pod_template_file: str | None = None,
+        backoff_limit: int | str = spec_defaults.DEFAULT_BACKOFF_LIMIT,
+        max_attempts: int | str = spec_defaults.DEFAULT_MAX_ATTEMPTS,
+        retry_backoff: timedelta | float | str = spec_defaults.DEFAULT_RETRY_BACKOFF,
+        retry_backoff_max: timedelta | float | str = spec_defaults.DEFAULT_RETRY_BACKOFF_MAX,
         retryable_exit_codes: Sequence[int] = (),
         fatal_exit_codes: Sequence[int] = (),
-        queue_timeout: timedelta | None = None,
-        schedule_timeout: timedelta = spec_defaults.DEFAULT_SCHEDULE_TIMEOUT,
+        queue_timeout: timedelta | float | str | None = None,
+        schedule_timeout: timedelta | float | str = spec_defaults.DEFAULT_SCHEDULE_TIMEOUT,
         requeue_limit: int | str | None = spec_defaults.DEFAULT_REQUEUE_LIMIT,
-        active_deadline: timedelta | None = spec_defaults.DEFAULT_ACTIVE_DEADLINE,
-        ttl_after_finished: timedelta | None = spec_defaults.DEFAULT_TTL_AFTER_FINISHED,
+        active_deadline: timedelta | float | str | None = spec_defaults.DEFAULT_ACTIVE_DEADLINE,
+        ttl_after_finished: timedelta | float | str | None = spec_defaults.DEFAULT_TTL_AFTER_FINISHED,
         job_labels: Mapping[str, str] | None = None,
         job_annotations: Mapping[str, str] | None = None,
         priority: int | str = 0,
-        launcher_gpus: int = 0,
+        launcher_gpus: int | str = 0,
         launcher_cpu: str | None = None,
         launcher_memory: str | None = None,
         worker_command: Sequence[str] | str | None = None,
-        wait_for_workers: bool = True,
+        wait_for_workers: bool | str = True,
         launcher_creation_policy: str = "WaitForWorkersReady",
         mpi_implementation: str = "OpenMPI",
         init_containers: Sequence[Mapping[str, Any]] | None = None,
         image_pull_policy: str | None = None,
         image_pull_secrets: Sequence[str] | None = None,
         service_account: str | None = None,
+        kubernetes_conn_id: str = DEFAULT_CONN_ID,
         stream_logs: bool = True,
         quota_configmap: str | None = None,
         quota_namespace: str | None = None,
         **kwargs: Any,
-    ):
+    ) -> None:
         for gone in sorted(set(kwargs) & set(POLICY_ONLY)):
             raise JobSpecError(gone, POLICY_ONLY[gone])
+        renamed = sorted(set(kwargs) & set(KPO_NAMES))
+        if renamed:
+            problems = tuple(
+                (name, f"is a KubernetesPodOperator argument; JobOperator has no {name} -- {KPO_NAMES[name]}")
+                for name in renamed
+            )
+            raise JobSpecError(*problems[0], problems)
         super().__init__(**kwargs)
-        values = locals()
-        for arg in SPEC_ARGS:
-            setattr(self, arg, values[arg])
-        self.env = dict(env or {})
-        self.job_labels = dict(job_labels or {})
-        self.job_annotations = dict(job_annotations or {})
-        self.retryable_exit_codes = tuple(retryable_exit_codes)
-        self.fatal_exit_codes = tuple(fatal_exit_codes)
+        self.image = image
+        self.group = group
+        self.user = user
+        self.command = command
+        self.args = args
+        self.env = env
+        self.env_from = env_from
+        self.gpus = gpus
+        self.gpu_resource = gpu_resource
+        self.workers = workers
+        self.cpu = cpu
+        self.memory = memory
+        self.container_resources = container_resources
+        self.shm_size = shm_size
+        self.node_selector = node_selector
+        self.affinity = affinity
+        self.tolerations = tolerations
+        self.volumes = volumes
+        self.volume_mounts = volume_mounts
+        self.namespace = namespace
+        self.priority_class_name = priority_class_name
+        self.scheduler_name = scheduler_name
+        self.security_context = security_context
+        self.container_security_context = container_security_context
+        self.pod_template = pod_template
+        self.pod_template_file = pod_template_file
+        self.backoff_limit = backoff_limit
+        self.max_attempts = max_attempts
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
+        self.retryable_exit_codes = retryable_exit_codes
+        self.fatal_exit_codes = fatal_exit_codes
+        self.queue_timeout = queue_timeout
+        self.schedule_timeout = schedule_timeout
+        self.requeue_limit = requeue_limit
+        self.active_deadline = active_deadline
+        self.ttl_after_finished = ttl_after_finished
+        self.job_labels = job_labels
+        self.job_annotations = job_annotations
+        self.priority = priority
+        self.launcher_gpus = launcher_gpus
+        self.launcher_cpu = launcher_cpu
+        self.launcher_memory = launcher_memory
+        self.worker_command = worker_command
+        self.wait_for_workers = wait_for_workers
+        self.launcher_creation_policy = launcher_creation_policy
+        self.mpi_implementation = mpi_implementation
+        self.init_containers = init_containers
+        self.image_pull_policy = image_pull_policy
+        self.image_pull_secrets = image_pull_secrets
+        self.service_account = service_account
         self.kubernetes_conn_id = kubernetes_conn_id
         self.stream_logs = stream_logs
         self.quota_configmap = quota_configmap
         self.quota_namespace = quota_namespace
-        # Parse-time check: a bad argument fails the DAG import, naming the argument. Values that are
-        # still Jinja templates are checked again once rendered, in execute().
+        # The arguments Airflow will render or resolve before execute(): their rendered text is read
+        # as the type it spells (gpus="{{ params.gpus }}" renders to "4").
+        self._from_templates = frozenset(
+            name for name in self.template_fields if contains_unrendered(getattr(self, name))
+        )
+        # Parse-time check: a bad argument fails the DAG import, naming the argument. Templates and
+        # XComArgs are checked once rendered, in execute(), with the same messages.
         self._spec(templated=True)
 
     # --- the spec ---
 
-    def _spec(self, *, templated: bool) -> JobSpec:
-        values = {arg: getattr(self, arg) for arg in SPEC_ARGS}
+    def _job_arguments(self) -> dict[str, Any]:
+        values = {name: getattr(self, name) for name in JOB_ARGUMENTS}
         values["labels"] = values.pop("job_labels")
         values["annotations"] = values.pop("job_annotations")
-        values["user"] = values["user"] or self.owner
-        return validate(**values, templated=templated)
+        if values["user"] is None:
+            values["user"] = self.owner
+        return values
+
+    def _spec(self, *, templated: bool) -> JobSpec:
+        values = self._job_arguments()
+        path = self.pod_template_file
+        if path is not None and not contains_unrendered(path) and not isinstance(path, str):
+            raise JobSpecError(
+                "pod_template_file", f"must be a path to a YAML or JSON file, got {type(path).__name__}"
+            )
+        if not templated and path:
+            values["pod_template"] = merge_under(
+                read_pod_template_file(path), dict(values["pod_template"] or {})
+            )
+        rendered = {
+            "labels" if n == "job_labels" else "annotations" if n == "job_annotations" else n
+            for n in self._from_templates
+        }
+        return validate(**values, templated=templated, rendered=rendered)
 
     # --- execute ---
 
@@ -225,7 +391,7 @@ class JobOperator(BaseOperator):
             try_number=ti.try_number,
         )
         store = context.get("task_state_store")
-        tries = dict(
+        tries: dict[str, Any] = dict(
             try_number=ti.try_number, max_tries=getattr(ti, "max_tries", None), retries=self.retries or 0
         )
         delivered = None  # without a task_state_store nothing says what was returned: adopt no success
@@ -263,7 +429,7 @@ class JobOperator(BaseOperator):
         self.defer(
             trigger=JobTrigger(
                 job_name=job.name,
-                namespace=spec.namespace,
+                namespace=spec.namespace or "default",
                 kind=job.kind,
                 kubernetes_conn_id=self.kubernetes_conn_id,
                 max_attempts=spec.max_attempts,
@@ -293,6 +459,9 @@ class JobOperator(BaseOperator):
                 result["attempts"],
                 result["gpu_seconds"] or 0,
             )
+            if ended.result is not None and "ti" in context:
+                # Its own key too, so a downstream task pulls the job's metrics without the summary.
+                context["ti"].xcom_push(key=RESULT_XCOM_KEY, value=ended.result)
             return result
         message = failure_message(ended)
         if ended.cancelled:

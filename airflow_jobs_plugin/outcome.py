@@ -196,6 +196,7 @@ class JobEvent:
     retryable: bool = False
     cancelled_by: str = ""  # set for a CANCELLED job: who, and when (ISO 8601)
     cancelled_at: str = ""
+    result: Any = None  # the JSON document the job wrote to its termination message (results.py)
 
     @property
     def succeeded(self) -> bool:
@@ -233,6 +234,7 @@ class JobEvent:
             "retryable": self.retryable,
             "cancelled_by": self.cancelled_by,
             "cancelled_at": self.cancelled_at,
+            "result": self.result,
         }
 
     @classmethod
@@ -265,6 +267,7 @@ class JobEvent:
             retryable=bool(payload.get("retryable")),
             cancelled_by=str(payload.get("cancelled_by") or ""),
             cancelled_at=str(payload.get("cancelled_at") or ""),
+            result=payload.get("result"),
         )
 
 
@@ -282,6 +285,7 @@ def summary(event: JobEvent) -> dict[str, Any]:
         "queued_at": history[0].queued_at if history else None,
         "started_at": history[-1].started_at if history else None,
         "finished_at": history[-1].finished_at if history else None,
+        "result": event.result,
     }
 
 

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 
 def _valid(version: str | None) -> bool:
-    return bool(version) and version.isdigit() and version.isascii() and version[0] != "0"
+    return (
+        bool(version)
+        and version is not None
+        and version.isdigit()
+        and version.isascii()
+        and version[0] != "0"
+    )
 
 
 def compare(a: str | None, b: str | None) -> int | None:

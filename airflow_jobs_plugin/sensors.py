@@ -44,6 +44,15 @@ class JobSensor(BaseSensorOperator):
             kind="MPIJob",
             target_states=["SUCCEEDED"],
         )
+
+    :param job_name: the job to wait for (its attempt's name, e.g. ``nightly-train-a1``); or give ``labels``.
+    :param labels: wait for the newest job carrying all these labels instead of a name.
+    :param kind: ``Job`` or ``MPIJob``.
+    :param namespace: namespace of the job.
+    :param kubernetes_conn_id: the Airflow Kubernetes connection of the cluster.
+    :param target_states: job states that end the wait successfully (a state passed on the way counts).
+    :param fail_states: job states that fail the task.
+    :param deferrable: wait on the triggerer (default) instead of poking from a worker slot.
     """
 
     template_fields: Sequence[str] = ("job_name", "labels")
@@ -68,7 +77,7 @@ class JobSensor(BaseSensorOperator):
             raise ValueError(f"kind: must be 'Job' or 'MPIJob', got {kind!r}")
         self.target_states, self.fail_states = check_states(tuple(target_states), tuple(fail_states))
         self.job_name = job_name
-        self.labels = dict(labels or {})
+        self.labels = labels
         self.kind = kind
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
@@ -76,7 +85,7 @@ class JobSensor(BaseSensorOperator):
 
     @property
     def _selector(self) -> str | None:
-        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())) or None
+        return ",".join(f"{k}={v}" for k, v in sorted((self.labels or {}).items())) or None
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:

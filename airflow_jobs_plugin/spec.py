@@ -23,6 +23,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import re
@@ -64,8 +65,113 @@ IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
-# Arguments that may hold Jinja at parse time (the operator's template_fields); see validate(templated=...).
-TEMPLATED_FIELDS = ("image", "command", "args", "worker_command", "env", "init_containers")
+# The one list of job arguments: the operator's parameters that describe the job, in the order of
+# validate()'s. The operator's template_fields are this list (every job argument may be Jinja or an
+# XComArg); tests check that JobOperator.__init__, validate() and JobSpec agree with it.
+JOB_ARGUMENTS = (
+    "image",
+    "group",
+    "user",
+    "command",
+    "args",
+    "env",
+    "env_from",
+    "gpus",
+    "gpu_resource",
+    "workers",
+    "cpu",
+    "memory",
+    "container_resources",
+    "shm_size",
+    "node_selector",
+    "affinity",
+    "tolerations",
+    "volumes",
+    "volume_mounts",
+    "namespace",
+    "priority_class_name",
+    "scheduler_name",
+    "security_context",
+    "container_security_context",
+    "pod_template",
+    "backoff_limit",
+    "max_attempts",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retryable_exit_codes",
+    "fatal_exit_codes",
+    "queue_timeout",
+    "schedule_timeout",
+    "requeue_limit",
+    "active_deadline",
+    "ttl_after_finished",
+    "job_labels",
+    "job_annotations",
+    "priority",
+    "launcher_gpus",
+    "launcher_cpu",
+    "launcher_memory",
+    "worker_command",
+    "wait_for_workers",
+    "launcher_creation_policy",
+    "mpi_implementation",
+    "init_containers",
+    "image_pull_policy",
+    "image_pull_secrets",
+    "service_account",
+)
+# Kept for callers that ask which arguments may hold Jinja: all of them.
+TEMPLATED_FIELDS = JOB_ARGUMENTS
+
+# GPUs: the extended resource the job asks for. MIG slices (nvidia.com/mig-1g.10gb) and other vendors'
+# devices (amd.com/gpu) are whole-number extended resources too; the quota counts them per name.
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+# Resource names that are GPUs whatever the job's gpu_resource: only the gpus argument may ask for them,
+# so a container_resources entry or a pod_template cannot take GPUs the quota does not charge.
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/")
+
+# /dev/shm: Docker's and containerd's 64 MiB default starves PyTorch DataLoader workers, which pass
+# batches through shared memory. "auto" mounts a memory-backed emptyDir of 8Gi, or half of `memory`
+# when that is set lower (tmpfs pages count against the container's memory limit).
+SHM_AUTO = "auto"
+DEFAULT_SHM_SIZE = "8Gi"
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
+
+# Results: the container writes a small JSON document here; Kubernetes copies it into the pod status.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+POD_SECURITY_CONTEXT_KEYS = (
+    "appArmorProfile",
+    "fsGroup",
+    "fsGroupChangePolicy",
+    "runAsGroup",
+    "runAsNonRoot",
+    "runAsUser",
+    "seLinuxChangePolicy",
+    "seLinuxOptions",
+    "seccompProfile",
+    "supplementalGroups",
+    "supplementalGroupsPolicy",
+    "sysctls",
+    "windowsOptions",
+)
+CONTAINER_SECURITY_CONTEXT_KEYS = (
+    "allowPrivilegeEscalation",
+    "appArmorProfile",
+    "capabilities",
+    "privileged",
+    "procMount",
+    "readOnlyRootFilesystem",
+    "runAsGroup",
+    "runAsNonRoot",
+    "runAsUser",
+    "seLinuxOptions",
+    "seccompProfile",
+    "windowsOptions",
+)
+ENV_FROM_SOURCES = ("secretRef", "configMapRef")
 
 MAIN_CONTAINER = "main"
 WAIT_FOR_WORKERS_CONTAINER = "wait-for-workers"
@@ -213,6 +319,7 @@ class FrozenMap(Mapping):
     """An immutable, hashable, insertion-ordered mapping used for every mapping inside a JobSpec."""
 
     __slots__ = ("_data",)
+    _data: dict[Any, Any]
 
     def __init__(self, data: Mapping | Any = ()) -> None:
         object.__setattr__(self, "_data", dict(data))
@@ -378,6 +485,16 @@ class JobSpec:
     image_pull_policy: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     service_account: str | None = None
+    env_from: tuple[FrozenMap, ...] = ()
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
+    container_resources: FrozenMap = FrozenMap()
+    shm_size: str | None = DEFAULT_SHM_SIZE
+    affinity: FrozenMap = FrozenMap()
+    priority_class_name: str | None = None
+    scheduler_name: str | None = None
+    security_context: FrozenMap = FrozenMap()
+    container_security_context: FrozenMap = FrozenMap()
+    pod_template: FrozenMap = FrozenMap()
 
     @classmethod
     def build(cls, **kwargs: Any) -> JobSpec:
@@ -536,7 +653,7 @@ def job_name(*identity: Any, attempt: int = 1, **named: Any) -> str:
     number is part of the hash, so each Airflow try has its own family of attempts.
     """
     if len(identity) == 6 and not isinstance(identity[0], TaskIdentity):
-        identity, attempt = identity[:5], identity[5]
+        identity, attempt = identity[:5], int(identity[-1])
     return f"{task_key(*identity, **named)}-a{_check_attempt(attempt)}"
 
 
@@ -583,6 +700,26 @@ def is_dns_label(text: str) -> bool:
 
 def _is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def is_unrendered(value: Any) -> bool:
+    """True for a value Airflow replaces before ``execute``: a Jinja string or an XComArg.
+
+    XComArgs are recognised by shape (``resolve`` and ``iter_references``, Airflow's ``ResolveMixin``)
+    so this module stays free of Airflow imports.
+    """
+    return _is_template(value) or (hasattr(value, "resolve") and hasattr(value, "iter_references"))
+
+
+def contains_unrendered(value: Any) -> bool:
+    """True when ``value`` or anything nested in it (mapping keys and values, list items) is unrendered."""
+    if is_unrendered(value):
+        return True
+    if isinstance(value, Mapping):
+        return any(contains_unrendered(k) or contains_unrendered(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(contains_unrendered(v) for v in value)
+    return False
 
 
 def _show(value: Any) -> str:
@@ -948,16 +1085,17 @@ class _Checker:
             effect = item.get("effect") or ""
             seconds = item.get("tolerationSeconds")
             before = len(self.problems.items)
-            if key and label_key_problem(key):
-                self.add(f"{where}.key", label_key_problem(key))
+            key_problem = label_key_problem(key) if key else None
+            if key_problem:
+                self.add(f"{where}.key", key_problem)
             self.choice(f"{where}.operator", operator, TOLERATION_OPERATORS)
             self.choice(f"{where}.effect", effect, TOLERATION_EFFECTS)
             if not isinstance(val, str):
                 self.add(f"{where}.value", f"must be a string, got {_show(val)} -- quote it")
             elif operator == "Exists" and val:
                 self.add(f"{where}.value", "must be empty when operator is 'Exists'")
-            elif val and label_value_problem(val):
-                self.add(f"{where}.value", label_value_problem(val))
+            elif val and (value_problem := label_value_problem(val)):
+                self.add(f"{where}.value", value_problem)
             if not key and operator != "Exists":
                 self.add(f"{where}.operator", "must be 'Exists' when key is empty (tolerate every taint)")
             if seconds is not None:
@@ -1002,7 +1140,7 @@ class _Checker:
                 )
                 ok = False
                 continue
-            seen.add(name)
+            seen.add(str(name))
             sources = [k for k in item if k != "name"]
             if len(sources) != 1 or sources[0] not in VOLUME_SOURCES:
                 self.add(
@@ -1050,8 +1188,8 @@ class _Checker:
             if len(self.problems.items) != before:
                 ok = False
                 continue
-            paths.add(path)
-            out.append(VolumeMount(name, path, read_only, sub))
+            paths.add(str(path))
+            out.append(VolumeMount(str(name), str(path), read_only, sub))
         return tuple(out) if ok else _MISSING
 
     def exit_codes(self, field: str, value: Any) -> Any:
@@ -1100,7 +1238,7 @@ class _Checker:
                     self.add(f"{where}.name", f"{name!r} is used twice")
                 elif name in (MAIN_CONTAINER, WAIT_FOR_WORKERS_CONTAINER):
                     self.add(f"{where}.name", f"{name!r} is reserved for the product's own containers")
-                seen.add(name)
+                seen.add(str(name))
             self.image(f"{where}.image", item.get("image"))
             mounts = self.volume_mounts(item.get("volumeMounts"), f"{where}.volumeMounts")
             if mounts is not _MISSING and volume_names is not None:
@@ -1126,6 +1264,192 @@ class _Checker:
             if parsed is not _MISSING:
                 out.append(parsed)
         return tuple(out) if len(out) == len(items) else _MISSING
+
+    def known_keys(self, field: str, value: Any, allowed: tuple[str, ...], example: str) -> Any:
+        """A Kubernetes object given as a mapping whose top-level keys must be among ``allowed``."""
+        raw = self.mapping(field, value)
+        if raw is _MISSING:
+            return raw
+        ok = True
+        for key in raw:
+            if key not in allowed:
+                match = [a for a in allowed if isinstance(key, str) and a.lower() == key.lower()]
+                hint = f" -- did you mean {match[0]!r}?" if match else f"; allowed: {', '.join(allowed)}"
+                self.add(f"{field}.{key}", f"is not a field of {example}{hint}")
+                ok = False
+        return freeze(dict(raw)) if ok else _MISSING
+
+    def env_from(self, value: Any) -> Any:
+        items = self.sequence("env_from", value)
+        if items is _MISSING:
+            return items
+        out = []
+        ok = True
+        for i, item in enumerate(items):
+            where = f"env_from[{i}]"
+            example = "{'secretRef': {'name': 'wandb'}} or {'configMapRef': {'name': 'train-config'}}"
+            if not isinstance(item, Mapping):
+                self.add(where, f"must be a mapping like {example}, got {_show(item)}")
+                ok = False
+                continue
+            sources = [k for k in item if k != "prefix"]
+            if len(sources) != 1 or sources[0] not in ENV_FROM_SOURCES:
+                self.add(
+                    where,
+                    f"must have exactly one of secretRef, configMapRef (and an optional prefix), e.g. {example}",
+                )
+                ok = False
+                continue
+            before = len(self.problems.items)
+            ref = item[sources[0]]
+            if not isinstance(ref, Mapping):
+                self.add(f"{where}.{sources[0]}", f"must be a mapping with a name, got {_show(ref)}")
+            else:
+                self.dns_name(f"{where}.{sources[0]}.name", ref.get("name"), subdomain=True)
+                extra = sorted(set(ref) - {"name", "optional"})
+                if extra:
+                    self.add(f"{where}.{sources[0]}.{extra[0]}", "unknown field; allowed: name, optional")
+                if not isinstance(ref.get("optional", False), bool):
+                    self.add(f"{where}.{sources[0]}.optional", "must be true or false")
+            prefix = item.get("prefix", "")
+            if not isinstance(prefix, str) or (prefix and not _ENV_NAME.match(prefix)):
+                self.add(f"{where}.prefix", f"must be a valid variable-name prefix, got {_show(prefix)}")
+            if len(self.problems.items) != before:
+                ok = False
+                continue
+            out.append(freeze(dict(item)))
+        return tuple(out) if ok else _MISSING
+
+    def resource_name(self, field: str, value: Any) -> Any:
+        if not isinstance(value, str):
+            return self.add(field, f"must be a string such as 'nvidia.com/gpu', got {_show(value)}")
+        prefix, _, name = value.partition("/")
+        if (
+            not name
+            or label_key_problem(value)
+            or prefix.endswith("kubernetes.io")
+            or prefix.endswith("k8s.io")
+        ):
+            return self.add(
+                field,
+                f"{value!r} is not an extended resource name: '<vendor domain>/<name>' such as "
+                "'nvidia.com/gpu', 'nvidia.com/mig-1g.10gb' or 'amd.com/gpu'",
+            )
+        return value
+
+    def container_resources(self, value: Any, gpu_resource: Any) -> Any:
+        raw = self.mapping("container_resources", value)
+        if raw is _MISSING:
+            return raw
+        if set(raw) & {"requests", "limits"}:
+            return self.add(
+                "container_resources",
+                "takes resource names and amounts, e.g. {'rdma/ib': 1, 'hugepages-2Mi': '1Gi'}; requests "
+                "and limits are both set to them (GPUs and extended resources require it)",
+            )
+        out: dict[str, str] = {}
+        for name, amount in raw.items():
+            where = f"container_resources.{name}"
+            if name in ("cpu", "memory"):
+                self.add(where, f"use the {name} argument")
+                continue
+            if name == gpu_resource or (isinstance(name, str) and name.startswith(GPU_RESOURCE_PREFIXES)):
+                self.add(where, "is a GPU resource: use gpus (and gpu_resource), which the quota charges")
+                continue
+            standard = name == "ephemeral-storage" or (
+                isinstance(name, str) and name.startswith("hugepages-")
+            )
+            if not standard and self.resource_name(where, name) is _MISSING:
+                continue
+            if isinstance(name, str) and name.startswith("hugepages-") and parse_quantity(name[10:]) is None:
+                self.add(
+                    where, "hugepages resources are named by page size, e.g. 'hugepages-2Mi', 'hugepages-1Gi'"
+                )
+                continue
+            parsed = self.quantity(where, amount, memory=False)
+            if parsed is _MISSING:
+                continue
+            # Extended resources are whole devices: the API server refuses fractions
+            # (kubernetes pkg/apis/core/validation/validation.go, validateResourceQuantityValue, v1.31).
+            number = parse_quantity(parsed)
+            if not standard and number is not None and number != number.to_integral_value():
+                self.add(where, f"must be a whole number of devices, got {parsed!r}")
+                continue
+            out[name] = parsed
+        return FrozenMap(out)
+
+    def shm_size(self, value: Any, memory: Any) -> Any:
+        if value is None or value is False:
+            return None
+        if value == SHM_AUTO:
+            if isinstance(memory, str):
+                limit = parse_quantity(memory)
+                if limit is not None and limit < 2 * parse_quantity(DEFAULT_SHM_SIZE):  # type: ignore[operator]
+                    return f"{int(limit / 2 / 2**20)}Mi"
+            return DEFAULT_SHM_SIZE
+        parsed = self.quantity("shm_size", value, memory=True)
+        if parsed is _MISSING or not isinstance(memory, str):
+            return parsed
+        size, limit = parse_quantity(parsed), parse_quantity(memory)
+        if size is not None and limit is not None and size > limit:
+            return self.add(
+                "shm_size",
+                f"{parsed!r} is more than memory {memory!r}: /dev/shm pages count against the container's "
+                "memory limit -- lower shm_size or raise memory",
+            )
+        return parsed
+
+    def pod_template(self, value: Any, gpu_resource: Any) -> Any:
+        raw = self.mapping("pod_template", value)
+        if raw is _MISSING or not raw:
+            return raw if raw is _MISSING else FrozenMap()
+        before = len(self.problems.items)
+        for key in raw:
+            if key not in ("apiVersion", "kind", "metadata", "spec"):
+                self.add(f"pod_template.{key}", "unknown field; a pod template has metadata and spec")
+        if raw.get("kind", "Pod") != "Pod":
+            self.add("pod_template.kind", f"must be 'Pod', got {_show(raw.get('kind'))}")
+        meta = raw.get("metadata") or {}
+        if not isinstance(meta, Mapping):
+            self.add("pod_template.metadata", f"must be a mapping, got {_show(meta)}")
+        else:
+            self.string_map(
+                "pod_template.metadata.labels", meta.get("labels"), label_values=True, reserved_ok=False
+            )
+            self.string_map(
+                "pod_template.metadata.annotations",
+                meta.get("annotations"),
+                label_values=False,
+                reserved_ok=False,
+            )
+        pod = raw.get("spec") or {}
+        if not isinstance(pod, Mapping):
+            self.add("pod_template.spec", f"must be a mapping, got {_show(pod)}")
+            pod = {}
+        for kind in ("containers", "initContainers"):
+            containers = pod.get(kind) or []
+            if not isinstance(containers, list | tuple):
+                self.add(f"pod_template.spec.{kind}", f"must be a list, got {_show(containers)}")
+                continue
+            for i, container in enumerate(containers):
+                where = f"pod_template.spec.{kind}[{i}]"
+                if not isinstance(container, Mapping):
+                    self.add(where, f"must be a container mapping, got {_show(container)}")
+                    continue
+                resources = container.get("resources") or {}
+                for part in ("requests", "limits"):
+                    for name in (resources.get(part) or {}) if isinstance(resources, Mapping) else ():
+                        if name == gpu_resource or str(name).startswith(GPU_RESOURCE_PREFIXES):
+                            self.add(
+                                f"{where}.resources.{part}.{name}",
+                                "GPUs come only from the gpus argument, which the quota charges -- remove it",
+                            )
+                for j, var in enumerate(container.get("env") or []):
+                    if isinstance(var, Mapping) and var.get("name") in (*PRODUCT_ENV, *DEVICE_PLUGIN_ENV):
+                        self.add(f"{where}.env[{j}]", f"{var.get('name')} is set by the product -- remove it")
+        if len(self.problems.items) != before:
+            return _MISSING
+        return freeze(dict(raw))
 
     def priority(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -1161,15 +1485,25 @@ def validate(
     command: Any = None,
     args: Any = None,
     env: Any = None,
+    env_from: Any = None,
     gpus: Any = 0,
+    gpu_resource: Any = DEFAULT_GPU_RESOURCE,
     workers: Any = 1,
     cpu: Any = None,
     memory: Any = None,
+    container_resources: Any = None,
+    shm_size: Any = SHM_AUTO,
     node_selector: Any = None,
+    affinity: Any = None,
     tolerations: Any = None,
     volumes: Any = None,
     volume_mounts: Any = None,
     namespace: Any = None,
+    priority_class_name: Any = None,
+    scheduler_name: Any = None,
+    security_context: Any = None,
+    container_security_context: Any = None,
+    pod_template: Any = None,
     backoff_limit: Any = DEFAULT_BACKOFF_LIMIT,
     max_attempts: Any = DEFAULT_MAX_ATTEMPTS,
     retry_backoff: Any = DEFAULT_RETRY_BACKOFF,
@@ -1196,87 +1530,213 @@ def validate(
     image_pull_secrets: Any = None,
     service_account: Any = None,
     templated: bool = False,
+    rendered: frozenset[str] | set[str] = frozenset(),
 ) -> JobSpec:
     """Check DAG-author arguments and return the normalized :class:`JobSpec`.
 
     Raises :class:`JobSpecError` naming every wrong argument (``gpus: must be a whole number from 0
-    to 64, got -2``). With ``templated=True`` (parse time, before Jinja rendering) strings containing
-    ``{{`` or ``{%`` in ``image``, ``command``, ``args``, ``worker_command`` and ``env`` values skip
-    their grammar checks.
+    to 64, got -2``).
+
+    With ``templated=True`` (parse time, before rendering) an argument that is a Jinja string or an
+    XComArg, or a list holding one, is not checked (its default stands in for it in the returned spec and
+    in the rules across arguments); in a mapping (``env``, ``labels``, ...) only the entries that hold one
+    are skipped. Validate again after rendering with ``templated=False`` and ``rendered`` naming the
+    arguments that were templates: a number, boolean or duration rendered from Jinja arrives as text
+    ("4", "True", "600") and is read as what it spells.
 
     Accepted shapes: durations as ``timedelta`` or seconds; ``command`` as a list or one shell string;
     ``env`` values as strings or one ``valueFrom`` mapping (``{'secretKeyRef': {...}}``);
     ``tolerations``, ``volumes``, ``volume_mounts``, ``init_containers`` as Kubernetes JSON mappings
     or Kubernetes client model objects; ``priority`` as an int or 'low' / 'normal' / 'high'.
     """
+    given = {name: value for name, value in locals().items() if name in _DEFAULTS}
+    a = _settle(given, templated=templated, rendered=frozenset(rendered))
+    deferred = {name for name in given if a[name] is _DEFERRED}
+    partial = {name for name, value in given.items() if a[name] is not value and isinstance(value, Mapping)}
+    partial = {name for name in partial if templated and contains_unrendered(given[name])}
+    for name in deferred:
+        a[name] = _DEFAULTS[name]
     c = _Checker(templated)
     v: dict[str, Any] = {}
-    v["image"] = c.image("image", image)
-    v["group"] = c.text("group", group)
-    v["user"] = c.text("user", user)
-    v["command"] = c.command("command", command)
-    v["args"] = c.args("args", args)
-    v["env"] = c.env(env)
-    v["gpus"] = c.whole("gpus", gpus, 0, MAX_GPUS_PER_WORKER, " (GPUs per worker)")
-    v["workers"] = c.whole("workers", workers, 1, MAX_WORKERS, " (1 runs a single pod, more an MPI job)")
-    v["cpu"] = c.quantity("cpu", cpu, memory=False)
-    v["memory"] = c.quantity("memory", memory, memory=True)
-    v["node_selector"] = c.string_map("node_selector", node_selector, label_values=True, reserved_ok=True)
-    v["tolerations"] = c.tolerations(tolerations)
-    v["volumes"] = c.volumes(volumes)
-    v["volume_mounts"] = c.volume_mounts(volume_mounts)
+    v["image"] = c.image("image", a["image"])
+    v["group"] = c.text("group", a["group"])
+    v["user"] = c.text("user", a["user"])
+    v["command"] = c.command("command", a["command"])
+    v["args"] = c.args("args", a["args"])
+    v["env"] = c.env(a["env"])
+    v["env_from"] = c.env_from(a["env_from"])
+    v["gpus"] = c.whole("gpus", a["gpus"], 0, MAX_GPUS_PER_WORKER, " (GPUs per worker)")
+    v["gpu_resource"] = c.resource_name("gpu_resource", a["gpu_resource"])
+    v["workers"] = c.whole("workers", a["workers"], 1, MAX_WORKERS, " (1 runs a single pod, more an MPI job)")
+    v["cpu"] = c.quantity("cpu", a["cpu"], memory=False)
+    v["memory"] = c.quantity("memory", a["memory"], memory=True)
+    v["container_resources"] = c.container_resources(a["container_resources"], v["gpu_resource"])
+    v["shm_size"] = c.shm_size(a["shm_size"], v["memory"])
+    v["node_selector"] = c.string_map(
+        "node_selector", a["node_selector"], label_values=True, reserved_ok=True
+    )
+    v["affinity"] = c.known_keys("affinity", a["affinity"], AFFINITY_KEYS, "Affinity")
+    v["tolerations"] = c.tolerations(a["tolerations"])
+    v["volumes"] = c.volumes(a["volumes"])
+    v["volume_mounts"] = c.volume_mounts(a["volume_mounts"])
+    namespace = a["namespace"]
     v["namespace"] = None if namespace is None else c.dns_name("namespace", namespace, subdomain=False)
+    for name in ("priority_class_name", "scheduler_name"):
+        # Both are DNS subdomains (kubernetes pkg/apis/core/validation/validation.go, ValidatePodSpec, v1.31).
+        v[name] = None if a[name] is None else c.dns_name(name, a[name], subdomain=True)
+    v["security_context"] = c.known_keys(
+        "security_context", a["security_context"], POD_SECURITY_CONTEXT_KEYS, "PodSecurityContext"
+    )
+    v["container_security_context"] = c.known_keys(
+        "container_security_context",
+        a["container_security_context"],
+        CONTAINER_SECURITY_CONTEXT_KEYS,
+        "SecurityContext (a container's)",
+    )
+    v["pod_template"] = c.pod_template(a["pod_template"], v["gpu_resource"])
     v["backoff_limit"] = c.whole(
-        "backoff_limit", backoff_limit, 0, MAX_BACKOFF_LIMIT, " (pod retries inside one attempt)"
+        "backoff_limit", a["backoff_limit"], 0, MAX_BACKOFF_LIMIT, " (pod retries inside one attempt)"
     )
     v["max_attempts"] = c.whole(
-        "max_attempts", max_attempts, 1, MAX_ATTEMPTS, " (1 means no job-level retry)"
+        "max_attempts", a["max_attempts"], 1, MAX_ATTEMPTS, " (1 means no job-level retry)"
     )
     one_second = timedelta(seconds=1)
-    v["retry_backoff"] = c.duration("retry_backoff", retry_backoff, optional=False, minimum=timedelta(0))
+    v["retry_backoff"] = c.duration("retry_backoff", a["retry_backoff"], optional=False, minimum=timedelta(0))
     v["retry_backoff_max"] = c.duration(
-        "retry_backoff_max", retry_backoff_max, optional=False, minimum=timedelta(0)
+        "retry_backoff_max", a["retry_backoff_max"], optional=False, minimum=timedelta(0)
     )
-    v["retryable_exit_codes"] = c.exit_codes("retryable_exit_codes", retryable_exit_codes)
-    v["fatal_exit_codes"] = c.exit_codes("fatal_exit_codes", fatal_exit_codes)
-    v["queue_timeout"] = c.duration("queue_timeout", queue_timeout, optional=True, minimum=one_second)
+    v["retryable_exit_codes"] = c.exit_codes("retryable_exit_codes", a["retryable_exit_codes"])
+    v["fatal_exit_codes"] = c.exit_codes("fatal_exit_codes", a["fatal_exit_codes"])
+    v["queue_timeout"] = c.duration("queue_timeout", a["queue_timeout"], optional=True, minimum=one_second)
     v["schedule_timeout"] = c.duration(
-        "schedule_timeout", schedule_timeout, optional=False, minimum=one_second
+        "schedule_timeout", a["schedule_timeout"], optional=False, minimum=one_second
     )
+    requeue_limit = a["requeue_limit"]
     if requeue_limit is None or requeue_limit == REQUEUE_LIMIT_FROM_POLICY:
         v["requeue_limit"] = requeue_limit
     else:
         v["requeue_limit"] = c.whole("requeue_limit", requeue_limit, 0, None)
-    v["active_deadline"] = c.duration("active_deadline", active_deadline, optional=True, minimum=one_second)
-    v["ttl_after_finished"] = c.duration(
-        "ttl_after_finished", ttl_after_finished, optional=True, minimum=MIN_TTL_AFTER_FINISHED
+    v["active_deadline"] = c.duration(
+        "active_deadline", a["active_deadline"], optional=True, minimum=one_second
     )
-    v["labels"] = c.string_map("labels", labels, label_values=True, reserved_ok=False)
-    v["annotations"] = c.string_map("annotations", annotations, label_values=False, reserved_ok=False)
-    v["priority"] = c.priority(priority)
-    v["launcher_gpus"] = c.whole("launcher_gpus", launcher_gpus, 0, MAX_GPUS_PER_WORKER)
-    v["launcher_cpu"] = c.quantity("launcher_cpu", launcher_cpu, memory=False)
-    v["launcher_memory"] = c.quantity("launcher_memory", launcher_memory, memory=True)
-    v["worker_command"] = c.command("worker_command", worker_command)
+    v["ttl_after_finished"] = c.duration(
+        "ttl_after_finished", a["ttl_after_finished"], optional=True, minimum=MIN_TTL_AFTER_FINISHED
+    )
+    v["labels"] = c.string_map("labels", a["labels"], label_values=True, reserved_ok=False)
+    v["annotations"] = c.string_map("annotations", a["annotations"], label_values=False, reserved_ok=False)
+    v["priority"] = c.priority(a["priority"])
+    v["launcher_gpus"] = c.whole("launcher_gpus", a["launcher_gpus"], 0, MAX_GPUS_PER_WORKER)
+    v["launcher_cpu"] = c.quantity("launcher_cpu", a["launcher_cpu"], memory=False)
+    v["launcher_memory"] = c.quantity("launcher_memory", a["launcher_memory"], memory=True)
+    v["worker_command"] = c.command("worker_command", a["worker_command"])
+    wait_for_workers = a["wait_for_workers"]
     if not isinstance(wait_for_workers, bool):
         c.add("wait_for_workers", f"must be True or False, got {_show(wait_for_workers)}")
     v["wait_for_workers"] = wait_for_workers
     v["launcher_creation_policy"] = c.choice(
-        "launcher_creation_policy", launcher_creation_policy, LAUNCHER_CREATION_POLICIES
+        "launcher_creation_policy", a["launcher_creation_policy"], LAUNCHER_CREATION_POLICIES
     )
-    v["mpi_implementation"] = c.choice("mpi_implementation", mpi_implementation, MPI_IMPLEMENTATIONS)
+    v["mpi_implementation"] = c.choice("mpi_implementation", a["mpi_implementation"], MPI_IMPLEMENTATIONS)
     volume_names = None if v["volumes"] is _MISSING else {vol["name"] for vol in v["volumes"]}
-    v["init_containers"] = c.init_containers(init_containers, volume_names)
+    v["init_containers"] = c.init_containers(a["init_containers"], volume_names)
     v["image_pull_policy"] = c.choice(
-        "image_pull_policy", image_pull_policy, IMAGE_PULL_POLICIES, optional=True
+        "image_pull_policy", a["image_pull_policy"], IMAGE_PULL_POLICIES, optional=True
     )
-    v["image_pull_secrets"] = c.pull_secrets(image_pull_secrets)
+    v["image_pull_secrets"] = c.pull_secrets(a["image_pull_secrets"])
+    service_account = a["service_account"]
     v["service_account"] = (
         None if service_account is None else c.dns_name("service_account", service_account, subdomain=True)
     )
-    _check_consistency(c, v, volume_names)
+    # An argument not known yet (a template) has no problem of its own, and the rules across arguments
+    # skip it as they skip wrong ones. The parse-time spec keeps the template itself.
+    c.problems.items = [(f, m) for f, m in c.problems.items if _argument_of(f) not in deferred]
+    checked = {name: (_MISSING if _argument_of(name) in deferred else value) for name, value in v.items()}
+    _check_consistency(c, checked, volume_names)
     c.problems.raise_if_any()
+    for name in deferred:
+        v[name] = given[name]
+    for name in partial:
+        v[name] = freeze(dict(given[name]))
     return JobSpec(**v)
+
+
+def _argument_of(field: str) -> str:
+    """``env.EPOCHS`` -> ``env``; ``tolerations[0].effect`` -> ``tolerations``."""
+    return re.split(r"[.\[]", field, maxsplit=1)[0]
+
+
+# What a parse-time check puts in place of a template it cannot read yet.
+_DEFERRED: Any = object()
+_DEFAULTS: dict[str, Any] = {}  # filled below, from validate's own signature: one list, not two
+# Arguments whose rendered Jinja text is read as a number, a boolean or a number of seconds.
+_WHOLE_NUMBERS = frozenset(
+    {"gpus", "workers", "backoff_limit", "max_attempts", "requeue_limit", "priority", "launcher_gpus"}
+)
+_WHOLE_NUMBER_LISTS = frozenset({"retryable_exit_codes", "fatal_exit_codes"})
+_BOOLEANS = frozenset({"wait_for_workers"})
+_DURATIONS = frozenset(
+    {
+        "retry_backoff",
+        "retry_backoff_max",
+        "queue_timeout",
+        "schedule_timeout",
+        "active_deadline",
+        "ttl_after_finished",
+    }
+)
+
+
+def _settle(given: dict[str, Any], *, templated: bool, rendered: frozenset[str]) -> dict[str, Any]:
+    """The arguments as the checks should see them: templates set aside at parse time, rendered
+    text read as the type it spells afterwards."""
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        if templated and contains_unrendered(value):
+            if isinstance(value, Mapping) and not is_unrendered(value):
+                # Check what is known already: the entries that hold no template.
+                value = {
+                    k: v for k, v in value.items() if not (contains_unrendered(k) or contains_unrendered(v))
+                }
+            else:
+                value = _DEFERRED
+        elif name in rendered and isinstance(value, str):
+            value = _from_text(name, value)
+        elif name in rendered and name in _WHOLE_NUMBER_LISTS and isinstance(value, list | tuple):
+            value = [_whole_from_text(item) if isinstance(item, str) else item for item in value]
+        out[name] = value
+    return out
+
+
+def _from_text(name: str, text: str) -> Any:
+    """A rendered template's text as the type the argument takes; unchanged when it spells none, so
+    the usual check reports it."""
+    stripped = text.strip()
+    if name in _WHOLE_NUMBERS:
+        return _whole_from_text(text)
+    if name in _BOOLEANS and stripped.lower() in ("true", "false"):
+        return stripped.lower() == "true"
+    if name in _DURATIONS:
+        if stripped.lower() == "none":
+            return None
+        try:
+            return float(stripped)
+        except ValueError:
+            return text
+    if stripped == "None" and _DEFAULTS.get(name, "") is None:
+        return None
+    return text
+
+
+def _whole_from_text(text: str) -> Any:
+    stripped = text.strip()
+    return int(stripped) if re.fullmatch(r"[+-]?\d+", stripped) else text
+
+
+_DEFAULTS.update(
+    (name, param.default)
+    for name, param in inspect.signature(validate).parameters.items()
+    if name not in ("templated", "rendered")
+)
 
 
 def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | None) -> None:
@@ -1289,6 +1749,17 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
         for i, mount in enumerate(v["volume_mounts"]):
             if mount.name not in volume_names:
                 c.add(f"volume_mounts[{i}].name", _undeclared(mount.name, volume_names))
+    if (
+        ok("container_resources", "cpu", "memory")
+        and any(name.startswith("hugepages-") for name in v["container_resources"])
+        and v["cpu"] is None
+        and v["memory"] is None
+    ):
+        # kubernetes pkg/apis/core/validation/validation.go (v1.31), ValidateResourceRequirements:
+        # "HugePages require cpu or memory".
+        c.add(
+            "container_resources", "hugepages need cpu or memory set too (the API server refuses them alone)"
+        )
     if ok("retry_backoff", "retry_backoff_max") and v["retry_backoff"] > v["retry_backoff_max"]:
         c.add(
             "retry_backoff",

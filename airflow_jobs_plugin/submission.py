@@ -179,6 +179,6 @@ async def live_job_of_task(
     return None
 
 
-def _remember(store: Any, name: str, kind: str, namespace: str) -> None:
+def _remember(store: Any, name: str, kind: str, namespace: str | None) -> None:
     if store is not None:
         store.set(labels.TASK_STATE_KEY, {"name": name, "kind": kind, "namespace": namespace})

@@ -214,6 +214,7 @@ def final_event(
     log_tail: Sequence[str],
     retryable: bool,
     annotations: Mapping[str, str] | None = None,
+    result: Any = None,
 ) -> JobEvent:
     """The trigger's final event for a snapshot: JSON-safe once written, no secret, enough for the
     task's message. ``annotations`` (the job's) say who cancelled a CANCELLED job, and when."""
@@ -237,6 +238,7 @@ def final_event(
         retryable=retryable,
         cancelled_by=(annotations.get(labels.CANCELLED_BY) or "a user") if cancelled else "",
         cancelled_at=(annotations.get(labels.CANCELLED_AT) or "") if cancelled else "",
+        result=result if status is EventStatus.SUCCESS else None,
     )
 
 

@@ -51,6 +51,7 @@ from airflow_jobs_plugin.lifecycle import (
 from airflow_jobs_plugin.logstream import LogStreamer
 from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.quota import ledger
+from airflow_jobs_plugin.results import job_result
 from airflow_jobs_plugin.spec import attempt_name
 
 T = TypeVar("T")
@@ -302,7 +303,7 @@ class _Follow:
         if decision.step is tracking.Step.RETRY:
             await self._start_next_attempt(job, snap, attempt, decision.delay)
             return None
-        return await self._finish(snap, failure, decision.retryable, annotations)
+        return await self._finish(snap, failure, decision.retryable, annotations, job_result(pods))
 
     # --- the steps ---
 
@@ -391,7 +392,12 @@ class _Follow:
         self.last_seen = body
 
     async def _finish(
-        self, snap: JobSnapshot, failure: Failure | None, retryable: bool, annotations: dict[str, str]
+        self,
+        snap: JobSnapshot,
+        failure: Failure | None,
+        retryable: bool,
+        annotations: dict[str, str],
+        result: Any = None,
     ) -> JobEvent:
         if self.streamer is not None:
             await self.streamer.drain(timeout=10)
@@ -406,6 +412,7 @@ class _Follow:
             log_tail=list(self.tail),
             retryable=retryable,
             annotations=annotations,
+            result=result,
         )
 
     async def _vanished(self) -> JobEvent:

@@ -2,8 +2,9 @@
 
 ``prepare_data`` (a CPU job) writes the run's dataset, ``train`` runs an MPI job with 2 workers of 2
 GPUs each (every replica first stages the dataset in a ``fetch-data`` init container, so the task log
-shows the launcher and workers going through ``Init:0/N`` and ``PodInitializing``), ``evaluate`` scores the candidate on 1 GPU and writes its metrics, ``is_better`` compares
-them with the production model's, and ``promote`` replaces the production model only if the candidate
+shows the launcher and workers going through ``Init:0/N`` and ``PodInitializing``), ``evaluate`` scores the candidate on 1 GPU and returns its metrics as the task's XCom ``result`` (the
+job writes them to its termination message, ``/dev/termination-log``), ``is_better`` compares them with
+the production model's, and ``promote`` replaces the production model only if the candidate
 is better (otherwise it is skipped).
 
 Every job waits for the ``vision`` group's GPU quota, streams its logs into the task log and keeps its
@@ -98,15 +99,17 @@ with DAG(
 
     evaluate = JobOperator(
         task_id="evaluate",
-        command=[PYTHON, script("evaluate.py"), "--run-dir", RUN_DIR],
+        # The metrics come back through the pod status, not the shared volume: the task returns them
+        # as its XCom "result".
+        command=[PYTHON, script("evaluate.py"), "--run-dir", RUN_DIR, "--result", "/dev/termination-log"],
         gpus=1,
         **job_defaults,
     )
 
     @task.short_circuit(task_id="is_better")
-    def is_better(run_dir: str, production_dir: str) -> bool:
+    def is_better(metrics: dict, production_dir: str) -> bool:
         """True if the candidate's accuracy beats production's (or there is no production model yet)."""
-        candidate = json.loads((Path(run_dir) / "metrics.json").read_text())["accuracy"]
+        candidate = metrics["accuracy"]
         current_file = Path(production_dir) / "metrics.json"
         if not current_file.exists():
             print(f"no production model yet: promoting the candidate (accuracy {candidate})")
@@ -126,4 +129,5 @@ with DAG(
         **job_defaults,
     )
 
-    prepare_data >> train >> evaluate >> is_better(RUN_DIR, PRODUCTION_DIR) >> promote
+    # evaluate's XCom "result": the JSON its job wrote to /dev/termination-log.
+    prepare_data >> train >> evaluate >> is_better(evaluate.output["result"], PRODUCTION_DIR) >> promote

@@ -16,6 +16,14 @@ class FakeTI:
     try_number: int = 1
     # Airflow's cumulative retry budget: retries at first, last try + retries after a clear.
     max_tries: int | None = None
+    # XComs by (task_id, key): what xcom_push wrote and what XComArgs resolve to.
+    xcoms: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[(self.task_id, key)] = value
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value", default: Any = None, **_: Any) -> Any:
+        return self.xcoms.get((task_ids, key), default)
 
 
 @dataclass

@@ -29,7 +29,7 @@ class Source(str, Enum):
         return self.value
 
     @property
-    def title(self) -> str:
+    def title(self) -> str:  # type: ignore[override]  # a column heading, never str.title()
         """The column heading used in tables."""
         return _TITLES[self]
 

@@ -10,10 +10,11 @@ NodeAffinity filter applies it); free GPUs do not matter, only what a node offer
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import labels
+from ..spec import GPU_RESOURCE_PREFIXES
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,13 @@ class NodeCapacity:
     name: str
     gpus: int
     node_labels: Mapping[str, str]
+    # Every GPU-like device the node offers, by resource name (MIG slices, AMD GPUs, ...): a pod is
+    # placed by the count of the resource it asks for, never by another device's.
+    devices: Mapping[str, int] = field(default_factory=dict)
+
+    def offers(self, resource: str) -> int:
+        """How many of ``resource`` the node can ever offer pods."""
+        return self.gpus if resource == labels.GPU_RESOURCE else self.devices.get(resource, 0)
 
     @classmethod
     def of(cls, node: Mapping[str, Any]) -> NodeCapacity:
@@ -33,6 +41,9 @@ class NodeCapacity:
             name=str(meta.get("name") or ""),
             gpus=_count(allocatable.get(labels.GPU_RESOURCE)),
             node_labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            devices={
+                str(k): _count(v) for k, v in allocatable.items() if str(k).startswith(GPU_RESOURCE_PREFIXES)
+            },
         )
 
 
@@ -43,6 +54,7 @@ class PodShape:
     role: str
     gpus: int
     node_selector: Mapping[str, str]
+    resource: str = labels.GPU_RESOURCE  # the GPU resource name the pod asks for (gpu_resource)
 
 
 def _count(value: Any) -> int:
@@ -52,15 +64,25 @@ def _count(value: Any) -> int:
         return 0
 
 
-def _template_gpus(template: Mapping[str, Any]) -> int:
-    """A pod's GPUs: its containers' sum, or its largest init container if that is larger (the
-    scheduler's effective request, ``pkg/api/v1/resource/helpers.go`` ``PodRequests``)."""
+def _template_resource(template: Mapping[str, Any]) -> str:
+    """The GPU resource a pod template asks for: the first GPU-like name in its containers' limits."""
+    spec = template.get("spec") or {}
+    for container in (*(spec.get("containers") or ()), *(spec.get("initContainers") or ())):
+        for name in (container.get("resources") or {}).get("limits") or {}:
+            if str(name).startswith(GPU_RESOURCE_PREFIXES):
+                return str(name)
+    return labels.GPU_RESOURCE
+
+
+def _template_gpus(template: Mapping[str, Any], resource: str = labels.GPU_RESOURCE) -> int:
+    """A pod's GPUs of ``resource``: its containers' sum, or its largest init container if that is
+    larger (the scheduler's effective request, ``pkg/api/v1/resource/helpers.go`` ``PodRequests``)."""
     spec = template.get("spec") or {}
 
     def gpus(container: Mapping[str, Any]) -> int:
         resources = container.get("resources") or {}
-        return _count((resources.get("limits") or {}).get(labels.GPU_RESOURCE)) or _count(
-            (resources.get("requests") or {}).get(labels.GPU_RESOURCE)
+        return _count((resources.get("limits") or {}).get(resource)) or _count(
+            (resources.get("requests") or {}).get(resource)
         )
 
     main = sum(gpus(c) for c in spec.get("containers") or ())
@@ -81,13 +103,18 @@ def pod_shapes(job: Mapping[str, Any]) -> list[PodShape]:
     return [
         PodShape(
             role=role,
-            gpus=_template_gpus(template),
+            gpus=_template_gpus(template, _template_resource(template)),
+            resource=_template_resource(template),
             node_selector={
                 str(k): str(v) for k, v in ((template.get("spec") or {}).get("nodeSelector") or {}).items()
             },
         )
         for role, template in templates
     ]
+
+
+def _devices(resource: str) -> str:
+    return "GPUs" if resource == labels.GPU_RESOURCE else resource
 
 
 def never_fits(job: Mapping[str, Any], nodes: Iterable[NodeCapacity]) -> str | None:
@@ -102,7 +129,7 @@ def never_fits(job: Mapping[str, Any], nodes: Iterable[NodeCapacity]) -> str | N
         eligible = [
             n for n in known if all(n.node_labels.get(k) == v for k, v in shape.node_selector.items())
         ]
-        largest = max((n.gpus for n in eligible), default=0)
+        largest = max((n.offers(shape.resource) for n in eligible), default=0)
         if shape.gpus <= largest:
             continue
         where = (
@@ -113,8 +140,9 @@ def never_fits(job: Mapping[str, Any], nodes: Iterable[NodeCapacity]) -> str | N
         if not eligible:
             continue  # nodes with those labels may yet join the cluster: nothing can be said
         return (
-            f"its {shape.role} pod asks for {shape.gpus} GPUs but {where} offers at most {largest} "
-            f"(largest node: {max(eligible, key=lambda n: n.gpus).name}): it can never be scheduled; ask for "
+            f"its {shape.role} pod asks for {shape.gpus} {_devices(shape.resource)} but {where} offers at most {largest} "
+            f"(largest node: {max(eligible, key=lambda n: n.offers(shape.resource)).name}): it can never be "
+            "scheduled; ask for "
             f"at most {largest} GPUs per pod, or more workers with fewer GPUs each"
         )
     return None

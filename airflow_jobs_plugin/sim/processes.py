@@ -6,6 +6,9 @@ approximated, and said so in docs/simulator.md:
 - ``emptyDir`` volumes are directories of the pod's own; their ``mountPath`` written in a container's
   command line (or in an exec'd command) is rewritten to that directory. A path computed at run time
   (from a variable, in a script file) is not rewritten.
+- ``terminationMessagePath`` (``/dev/termination-log`` by default) is a file of the container's own under
+  the pod's directory, and the path written in its command line is rewritten to it, like an ``emptyDir``
+  mount path; the kubelet reads it when the process ends.
 - ``pgrep`` sees only the processes of the container (its session, and the commands exec'd into it,
   which carry the session in their environment): the cncf provider stops its XCom sidecar with
   ``kill -2 $(pgrep -u $(id -u) -f 'sh')`` (``utils/pod_manager.py`` ``extract_xcom_kill``), which on a
@@ -38,6 +41,18 @@ def empty_dir_mounts(pod: dict, container: dict, pod_dir: str) -> tuple[Mount, .
         for m in container.get("volumeMounts") or ()
         if m.get("name") in empty and m.get("mountPath")
     )
+
+
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+
+def termination_mount(container: dict, pod_dir: str, attempt: int) -> Mount:
+    """Where this run of the container writes its termination message on this machine: one file per
+    restart, so a message left by an earlier run is never read as this one's (the kubelet gives every
+    container it creates a fresh file, ``makeMounts`` in ``pkg/kubelet/kuberuntime/kuberuntime_container.go``)."""
+    path = container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+    name = container.get("name") or "container"
+    return Mount(path, os.path.join(pod_dir, "termination", f"{name}-{attempt}"))
 
 
 def rewrite(argv: tuple[str, ...] | list[str], mounts: tuple[Mount, ...]) -> tuple[str, ...]:

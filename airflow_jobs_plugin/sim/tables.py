@@ -148,7 +148,7 @@ def since(timestamp: str | None, now: datetime) -> str:
 
 
 def _restartable(container: dict | None) -> bool:
-    return bool(container) and container.get("restartPolicy") == "Always"
+    return container is not None and container.get("restartPolicy") == "Always"
 
 
 def _condition_true(conditions: list, ctype: str) -> bool:

@@ -172,6 +172,15 @@ def _container_errors(
             if c.get(probe) is not None:
                 out += probe_errors(f"{cpath}.{probe}", c[probe], probe != "readinessProbe")
         out += env_errors(f"{cpath}.env", c.get("env"))
+        out += env_from_errors(f"{cpath}.envFrom", c.get("envFrom"))
+        message_policy = c.get("terminationMessagePolicy")
+        if message_policy is not None and message_policy not in _TERMINATION_MESSAGE_POLICIES:
+            # validateContainers: File or FallbackToLogsOnError.
+            out.append(
+                errors.not_supported(
+                    f"{cpath}.terminationMessagePolicy", message_policy, list(_TERMINATION_MESSAGE_POLICIES)
+                )
+            )
         for j, mount in enumerate(c.get("volumeMounts") or []):
             mpath = f"{cpath}.volumeMounts[{j}]"
             if not isinstance(mount, dict):
@@ -198,6 +207,11 @@ def pod_spec_errors(
     out += _container_errors(f"{path}.initContainers", spec.get("initContainers"), False, seen, volumes)
     if spec.get("affinity") is not None:
         out += affinity_errors(f"{path}.affinity", spec["affinity"])
+    # ValidatePodSpec: both name objects the API knows by DNS subdomain names (a PriorityClass, a scheduler
+    # profile); an empty value means the default.
+    for field in ("schedulerName", "priorityClassName"):
+        if isinstance(spec.get(field), str) and spec[field]:
+            out += dns_subdomain_errors(f"{path}.{field}", spec[field])
     for i, toleration in enumerate(spec.get("tolerations") or []):
         out += toleration_errors(f"{path}.tolerations[{i}]", toleration)
     node_selector = spec.get("nodeSelector")
@@ -943,6 +957,34 @@ ENV_NAME_MSG = (
     "validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')"
 )
 _ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+
+
+_TERMINATION_MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")
+
+
+def env_from_errors(path: str, env_from: object) -> list[Cause]:
+    """validateEnvFrom: a valid prefix, exactly one of configMapRef / secretRef, each naming its object."""
+    out: list[Cause] = []
+    for i, source in enumerate(env_from if isinstance(env_from, list) else []):
+        spath = f"{path}[{i}]"
+        if not isinstance(source, dict):
+            continue
+        prefix = source.get("prefix")
+        if isinstance(prefix, str) and prefix and not _ENV_NAME.match(prefix):
+            out.append(errors.invalid_value(f"{spath}.prefix", prefix, ENV_NAME_MSG))
+        kinds = [k for k in ("configMapRef", "secretRef") if source.get(k) is not None]
+        if not kinds:
+            out.append(errors.invalid_value(path, "", "must specify one of: `configMapRef` or `secretRef`"))
+        elif len(kinds) > 1:
+            out.append(errors.forbidden(spath, "may not have more than one field specified at a time"))
+        for kind in kinds:
+            ref = source[kind]
+            name = ref.get("name") if isinstance(ref, dict) else None
+            if not name:
+                out.append(errors.required(f"{spath}.{kind}.name"))
+            else:
+                out += dns_subdomain_errors(f"{spath}.{kind}.name", name)
+    return out
 
 
 def env_errors(path: str, env: object) -> list[Cause]:

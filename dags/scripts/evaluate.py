@@ -1,7 +1,9 @@
 """Evaluate the candidate model of one run and write its metrics next to it.
 
-Prints ``METRIC accuracy=<value>`` (visible in the task log) and writes ``metrics.json`` into the run
-directory, which the pipeline's comparison step reads. Standard library only.
+Prints ``METRIC accuracy=<value>`` (visible in the task log), writes ``metrics.json`` into the run
+directory (promotion copies it next to the production model) and, with ``--result``, writes the same
+metrics to that file: the container's termination message (``/dev/termination-log``), which the task
+returns as its XCom ``result`` for the comparison step. Standard library only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ STEP_SECONDS = float(os.environ.get("EXAMPLE_STEP_SECONDS", "1.0"))
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="evaluate the candidate model")
     parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--result", help="where to write the metrics as the job's result")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
     model = json.loads((run_dir / "model.json").read_text())
@@ -28,6 +31,9 @@ def main(argv: list[str]) -> int:
     metrics = {"accuracy": model["accuracy"]}
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     print(f"METRIC accuracy={metrics['accuracy']}", flush=True)
+    if args.result:
+        # Kubernetes keeps at most 4096 bytes of a termination message: a few numbers, not a report.
+        Path(args.result).write_text(json.dumps(metrics))
     return 0
 
 

@@ -93,15 +93,14 @@ def test_every_replica_of_the_training_job_fetches_the_data_in_an_init_container
 def test_the_candidate_is_promoted_only_if_it_beats_production(
     dagbag, tmp_path, candidate, production, promote
 ):
-    run_dir, production_dir = tmp_path / "runs" / "r1", tmp_path / "production"
-    run_dir.mkdir(parents=True)
-    (run_dir / "metrics.json").write_text(json.dumps({"accuracy": candidate}))
+    production_dir = tmp_path / "production"
     if production is not None:
         production_dir.mkdir()
         (production_dir / "metrics.json").write_text(json.dumps({"accuracy": production}))
     is_better = dagbag.dags["gpu_retraining"].task_dict["is_better"].python_callable
 
-    assert is_better(str(run_dir), str(production_dir)) is promote
+    # The candidate's metrics arrive as evaluate's XCom "result" (its termination message).
+    assert is_better({"accuracy": candidate}, str(production_dir)) is promote
 
 
 def test_the_contention_dag_asks_each_group_for_more_than_its_quota(dagbag):
@@ -155,8 +154,11 @@ def test_the_pipeline_scripts_hand_a_model_from_step_to_step_and_promote_it(tmp_
     fetch = _run("fetch_data.py", "--run-dir", str(run), env={"JOB_ROLE": "worker", "JOB_RANK": "1"})
     assert fetch.returncode == 0, fetch.stderr
     assert "fetch: worker 1: shard 4/4 staged" in fetch.stdout
-    evaluate = _run("evaluate.py", "--run-dir", str(run))
+    evaluate = _run("evaluate.py", "--run-dir", str(run), "--result", str(tmp_path / "termination-log"))
     assert evaluate.returncode == 0
+    assert json.loads((tmp_path / "termination-log").read_text()) == json.loads(
+        (run / "metrics.json").read_text()
+    )
     metric = [line for line in evaluate.stdout.splitlines() if line.startswith("METRIC accuracy=")]
     assert len(metric) == 1
     assert _run("promote.py", "--run-dir", str(run), "--production", str(production)).returncode == 0

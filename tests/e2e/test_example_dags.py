@@ -72,6 +72,12 @@ def test_daily_retraining_runs_to_success_and_streams_the_pods_logs(stack):
     assert 0 <= launcher_init < running, "\n".join(train)
     evaluate = stack.task_log(RETRAINING, run_id, "evaluate")
     assert any(re.match(r"\[worker-0\] METRIC accuracy=0\.\d+$", e) for e in evaluate)
+    # is_better compared the metrics evaluate's job wrote to its termination message (XCom "result").
+    is_better = stack.task_log(RETRAINING, run_id, "is_better")
+    assert any(
+        re.search(r"candidate accuracy 0\.\d+|promoting the candidate \(accuracy 0\.\d+\)", e)
+        for e in is_better
+    )
     assert (stack.artifacts / "production" / "model.json").exists()
 
 

@@ -83,3 +83,28 @@ def test_a_node_offers_what_is_allocatable():
         }
     )
     assert (read.name, read.gpus, dict(read.node_labels)) == ("gpu-1", 7, {"pool": "a100"})
+
+
+def mig_job(slices: int) -> dict:
+    limits = {"nvidia.com/mig-1g.10gb": str(slices)}
+    return {
+        "kind": "Job",
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]}}},
+    }
+
+
+def test_a_pod_is_placed_by_the_count_of_the_gpu_resource_it_asks_for():
+    # A node with 8 whole GPUs cut into 7 MIG slices of one profile: 7 slices fit, 8 never do, whatever
+    # its nvidia.com/gpu count says.
+    mig_node = NodeCapacity.of(
+        {
+            "metadata": {"name": "a100-mig"},
+            "status": {"allocatable": {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "7"}},
+        }
+    )
+    assert mig_node.offers("nvidia.com/mig-1g.10gb") == 7
+    assert pod_shapes(mig_job(2))[0].resource == "nvidia.com/mig-1g.10gb"
+    assert never_fits(mig_job(7), [mig_node]) is None
+    why = never_fits(mig_job(8), [mig_node])
+    assert why is not None and "asks for 8 nvidia.com/mig-1g.10gb" in why and "at most 7" in why
+    assert never_fits(mig_job(1), [node("gpu-1", 8)]) is not None  # whole GPUs are not MIG slices

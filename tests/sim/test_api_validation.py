@@ -162,3 +162,53 @@ def test_job_template_is_immutable_unless_suspended(sync_client, namespace, mani
             {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "other:1"}]}}}},
         )
     assert ("spec.template", "FieldValueInvalid") in causes(err.value)
+
+
+def test_pod_spec_fields_of_full_pod_specs_are_validated_as_the_api_server_does(core, namespace):
+    # ValidatePodSpec (schedulerName, priorityClassName: DNS subdomains), validateEnvFrom, and
+    # validateContainers' terminationMessagePolicy (release-1.32).
+    body = pod(
+        "full",
+        {
+            "envFrom": [
+                {"secretRef": {"name": "wandb"}, "configMapRef": {"name": "cfg"}},
+                {"prefix": "1X", "configMapRef": {"name": "Bad_Name"}},
+                {"prefix": "OK_"},
+            ],
+            "terminationMessagePolicy": "Always",
+        },
+        schedulerName="My_Scheduler",
+        priorityClassName="High Priority",
+    )
+    assert causes(refused(core, namespace, body)) == {
+        ("spec.schedulerName", "FieldValueInvalid"),
+        ("spec.priorityClassName", "FieldValueInvalid"),
+        ("spec.containers[0].envFrom[0]", "FieldValueForbidden"),
+        ("spec.containers[0].envFrom[1].prefix", "FieldValueInvalid"),
+        ("spec.containers[0].envFrom[1].configMapRef.name", "FieldValueInvalid"),
+        ("spec.containers[0].envFrom", "FieldValueInvalid"),
+        ("spec.containers[0].terminationMessagePolicy", "FieldValueNotSupported"),
+    }
+
+
+def test_a_pod_with_every_field_the_product_writes_is_accepted(core, namespace):
+    body = pod(
+        "accepted",
+        {
+            "envFrom": [{"secretRef": {"name": "wandb", "optional": True}, "prefix": "W_"}],
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+            "resources": {
+                "limits": {"cpu": "1", "memory": "2Gi", "rdma/ib": "1", "hugepages-2Mi": "1Gi"},
+                "requests": {"cpu": "1", "memory": "2Gi", "rdma/ib": "1", "hugepages-2Mi": "1Gi"},
+            },
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        },
+        schedulerName="default-scheduler",
+        priorityClassName="training-high",
+        securityContext={"runAsUser": 1000, "fsGroup": 1000},
+        volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}],
+    )
+    created = core.create_namespaced_pod(namespace, body)
+    assert created.spec.containers[0].termination_message_policy == "FallbackToLogsOnError"

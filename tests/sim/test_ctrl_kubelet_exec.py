@@ -281,3 +281,33 @@ def test_a_container_traps_sigint_even_when_the_simulator_was_started_ignoring_i
     )
     done = subprocess.run([sys.executable, "-c", script], timeout=60)
     assert done.returncode == 7
+
+
+def test_the_termination_message_is_the_file_the_process_wrote_at_its_termination_message_path(cluster, ns):
+    # kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go (v1.31): the kubelet reads the file on
+    # exit, success or not; FallbackToLogsOnError reads the log only when the file is empty.
+    store = cluster.store
+    pods = {
+        "wrote": sh("main", "echo '{\"accuracy\": 0.9}' > /dev/termination-log"),
+        "custom": sh("main", "printf done > /tmp/result.json", terminationMessagePath="/tmp/result.json"),
+        "fell-back": sh(
+            "main", "echo first; echo last words; exit 2", terminationMessagePolicy="FallbackToLogsOnError"
+        ),
+    }
+    for name, container in pods.items():
+        store.create(
+            "pods",
+            {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "containers": [container]}},
+            namespace=ns,
+        )
+    for name in pods:
+        wait_for(lambda name=name: phase(cluster, ns, name) in ("Succeeded", "Failed"), timeout=30)
+
+    def message(name: str) -> str:
+        return store.get("pods", name, ns)["status"]["containerStatuses"][0]["state"]["terminated"].get(
+            "message", ""
+        )
+
+    assert message("wrote") == '{"accuracy": 0.9}\n'
+    assert message("custom") == "done"
+    assert message("fell-back") == "first\nlast words"

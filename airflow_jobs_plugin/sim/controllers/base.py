@@ -60,7 +60,7 @@ class Reconciler:
         self._timers.pop(key, None)
         self.enqueue(key)
 
-    def reconcile(self, key: str) -> None:
+    def reconcile(self, key: str) -> Any:
         """Bring the objects behind ``key`` one step towards their desired state."""
         raise NotImplementedError
 

@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import tempfile
+from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -126,6 +127,7 @@ class ContainerRun:
     restart: bool = False  # the exited container will be restarted after its back-off
     process_exit: int | None = None  # exec mode: set when the local process ended
     process_error: str | None = None  # exec mode: the process could not be started
+    process_message: str = ""  # exec mode: what the process wrote to its terminationMessagePath
     kill_sent: bool = False
     retry_at: datetime | None = None  # end of the current image pull back-off
     waiting_message: str = ""  # message of the current waiting state
@@ -455,11 +457,10 @@ class _Sync:
         if sc.oom:
             self.exit(c, 137, "OOMKilled", sc.message or "")
             return
-        message = sc.message
-        if message is None and code != 0:
-            policy = self.specs[(c.init, c.name)].get("terminationMessagePolicy")
-            message = "\n".join(c.log_tail) if policy == "FallbackToLogsOnError" else ""
-        self.exit(c, code, "Completed" if code == 0 else "Error", message or "")
+        written = c.process_message if c.exec_argv is not None else (sc.message or "")
+        policy = self.specs[(c.init, c.name)].get("terminationMessagePolicy") or "File"
+        message = termination_message(written, code=code, reason="", policy=policy, log_tail=c.log_tail)
+        self.exit(c, code, "Completed" if code == 0 else "Error", message)
 
     def exit(
         self, c: ContainerRun, code: int, reason: str, message: str, started: datetime | None = None
@@ -556,6 +557,31 @@ class _Sync:
         self.exit(c, code, "Completed" if code == 0 else "Error", "")
         c.restart, c.until = False, None
         return True
+
+
+# kubernetes pkg/kubelet/container/runtime.go (v1.31): MaxContainerTerminationMessageLength,
+# MaxContainerTerminationMessageLogLength, MaxContainerTerminationMessageLogLines.
+TERMINATION_MESSAGE_MAX = 4 * 1024
+TERMINATION_LOG_MAX = 2 * 1024
+TERMINATION_LOG_LINES = 80
+
+
+def termination_message(written: str, *, code: int, reason: str, policy: str, log_tail: list[str]) -> str:
+    """A terminated container's ``message``, by the kubelet's rule (kubernetes
+    ``pkg/kubelet/kuberuntime/kuberuntime_container.go`` v1.31, ``getTerminationMessage`` and
+    ``convertToKubeContainerStatus``): the file's last 4096 bytes, whatever the exit code; when the file
+    is empty or absent, the policy is ``FallbackToLogsOnError`` and the container failed (not
+    ``ContainerCannotRun``: no log), the log's last 80 lines, at most their last 2048 bytes."""
+    if written:
+        return _tail_bytes(written, TERMINATION_MESSAGE_MAX)
+    if policy == "FallbackToLogsOnError" and code != 0 and reason != "ContainerCannotRun":
+        return _tail_bytes("\n".join(log_tail[-TERMINATION_LOG_LINES:]), TERMINATION_LOG_MAX)
+    return ""
+
+
+def _tail_bytes(text: str, limit: int) -> str:
+    data = text.encode()
+    return data[-limit:].decode(errors="ignore") if len(data) > limit else text
 
 
 def _image_size(image: str) -> int:
@@ -1224,7 +1250,7 @@ class Kubelet(Reconciler):
         pod_dir = os.path.join(root, "pods", run.uid or key.replace("/", "_"))
         os.makedirs(pod_dir, exist_ok=True)
         spec = pod.get("spec", {})
-        container = next(
+        container: dict = next(
             (
                 c
                 for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
@@ -1235,6 +1261,11 @@ class Kubelet(Reconciler):
         mounts = processes.empty_dir_mounts(pod, container, pod_dir)
         for mount in mounts:
             os.makedirs(mount.local, exist_ok=True)
+        message_file = processes.termination_mount(container, pod_dir, proc.attempt)
+        os.makedirs(os.path.dirname(message_file.local), exist_ok=True)
+        with open(message_file.local, "w"):
+            pass  # the kubelet creates the file before the container starts (makeMounts)
+        mounts = (*mounts, message_file)
         proc = replace(proc, argv=processes.rewrite(proc.argv, mounts))
         if not proc.workdir or not os.path.isdir(proc.workdir):
             # The image's directory does not exist on this machine: each pod gets its own empty one.
@@ -1253,7 +1284,9 @@ class Kubelet(Reconciler):
                 dns.SEARCH_ENV: dns.search_path(namespace),
             },
         )
-        task = asyncio.get_running_loop().create_task(self._run_process(key, run.uid, pod, proc, mounts))
+        task = asyncio.get_running_loop().create_task(
+            self._run_process(key, run.uid, pod, proc, mounts, message_file.local)
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -1268,11 +1301,19 @@ class Kubelet(Reconciler):
         return {**env, processes.SESSION_ENV: str(pid)}, cwd, mounts
 
     async def _run_process(
-        self, key: str, uid: str, pod: dict, proc: StartProcess, mounts: tuple[processes.Mount, ...] = ()
+        self,
+        key: str,
+        uid: str,
+        pod: dict,
+        proc: StartProcess,
+        mounts: tuple[processes.Mount, ...] = (),
+        message_path: str = "",
     ) -> None:
         ns, name = pod["metadata"].get("namespace"), pod["metadata"]["name"]
         exit_code: int | None = None
         error: str | None = None
+        message = ""
+        tail: deque[str] = deque(maxlen=TERMINATION_LOG_LINES)  # for FallbackToLogsOnError
         try:
             process = await asyncio.create_subprocess_exec(
                 *processes.with_default_signals(proc.argv),
@@ -1290,11 +1331,12 @@ class Kubelet(Reconciler):
             self._targets[(uid, proc.container)] = (proc.env, proc.workdir or "", mounts, process.pid)
             assert process.stdout is not None
             async for raw in process.stdout:
-                self.logs.append(
-                    ns, name, proc.container, raw.decode(errors="replace").rstrip("\n"), restart=proc.attempt
-                )
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.logs.append(ns, name, proc.container, line, restart=proc.attempt)
+                tail.append(line)
             code = await process.wait()
             exit_code = 128 + -code if code < 0 else code
+            message = _read_tail(message_path, TERMINATION_MESSAGE_MAX)
             self._processes.pop((uid, proc.container, proc.attempt), None)
             self._targets.pop((uid, proc.container), None)
         run = self.runs.get(key)
@@ -1302,7 +1344,8 @@ class Kubelet(Reconciler):
             return
         for c in run.init + run.containers:
             if c.name == proc.container and c.attempt == proc.attempt:
-                c.process_exit, c.process_error = exit_code, error
+                c.process_exit, c.process_error, c.process_message = exit_code, error, message
+                c.log_tail = list(tail)
         self.enqueue(key)
 
     def _kill_process(self, run: PodRun, pod: dict, kill: KillProcess) -> None:
@@ -1336,6 +1379,20 @@ class Kubelet(Reconciler):
         if self._root is not None:
             self._root.cleanup()
             self._root = None
+
+
+def _read_tail(path: str, limit: int) -> str:
+    """The last ``limit`` bytes of a file, as the kubelet's ``tail.ReadAtMost`` reads a termination
+    message; empty when there is no file."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _signal(process: asyncio.subprocess.Process, sig: int) -> bool:
