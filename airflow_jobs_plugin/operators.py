@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,7 @@ SPEC_ARGS = (
     "image_pull_policy",
     "image_pull_secrets",
     "service_account",
+    "queue",
 )
 
 
@@ -172,6 +174,7 @@ class JobOperator(BaseOperator):
         image_pull_policy: str | None = None,
         image_pull_secrets: Sequence[str] | None = None,
         service_account: str | None = None,
+        queue: str | None = None,
         stream_logs: bool = True,
         quota_configmap: str | None = None,
         quota_namespace: str | None = None,
@@ -236,15 +239,27 @@ class JobOperator(BaseOperator):
             delivered = delivered_job(TryOutcome.from_json(store.get(TASK_STATE_DELIVERED)), **tries)
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
-        from airflow_jobs_plugin import config, quota_source
+        from airflow_jobs_plugin import config, kueue, quota_source
         from airflow_jobs_plugin.submission import SubmissionRefused, submit
         from airflow_jobs_plugin.triggers import JobTrigger
 
-        pool = quota_source.choose(
-            self.quota_configmap,
-            self.quota_namespace,
-            config.get("quota_configmap"),
-            config.get("quota_namespace"),
+        chosen_queue = kueue.choose_queue(
+            spec.queue,
+            config.get("kueue_queue"),
+            config.get("kueue_manages_all_jobs").strip().lower() in ("true", "1", "yes"),
+        )
+        if chosen_queue != spec.queue:
+            spec = dataclasses.replace(spec, queue=chosen_queue)
+        pool = (
+            # Kueue admits the job: the product's pool neither checks nor charges it (docs/kueue.md).
+            quota_source.QuotaSource(None, None)
+            if spec.queue
+            else quota_source.choose(
+                self.quota_configmap,
+                self.quota_namespace,
+                config.get("quota_configmap"),
+                config.get("quota_namespace"),
+            )
         )
         try:
             job = asyncio.run(

@@ -378,6 +378,8 @@ class JobSpec:
     image_pull_policy: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     service_account: str | None = None
+    # The Kueue LocalQueue that admits the job instead of the product's pool (see kueue.py).
+    queue: str | None = None
 
     @classmethod
     def build(cls, **kwargs: Any) -> JobSpec:
@@ -1195,6 +1197,7 @@ def validate(
     image_pull_policy: Any = None,
     image_pull_secrets: Any = None,
     service_account: Any = None,
+    queue: Any = None,
     templated: bool = False,
 ) -> JobSpec:
     """Check DAG-author arguments and return the normalized :class:`JobSpec`.
@@ -1274,6 +1277,8 @@ def validate(
     v["service_account"] = (
         None if service_account is None else c.dns_name("service_account", service_account, subdomain=True)
     )
+    # Kueue's webhook takes the queue-name label as a LocalQueue name (a DNS-1123 subdomain).
+    v["queue"] = None if queue is None else c.dns_name("queue", queue, subdomain=True)
     _check_consistency(c, v, volume_names)
     c.problems.raise_if_any()
     return JobSpec(**v)
