@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import kueue, labels
 
 
 class Action(enum.Enum):
@@ -43,6 +43,7 @@ class JobFacts:
     cancelled_at: str | None = None
     stopped_by: str | None = None
     stopped_at: str | None = None
+    kueue_queue: str | None = None  # the Kueue LocalQueue that admits the job, when Kueue does
 
     @property
     def ref(self) -> str:
@@ -60,6 +61,13 @@ def refusal(action: Action, job: JobFacts) -> str | None:
     if job.finished:
         why = f" ({job.verdict})" if job.verdict else ""
         return f"{job.ref} already finished{why}: nothing to {verb}"
+    if action in (Action.STOP, Action.RESUME) and job.kueue_queue is not None:
+        # Suspending a job Kueue admitted is undone by Kueue (reconciler.go step 7 starts it again);
+        # Kueue's own stop is deactivating the Workload, which is Kueue's to offer.
+        return (
+            f"{job.ref} is queued by Kueue (LocalQueue {job.kueue_queue}): {verb} it through Kueue "
+            "(the Workload's spec.active); cancel works"
+        )
     if action is Action.STOP and job.stopped_at:
         return (
             f"{job.ref} is already stopped by {job.stopped_by or 'a user'}{_at(job.stopped_at)}; "
@@ -89,6 +97,7 @@ def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:
         cancelled_at=annotations.get(labels.CANCELLED_AT),
         stopped_by=annotations.get(labels.STOPPED_BY),
         stopped_at=annotations.get(labels.STOPPED_AT),
+        kueue_queue=(kueue.queue_name(job) or "(default)") if kueue.manages(job) else None,
     )
 
 

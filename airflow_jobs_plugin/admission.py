@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
-from airflow_jobs_plugin import labels, metrics, quota
+from airflow_jobs_plugin import kueue, labels, metrics, quota
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
 from airflow_jobs_plugin.quota import ledger, placement
@@ -60,6 +60,8 @@ IDLE_SECONDS = 120.0
 NODES_TTL_SECONDS = 30.0
 # Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+# Kueue's Workloads (read-only: Kueue writes them), on clusters that run Kueue.
+WORKLOADS = Resource(kueue.GROUP, kueue.VERSION, "workloads", "Workload")
 
 
 _STARTED: WeakSet[Admission] = WeakSet()
@@ -236,6 +238,54 @@ class _PolicySource:
         return state
 
 
+class _WorkloadSource:
+    """Kueue's Workloads of one namespace through a watch of their own. A Workload's change wakes the
+    trigger of its job (the job itself does not change while Kueue decides)."""
+
+    def __init__(self, client: KubeClient, namespace: str, wake: Callable[[str], None]):
+        self.client = client
+        self.namespace = namespace
+        self.watch = SharedWatch(
+            client,
+            namespace,
+            resources=(WORKLOADS,),
+            scope=Scope(job_labels=None, job_fields=None, pod_labels=None),
+        )
+        self.watch.add_listener(self._on_event)
+        self._wake = wake
+        self.served: bool | None = None  # whether the cluster serves Kueue's API at all
+
+    async def start(self) -> bool:
+        if self.served is None:
+            try:
+                await self.client.list(
+                    WORKLOADS, self.namespace, label_selector=f"{kueue.JOB_UID_LABEL}=none"
+                )
+                self.served = True
+            except KubeError as exc:
+                if not exc.not_found:
+                    raise
+                self.served = False
+        if self.served:
+            self.watch.start()
+        return self.served
+
+    async def stop(self) -> None:
+        await self.watch.stop()
+
+    def of(self, job: dict) -> dict | None:
+        uid = (job.get("metadata") or {}).get("uid")
+        for workload in self.watch.jobs(WORKLOADS):
+            if ((workload.get("metadata") or {}).get("labels") or {}).get(kueue.JOB_UID_LABEL) == uid:
+                return workload
+        return None
+
+    def _on_event(self, etype: str, plural: str, obj: dict) -> None:
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("name"):
+                self._wake(ref["name"])
+
+
 class _GroupWorker:
     """Runs the admission passes of one group in this process, one at a time, when due."""
 
@@ -322,6 +372,7 @@ class Admission:
         self._fingerprints: dict[str, tuple] = {}
         self._policy: _PolicySource | None = None
         self._ledgers: SharedWatch | None = None
+        self._workloads: _WorkloadSource | None = None
         self._remove_listener: Callable[[], None] | None = None
         self._reaper: asyncio.Task | None = None
         self._last_use = 0.0
@@ -361,6 +412,9 @@ class Admission:
         meta = job.get("metadata") or {}
         if (meta.get("annotations") or {}).get(labels.VERDICT):
             return None
+        if kueue.manages(job):
+            # Kueue admits it; the product only reports what Kueue says (see kueue.py: never fight).
+            return await self._kueue_status(job)
         too_large = placement.never_fits(job, await self._nodes())
         if too_large is not None:
             # Admitting it would only trade a wait in the queue for a wait as Unschedulable.
@@ -456,14 +510,37 @@ class Admission:
         self._groups.clear()
         stops = [
             asyncio.ensure_future(watch.stop())
-            for watch in (self._policy.watch if self._policy else None, self._ledgers)
+            for watch in (
+                self._policy.watch if self._policy else None,
+                self._ledgers,
+                self._workloads.watch if self._workloads else None,
+            )
             if watch is not None
         ]
         if stops:
             await asyncio.wait(stops, timeout=5)
         self._policy = self._ledgers = self._remove_listener = self._reaper = None
+        self._workloads = None
 
     # --- internals ---
+
+    async def _kueue_status(self, job: dict) -> QueueStatus:
+        if self._workloads is None:
+            self._workloads = _WorkloadSource(
+                self.client, self.watch.namespace, lambda name: _wake(self.watch, name)
+            )
+        if not await self._workloads.start():
+            return QueueStatus(
+                reason=kueue.INADMISSIBLE,
+                message=(
+                    f"the job names Kueue LocalQueue {kueue.queue_name(job) or '(default)'} but the cluster "
+                    f"serves no Kueue API ({kueue.GROUP}/{kueue.VERSION}): install Kueue, or submit without "
+                    "a queue"
+                ),
+            )
+        await self._workloads.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
+        status = kueue.queue_status(job, self._workloads.of(job))
+        return QueueStatus(reason=status.reason, message=status.message)
 
     async def _admit_at_once(self, job: dict) -> QueueStatus | None:
         now = _now()
@@ -631,8 +708,12 @@ class Admission:
                 return
 
     def _group_jobs(self, group: str) -> list[dict]:
+        # A job Kueue admits is never the pool's: admitting, requeueing or charging it would fight Kueue.
         return [
-            job for resource in (JOBS, MPIJOBS) for job in self.watch.jobs(resource) if group_of(job) == group
+            job
+            for resource in (JOBS, MPIJOBS)
+            for job in self.watch.jobs(resource)
+            if group_of(job) == group and not kueue.manages(job)
         ]
 
     def _status(self, worker: _GroupWorker, uid: str) -> QueueStatus | None:

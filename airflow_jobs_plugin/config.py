@@ -106,6 +106,23 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "/opt/airflow/quota/charging.yaml",
     ),
+    Option(
+        "kueue_queue",
+        "Kueue LocalQueue every JobOperator that names no ``kueue_queue`` submits to, on a cluster whose Kueue "
+        "admits GPU jobs. Empty: the product's own quota pool admits them (docs/kueue.md).",
+        "string",
+        "",
+        "team-a",
+    ),
+    Option(
+        "kueue_manages_all_jobs",
+        "Set to True where the cluster's Kueue runs with manageJobsWithoutQueueName: every job is then "
+        "Kueue's, and a job naming no queue goes to Kueue's default LocalQueue ``default`` (as Kueue's own "
+        "webhook would send it), never through the product's pool.",
+        "boolean",
+        "False",
+        "True",
+    ),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}

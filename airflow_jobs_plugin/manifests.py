@@ -62,6 +62,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow_jobs_plugin import kueue
 from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.spec import (
     DEFAULT_REQUEUE_LIMIT,
@@ -181,6 +182,8 @@ def object_labels(spec: JobSpec, task: TaskIdentity, attempt: int) -> dict[str, 
         keys.TASK_KEY: task.instance_key(),
         keys.TRY: str(task.try_number),
         keys.ATTEMPT: str(attempt),
+        # Kueue admits a job that names its LocalQueue; the product's pool then leaves it alone.
+        **({kueue.QUEUE_NAME_LABEL: spec.kueue_queue} if spec.kueue_queue else {}),
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -192,6 +193,8 @@ class JobOperator(BaseOperator):
     :param image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``.
     :param image_pull_secrets: names of Secrets to pull the image with.
     :param service_account: the pods' ServiceAccount.
+    :param kueue_queue: the Kueue LocalQueue that admits the job instead of the product's pool (docs/kueue.md);
+        default: ``[airflow_jobs] kueue_queue``.
     :param kubernetes_conn_id: the Airflow Kubernetes connection of the cluster.
     :param stream_logs: stream the pods' logs into the task log.
     :param quota_configmap: the quota policy ConfigMap (default: the deployment's configuration).
@@ -264,6 +267,7 @@ class JobOperator(BaseOperator):
         image_pull_policy: str | None = None,
         image_pull_secrets: Sequence[str] | None = None,
         service_account: str | None = None,
+        kueue_queue: str | None = None,
         kubernetes_conn_id: str = DEFAULT_CONN_ID,
         stream_logs: bool = True,
         quota_configmap: str | None = None,
@@ -331,6 +335,7 @@ class JobOperator(BaseOperator):
         self.image_pull_policy = image_pull_policy
         self.image_pull_secrets = image_pull_secrets
         self.service_account = service_account
+        self.kueue_queue = kueue_queue
         self.kubernetes_conn_id = kubernetes_conn_id
         self.stream_logs = stream_logs
         self.quota_configmap = quota_configmap
@@ -402,15 +407,27 @@ class JobOperator(BaseOperator):
             delivered = delivered_job(TryOutcome.from_json(store.get(TASK_STATE_DELIVERED)), **tries)
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
-        from airflow_jobs_plugin import config, quota_source
+        from airflow_jobs_plugin import config, kueue, quota_source
         from airflow_jobs_plugin.submission import SubmissionRefused, submit
         from airflow_jobs_plugin.triggers import JobTrigger
 
-        pool = quota_source.choose(
-            self.quota_configmap,
-            self.quota_namespace,
-            config.get("quota_configmap"),
-            config.get("quota_namespace"),
+        chosen_queue = kueue.choose_queue(
+            spec.kueue_queue,
+            config.get("kueue_queue"),
+            config.get("kueue_manages_all_jobs").strip().lower() in ("true", "1", "yes"),
+        )
+        if chosen_queue != spec.kueue_queue:
+            spec = dataclasses.replace(spec, kueue_queue=chosen_queue)
+        pool = (
+            # Kueue admits the job: the product's pool neither checks nor charges it (docs/kueue.md).
+            quota_source.QuotaSource(None, None)
+            if spec.kueue_queue
+            else quota_source.choose(
+                self.quota_configmap,
+                self.quota_namespace,
+                config.get("quota_configmap"),
+                config.get("quota_namespace"),
+            )
         )
         try:
             job = asyncio.run(

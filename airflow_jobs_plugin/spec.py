@@ -119,6 +119,7 @@ JOB_ARGUMENTS = (
     "image_pull_policy",
     "image_pull_secrets",
     "service_account",
+    "kueue_queue",
 )
 # Kept for callers that ask which arguments may hold Jinja: all of them.
 TEMPLATED_FIELDS = JOB_ARGUMENTS
@@ -495,6 +496,8 @@ class JobSpec:
     security_context: FrozenMap = FrozenMap()
     container_security_context: FrozenMap = FrozenMap()
     pod_template: FrozenMap = FrozenMap()
+    # The Kueue LocalQueue that admits the job instead of the product's pool (see kueue.py).
+    kueue_queue: str | None = None
 
     @classmethod
     def build(cls, **kwargs: Any) -> JobSpec:
@@ -1529,6 +1532,7 @@ def validate(
     image_pull_policy: Any = None,
     image_pull_secrets: Any = None,
     service_account: Any = None,
+    kueue_queue: Any = None,
     templated: bool = False,
     rendered: frozenset[str] | set[str] = frozenset(),
 ) -> JobSpec:
@@ -1646,6 +1650,10 @@ def validate(
     service_account = a["service_account"]
     v["service_account"] = (
         None if service_account is None else c.dns_name("service_account", service_account, subdomain=True)
+    )
+    # Kueue's webhook takes the queue-name label as a LocalQueue name (a DNS-1123 subdomain).
+    v["kueue_queue"] = (
+        None if a["kueue_queue"] is None else c.dns_name("kueue_queue", a["kueue_queue"], subdomain=True)
     )
     # An argument not known yet (a template) has no problem of its own, and the rules across arguments
     # skip it as they skip wrong ones. The parse-time spec keeps the template itself.

@@ -25,6 +25,21 @@ class ClusterConfig:
     # With ``token`` set: tokens expire. ``token`` becomes the secret that signs short-lived tokens and
     # only those minted with it, and not yet expired, are accepted (see ``sim/auth.py``).
     token_ttl: float | None = None
+    # A Kueue installed in the cluster (``sim/controllers/kueue.py``): its API group is served and its
+    # controller and job webhook run. Off by default, like on a cluster that has none.
+    kueue: KueueConfig | None = None
+
+
+@dataclass(frozen=True)
+class KueueConfig:
+    """How the simulated Kueue is configured (Kueue's ``Configuration``, apis/config/v1beta2)."""
+
+    # ``manageJobsWithoutQueueName``: Kueue suspends and queues every job, labelled or not.
+    manage_jobs_without_queue_name: bool = False
+    # ``waitForPodsReady.timeout`` in simulated seconds; None: disabled (Kueue's default).
+    wait_for_pods_ready_seconds: float | None = None
+    # ``waitForPodsReady.requeuingStrategy.backoffBaseSeconds`` (Kueue's default 60).
+    requeue_backoff_base_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,8 @@ class ResourceType:
     verbs: tuple[str, ...] = field(
         default=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
     )
+    # An add-on whose CRDs the resource belongs to ("kueue"): served only by clusters that install it.
+    addon: str = ""
 
     @property
     def api_version(self) -> str:
@@ -180,6 +197,30 @@ RESOURCES: dict[str, ResourceType] = {
             subresources=("status",),
             has_status=True,
         ),
+        # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2 config/components/crd; v1beta2 is the storage
+        # version there, apis/kueue/v1beta2/*_types.go).
+        *(
+            ResourceType(
+                plural,
+                kind.lower(),
+                kind,
+                "kueue.x-k8s.io",
+                "v1beta2",
+                namespaced=namespaced,
+                short_names=short,
+                categories=("kueue",),
+                subresources=("status",) if status else (),
+                has_status=status,
+                addon="kueue",
+            )
+            for plural, kind, namespaced, short, status in (
+                ("resourceflavors", "ResourceFlavor", False, ("flavor", "flavors", "rf"), False),
+                ("clusterqueues", "ClusterQueue", False, ("cq",), True),
+                ("localqueues", "LocalQueue", True, ("queue", "queues", "lq"), True),
+                ("workloads", "Workload", True, ("kwl", "kueueworkload", "kueueworkloads"), True),
+                ("workloadpriorityclasses", "WorkloadPriorityClass", False, ("wpc",), False),
+            )
+        ),
     )
 }
 
@@ -189,9 +230,17 @@ def resource_type(plural: str) -> ResourceType:
     return RESOURCES[plural]
 
 
-def groups() -> dict[str, list[ResourceType]]:
-    """Resources by apiVersion ("v1", "batch/v1", ...), in registration order."""
+def groups(addons: frozenset[str] = frozenset()) -> dict[str, list[ResourceType]]:
+    """Resources by apiVersion ("v1", "batch/v1", ...), in registration order; add-on resources only
+    for the add-ons named."""
     out: dict[str, list[ResourceType]] = {}
     for r in RESOURCES.values():
+        if r.addon and r.addon not in addons:
+            continue
         out.setdefault(r.api_version, []).append(r)
     return out
+
+
+def addons_of(config: ClusterConfig) -> frozenset[str]:
+    """The add-ons a cluster installs."""
+    return frozenset({"kueue"} if config.kueue is not None else ())

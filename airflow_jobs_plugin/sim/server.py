@@ -23,7 +23,7 @@ from aiohttp import web
 
 from . import apply as ssa
 from . import auth, errors, protobuf, schema, tables
-from .config import RESOURCES, ClusterConfig, ResourceType, groups
+from .config import ClusterConfig, ResourceType, addons_of, groups
 from .errors import ApiError
 from .exec import serve_exec
 from .faults import Faults
@@ -125,9 +125,9 @@ def _resource_entries(rtype: ResourceType) -> list[dict]:
     return out
 
 
-def resource_list(api_version: str) -> dict:
+def resource_list(api_version: str, addons: frozenset[str] = frozenset()) -> dict:
     """The APIResourceList of one group version."""
-    resources = [e for r in groups()[api_version] for e in _resource_entries(r)]
+    resources = [e for r in groups(addons)[api_version] for e in _resource_entries(r)]
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -161,10 +161,10 @@ def _aggregated_resource(rtype: ResourceType) -> dict:
     return entry
 
 
-def aggregated_discovery(core: bool, version: str = "v2") -> dict:
+def aggregated_discovery(core: bool, version: str = "v2", addons: frozenset[str] = frozenset()) -> dict:
     """The APIGroupDiscoveryList for /api (core) or /apis (named groups)."""
     items = []
-    for api_version, rtypes in groups().items():
+    for api_version, rtypes in groups(addons).items():
         is_core = "/" not in api_version
         if is_core != core:
             continue
@@ -189,16 +189,16 @@ def aggregated_discovery(core: bool, version: str = "v2") -> dict:
     }
 
 
-def openapi_v3_root() -> dict:
+def openapi_v3_root(addons: frozenset[str] = frozenset()) -> dict:
     """The /openapi/v3 index: one document per group version."""
     paths = {}
-    for api_version in groups():
+    for api_version in groups(addons):
         prefix = f"apis/{api_version}" if "/" in api_version else f"api/{api_version}"
         paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={abs(hash(api_version)):X}"}
     return {"paths": paths}
 
 
-def openapi_v3_group_version(api_version: str) -> dict:
+def openapi_v3_group_version(api_version: str, addons: frozenset[str] = frozenset()) -> dict:
     """A minimal OpenAPI v3 document for one group version.
 
     It carries no schemas: only the PATCH operations with their group-version-kind and the
@@ -206,7 +206,7 @@ def openapi_v3_group_version(api_version: str) -> dict:
     (so ``kubectl create -f`` / ``apply -f`` work without ``--validate=false``).
     """
     paths = {}
-    for r in groups()[api_version]:
+    for r in groups(addons)[api_version]:
         base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
         path = (
             f"{base}/namespaces/{{namespace}}/{r.plural}/{{name}}"
@@ -235,23 +235,29 @@ def openapi_v3_group_version(api_version: str) -> dict:
     }
 
 
-def api_group(group: str) -> dict:
+def _served(addons: frozenset[str]) -> list[ResourceType]:
+    return [r for rtypes in groups(addons).values() for r in rtypes]
+
+
+def api_group(group: str, addons: frozenset[str] = frozenset()) -> dict:
     """The APIGroup document of one named group."""
-    version = next(r.version for r in RESOURCES.values() if r.group == group)
+    version = next(r.version for r in _served(addons) if r.group == group)
     gv = {"groupVersion": f"{group}/{version}", "version": version}
     return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [gv], "preferredVersion": gv}
 
 
-def api_group_list() -> dict:
+def api_group_list(addons: frozenset[str] = frozenset()) -> dict:
     """The APIGroupList of /apis."""
     names = []
-    for r in RESOURCES.values():
+    for r in _served(addons):
         if r.group and r.group not in names:
             names.append(r.group)
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [{k: v for k, v in api_group(g).items() if k not in ("kind", "apiVersion")} for g in names],
+        "groups": [
+            {k: v for k, v in api_group(g, addons).items() if k not in ("kind", "apiVersion")} for g in names
+        ],
     }
 
 
@@ -276,6 +282,9 @@ class ApiServer:
         self.counters: Counter[tuple[str, str]] = Counter()
         self._controllers = controllers or (lambda: None)
         self.address = ""
+        # Add-on CRDs (Kueue) are served only by a cluster that installs them: elsewhere their paths
+        # are 404 and discovery does not list them, as on a cluster without the CRDs.
+        self._addons = addons_of(config)
 
     def now(self) -> datetime:
         """Current wall-clock time (timestamps and ages are real)."""
@@ -349,11 +358,11 @@ class ApiServer:
     async def _openapi_v3(self, request: web.Request) -> web.Response:
         tail = request.match_info.get("tail", "")
         if not tail:
-            return _json(openapi_v3_root())
+            return _json(openapi_v3_root(self._addons))
         api_version = tail.split("/", 1)[1] if "/" in tail else ""
-        if not tail.startswith(("api/", "apis/")) or api_version not in groups():
+        if not tail.startswith(("api/", "apis/")) or api_version not in groups(self._addons):
             return await self._not_found(request)
-        return _json(openapi_v3_group_version(api_version))
+        return _json(openapi_v3_group_version(api_version, self._addons))
 
     async def _version(self, request: web.Request) -> web.Response:
         return _json(VERSION_INFO)
@@ -374,7 +383,8 @@ class ApiServer:
         version = self._aggregated_version(request)
         if version:
             return _json(
-                aggregated_discovery(True, version), content_type=DISCOVERY_CONTENT_TYPE.format(v=version)
+                aggregated_discovery(True, version, self._addons),
+                content_type=DISCOVERY_CONTENT_TYPE.format(v=version),
             )
         return _json(
             {
@@ -388,30 +398,31 @@ class ApiServer:
         version = self._aggregated_version(request)
         if version:
             return _json(
-                aggregated_discovery(False, version), content_type=DISCOVERY_CONTENT_TYPE.format(v=version)
+                aggregated_discovery(False, version, self._addons),
+                content_type=DISCOVERY_CONTENT_TYPE.format(v=version),
             )
-        return _json(api_group_list())
+        return _json(api_group_list(self._addons))
 
     async def _group(self, request: web.Request) -> web.Response:
         group = request.match_info["group"]
-        if not any(r.group == group for r in RESOURCES.values()):
+        if not any(r.group == group for r in _served(self._addons)):
             return await self._not_found(request)
-        return _json(api_group(group))
+        return _json(api_group(group, self._addons))
 
     async def _group_version(self, request: web.Request) -> web.Response:
         group = request.match_info.get("group", "")
         version = request.match_info.get("version", "v1")
         api_version = f"{group}/{version}" if group else version
-        if api_version not in groups() or request.method != "GET":
+        if api_version not in groups(self._addons) or request.method != "GET":
             return await self._not_found(request)
-        return _json(resource_list(api_version))
+        return _json(resource_list(api_version, self._addons))
 
     # -- resource routing
     def _route(self, request: web.Request) -> tuple[ResourceType, str | None, str | None, str | None]:
         group = request.match_info.get("group", "")
         version = request.match_info.get("version", "v1")
         api_version = f"{group}/{version}" if group else version
-        rtypes = {r.plural: r for r in groups().get(api_version, [])}
+        rtypes = {r.plural: r for r in groups(self._addons).get(api_version, [])}
         parts = [p for p in request.match_info["tail"].split("/") if p]
         if not parts:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")

@@ -81,6 +81,11 @@ class Store:
         self._by_label: dict[str, dict[tuple[str, str], set[tuple[str, str]]]] = {r: {} for r in RESOURCES}
         self._watchers: list[Watcher] = []
         self.now: Callable[[], datetime] = now or (lambda: datetime.now(timezone.utc))
+        # Admission webhooks of installed add-ons (Kueue's job webhook): each has
+        # ``admit_create(resource, obj)``, which may mutate, and ``admit_update(resource, new, old)``,
+        # which may refuse with an ApiError. They run where the API server calls webhooks: after
+        # defaulting, before the object is stored.
+        self.webhooks: list[Any] = []
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -310,6 +315,8 @@ class Store:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = format_time(self.now())
             obj = prepare_for_create(rtype, obj)
+            for webhook in self.webhooks:
+                webhook.admit_create(resource, obj)
             if resource == "services":
                 self._allocate_cluster_ip(obj["spec"])
             causes = validate(rtype, obj)
@@ -458,6 +465,8 @@ class Store:
             causes = validate(rtype, new) + validate_update(rtype, new, old)
             if causes:
                 raise errors.invalid(rtype.kind, name, causes, rtype.group)
+            for webhook in self.webhooks:
+                webhook.admit_update(resource, new, old)
             if "generation" in old_meta and _spec_of(new) != _spec_of(old):
                 new_meta["generation"] = old_meta["generation"] + 1
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]

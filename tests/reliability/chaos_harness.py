@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -52,9 +53,15 @@ class Submission:
 class Worker:
     """Executes every task until it defers, retrying failed tries as Airflow does."""
 
-    def __init__(self, deferrals: Path, max_tries: int = 8):
+    def __init__(
+        self,
+        deferrals: Path,
+        max_tries: int = 8,
+        kwargs_of: Callable[[Task], dict[str, Any]] = operator_kwargs,
+    ):
         self.deferrals = deferrals
         self.max_tries = max_tries
+        self.kwargs_of = kwargs_of
         self.submissions: dict[str, Submission] = {}
         self.failed_tries: list[str] = []  # "task try N: error" for each try that raised
         self.gave_up: list[str] = []  # tasks that failed every try
@@ -79,7 +86,7 @@ class Worker:
             task_id=task.task_id,
             retry_backoff=timedelta(seconds=0.2),
             retry_backoff_max=timedelta(seconds=1),
-            **operator_kwargs(task),
+            **self.kwargs_of(task),
         )
         store = StateStore()
         crashed_job: str | None = None

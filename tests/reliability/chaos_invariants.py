@@ -54,6 +54,10 @@ class Invariants:
     peak_pods: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     terminating_overlap_samples: int = 0  # samples where pods being deleted pushed a group past quota
     terminating_overlap_peak: int = 0  # most GPUs above a group's quota counting pods being deleted
+    # Kueue mode: Kueue admits, so a running job needs an admitted Workload (not a ledger reservation),
+    # the quotas are the ClusterQueues' (per group: Kueue has no per-user limit), and a job Kueue had to
+    # stop again ("Not admitted by cluster queue") is a fight the product must never start.
+    kueue: bool = False
 
     def _group_limit(self, group: str) -> int:
         return self.quotas[group][0]
@@ -70,6 +74,19 @@ class Invariants:
         configmaps, _ = store.list_with_rv("configmaps", self.namespace, copy=False)
         self.samples += 1
         found: list[str] = []
+        admitted_uids: set[str] = set()
+        if self.kueue:
+            workloads, _ = store.list_with_rv("workloads", self.namespace, copy=False)
+            for wl in workloads:
+                conditions = (wl.get("status") or {}).get("conditions") or ()
+                if any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions):
+                    admitted_uids.add((wl["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid", ""))
+            events, _ = store.list_with_rv("events", self.namespace, copy=False)
+            found += [
+                f"Kueue stopped job {e['involvedObject'].get('name')}: {e['message']}"
+                for e in events
+                if e.get("reason") == "Stopped" and e.get("message") == "Not admitted by cluster queue"
+            ]
 
         reserved_uids: set[str] = set()
         by_group: dict[str, int] = defaultdict(int)
@@ -107,7 +124,10 @@ class Invariants:
             if is_finished(job) or meta.get("deletionTimestamp"):
                 continue
             live_per_task[key[0]].append(meta["name"])
-            if not is_suspended(job) and meta["uid"] not in reserved_uids:
+            if self.kueue:
+                if not is_suspended(job) and meta["uid"] not in admitted_uids:
+                    found.append(f"job {meta['name']} runs unsuspended without an admitted Workload")
+            elif not is_suspended(job) and meta["uid"] not in reserved_uids:
                 found.append(f"job {meta['name']} runs unsuspended without a reservation")
         found += [
             f"task {task}: live jobs {names}" for task, names in live_per_task.items() if len(names) > 1
@@ -134,7 +154,8 @@ class Invariants:
         for group, used in held.items():
             self.peak_pods[group] = max(self.peak_pods[group], used)
         found += [f"pods hold {v}" for v in _over(held, self._group_limit)]
-        found += [f"pods hold {v}" for v in _over(held_user, self._user_limit)]
+        if not self.kueue:
+            found += [f"pods hold {v}" for v in _over(held_user, self._user_limit)]
         excess = max((used - self._group_limit(g) for g, used in with_terminating.items()), default=0)
         if excess > 0:
             self.terminating_overlap_samples += 1

@@ -20,6 +20,7 @@ from airflow_jobs_plugin.sim.controllers.kubelet import (
     NODE_LOST_EVICTION_SECONDS,
     Kubelet,
 )
+from airflow_jobs_plugin.sim.controllers.kueue import KueueController
 from airflow_jobs_plugin.sim.controllers.mpi import MPIController
 from airflow_jobs_plugin.sim.controllers.scheduler import Scheduler
 from airflow_jobs_plugin.sim.events import EventRecorder
@@ -44,7 +45,13 @@ class Controllers:
         )
         self.jobs = JobController(store, clock, self.recorder)
         self.mpi = MPIController(store, clock, self.recorder)
-        self._reconcilers = (self.scheduler, self.kubelet, self.jobs, self.mpi)
+        self._reconcilers: tuple[Any, ...] = (self.scheduler, self.kubelet, self.jobs, self.mpi)
+        # Kueue, when the cluster installs it: its controller, and its job webhook inside the store.
+        kueue_config = getattr(config, "kueue", None)
+        self.kueue = KueueController(store, clock, self.recorder, kueue_config) if kueue_config else None
+        if self.kueue is not None:
+            store.webhooks.append(self.kueue)
+            self._reconcilers += (self.kueue,)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[Callable[[], None]] = []
         self._lock = threading.Lock()
@@ -63,7 +70,10 @@ class Controllers:
         with self._lock:
             self._loop = loop
             pending, self._pending = self._pending, []
-        for resource in ("nodes", "pods", "jobs", "mpijobs"):
+        existing: tuple[str, ...] = ("nodes", "pods", "jobs", "mpijobs")
+        if self.kueue is not None:
+            existing += ("clusterqueues", "localqueues", "workloads")
+        for resource in existing:
             for obj in self.store.list(resource):
                 self._dispatch("ADDED", resource, obj)
         for action in pending:

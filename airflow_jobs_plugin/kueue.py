@@ -1,0 +1,133 @@
+"""Kueue as the queueing engine: which jobs Kueue owns, and what its Workload says about a queued job.
+
+Pure rules over plain dicts: no I/O, no Airflow. The shell (``admission.py``) watches the Workloads of
+a namespace and asks these functions.
+
+Where a job is Kueue's, the product never admits, suspends or requeues it: Kueue's job reconciler
+(kubernetes-sigs/kueue v0.19.2 ``pkg/controller/jobframework/reconciler.go``, step 8) suspends again any
+managed job that runs without an admitted Workload ("Not admitted by cluster queue"), so a second
+admission controller on ``spec.suspend`` can only fight it -- and, when it wins a race, run a job whose
+GPUs Kueue never counted.
+
+The product's states for a Kueue-managed job waiting in its queue, with Kueue's words (the jobq
+document's vocabulary, where Pending means "quota reserved"):
+
+=====================================  ===========================  ==========================
+Workload (v1beta2 conditions)          jobq / Kueue                 product (state, reason)
+=====================================  ===========================  ==========================
+no Workload yet                        Submitted                    QUEUED, Pending
+QuotaReserved=False, reason Pending    Submitted (waiting)          QUEUED, Pending
+QuotaReserved=False, Inadmissible      Inadmissible                 QUEUED, Inadmissible
+QuotaReserved=True, Admitted=False     Pending (quota reserved)     SCHEDULING, QuotaReserved
+Admitted=True (job not yet released)   Admitted                     SCHEDULING, QuotaReserved
+Evicted=True / Requeued                Evicted, back to Submitted   QUEUED, Requeued
+Finished=True                          Succeeded / Failed           read from the job itself
+=====================================  ===========================  ==========================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue labels each Workload with its job's UID (``pkg/controller/constants``, JobUIDLabel).
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+GROUP = "kueue.x-k8s.io"
+VERSION = "v1beta2"
+
+# The QueueStatus reasons the lifecycle reads (lifecycle.snapshot._suspended).
+PENDING, INADMISSIBLE, REQUEUED, RESERVED = "Pending", "Inadmissible", "Requeued", "Admitted"
+
+
+# Kueue's default LocalQueue name (``pkg/controller/constants`` DefaultLocalQueueName): its webhook gives
+# an unlabelled job this queue when the namespace has one (``jobframework/defaults.go``).
+DEFAULT_LOCAL_QUEUE = "default"
+
+
+def manages(job: Mapping[str, Any]) -> bool:
+    """Whether Kueue, not the product's pool, admits ``job``: it names a LocalQueue.
+
+    A Job owned by an MPIJob (its launcher) belongs to its parent, as in Kueue's
+    ``FindAncestorJobManagedByKueue``."""
+    meta = job.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "MPIJob":
+            return False
+    return bool((meta.get("labels") or {}).get(QUEUE_NAME_LABEL))
+
+
+def choose_queue(task_queue: str | None, deployment_queue: str, kueue_manages_all: bool) -> str | None:
+    """The LocalQueue a job is submitted to: the task's, else the deployment's default, else -- where the
+    cluster's Kueue manages every job (``manageJobsWithoutQueueName``) -- Kueue's default LocalQueue, the
+    one its own webhook would give the job; ``None``: the product's pool admits it."""
+    if task_queue:
+        return task_queue
+    if deployment_queue:
+        return deployment_queue
+    return DEFAULT_LOCAL_QUEUE if kueue_manages_all else None
+
+
+def queue_name(job: Mapping[str, Any]) -> str | None:
+    return ((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL)
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """What the product reads of a Workload."""
+
+    name: str
+    queue: str
+    cluster_queue: str | None
+    conditions: Mapping[str, Mapping[str, Any]]  # by type
+
+    def true(self, type_: str) -> bool:
+        return (self.conditions.get(type_) or {}).get("status") == "True"
+
+    def condition(self, type_: str) -> Mapping[str, Any]:
+        return self.conditions.get(type_) or {}
+
+
+def workload_view(workload: Mapping[str, Any]) -> WorkloadView:
+    status = workload.get("status") or {}
+    return WorkloadView(
+        name=(workload.get("metadata") or {}).get("name", ""),
+        queue=(workload.get("spec") or {}).get("queueName", ""),
+        cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
+        conditions={c.get("type", ""): c for c in status.get("conditions") or ()},
+    )
+
+
+@dataclass(frozen=True)
+class KueueStatus:
+    """A queued job's place in Kueue, as the lifecycle's QueueStatus takes it."""
+
+    reason: str  # PENDING / INADMISSIBLE / REQUEUED / RESERVED
+    message: str
+
+
+def queue_status(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> KueueStatus:
+    """Why a suspended, Kueue-managed job waits, in Kueue's own words."""
+    queue = queue_name(job) or "(none)"
+    if workload is None:
+        return KueueStatus(PENDING, f"Kueue: submitted to LocalQueue {queue}; no Workload yet")
+    view = workload_view(workload)
+    if view.true("Evicted") or (view.true("Requeued") and not view.true("QuotaReserved")):
+        evicted = view.condition("Evicted") if view.true("Evicted") else view.condition("Requeued")
+        why = evicted.get("reason") or "Evicted"
+        text = evicted.get("message") or why
+        return KueueStatus(REQUEUED, f"Kueue: evicted ({why}): {text}; waiting in LocalQueue {view.queue}")
+    if view.true("QuotaReserved"):
+        where = view.cluster_queue or "its ClusterQueue"
+        if view.true("Admitted"):
+            return KueueStatus(RESERVED, f"Kueue: admitted by ClusterQueue {where}")
+        return KueueStatus(
+            RESERVED, f"Kueue: quota reserved in ClusterQueue {where}; admission checks pending"
+        )
+    reserved = view.condition("QuotaReserved")
+    message = reserved.get("message") or "waiting for Kueue to reserve quota"
+    if reserved.get("reason") == "Inadmissible":
+        return KueueStatus(INADMISSIBLE, f"Kueue: {message}")
+    return KueueStatus(PENDING, f"Kueue: {message} (LocalQueue {view.queue})")

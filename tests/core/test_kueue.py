@@ -1,0 +1,82 @@
+"""Which jobs Kueue owns and what its Workload says about a queued job (airflow_jobs_plugin.kueue)."""
+
+from __future__ import annotations
+
+from airflow_jobs_plugin import kueue
+from airflow_jobs_plugin.action_rules import Action, facts_of, refusal
+
+
+def job(queue: str | None = "team-a", owner_kind: str | None = None) -> dict:
+    meta: dict = {"name": "train", "labels": {kueue.QUEUE_NAME_LABEL: queue} if queue else {}}
+    if owner_kind:
+        meta["ownerReferences"] = [{"kind": owner_kind, "name": "parent", "controller": True}]
+    return {"kind": "Job", "metadata": meta, "spec": {"suspend": True}}
+
+
+def workload(*conditions: tuple[str, str, str, str], cq: str | None = None) -> dict:
+    status: dict = {
+        "conditions": [{"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conditions]
+    }
+    if cq:
+        status["admission"] = {"clusterQueue": cq}
+    return {"metadata": {"name": "job-train-abcde"}, "spec": {"queueName": "team-a"}, "status": status}
+
+
+def test_a_job_naming_a_local_queue_is_kueues():
+    assert kueue.manages(job())
+    assert not kueue.manages(job(queue=None))
+
+
+def test_an_mpijobs_launcher_belongs_to_its_parent_not_to_kueue_directly():
+    assert not kueue.manages(job(owner_kind="MPIJob"))
+
+
+def test_the_queue_is_the_tasks_then_the_deployments_then_kueues_default_when_it_manages_all():
+    assert kueue.choose_queue("mine", "deployed", True) == "mine"
+    assert kueue.choose_queue(None, "deployed", False) == "deployed"
+    assert kueue.choose_queue(None, "", True) == "default"
+    assert kueue.choose_queue(None, "", False) is None
+
+
+def test_a_job_without_a_workload_yet_is_submitted():
+    status = kueue.queue_status(job(), None)
+    assert status.reason == kueue.PENDING and "LocalQueue team-a" in status.message
+
+
+def test_waiting_for_quota_carries_kueues_message():
+    msg = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor f, 4 more needed"
+    status = kueue.queue_status(job(), workload(("QuotaReserved", "False", "Pending", msg)))
+    assert status.reason == kueue.PENDING
+    assert status.message == f"Kueue: {msg} (LocalQueue team-a)"
+
+
+def test_a_missing_local_queue_is_inadmissible():
+    status = kueue.queue_status(
+        job(), workload(("QuotaReserved", "False", "Inadmissible", "LocalQueue team-a doesn't exist"))
+    )
+    assert (status.reason, status.message) == (kueue.INADMISSIBLE, "Kueue: LocalQueue team-a doesn't exist")
+
+
+def test_quota_reserved_reads_as_reserved_with_its_cluster_queue():
+    status = kueue.queue_status(
+        job(),
+        workload(
+            ("QuotaReserved", "True", "QuotaReserved", ""), ("Admitted", "True", "Admitted", ""), cq="cq"
+        ),
+    )
+    assert status == kueue.KueueStatus(kueue.RESERVED, "Kueue: admitted by ClusterQueue cq")
+
+
+def test_an_evicted_workload_is_requeued_with_kueues_reason():
+    status = kueue.queue_status(
+        job(),
+        workload(("Evicted", "True", "Preempted", "Preempted to accommodate a workload (UID: u, JobUID: j)")),
+    )
+    assert status.reason == kueue.REQUEUED
+    assert "evicted (Preempted): Preempted to accommodate a workload" in status.message
+
+
+def test_stop_and_resume_of_a_kueue_job_are_refused_and_cancel_is_not():
+    facts = facts_of(job(), finished=False)
+    assert "queued by Kueue (LocalQueue team-a)" in (refusal(Action.STOP, facts) or "")
+    assert refusal(Action.CANCEL, facts) is None

@@ -1,0 +1,357 @@
+"""The simulated Kueue (kubernetes-sigs/kueue v0.19.2), scenario by scenario, as Kueue's documentation tells
+them: a job queued on a LocalQueue is suspended and admitted within its ClusterQueue's quota; a job
+unsuspended behind Kueue's back is suspended again; StrictFIFO vs BestEffortFIFO; borrowing in a cohort;
+preemption by priority; the waitForPodsReady timeout. Off by default: a cluster without Kueue serves no
+kueue.x-k8s.io API and leaves labelled jobs alone."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from sim_waiting import wait_for
+
+from airflow_jobs_plugin.sim.cluster import SimCluster
+from airflow_jobs_plugin.sim.config import ClusterConfig, KueueConfig
+from airflow_jobs_plugin.sim.controllers.kueue import (
+    QUEUE_NAME_LABEL,
+    Candidate,
+    QueueView,
+    assign_flavor,
+    choose_victims,
+    workload_name,
+)
+from airflow_jobs_plugin.sim.errors import ApiError
+from airflow_jobs_plugin.sim.scenarios import ANNOTATION
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    config = ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02, kueue=KueueConfig())
+    with SimCluster(config) as c:
+        yield c
+
+
+@pytest.fixture
+def ns(cluster):
+    name = f"kq-{uuid.uuid4().hex[:6]}"
+    cluster.store.create("namespaces", {"metadata": {"name": name}})
+    return name
+
+
+def flavor(cluster, name: str = "default-flavor") -> None:
+    try:
+        cluster.store.create("resourceflavors", {"metadata": {"name": name}})
+    except ApiError as exc:
+        assert exc.code == 409
+
+
+def cluster_queue(
+    cluster, name: str, gpus: int, *, strategy=None, cohort=None, borrowing=None, preempt=False
+):
+    flavor(cluster)
+    resource = {"name": GPU, "nominalQuota": gpus}
+    if borrowing is not None:
+        resource["borrowingLimit"] = borrowing
+    spec: dict = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {"coveredResources": [GPU], "flavors": [{"name": "default-flavor", "resources": [resource]}]}
+        ],
+    }
+    if strategy:
+        spec["queueingStrategy"] = strategy
+    if cohort:
+        spec["cohortName"] = cohort
+    if preempt:
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    cluster.store.create("clusterqueues", {"metadata": {"name": name}, "spec": spec})
+
+
+def local_queue(cluster, ns: str, name: str, cq: str) -> None:
+    cluster.store.create(
+        "localqueues", {"metadata": {"name": name, "namespace": ns}, "spec": {"clusterQueue": cq}}
+    )
+
+
+def job(
+    cluster,
+    ns: str,
+    name: str,
+    gpus: int,
+    queue: str | None = "team",
+    run: float = 30.0,
+    priority=None,
+    **extra,
+):
+    labels = {QUEUE_NAME_LABEL: queue} if queue else {}
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
+    scenario = {"main": {"pull": 0.5, "run": run, **extra}}
+    body = {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "suspend": False,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {ANNOTATION: json.dumps(scenario)}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": "trainer:1", "resources": {"limits": {GPU: str(gpus)}}}
+                    ],
+                },
+            },
+        },
+    }
+    return cluster.store.create("jobs", body, namespace=ns)
+
+
+def get(cluster, ns, name):
+    return cluster.store.get("jobs", name, namespace=ns)
+
+
+def workload(cluster, ns, name) -> dict:
+    """The job's Workload ({} until Kueue has created it)."""
+    obj = get(cluster, ns, name)
+    try:
+        return cluster.store.get("workloads", workload_name("jobs", obj), namespace=ns)
+    except ApiError:
+        return {}
+
+
+def condition(wl: dict, type_: str) -> dict:
+    return next((c for c in (wl.get("status") or {}).get("conditions") or () if c["type"] == type_), {})
+
+
+def running(cluster, ns, name) -> bool:
+    return get(cluster, ns, name)["spec"]["suspend"] is False
+
+
+def events(cluster, ns, name) -> list[tuple[str, str]]:
+    return [
+        (e["reason"], e["message"])
+        for e in cluster.store.list("events", namespace=ns)
+        if e["involvedObject"].get("name") == name
+    ]
+
+
+def test_a_queued_job_is_suspended_on_create_and_started_when_its_workload_is_admitted(cluster, ns):
+    cluster_queue(cluster, f"cq-{ns}", 8)
+    local_queue(cluster, ns, "team", f"cq-{ns}")
+    created = job(cluster, ns, "train", 4)
+    assert created["spec"]["suspend"] is True  # the webhook, not the controller: suspended from birth
+    wait_for(lambda: running(cluster, ns, "train"))
+    wl = workload(cluster, ns, "train")
+    assert wl["metadata"]["name"].startswith("job-train-")
+    assert condition(wl, "QuotaReserved")["message"] == f"Quota reserved in ClusterQueue cq-{ns}"
+    assert condition(wl, "Admitted")["status"] == "True"
+    assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"] == {GPU: "default-flavor"}
+    assert ("Started", f"Admitted by clusterQueue cq-{ns}") in events(cluster, ns, "train")
+
+
+def test_a_job_that_does_not_fit_waits_pending_with_kueues_message_and_runs_when_quota_frees(cluster, ns):
+    cluster_queue(cluster, f"cq-{ns}", 8)
+    local_queue(cluster, ns, "team", f"cq-{ns}")
+    job(cluster, ns, "first", 6, run=600.0)
+    wait_for(lambda: running(cluster, ns, "first"))
+    job(cluster, ns, "second", 6)
+    wl = wait_for(
+        lambda: (
+            condition(workload(cluster, ns, "second"), "QuotaReserved").get("reason") == "Pending"
+            and workload(cluster, ns, "second")
+        )
+    )
+    assert condition(wl, "QuotaReserved")["message"] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor "
+        "default-flavor, 4 more needed"
+    )
+    assert get(cluster, ns, "second")["spec"]["suspend"] is True
+    # The first job goes (its Workload with it, by owner reference): its quota is the second's.
+    cluster.store.delete("jobs", "first", namespace=ns, propagation_policy="Background")
+    wait_for(lambda: running(cluster, ns, "second"))
+
+
+def test_a_job_unsuspended_behind_kueues_back_is_suspended_again(cluster, ns):
+    cluster_queue(cluster, f"cq-{ns}", 2)
+    local_queue(cluster, ns, "team", f"cq-{ns}")
+    job(cluster, ns, "big", 8)
+    wait_for(lambda: condition(workload(cluster, ns, "big"), "QuotaReserved").get("reason") == "Pending")
+    cluster.store.patch("jobs", "big", {"spec": {"suspend": False}}, "merge", namespace=ns)
+    wait_for(lambda: get(cluster, ns, "big")["spec"]["suspend"] is True)
+    assert ("Stopped", "Not admitted by cluster queue") in events(cluster, ns, "big")
+
+
+def test_a_job_on_a_missing_local_queue_is_inadmissible(cluster, ns):
+    job(cluster, ns, "lost", 1, queue="nowhere")
+    wl = wait_for(
+        lambda: (
+            condition(workload(cluster, ns, "lost"), "QuotaReserved").get("reason") == "Inadmissible"
+            and workload(cluster, ns, "lost")
+        )
+    )
+    assert condition(wl, "QuotaReserved")["message"] == "LocalQueue nowhere doesn't exist"
+
+
+def test_the_queue_name_of_a_running_job_cannot_change(cluster, ns):
+    cluster_queue(cluster, f"cq-{ns}", 8)
+    local_queue(cluster, ns, "team", f"cq-{ns}")
+    job(cluster, ns, "moving", 1)
+    wait_for(lambda: running(cluster, ns, "moving"))
+    with pytest.raises(ApiError) as refused:
+        cluster.store.patch(
+            "jobs", "moving", {"metadata": {"labels": {QUEUE_NAME_LABEL: "other"}}}, "merge", namespace=ns
+        )
+    assert refused.value.code == 422
+
+
+def test_strict_fifo_blocks_behind_the_head_and_best_effort_lets_a_smaller_job_pass(cluster, ns):
+    cluster_queue(cluster, f"strict-{ns}", 4, strategy="StrictFIFO")
+    cluster_queue(cluster, f"best-{ns}", 4)
+    local_queue(cluster, ns, "strict", f"strict-{ns}")
+    local_queue(cluster, ns, "best", f"best-{ns}")
+    for q in ("strict", "best"):
+        job(cluster, ns, f"{q}-holder", 3, queue=q)
+        wait_for(lambda q=q: running(cluster, ns, f"{q}-holder"))
+        job(cluster, ns, f"{q}-head", 4, queue=q)
+        wait_for(
+            lambda q=q: (
+                condition(workload(cluster, ns, f"{q}-head"), "QuotaReserved").get("reason") == "Pending"
+            )
+        )
+        job(cluster, ns, f"{q}-small", 1, queue=q)
+    wait_for(lambda: running(cluster, ns, "best-small"))
+    # The strict queue's small job never passes its head, however long it waits.
+    assert condition(workload(cluster, ns, "strict-small"), "QuotaReserved").get("status") != "True"
+    assert get(cluster, ns, "strict-small")["spec"]["suspend"] is True
+
+
+def test_a_cluster_queue_borrows_its_cohorts_unused_quota_up_to_its_borrowing_limit(cluster, ns):
+    cluster_queue(cluster, f"a-{ns}", 4, cohort=f"co-{ns}", borrowing=2)
+    cluster_queue(cluster, f"b-{ns}", 4, cohort=f"co-{ns}")
+    local_queue(cluster, ns, "a", f"a-{ns}")
+    job(cluster, ns, "borrower", 6, queue="a")
+    wait_for(lambda: running(cluster, ns, "borrower"))
+    job(cluster, ns, "over-limit", 1, queue="a")
+    wl = wait_for(
+        lambda: (
+            condition(workload(cluster, ns, "over-limit"), "QuotaReserved").get("reason") == "Pending"
+            and workload(cluster, ns, "over-limit")
+        )
+    )
+    assert "insufficient unused quota" in condition(wl, "QuotaReserved")["message"]
+
+
+def test_a_higher_priority_workload_preempts_a_lower_one_which_is_requeued(cluster, ns):
+    for name, value in ((f"low-{ns}", 10), (f"high-{ns}", 1000)):
+        cluster.store.create("workloadpriorityclasses", {"metadata": {"name": name}, "value": value})
+    cluster_queue(cluster, f"cq-{ns}", 8, preempt=True)
+    local_queue(cluster, ns, "team", f"cq-{ns}")
+    job(cluster, ns, "low", 8, priority=f"low-{ns}", run=600.0)
+    wait_for(lambda: running(cluster, ns, "low"))
+    job(cluster, ns, "high", 8, priority=f"high-{ns}")
+    wait_for(lambda: running(cluster, ns, "high"))
+    low = workload(cluster, ns, "low")
+    assert condition(low, "Preempted")["reason"] == "InClusterQueue"
+    assert condition(low, "Requeued")["status"] == "True"
+    assert condition(low, "QuotaReserved")["status"] == "False"
+    assert "due to prioritization in the ClusterQueue" in condition(low, "Preempted")["message"]
+    assert get(cluster, ns, "low")["spec"]["suspend"] is True
+
+
+def test_choose_victims_takes_the_fewest_lowest_priority_newest_first():
+    from datetime import datetime, timezone
+
+    t = [datetime(2026, 1, 1, 0, i, tzinfo=timezone.utc) for i in range(4)]
+    queue = QueueView(
+        "cq", "BestEffortFIFO", [("f", {GPU: 8.0}, {GPU: None})], {GPU}, None, True, {("f", GPU): 8.0}
+    )
+    admitted = [
+        Candidate("ns/a", "a", "cq", 1, t[0], {GPU: 4.0}, admitted_at=t[0]),
+        Candidate("ns/b", "b", "cq", 1, t[1], {GPU: 2.0}, admitted_at=t[1]),
+        Candidate("ns/c", "c", "cq", 5, t[2], {GPU: 2.0}, admitted_at=t[2]),
+    ]
+    head = Candidate("ns/h", "h", "cq", 5, t[3], {GPU: 4.0})
+    victims = choose_victims(queue, "f", head, admitted)
+    assert [v.uid for v in victims] == ["b", "a"]  # never c: equal priority is not preempted
+    assert choose_victims(queue, "f", Candidate("ns/x", "x", "cq", 1, t[3], {GPU: 2.0}), admitted) is None
+
+
+def test_assign_flavor_names_the_missing_quota():
+    queue = QueueView(
+        "cq", "StrictFIFO", [("f", {GPU: 8.0}, {GPU: None})], {GPU}, None, False, {("f", GPU): 6.0}
+    )
+    assert assign_flavor(queue, {GPU: 2.0}, {}) == ("f", "")
+    assert (
+        assign_flavor(queue, {GPU: 3.0}, {})[1]
+        == "insufficient unused quota for nvidia.com/gpu in flavor f, 1 more needed"
+    )
+    assert (
+        assign_flavor(queue, {"example.com/fpga": 1.0}, {})[1]
+        == "resource example.com/fpga unavailable in ClusterQueue"
+    )
+
+
+def test_wait_for_pods_ready_evicts_a_job_whose_pods_never_get_ready_and_backs_off():
+    config = ClusterConfig(
+        nodes=1,
+        time_scale=0.02,
+        kueue=KueueConfig(wait_for_pods_ready_seconds=20, requeue_backoff_base_seconds=600),
+    )
+    with SimCluster(config) as c:
+        c.store.create("namespaces", {"metadata": {"name": "w"}})
+        cluster_queue(c, "cq", 8)
+        local_queue(c, "w", "team", "cq")
+        job(c, "w", "stuck", 2, pull_error="not-found")
+        wl = wait_for(
+            lambda: (
+                condition(workload(c, "w", "stuck"), "Requeued").get("status") == "True"
+                and workload(c, "w", "stuck")
+            )
+        )
+        assert condition(wl, "Requeued")["reason"] == "PodsReadyTimeout"
+        assert condition(wl, "QuotaReserved")["status"] == "False"
+        assert wl["status"]["requeueState"]["count"] == 1
+        assert get(c, "w", "stuck")["spec"]["suspend"] is True
+
+
+def test_without_kueue_the_api_is_not_served_and_labelled_jobs_are_left_alone():
+    with SimCluster(ClusterConfig(nodes=1, time_scale=0.02)) as c:
+        c.store.create("namespaces", {"metadata": {"name": "plain"}})
+        created = job(c, "plain", "free", 1)
+        assert created["spec"]["suspend"] is False
+        import urllib.error
+        import urllib.request
+
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{c.url}/apis/kueue.x-k8s.io/v1beta2/clusterqueues")
+        assert missing.value.code == 404
+        groups = json.load(urllib.request.urlopen(f"{c.url}/apis"))
+        assert "kueue.x-k8s.io" not in [g["name"] for g in groups["groups"]]
+
+
+def test_with_kueue_the_api_is_served(cluster):
+    import urllib.request
+
+    groups = json.load(urllib.request.urlopen(f"{cluster.url}/apis"))
+    assert "kueue.x-k8s.io" in [g["name"] for g in groups["groups"]]
+    body = json.load(urllib.request.urlopen(f"{cluster.url}/apis/kueue.x-k8s.io/v1beta2/clusterqueues"))
+    assert body["kind"] == "ClusterQueueList"
+
+
+def test_a_finished_job_finishes_its_workload_and_gives_its_quota_back(cluster, ns):
+    cluster_queue(cluster, f"cq-{ns}", 4)
+    local_queue(cluster, ns, "team", f"cq-{ns}")
+    job(cluster, ns, "short", 4, run=1.0)
+    wl = wait_for(
+        lambda: (
+            condition(workload(cluster, ns, "short"), "Finished").get("status") == "True"
+            and workload(cluster, ns, "short")
+        )
+    )
+    assert condition(wl, "Finished")["reason"] == "Succeeded"
+    job(cluster, ns, "next", 4)
+    wait_for(lambda: running(cluster, ns, "next"))

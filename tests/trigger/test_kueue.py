@@ -1,0 +1,129 @@
+"""The product on a cluster that runs Kueue (the simulator's, kubernetes-sigs/kueue v0.19.2 rules): a job
+that names a LocalQueue is Kueue's to admit. The trigger never unsuspends, suspends or requeues it; it
+logs what Kueue says while the job waits, follows it when Kueue admits it, and shows a preemption as one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sim_fixtures import real_cluster_kubeconfig
+
+from airflow_jobs_plugin import kueue
+from airflow_jobs_plugin.kube import JOBS
+from airflow_jobs_plugin.sim.cluster import SimCluster
+from airflow_jobs_plugin.sim.config import ClusterConfig, KueueConfig
+from airflow_jobs_plugin.sim.controllers.kueue import workload_name
+from airflow_jobs_plugin.triggers import JobTrigger
+
+from .conftest import job_manifest, task_identity
+
+pytestmark = pytest.mark.skipif(
+    real_cluster_kubeconfig() is not None, reason="creates Kueue ClusterQueues: the simulator's Kueue only"
+)
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.01, kueue=KueueConfig())) as sim:
+        sim.store.create("resourceflavors", {"metadata": {"name": "default-flavor"}})
+        yield sim
+
+
+def make_queue(cluster, name: str, gpus: int, *, preempt: bool = False) -> None:
+    spec: dict = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": [GPU],
+                "flavors": [{"name": "default-flavor", "resources": [{"name": GPU, "nominalQuota": gpus}]}],
+            }
+        ],
+    }
+    if preempt:
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    cluster.store.create("clusterqueues", {"metadata": {"name": name}, "spec": spec})
+    cluster.store.create(
+        "localqueues", {"metadata": {"name": name, "namespace": "default"}, "spec": {"clusterQueue": name}}
+    )
+
+
+def job_events(cluster, name: str) -> list[tuple[str, str]]:
+    return [
+        (e["reason"], e["message"])
+        for e in cluster.store.list("events", namespace="default")
+        if e["involvedObject"].get("name") == name
+    ]
+
+
+async def until(check, timeout: float = 30.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if result := check():
+            return result
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def states(text: str, name: str) -> list[str]:
+    return [line.split(f"Job {name}: ")[1] for line in text.splitlines() if f"Job {name}: " in line]
+
+
+async def test_a_job_kueue_keeps_suspended_is_never_released_and_runs_when_kueue_admits_it(
+    cluster, client, capsys
+):
+    make_queue(cluster, "small", 2)
+    body = job_manifest(task_identity(), gpus=4, kueue_queue="small", scenario={"main": {"run": 2}})
+    name = body["metadata"]["name"]
+    await client.create(JOBS, "default", body)
+    trigger = asyncio.create_task(_collect(JobTrigger(job_name=name, namespace="default")))
+    wl_name = workload_name("jobs", cluster.store.get("jobs", name, namespace="default"))
+    await until(lambda: "Kueue: couldn't assign flavors" in capsys.readouterr().out or None, timeout=30)
+    # Kueue says no: the product has not released the job, so Kueue never had to stop it.
+    await asyncio.sleep(1.0)
+    assert cluster.store.get("jobs", name, namespace="default")["spec"]["suspend"] is True
+    assert ("Stopped", "Not admitted by cluster queue") not in job_events(cluster, name)
+    # The platform raises the queue's quota: Kueue admits, starts the job, and the task follows it.
+    cq = cluster.store.get("clusterqueues", "small")
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 8
+    cluster.store.update("clusterqueues", cq)
+    (event,) = await asyncio.wait_for(trigger, 60)
+    assert (event["status"], event["state"]) == ("success", "SUCCEEDED")
+    assert ("Started", "Admitted by clusterQueue small") in job_events(cluster, name)
+    workload = cluster.store.get("workloads", wl_name, namespace="default")
+    assert any(c["type"] == "Finished" and c["status"] == "True" for c in workload["status"]["conditions"])
+
+
+async def test_a_workload_kueue_preempts_waits_again_and_the_task_succeeds_after_readmission(
+    cluster, client, capsys
+):
+    for cls, value in (("batch-low", 10), ("urgent", 1000)):
+        cluster.store.create("workloadpriorityclasses", {"metadata": {"name": cls}, "value": value})
+    make_queue(cluster, "shared", 8, preempt=True)
+    low = job_manifest(task_identity("low"), gpus=8, kueue_queue="shared", scenario={"main": {"run": 1000}})
+    low["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "batch-low"
+    await client.create(JOBS, "default", low)
+    low_name = low["metadata"]["name"]
+    low_trigger = asyncio.create_task(_collect(JobTrigger(job_name=low_name, namespace="default")))
+    await until(lambda: cluster.store.get("jobs", low_name, namespace="default")["spec"]["suspend"] is False)
+    high = job_manifest(task_identity("high"), gpus=8, kueue_queue="shared", scenario={"main": {"run": 2}})
+    high["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "urgent"
+    await client.create(JOBS, "default", high)
+    (high_event,) = await asyncio.wait_for(
+        _collect(JobTrigger(job_name=high["metadata"]["name"], namespace="default")), 60
+    )
+    assert high_event["state"] == "SUCCEEDED"
+    # The preempted job runs again once the quota is back (1,000 simulated seconds = 10 s here: long
+    # enough that the high-priority job always arrives while it runs, even on a loaded machine).
+    (low_event,) = await asyncio.wait_for(low_trigger, 90)
+    assert (low_event["status"], low_event["state"]) == ("success", "SUCCEEDED")
+    logged = states(capsys.readouterr().out, low_name)
+    preempted = [i for i, line in enumerate(logged) if "Preempted to accommodate a workload" in line]
+    assert preempted, logged
+    assert any(line.startswith("RUNNING") for line in logged[preempted[0] :]), logged
+
+
+async def _collect(trigger: JobTrigger) -> list[dict]:
+    return [e.payload async for e in trigger.run()]
