@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import json
 import os
 import re
@@ -104,7 +103,9 @@ def multiply(bodies: dict[str, dict], names: dict[str, str], finished: int, live
     """LIST bodies of a namespace with ``finished`` + ``live`` jobs (see the module docstring)."""
     from airflow_jobs_plugin import labels, quota
 
-    templates = {role: _template(bodies, names[role]) for role in ("done", "broken", "runner", "mpi", "waiting")}
+    templates = {
+        role: _template(bodies, names[role]) for role in ("done", "broken", "runner", "mpi", "waiting")
+    }
     plan = [("done" if i % 10 else "broken", f"hist-{i:06d}-a1", i) for i in range(finished)]
     for i in range(live):
         role = "runner" if i % 5 < 3 else ("mpi" if i % 5 == 3 else "waiting")
@@ -132,7 +133,9 @@ def multiply(bodies: dict[str, dict], names: dict[str, str], finished: int, live
                 )
             )
     groups = {g: sum(r.gpus for r in rs) for g, rs in held.items()}
-    policy = "groups:\n" + "".join(f"  {g}: {{gpus: {n}, user_gpus: {n}}}\n" for g, n in sorted(groups.items()))
+    policy = "groups:\n" + "".join(
+        f"  {g}: {{gpus: {n}, user_gpus: {n}}}\n" for g, n in sorted(groups.items())
+    )
     configmaps = [
         {
             "apiVersion": "v1",
@@ -147,7 +150,11 @@ def multiply(bodies: dict[str, dict], names: dict[str, str], finished: int, live
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": quota.ledger_name(group), "namespace": NAMESPACE, "resourceVersion": "1"},
+                "metadata": {
+                    "name": quota.ledger_name(group),
+                    "namespace": NAMESPACE,
+                    "resourceVersion": "1",
+                },
                 "data": data,
             }
         )
@@ -166,7 +173,9 @@ def serve(bodies: dict[str, dict], workdir: Path) -> tuple[subprocess.Popen, str
     for key, body in bodies.items():
         (space / f"{key}.json").write_text(json.dumps(body))
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "bench_ui_serve.py"), str(workdir / "lists")], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(HERE / "bench_ui_serve.py"), str(workdir / "lists")],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -272,7 +281,9 @@ def measure_status(kubeconfig: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--finished", type=int, default=50_000)
     parser.add_argument("--live", type=int, default=1_000)
     parser.add_argument("--finished-events", type=int, default=1_000)
@@ -308,5 +319,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
+    # The code measured is whatever PYTHONPATH names first (a worktree of the version to measure).
     main()

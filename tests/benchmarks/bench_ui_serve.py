@@ -59,7 +59,13 @@ def main() -> None:
                 return self._send(200, b"step 1\nstep 2\n", "text/plain")
             body = lists.get(path) or objects.get(path)
             if body is None:
-                status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+                status = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "NotFound",
+                    "code": 404,
+                }
                 return self._send(404, json.dumps(status).encode())
             return self._send(200, body)
 
