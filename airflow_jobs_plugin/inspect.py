@@ -56,9 +56,25 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# Objects per LIST request: a namespace keeping 50,000 jobs answers a LIST of 300 MB in one body, and
+# decoding it is one C call holding the GIL for seconds, which would stall the API server's event loop
+# even from a worker thread. In chunks of 500 (kubectl's default, staging/src/k8s.io/kubectl/pkg/cmd/get
+# /get.go, Kubernetes 1.32), every decode is short. The API server serves all chunks of one list from the
+# same resourceVersion (apiserver pagination, KEP-365), so the chunks form one consistent list.
+LIST_CHUNK = 500
+
+
 async def _items(client: KubeClient, resource: Resource, namespace: str, selector: str | None = None) -> list:
-    listing = await client.list(resource, namespace, label_selector=selector)
-    items = listing.get("items") or []
+    items: list = []
+    token: str | None = None
+    while True:
+        listing = await client.list(
+            resource, namespace, label_selector=selector, limit=LIST_CHUNK, continue_token=token
+        )
+        items.extend(listing.get("items") or [])
+        token = (listing.get("metadata") or {}).get("continue") or None
+        if token is None:
+            break
     for item in items:
         item.setdefault("kind", resource.kind)
         item.setdefault("apiVersion", resource.api_version)

@@ -3,8 +3,9 @@
 ``python bench_ui_serve.py DIR`` reads ``DIR/<namespace>/{jobs,mpijobs,pods,events,configmaps}.json``
 (list bodies as the simulator answered them, multiplied by ``bench_ui.py``), prints ``@bench {"port": N}``
 and answers the GETs the GPU Jobs views make: the lists (selectors are ignored: every object in the files
-carries the product's labels), one object by name, and a pod's log. Bytes are read once and sent as
-they are, so this process costs the measured one almost nothing and the client decodes real bodies.
+carries the product's labels), in chunks when asked (``limit`` and ``continue``, as the Kubernetes API
+server pages a list), one object by name, and a pod's log. It runs in its own process, so its work is
+not counted as the measured one's, and the client decodes real bodies.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 RESOURCES = {
     ("api/v1", "pods"): "pods",
@@ -39,6 +40,19 @@ def load(root: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
 
 def main() -> None:
     lists, objects = load(Path(sys.argv[1]))
+    decoded: dict[str, dict] = {}
+
+    def chunk(path: str, limit: int, offset: int) -> bytes:
+        """Items ``offset`` to ``offset + limit`` of the list, with the token of the next chunk."""
+        if path not in decoded:
+            decoded[path] = json.loads(lists[path])
+        whole = decoded[path]
+        items = whole["items"][offset : offset + limit]
+        meta = {"resourceVersion": whole["metadata"]["resourceVersion"]}
+        if offset + limit < len(whole["items"]):
+            meta["continue"] = str(offset + limit)
+            meta["remainingItemCount"] = len(whole["items"]) - offset - limit
+        return json.dumps({**whole, "metadata": meta, "items": items}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -54,9 +68,14 @@ def main() -> None:
             self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            path = urlsplit(self.path).path.rstrip("/")
+            parts = urlsplit(self.path)
+            path = parts.path.rstrip("/")
+            query = parse_qs(parts.query)
             if path.endswith("/log"):
                 return self._send(200, b"step 1\nstep 2\n", "text/plain")
+            if path in lists and query.get("limit"):
+                offset = int((query.get("continue") or ["0"])[0])
+                return self._send(200, chunk(path, int(query["limit"][0]), offset))
             body = lists.get(path) or objects.get(path)
             if body is None:
                 status = {

@@ -104,3 +104,25 @@ def test_status_refuses_an_unknown_state_naming_it(population, capsys):
     code = cli.main(["status", "--kubeconfig", population.kubeconfig, "--state", "DONE"])
     assert code == 2
     assert "state: DONE is not a job state" in capsys.readouterr().err
+
+
+def test_lists_read_in_chunks_hold_every_object_once(population, monkeypatch):
+    from airflow_jobs_plugin import inspect
+
+    async def read():
+        client = await KubeClient.from_kubeconfig(population.kubeconfig)
+        try:
+            return await read_cluster(client, Target(namespace="default"))
+        finally:
+            await client.close()
+
+    whole = asyncio.run(read())
+    monkeypatch.setattr(inspect, "LIST_CHUNK", 2)
+    chunked = asyncio.run(read())
+    assert len(whole.pods) > 2 and len(whole.jobs) > 2
+
+    def names(objs):
+        return sorted(o["metadata"]["name"] for o in objs)
+
+    assert names(chunked.jobs) == names(whole.jobs)
+    assert names(chunked.pods) == names(whole.pods)
