@@ -13,6 +13,9 @@ server (its UI and REST API share the event loop) for that long, every 5 s per o
 - a copy older than :data:`FRESH_SECONDS` but younger than :data:`STALE_SECONDS` is served at once
   while a fresh build starts behind it (the page refreshes itself every few seconds anyway); an older
   one, or none, is waited for;
+- both windows stretch with the cost of the build (at least twice, and five times, as long as the
+  last build took): a namespace whose build takes 40 s of CPU is rebuilt at most every 80 s, not
+  back to back, so one open page cannot keep a core of the API server busy;
 - a person's action through this server (cancel, stop, resume) drops the copy, so the page that
   follows shows the action's effect.
 """
@@ -36,6 +39,7 @@ STALE_SECONDS = 30.0
 class _Entry(Generic[T]):
     value: T
     built_at: float
+    took: float  # seconds the build took
 
 
 def _in_thread(build: Callable[[], Awaitable[T]]) -> Awaitable[T]:
@@ -65,11 +69,12 @@ class BuildCache(Generic[T]):
     async def get(self, key: Hashable, build: Callable[[], Awaitable[T]]) -> T:
         """The value of ``key``: the kept one while fresh (or stale, refreshing behind it), else built."""
         entry = self._entries.get(key)
-        age = None if entry is None else self._clock() - entry.built_at
-        if entry is not None and age is not None and age < self._fresh:
-            return entry.value
+        if entry is not None:
+            age = self._clock() - entry.built_at
+            if age < max(self._fresh, 2 * entry.took):
+                return entry.value
         task = self._building.get(key) or self._start(key, build)
-        if entry is not None and age is not None and age < self._stale:
+        if entry is not None and age < max(self._stale, 5 * entry.took):
             return entry.value
         # shield: one waiter giving up (a closed connection) must not cancel the build the others await.
         return await asyncio.shield(task)
@@ -89,7 +94,7 @@ class BuildCache(Generic[T]):
             try:
                 value = await self._runner(build)
                 if generation == self._generation:
-                    self._entries[key] = _Entry(value, started)
+                    self._entries[key] = _Entry(value, started, self._clock() - started)
                 return value
             finally:
                 if self._building.get(key) is task:

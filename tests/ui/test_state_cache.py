@@ -159,3 +159,26 @@ def test_by_default_the_build_runs_in_another_thread_on_its_own_loop():
     (here_thread, here_loop), (there_thread, there_loop) = asyncio.run(scenario())
     assert here_thread != there_thread
     assert here_loop is not there_loop
+
+
+def test_a_costly_build_is_kept_longer_so_refreshes_do_not_run_back_to_back():
+    async def scenario():
+        clock = Clock()
+        c = cache(clock)
+        builds = 0
+
+        async def build():
+            nonlocal builds
+            builds += 1
+            clock.now += 40  # this build took 40 s
+            return builds
+
+        await c.get("ns", build)  # built at 0, done at 40
+        clock.now = 75  # 75 s after it started: within twice its cost, still fresh
+        kept = await c.get("ns", build)
+        clock.now = 150  # past twice its cost, within five times: served, refreshed behind
+        stale = await c.get("ns", build)
+        await c._building["ns"]  # noqa: SLF001 - the refresh behind the stale copy
+        return kept, stale, builds
+
+    assert asyncio.run(scenario()) == (1, 1, 2)
