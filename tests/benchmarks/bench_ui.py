@@ -196,6 +196,14 @@ def serve(bodies: dict[str, dict], workdir: Path) -> tuple[subprocess.Popen, str
     return proc, str(kubeconfig)
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM) so far."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def _timed(fn):
     wall, cpu = time.perf_counter(), time.process_time()
     value = fn()
@@ -225,6 +233,7 @@ def measure_core(kubeconfig: str) -> dict[str, float]:
         "overview_s": build_wall,
         "overview_cpu_s": build_cpu,
         "rows": len(ov.jobs),
+        "peak_rss_mb": _peak_rss_mb(),
     }
 
 
@@ -257,6 +266,7 @@ def measure_app() -> dict[str, Any]:
                 elapsed = time.perf_counter() - start
                 response.raise_for_status()
                 timings[label] = {"s": elapsed, "bytes": len(response.content)}
+        timings["peak_rss_mb"] = _peak_rss_mb()
         return timings
 
     return asyncio.run(run())
