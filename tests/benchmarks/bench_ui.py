@@ -281,6 +281,7 @@ def measure_status(kubeconfig: str) -> dict[str, float]:
         env=env,
         capture_output=True,
         text=True,
+        cwd=Path(kubeconfig).parent,  # not a checkout: "-m" would import the package from the cwd first
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
