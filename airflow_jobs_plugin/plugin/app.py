@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -255,7 +256,13 @@ def create_app() -> FastAPI:
 
         async def build() -> tuple[views.ClusterState, views.Overview]:
             state = await _with_cluster(settings, lambda c: inspect.read_cluster(c, target))
-            return state, views.overview(state)
+            whole = views.overview(state)
+            # What a job's page needs besides the job itself (read afresh): its pods and events, and
+            # the waiting jobs, the only ones the pool's queue rule reads. The other jobs' objects are
+            # most of the memory at 50,000 jobs: not kept.
+            kept = dataclasses.replace(state, jobs=tuple(j for j in state.jobs if views._is_waiting(j)))
+            kept.owners  # noqa: B018 - index here, in the worker thread, not on the first page's loop
+            return kept, whole
 
         return await cache.get((settings.kubernetes_conn_id, target), build)
 

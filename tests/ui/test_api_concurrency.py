@@ -92,3 +92,32 @@ def test_another_request_is_answered_while_the_overview_is_built(host):
     assert sorted(row["name"] for row in jobs.json()) == ["a", "b", "c"]
     assert [p["group"] for p in pools.json()] == ["phusers"]
     assert len(reads) == 1  # the second request waited for the build under way, it did not start one
+
+
+@pytest.mark.parametrize("name", ["a", "b", "c"])
+def test_a_job_page_from_the_kept_copy_equals_the_page_from_the_whole_namespace(host, monkeypatch, name):
+    from airflow_jobs_plugin.plugin import views
+
+    root, _, release, _ = host
+    release.set()
+    whole = primehub_example_1()
+    job = next(j for j in whole.jobs if j["metadata"]["name"] == name)
+
+    async def find_job(client, namespace, wanted):
+        return job
+
+    async def no_logs(client, namespace, job, pods, lines=50):
+        return ()
+
+    monkeypatch.setattr(inspect, "find_job", find_job)
+    monkeypatch.setattr(inspect, "read_log_tails", no_logs)
+
+    async def scenario():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=root), base_url="http://airflow"
+        ) as client:
+            return await client.get(f"/airflow-jobs/api/jobs/ml-team/{name}")
+
+    response = asyncio.run(scenario())
+    assert response.status_code == 200
+    assert response.json() == views.plain(views.job_detail(whole, job))
