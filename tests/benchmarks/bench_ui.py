@@ -196,10 +196,10 @@ def serve(bodies: dict[str, dict], workdir: Path) -> tuple[subprocess.Popen, str
     return proc, str(kubeconfig)
 
 
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM) so far."""
+def _peak_rss_mb(field: str = "VmHWM") -> float:
+    """This process's peak resident memory (``VmHWM``) so far, or its current one (``VmRSS``)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -267,6 +267,11 @@ def measure_app() -> dict[str, Any]:
                 response.raise_for_status()
                 timings[label] = {"s": elapsed, "bytes": len(response.content)}
         timings["peak_rss_mb"] = _peak_rss_mb()
+        import gc
+
+        gc.collect()
+        # What the server keeps between requests (the kept copy), measured while the app is alive.
+        timings["rss_after_mb"] = _peak_rss_mb("VmRSS")
         return timings
 
     return asyncio.run(run())
