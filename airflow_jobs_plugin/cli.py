@@ -103,14 +103,24 @@ def _run_sim(args: argparse.Namespace) -> int:
 # --- status, describe, logs, cancel, stop, resume ---
 
 
-def _cluster_arguments(command: argparse.ArgumentParser) -> None:
+def _cluster_arguments(command: argparse.ArgumentParser, *, many_namespaces: bool = False) -> None:
     where = command.add_argument_group("cluster")
-    where.add_argument(
-        "--namespace",
-        "-n",
-        default=None,
-        help="namespace of the jobs (default: [airflow_jobs] namespace, itself default 'default')",
-    )
+    if many_namespaces:
+        where.add_argument(
+            "--namespace",
+            "-n",
+            action="append",
+            default=None,
+            help="namespace of the jobs; repeat it or give a comma list to read several (default: "
+            "[airflow_jobs] namespace and namespaces, itself default 'default')",
+        )
+    else:
+        where.add_argument(
+            "--namespace",
+            "-n",
+            default=None,
+            help="namespace of the jobs (default: [airflow_jobs] namespace, itself default 'default')",
+        )
     source = where.add_mutually_exclusive_group()
     source.add_argument(
         "--conn-id",
@@ -136,7 +146,25 @@ def _add_inspect_commands(subparsers: argparse._SubParsersAction) -> None:
     status = subparsers.add_parser(
         "status", help="quota pools, queues and jobs", description="Show quota pools, queues and jobs."
     )
-    _cluster_arguments(status)
+    _cluster_arguments(status, many_namespaces=True)
+    shown = status.add_argument_group("which jobs (pools and queues always show every job of the groups)")
+    for flag, what in (
+        ("group", "groups"),
+        ("user", "users"),
+        ("state", "states, e.g. RUNNING,QUEUED"),
+        ("dag", "DAG ids"),
+    ):
+        shown.add_argument(
+            f"--{flag}",
+            action="append",
+            default=None,
+            help=f"only jobs of these {what} (repeat or comma list)",
+        )
+    shown.add_argument(
+        "--sort", default=None, help="column to sort jobs by, '-' first for descending (default: -created)"
+    )
+    shown.add_argument("--limit", type=int, default=None, help="jobs to show (default 100, at most 1000)")
+    shown.add_argument("--offset", type=int, default=None, help="jobs to skip first")
     status.set_defaults(handler=_run_status)
 
     describe = subparsers.add_parser(
@@ -272,14 +300,61 @@ def _print_json(value) -> None:
     print(json.dumps(plain(value), indent=2, sort_keys=True))
 
 
+def _status_namespaces(args: argparse.Namespace) -> None:
+    """``--namespace`` given (repeated or comma lists): those; else ``[airflow_jobs] namespace`` and
+    ``namespaces``. Leaves ``args.namespace`` the first and ``args.also_namespaces`` the rest."""
+    from airflow_jobs_plugin import config
+
+    given = [n.strip() for item in args.namespace or () for n in item.split(",") if n.strip()]
+    if given:
+        spaces = tuple(dict.fromkeys(given))
+    else:
+        spaces = config.namespaces(config.get("namespace") or "default", config.get("namespaces"))
+    args.namespace, args.also_namespaces = spaces[0], spaces[1:]
+
+
 def _run_status(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from airflow_jobs_plugin.inspect import read_cluster
+    from airflow_jobs_plugin.plugin import listing
     from airflow_jobs_plugin.plugin.text import status_text
-    from airflow_jobs_plugin.plugin.views import overview
+    from airflow_jobs_plugin.plugin.views import overview, plain
+
+    try:
+        query = listing.parse_query(
+            group=args.group,
+            user=args.user,
+            state=args.state,
+            dag=args.dag,
+            sort=args.sort,
+            offset=args.offset,
+            limit=args.limit,
+        )
+    except listing.QueryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _status_namespaces(args)
 
     async def work(client) -> int:
-        view = overview(await read_cluster(client, _target(args)))
-        _print_json(view) if args.json else print(status_text(view))
+        target = dataclasses.replace(_target(args), also=args.also_namespaces)
+        view, page = listing.page_of(
+            listing.narrow(overview(await read_cluster(client, target)), query), query
+        )
+        if args.json:
+            import json
+
+            body = plain(view)
+            body["jobs_total"], body["jobs_offset"], body["jobs_limit"] = page.total, page.offset, page.limit
+            print(json.dumps(body, indent=2, sort_keys=True))
+            return 0
+        print(status_text(view))
+        if page.total > len(page.rows):
+            first = page.offset + 1 if page.rows else 0
+            print(
+                f"\njobs {first}-{page.offset + len(page.rows)} of {page.total} shown "
+                "(--limit, --offset, --state, --group, --user, --dag choose others)"
+            )
         return 0
 
     return _with_client(args, work)

@@ -1,8 +1,11 @@
 """Reading the product's jobs on the cluster for the UI and the CLI, and acting on them by name.
 
-The I/O half of the GPU Jobs views: one namespace's Jobs, MPIJobs, pods and events, the quota policy
-and every group's ledger, read with a handful of LISTs into a :class:`~airflow_jobs_plugin.plugin.views.ClusterState`
-that the pure builders of :mod:`airflow_jobs_plugin.plugin.views` turn into pages and tables.
+The I/O half of the GPU Jobs views: the Jobs, MPIJobs, pods and events of one or several namespaces,
+the quota policy and every group's ledger, read with a handful of LISTs per namespace into a
+:class:`~airflow_jobs_plugin.plugin.views.ClusterState` that the pure builders of
+:mod:`airflow_jobs_plugin.plugin.views` turn into pages and tables. The state indexes its pods and
+events by job once (:class:`~airflow_jobs_plugin.lifecycle.owners.OwnerIndex`), so building every
+job's snapshot costs time linear in the objects read, not their square.
 """
 
 from __future__ import annotations
@@ -27,15 +30,22 @@ LOG_TAIL_LINES = 50
 
 @dataclass(frozen=True)
 class Target:
-    """Where to look: the namespace of the jobs, and the quota policy's ConfigMap (if any)."""
+    """Where to look: the namespace of the jobs (and any more to read with it, ``also``), and the
+    quota policy's ConfigMap (if any). One quota pool serves them all, as one admission pass does."""
 
     namespace: str = "default"
     quota_configmap: str | None = quota.DEFAULT_POLICY_CONFIGMAP
     quota_namespace: str | None = None
+    also: tuple[str, ...] = ()
 
     @property
     def ledger_namespace(self) -> str:
         return self.quota_namespace or self.namespace
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """Every namespace to read, ``namespace`` first, each once."""
+        return tuple(dict.fromkeys((self.namespace, *self.also)))
 
 
 class JobNotFound(LookupError):
@@ -46,9 +56,25 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# Objects per LIST request: a namespace keeping 50,000 jobs answers a LIST of 300 MB in one body, and
+# decoding it is one C call holding the GIL for seconds, which would stall the API server's event loop
+# even from a worker thread. In chunks of 500 (kubectl's default, staging/src/k8s.io/kubectl/pkg/cmd/get
+# /get.go, Kubernetes 1.32), every decode is short. The API server serves all chunks of one list from the
+# same resourceVersion (apiserver pagination, KEP-365), so the chunks form one consistent list.
+LIST_CHUNK = 500
+
+
 async def _items(client: KubeClient, resource: Resource, namespace: str, selector: str | None = None) -> list:
-    listing = await client.list(resource, namespace, label_selector=selector)
-    items = listing.get("items") or []
+    items: list = []
+    token: str | None = None
+    while True:
+        listing = await client.list(
+            resource, namespace, label_selector=selector, limit=LIST_CHUNK, continue_token=token
+        )
+        items.extend(listing.get("items") or [])
+        token = (listing.get("metadata") or {}).get("continue") or None
+        if token is None:
+            break
     for item in items:
         item.setdefault("kind", resource.kind)
         item.setdefault("apiVersion", resource.api_version)
@@ -93,28 +119,31 @@ async def read_ledgers(client: KubeClient, target: Target) -> dict[str, quota.Le
     return ledgers
 
 
+def _joined(lists: Sequence[list]) -> list:
+    return [item for found in lists for item in found]
+
+
 async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
-    """Everything the overview needs: pods (with events, policy and ledgers) first, then the jobs.
+    """Everything the overview needs, over every namespace of ``target``: pods (with events, policy
+    and ledgers) first, then the jobs.
 
     The jobs are listed after their pods, never alongside: each job is then at least as new as its
     pods, so a pod can never show a resume or a start its job does not show yet, and anything the job
     knows that its pods do not is the job's own word (its conditions and counts), which the lifecycle
     rules read first. Two LISTs in parallel answer at unrelated versions.
     """
+    spaces = target.namespaces
     pods, events, (policy, problem), ledgers = await asyncio.gather(
-        _items(client, PODS, target.namespace, MANAGED_SELECTOR),
-        _items(client, EVENTS, target.namespace),
+        asyncio.gather(*(_items(client, PODS, ns, MANAGED_SELECTOR) for ns in spaces)),
+        asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
         read_policy(client, target),
         read_ledgers(client, target),
     )
-    jobs, mpijobs = await asyncio.gather(
-        _items(client, JOBS, target.namespace, MANAGED_SELECTOR),
-        _mpijobs(client, target.namespace, MANAGED_SELECTOR),
-    )
+    jobs = _joined(await asyncio.gather(*(read_jobs(client, ns) for ns in spaces)))
     return ClusterState(
-        jobs=tuple(j for j in [*jobs, *mpijobs] if is_product_job(j)),
-        pods=tuple(pods),
-        events=tuple(events),
+        jobs=tuple(jobs),
+        pods=tuple(_joined(pods)),
+        events=tuple(_joined(events)),
         now=_now(),
         policy=policy,
         policy_problem=problem,

@@ -470,12 +470,20 @@ class KubeClient:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
     ) -> dict:
-        """The whole list object (``items`` and ``metadata.resourceVersion``)."""
+        """The whole list object (``items`` and ``metadata.resourceVersion``); with ``limit``, one chunk
+        of it, and ``metadata.continue`` names the next (pass it as ``continue_token``)."""
         return await self._request(
             "GET",
             resource.path(namespace),
-            query=[("labelSelector", label_selector), ("fieldSelector", field_selector)],
+            query=[
+                ("labelSelector", label_selector),
+                ("fieldSelector", field_selector),
+                ("limit", limit),
+                ("continue", continue_token),
+            ],
         )
 
     async def replace(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict:

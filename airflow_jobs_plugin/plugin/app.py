@@ -10,13 +10,18 @@ the ``Authorization`` header or Airflow's session cookie, checked by the configu
   failed needs), and a request authenticated by Airflow's session cookie must come from this Airflow's
   own origin (:mod:`airflow_jobs_plugin.plugin.origin`).
 
-The cluster is read through the Airflow connection named in ``[airflow_jobs] kubernetes_conn_id``.
+The cluster is read through the Airflow connection named in ``[airflow_jobs] kubernetes_conn_id``, in
+``[airflow_jobs] namespace`` and every namespace of ``[airflow_jobs] namespaces``. The overview is built
+at most once every few seconds for all readers, in a worker thread, never on the API server's event loop
+(:mod:`airflow_jobs_plugin.plugin.state_cache`); each request narrows, sorts and pages it
+(:mod:`airflow_jobs_plugin.plugin.listing`, query parameters in ``docs/ui.md``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,7 +37,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from airflow_jobs_plugin import actions, inspect, quota
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 
-from . import html, origin, sweep, views
+from . import html, listing, origin, sweep, views
+from .state_cache import BuildCache
 
 URL_PREFIX = "/airflow-jobs"
 CONFIG_SECTION = "airflow_jobs"
@@ -64,10 +70,12 @@ class Settings:
         )
 
     def target(self, namespace: str | None = None) -> inspect.Target:
+        """Where to read: ``namespace`` alone, or (by default) every configured namespace."""
         return inspect.Target(
             namespace=namespace or self.namespace,
             quota_configmap=self.quota_configmap,
             quota_namespace=self.quota_namespace or self.namespace,
+            also=() if namespace else self.namespaces,
         )
 
 
@@ -156,11 +164,43 @@ def require_same_origin(request: Request, user: GetUserDep) -> None:
 SameOrigin = Depends(require_same_origin)
 
 
-def _visible(user: Any, state: views.ClusterState) -> views.Visible:
+def _for_reader(user: Any, ov: views.Overview) -> views.Overview:
     """Jobs of the DAGs ``user`` may read; jobs outside any DAG only for readers of every DAG."""
-    dag_ids = {views.dag_of(j) for j in state.jobs} - {None}
-    readable = {d for d in dag_ids if _may(user, "GET", d)}
-    return views.dag_filter(readable, all_dags=_may(user, "GET", None))
+    return listing.for_reader(ov, lambda dag_id: _may(user, "GET", dag_id))
+
+
+def job_query(
+    group: Annotated[list[str] | None, Query(description="only these groups (repeat or comma list)")] = None,
+    user: Annotated[list[str] | None, Query(description="only jobs of these users")] = None,
+    state: Annotated[
+        list[str] | None, Query(description="only jobs in these states, e.g. RUNNING,QUEUED")
+    ] = None,
+    dag: Annotated[list[str] | None, Query(description="only jobs of these DAG ids")] = None,
+    namespace: Annotated[list[str] | None, Query(description="only jobs of these namespaces")] = None,
+    sort: Annotated[
+        str | None,
+        Query(description=f"column to sort jobs by, '-' for descending: {', '.join(listing.SORT_KEYS)}"),
+    ] = None,
+    offset: Annotated[int | None, Query(description="jobs to skip")] = None,
+    limit: Annotated[int | None, Query(description=f"jobs per page, 1 to {listing.MAX_LIMIT}")] = None,
+) -> listing.JobQuery:
+    """The filter, sort and page a request asks for; 400 naming the parameter when it is unusable."""
+    try:
+        return listing.parse_query(
+            group=group,
+            user=user,
+            state=state,
+            dag=dag,
+            namespace=namespace,
+            sort=sort,
+            offset=offset,
+            limit=limit,
+        )
+    except listing.QueryError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+
+
+JobQueryDep = Annotated[listing.JobQuery, Depends(job_query)]
 
 
 def _base(request: Request) -> str:
@@ -207,31 +247,73 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
 
-    async def overview_of(settings: Settings, user: Any) -> views.Overview:
-        state = await _with_cluster(settings, lambda c: inspect.read_cluster(c, settings.target()))
-        return views.overview(state, _visible(user, state))
+    cache: BuildCache[tuple[views.ClusterState, views.Overview]] = BuildCache()
+    app.state.cluster_cache = cache
+
+    async def cluster_view(settings: Settings) -> tuple[views.ClusterState, views.Overview]:
+        """Every configured namespace's state and its whole overview (all readers), from the cache."""
+        target = settings.target()
+
+        async def build() -> tuple[views.ClusterState, views.Overview]:
+            state = await _with_cluster(settings, lambda c: inspect.read_cluster(c, target))
+            whole = views.overview(state)
+            # What a job's page needs besides the job itself (read afresh): its pods and events, and
+            # the waiting jobs, the only ones the pool's queue rule reads. The other jobs' objects are
+            # most of the memory at 50,000 jobs: not kept.
+            kept = dataclasses.replace(state, jobs=tuple(j for j in state.jobs if views._is_waiting(j)))
+            kept.owners  # noqa: B018 - index here, in the worker thread, not on the first page's loop
+            return kept, whole
+
+        return await cache.get((settings.kubernetes_conn_id, target), build)
+
+    async def overview_of(
+        settings: Settings, user: Any, query: listing.JobQuery
+    ) -> tuple[views.Overview, listing.JobPage]:
+        _, whole = await cluster_view(settings)
+        # Narrowing 50,000 rows and asking the auth manager about each DAG is CPU and database work.
+        return await asyncio.to_thread(
+            lambda: listing.page_of(listing.narrow(_for_reader(user, whole), query), query)
+        )
+
+    async def state_for(settings: Settings, namespace: str) -> views.ClusterState:
+        state, _ = await cluster_view(settings)
+        if namespace in settings.target().namespaces:
+            return state
+        # A job page of a namespace outside the configured ones reads that namespace alone, uncached.
+        return await _with_cluster(settings, lambda c: inspect.read_cluster(c, settings.target(namespace)))
 
     async def detail_of(settings: Settings, user: Any, namespace: str, name: str) -> views.JobDetail:
-        async def work(client: KubeClient) -> views.JobDetail:
-            target = settings.target(namespace)
-            state, job = await inspect.read_job(client, target, name)
-            _require(user, "GET", views.dag_of(job))
-            logs = await inspect.read_log_tails(client, target.namespace, job, state.pods)
-            return views.job_detail(state, job, logs)
-
-        return await _with_cluster(settings, work)
+        # The job itself is read afresh (its page must show what an action just did); its pods, events
+        # and queue come from the shared state, at most a few seconds old.
+        job = await _with_cluster(settings, lambda c: inspect.find_job(c, namespace, name))
+        _require(user, "GET", views.dag_of(job))
+        state = await state_for(settings, namespace)
+        logs = await _with_cluster(
+            settings, lambda c: inspect.read_log_tails(c, namespace, job, state.owners.pods_for(job))
+        )
+        return await asyncio.to_thread(views.job_detail, state, job, logs)
 
     async def task_detail_of(
         settings: Settings, dag_id: str, task_id: str, run_id: str, map_index: int
     ) -> views.JobDetail:
-        async def work(client: KubeClient) -> views.JobDetail:
-            target = settings.target()
-            job = await inspect.find_task_job(client, target.namespace, dag_id, task_id, run_id, map_index)
-            state = await inspect.read_cluster(client, target)
-            logs = await inspect.read_log_tails(client, target.namespace, job, state.pods)
-            return views.job_detail(state, job, logs)
+        namespaces = settings.target().namespaces
 
-        return await _with_cluster(settings, work)
+        async def find(client: KubeClient) -> dict:
+            for namespace in namespaces:
+                try:
+                    return await inspect.find_task_job(client, namespace, dag_id, task_id, run_id, map_index)
+                except inspect.JobNotFound:
+                    if namespace == namespaces[-1]:
+                        raise
+            raise AssertionError("unreachable: at least one namespace is configured")
+
+        job = await _with_cluster(settings, find)
+        namespace = str(job["metadata"].get("namespace") or settings.namespace)
+        state = await state_for(settings, namespace)
+        logs = await _with_cluster(
+            settings, lambda c: inspect.read_log_tails(c, namespace, job, state.owners.pods_for(job))
+        )
+        return await asyncio.to_thread(views.job_detail, state, job, logs)
 
     async def act(
         settings: Settings, user: Any, namespace: str, name: str, action: str
@@ -252,25 +334,41 @@ def create_app() -> FastAPI:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no GPU job {target.namespace}/{name}")
             return await doors[action](client, target, name, by=user.get_name())
 
-        return await _with_cluster(settings, work)
+        try:
+            return await _with_cluster(settings, work)
+        finally:
+            # Whatever the action changed, the next page shows it, not a copy read before it.
+            cache.invalidate()
 
     # --- JSON ---
 
+    def paged(body: Any, page: listing.JobPage) -> JSONResponse:
+        """A JSON answer carrying the size of the whole filtered job list in ``X-Total-Count``."""
+        response = JSONResponse(body)
+        response.headers["X-Total-Count"] = str(page.total)
+        return response
+
     @app.get("/api/overview", dependencies=[ReadAccess])
-    async def api_overview(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain(await overview_of(settings, user)))
+    async def api_overview(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> JSONResponse:
+        ov, page = await overview_of(settings, user, query)
+        body = views.plain(ov)
+        body["jobs_total"], body["jobs_offset"], body["jobs_limit"] = page.total, page.offset, page.limit
+        return paged(body, page)
 
     @app.get("/api/pools", dependencies=[ReadAccess])
-    async def api_pools(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain((await overview_of(settings, user)).pools))
+    async def api_pools(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> JSONResponse:
+        ov, _ = await overview_of(settings, user, query)
+        return JSONResponse(views.plain(ov.pools))
 
     @app.get("/api/queues", dependencies=[ReadAccess])
-    async def api_queues(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain((await overview_of(settings, user)).queues))
+    async def api_queues(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> JSONResponse:
+        ov, _ = await overview_of(settings, user, query)
+        return JSONResponse(views.plain(ov.queues))
 
     @app.get("/api/jobs", dependencies=[ReadAccess])
-    async def api_jobs(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain((await overview_of(settings, user)).jobs))
+    async def api_jobs(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> JSONResponse:
+        ov, page = await overview_of(settings, user, query)
+        return paged(views.plain(ov.jobs), page)
 
     @app.get("/api/jobs/{namespace}/{name}")
     async def api_job(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
@@ -301,8 +399,13 @@ def create_app() -> FastAPI:
     # --- pages ---
 
     @app.get("/", response_class=HTMLResponse, dependencies=[ReadAccess])
-    async def overview_page(request: Request, settings: SettingsDep, user: GetUserDep) -> HTMLResponse:
-        return HTMLResponse(html.overview_page(await overview_of(settings, user), base=_base(request)))
+    async def overview_page(
+        request: Request, settings: SettingsDep, user: GetUserDep, query: JobQueryDep
+    ) -> HTMLResponse:
+        ov, page = await overview_of(settings, user, query)
+        base = _base(request)
+        nav = listing.pager_html(page, query, f"{base}{URL_PREFIX}/")
+        return HTMLResponse(html.overview_page(ov, base=base, jobs_nav=nav))
 
     @app.get("/jobs/{namespace}/{name}", response_class=HTMLResponse)
     async def job_page(

@@ -206,11 +206,17 @@ def jobs_section(ov: Overview, base: str = "") -> str:
     return f'<section id="jobs"><h2>Jobs</h2><table>{head}{job_rows(ov.jobs, base)}</table></section>'
 
 
-def overview_page(ov: Overview, *, base: str = "") -> str:
-    """The overview: problems, pools, queues, usage charts, jobs."""
+def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "") -> str:
+    """The overview: problems, pools, queues, usage charts, jobs (``jobs_nav``: the job list's filter
+    form and pager, rendered by :func:`airflow_jobs_plugin.plugin.listing.pager_html`)."""
     problems = "".join(f'<div class="problem">{_e(p)}</div>' for p in ov.problems)
     body = (
-        problems + pools_section(ov) + queues_section(ov, base) + charts_section(ov) + jobs_section(ov, base)
+        problems
+        + pools_section(ov)
+        + queues_section(ov, base)
+        + charts_section(ov)
+        + jobs_nav
+        + jobs_section(ov, base)
     )
     return page("GPU Jobs", body, base=base)
 

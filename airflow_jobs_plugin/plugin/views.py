@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -39,6 +40,7 @@ from airflow_jobs_plugin.lifecycle import (
     timestamp_age,
 )
 from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
+from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.lifecycle.replicas import event_time, replica_key
 
 PREFIX = "/airflow-jobs"
@@ -68,6 +70,11 @@ class ClusterState:
     policy: quota.QuotaPolicy | None = None
     policy_problem: str | None = None
     ledgers: Mapping[str, quota.Ledger] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def owners(self) -> OwnerIndex:
+        """The pods and events indexed by job, built on first use: each job's lookup is O(1), not a scan."""
+        return OwnerIndex(self.pods, self.events)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -419,7 +426,9 @@ def snapshots(state: ClusterState) -> list[tuple[Mapping[str, Any], JobSnapshot]
             queue = QueueStatus("Inadmissible", None, problems[uid])
         reservation = held.get(uid)
         gpus = HeldGpus(reservation.gpus, reservation.admitted_at) if reservation is not None else None
-        snap = snapshot(job, state.pods, state.events, queue=queue, reservation=gpus, now=state.now)
+        pods = state.owners.pods_for(job)
+        events = state.owners.events_for(job, pods)
+        snap = snapshot(job, pods, events, queue=queue, reservation=gpus, now=state.now)
         result.append((job, snap))
     return result
 
@@ -865,22 +874,24 @@ def job_detail(
     reservations = {r.uid: r for r in _reservations(state)}
     queue = _queue_status(uid, decisions, problems, reservations)
     held = reservations.get(uid)
+    pods = state.owners.pods_for(job)
+    events = state.owners.events_for(job, pods)
     snap = snapshot(
         job,
-        state.pods,
-        state.events,
+        pods,
+        events,
         queue=queue,
         reservation=HeldGpus(held.gpus, held.admitted_at) if held else None,
         now=state.now,
     )
-    own_pods = pods_of(job, state.pods)
+    own_pods = pods_of(job, pods)
     return JobDetail(
         job=job_row(job, snap, state.now),
         snapshot=snap,
         phases=phases(snap),
         timeline=timeline(job, snap),
         replicas=replica_rows(job, snap, own_pods, state.now),
-        events=event_rows(events_of(job, own_pods, state.events), state.now),
+        events=event_rows(events_of(job, own_pods, events), state.now),
         logs=tuple(logs),
         actions=tuple(
             a.value for a in action_rules.available(action_rules.facts_of(job, finished=snap.is_terminal))

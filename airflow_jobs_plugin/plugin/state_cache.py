@@ -1,0 +1,114 @@
+"""The API server's short-lived copy of the cluster's overview: read and built at most once per
+:data:`FRESH_SECONDS`, by one build at a time, never on the event loop.
+
+Reading a namespace that keeps 50,000 jobs means LISTs of hundreds of megabytes and a snapshot per
+job: seconds of CPU. Done per request inside an ``async def`` route it would stall the Airflow API
+server (its UI and REST API share the event loop) for that long, every 5 s per open page. So:
+
+- one build serves every request and every reader (each request then narrows it to what its reader
+  may see, :mod:`airflow_jobs_plugin.plugin.listing`);
+- the build (the LISTs, decoding their JSON, the snapshots) runs in a worker thread on an event loop
+  of its own, so the server's loop only awaits it and keeps answering other requests meanwhile;
+- concurrent requests while a build runs wait for that build, not for a second one (single flight);
+- a copy older than :data:`FRESH_SECONDS` but younger than :data:`STALE_SECONDS` is served at once
+  while a fresh build starts behind it (the page refreshes itself every few seconds anyway); an older
+  one, or none, is waited for;
+- both windows stretch with the cost of the build (at least twice, and five times, as long as the
+  last build took): a namespace whose build takes 40 s of CPU is rebuilt at most every 80 s, not
+  back to back, so one open page cannot keep a core of the API server busy;
+- a person's action through this server (cancel, stop, resume) drops the copy, so the page that
+  follows shows the action's effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+FRESH_SECONDS = 3.0
+STALE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class _Entry(Generic[T]):
+    value: T
+    built_at: float
+    took: float  # seconds the build took
+
+
+def _in_thread(build: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+    """Run the coroutine function ``build`` to completion on a fresh event loop in a worker thread."""
+    return asyncio.to_thread(lambda: asyncio.run(build()))
+
+
+class BuildCache(Generic[T]):
+    """Values by key, each built off the event loop by ``build`` and kept for a few seconds."""
+
+    def __init__(
+        self,
+        *,
+        fresh_seconds: float = FRESH_SECONDS,
+        stale_seconds: float = STALE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        runner: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]] = _in_thread,
+    ) -> None:
+        self._fresh = fresh_seconds
+        self._stale = stale_seconds
+        self._clock = clock
+        self._runner = runner
+        self._entries: dict[Hashable, _Entry[T]] = {}
+        self._building: dict[Hashable, asyncio.Task[T]] = {}
+        self._generation = 0
+
+    async def get(self, key: Hashable, build: Callable[[], Awaitable[T]]) -> T:
+        """The value of ``key``: the kept one while fresh (or stale, refreshing behind it), else built."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            age = self._clock() - entry.built_at
+            if age < max(self._fresh, 2 * entry.took):
+                return entry.value
+        task = self._building.get(key) or self._start(key, build)
+        if entry is not None and age < max(self._stale, 5 * entry.took):
+            return entry.value
+        # shield: one waiter giving up (a closed connection) must not cancel the build the others await.
+        return await asyncio.shield(task)
+
+    def invalidate(self) -> None:
+        """Forget every kept value; builds already running are neither kept nor handed to later requests
+        (they may have read the cluster before the change that called for this)."""
+        self._entries.clear()
+        self._building.clear()
+        self._generation += 1
+
+    def _start(self, key: Hashable, build: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+        generation = self._generation
+        started = self._clock()
+
+        async def run() -> T:
+            try:
+                value = await self._runner(build)
+                if generation == self._generation:
+                    self._entries[key] = _Entry(value, started, self._clock() - started)
+                return value
+            finally:
+                if self._building.get(key) is task:
+                    del self._building[key]
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"airflow-jobs-build-{key}")
+        self._building[key] = task
+        # A refresh behind a stale value may end in an error nobody awaits: retrieve it so it is not
+        # reported as "never retrieved"; the next request past the stale window builds (and fails) anew.
+        task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+        return task
+
+    async def aclose(self) -> None:
+        """Wait for builds under way (at the server's shutdown)."""
+        for task in list(self._building.values()):
+            with contextlib.suppress(Exception):
+                await task

@@ -1,0 +1,339 @@
+"""What the GPU Jobs page, its JSON routes and ``airflow-jobs status`` cost on a namespace that keeps
+many jobs. A benchmark script, not a test (speed is never asserted in the test suite):
+
+    PYTHONPATH=$PWD .venv/bin/python tests/benchmarks/bench_ui.py --finished 50000 --live 1000
+
+How the namespace is made: the UI tests' population (``tests/ui/conftest.py``: real manifests, run by
+the simulator, admitted by real admission passes) is recorded as the simulator answers LISTs of it.
+Each job of that recording, with its pods and events, is a template; it is copied with fresh names and
+uids into ``--finished`` finished jobs (nine succeeded for each failed) and ``--live`` live ones
+(60 % running Jobs, 20 % running MPIJobs with a launcher and two workers, 20 % queued behind the group's
+quota), spread over 200 users and 50 DAGs, with one ledger reservation per running job and a policy
+whose quotas they exactly fill. Events are kept for every live job and for the ``--finished-events``
+newest finished ones only: the API server drops events an hour after their last update
+(kube-apiserver ``--event-ttl``, default 1h, cmd/kube-apiserver/app/options/options.go, Kubernetes
+1.32), so a namespace's finished history has pods but few events. The copies are served by
+``bench_ui_serve.py`` (a static HTTP server in its own process) so that every second measured here is
+the product's: the client's requests, decoding the bodies, the lifecycle rules, rendering.
+
+What is measured, in this process unless said otherwise:
+
+- ``read_cluster`` (LISTs and decoding) and ``views.overview`` (every snapshot, pools, queues, charts);
+- each route of the plugin's FastAPI app, called through ASGI with Airflow's authentication stubbed
+  (every DAG readable): the wall time of the request inside the server. The first request pays for the
+  build of the overview; later ones (within the cache's freshness) find it built;
+- ``airflow-jobs status`` as a user runs it: a child process, wall time from start to exit, its CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+NAMESPACE = "default"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+USERS = 200
+DAGS = 50
+
+
+def record() -> tuple[dict[str, dict], dict[str, str]]:
+    """The UI tests' population as LIST bodies, and its job names by role."""
+    from airflow_jobs_plugin.kube import EVENTS, JOBS, MPIJOBS, PODS, KubeClient
+    from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+    from airflow_jobs_plugin.watch import MANAGED_SELECTOR
+    from tests.ui.conftest import _populate
+
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as cluster:
+        names, _ = asyncio.run(_populate(cluster))
+
+        async def lists() -> dict[str, dict]:
+            client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+            try:
+                return {
+                    "jobs": await client.list(JOBS, NAMESPACE, label_selector=MANAGED_SELECTOR),
+                    "mpijobs": await client.list(MPIJOBS, NAMESPACE, label_selector=MANAGED_SELECTOR),
+                    "pods": await client.list(PODS, NAMESPACE, label_selector=MANAGED_SELECTOR),
+                    "events": await client.list(EVENTS, NAMESPACE),
+                }
+            finally:
+                await client.close()
+
+        return asyncio.run(lists()), names
+
+
+def _template(bodies: dict[str, dict], name: str) -> dict[str, Any]:
+    from airflow_jobs_plugin.lifecycle import events_of, pods_of
+
+    jobs = [*bodies["jobs"]["items"], *({**j, "kind": "MPIJob"} for j in bodies["mpijobs"]["items"])]
+    job = next(j for j in jobs if j["metadata"]["name"] == name)
+    pods = pods_of(job, bodies["pods"]["items"])
+    return {"job": job, "pods": pods, "events": events_of(job, pods, bodies["events"]["items"])}
+
+
+def _copy(template: dict[str, Any], name: str, i: int) -> dict[str, Any]:
+    """The template under a new name, fresh uids, another user and DAG."""
+    old = template["job"]["metadata"]["name"]
+    text = json.dumps(template).replace(old, name)
+    fresh: dict[str, str] = {}
+    text = UUID.sub(lambda m: fresh.setdefault(m.group(0), str(uuid.uuid4())), text)
+    out = json.loads(text)
+    from airflow_jobs_plugin import labels
+
+    meta = out["job"]["metadata"]
+    meta["annotations"][labels.USER_NAME] = f"user{i % USERS}"
+    meta["labels"][labels.USER] = f"user{i % USERS}"
+    meta["annotations"][labels.DAG_ID] = f"dag_{i % DAGS}"
+    return out
+
+
+def multiply(bodies: dict[str, dict], names: dict[str, str], finished: int, live: int, finished_events: int):
+    """LIST bodies of a namespace with ``finished`` + ``live`` jobs (see the module docstring)."""
+    from airflow_jobs_plugin import labels, quota
+
+    templates = {
+        role: _template(bodies, names[role]) for role in ("done", "broken", "runner", "mpi", "waiting")
+    }
+    plan = [("done" if i % 10 else "broken", f"hist-{i:06d}-a1", i) for i in range(finished)]
+    for i in range(live):
+        role = "runner" if i % 5 < 3 else ("mpi" if i % 5 == 3 else "waiting")
+        plan.append((role, f"live-{role}-{i:05d}-a1", finished + i))
+    out: dict[str, list] = {"jobs": [], "mpijobs": [], "pods": [], "events": []}
+    held: dict[str, list] = {}
+    for n, (role, name, i) in enumerate(plan):
+        obj = _copy(templates[role], name, i)
+        job = obj["job"]
+        (out["mpijobs"] if job.get("kind") == "MPIJob" else out["jobs"]).append(job)
+        out["pods"].extend(obj["pods"])
+        if n >= finished - finished_events:
+            out["events"].extend(obj["events"])
+        if role in ("runner", "mpi"):
+            ann = job["metadata"]["annotations"]
+            held.setdefault(ann[labels.GROUP_NAME], []).append(
+                quota.Reservation(
+                    job=name,
+                    group=ann[labels.GROUP_NAME],
+                    user=ann[labels.USER_NAME],
+                    gpus=int(ann[labels.GPUS]),
+                    uid=job["metadata"]["uid"],
+                    admitted_at=quota.ledger_model._parse_time(ann[labels.ADMITTED_AT]),
+                    namespace=NAMESPACE,
+                )
+            )
+    groups = {g: sum(r.gpus for r in rs) for g, rs in held.items()}
+    policy = "groups:\n" + "".join(
+        f"  {g}: {{gpus: {n}, user_gpus: {n}}}\n" for g, n in sorted(groups.items())
+    )
+    configmaps = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": quota.DEFAULT_POLICY_CONFIGMAP, "namespace": NAMESPACE},
+            "data": {quota.POLICY_KEY: policy},
+        }
+    ]
+    for group, reservations in held.items():
+        data = quota.encode(quota.Ledger(group, tuple(reservations)))
+        configmaps.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": quota.ledger_name(group),
+                    "namespace": NAMESPACE,
+                    "resourceVersion": "1",
+                },
+                "data": data,
+            }
+        )
+    kinds = {"jobs": ("batch/v1", "JobList"), "mpijobs": ("kubeflow.org/v2beta1", "MPIJobList")}
+    result = {}
+    for key, items in [*out.items(), ("configmaps", configmaps)]:
+        api, kind = kinds.get(key, ("v1", f"{key[:-1].capitalize()}List"))
+        result[key] = {"apiVersion": api, "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items}
+    return result
+
+
+def serve(bodies: dict[str, dict], workdir: Path) -> tuple[subprocess.Popen, str]:
+    """Start the static server over ``bodies``; the kubeconfig that points at it."""
+    space = workdir / "lists" / NAMESPACE
+    space.mkdir(parents=True)
+    for key, body in bodies.items():
+        (space / f"{key}.json").write_text(json.dumps(body))
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "bench_ui_serve.py"), str(workdir / "lists")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    port = json.loads(line.removeprefix("@bench "))["port"]
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "bench", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "bench", "user": {"token": "bench"}}],
+                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+                "current-context": "bench",
+            }
+        )
+    )
+    return proc, str(kubeconfig)
+
+
+def _peak_rss_mb(field: str = "VmHWM") -> float:
+    """This process's peak resident memory (``VmHWM``) so far, or its current one (``VmRSS``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _timed(fn):
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = fn()
+    return value, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def measure_core(kubeconfig: str) -> dict[str, float]:
+    from airflow_jobs_plugin.inspect import Target, read_cluster
+    from airflow_jobs_plugin.kube import KubeClient
+    from airflow_jobs_plugin.plugin import views
+
+    async def read():
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            return await read_cluster(client, Target(namespace=NAMESPACE))
+        finally:
+            await client.close()
+
+    state, read_wall, read_cpu = _timed(lambda: asyncio.run(read()))
+    ov, build_wall, build_cpu = _timed(lambda: views.overview(state))
+    return {
+        "jobs": len(state.jobs),
+        "pods": len(state.pods),
+        "events": len(state.events),
+        "read_cluster_s": read_wall,
+        "read_cluster_cpu_s": read_cpu,
+        "overview_s": build_wall,
+        "overview_cpu_s": build_cpu,
+        "rows": len(ov.jobs),
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+ROUTES = ["/", "/api/overview", "/api/pools", "/api/queues", "/api/jobs", "/api/jobs?state=RUNNING&sort=user"]
+
+
+def measure_app() -> dict[str, Any]:
+    import httpx
+    from airflow.api_fastapi.core_api import security
+
+    from airflow_jobs_plugin.plugin import app as plugin_app
+
+    class Reader:
+        def get_name(self) -> str:
+            return "bench"
+
+    plugin_app._may = lambda *args, **kwargs: True  # every DAG readable: the auth manager is not measured
+    app = plugin_app.create_app()
+    app.dependency_overrides[security.get_user] = Reader
+    app.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
+    app.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace=NAMESPACE)
+
+    async def run() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app)
+        timings: dict[str, Any] = {}
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=None) as client:
+            for label, path in [("cold /", "/"), *((p, p) for p in ROUTES)]:
+                start = time.perf_counter()
+                response = await client.get(path)
+                elapsed = time.perf_counter() - start
+                response.raise_for_status()
+                timings[label] = {"s": elapsed, "bytes": len(response.content)}
+        timings["peak_rss_mb"] = _peak_rss_mb()
+        import gc
+
+        gc.collect()
+        # What the server keeps between requests (the kept copy), measured while the app is alive.
+        timings["rss_after_mb"] = _peak_rss_mb("VmRSS")
+        return timings
+
+    return asyncio.run(run())
+
+
+def measure_status(kubeconfig: str) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT))}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_jobs_plugin.cli", "status", "--kubeconfig", kubeconfig],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(kubeconfig).parent,  # not a checkout: "-m" would import the package from the cwd first
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"s": wall, "cpu_s": cpu, "lines": done.stdout.count("\n")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--finished", type=int, default=50_000)
+    parser.add_argument("--live", type=int, default=1_000)
+    parser.add_argument("--finished-events", type=int, default=1_000)
+    parser.add_argument("--skip", action="append", default=[], choices=["core", "app", "status"])
+    parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    args = parser.parse_args()
+
+    bodies, names = record()
+    namespace_bodies = multiply(bodies, names, args.finished, args.live, args.finished_events)
+    with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
+        proc, kubeconfig = serve(namespace_bodies, Path(tmp))
+        del bodies, namespace_bodies
+        os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}}
+        )
+        result: dict[str, Any] = {"finished": args.finished, "live": args.live}
+        try:
+            if "core" not in args.skip:
+                result["core"] = measure_core(kubeconfig)
+                print(json.dumps(result["core"]), flush=True)
+            if "app" not in args.skip:
+                result["app"] = measure_app()
+                print(json.dumps(result["app"]), flush=True)
+            if "status" not in args.skip:
+                result["status"] = measure_status(kubeconfig)
+                print(json.dumps(result["status"]), flush=True)
+        finally:
+            proc.terminate()
+            proc.wait()
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    # The code measured is whatever PYTHONPATH names first (a worktree of the version to measure).
+    main()

@@ -1,0 +1,97 @@
+"""Serves recorded Kubernetes LIST bodies over HTTP, for ``bench_ui.py``: run by it, not by hand.
+
+``python bench_ui_serve.py DIR`` reads ``DIR/<namespace>/{jobs,mpijobs,pods,events,configmaps}.json``
+(list bodies as the simulator answered them, multiplied by ``bench_ui.py``), prints ``@bench {"port": N}``
+and answers the GETs the GPU Jobs views make: the lists (selectors are ignored: every object in the files
+carries the product's labels), in chunks when asked (``limit`` and ``continue``, as the Kubernetes API
+server pages a list), one object by name, and a pod's log. It runs in its own process, so its work is
+not counted as the measured one's, and the client decodes real bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+RESOURCES = {
+    ("api/v1", "pods"): "pods",
+    ("api/v1", "events"): "events",
+    ("api/v1", "configmaps"): "configmaps",
+    ("apis/batch/v1", "jobs"): "jobs",
+    ("apis/kubeflow.org/v2beta1", "mpijobs"): "mpijobs",
+}
+
+
+def load(root: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    lists: dict[str, bytes] = {}
+    objects: dict[str, bytes] = {}
+    for space in root.iterdir():
+        for (prefix, resource), file in RESOURCES.items():
+            raw = (space / f"{file}.json").read_bytes()
+            path = f"/{prefix}/namespaces/{space.name}/{resource}"
+            lists[path] = raw
+            for item in json.loads(raw)["items"]:
+                objects[f"{path}/{item['metadata']['name']}"] = json.dumps(item).encode()
+    return lists, objects
+
+
+def main() -> None:
+    lists, objects = load(Path(sys.argv[1]))
+    decoded: dict[str, dict] = {}
+
+    def chunk(path: str, limit: int, offset: int) -> bytes:
+        """Items ``offset`` to ``offset + limit`` of the list, with the token of the next chunk."""
+        if path not in decoded:
+            decoded[path] = json.loads(lists[path])
+        whole = decoded[path]
+        items = whole["items"][offset : offset + limit]
+        meta = {"resourceVersion": whole["metadata"]["resourceVersion"]}
+        if offset + limit < len(whole["items"]):
+            meta["continue"] = str(offset + limit)
+            meta["remainingItemCount"] = len(whole["items"]) - offset - limit
+        return json.dumps({**whole, "metadata": meta, "items": items}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, code: int, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            parts = urlsplit(self.path)
+            path = parts.path.rstrip("/")
+            query = parse_qs(parts.query)
+            if path.endswith("/log"):
+                return self._send(200, b"step 1\nstep 2\n", "text/plain")
+            if path in lists and query.get("limit"):
+                offset = int((query.get("continue") or ["0"])[0])
+                return self._send(200, chunk(path, int(query["limit"][0]), offset))
+            body = lists.get(path) or objects.get(path)
+            if body is None:
+                status = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "NotFound",
+                    "code": 404,
+                }
+                return self._send(404, json.dumps(status).encode())
+            return self._send(200, body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    print("@bench " + json.dumps({"port": server.server_address[1]}), flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The API server keeps answering while the GPU Jobs overview of a large namespace is being built.
+
+The plugin's app is mounted in a host app on one event loop, as Airflow's API server mounts it next to
+its own routes; Airflow's authentication is stubbed (it is tested against a real API server in
+``test_api.py``). The cluster read is replaced by one that holds its thread until the test lets it go,
+standing for LISTs of hundreds of megabytes and 50,000 snapshots: CPU work that, run on the event loop,
+would stall every other request of the server until it ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from airflow_jobs_plugin import inspect
+from airflow_jobs_plugin.plugin import app as plugin_app
+from tests.ui.test_views import primehub_example_1
+
+SAFETY_NET = 120  # seconds; only so that a regression fails instead of hanging the suite
+
+
+class Reader:
+    def get_name(self) -> str:
+        return "reader"
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """Airflow's stand-in: a host app with its own cheap route, the plugin mounted under it."""
+    from airflow.api_fastapi.core_api import security
+
+    started, release = threading.Event(), threading.Event()
+    reads = []
+
+    async def slow_read(client, target):
+        reads.append(target)
+        started.set()
+        release.wait(SAFETY_NET)  # blocks whichever thread runs the build
+        return primehub_example_1()
+
+    async def no_client(settings, work):
+        return await work(None)
+
+    monkeypatch.setattr(inspect, "read_cluster", slow_read)
+    monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
+    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
+    plugin = plugin_app.create_app()
+    plugin.dependency_overrides[security.get_user] = Reader
+    plugin.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
+    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace="ml-team")
+    root = FastAPI()
+
+    @root.get("/api/v2/monitor/health")
+    async def health() -> dict:
+        return {"status": "healthy"}
+
+    root.mount(plugin_app.URL_PREFIX, plugin)
+    yield root, started, release, reads
+    release.set()
+
+
+def test_another_request_is_answered_while_the_overview_is_built(host):
+    root, started, release, reads = host
+
+    async def scenario():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=root), base_url="http://airflow"
+        ) as client:
+            overview = asyncio.create_task(client.get("/airflow-jobs/api/jobs"))
+            await asyncio.to_thread(started.wait, SAFETY_NET)
+            assert started.is_set(), "the overview's cluster read never began"
+            health = await client.get("/api/v2/monitor/health")
+            order = ["health answered"]
+            # The build is still held: the overview cannot have been answered yet.
+            building = not overview.done()
+            second = asyncio.create_task(client.get("/airflow-jobs/api/pools"))
+            await asyncio.sleep(0)
+            release.set()
+            jobs = await overview
+            order.append("overview answered")
+            pools = await second
+            return health, building, order, jobs, pools
+
+    health, building, order, jobs, pools = asyncio.run(scenario())
+    assert health.json() == {"status": "healthy"}
+    assert building
+    assert order == ["health answered", "overview answered"]
+    assert sorted(row["name"] for row in jobs.json()) == ["a", "b", "c"]
+    assert [p["group"] for p in pools.json()] == ["phusers"]
+    assert len(reads) == 1  # the second request waited for the build under way, it did not start one
+
+
+@pytest.mark.parametrize("name", ["a", "b", "c"])
+def test_a_job_page_from_the_kept_copy_equals_the_page_from_the_whole_namespace(host, monkeypatch, name):
+    from airflow_jobs_plugin.plugin import views
+
+    root, _, release, _ = host
+    release.set()
+    whole = primehub_example_1()
+    job = next(j for j in whole.jobs if j["metadata"]["name"] == name)
+
+    async def find_job(client, namespace, wanted):
+        return job
+
+    async def no_logs(client, namespace, job, pods, lines=50):
+        return ()
+
+    monkeypatch.setattr(inspect, "find_job", find_job)
+    monkeypatch.setattr(inspect, "read_log_tails", no_logs)
+
+    async def scenario():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=root), base_url="http://airflow"
+        ) as client:
+            return await client.get(f"/airflow-jobs/api/jobs/ml-team/{name}")
+
+    response = asyncio.run(scenario())
+    assert response.status_code == 200
+    assert response.json() == views.plain(views.job_detail(whole, job))

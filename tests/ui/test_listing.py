@@ -1,0 +1,140 @@
+"""Filtering, sorting and paging the overview on the server: what the page, the JSON routes and
+``airflow-jobs status`` accept as query parameters, and what a reader may see."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from airflow_jobs_plugin.plugin import listing, views
+from tests.ui.test_views import NOW, PHUSERS, product_job, reservation
+
+from .test_views import job_pod, running
+
+
+def population() -> views.Overview:
+    """Five jobs of two groups, three users and two DAGs: two running, three queued."""
+    jobs = []
+    for i, (user, group, suspend, dag) in enumerate(
+        [
+            ("bob", "phusers", False, "nightly"),
+            ("pan", "phusers", True, "nightly"),
+            ("lin", "phusers", True, "adhoc"),
+            ("bob", "other", False, "adhoc"),
+            ("lin", "other", True, "nightly"),
+        ]
+    ):
+        job = product_job(f"j{i}", user, 1, queued_s=-60 + i, suspend=suspend, group=group)
+        job["metadata"]["annotations"]["airflow-jobs.io/dag-id"] = dag
+        job["metadata"]["creationTimestamp"] = f"2026-03-02T00:00:0{i}Z"
+        jobs.append(job)
+    pods = (
+        job_pod("j0", phase="Running", statuses=[running("main", ready=True)], ready=True),
+        job_pod("j3", phase="Running", statuses=[running("main", ready=True)], ready=True),
+    )
+    from airflow_jobs_plugin import quota
+
+    ledgers = {"phusers": quota.Ledger("phusers", (reservation(jobs[0], 0),))}
+    state = views.ClusterState(
+        jobs=tuple(jobs), pods=pods, events=(), now=NOW, policy=PHUSERS, ledgers=ledgers
+    )
+    return views.overview(state)
+
+
+OV = population()
+
+
+def names(ov: views.Overview) -> list[str]:
+    return [r.name for r in ov.jobs]
+
+
+def test_without_parameters_every_job_newest_first_in_one_page():
+    ov, page = listing.page_of(listing.narrow(OV, listing.parse_query()), listing.parse_query())
+    assert names(ov) == ["j4", "j3", "j2", "j1", "j0"]
+    assert (page.total, page.offset, page.limit, page.next_offset) == (5, 0, 100, None)
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"group": ["other"]}, ["j4", "j3"]),
+        ({"user": ["bob,lin"]}, ["j4", "j3", "j2", "j0"]),
+        ({"user": ["bob"], "group": ["phusers"]}, ["j0"]),
+        ({"state": ["running"]}, ["j3", "j0"]),
+        ({"state": ["RUNNING", "QUEUED"]}, ["j4", "j3", "j2", "j1", "j0"]),
+        ({"dag": ["adhoc"]}, ["j3", "j2"]),
+        ({"sort": "name"}, ["j0", "j1", "j2", "j3", "j4"]),
+        ({"sort": "-user"}, ["j1", "j2", "j4", "j0", "j3"]),
+    ],
+)
+def test_filters_and_sort(params, expected):
+    query = listing.parse_query(**params)
+    assert names(listing.narrow(OV, query)) == expected
+
+
+def test_filters_narrow_the_queues_and_the_group_filter_the_pools_too():
+    narrowed = listing.narrow(OV, listing.parse_query(group=["other"]))
+    assert {p.group for p in narrowed.pools} <= {"other"}
+    assert {q.group for q in narrowed.queues} <= {"other"}
+    assert [e.name for q in OV.queues for e in q.entries] == ["j4"]
+    assert listing.narrow(OV, listing.parse_query(user=["bob"])).queues == ()
+    assert listing.narrow(OV, listing.parse_query(user=["bob"])).pools == OV.pools
+
+
+def test_pages_walk_the_whole_list_once():
+    seen = []
+    offset = 0
+    while offset is not None:
+        query = listing.parse_query(limit=2, offset=offset, sort="name")
+        ov, page = listing.page_of(listing.narrow(OV, query), query)
+        seen.extend(names(ov))
+        assert page.total == 5
+        offset = page.next_offset
+    assert seen == ["j0", "j1", "j2", "j3", "j4"]
+
+
+def test_a_page_past_the_end_is_empty_and_points_back():
+    query = listing.parse_query(limit=2, offset=10)
+    ov, page = listing.page_of(listing.narrow(OV, query), query)
+    assert (ov.jobs, page.total, page.previous_offset) == ((), 5, 8)
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"state": ["RUNING"]}, "state: RUNING is not a job state"),
+        ({"sort": "size"}, "sort: 'size' is not a column"),
+        ({"limit": 0}, "limit: 0 is out of range; use 1 to 1000"),
+        ({"limit": 5000}, "limit: 5000 is out of range"),
+        ({"offset": -1}, "offset: -1 is negative"),
+    ],
+)
+def test_unusable_parameters_are_refused_naming_the_parameter_and_the_fix(params, named):
+    with pytest.raises(listing.QueryError, match=named.replace("(", r"\(")):
+        listing.parse_query(**params)
+
+
+def test_a_reader_sees_only_jobs_of_dags_they_may_read_but_every_pool():
+    asked = []
+
+    def may_read(dag_id):
+        asked.append(dag_id)
+        return dag_id == "nightly"
+
+    seen = listing.for_reader(OV, may_read)
+    assert names(seen) == ["j4", "j1", "j0"]
+    assert [e.name for q in seen.queues for e in q.entries] == ["j4"]
+    assert listing.for_reader(OV, lambda dag_id: dag_id == "adhoc").queues == ()
+    assert seen.pools == OV.pools and seen.charts == OV.charts
+    assert sorted(asked) == ["adhoc", "nightly"]  # once per DAG, not once per job
+
+
+def test_the_pager_links_keep_the_filters():
+    query = listing.parse_query(state=["QUEUED"], limit=1, offset=1)
+    _, page = listing.page_of(listing.narrow(OV, query), query)
+    html = listing.pager_html(page, query, "/airflow-jobs/")
+    assert 'href="/airflow-jobs/?state=QUEUED&amp;limit=1"' in html  # previous: offset 0 is the default
+    assert 'href="/airflow-jobs/?state=QUEUED&amp;offset=2&amp;limit=1"' in html
+    assert "jobs 2–2 of 3" in html
+    assert dataclasses.replace(query, offset=0).params() == "state=QUEUED&limit=1"
