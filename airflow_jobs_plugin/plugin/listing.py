@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 from urllib.parse import urlencode
 
 from .views import GroupQueue, JobRow, Overview
@@ -27,7 +28,7 @@ def _text(value: object) -> str:
 
 
 # Sort keys of the job list: each reads a JobRow; ties break by namespace and name, so pages are stable.
-SORT_KEYS: dict[str, Callable[[JobRow], object]] = {
+SORT_KEYS: dict[str, Callable[[JobRow], Any]] = {
     "created": lambda r: r.created_at or _EPOCH,
     "name": lambda r: r.name,
     "namespace": lambda r: r.namespace,

@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ class _Entry(Generic[T]):
     took: float  # seconds the build took
 
 
-def _in_thread(build: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+def _in_thread(build: Callable[[], Coroutine[Any, Any, T]]) -> Awaitable[T]:
     """Run the coroutine function ``build`` to completion on a fresh event loop in a worker thread."""
     return asyncio.to_thread(lambda: asyncio.run(build()))
 
@@ -56,7 +56,7 @@ class BuildCache(Generic[T]):
         fresh_seconds: float = FRESH_SECONDS,
         stale_seconds: float = STALE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
-        runner: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]] = _in_thread,
+        runner: Callable[[Callable[[], Coroutine[Any, Any, T]]], Awaitable[T]] = _in_thread,
     ) -> None:
         self._fresh = fresh_seconds
         self._stale = stale_seconds
@@ -66,7 +66,7 @@ class BuildCache(Generic[T]):
         self._building: dict[Hashable, asyncio.Task[T]] = {}
         self._generation = 0
 
-    async def get(self, key: Hashable, build: Callable[[], Awaitable[T]]) -> T:
+    async def get(self, key: Hashable, build: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """The value of ``key``: the kept one while fresh (or stale, refreshing behind it), else built."""
         entry = self._entries.get(key)
         if entry is not None:
@@ -86,7 +86,7 @@ class BuildCache(Generic[T]):
         self._building.clear()
         self._generation += 1
 
-    def _start(self, key: Hashable, build: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+    def _start(self, key: Hashable, build: Callable[[], Coroutine[Any, Any, T]]) -> asyncio.Task[T]:
         generation = self._generation
         started = self._clock()
 
