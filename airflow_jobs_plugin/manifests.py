@@ -66,7 +66,6 @@ from airflow_jobs_plugin import kueue
 from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.spec import (
     DEFAULT_REQUEUE_LIMIT,
-    DEFAULT_SCHEDULE_TIMEOUT,
     ENV_ATTEMPT,
     ENV_GROUP,
     ENV_NAME,
@@ -219,7 +218,7 @@ def _quota_limits(spec: JobSpec) -> dict[str, str]:
     limits: dict[str, str] = {}
     if spec.requeue_limit != DEFAULT_REQUEUE_LIMIT:
         limits[keys.REQUEUE_LIMIT] = "none" if spec.requeue_limit is None else str(spec.requeue_limit)
-    if spec.schedule_timeout is not None and spec.schedule_timeout != DEFAULT_SCHEDULE_TIMEOUT:
+    if isinstance(spec.schedule_timeout, timedelta):
         limits[keys.SCHEDULE_TIMEOUT] = f"{spec.schedule_timeout.total_seconds():g}"
     if spec.queue_timeout is not None:
         limits[keys.QUEUE_TIMEOUT] = f"{spec.queue_timeout.total_seconds():g}"

@@ -175,7 +175,8 @@ class JobOperator(BaseOperator):
     :param retryable_exit_codes: exit codes that start a new attempt.
     :param fatal_exit_codes: exit codes that fail the task with no retry at all.
     :param queue_timeout: fail the job if it waits longer than this for quota (None: no limit).
-    :param schedule_timeout: requeue an admitted job whose pods are not all placed within this.
+    :param schedule_timeout: requeue an admitted job whose pods are not all placed within this
+        (``'policy'``: the quota policy's, 3 minutes unless the policy says otherwise).
     :param requeue_limit: requeues before the job fails (``'policy'``: the quota policy's; None: no limit).
     :param active_deadline: running time limit of one attempt (None: no limit).
     :param ttl_after_finished: how long a finished job and its pods are kept.
@@ -249,7 +250,7 @@ class JobOperator(BaseOperator):
         retryable_exit_codes: Sequence[int] = (),
         fatal_exit_codes: Sequence[int] = (),
         queue_timeout: timedelta | float | str | None = None,
-        schedule_timeout: timedelta | float | str = spec_defaults.DEFAULT_SCHEDULE_TIMEOUT,
+        schedule_timeout: timedelta | float | str = spec_defaults.SCHEDULE_TIMEOUT_FROM_POLICY,
         requeue_limit: int | str | None = spec_defaults.DEFAULT_REQUEUE_LIMIT,
         active_deadline: timedelta | float | str | None = spec_defaults.DEFAULT_ACTIVE_DEADLINE,
         ttl_after_finished: timedelta | float | str | None = spec_defaults.DEFAULT_TTL_AFTER_FINISHED,

@@ -50,6 +50,9 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_RETRY_BACKOFF = timedelta(seconds=30)
 DEFAULT_RETRY_BACKOFF_MAX = timedelta(minutes=10)
 DEFAULT_SCHEDULE_TIMEOUT = timedelta(minutes=3)
+# schedule_timeout left out: the quota policy's applies (its own default is DEFAULT_SCHEDULE_TIMEOUT). Any
+# value the author writes, the policy's default included, is the job's own and wins for it.
+SCHEDULE_TIMEOUT_FROM_POLICY = "policy"
 # requeue_limit left out: the job carries no limit of its own and the quota policy's requeue_limit
 # applies (the manifest writes the annotation only for a limit the author chose, any value included).
 REQUEUE_LIMIT_FROM_POLICY = "policy"
@@ -468,7 +471,7 @@ class JobSpec:
     retryable_exit_codes: tuple[int, ...] = ()
     fatal_exit_codes: tuple[int, ...] = ()
     queue_timeout: timedelta | None = None
-    schedule_timeout: timedelta = DEFAULT_SCHEDULE_TIMEOUT
+    schedule_timeout: timedelta | str = SCHEDULE_TIMEOUT_FROM_POLICY
     requeue_limit: int | str | None = DEFAULT_REQUEUE_LIMIT
     active_deadline: timedelta | None = DEFAULT_ACTIVE_DEADLINE
     ttl_after_finished: timedelta | None = DEFAULT_TTL_AFTER_FINISHED
@@ -1514,7 +1517,7 @@ def validate(
     retryable_exit_codes: Any = (),
     fatal_exit_codes: Any = (),
     queue_timeout: Any = None,
-    schedule_timeout: Any = DEFAULT_SCHEDULE_TIMEOUT,
+    schedule_timeout: Any = SCHEDULE_TIMEOUT_FROM_POLICY,
     requeue_limit: Any = DEFAULT_REQUEUE_LIMIT,
     active_deadline: Any = DEFAULT_ACTIVE_DEADLINE,
     ttl_after_finished: Any = DEFAULT_TTL_AFTER_FINISHED,
@@ -1612,9 +1615,12 @@ def validate(
     v["retryable_exit_codes"] = c.exit_codes("retryable_exit_codes", a["retryable_exit_codes"])
     v["fatal_exit_codes"] = c.exit_codes("fatal_exit_codes", a["fatal_exit_codes"])
     v["queue_timeout"] = c.duration("queue_timeout", a["queue_timeout"], optional=True, minimum=one_second)
-    v["schedule_timeout"] = c.duration(
-        "schedule_timeout", a["schedule_timeout"], optional=False, minimum=one_second
-    )
+    if a["schedule_timeout"] == SCHEDULE_TIMEOUT_FROM_POLICY:
+        v["schedule_timeout"] = SCHEDULE_TIMEOUT_FROM_POLICY
+    else:
+        v["schedule_timeout"] = c.duration(
+            "schedule_timeout", a["schedule_timeout"], optional=False, minimum=one_second
+        )
     requeue_limit = a["requeue_limit"]
     if requeue_limit is None or requeue_limit == REQUEUE_LIMIT_FROM_POLICY:
         v["requeue_limit"] = requeue_limit
@@ -1776,6 +1782,7 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
         )
     if (
         ok("schedule_timeout", "active_deadline")
+        and isinstance(v["schedule_timeout"], timedelta)
         and v["active_deadline"] is not None
         and v["schedule_timeout"] >= v["active_deadline"]
     ):

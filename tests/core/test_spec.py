@@ -226,7 +226,7 @@ def test_every_problem_is_reported_at_once():
 def test_minimal_spec_gets_the_documented_defaults():
     spec = build()
     assert spec.workers == 1 and not spec.is_mpi
-    assert spec.schedule_timeout == timedelta(minutes=3)
+    assert spec.schedule_timeout == "policy"  # the quota policy's (3 minutes unless it says otherwise)
     assert spec.active_deadline == timedelta(days=1)
     assert spec.ttl_after_finished == timedelta(days=7)
     assert spec.queue_timeout is None
@@ -622,6 +622,30 @@ def test_a_requeue_limit_the_author_chose_travels_on_the_job_whatever_its_value(
         unset, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
     )["metadata"]["annotations"]
     assert labels.REQUEUE_LIMIT not in ann  # left out: the quota policy's requeue_limit applies
+
+
+@pytest.mark.parametrize("seconds", [30, 180, 600])
+def test_a_schedule_timeout_the_author_chose_travels_on_the_job_whatever_its_value(seconds):
+    """180 s is also the quota policy's default: written anyway, it keeps the job's own value even where
+    the platform admin sets a different one in the policy."""
+    from datetime import datetime, timezone
+
+    from airflow_jobs_plugin import labels
+    from airflow_jobs_plugin.manifests import build_manifest
+
+    identity = TaskIdentity("nightly", "train", "run-1")
+    spec = validate(
+        image="registry.example/trainer:1", group="vision", user="alice", schedule_timeout=seconds
+    )
+    ann = build_manifest(
+        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )["metadata"]["annotations"]
+    assert ann[labels.SCHEDULE_TIMEOUT] == str(seconds)
+    unset = validate(image="registry.example/trainer:1", group="vision", user="alice")
+    ann = build_manifest(
+        unset, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )["metadata"]["annotations"]
+    assert labels.SCHEDULE_TIMEOUT not in ann  # left out: the quota policy's schedule_timeout applies
 
 
 @pytest.mark.parametrize("argument", ["requeue_backoff", "requeue_backoff_max"])

@@ -79,6 +79,7 @@ XCOMS = {
     "pick_retryable": [3],
     "pick_pull_secrets": [],
     "pick_service_account": None,
+    "pick_kueue_queue": None,  # no Kueue on this cluster: the product's pool admits the job
 }
 
 
@@ -141,6 +142,7 @@ def templated_dag(pod_template_file: str) -> tuple[DAG, JobOperator]:
             image_pull_policy="{{ params.pull }}",
             image_pull_secrets=outputs["pick_pull_secrets"],
             service_account=outputs["pick_service_account"],
+            kueue_queue=outputs["pick_kueue_queue"],
             owner="alice",
         )
     return dag, op
