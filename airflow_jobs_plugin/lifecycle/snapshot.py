@@ -602,7 +602,11 @@ def _suspended(
         )
     if live:
         reason = Reason.REQUEUED if facts.requeue_count > 0 else Reason.PREEMPTED
-        return _Decision(JobState.TERMINATING, reason, f"suspended; stopping {len(live)} pod(s)")
+        message = f"suspended; stopping {len(live)} pod(s)"
+        if queue is not None and queue.reason == Reason.REQUEUED.value and queue.message:
+            # Whoever evicted it says why (Kueue's preemption message names the workload that won).
+            message = f"{message}: {queue.message}"
+        return _Decision(JobState.TERMINATING, reason, message)
     if reservation is not None and reservation.released_at is None:
         return _Decision(
             JobState.SCHEDULING,

@@ -108,7 +108,8 @@ async def test_a_workload_kueue_preempts_waits_again_and_the_task_succeeds_after
     low_name = low["metadata"]["name"]
     low_trigger = asyncio.create_task(_collect(JobTrigger(job_name=low_name, namespace="default")))
     await until(lambda: cluster.store.get("jobs", low_name, namespace="default")["spec"]["suspend"] is False)
-    high = job_manifest(task_identity("high"), gpus=8, kueue_queue="shared", scenario={"main": {"run": 2}})
+    # The winner runs 3 s, so the preempted job visibly waits in Kueue's queue meanwhile.
+    high = job_manifest(task_identity("high"), gpus=8, kueue_queue="shared", scenario={"main": {"run": 300}})
     high["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "urgent"
     await client.create(JOBS, "default", high)
     (high_event,) = await asyncio.wait_for(

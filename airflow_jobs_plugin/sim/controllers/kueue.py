@@ -314,7 +314,7 @@ def choose_victims(
         return all(
             amount <= nominal.get(res, 0.0) - usage.get((flavor, res), 0.0)
             for res, amount in head.requests.items()
-            if amount > 0
+            if amount > 0 and res in queue.covered  # what the ClusterQueue does not cover is not its quota
         )
 
     for victim in lower:
