@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException
@@ -458,6 +458,11 @@ class JobOperator(BaseOperator):
                 stream_logs=self.stream_logs,
                 quota_configmap=job.quota_configmap,
                 quota_namespace=job.quota_namespace,
+                # The job exists now: its TTL cannot remove it sooner than this plus the TTL.
+                deferred_at=datetime.now(timezone.utc).isoformat(),
+                ttl_after_finished=(
+                    spec.ttl_after_finished.total_seconds() if spec.ttl_after_finished is not None else None
+                ),
             ),
             method_name="execute_complete",
         )

@@ -242,6 +242,23 @@ def final_event(
     )
 
 
+def unseen_deletion_is_a_cancel(
+    deferred_at: datetime | None, ttl_after_finished: timedelta | None, *, now: datetime
+) -> bool:
+    """Whether a job that vanished while no triggerer watched it was deleted on purpose (a cancel).
+
+    The job existed when its task deferred (``deferred_at``: the task had just created or found it). Its
+    own TTL removes a finished job only ``ttl_after_finished`` after it finished (the Job controller's
+    ``ttlSecondsAfterFinished``, kubernetes ``pkg/controller/ttlafterfinished``), so a job gone sooner
+    than that after the deferral, or one without a TTL, was deleted by someone: a cancel. Past it the
+    job may have finished and been cleaned up: its end is unknown. ``deferred_at`` None (a trigger
+    serialized before it was recorded) keeps that old reading, unknown.
+    """
+    if deferred_at is None:
+        return False
+    return ttl_after_finished is None or now - deferred_at < ttl_after_finished
+
+
 def after_deletion(last_seen: Mapping[str, Any], *, now: datetime) -> tuple[JobSnapshot, dict[str, str]]:
     """What a job the trigger followed ended as once its object is gone, from the last object it saw
     (the watch's DELETED event carries the object as it was deleted), and the annotations to report.

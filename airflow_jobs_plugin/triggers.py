@@ -72,6 +72,16 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _parse_iso(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
 class JobTrigger(BaseTrigger):
     """Follow the job a :class:`~airflow_jobs_plugin.operators.JobOperator` submitted, through the
     process's shared watch: admit it, log its states and its pods' logs, start its next attempt after a
@@ -99,6 +109,8 @@ class JobTrigger(BaseTrigger):
         recheck_interval: float = 60.0,
         quota_configmap: str | None = None,
         quota_namespace: str | None = None,
+        deferred_at: str | None = None,
+        ttl_after_finished: float | None = None,
         **previous: Any,
     ):
         super().__init__()
@@ -118,6 +130,10 @@ class JobTrigger(BaseTrigger):
         self.recheck_interval = float(recheck_interval)
         self.quota_configmap = quota_configmap
         self.quota_namespace = quota_namespace
+        # When the task deferred, and the job's TTL after it finishes: together they tell a job deleted
+        # by hand while no triggerer ran from one its TTL cleaned up (tracking.unseen_deletion_is_a_cancel).
+        self.deferred_at = deferred_at
+        self.ttl_after_finished = None if ttl_after_finished is None else float(ttl_after_finished)
         self._sensor = _previous_sensor(self, previous)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -140,6 +156,8 @@ class JobTrigger(BaseTrigger):
                 "recheck_interval": self.recheck_interval,
                 "quota_configmap": self.quota_configmap,
                 "quota_namespace": self.quota_namespace,
+                "deferred_at": self.deferred_at,
+                "ttl_after_finished": self.ttl_after_finished,
             },
         )
 
@@ -418,6 +436,12 @@ class _Follow:
     async def _vanished(self) -> JobEvent:
         """The job object is gone: cancelled, deleted by hand, or (never seen) unknown."""
         t = self.t
+        ttl = None if t.ttl_after_finished is None else timedelta(seconds=t.ttl_after_finished)
+        if self.last_seen is None and tracking.unseen_deletion_is_a_cancel(
+            _parse_iso(t.deferred_at), ttl, now=_now()
+        ):
+            # Gone before its TTL could have removed it: deleted on purpose while nobody watched.
+            self.last_seen = {"kind": t.kind, "metadata": {"name": self.name, "namespace": t.namespace}}
         if self.last_seen is None:
             self.log.error("%s %s/%s does not exist", t.kind, t.namespace, self.name)
             return JobEvent(

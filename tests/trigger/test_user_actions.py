@@ -8,6 +8,7 @@ cluster, ``execute_complete`` decides) and the same cancel the UI and CLI call (
 from __future__ import annotations
 
 import asyncio
+import importlib
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
@@ -291,3 +292,53 @@ def test_a_job_deleted_by_hand_under_a_quota_gives_its_gpus_back(cluster):
     assert (event["state"], event["cancelled_by"]) == ("CANCELLED", DELETED_BY_SOMEONE)
     ledger = cluster.store.get("configmaps", "airflow-jobs-quota-vision", "default") or {}
     assert not [value for value in (ledger.get("data") or {}).values() if uid["job"] in value]
+
+
+def _rebuilt_after_the_job_was_deleted(cluster, task: TaskRun, deferred: TaskDeferred) -> dict:
+    """No triggerer runs while the job is deleted with kubectl; then one starts and rebuilds the trigger
+    from its serialized kwargs, as after a triggerer outage."""
+    classpath, kwargs = deferred.trigger.serialize()
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            # Nobody admitted it (no triggerer): it is deleted while it waits in the queue.
+            await client.delete(JOBS, "default", kwargs["job_name"])
+            for _ in range(400):
+                if not any(j["metadata"]["name"] == kwargs["job_name"] for j in await jobs_of(client, task)):
+                    break
+                await asyncio.sleep(0.05)
+            module, _, cls = classpath.rpartition(".")
+            trigger = getattr(importlib.import_module(module), cls)(**kwargs)
+            return (await asyncio.wait_for(_collect(trigger), 60))[0]
+        finally:
+            await client.close()
+            await admission.shutdown()
+            await shared.shutdown()
+
+    return asyncio.run(go())
+
+
+def test_a_job_deleted_with_kubectl_while_no_triggerer_ran_is_still_a_cancel(cluster):
+    task = TaskRun(train())
+    event = _rebuilt_after_the_job_was_deleted(cluster, task, task.execute(1))
+    assert (event["status"], event["state"], event["reason"]) == ("failed", "CANCELLED", "Cancelled")
+    assert event["cancelled_by"] == DELETED_BY_SOMEONE
+    with pytest.raises(AirflowFailException, match="cancelled by someone who deleted the job object"):
+        task.op.execute_complete(task.context(1), event)
+    with pytest.raises(AirflowFailException, match="was cancelled"):
+        task.op.execute(task.context(2))  # Airflow's retry submits nothing
+    assert count_jobs(cluster, task) == 0
+
+
+def test_a_job_gone_after_its_ttl_could_have_removed_it_is_not_called_a_cancel():
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_jobs_plugin.tracking import unseen_deletion_is_a_cancel
+
+    now = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
+    week = timedelta(days=7)
+    assert unseen_deletion_is_a_cancel(now - timedelta(hours=2), week, now=now)
+    assert unseen_deletion_is_a_cancel(now - timedelta(days=30), None, now=now)  # no TTL: never removed
+    assert not unseen_deletion_is_a_cancel(now - timedelta(days=8), week, now=now)  # may have finished
+    assert not unseen_deletion_is_a_cancel(None, week, now=now)  # a trigger from before: unknown
