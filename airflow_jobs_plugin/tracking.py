@@ -26,6 +26,7 @@ from airflow_jobs_plugin.lifecycle import (
     snapshot,
     start_cannot_succeed,
 )
+from airflow_jobs_plugin.lifecycle._objects import parse_time
 from airflow_jobs_plugin.outcome import (
     DELETED_BY_SOMEONE,
     AttemptRecord,
@@ -243,7 +244,7 @@ def final_event(
 
 
 def unseen_deletion_is_a_cancel(
-    deferred_at: datetime | None, ttl_after_finished: timedelta | None, *, now: datetime
+    deferred_at: str | datetime | None, ttl_after_finished: timedelta | None, *, now: datetime
 ) -> bool:
     """Whether a job that vanished while no triggerer watched it was deleted on purpose (a cancel).
 
@@ -254,9 +255,10 @@ def unseen_deletion_is_a_cancel(
     job may have finished and been cleaned up: its end is unknown. ``deferred_at`` None (a trigger
     serialized before it was recorded) keeps that old reading, unknown.
     """
-    if deferred_at is None:
+    deferred = parse_time(deferred_at)
+    if deferred is None:
         return False
-    return ttl_after_finished is None or now - deferred_at < ttl_after_finished
+    return ttl_after_finished is None or now - deferred < ttl_after_finished
 
 
 def after_deletion(last_seen: Mapping[str, Any], *, now: datetime) -> tuple[JobSnapshot, dict[str, str]]:

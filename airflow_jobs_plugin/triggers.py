@@ -72,16 +72,6 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _parse_iso(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
 class JobTrigger(BaseTrigger):
     """Follow the job a :class:`~airflow_jobs_plugin.operators.JobOperator` submitted, through the
     process's shared watch: admit it, log its states and its pods' logs, start its next attempt after a
@@ -437,9 +427,7 @@ class _Follow:
         """The job object is gone: cancelled, deleted by hand, or (never seen) unknown."""
         t = self.t
         ttl = None if t.ttl_after_finished is None else timedelta(seconds=t.ttl_after_finished)
-        if self.last_seen is None and tracking.unseen_deletion_is_a_cancel(
-            _parse_iso(t.deferred_at), ttl, now=_now()
-        ):
+        if self.last_seen is None and tracking.unseen_deletion_is_a_cancel(t.deferred_at, ttl, now=_now()):
             # Gone before its TTL could have removed it: deleted on purpose while nobody watched.
             self.last_seen = {"kind": t.kind, "metadata": {"name": self.name, "namespace": t.namespace}}
         if self.last_seen is None:
