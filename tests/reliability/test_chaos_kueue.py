@@ -25,8 +25,9 @@ from airflow_jobs_plugin.sim.config import KueueConfig
 
 from .chaos_harness import Chaos, Triggerer, Worker, events_by_task, run_in_thread, task_key
 from .chaos_invariants import Invariants
-from .chaos_plan import POOL_LABEL, POOL_MAIN, QUOTAS, Task, expected, operator_kwargs, plan
+from .chaos_plan import QUOTAS, Task, expected, operator_kwargs, plan
 from .test_chaos import inject_api_faults, jobs_by_task
+from .test_chaos import prepare as prepare_nodes_and_policy
 
 pytestmark = pytest.mark.skipif(
     real_cluster_kubeconfig() is not None, reason="fault injection and Kueue are the simulator's"
@@ -51,11 +52,11 @@ connection = connection_fixture(autouse=False)
 
 
 def prepare(cluster) -> None:
+    """The chaos run's nodes (and its policy ConfigMap, which no task here names), plus one ClusterQueue
+    and LocalQueue per group at the group's quota."""
+    prepare_nodes_and_policy(cluster)
+
     def on_loop() -> None:
-        for index in range(1, NODES):
-            cluster.store.patch(
-                "nodes", f"sim-node-{index}", {"metadata": {"labels": {POOL_LABEL: POOL_MAIN}}}, "merge"
-            )
         cluster.store.create("resourceflavors", {"metadata": {"name": "default-flavor"}})
         for group, (gpus, _) in QUOTAS.items():
             flavors = [{"name": "default-flavor", "resources": [{"name": GPU, "nominalQuota": gpus}]}]
