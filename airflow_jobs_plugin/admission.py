@@ -254,6 +254,9 @@ class _WorkloadSource:
         self.watch.add_listener(self._on_event)
         self._wake = wake
         self.served: bool | None = None  # whether the cluster serves Kueue's API at all
+        # Workload name by its job's uid (Kueue's job-uid label), kept by the watch's events: a look of
+        # one trigger reads its own Workload, never a scan of the namespace's.
+        self._by_job: dict[str, str] = {}
 
     async def start(self) -> bool:
         if self.served is None:
@@ -274,14 +277,17 @@ class _WorkloadSource:
         await self.watch.stop()
 
     def of(self, job: dict) -> dict | None:
-        uid = (job.get("metadata") or {}).get("uid")
-        for workload in self.watch.jobs(WORKLOADS):
-            if ((workload.get("metadata") or {}).get("labels") or {}).get(kueue.JOB_UID_LABEL) == uid:
-                return workload
-        return None
+        name = self._by_job.get((job.get("metadata") or {}).get("uid") or "")
+        return self.watch.get(WORKLOADS, name) if name else None
 
     def _on_event(self, etype: str, plural: str, obj: dict) -> None:
-        for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        meta = obj.get("metadata") or {}
+        uid = (meta.get("labels") or {}).get(kueue.JOB_UID_LABEL)
+        if uid and etype == "DELETED":
+            self._by_job.pop(uid, None)
+        elif uid:
+            self._by_job[uid] = meta.get("name", "")
+        for ref in meta.get("ownerReferences") or ():
             if ref.get("controller") and ref.get("name"):
                 self._wake(ref["name"])
 

@@ -148,6 +148,17 @@ def namespaces(primary: str, extra: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def get_bool(name: str) -> bool:
+    """A boolean option, spelled as Airflow's configuration spells booleans (``AirflowConfigParser.getboolean``,
+    airflow-core ``configuration.py``, Airflow 3): ``t``/``true``/``1`` or ``f``/``false``/``0``."""
+    value = get(name).strip().lower()
+    if value in ("t", "true", "1"):
+        return True
+    if value in ("f", "false", "0", ""):
+        return False
+    raise ValueError(f"[{SECTION}] {name}: must be True or False, got {value!r}")
+
+
 def get(name: str) -> str:
     """The option's value from Airflow's configuration, or its declared default ("" when none).
 

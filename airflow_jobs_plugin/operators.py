@@ -415,7 +415,7 @@ class JobOperator(BaseOperator):
         chosen_queue = kueue.choose_queue(
             spec.kueue_queue,
             config.get("kueue_queue"),
-            config.get("kueue_manages_all_jobs").strip().lower() in ("true", "1", "yes"),
+            config.get_bool("kueue_manages_all_jobs"),
         )
         if chosen_queue != spec.kueue_queue:
             spec = dataclasses.replace(spec, kueue_queue=chosen_queue)

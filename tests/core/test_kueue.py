@@ -80,3 +80,40 @@ def test_stop_and_resume_of_a_kueue_job_are_refused_and_cancel_is_not():
     facts = facts_of(job(), finished=False)
     assert "queued by Kueue (LocalQueue team-a)" in (refusal(Action.STOP, facts) or "")
     assert refusal(Action.CANCEL, facts) is None
+
+
+def test_a_job_follows_only_its_own_workload_from_the_watchs_index():
+    from airflow_jobs_plugin.admission import _WorkloadSource
+
+    source = _WorkloadSource(None, "default", lambda name: None)  # type: ignore[arg-type]
+    mine = {
+        **workload(cq="cq"),
+        "metadata": {"name": "job-train-abcde", "labels": {kueue.JOB_UID_LABEL: "u1"}},
+    }
+    other = {**workload(), "metadata": {"name": "job-eval-fghij", "labels": {kueue.JOB_UID_LABEL: "u2"}}}
+    for obj in (mine, other):
+        source.watch._apply(admission_workloads(), "ADDED", obj)  # noqa: SLF001 - the watch's own path
+    train = {"metadata": {"uid": "u1"}}
+    assert source.of(train)["metadata"]["name"] == "job-train-abcde"
+    source.watch._apply(admission_workloads(), "DELETED", mine)  # noqa: SLF001
+    assert source.of(train) is None
+    assert source.of({"metadata": {"uid": "u3"}}) is None
+
+
+def admission_workloads():
+    from airflow_jobs_plugin.admission import WORKLOADS
+
+    return WORKLOADS
+
+
+def test_the_deployment_says_whether_kueue_manages_every_job_the_way_airflow_spells_booleans(monkeypatch):
+    import pytest
+
+    from airflow_jobs_plugin import config
+
+    for spelled, meant in (("True", True), ("t", True), ("1", True), ("false", False), ("0", False)):
+        monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__KUEUE_MANAGES_ALL_JOBS", spelled)
+        assert config.get_bool("kueue_manages_all_jobs") is meant
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__KUEUE_MANAGES_ALL_JOBS", "maybe")
+    with pytest.raises(ValueError, match="kueue_manages_all_jobs: must be True or False"):
+        config.get_bool("kueue_manages_all_jobs")
