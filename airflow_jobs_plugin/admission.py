@@ -611,6 +611,8 @@ class Admission:
             ledger.is_finished,
             still_wanted,
         )
+        if result is not None:
+            await ledger.end_ruled_job(self.client, result)
         if result is not None and job["metadata"].get("namespace") == self.watch.namespace:
             self.watch.absorb(
                 ledger.resource_of(job), result, replaces=job["metadata"].get("resourceVersion")

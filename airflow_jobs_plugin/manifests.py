@@ -16,10 +16,12 @@ Pure: returns plain JSON-shaped dicts, ready for the API. Decisions worth knowin
   to the launcher's exit code itself.
 * **Environment** in every container (init containers too): ``JOB_USER``, ``JOB_GROUP`` (exact values),
   ``JOB_NAME`` (this attempt's job name), ``JOB_ATTEMPT``, ``JOB_ROLE`` (``worker`` or ``launcher``),
-  ``JOB_RANK`` and ``JOB_WORLD_SIZE`` (number of workers). A single-pod job is worker 0 of 1. MPI
+  ``JOB_RANK`` and ``JOB_WORLD_SIZE`` (hosts that run ranks). A single-pod job is worker 0 of 1. MPI
   workers read their rank from the MPI operator's replica-index label through the downward API. The
   launcher's ``JOB_RANK`` is ``-1``: always set and always an integer, so ``int(os.environ["JOB_RANK"])``
-  works everywhere, and never a valid worker index. A container without GPUs gets
+  works everywhere, and never a valid worker index. A launcher with GPUs is itself the first host
+  (:func:`launcher_works`): it is rank 0, the workers 1..N, and ``JOB_WORLD_SIZE`` is N+1, the
+  numbering mpi-operator's hostfile and replica-index labels use then. A container without GPUs gets
   ``NVIDIA_VISIBLE_DEVICES=void`` so a CUDA base image on a GPU node cannot use GPUs it was not charged for.
 * **Labels**: MANAGED_BY, GROUP, USER, TASK_KEY, ATTEMPT (plus the author's) on the job and every pod
   template; ROLE and RANK only on pod templates, where they describe a replica. MPI worker pods share
@@ -111,7 +113,20 @@ def worker_host(job: str, index: int | str, namespace: str) -> str:
     return f"{job}-worker-{index}.{job}.{namespace}.svc"
 
 
-def _wait_script() -> str:
+def launcher_works(spec: JobSpec) -> bool:
+    """An MPI launcher with GPUs also runs ranks: mpi-operator hides GPUs from a launcher unless
+    ``runLauncherAsWorker`` is set, and with it lists the launcher first in the hostfile
+    (``newConfigMap``) and gives it replica index 0, the workers 1..N (``workerReplicaIndexLabel``,
+    kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go``, v0.7.0 and v0.8.0)."""
+    return spec.is_mpi and spec.launcher_gpus > 0
+
+
+def world_size(spec: JobSpec) -> int:
+    """Hosts that run ranks: the workers, plus a launcher that works (see :func:`launcher_works`)."""
+    return spec.workers + (1 if launcher_works(spec) else 0)
+
+
+def _wait_script(workers: int) -> str:
     host = worker_host("$JOB_NAME", "$i", "$JOB_NAMESPACE")
     return f"""\
 if command -v getent >/dev/null 2>&1; then resolve() {{ getent hosts "$1"; }}
@@ -119,7 +134,7 @@ elif command -v nslookup >/dev/null 2>&1; then resolve() {{ nslookup "$1"; }}
 else echo "wait-for-workers: the image has neither getent nor nslookup; set wait_for_workers=False" >&2; exit 1
 fi
 i=0
-while [ "$i" -lt "$JOB_WORLD_SIZE" ]; do
+while [ "$i" -lt {workers} ]; do
   host="{host}"
   if ! resolve "$host" >/dev/null 2>&1; then
     echo "waiting for $host"
@@ -127,7 +142,7 @@ while [ "$i" -lt "$JOB_WORLD_SIZE" ]; do
   fi
   i=$((i + 1))
 done
-echo "all $JOB_WORLD_SIZE workers resolve"
+echo "all {workers} workers resolve"
 """
 
 
@@ -162,7 +177,8 @@ def pod_role_and_rank(pod_labels: Mapping[str, str]) -> tuple[str | None, int | 
     """
     role = pod_labels.get(keys.ROLE) or pod_labels.get(keys.MPI_JOB_ROLE)
     raw = pod_labels.get(keys.RANK)
-    if raw is None and role == ROLE_WORKER:
+    if raw is None:
+        # Workers, and a launcher that runs ranks itself (only then does it carry an index).
         raw = pod_labels.get(keys.MPI_REPLICA_INDEX)
     try:
         rank = int(raw) if raw is not None else None
@@ -239,7 +255,7 @@ def _env(spec: JobSpec, name: str, attempt: int, role: str, rank: int | None, gp
         {"name": ENV_ATTEMPT, "value": str(attempt)},
         {"name": ENV_ROLE, "value": role},
         rank_var,
-        {"name": ENV_WORLD_SIZE, "value": str(spec.workers)},
+        {"name": ENV_WORLD_SIZE, "value": str(world_size(spec))},
     ]
     for key, value in spec.env.items():
         env.append(
@@ -314,7 +330,7 @@ def _wait_for_workers_container(spec: JobSpec, env: list[dict]) -> dict:
     container: dict[str, Any] = {
         "name": WAIT_FOR_WORKERS_CONTAINER,
         "image": spec.image,
-        "command": ["sh", "-c", _wait_script()],
+        "command": ["sh", "-c", _wait_script(spec.workers)],
         "env": [dict(e) for e in env]
         + [{"name": "JOB_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "resources": {
@@ -482,7 +498,8 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
     base_labels = object_labels(spec, task, attempt)
     pod_annotations = _identity_annotations(spec, task)
 
-    launcher_env = _env(spec, name, attempt, ROLE_LAUNCHER, LAUNCHER_RANK, spec.launcher_gpus)
+    launcher_rank = 0 if launcher_works(spec) else LAUNCHER_RANK
+    launcher_env = _env(spec, name, attempt, ROLE_LAUNCHER, launcher_rank, spec.launcher_gpus)
     launcher_init = _author_init_containers(spec, launcher_env)
     if spec.wait_for_workers:
         launcher_init.append(_wait_for_workers_container(spec, launcher_env))
@@ -524,8 +541,7 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
         "mpiImplementation": spec.mpi_implementation,
         "launcherCreationPolicy": spec.launcher_creation_policy,
     }
-    if spec.launcher_gpus:
-        # The MPI operator hides GPUs from a launcher unless it also runs as a worker.
+    if launcher_works(spec):
         mpi_spec["runLauncherAsWorker"] = True
     mpi_spec["runPolicy"] = {"suspend": True, "cleanPodPolicy": "Running", **_deadlines(spec)}
     mpi_spec["mpiReplicaSpecs"] = {

@@ -246,6 +246,7 @@ class _Follow:
         self.final_events: list[dict] = []  # read with the final look: what outlives a disrupted pod
         self.unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
         self.last_seen: dict | None = None  # the job as last seen, or as the watch saw it deleted
+        self.ended_version: str | None = None  # version of a ruled MPIJob whose launcher this ended
 
     def _on_event(self, etype: str, plural: str, obj: dict) -> None:
         # The DELETED event carries the object as it was deleted: a cancel's verdict written just before
@@ -304,6 +305,7 @@ class _Follow:
             await self.sub.wait(timeout=t.recheck_interval)
             return None
         if decision.step is tracking.Step.WAIT:
+            await self._end_if_ruled(job)
             await self.sub.wait(timeout=self.admission.wake_after(job, t.recheck_interval))
             return None
         await self.admission.release(job)
@@ -367,6 +369,14 @@ class _Follow:
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
         if tracking.stuck_for_good(snap, failure, events):
             await self._patiently(self._rule_failed, job, snap, failure)
+
+    async def _end_if_ruled(self, job: dict) -> None:
+        """Finish ending an MPIJob ruled failed whose launcher was not ended (the ruling process stopped
+        between its two writes): once per version, so a look that changes nothing costs nothing."""
+        version = job["metadata"].get("resourceVersion")
+        if ledger.ruled_but_running(job) and version != self.ended_version:
+            self.ended_version = version
+            await self._patiently(ledger.end_ruled_job, self.client, job)
 
     async def _read_final_facts(self, job: dict) -> None:
         self.final_read = True
@@ -519,12 +529,17 @@ class _Follow:
         job.setdefault("kind", self.t.kind)
         patch = ledger.verdict_patch(job, reason, message[:1000])
         try:
-            await self.client.merge_patch(self.resource, self.t.namespace, job["metadata"]["name"], patch)
+            result = await self.client.merge_patch(
+                self.resource, self.t.namespace, job["metadata"]["name"], patch
+            )
         except KubeError as exc:
             # Gone: nothing left to end. Changed since this look (the patch carries its resourceVersion):
             # the next look rules again on the fresh object.
             if not (exc.not_found or exc.conflict):
                 raise
+            return
+        result.setdefault("kind", self.t.kind)
+        await ledger.end_ruled_job(self.client, result)
 
     async def _create_adopting(self, body: dict) -> None:
         try:

@@ -223,7 +223,11 @@ def expected_replicas(job: Mapping[str, Any]) -> list[tuple[str, int]]:
         if "Launcher" in specs:
             wanted += [(LAUNCHER, i) for i in range(as_int(dig(specs, "Launcher", "replicas"), 1) or 0)]
         if "Worker" in specs:
-            wanted += [(WORKER, i) for i in range(as_int(dig(specs, "Worker", "replicas"), 1) or 0)]
+            # With runLauncherAsWorker the launcher is index 0 and workers carry 1..N
+            # (workerReplicaIndexLabel, kubeflow/mpi-operator pkg/controller/mpi_job_controller.go v0.7.0+).
+            first = 1 if dig(job, "spec", "runLauncherAsWorker") is True else 0
+            count = as_int(dig(specs, "Worker", "replicas"), 1) or 0
+            wanted += [(WORKER, i) for i in range(first, first + count)]
         return wanted
     role = mapping(job, "spec", "template", "metadata", "labels").get(labels.ROLE) or WORKER
     return [(role, i) for i in range(as_int(dig(job, "spec", "parallelism"), 1) or 0)]

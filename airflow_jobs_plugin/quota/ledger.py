@@ -399,7 +399,7 @@ ENDING_DEADLINE_SECONDS = 1
 
 
 def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
-    """Fail a job with a product verdict, in a way its controller itself marks it failed.
+    """Record a product verdict on a job, in the write that also ends it where one write can.
 
     A batch/v1 Job is ended through its own ``activeDeadlineSeconds``, which the API lets a Job change
     at any time (``pkg/apis/batch/validation/validation.go``, Kubernetes 1.32: ``ValidateJobSpecUpdate``
@@ -409,16 +409,17 @@ def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
     (DeadlineExceeded) and deletes the pods itself, so ``kubectl get jobs`` shows the job Failed, never
     ``Suspended`` as a queued one; the product's verdict stays the job's reason. A job still suspended
     (queued, stopped) has no start time: it is resumed with ``parallelism: 0``, which starts the
-    deadline's clock without creating a pod. An MPIJob is suspended: mpi-operator copies
-    ``runPolicy.activeDeadlineSeconds`` into the launcher Job only when it creates it
-    (``newLauncherJob``, v0.8.0), so changing it later ends nothing.
+    deadline's clock without creating a pod.
+
+    An MPIJob only gets the verdict here: it is ended through its launcher Job (:func:`end_ruled_job`),
+    the one object whose failure mpi-operator turns into the MPIJob's own ``Failed`` condition.
     """
     metadata = {
         **_precondition(job),
         "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
     }
     if job.get("kind") == "MPIJob":
-        return {"metadata": metadata, "spec": _suspend_spec(job, True)}
+        return {"metadata": metadata}
     spec: dict[str, Any] = {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}
     if is_suspended(job):
         spec.update(suspend=False, parallelism=0)
@@ -429,6 +430,65 @@ def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
             {field: job_spec.get(field) for field in spec if field != "suspend"}, sort_keys=True
         )
     return {"metadata": metadata, "spec": spec}
+
+
+# kubeflow/mpi-operator pkg/controller/mpi_job_controller.go (v0.5.0 .. v0.8.0): launcherSuffix.
+LAUNCHER_SUFFIX = "-launcher"
+
+
+def ruled_but_running(job: Mapping[str, Any]) -> bool:
+    """An MPIJob that carries a failing verdict of the product but still runs: its launcher Job has
+    yet to be ended (:func:`end_ruled_job`), for example because the process that ruled stopped
+    between the two writes. Cancel and stop end jobs their own way and are not counted here."""
+    if job.get("kind") != "MPIJob" or is_suspended(job):
+        return False
+    verdict = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.VERDICT)
+    if not verdict or verdict in ("Cancelled", "Stopped"):
+        return False
+    return not any(
+        c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or ()
+    )
+
+
+async def end_ruled_job(client: KubeClient, job: Mapping[str, Any]) -> None:
+    """End a running MPIJob the product has ruled failed, so that the cluster shows it failed.
+
+    mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8.0) copies ``runPolicy.
+    activeDeadlineSeconds`` into the launcher Job only when it creates it (``newLauncherJob``), so a
+    deadline written on the MPIJob later ends nothing; but the launcher Job is a batch/v1 Job, whose
+    deadline may change at any time (see :func:`verdict_patch`). Once the Job controller fails it
+    (DeadlineExceeded, pods deleted), ``updateMPIJobFailedStatus`` sets the MPIJob's ``Failed``
+    condition and completion time, and ``cleanPodPolicy: Running`` deletes the workers still running:
+    ``kubectl get jobs`` shows the launcher Failed, where suspending would have shown it Suspended, which
+    is how a queued job looks. The operator's own updates of the launcher (``suspend`` only) are
+    compare-and-swap writes from its informer, so they never put the old deadline back.
+
+    A queued or stopped MPIJob stays suspended: the operator has no failed state for a job that never
+    started, and starting it to fail it would place its workers. An MPIJob with no launcher Job yet
+    (an operator that waits for its workers before creating it) is suspended instead, which frees its
+    GPUs at once.
+    """
+    if not ruled_but_running(job):
+        return
+    meta = job.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "", meta["name"]
+    try:
+        await client.merge_patch(
+            JOBS,
+            namespace,
+            name + LAUNCHER_SUFFIX,
+            {"spec": {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}},
+        )
+        return
+    except KubeError as exc:
+        if not exc.not_found:
+            raise
+    try:
+        await client.merge_patch(MPIJOBS, namespace, name, {"spec": _suspend_spec(job, True)})
+    except KubeError as exc:
+        if not exc.not_found:
+            raise
 
 
 def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:
@@ -658,6 +718,7 @@ async def admission_pass(
             patched.append((job["metadata"].get("resourceVersion") or "", result))
             if ours:
                 failed.append(decision.job.name)
+            await end_ruled_job(client, result)
         await _call(hook, f"failed:{decision.job.name}")
     admitted: list[str] = []
     for reservation in plan.unsuspend:
@@ -759,8 +820,10 @@ async def requeue_stuck(
         patch = requeue_patch(job, outcome)
     else:
         patch = verdict_patch(job, outcome.reason, outcome.message)
-    if await patch_job(client, job, patch) is None:
+    result = await patch_job(client, job, patch)
+    if result is None:
         return None
+    await end_ruled_job(client, result)
     await _call(hook, f"requeue-patched:{meta['name']}")
     group = group_of(job)
     if group:

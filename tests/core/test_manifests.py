@@ -354,6 +354,18 @@ def test_launcher_with_gpus_runs_as_a_worker_and_is_charged():
     assert m["metadata"]["annotations"][keys.GPUS] == "6"
 
 
+def test_a_launcher_with_gpus_is_rank_zero_of_a_world_one_larger():
+    # mpi-operator puts such a launcher first in the hostfile and pads the workers' replica index by
+    # one (pkg/controller/mpi_job_controller.go, v0.7.0+): the product's numbering is the operator's.
+    m = manifest(gpus=2, workers=2, launcher_gpus=2)
+    templates = pod_templates(m)
+    launcher = env_of(templates["launcher"]["spec"]["containers"][0])
+    worker = env_of(templates["worker"]["spec"]["containers"][0])
+    assert (launcher["JOB_RANK"], launcher["JOB_WORLD_SIZE"], worker["JOB_WORLD_SIZE"]) == ("0", "3", "3")
+    wait = next(c for c in templates["launcher"]["spec"]["initContainers"] if c["name"] == "wait-for-workers")
+    assert "-lt 2 ]" in wait["command"][2]  # it waits for the two workers, not for itself
+
+
 def test_mpi_env_gives_role_rank_and_world_size():
     m = manifest(attempt=2, gpus=1, workers=3)
     templates = pod_templates(m)

@@ -423,3 +423,22 @@ def test_a_disrupted_job_whose_gone_pod_was_evicted_stays_evicted():
         event("Pod", "other-pod", "NodeNotReady", "Node is not ready"),  # another pod's node
     ]
     assert snapshot(job, [], events, now=NOW).reason is Reason.EVICTED
+
+
+def test_a_launcher_that_runs_as_a_worker_shifts_the_workers_indexes_without_a_missing_worker():
+    # With runLauncherAsWorker mpi-operator labels the launcher replica 0 and the workers 1..N
+    # (workerReplicaIndexLabel, pkg/controller/mpi_job_controller.go v0.7.0+).
+    job = mpi_job(workers=2)
+    job["spec"]["runLauncherAsWorker"] = True
+    pods = [
+        launcher_pod(phase="Running"),
+        worker_pod(index=1, phase="Running"),
+        worker_pod(index=2, phase="Running"),
+    ]
+    pods[0]["metadata"]["labels"][labels.MPI_REPLICA_INDEX] = "0"
+    result = snapshot(job, pods, now=NOW)
+    assert [(r.role, r.index, r.status) for r in result.replicas] == [
+        ("launcher", 0, "Running"),
+        ("worker", 1, "Running"),
+        ("worker", 2, "Running"),
+    ]

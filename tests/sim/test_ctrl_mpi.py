@@ -135,6 +135,35 @@ def test_a_new_mpijob_gets_created_condition_workers_config_and_launcher():
     )
 
 
+def test_a_launcher_that_runs_as_a_worker_is_replica_zero_and_first_in_the_hostfile():
+    # workerReplicaIndexLabel / newLauncherPodTemplate / newConfigMap, mpi-operator v0.7.0 and v0.8.0.
+    body = mpijob()
+    body["spec"]["runLauncherAsWorker"] = True
+    plan = plan_mpijob(body, [], None, T0, config_exists=False)
+    created = {a.obj["metadata"]["name"]: a.obj for a in plan.actions if isinstance(a, Create)}
+    index = "training.kubeflow.org/replica-index"
+    assert created["train-worker-0"]["metadata"]["labels"][index] == "1"
+    assert created["train-worker-1"]["metadata"]["labels"][index] == "2"
+    assert created["train-launcher"]["spec"]["template"]["metadata"]["labels"][index] == "0"
+    hosts = [line.split()[0] for line in created["train-config"]["data"]["hostfile"].splitlines()]
+    assert hosts == [
+        "train-launcher.train.default.svc",
+        *(worker_host("train", i, "default") for i in range(2)),
+    ]
+
+
+def test_padded_worker_indexes_are_not_taken_for_surplus_workers():
+    # getOrCreateWorker deletes by index only when there are more worker pods than replicas: worker 1,
+    # labelled 2 of 2 replicas, is one of the job's own.
+    body = mpijob()
+    body["spec"]["runLauncherAsWorker"] = True
+    pods = [worker_pod(body, i) for i in range(2)]
+    for pod in pods:
+        pod["metadata"]["ownerReferences"][0]["uid"] = "mpi-uid"
+    plan = plan_mpijob(body, pods, None, T0)
+    assert not [a for a in plan.actions if type(a).__name__ == "Delete"]
+
+
 def test_a_suspended_mpijob_has_no_workers_and_a_suspended_launcher():
     plan = plan_mpijob(mpijob(suspend=True), [], None, T0)
     created = [a.obj for a in plan.actions if isinstance(a, Create)]

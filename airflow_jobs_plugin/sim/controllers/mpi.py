@@ -99,6 +99,16 @@ def _pod_restart_policy(replica: dict) -> str:
     return "Never" if policy == "ExitCode" else policy
 
 
+def _launcher_works(mpijob: dict) -> bool:
+    return bool(mpijob.get("spec", {}).get("runLauncherAsWorker"))
+
+
+def worker_replica_index(mpijob: dict, index: int) -> str:
+    """workerReplicaIndexLabel (v0.7.0+): with runLauncherAsWorker the launcher is replica 0 and the
+    workers are padded by one, so every pod of the job has a unique index (Kueue's TAS needs it)."""
+    return str(index + 1 if _launcher_works(mpijob) else index)
+
+
 def worker_pod(mpijob: dict, index: int) -> dict:
     """Worker pod number ``index`` of an MPIJob."""
     meta = mpijob["metadata"]
@@ -109,7 +119,7 @@ def worker_pod(mpijob: dict, index: int) -> dict:
     labels = {
         **(tmeta.get("labels") or {}),
         **_labels(meta["name"], "worker"),
-        REPLICA_INDEX_LABEL: str(index),
+        REPLICA_INDEX_LABEL: worker_replica_index(mpijob, index),
     }
     spec = template.get("spec") or {}
     spec["hostname"] = name
@@ -140,6 +150,8 @@ def launcher_job(mpijob: dict, suspend: bool) -> dict:
     template = copy.deepcopy(replica.get("template") or {})
     tmeta = template.setdefault("metadata", {})
     tmeta["labels"] = {**(tmeta.get("labels") or {}), **_labels(meta["name"], "launcher")}
+    if _launcher_works(mpijob):
+        tmeta["labels"][REPLICA_INDEX_LABEL] = "0"  # newLauncherPodTemplate, v0.7.0+
     tspec = template.setdefault("spec", {})
     tspec["restartPolicy"] = _pod_restart_policy(
         {"restartPolicy": replica.get("restartPolicy") or "OnFailure"}
@@ -252,7 +264,9 @@ def config_map(mpijob: dict) -> dict:
     name, ns = meta["name"], meta.get("namespace")
     slots = mpijob.get("spec", {}).get("slotsPerWorker", 1)
     workers = int(_replica(mpijob, "Worker").get("replicas") or 0)
-    hosts = [f"{name}-worker-{i}.{name}.{ns}.svc" for i in range(workers)]
+    # newConfigMap: a launcher that works is the first host, by its own hostname.
+    hosts = [f"{name}-launcher.{name}.{ns}.svc"] if _launcher_works(mpijob) else []
+    hosts += [f"{name}-worker-{i}.{name}.{ns}.svc" for i in range(workers)]
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -395,11 +409,14 @@ def plan_mpijob(
         pod_name = f"{name}-worker-{index}"
         if pod_name not in workers:
             plan.actions.append(Create("pods", worker_pod(mpijob, index)))
-    for pod_name, pod in workers.items():
-        index = (pod["metadata"].get("labels") or {}).get(REPLICA_INDEX_LABEL, "")
-        if not index.isdigit() or int(index) >= workers_wanted:
-            if not pod["metadata"].get("deletionTimestamp"):
-                plan.actions.append(Delete("pods", pod_name))
+    # getOrCreateWorker: only when there are more worker pods than replicas, delete those whose
+    # replica-index label is at least the replica count (the label as is, padded or not: v0.8.0).
+    if len(workers) > workers_wanted:
+        for pod_name, pod in workers.items():
+            index = (pod["metadata"].get("labels") or {}).get(REPLICA_INDEX_LABEL, "")
+            if index.isdigit() and int(index) >= workers_wanted:
+                if not pod["metadata"].get("deletionTimestamp"):
+                    plan.actions.append(Delete("pods", pod_name))
 
     # countReadyWorkerPods: a worker counts once its Ready condition is True; any policy but AtStartup
     # waits for all of them (the CRD does not restrict the value).
