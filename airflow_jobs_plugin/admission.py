@@ -145,8 +145,13 @@ async def check_group(
     group: str,
     user: str,
     gpus: int,
+    *,
+    kueue_queue: str | None = None,
 ) -> None:
     """Submit-time check of a job against the quota policy, before the job is created.
+
+    A job handed to Kueue (``kueue_queue``) is checked against its user's limit only: the group's
+    quota is its ClusterQueue's.
 
     Raises :class:`~airflow_jobs_plugin.quota.UnknownGroupError` (a ValueError) naming the group and
     the known groups, a ValueError if ``user`` is not a member of a group that lists its members, and
@@ -169,7 +174,7 @@ async def check_group(
     problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group)
     if problem:  # the rule and its wording live in the pure core, shared with the cluster policy
         raise ValueError(problem)
-    if gpus > group_quota.gpus:
+    if gpus > group_quota.gpus and kueue_queue is None:
         raise OverQuotaError(
             f"the job needs {gpus} GPUs but the whole quota of group {group} is {group_quota.gpus}: "
             "it could never start; ask for fewer GPUs or a larger group quota"
@@ -717,11 +722,12 @@ class Admission:
 
     def _group_jobs(self, group: str) -> list[dict]:
         # A job Kueue admits is never the pool's: admitting, requeueing or charging it would fight Kueue.
+        # One the pool handed to Kueue stays in view only so that it counts against its user's limits.
         return [
             job
             for resource in (JOBS, MPIJOBS)
             for job in self.watch.jobs(resource)
-            if group_of(job) == group and not kueue.manages(job)
+            if group_of(job) == group and (not kueue.manages(job) or ledger.handed_to_kueue(job))
         ]
 
     def _status(self, worker: _GroupWorker, uid: str) -> QueueStatus | None:
@@ -844,6 +850,7 @@ class Admission:
         for uid, job in outcome.view.by_uid.items():
             if (
                 ledger.is_suspended(job)
+                or ledger.handed_to_kueue(job)  # Kueue's waitForPodsReady is its stuck-start rule
                 or ledger.is_finished(job)
                 or job["metadata"].get("deletionTimestamp")
                 # Its pods are outside this process's view: the processes watching its namespace judge it.

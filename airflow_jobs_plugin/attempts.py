@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import kueue, labels
 
 # Keys the API server or a controller writes; a new object must not carry them over.
 _SERVER_METADATA = (
@@ -74,6 +74,10 @@ def next_attempt(
         meta_labels.pop(key, None)
     meta_labels[labels.ATTEMPT] = str(attempt)
     annotations = meta.setdefault("annotations", {})
+    if annotations.get(labels.KUEUE_HANDOFF):
+        # A job the pool hands to Kueue: the new attempt waits for its user's limit again before the
+        # pool gives it its LocalQueue (quota.ledger.handoff_patch).
+        meta_labels.pop(kueue.QUEUE_NAME_LABEL, None)
     for key in _ATTEMPT_ANNOTATIONS:
         annotations.pop(key, None)
     ended = annotations.pop(labels.ENDED_SPEC, None)

@@ -64,6 +64,9 @@ CANCELLED_AT = f"{PREFIX}/cancelled-at"
 # resumed job goes back to its original queue position and its queue timeout still counts from the
 # first enqueue.
 STOPPED_AT = f"{PREFIX}/stopped-at"
+# The Kueue LocalQueue a job is handed to once its user's limit in the product's pool allows it (the
+# pool admits it by writing Kueue's queue-name label; Kueue's ClusterQueue does the rest: docs/kueue.md).
+KUEUE_HANDOFF = f"{PREFIX}/kueue-queue"
 STOPPED_BY = f"{PREFIX}/stopped-by"
 
 # --- kubeflow MPI operator labels on MPIJob pods ---

@@ -59,6 +59,7 @@ Pure: returns plain JSON-shaped dicts, ready for the API. Decisions worth knowin
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
@@ -554,6 +555,26 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
         "metadata": _metadata(spec, name, task, attempt, queued_at),
         "spec": mpi_spec,
     }
+
+
+def kueue_handoff(body: dict) -> dict:
+    """``body`` to be handed to Kueue by the quota pool rather than at once: no queue-name label yet
+    (Kueue ignores a job without one, unless it manages every job of the namespace), and the LocalQueue
+    it will get in ``labels.KUEUE_HANDOFF``. The pool writes the label once the job's user may run it
+    (``quota.ledger.handoff_patch``), so a user over their limit never reaches Kueue's queue."""
+    out = copy.deepcopy(body)
+    queue = out["metadata"]["labels"].pop(kueue.QUEUE_NAME_LABEL, None)
+    if not queue:
+        raise ValueError("kueue_handoff: the job names no Kueue LocalQueue")
+    out["metadata"].setdefault("annotations", {})[keys.KUEUE_HANDOFF] = queue
+    spec = out["spec"]
+    templates = [spec.get("template")] + [
+        r.get("template") for r in (spec.get("mpiReplicaSpecs") or {}).values()
+    ]
+    for template in templates:
+        if template:
+            ((template.get("metadata") or {}).get("labels") or {}).pop(kueue.QUEUE_NAME_LABEL, None)
+    return out
 
 
 def build_manifest(

@@ -6,6 +6,7 @@ one task, whatever crashes where.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,7 +16,7 @@ from airflow_jobs_plugin import labels, quota_source
 from airflow_jobs_plugin.admission import check_group
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
-from airflow_jobs_plugin.manifests import build_manifest
+from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff
 from airflow_jobs_plugin.quota.policy import PolicyError, QuotaPolicy, policy_from_configmap_data
 from airflow_jobs_plugin.quota_source import QuotaSource
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
@@ -78,7 +79,7 @@ async def submit(
         # anything is created (the error names the group and the known ones, or the numbers).
         try:
             await patiently(
-                check_group,
+                functools.partial(check_group, kueue_queue=spec.kueue_queue),
                 client,
                 quota_configmap,
                 quota_namespace or spec.namespace,
@@ -95,6 +96,9 @@ async def submit(
         # the retry finds (and the TASK_KEY label finds the job even without the record).
         _remember(store, name, kind, spec.namespace)
         body = build_manifest(spec, name=name, task=identity, attempt=1, queued_at=datetime.now(timezone.utc))
+        if spec.kueue_queue and quota_configmap:
+            # Per-user limits in front of Kueue: the pool hands the job over once its user may run it.
+            body = kueue_handoff(body)
         try:
             # A create the server applied but answered with an error is repeated into AlreadyExists: adopted.
             await patiently(client.create, resource, spec.namespace, body, log=log, tries=SUBMIT_TRIES)

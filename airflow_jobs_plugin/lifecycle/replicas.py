@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any
 
 from .. import labels
-from ._objects import as_int, condition, dig, items, latest, mapping, parse_time
+from ._objects import as_int, condition, condition_true, dig, items, latest, mapping, parse_time
 from .pod_status import pod_ready, pod_restarts, pod_status
 from .state import Reason
 
@@ -260,9 +260,13 @@ def replicas_of(
     for pod in pods:
         by_key.setdefault(replica_key(pod, mpi), []).append(pod)
     event_list = list(events)
+    # The controller's final word is about the pods that ended: a pod of a finished job that never ran
+    # (a replacement created as a suspension's terminating pod went on to succeed, then deleted by the
+    # controller) is a leftover, not the replica's outcome.
+    finished = any(condition_true(job, kind) for kind in ("Complete", "Succeeded", "Failed"))
     result = []
     for key in sorted(by_key, key=_role_order):
-        current = current_pod(by_key[key])
+        current = current_pod(by_key[key], finished=finished)
         result.append(read_replica(key[0], key[1], current, event_list))
     return result
 
@@ -270,20 +274,20 @@ def replicas_of(
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
-def current_pod(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def current_pod(pods: Iterable[Mapping[str, Any]], *, finished: bool = False) -> Mapping[str, Any] | None:
     """The pod that stands for a replica among all its pods, ``None`` when there is none.
 
     A pod that has not ended and is not being deleted wins over the pods it replaced; among equals the
-    newest does. Creation times have one-second precision, so pods created in the same second are
+    newest does. Of a ``finished`` job, a pod that ended wins instead: it is the one the job's outcome
+    (and its exit code) is about. Creation times have one-second precision, so pods created in the same second are
     ordered by ``resourceVersion`` (the API server's counter, compared as a number when it is one),
     then by their order in ``pods``.
     """
 
     def rank(entry: tuple[int, Mapping[str, Any]]) -> tuple[bool, datetime, int, int]:
         position, pod = entry
-        live = dig(pod, "status", "phase") not in ("Succeeded", "Failed") and not dig(
-            pod, "metadata", "deletionTimestamp"
-        )
+        ended = dig(pod, "status", "phase") in ("Succeeded", "Failed")
+        live = ended if finished else not ended and not dig(pod, "metadata", "deletionTimestamp")
         created = parse_time(dig(pod, "metadata", "creationTimestamp")) or _NEVER
         version = str(dig(pod, "metadata", "resourceVersion") or "")
         return live, created, int(version) if version.isdigit() else -1, position

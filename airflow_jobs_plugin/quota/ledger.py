@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import labels
+from .. import kueue, labels
 from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from .ledger_model import (
     UNSUSPEND_GRACE,
@@ -97,6 +97,19 @@ def is_suspended(job: Mapping[str, Any]) -> bool:
     return bool(spec.get("suspend"))
 
 
+def handed_to_kueue(job: Mapping[str, Any]) -> bool:
+    """A job the pool handed to Kueue (:func:`handoff_patch`): from then on Kueue's alone to admit,
+    suspend or requeue; the pool only keeps its reservation against its user's limits."""
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(labels.KUEUE_HANDOFF)) and kueue.manages(job)
+
+
+def awaits_release(job: Mapping[str, Any]) -> bool:
+    """Not yet released by the pool: suspended, or -- for a job the pool hands to Kueue -- not yet
+    handed over (a handed-over job waits in Kueue suspended, and that is Kueue's to end)."""
+    return is_suspended(job) and not handed_to_kueue(job)
+
+
 def is_finished(job: Mapping[str, Any]) -> bool:
     """The controller's final word (Complete / Succeeded / Failed) or a verdict of the product."""
     annotations = (job.get("metadata") or {}).get("annotations") or {}
@@ -129,7 +142,7 @@ def fingerprint(job: Mapping[str, Any]) -> tuple:
     meta = job.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     return (
-        is_suspended(job),
+        awaits_release(job),
         is_finished(job),
         bool(meta.get("deletionTimestamp")),
         tuple(
@@ -248,7 +261,7 @@ def observe(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = N
     )
     return observed_job(
         job.get("metadata") or {},
-        suspended=is_suspended(job),
+        suspended=awaits_release(job),
         terminal=is_finished(job),
         holding_pods=holding,
     )
@@ -391,6 +404,26 @@ def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditiona
             "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
         },
         "spec": _suspend_spec(job, False),
+    }
+
+
+def handoff_patch(job: Mapping[str, Any], admitted_at: datetime) -> dict:
+    """The merge patch that releases a job to Kueue: its LocalQueue's name, and the admission time.
+
+    The job stays suspended: from this write on Kueue admits it (its job reconciler creates the
+    Workload once the queue-name label is there: kubernetes-sigs/kueue v0.19.2
+    ``pkg/controller/jobframework/reconciler.go``), and Kueue's webhook lets the label change only
+    while the job is suspended (``jobframework/validation.go``, ``validateUpdateForQueueName``).
+    """
+    queue = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.KUEUE_HANDOFF)
+    if not queue:
+        raise ValueError(f"job {(job.get('metadata') or {}).get('name')} is not handed to Kueue")
+    return {
+        "metadata": {
+            **_precondition(job),
+            "labels": {kueue.QUEUE_NAME_LABEL: queue},
+            "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
+        }
     }
 
 
@@ -589,7 +622,7 @@ async def read_view(
         except ValueError as exc:
             unreadable[uid] = str(exc)
             continue
-        if is_suspended(job) or is_stopped(job):
+        if awaits_release(job) or is_stopped(job):
             if not meta.get("deletionTimestamp"):
                 queued.append(entry)
         else:
@@ -751,11 +784,12 @@ async def admission_pass(
 async def _unsuspend(client: KubeClient, job: dict, reservation: Reservation) -> tuple[dict | None, bool]:
     """Unsuspend ``job`` for ``reservation`` (see :func:`settle`); a job requeued meanwhile is left to
     the next pass, which reconciles its reservation."""
+    release = handoff_patch if reservation.kueue else unsuspend_patch
     return await settle(
         client,
         job,
-        lambda j: unsuspend_patch(j, reservation.admitted_at),
-        lambda j: is_finished(j) or not is_suspended(j),
+        lambda j: release(j, reservation.admitted_at),
+        lambda j: is_finished(j) or not awaits_release(j),
         # A job stopped since the pass read it is never released by that pass's stale decision.
         lambda j: observe(j).requeue_count == reservation.requeue_count and not is_stopped(j),
     )

@@ -113,6 +113,8 @@ def encode(ledger: Ledger) -> dict[str, str]:
             "admitted_at": _rfc3339(r.admitted_at),
             "requeue_count": r.requeue_count,
         }
+        if r.kueue:
+            value["kueue"] = True
         data[key] = json.dumps(value, sort_keys=True)
     return data
 
@@ -152,6 +154,7 @@ def _decode_entry(group: str, raw: object) -> Reservation:
         admitted_at=_parse_time(value["admitted_at"]),
         namespace=namespace,
         requeue_count=value.get("requeue_count", 0),
+        kueue=value.get("kueue") is True,
     )
 
 
@@ -245,6 +248,7 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
         ),
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
         stopped_at=_rfc3339_or_none(annotations.get(labels.STOPPED_AT), f"annotation {labels.STOPPED_AT}"),
+        kueue_queue=annotations.get(labels.KUEUE_HANDOFF) or None,
     )
 
 

@@ -570,6 +570,9 @@ class QueuedJob:
     # Set while a user has stopped the job (labels.STOPPED_AT): it is never admitted until a resume,
     # but keeps ``queued_at``, so a resumed job competes again at its original position.
     stopped_at: datetime | None = None
+    # The Kueue LocalQueue this job is handed to once admitted (labels.KUEUE_HANDOFF): the pool then
+    # applies only its per-user rules, and the group's quota and order are Kueue's ClusterQueue's.
+    kueue_queue: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -584,6 +587,8 @@ class Reservation:
     admitted_at: datetime
     namespace: str = ""
     requeue_count: int = 0  # the job's requeue count when it was admitted
+    # Handed to Kueue: it counts against its user's limits, not the group's quota (Kueue charges that).
+    kueue: bool = False
 
     @classmethod
     def for_job(cls, job: QueuedJob, admitted_at: datetime) -> Reservation:
@@ -597,6 +602,7 @@ class Reservation:
             admitted_at=admitted_at,
             namespace=job.namespace,
             requeue_count=job.requeue_count,
+            kueue=job.kueue_queue is not None,
         )
 
 
@@ -702,7 +708,8 @@ def usage(policy: QuotaPolicy, reservations: Iterable[Reservation]) -> tuple[Gro
             UserUsage(user=u, gpus=g, jobs=n, limit=quota.user_limit(u))
             for u, (g, n) in sorted(per_user.items())
         )
-        result.append(GroupUsage(group=name, quota=quota.gpus, used=sum(r.gpus for r in held), users=users))
+        used = sum(r.gpus for r in held if not r.kueue)  # Kueue charges what it admitted, not the pool
+        result.append(GroupUsage(group=name, quota=quota.gpus, used=used, users=users))
     return tuple(result)
 
 
@@ -715,8 +722,9 @@ class _Pool:
     user_gpus: dict[str, int] = field(default_factory=dict)
     user_jobs: dict[str, int] = field(default_factory=dict)
 
-    def take(self, user: str, gpus: int) -> None:
-        self.used += gpus
+    def take(self, user: str, gpus: int, *, group_quota: bool = True) -> None:
+        if group_quota:
+            self.used += gpus
         self.user_gpus[user] = self.user_gpus.get(user, 0) + gpus
         self.user_jobs[user] = self.user_jobs.get(user, 0) + 1
 
@@ -769,13 +777,13 @@ def _decide_group(
     pool = _Pool(quota) if quota is not None else None
     if pool is not None:
         for r in reservations:
-            pool.take(r.user, r.gpus)
+            pool.take(r.user, r.gpus, group_quota=not r.kueue)
 
     head: QueuedJob | None = None  # the GroupQuota-blocked job everything behind waits for
     verdicts: list[tuple[QueuedJob, Verdict, str, str | None]] = []
     for job in jobs:
         verdict, message, blocked_by = _judge(policy, quota, pool, job, reserved, head, now)
-        if verdict is Verdict.GROUP_QUOTA:
+        if verdict is Verdict.GROUP_QUOTA and job.kueue_queue is None:
             head = job
         verdicts.append((job, verdict, message, blocked_by))
 
@@ -851,7 +859,7 @@ def _judge(
         return (Verdict.INADMISSIBLE, f"the job asks for {job.gpus!r} GPUs, which is not a GPU count", None)
 
     user_limit = quota.user_limit(job.user)
-    if job.gpus > quota.gpus:
+    if job.gpus > quota.gpus and job.kueue_queue is None:
         return (
             Verdict.OVER_QUOTA,
             f"this job needs {_plural(job.gpus, 'GPU')} but group {quota.name}'s whole quota is "
@@ -890,6 +898,17 @@ def _judge(
             Verdict.USER_QUOTA,
             f"user {job.user} uses {user_used} of {_plural(user_limit, 'GPU')} in group {quota.name}; "
             f"this job needs {job.gpus}",
+            None,
+        )
+    if job.kueue_queue is not None:
+        # In front of Kueue the pool keeps only what Kueue lacks, the per-user limits (kubernetes-sigs/
+        # kueue issues 752 and 2297): the group's quota and its order are the ClusterQueue's, so a job
+        # handed over neither waits behind the group's head nor blocks the jobs after it.
+        pool.take(job.user, job.gpus, group_quota=False)
+        return (
+            Verdict.ADMIT,
+            f"handed to Kueue LocalQueue {job.kueue_queue}: user {job.user} now holds "
+            f"{pool.user_gpus[job.user]} of {_plural(user_limit, 'GPU')} in group {quota.name}",
             None,
         )
     if head is not None:

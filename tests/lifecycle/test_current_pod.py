@@ -72,3 +72,14 @@ def test_a_job_whose_failed_pod_and_replacement_share_a_second_reads_the_replace
     pods = [alive("new22", resource_version="120"), failed("old11", resource_version="101")]
     [replica] = replicas_of(batch_job(), pods)
     assert (replica.pod, replica.status) == ("train-new22", "Running")
+
+
+def test_of_a_finished_job_the_pod_that_ended_stands_for_the_replica_not_a_newer_leftover():
+    # Kueue suspended the job while its pod ran; on readmission the Job controller created a
+    # replacement, then the terminating pod finished its work and succeeded: the job is Complete and
+    # the replacement, which never ran, is a leftover the controller deletes. The outcome is the
+    # succeeded pod's, exit code included.
+    succeeded = job_pod(suffix="old", phase="Succeeded", statuses=[terminated("main", 0)], created=0)
+    leftover = job_pod(suffix="new", phase="Pending", created=5)
+    assert current_pod([succeeded, leftover], finished=True) is succeeded
+    assert current_pod([succeeded, leftover]) is leftover  # while the job runs, the live pod stands

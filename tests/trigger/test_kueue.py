@@ -9,8 +9,9 @@ import asyncio
 import pytest
 from sim_fixtures import real_cluster_kubeconfig
 
-from airflow_jobs_plugin import kueue
-from airflow_jobs_plugin.kube import JOBS
+from airflow_jobs_plugin import kueue, labels
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS
+from airflow_jobs_plugin.manifests import kueue_handoff
 from airflow_jobs_plugin.sim.cluster import SimCluster
 from airflow_jobs_plugin.sim.config import ClusterConfig, KueueConfig
 from airflow_jobs_plugin.sim.controllers.kueue import workload_name
@@ -124,6 +125,72 @@ async def test_a_workload_kueue_preempts_waits_again_and_the_task_succeeds_after
     preempted = [i for i, line in enumerate(logged) if "Preempted to accommodate a workload" in line]
     assert preempted, logged
     assert any(line.startswith("RUNNING") for line in logged[preempted[0] :]), logged
+
+
+async def test_a_user_over_their_limit_waits_in_front_of_kueue_without_blocking_another_users_job(
+    cluster, client, capsys
+):
+    # Kueue has no per-user limit inside a queue (kubernetes-sigs/kueue issues 752, 2297): the pool
+    # keeps it, and hands a job to its LocalQueue only once its user may run it. The group's own
+    # quota (2 GPUs here) is Kueue's ClusterQueue's business in front of Kueue, and is not applied.
+    make_queue(cluster, "team", 8)
+    policy = "kueue-front-policy"
+    await client.create(
+        CONFIGMAPS,
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": policy},
+            "data": {"policy.yaml": "groups:\n  vision: {gpus: 2, user_gpus: 2}\n"},
+        },
+    )
+
+    def handed(identity: str, user: str, run: float) -> dict:
+        body = job_manifest(
+            task_identity(identity), gpus=2, user=user, kueue_queue="team", scenario={"main": {"run": run}}
+        )
+        return kueue_handoff(body)
+
+    first, second, other = (
+        handed("alice-1", "alice", 600),
+        handed("alice-2", "alice", 50),
+        handed("bob", "bob", 50),
+    )
+    names = [b["metadata"]["name"] for b in (first, second, other)]
+    for body in (first, second, other):
+        await client.create(JOBS, "default", body)
+        await asyncio.sleep(0.05)  # queue order is creation order
+
+    def run(name: str) -> asyncio.Task:
+        return asyncio.create_task(
+            _collect(
+                JobTrigger(job_name=name, namespace="default", quota_configmap=policy, stream_logs=False)
+            )
+        )
+
+    tasks = [run(n) for n in names]
+    # Bob's job, queued after alice's second one, is handed over and Kueue admits it meanwhile.
+    (bob_event,) = await asyncio.wait_for(tasks[2], 60)
+    assert (bob_event["status"], bob_event["state"]) == ("success", "SUCCEEDED")
+    second_job = cluster.store.get("jobs", names[1], namespace="default")
+    assert kueue.QUEUE_NAME_LABEL not in second_job["metadata"]["labels"]  # never reached Kueue
+    assert second_job["spec"]["suspend"] is True
+    text = capsys.readouterr().out
+    assert any(
+        f"Job {names[1]}: QUEUED (UserQuota): user alice uses 2 of 2 GPUs in group vision" in line
+        for line in text.splitlines()
+    ), text
+    # Alice's first job ends: her second one is handed over, Kueue admits it, and it runs.
+    for (event,) in await asyncio.wait_for(asyncio.gather(*tasks[:2]), 90):
+        assert (event["status"], event["state"]) == ("success", "SUCCEEDED"), event
+    for name in names:
+        job = cluster.store.get("jobs", name, namespace="default")
+        assert job["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] == "team"
+        assert job["metadata"]["annotations"][labels.KUEUE_HANDOFF] == "team"
+        assert ("Started", "Admitted by clusterQueue team") in job_events(cluster, name)
+        # Kueue never had to stop a job the pool released: nothing ran without its Workload admitted.
+        assert ("Stopped", "Not admitted by cluster queue") not in job_events(cluster, name)
 
 
 async def _collect(trigger: JobTrigger) -> list[dict]:
