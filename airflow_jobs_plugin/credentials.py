@@ -21,7 +21,9 @@ kinds, told apart by where they come from:
 
 After a 401 (client-go ``exec.go`` ``maybeRefreshCreds``: rotate unless already rotated), first match wins:
 
-1. the request already retried once: give up, with an error naming the connection;
+1. the request already retried once: give up, with an error naming the connection -- unless the
+   credential it was resent with expired before the server checked it (a process starved for longer than
+   a short-lived token lives): that one is renewed again, up to ``kube.MAX_SENDS`` sends in all;
 2. someone renewed since the request was sent: resend with the current credential;
 3. the current credential is younger than :data:`MIN_RENEW_INTERVAL` and not past its expiry: give up
    (a credential that fresh was refused; renewing again would only hammer the plugin). One past its
@@ -102,7 +104,15 @@ class Verdict(enum.Enum):
 def after_unauthorized(used: Credential, current: Credential, *, retried: bool, now: datetime) -> Verdict:
     """What a request refused with 401 does next (the module docstring's list)."""
     if retried:
-        return Verdict.GIVE_UP
+        # A renewed credential that expired before the server checked it (a starved process, a token
+        # minted for seconds) was not refused for what it is: renew once more. One minted already
+        # expired was never valid and gives up.
+        in_flight = (
+            used.expires_at is not None
+            and used.obtained_at < used.expires_at <= now
+            and used.generation == current.generation
+        )
+        return Verdict.RENEW if in_flight else Verdict.GIVE_UP
     if used.generation != current.generation:
         return Verdict.RESEND
     expired = current.expires_at is not None and now >= current.expires_at

@@ -146,6 +146,11 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# Sends of one request the API server refuses with 401 before its answer stands: the first, a resend
+# with renewed credentials, and renewals of credentials that expired in flight.
+MAX_SENDS = 4
+
+
 class Credentials:
     """One connection's credentials, renewed when :func:`~airflow_jobs_plugin.credentials.due` and
     after a 401, one renewal at a time however many requests ask at once."""
@@ -199,11 +204,15 @@ class Credentials:
                 log.warning("renewing the credentials of %s failed; using the current ones", self.name)
         return self._current
 
-    async def refused(self, used: Credential, *, retried: bool, server_message: str) -> Credential:
+    async def refused(
+        self, used: Credential, *, retried: bool, server_message: str, last: bool = False
+    ) -> Credential:
         """The credential to resend a request refused with 401, or a :class:`KubeError` naming the
-        connection when renewing does not help."""
+        connection when renewing does not help (or the request was ``last`` to be sent)."""
         async with self._lock:
             verdict = rules.after_unauthorized(used, self._current, retried=retried, now=self._clock())
+            if last:
+                verdict = rules.Verdict.GIVE_UP
             if verdict is rules.Verdict.RESEND:
                 return self._current
             if verdict is rules.Verdict.RENEW:
@@ -391,9 +400,10 @@ class KubeClient:
         if credentials is None:
             return await self._send_once(method, path, query, body, content_type, timeout, None)
         credential = await credentials.current()
-        retried = False
+        sends = 0
         while True:
             response = await self._send_once(method, path, query, body, content_type, timeout, credential)
+            sends += 1
             if response.status != 401:
                 return response
             try:
@@ -401,8 +411,9 @@ class KubeClient:
             finally:
                 response.release()
             message = refusal.get("message", "") if isinstance(refusal, Mapping) else str(refusal)[:200]
-            credential = await credentials.refused(credential, retried=retried, server_message=message)
-            retried = True
+            credential = await credentials.refused(
+                credential, retried=sends > 1, server_message=message, last=sends >= MAX_SENDS
+            )
 
     async def _send_once(
         self,

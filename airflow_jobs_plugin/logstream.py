@@ -42,6 +42,9 @@ RESUMES = 6
 REOPENS = 100  # streams of one running container reopened after they ended, at most
 RESUME_FIRST_WAIT = 1.0
 RESUME_MAX_WAIT = 16.0
+# How long a later pod's lines wait for the earlier pod of the same replica to finish printing: an
+# earlier pod stuck terminating must not hold the live log back for ever.
+EARLIER_POD_WAIT = 30.0
 
 
 class LogStreamer:
@@ -53,6 +56,10 @@ class LogStreamer:
         self._tasks: dict[tuple[str, str, int], asyncio.Task] = {}
         self._shown: Counter[tuple[str, str, int]] = Counter()  # lines shown per container instance
         self._reopened: Counter[tuple[str, str, int]] = Counter()
+        # The newest stream of each replica's container (by its label): a later pod of the same replica
+        # (a pod the Job controller created after the previous one failed) prints only once the earlier
+        # pod's stream has delivered everything, so run 1's lines never follow run 2's in the task log.
+        self._last: dict[str, asyncio.Task] = {}
 
     def follow(self, snap: JobSnapshot, pods: Iterable[dict]) -> None:
         """Start following every container of every pod of the job that started and is not followed yet,
@@ -62,7 +69,8 @@ class LogStreamer:
         Every pod, not only each replica's current one: a pod that failed and was replaced between two
         looks still has the log that explains the retry."""
         current = {r.pod: r.name for r in snap.replicas if r.pod}
-        for pod in pods:
+        # Oldest first: the pods of one replica are followed, and printed, in the order they ran.
+        for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
             meta = pod.get("metadata") or {}
             name = meta.get("name")
             prefix = _replica_name(meta.get("labels") or {}) or current.get(name) or name
@@ -75,9 +83,23 @@ class LogStreamer:
                 if task is not None:
                     self._reopened[key] += 1
                 label = prefix if container == main else f"{prefix}/{container}"
-                self._tasks[key] = asyncio.create_task(self._follow(key, name, container, label))
+                earlier = self._last.get(label) if task is None else None
+                self._tasks[key] = self._last[label] = asyncio.create_task(
+                    self._follow(key, name, container, label, after=earlier)
+                )
 
-    async def _follow(self, key: tuple[str, str, int], pod: str, container: str, label: str) -> None:
+    async def _follow(
+        self,
+        key: tuple[str, str, int],
+        pod: str,
+        container: str,
+        label: str,
+        after: asyncio.Task | None = None,
+    ) -> None:
+        if after is not None and not after.done():
+            # The earlier pod of this replica has ended (or is ending): its stream finishes on its own.
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(after), EARLIER_POD_WAIT)
         for attempt in range(RESUMES):  # a refused open is tried again; a stream that ends is done
             seen = 0
             try:

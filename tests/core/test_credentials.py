@@ -238,3 +238,13 @@ async def test_a_plugin_failing_after_expiry_is_a_transient_error_naming_the_con
     assert caught.value.transient and "connection 'k8s'" in caught.value.message
     source.fail = None
     assert (await creds.current()).header == f"Bearer token-{source.runs}"
+
+
+def test_a_renewed_credential_that_expired_in_flight_is_renewed_again_not_given_up():
+    # A process starved for longer than a short-lived token lives: the server refused it for being
+    # expired, not for what it is.
+    renewed = Credential(Kind.EXEC, "Bearer b", T0, T0 + timedelta(seconds=4), 1)
+    assert after_unauthorized(renewed, renewed, retried=True, now=T0 + timedelta(seconds=5)) is Verdict.RENEW
+    assert after_unauthorized(renewed, renewed, retried=True, now=T0 + timedelta(seconds=3)) is Verdict.GIVE_UP
+    minted_expired = Credential(Kind.EXEC, "Bearer c", T0, T0 - timedelta(seconds=1), 2)
+    assert after_unauthorized(minted_expired, minted_expired, retried=True, now=T0) is Verdict.GIVE_UP

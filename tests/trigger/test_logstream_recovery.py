@@ -4,12 +4,13 @@ reopened while its container runs, and every line is shown once."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_jobs_plugin import logstream
+from airflow_jobs_plugin import labels, logstream
 from airflow_jobs_plugin.kube import KubeError
 from airflow_jobs_plugin.logstream import LogStreamer
 
@@ -106,3 +107,41 @@ async def test_a_finished_containers_ended_stream_is_not_reopened():
     streamer.follow(NO_REPLICAS, [finished])
     await streamer.drain(timeout=30)
     assert client.calls == 1
+
+
+class SlowFirstPodClient:
+    """The first pod's log arrives late (a slow node), the replacement's at once."""
+
+    async def follow_log(self, namespace, pod, *, container=None):
+        if pod == "train-a1-first":
+            await asyncio.sleep(0.2)
+            for line in ("flaky: run 1", "exit 1"):
+                yield line
+        else:
+            yield "flaky: run 2"
+
+
+def worker_pod(name: str, uid: str, created: str, state: dict) -> dict:
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "uid": uid,
+            "creationTimestamp": created,
+            "labels": {labels.ROLE: "worker", labels.RANK: "0"},
+        },
+        "spec": {"containers": [{"name": "main"}]},
+        "status": {"containerStatuses": [{"name": "main", "restartCount": 0, "state": state}]},
+    }
+
+
+async def test_a_replicas_earlier_pod_is_printed_before_the_pod_that_replaced_it():
+    # Both pods of worker 0 show up in one look (the first failed and was replaced in between): the
+    # task log reads in the order they ran, whichever log the API server delivers first.
+    first = worker_pod("train-a1-first", "u1", "2026-01-01T00:00:00Z", {"terminated": {"exitCode": 1}})
+    second = worker_pod("train-a1-second", "u2", "2026-01-01T00:00:05Z", {"running": {}})
+    tail: deque[str] = deque(maxlen=10)
+    streamer = LogStreamer(SlowFirstPodClient(), "default", logging.getLogger("test"), tail)
+    streamer.follow(NO_REPLICAS, [second, first])
+    await streamer.drain(timeout=30)
+    assert list(tail) == ["[worker-0] flaky: run 1", "[worker-0] exit 1", "[worker-0] flaky: run 2"]
