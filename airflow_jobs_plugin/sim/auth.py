@@ -58,6 +58,20 @@ def accepts(config: ClusterConfig, authorization: str, now: float) -> bool:
     return now < expires <= now + config.token_ttl + CLOCK_SLACK
 
 
+# The identity behind the admin token (and every token minted with it): kube-apiserver lets the
+# system:masters group do anything before asking an authorizer.
+ADMIN = ("kubernetes-admin", ("system:masters", "system:authenticated"))
+
+
+def authenticate(config: ClusterConfig, authorization: str, now: float) -> tuple[str, tuple[str, ...]] | None:
+    """The user (name, groups) a request's ``Authorization`` header authenticates, or None (a 401):
+    one of ``config.identities`` by its token, else the admin token or a token minted with it."""
+    for identity in config.identities:
+        if hmac.compare_digest(authorization, f"Bearer {identity.token}"):
+            return identity.user, identity.groups
+    return ADMIN if accepts(config, authorization, now) else None
+
+
 def exec_credential(token: str, expires: int) -> dict:
     """The ``ExecCredential`` an exec plugin prints (k8s.io/client-go/pkg/apis/clientauthentication/v1)."""
     stamp = datetime.fromtimestamp(expires, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

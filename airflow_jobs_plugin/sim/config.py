@@ -28,6 +28,34 @@ class ClusterConfig:
     # A Kueue installed in the cluster (``sim/controllers/kueue.py``): its API group is served and its
     # controller and job webhook run. Off by default, like on a cluster that has none.
     kueue: KueueConfig | None = None
+    # Who else may call the API, each with a bearer token of its own (service accounts, users); with
+    # ``rbac`` their requests are authorized by the cluster's Roles and RoleBindings (``sim/rbac.py``).
+    # ``token`` (and the tokens minted with it) stays the cluster admin's, in group system:masters.
+    identities: tuple[Identity, ...] = ()
+    rbac: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.rbac or self.identities) and not self.token:
+            raise ValueError("identities and rbac need an admin token: set ClusterConfig.token")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A caller the simulated API server authenticates by its bearer token."""
+
+    token: str
+    user: str
+    groups: tuple[str, ...] = ()
+
+    @classmethod
+    def service_account(cls, namespace: str, name: str, token: str) -> Identity:
+        """A service account's token, with the groups kube-apiserver gives one
+        (``staging/src/k8s.io/apiserver/pkg/authentication/serviceaccount/util.go``, v1.32)."""
+        return cls(
+            token,
+            f"system:serviceaccount:{namespace}:{name}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"),
+        )
 
 
 @dataclass(frozen=True)
@@ -196,6 +224,39 @@ RESOURCES: dict[str, ResourceType] = {
             categories=("kubeflow",),
             subresources=("status",),
             has_status=True,
+        ),
+        ResourceType(
+            "roles",
+            "role",
+            "Role",
+            "rbac.authorization.k8s.io",
+            "v1",
+            namespaced=True,
+            verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"),
+        ),
+        ResourceType(
+            "rolebindings",
+            "rolebinding",
+            "RoleBinding",
+            "rbac.authorization.k8s.io",
+            "v1",
+            namespaced=True,
+        ),
+        ResourceType(
+            "clusterroles",
+            "clusterrole",
+            "ClusterRole",
+            "rbac.authorization.k8s.io",
+            "v1",
+            namespaced=False,
+        ),
+        ResourceType(
+            "clusterrolebindings",
+            "clusterrolebinding",
+            "ClusterRoleBinding",
+            "rbac.authorization.k8s.io",
+            "v1",
+            namespaced=False,
         ),
         # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2 config/components/crd; v1beta2 is the storage
         # version there, apis/kueue/v1beta2/*_types.go).

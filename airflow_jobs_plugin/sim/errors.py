@@ -167,6 +167,16 @@ def forbidden_error(resource: str, name: str, why: str) -> ApiError:
     )
 
 
+def forbidden_request(group_resource: str, name: str, why: str) -> ApiError:
+    """403 of an authorizer's refusal, as apimachinery's ``NewForbidden`` words it (``<resource> "<name>"
+    is forbidden: ...``, or without a name for list, watch and create)."""
+    plural, group = _split(group_resource)
+    if not group_resource:  # a non-resource path
+        return ApiError(403, "Forbidden", f"forbidden: {why}")
+    subject = f'{group_resource} "{name}"' if name else group_resource
+    return ApiError(403, "Forbidden", f"{subject} is forbidden: {why}", _details(plural, name, group))
+
+
 def unauthorized() -> ApiError:
     """401 for a missing or wrong bearer token."""
     return ApiError(401, "Unauthorized", "Unauthorized")

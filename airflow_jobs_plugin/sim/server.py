@@ -22,7 +22,7 @@ import yaml
 from aiohttp import web
 
 from . import apply as ssa
-from . import auth, errors, protobuf, schema, tables
+from . import auth, errors, protobuf, rbac, schema, tables
 from .config import ClusterConfig, ResourceType, addons_of, groups
 from .errors import ApiError
 from .exec import serve_exec
@@ -343,8 +343,14 @@ class ApiServer:
         # it may mint tokens anyway, so the admin API also takes it as is.
         if request.path.startswith("/_sim/") and hmac.compare_digest(header, f"Bearer {self.config.token}"):
             return
-        if not auth.accepts(self.config, header, time.time()):
+        user = auth.authenticate(self.config, header, time.time())
+        if user is None:
             raise errors.unauthorized()
+        request["sim.user"] = rbac.User(*user)
+        if request.path.startswith("/_sim/") and rbac.MASTERS not in user[1]:
+            raise errors.forbidden_request(
+                "", "", f'User "{user[0]}" cannot {request.method.lower()} path "{request.path}"'
+            )
 
     async def _ok(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -443,6 +449,27 @@ class ApiServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return rtype, namespace, name, sub
 
+    def _authorize(self, request: web.Request, attributes: rbac.Request, rtype: ResourceType) -> None:
+        """Refuse what the cluster's RBAC objects do not allow the request's user (``sim/rbac.py``)."""
+        user = request.get("sim.user") or rbac.User("system:anonymous", ("system:unauthenticated",))
+        if rbac.MASTERS in user.groups:
+            return
+        policy = rbac.Policy(
+            roles={
+                (r["metadata"].get("namespace") or "", r["metadata"]["name"]): r
+                for r in self.store.list_with_rv("roles", copy=False)[0]
+            },
+            cluster_roles={
+                r["metadata"]["name"]: r for r in self.store.list_with_rv("clusterroles", copy=False)[0]
+            },
+            role_bindings=self.store.list_with_rv("rolebindings", copy=False)[0],
+            cluster_role_bindings=self.store.list_with_rv("clusterrolebindings", copy=False)[0],
+        )
+        if not rbac.allowed(policy, user, attributes):
+            raise errors.forbidden_request(
+                rtype.group_resource, attributes.name, rbac.forbidden_message(user, attributes)
+            )
+
     def _verb(self, method: str, name: str | None, query: Any) -> str:
         if method == "GET":
             if name is None:
@@ -467,6 +494,9 @@ class ApiServer:
         injected = self.faults.error_for(verb, counted)
         if injected is not None:
             return _error_response(injected, self.faults.retry_after(verb, counted))
+        if self.config.rbac:
+            attributes = rbac.Request(verb, rtype.group, rtype.plural, sub or "", namespace or "", name or "")
+            self._authorize(request, attributes, rtype)
         if verb == "unknown" or verb not in rtype.verbs and not (sub and verb in ("get", "update", "patch")):
             raise errors.method_not_allowed()
         if sub == "exec":  # the kubelet's streaming endpoint, served in exec mode (sim/exec.py)

@@ -329,6 +329,78 @@ def validate(rtype: ResourceType, obj: dict) -> list[Cause]:
     elif rtype.plural == "events":
         if not isinstance(obj.get("involvedObject"), dict):
             out.append(errors.required("involvedObject"))
+    elif rtype.plural in ("roles", "clusterroles"):
+        out += rbac_rule_errors(obj, namespaced=rtype.plural == "roles")
+    elif rtype.plural in ("rolebindings", "clusterrolebindings"):
+        out += rbac_binding_errors(obj, namespaced=rtype.plural == "rolebindings")
+    return out
+
+
+def rbac_rule_errors(role: dict, *, namespaced: bool) -> list[Cause]:
+    """``ValidatePolicyRule`` (kubernetes/kubernetes v1.32 ``pkg/apis/rbac/validation/validation.go``)."""
+    out: list[Cause] = []
+    for i, rule in enumerate(role.get("rules") or []):
+        path = f"rules[{i}]"
+        if not isinstance(rule, dict):
+            out.append(errors.invalid_value(path, rule, "must be an object"))
+            continue
+        if not rule.get("verbs"):
+            out.append(errors.required(f"{path}.verbs", "verbs must contain at least one value"))
+        urls = rule.get("nonResourceURLs") or []
+        if urls:
+            if namespaced:
+                out.append(
+                    errors.invalid_value(
+                        f"{path}.nonResourceURLs", urls, "namespaced rules cannot apply to non-resource URLs"
+                    )
+                )
+            if rule.get("apiGroups") or rule.get("resources") or rule.get("resourceNames"):
+                out.append(
+                    errors.invalid_value(
+                        f"{path}.nonResourceURLs",
+                        urls,
+                        "rules cannot apply to both regular resources and non-resource URLs",
+                    )
+                )
+            continue
+        if not rule.get("apiGroups"):
+            out.append(
+                errors.required(f"{path}.apiGroups", "resource rules must supply at least one api group")
+            )
+        if not rule.get("resources"):
+            out.append(
+                errors.required(f"{path}.resources", "resource rules must supply at least one resource")
+            )
+    return out
+
+
+def rbac_binding_errors(binding: dict, *, namespaced: bool) -> list[Cause]:
+    """``ValidateRoleBinding`` / ``ValidateClusterRoleBinding`` and ``ValidateRoleBindingSubject``
+    (``pkg/apis/rbac/validation/validation.go``, v1.32)."""
+    out: list[Cause] = []
+    ref = binding.get("roleRef")
+    if not isinstance(ref, dict):
+        return [errors.required("roleRef")]
+    if ref.get("apiGroup") != "rbac.authorization.k8s.io":
+        out.append(
+            errors.not_supported("roleRef.apiGroup", ref.get("apiGroup"), ["rbac.authorization.k8s.io"])
+        )
+    kinds = ["Role", "ClusterRole"] if namespaced else ["ClusterRole"]
+    if ref.get("kind") not in kinds:
+        out.append(errors.not_supported("roleRef.kind", ref.get("kind"), kinds))
+    if not ref.get("name"):
+        out.append(errors.required("roleRef.name"))
+    for i, subject in enumerate(binding.get("subjects") or []):
+        path = f"subjects[{i}]"
+        if not isinstance(subject, dict) or not subject.get("name"):
+            out.append(errors.required(f"{path}.name"))
+            continue
+        if subject.get("kind") not in ("ServiceAccount", "User", "Group"):
+            out.append(
+                errors.not_supported(f"{path}.kind", subject.get("kind"), ["ServiceAccount", "User", "Group"])
+            )
+        elif subject["kind"] == "ServiceAccount" and not namespaced and not subject.get("namespace"):
+            out.append(errors.required(f"{path}.namespace"))
     return out
 
 
@@ -361,6 +433,9 @@ def validate_update(rtype: ResourceType, new: dict, old: dict) -> list[Cause]:
             out.append(errors.forbidden("spec.nodeName", "field is immutable"))
     elif rtype.plural in ("configmaps", "secrets"):
         out += _immutable_data_errors(new, old)
+    elif rtype.plural in ("rolebindings", "clusterrolebindings"):
+        if new.get("roleRef") != old.get("roleRef"):
+            out.append(errors.invalid_value("roleRef", new.get("roleRef"), "cannot change roleRef"))
     elif rtype.plural == "services":
         old_ip = (old.get("spec") or {}).get("clusterIP")
         new_ip = (new.get("spec") or {}).get("clusterIP")

@@ -157,7 +157,9 @@ def test_jobs_admitted_by_kueue_survive_the_chaos_and_the_product_never_fights_k
         got_attempt = int((final or {}).get("metadata", {}).get("labels", {}).get(labels.ATTEMPT, 0))
         got = (event["status"], got_attempt, event["exit_codes"].get("worker-0"))
         if got != (want.status, want.attempt, want.exit_code):
-            problems.append(f"{task.task_id}: got {got}, want {want}; replicas {event.get('replicas')}")
+            problems.append(
+                f"{task.task_id}: got {got}, want {want}; job {event['job_name']}, replicas {event.get('replicas')}"
+            )
     assert problems == [], problems[:20]
     assert triggerer.kills == RESTARTS
     # Every job went through Kueue: each has its Workload.

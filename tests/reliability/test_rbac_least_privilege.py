@@ -230,3 +230,138 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
         missing = {k: sorted(v - grants.get(k, set())) for k, v in uses.items() if v - grants.get(k, set())}
         assert not missing, f"the {component} calls what its Role does not grant: {missing}"
         assert not extra, f"the {component}'s Role grants what none of its paths uses: {extra}"
+
+
+def apply_shipped_rbac(cluster, namespace: str) -> None:
+    """helm-values/rbac.yaml as ``kubectl apply -n <namespace>`` would create it."""
+    for doc in (d for d in yaml.safe_load_all(ROLE.read_text()) if d):
+        plural = {
+            "Role": "roles",
+            "RoleBinding": "rolebindings",
+            "ClusterRole": "clusterroles",
+            "ClusterRoleBinding": "clusterrolebindings",
+        }[doc["kind"]]
+        namespaced = plural in ("roles", "rolebindings")
+        cluster.store.create(plural, doc, namespace if namespaced else None)
+
+
+@pytest.mark.slow
+def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_rest(monkeypatch, tmp_path):
+    # Least privilege checked by refusals: the simulated API server enforces the shipped Roles (RBAC as
+    # kube-apiserver decides it, sim/rbac.py), and each component runs with its service account's token.
+    from airflow_jobs_plugin.kube import JOBS, KubeError
+    from airflow_jobs_plugin.sim.config import Identity
+    from airflow_jobs_plugin.sim.kubeconfig import write_kubeconfig
+
+    identities = tuple(
+        Identity.service_account("airflow", account, f"{component}-token")
+        for component, account in COMPONENTS.items()
+    )
+    config = ClusterConfig(
+        nodes=2, gpus_per_node=8, time_scale=0.01, token="admin", rbac=True, identities=identities
+    )
+    with SimCluster(config) as cluster:
+        apply_shipped_rbac(cluster, "default")
+        cluster.store.create(
+            "configmaps",
+            {
+                "metadata": {"name": "airflow-jobs-quota-policy"},
+                "data": {"policy.yaml": "groups:\n  vision: {gpus: 8}\n"},
+            },
+            "default",
+        )
+        kubeconfigs = {
+            c: write_kubeconfig(str(tmp_path / f"{c}.yaml"), cluster.url, f"{c}-token") for c in COMPONENTS
+        }
+
+        def run_as(component: str) -> None:
+            monkeypatch.setenv(
+                "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+                json.dumps(
+                    {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfigs[component]}}
+                ),
+            )
+
+        quick = {SCENARIO: json.dumps({"main": {"run": 2, "logs": ["epoch 1"]}})}
+        run_as("worker")
+        ok, _ = deferred(
+            JobOperator(
+                task_id="train",
+                image="t:1",
+                group="vision",
+                gpus=1,
+                quota_configmap="airflow-jobs-quota-policy",
+                job_annotations=quick,
+            ),
+            "rbac_enforced",
+        )
+        live, _ = deferred(
+            JobOperator(
+                task_id="train",
+                image="t:1",
+                group="vision",
+                gpus=1,
+                quota_configmap="airflow-jobs-quota-policy",
+                job_annotations={SCENARIO: json.dumps({"main": {"run": None}})},
+            ),
+            "rbac_enforced_cancel",
+        )
+
+        async def as_worker_beyond_its_role() -> list[str]:
+            client = await KubeClient.from_connection()
+            refused = []
+            try:
+                for call in (
+                    # Starting a job behind the pool's back, and rewriting a ledger or the policy.
+                    lambda: client.merge_patch(
+                        JOBS, "default", ok.trigger.job_name, {"spec": {"suspend": False}}
+                    ),
+                    lambda: client.merge_patch(
+                        CONFIGMAPS,
+                        "default",
+                        "airflow-jobs-quota-policy",
+                        {"data": {"policy.yaml": "groups: {}"}},
+                    ),
+                    lambda: client.list(CONFIGMAPS, "default"),
+                ):
+                    with pytest.raises(KubeError) as info:
+                        await call()
+                    assert info.value.status == 403, info.value
+                    refused.append(str(info.value))
+            finally:
+                await client.close()
+            return refused
+
+        refused = asyncio.run(as_worker_beyond_its_role())
+        assert (
+            'User "system:serviceaccount:airflow:airflow-worker" cannot patch resource "jobs"' in refused[0]
+        )
+        assert 'cannot patch resource "configmaps"' in refused[1]
+
+        async def triggerer_and_api_server() -> None:
+            try:
+                run_as("triggerer")
+                event = await collect(ok.trigger)
+                assert event["status"] == "success", event
+                await admission_shutdown()
+                await shared.shutdown()
+                run_as("api-server")
+                client = await KubeClient.from_connection()
+                try:
+                    target = inspect.Target(namespace="default", quota_configmap="airflow-jobs-quota-policy")
+                    _state, job = await inspect.read_job(client, target, ok.trigger.job_name)
+                    assert job is not None
+                    await inspect.cancel(client, target, live.trigger.job_name, by="admin")
+                    assert await client.get_or_none(JOBS, "default", live.trigger.job_name) is None
+                    with pytest.raises(KubeError) as info:
+                        await client.merge_patch(
+                            CONFIGMAPS, "default", "airflow-jobs-quota-policy", {"data": {"policy.yaml": "x"}}
+                        )
+                    assert info.value.status == 403
+                finally:
+                    await client.close()
+            finally:
+                await admission_shutdown()
+                await shared.shutdown()
+
+        asyncio.run(triggerer_and_api_server())

@@ -24,7 +24,11 @@ def test_version_reports_1_32(sim):
 def test_plain_discovery_lists_groups_and_resources(sim):
     assert get(f"{sim.url}/api")[1]["versions"] == ["v1"]
     groups = {g["name"]: g["preferredVersion"]["groupVersion"] for g in get(f"{sim.url}/apis")[1]["groups"]}
-    assert groups == {"batch": "batch/v1", "kubeflow.org": "kubeflow.org/v2beta1"}
+    assert groups == {
+        "batch": "batch/v1",
+        "kubeflow.org": "kubeflow.org/v2beta1",
+        "rbac.authorization.k8s.io": "rbac.authorization.k8s.io/v1",
+    }
     core = {r["name"]: r for r in get(f"{sim.url}/api/v1")[1]["resources"]}
     assert core["pods"]["shortNames"] == ["po"] and core["pods"]["categories"] == ["all"]
     assert {"pods/status", "pods/log", "namespaces", "nodes", "events", "configmaps"} <= set(core)
@@ -39,7 +43,9 @@ def test_plain_discovery_lists_groups_and_resources(sim):
     assert (jobs["name"], jobs["namespaced"], "watch" in jobs["verbs"]) == ("jobs", True, True)
 
 
-@pytest.mark.parametrize(("path", "names"), [("/api", [""]), ("/apis", ["batch", "kubeflow.org"])])
+@pytest.mark.parametrize(
+    ("path", "names"), [("/api", [""]), ("/apis", ["batch", "kubeflow.org", "rbac.authorization.k8s.io"])]
+)
 def test_aggregated_discovery_answers_with_its_content_type(sim, path, names):
     content_type, body = get(sim.url + path, AGGREGATED)
     assert content_type == "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
