@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .admission_policy import PolicyAdmission
 from .config import ClusterConfig
 from .faults import Faults
 from .gc import GarbageCollector
@@ -115,6 +116,7 @@ class SimCluster:
     ):
         self.config = config
         self.store = Store(watch_history=config.watch_history)
+        self.store.validators.append(PolicyAdmission(self.store))
         self.logs = LogStore()
         self.faults = Faults()
         self.controllers: Any = None

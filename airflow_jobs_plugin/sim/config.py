@@ -258,6 +258,24 @@ RESOURCES: dict[str, ResourceType] = {
             "v1",
             namespaced=False,
         ),
+        ResourceType(
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicy",
+            "ValidatingAdmissionPolicy",
+            "admissionregistration.k8s.io",
+            "v1",
+            namespaced=False,
+            subresources=("status",),
+            has_status=True,
+        ),
+        ResourceType(
+            "validatingadmissionpolicybindings",
+            "validatingadmissionpolicybinding",
+            "ValidatingAdmissionPolicyBinding",
+            "admissionregistration.k8s.io",
+            "v1",
+            namespaced=False,
+        ),
         # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2 config/components/crd; v1beta2 is the storage
         # version there, apis/kueue/v1beta2/*_types.go).
         *(

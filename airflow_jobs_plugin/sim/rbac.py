@@ -27,6 +27,7 @@ A refusal is kube-apiserver's 403 Status, worded as ``responsewriters/errors.go`
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,11 @@ class User:
             f"system:serviceaccount:{namespace}:{name}",
             ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", AUTHENTICATED),
         )
+
+
+# Who the request being served is from; the simulator's own controllers write as the controller manager.
+CONTROLLERS = User("system:kube-controller-manager", ("system:authenticated",))
+CALLER: ContextVar[User] = ContextVar("sim_caller", default=CONTROLLERS)
 
 
 @dataclass(frozen=True)

@@ -347,6 +347,7 @@ class ApiServer:
         if user is None:
             raise errors.unauthorized()
         request["sim.user"] = rbac.User(*user)
+        rbac.CALLER.set(request["sim.user"])
         if request.path.startswith("/_sim/") and rbac.MASTERS not in user[1]:
             raise errors.forbidden_request(
                 "", "", f'User "{user[0]}" cannot {request.method.lower()} path "{request.path}"'

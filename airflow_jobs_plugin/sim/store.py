@@ -86,6 +86,9 @@ class Store:
         # which may refuse with an ApiError. They run where the API server calls webhooks: after
         # defaulting, before the object is stored.
         self.webhooks: list[Any] = []
+        # Validating admission (ValidatingAdmissionPolicy): ``admit(operation, resource, new, old)`` after
+        # the object validated, as the API server runs validating admission last.
+        self.validators: list[Any] = []
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -324,6 +327,8 @@ class Store:
                 raise errors.invalid(
                     rtype.kind, meta.get("name") or meta.get("generateName") or "", causes, rtype.group
                 )
+            for validator in self.validators:
+                validator.admit("CREATE", resource, obj, None)
             key = self._key(rtype, meta["name"], meta.get("namespace"))
             if key in self._objects[resource]:
                 raise errors.already_exists(rtype.group_resource, meta["name"])
@@ -467,6 +472,8 @@ class Store:
                 raise errors.invalid(rtype.kind, name, causes, rtype.group)
             for webhook in self.webhooks:
                 webhook.admit_update(resource, new, old)
+            for validator in self.validators:
+                validator.admit("UPDATE", resource, new, old)
             if "generation" in old_meta and _spec_of(new) != _spec_of(old):
                 new_meta["generation"] = old_meta["generation"] + 1
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]

@@ -15,9 +15,7 @@ import copy
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
-import celpy
 import pytest
 import yaml
 
@@ -25,6 +23,8 @@ from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.manifests import build_manifest
 from airflow_jobs_plugin.quota.ledger import unsuspend_patch, verdict_patch
 from airflow_jobs_plugin.quota.ledger_model import ledger_name
+from airflow_jobs_plugin.sim.admission_policy import AdmissionRequest
+from airflow_jobs_plugin.sim.admission_policy import refusals as policy_refusals
 from airflow_jobs_plugin.sim.patch import merge_patch
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity
 
@@ -55,55 +55,22 @@ def policies() -> list[dict]:
     ]
 
 
-_env = celpy.Environment()
-
-
-def _evaluate(expression: str, activation: dict[str, Any]) -> Any:
-    program = _env.program(_env.compile(expression))
-    result = program.evaluate(activation)
-    if isinstance(result, celpy.CELEvalError):
-        raise AssertionError(f"CEL error in {expression!r}: {result}")
-    return result
-
-
 def refusals(request: Request) -> list[str]:
-    """The messages of every validation the request fails, over all policies that select it."""
+    """The messages of every validation the request fails, over all policies that select it, evaluated
+    by the simulator's ValidatingAdmissionPolicy (``sim/admission_policy.py``, cel-python)."""
     group, resource = request.group_resource
-    activation: dict[str, Any] = {
-        "request": celpy.json_to_cel(
-            {
-                "operation": request.operation,
-                "userInfo": {"username": request.username},
-                "resource": {"group": group, "resource": resource},
-            }
-        ),
-        "object": celpy.json_to_cel(request.object),
-        "oldObject": celpy.json_to_cel(request.old_object),
-    }
-    messages: list[str] = []
-    for policy in policies():
-        spec = policy["spec"]
-        selected = any(
-            group in rule["apiGroups"]
-            and resource in rule["resources"]
-            and request.operation in rule["operations"]
-            for rule in spec["matchConstraints"]["resourceRules"]
-        )
-        if not selected or not all(
-            _evaluate(c["expression"], activation) for c in spec.get("matchConditions", [])
-        ):
-            continue
-        variables = celpy.celtypes.MapType()
-        for variable in spec.get("variables", []):
-            value = _evaluate(variable["expression"], {**activation, "variables": variables})
-            variables = celpy.celtypes.MapType(
-                {**variables, celpy.celtypes.StringType(variable["name"]): value}
-            )
-        scope = {**activation, "variables": variables}
-        for validation in spec["validations"]:
-            if not _evaluate(validation["expression"], scope):
-                messages.append(" ".join(validation["message"].split()))
-    return messages
+    attributes = AdmissionRequest(
+        operation=request.operation,
+        group=group,
+        resource=resource,
+        namespace="airflow",
+        name=request.object["metadata"].get("name") or "",
+        username=request.username,
+        groups=(),
+        object=request.object,
+        old_object=request.old_object,
+    )
+    return [message for policy in policies() for _reason, message in policy_refusals(policy, attributes)]
 
 
 # --- the product's real requests ---

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -232,26 +233,35 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
         assert not extra, f"the {component}'s Role grants what none of its paths uses: {extra}"
 
 
-def apply_shipped_rbac(cluster, namespace: str) -> None:
-    """helm-values/rbac.yaml as ``kubectl apply -n <namespace>`` would create it."""
-    for doc in (d for d in yaml.safe_load_all(ROLE.read_text()) if d):
-        plural = {
-            "Role": "roles",
-            "RoleBinding": "rolebindings",
-            "ClusterRole": "clusterroles",
-            "ClusterRoleBinding": "clusterrolebindings",
-        }[doc["kind"]]
-        namespaced = plural in ("roles", "rolebindings")
-        cluster.store.create(plural, doc, namespace if namespaced else None)
+POLICY = ROLE.parent / "admission-policy.yaml"
+NAMESPACE = "airflow"  # the release namespace the shipped bindings and policies name
+
+
+def apply_shipped(cluster, path: Path, namespace: str) -> None:
+    """A helm-values/ manifest as ``kubectl apply -n <namespace> -f`` would create it."""
+    plurals = {
+        "Role": "roles",
+        "RoleBinding": "rolebindings",
+        "ClusterRole": "clusterroles",
+        "ClusterRoleBinding": "clusterrolebindings",
+        "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    }
+    for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
+        plural = plurals[doc["kind"]]
+        cluster.store.create(plural, doc, namespace if plural in ("roles", "rolebindings") else None)
 
 
 @pytest.mark.slow
 def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_rest(monkeypatch, tmp_path):
     # Least privilege checked by refusals: the simulated API server enforces the shipped Roles (RBAC as
-    # kube-apiserver decides it, sim/rbac.py), and each component runs with its service account's token.
+    # kube-apiserver decides it, sim/rbac.py) and admission policies (sim/admission_policy.py), and each
+    # component runs with its own service account's token.
     from airflow_jobs_plugin.kube import JOBS, KubeError
+    from airflow_jobs_plugin.manifests import build_manifest
     from airflow_jobs_plugin.sim.config import Identity
     from airflow_jobs_plugin.sim.kubeconfig import write_kubeconfig
+    from airflow_jobs_plugin.spec import TaskIdentity, validate
 
     identities = tuple(
         Identity.service_account("airflow", account, f"{component}-token")
@@ -261,14 +271,17 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
         nodes=2, gpus_per_node=8, time_scale=0.01, token="admin", rbac=True, identities=identities
     )
     with SimCluster(config) as cluster:
-        apply_shipped_rbac(cluster, "default")
+        if not cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}"):
+            cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+        apply_shipped(cluster, ROLE, NAMESPACE)
+        apply_shipped(cluster, POLICY, NAMESPACE)
         cluster.store.create(
             "configmaps",
             {
                 "metadata": {"name": "airflow-jobs-quota-policy"},
                 "data": {"policy.yaml": "groups:\n  vision: {gpus: 8}\n"},
             },
-            "default",
+            NAMESPACE,
         )
         kubeconfigs = {
             c: write_kubeconfig(str(tmp_path / f"{c}.yaml"), cluster.url, f"{c}-token") for c in COMPONENTS
@@ -283,60 +296,69 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
             )
 
         quick = {SCENARIO: json.dumps({"main": {"run": 2, "logs": ["epoch 1"]}})}
+        common = {"image": "t:1", "group": "vision", "gpus": 1, "namespace": NAMESPACE}
         run_as("worker")
         ok, _ = deferred(
             JobOperator(
-                task_id="train",
-                image="t:1",
-                group="vision",
-                gpus=1,
-                quota_configmap="airflow-jobs-quota-policy",
-                job_annotations=quick,
+                task_id="train", quota_configmap="airflow-jobs-quota-policy", job_annotations=quick, **common
             ),
             "rbac_enforced",
         )
         live, _ = deferred(
             JobOperator(
                 task_id="train",
-                image="t:1",
-                group="vision",
-                gpus=1,
                 quota_configmap="airflow-jobs-quota-policy",
                 job_annotations={SCENARIO: json.dumps({"main": {"run": None}})},
+                **common,
             ),
             "rbac_enforced_cancel",
         )
 
-        async def as_worker_beyond_its_role() -> list[str]:
+        async def as_worker_beyond_its_role() -> list[KubeError]:
             client = await KubeClient.from_connection()
+            # A DAG that skips the pool: its own code creates a job that runs at once.
+            identity = TaskIdentity("sneaky", "train", "run-1", -1, 1)
+            body = build_manifest(
+                validate(**common, user="sneaky"),
+                name=identity.job_name(1),
+                task=identity,
+                attempt=1,
+                queued_at=datetime.now(timezone.utc),
+            )
+            body["spec"]["suspend"] = False
             refused = []
             try:
                 for call in (
-                    # Starting a job behind the pool's back, and rewriting a ledger or the policy.
                     lambda: client.merge_patch(
-                        JOBS, "default", ok.trigger.job_name, {"spec": {"suspend": False}}
+                        JOBS, NAMESPACE, ok.trigger.job_name, {"spec": {"suspend": False}}
                     ),
                     lambda: client.merge_patch(
                         CONFIGMAPS,
-                        "default",
+                        NAMESPACE,
                         "airflow-jobs-quota-policy",
                         {"data": {"policy.yaml": "groups: {}"}},
                     ),
-                    lambda: client.list(CONFIGMAPS, "default"),
+                    lambda: client.list(CONFIGMAPS, NAMESPACE),
+                    lambda: client.create(JOBS, NAMESPACE, body),
                 ):
                     with pytest.raises(KubeError) as info:
                         await call()
-                    assert info.value.status == 403, info.value
-                    refused.append(str(info.value))
+                    refused.append(info.value)
             finally:
                 await client.close()
             return refused
 
-        refused = asyncio.run(as_worker_beyond_its_role())
-        assert (
-            'User "system:serviceaccount:airflow:airflow-worker" cannot patch resource "jobs"' in refused[0]
+        unsuspend, rewrite, listing, skip_pool = asyncio.run(as_worker_beyond_its_role())
+        assert unsuspend.status == 403
+        assert 'User "system:serviceaccount:airflow:airflow-worker" cannot patch resource "jobs"' in str(
+            unsuspend
         )
-        assert 'cannot patch resource "configmaps"' in refused[1]
+        assert rewrite.status == 403 and 'cannot patch resource "configmaps"' in str(rewrite)
+        assert listing.status == 403
+        # RBAC lets a worker create jobs; the admission policy refuses one that is not suspended, naming its rule.
+        assert skip_pool.status == 403, skip_pool
+        assert "ValidatingAdmissionPolicy 'airflow-jobs-quota-admission'" in str(skip_pool)
+        assert "airflow-jobs rule suspended-submission" in str(skip_pool)
 
         async def triggerer_and_api_server() -> None:
             try:
@@ -348,14 +370,14 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
                 run_as("api-server")
                 client = await KubeClient.from_connection()
                 try:
-                    target = inspect.Target(namespace="default", quota_configmap="airflow-jobs-quota-policy")
+                    target = inspect.Target(namespace=NAMESPACE, quota_configmap="airflow-jobs-quota-policy")
                     _state, job = await inspect.read_job(client, target, ok.trigger.job_name)
                     assert job is not None
                     await inspect.cancel(client, target, live.trigger.job_name, by="admin")
-                    assert await client.get_or_none(JOBS, "default", live.trigger.job_name) is None
+                    assert await client.get_or_none(JOBS, NAMESPACE, live.trigger.job_name) is None
                     with pytest.raises(KubeError) as info:
                         await client.merge_patch(
-                            CONFIGMAPS, "default", "airflow-jobs-quota-policy", {"data": {"policy.yaml": "x"}}
+                            CONFIGMAPS, NAMESPACE, "airflow-jobs-quota-policy", {"data": {"policy.yaml": "x"}}
                         )
                     assert info.value.status == 403
                 finally:

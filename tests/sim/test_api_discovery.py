@@ -28,6 +28,7 @@ def test_plain_discovery_lists_groups_and_resources(sim):
         "batch": "batch/v1",
         "kubeflow.org": "kubeflow.org/v2beta1",
         "rbac.authorization.k8s.io": "rbac.authorization.k8s.io/v1",
+        "admissionregistration.k8s.io": "admissionregistration.k8s.io/v1",
     }
     core = {r["name"]: r for r in get(f"{sim.url}/api/v1")[1]["resources"]}
     assert core["pods"]["shortNames"] == ["po"] and core["pods"]["categories"] == ["all"]
@@ -44,7 +45,11 @@ def test_plain_discovery_lists_groups_and_resources(sim):
 
 
 @pytest.mark.parametrize(
-    ("path", "names"), [("/api", [""]), ("/apis", ["batch", "kubeflow.org", "rbac.authorization.k8s.io"])]
+    ("path", "names"),
+    [
+        ("/api", [""]),
+        ("/apis", ["batch", "kubeflow.org", "rbac.authorization.k8s.io", "admissionregistration.k8s.io"]),
+    ],
 )
 def test_aggregated_discovery_answers_with_its_content_type(sim, path, names):
     content_type, body = get(sim.url + path, AGGREGATED)

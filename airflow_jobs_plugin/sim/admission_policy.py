@@ -1,0 +1,225 @@
+"""ValidatingAdmissionPolicy as kube-apiserver evaluates it (admissionregistration.k8s.io/v1; off unless
+the cluster holds policies and bindings).
+
+kubernetes/kubernetes v1.32, ``staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating``
+(``dispatcher.go``, ``validator.go``) and ``.../policy/matching``:
+
+- a policy acts only through a binding naming it (``spec.policyName``) whose ``validationActions``
+  include ``Deny``, and whose ``matchResources.namespaceSelector`` selects the request's namespace;
+- the policy's ``matchConstraints.resourceRules`` select the request (API group, resource, operation,
+  ``*`` matching anything), then every ``matchConditions`` expression must be true;
+- ``variables`` are evaluated in order, each seeing the ones before it under ``variables``;
+- the first ``validations`` expression that is false refuses the request with its ``message`` and its
+  ``reason`` (``Forbidden``: 403, ``Invalid``: 422, and Invalid when unset), worded
+  ``ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>``;
+- an expression that cannot be evaluated refuses under ``failurePolicy: Fail`` (the default) and is
+  ignored under ``Ignore``.
+
+The expressions are CEL, evaluated with cel-python (the library the deployment tests use); ``object``
+is null on DELETE and ``oldObject`` on CREATE, as upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import rbac
+from .config import RESOURCES
+from .errors import ApiError
+from .selectors import Requirement
+
+GROUP = "admissionregistration.k8s.io"
+_CODES = {"Forbidden": 403, "Invalid": 422, "Unauthorized": 401, "RequestEntityTooLarge": 413}
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """What a policy reads of a request (``request`` in CEL, with the objects)."""
+
+    operation: str  # CREATE / UPDATE / DELETE
+    group: str
+    resource: str
+    namespace: str
+    name: str
+    username: str
+    groups: tuple[str, ...]
+    object: Mapping[str, Any] | None
+    old_object: Mapping[str, Any] | None
+
+
+class _Failed(Exception):
+    """An expression that could not be evaluated."""
+
+
+def _rules_match(rules: Sequence[Mapping[str, Any]], request: AdmissionRequest) -> bool:
+    def has(values: Any, wanted: str) -> bool:
+        return "*" in (values or ()) or wanted in (values or ())
+
+    return any(
+        has(rule.get("apiGroups"), request.group)
+        and has(rule.get("resources"), request.resource)
+        and has(rule.get("operations"), request.operation)
+        for rule in rules
+    )
+
+
+class _Evaluator:
+    def __init__(self, request: AdmissionRequest):
+        import celpy  # only clusters that hold a policy need the CEL library
+
+        self._celpy = celpy
+        self._env = celpy.Environment()
+        self.activation: dict[str, Any] = {
+            "request": celpy.json_to_cel(
+                {
+                    "operation": request.operation,
+                    "namespace": request.namespace,
+                    "name": request.name,
+                    "userInfo": {"username": request.username, "groups": list(request.groups)},
+                    "resource": {"group": request.group, "resource": request.resource},
+                }
+            ),
+            "object": celpy.json_to_cel(None if request.object is None else dict(request.object)),
+            "oldObject": celpy.json_to_cel(None if request.old_object is None else dict(request.old_object)),
+        }
+
+    def __call__(self, expression: str, variables: Any = None) -> Any:
+        celpy = self._celpy
+        try:
+            program = self._env.program(self._env.compile(expression))
+            scope = self.activation if variables is None else {**self.activation, "variables": variables}
+            result = program.evaluate(scope)
+        except Exception as exc:  # a compile error, a missing field
+            raise _Failed(f"expression '{expression}' resulted in error: {exc}") from exc
+        if isinstance(result, celpy.CELEvalError):
+            raise _Failed(f"expression '{expression}' resulted in error: {result}")
+        return result
+
+    def with_variable(self, variables: Any, name: str, value: Any) -> Any:
+        types = self._celpy.celtypes
+        return types.MapType({**(variables or {}), types.StringType(name): value})
+
+
+def refusals(policy: Mapping[str, Any], request: AdmissionRequest) -> list[tuple[str, str]]:
+    """(reason, message) of every validation of ``policy`` that ``request`` fails, in order; empty if it
+    passes or the policy does not select it. The API server evaluates them all and reports the first."""
+    spec = policy.get("spec") or {}
+    if not _rules_match((spec.get("matchConstraints") or {}).get("resourceRules") or (), request):
+        return []
+    evaluate = _Evaluator(request)
+    failing: list[tuple[str, str]] = []
+    try:
+        if not all(evaluate(c["expression"]) for c in spec.get("matchConditions") or ()):
+            return []
+        variables = None
+        for variable in spec.get("variables") or ():
+            variables = evaluate.with_variable(
+                variables, variable["name"], evaluate(variable["expression"], variables or {})
+            )
+        for validation in spec.get("validations") or ():
+            if not evaluate(validation["expression"], variables or {}):
+                message = " ".join(str(validation.get("message") or validation["expression"]).split())
+                # An unset reason is Invalid (422): dispatcher.go.
+                failing.append((validation.get("reason") or "Invalid", message))
+    except _Failed as exc:
+        if spec.get("failurePolicy", "Fail") != "Ignore":
+            failing.append(("Invalid", str(exc)))
+    return failing
+
+
+def check(
+    policies: Sequence[Mapping[str, Any]],
+    bindings: Sequence[Mapping[str, Any]],
+    namespace_labels: Mapping[str, str],
+    request: AdmissionRequest,
+) -> None:
+    """Raise the API server's refusal of ``request`` if a bound policy denies it."""
+    by_name = {p["metadata"]["name"]: p for p in policies}
+    for binding in bindings:
+        spec = binding.get("spec") or {}
+        policy = by_name.get(spec.get("policyName") or "")
+        if policy is None or "Deny" not in (spec.get("validationActions") or ()):
+            continue
+        selector = (spec.get("matchResources") or {}).get("namespaceSelector")
+        if request.namespace and selector and not _selects(selector, namespace_labels):
+            continue
+        found = refusals(policy, request)
+        if not found:
+            continue
+        reason, message = found[0]
+        cause = (
+            f"ValidatingAdmissionPolicy '{policy['metadata']['name']}' with binding "
+            f"'{binding['metadata']['name']}' denied request: {message}"
+        )
+        # admission.NewForbidden wraps it (``<resource>.<group> "<name>" is forbidden: ...``), then the
+        # decision's reason and its code replace Forbidden's.
+        group_resource = f"{request.resource}.{request.group}" if request.group else request.resource
+        subject = f'{group_resource} "{request.name}"' if request.name else group_resource
+        details = {
+            "name": request.name,
+            "group": request.group,
+            "kind": request.resource,
+            "causes": [{"message": cause}],
+        }
+        raise ApiError(_CODES.get(reason, 422), reason, f"{subject} is forbidden: {cause}", details)
+
+
+_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
+
+
+def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector (matchLabels and matchExpressions) against a namespace's labels."""
+    requirements = [Requirement(k, "=", (v,)) for k, v in (selector.get("matchLabels") or {}).items()]
+    requirements += [
+        Requirement(e["key"], _OPERATORS[e["operator"]], tuple(e.get("values") or ()))
+        for e in selector.get("matchExpressions") or ()
+    ]
+    return all(r.matches(dict(labels)) for r in requirements)
+
+
+class PolicyAdmission:
+    """The store's validating admission: the cluster's policies and bindings, applied to each write
+    (``Store.validators``); free while the cluster holds no binding."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def admit(self, operation: str, resource: str, new: dict | None, old: dict | None) -> None:
+        bindings, _ = self.store.list_with_rv("validatingadmissionpolicybindings", copy=False)
+        if not bindings or resource.startswith("validatingadmissionpolic"):
+            return
+        policies, _ = self.store.list_with_rv("validatingadmissionpolicies", copy=False)
+        obj = new if new is not None else old or {}
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or ""
+        labels: Mapping[str, str] = {}
+        if namespace:
+            found = [
+                n
+                for n in self.store.list_with_rv("namespaces", copy=False)[0]
+                if n["metadata"]["name"] == namespace
+            ]
+            labels = (
+                (found[0]["metadata"].get("labels") or {})
+                if found
+                else {"kubernetes.io/metadata.name": namespace}
+            )
+        caller = rbac.CALLER.get()
+        check(
+            policies,
+            bindings,
+            labels,
+            AdmissionRequest(
+                operation=operation,
+                group=RESOURCES[resource].group,
+                resource=resource,
+                namespace=namespace,
+                name=meta.get("name") or "",
+                username=caller.name,
+                groups=caller.groups,
+                object=new,
+                old_object=old,
+            ),
+        )
