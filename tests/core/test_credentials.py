@@ -245,6 +245,8 @@ def test_a_renewed_credential_that_expired_in_flight_is_renewed_again_not_given_
     # expired, not for what it is.
     renewed = Credential(Kind.EXEC, "Bearer b", T0, T0 + timedelta(seconds=4), 1)
     assert after_unauthorized(renewed, renewed, retried=True, now=T0 + timedelta(seconds=5)) is Verdict.RENEW
-    assert after_unauthorized(renewed, renewed, retried=True, now=T0 + timedelta(seconds=3)) is Verdict.GIVE_UP
+    assert (
+        after_unauthorized(renewed, renewed, retried=True, now=T0 + timedelta(seconds=3)) is Verdict.GIVE_UP
+    )
     minted_expired = Credential(Kind.EXEC, "Bearer c", T0, T0 - timedelta(seconds=1), 2)
     assert after_unauthorized(minted_expired, minted_expired, retried=True, now=T0) is Verdict.GIVE_UP
