@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
 from airflow_jobs_plugin import kueue, labels, metrics, quota
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, WORKLOADS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
 from airflow_jobs_plugin.quota import ledger, placement
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
@@ -61,7 +61,6 @@ NODES_TTL_SECONDS = 30.0
 # Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 # Kueue's Workloads (read-only: Kueue writes them), on clusters that run Kueue.
-WORKLOADS = Resource(kueue.GROUP, kueue.VERSION, "workloads", "Workload")
 
 
 _STARTED: WeakSet[Admission] = WeakSet()
@@ -541,14 +540,8 @@ class Admission:
                 self.client, self.watch.namespace, lambda name: _wake(self.watch, name)
             )
         if not await self._workloads.start():
-            return QueueStatus(
-                reason=kueue.INADMISSIBLE,
-                message=(
-                    f"the job names Kueue LocalQueue {kueue.queue_name(job) or '(default)'} but the cluster "
-                    f"serves no Kueue API ({kueue.GROUP}/{kueue.VERSION}): install Kueue, or submit without "
-                    "a queue"
-                ),
-            )
+            missing = kueue.no_api_status(job)
+            return QueueStatus(reason=missing.reason, message=missing.message)
         await self._workloads.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
         status = kueue.queue_status(job, self._workloads.of(job))
         return QueueStatus(reason=status.reason, message=status.message)

@@ -16,9 +16,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import actions, attempts, labels, quota
+from airflow_jobs_plugin import actions, attempts, kueue, labels, quota
 from airflow_jobs_plugin.actions import ActionOutcome, CancelOutcome
-from airflow_jobs_plugin.kube import CONFIGMAPS, EVENTS, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import (
+    CONFIGMAPS,
+    EVENTS,
+    JOBS,
+    MPIJOBS,
+    PODS,
+    WORKLOADS,
+    KubeClient,
+    KubeError,
+    Resource,
+)
 from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets
 from airflow_jobs_plugin.quota.ledger import is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
@@ -91,6 +101,17 @@ async def _mpijobs(client: KubeClient, namespace: str, selector: str | None = No
         raise
 
 
+async def _workloads(client: KubeClient, namespace: str) -> tuple[list, str | None]:
+    """Kueue's Workloads of a namespace; none where the cluster serves no Kueue API, and the reason
+    where they cannot be read (a Role without ``list`` on ``workloads.kueue.x-k8s.io``)."""
+    try:
+        return await _items(client, WORKLOADS, namespace), None
+    except KubeError as exc:
+        if exc.not_found:
+            return [], None
+        return [], f"Kueue's Workloads of namespace {namespace} cannot be read: {exc}"
+
+
 async def read_policy(client: KubeClient, target: Target) -> tuple[quota.QuotaPolicy | None, str | None]:
     """The quota policy, or ``None`` with the reason (not configured, missing, invalid)."""
     if not target.quota_configmap:
@@ -133,11 +154,12 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
     rules read first. Two LISTs in parallel answer at unrelated versions.
     """
     spaces = target.namespaces
-    pods, events, (policy, problem), ledgers = await asyncio.gather(
+    pods, events, (policy, problem), ledgers, workloads = await asyncio.gather(
         asyncio.gather(*(_items(client, PODS, ns, MANAGED_SELECTOR) for ns in spaces)),
         asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
         read_policy(client, target),
         read_ledgers(client, target),
+        asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
     )
     jobs = _joined(await asyncio.gather(*(read_jobs(client, ns) for ns in spaces)))
     return ClusterState(
@@ -148,6 +170,8 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
         policy=policy,
         policy_problem=problem,
         ledgers=ledgers,
+        workloads=kueue.by_job_uid(_joined([found for found, _ in workloads])),
+        workloads_problem=next((why for _, why in workloads if why), None),
     )
 
 

@@ -58,6 +58,8 @@ MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
 PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+# Kueue's Workloads (kubernetes-sigs/kueue v0.19.2, apis/kueue/v1beta2): served only where Kueue runs.
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 
 
 class KubeError(Exception):

@@ -27,7 +27,7 @@ Finished=True                          Succeeded / Failed           read from th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +106,30 @@ class KueueStatus:
 
     reason: str  # PENDING / INADMISSIBLE / REQUEUED / RESERVED
     message: str
+
+
+def no_api_status(job: Mapping[str, Any]) -> KueueStatus:
+    """Why a job for a LocalQueue waits on a cluster that serves no Kueue API."""
+    return KueueStatus(
+        INADMISSIBLE,
+        f"the job names Kueue LocalQueue {queue_name(job) or '(default)'} but the cluster serves no Kueue "
+        f"API ({GROUP}/{VERSION}): install Kueue, or submit without a queue",
+    )
+
+
+def by_job_uid(workloads: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Workloads by the UID of the job each was made for (Kueue's job-uid label)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for workload in workloads:
+        uid = ((workload.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
+        if uid:
+            out[uid] = workload
+    return out
+
+
+def cluster_queue(workload: Mapping[str, Any] | None) -> str | None:
+    """The ClusterQueue that admitted (or reserved quota for) a Workload."""
+    return ((workload or {}).get("status") or {}).get("admission", {}).get("clusterQueue") or None
 
 
 def queue_status(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> KueueStatus:

@@ -181,6 +181,14 @@ def charts_section(ov: Overview) -> str:
     return f'<section id="usage"><h2>GPU usage</h2><div class="charts">{figures}</div></section>'
 
 
+def _queue_cell(j: JobRow) -> str:
+    """Where the job waits: the product's pool, or Kueue's LocalQueue (and the ClusterQueue that took it)."""
+    if not j.kueue_queue:
+        return "pool"
+    text = f"Kueue {_e(j.kueue_queue)}"
+    return text + (f" &rarr; {_e(j.cluster_queue)}" if j.cluster_queue else "")
+
+
 def job_rows(rows: Sequence[JobRow], base: str = "") -> str:
     out = []
     for j in rows:
@@ -190,7 +198,8 @@ def job_rows(rows: Sequence[JobRow], base: str = "") -> str:
             f'<tr class="job" data-job="{_e(j.name)}" data-state="{_e(j.state)}">'
             f'<td><a href="{_e(base + j.detail_url)}">{_e(j.name)}</a><div class="msg">{_e(j.kind)}</div></td>'
             f"<td>{badge(j.state)}</td><td>{_e(j.reason)}<div class=msg>{_e(j.message)}</div></td>"
-            f"<td>{_e(j.group)}</td><td>{_e(j.user)}</td>{_num(j.gpus)}{_num(j.attempt)}<td>{_e(j.age)}</td>"
+            f"<td>{_e(j.group)}</td><td>{_e(j.user)}</td><td>{_queue_cell(j)}</td>{_num(j.gpus)}{_num(j.attempt)}"
+            f"<td>{_e(j.age)}</td>"
             f"<td>{run}</td><td>{task}</td></tr>"
         )
     return "".join(out)
@@ -200,7 +209,7 @@ def jobs_section(ov: Overview, base: str = "") -> str:
     if not ov.jobs:
         return '<section id="jobs"><h2>Jobs</h2><p class="msg">no jobs</p></section>'
     head = (
-        "<tr><th>job</th><th>state</th><th>reason</th><th>group</th><th>user</th><th class=num>GPUs</th>"
+        "<tr><th>job</th><th>state</th><th>reason</th><th>group</th><th>user</th><th>queue</th><th class=num>GPUs</th>"
         "<th class=num>attempt</th><th>age</th><th>DAG run</th><th>task</th></tr>"
     )
     return f'<section id="jobs"><h2>Jobs</h2><table>{head}{job_rows(ov.jobs, base)}</table></section>'
@@ -267,6 +276,7 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
         ("kind", _e(j.kind)),
         ("namespace", _e(j.namespace)),
         ("group / user", f"{_e(j.group)} / {_e(j.user)}"),
+        ("queue", _queue_cell(j)),
         ("GPUs", _e(j.gpus)),
         ("attempt", _e(j.attempt)),
         ("requeues", _e(j.requeue_count)),

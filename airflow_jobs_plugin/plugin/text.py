@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .views import JobDetail, Overview
+from .views import JobDetail, JobRow, Overview
 
 NONE = "<none>"
 
@@ -66,17 +66,39 @@ def status_text(ov: Overview) -> str:
     out.append("")
     out.append("JOBS")
     jobs = [
-        [j.name, j.state, j.reason, j.group, j.user, j.gpus, j.attempt, j.age, j.dag_id, j.task_id]
+        [
+            j.name,
+            j.state,
+            j.reason,
+            j.group,
+            j.user,
+            queue_of(j),
+            j.gpus,
+            j.attempt,
+            j.age,
+            j.dag_id,
+            j.task_id,
+        ]
         for j in ov.jobs
     ]
     out.append(
-        table(["name", "state", "reason", "group", "user", "gpus", "attempt", "age", "dag", "task"], jobs)
+        table(
+            ["name", "state", "reason", "group", "user", "queue", "gpus", "attempt", "age", "dag", "task"],
+            jobs,
+        )
         if jobs
         else "no jobs"
     )
     for problem in ov.problems:
         out.append(f"warning: {problem}")
     return "\n".join(out)
+
+
+def queue_of(j: JobRow) -> str:
+    """``pool``, or ``kueue:<LocalQueue>[/<ClusterQueue>]`` for a job Kueue admits."""
+    if not j.kueue_queue:
+        return "pool"
+    return f"kueue:{j.kueue_queue}" + (f"/{j.cluster_queue}" if j.cluster_queue else "")
 
 
 def describe_text(d: JobDetail) -> str:
@@ -91,6 +113,7 @@ def describe_text(d: JobDetail) -> str:
         ("Message", j.message),
         ("Group", j.group),
         ("User", j.user),
+        ("Queue", queue_of(j)),
         ("GPUs", j.gpus),
         ("Attempt", j.attempt),
         ("Requeues", j.requeue_count),

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
-from airflow_jobs_plugin import action_rules, labels, quota
+from airflow_jobs_plugin import action_rules, kueue, labels, quota
 from airflow_jobs_plugin.lifecycle import (
     LAUNCHER,
     JobSnapshot,
@@ -70,6 +70,10 @@ class ClusterState:
     policy: quota.QuotaPolicy | None = None
     policy_problem: str | None = None
     ledgers: Mapping[str, quota.Ledger] = dataclasses.field(default_factory=dict)
+    # Kueue's Workloads by their job's UID (none where Kueue is not installed), and why they could not
+    # be read, if they could not.
+    workloads: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    workloads_problem: str | None = None
 
     @functools.cached_property
     def owners(self) -> OwnerIndex:
@@ -108,6 +112,9 @@ class JobRow:
     detail_url: str
     dag_run_url: str | None
     task_url: str | None
+    # Where Kueue admits the job: its LocalQueue, and the ClusterQueue that reserved quota for it.
+    kueue_queue: str | None = None
+    cluster_queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -325,8 +332,9 @@ def is_suspended(job: Mapping[str, Any]) -> bool:
 
 
 def _is_waiting(job: Mapping[str, Any]) -> bool:
-    """Suspended, not ruled on by the product, not finished, not being deleted: in the queue."""
-    if not is_suspended(job) or _annotations(job).get(labels.VERDICT):
+    """Suspended, not ruled on by the product, not finished, not being deleted: in the pool's queue
+    (a job Kueue admits waits in Kueue's queue, not the pool's)."""
+    if not is_suspended(job) or _annotations(job).get(labels.VERDICT) or kueue.manages(job):
         return False
     if _meta(job).get("deletionTimestamp"):
         return False
@@ -334,6 +342,10 @@ def _is_waiting(job: Mapping[str, Any]) -> bool:
     return not any(
         c.get("type") in ("Complete", "Succeeded", "Failed") and c.get("status") == "True" for c in conditions
     )
+
+
+def _uid(job: Mapping[str, Any]) -> str:
+    return str(_meta(job).get("uid") or "")
 
 
 def job_url(namespace: str, name: str) -> str:
@@ -424,6 +436,8 @@ def snapshots(state: ClusterState) -> list[tuple[Mapping[str, Any], JobSnapshot]
                 queue = QueueStatus(d.reason, d.position, d.message)
         elif uid in problems:
             queue = QueueStatus("Inadmissible", None, problems[uid])
+        elif kueue.manages(job) and is_suspended(job) and not _annotations(job).get(labels.VERDICT):
+            queue = _kueue_queue_status(state, job, uid)
         reservation = held.get(uid)
         gpus = HeldGpus(reservation.gpus, reservation.admitted_at) if reservation is not None else None
         pods = state.owners.pods_for(job)
@@ -433,7 +447,20 @@ def snapshots(state: ClusterState) -> list[tuple[Mapping[str, Any], JobSnapshot]
     return result
 
 
-def job_row(job: Mapping[str, Any], snap: JobSnapshot, now: datetime) -> JobRow:
+def _kueue_queue_status(state: ClusterState, job: Mapping[str, Any], uid: str) -> QueueStatus:
+    """What Kueue says of a job waiting in its queue, as the job's trigger logs it (kueue.queue_status)."""
+    if state.workloads_problem and uid not in state.workloads:
+        name = kueue.queue_name(job) or "(default)"
+        return QueueStatus(
+            kueue.PENDING, None, f"Kueue: waiting in LocalQueue {name}; {state.workloads_problem}"
+        )
+    status = kueue.queue_status(job, state.workloads.get(uid))
+    return QueueStatus(status.reason, None, status.message)
+
+
+def job_row(
+    job: Mapping[str, Any], snap: JobSnapshot, now: datetime, workload: Mapping[str, Any] | None = None
+) -> JobRow:
     """The job list line of ``job``."""
     annotations = _annotations(job)
     namespace = snap.namespace or str(_meta(job).get("namespace") or "")
@@ -466,6 +493,8 @@ def job_row(job: Mapping[str, Any], snap: JobSnapshot, now: datetime) -> JobRow:
         detail_url=job_url(namespace, name),
         dag_run_url=dag_run_url(dag_id, run_id) if dag_id and run_id else None,
         task_url=task_url(dag_id, run_id, task_id, map_index) if dag_id and run_id and task_id else None,
+        kueue_queue=kueue.queue_name(job),
+        cluster_queue=kueue.cluster_queue(workload),
     )
 
 
@@ -666,7 +695,7 @@ def overview(state: ClusterState, visible: Visible | None = None) -> Overview:
         for j in state.jobs
         if visible is None or visible(j)
     }
-    rows = [job_row(job, snap, state.now) for job, snap in pairs]
+    rows = [job_row(job, snap, state.now, state.workloads.get(_uid(job))) for job, snap in pairs]
     rows = [r for r in rows if (r.namespace, r.name) in allowed]
     rows.sort(key=lambda r: (r.created_at or state.now, r.name), reverse=True)
     queue_views = tuple(
@@ -678,6 +707,8 @@ def overview(state: ClusterState, visible: Visible | None = None) -> Overview:
         notes.append(state.policy_problem)
     for ledger in state.ledgers.values():
         notes.extend(f"ledger of group {ledger.group}: {p}" for p in ledger.problems)
+    if state.workloads_problem:
+        notes.append(state.workloads_problem)
     return Overview(
         now=state.now,
         pools=pool_rows,
@@ -886,7 +917,7 @@ def job_detail(
     )
     own_pods = pods_of(job, pods)
     return JobDetail(
-        job=job_row(job, snap, state.now),
+        job=job_row(job, snap, state.now, state.workloads.get(_uid(job))),
         snapshot=snap,
         phases=phases(snap),
         timeline=timeline(job, snap),

@@ -488,3 +488,51 @@ def test_pages_escape_what_the_cluster_says():
     detail = html.job_page(views.job_detail(state, job), can_act=True)
     assert "&lt;script&gt;x()" in detail
     assert "Cancel job" not in detail  # a cancelled job is over
+
+
+def test_a_job_kueue_admits_shows_kueues_word_and_queues_not_the_pools():
+    # A job for a LocalQueue waits in Kueue's queue: the pool neither ranks it nor calls it
+    # Inadmissible; the list shows what its Workload says and where it waits, as its task log does.
+    waiting = product_job("k", "pan", 4, queued_s=-30, suspend=True)
+    waiting["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-a"
+    admitted = product_job("r", "bob", 2, queued_s=-50, suspend=False)
+    admitted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-a"
+    workloads = {
+        waiting["metadata"]["uid"]: {
+            "metadata": {"name": "job-k-1"},
+            "spec": {"queueName": "team-a"},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "QuotaReserved",
+                        "status": "False",
+                        "reason": "Pending",
+                        "message": "couldn't assign flavors to pod set main: insufficient quota",
+                    }
+                ]
+            },
+        },
+        admitted["metadata"]["uid"]: {
+            "metadata": {"name": "job-r-1"},
+            "spec": {"queueName": "team-a"},
+            "status": {
+                "admission": {"clusterQueue": "gpu-cq"},
+                "conditions": [
+                    {"type": "QuotaReserved", "status": "True"},
+                    {"type": "Admitted", "status": "True"},
+                ],
+            },
+        },
+    }
+    state = views.ClusterState(
+        jobs=(waiting, admitted), pods=(), events=(), now=NOW, policy=PHUSERS, workloads=workloads
+    )
+    ov = views.overview(state)
+    rows = {r.name: r for r in ov.jobs}
+    assert (rows["k"].state, rows["k"].reason) == ("QUEUED", "Pending")
+    assert rows["k"].message.startswith("Kueue: couldn't assign flavors")
+    assert (rows["k"].kueue_queue, rows["k"].cluster_queue) == ("team-a", None)
+    assert (rows["r"].kueue_queue, rows["r"].cluster_queue) == ("team-a", "gpu-cq")
+    assert not ov.queues  # nothing of it is in the pool's queue
+    assert "kueue:team-a/gpu-cq" in text.status_text(ov)
+    assert "Kueue team-a &rarr; gpu-cq" in html.job_rows(ov.jobs)
