@@ -9,6 +9,8 @@ asks :func:`get` for the same option by the same name. Environment variables fol
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass
 
 SECTION = "airflow_jobs"
@@ -167,7 +169,10 @@ def get(name: str) -> str:
     option = BY_NAME[name]  # a KeyError here is a typo in the product, not a user error
     fallback = option.default or ""
     try:
-        from airflow.configuration import conf
+        # The first import loads and may log Airflow's configuration on stdout, which belongs to the
+        # caller (the CLI's tables and JSON).
+        with contextlib.redirect_stdout(sys.stderr):
+            from airflow.configuration import conf
     except ImportError:  # pragma: no cover - Airflow is a dependency; the CLI may still run without it
         return fallback
     value = conf.get(SECTION, name, fallback=fallback)

@@ -396,12 +396,14 @@ def queue_decisions(state: ClusterState) -> tuple[dict[str, quota.Decision], dic
 
 
 def _queue_status(
-    uid: str,
+    state: ClusterState,
+    job: Mapping[str, Any],
     decisions: Mapping[str, quota.Decision],
     problems: Mapping[str, str],
     held: Mapping[str, quota.Reservation],
 ) -> QueueStatus | None:
-    """What the pool's view says of a waiting job, as its snapshot reads it."""
+    """Why a waiting job waits, as its snapshot reads it: the pool's view of it, or Kueue's."""
+    uid = _uid(job)
     if uid in decisions:
         d = decisions[uid]
         if d.verdict is quota.Verdict.ADMIT and uid not in held:
@@ -413,6 +415,8 @@ def _queue_status(
         return QueueStatus(d.reason, d.position, d.message)
     if uid in problems:
         return QueueStatus("Inadmissible", None, problems[uid])
+    if kueue.manages(job) and is_suspended(job) and not _annotations(job).get(labels.VERDICT):
+        return _kueue_queue_status(state, job, uid)
     return None
 
 
@@ -422,22 +426,8 @@ def snapshots(state: ClusterState) -> list[tuple[Mapping[str, Any], JobSnapshot]
     held = {r.uid: r for r in _reservations(state)}
     result = []
     for job in state.jobs:
-        uid = str(_meta(job).get("uid") or "")
-        queue = None
-        if uid in decisions:
-            d = decisions[uid]
-            if d.reason == quota.Verdict.ADMIT.value and uid not in held:
-                # The pool's rule says it fits, but no pass has reserved its GPUs yet: it still waits
-                # in the queue. Showing it SCHEDULING (QuotaReserved) would show a state it is not in.
-                queue = QueueStatus(
-                    "Pending", d.position, "fits the quota now; the next admission pass releases it"
-                )
-            else:
-                queue = QueueStatus(d.reason, d.position, d.message)
-        elif uid in problems:
-            queue = QueueStatus("Inadmissible", None, problems[uid])
-        elif kueue.manages(job) and is_suspended(job) and not _annotations(job).get(labels.VERDICT):
-            queue = _kueue_queue_status(state, job, uid)
+        uid = _uid(job)
+        queue = _queue_status(state, job, decisions, problems, held)
         reservation = held.get(uid)
         gpus = HeldGpus(reservation.gpus, reservation.admitted_at) if reservation is not None else None
         pods = state.owners.pods_for(job)
@@ -903,7 +893,7 @@ def job_detail(
         jobs += (job,)
     decisions, problems = queue_decisions(dataclasses.replace(state, jobs=jobs))
     reservations = {r.uid: r for r in _reservations(state)}
-    queue = _queue_status(uid, decisions, problems, reservations)
+    queue = _queue_status(state, job, decisions, problems, reservations)
     held = reservations.get(uid)
     pods = state.owners.pods_for(job)
     events = state.owners.events_for(job, pods)
