@@ -270,11 +270,26 @@ def _with_client(args: argparse.Namespace, work) -> int:
     from airflow_jobs_plugin.inspect import JobNotFound
     from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 
+    class NoCluster(Exception):
+        pass
+
     async def run() -> int:
-        if args.kubeconfig:
-            client = await KubeClient.from_kubeconfig(args.kubeconfig)
-        else:
-            client = await KubeClient.from_connection(args.conn_id or DEFAULT_CONN_ID)
+        try:
+            if args.kubeconfig:
+                client = await KubeClient.from_kubeconfig(args.kubeconfig)
+            else:
+                client = await KubeClient.from_connection(args.conn_id or DEFAULT_CONN_ID)
+        except Exception as exc:  # a missing or unreadable kubeconfig, a connection that names none
+            where = (
+                f"--kubeconfig {args.kubeconfig}"
+                if args.kubeconfig
+                else f"the Airflow connection {args.conn_id or DEFAULT_CONN_ID!r}"
+            )
+            raise NoCluster(
+                f"cannot reach a Kubernetes cluster through {where}: {str(exc).strip() or type(exc).__name__}; "
+                "pass --kubeconfig PATH, or set the connection (AIRFLOW_CONN_KUBERNETES_DEFAULT, or "
+                "[airflow_jobs] kubernetes_conn_id)"
+            ) from exc
         try:
             return int(await work(client) or 0)
         finally:
@@ -284,6 +299,9 @@ def _with_client(args: argparse.Namespace, work) -> int:
         return asyncio.run(run())
     except JobNotFound as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 1
+    except NoCluster as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     except KubeError as exc:
         print(f"error: the cluster answered {exc}", file=sys.stderr)

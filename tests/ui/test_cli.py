@@ -236,3 +236,11 @@ def test_status_through_the_airflow_connection(population, capsys, monkeypatch):
     code, out, _ = run(capsys, "status", "--conn-id", "ui_cluster", "--json")
     assert code == 0
     assert population.names["runner"] in {j["name"] for j in json.loads(out)["jobs"]}
+
+
+def test_no_reachable_cluster_is_one_line_naming_what_to_set(capsys, tmp_path):
+    code, out, err = run(capsys, "status", "--kubeconfig", str(tmp_path / "missing.yaml"))
+    assert code == 1 and out == ""
+    (line,) = [text for text in err.splitlines() if text.startswith("error:")]
+    assert "--kubeconfig" in line and "AIRFLOW_CONN_KUBERNETES_DEFAULT" in line
+    assert "Traceback" not in err
