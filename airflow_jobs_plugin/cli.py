@@ -187,7 +187,11 @@ def _add_inspect_commands(subparsers: argparse._SubParsersAction) -> None:
         "worker 0 of a single-pod job unless --rank says which worker.",
     )
     logs.add_argument("job", metavar="JOB", help="job name")
-    logs.add_argument("--rank", type=int, default=None, help="worker rank (-1 is the MPI launcher)")
+    which = logs.add_mutually_exclusive_group()
+    which.add_argument("--rank", type=int, default=None, help="worker rank (-1 is the MPI launcher)")
+    which.add_argument(
+        "--failed", action="store_true", help="the first container that failed (its rank, its container)"
+    )
     logs.add_argument(
         "--follow", "-f", action="store_true", help="keep printing new lines until the pod ends"
     )
@@ -443,14 +447,19 @@ def _run_logs(args: argparse.Namespace) -> int:
 
     from airflow_jobs_plugin.inspect import JobNotFound, find_job, follow_log, read_cluster
     from airflow_jobs_plugin.manifests import LAUNCHER_RANK
-    from airflow_jobs_plugin.plugin.views import log_targets, pick_log_target
+    from airflow_jobs_plugin.plugin.views import failed_log_target, log_targets, pick_log_target
 
     async def work(client) -> int:
         target = _target(args)
         job = await find_job(client, args.namespace, args.job)
         state = await read_cluster(client, target)
         targets = log_targets(job, state.pods)
-        chosen = pick_log_target(targets, args.rank)
+        if args.failed:
+            chosen = failed_log_target(job, state.pods)
+            if chosen is None:
+                raise JobNotFound(f"job {args.job}: no container of it has failed (or its pods are gone)")
+        else:
+            chosen = pick_log_target(targets, args.rank)
         if chosen is None:
             launcher = pick_log_target(targets, LAUNCHER_RANK)
             if (

@@ -32,7 +32,7 @@ from airflow_jobs_plugin.kube import (
 from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets
 from airflow_jobs_plugin.quota.ledger import is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
-from airflow_jobs_plugin.spec import TaskIdentity
+from airflow_jobs_plugin.spec import TaskIdentity, split_attempt
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR
 
 LOG_TAIL_LINES = 50
@@ -228,10 +228,30 @@ async def find_task_job(
 
 
 async def read_job(client: KubeClient, target: Target, name: str) -> tuple[ClusterState, dict]:
-    """The cluster state around one job (the namespace's jobs too, for its queue position) and the job."""
-    job = await find_job(client, target.namespace, name)
+    """The cluster state around one job (the namespace's jobs too, for its queue position and its other
+    attempts) and the job. ``name`` may leave out the ``-a<N>`` suffix: the task try's newest attempt."""
+    try:
+        job = await find_job(client, target.namespace, name)
+    except JobNotFound:
+        state = await read_cluster(client, target)
+        newest = attempts.latest_attempt(
+            j
+            for j in state.jobs
+            if (j.get("metadata") or {}).get("namespace") == target.namespace
+            and _attempt_base(str((j.get("metadata") or {}).get("name") or "")) == name
+        )
+        if newest is None:
+            raise
+        return state, dict(newest)
     state = await read_cluster(client, target)
     return state, job
+
+
+def _attempt_base(name: str) -> str | None:
+    try:
+        return split_attempt(name)[0]
+    except ValueError:
+        return None
 
 
 async def read_log_tails(

@@ -267,6 +267,26 @@ def action_buttons(d: JobDetail, base: str) -> str:
     return f'<div class="actions">{"".join(parts)}</div>' if parts else ""
 
 
+def attempts_section(d: JobDetail, base: str = "") -> str:
+    """Every attempt of the task try: state, reason, times, exit codes, nodes, GPU-seconds."""
+    rows = []
+    for a in d.attempts:
+        current = ' class="current"' if a.name == d.job.name else ""
+        codes = ", ".join(f"{k}={v}" for k, v in sorted(a.exit_codes.items()))
+        times = [t.strftime("%Y-%m-%d %H:%M:%S") if t else "-" for t in (a.started_at, a.finished_at)]
+        rows.append(
+            f'<tr{current} data-attempt="{a.attempt}"><td>{a.attempt}</td>'
+            f'<td><a href="{_e(base + a.detail_url)}">{_e(a.name)}</a></td><td>{badge(a.state)}</td>'
+            f"<td>{_e(a.reason)}<div class=msg>{_e(a.message)}</div></td><td>{times[0]}</td><td>{times[1]}</td>"
+            f"<td>{_e(codes)}</td><td>{_e(', '.join(a.nodes))}</td>{_num(round(a.gpu_seconds))}</tr>"
+        )
+    return (
+        '<section id="attempts"><h2>Attempts</h2><table><tr><th class=num>#</th><th>job</th><th>state</th>'
+        "<th>reason</th><th>started (UTC)</th><th>finished (UTC)</th><th>exit codes</th><th>nodes</th>"
+        f"<th class=num>GPU-seconds</th></tr>{''.join(rows)}</table></section>"
+    )
+
+
 def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str | None = None) -> str:
     """A job: what the last action did, fields, Stop / Resume / Cancel, timeline, replicas, events, logs."""
     j = d.job
@@ -295,6 +315,7 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
     if can_act:
         parts.append(action_buttons(d, base))
     parts.append("</section>")
+    parts.append(attempts_section(d, base))
     parts.append('<section id="timeline"><h2>Timeline</h2>')
     parts.append(svg.state_timeline(d.phases, d.snapshot.observed_at or j.created_at))
     parts.append("<table><tr><th>time (UTC)</th><th>what</th><th>detail</th></tr>")

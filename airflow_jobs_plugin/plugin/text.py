@@ -101,6 +101,10 @@ def queue_of(j: JobRow) -> str:
     return f"kueue:{j.kueue_queue}" + (f"/{j.cluster_queue}" if j.cluster_queue else "")
 
 
+def _time(moment) -> str | None:
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + "Z" if moment is not None else None
+
+
 def describe_text(d: JobDetail) -> str:
     """``kubectl describe``-like: fields, timeline, replicas, events, then the log tails."""
     j = d.job
@@ -127,6 +131,29 @@ def describe_text(d: JobDetail) -> str:
     ]
     width = max(len(k) for k, _ in fields) + 2
     out = [f"{k + ':':<{width}}{NONE if v is None or v == '' else v}" for k, v in fields]
+    out.append("")
+    out.append("Attempts:")
+    out.append(
+        _indent(
+            table(
+                ["attempt", "job", "state", "reason", "started", "finished", "exit codes", "nodes", "gpu-s"],
+                [
+                    [
+                        a.attempt,
+                        a.name,
+                        a.state,
+                        a.reason,
+                        _time(a.started_at),
+                        _time(a.finished_at),
+                        ",".join(f"{k}={v}" for k, v in sorted(a.exit_codes.items())),
+                        ",".join(a.nodes),
+                        f"{a.gpu_seconds:.0f}",
+                    ]
+                    for a in d.attempts
+                ],
+            )
+        )
+    )
     out.append("")
     out.append("Timeline:")
     out.extend(

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
-from airflow_jobs_plugin import action_rules, kueue, labels, quota
+from airflow_jobs_plugin import action_rules, kueue, labels, quota, tracking
 from airflow_jobs_plugin.lifecycle import (
     LAUNCHER,
     JobSnapshot,
@@ -271,6 +271,27 @@ class JobDetail:
     logs: tuple[LogTail, ...]
     # What a user who may edit the job's DAG can do to it now: "stop", "resume", "cancel".
     actions: tuple[str, ...]
+    # Every attempt of the job's task try the cluster still holds, first to last (this one included).
+    attempts: tuple[AttemptRow, ...] = ()
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One attempt of a task try: how it went, on which nodes, for how many GPU-seconds."""
+
+    attempt: int
+    name: str
+    state: str
+    reason: str
+    message: str
+    requeues: int
+    queued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_codes: Mapping[str, int]
+    nodes: tuple[str, ...]
+    gpu_seconds: float
+    detail_url: str
 
 
 # --------------------------------------------------------------------------------------------------
@@ -872,6 +893,31 @@ def log_targets(
     return tuple(targets)
 
 
+def failed_log_target(
+    job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
+) -> tuple[str, int, str, str] | None:
+    """(replica, rank, pod, container) of the first container of the job that failed (the earliest
+    non-zero exit, init containers included): where a failure's cause is written. None if none failed."""
+    mpi = job.get("kind") == "MPIJob"
+    first: tuple[str, tuple[str, int, str, str]] | None = None
+    for pod in pods_of(job, pods):
+        status = pod.get("status") or {}
+        role, index = replica_key(pod, mpi)
+        for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+            for state in (
+                (cs.get("state") or {}).get("terminated"),
+                (cs.get("lastState") or {}).get("terminated"),
+            ):
+                if not state or not state.get("exitCode"):
+                    continue
+                at = str(state.get("finishedAt") or "")
+                name = "launcher" if role == LAUNCHER else f"{role}-{index}"
+                rank = LAUNCHER_RANK if role == LAUNCHER else index
+                if first is None or at < first[0]:
+                    first = (at, (name, rank, str(_meta(pod).get("name") or ""), str(cs.get("name") or "")))
+    return first[1] if first is not None else None
+
+
 def pick_log_target(
     targets: Sequence[tuple[str, int, str, str]], rank: int | None
 ) -> tuple[str, int, str, str] | None:
@@ -917,7 +963,48 @@ def job_detail(
         actions=tuple(
             a.value for a in action_rules.available(action_rules.facts_of(job, finished=snap.is_terminal))
         ),
+        attempts=attempt_rows(state, job, snap),
     )
+
+
+def _try_of(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    found = _meta(job).get("labels") or {}
+    key = found.get(labels.TASK_KEY)
+    return (str(_meta(job).get("namespace") or ""), key, found.get(labels.TRY) or "") if key else None
+
+
+def attempt_rows(state: ClusterState, job: Mapping[str, Any], snap: JobSnapshot) -> tuple[AttemptRow, ...]:
+    """Every attempt of ``job``'s task try the cluster still holds (a TTL may have removed older ones),
+    each with its own snapshot: state, reason, times, exit codes, nodes and GPU-seconds."""
+    key = _try_of(job)
+    own = _uid(job)
+    siblings = [j for j in state.jobs if key is not None and _try_of(j) == key and _uid(j) != own]
+    rows = []
+    for other in [*siblings, job]:
+        other_snap = snap
+        if other is not job:
+            pods = state.owners.pods_for(other)
+            other_snap = snapshot(other, pods, state.owners.events_for(other, pods), now=state.now)
+        record = tracking.attempt_record(other, other_snap)
+        namespace = str(_meta(other).get("namespace") or "")
+        rows.append(
+            AttemptRow(
+                attempt=record.attempt,
+                name=record.job_name,
+                state=record.state,
+                reason=record.reason,
+                message=other_snap.message,
+                requeues=other_snap.requeue_count,
+                queued_at=other_snap.queued_at,
+                started_at=other_snap.started_at,
+                finished_at=other_snap.finished_at,
+                exit_codes=dict(record.exit_codes),
+                nodes=tuple(sorted({r.node for r in other_snap.replicas if r.node})),
+                gpu_seconds=record.gpu_seconds,
+                detail_url=job_url(namespace, record.job_name),
+            )
+        )
+    return tuple(sorted(rows, key=lambda r: r.attempt))
 
 
 # --------------------------------------------------------------------------------------------------

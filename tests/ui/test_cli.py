@@ -243,4 +243,28 @@ def test_no_reachable_cluster_is_one_line_naming_what_to_set(capsys, tmp_path):
     assert code == 1 and out == ""
     (line,) = [text for text in err.splitlines() if text.startswith("error:")]
     assert "--kubeconfig" in line and "AIRFLOW_CONN_KUBERNETES_DEFAULT" in line
-    assert "Traceback" not in err
+
+
+def test_describe_takes_a_task_trys_name_without_its_attempt_and_shows_every_attempt(population, capsys):
+    name = population.names["broken"]
+    base = name.rsplit("-a", 1)[0]
+    code, out, _ = run(capsys, "describe", base, "--kubeconfig", population.kubeconfig, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["job"]["name"] == name  # the try's newest attempt
+    assert [a["name"] for a in data["attempts"]] == [name]
+    assert data["attempts"][0]["exit_codes"] == {"worker-0": 3}
+    code, _, err = run(capsys, "describe", base + "x", "--kubeconfig", population.kubeconfig)
+    assert code == 1 and "no GPU job" in err
+
+
+def test_logs_failed_shows_the_container_that_failed_and_says_so_when_none_did(population, capsys):
+    code, out, _ = run(
+        capsys, "logs", population.names["broken"], "--failed", "--kubeconfig", population.kubeconfig
+    )
+    assert code == 0
+    assert out.splitlines()[-1] == "boom: bad shard"
+    code, _, err = run(
+        capsys, "logs", population.names["runner"], "--failed", "--kubeconfig", population.kubeconfig
+    )
+    assert code == 1 and "no container of it has failed" in err

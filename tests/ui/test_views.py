@@ -536,3 +536,41 @@ def test_a_job_kueue_admits_shows_kueues_word_and_queues_not_the_pools():
     assert not ov.queues  # nothing of it is in the pool's queue
     assert "kueue:team-a/gpu-cq" in text.status_text(ov)
     assert "Kueue team-a &rarr; gpu-cq" in html.job_rows(ov.jobs)
+
+
+def test_a_job_page_lists_every_attempt_of_its_task_try_with_how_each_went():
+    # Attempt 1 failed with a retryable exit code on node-a; attempt 2 runs. Both belong to the same
+    # task try (task-key and try labels); a job of another try is not one of its attempts.
+    first = product_job(
+        "t-a1",
+        "bob",
+        1,
+        queued_s=-120,
+        suspend=False,
+        attempt=1,
+        failed=1,
+        conditions=[job_condition("Failed", "PodFailurePolicy", "Container main exited 3", at_s=-60)],
+    )
+    second = product_job("t-a2", "bob", 1, queued_s=-120, suspend=False, attempt=2, active=1)
+    other = product_job("u-a1", "bob", 1, queued_s=-120, suspend=False, active=1)
+    for job in (first, second):
+        job["metadata"]["labels"].update({labels.TASK_KEY: "nightly.train.run", labels.TRY: "1"})
+    other["metadata"]["labels"].update({labels.TASK_KEY: "nightly.other.run", labels.TRY: "1"})
+    failed_pod = job_pod("t-a1", phase="Failed", statuses=[terminated("main", 3)], node="node-a", suffix="p1")
+    running_pod = job_pod(
+        "t-a2", phase="Running", statuses=[running("main", ready=True)], ready=True, suffix="p2"
+    )
+    state = views.ClusterState(
+        jobs=(first, second, other), pods=(failed_pod, running_pod), events=(), now=NOW
+    )
+    detail = views.job_detail(state, second)
+    assert [(a.attempt, a.name, a.state) for a in detail.attempts] == [
+        (1, "t-a1", "FAILED"),
+        (2, "t-a2", "RUNNING"),
+    ]
+    assert detail.attempts[0].exit_codes == {"worker-0": 3}
+    assert detail.attempts[0].nodes == ("node-a",)
+    described = text.describe_text(detail)
+    assert "Attempts:" in described and "worker-0=3" in described
+    page = html.job_page(detail)
+    assert 'id="attempts"' in page and 'data-attempt="1"' in page and 'data-attempt="2"' in page
