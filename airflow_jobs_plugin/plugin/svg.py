@@ -87,7 +87,10 @@ def state_timeline(phases: Sequence[Phase], now: datetime, width: int = 640, hei
     if not phases:
         return ""
     start = phases[0].start
-    end = max([now] + [p.end or p.start for p in phases])
+    # A finished job is drawn on its own span (its final state is a marker at the end); a live one up
+    # to now, so it keeps growing.
+    finished = phases[-1].end is None
+    end = max(([] if finished else [now]) + [p.end or p.start for p in phases])
     span = max((end - start).total_seconds(), 1.0)
     inner_w = width - 2 * 8
 

@@ -766,7 +766,12 @@ def phases(snap: JobSnapshot) -> tuple[Phase, ...]:
         marks.append((snap.admitted_at, JobState.SCHEDULING.value, f"admitted with {snap.gpus} GPU(s)"))
     if snap.started_at is not None:
         marks.append((snap.started_at, JobState.RUNNING.value, "first container started"))
-    marks.sort(key=lambda m: m[0])
+    # The stretches follow the job's life in order, not the clock: Kubernetes writes whole seconds
+    # (a pod's startedAt 12:00:05) where the product writes microseconds (admitted 12:00:05.300), so a
+    # start may read earlier than the admission it followed. Each mark starts no earlier than the last.
+    for i in range(1, len(marks)):
+        if marks[i][0] < marks[i - 1][0]:
+            marks[i] = (marks[i - 1][0], marks[i][1], marks[i][2])
     end = snap.finished_at if snap.is_terminal and snap.finished_at is not None else now
     if not snap.is_terminal and marks and marks[-1][1] != snap.state.value:
         # The latest stretch is whatever the job is doing now (e.g. RETRYING after it first ran).

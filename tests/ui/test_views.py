@@ -574,3 +574,49 @@ def test_a_job_page_lists_every_attempt_of_its_task_try_with_how_each_went():
     assert "Attempts:" in described and "worker-0=3" in described
     page = html.job_page(detail)
     assert 'id="attempts"' in page and 'data-attempt="1"' in page and 'data-attempt="2"' in page
+
+
+def test_a_finished_run_is_drawn_on_its_own_span_in_the_order_it_lived():
+    # Admitted at 09:00:05.300 (the product's microseconds), started at 09:00:05 (Kubernetes' whole
+    # seconds), ran 36 s: RUNNING follows SCHEDULING, and the bar spans the job's life, not up to now.
+    snap = snapshot(
+        product_job(
+            "done",
+            "bob",
+            1,
+            queued_s=0,
+            suspend=False,
+            annotations={labels.ADMITTED_AT: (at(5.3)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+            succeeded=1,
+            conditions=[job_condition("Complete", "", "", at_s=41)],
+        ),
+        [
+            job_pod(
+                "done",
+                phase="Succeeded",
+                statuses=[
+                    {
+                        "name": "main",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {
+                            "terminated": {
+                                "exitCode": 0,
+                                "reason": "Completed",
+                                "startedAt": ts(5),
+                                "finishedAt": ts(41),
+                            }
+                        },
+                    }
+                ],
+            )
+        ],
+        now=at(86400),
+    )
+    phases = views.phases(snap)
+    assert [p.state for p in phases] == ["QUEUED", "SCHEDULING", "RUNNING", "SUCCEEDED"]
+    assert all(a.start <= b.start for a, b in zip(phases, phases[1:], strict=False))
+    drawing = svg.state_timeline(phases, at(86400))
+    running = drawing.split('data-state="RUNNING"')[1]
+    width = float(running.split('width="')[1].split('"')[0])
+    assert width > 300  # most of the 624-pixel bar, not a dot a day wide
