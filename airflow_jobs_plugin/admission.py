@@ -32,7 +32,7 @@ from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
 from airflow_jobs_plugin.quota import ledger, placement
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
 from airflow_jobs_plugin.quota.requeue import format_duration
-from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch
+from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
 
 log = logging.getLogger(__name__)
 
@@ -677,6 +677,9 @@ class Admission:
             worker.mark()
 
     def _on_job_event(self, etype: str, plural: str, obj: dict) -> None:
+        if plural == "pods":
+            self._on_pod_event(etype, obj)
+            return
         if plural not in (JOBS.plural, MPIJOBS.plural):
             return
         group = group_of(obj)
@@ -692,6 +695,26 @@ class Admission:
         if self._fingerprints.get(uid) != current:
             self._fingerprints[uid] = current
             worker.mark()
+
+    def _on_pod_event(self, etype: str, obj: dict) -> None:
+        """A pass keeps the reservation of a job that ended while its pods still hold GPUs
+        (ledger_model.reconcile_drops), and the job's own watch stream can deliver its end before its
+        pods' (separate streams): when such a pod ends, the group's pass runs again to free the GPUs,
+        instead of waiting for the next resync."""
+        phase = (obj.get("status") or {}).get("phase")
+        if etype != "DELETED" and phase not in ("Succeeded", "Failed"):
+            return
+        key = job_key(obj)
+        if not key:
+            return
+        for resource in (JOBS, MPIJOBS):
+            job = self.watch.get(resource, key)
+            if job is not None and ledger.is_finished(job):
+                group = group_of(job)
+                worker = self._groups.get(group) if group else None
+                if worker is not None:
+                    worker.mark()
+                return
 
     def _on_ledger_event(self, etype: str, plural: str, obj: dict) -> None:
         meta = obj.get("metadata") or {}

@@ -10,6 +10,7 @@ as the process lives (:class:`Credentials`, rules in :mod:`airflow_jobs_plugin.c
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -147,6 +148,11 @@ Obtained = tuple[Kind, str | None, datetime | None]
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
+
+# Connections for log follows, apart from the watch's and the calls' (see KubeClient.__init__): log
+# streams beyond it wait for a free one, and, since a follow starts from the log's first line, every line
+# still reaches the task log, later.
+LOG_STREAM_CONNECTIONS = 500
 
 # Sends of one request the API server refuses with 401 before its answer stands: the first, a resend
 # with renewed credentials, and renewals of credentials that expired in flight.
@@ -326,6 +332,13 @@ class KubeClient:
 
     def __init__(self, api: k8s_client.ApiClient, credentials: Credentials | None = None):
         self._api = api
+        # Log follows get a connection pool of their own (built on first use): kubernetes_asyncio
+        # bounds a client's parallel requests by one aiohttp connector of
+        # ``connection_pool_maxsize`` connections (client/rest.py RESTClientObject, default 100 in
+        # client/configuration.py, v36.1.0), and a follow holds its connection for the container's
+        # whole life: sharing one pool, a hundred running jobs would leave the shared watch's
+        # reconnect, the admission's writes and every final read waiting for a free connection.
+        self._log_api: k8s_client.ApiClient | None = None
         # None: the configuration's own authentication, never renewed (a client built by hand).
         self.credentials = credentials
 
@@ -358,6 +371,15 @@ class KubeClient:
 
     async def close(self) -> None:
         await self._api.close()
+        if self._log_api is not None:
+            await self._log_api.close()
+
+    def _log_stream_api(self) -> k8s_client.ApiClient:
+        if self._log_api is None:
+            configuration = copy.copy(self._api.configuration)
+            configuration.connection_pool_maxsize = LOG_STREAM_CONNECTIONS
+            self._log_api = k8s_client.ApiClient(configuration=configuration)
+        return self._log_api
 
     # --- transport ---
 
@@ -395,16 +417,19 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = 30.0,
+        api: k8s_client.ApiClient | None = None,
     ):
         """The response of the first attempt the API server does not refuse with 401 (see
         :mod:`airflow_jobs_plugin.credentials` for when a refused request renews and resends)."""
         credentials = self.credentials
         if credentials is None:
-            return await self._send_once(method, path, query, body, content_type, timeout, None)
+            return await self._send_once(method, path, query, body, content_type, timeout, None, api)
         credential = await credentials.current()
         sends = 0
         while True:
-            response = await self._send_once(method, path, query, body, content_type, timeout, credential)
+            response = await self._send_once(
+                method, path, query, body, content_type, timeout, credential, api
+            )
             sends += 1
             if response.status != 401:
                 return response
@@ -426,6 +451,7 @@ class KubeClient:
         content_type: str,
         timeout: float | tuple[float, float] | None,
         credential: Credential | None,
+        api: k8s_client.ApiClient | None = None,
     ):
         params = [(k, _query_value(v)) for k, v in query if v is not None]
         headers = {"Accept": "application/json", "Content-Type": content_type}
@@ -437,7 +463,7 @@ class KubeClient:
             if credential.header:
                 headers["Authorization"] = credential.header
         try:
-            return await self._api.call_api(
+            return await (api or self._api).call_api(
                 path,
                 method,
                 query_params=params,
@@ -578,11 +604,12 @@ class KubeClient:
         query: Sequence[tuple[str, Any]],
         *,
         read_timeout: float | None,
+        api: k8s_client.ApiClient | None = None,
     ) -> AsyncIterator[bytes]:
         """Yield the lines of a streaming response (watch, log follow). Errors before the stream
         starts raise :class:`KubeError`; a broken stream simply ends the iteration."""
         response = await self._send(
-            method, path, query=query, timeout=(30.0, read_timeout) if read_timeout else None
+            method, path, query=query, timeout=(30.0, read_timeout) if read_timeout else None, api=api
         )
         try:
             if not 200 <= response.status <= 299:
@@ -631,7 +658,9 @@ class KubeClient:
         self, namespace: str, pod: str, *, container: str | None = None, since_time_lines: int | None = None
     ) -> AsyncIterator[str]:
         query = [("container", container), ("follow", "true"), ("tailLines", since_time_lines)]
-        async for line in self.stream("GET", PODS.path(namespace, pod, "log"), query, read_timeout=None):
+        async for line in self.stream(
+            "GET", PODS.path(namespace, pod, "log"), query, read_timeout=None, api=self._log_stream_api()
+        ):
             yield line.decode("utf-8", "replace").rstrip("\n")
 
 

@@ -1,0 +1,50 @@
+"""A pass keeps the reservation of a job that ended while its pods still hold GPUs; the job's end and
+its pods' ends arrive on separate watch streams. When such a pod ends, its group's pass runs again at
+once: nothing waits for the next resync (a minute) to free the GPUs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.kube import JOBS
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.marked = 0
+
+    def mark(self) -> None:
+        self.marked += 1
+
+
+def job(name: str, finished: bool) -> dict:
+    conditions = [{"type": "Complete", "status": "True"}] if finished else []
+    return {
+        "kind": "Job",
+        "metadata": {"name": name, "uid": name, "annotations": {labels.GROUP_NAME: "vision"}},
+        "status": {"conditions": conditions},
+    }
+
+
+def pod(job_name: str, phase: str) -> dict:
+    return {
+        "kind": "Pod",
+        "metadata": {"name": f"{job_name}-x", "labels": {labels.BATCH_JOB_NAME: job_name}},
+        "status": {"phase": phase},
+    }
+
+
+def test_the_end_of_a_finished_jobs_pod_wakes_its_groups_pass_and_nothing_else_does():
+    jobs = {"done": job("done", finished=True), "live": job("live", finished=False)}
+    admission = Admission.__new__(Admission)
+    admission.watch = SimpleNamespace(get=lambda resource, name: jobs.get(name) if resource is JOBS else None)
+    worker = Worker()
+    admission._groups = {"vision": worker}
+    admission._on_job_event("MODIFIED", "pods", pod("done", "Running"))  # still holding: no pass yet
+    admission._on_job_event("MODIFIED", "pods", pod("live", "Succeeded"))  # its job runs on
+    assert worker.marked == 0
+    admission._on_job_event("MODIFIED", "pods", pod("done", "Succeeded"))
+    admission._on_job_event("DELETED", "pods", pod("done", "Running"))
+    assert worker.marked == 2
