@@ -24,7 +24,7 @@ from airflow_jobs_plugin import action_rules, attempts, labels
 from airflow_jobs_plugin.action_rules import Action, JobFacts, refusal
 from airflow_jobs_plugin.admission import not_before
 from airflow_jobs_plugin.kube import EVENTS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
-from airflow_jobs_plugin.quota.ledger import group_of, is_finished, release, unsuspend_patch
+from airflow_jobs_plugin.quota.ledger import group_of, is_finished, read_ledger, unsuspend_patch
 
 EVENT_SOURCE = "airflow-jobs"
 
@@ -86,12 +86,18 @@ def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
     return {"runPolicy": {"suspend": suspend}} if job.get("kind") == "MPIJob" else {"suspend": suspend}
 
 
-async def _release(client: KubeClient, job: Mapping[str, Any], ledger_namespace: str | None) -> None:
-    meta = job.get("metadata") or {}
-    group = group_of(job)
-    if ledger_namespace and group and meta.get("uid"):
-        with contextlib.suppress(KubeError):
-            await release(client, ledger_namespace, group, meta["uid"])
+async def _still_reserved(client: KubeClient, ledger_namespace: str, job: Mapping[str, Any]) -> bool:
+    """Whether the group's ledger still holds the job's reservation: resumed before the admitting pass
+    saw its stopped pods gone, the job keeps GPUs nobody else could take meanwhile, and that pass starts
+    it again (``quota.ledger_model.pending_unsuspend``) instead of queueing it."""
+    group, uid = group_of(job), (job.get("metadata") or {}).get("uid")
+    if not group or not uid:
+        return False
+    try:
+        stored = await read_ledger(client, ledger_namespace, group)
+    except KubeError:
+        return False
+    return any(r.uid == uid for r in stored.ledger.reservations)
 
 
 async def record_event(
@@ -121,19 +127,17 @@ async def record_event(
         await client.create(EVENTS, namespace, body)
 
 
-async def cancel(
-    client: KubeClient,
-    namespace: str,
-    job: Mapping[str, Any],
-    by: str,
-    ledger_namespace: str | None,
-) -> CancelOutcome:
-    """Cancel ``job``'s newest attempt: rule it Cancelled, free its quota, delete it.
+async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by: str) -> CancelOutcome:
+    """Cancel ``job``'s newest attempt: rule it Cancelled and delete it.
 
     The verdict goes on first, so every reader (the task's trigger above all) reports CANCELLED even
-    while the pods stop; the reservation is released (``ledger_namespace`` None: no quota pool), then
-    the object is deleted with Background propagation so its pods go with it. A job that already
-    finished is left alone. A stopped job is cancelled like any other.
+    while the pods stop, then the object is deleted with Background propagation so its pods go with it.
+    A job that already finished is left alone. A stopped job is cancelled like any other.
+
+    The quota is freed by the admitting triggerer, not here: its pass drops the reservation of a job
+    that is gone, or ruled and without live pods (``quota.ledger_model.reconcile_drops``), and the job's
+    deletion wakes that pass. So the identities that act for people (the API server, the CLI) need no
+    write on the ledgers, and the GPUs count until the pods holding them have really stopped.
     """
     job = await newest_attempt(client, namespace, job)
     resource = resource_of(job)
@@ -158,21 +162,14 @@ async def cancel(
                 }
             },
         )
-    await _release(client, job, ledger_namespace)
     await record_event(client, namespace, job, "Cancelled", f"cancelled by {by}")
     deleted = await client.delete(resource, namespace, name, propagation_policy="Background")
     gone = "deleted with its pods" if deleted else "already gone"
     return CancelOutcome(namespace, name, resource.kind, deleted, False, f"{facts.ref} cancelled ({gone})")
 
 
-async def stop(
-    client: KubeClient,
-    namespace: str,
-    job: Mapping[str, Any],
-    by: str,
-    ledger_namespace: str | None,
-) -> ActionOutcome:
-    """Stop ``job``'s newest attempt: suspend it, mark it stopped, free its quota reservation.
+async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: str) -> ActionOutcome:
+    """Stop ``job``'s newest attempt: suspend it and mark it stopped.
 
     One write suspends the job and records ``stopped-at`` / ``stopped-by`` (and drops ``admitted-at``:
     the admission ends here, as a requeue's does), so no reader ever sees a stopped job that is not
@@ -181,8 +178,9 @@ async def stop(
     "Deleting all active pods in suspended job", v1.24+ where suspend is GA) and the MPI operator for an
     MPIJob (kubeflow/mpi-operator v0.8.0 ``pkg/controller/mpi_job_controller.go``, ``syncHandler``:
     a suspended MPIJob suspends its launcher Job and ``cleanUpWorkerPods`` deletes the workers). The job
-    reads TERMINATING (Stopped) until its pods are gone, then STOPPED. Its reservation is released after
-    the write, so an admission pass that reads the job meanwhile already sees it stopped.
+    reads TERMINATING (Stopped) until its pods are gone, then STOPPED. The admitting triggerer's pass
+    drops its reservation once those pods are gone (``quota.ledger_model.reconcile_drops``), as for a
+    cancel.
     """
     job = await newest_attempt(client, namespace, job)
     resource = resource_of(job)
@@ -197,7 +195,6 @@ async def stop(
         "spec": _suspend_spec(job, True),
     }
     await client.merge_patch(resource, namespace, facts.name, patch)
-    await _release(client, job, ledger_namespace)
     await record_event(client, namespace, job, "Stopped", f"stopped by {by}")
     return ActionOutcome(
         "stop",
@@ -217,6 +214,9 @@ async def resume(
     ledger_namespace: str | None,
 ) -> ActionOutcome:
     """Resume a stopped job: it goes back to its group's queue at its original position.
+
+    Resumed while its stopped pods are still going, before the admitting pass has freed its GPUs, it
+    keeps them and that pass starts it again at once: nobody else could have used them meanwhile.
 
     Removing ``stopped-at`` / ``stopped-by`` is the whole resume under a quota pool: the job is still
     suspended and keeps ``queued-at``, so the next admission pass places it where it was first enqueued
@@ -244,11 +244,16 @@ async def resume(
         group = group_of(job)
         queued_at = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.QUEUED_AT)
         since = f", queued since {queued_at}" if queued_at else ""
-        message = (
-            f"{facts.ref} resumed: back in group {group}'s queue at its original position{since}"
-            if ledger_namespace is not None
-            else f"{facts.ref} resumed: starts when its retry back-off ends"
-        )
+        message = f"{facts.ref} resumed: back in group {group}'s queue at its original position{since}"
+        if ledger_namespace is None:
+            message = f"{facts.ref} resumed: starts when its retry back-off ends"
     await client.merge_patch(resource, namespace, facts.name, patch)
+    # Read after the resume has landed: from then on the pass no longer drops the reservation as a
+    # stopped job's, so what the ledger holds now is what the job keeps.
+    if ledger_namespace is not None and await _still_reserved(client, ledger_namespace, job):
+        message = (
+            f"{facts.ref} resumed: it still holds its GPUs (the pool frees them only once the stopped "
+            "pods are gone), so it starts again without queueing"
+        )
     await record_event(client, namespace, job, "Resumed", f"resumed by {by}")
     return ActionOutcome("resume", namespace, facts.name, resource.kind, True, message)

@@ -317,13 +317,13 @@ async def cancel(client: KubeClient, target: Target, name: str, by: str) -> Canc
         if earlier is None:
             raise
         return earlier
-    return await actions.cancel(client, target.namespace, job, by, _ledger_namespace(target))
+    return await actions.cancel(client, target.namespace, job, by)
 
 
 async def stop(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
     """Stop a job (see :func:`airflow_jobs_plugin.actions.stop`)."""
     job = await find_job(client, target.namespace, name)
-    return await actions.stop(client, target.namespace, job, by, _ledger_namespace(target))
+    return await actions.stop(client, target.namespace, job, by)
 
 
 async def resume(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:

@@ -170,7 +170,7 @@ class JobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user marked the task failed or success, or cleared it: cancel the job (its newest attempt)
-        as one cancelled from the GPU Jobs page would be, and free its quota."""
+        as one cancelled from the GPU Jobs page would be; the admitting pass frees its quota."""
         client = await shared.client_for(self.kubernetes_conn_id)
         resource = _resource(self.kind)
         job = await client.get_or_none(resource, self.namespace, self.job_name)
@@ -178,8 +178,7 @@ class JobTrigger(BaseTrigger):
         what = "already gone"
         if job is not None:
             job.setdefault("kind", resource.kind)
-            ledger_namespace = (self.quota_namespace or self.namespace) if self.quota_configmap else None
-            outcome = await actions.cancel(client, self.namespace, job, AIRFLOW_USER, ledger_namespace)
+            outcome = await actions.cancel(client, self.namespace, job, AIRFLOW_USER)
             name = outcome.name
             if outcome.already_finished:
                 what = "already finished, left as it is"

@@ -270,7 +270,7 @@ class SharedWatch:
                         raise KubeError.from_status(int(obj.get("code") or 500), obj)
                     new_rv = (obj.get("metadata") or {}).get("resourceVersion")
                     if etype != "BOOKMARK":
-                        self._apply(resource, etype, obj)
+                        self._deliver(resource, etype, obj)
                     if new_rv:
                         rv = new_rv
                 failures = 0
@@ -351,6 +351,25 @@ class SharedWatch:
             self._apply(resource, "MODIFIED" if cached is not None else "ADDED", obj)
         self._synced[resource.plural].set()
         return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _deliver(self, resource: Resource, etype: str, obj: dict) -> None:
+        """Apply one event of the watch stream, unless the cache is already past it.
+
+        The stream delivers an object's versions in order, but a read folded in meanwhile (``absorb``:
+        the trigger's final LIST of a job's pods) can be ahead of it. Applying the stream's older
+        version would turn a pod that has ended back to Running until the stream catches up, and a
+        final look in that window reports a finished job without its exit codes. A DELETED event older
+        than the cached object belongs to an earlier object of that name, created again since.
+        """
+        cached = self._cache.get(resource.plural, {}).get((obj.get("metadata") or {}).get("name"))
+        if cached is not None and (
+            resource_version.compare(
+                (obj.get("metadata") or {}).get("resourceVersion"), cached["metadata"].get("resourceVersion")
+            )
+            == -1
+        ):
+            return
+        self._apply(resource, etype, obj)
 
     def _apply(self, resource: Resource, etype: str, obj: dict) -> None:
         obj.setdefault("kind", resource.kind)

@@ -93,7 +93,6 @@ async def sweep(
         return []
     refs = {record.task for _, record in live if record.task is not None}
     known, tasks = await asyncio.to_thread(read_tasks, refs)
-    ledger_namespace = target.ledger_namespace if target.quota_configmap else None
     swept = []
     for job, record in live:
         assert record.task is not None
@@ -103,7 +102,7 @@ async def sweep(
         if not verdict.cancel:
             swept.append(Swept(record.name, verdict))
             continue
-        outcome = await actions.cancel(client, target.namespace, job, BY, ledger_namespace)
+        outcome = await actions.cancel(client, target.namespace, job, BY)
         log.warning("orphan sweep: %s: %s", outcome.message, verdict.reason)
         swept.append(Swept(record.name, verdict, outcome.message))
     return swept

@@ -258,16 +258,21 @@ def test_workers_cannot_patch_jobs_nor_write_any_configmap(rbac, ours):
     assert not _may(worker, "get", "configmaps", ledger_name("vision"))
 
 
-def test_only_ledgers_of_the_shipped_groups_are_writable_and_never_the_policy_or_the_chart_config(rbac, ours):
+def test_only_the_triggerer_writes_ledgers_only_those_of_the_shipped_groups_never_the_policy_or_chart_config(
+    rbac, ours
+):
     from airflow_jobs_plugin.quota.ledger_model import ledger_name
 
     groups = quota.policy_from_configmap_data(load_yaml(HELM / "quota-policy.yaml")["data"]).groups
-    for component in ("triggerer", "apiServer"):
-        rules = _rules(rbac, ours[component]["serviceAccount"]["name"])
-        assert all(_may(rules, "update", "configmaps", ledger_name(g)) for g in groups), component
+    triggerer = _rules(rbac, ours["triggerer"]["serviceAccount"]["name"])
+    assert all(_may(triggerer, "update", "configmaps", ledger_name(g)) for g in groups)
+    # A cancel or stop from the UI leaves the freeing of its GPUs to the admitting triggerer's pass.
+    api_server = _rules(rbac, ours["apiServer"]["serviceAccount"]["name"])
+    assert not any(_may(api_server, "update", "configmaps", ledger_name(g)) for g in groups)
+    for rules in (triggerer, api_server):
         for name in (DEFAULT_POLICY_CONFIGMAP, "airflow-config", "anything-else"):
-            assert not _may(rules, "update", "configmaps", name), (component, name)
-            assert not _may(rules, "patch", "configmaps", name), (component, name)
+            assert not _may(rules, "update", "configmaps", name), name
+            assert not _may(rules, "patch", "configmaps", name), name
 
 
 # --- the configuration reaches every component ---

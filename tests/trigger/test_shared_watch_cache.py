@@ -45,6 +45,30 @@ async def test_a_read_older_than_what_the_watch_already_delivered_is_not_folded_
     assert w.get(PODS, "p")["status"]["phase"] == "Succeeded"
 
 
+async def test_a_watch_event_older_than_a_read_already_folded_in_is_not_applied():
+    """The trigger's final LIST saw the pod Succeeded while the pod stream still carried its Running
+    version: delivered late, that version must not turn the pod back to Running (the job's final event
+    would have no exit code)."""
+    w = watch()
+    w._deliver(PODS, "ADDED", obj("p", "10", status={"phase": "Pending"}))
+    assert w.absorb(PODS, obj("p", "15", status={"phase": "Succeeded"}))
+    w._deliver(PODS, "MODIFIED", obj("p", "12", status={"phase": "Running"}))
+    assert w.get(PODS, "p")["status"]["phase"] == "Succeeded"
+    w._deliver(PODS, "MODIFIED", obj("p", "15", status={"phase": "Succeeded"}))
+    w._deliver(PODS, "MODIFIED", obj("p", "16", status={"phase": "Succeeded"}, extra=1))
+    assert w.get(PODS, "p")["metadata"]["resourceVersion"] == "16"
+
+
+async def test_a_late_deletion_of_an_earlier_object_of_the_name_does_not_remove_the_new_one():
+    w = watch()
+    w._deliver(JOBS, "ADDED", obj("j", "10", kind="Job"))
+    assert w.absorb(JOBS, obj("j", "20", kind="Job"))  # deleted at 14 and created again, read directly
+    w._deliver(JOBS, "DELETED", obj("j", "14", kind="Job"))
+    assert w.get(JOBS, "j")["metadata"]["resourceVersion"] == "20"
+    w._deliver(JOBS, "DELETED", obj("j", "25", kind="Job"))
+    assert w.get(JOBS, "j") is None
+
+
 async def test_a_read_of_an_object_the_watch_saw_deleted_does_not_bring_it_back():
     w = watch()
     w._apply(PODS, "ADDED", obj("p", "10"))

@@ -29,7 +29,7 @@ import pytest
 
 from airflow_jobs_plugin import quota
 from airflow_jobs_plugin.inspect import Target, read_cluster
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
 from airflow_jobs_plugin.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
 from airflow_jobs_plugin.plugin.views import overview
 from airflow_jobs_plugin.quota.ledger import admission_pass
@@ -56,6 +56,19 @@ class Population:
     @property
     def kubeconfig(self) -> str:
         return self.cluster.kubeconfig_path
+
+    def admit(self) -> None:
+        """One admission pass per group, as the admitting triggerer runs after a job or pod changes:
+        it frees the GPUs of jobs that are gone, or stopped or ruled with no pod left."""
+
+        async def run() -> None:
+            client = await KubeClient.from_kubeconfig(self.kubeconfig)
+            try:
+                await _admit_all(client, quota.parse_policy(POLICY))
+            finally:
+                await client.close()
+
+        asyncio.run(run())
 
 
 def _manifest(identity: TaskIdentity, scenario: dict, **args) -> dict:
@@ -101,8 +114,18 @@ async def _admit_all(client: KubeClient, policy: quota.QuotaPolicy) -> None:
                 found.append(item)
         return found
 
+    # The pods as the admitting triggerer's watch groups them by job: a job that ended or was stopped
+    # keeps its reservation while they hold GPUs.
+    pods = (await client.list(PODS, NAMESPACE)).get("items") or []
+
+    def pods_of(job: dict) -> list[dict]:
+        prefix = job["metadata"]["name"] + "-"
+        return [p for p in pods if p["metadata"]["name"].startswith(prefix)]
+
     for group in policy.group_names:
-        await admission_pass(client, ledger_namespace=NAMESPACE, group=group, policy=policy, jobs=jobs)
+        await admission_pass(
+            client, ledger_namespace=NAMESPACE, group=group, policy=policy, jobs=jobs, pods_of=pods_of
+        )
 
 
 async def _populate(cluster: SimCluster) -> tuple[dict[str, str], dict[str, TaskIdentity]]:

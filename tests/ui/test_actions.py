@@ -22,6 +22,7 @@ from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
 from airflow_jobs_plugin.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
 from airflow_jobs_plugin.plugin.views import job_detail
 from airflow_jobs_plugin.quota.ledger import admission_pass, read_ledger, unsuspend_patch
+from airflow_jobs_plugin.quota.ledger_model import UNSUSPEND_GRACE
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
 from airflow_jobs_plugin.spec import TaskIdentity, validate
 
@@ -97,8 +98,16 @@ class Cluster:
                     found.append(item)
             return found
 
+        # The pods as the admitting triggerer's watch groups them, by the job they belong to: a stopped
+        # or cancelled job keeps its reservation while they hold GPUs.
+        pods = (await self.client.list(PODS, NAMESPACE)).get("items") or []
+
+        def pods_of(job: dict) -> list[dict]:
+            prefix = job["metadata"]["name"] + "-"
+            return [p for p in pods if p["metadata"]["name"].startswith(prefix)]
+
         await admission_pass(
-            self.client, ledger_namespace=NAMESPACE, group="vision", policy=policy, jobs=jobs
+            self.client, ledger_namespace=NAMESPACE, group="vision", policy=policy, jobs=jobs, pods_of=pods_of
         )
 
     async def state(self, name: str) -> str:
@@ -173,7 +182,7 @@ def test_a_stopped_job_loses_its_pods_and_reservation_and_resumes_at_its_origina
         assert suspended(job)
         assert job["metadata"]["annotations"][labels.STOPPED_BY] == "alice"
         assert labels.ADMITTED_AT not in job["metadata"]["annotations"]
-        assert await c.reserved() == set()  # the quota is free at once, before the pods are gone
+        assert await c.reserved() == {first}  # the stop writes no ledger: the admitting pass frees the GPUs
 
         async def stopped() -> bool:
             return await c.state(first) == "STOPPED" and not await c.all_pods(first)
@@ -181,8 +190,10 @@ def test_a_stopped_job_loses_its_pods_and_reservation_and_resumes_at_its_origina
         await until(stopped)  # the Job controller deleted the pod on suspend
         state, reason, _ = await c.reason(first)
         assert (state, reason) == ("STOPPED", "Stopped")
+        await c.admit()  # the pod is gone: its GPUs go to the head of the queue
+        assert await c.reserved() == {second}
 
-        # A job submitted after the stop waits behind both.
+        # Resumed, it is back at its original position: ahead of a job submitted after the stop.
         third = await c.create(manifest("third", user="carol"))
         again = await resume(c.client, QUOTA, first, by="bob")
         assert again.done
@@ -197,13 +208,49 @@ def test_a_stopped_job_loses_its_pods_and_reservation_and_resumes_at_its_origina
             resumed["metadata"]["annotations"][labels.QUEUED_AT]
             == job["metadata"]["annotations"][labels.QUEUED_AT]
         )
-        assert (await c.reason(first))[0] == "QUEUED"
+        await c.admit()
+        assert await c.reason(first) == ("QUEUED", "GroupQuota", 1)
+        assert (await c.reason(third))[:3] == ("QUEUED", "BehindHead", 2)
 
+        # A cancel frees the GPUs the same way: once its pods are gone, the next pass hands them on.
+        assert not (await cancel(c.client, QUOTA, second, by="alice")).already_finished
+
+        async def second_gone() -> bool:
+            return not await c.all_pods(second)
+
+        await until(second_gone)
         await c.admit()
         await until(first_runs)
         assert await c.reserved() == {first}
+        assert (await c.reason(third))[:3] == ("QUEUED", "GroupQuota", 1)
+
+    scenario(QUOTA, body, cluster)
+
+
+def test_a_job_resumed_before_the_pool_freed_its_gpus_keeps_them_and_starts_again(cluster):
+    async def body(c: Cluster) -> None:
+        first = await c.create(manifest("keeper"))
+        second = await c.create(manifest("waiter", user="bob"))
+        await c.admit()
+
+        async def first_runs() -> bool:
+            return await c.state(first) == "RUNNING"
+
+        await until(first_runs)
+        assert (await stop(c.client, QUOTA, first, by="alice")).done
+        again = await resume(c.client, QUOTA, first, by="alice")  # no pass has run since the stop
+        assert again.message == (
+            f"job/{first} resumed: it still holds its GPUs (the pool frees them only once the stopped "
+            "pods are gone), so it starts again without queueing"
+        )
+        assert (await c.reason(first))[:2] == ("SCHEDULING", "QuotaReserved")
+        # Past the grace a pass leaves to the pass that reserved, to unsuspend its own job.
+        await asyncio.sleep(UNSUSPEND_GRACE.total_seconds() + 0.1)
+        await c.admit()
+        await until(first_runs)
+        stored = await read_ledger(c.client, NAMESPACE, "vision")
+        assert [r.job for r in stored.ledger.reservations] == [first]  # booked once, not twice
         assert (await c.reason(second))[:2] == ("QUEUED", "GroupQuota")
-        assert (await c.reason(third))[:2] == ("QUEUED", "BehindHead")
 
     scenario(QUOTA, body, cluster)
 
@@ -257,6 +304,8 @@ def test_stopping_an_mpi_job_deletes_its_launcher_and_workers(cluster):
             return await c.state(name) == "STOPPED" and not await c.all_pods(name)
 
         await until(stopped, timeout=60)
+        assert await c.reserved() == {name}  # until a pass sees the pods gone
+        await c.admit()
         assert await c.reserved() == set()
 
     scenario(QUOTA, body, cluster)

@@ -196,9 +196,11 @@ def test_admin_stops_and_resumes_a_job(api_server, population, tokens):
     assert again["done"] is False and again["message"].startswith(f"job/{name} is already stopped by admin")
     resumed = post(api_server, f"{PREFIX}/api/jobs/default/{name}/resume", tokens["admin"]).json()
     assert resumed["done"] is True
+    # No admitting pass has run since the stop: the job still holds its GPUs and starts again with them.
+    assert "it still holds its GPUs" in resumed["message"]
     assert (
         get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["admin"]).json()["job"]["state"]
-        == "QUEUED"
+        == "SCHEDULING"
     )
     # Out of the queue again, so the other tests find the queues as the population made them.
     assert post(api_server, f"{PREFIX}/api/jobs/default/{name}/cancel", tokens["admin"]).status_code == 200

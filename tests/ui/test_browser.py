@@ -184,12 +184,14 @@ def test_stop_resume_and_cancel_clicked_inside_airflows_ui(api_server, populatio
             job, held = await cluster()
             assert job is not None and job["spec"]["suspend"] is True
             assert job["metadata"]["annotations"][labels.STOPPED_BY] == "admin"
-            assert name not in held  # its quota is free again
             await until_frame(
                 # The page refreshes itself while the pod stops (TERMINATING, then STOPPED).
                 "doc.querySelector('dd[data-field=state] .badge').dataset.state === 'STOPPED'",
                 browser,
             )
+            await asyncio.to_thread(population.admit)  # the admitting triggerer's pass
+            _, held = await cluster()
+            assert name not in held  # its quota is free again
             await browser.screenshot(ARTIFACTS / "ui-stopped-in-airflow.png")
 
             # Resume: one click; the job waits in its queue again.
@@ -217,8 +219,10 @@ def test_stop_resume_and_cancel_clicked_inside_airflows_ui(api_server, populatio
                 f"job/{name} cancelled (deleted with its pods)"
             )
             await browser.screenshot(ARTIFACTS / "ui-cancelled-in-airflow.png")
-            job, held = await cluster()
+            job, _ = await cluster()
             assert job is None
+            await asyncio.to_thread(population.admit)
+            _, held = await cluster()
             assert name not in held
 
     asyncio.run(scenario())

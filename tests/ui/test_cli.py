@@ -162,6 +162,11 @@ def test_cancel_marks_the_job_cancelled_and_deletes_it(population, capsys):
         return job["metadata"]["annotations"]["airflow-jobs.io/cancelled-by"]
 
     assert asyncio.run(gone_or_cancelled()) in {"gone", "ops-alice"}
+    deadline = time.monotonic() + 30
+    while asyncio.run(gone_or_cancelled()) != "gone":  # Background deletion: the pods go, then the job
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    population.admit()  # the admitting triggerer's pass, woken by the deletion
     code, out, _ = run(capsys, "status", "--json", "--kubeconfig", population.kubeconfig)
     pools = {p["group"]: p for p in json.loads(out)["pools"]}
     assert "erin" not in {u["user"] for u in pools["nlp"]["users"]}  # its GPUs went back to the pool
@@ -200,6 +205,7 @@ def test_stop_then_resume_from_the_command_line(population, capsys):
         assert time.monotonic() < deadline, state()
         time.sleep(0.1)
     assert state()[1].startswith("stopped by ops-ivan at ")
+    population.admit()  # the admitting triggerer's pass, woken by the pod's end
     _, status, _ = run(capsys, "status", "--json", "--kubeconfig", kube)
     assert "ivan" not in {u["user"] for p in json.loads(status)["pools"] for u in p["users"] if u["gpus"]}
 
