@@ -27,7 +27,16 @@ from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
 from airflow_jobs_plugin import kueue, labels, metrics, quota
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, WORKLOADS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import (
+    CONFIGMAPS,
+    JOBS,
+    MPIJOBS,
+    PENDING_IN_LOCAL_QUEUES,
+    WORKLOADS,
+    KubeClient,
+    KubeError,
+    Resource,
+)
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
 from airflow_jobs_plugin.quota import ledger, placement
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
@@ -48,6 +57,14 @@ __all__ = [
 
 # How long ensure() waits for the pass that judges a job it has not seen yet.
 ENSURE_WAIT_SECONDS = 10.0
+# Kueue's visibility API is read once per LocalQueue per this many seconds for every trigger of the
+# process; where it is not served (or not granted) it is asked again only after the longer pause.
+POSITIONS_TTL_SECONDS = 5.0
+POSITIONS_UNSERVED_SECONDS = 300.0
+# A Workload change may move every job behind it: the positions of the queues this process follows
+# are read again this long after a burst of changes, and the triggers whose position moved look again.
+POSITIONS_SETTLE_SECONDS = 1.0
+POSITIONS_FORGET_SECONDS = 600.0  # a queue no trigger asked about for this long is no longer re-read
 # Minimum spacing of two passes of one group: events arriving meanwhile are served by the next pass.
 PASS_SPACING_SECONDS = 0.05
 # A pass even without events, in case one was missed (a watch gap, a clock jump).
@@ -242,6 +259,14 @@ class _PolicySource:
         return state
 
 
+def _owner_name(obj: dict) -> str | None:
+    """The name of the job that controls a Workload."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("name"):
+            return str(ref["name"])
+    return None
+
+
 class _WorkloadSource:
     """Kueue's Workloads of one namespace through a watch of their own. A Workload's change wakes the
     trigger of its job (the job itself does not change while Kueue decides)."""
@@ -261,6 +286,13 @@ class _WorkloadSource:
         # Workload name by its job's uid (Kueue's job-uid label), kept by the watch's events: a look of
         # one trigger reads its own Workload, never a scan of the namespace's.
         self._by_job: dict[str, str] = {}
+        # LocalQueue -> (until when it holds, positions by Workload name or None: unknown).
+        self._positions: dict[str, tuple[float, dict[str, kueue.PendingPosition] | None]] = {}
+        self._asking: dict[str, asyncio.Future] = {}
+        self._asked_at: dict[str, float] = {}
+        self._said_unserved = False
+        self._refresh: asyncio.TimerHandle | None = None
+        self._refreshing: asyncio.Future | None = None
 
     async def start(self) -> bool:
         if self.served is None:
@@ -278,11 +310,63 @@ class _WorkloadSource:
         return self.served
 
     async def stop(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+        if self._refreshing is not None:
+            self._refreshing.cancel()
         await self.watch.stop()
 
     def of(self, job: dict) -> dict | None:
         name = self._by_job.get((job.get("metadata") or {}).get("uid") or "")
         return self.watch.get(WORKLOADS, name) if name else None
+
+    async def positions(self, queue: str) -> dict[str, kueue.PendingPosition] | None:
+        """The positions of LocalQueue ``queue``'s pending Workloads, by Workload name, from Kueue's
+        visibility API: one read per queue per ``POSITIONS_TTL_SECONDS`` shared by every trigger of the
+        process (the triggers of one queue ask together); ``None`` where it did not say."""
+        loop = asyncio.get_running_loop()
+        self._asked_at[queue] = loop.time()
+        cached = self._positions.get(queue)
+        if cached is not None and cached[0] > loop.time():
+            return cached[1]
+        asking = self._asking.get(queue)
+        if asking is None:
+            asking = asyncio.ensure_future(self._read_positions(queue))
+            self._asking[queue] = asking
+            asking.add_done_callback(self._asked(queue))
+        return await asyncio.shield(asking)
+
+    def _asked(self, queue: str) -> Callable[[asyncio.Future], None]:
+        def forget(_done: asyncio.Future) -> None:
+            self._asking.pop(queue, None)
+
+        return forget
+
+    async def _read_positions(self, queue: str) -> dict[str, kueue.PendingPosition] | None:
+        loop = asyncio.get_running_loop()
+        try:
+            summary = await self.client.get_subresource(
+                PENDING_IN_LOCAL_QUEUES, self.namespace, queue, "pendingworkloads"
+            )
+        except KubeError as exc:
+            # 404: no visibility server (or no such LocalQueue, which the job's state already says);
+            # 403: not granted. Neither changes soon; anything else may be gone on the next look.
+            lasting = exc.not_found or exc.status == 403
+            if lasting and not self._said_unserved:
+                self._said_unserved = True
+                log.info(
+                    "Kueue's visibility API gave no positions for LocalQueue %s/%s (%s): queued Kueue jobs "
+                    "show no position",
+                    self.namespace,
+                    queue,
+                    exc.message,
+                )
+            pause = POSITIONS_UNSERVED_SECONDS if lasting else POSITIONS_TTL_SECONDS
+            self._positions[queue] = (loop.time() + pause, None)
+            return None
+        found = kueue.pending_positions(summary)
+        self._positions[queue] = (loop.time() + POSITIONS_TTL_SECONDS, found)
+        return found
 
     def _on_event(self, etype: str, plural: str, obj: dict) -> None:
         meta = obj.get("metadata") or {}
@@ -291,9 +375,44 @@ class _WorkloadSource:
             self._by_job.pop(uid, None)
         elif uid:
             self._by_job[uid] = meta.get("name", "")
-        for ref in meta.get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("name"):
-                self._wake(ref["name"])
+        owner = _owner_name(obj)
+        if owner:
+            self._wake(owner)
+        self._refresh_positions_soon()
+
+    def _refresh_positions_soon(self) -> None:
+        if not self._asked_at or self._refresh is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._refresh = loop.call_later(POSITIONS_SETTLE_SECONDS, self._start_refresh)
+
+    def _start_refresh(self) -> None:
+        self._refresh = None
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self._refresh_positions())
+
+    async def _refresh_positions(self) -> None:
+        """Read again the positions of the queues triggers follow; wake those whose position moved."""
+        now = asyncio.get_running_loop().time()
+        for queue, asked in list(self._asked_at.items()):
+            if now - asked > POSITIONS_FORGET_SECONDS:
+                self._asked_at.pop(queue, None)
+                self._positions.pop(queue, None)
+                continue
+            until, before = self._positions.get(queue, (0.0, None))
+            if before is None and until > now:
+                continue  # not served, not granted or failed: its pause holds
+            self._positions.pop(queue, None)
+            after = await self.positions(queue)
+            self._asked_at[queue] = asked  # a refresh is not a trigger asking
+            for name, place in (after or {}).items():
+                if (before or {}).get(name) != place:
+                    owner = _owner_name(self.watch.get(WORKLOADS, name) or {})
+                    if owner:
+                        self._wake(owner)
 
 
 class _GroupWorker:
@@ -543,8 +662,13 @@ class Admission:
             missing = kueue.no_api_status(job)
             return QueueStatus(reason=missing.reason, message=missing.message)
         await self._workloads.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
-        status = kueue.queue_status(job, self._workloads.of(job))
-        return QueueStatus(reason=status.reason, message=status.message)
+        workload = self._workloads.of(job)
+        status = kueue.queue_status(job, workload)
+        if workload is not None and kueue.waits_in_queue(status):
+            view = kueue.workload_view(workload)
+            positions = await self._workloads.positions(view.queue)
+            status = kueue.with_position(status, (positions or {}).get(view.name), view.queue)
+        return QueueStatus(reason=status.reason, position=status.position, message=status.message)
 
     async def _admit_at_once(self, job: dict) -> QueueStatus | None:
         now = _now()

@@ -23,6 +23,7 @@ from airflow_jobs_plugin.kube import (
     EVENTS,
     JOBS,
     MPIJOBS,
+    PENDING_IN_LOCAL_QUEUES,
     PODS,
     WORKLOADS,
     KubeClient,
@@ -112,6 +113,34 @@ async def _workloads(client: KubeClient, namespace: str) -> tuple[list, str | No
         return [], f"Kueue's Workloads of namespace {namespace} cannot be read: {exc}"
 
 
+async def _kueue_positions(
+    client: KubeClient, workloads: Mapping[str, Mapping[str, Any]]
+) -> dict[tuple[str, str], kueue.PendingPosition]:
+    """The positions of the pending Workloads, one read of Kueue's visibility API per LocalQueue that
+    has any; none for a queue it does not answer about (not served, not granted: the jobs then show
+    no position, as without Kueue's visibility server)."""
+    queues = set()
+    for workload in workloads.values():
+        status = kueue.queue_status({}, workload)
+        if kueue.waits_in_queue(status):
+            meta = workload.get("metadata") or {}
+            queues.add((str(meta.get("namespace") or ""), kueue.workload_view(workload).queue))
+
+    async def read(namespace: str, queue: str) -> dict[tuple[str, str], kueue.PendingPosition]:
+        try:
+            summary = await client.get_subresource(
+                PENDING_IN_LOCAL_QUEUES, namespace, queue, "pendingworkloads"
+            )
+        except KubeError:
+            return {}
+        return {(namespace, name): place for name, place in kueue.pending_positions(summary).items()}
+
+    found: dict[tuple[str, str], kueue.PendingPosition] = {}
+    for part in await asyncio.gather(*(read(ns, q) for ns, q in sorted(queues) if ns and q)):
+        found.update(part)
+    return found
+
+
 async def read_policy(client: KubeClient, target: Target) -> tuple[quota.QuotaPolicy | None, str | None]:
     """The quota policy, or ``None`` with the reason (not configured, missing, invalid)."""
     if not target.quota_configmap:
@@ -162,6 +191,7 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
         asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
     )
     jobs = _joined(await asyncio.gather(*(read_jobs(client, ns) for ns in spaces)))
+    by_uid = kueue.by_job_uid(_joined([found for found, _ in workloads]))
     return ClusterState(
         jobs=tuple(jobs),
         pods=tuple(_joined(pods)),
@@ -170,8 +200,9 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
         policy=policy,
         policy_problem=problem,
         ledgers=ledgers,
-        workloads=kueue.by_job_uid(_joined([found for found, _ in workloads])),
+        workloads=by_uid,
         workloads_problem=next((why for _, why in workloads if why), None),
+        kueue_positions=await _kueue_positions(client, by_uid),
     )
 
 

@@ -61,6 +61,10 @@ EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 # Kueue's Workloads (kubernetes-sigs/kueue v0.19.2, apis/kueue/v1beta2): served only where Kueue runs.
 WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+# Kueue's visibility API (v0.19.2 apis/visibility/v1beta2, pkg/visibility): a LocalQueue's pending
+# Workloads and their positions, through the subresource ``pendingworkloads``. Served where Kueue's
+# visibility server runs (its APIService), which clusters may leave out.
+PENDING_IN_LOCAL_QUEUES = Resource("visibility.kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
 
 
 class KubeError(Exception):
@@ -493,6 +497,9 @@ class KubeClient:
 
     async def get(self, resource: Resource, namespace: str, name: str) -> dict:
         return await self._request("GET", resource.path(namespace, name))
+
+    async def get_subresource(self, resource: Resource, namespace: str, name: str, sub: str) -> dict:
+        return await self._request("GET", resource.path(namespace, name, sub))
 
     async def get_or_none(self, resource: Resource, namespace: str, name: str) -> dict | None:
         try:

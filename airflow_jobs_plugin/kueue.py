@@ -106,6 +106,56 @@ class KueueStatus:
 
     reason: str  # PENDING / INADMISSIBLE / REQUEUED / RESERVED
     message: str
+    position: int | None = None  # 1-based, in its ClusterQueue, where the visibility API told it
+
+
+@dataclass(frozen=True)
+class PendingPosition:
+    """Where a pending Workload stands, as Kueue's visibility API says (its positions count from 0)."""
+
+    cluster_queue: int
+    local_queue: int
+
+
+def pending_positions(summary: Mapping[str, Any]) -> dict[str, PendingPosition]:
+    """The positions in a ``PendingWorkloadsSummary`` (kubernetes-sigs/kueue v0.19.2
+    ``apis/visibility/v1beta2/types.go``), by Workload name; entries without both positions are skipped."""
+    out: dict[str, PendingPosition] = {}
+    for item in summary.get("items") or ():
+        name = (item.get("metadata") or {}).get("name")
+        in_cq, in_lq = item.get("positionInClusterQueue"), item.get("positionInLocalQueue")
+        if name and isinstance(in_cq, int) and isinstance(in_lq, int):
+            out[name] = PendingPosition(in_cq, in_lq)
+    return out
+
+
+def waits_in_queue(status: KueueStatus) -> bool:
+    """Whether the job waits in Kueue's queue, where the visibility API can tell its position."""
+    return status.reason in (PENDING, INADMISSIBLE, REQUEUED)
+
+
+def workload_name(workload: Mapping[str, Any] | None) -> str | None:
+    return ((workload or {}).get("metadata") or {}).get("name") or None
+
+
+def with_position(status: KueueStatus, position: PendingPosition | None, queue: str) -> KueueStatus:
+    """``status`` with the Workload's position: the job's queue position is its place in the ClusterQueue
+    (the order Kueue admits in, as the pool's position is in its group); the message adds its place
+    among its own LocalQueue's."""
+    if position is None or not waits_in_queue(status):
+        return status
+    place = f"{_ordinal(position.local_queue + 1)} in LocalQueue {queue}"
+    plain = f" (LocalQueue {queue})"
+    if status.message.endswith(plain):
+        message = f"{status.message[: -len(plain)]} ({place})"
+    else:
+        message = f"{status.message}; {place}"
+    return KueueStatus(status.reason, message, position.cluster_queue + 1)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def no_api_status(job: Mapping[str, Any]) -> KueueStatus:

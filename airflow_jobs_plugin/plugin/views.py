@@ -74,6 +74,8 @@ class ClusterState:
     # be read, if they could not.
     workloads: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     workloads_problem: str | None = None
+    # Where Kueue's visibility API answered: the pending Workloads' positions by (namespace, name).
+    kueue_positions: Mapping[tuple[str, str], kueue.PendingPosition] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def owners(self) -> OwnerIndex:
@@ -465,8 +467,13 @@ def _kueue_queue_status(state: ClusterState, job: Mapping[str, Any], uid: str) -
         return QueueStatus(
             kueue.PENDING, None, f"Kueue: waiting in LocalQueue {name}; {state.workloads_problem}"
         )
-    status = kueue.queue_status(job, state.workloads.get(uid))
-    return QueueStatus(status.reason, None, status.message)
+    workload = state.workloads.get(uid)
+    status = kueue.queue_status(job, workload)
+    if workload is not None:
+        view = kueue.workload_view(workload)
+        namespace = str((workload.get("metadata") or {}).get("namespace") or "")
+        status = kueue.with_position(status, state.kueue_positions.get((namespace, view.name)), view.queue)
+    return QueueStatus(status.reason, status.position, status.message)
 
 
 def job_row(

@@ -32,6 +32,9 @@ from .patch import apply_patch
 from .selectors import Selector, make_selector
 from .store import Store
 
+# Kueue's visibility API (an aggregated API of Kueue's, not a CRD): served where the Kueue add-on is.
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+
 log = logging.getLogger(__name__)
 
 VERSION_INFO = {
@@ -484,6 +487,8 @@ class ApiServer:
         }.get(method, "unknown")
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info.get("group") == VISIBILITY_GROUP and "kueue" in self._addons:
+            return self._pending_workloads(request)
         rtype, namespace, name, sub = self._route(request)
         query = request.query
         verb = self._verb(request.method, name, query)
@@ -679,6 +684,108 @@ class ApiServer:
             raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
 
     # -- list / table
+    def _pending_workloads(self, request: web.Request) -> web.Response:
+        """Kueue's visibility API (kubernetes-sigs/kueue v0.19.2, ``apis/visibility/v1beta2/types.go`` and
+        ``pkg/visibility/storage/pending_workloads_{lq,cq}.go``), an aggregated API Kueue serves beside
+        its CRDs: GET ``.../namespaces/<ns>/localqueues/<name>/pendingworkloads`` and
+        ``.../clusterqueues/<name>/pendingworkloads``, with ``limit`` (default 1000, at most 100000) and
+        ``offset``. Positions count from 0: in the ClusterQueue over all its pending Workloads, in the
+        LocalQueue over that queue's. An unknown LocalQueue is 404; a LocalQueue whose ClusterQueue does
+        not exist lists nothing; an unknown ClusterQueue is 404."""
+        version = request.match_info.get("version", "")
+        parts = [p for p in request.match_info["tail"].split("/") if p]
+        namespace = None
+        if len(parts) == 5 and parts[0] == "namespaces" and parts[2] == "localqueues":
+            namespace, parts = parts[1], parts[2:]
+        if (
+            version not in ("v1beta1", "v1beta2")
+            or len(parts) != 3
+            or parts[2] != "pendingworkloads"
+            or parts[0] not in ("localqueues", "clusterqueues")
+            or (parts[0] == "localqueues") != (namespace is not None)
+        ):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        plural, name = parts[0], parts[1]
+        rtype = ResourceType(
+            plural,
+            plural[:-1],
+            "LocalQueue" if namespace else "ClusterQueue",
+            VISIBILITY_GROUP,
+            version,
+            namespaced=namespace is not None,
+            subresources=("pendingworkloads",),
+            verbs=("get",),
+        )
+        counted = f"{plural}/pendingworkloads"
+        self.counters[("get", counted)] += 1
+        injected = self.faults.error_for("get", counted)
+        if injected is not None:
+            return _error_response(injected, self.faults.retry_after("get", counted))
+        if self.config.rbac:
+            attributes = rbac.Request(
+                "get", VISIBILITY_GROUP, plural, "pendingworkloads", namespace or "", name
+            )
+            self._authorize(request, attributes, rtype)
+        if request.method != "GET":
+            raise errors.method_not_allowed()
+        try:
+            limit = int(request.query.get("limit") or 1000)
+            offset = int(request.query.get("offset") or 0)
+        except ValueError as exc:
+            raise errors.bad_request(f"limit and offset must be integers: {exc}") from exc
+        limit, offset = min(max(limit, 0), 100_000), max(offset, 0)
+        kueue = getattr(self._controllers(), "kueue", None)
+        if namespace is not None:
+            found = self.store.list("localqueues", namespace, field_selector=f"metadata.name={name}")
+            if not found or kueue is None:
+                raise errors.not_found(f"localqueue.{VISIBILITY_GROUP}", name)
+            cluster_queue = (found[0].get("spec") or {}).get("clusterQueue") or ""
+            pending = kueue.pending_workloads(cluster_queue) or []
+            mine = [
+                (index, wl)
+                for index, wl in enumerate(pending)
+                if wl["metadata"]["namespace"] == namespace
+                and (wl.get("spec") or {}).get("queueName") == name
+            ]
+            chosen = [(index, offset + i, wl) for i, (index, wl) in enumerate(mine[offset : offset + limit])]
+        else:
+            pending = kueue.pending_workloads(name) if kueue is not None else None
+            if pending is None:
+                raise errors.not_found(f"clusterqueue.{VISIBILITY_GROUP}", name)
+            seen: Counter[tuple[str, str]] = Counter()
+            chosen = []
+            for index, wl in enumerate(pending[: offset + limit]):
+                queue = (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName") or "")
+                if index >= offset:
+                    chosen.append((index, seen[queue], wl))
+                seen[queue] += 1
+        items = [
+            {
+                "metadata": {
+                    "name": wl["metadata"]["name"],
+                    "namespace": wl["metadata"]["namespace"],
+                    "creationTimestamp": wl["metadata"].get("creationTimestamp"),
+                    "ownerReferences": [
+                        {k: ref[k] for k in ("apiVersion", "kind", "name", "uid") if k in ref}
+                        for ref in wl["metadata"].get("ownerReferences") or ()
+                    ],
+                },
+                "priority": int((wl.get("spec") or {}).get("priority", 0)),
+                "localQueueName": (wl.get("spec") or {}).get("queueName") or "",
+                "positionInClusterQueue": in_cluster_queue,
+                "positionInLocalQueue": in_local_queue,
+            }
+            for in_cluster_queue, in_local_queue, wl in chosen
+        ]
+        return _json(
+            {
+                "kind": "PendingWorkloadsSummary",
+                "apiVersion": f"{VISIBILITY_GROUP}/{version}",
+                "metadata": {"creationTimestamp": None},
+                "items": items,
+            }
+        )
+
     def _list(self, request: web.Request, rtype: ResourceType, namespace: str | None) -> web.Response:
         query = request.query
         items, rv = self.store.list_with_rv(

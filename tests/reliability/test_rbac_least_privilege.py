@@ -387,3 +387,133 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
                 await shared.shutdown()
 
         asyncio.run(triggerer_and_api_server())
+
+
+@pytest.mark.slow
+def test_on_a_kueue_cluster_the_kueue_roles_let_each_component_read_what_kueue_says(monkeypatch, tmp_path):
+    """rbac-kueue.yaml beside rbac.yaml, enforced on a simulated cluster that runs Kueue: a worker submits
+    to a LocalQueue, the triggerer follows Kueue's Workloads and reads the waiting job's position from
+    Kueue's visibility API, the api-server shows both; the worker may read neither."""
+    from airflow_jobs_plugin.kube import PENDING_IN_LOCAL_QUEUES, WORKLOADS, KubeError
+    from airflow_jobs_plugin.plugin.views import overview
+    from airflow_jobs_plugin.sim.config import Identity, KueueConfig
+    from airflow_jobs_plugin.sim.kubeconfig import write_kubeconfig
+
+    identities = tuple(
+        Identity.service_account("airflow", account, f"{component}-token")
+        for component, account in COMPONENTS.items()
+    )
+    config = ClusterConfig(
+        nodes=2,
+        gpus_per_node=8,
+        time_scale=0.01,
+        token="admin",
+        rbac=True,
+        identities=identities,
+        kueue=KueueConfig(),
+    )
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__QUOTA_CONFIGMAP", "")
+    with SimCluster(config) as cluster:
+        if not cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}"):
+            cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+        apply_shipped(cluster, ROLE, NAMESPACE)
+        apply_shipped(cluster, ROLE.parent / "rbac-kueue.yaml", NAMESPACE)
+        apply_shipped(cluster, POLICY, NAMESPACE)
+        gpu = "nvidia.com/gpu"
+        cluster.store.create("resourceflavors", {"metadata": {"name": "default-flavor"}})
+        flavors = [{"name": "default-flavor", "resources": [{"name": gpu, "nominalQuota": 4}]}]
+        cluster.store.create(
+            "clusterqueues",
+            {
+                "metadata": {"name": "team"},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [{"coveredResources": [gpu], "flavors": flavors}],
+                },
+            },
+        )
+        cluster.store.create(
+            "localqueues", {"metadata": {"name": "team"}, "spec": {"clusterQueue": "team"}}, NAMESPACE
+        )
+        kubeconfigs = {
+            c: write_kubeconfig(str(tmp_path / f"{c}.yaml"), cluster.url, f"{c}-token") for c in COMPONENTS
+        }
+
+        def run_as(component: str) -> None:
+            monkeypatch.setenv(
+                "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+                json.dumps(
+                    {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfigs[component]}}
+                ),
+            )
+
+        common = {"image": "t:1", "group": "vision", "gpus": 4, "namespace": NAMESPACE, "kueue_queue": "team"}
+        run_as("worker")
+        first, _ = deferred(
+            JobOperator(
+                task_id="first", job_annotations={SCENARIO: json.dumps({"main": {"run": 300}})}, **common
+            ),
+            "rbac_kueue_first",
+        )
+        second, _ = deferred(
+            JobOperator(
+                task_id="second", job_annotations={SCENARIO: json.dumps({"main": {"run": 1}})}, **common
+            ),
+            "rbac_kueue_second",
+        )
+
+        async def beyond_the_workers_role() -> list[int]:
+            client = await KubeClient.from_connection()
+            codes = []
+            try:
+                for call in (
+                    lambda: client.list(WORKLOADS, NAMESPACE),
+                    lambda: client.get_subresource(
+                        PENDING_IN_LOCAL_QUEUES, NAMESPACE, "team", "pendingworkloads"
+                    ),
+                ):
+                    with pytest.raises(KubeError) as info:
+                        await call()
+                    codes.append(info.value.status)
+            finally:
+                await client.close()
+            return codes
+
+        assert asyncio.run(beyond_the_workers_role()) == [403, 403]
+
+        async def triggerer_and_api_server() -> None:
+            try:
+                run_as("triggerer")
+                following = [asyncio.ensure_future(collect(d.trigger, timeout=90)) for d in (first, second)]
+                client = await KubeClient.from_connection()
+                try:
+                    # The second waits behind the first: Kueue's visibility API tells the triggerer where.
+                    for _ in range(300):
+                        found = await client.get_subresource(
+                            PENDING_IN_LOCAL_QUEUES, NAMESPACE, "team", "pendingworkloads"
+                        )
+                        if found["items"]:
+                            break
+                        await asyncio.sleep(0.1)
+                    assert found["items"][0]["positionInClusterQueue"] == 0, found
+                finally:
+                    await client.close()
+                run_as("api-server")
+                client = await KubeClient.from_connection()
+                try:
+                    state = await inspect.read_cluster(client, inspect.Target(namespace=NAMESPACE))
+                    assert state.workloads_problem is None
+                    rows = {r.name: r for r in overview(state).jobs}
+                    waiting = rows[second.trigger.job_name]
+                    assert (waiting.state, waiting.queue_position) == ("QUEUED", 1), waiting
+                    assert "1st in LocalQueue team" in waiting.message, waiting.message
+                finally:
+                    await client.close()
+                run_as("triggerer")
+                for event in await asyncio.gather(*following):
+                    assert event["status"] == "success", event
+            finally:
+                await admission_shutdown()
+                await shared.shutdown()
+
+        asyncio.run(triggerer_and_api_server())

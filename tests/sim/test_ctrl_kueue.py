@@ -355,3 +355,57 @@ def test_a_finished_job_finishes_its_workload_and_gives_its_quota_back(cluster, 
     assert condition(wl, "Finished")["reason"] == "Succeeded"
     job(cluster, ns, "next", 4)
     wait_for(lambda: running(cluster, ns, "next"))
+
+
+def _visibility(cluster, path: str) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{cluster.url}/apis/visibility.kueue.x-k8s.io/v1beta2/{path}") as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_the_visibility_api_lists_pending_workloads_with_their_positions(cluster, ns):
+    """Kueue's visibility API: a LocalQueue's pending Workloads with their positions in its ClusterQueue
+    and in the LocalQueue, from 0, in queue order (priority, then age); a ClusterQueue's across its queues."""
+    cq = f"cq-{ns}"
+    cluster_queue(cluster, cq, 4, strategy="StrictFIFO")
+    local_queue(cluster, ns, "team", cq)
+    local_queue(cluster, ns, "other", cq)
+    job(cluster, ns, "holder", 4, run=6000.0)
+    wait_for(lambda: running(cluster, ns, "holder"))
+    for name, queue in (("a", "team"), ("b", "other"), ("c", "team")):
+        job(cluster, ns, name, 2, queue=queue)
+        wait_for(lambda name=name: workload(cluster, ns, name))  # behind a StrictFIFO head: no condition
+
+    def listed(path: str) -> list[tuple[str, str, int, int]]:
+        code, body = _visibility(cluster, path)
+        assert code == 200 and body["kind"] == "PendingWorkloadsSummary", body
+        return [
+            (
+                i["metadata"]["ownerReferences"][0]["name"],
+                i["localQueueName"],
+                i["positionInClusterQueue"],
+                i["positionInLocalQueue"],
+            )
+            for i in body["items"]
+        ]
+
+    assert listed(f"namespaces/{ns}/localqueues/team/pendingworkloads") == [
+        ("a", "team", 0, 0),
+        ("c", "team", 2, 1),
+    ]
+    assert listed(f"namespaces/{ns}/localqueues/other/pendingworkloads") == [("b", "other", 1, 0)]
+    assert listed(f"clusterqueues/{cq}/pendingworkloads") == [
+        ("a", "team", 0, 0),
+        ("b", "other", 1, 0),
+        ("c", "team", 2, 1),
+    ]
+    assert listed(f"clusterqueues/{cq}/pendingworkloads?offset=1&limit=1") == [("b", "other", 1, 0)]
+    code, body = _visibility(cluster, f"namespaces/{ns}/localqueues/nowhere/pendingworkloads")
+    assert code == 404 and body["reason"] == "NotFound"
+    code, _ = _visibility(cluster, "clusterqueues/no-such-cq/pendingworkloads")
+    assert code == 404

@@ -97,6 +97,49 @@ async def test_a_job_kueue_keeps_suspended_is_never_released_and_runs_when_kueue
     assert any(c["type"] == "Finished" and c["status"] == "True" for c in workload["status"]["conditions"])
 
 
+async def test_a_job_waiting_in_kueue_shows_its_position_from_kueues_visibility_api(cluster, client, capsys):
+    make_queue(cluster, "lined", 4)
+    names = []
+    for task, run in (("holder", 1000), ("first", 1000), ("second", 1)):
+        body = job_manifest(task_identity(task), gpus=4, kueue_queue="lined", scenario={"main": {"run": run}})
+        await client.create(JOBS, "default", body)
+        names.append(body["metadata"]["name"])
+        if task == "holder":
+            await until(
+                lambda: cluster.store.get("jobs", names[0], namespace="default")["spec"]["suspend"] is False
+            )
+    holder, first, second = names
+    followers = [asyncio.create_task(_collect(JobTrigger(job_name=n, namespace="default"))) for n in names]
+    try:
+        seen = ""
+
+        def positions_logged() -> bool:
+            nonlocal seen
+            seen += capsys.readouterr().out
+            return any("position 2" in s for s in states(seen, second)) and any(
+                "position 1" in s for s in states(seen, first)
+            )
+
+        await until(positions_logged, timeout=30)
+        (line,) = {s for s in states(seen, second) if "position 2" in s}
+        assert line.startswith("QUEUED: Kueue: couldn't assign flavors"), line
+        assert line.split(" [")[0].endswith("4 more needed (2nd in LocalQueue lined) (position 2)"), line
+        # The holder goes: the first runs, and the second, whose Workload does not change, moves up.
+        await client.delete(JOBS, "default", holder)
+        await until(lambda: cluster.store.get("jobs", first, namespace="default")["spec"]["suspend"] is False)
+
+        def moved_up() -> bool:
+            nonlocal seen
+            seen += capsys.readouterr().out
+            return any("(1st in LocalQueue lined) (position 1)" in s for s in states(seen, second))
+
+        await until(moved_up, timeout=30)
+    finally:
+        for follower in followers:
+            follower.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
+
+
 async def test_a_workload_kueue_preempts_waits_again_and_the_task_succeeds_after_readmission(
     cluster, client, capsys
 ):

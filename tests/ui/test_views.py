@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin import kueue, labels, quota
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.plugin import html, svg, text, views
 from tests.lifecycle.factories import (
@@ -620,3 +621,28 @@ def test_a_finished_run_is_drawn_on_its_own_span_in_the_order_it_lived():
     running = drawing.split('data-state="RUNNING"')[1]
     width = float(running.split('width="')[1].split('"')[0])
     assert width > 300  # most of the 624-pixel bar, not a dot a day wide
+
+
+def test_a_job_waiting_in_kueue_shows_its_position_where_kueues_visibility_api_told_it():
+    waiting = product_job("k", "pan", 4, queued_s=-30, suspend=True)
+    waiting["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-a"
+    pending = {
+        "type": "QuotaReserved",
+        "status": "False",
+        "reason": "Pending",
+        "message": "couldn't assign flavors to pod set main: insufficient quota",
+    }
+    workload = {
+        "metadata": {"name": "job-k-1", "namespace": waiting["metadata"]["namespace"]},
+        "spec": {"queueName": "team-a"},
+        "status": {"conditions": [pending]},
+    }
+    workloads = {waiting["metadata"]["uid"]: workload}
+    ns = waiting["metadata"]["namespace"]
+    unknown = views.ClusterState(jobs=(waiting,), pods=(), events=(), now=NOW, workloads=workloads)
+    (row,) = views.overview(unknown).jobs
+    assert row.queue_position is None
+    told = dataclasses.replace(unknown, kueue_positions={(ns, "job-k-1"): kueue.PendingPosition(4, 1)})
+    (row,) = views.overview(told).jobs
+    assert row.queue_position == 5  # 1-based, in the ClusterQueue: Kueue's admission order
+    assert row.message.endswith("insufficient quota (2nd in LocalQueue team-a) (position 5)")

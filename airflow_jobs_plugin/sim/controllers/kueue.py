@@ -25,9 +25,11 @@ Off by default (``ClusterConfig.kueue``). What it models, each rule from kuberne
 - **waitForPodsReady** (``pkg/controller/core/workload_controller.go``): when configured, an admitted
   Workload whose pods are not all ready within the timeout is evicted (``PodsReadyTimeout``) and requeued
   after ``backoffBaseSeconds * 2^(n-1)``.
+- **The visibility API** (``pkg/visibility/storage``, served by ``sim/server.py``): a LocalQueue's or a
+  ClusterQueue's pending Workloads with their positions, from :meth:`KueueController.pending_workloads`.
 
 Not modelled (said in docs/simulator.md): admission checks, fair sharing, topology-aware scheduling,
-partial admission, ``lendingLimit``, preemption across the cohort, the visibility API.
+partial admission, ``lendingLimit``, preemption across the cohort.
 """
 
 from __future__ import annotations
@@ -367,6 +369,12 @@ def is_evicted(wl: dict) -> bool:
     return condition_true((wl.get("status") or {}).get("conditions"), "Evicted")
 
 
+def queue_order(cand: Candidate) -> tuple[int, datetime]:
+    """A ClusterQueue's queue order: higher priority first, then older first (Kueue's
+    ``pkg/cache/queue/cluster_queue.go`` heap ordering by priority and queue-ordering timestamp)."""
+    return (-cand.priority, cand.created)
+
+
 # ---------------------------------------------------------------------------- the controller
 
 
@@ -655,7 +663,7 @@ class KueueController(Reconciler):
             pending.setdefault(cq_name, []).append((cand, wl))
         for cq_name, entries in pending.items():
             cq = cqs[cq_name]
-            entries.sort(key=lambda e: (-e[0].priority, e[0].created))
+            entries.sort(key=lambda e: queue_order(e[0]))
             for cand, wl in entries:
                 free = self._cohort_free(cq, cqs)
                 flavor, why = assign_flavor(cq, cand.requests, free)
@@ -674,6 +682,41 @@ class KueueController(Reconciler):
                 )
                 if cq.strategy == "StrictFIFO":
                     break
+
+    def pending_workloads(self, cluster_queue: str) -> list[dict] | None:
+        """The ClusterQueue's pending Workloads in queue order, as Kueue's visibility API lists them
+        (``pkg/visibility/storage/pending_workloads_cq.go`` over ``ClusterQueue.Snapshot``: the queued
+        and the inadmissible ones, sorted); ``None`` for a ClusterQueue Kueue does not know. A Workload
+        waiting out its requeue back-off is not in the queue yet, as the scheduler here does not see it."""
+        if not any(cq["metadata"]["name"] == cluster_queue for cq in self.store.list("clusterqueues")):
+            return None
+        now = self.clock.now()
+        targets = {
+            (lq["metadata"]["namespace"], lq["metadata"]["name"])
+            for lq in self.store.list("localqueues")
+            if ((lq.get("spec") or {}).get("clusterQueue") or "") == cluster_queue
+        }
+        entries = []
+        for wl in self.store.list("workloads"):
+            meta, spec = wl["metadata"], wl.get("spec") or {}
+            if is_finished(wl) or has_quota(wl) or not spec.get("active", True):
+                continue
+            if (meta["namespace"], spec.get("queueName", "")) not in targets:
+                continue
+            requeue_at = parse_time(((wl.get("status") or {}).get("requeueState") or {}).get("requeueAt"))
+            if requeue_at is not None and requeue_at > now:
+                continue
+            cand = Candidate(
+                key=key_of(wl),
+                uid=meta["uid"],
+                cluster_queue=cluster_queue,
+                priority=int(spec.get("priority", 0)),
+                created=parse_time(meta.get("creationTimestamp")) or now,
+                requests={},
+            )
+            entries.append((cand, wl))
+        entries.sort(key=lambda e: queue_order(e[0]))
+        return [wl for _, wl in entries]
 
     def _preemption(
         self, cq: QueueView, head: Candidate, admitted: list[Candidate]
