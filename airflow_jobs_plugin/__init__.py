@@ -47,6 +47,7 @@ def get_provider_info() -> dict:
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.triggers"]}],
         "extra-links": ["airflow_jobs_plugin.operators.JobLink"],
         "config": provider_config(),
+        "cli": ["airflow_jobs_plugin.airflow_cli.get_cli_commands"],
         "plugins": [
             {"name": "airflow_jobs", "plugin-class": "airflow_jobs_plugin.plugin.AirflowJobsPlugin"},
         ],
