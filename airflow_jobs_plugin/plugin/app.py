@@ -32,7 +32,9 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagAccessEntity, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_view
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_jobs_plugin import actions, inspect, quota
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
@@ -237,6 +239,59 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await task
 
 
+# What a browser is told for an error of a page (the JSON API keeps FastAPI's {"detail": ...}).
+ERROR_TITLES = {
+    status.HTTP_401_UNAUTHORIZED: "Not signed in",
+    status.HTTP_403_FORBIDDEN: "Not allowed",
+    status.HTTP_404_NOT_FOUND: "Not found",
+    status.HTTP_502_BAD_GATEWAY: "The cluster did not answer",
+}
+
+
+def _wants_page(request: Request) -> bool:
+    """A browser's request for a page: not the JSON API, and HTML asked for by name."""
+    path = request.url.path
+    return "/api/" not in path and "text/html" in request.headers.get("accept", "")
+
+
+def _login_url(request: Request) -> str | None:
+    """Airflow's sign-in page, coming back here after (the auth manager's own URL)."""
+    try:
+        return get_auth_manager().get_url_login(next_url=str(request.url))
+    except Exception:  # an auth manager without a login page: the error page says what to do
+        return None
+
+
+async def _error_response(request: Request, exc: StarletteHTTPException) -> Response:
+    """Errors of pages as pages: 401 sends a browser's GET to Airflow's sign-in page and back, 403 says
+    why, 404 and 502 say what was not found or did not answer. The JSON API, and clients that do not ask
+    for HTML, get FastAPI's JSON as before."""
+    if not _wants_page(request):
+        return await http_exception_handler(request, exc)
+    headers = dict(exc.headers or {})
+    if exc.status_code == status.HTTP_401_UNAUTHORIZED:
+        login = _login_url(request)
+        if login and request.method == "GET":
+            return RedirectResponse(login, status_code=status.HTTP_303_SEE_OTHER)
+        message = "Sign in to Airflow to see GPU jobs" + (f": {login}" if login else ".")
+    elif exc.status_code == status.HTTP_403_FORBIDDEN:
+        why = str(exc.detail or "")
+        message = (
+            "Your Airflow role does not allow this: reading GPU jobs needs access to the GPU Jobs view, and "
+            "cancel, stop and resume need permission to edit the DAG's task instances."
+            if why in ("", "Forbidden")
+            else why
+        )
+    else:
+        message = str(exc.detail or ERROR_TITLES.get(exc.status_code, "Error"))
+    title = ERROR_TITLES.get(exc.status_code, f"Error {exc.status_code}")
+    return HTMLResponse(
+        html.message_page(title, message, base=_base(request), refresh=None),
+        status_code=exc.status_code,
+        headers={k: v for k, v in headers.items() if k.lower() != "content-length"},
+    )
+
+
 def create_app() -> FastAPI:
     """The app the plugin mounts at :data:`URL_PREFIX`."""
     app = FastAPI(
@@ -246,6 +301,8 @@ def create_app() -> FastAPI:
         redoc_url=None,
         lifespan=lifespan,
     )
+
+    app.add_exception_handler(StarletteHTTPException, _error_response)  # type: ignore[arg-type]
 
     cache: BuildCache[tuple[views.ClusterState, views.Overview]] = BuildCache()
     app.state.cluster_cache = cache

@@ -19,7 +19,9 @@ def tokens(api_server):
 
 def get(api_server, path: str, token: str | None = None, **kw) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.get(f"{api_server.url}{path}", headers=headers, timeout=30, **kw)
+    return httpx.get(
+        f"{api_server.url}{path}", headers={**headers, **kw.pop("headers", {})}, timeout=30, **kw
+    )
 
 
 def post(api_server, path: str, token: str | None = None, **kw) -> httpx.Response:
@@ -235,3 +237,26 @@ def test_a_same_origin_form_post_with_the_cookie_acts_and_comes_back_with_its_an
     assert location.startswith(f"{PREFIX}/jobs/default/{name}?notice=")
     page = get(api_server, location, cookies={"_token": tokens["admin"]})
     assert f"job/{name} is not stopped (admitted and holds its GPUs): nothing to resume" in page.text
+
+
+HTML = {"Accept": "text/html,application/xhtml+xml"}
+
+
+def test_a_browser_not_signed_in_is_sent_to_airflows_sign_in_page_and_back(api_server, population):
+    path = f"{PREFIX}/jobs/default/{population.names['runner']}"
+    response = get(api_server, path, headers=HTML, follow_redirects=False)
+    assert response.status_code == 303
+    location = response.headers["location"]
+    assert "/auth/" in location and "login" in location, location
+    assert "next=" in location and population.names["runner"] in httpx.URL(location).params["next"]
+    # The JSON API, and clients that do not ask for HTML, keep FastAPI's JSON.
+    assert get(api_server, f"{PREFIX}/api/overview", headers=HTML).json() == {"detail": "Not authenticated"}
+
+
+def test_page_errors_are_pages_not_json(api_server, tokens):
+    missing = get(api_server, f"{PREFIX}/no/such/page", tokens["viewer"], headers=HTML)
+    assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+    assert "Not found" in missing.text
+    refused = get(api_server, f"{PREFIX}/", "not-a-jwt", headers=HTML)
+    assert refused.status_code == 403 and refused.headers["content-type"].startswith("text/html")
+    assert "Not allowed" in refused.text
