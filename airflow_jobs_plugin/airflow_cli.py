@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 GROUP = "gpu-jobs"
 # The simulator is a development tool of its own; in Airflow's CLI only the commands on the cluster.
-COMMANDS = ("status", "describe", "logs", "cancel", "stop", "resume")
+COMMANDS = ("status", "nodes", "describe", "logs", "cancel", "stop", "resume")
 
 
 def _arg(action: argparse.Action) -> Arg:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 
@@ -166,6 +167,14 @@ def _add_inspect_commands(subparsers: argparse._SubParsersAction) -> None:
     shown.add_argument("--limit", type=int, default=None, help="jobs to show (default 100, at most 1000)")
     shown.add_argument("--offset", type=int, default=None, help="jobs to skip first")
     status.set_defaults(handler=_run_status)
+
+    nodes = subparsers.add_parser(
+        "nodes",
+        help="GPUs per node, used and free, and the jobs holding them",
+        description="Show every node with GPUs: how many it offers, hold and has free, and which jobs hold them.",
+    )
+    _cluster_arguments(nodes, many_namespaces=True)
+    nodes.set_defaults(handler=_run_nodes)
 
     describe = subparsers.add_parser(
         "describe",
@@ -377,6 +386,24 @@ def _run_status(args: argparse.Namespace) -> int:
                 f"\njobs {first}-{page.offset + len(page.rows)} of {page.total} shown "
                 "(--limit, --offset, --state, --group, --user, --dag choose others)"
             )
+        return 0
+
+    return _with_client(args, work)
+
+
+def _run_nodes(args: argparse.Namespace) -> int:
+    from airflow_jobs_plugin.inspect import read_nodes
+    from airflow_jobs_plugin.plugin.text import nodes_text
+
+    _status_namespaces(args)
+
+    async def work(client) -> int:
+        target = dataclasses.replace(_target(args), also=args.also_namespaces)
+        view = await read_nodes(client, target)
+        if args.json:
+            _print_json(view)
+        else:
+            print(nodes_text(view))
         return 0
 
     return _with_client(args, work)

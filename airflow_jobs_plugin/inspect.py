@@ -30,6 +30,7 @@ from airflow_jobs_plugin.kube import (
     KubeError,
     Resource,
 )
+from airflow_jobs_plugin.plugin import nodes as node_view
 from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets
 from airflow_jobs_plugin.quota.ledger import is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
@@ -139,6 +140,37 @@ async def _kueue_positions(
     for part in await asyncio.gather(*(read(ns, q) for ns, q in sorted(queues) if ns and q)):
         found.update(part)
     return found
+
+
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+# Pods that may hold GPUs: the scheduler frees a pod's resources when it ends.
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+async def read_nodes(client: KubeClient, target: Target) -> node_view.NodeView:
+    """The node view: every node with GPUs and the live pods of every namespace holding them.
+
+    Without ``list`` on pods cluster-wide (the api-server's ClusterRole in helm-values/rbac.yaml grants
+    it) only the pods of ``target``'s namespaces are counted, and the view says so: other workloads'
+    GPUs then read as free."""
+    try:
+        nodes = (await client.list(NODES, "")).get("items") or []
+    except KubeError as exc:
+        return node_view.NodeView((), 0, 0, 0, f"the cluster's nodes cannot be read: {exc}")
+    problem = None
+    try:
+        pods = (await client.list(PODS, "", field_selector=LIVE_PODS)).get("items") or []
+    except KubeError as exc:
+        if exc.status != 403:
+            raise
+        pods = _joined(
+            await asyncio.gather(*(_items(client, PODS, ns, MANAGED_SELECTOR) for ns in target.namespaces))
+        )
+        problem = (
+            f"pods outside {', '.join(target.namespaces)} cannot be read ({exc.message}): only GPU jobs "
+            "of those namespaces are counted"
+        )
+    return node_view.node_view(nodes, pods, problem)
 
 
 async def read_policy(client: KubeClient, target: Target) -> tuple[quota.QuotaPolicy | None, str | None]:

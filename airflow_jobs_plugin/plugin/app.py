@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from airflow_jobs_plugin import actions, inspect, quota
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 
-from . import html, listing, origin, sweep, views
+from . import html, listing, nodes, origin, sweep, views
 from .state_cache import BuildCache
 
 URL_PREFIX = "/airflow-jobs"
@@ -454,6 +454,19 @@ def create_app() -> FastAPI:
         return JSONResponse(views.plain(await act(settings, user, namespace, name, "resume")))
 
     # --- pages ---
+
+    async def nodes_of(settings: Settings, user: Any) -> nodes.NodeView:
+        view = await _with_cluster(settings, lambda c: inspect.read_nodes(c, settings.target()))
+        return await asyncio.to_thread(nodes.for_reader, view, lambda dag_id: _may(user, "GET", dag_id))
+
+    @app.get("/api/nodes", dependencies=[ReadAccess])
+    async def api_nodes(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
+        """Every node with GPUs: allocatable, used, free, and the jobs holding them."""
+        return JSONResponse(views.plain(await nodes_of(settings, user)))
+
+    @app.get("/nodes", response_class=HTMLResponse, dependencies=[ReadAccess])
+    async def nodes_page(request: Request, settings: SettingsDep, user: GetUserDep) -> HTMLResponse:
+        return HTMLResponse(html.nodes_page(await nodes_of(settings, user), base=_base(request)))
 
     @app.get("/", response_class=HTMLResponse, dependencies=[ReadAccess])
     async def overview_page(

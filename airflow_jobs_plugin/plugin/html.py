@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from . import svg
+from . import svg, views
+from .nodes import HIDDEN, NodeView
 from .views import PREFIX, JobDetail, JobRow, Overview
 
 REFRESH_SECONDS = 5
@@ -116,6 +117,7 @@ def page(title: str, body: str, *, base: str = "", refresh: int | None = REFRESH
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f'<header><h1>{_e(title)}</h1><a href="{_e(base + PREFIX)}/">GPU Jobs overview</a>'
+        f'<a href="{_e(base + PREFIX)}/nodes">Nodes</a>'
         f'<a href="{_e(base + PREFIX)}/api/overview">JSON</a></header>'
         f"<main>{body}</main>{script}</body></html>"
     )
@@ -228,6 +230,40 @@ def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "") -> str:
         + jobs_section(ov, base)
     )
     return page("GPU Jobs", body, base=base)
+
+
+def nodes_page(view: NodeView, *, base: str = "") -> str:
+    """The node view: a line per node (GPUs, used, free) and one per job holding GPUs on it."""
+    rows = []
+    for node in view.nodes:
+        state = ("Ready" if node.ready else "NotReady") + ("" if node.schedulable else ", SchedulingDisabled")
+        rows.append(
+            f'<tr class="node" data-node="{_e(node.name)}"><td><b>{_e(node.name)}</b></td><td>{_e(state)}</td>'
+            f"{_num(node.gpus)}{_num(node.used)}{_num(node.free)}<td></td><td></td><td></td></tr>"
+        )
+        for h in node.holders:
+            job = (
+                f'<a href="{_e(base + views.job_url(h.namespace, h.job))}">{_e(h.job)}</a>'
+                if h.product and h.job != HIDDEN
+                else _e(h.job)
+                + ("" if h.product else ' <span class="msg">(not a GPU job of this product)</span>')
+            )
+            rows.append(
+                f'<tr class="holder" data-node="{_e(node.name)}" data-job="{_e(h.job)}"><td></td><td></td><td></td>'
+                f"{_num(h.gpus)}<td></td><td>{_e(h.namespace)}/{job}</td><td>{_e(h.user or '')}</td>"
+                f"<td>{_e(h.group or '')}</td></tr>"
+            )
+    problem = f'<div class="problem">{_e(view.problem)}</div>' if view.problem else ""
+    summary = (
+        f'<p class="msg" id="totals">{view.used} of {view.gpus} GPUs in use, {view.free} free, '
+        f"on {len(view.nodes)} nodes</p>"
+    )
+    head = (
+        "<tr><th>node</th><th>status</th><th class=num>GPUs</th><th class=num>used</th><th class=num>free</th>"
+        "<th>job</th><th>user</th><th>group</th></tr>"
+    )
+    table = f"<table>{head}{''.join(rows)}</table>" if rows else '<p class="msg">no node offers GPUs</p>'
+    return page("GPU nodes", f'{problem}<section id="nodes">{summary}{table}</section>', base=base)
 
 
 _CONFIRM = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .nodes import NodeView
 from .views import JobDetail, JobRow, Overview
 
 NONE = "<none>"
@@ -182,3 +183,30 @@ def describe_text(d: JobDetail) -> str:
 
 def _indent(text: str) -> str:
     return "\n".join(f"  {line}" for line in text.splitlines())
+
+
+def nodes_text(view: NodeView) -> str:
+    """The node view: a line per node, then one per job holding GPUs on it (``mcli util``'s layout)."""
+    rows: list[list[object]] = []
+    for node in view.nodes:
+        state = "Ready" if node.ready else "NotReady"
+        if not node.schedulable:
+            state += ",SchedulingDisabled"
+        rows.append([node.name, state, node.gpus, node.used, node.free, "", "", ""])
+        for holder in node.holders:
+            who = (
+                f"{holder.namespace}/{holder.job}"
+                if holder.product
+                else f"{holder.namespace}/{holder.job} (not a GPU job of this product)"
+            )
+            rows.append(["", "", "", holder.gpus, "", who, holder.user or "", holder.group or ""])
+    out = [
+        table(["node", "status", "gpus", "used", "free", "job", "user", "group"], rows)
+        if rows
+        else "no node offers GPUs",
+        "",
+        f"{view.used} of {view.gpus} GPUs in use, {view.free} free, on {len(view.nodes)} nodes",
+    ]
+    if view.problem:
+        out.append(f"note: {view.problem}")
+    return "\n".join(out)

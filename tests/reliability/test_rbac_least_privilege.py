@@ -213,6 +213,7 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
                         break
                     await inspect.cancel(client, target, live.trigger.job_name, by="admin")
                     await client.get(CONFIGMAPS, "default", "policy")
+                    assert (await inspect.read_nodes(client, target)).gpus == 16  # the node view
                 finally:
                     await client.close()
                 charge("api-server")
@@ -375,6 +376,9 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
                     assert job is not None
                     await inspect.cancel(client, target, live.trigger.job_name, by="admin")
                     assert await client.get_or_none(JOBS, NAMESPACE, live.trigger.job_name) is None
+                    # The node view: the nodes are granted, the pods of other namespaces are not.
+                    nodes = await inspect.read_nodes(client, target)
+                    assert nodes.gpus == 16 and "pods outside airflow cannot be read" in (nodes.problem or "")
                     with pytest.raises(KubeError) as info:
                         await client.merge_patch(
                             CONFIGMAPS, NAMESPACE, "airflow-jobs-quota-policy", {"data": {"policy.yaml": "x"}}

@@ -260,3 +260,12 @@ def test_page_errors_are_pages_not_json(api_server, tokens):
     refused = get(api_server, f"{PREFIX}/", "not-a-jwt", headers=HTML)
     assert refused.status_code == 403 and refused.headers["content-type"].startswith("text/html")
     assert "Not allowed" in refused.text
+
+
+def test_the_node_view_as_json_and_as_a_page(api_server, population, tokens):
+    body = get(api_server, f"{PREFIX}/api/nodes", tokens["viewer"]).json()
+    assert body["gpus"] == 16 and body["used"] + body["free"] == 16
+    assert population.names["runner"] in {h["job"] for n in body["nodes"] for h in n["holders"]}
+    page = get(api_server, f"{PREFIX}/nodes", tokens["viewer"])
+    assert page.status_code == 200 and 'id="nodes"' in page.text
+    assert get(api_server, f"{PREFIX}/api/nodes").status_code == 401
