@@ -123,6 +123,23 @@ def test_pages_in_a_real_browser(api_server, population, tmp_path):
             )
             await browser.screenshot(ARTIFACTS / "ui-in-airflow.png")
 
+            # The node view, reached by its link inside Airflow's frame.
+            inside = "document.querySelector('iframe[title=\"GPU Jobs\"]').contentDocument"
+            await browser.evaluate(f"{inside}.querySelector('header a[href$=\"/nodes\"]').click()")
+            await browser.wait_for(
+                f"(() => {{ const d = {inside}; return !!(d && d.querySelector('#totals')); }})()", timeout=30
+            )
+            nodes = await browser.evaluate(
+                f"(() => {{ const d = {inside}; return {{"
+                "totals: d.querySelector('#totals').textContent,"
+                "nodes: [...d.querySelectorAll('tr.node')].map(r => r.dataset.node),"
+                "holders: [...d.querySelectorAll('tr.holder')].map(r => r.dataset.job)}; })()"
+            )
+            assert nodes["totals"].split(" GPUs in use")[0].endswith(" of 16"), nodes["totals"]
+            assert nodes["totals"].endswith(" free, on 2 nodes"), nodes["totals"]
+            assert len(nodes["nodes"]) == 2 and names["runner"] in nodes["holders"]
+            await browser.screenshot(ARTIFACTS / "ui-nodes-in-airflow.png")
+
     asyncio.run(scenario())
     assert (ARTIFACTS / "ui-overview.png").stat().st_size > 10_000
 
