@@ -203,6 +203,49 @@ def attempt_record(job: Mapping[str, Any], snapshot: JobSnapshot) -> AttemptReco
     )
 
 
+# States of an admitted job (quota reserved or held, pods being placed or running): a return to the queue
+# from one of them interrupted a run (a preemption by Kueue or the pool, a requeue of pods that could not
+# be scheduled, an eviction requeued, a user's stop).
+STARTED = frozenset(
+    {JobState.SCHEDULING, JobState.STARTING, JobState.RUNNING, JobState.DEGRADED, JobState.RETRYING}
+)
+
+
+def interrupted_run(
+    job: Mapping[str, Any],
+    ran: JobSnapshot | None,
+    before: JobSnapshot | None,
+    now_seen: JobSnapshot,
+    now: datetime,
+) -> AttemptRecord | None:
+    """The record of a run that ``now_seen`` shows interrupted, or ``None``.
+
+    A job last seen admitted or running (``ran``) that waits again, queued or stopped by a user, was
+    interrupted. So was one that comes back to the queue as Requeued when the look before (``before``)
+    did not say so: a preemption can take a job from its queue and back within one wait of the trigger,
+    and the Requeued reason alone says it had been admitted. A record carries what ``ran`` knew (start,
+    exit codes, GPU-seconds) when there is one."""
+    if now_seen.state not in (JobState.QUEUED, JobState.STOPPED):
+        return None
+    newly_requeued = now_seen.reason is Reason.REQUEUED and not (
+        before is not None and before.state is JobState.QUEUED and before.reason is Reason.REQUEUED
+    )
+    if ran is None and not newly_requeued:
+        return None
+    last = ran or now_seen
+    return AttemptRecord(
+        attempt=attempts.attempt_of(job),
+        job_name=str((job.get("metadata") or {}).get("name") or ""),
+        state="STOPPED" if now_seen.state is JobState.STOPPED else "REQUEUED",
+        reason=_reason(now_seen),
+        exit_codes=exit_codes(ran) if ran is not None else {},
+        queued_at=_iso(last.queued_at),
+        started_at=_iso(ran.started_at) if ran is not None else None,
+        finished_at=_iso(now),
+        gpu_seconds=ran.gpu_seconds if ran is not None else 0.0,
+    )
+
+
 def final_event(
     snapshot: JobSnapshot,
     failure: Failure | None,

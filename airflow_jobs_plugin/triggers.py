@@ -240,6 +240,8 @@ class _Follow:
         self._new_attempt()
 
     def _new_attempt(self) -> None:
+        self.ran: JobSnapshot | None = None  # the job's last look while admitted, until a run ends
+        self.looked: JobSnapshot | None = None  # the job's previous look
         self.seen: tuple | None = None
         self.final_read = False
         self.final_events: list[dict] = []  # read with the final look: what outlives a disrupted pod
@@ -282,6 +284,7 @@ class _Follow:
         queue, reservation = await self._admit(job)
         snap = snapshot(job, pods, self.final_events, queue=queue, reservation=reservation, now=_now())
         snap, annotations = tracking.who_cancelled(snap, job["metadata"].get("annotations") or {}, now=_now())
+        self._note_interrupted_run(job, snap)
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
         attempt = attempts.attempt_of(job)
         decision = tracking.decide(
@@ -313,6 +316,18 @@ class _Follow:
             await self._start_next_attempt(job, snap, attempt, decision.delay)
             return None
         return await self._finish(snap, failure, decision.retryable, annotations, job_result(pods))
+
+    def _note_interrupted_run(self, job: dict, snap: JobSnapshot) -> None:
+        """A run that ended with the job back in a queue (preempted, requeued, stopped) goes into the
+        history beside the attempts, so the task's summary shows every run, not only the last."""
+        if snap.state in tracking.STARTED:
+            self.ran = snap
+        else:
+            record = tracking.interrupted_run(job, self.ran, self.looked, snap, _now())
+            if record is not None:
+                self.history.append(record)
+                self.ran = None
+        self.looked = snap
 
     # --- the steps ---
 

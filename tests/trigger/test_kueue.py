@@ -167,6 +167,11 @@ async def test_a_workload_kueue_preempts_waits_again_and_the_task_succeeds_after
     logged = states(capsys.readouterr().out, low_name)
     preempted = [i for i, line in enumerate(logged) if "Preempted to accommodate a workload" in line]
     assert preempted, logged
+    # Both runs are in the task's summary: the preempted one, requeued by Kueue, then the one that ended.
+    runs = [(a["attempt"], a["state"], a["reason"]) for a in low_event["attempts"]]
+    assert runs == [(1, "REQUEUED", "Requeued"), (1, "SUCCEEDED", "Completed")], low_event["attempts"]
+    # When it ended is known; when it started only if a look of the trigger caught it started.
+    assert low_event["attempts"][0]["finished_at"]
     assert any(line.startswith("RUNNING") for line in logged[preempted[0] :]), logged
 
 

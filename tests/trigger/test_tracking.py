@@ -23,6 +23,7 @@ from airflow_jobs_plugin.tracking import (
     after_deletion,
     decide,
     exit_codes,
+    interrupted_run,
     replica_summary,
     sensor_verdict,
     signature,
@@ -264,3 +265,36 @@ def test_a_cancelled_job_still_in_the_cluster_reads_who_and_when_too():
     assert read.message == "cancelled by bob at 2026-11-23T20:59:00+00:00"
     running = snap(JobState.RUNNING, Reason.RUNNING)
     assert who_cancelled(running, stamped, now=NOW)[0] is running
+
+
+# --- runs interrupted before the job's end ---
+
+
+def test_a_run_preempted_back_into_the_queue_is_recorded():
+    ran = snap(JobState.RUNNING, Reason.RUNNING, replica("worker", 0, "Running"))
+    record = interrupted_run(job_object(), ran, ran, snap(JobState.QUEUED, Reason.REQUEUED), NOW)
+    assert record is not None
+    assert (record.attempt, record.state, record.reason, record.finished_at) == (
+        1,
+        "REQUEUED",
+        "Requeued",
+        NOW.isoformat(),
+    )
+
+
+def test_a_run_a_user_stopped_is_recorded_as_stopped():
+    ran = snap(JobState.RUNNING, Reason.RUNNING)
+    record = interrupted_run(job_object(), ran, ran, snap(JobState.STOPPED, Reason.STOPPED), NOW)
+    assert record is not None and record.state == "STOPPED"
+
+
+def test_a_job_still_stopping_has_not_ended_its_run_yet():
+    ran = snap(JobState.RUNNING, Reason.RUNNING)
+    assert interrupted_run(job_object(), ran, ran, snap(JobState.TERMINATING, Reason.PREEMPTED), NOW) is None
+
+
+def test_a_requeue_seen_only_as_requeued_is_one_run_and_not_one_per_look():
+    queued, requeued = snap(JobState.QUEUED, Reason.PENDING), snap(JobState.QUEUED, Reason.REQUEUED)
+    assert interrupted_run(job_object(), None, queued, requeued, NOW) is not None
+    assert interrupted_run(job_object(), None, requeued, requeued, NOW) is None
+    assert interrupted_run(job_object(), None, queued, queued, NOW) is None  # never admitted: no run
