@@ -253,6 +253,23 @@ def apply_shipped(cluster, path: Path, namespace: str) -> None:
         cluster.store.create(plural, doc, namespace if plural in ("roles", "rolebindings") else None)
 
 
+def component_runner(cluster, tmp_path: Path, monkeypatch):
+    """``run_as(component)``: point ``kubernetes_default`` at a kubeconfig with that component's token."""
+    from airflow_jobs_plugin.sim.kubeconfig import write_kubeconfig
+
+    kubeconfigs = {
+        c: write_kubeconfig(str(tmp_path / f"{c}.yaml"), cluster.url, f"{c}-token") for c in COMPONENTS
+    }
+
+    def run_as(component: str) -> None:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+            json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfigs[component]}}),
+        )
+
+    return run_as
+
+
 @pytest.mark.slow
 def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_rest(monkeypatch, tmp_path):
     # Least privilege checked by refusals: the simulated API server enforces the shipped Roles (RBAC as
@@ -261,7 +278,6 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
     from airflow_jobs_plugin.kube import JOBS, KubeError
     from airflow_jobs_plugin.manifests import build_manifest
     from airflow_jobs_plugin.sim.config import Identity
-    from airflow_jobs_plugin.sim.kubeconfig import write_kubeconfig
     from airflow_jobs_plugin.spec import TaskIdentity, validate
 
     identities = tuple(
@@ -284,17 +300,7 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
             },
             NAMESPACE,
         )
-        kubeconfigs = {
-            c: write_kubeconfig(str(tmp_path / f"{c}.yaml"), cluster.url, f"{c}-token") for c in COMPONENTS
-        }
-
-        def run_as(component: str) -> None:
-            monkeypatch.setenv(
-                "AIRFLOW_CONN_KUBERNETES_DEFAULT",
-                json.dumps(
-                    {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfigs[component]}}
-                ),
-            )
+        run_as = component_runner(cluster, tmp_path, monkeypatch)
 
         quick = {SCENARIO: json.dumps({"main": {"run": 2, "logs": ["epoch 1"]}})}
         common = {"image": "t:1", "group": "vision", "gpus": 1, "namespace": NAMESPACE}
@@ -401,7 +407,6 @@ def test_on_a_kueue_cluster_the_kueue_roles_let_each_component_read_what_kueue_s
     from airflow_jobs_plugin.kube import PENDING_IN_LOCAL_QUEUES, WORKLOADS, KubeError
     from airflow_jobs_plugin.plugin.views import overview
     from airflow_jobs_plugin.sim.config import Identity, KueueConfig
-    from airflow_jobs_plugin.sim.kubeconfig import write_kubeconfig
 
     identities = tuple(
         Identity.service_account("airflow", account, f"{component}-token")
@@ -439,17 +444,7 @@ def test_on_a_kueue_cluster_the_kueue_roles_let_each_component_read_what_kueue_s
         cluster.store.create(
             "localqueues", {"metadata": {"name": "team"}, "spec": {"clusterQueue": "team"}}, NAMESPACE
         )
-        kubeconfigs = {
-            c: write_kubeconfig(str(tmp_path / f"{c}.yaml"), cluster.url, f"{c}-token") for c in COMPONENTS
-        }
-
-        def run_as(component: str) -> None:
-            monkeypatch.setenv(
-                "AIRFLOW_CONN_KUBERNETES_DEFAULT",
-                json.dumps(
-                    {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfigs[component]}}
-                ),
-            )
+        run_as = component_runner(cluster, tmp_path, monkeypatch)
 
         common = {"image": "t:1", "group": "vision", "gpus": 4, "namespace": NAMESPACE, "kueue_queue": "team"}
         run_as("worker")
