@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_jobs_plugin import kueue, labels
+from airflow_jobs_plugin import kinds, kueue, labels
 
 
 class Action(enum.Enum):
@@ -84,14 +84,13 @@ def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:
     the quota ledger's for the actions, the lifecycle snapshot's for the pages)."""
     meta = job.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    spec = job.get("spec") or {}
-    mpi = job.get("kind") == "MPIJob"
+    kind = kinds.kind_of(job)
     return JobFacts(
-        kind="MPIJob" if mpi else "Job",
+        kind=kind.name,
         name=str(meta.get("name") or ""),
         finished=finished,
         deleting=bool(meta.get("deletionTimestamp")),
-        suspended=bool((spec.get("runPolicy") or {}).get("suspend") if mpi else spec.get("suspend")),
+        suspended=kind.is_suspended(job),
         verdict=annotations.get(labels.VERDICT),
         cancelled_by=annotations.get(labels.CANCELLED_BY),
         cancelled_at=annotations.get(labels.CANCELLED_AT),

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import action_rules, attempts, labels
+from airflow_jobs_plugin import action_rules, attempts, kinds, labels
 from airflow_jobs_plugin.action_rules import Action, JobFacts, refusal
 from airflow_jobs_plugin.admission import not_before
-from airflow_jobs_plugin.kube import EVENTS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import EVENTS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.quota.ledger import group_of, is_finished, read_ledger, unsuspend_patch
 
 EVENT_SOURCE = "airflow-jobs"
@@ -54,7 +54,7 @@ class ActionOutcome:
 
 
 def resource_of(job: Mapping[str, Any]) -> Resource:
-    return MPIJOBS if job.get("kind") == "MPIJob" else JOBS
+    return kinds.kind_of(job).resource
 
 
 def facts_of(job: Mapping[str, Any]) -> JobFacts:
@@ -72,9 +72,7 @@ async def newest_attempt(client: KubeClient, namespace: str, job: Mapping[str, A
     if meta_labels.get(labels.TRY):
         selector += f",{labels.TRY}={meta_labels[labels.TRY]}"
     listing = await client.list(resource, namespace, label_selector=selector)
-    latest = dict(attempts.latest_attempt(listing.get("items") or []) or job)
-    latest.setdefault("kind", resource.kind)
-    return latest
+    return dict(attempts.latest_attempt(listing.get("items") or []) or job)
 
 
 def _now() -> str:
@@ -82,8 +80,7 @@ def _now() -> str:
 
 
 def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
-    # batch/v1 Job: spec.suspend; kubeflow MPIJob v2beta1: spec.runPolicy.suspend.
-    return {"runPolicy": {"suspend": suspend}} if job.get("kind") == "MPIJob" else {"suspend": suspend}
+    return kinds.kind_of(job).suspend_patch(suspend)
 
 
 async def _still_reserved(client: KubeClient, ledger_namespace: str, job: Mapping[str, Any]) -> bool:

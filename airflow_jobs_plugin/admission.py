@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
-from airflow_jobs_plugin import kueue, labels, metrics, quota
+from airflow_jobs_plugin import kinds, kueue, labels, metrics, quota
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
     JOBS,
@@ -163,6 +163,7 @@ async def check_group(
     gpus: int,
     *,
     kueue_queue: str | None = None,
+    resource: str = labels.GPU_RESOURCE,
 ) -> None:
     """Submit-time check of a job against the quota policy, before the job is created.
 
@@ -190,15 +191,22 @@ async def check_group(
     problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group)
     if problem:  # the rule and its wording live in the pure core, shared with the cluster policy
         raise ValueError(problem)
-    if gpus > group_quota.gpus and kueue_queue is None:
-        raise OverQuotaError(
-            f"the job needs {gpus} GPUs but the whole quota of group {group} is {group_quota.gpus}: "
-            "it could never start; ask for fewer GPUs or a larger group quota"
+    unit = "GPUs" if resource == labels.GPU_RESOURCE else resource
+    whole = group_quota.quota_of(resource)
+    if gpus > whole and kueue_queue is None:
+        hint = (
+            "ask for fewer GPUs or a larger group quota"
+            if resource == labels.GPU_RESOURCE or whole
+            else f"ask a platform admin for groups.{group}.devices.{resource} in the quota policy"
         )
-    limit = group_quota.user_limit(user)
+        raise OverQuotaError(
+            f"the job needs {gpus} {unit} but the whole quota of group {group} is {whole}: "
+            f"it could never start; {hint}"
+        )
+    limit = group_quota.user_limit(user, resource)
     if gpus > limit:
         raise OverQuotaError(
-            f"the job needs {gpus} GPUs but user {user} may hold at most {limit} in group {group}: "
+            f"the job needs {gpus} {unit} but user {user} may hold at most {limit} in group {group}: "
             "it could never start; ask for fewer GPUs or a larger user quota"
         )
 
@@ -680,7 +688,7 @@ class Admission:
             return QueueStatus(
                 reason="BackingOff", position=None, message=f"retry back-off: admitted in {secs}s"
             )
-        resource = MPIJOBS if job.get("kind") == "MPIJob" else JOBS
+        resource = kinds.kind_of(job).resource
         meta = job["metadata"]
         try:
             patched = await self.client.merge_patch(

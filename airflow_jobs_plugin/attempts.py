@@ -13,9 +13,9 @@ import copy
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
-from airflow_jobs_plugin import kueue, labels
+from airflow_jobs_plugin import kinds, kueue, labels
 
 # Keys the API server or a controller writes; a new object must not carry them over.
 _SERVER_METADATA = (
@@ -86,21 +86,11 @@ def next_attempt(
     annotations.setdefault(labels.QUEUED_AT, _rfc3339(now))
 
     spec = obj.setdefault("spec", {})
-    if obj.get("kind") == "MPIJob":
-        spec.setdefault("runPolicy", {})["suspend"] = True
-        templates = [r.get("template") or {} for r in (spec.get("mpiReplicaSpecs") or {}).values()]
-    else:
-        spec["suspend"] = True
-        # The previous attempt may have been ended through its own deadline (quota.ledger.verdict_patch):
-        # the new attempt gets the author's deadline and parallelism back.
-        for field, value in _ended_fields(ended).items():
-            if value is None:
-                spec.pop(field, None)
-            else:
-                spec[field] = value
-        spec.pop("selector", None)
-        spec.pop("manualSelector", None)
-        templates = [spec.get("template") or {}]
+    kind = kinds.kind_of(obj)
+    _merge(spec, kind.suspend_patch(True))
+    kind.clear_run(spec, _ended_fields(ended))
+    # The adapter's pod sets hand back the templates inside ``obj`` itself, changed in place below.
+    templates = [cast(dict, pod_set.template) for pod_set in kind.pod_sets(obj) if pod_set.template]
     for template in templates:
         tmeta = template.setdefault("metadata", {})
         tlabels = tmeta.setdefault("labels", {})
@@ -131,3 +121,12 @@ def _rfc3339(when: datetime) -> str:
     if when.tzinfo is not None:
         when = when.astimezone(timezone.utc)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """Apply a merge patch of plain values in place."""
+    for key, value in patch.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)

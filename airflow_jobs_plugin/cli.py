@@ -472,6 +472,7 @@ async def _rank_from_launcher(client, args: argparse.Namespace, launcher: tuple[
 def _run_logs(args: argparse.Namespace) -> int:
     import json
 
+    from airflow_jobs_plugin import kinds
     from airflow_jobs_plugin.inspect import JobNotFound, find_job, follow_log, read_cluster
     from airflow_jobs_plugin.manifests import LAUNCHER_RANK
     from airflow_jobs_plugin.plugin.views import failed_log_target, log_targets, pick_log_target
@@ -489,12 +490,7 @@ def _run_logs(args: argparse.Namespace) -> int:
             chosen = pick_log_target(targets, args.rank)
         if chosen is None:
             launcher = pick_log_target(targets, LAUNCHER_RANK)
-            if (
-                job.get("kind") == "MPIJob"
-                and launcher is not None
-                and args.rank is not None
-                and args.rank >= 0
-            ):
+            if kinds.is_mpi(job) and launcher is not None and args.rank is not None and args.rank >= 0:
                 return await _rank_from_launcher(client, args, launcher)
             ranks = ", ".join(str(t[1]) for t in targets) or "none yet"
             raise JobNotFound(f"job {args.job} has no pod of rank {args.rank} (ranks: {ranks})")

@@ -87,6 +87,8 @@ async def _items(client: KubeClient, resource: Resource, namespace: str, selecto
         token = (listing.get("metadata") or {}).get("continue") or None
         if token is None:
             break
+    # A LIST leaves out each built-in item's kind and apiVersion; the pages and the JSON show them as a
+    # GET would.
     for item in items:
         item.setdefault("kind", resource.kind)
         item.setdefault("apiVersion", resource.api_version)
@@ -256,8 +258,6 @@ async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
                 continue
             raise
         if job is not None:
-            job.setdefault("kind", resource.kind)
-            job.setdefault("apiVersion", resource.api_version)
             if (job["metadata"].get("labels") or {}).get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE:
                 return job
     raise JobNotFound(f"no GPU job {namespace}/{name}")

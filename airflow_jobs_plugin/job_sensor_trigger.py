@@ -16,9 +16,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_jobs_plugin import tracking
+from airflow_jobs_plugin import kinds, tracking
 from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS
+from airflow_jobs_plugin.kube import DEFAULT_CONN_ID
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import EventStatus
 from airflow_jobs_plugin.tracking import DEFAULT_FAIL_STATES, DEFAULT_TARGET_STATES, check_states
@@ -40,8 +40,7 @@ class JobSensorTrigger(BaseTrigger):
         recheck_interval: float = 60.0,
     ):
         super().__init__()
-        if kind not in ("Job", "MPIJob"):
-            raise ValueError(f"kind: must be 'Job' or 'MPIJob', got {kind!r}")
+        kinds.for_name(kind)  # a bad name is refused here, naming the choices
         if not job_name and not label_selector:
             raise ValueError("JobSensorTrigger: give job_name or label_selector")
         self.job_name = job_name
@@ -83,7 +82,6 @@ class JobSensorTrigger(BaseTrigger):
                 job = self._observed_job(watch)
                 if job is not None:
                     name = job["metadata"]["name"]
-                    job.setdefault("kind", self.kind)
                     snap = snapshot(job, watch.pods_of(name), (), now=datetime.now(timezone.utc))
                     if tracking.signature(snap) != seen:
                         seen = tracking.signature(snap)
@@ -115,7 +113,7 @@ class JobSensorTrigger(BaseTrigger):
             shared.release(self.kubernetes_conn_id, self.namespace, scope)
 
     def _observed_job(self, watch: shared.SharedWatch) -> dict | None:
-        resource = MPIJOBS if self.kind == "MPIJob" else JOBS
+        resource = kinds.for_name(self.kind).resource
         if not self.label_selector:
             return watch.get(resource, self.job_name)
         jobs = watch.jobs(resource)

@@ -14,7 +14,6 @@ import copy
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -24,41 +23,11 @@ from kubernetes_asyncio import config as k8s_config
 from airflow_jobs_plugin import DEFAULT_CONN_ID  # noqa: E402,F401  (re-exported)
 from airflow_jobs_plugin import credentials as rules
 from airflow_jobs_plugin.credentials import Credential, Kind
+from airflow_jobs_plugin.resources import CONFIGMAPS, EVENTS, JOBS, MPIJOBS, PODS, Resource  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Resource:
-    """One Kubernetes resource type, addressed by its REST path."""
-
-    group: str  # "" for the core API
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-            if sub:
-                base += f"/{sub}"
-        return base
-
-
-JOBS = Resource("batch", "v1", "jobs", "Job")
-MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
-PODS = Resource("", "v1", "pods", "Pod")
-EVENTS = Resource("", "v1", "events", "Event")
-CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 # Kueue's Workloads (kubernetes-sigs/kueue v0.19.2, apis/kueue/v1beta2): served only where Kueue runs.
 WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 # Kueue's visibility API (v0.19.2 apis/visibility/v1beta2, pkg/visibility): a LocalQueue's pending

@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_jobs_plugin import kinds
+
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # Kueue labels each Workload with its job's UID (``pkg/controller/constants``, JobUIDLabel).
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
@@ -54,7 +56,7 @@ def manages(job: Mapping[str, Any]) -> bool:
     ``FindAncestorJobManagedByKueue``."""
     meta = job.get("metadata") or {}
     for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "MPIJob":
+        if ref.get("controller") and ref.get("kind") == kinds.MPI_JOB.resource.kind:
             return False
     return bool((meta.get("labels") or {}).get(QUEUE_NAME_LABEL))
 

@@ -24,6 +24,8 @@ ATTEMPT = f"{PREFIX}/attempt"
 # Set on pods by the manifests: "launcher" / "worker" for MPI jobs, "worker" for single-pod Jobs.
 ROLE = f"{PREFIX}/role"
 RANK = f"{PREFIX}/rank"
+# On a torchrun Job and its pods: "torchrun" (kinds/torchrun.py). Its pods' ranks are their completion indexes.
+FRAMEWORK = f"{PREFIX}/framework"
 
 # --- annotations (free text; the exact Airflow identifiers live here, labels carry safe slugs) ---
 DAG_ID = f"{PREFIX}/dag-id"
@@ -32,6 +34,9 @@ RUN_ID = f"{PREFIX}/run-id"
 MAP_INDEX = f"{PREFIX}/map-index"
 TRY_NUMBER = f"{PREFIX}/try-number"
 GPUS = f"{PREFIX}/gpus"  # total GPUs over all replicas, what the quota pool charges
+# The GPU device those are (the job's gpu_resource), when not whole NVIDIA GPUs (GPU_RESOURCE): the pool
+# charges the group's quota of that device.
+GPU_DEVICE = f"{PREFIX}/gpu-resource"
 PRIORITY = f"{PREFIX}/priority"
 # Exact group and user as given by the DAG author: the GROUP / USER labels carry sanitized slugs
 # (a label value allows only 63 characters of [A-Za-z0-9._-]), so readers that need the real name

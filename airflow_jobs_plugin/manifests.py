@@ -65,7 +65,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_jobs_plugin import kueue
+from airflow_jobs_plugin import kinds, kueue
 from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.spec import (
     DEFAULT_REQUEUE_LIMIT,
@@ -77,9 +77,11 @@ from airflow_jobs_plugin.spec import (
     ENV_USER,
     ENV_WORLD_SIZE,
     MAIN_CONTAINER,
+    PRODUCT_ENV,
     SHM_PATH,
     SHM_VOLUME,
     TERMINATION_MESSAGE_PATH,
+    TORCHRUN_PORT,
     WAIT_FOR_WORKERS_CONTAINER,
     JobSpec,
     TaskIdentity,
@@ -174,13 +176,15 @@ def pod_role_and_rank(pod_labels: Mapping[str, str]) -> tuple[str | None, int | 
     """Role and rank of a pod of this product from its labels: ('worker', 0), ('launcher', None), ...
 
     Single-pod jobs carry ROLE and RANK; MPI pods carry ROLE, and workers get their index from the
-    MPI operator's replica-index label.
+    MPI operator's replica-index label; torchrun nodes from the Job controller's completion-index label.
     """
     role = pod_labels.get(keys.ROLE) or pod_labels.get(keys.MPI_JOB_ROLE)
     raw = pod_labels.get(keys.RANK)
     if raw is None:
         # Workers, and a launcher that runs ranks itself (only then does it carry an index).
         raw = pod_labels.get(keys.MPI_REPLICA_INDEX)
+    if raw is None:
+        raw = pod_labels.get(COMPLETION_INDEX)
     try:
         rank = int(raw) if raw is not None else None
     except ValueError:
@@ -221,6 +225,7 @@ def object_annotations(spec: JobSpec, task: TaskIdentity, queued_at: datetime) -
     return {
         **_identity_annotations(spec, task),
         keys.GPUS: str(total_gpus(spec)),
+        **({keys.GPU_DEVICE: spec.gpu_resource} if spec.gpu_resource != keys.GPU_RESOURCE else {}),
         keys.PRIORITY: str(spec.priority),
         keys.QUEUED_AT: rfc3339(queued_at),
         keys.REQUEUE_COUNT: "0",
@@ -557,6 +562,97 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
     }
 
 
+# kubernetes/kubernetes 1.32 pkg/controller/job/indexed_job_utils.go: the completion index of a pod of an
+# Indexed Job, as annotation and (PodIndexLabel) label.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+TORCHRUN = "torchrun"
+ROLE_NODE = "node"
+
+
+def torchrun_master(name: str) -> str:
+    """The rendezvous host of a torchrun job: node 0, ``<job>-0`` under the headless Service ``<job>``.
+
+    The Job controller names an Indexed Job's pod of index i ``<job>-<i>`` (its hostname) and the pod's
+    ``subdomain`` names the Service, so the name resolves through the pod's DNS search path
+    (kubernetes/kubernetes 1.32 ``pkg/controller/job/job_controller.go``; Kubernetes docs, "DNS for
+    Services and Pods": A records for a pod's hostname and subdomain)."""
+    return f"{name}-0.{name}"
+
+
+def _torchrun_env(spec: JobSpec, name: str, attempt: int) -> list[dict]:
+    """The product's variables (``JOB_RANK`` is the node's index), then torchrun's settings as
+    ``PET_*`` variables, which ``torchrun`` reads for each of its flags (torch.distributed.run's
+    arguments take their defaults from ``PET_<FLAG>``; Kubeflow Trainer's torch plugin sets the same
+    names), and the ``MASTER_*`` / ``WORLD_SIZE`` / ``NODE_RANK`` names that launchers other than
+    torchrun read."""
+    index: dict[str, Any] = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}
+    env = _env(spec, name, attempt, ROLE_NODE, 0, spec.gpus)
+    for var in env:
+        if var["name"] == ENV_RANK:
+            var.pop("value", None)
+            var["valueFrom"] = index
+    nproc = max(spec.gpus, 1)
+    master = torchrun_master(name)
+    torchrun: list[dict[str, Any]] = [
+        {"name": "PET_NNODES", "value": str(spec.workers)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(nproc)},
+        {"name": "PET_NODE_RANK", "valueFrom": index},
+        {"name": "PET_MASTER_ADDR", "value": master},
+        {"name": "PET_MASTER_PORT", "value": str(TORCHRUN_PORT)},
+        {"name": "MASTER_ADDR", "value": master},
+        {"name": "MASTER_PORT", "value": str(TORCHRUN_PORT)},
+        {"name": "NODE_RANK", "valueFrom": index},
+        {"name": "WORLD_SIZE", "value": str(spec.workers * nproc)},
+    ]
+    # The product's variables (always _env's first ones), then torchrun's, then the author's.
+    return env[: len(PRODUCT_ENV)] + torchrun + env[len(PRODUCT_ENV) :]
+
+
+def build_torchrun(
+    spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
+) -> dict:
+    """A suspended ``batch/v1`` Indexed Job of ``spec.workers`` nodes for ``torchrun``.
+
+    parallelism = completions = nodes, so every node runs at once, each once; the Job succeeds when every
+    index has (kinds/torchrun.py). Its pods' ``subdomain`` is the headless Service
+    :meth:`~airflow_jobs_plugin.kinds.TorchrunJob.companions` that the submitter creates beside it.
+    """
+    base_labels = {**object_labels(spec, task, attempt), keys.FRAMEWORK: TORCHRUN}
+    env = _torchrun_env(spec, name, attempt)
+    container = _container(
+        spec,
+        env=env,
+        command=spec.command,
+        args=spec.args,
+        resources=_resources(spec, spec.cpu, spec.memory, spec.gpus),
+    )
+    template = _pod_template(
+        spec,
+        labels={**base_labels, keys.ROLE: ROLE_NODE},
+        annotations=_identity_annotations(spec, task),
+        container=container,
+        init_containers=_author_init_containers(spec, env),
+        restart_policy="Never",  # also required by podFailurePolicy
+    )
+    template["spec"]["subdomain"] = name
+    metadata = _metadata(spec, name, task, attempt, queued_at)
+    metadata["labels"][keys.FRAMEWORK] = TORCHRUN
+    return {
+        "apiVersion": JOB_API_VERSION,
+        "kind": JOB_KIND,
+        "metadata": metadata,
+        "spec": {
+            "suspend": True,
+            "completionMode": "Indexed",
+            "parallelism": spec.workers,
+            "completions": spec.workers,
+            **_deadlines(spec),
+            "podFailurePolicy": _pod_failure_policy(spec),
+            "template": template,
+        },
+    }
+
+
 def kueue_handoff(body: dict) -> dict:
     """``body`` to be handed to Kueue by the quota pool rather than at once: no queue-name label yet
     (Kueue ignores a job without one, unless it manages every job of the namespace), and the LocalQueue
@@ -567,11 +663,7 @@ def kueue_handoff(body: dict) -> dict:
     if not queue:
         raise ValueError("kueue_handoff: the job names no Kueue LocalQueue")
     out["metadata"].setdefault("annotations", {})[keys.KUEUE_HANDOFF] = queue
-    spec = out["spec"]
-    templates = [spec.get("template")] + [
-        r.get("template") for r in (spec.get("mpiReplicaSpecs") or {}).values()
-    ]
-    for template in templates:
+    for template in [pod_set.template for pod_set in kinds.kind_of(out).pod_sets(out)]:
         if template:
             ((template.get("metadata") or {}).get("labels") or {}).pop(kueue.QUEUE_NAME_LABEL, None)
     return out
@@ -580,12 +672,16 @@ def kueue_handoff(body: dict) -> dict:
 def build_manifest(
     spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
 ) -> dict:
-    """The object to create for one attempt: a Job when ``spec.workers == 1``, else an MPIJob.
+    """The object to create for one attempt: a Job when ``spec.workers == 1``, else an MPIJob, or with
+    ``framework='torchrun'`` an Indexed Job (its kind's builder, :data:`BUILDERS`).
 
     ``name`` is normally ``task.job_name(attempt)``; ``queued_at`` (timezone-aware) is the enqueue time
     of the task's first attempt, so a resubmitted attempt keeps its place in the queue.
     """
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise ValueError(f"attempt must be a whole number >= 1, got {attempt!r}")
-    build = build_mpijob if spec.is_mpi else build_job
-    return build(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
+    return BUILDERS[spec.kind](spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
+
+
+# The builder of each kind of job, by the name of its adapter (airflow_jobs_plugin.kinds).
+BUILDERS = {"Job": build_job, "MPIJob": build_mpijob, TORCHRUN: build_torchrun}

@@ -146,7 +146,12 @@ class JobOperator(BaseOperator):
     :param gpus: GPUs per worker (0 to 64); the quota charges workers x gpus (+ the launcher's).
     :param gpu_resource: the extended resource the GPUs are: ``nvidia.com/gpu`` (default), a MIG profile
         such as ``nvidia.com/mig-1g.10gb``, ``amd.com/gpu``.
-    :param workers: 1 runs one pod (a Job); more run an MPIJob with that many workers and a launcher.
+    :param workers: 1 runs one pod (a Job); more run an MPIJob with that many workers and a launcher,
+        or with ``framework='torchrun'`` that many nodes of PyTorch distributed training.
+    :param framework: ``'mpi'`` (default) or ``'torchrun'``: an Indexed Job of ``workers`` pods and a
+        headless Service, with ``torchrun``'s settings in the environment (``PET_NNODES``,
+        ``PET_NPROC_PER_NODE`` = ``gpus``, ``PET_NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, ...), so
+        ``command=['torchrun', 'train.py']`` needs no flags; no operator is needed on the cluster.
     :param cpu: CPU per worker (a quantity: ``'8'``, ``'500m'``); requests equal limits.
     :param memory: memory per worker (``'64Gi'``); requests equal limits.
     :param container_resources: other resources of the main container, e.g. ``{'rdma/ib': 1,
@@ -227,6 +232,7 @@ class JobOperator(BaseOperator):
         gpus: int | str = 0,
         gpu_resource: str = spec_defaults.DEFAULT_GPU_RESOURCE,
         workers: int | str = 1,
+        framework: str = "mpi",
         cpu: str | None = None,
         memory: str | None = None,
         container_resources: Mapping[str, Any] | None = None,
@@ -295,6 +301,7 @@ class JobOperator(BaseOperator):
         self.gpus = gpus
         self.gpu_resource = gpu_resource
         self.workers = workers
+        self.framework = framework
         self.cpu = cpu
         self.memory = memory
         self.container_resources = container_resources

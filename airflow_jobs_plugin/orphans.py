@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.lifecycle._objects import as_int, parse_time
+from airflow_jobs_plugin.objects import as_int, parse_time
 
 # Airflow's TaskInstanceState values (airflow-core ``airflow/utils/state.py``, 3.3) in which a try of the
 # task is running or will run, and so follows (or will reattach to) the task's live job. ``None`` is a

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseSensorOperator
 
-from airflow_jobs_plugin import DEFAULT_CONN_ID
-from airflow_jobs_plugin.labels import LEGACY_JOB_NAME, MPI_JOB_NAME
+from airflow_jobs_plugin import DEFAULT_CONN_ID, kinds
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import JobEvent, failure_message
 from airflow_jobs_plugin.tracking import (
@@ -47,7 +46,7 @@ class JobSensor(BaseSensorOperator):
 
     :param job_name: the job to wait for (its attempt's name, e.g. ``nightly-train-a1``); or give ``labels``.
     :param labels: wait for the newest job carrying all these labels instead of a name.
-    :param kind: ``Job`` or ``MPIJob``.
+    :param kind: ``Job``, ``MPIJob`` or ``torchrun``.
     :param namespace: namespace of the job.
     :param kubernetes_conn_id: the Airflow Kubernetes connection of the cluster.
     :param target_states: job states that end the wait successfully (a state passed on the way counts).
@@ -73,12 +72,11 @@ class JobSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         if (job_name is None) == (not labels):
             raise ValueError("JobSensor: give exactly one of job_name or labels")
-        if kind not in ("Job", "MPIJob"):
-            raise ValueError(f"kind: must be 'Job' or 'MPIJob', got {kind!r}")
+        job_kind = kinds.for_name(kind)  # a bad name fails the DAG's import, naming the choices
         self.target_states, self.fail_states = check_states(tuple(target_states), tuple(fail_states))
         self.job_name = job_name
         self.labels = labels
-        self.kind = kind
+        self.kind = job_kind.name
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
         self.deferrable = deferrable
@@ -114,21 +112,22 @@ class JobSensor(BaseSensorOperator):
         return asyncio.run(self._poke())
 
     async def _poke(self) -> bool:
-        from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS, KubeClient
+        from airflow_jobs_plugin.kube import PODS, KubeClient
 
-        resource = MPIJOBS if self.kind == "MPIJob" else JOBS
+        adapter = kinds.for_name(self.kind)
         client = await KubeClient.from_connection(self.kubernetes_conn_id)
         try:
             if self.job_name:
-                job = await client.get_or_none(resource, self.namespace, self.job_name)
+                job = await client.get_or_none(adapter.resource, self.namespace, self.job_name)
             else:
-                items = (await client.list(resource, self.namespace, label_selector=self._selector))["items"]
+                items = (await client.list(adapter.resource, self.namespace, label_selector=self._selector))[
+                    "items"
+                ]
                 items.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
                 job = items[-1] if items else None
             if job is None:
                 return False
-            job.setdefault("kind", self.kind)
-            key = MPI_JOB_NAME if self.kind == "MPIJob" else LEGACY_JOB_NAME
+            key = adapter.pod_job_label
             pods = (
                 await client.list(PODS, self.namespace, label_selector=f"{key}={job['metadata']['name']}")
             )["items"]

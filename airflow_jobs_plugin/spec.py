@@ -9,7 +9,7 @@ Decisions worth knowing:
   list to bypass the shell. ``args`` must be a list: a single string there is nearly always a command
   line that would reach the program as one argument.
 * ``workers == 1`` builds a ``batch/v1`` Job; ``workers > 1`` an MPIJob with one launcher and that many
-  workers. An MPI job without GPUs (``gpus=0``) is accepted: it is legal on Kubernetes and useful for
+  workers, or with ``framework='torchrun'`` an Indexed Job of that many nodes and a headless Service. An MPI job without GPUs (``gpus=0``) is accepted: it is legal on Kubernetes and useful for
   smoke tests, although the product is meant for GPU jobs.
 * The launcher gets GPUs only as a full extra MPI worker: ``launcher_gpus`` is 0 or equal to ``gpus``
   (the MPI operator hides GPUs from a launcher that is not also a worker).
@@ -64,6 +64,11 @@ MIN_TTL_AFTER_FINISHED = timedelta(seconds=60)
 
 LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
+# How a job of several workers runs: "mpi" an MPIJob (launcher + workers, mpi-operator); "torchrun" an
+# Indexed Job and a headless Service, one pod per node, no operator (kinds/torchrun.py).
+FRAMEWORKS = ("mpi", "torchrun")
+# torchrun's default rendezvous port (torch.distributed.run, --master-port / --rdzv-endpoint).
+TORCHRUN_PORT = 29500
 IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -82,6 +87,7 @@ JOB_ARGUMENTS = (
     "gpus",
     "gpu_resource",
     "workers",
+    "framework",
     "cpu",
     "memory",
     "container_resources",
@@ -457,6 +463,7 @@ class JobSpec:
     env: FrozenMap = FrozenMap()
     gpus: int = 0
     workers: int = 1
+    framework: str = "mpi"
     cpu: str | None = None
     memory: str | None = None
     node_selector: FrozenMap = FrozenMap()
@@ -509,13 +516,24 @@ class JobSpec:
 
     @property
     def is_mpi(self) -> bool:
-        """True when the job runs as an MPIJob (more than one worker)."""
-        return self.workers > 1
+        """True when the job runs as an MPIJob (more than one worker, framework ``mpi``)."""
+        return self.workers > 1 and self.framework == "mpi"
+
+    @property
+    def is_torchrun(self) -> bool:
+        return self.framework == "torchrun"
+
+    @property
+    def kind(self) -> str:
+        """The kind of job it runs as (the name of its adapter in :mod:`airflow_jobs_plugin.kinds`)."""
+        if self.is_torchrun:
+            return "torchrun"
+        return "MPIJob" if self.is_mpi else "Job"
 
     @property
     def pod_count(self) -> int:
         """Pods one attempt runs: the workers, plus the launcher of an MPI job."""
-        return self.workers + 1 if self.is_mpi else 1
+        return self.workers + 1 if self.is_mpi else self.workers
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable arguments; ``validate(**spec.to_dict()) == spec``."""
@@ -1495,6 +1513,7 @@ def validate(
     gpus: Any = 0,
     gpu_resource: Any = DEFAULT_GPU_RESOURCE,
     workers: Any = 1,
+    framework: Any = "mpi",
     cpu: Any = None,
     memory: Any = None,
     container_resources: Any = None,
@@ -1647,6 +1666,7 @@ def validate(
         "launcher_creation_policy", a["launcher_creation_policy"], LAUNCHER_CREATION_POLICIES
     )
     v["mpi_implementation"] = c.choice("mpi_implementation", a["mpi_implementation"], MPI_IMPLEMENTATIONS)
+    v["framework"] = c.choice("framework", a["framework"], FRAMEWORKS)
     volume_names = None if v["volumes"] is _MISSING else {vol["name"] for vol in v["volumes"]}
     v["init_containers"] = c.init_containers(a["init_containers"], volume_names)
     v["image_pull_policy"] = c.choice(
@@ -1798,7 +1818,24 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
                 "fatal_exit_codes",
                 f"{both} also listed in retryable_exit_codes -- an exit code is either fatal or retryable",
             )
-    if ok("workers") and v["workers"] == 1:
+    mpi_only_given = {
+        "launcher_gpus": v["launcher_gpus"] not in (0, _MISSING),
+        "launcher_cpu": v["launcher_cpu"] not in (None, _MISSING),
+        "launcher_memory": v["launcher_memory"] not in (None, _MISSING),
+        "worker_command": v["worker_command"] not in (None, _MISSING),
+        "wait_for_workers": v["wait_for_workers"] is False,
+        "launcher_creation_policy": v["launcher_creation_policy"] not in ("WaitForWorkersReady", _MISSING),
+        "mpi_implementation": v["mpi_implementation"] not in ("OpenMPI", _MISSING),
+    }
+    if ok("framework") and v["framework"] == "torchrun":
+        for name, given in mpi_only_given.items():
+            if given:
+                c.add(
+                    name,
+                    "only applies to MPI jobs, but framework is 'torchrun' (every node runs the same "
+                    "command; torchrun starts gpus processes per node) -- remove it",
+                )
+    elif ok("workers") and v["workers"] == 1:
         mpi_only = {
             "launcher_gpus": v["launcher_gpus"] not in (0, _MISSING),
             "launcher_cpu": v["launcher_cpu"] not in (None, _MISSING),

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import labels, quota_source
+from airflow_jobs_plugin import kinds, labels, quota_source
 from airflow_jobs_plugin.admission import check_group
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource, patiently
+from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff
 from airflow_jobs_plugin.quota.policy import PolicyError, QuotaPolicy, policy_from_configmap_data
@@ -54,8 +55,8 @@ async def submit(
     """The job this try follows, created if no earlier try's job lives, and the pool it is under.
 
     ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success)."""
-    kind = "MPIJob" if spec.is_mpi else "Job"
-    resource = MPIJOBS if spec.is_mpi else JOBS
+    kind = spec.kind
+    resource = kinds.for_name(kind).resource
     client = await KubeClient.from_connection(conn_id)
     try:
         quota_configmap = await _pool_of(client, pool, spec, log)
@@ -74,12 +75,14 @@ async def submit(
             name = live["metadata"]["name"]
             log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
             _remember(store, name, kind, spec.namespace)
+            # The earlier try may have stopped between creating the job and what goes beside it.
+            await patiently(ensure_companions, client, live, log=log, tries=SUBMIT_TRIES)
             return Submitted(name, kind, quota_configmap, quota_namespace)
         # An unknown group, a non-member, or a job that could never fit its quota fails here, before
         # anything is created (the error names the group and the known ones, or the numbers).
         try:
             await patiently(
-                functools.partial(check_group, kueue_queue=spec.kueue_queue),
+                functools.partial(check_group, kueue_queue=spec.kueue_queue, resource=spec.gpu_resource),
                 client,
                 quota_configmap,
                 quota_namespace or spec.namespace,
@@ -101,15 +104,30 @@ async def submit(
             body = kueue_handoff(body)
         try:
             # A create the server applied but answered with an error is repeated into AlreadyExists: adopted.
-            await patiently(client.create, resource, spec.namespace, body, log=log, tries=SUBMIT_TRIES)
+            created = await patiently(
+                client.create, resource, spec.namespace, body, log=log, tries=SUBMIT_TRIES
+            )
             log.info("created %s %s/%s (suspended until admitted)", kind, spec.namespace, name)
         except KubeError as exc:
             if not exc.already_exists:
                 raise RuntimeError(f"creating {kind} {spec.namespace}/{name} failed: {exc}") from exc
             log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
+            created = await patiently(client.get, resource, spec.namespace, name, log=log, tries=SUBMIT_TRIES)
+        await patiently(ensure_companions, client, created, log=log, tries=SUBMIT_TRIES)
         return Submitted(name, kind, quota_configmap, quota_namespace)
     finally:
         await client.close()
+
+
+async def ensure_companions(client: KubeClient, job: Mapping[str, Any]) -> None:
+    """Create what the job's kind runs beside it (a torchrun job's headless Service), owned by ``job``
+    (as the server returned it, with its uid) so that it goes when the job goes. Idempotent."""
+    for resource, body in kinds.kind_of(job).companions(job):
+        try:
+            await client.create(resource, str(body["metadata"].get("namespace") or ""), body)
+        except KubeError as exc:
+            if not exc.already_exists:
+                raise
 
 
 async def _pool_of(
@@ -169,7 +187,6 @@ async def live_job_of_task(
     now = datetime.now(timezone.utc)
     live, undelivered = [], []
     for item in listing.get("items") or []:
-        item.setdefault("kind", resource.kind)
         if (item.get("metadata") or {}).get("deletionTimestamp"):
             continue
         state = snapshot(item, [], (), now=now).state

@@ -26,7 +26,7 @@ from airflow_jobs_plugin.lifecycle import (
     snapshot,
     start_cannot_succeed,
 )
-from airflow_jobs_plugin.lifecycle._objects import parse_time
+from airflow_jobs_plugin.objects import parse_time
 from airflow_jobs_plugin.outcome import (
     DELETED_BY_SOMEONE,
     AttemptRecord,
@@ -49,7 +49,9 @@ def replica_summary(replicas: Sequence[ReplicaStatus]) -> str:
     if workers:
         counts = Counter(r.status for r in workers)
         total = len(workers)
-        noun = "worker" if total == 1 else "workers"
+        # The role's own word: MPI and single-pod jobs have workers, a torchrun job has nodes.
+        role = workers[0].role if len({r.role for r in workers}) == 1 else "worker"
+        noun = role if total == 1 else f"{role}s"
         if len(counts) == 1:
             (status,) = counts
             parts.append(f"{noun} {total}/{total} {status}" if total > 1 else f"{noun} {status}")

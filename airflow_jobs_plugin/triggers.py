@@ -25,17 +25,14 @@ from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_jobs_plugin import actions, attempts, labels, metrics, tracking
+from airflow_jobs_plugin import actions, attempts, kinds, labels, metrics, tracking
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import (
     DEFAULT_CONN_ID,
     EVENTS,
-    JOBS,
-    MPIJOBS,
     PODS,
     KubeError,
-    Resource,
     patiently,
 )
 from airflow_jobs_plugin.lifecycle import (
@@ -53,6 +50,7 @@ from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.quota import ledger
 from airflow_jobs_plugin.results import job_result
 from airflow_jobs_plugin.spec import attempt_name
+from airflow_jobs_plugin.submission import ensure_companions
 
 T = TypeVar("T")
 
@@ -62,10 +60,6 @@ ADMITTED = "Admitted"
 NO_QUOTA = QueueStatus(
     reason="Pending", message="no quota pool: released at once, waiting for the cluster to start it"
 )
-
-
-def _resource(kind: str) -> Resource:
-    return MPIJOBS if kind == "MPIJob" else JOBS
 
 
 def _now() -> datetime:
@@ -104,8 +98,7 @@ class JobTrigger(BaseTrigger):
         **previous: Any,
     ):
         super().__init__()
-        if kind not in ("Job", "MPIJob"):
-            raise ValueError(f"kind: must be 'Job' or 'MPIJob', got {kind!r}")
+        kinds.for_name(kind)  # a bad name is refused here, naming the choices
         self.job_name = job_name
         self.namespace = namespace
         self.kind = kind
@@ -172,12 +165,11 @@ class JobTrigger(BaseTrigger):
         """A user marked the task failed or success, or cleared it: cancel the job (its newest attempt)
         as one cancelled from the GPU Jobs page would be; the admitting pass frees its quota."""
         client = await shared.client_for(self.kubernetes_conn_id)
-        resource = _resource(self.kind)
+        resource = kinds.for_name(self.kind).resource
         job = await client.get_or_none(resource, self.namespace, self.job_name)
         name = self.job_name
         what = "already gone"
         if job is not None:
-            job.setdefault("kind", resource.kind)
             outcome = await actions.cancel(client, self.namespace, job, AIRFLOW_USER)
             name = outcome.name
             if outcome.already_finished:
@@ -225,7 +217,8 @@ class _Follow:
         self.log = trigger.log
         self.watch = watch
         self.client = watch.client
-        self.resource = _resource(trigger.kind)
+        self.adapter = kinds.for_name(trigger.kind)
+        self.resource = self.adapter.resource
         self.admission = Admission.for_watch(
             watch, quota_configmap=trigger.quota_configmap, quota_namespace=trigger.quota_namespace
         )
@@ -335,8 +328,6 @@ class _Follow:
         job = self.watch.get(self.resource, self.name) or await self._patiently(
             self.client.get_or_none, self.resource, self.t.namespace, self.name
         )
-        if job is not None:
-            job.setdefault("kind", self.t.kind)
         return job
 
     async def _admit(self, job: dict) -> tuple[QueueStatus | None, Reservation | None]:
@@ -345,7 +336,9 @@ class _Follow:
         annotations = job["metadata"].get("annotations") or {}
         # A job the product ruled on (a verdict) or a user stopped stays suspended: never admit it here.
         waiting = (
-            _suspended(job) and labels.VERDICT not in annotations and labels.STOPPED_AT not in annotations
+            kinds.kind_of(job).is_suspended(job)
+            and labels.VERDICT not in annotations
+            and labels.STOPPED_AT not in annotations
         )
         if not waiting:
             self.unsuspended_from = None
@@ -468,7 +461,6 @@ class _Follow:
                 log_tail=tuple(self.tail),
             )
         last = self.last_seen
-        last.setdefault("kind", t.kind)
         snap, annotations = tracking.after_deletion(last, now=_now())
         # A cancel from the UI or CLI freed the reservation already; a kubectl delete did not.
         await self.admission.release(last)
@@ -519,7 +511,7 @@ class _Follow:
         return newest["metadata"]["name"] if newest is not None else t.job_name
 
     async def _pods_now(self) -> list[dict]:
-        key = labels.MPI_JOB_NAME if self.t.kind == "MPIJob" else labels.LEGACY_JOB_NAME
+        key = self.adapter.pod_job_label
         listing = await self.client.list(PODS, self.t.namespace, label_selector=f"{key}={self.name}")
         return listing.get("items") or []
 
@@ -540,7 +532,6 @@ class _Follow:
         self.log.error(
             "%s %s cannot start (%s); failing it now", self.t.kind, job["metadata"]["name"], reason
         )
-        job.setdefault("kind", self.t.kind)
         patch = ledger.verdict_patch(job, reason, message[:1000])
         try:
             result = await self.client.merge_patch(
@@ -552,15 +543,16 @@ class _Follow:
             if not (exc.not_found or exc.conflict):
                 raise
             return
-        result.setdefault("kind", self.t.kind)
         await ledger.end_ruled_job(self.client, result)
 
     async def _create_adopting(self, body: dict) -> None:
         try:
-            await self.client.create(self.resource, self.t.namespace, body)
+            created = await self.client.create(self.resource, self.t.namespace, body)
         except KubeError as exc:
             if not exc.already_exists:  # a rebuilt trigger already submitted it: adopt
                 raise
+            created = await self.client.get(self.resource, self.t.namespace, body["metadata"]["name"])
+        await ensure_companions(self.client, created)
 
 
 def _failure(snap: JobSnapshot, retryable: tuple[int, ...], fatal: tuple[int, ...]) -> Failure | None:
@@ -578,10 +570,3 @@ def _failure(snap: JobSnapshot, retryable: tuple[int, ...], fatal: tuple[int, ..
         return classify_failure(snap, retryable_exit_codes=retryable, fatal_exit_codes=fatal)
     except ValueError:
         return None
-
-
-def _suspended(job: dict) -> bool:
-    spec = job.get("spec") or {}
-    if job.get("kind") == "MPIJob":
-        return bool((spec.get("runPolicy") or {}).get("suspend"))
-    return bool(spec.get("suspend"))

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_jobs_plugin import labels, metrics, resource_version
+from airflow_jobs_plugin import kinds, labels, metrics, resource_version
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class Scope:
     def for_job(cls, name: str, kind: str = "Job") -> Scope:
         """Exactly one job, whoever created it, and the pods its controller made: a Job's pods carry
         the Job controller's job-name label, an MPIJob's launcher and workers the kubeflow label."""
-        pod_key = labels.MPI_JOB_NAME if kind == "MPIJob" else labels.LEGACY_JOB_NAME
+        pod_key = kinds.for_name(kind).pod_job_label
         return cls(job_labels=None, job_fields=f"metadata.name={name}", pod_labels=f"{pod_key}={name}")
 
     @classmethod
@@ -71,13 +71,13 @@ def job_key(obj: Mapping[str, Any]) -> str | None:
     """
     meta = obj.get("metadata") or {}
     lbl = meta.get("labels") or {}
-    if obj.get("kind") in ("Job", "MPIJob") and labels.MANAGED_BY in lbl and labels.MPI_JOB_NAME not in lbl:
+    if obj.get("kind") in kinds.API_KINDS and labels.MANAGED_BY in lbl and labels.MPI_JOB_NAME not in lbl:
         return meta.get("name")
     return (
         lbl.get(labels.MPI_JOB_NAME)
         or lbl.get(labels.BATCH_JOB_NAME)
         or lbl.get(labels.LEGACY_JOB_NAME)
-        or (meta.get("name") if obj.get("kind") in ("Job", "MPIJob") else None)
+        or (meta.get("name") if obj.get("kind") in kinds.API_KINDS else None)
     )
 
 

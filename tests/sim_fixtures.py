@@ -33,8 +33,8 @@ def real_cluster_kubeconfig() -> str | None:
     return os.environ.get(REAL_CLUSTER_ENV) or None
 
 
-def cluster_fixture(nodes: int, gpus_per_node: int = 8, time_scale: float = 0.01):
-    """A module-scoped simulated cluster of ``nodes`` GPU nodes."""
+def cluster_fixture(nodes: int, gpus_per_node: int = 8, time_scale: float = 0.01, **config):
+    """A module-scoped simulated cluster of ``nodes`` GPU nodes (``config``: more ClusterConfig fields)."""
 
     @pytest.fixture(scope="module")
     def cluster():
@@ -43,7 +43,7 @@ def cluster_fixture(nodes: int, gpus_per_node: int = 8, time_scale: float = 0.01
             yield RealCluster(real)
             return
         with SimCluster(
-            ClusterConfig(nodes=nodes, gpus_per_node=gpus_per_node, time_scale=time_scale)
+            ClusterConfig(nodes=nodes, gpus_per_node=gpus_per_node, time_scale=time_scale, **config)
         ) as sim:
             yield sim
 

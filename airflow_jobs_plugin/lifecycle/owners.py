@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import labels
-from ._objects import dig, items, mapping
-from .replicas import _CREATED_POD, JOB_KIND, MPI_KIND, WORKER, disrupted_pod, expected_replicas, job_kind
+from ..kinds import kind_of
+from ..objects import dig, items, mapping
+from .replicas import _CREATED_POD, disrupted_pod
 
 # Every pod label whose value names the job (or the MPIJob's launcher Job) the pod belongs to.
 _NAME_LABELS = (labels.BATCH_JOB_NAME, labels.LEGACY_JOB_NAME, labels.MPI_JOB_NAME)
@@ -71,16 +72,14 @@ class OwnerIndex:
     def events_for(self, job: Obj, pods: Sequence[Obj]) -> list[Obj]:
         """A superset of the events about ``job`` and ``pods`` (its candidate pods), in the given order."""
         name = dig(job, "metadata", "name")
-        names = {name, f"{name}-launcher"}
+        names = {name} | {related for _, related in kind_of(job).related_names(job)}
         names |= {dig(pod, "metadata", "name") for pod in pods}
         disrupted = disrupted_pod(job)
         if disrupted:
             names.add(disrupted)
-        if job_kind(job) == MPI_KIND:
-            names |= {f"{name}-worker-{i}" for role, i in expected_replicas(job) if role == WORKER}
         for own in (name, f"{name}-launcher"):
             for _, event in self._events.get(f"name:{own}", ()):
-                if _about(event).get("kind") == JOB_KIND and event.get("reason") == "SuccessfulCreate":
+                if _about(event).get("kind") == "Job" and event.get("reason") == "SuccessfulCreate":
                     created = _CREATED_POD.match(str(event.get("message") or event.get("note") or ""))
                     if created:
                         names.add(created["pod"])

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ._objects import as_utc, dig, items, parse_time
+from ..objects import as_utc, dig, items, parse_time
 
 NODE_LOST = "NodeLost"  # status.reason the node lifecycle controller sets on pods of unreachable nodes
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -14,21 +14,13 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from .. import labels
-from ._objects import as_int, condition, condition_true, dig, items, latest, mapping, parse_time
+from .. import kinds
+from ..kinds import LAUNCHER, WORKER  # noqa: F401  (re-exported by lifecycle)
+from ..objects import condition, dig, items, latest, parse_time
 from .pod_status import pod_ready, pod_restarts, pod_status
 from .state import Reason
 
-LAUNCHER = "launcher"
-WORKER = "worker"
 NO_POD = "<none>"  # STATUS of a replica whose pod does not exist (kubectl's word for an empty cell)
-
-# Kubernetes' own keys that the product does not write, so they are not in labels.py.
-LEGACY_CONTROLLER_UID = "controller-uid"  # Job controller label before batch.kubernetes.io/controller-uid
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation on pods of Indexed Jobs
-
-MPI_KIND = "MPIJob"
-JOB_KIND = "Job"
 
 
 class Health(Enum):
@@ -79,49 +71,13 @@ class ReplicaStatus:
 
 
 def job_kind(job: Mapping[str, Any]) -> str:
-    """``MPIJob`` or ``Job``. List responses omit ``kind`` for built-in types, so the shape decides too."""
-    if job.get("kind") == MPI_KIND or str(job.get("apiVersion") or "").startswith("kubeflow.org/"):
-        return MPI_KIND
-    if dig(job, "spec", "mpiReplicaSpecs") is not None:
-        return MPI_KIND
-    return JOB_KIND
+    """The product's word for the job's kind (``Job``, ``MPIJob``, ``torchrun``)."""
+    return kinds.kind_of(job).name
 
 
 def pods_of(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The pods of ``job`` among ``pods`` (e.g. everything a namespace-wide pod list returned).
-
-    A pod belongs to a Job through its owner reference or the Job controller's labels; to an MPIJob
-    through its owner reference, the kubeflow job-name label or the launcher Job's name.
-    """
-    name = dig(job, "metadata", "name")
-    uid = dig(job, "metadata", "uid")
-    namespace = dig(job, "metadata", "namespace")
-    mpi = job_kind(job) == MPI_KIND
-    mine = []
-    for pod in pods:
-        pod_namespace = dig(pod, "metadata", "namespace")
-        if namespace and pod_namespace and pod_namespace != namespace:
-            continue
-        pod_labels = mapping(pod, "metadata", "labels")
-        owners = {
-            ref.get("uid") for ref in items(pod, "metadata", "ownerReferences") if isinstance(ref, Mapping)
-        }
-        if uid and uid in owners:
-            mine.append(pod)
-        elif mpi and (
-            pod_labels.get(labels.MPI_JOB_NAME) == name
-            or pod_labels.get(labels.BATCH_JOB_NAME) == f"{name}-launcher"
-        ):
-            mine.append(pod)
-        elif not mpi and name in (
-            pod_labels.get(labels.BATCH_JOB_NAME),
-            pod_labels.get(labels.LEGACY_JOB_NAME),
-        ):
-            # A job recreated under the same name must not adopt the pods of its predecessor.
-            pod_uid = pod_labels.get(labels.CONTROLLER_UID) or pod_labels.get(LEGACY_CONTROLLER_UID)
-            if not (uid and pod_uid and pod_uid != uid):
-                mine.append(pod)
-    return mine
+    """The pods of ``job`` among ``pods`` (e.g. everything a namespace-wide pod list returned)."""
+    return kinds.kind_of(job).pods_of(job, pods)
 
 
 # The Job controller names the pod its pod failure policy matched: "Pod <ns>/<name> has condition
@@ -165,7 +121,8 @@ def events_of(
     namespace = dig(job, "metadata", "namespace")
     uids = {dig(job, "metadata", "uid")} | {dig(pod, "metadata", "uid") for pod in pods}
     uids.discard(None)
-    names = {(job_kind(job), name), (JOB_KIND, f"{name}-launcher")}
+    kind = kinds.kind_of(job)
+    names = {(kind.resource.kind, name)} | kind.related_names(job)
     names |= {("Pod", dig(pod, "metadata", "name")) for pod in pods}
     disrupted = disrupted_pod(job)
     if disrupted:
@@ -179,14 +136,12 @@ def events_of(
         about = event.get("involvedObject") or event.get("regarding") or {}
         if (
             (about.get("kind"), about.get("name")) in names
-            and about.get("kind") == JOB_KIND
+            and about.get("kind") == "Job"
             and event.get("reason") == "SuccessfulCreate"
         ):
             created = _CREATED_POD.match(str(event.get("message") or event.get("note") or ""))
             if created:
                 names.add(("Pod", created["pod"]))
-    if job_kind(job) == MPI_KIND:
-        names |= {("Pod", f"{name}-worker-{i}") for role, i in expected_replicas(job) if role == WORKER}
     mine = []
     for event in event_list:
         about = event.get("involvedObject") or event.get("regarding") or {}
@@ -217,34 +172,7 @@ def event_time(event: Mapping[str, Any]) -> datetime | None:
 
 def expected_replicas(job: Mapping[str, Any]) -> list[tuple[str, int]]:
     """The (role, index) of every replica the job should have, launcher first."""
-    if job_kind(job) == MPI_KIND:
-        specs = mapping(job, "spec", "mpiReplicaSpecs")
-        wanted = []
-        if "Launcher" in specs:
-            wanted += [(LAUNCHER, i) for i in range(as_int(dig(specs, "Launcher", "replicas"), 1) or 0)]
-        if "Worker" in specs:
-            # With runLauncherAsWorker the launcher is index 0 and workers carry 1..N
-            # (workerReplicaIndexLabel, kubeflow/mpi-operator pkg/controller/mpi_job_controller.go v0.7.0+).
-            first = 1 if dig(job, "spec", "runLauncherAsWorker") is True else 0
-            count = as_int(dig(specs, "Worker", "replicas"), 1) or 0
-            wanted += [(WORKER, i) for i in range(first, first + count)]
-        return wanted
-    role = mapping(job, "spec", "template", "metadata", "labels").get(labels.ROLE) or WORKER
-    return [(role, i) for i in range(as_int(dig(job, "spec", "parallelism"), 1) or 0)]
-
-
-def replica_key(pod: Mapping[str, Any], mpi: bool) -> tuple[str, int]:
-    """The (role, index) a pod plays, from the kubeflow labels or the product's own."""
-    pod_labels = mapping(pod, "metadata", "labels")
-    pod_annotations = mapping(pod, "metadata", "annotations")
-    role = pod_labels.get(labels.MPI_JOB_ROLE) if mpi else None
-    role = role or pod_labels.get(labels.ROLE) or WORKER
-    index = as_int(pod_labels.get(labels.MPI_REPLICA_INDEX))
-    if index is None and role != LAUNCHER:
-        index = as_int(pod_labels.get(labels.RANK))
-    if index is None:
-        index = as_int(pod_annotations.get(COMPLETION_INDEX), 0)
-    return str(role), index or 0
+    return kinds.kind_of(job).expected_replicas(job)
 
 
 def _role_order(key: tuple[str, int]) -> tuple[int, str, int]:
@@ -255,15 +183,15 @@ def replicas_of(
     job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]] = ()
 ) -> list[ReplicaStatus]:
     """Every expected replica, plus any replica seen only through a pod, launcher first then by index."""
-    mpi = job_kind(job) == MPI_KIND
-    by_key: dict[tuple[str, int], list[Mapping[str, Any]]] = {key: [] for key in expected_replicas(job)}
+    kind = kinds.kind_of(job)
+    by_key: dict[tuple[str, int], list[Mapping[str, Any]]] = {key: [] for key in kind.expected_replicas(job)}
     for pod in pods:
-        by_key.setdefault(replica_key(pod, mpi), []).append(pod)
+        by_key.setdefault(kind.replica_key(pod), []).append(pod)
     event_list = list(events)
     # The controller's final word is about the pods that ended: a pod of a finished job that never ran
     # (a replacement created as a suspension's terminating pod went on to succeed, then deleted by the
     # controller) is a leftover, not the replica's outcome.
-    finished = any(condition_true(job, kind) for kind in ("Complete", "Succeeded", "Failed"))
+    finished = kind.is_finished(job)
     result = []
     for key in sorted(by_key, key=_role_order):
         current = current_pod(by_key[key], finished=finished)

@@ -34,19 +34,16 @@ from enum import Enum
 from typing import Any
 
 from .. import labels
-from ._objects import as_int, as_utc, condition, condition_true, dig, items, mapping, parse_time
+from ..kinds import LAUNCHER, MPI_JOB, JobKind, kind_of
+from ..objects import as_int, as_utc, condition, condition_true, dig, items, mapping, parse_time
 from .replicas import (
-    LAUNCHER,
-    MPI_KIND,
     Health,
     ReplicaStatus,
     disrupted_pod,
     event_time,
     events_of,
-    job_kind,
     lost_with_its_node,
     pods_of,
-    replica_key,
     replicas_of,
 )
 from .state import QUEUE_REASONS, VERDICTS, JobState, Reason
@@ -202,7 +199,7 @@ class _Decision:
 class _Facts:
     """What the job object says, read once."""
 
-    kind: str
+    adapter: JobKind
     annotations: Mapping[str, str]
     suspended: bool
     deleting: bool
@@ -273,7 +270,7 @@ def snapshot(
     return JobSnapshot(
         name=str(dig(job, "metadata", "name") or ""),
         namespace=str(dig(job, "metadata", "namespace") or ""),
-        kind=facts.kind,
+        kind=facts.adapter.name,
         state=decision.state,
         reason=decision.reason,
         message=decision.message,
@@ -355,27 +352,16 @@ def _reservation_on(annotations: Mapping[str, Any], finished_at: datetime | None
 
 
 def _facts(job: Mapping[str, Any]) -> _Facts:
-    kind = job_kind(job)
+    adapter = kind_of(job)
     annotations = {str(k): str(v) for k, v in mapping(job, "metadata", "annotations").items()}
-    if kind == MPI_KIND:
-        suspended = bool(dig(job, "spec", "runPolicy", "suspend"))
-        backoff = as_int(dig(job, "spec", "runPolicy", "backoffLimit"), DEFAULT_BACKOFF_LIMIT)
-        failures = sum(
-            as_int(dig(status, "failed"), 0) or 0
-            for status in mapping(job, "status", "replicaStatuses").values()
-            if isinstance(status, Mapping)
-        )
-    else:
-        suspended = bool(dig(job, "spec", "suspend"))
-        backoff = as_int(dig(job, "spec", "backoffLimit"), DEFAULT_BACKOFF_LIMIT)
-        failures = as_int(dig(job, "status", "failed"), 0) or 0
+    backoff = adapter.backoff_limit(job)
     return _Facts(
-        kind=kind,
+        adapter=adapter,
         annotations=annotations,
-        suspended=suspended,
+        suspended=adapter.is_suspended(job),
         deleting=dig(job, "metadata", "deletionTimestamp") is not None,
         backoff_limit=backoff if backoff is not None else DEFAULT_BACKOFF_LIMIT,
-        pod_failures=failures,
+        pod_failures=adapter.pod_failures(job),
         requeue_count=as_int(annotations.get(labels.REQUEUE_COUNT), 0) or 0,
     )
 
@@ -409,7 +395,7 @@ def _decide(
     events: list[Mapping[str, Any]],
 ) -> _Decision:
     # The controller's final word is a fact about what ran; a verdict written after it cannot undo it.
-    succeeded = "Succeeded" if facts.kind == MPI_KIND else "Complete"
+    succeeded = facts.adapter.succeeded_condition
     # Until every pod is gone the job still holds its GPUs: it is TERMINATING, whatever was decided.
     holding = _holding(job, facts, live)
     if condition_true(job, succeeded):
@@ -458,14 +444,14 @@ def _holding(job: Mapping[str, Any], facts: _Facts, live: list[Mapping[str, Any]
     still counts pods as active or terminating, they hold.
     """
     holding = []
-    mpi = facts.kind == MPI_KIND
+    mpi = facts.adapter is MPI_JOB
     counted = (as_int(dig(job, "status", "active"), 0) or 0) + (
         as_int(dig(job, "status", "terminating"), 0) or 0
     )
     for pod in live:
         if dig(pod, "metadata", "deletionTimestamp") is not None:
             holding.append(pod)
-        elif mpi and replica_key(pod, True)[0] != LAUNCHER:
+        elif mpi and facts.adapter.replica_key(pod)[0] != LAUNCHER:
             holding.append(pod)
         elif (
             not mpi and counted > 0 and not (condition_true(job, "Complete") or condition_true(job, "Failed"))

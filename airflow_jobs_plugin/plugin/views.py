@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
-from airflow_jobs_plugin import action_rules, kueue, labels, quota, tracking
+from airflow_jobs_plugin import action_rules, kinds, kueue, labels, quota, tracking
 from airflow_jobs_plugin.lifecycle import (
     LAUNCHER,
     JobSnapshot,
@@ -41,7 +41,7 @@ from airflow_jobs_plugin.lifecycle import (
 )
 from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
-from airflow_jobs_plugin.lifecycle.replicas import event_time, replica_key
+from airflow_jobs_plugin.lifecycle.replicas import event_time
 
 PREFIX = "/airflow-jobs"
 CHART_WINDOW = timedelta(hours=1)
@@ -348,10 +348,7 @@ def dag_of(job: Mapping[str, Any]) -> str | None:
 
 
 def is_suspended(job: Mapping[str, Any]) -> bool:
-    spec = job.get("spec") or {}
-    if job.get("kind") == "MPIJob":
-        return bool((spec.get("runPolicy") or {}).get("suspend"))
-    return bool(spec.get("suspend"))
+    return kinds.kind_of(job).is_suspended(job)
 
 
 def _is_waiting(job: Mapping[str, Any]) -> bool:
@@ -887,10 +884,10 @@ def log_targets(
     job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
 ) -> tuple[tuple[str, int, str, str], ...]:
     """(replica, rank, pod, container) whose log to show: each replica's newest pod, its main container."""
-    mpi = job.get("kind") == "MPIJob"
+    kind = kinds.kind_of(job)
     newest: dict[tuple[str, int], Mapping[str, Any]] = {}
     for pod in pods_of(job, pods):
-        key = replica_key(pod, mpi)
+        key = kind.replica_key(pod)
         current = newest.get(key)
         if current is None or str(_meta(pod).get("creationTimestamp") or "") >= str(
             _meta(current).get("creationTimestamp") or ""
@@ -910,11 +907,11 @@ def failed_log_target(
 ) -> tuple[str, int, str, str] | None:
     """(replica, rank, pod, container) of the first container of the job that failed (the earliest
     non-zero exit, init containers included): where a failure's cause is written. None if none failed."""
-    mpi = job.get("kind") == "MPIJob"
+    kind = kinds.kind_of(job)
     first: tuple[str, tuple[str, int, str, str]] | None = None
     for pod in pods_of(job, pods):
         status = pod.get("status") or {}
-        role, index = replica_key(pod, mpi)
+        role, index = kind.replica_key(pod)
         for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
             for state in (
                 (cs.get("state") or {}).get("terminated"),

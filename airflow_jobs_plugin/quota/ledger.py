@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import kueue, labels
+from .. import kinds, kueue, labels
 from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from .ledger_model import (
     UNSUSPEND_GRACE,
@@ -87,14 +87,11 @@ async def _call(hook: Hook | None, step: str) -> None:
 
 
 def resource_of(job: Mapping[str, Any]) -> Resource:
-    return MPIJOBS if job.get("kind") == "MPIJob" else JOBS
+    return kinds.kind_of(job).resource
 
 
 def is_suspended(job: Mapping[str, Any]) -> bool:
-    spec = job.get("spec") or {}
-    if job.get("kind") == "MPIJob":
-        return bool((spec.get("runPolicy") or {}).get("suspend"))
-    return bool(spec.get("suspend"))
+    return kinds.kind_of(job).is_suspended(job)
 
 
 def handed_to_kueue(job: Mapping[str, Any]) -> bool:
@@ -132,9 +129,11 @@ def group_of(job: Mapping[str, Any]) -> str | None:
 def is_product_job(job: Mapping[str, Any]) -> bool:
     """A Job or MPIJob the product submitted, not the launcher Job an MPI operator made for an MPIJob."""
     meta = job.get("metadata") or {}
-    if labels.MPI_JOB_NAME in (meta.get("labels") or {}) and job.get("kind") != "MPIJob":
+    if labels.MPI_JOB_NAME in (meta.get("labels") or {}) and not kinds.is_mpi(job):
         return False
-    return not any(ref.get("kind") == "MPIJob" for ref in meta.get("ownerReferences") or ())
+    return not any(
+        ref.get("kind") == kinds.MPI_JOB.resource.kind for ref in meta.get("ownerReferences") or ()
+    )
 
 
 def fingerprint(job: Mapping[str, Any]) -> tuple:
@@ -218,12 +217,7 @@ def admitted_at_of(job: Mapping[str, Any]) -> datetime | None:
 
 def expected_pods(job: Mapping[str, Any]) -> int:
     """How many pods an admitted job runs at once: its parallelism, or an MPIJob's replicas."""
-    spec = job.get("spec") or {}
-    if job.get("kind") == "MPIJob":
-        replica_specs = spec.get("mpiReplicaSpecs") or {}
-        return sum(int((r or {}).get("replicas", 1)) for r in replica_specs.values()) or 1
-    parallelism = spec.get("parallelism")
-    return 1 if parallelism is None else int(parallelism)
+    return kinds.kind_of(job).expected_pods(job)
 
 
 def pod_scheduled(pod: Mapping[str, Any]) -> bool:
@@ -384,7 +378,7 @@ async def release(
 
 
 def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
-    return {"runPolicy": {"suspend": suspend}} if job.get("kind") == "MPIJob" else {"suspend": suspend}
+    return kinds.kind_of(job).suspend_patch(suspend)
 
 
 def _precondition(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -451,7 +445,7 @@ def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
         **_precondition(job),
         "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
     }
-    if job.get("kind") == "MPIJob":
+    if kinds.is_mpi(job):
         return {"metadata": metadata}
     spec: dict[str, Any] = {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}
     if is_suspended(job):
@@ -473,7 +467,7 @@ def ruled_but_running(job: Mapping[str, Any]) -> bool:
     """An MPIJob that carries a failing verdict of the product but still runs: its launcher Job has
     yet to be ended (:func:`end_ruled_job`), for example because the process that ruled stopped
     between the two writes. Cancel and stop end jobs their own way and are not counted here."""
-    if job.get("kind") != "MPIJob" or is_suspended(job):
+    if not kinds.is_mpi(job) or is_suspended(job):
         return False
     verdict = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.VERDICT)
     if not verdict or verdict in ("Cancelled", "Stopped"):
@@ -581,7 +575,6 @@ async def _lookup(client: KubeClient, reservation: Reservation, namespace: str) 
                     continue
                 raise
             if (job.get("metadata") or {}).get("uid") == reservation.uid:
-                job.setdefault("kind", resource.kind)
                 return job
         return _MISSING
     except KubeError:
@@ -817,7 +810,6 @@ async def settle(
     current = await client.get_or_none(resource_of(job), meta.get("namespace") or "", meta["name"])
     if current is None or (current.get("metadata") or {}).get("uid") != meta.get("uid"):
         return None, False
-    current.setdefault("kind", job.get("kind"))
     if done(current):
         return current, False
     if not still_wanted(current):

@@ -115,6 +115,8 @@ def encode(ledger: Ledger) -> dict[str, str]:
         }
         if r.kueue:
             value["kueue"] = True
+        if r.resource != labels.GPU_RESOURCE:
+            value["resource"] = r.resource
         data[key] = json.dumps(value, sort_keys=True)
     return data
 
@@ -141,6 +143,9 @@ def _decode_entry(group: str, raw: object) -> Reservation:
     namespace = value.get("namespace", "")
     if not isinstance(namespace, str):
         raise ValueError(f"namespace must be a string, got {namespace!r}")
+    resource = value.get("resource", labels.GPU_RESOURCE)
+    if not isinstance(resource, str) or not resource:
+        raise ValueError(f"resource must be a resource name, got {resource!r}")
     for name, default in (("gpus", None), ("requeue_count", 0)):
         number = value.get(name, default)
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
@@ -155,6 +160,7 @@ def _decode_entry(group: str, raw: object) -> Reservation:
         namespace=namespace,
         requeue_count=value.get("requeue_count", 0),
         kueue=value.get("kueue") is True,
+        resource=resource,
     )
 
 
@@ -249,6 +255,7 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
         stopped_at=_rfc3339_or_none(annotations.get(labels.STOPPED_AT), f"annotation {labels.STOPPED_AT}"),
         kueue_queue=annotations.get(labels.KUEUE_HANDOFF) or None,
+        resource=annotations.get(labels.GPU_DEVICE) or labels.GPU_RESOURCE,
     )
 
 

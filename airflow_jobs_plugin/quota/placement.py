@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import labels
+from .. import kinds, labels
 from ..spec import GPU_RESOURCE_PREFIXES
 
 
@@ -91,15 +91,8 @@ def _template_gpus(template: Mapping[str, Any], resource: str = labels.GPU_RESOU
 
 
 def pod_shapes(job: Mapping[str, Any]) -> list[PodShape]:
-    """One shape per pod template of a batch/v1 Job or kubeflow.org MPIJob."""
-    spec = job.get("spec") or {}
-    if job.get("kind") == "MPIJob":
-        templates = [
-            (role.lower(), (replica or {}).get("template") or {})
-            for role, replica in (spec.get("mpiReplicaSpecs") or {}).items()
-        ]
-    else:
-        templates = [("worker", spec.get("template") or {})]
+    """One shape per pod template of the job (its kind's pod sets)."""
+    templates = [(pod_set.role, pod_set.template) for pod_set in kinds.kind_of(job).pod_sets(job)]
     return [
         PodShape(
             role=role,

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from ..labels import GPU_RESOURCE as DEFAULT_RESOURCE
+from ..spec import GPU_RESOURCE_PREFIXES
 from .requeue import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,
@@ -91,6 +93,14 @@ class GroupQuota:
     members: frozenset[str] | None = None
     # Whether the group's tasks may run outside the pool (``JobOperator(quota_configmap="")``).
     opt_out: bool = False
+    # Quotas of GPU devices other than whole NVIDIA GPUs, by extended-resource name (MIG profiles such as
+    # nvidia.com/mig-1g.10gb, amd.com/gpu): a job is charged against the device it asks for, never
+    # another's, as Kueue charges each resource flavor separately. ``gpus`` is nvidia.com/gpu's.
+    devices: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    def quota_of(self, resource: str = DEFAULT_RESOURCE) -> int:
+        """The group's quota of ``resource`` (0 for a device the policy gives it none of)."""
+        return self.gpus if resource == DEFAULT_RESOURCE else self.devices.get(resource, 0)
 
     def is_member(self, user: str) -> bool:
         """Whether ``user`` may submit jobs to this group."""
@@ -102,9 +112,10 @@ class GroupQuota:
             return self.users[user]
         return self.gpus if self.user_gpus is None else self.user_gpus
 
-    def user_limit(self, user: str) -> int:
-        """The most GPUs ``user`` can ever hold in this group at once."""
-        return min(self.configured_user_limit(user), self.gpus)
+    def user_limit(self, user: str, resource: str = DEFAULT_RESOURCE) -> int:
+        """The most of ``resource`` ``user`` can ever hold in this group at once: the user's limit
+        applies to each device separately, within the group's quota of it."""
+        return min(self.configured_user_limit(user), self.quota_of(resource))
 
 
 @dataclass(frozen=True)
@@ -209,6 +220,7 @@ _GROUP_KEYS = {
     "max_running_jobs_per_user": "admitted jobs a user may hold at once",
     "members": "the users who may submit to the group (absent: anyone)",
     "opt_out": "whether the group's tasks may run outside the pool (quota_configmap='')",
+    "devices": "quotas of other GPU devices by resource name, e.g. {nvidia.com/mig-1g.10gb: 14}",
 }
 _DEFAULTS_KEYS = {k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user")}
 _BACKOFF_KEYS = {"base": "first back-off", "cap": "longest back-off"}
@@ -377,6 +389,28 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
                 else:
                     names.add(key)
             members = frozenset(names)
+    devices: dict[str, int] = {}
+    if "devices" in body:
+        devices_path = _join(path, "devices")
+        raw_devices = _mapping(body["devices"], devices_path, errors, what="GPU resource name to quota")
+        ok = ok and raw_devices is not None
+        for resource, amount in (raw_devices or {}).items():
+            device_path = _join(devices_path, resource)
+            key = _string_key(resource, device_path, errors, what="resource name")
+            value = _non_negative_int(amount, device_path, errors)
+            if key is not None and key == DEFAULT_RESOURCE:
+                errors.add(device_path, f"{DEFAULT_RESOURCE} is the group's gpus: set gpus instead")
+                ok = False
+            elif key is not None and not key.startswith(GPU_RESOURCE_PREFIXES):
+                errors.add(
+                    device_path,
+                    f"{key!r} is not a GPU resource name (one of {', '.join(GPU_RESOURCE_PREFIXES)}...)",
+                )
+                ok = False
+            elif key is None or value is None:
+                ok = False
+            else:
+                devices[key] = value
     opt_out = body.get("opt_out", False)
     if not isinstance(opt_out, bool):
         errors.add(_join(path, "opt_out"), f"must be true or false, got {opt_out!r}")
@@ -391,6 +425,7 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         max_running_jobs_per_user=max_jobs,
         members=members,
         opt_out=opt_out,
+        devices=devices,
     )
 
 
@@ -573,6 +608,8 @@ class QueuedJob:
     # The Kueue LocalQueue this job is handed to once admitted (labels.KUEUE_HANDOFF): the pool then
     # applies only its per-user rules, and the group's quota and order are Kueue's ClusterQueue's.
     kueue_queue: str | None = None
+    # The GPU device it asks for (its gpu_resource), which it is charged against.
+    resource: str = DEFAULT_RESOURCE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -589,6 +626,7 @@ class Reservation:
     requeue_count: int = 0  # the job's requeue count when it was admitted
     # Handed to Kueue: it counts against its user's limits, not the group's quota (Kueue charges that).
     kueue: bool = False
+    resource: str = DEFAULT_RESOURCE
 
     @classmethod
     def for_job(cls, job: QueuedJob, admitted_at: datetime) -> Reservation:
@@ -603,6 +641,7 @@ class Reservation:
             namespace=job.namespace,
             requeue_count=job.requeue_count,
             kueue=job.kueue_queue is not None,
+            resource=job.resource,
         )
 
 
@@ -663,13 +702,24 @@ class UserUsage:
 
 
 @dataclass(frozen=True)
+class DeviceUsage:
+    """A group's quota and use of one GPU device other than whole NVIDIA GPUs."""
+
+    resource: str
+    quota: int
+    used: int
+
+
+@dataclass(frozen=True)
 class GroupUsage:
-    """What a group holds right now, for pools views."""
+    """What a group holds right now, for pools views: ``quota``/``used`` of whole GPUs
+    (nvidia.com/gpu), ``devices`` of every other device it has a quota of or holds."""
 
     group: str
     quota: int
     used: int
     users: tuple[UserUsage, ...]
+    devices: tuple[DeviceUsage, ...] = ()
 
     @property
     def free(self) -> int:
@@ -708,8 +758,18 @@ def usage(policy: QuotaPolicy, reservations: Iterable[Reservation]) -> tuple[Gro
             UserUsage(user=u, gpus=g, jobs=n, limit=quota.user_limit(u))
             for u, (g, n) in sorted(per_user.items())
         )
-        used = sum(r.gpus for r in held if not r.kueue)  # Kueue charges what it admitted, not the pool
-        result.append(GroupUsage(group=name, quota=quota.gpus, used=used, users=users))
+        # Kueue charges what it admitted, not the pool.
+        charged = [r for r in held if not r.kueue]
+        used = sum(r.gpus for r in charged if r.resource == DEFAULT_RESOURCE)
+        devices = tuple(
+            DeviceUsage(
+                resource=device,
+                quota=quota.quota_of(device),
+                used=sum(r.gpus for r in charged if r.resource == device),
+            )
+            for device in sorted(set(quota.devices) | {r.resource for r in charged} - {DEFAULT_RESOURCE})
+        )
+        result.append(GroupUsage(group=name, quota=quota.gpus, used=used, users=users, devices=devices))
     return tuple(result)
 
 
@@ -718,18 +778,26 @@ class _Pool:
     """Mutable tally of one group during one pass: reservations plus this pass's admissions."""
 
     quota: GroupQuota
-    used: int = 0
-    user_gpus: dict[str, int] = field(default_factory=dict)
-    user_jobs: dict[str, int] = field(default_factory=dict)
+    used_of: dict[str, int] = field(default_factory=dict)  # per device
+    user_of: dict[tuple[str, str], int] = field(default_factory=dict)  # per (user, device)
+    user_jobs: dict[str, int] = field(default_factory=dict)  # over every device
 
-    def take(self, user: str, gpus: int, *, group_quota: bool = True) -> None:
+    def take(self, user: str, gpus: int, resource: str, *, group_quota: bool = True) -> None:
         if group_quota:
-            self.used += gpus
-        self.user_gpus[user] = self.user_gpus.get(user, 0) + gpus
+            self.used_of[resource] = self.used_of.get(resource, 0) + gpus
+        self.user_of[(user, resource)] = self.user_of.get((user, resource), 0) + gpus
         self.user_jobs[user] = self.user_jobs.get(user, 0) + 1
+
+    def used(self, resource: str) -> int:
+        return self.used_of.get(resource, 0)
+
+    def user_used(self, user: str, resource: str) -> int:
+        return self.user_of.get((user, resource), 0)
 
 
 def _plural(n: int, word: str) -> str:
+    if "/" in word:  # a resource name (nvidia.com/mig-1g.10gb) is counted as it is written
+        return f"{n} {word}"
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
@@ -777,14 +845,18 @@ def _decide_group(
     pool = _Pool(quota) if quota is not None else None
     if pool is not None:
         for r in reservations:
-            pool.take(r.user, r.gpus, group_quota=not r.kueue)
+            pool.take(r.user, r.gpus, r.resource, group_quota=not r.kueue)
 
-    head: QueuedJob | None = None  # the GroupQuota-blocked job everything behind waits for
+    # The GroupQuota-blocked job everything behind waits for, per device: a job waiting for the group's
+    # MIG slices does not hold back a job that asks for whole GPUs, which it could never use.
+    heads: dict[str, QueuedJob] = {}
     verdicts: list[tuple[QueuedJob, Verdict, str, str | None]] = []
     for job in jobs:
-        verdict, message, blocked_by = _judge(policy, quota, pool, job, reserved, head, now)
+        verdict, message, blocked_by = _judge(
+            policy, quota, pool, job, reserved, heads.get(job.resource), now
+        )
         if verdict is Verdict.GROUP_QUOTA and job.kueue_queue is None:
-            head = job
+            heads[job.resource] = job
         verdicts.append((job, verdict, message, blocked_by))
 
     decisions = []
@@ -858,19 +930,27 @@ def _judge(
     if isinstance(job.gpus, bool) or not isinstance(job.gpus, int) or job.gpus < 0:
         return (Verdict.INADMISSIBLE, f"the job asks for {job.gpus!r} GPUs, which is not a GPU count", None)
 
-    user_limit = quota.user_limit(job.user)
-    if job.gpus > quota.gpus and job.kueue_queue is None:
+    resource = job.resource
+    unit = _unit(resource)
+    group_quota = quota.quota_of(resource)
+    user_limit = quota.user_limit(job.user, resource)
+    if job.gpus > group_quota and job.kueue_queue is None:
+        hint = (
+            "ask for fewer GPUs or a larger quota"
+            if resource == DEFAULT_RESOURCE or group_quota
+            else f"ask a platform admin for groups.{quota.name}.devices.{resource} in the quota policy"
+        )
         return (
             Verdict.OVER_QUOTA,
-            f"this job needs {_plural(job.gpus, 'GPU')} but group {quota.name}'s whole quota is "
-            f"{_plural(quota.gpus, 'GPU')}: it can never be admitted; ask for fewer GPUs or a larger quota",
+            f"this job needs {_plural(job.gpus, unit)} but group {quota.name}'s whole quota is "
+            f"{_plural(group_quota, unit)}: it can never be admitted; {hint}",
             None,
         )
     if job.gpus > user_limit:
         return (
             Verdict.OVER_QUOTA,
-            f"this job needs {_plural(job.gpus, 'GPU')} but user {job.user} may hold at most "
-            f"{_plural(user_limit, 'GPU')} in group {quota.name}: it can never be admitted; ask for fewer "
+            f"this job needs {_plural(job.gpus, unit)} but user {job.user} may hold at most "
+            f"{_plural(user_limit, unit)} in group {quota.name}: it can never be admitted; ask for fewer "
             "GPUs or a larger user quota",
             None,
         )
@@ -892,11 +972,11 @@ def _judge(
             f"the most allowed (max_running_jobs_per_user: {max_jobs})",
             None,
         )
-    user_used = pool.user_gpus.get(job.user, 0)
+    user_used = pool.user_used(job.user, resource)
     if job.gpus > max(0, user_limit - user_used):
         return (
             Verdict.USER_QUOTA,
-            f"user {job.user} uses {user_used} of {_plural(user_limit, 'GPU')} in group {quota.name}; "
+            f"user {job.user} uses {user_used} of {_plural(user_limit, unit)} in group {quota.name}; "
             f"this job needs {job.gpus}",
             None,
         )
@@ -904,33 +984,39 @@ def _judge(
         # In front of Kueue the pool keeps only what Kueue lacks, the per-user limits (kubernetes-sigs/
         # kueue issues 752 and 2297): the group's quota and its order are the ClusterQueue's, so a job
         # handed over neither waits behind the group's head nor blocks the jobs after it.
-        pool.take(job.user, job.gpus, group_quota=False)
+        pool.take(job.user, job.gpus, resource, group_quota=False)
         return (
             Verdict.ADMIT,
             f"handed to Kueue LocalQueue {job.kueue_queue}: user {job.user} now holds "
-            f"{pool.user_gpus[job.user]} of {_plural(user_limit, 'GPU')} in group {quota.name}",
+            f"{pool.user_used(job.user, resource)} of {_plural(user_limit, unit)} in group {quota.name}",
             None,
         )
+    used = pool.used(resource)
     if head is not None:
         return (
             Verdict.BEHIND_HEAD,
-            f"waiting behind {head.name}, which needs {_plural(head.gpus, 'GPU')} while group {quota.name} "
-            f"uses {pool.used} of {quota.gpus}; jobs of a group start in order",
+            f"waiting behind {head.name}, which needs {_plural(head.gpus, unit)} while group {quota.name} "
+            f"uses {used} of {group_quota}; jobs of a group start in order",
             head.name,
         )
-    if job.gpus > max(0, quota.gpus - pool.used):
+    if job.gpus > max(0, group_quota - used):
         return (
             Verdict.GROUP_QUOTA,
-            f"group {quota.name} uses {pool.used} of {_plural(quota.gpus, 'GPU')}; this job needs {job.gpus}",
+            f"group {quota.name} uses {used} of {_plural(group_quota, unit)}; this job needs {job.gpus}",
             None,
         )
-    pool.take(job.user, job.gpus)
+    pool.take(job.user, job.gpus, resource)
     return (
         Verdict.ADMIT,
-        f"admitted: group {quota.name} now uses {pool.used} of {_plural(quota.gpus, 'GPU')}, "
-        f"user {job.user} {pool.user_gpus[job.user]} of {user_limit}",
+        f"admitted: group {quota.name} now uses {pool.used(resource)} of {_plural(group_quota, unit)}, "
+        f"user {job.user} {pool.user_used(job.user, resource)} of {user_limit}",
         None,
     )
+
+
+def _unit(resource: str) -> str:
+    """How messages count ``resource``: GPUs, or the device's own name (``nvidia.com/mig-1g.10gb``)."""
+    return "GPU" if resource == DEFAULT_RESOURCE else resource
 
 
 def claim_problem(policy: QuotaPolicy, *, owner: str, user: str | None, group: str) -> str | None:

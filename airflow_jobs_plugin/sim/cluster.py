@@ -48,6 +48,7 @@ def node_object(index: int, config: ClusterConfig) -> dict:
         "pods": "110",
         "ephemeral-storage": "1Ti",
         "nvidia.com/gpu": str(config.gpus_per_node),
+        **{name: str(count) for name, count in config.devices_per_node},
     }
     return {
         "apiVersion": "v1",

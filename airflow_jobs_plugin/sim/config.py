@@ -11,6 +11,9 @@ class ClusterConfig:
 
     nodes: int = 2
     gpus_per_node: int = 8
+    # Other GPU devices every node offers, by extended-resource name, as a device plugin advertises them
+    # in the node's capacity (e.g. (("nvidia.com/mig-1g.10gb", 14),) for a node of MIG slices).
+    devices_per_node: tuple[tuple[str, int], ...] = ()
     cpu_per_node: str = "64"
     memory_per_node: str = "512Gi"
     time_scale: float = 1.0  # multiply every simulated duration by this (0.01 = 100x faster)

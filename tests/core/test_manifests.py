@@ -519,3 +519,52 @@ def test_the_jobs_own_quota_limits_travel_on_the_object():
     defaults = manifest()["metadata"]["annotations"]
     # A task that keeps the defaults follows the quota policy's limits.
     assert not {keys.QUEUE_TIMEOUT, keys.SCHEDULE_TIMEOUT, keys.REQUEUE_LIMIT} & set(defaults)
+
+
+# --- torchrun: an Indexed Job of nodes -----------------------------------------------------------------
+
+
+def test_torchrun_builds_a_suspended_indexed_job_of_one_pod_per_node_that_the_kubernetes_client_accepts():
+    m = manifest(framework="torchrun", workers=2, gpus=4)
+    job = deserialize(m, "V1Job")
+    assert job.spec.suspend is True and job.spec.completion_mode == "Indexed"
+    assert job.spec.parallelism == job.spec.completions == 2  # every node at once, each once
+    assert m["metadata"]["labels"][keys.FRAMEWORK] == "torchrun"
+    template = m["spec"]["template"]
+    assert (
+        template["metadata"]["labels"][keys.ROLE] == "node"
+        and keys.RANK not in template["metadata"]["labels"]
+    )
+    # Its pods are <job>-<index> under the headless Service of the job's name.
+    assert template["spec"]["subdomain"] == m["metadata"]["name"]
+    assert template["spec"]["restartPolicy"] == "Never"
+    (main,) = template["spec"]["containers"]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == "4"
+
+
+def test_torchrun_reads_its_settings_from_the_environment_so_the_command_needs_no_flags():
+    m = manifest(framework="torchrun", workers=2, gpus=4, env={"NCCL_DEBUG": "INFO"})
+    name = m["metadata"]["name"]
+    env = env_of(m["spec"]["template"]["spec"]["containers"][0])
+    index = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "4"
+    assert env["PET_NODE_RANK"] == index and env["NODE_RANK"] == index and env["JOB_RANK"] == index
+    assert env["PET_MASTER_ADDR"] == env["MASTER_ADDR"] == f"{name}-0.{name}"
+    assert env["PET_MASTER_PORT"] == env["MASTER_PORT"] == "29500"
+    assert env["WORLD_SIZE"] == "8" and env["JOB_WORLD_SIZE"] == "2" and env["JOB_ROLE"] == "node"
+    names = [e["name"] for e in m["spec"]["template"]["spec"]["containers"][0]["env"]]
+    # The product's variables, torchrun's, then the author's (the author's wins on a clash).
+    assert names[: len(PRODUCT_ENV)] == list(PRODUCT_ENV) and names[-1] == "NCCL_DEBUG"
+
+
+def test_torchrun_on_one_node_is_an_indexed_job_too():
+    m = manifest(framework="torchrun", workers=1, gpus=8)
+    assert m["spec"]["completionMode"] == "Indexed" and m["spec"]["parallelism"] == 1
+    assert env_of(m["spec"]["template"]["spec"]["containers"][0])["PET_NPROC_PER_NODE"] == "8"
+
+
+def test_a_torchrun_nodes_rank_comes_from_its_completion_index_label():
+    assert pod_role_and_rank({keys.ROLE: "node", "batch.kubernetes.io/job-completion-index": "1"}) == (
+        "node",
+        1,
+    )

@@ -659,3 +659,35 @@ def test_a_requeue_back_off_is_the_quota_policys_and_the_operator_says_so(argume
             group="vision",
             **{argument: timedelta(minutes=1)},
         )
+
+
+def test_framework_is_mpi_or_torchrun():
+    with pytest.raises(JobSpecError, match=r"framework: must be one of 'mpi', 'torchrun', got str 'ddp'"):
+        validate(image="t:1", group="vision", user="alice", framework="ddp")
+    spec = validate(image="t:1", group="vision", user="alice", workers=2, framework="torchrun")
+    assert spec.kind == "torchrun" and not spec.is_mpi and spec.pod_count == 2
+
+
+@pytest.mark.parametrize(
+    "mpi_only",
+    [
+        {"launcher_gpus": 1},
+        {"launcher_cpu": "1"},
+        {"worker_command": ["sshd"]},
+        {"wait_for_workers": False},
+        {"launcher_creation_policy": "AtStartup"},
+        {"mpi_implementation": "MPICH"},
+    ],
+    ids=lambda d: next(iter(d)),
+)
+def test_mpi_only_arguments_are_refused_for_torchrun_naming_the_argument(mpi_only):
+    (name,) = mpi_only
+    with pytest.raises(JobSpecError, match=rf"{name}: only applies to MPI jobs, but framework is 'torchrun'"):
+        validate(
+            image="t:1", group="vision", user="alice", gpus=1, workers=2, framework="torchrun", **mpi_only
+        )
+
+
+def test_a_torchrun_job_is_charged_every_nodes_gpus():
+    spec = validate(image="t:1", group="vision", user="alice", gpus=4, workers=2, framework="torchrun")
+    assert total_gpus(spec) == 8

@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 RETRAINING = "gpu_retraining"
 CONTENTION = "gpu_quota_contention"
 FAILURES = "gpu_failures_and_retries"
+DDP = "gpu_ddp_training"
 RUN_TIMEOUT = 360
 QUOTA_REASON = re.compile(r"QUEUED \((GroupQuota|UserQuota|BehindHead)\b")
 
@@ -27,10 +28,10 @@ def stack(tmp_path_factory):
     stack = Stack(tmp_path_factory.mktemp("e2e"))
     try:
         stack.start()
-        stack.wait_for_dags([RETRAINING, CONTENTION, FAILURES], timeout=180)
+        stack.wait_for_dags([RETRAINING, CONTENTION, FAILURES, DDP], timeout=180)
         # Unpausing the daily DAG starts today's run at once (catchup is off).
         stack.airflow("dags", "unpause", RETRAINING)
-        for dag_id in (CONTENTION, FAILURES):
+        for dag_id in (CONTENTION, FAILURES, DDP):
             stack.airflow("dags", "unpause", dag_id)
             stack.airflow("dags", "trigger", dag_id)
         yield stack
@@ -79,6 +80,26 @@ def test_daily_retraining_runs_to_success_and_streams_the_pods_logs(stack):
         for e in is_better
     )
     assert (stack.artifacts / "production" / "model.json").exists()
+
+
+def test_torchrun_training_starts_every_node_streams_every_rank_and_returns_its_metrics(stack):
+    run_id, state = stack.wait_for_run(DDP, timeout=RUN_TIMEOUT)
+    states = stack.task_states(DDP, run_id)
+
+    assert state == "success", f"{DDP} {run_id} ended {state}: {states}"
+    assert states == {"train": "success", "report": "success"}
+    train = stack.task_log(DDP, run_id, "train")
+    # Both nodes ran, each its 4 local ranks (global ranks 0-3 on node 0, 4-7 on node 1), and each
+    # node's log reached the task log under its own name.
+    assert any(e.startswith("[node-0] [rank 0] epoch 3/3 loss=") for e in train), "\n".join(train)
+    assert any(e.startswith("[node-1] [rank 7] epoch 3/3 loss=") for e in train), "\n".join(train)
+    assert any(e.startswith("[node-1] train_ddp: node 1: rendezvous at ") for e in train)
+    running = _first(train, r"^torchrun \S+: RUNNING \(nodes 2/2 Running\)")
+    succeeded = _first(train, r"^torchrun \S+: SUCCEEDED")
+    assert 0 <= running < succeeded, "\n".join(train)
+    # Rank 0's termination message came back as XCom "result" and report read it.
+    report = stack.task_log(DDP, run_id, "report")
+    assert any(re.search(r"final loss 0\.\d+ after 3 epochs on 8 GPUs", e) for e in report), report
 
 
 def test_quota_contention_queues_jobs_with_a_quota_reason_before_they_run(stack):

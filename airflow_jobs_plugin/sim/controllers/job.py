@@ -2,7 +2,7 @@
 
 ``plan_job`` is the pure decision: from a Job, its pods, the time and the controller's memory of the Job
 it returns the new Job status, the pods to create / delete / release (the ``job-tracking`` finalizer) and
-the events. It implements parallelism/completions (NonIndexed), suspend/resume, backoffLimit with the pod
+the events. It implements parallelism/completions (NonIndexed and Indexed), suspend/resume, backoffLimit with the pod
 re-creation back-off, activeDeadlineSeconds, podFailurePolicy, the 1.32 terminal-condition sequence
 (FailureTarget then Failed, SuccessCriteriaMet then Complete, once no pod is left terminating) and
 ttlSecondsAfterFinished. ``JobController`` applies the plan to the store.
@@ -41,6 +41,11 @@ LEGACY_JOB_NAME_LABEL = "job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
 
+# Indexed Jobs (pkg/controller/job/indexed_job_utils.go and job_controller.go manageJob, 1.32): every pod
+# of index i carries it as this annotation and label (PodIndexLabel, on by default since 1.28, GA in
+# 1.32), gets hostname <job>-<i>, the name prefix <job>-<i>- and JOB_COMPLETION_INDEX read from the label.
+COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 POD_BACKOFF_BASE = 10.0
 POD_BACKOFF_MAX = 360.0
 
@@ -184,12 +189,66 @@ def _restarts(pods: list[dict]) -> int:
     return total
 
 
-def new_pod(job: dict, name: str) -> dict:
-    """The pod the Job controller creates from the Job's template."""
+def completion_index(pod: dict) -> int | None:
+    """The index of a pod of an Indexed Job (getCompletionIndex: the annotation, a whole number >= 0)."""
+    value = (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX_KEY)
+    try:
+        index = int(value) if value is not None else -1
+    except ValueError:
+        return None
+    return index if index >= 0 else None
+
+
+def parse_indexes(text: str | None) -> set[int]:
+    """``status.completedIndexes`` ("1,3-5") as a set."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
+def format_indexes(indexes: set[int]) -> str:
+    """The compressed interval form the Job controller writes ("1,3-5")."""
+    ordered = sorted(indexes)
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def new_pod(job: dict, name: str, index: int | None = None) -> dict:
+    """The pod the Job controller creates from the Job's template (of completion ``index`` if Indexed)."""
     meta = job["metadata"]
     template = copy.deepcopy(job.get("spec", {}).get("template") or {})
     tmeta = template.get("metadata") or {}
     labels = dict(tmeta.get("labels") or {})
+    if index is not None:
+        labels[COMPLETION_INDEX_KEY] = str(index)
+        tmeta = {
+            **tmeta,
+            "annotations": {**(tmeta.get("annotations") or {}), COMPLETION_INDEX_KEY: str(index)},
+        }
+        pod_spec = template.setdefault("spec", {})
+        pod_spec["hostname"] = f"{meta['name']}-{index}"
+        for container in (pod_spec.get("initContainers") or []) + (pod_spec.get("containers") or []):
+            env = container.setdefault("env", [])
+            if not any(e.get("name") == COMPLETION_INDEX_ENV for e in env):
+                env.append(
+                    {
+                        "name": COMPLETION_INDEX_ENV,
+                        "valueFrom": {
+                            "fieldRef": {"fieldPath": f"metadata.labels['{COMPLETION_INDEX_KEY}']"}
+                        },
+                    }
+                )
     labels.update(
         {
             CONTROLLER_UID_LABEL: meta["uid"],
@@ -200,7 +259,7 @@ def new_pod(job: dict, name: str) -> dict:
     )
     pod_meta: dict[str, Any] = {
         "name": name,
-        "generateName": f"{meta['name']}-",
+        "generateName": f"{meta['name']}-" if index is None else f"{meta['name']}-{index}-",
         "namespace": meta.get("namespace"),
         "labels": labels,
         "ownerReferences": [owner_reference(job, "batch/v1", "Job")],
@@ -235,6 +294,8 @@ def plan_job(
     conditions = status.get("conditions") or []
     pods = job_pods(job, pods)
 
+    indexed = spec.get("completionMode") == "Indexed"
+    completed = parse_indexes(status.get("completedIndexes")) if indexed else set()
     # Count finished pods still holding the tracking finalizer, then release them.
     new_succeeded = new_failed = 0
     fail_job: str | None = None
@@ -244,7 +305,12 @@ def plan_job(
         uid = pod["metadata"].get("uid")
         if pod.get("status", {}).get("phase") == "Succeeded":
             if uid not in memory.deleted:
-                new_succeeded += 1
+                index = completion_index(pod) if indexed else None
+                if index is not None and index not in completed:
+                    completed.add(index)
+                    new_succeeded += 1
+                elif not indexed:
+                    new_succeeded += 1
         elif pod_counts_failed(job, pod):
             matched = (
                 match_pod_failure_policy(job, pod) if pod.get("status", {}).get("phase") == "Failed" else None
@@ -260,6 +326,10 @@ def plan_job(
         memory.deleted.discard(uid)
     succeeded = int(status.get("succeeded") or 0) + new_succeeded
     failed = int(status.get("failed") or 0) + new_failed
+    if indexed:
+        # An Indexed Job's succeeded count is its number of completed indexes.
+        succeeded = len(completed)
+        status["completedIndexes"] = format_indexes(completed)
     if new_failed:
         memory.last_failure_at = now
 
@@ -378,8 +448,15 @@ def plan_job(
         if ready_at is not None and ready_at > now:
             plan.wake_at = min(filter(None, (plan.wake_at, ready_at)))
         else:
-            for _ in range(missing):
-                pod = new_pod(job, f"{meta['name']}-{suffix()}")
+            wanted_indexes: list[int | None] = [None] * missing
+            if indexed:
+                # The lowest indexes neither completed nor running (firstPendingIndexes).
+                running = {completion_index(p) for p in active}
+                pending = [i for i in range(int(completions or 0)) if i not in completed and i not in running]
+                wanted_indexes = list(pending[:missing])
+            for index in wanted_indexes:
+                prefix = meta["name"] if index is None else f"{meta['name']}-{index}"
+                pod = new_pod(job, f"{prefix}-{suffix()}", index)
                 plan.actions.append(CreatePod(pod))
                 plan.events.append(
                     EventSpec(NORMAL, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
