@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from airflow_jobs_plugin import __version__
+
+if TYPE_CHECKING:  # each command imports its modules only when it runs
+    from airflow_jobs_plugin.actions import ActionOutcome, CancelOutcome
+    from airflow_jobs_plugin.inspect import Target
+    from airflow_jobs_plugin.kube import KubeClient
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -536,7 +542,12 @@ def _run_action(args: argparse.Namespace) -> int:
 
     from airflow_jobs_plugin import inspect
 
-    act = {"cancel": inspect.cancel, "stop": inspect.stop, "resume": inspect.resume}[args.command]
+    acts: dict[str, Callable[[KubeClient, Target, str, str], Awaitable[CancelOutcome | ActionOutcome]]] = {
+        "cancel": inspect.cancel,
+        "stop": inspect.stop,
+        "resume": inspect.resume,
+    }
+    act = acts[args.command]
 
     async def work(client) -> int:
         outcome = await act(client, _target(args), args.job, args.by or getpass.getuser())

@@ -444,7 +444,8 @@ class KubeClient:
                 body=body,
                 auth_settings=auth_settings,
                 _preload_content=False,
-                _request_timeout=timeout,
+                # kubernetes_asyncio's stub says tuple[float], but its rest client reads a (connect, read) pair.
+                _request_timeout=timeout,  # type: ignore[arg-type]
             )
         except k8s_client.ApiException as exc:  # raised for error statuses on some transports
             try:

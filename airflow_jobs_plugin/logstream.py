@@ -73,6 +73,8 @@ class LogStreamer:
         for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
             meta = pod.get("metadata") or {}
             name = meta.get("name")
+            if not name:  # only a pod the API server has named has a log to follow
+                continue
             prefix = _replica_name(meta.get("labels") or {}) or current.get(name) or name
             main = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
             for container, restart, running in _started_containers(pod):

@@ -15,6 +15,7 @@ import inspect
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -133,7 +134,7 @@ class SimCluster:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task] = []
-        self._unsubscribe = None
+        self._unsubscribe: Callable[[], None] | None = None
 
     # -- lifecycle
     def start(self) -> SimCluster:
@@ -176,8 +177,9 @@ class SimCluster:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, shutdown_timeout=0.5)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - aiohttp has no public accessor
-        port = sockets[0].getsockname()[1] if sockets else self.config.port
+        # The runner serves only this site; its address holds the port the OS chose when config.port is 0.
+        addresses = self._runner.addresses
+        port = addresses[0][1] if addresses else self.config.port
         self.url = f"http://{self.config.host}:{port}"
         self._server.address = f"{self.config.host}:{port}"
         self._tasks.append(asyncio.create_task(GarbageCollector(self.store).run(), name="sim-gc"))

@@ -80,7 +80,7 @@ class GarbageCollector:
             self._empty_namespace(meta["name"])
             return
         if meta.get("deletionTimestamp") and FOREGROUND in (meta.get("finalizers") or []):
-            for dep_resource, dep in self.store.dependents(meta["uid"]):
+            for dep_resource, dep in self._dependents(meta["uid"]):
                 if not dep["metadata"].get("deletionTimestamp"):
                     self._delete(dep_resource, dep)
             self._maybe_finish_foreground(meta["uid"])
@@ -126,7 +126,7 @@ class GarbageCollector:
                     raise
 
     def _collect_dependents(self, uid: str) -> None:
-        for resource, dep in self.store.dependents(uid):
+        for resource, dep in self._dependents(uid):
             refs = dep["metadata"].get("ownerReferences") or []
             alive = [r for r in refs if r.get("uid") != uid and self.store.exists_uid(r.get("uid", ""))]
             if alive:
@@ -147,6 +147,11 @@ class GarbageCollector:
                 )
             elif not dep["metadata"].get("deletionTimestamp"):
                 self._delete(resource, dep)
+
+    def _dependents(self, uid: str) -> list[tuple[str, dict]]:
+        # Store.dependents' annotation says `list` inside a class whose `list` method shadows the builtin,
+        # which mypy cannot resolve; restated here so callers see the items' types.
+        return self.store.dependents(uid)
 
     def _maybe_finish_foreground(self, uid: str | None) -> None:
         if not uid or self.store.dependents(uid):

@@ -461,18 +461,29 @@ class ApiServer:
         policy = rbac.Policy(
             roles={
                 (r["metadata"].get("namespace") or "", r["metadata"]["name"]): r
-                for r in self.store.list_with_rv("roles", copy=False)[0]
+                for r in self._views("roles")[0]
             },
-            cluster_roles={
-                r["metadata"]["name"]: r for r in self.store.list_with_rv("clusterroles", copy=False)[0]
-            },
-            role_bindings=self.store.list_with_rv("rolebindings", copy=False)[0],
-            cluster_role_bindings=self.store.list_with_rv("clusterrolebindings", copy=False)[0],
+            cluster_roles={r["metadata"]["name"]: r for r in self._views("clusterroles")[0]},
+            role_bindings=self._views("rolebindings")[0],
+            cluster_role_bindings=self._views("clusterrolebindings")[0],
         )
         if not rbac.allowed(policy, user, attributes):
             raise errors.forbidden_request(
                 rtype.group_resource, attributes.name, rbac.forbidden_message(user, attributes)
             )
+
+    def _views(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[dict], str]:
+        """The stored objects themselves (``copy=False``) and the list's resourceVersion, for readers that
+        only inspect or serialize them."""
+        # Store.list_with_rv's annotation says `list` inside a class whose `list` method shadows the
+        # builtin, which mypy cannot resolve; restated here so callers see the items' types.
+        return self.store.list_with_rv(resource, namespace, label_selector, field_selector, copy=False)
 
     def _verb(self, method: str, name: str | None, query: Any) -> str:
         if method == "GET":
@@ -788,8 +799,8 @@ class ApiServer:
 
     def _list(self, request: web.Request, rtype: ResourceType, namespace: str | None) -> web.Response:
         query = request.query
-        items, rv = self.store.list_with_rv(
-            rtype.plural, namespace, query.get("labelSelector"), query.get("fieldSelector"), copy=False
+        items, rv = self._views(
+            rtype.plural, namespace, query.get("labelSelector"), query.get("fieldSelector")
         )
         meta: dict = {"resourceVersion": rv}
         limit = int(query.get("limit") or 0)
@@ -991,8 +1002,8 @@ class ApiServer:
         if cstatus is not None:
             restart = int(cstatus.get("restartCount") or 0)
         if truthy(query.get("previous")):
-            run = None if not restart else self.logs.read(ns, name, container, restart - 1)
-            if run is None:
+            run = self.logs.read(ns, name, container, restart - 1) if restart else None
+            if not restart or run is None:
                 raise errors.bad_request(
                     f'previous terminated container "{container}" in pod "{name}" not found'
                 )

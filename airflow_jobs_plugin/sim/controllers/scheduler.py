@@ -13,6 +13,7 @@ import functools
 import logging
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 GPU = "nvidia.com/gpu"
 SCHEDULER_NAME = "default-scheduler"
 _SCORED = (("cpu", 1), ("memory", 1), (GPU, 3))
-_SUFFIXES = {
+_SUFFIXES: dict[str, int | Decimal] = {
     "Ki": 2**10,
     "Mi": 2**20,
     "Gi": 2**30,
@@ -51,6 +52,8 @@ _SUFFIXES = {
     "E": 10**18,
 }
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+_ZERO = Decimal(0)
 
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
@@ -82,13 +85,14 @@ def _container_requests(container: dict) -> dict[str, Decimal]:
 def pod_requests(pod: dict) -> dict[str, Decimal]:
     """What the pod needs from a node: the sum over its containers, at least the largest init container."""
     spec = pod.get("spec", {})
-    total: Counter[str] = Counter()
+    total: dict[str, Decimal] = {}
     for container in spec.get("containers") or ():
-        total.update(_container_requests(container))
+        for name, qty in _container_requests(container).items():
+            total[name] = total.get(name, _ZERO) + qty
     for container in spec.get("initContainers") or ():
         for name, qty in _container_requests(container).items():
-            total[name] = max(total.get(name, Decimal(0)), qty)
-    return dict(total)
+            total[name] = max(total.get(name, _ZERO), qty)
+    return total
 
 
 def node_allocatable(node: dict) -> dict[str, Decimal]:
@@ -200,14 +204,20 @@ def _filter(pod: dict, node: dict, used: dict[str, Decimal]) -> tuple[list[str],
     return reasons, True
 
 
+def _add_usage(used: dict[str, Decimal], requests: Mapping[str, Decimal], sign: int = 1) -> None:
+    """Count a pod's ``requests`` and the pod itself (under "pods") in ``used``; ``sign`` -1 releases them."""
+    for resource, quantity in requests.items():
+        used[resource] = used.get(resource, _ZERO) + sign * quantity
+    used["pods"] = used.get("pods", _ZERO) + sign
+
+
 def node_usage(node_name: str, pods: list[dict]) -> dict[str, Decimal]:
     """Resources requested by the pods occupying ``node_name`` (plus their count under "pods")."""
-    used: Counter[str] = Counter()
+    used: dict[str, Decimal] = {}
     for pod in pods:
         if pod.get("spec", {}).get("nodeName") == node_name and occupies_node(pod):
-            used.update(pod_requests(pod))
-            used["pods"] += 1
-    return dict(used)
+            _add_usage(used, pod_requests(pod))
+    return used
 
 
 def _ranked(counts: Counter[str]) -> str:
@@ -288,7 +298,7 @@ class Capacity:
     """
 
     def __init__(self) -> None:
-        self.usage: dict[str, Counter[str]] = {}
+        self.usage: dict[str, dict[str, Decimal]] = {}
         self.waiting: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name): no node yet
         self._held: dict[str, tuple[str, dict[str, Decimal]]] = {}  # uid -> (node, requests)
 
@@ -299,24 +309,18 @@ class Capacity:
         uid = meta.get("uid") or ""
         held = self._held.pop(uid, None)
         if held is not None:
-            self._add(held[0], held[1], -1)
+            _add_usage(self.usage.setdefault(held[0], {}), held[1], -1)
         self.waiting.pop(uid, None)
         if event_type == "DELETED":
             return
         node = (pod.get("spec") or {}).get("nodeName")
-        if occupies_node(pod):
+        if node and occupies_node(pod):
             # A pod's requests never change: counted once, when it first holds its node.
             requests = held[1] if held is not None else pod_requests(pod)
             self._held[uid] = (node, requests)
-            self._add(node, requests, 1)
+            _add_usage(self.usage.setdefault(node, {}), requests)
         elif not node and not pod_is_terminal(pod):
             self.waiting[uid] = (meta.get("namespace") or "default", meta["name"])
-
-    def _add(self, node: str, requests: dict[str, Decimal], sign: int) -> None:
-        used = self.usage.setdefault(node, Counter())
-        for resource, quantity in requests.items():
-            used[resource] += sign * quantity
-        used["pods"] += sign
 
 
 class Scheduler(Reconciler):
@@ -352,8 +356,7 @@ class Scheduler(Reconciler):
                 self.store.list_with_rv("nodes", copy=False)[0], key=lambda n: n["metadata"]["name"]
             )
             usage = {
-                n["metadata"]["name"]: Counter(self.capacity.usage.get(n["metadata"]["name"], ()))
-                for n in nodes
+                n["metadata"]["name"]: dict(self.capacity.usage.get(n["metadata"]["name"], {})) for n in nodes
             }
             waiting = []
             for namespace, name in list(self.capacity.waiting.values()):
@@ -371,8 +374,7 @@ class Scheduler(Reconciler):
                 log.exception("scheduling %s failed", pod["metadata"].get("name"))
                 continue
             if placed is not None and placed in usage:
-                usage[placed].update(pod_requests(pod))
-                usage[placed]["pods"] += 1
+                _add_usage(usage[placed], pod_requests(pod))
 
     def _mark_gated(self, pod: dict) -> None:
         cond = get_condition(pod.get("status", {}).get("conditions"), "PodScheduled")
@@ -390,7 +392,7 @@ class Scheduler(Reconciler):
         self._patch_status(pod, {"phase": "Pending", "conditions": conditions})
 
     def _schedule(
-        self, pod: dict, nodes: list[dict], pods: list[dict], usage: dict[str, Counter[str]]
+        self, pod: dict, nodes: list[dict], pods: list[dict], usage: dict[str, dict[str, Decimal]]
     ) -> str | None:
         """Place one pod; returns the node it was bound to."""
         meta = pod["metadata"]
@@ -399,7 +401,7 @@ class Scheduler(Reconciler):
         if claim_error is not None:
             decision: Placement | Unschedulable = unresolvable(claim_error, len(nodes))
         else:
-            decision = fit_pod(pod, nodes, pods, usage)  # type: ignore[arg-type]
+            decision = fit_pod(pod, nodes, pods, usage)
         conditions = pod.get("status", {}).get("conditions")
         if isinstance(decision, Unschedulable):
             cond = get_condition(conditions, "PodScheduled")
