@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import Counter, deque
 from collections.abc import Iterable
+from typing import Any, Protocol
 
 from airflow_jobs_plugin.kube import KubeClient, KubeError
 from airflow_jobs_plugin.lifecycle import JobSnapshot
 from airflow_jobs_plugin.manifests import pod_role_and_rank
+
+
+class LineSink(Protocol):
+    """Where streamed lines go: a ``logging.Logger``, or the trigger's own (structlog) logger."""
+
+    def info(self, message: Any, /, *args: Any) -> Any: ...
 
 
 def _started_containers(pod: dict) -> Iterable[tuple[str, int, bool]]:
@@ -48,7 +54,7 @@ EARLIER_POD_WAIT = 30.0
 
 
 class LogStreamer:
-    def __init__(self, client: KubeClient, namespace: str, log: logging.Logger, tail: deque[str]):
+    def __init__(self, client: KubeClient, namespace: str, log: LineSink, tail: deque[str]):
         self.client = client
         self.namespace = namespace
         self.log = log

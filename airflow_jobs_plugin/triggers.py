@@ -146,8 +146,8 @@ class JobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         if self._sensor is not None:  # a JobSensor's wait deferred by the previous version
-            async for event in self._sensor.run():
-                yield event
+            async for sensed in self._sensor.run():
+                yield sensed
             return
         watch = await shared.acquire(self.kubernetes_conn_id, self.namespace)
         follow = _Follow(self, watch)

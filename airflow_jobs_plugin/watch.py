@@ -264,7 +264,7 @@ class SharedWatch:
                     field_selector=field_selector,
                     timeout_seconds=self.watch_timeout,
                 ):
-                    etype = event.get("type")
+                    etype = str(event.get("type") or "")
                     obj = event.get("object") or {}
                     if etype == "ERROR":
                         raise KubeError.from_status(int(obj.get("code") or 500), obj)
@@ -361,7 +361,7 @@ class SharedWatch:
         final look in that window reports a finished job without its exit codes. A DELETED event older
         than the cached object belongs to an earlier object of that name, created again since.
         """
-        cached = self._cache.get(resource.plural, {}).get((obj.get("metadata") or {}).get("name"))
+        cached = self._cache.get(resource.plural, {}).get(str((obj.get("metadata") or {}).get("name") or ""))
         if cached is not None and (
             resource_version.compare(
                 (obj.get("metadata") or {}).get("resourceVersion"), cached["metadata"].get("resourceVersion")
@@ -477,7 +477,7 @@ async def shutdown() -> None:
         if entry.linger is not None:
             entry.linger.cancel()
         await entry.watch.stop()
-    for key in [k for k in _CLIENTS if k[0] == loop_id]:
-        fut = _CLIENTS.pop(key)
+    for client_key in [k for k in _CLIENTS if k[0] == loop_id]:
+        fut = _CLIENTS.pop(client_key)
         if fut.done() and fut.exception() is None:
             await fut.result().close()

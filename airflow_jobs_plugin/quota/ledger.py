@@ -163,7 +163,7 @@ def fingerprint(job: Mapping[str, Any]) -> tuple:
 
 def _seconds_annotation(annotations: Mapping[str, str], key: str) -> timedelta | None:
     raw = annotations.get(key)
-    if raw in (None, "", "none"):
+    if raw is None or raw in ("", "none"):
         return None
     try:
         seconds = float(raw)
@@ -190,7 +190,7 @@ def job_settings(job: Mapping[str, Any], policy: RequeueSettings) -> RequeueSett
     raw = annotations.get(labels.REQUEUE_LIMIT)
     if raw == "none":
         settings = replace(settings, requeue_limit=sys.maxsize)
-    elif raw not in (None, ""):
+    elif raw is not None and raw != "":
         try:
             limit = int(raw)
         except ValueError:
@@ -699,10 +699,9 @@ async def admission_pass(
     attempt = 0
     while True:
         attempt += 1
-        stored = cached() if cached is not None and attempt == 1 else None
-        fresh = stored is None
-        if fresh:
-            stored = await read_ledger(client, ledger_namespace, group)
+        from_cache = cached() if cached is not None and attempt == 1 else None
+        fresh = from_cache is None
+        stored = await read_ledger(client, ledger_namespace, group) if from_cache is None else from_cache
         moment = now()
         view = await read_view(
             client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment, pods_of
@@ -735,9 +734,7 @@ async def admission_pass(
     patched: list[tuple[str, dict]] = []
     for decision in plan.fail:
         job = view.by_uid[decision.job.uid]
-        result, ours = await settle(
-            client, job, lambda j, d=decision: verdict_patch(j, d.reason, d.message), is_finished
-        )
+        result, ours = await settle(client, job, _verdict_of(decision), is_finished)
         if result is None:
             stale = True
         else:
@@ -748,12 +745,12 @@ async def admission_pass(
         await _call(hook, f"failed:{decision.job.name}")
     admitted: list[str] = []
     for reservation in plan.unsuspend:
-        job = view.by_uid.get(reservation.uid)
-        result, ours = (None, False) if job is None else await _unsuspend(client, job, reservation)
-        if result is None:
+        seen = view.by_uid.get(reservation.uid)
+        result, ours = (None, False) if seen is None else await _unsuspend(client, seen, reservation)
+        if seen is None or result is None:
             stale = True
         else:
-            patched.append((job["metadata"].get("resourceVersion") or "", result))
+            patched.append((seen["metadata"].get("resourceVersion") or "", result))
             if ours:  # not found already unsuspended by another process
                 admitted.append(reservation.job)
         await _call(hook, f"unsuspended:{reservation.job}")
@@ -786,6 +783,15 @@ async def _unsuspend(client: KubeClient, job: dict, reservation: Reservation) ->
         # A job stopped since the pass read it is never released by that pass's stale decision.
         lambda j: observe(j).requeue_count == reservation.requeue_count and not is_stopped(j),
     )
+
+
+def _verdict_of(decision: Decision) -> Callable[[dict], dict]:
+    """The patch that writes ``decision``'s verdict on the job it is read from."""
+
+    def patch(job: dict) -> dict:
+        return verdict_patch(job, decision.reason, decision.message)
+
+    return patch
 
 
 async def settle(
