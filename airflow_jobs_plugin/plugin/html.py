@@ -3,7 +3,8 @@
 Pure functions from view models to strings; every value is escaped. Links are given relative to
 Airflow's root and prefixed with ``base`` (Airflow's base URL path, empty by default). The pages refresh
 themselves: the script fetches the page again every few seconds and swaps its ``<main>``, keeping the
-scroll position; without scripts (a sandboxed frame) the page is simply static.
+scroll position; without scripts (a sandboxed frame) the page is simply static. The values are printed
+for people here (``display.py``: ``19s``, kubectl's ``1/2``); the JSON API keeps them typed.
 
 Actions that destroy or pause work (Stop, Cancel) ask for confirmation in the page itself, with a
 ``<details>`` element that opens a second button: Airflow shows plugin pages in an ``<iframe>`` whose
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from . import svg, views
+from . import display, svg, views
 from .nodes import HIDDEN, NodeView
 from .views import PREFIX, JobDetail, JobRow, Overview
 
@@ -161,7 +162,7 @@ def queues_section(ov: Overview, base: str = "") -> str:
             f'<tr class="queued" data-job="{_e(e.name)}" data-reason="{_e(e.reason)}">'
             f'{_num(e.position)}<td><a href="{_e(base + e.detail_url)}">{_e(e.name)}</a></td>'
             f"<td>{_e(e.user)}</td>{_num(e.gpus)}{_num(e.priority)}<td>{_e(e.reason)}</td>"
-            f'<td>{_e(e.waiting)}</td><td class="msg">{_e(e.message)}</td></tr>'
+            f'<td>{_e(display.age(e.waiting_seconds))}</td><td class="msg">{_e(e.message)}</td></tr>'
             for e in queue.entries
         )
         parts.append(
@@ -201,7 +202,7 @@ def job_rows(rows: Sequence[JobRow], base: str = "") -> str:
             f'<td><a href="{_e(base + j.detail_url)}">{_e(j.name)}</a><div class="msg">{_e(j.kind)}</div></td>'
             f"<td>{badge(j.state)}</td><td>{_e(j.reason)}<div class=msg>{_e(j.message)}</div></td>"
             f"<td>{_e(j.group)}</td><td>{_e(j.user)}</td><td>{_queue_cell(j)}</td>{_num(j.gpus)}{_num(j.attempt)}"
-            f"<td>{_e(j.age)}</td>"
+            f"<td>{_e(display.age(j.age_seconds))}</td>"
             f"<td>{run}</td><td>{task}</td></tr>"
         )
     return "".join(out)
@@ -338,7 +339,7 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
         ("requeues", _e(j.requeue_count)),
         ("pod failures", _e(j.pod_failures)),
         ("queue position", _e(j.queue_position) if j.queue_position is not None else "-"),
-        ("age", _e(j.age)),
+        ("age", _e(display.age(j.age_seconds))),
         ("DAG run", _airflow_link(base, j.dag_run_url, f"{j.dag_id} / {j.run_id}" if j.dag_id else "")),
         ("task", _airflow_link(base, j.task_url, j.task_id or "")),
     ]
@@ -365,9 +366,9 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
         "<th>ready</th><th>status</th><th>restarts</th><th>age</th><th>node</th><th>message</th></tr>"
     )
     parts.extend(
-        f'<tr class="replica" data-replica="{_e(r.replica)}" data-status="{_e(r.status)}"><td>{_e(r.replica)}</td>'
-        f"{_num(r.rank)}{_cell(r.pod)}<td>{_e(r.ready)}</td><td>{_e(r.status)}</td><td>{_e(r.restarts)}</td>"
-        f"<td>{_e(r.age)}</td>{_cell(r.node)}<td class=msg>{_e(r.message)}</td></tr>"
+        f'<tr class="replica" data-replica="{_e(r.replica)}" data-status="{_e(r.status or display.NONE)}"><td>{_e(r.replica)}</td>'
+        f"{_num(r.rank)}{_cell(r.pod)}<td>{_e(display.ready(r))}</td>{_cell(r.status)}<td>{_e(r.restarts_column)}</td>"
+        f"<td>{_e(display.replica_age(r))}</td>{_cell(r.node)}<td class=msg>{_e(r.message)}</td></tr>"
         for r in d.replicas
     )
     parts.append("</table></section>")
@@ -377,7 +378,7 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
     )
     parts.extend(
         f'<tr class="event" data-reason="{_e(e.reason)}"><td>{_e(e.type)}</td><td>{_e(e.reason)}</td>'
-        f"<td>{_e(e.age)}</td><td>{_e(e.object)}</td><td class=msg>{_e(e.message)}</td></tr>"
+        f"<td>{_e(display.age(e.age_seconds))}</td><td>{_e(e.object)}</td><td class=msg>{_e(e.message)}</td></tr>"
         for e in d.events
     )
     parts.append("</table></section>")
