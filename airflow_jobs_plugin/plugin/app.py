@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlencode
 
 from airflow.api_fastapi.app import get_auth_manager
@@ -45,6 +45,8 @@ from .state_cache import BuildCache
 URL_PREFIX = "/airflow-jobs"
 CONFIG_SECTION = "airflow_jobs"
 T = TypeVar("T")
+# What the plugin asks the auth manager about a DAG's task instances: reading them, or editing them.
+DagMethod = Literal["GET", "PUT"]
 Outcome = TypeVar("Outcome", actions.CancelOutcome, actions.ActionOutcome)
 # inspect.cancel, inspect.stop, inspect.resume: (client, target, job name, by whom) -> what it did.
 Door = Callable[[KubeClient, inspect.Target, str, str], Awaitable[Outcome]]
@@ -118,7 +120,7 @@ def _team(dag_id: str | None) -> str | None:
     return DagModel.get_team_name(dag_id)
 
 
-def _may(user: Any, method: str, dag_id: str | None) -> bool:
+def _may(user: Any, method: DagMethod, dag_id: str | None) -> bool:
     """Whether ``user`` may ``method`` (GET/PUT) task instances of ``dag_id``; no DAG means every DAG."""
     details = DagDetails(id=dag_id, team_name=_team(dag_id)) if dag_id else None
     return get_auth_manager().is_authorized_dag(
@@ -126,7 +128,7 @@ def _may(user: Any, method: str, dag_id: str | None) -> bool:
     )
 
 
-def _require(user: Any, method: str, dag_id: str | None) -> None:
+def _require(user: Any, method: DagMethod, dag_id: str | None) -> None:
     if not _may(user, method, dag_id):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
 

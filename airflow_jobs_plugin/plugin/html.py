@@ -18,6 +18,7 @@ form guarded by it would never post. ``<details>`` needs no script at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from html import escape
 
 from . import display, svg, theme, views
@@ -368,7 +369,9 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
     parts.append("</section>")
     parts.append(attempts_section(d, base))
     parts.append('<section id="timeline"><h2>Timeline</h2>')
-    parts.append(svg.state_timeline(d.phases, d.snapshot.observed_at or j.created_at))
+    # A live job's last stretch runs up to when the cluster was read.
+    drawn_at = d.snapshot.observed_at or j.created_at or datetime.now(timezone.utc)
+    parts.append(svg.state_timeline(d.phases, drawn_at))
     parts.append("<table><tr><th>time (UTC)</th><th>what</th><th>detail</th></tr>")
     parts.extend(
         f"<tr><td>{e.at.strftime('%Y-%m-%d %H:%M:%S')}</td><td>{_e(e.label)}</td><td class=msg>{_e(e.detail)}</td></tr>"
