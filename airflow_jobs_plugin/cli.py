@@ -330,11 +330,14 @@ def _with_client(args: argparse.Namespace, work) -> int:
 
 
 def _print_json(value) -> None:
+    """Print JSON: a model of the JSON API (``plugin/schema.py``), so ``--json`` prints what the GPU Jobs
+    routes return, or a plain dict (``logs``)."""
     import json
 
-    from airflow_jobs_plugin.plugin.views import plain
+    from pydantic import BaseModel
 
-    print(json.dumps(plain(value), indent=2, sort_keys=True))
+    body = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    print(json.dumps(body, indent=2, sort_keys=True))
 
 
 def _status_namespaces(args: argparse.Namespace) -> None:
@@ -354,9 +357,9 @@ def _run_status(args: argparse.Namespace) -> int:
     import dataclasses
 
     from airflow_jobs_plugin.inspect import read_cluster
-    from airflow_jobs_plugin.plugin import listing
+    from airflow_jobs_plugin.plugin import listing, schema
     from airflow_jobs_plugin.plugin.text import status_text
-    from airflow_jobs_plugin.plugin.views import overview, plain
+    from airflow_jobs_plugin.plugin.views import overview
 
     try:
         query = listing.parse_query(
@@ -379,11 +382,7 @@ def _run_status(args: argparse.Namespace) -> int:
             listing.narrow(overview(await read_cluster(client, target)), query), query
         )
         if args.json:
-            import json
-
-            body = plain(view)
-            body["jobs_total"], body["jobs_offset"], body["jobs_limit"] = page.total, page.offset, page.limit
-            print(json.dumps(body, indent=2, sort_keys=True))
+            _print_json(schema.overview(view, total=page.total, offset=page.offset, limit=page.limit))
             return 0
         print(status_text(view))
         if page.total > len(page.rows):
@@ -399,6 +398,7 @@ def _run_status(args: argparse.Namespace) -> int:
 
 def _run_nodes(args: argparse.Namespace) -> int:
     from airflow_jobs_plugin.inspect import read_nodes
+    from airflow_jobs_plugin.plugin import schema
     from airflow_jobs_plugin.plugin.text import nodes_text
 
     _status_namespaces(args)
@@ -407,7 +407,7 @@ def _run_nodes(args: argparse.Namespace) -> int:
         target = dataclasses.replace(_target(args), also=args.also_namespaces)
         view = await read_nodes(client, target)
         if args.json:
-            _print_json(view)
+            _print_json(schema.node_view(view))
         else:
             print(nodes_text(view))
         return 0
@@ -417,6 +417,7 @@ def _run_nodes(args: argparse.Namespace) -> int:
 
 def _run_describe(args: argparse.Namespace) -> int:
     from airflow_jobs_plugin.inspect import read_job, read_log_tails
+    from airflow_jobs_plugin.plugin import schema
     from airflow_jobs_plugin.plugin.text import describe_text
     from airflow_jobs_plugin.plugin.views import job_detail
 
@@ -426,7 +427,7 @@ def _run_describe(args: argparse.Namespace) -> int:
             await read_log_tails(client, args.namespace, job, state.pods, args.tail) if args.tail > 0 else ()
         )
         detail = job_detail(state, job, tails)
-        _print_json(detail) if args.json else print(describe_text(detail))
+        _print_json(schema.job_detail(detail)) if args.json else print(describe_text(detail))
         return 0
 
     return _with_client(args, work)
@@ -541,6 +542,7 @@ def _run_action(args: argparse.Namespace) -> int:
     import getpass
 
     from airflow_jobs_plugin import inspect
+    from airflow_jobs_plugin.plugin import schema
 
     acts: dict[str, Callable[[KubeClient, Target, str, str], Awaitable[CancelOutcome | ActionOutcome]]] = {
         "cancel": inspect.cancel,
@@ -551,7 +553,7 @@ def _run_action(args: argparse.Namespace) -> int:
 
     async def work(client) -> int:
         outcome = await act(client, _target(args), args.job, args.by or getpass.getuser())
-        _print_json(outcome) if args.json else print(outcome.message)
+        _print_json(schema.outcome(outcome)) if args.json else print(outcome.message)
         return 0
 
     return _with_client(args, work)

@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlencode
 
 from airflow.api_fastapi.app import get_auth_manager
@@ -33,18 +33,23 @@ from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_view
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_jobs_plugin import actions, inspect, quota
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 
-from . import html, listing, nodes, origin, sweep, views
+from . import html, listing, nodes, origin, schema, sweep, views
 from .state_cache import BuildCache
 
 URL_PREFIX = "/airflow-jobs"
 CONFIG_SECTION = "airflow_jobs"
 T = TypeVar("T")
+# What the plugin asks the auth manager about a DAG's task instances: reading them, or editing them.
+DagMethod = Literal["GET", "PUT"]
+Outcome = TypeVar("Outcome", actions.CancelOutcome, actions.ActionOutcome)
+# inspect.cancel, inspect.stop, inspect.resume: (client, target, job name, by whom) -> what it did.
+Door = Callable[[KubeClient, inspect.Target, str, str], Awaitable[Outcome]]
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,7 @@ def _team(dag_id: str | None) -> str | None:
     return DagModel.get_team_name(dag_id)
 
 
-def _may(user: Any, method: str, dag_id: str | None) -> bool:
+def _may(user: Any, method: DagMethod, dag_id: str | None) -> bool:
     """Whether ``user`` may ``method`` (GET/PUT) task instances of ``dag_id``; no DAG means every DAG."""
     details = DagDetails(id=dag_id, team_name=_team(dag_id)) if dag_id else None
     return get_auth_manager().is_authorized_dag(
@@ -123,7 +128,7 @@ def _may(user: Any, method: str, dag_id: str | None) -> bool:
     )
 
 
-def _require(user: Any, method: str, dag_id: str | None) -> None:
+def _require(user: Any, method: DagMethod, dag_id: str | None) -> None:
     if not _may(user, method, dag_id):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
 
@@ -245,6 +250,32 @@ ERROR_TITLES = {
     status.HTTP_403_FORBIDDEN: "Not allowed",
     status.HTTP_404_NOT_FOUND: "Not found",
     status.HTTP_502_BAD_GATEWAY: "The cluster did not answer",
+}
+
+
+# The errors the JSON routes answer, as FastAPI's {"detail": ...}, described in the OpenAPI schema.
+def _error(why: str) -> dict[str, Any]:
+    return {"model": schema.Problem, "description": why}
+
+
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: _error("not signed in"),
+    403: _error("the user's role may not read this"),
+    502: _error("the cluster could not be reached or refused"),
+}
+JOB_ERRORS: dict[int | str, dict[str, Any]] = {
+    **READ_ERRORS,
+    403: _error("the user may not read (or, for actions, edit) the task instances of the job's DAG"),
+    404: _error("no such GPU job"),
+}
+QUERY_ERROR = _error("a query parameter is unusable; the message names it and the fix")
+
+
+# The page's buttons post a form and land on the job page, which shows the action's one-line answer.
+FORM_POST: dict[str, Any] = {
+    "status_code": status.HTTP_303_SEE_OTHER,
+    "response_class": RedirectResponse,
+    "responses": {303: {"description": "to the job page, with the action's answer in ?notice="}},
 }
 
 
@@ -372,13 +403,11 @@ def create_app() -> FastAPI:
         )
         return await asyncio.to_thread(views.job_detail, state, job, logs)
 
-    async def act(
-        settings: Settings, user: Any, namespace: str, name: str, action: str
-    ) -> actions.CancelOutcome | actions.ActionOutcome:
-        """Cancel, stop or resume a job as ``user``, if they may edit its DAG."""
-        doors = {"cancel": inspect.cancel, "stop": inspect.stop, "resume": inspect.resume}
+    async def act(settings: Settings, user: Any, namespace: str, name: str, door: Door[Outcome]) -> Outcome:
+        """Cancel, stop or resume (``door``: ``inspect.cancel``, ...) a job as ``user``, if they may edit
+        its DAG."""
 
-        async def work(client: KubeClient) -> actions.CancelOutcome | actions.ActionOutcome:
+        async def work(client: KubeClient) -> Outcome:
             target = settings.target(namespace)
             try:
                 job = await inspect.find_job(client, target.namespace, name)
@@ -389,7 +418,7 @@ def create_app() -> FastAPI:
             if job is None and not may_act(user, None):
                 # A job already gone: only someone who may act on every DAG learns what happened to it.
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no GPU job {target.namespace}/{name}")
-            return await doors[action](client, target, name, by=user.get_name())
+            return await door(client, target, name, user.get_name())
 
         try:
             return await _with_cluster(settings, work)
@@ -397,61 +426,121 @@ def create_app() -> FastAPI:
             # Whatever the action changed, the next page shows it, not a copy read before it.
             cache.invalidate()
 
-    # --- JSON ---
+    # --- JSON (typed: plugin/schema.py; the page's formatting stays in plugin/html.py) ---
 
-    def paged(body: Any, page: listing.JobPage) -> JSONResponse:
-        """A JSON answer carrying the size of the whole filtered job list in ``X-Total-Count``."""
-        response = JSONResponse(body)
+    def total_count(response: Response, page: listing.JobPage) -> None:
+        """The size of the whole filtered job list, for clients paging ``/api/jobs``."""
         response.headers["X-Total-Count"] = str(page.total)
-        return response
 
-    @app.get("/api/overview", dependencies=[ReadAccess])
-    async def api_overview(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> JSONResponse:
+    @app.get(
+        "/api/overview",
+        dependencies=[ReadAccess],
+        response_model=schema.Overview,
+        responses={**READ_ERRORS, 400: QUERY_ERROR},
+        summary="Pools, queues, a page of jobs and the GPU usage charts",
+    )
+    async def api_overview(
+        response: Response, settings: SettingsDep, user: GetUserDep, query: JobQueryDep
+    ) -> schema.Overview:
         ov, page = await overview_of(settings, user, query)
-        body = views.plain(ov)
-        body["jobs_total"], body["jobs_offset"], body["jobs_limit"] = page.total, page.offset, page.limit
-        return paged(body, page)
+        total_count(response, page)
+        return schema.overview(ov, total=page.total, offset=page.offset, limit=page.limit)
 
-    @app.get("/api/pools", dependencies=[ReadAccess])
-    async def api_pools(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> JSONResponse:
+    @app.get(
+        "/api/pools",
+        dependencies=[ReadAccess],
+        response_model=list[schema.Pool],
+        responses={**READ_ERRORS, 400: QUERY_ERROR},
+        summary="Every group's quota, GPUs used and free, and what waits, per user too",
+    )
+    async def api_pools(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> list[schema.Pool]:
         ov, _ = await overview_of(settings, user, query)
-        return JSONResponse(views.plain(ov.pools))
+        return schema.pools(ov.pools)
 
-    @app.get("/api/queues", dependencies=[ReadAccess])
-    async def api_queues(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> JSONResponse:
+    @app.get(
+        "/api/queues",
+        dependencies=[ReadAccess],
+        response_model=list[schema.GroupQueue],
+        responses={**READ_ERRORS, 400: QUERY_ERROR},
+        summary="Each group's waiting jobs in order, with the pool's reason",
+    )
+    async def api_queues(
+        settings: SettingsDep, user: GetUserDep, query: JobQueryDep
+    ) -> list[schema.GroupQueue]:
         ov, _ = await overview_of(settings, user, query)
-        return JSONResponse(views.plain(ov.queues))
+        return schema.queues(ov.queues)
 
-    @app.get("/api/jobs", dependencies=[ReadAccess])
-    async def api_jobs(settings: SettingsDep, user: GetUserDep, query: JobQueryDep) -> JSONResponse:
+    @app.get(
+        "/api/jobs",
+        dependencies=[ReadAccess],
+        response_model=list[schema.Job],
+        responses={**READ_ERRORS, 400: QUERY_ERROR},
+        summary="A page of jobs; X-Total-Count carries how many match the filters",
+    )
+    async def api_jobs(
+        response: Response, settings: SettingsDep, user: GetUserDep, query: JobQueryDep
+    ) -> list[schema.Job]:
         ov, page = await overview_of(settings, user, query)
-        return paged(views.plain(ov.jobs), page)
+        total_count(response, page)
+        return schema.jobs(ov.jobs)
 
-    @app.get("/api/jobs/{namespace}/{name}")
-    async def api_job(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain(await detail_of(settings, user, namespace, name)))
+    @app.get(
+        "/api/jobs/{namespace}/{name}",
+        response_model=schema.JobDetail,
+        responses=JOB_ERRORS,
+        summary="A job: its state, lifecycle, replicas, events, log tails and the actions that apply",
+    )
+    async def api_job(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> schema.JobDetail:
+        return schema.job_detail(await detail_of(settings, user, namespace, name))
 
     @app.get(
         "/api/tasks/{dag_id}/{task_id}/{run_id}",
         dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))],
+        response_model=schema.JobDetail,
+        responses=JOB_ERRORS,
+        summary="The job of a task instance (its newest try's newest attempt)",
     )
     async def api_task_job(
         dag_id: str, task_id: str, run_id: str, settings: SettingsDep, map_index: str = Query("-1")
-    ) -> JSONResponse:
+    ) -> schema.JobDetail:
         index = _map_index(map_index)
-        return JSONResponse(views.plain(await task_detail_of(settings, dag_id, task_id, run_id, index)))
+        return schema.job_detail(await task_detail_of(settings, dag_id, task_id, run_id, index))
 
-    @app.post("/api/jobs/{namespace}/{name}/cancel", dependencies=[SameOrigin])
-    async def api_cancel(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain(await act(settings, user, namespace, name, "cancel")))
+    @app.post(
+        "/api/jobs/{namespace}/{name}/cancel",
+        dependencies=[SameOrigin],
+        response_model=schema.CancelResult,
+        responses=JOB_ERRORS,
+        summary="Cancel the job: rule it Cancelled and delete it with its pods",
+    )
+    async def api_cancel(
+        namespace: str, name: str, settings: SettingsDep, user: GetUserDep
+    ) -> schema.CancelResult:
+        return schema.cancel_result(await act(settings, user, namespace, name, inspect.cancel))
 
-    @app.post("/api/jobs/{namespace}/{name}/stop", dependencies=[SameOrigin])
-    async def api_stop(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain(await act(settings, user, namespace, name, "stop")))
+    @app.post(
+        "/api/jobs/{namespace}/{name}/stop",
+        dependencies=[SameOrigin],
+        response_model=schema.ActionResult,
+        responses=JOB_ERRORS,
+        summary="Stop the job: suspend it, freeing its GPUs, until it is resumed",
+    )
+    async def api_stop(
+        namespace: str, name: str, settings: SettingsDep, user: GetUserDep
+    ) -> schema.ActionResult:
+        return schema.action_result(await act(settings, user, namespace, name, inspect.stop))
 
-    @app.post("/api/jobs/{namespace}/{name}/resume", dependencies=[SameOrigin])
-    async def api_resume(namespace: str, name: str, settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(views.plain(await act(settings, user, namespace, name, "resume")))
+    @app.post(
+        "/api/jobs/{namespace}/{name}/resume",
+        dependencies=[SameOrigin],
+        response_model=schema.ActionResult,
+        responses=JOB_ERRORS,
+        summary="Resume a stopped job: back to its queue at its original place",
+    )
+    async def api_resume(
+        namespace: str, name: str, settings: SettingsDep, user: GetUserDep
+    ) -> schema.ActionResult:
+        return schema.action_result(await act(settings, user, namespace, name, inspect.resume))
 
     # --- pages ---
 
@@ -459,10 +548,15 @@ def create_app() -> FastAPI:
         view = await _with_cluster(settings, lambda c: inspect.read_nodes(c, settings.target()))
         return await asyncio.to_thread(nodes.for_reader, view, lambda dag_id: _may(user, "GET", dag_id))
 
-    @app.get("/api/nodes", dependencies=[ReadAccess])
-    async def api_nodes(settings: SettingsDep, user: GetUserDep) -> JSONResponse:
-        """Every node with GPUs: allocatable, used, free, and the jobs holding them."""
-        return JSONResponse(views.plain(await nodes_of(settings, user)))
+    @app.get(
+        "/api/nodes",
+        dependencies=[ReadAccess],
+        response_model=schema.Nodes,
+        responses=READ_ERRORS,
+        summary="Every node with GPUs: allocatable, used, free, and the jobs holding them",
+    )
+    async def api_nodes(settings: SettingsDep, user: GetUserDep) -> schema.Nodes:
+        return schema.node_view(await nodes_of(settings, user))
 
     @app.get("/nodes", response_class=HTMLResponse, dependencies=[ReadAccess])
     async def nodes_page(request: Request, settings: SettingsDep, user: GetUserDep) -> HTMLResponse:
@@ -526,27 +620,34 @@ def create_app() -> FastAPI:
             )
         return HTMLResponse(html.job_page(detail, base=base, can_act=may_act(user, dag_id)))
 
-    async def form(request: Request, settings: Settings, user: Any, namespace: str, name: str, action: str):
-        outcome = await act(settings, user, namespace, name, action)
+    async def form(
+        request: Request,
+        settings: Settings,
+        user: Any,
+        namespace: str,
+        name: str,
+        door: Door[Outcome],
+    ) -> RedirectResponse:
+        outcome = await act(settings, user, namespace, name, door)
         url = f"{_base(request)}{views.job_url(namespace, name)}?{urlencode({'notice': outcome.message[: html.NOTICE_MAX]})}"
         return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
 
-    @app.post("/jobs/{namespace}/{name}/cancel", dependencies=[SameOrigin])
+    @app.post("/jobs/{namespace}/{name}/cancel", dependencies=[SameOrigin], **FORM_POST)
     async def cancel_form(
         request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
     ) -> RedirectResponse:
-        return await form(request, settings, user, namespace, name, "cancel")
+        return await form(request, settings, user, namespace, name, inspect.cancel)
 
-    @app.post("/jobs/{namespace}/{name}/stop", dependencies=[SameOrigin])
+    @app.post("/jobs/{namespace}/{name}/stop", dependencies=[SameOrigin], **FORM_POST)
     async def stop_form(
         request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
     ) -> RedirectResponse:
-        return await form(request, settings, user, namespace, name, "stop")
+        return await form(request, settings, user, namespace, name, inspect.stop)
 
-    @app.post("/jobs/{namespace}/{name}/resume", dependencies=[SameOrigin])
+    @app.post("/jobs/{namespace}/{name}/resume", dependencies=[SameOrigin], **FORM_POST)
     async def resume_form(
         request: Request, namespace: str, name: str, settings: SettingsDep, user: GetUserDep
     ) -> RedirectResponse:
-        return await form(request, settings, user, namespace, name, "resume")
+        return await form(request, settings, user, namespace, name, inspect.resume)
 
     return app

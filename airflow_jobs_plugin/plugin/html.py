@@ -1,9 +1,12 @@
-"""Server-rendered HTML of the GPU Jobs pages: inline CSS, inline SVG, one small inline script.
+"""Server-rendered HTML of the GPU Jobs pages: inline CSS, inline SVG, two small inline scripts.
 
 Pure functions from view models to strings; every value is escaped. Links are given relative to
 Airflow's root and prefixed with ``base`` (Airflow's base URL path, empty by default). The pages refresh
 themselves: the script fetches the page again every few seconds and swaps its ``<main>``, keeping the
-scroll position; without scripts (a sandboxed frame) the page is simply static.
+scroll position; without scripts (a sandboxed frame) the page is simply static. They look like Airflow 3's
+own UI and follow its light or dark mode (``theme.py``: the colours as CSS custom properties, and the
+script in ``<head>`` that reads Airflow's setting before the page is painted). The values are printed
+for people here (``display.py``: ``19s``, kubectl's ``1/2``); the JSON API keeps them typed.
 
 Actions that destroy or pause work (Stop, Cancel) ask for confirmation in the page itself, with a
 ``<details>`` element that opens a second button: Airflow shows plugin pages in an ``<iframe>`` whose
@@ -15,49 +18,63 @@ form guarded by it would never post. ``<details>`` needs no script at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from html import escape
 
-from . import svg, views
+from . import display, svg, theme, views
 from .nodes import HIDDEN, NodeView
 from .views import PREFIX, JobDetail, JobRow, Overview
 
 REFRESH_SECONDS = 5
 NOTICE_MAX = 300  # characters of an action's one-line answer carried back to the job page
 
-_CSS = """
-:root { color-scheme: light dark; --muted: #777; --line: #8884; }
-body { font: 14px/1.4 system-ui, sans-serif; margin: 0; padding: 12px 20px; }
-header { display: flex; gap: 16px; align-items: baseline; border-bottom: 1px solid var(--line); }
-header h1 { font-size: 18px; margin: 4px 0 8px; }
-header a, header span { color: var(--muted); font-size: 12px; }
-h2 { font-size: 15px; margin: 20px 0 6px; }
+_CSS = (
+    theme.css()
+    + """
+body { font: 14px/1.5 var(--font-body); margin: 0; padding: 12px 20px; background: var(--bg); color: var(--fg); }
+a { color: var(--fg-info); }
+header { display: flex; gap: 16px; align-items: baseline; border-bottom: 1px solid var(--border); }
+header h1 { font-size: 18px; font-weight: 600; margin: 4px 0 8px; }
+header a, header span { color: var(--fg-muted); font-size: 12px; }
+h2 { font-size: 16px; font-weight: 600; margin: 24px 0 8px; }
+h3 { font-size: 14px; font-weight: 600; margin: 12px 0 4px; }
 table { border-collapse: collapse; width: 100%; margin-bottom: 4px; }
-th, td { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
-th { font-size: 12px; color: var(--muted); font-weight: 600; }
-td.num, th.num { text-align: right; }
-tr.user td:first-child { padding-left: 24px; color: var(--muted); }
-.badge { display: inline-block; padding: 0 6px; border-radius: 8px; color: #fff; font-size: 12px; }
-.msg { color: var(--muted); font-size: 12px; }
-.problem { background: #fb8c0033; padding: 4px 8px; border-radius: 4px; margin: 4px 0; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--border); vertical-align: top; }
+th { font-size: 12px; color: var(--fg-muted); font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.user td:first-child { padding-left: 24px; color: var(--fg-muted); }
+.badge { display: inline-block; padding: 0 8px; border-radius: 9999px; color: var(--on-solid); font-size: 12px;
+  font-weight: 500; background: var(--state-none); }
+.msg { color: var(--fg-muted); font-size: 12px; }
+.problem { background: var(--bg-warning); padding: 4px 8px; border-radius: 6px; margin: 4px 0; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
 .charts figure { margin: 0; }
-.charts figcaption { font-size: 12px; color: var(--muted); }
-pre.log { background: #8881; padding: 6px 8px; max-height: 240px; overflow: auto; font-size: 12px; margin: 0; }
+.charts figcaption { font-size: 12px; color: var(--fg-muted); }
+svg text { fill: var(--fg-muted); }
+pre.log { background: var(--bg-muted); padding: 6px 8px; max-height: 240px; overflow: auto; font: 12px/1.5 var(--font-mono);
+  margin: 0; border-radius: 6px; }
 .actions { display: flex; gap: 12px; align-items: flex-start; margin: 8px 0; }
 .actions form { margin: 0; }
 .actions summary { list-style: none; }
 .actions summary::-webkit-details-marker { display: none; }
-.act { color: #fff; border: 0; padding: 4px 12px; border-radius: 4px; cursor: pointer; font: inherit; display: inline-block; }
-.act.cancel { background: #c62828; }
-.act.stop { background: #6d4c41; }
-.act.resume { background: #2e7d32; }
-.confirm-box { margin-top: 6px; padding: 6px 8px; border: 1px solid var(--line); border-radius: 4px; max-width: 420px; }
+.act { color: var(--on-solid); border: 0; padding: 4px 12px; border-radius: 6px; cursor: pointer; font: inherit;
+  font-weight: 500; display: inline-block; }
+.act.cancel { background: var(--danger); }
+.act.stop { background: var(--warning); }
+.act.resume { background: var(--brand); }
+.confirm-box { margin-top: 6px; padding: 6px 8px; border: 1px solid var(--border); border-radius: 6px; max-width: 420px;
+  background: var(--bg-subtle); }
 .confirm-box p { margin: 0 0 6px; }
-.notice { background: #1e88e533; padding: 4px 8px; border-radius: 4px; margin: 8px 0; }
+.notice { background: var(--bg-info); padding: 4px 8px; border-radius: 6px; margin: 8px 0; }
 dl.fields { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 8px 0; }
-dl.fields dt { color: var(--muted); }
+dl.fields dt { color: var(--fg-muted); }
 dl.fields dd { margin: 0; }
 """
+    + "".join(
+        f'.badge[data-state="{state}"] {{ background: {theme.state_var(state)}; }}\n'
+        for state in theme.JOB_STATE_AS_AIRFLOW
+    )
+)
 
 _SCRIPT = """
 (function () {
@@ -103,9 +120,8 @@ def _num(value: object) -> str:
 
 
 def badge(state: str) -> str:
-    """A job state as a coloured badge."""
-    color = svg.STATE_COLORS.get(state, "#757575")
-    return f'<span class="badge state" data-state="{_e(state)}" style="background:{color}">{_e(state)}</span>'
+    """A job state as a badge in the colour of the Airflow task state it resembles (``theme.py``)."""
+    return f'<span class="badge state" data-state="{_e(state)}">{_e(state)}</span>'
 
 
 def page(title: str, body: str, *, base: str = "", refresh: int | None = REFRESH_SECONDS) -> str:
@@ -115,7 +131,7 @@ def page(title: str, body: str, *, base: str = "", refresh: int | None = REFRESH
         "<!DOCTYPE html>"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{_CSS}</style><script>{theme.COLOR_MODE_SCRIPT}</script></head><body>"
         f'<header><h1>{_e(title)}</h1><a href="{_e(base + PREFIX)}/">GPU Jobs overview</a>'
         f'<a href="{_e(base + PREFIX)}/nodes">Nodes</a>'
         f'<a href="{_e(base + PREFIX)}/api/overview">JSON</a></header>'
@@ -161,7 +177,7 @@ def queues_section(ov: Overview, base: str = "") -> str:
             f'<tr class="queued" data-job="{_e(e.name)}" data-reason="{_e(e.reason)}">'
             f'{_num(e.position)}<td><a href="{_e(base + e.detail_url)}">{_e(e.name)}</a></td>'
             f"<td>{_e(e.user)}</td>{_num(e.gpus)}{_num(e.priority)}<td>{_e(e.reason)}</td>"
-            f'<td>{_e(e.waiting)}</td><td class="msg">{_e(e.message)}</td></tr>'
+            f'<td>{_e(display.age(e.waiting_seconds))}</td><td class="msg">{_e(e.message)}</td></tr>'
             for e in queue.entries
         )
         parts.append(
@@ -201,7 +217,7 @@ def job_rows(rows: Sequence[JobRow], base: str = "") -> str:
             f'<td><a href="{_e(base + j.detail_url)}">{_e(j.name)}</a><div class="msg">{_e(j.kind)}</div></td>'
             f"<td>{badge(j.state)}</td><td>{_e(j.reason)}<div class=msg>{_e(j.message)}</div></td>"
             f"<td>{_e(j.group)}</td><td>{_e(j.user)}</td><td>{_queue_cell(j)}</td>{_num(j.gpus)}{_num(j.attempt)}"
-            f"<td>{_e(j.age)}</td>"
+            f"<td>{_e(display.age(j.age_seconds))}</td>"
             f"<td>{run}</td><td>{task}</td></tr>"
         )
     return "".join(out)
@@ -338,7 +354,7 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
         ("requeues", _e(j.requeue_count)),
         ("pod failures", _e(j.pod_failures)),
         ("queue position", _e(j.queue_position) if j.queue_position is not None else "-"),
-        ("age", _e(j.age)),
+        ("age", _e(display.age(j.age_seconds))),
         ("DAG run", _airflow_link(base, j.dag_run_url, f"{j.dag_id} / {j.run_id}" if j.dag_id else "")),
         ("task", _airflow_link(base, j.task_url, j.task_id or "")),
     ]
@@ -353,7 +369,9 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
     parts.append("</section>")
     parts.append(attempts_section(d, base))
     parts.append('<section id="timeline"><h2>Timeline</h2>')
-    parts.append(svg.state_timeline(d.phases, d.snapshot.observed_at or j.created_at))
+    # A live job's last stretch runs up to when the cluster was read.
+    drawn_at = d.snapshot.observed_at or j.created_at or datetime.now(timezone.utc)
+    parts.append(svg.state_timeline(d.phases, drawn_at))
     parts.append("<table><tr><th>time (UTC)</th><th>what</th><th>detail</th></tr>")
     parts.extend(
         f"<tr><td>{e.at.strftime('%Y-%m-%d %H:%M:%S')}</td><td>{_e(e.label)}</td><td class=msg>{_e(e.detail)}</td></tr>"
@@ -365,9 +383,9 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
         "<th>ready</th><th>status</th><th>restarts</th><th>age</th><th>node</th><th>message</th></tr>"
     )
     parts.extend(
-        f'<tr class="replica" data-replica="{_e(r.replica)}" data-status="{_e(r.status)}"><td>{_e(r.replica)}</td>'
-        f"{_num(r.rank)}{_cell(r.pod)}<td>{_e(r.ready)}</td><td>{_e(r.status)}</td><td>{_e(r.restarts)}</td>"
-        f"<td>{_e(r.age)}</td>{_cell(r.node)}<td class=msg>{_e(r.message)}</td></tr>"
+        f'<tr class="replica" data-replica="{_e(r.replica)}" data-status="{_e(r.status or display.NONE)}"><td>{_e(r.replica)}</td>'
+        f"{_num(r.rank)}{_cell(r.pod)}<td>{_e(display.ready(r))}</td>{_cell(r.status)}<td>{_e(r.restarts_column)}</td>"
+        f"<td>{_e(display.replica_age(r))}</td>{_cell(r.node)}<td class=msg>{_e(r.message)}</td></tr>"
         for r in d.replicas
     )
     parts.append("</table></section>")
@@ -377,7 +395,7 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
     )
     parts.extend(
         f'<tr class="event" data-reason="{_e(e.reason)}"><td>{_e(e.type)}</td><td>{_e(e.reason)}</td>'
-        f"<td>{_e(e.age)}</td><td>{_e(e.object)}</td><td class=msg>{_e(e.message)}</td></tr>"
+        f"<td>{_e(display.age(e.age_seconds))}</td><td>{_e(e.object)}</td><td class=msg>{_e(e.message)}</td></tr>"
         for e in d.events
     )
     parts.append("</table></section>")

@@ -1,6 +1,9 @@
 """Inline SVG charts for the GPU Jobs pages: GPU usage over time per group, a job's state timeline.
 
-Pure string building (no I/O, nothing loaded from elsewhere): the pages embed the result as is.
+Pure string building (no I/O, nothing loaded from elsewhere): the pages embed the result as is. Colours
+are the page's CSS custom properties (``theme.py``), so a chart repaints with the page when Airflow's
+light or dark mode changes; they are set with ``style``, where ``var()`` is honoured, not as SVG
+presentation attributes.
 """
 
 from __future__ import annotations
@@ -9,23 +12,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from html import escape
 
+from .theme import state_var
 from .views import Phase, UsageChart
 
-STATE_COLORS = {
-    "QUEUED": "#9e9e9e",
-    "SCHEDULING": "#7e57c2",
-    "STARTING": "#29b6f6",
-    "RUNNING": "#43a047",
-    "DEGRADED": "#fb8c00",
-    "RETRYING": "#f4511e",
-    "TERMINATING": "#8d6e63",
-    "SUCCEEDED": "#2e7d32",
-    "FAILED": "#c62828",
-    "CANCELLED": "#616161",
-    "UNKNOWN": "#bdbdbd",
-}
-
 _LEFT, _RIGHT, _TOP, _BOTTOM = 36, 8, 10, 22
+_AXIS = "stroke: var(--border)"
+_USAGE = f"fill: {state_var('RUNNING')}; fill-opacity: 0.3; stroke: {state_var('RUNNING')}; stroke-width: 1.5"
 
 
 def _clock(moment: datetime) -> str:
@@ -62,9 +54,10 @@ def usage_chart(chart: UsageChart, width: int = 640, height: int = 160) -> str:
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="GPUs held by group {escape(chart.group)} over time">',
         f"<title>GPUs held by group {escape(chart.group)}, peak {chart.peak}</title>",
-        f'<line x1="{_LEFT}" y1="{_fmt(y(0))}" x2="{width - _RIGHT}" y2="{_fmt(y(0))}" stroke="#888"/>',
-        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_fmt(y(0))}" stroke="#888"/>',
-        f'<path class="usage" d="{" ".join(path)}" fill="#43a04755" stroke="#2e7d32" stroke-width="1.5"/>',
+        f'<line x1="{_LEFT}" y1="{_fmt(y(0))}" x2="{width - _RIGHT}" y2="{_fmt(y(0))}" style="{_AXIS}"/>',
+        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_fmt(y(0))}" style="{_AXIS}"/>',
+        # GPUs held are GPUs of running jobs: the area takes the running state's colour.
+        f'<path class="usage" d="{" ".join(path)}" style="{_USAGE}"/>',
         f'<text x="{_LEFT - 4}" y="{_fmt(y(top) + 4)}" text-anchor="end" font-size="10">{top}</text>',
         f'<text x="{_LEFT - 4}" y="{_fmt(y(0))}" text-anchor="end" font-size="10">0</text>',
         f'<text x="{_LEFT}" y="{height - 6}" font-size="10">{_clock(chart.start)}</text>',
@@ -74,9 +67,9 @@ def usage_chart(chart: UsageChart, width: int = 640, height: int = 160) -> str:
     if chart.quota is not None:
         parts.append(
             f'<line class="quota" x1="{_LEFT}" y1="{_fmt(y(chart.quota))}" x2="{width - _RIGHT}" '
-            f'y2="{_fmt(y(chart.quota))}" stroke="#c62828" stroke-dasharray="4 3"/>'
+            f'y2="{_fmt(y(chart.quota))}" style="stroke: var(--fg-error)" stroke-dasharray="4 3"/>'
             f'<text x="{width - _RIGHT}" y="{_fmt(y(chart.quota) - 3)}" text-anchor="end" font-size="10" '
-            f'fill="#c62828">quota {chart.quota}</text>'
+            f'style="fill: var(--fg-error)">quota {chart.quota}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -102,20 +95,20 @@ def state_timeline(phases: Sequence[Phase], now: datetime, width: int = 640, hei
         f'viewBox="0 0 {width} {height}" role="img" aria-label="state timeline">'
     ]
     for phase in phases:
-        color = STATE_COLORS.get(phase.state, "#bdbdbd")
+        color = state_var(phase.state)
         label = escape(f"{phase.state} {phase.start.strftime('%H:%M:%S')}: {phase.detail}")
         if phase.end is None:
             cx = x(phase.start)
             parts.append(
                 f'<g data-state="{escape(phase.state)}"><title>{label}</title>'
-                f'<circle cx="{_fmt(min(cx, width - 8))}" cy="14" r="6" fill="{color}"/></g>'
+                f'<circle cx="{_fmt(min(cx, width - 8))}" cy="14" r="6" style="fill: {color}"/></g>'
             )
             continue
         x0, x1 = x(phase.start), x(phase.end)
         w = max(x1 - x0, 2.0)
         parts.append(
             f'<g data-state="{escape(phase.state)}"><title>{label}</title>'
-            f'<rect x="{_fmt(x0)}" y="6" width="{_fmt(w)}" height="16" fill="{color}"/>'
+            f'<rect x="{_fmt(x0)}" y="6" width="{_fmt(w)}" height="16" rx="2" style="fill: {color}"/>'
             + (
                 f'<text x="{_fmt(x0 + 3)}" y="36" font-size="10">{escape(phase.state)}</text>'
                 if w > 50

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import display
 from .nodes import NodeView
 from .views import JobDetail, JobRow, Overview
 
@@ -55,7 +56,16 @@ def status_text(ov: Overview) -> str:
     out.append("")
     out.append("QUEUES")
     entries = [
-        [q.group, e.position, f"{e.namespace}/{e.name}", e.user, e.gpus, e.reason, e.waiting, e.message]
+        [
+            q.group,
+            e.position,
+            f"{e.namespace}/{e.name}",
+            e.user,
+            e.gpus,
+            e.reason,
+            display.age(e.waiting_seconds),
+            e.message,
+        ]
         for q in ov.queues
         for e in q.entries
     ]
@@ -76,7 +86,7 @@ def status_text(ov: Overview) -> str:
             queue_of(j),
             j.gpus,
             j.attempt,
-            j.age,
+            display.age(j.age_seconds),
             j.dag_id,
             j.task_id,
         ]
@@ -124,7 +134,7 @@ def describe_text(d: JobDetail) -> str:
         ("Requeues", j.requeue_count),
         ("Pod failures", j.pod_failures),
         ("Queue position", j.queue_position),
-        ("Age", j.age),
+        ("Age", display.age(j.age_seconds)),
         ("DAG", j.dag_id),
         ("Task", j.task_id),
         ("Run", j.run_id),
@@ -163,12 +173,24 @@ def describe_text(d: JobDetail) -> str:
     )
     out.append("")
     out.append("Replicas:")
-    rows = [[r.replica, r.rank, r.pod, r.ready, r.status, r.restarts, r.age, r.node] for r in d.replicas]
+    rows = [
+        [
+            r.replica,
+            r.rank,
+            r.pod,
+            display.ready(r),
+            r.status,
+            r.restarts_column,
+            display.replica_age(r),
+            r.node,
+        ]
+        for r in d.replicas
+    ]
     out.append(_indent(table(["replica", "rank", "pod", "ready", "status", "restarts", "age", "node"], rows)))
     out.append("")
     out.append("Events:")
     if d.events:
-        rows = [[e.type, e.reason, e.age, e.object, e.message] for e in d.events]
+        rows = [[e.type, e.reason, display.age(e.age_seconds), e.object, e.message] for e in d.events]
         out.append(_indent(table(["type", "reason", "age", "from", "message"], rows)))
     else:
         out.append("  <none>")

@@ -2,7 +2,9 @@
 
 Inputs are plain objects: the product's Jobs and MPIJobs, the pods and events of their namespace, the
 quota policy (or why there is none) and each group's decoded ledger. Outputs are frozen dataclasses that
-the HTML pages, the JSON endpoints and the CLI tables all render, so the three always agree:
+the HTML pages, the JSON endpoints and the CLI tables all render, so the three always agree. They hold
+typed values (times, seconds, counts); the pages and tables print them (``plugin/display.py``) and the
+JSON API returns them as they are (``plugin/schema.py``):
 
 - :func:`overview`: pools (quota, used, queued, per user), each group's queue with positions and
   pending reasons, the job list and one GPU-usage chart per group;
@@ -17,7 +19,6 @@ reader sees what the pool decides.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,15 +34,14 @@ from airflow_jobs_plugin.lifecycle import (
     QueueStatus,
     ReplicaStatus,
     events_of,
-    human_duration,
+    pod_restarts,
     pod_row,
     pods_of,
     snapshot,
-    timestamp_age,
 )
 from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
-from airflow_jobs_plugin.lifecycle.replicas import event_time
+from airflow_jobs_plugin.lifecycle.replicas import NO_POD, event_time
 
 PREFIX = "/airflow-jobs"
 CHART_WINDOW = timedelta(hours=1)
@@ -104,7 +104,8 @@ class JobRow:
     attempt: int
     requeue_count: int
     pod_failures: int
-    age: str
+    # Seconds since the object was created, at the overview's ``now`` (``None`` without a creation time).
+    age_seconds: float | None
     created_at: datetime | None
     queue_position: int | None
     dag_id: str | None
@@ -156,7 +157,9 @@ class QueueEntry:
     priority: int
     reason: str
     message: str
-    waiting: str
+    # Since when it waits (the product's queued-at, else the object's creation) and for how many seconds.
+    queued_at: datetime | None
+    waiting_seconds: float | None
     detail_url: str
 
 
@@ -222,15 +225,23 @@ class TimelineEntry:
 
 @dataclass(frozen=True)
 class ReplicaRow:
-    """A replica (launcher or worker) and its current pod as kubectl prints it."""
+    """A replica (launcher or worker) and its current pod, with the facts behind kubectl's columns.
+
+    ``status`` is kubectl's STATUS (``None`` while the replica has no pod), ``ready_containers`` of
+    ``containers`` its READY. ``restarts_column`` is kubectl's RESTARTS cell as printed (``3 (5m ago)``),
+    kept for the page and the CLI table; ``restarts`` is the number.
+    """
 
     replica: str
     rank: int
     pod: str | None
-    ready: str
-    status: str
-    restarts: str
-    age: str
+    ready_containers: int | None
+    containers: int | None
+    status: str | None
+    restarts: int
+    restarts_column: str
+    pod_created_at: datetime | None
+    age_seconds: float | None
     node: str | None
     message: str
 
@@ -244,8 +255,9 @@ class EventRow:
     object: str
     message: str
     count: int
-    age: str
+    # When it was last seen, and how many seconds before the view's ``now``.
     at: datetime | None
+    age_seconds: float | None
 
 
 @dataclass(frozen=True)
@@ -323,6 +335,11 @@ def _parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def _seconds_since(moment: datetime | None, now: datetime) -> float | None:
+    """Seconds from ``moment`` to ``now`` (``None`` without a moment): what a page shows as an age."""
+    return None if moment is None else (now - moment).total_seconds()
 
 
 def _int(value: Any) -> int | None:
@@ -498,7 +515,7 @@ def job_row(
         attempt=snap.attempt,
         requeue_count=snap.requeue_count,
         pod_failures=snap.pod_failures,
-        age=timestamp_age(created, now) if created else "<unknown>",
+        age_seconds=_seconds_since(created, now),
         created_at=created,
         queue_position=snap.queue_position,
         dag_id=dag_id,
@@ -591,7 +608,8 @@ def queues(
                 priority=d.job.priority,
                 reason=d.reason,
                 message=d.message,
-                waiting=human_duration((state.now - d.job.queued_at).total_seconds()),
+                queued_at=d.job.queued_at,
+                waiting_seconds=_seconds_since(d.job.queued_at, state.now),
                 detail_url=job_url(d.job.namespace, d.job.name),
             )
         )
@@ -613,7 +631,8 @@ def queues(
                 priority=_int(_annotations(job).get(labels.PRIORITY)) or 0,
                 reason="Inadmissible",
                 message=problems[uid],
-                waiting=human_duration((state.now - queued_at).total_seconds()) if queued_at else "<unknown>",
+                queued_at=queued_at,
+                waiting_seconds=_seconds_since(queued_at, state.now),
                 detail_url=job_url(namespace, name),
             )
         )
@@ -837,26 +856,40 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
 def replica_rows(
     job: Mapping[str, Any], snap: JobSnapshot, pods: Iterable[Mapping[str, Any]], now: datetime
 ) -> tuple[ReplicaRow, ...]:
-    """Each replica with its current pod's kubectl columns (``<none>`` cells while it has no pod)."""
+    """Each replica with its current pod's kubectl columns (no status, counts or age while it has no pod)."""
     by_name = {str(_meta(p).get("name") or ""): p for p in pods}
     rows = []
     for replica in snap.replicas:
         pod = by_name.get(replica.pod or "")
         printed = pod_row(pod, now) if pod is not None else None
+        ready, containers = ready_counts(printed.ready if printed else replica.ready)
+        status = printed.status if printed else replica.status
+        created = _parse_time(_meta(pod).get("creationTimestamp")) if pod is not None else None
         rows.append(
             ReplicaRow(
                 replica=replica.name,
                 rank=rank_of(replica),
                 pod=replica.pod,
-                ready=printed.ready if printed else replica.ready,
-                status=printed.status if printed else replica.status,
-                restarts=printed.restarts if printed else str(replica.restarts),
-                age=printed.age if printed else "<none>",
+                ready_containers=ready,
+                containers=containers,
+                status=None if status == NO_POD else status,
+                restarts=pod_restarts(pod) if pod is not None else replica.restarts,
+                restarts_column=printed.restarts if printed else str(replica.restarts),
+                pod_created_at=created,
+                age_seconds=_seconds_since(created, now),
                 node=replica.node,
                 message=replica.message,
             )
         )
     return tuple(rows)
+
+
+def ready_counts(column: str) -> tuple[int | None, int | None]:
+    """kubectl's READY cell (``1/2``) as (ready, containers); ``(None, None)`` for ``<none>``."""
+    ready, slash, total = column.partition("/")
+    if not slash:
+        return None, None
+    return _int(ready), _int(total)
 
 
 def event_rows(events: Iterable[Mapping[str, Any]], now: datetime) -> tuple[EventRow, ...]:
@@ -872,8 +905,8 @@ def event_rows(events: Iterable[Mapping[str, Any]], now: datetime) -> tuple[Even
                 object=f"{str(about.get('kind') or '').lower()}/{about.get('name') or ''}",
                 message=str(event.get("message") or event.get("note") or ""),
                 count=_int(event.get("count")) or 1,
-                age=human_duration((now - at).total_seconds()) if at else "<unknown>",
                 at=at,
+                age_seconds=_seconds_since(at, now),
             )
         )
     rows.sort(key=lambda r: (r.at or now, r.object, r.reason))
@@ -1014,28 +1047,3 @@ def attempt_rows(state: ClusterState, job: Mapping[str, Any], snap: JobSnapshot)
             )
         )
     return tuple(sorted(rows, key=lambda r: r.attempt))
-
-
-# --------------------------------------------------------------------------------------------------
-# JSON
-# --------------------------------------------------------------------------------------------------
-
-
-def plain(value: Any) -> Any:
-    """A JSON-ready copy of a view model: dataclasses as dicts, enums as values, times as RFC 3339."""
-    if isinstance(value, JobSnapshot):
-        return value.as_dict()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        if isinstance(value, UsageChart):
-            out["peak"] = value.peak
-        return out
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value

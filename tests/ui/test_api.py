@@ -8,6 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tests.ui.json_api import display_values, untyped, validate
+
 PREFIX = "/airflow-jobs"
 pytestmark = pytest.mark.slow
 
@@ -269,3 +271,49 @@ def test_the_node_view_as_json_and_as_a_page(api_server, population, tokens):
     page = get(api_server, f"{PREFIX}/nodes", tokens["viewer"])
     assert page.status_code == 200 and 'id="nodes"' in page.text
     assert get(api_server, f"{PREFIX}/api/nodes").status_code == 401
+
+
+def test_every_json_route_answers_what_its_openapi_schema_describes(api_server, population, tokens):
+    spec = get(api_server, f"{PREFIX}/openapi.json").json()
+    assert untyped(spec) == []
+    names = population.names
+    reads = {
+        "/api/overview": "/api/overview",
+        "/api/pools": "/api/pools",
+        "/api/queues": "/api/queues",
+        "/api/jobs": "/api/jobs",
+        f"/api/jobs/default/{names['mpi']}": "/api/jobs/{namespace}/{name}",
+        f"/api/jobs/default/{names['broken']}": "/api/jobs/{namespace}/{name}",
+        f"/api/jobs/default/{names['waiting']}": "/api/jobs/{namespace}/{name}",
+        f"/api/tasks/{task_path(population, 'runner')}?map_index=-1": "/api/tasks/{dag_id}/{task_id}/{run_id}",
+        "/api/nodes": "/api/nodes",
+    }
+    for url, path in reads.items():
+        response = get(api_server, PREFIX + url, tokens["viewer"])
+        assert response.status_code == 200, (url, response.text)
+        validate(spec, "GET", path, response.json())
+        assert display_values(response.json()) == [], url
+    # Actions that do not apply: answered, nothing changes.
+    for url, path in {
+        f"/api/jobs/default/{names['done']}/cancel": "/api/jobs/{namespace}/{name}/cancel",
+        f"/api/jobs/default/{names['runner']}/resume": "/api/jobs/{namespace}/{name}/resume",
+        f"/api/jobs/default/{names['done']}/stop": "/api/jobs/{namespace}/{name}/stop",
+    }.items():
+        response = post(api_server, PREFIX + url, tokens["admin"])
+        assert response.status_code == 200, (url, response.text)
+        validate(spec, "POST", path, response.json())
+        assert response.json().get("done") is not True and response.json().get("deleted") is not True
+    denied = get(api_server, f"{PREFIX}/api/jobs/default/no-such-job", tokens["viewer"])
+    validate(spec, "GET", "/api/jobs/{namespace}/{name}", denied.json(), status="404")
+
+
+def test_the_job_json_has_times_and_seconds_where_the_page_prints_ages(api_server, population, tokens):
+    name = population.names["mpi"]
+    detail = get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["viewer"]).json()
+    launcher = detail["replicas"][0]
+    assert (launcher["ready_containers"], launcher["containers"], launcher["restarts"]) == (1, 1, 0)
+    assert launcher["pod_created_at"].endswith("Z") and launcher["age_seconds"] >= 0
+    assert detail["job"]["created_at"].endswith("Z") and detail["job"]["age_seconds"] >= 0
+    assert detail["snapshot"]["replicas"][0]["ready_containers"] == 1
+    page = get(api_server, f"{PREFIX}/jobs/default/{name}", tokens["viewer"]).text
+    assert "<td>1/1</td>" in page  # the page keeps kubectl's READY column

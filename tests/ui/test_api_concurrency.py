@@ -96,7 +96,7 @@ def test_another_request_is_answered_while_the_overview_is_built(host):
 
 @pytest.mark.parametrize("name", ["a", "b", "c"])
 def test_a_job_page_from_the_kept_copy_equals_the_page_from_the_whole_namespace(host, monkeypatch, name):
-    from airflow_jobs_plugin.plugin import views
+    from airflow_jobs_plugin.plugin import schema, views
 
     root, _, release, _ = host
     release.set()
@@ -120,4 +120,4 @@ def test_a_job_page_from_the_kept_copy_equals_the_page_from_the_whole_namespace(
 
     response = asyncio.run(scenario())
     assert response.status_code == 200
-    assert response.json() == views.plain(views.job_detail(whole, job))
+    assert response.json() == schema.job_detail(views.job_detail(whole, job)).model_dump(mode="json")

@@ -8,6 +8,7 @@ the DOM is checked, and screenshots land in ``test-artifacts/``. Without Chromiu
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.inspect import JobNotFound, find_job
 from airflow_jobs_plugin.kube import KubeClient
+from airflow_jobs_plugin.plugin import theme
 from airflow_jobs_plugin.quota.ledger import read_ledger
 from tests.ui.browser import Browser, chromium_binary, in_ci
 
@@ -243,3 +245,139 @@ def test_stop_resume_and_cancel_clicked_inside_airflows_ui(api_server, populatio
             assert name not in held
 
     asyncio.run(scenario())
+
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+MODE_INDEX = {"light": 0, "dark": 1}
+
+# Computed colours of a page, each beside what the theme says it should be: the expected value is set
+# on a probe element, so both go through the browser's own colour parsing. sRGB (via a canvas) for
+# the brightness checks.
+THEME_FACTS = """(() => {
+  const doc = %(doc)s;
+  const win = doc.defaultView;
+  const computed = (value) => {
+    const probe = doc.createElement('div'); probe.style.color = value; doc.body.appendChild(probe);
+    const color = win.getComputedStyle(probe).color; probe.remove(); return color;
+  };
+  const srgb = (color) => {
+    const ctx = doc.createElement('canvas').getContext('2d'); ctx.fillStyle = color; ctx.fillRect(0, 0, 1, 1);
+    const [r, g, b] = ctx.getImageData(0, 0, 1, 1).data; return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+  };
+  const body = win.getComputedStyle(doc.body);
+  const badge = (state) => {
+    const found = doc.querySelector(`.badge[data-state="${state}"]`);
+    return found ? win.getComputedStyle(found).backgroundColor : null;
+  };
+  return {
+    mode: doc.documentElement.dataset.theme || null,
+    bg: body.backgroundColor, fg: body.color, expectBg: computed(%(bg)s), expectFg: computed(%(fg)s),
+    bgLight: srgb(body.backgroundColor), fgLight: srgb(body.color),
+    running: badge('RUNNING'), succeeded: badge('SUCCEEDED'), queued: badge('QUEUED'),
+    expectRunning: computed(%(running)s), expectSucceeded: computed(%(succeeded)s),
+    chart: (() => {
+      const p = doc.querySelector('svg path.usage') || doc.querySelector('svg.state-timeline g[data-state=RUNNING] rect');
+      return p ? win.getComputedStyle(p).fill : null;
+    })(),
+  };
+})()"""
+
+
+def theme_facts(browser: Browser, mode: str, doc: str = "document"):
+    i = MODE_INDEX[mode]
+    values = {
+        "doc": doc,
+        "bg": json.dumps(theme.MODES["--bg"][i]),
+        "fg": json.dumps(theme.MODES["--fg"][i]),
+        "running": json.dumps(theme.PALETTE["cyan"][600]),  # Airflow's running
+        "succeeded": json.dumps(theme.PALETTE["green"][600]),  # Airflow's success
+    }
+    return browser.evaluate(THEME_FACTS % values)
+
+
+def check_theme(facts: dict, mode: str) -> None:
+    assert facts["bg"] == facts["expectBg"] and facts["fg"] == facts["expectFg"], facts
+    if mode == "light":
+        assert facts["bgLight"] > 0.95 and facts["fgLight"] < 0.3, facts
+    else:
+        assert facts["bgLight"] < 0.3 and facts["fgLight"] > 0.9, facts
+
+
+def test_the_pages_follow_airflows_light_and_dark_mode(api_server, population, tmp_path):
+    """Light and dark as Airflow's UI sets them, Airflow's state colours, and screenshots for the docs."""
+    if BINARY is None:
+        pytest.fail("CI must run the browser test: chromium is missing")
+    token = api_server.token("admin")
+    names = population.names
+    pages = {
+        "overview": f"{api_server.url}/airflow-jobs/",
+        "job": f"{api_server.url}/airflow-jobs/jobs/default/{names['mpi']}",
+        "nodes": f"{api_server.url}/airflow-jobs/nodes",
+    }
+
+    async def scenario() -> dict[str, dict]:
+        seen: dict[str, dict] = {}
+        async with Browser(BINARY, tmp_path / "profile") as browser:
+            await browser.set_cookie(api_server.url, "_token", token)
+            for mode in ("light", "dark"):
+                # What Airflow 3's UI stores when the user picks a mode (next-themes, key "theme").
+                await browser.open(pages["overview"])
+                await browser.evaluate(f"localStorage.setItem('theme', '{mode}')")
+                for page, url in pages.items():
+                    await browser.open(url)
+                    facts = await theme_facts(browser, mode)
+                    assert facts["mode"] == mode, facts
+                    check_theme(facts, mode)
+                    seen[f"{page}-{mode}"] = facts
+                    await browser.screenshot(SCREENSHOTS / f"{page}-{mode}.png")
+
+            # "system" (Airflow's default) leaves it to the browser's prefers-color-scheme.
+            await browser.evaluate("localStorage.setItem('theme', 'system')")
+            await browser.send(
+                "Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": "dark"}]
+            )
+            await browser.open(pages["nodes"] + "?system")
+            facts = await theme_facts(browser, "dark")
+            assert facts["mode"] is None
+            check_theme(facts, "dark")
+            await browser.send(
+                "Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": "light"}]
+            )
+            check_theme(await theme_facts(browser, "light"), "light")
+
+            # Inside Airflow's own page: switching Airflow's theme repaints the page in its frame.
+            await browser.evaluate("localStorage.setItem('theme', 'light')")
+            await browser.open(f"{api_server.url}/plugin/gpu-jobs")
+            await browser.wait_for(
+                f"(() => {{ const d = {FRAME} && {FRAME}.contentDocument;"
+                " return !!d && d.querySelectorAll('tr.job').length > 0; })()",
+                timeout=30,
+            )
+            inside = f"{FRAME}.contentDocument"
+            check_theme(await theme_facts(browser, "light", inside), "light")
+            assert await browser.evaluate("document.documentElement.classList.contains('light')")
+            # As another tab of Airflow switching to dark is seen by this one: next-themes follows the
+            # storage event and sets its class; the frame follows both.
+            await browser.evaluate(
+                "localStorage.setItem('theme', 'dark');"
+                "window.dispatchEvent(new StorageEvent('storage', {key: 'theme', newValue: 'dark',"
+                " storageArea: localStorage}))"
+            )
+            await browser.wait_for("document.documentElement.classList.contains('dark')")
+            await browser.wait_for(f"{inside}.documentElement.dataset.theme === 'dark'")
+            check_theme(await theme_facts(browser, "dark", inside), "dark")
+            await browser.screenshot(SCREENSHOTS / "in-airflow-dark.png")
+        return seen
+
+    seen = asyncio.run(scenario())
+    light, dark = seen["overview-light"], seen["overview-dark"]
+    assert light["bg"] != dark["bg"] and light["fg"] != dark["fg"]
+    for facts in (light, dark):
+        # Airflow's state colours: running is cyan, not a second green beside success.
+        assert facts["running"] == facts["expectRunning"] != facts["succeeded"] == facts["expectSucceeded"]
+        assert facts["queued"] not in (None, facts["running"])
+        assert facts["chart"] == facts["expectRunning"]  # the usage chart paints GPUs held as running
+    assert seen["job-dark"]["chart"] == seen["job-dark"]["expectRunning"]  # the timeline's running stretch
+    for page in ("overview", "job", "nodes"):
+        for mode in ("light", "dark"):
+            assert (SCREENSHOTS / f"{page}-{mode}.png").stat().st_size > 10_000

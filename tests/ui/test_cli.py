@@ -9,6 +9,11 @@ import time
 from airflow_jobs_plugin import cli
 from airflow_jobs_plugin.inspect import JobNotFound, Target, find_job
 from airflow_jobs_plugin.kube import KubeClient
+from airflow_jobs_plugin.plugin.app import create_app
+from tests.ui.json_api import display_values, validate
+
+# What the JSON routes answer (plugin/schema.py): --json prints the same documents.
+SPEC = create_app().openapi()
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -60,6 +65,8 @@ def test_status_json_has_the_same_data(population, capsys):
     )
     assert [e["name"] for q in data["queues"] for e in q["entries"]] == [population.names["waiting"]]
     assert {c["group"] for c in data["charts"]} == {"nlp", "vision"}
+    validate(SPEC, "GET", "/api/overview", data)
+    assert display_values(data) == []
 
 
 def test_describe_shows_replicas_timeline_events_and_log_tails(population, capsys):
@@ -90,6 +97,16 @@ def test_describe_json(population, capsys):
     assert data["timeline"][-1]["label"] == "FAILED"
     assert data["logs"][0]["lines"][-1] == "boom: bad shard"
     assert data["actions"] == []
+    validate(SPEC, "GET", "/api/jobs/{namespace}/{name}", data)
+    assert display_values(data) == []
+
+
+def test_nodes_json_is_the_node_routes_json(population, capsys):
+    code, out, _ = run(capsys, "nodes", "--kubeconfig", population.kubeconfig, "--json")
+    assert code == 0
+    data = json.loads(out)
+    validate(SPEC, "GET", "/api/nodes", data)
+    assert data["gpus"] == 16 and display_values(data) == []
 
 
 def test_logs_of_a_single_pod_job(population, capsys):

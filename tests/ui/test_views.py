@@ -9,7 +9,7 @@ import pytest
 
 from airflow_jobs_plugin import kueue, labels, quota
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
-from airflow_jobs_plugin.plugin import html, svg, text, views
+from airflow_jobs_plugin.plugin import display, html, schema, svg, text, views
 from tests.lifecycle.factories import (
     NAMESPACE,
     at,
@@ -115,7 +115,8 @@ def test_job_list_carries_state_reason_position_and_gpus_of_each_job():
     assert (rows["a"].state, rows["a"].reason, rows["a"].gpus) == ("RUNNING", "Running", 2)
     assert (rows["b"].state, rows["b"].reason, rows["b"].queue_position) == ("QUEUED", "GroupQuota", 1)
     assert (rows["c"].state, rows["c"].reason, rows["c"].queue_position) == ("QUEUED", "BehindHead", 2)
-    assert (rows["b"].group, rows["b"].user, rows["b"].age) == ("phusers", "pan", "11m")
+    assert (rows["b"].group, rows["b"].user, rows["b"].age_seconds) == ("phusers", "pan", 660.0)
+    assert display.age(rows["b"].age_seconds) == "11m"  # what the page and the CLI table print
 
 
 def test_user_over_their_quota_is_skipped_and_the_next_job_is_admitted():
@@ -421,16 +422,23 @@ def test_timeline_orders_facts_of_one_second_by_the_jobs_life():
 # --- JSON, text and SVG ------------------------------------------------------------------------------
 
 
-def test_plain_turns_view_models_into_json_ready_values():
+def test_the_json_models_carry_typed_values():
     ov = views.overview(primehub_example_1())
-    data = views.plain(ov)
+    data = schema.overview(ov, total=3, offset=0, limit=100).model_dump(mode="json")
     assert data["now"] == "2026-03-02T09:10:00Z"
     assert data["jobs"][0]["state"] in {"QUEUED", "RUNNING"}
     assert data["charts"][0]["peak"] == ov.charts[0].peak
+    by_name = {j["name"]: j for j in data["jobs"]}
+    assert by_name["b"]["age_seconds"] == 660.0 and "age" not in by_name["b"]
+    waiting = {e["name"]: e for q in data["queues"] for e in q["entries"]}
+    assert waiting["b"]["waiting_seconds"] == 650.0 and waiting["b"]["queued_at"].endswith("Z")
     state, job = mpi_state()
-    detail = views.plain(views.job_detail(state, job))
+    detail = schema.job_detail(views.job_detail(state, job)).model_dump(mode="json")
     assert detail["snapshot"]["state"] == "DEGRADED"
     assert detail["replicas"][0]["rank"] == -1
+    failing = next(r for r in detail["replicas"] if r["replica"] == "worker-1")
+    assert (failing["ready_containers"], failing["containers"], failing["restarts"]) == (0, 1, 2)
+    assert isinstance(failing["age_seconds"], float)
 
 
 def test_text_table_pads_columns_and_prints_empty_cells_as_none():
