@@ -10,8 +10,8 @@ Rules, first match wins:
 
 1. Only a container that exited 0 has a result. A failed container's message under
    ``FallbackToLogsOnError`` is its log's tail, never a result.
-2. The result comes from the pod that speaks for the job: the MPI launcher, else worker 0 (the only pod
-   of a single-pod job). Among that role's pods the one that finished last wins (a retried pod's
+2. The result comes from the pod that speaks for the job: the MPI launcher, else rank 0 (the only pod
+   of a single-pod job; a torchrun job's node 0). Among that role's pods the one that finished last wins (a retried pod's
    earlier try failed).
 3. A message that parses as JSON is returned parsed; any other non-empty text is returned as text; an
    empty message is no result (None).
@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_jobs_plugin import labels as keys
+from airflow_jobs_plugin.manifests import pod_role_and_rank
 from airflow_jobs_plugin.spec import MAIN_CONTAINER
 
 # What a program may write and still have it all delivered: the kubelet keeps only the file's tail.
@@ -39,13 +39,12 @@ def _main_terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _speaks_for_the_job(pod: Mapping[str, Any]) -> int:
-    """0 for the launcher, 1 for worker 0, 2 for any other pod (never a result)."""
-    pod_labels = (pod.get("metadata") or {}).get("labels") or {}
-    role = pod_labels.get(keys.ROLE) or pod_labels.get(keys.MPI_JOB_ROLE)
+    """0 for the launcher, 1 for rank 0 (worker 0, torchrun's node 0), 2 for any other pod (never a
+    result)."""
+    role, rank = pod_role_and_rank((pod.get("metadata") or {}).get("labels") or {})
     if role == "launcher":
         return 0
-    rank = pod_labels.get(keys.RANK) or pod_labels.get(keys.MPI_REPLICA_INDEX)
-    return 1 if role == "worker" and rank == "0" else 2
+    return 1 if role is not None and rank == 0 else 2
 
 
 def job_result(pods: Iterable[Mapping[str, Any]]) -> Any:

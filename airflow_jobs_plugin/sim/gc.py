@@ -9,7 +9,11 @@ Like the real controllers it works asynchronously from store events:
 - a pod bound to a node that no longer exists is marked Failed with a ``DisruptionTarget`` condition and
   force-deleted (pod GC: kubernetes release-1.32 ``pkg/controller/podgc/gc_controller.go`` ``gcOrphaned``
   and ``markFailedAndDeletePodWithCondition``; upstream first quarantines the orphan for 40 s in case the
-  node comes back, the simulator acts on the node's deletion at once).
+  node comes back, the simulator acts on the node's deletion at once);
+- a pod being deleted that was never bound to a node is marked Failed and force-deleted (``gcUnscheduled
+  Terminating`` and ``markFailedAndDeletePod``, same file): no kubelet will ever finish it, and a
+  finalizer such as the Job controller's tracking finalizer is released only once it is Failed. Upstream
+  runs every 20 s (``gcCheckPeriod``); the simulator acts on the pod's change at once.
 """
 
 from __future__ import annotations
@@ -79,6 +83,13 @@ class GarbageCollector:
         if resource == "namespaces" and meta.get("deletionTimestamp"):
             self._empty_namespace(meta["name"])
             return
+        if (
+            resource == "pods"
+            and meta.get("deletionTimestamp")
+            and not (obj.get("spec") or {}).get("nodeName")
+        ):
+            self._collect_unscheduled_terminating(obj)
+            return
         if meta.get("deletionTimestamp") and FOREGROUND in (meta.get("finalizers") or []):
             for dep_resource, dep in self._dependents(meta["uid"]):
                 if not dep["metadata"].get("deletionTimestamp"):
@@ -124,6 +135,29 @@ class GarbageCollector:
             except ApiError as exc:
                 if exc.code not in (404, 409):
                     raise
+
+    def _collect_unscheduled_terminating(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        try:
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                self.store.patch(
+                    "pods",
+                    meta["name"],
+                    {"status": {"phase": "Failed"}},
+                    "merge",
+                    meta.get("namespace"),
+                    subresource="status",
+                )
+            self.store.delete(
+                "pods",
+                meta["name"],
+                meta.get("namespace"),
+                grace_period_seconds=0,
+                preconditions={"uid": meta["uid"]},
+            )
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                raise
 
     def _collect_dependents(self, uid: str) -> None:
         for resource, dep in self._dependents(uid):

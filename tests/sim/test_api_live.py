@@ -95,3 +95,33 @@ def test_admin_eviction_fails_the_pod_as_evicted(live, manifests):
     )
     assert pod["status"]["reason"] == "Evicted"
     live.store.delete("pods", "evictee", "default", grace_period_seconds=0)
+
+
+def test_an_unscheduled_pod_being_deleted_is_failed_and_removed_by_pod_gc_despite_its_finalizer(live):
+    # pkg/controller/podgc/gc_controller.go (1.32) gcUnscheduledTerminating: no kubelet will finish a pod
+    # that was never bound, so pod GC marks it Failed and force-deletes it; a finalizer (here one the
+    # test holds) keeps the object until its owner releases it, Failed.
+    name = "never-bound"
+    live.store.create(
+        "pods",
+        {
+            "metadata": {"name": name, "finalizers": ["example.com/hold"]},
+            "spec": {
+                "nodeSelector": {"pool": "nowhere"},
+                "containers": [{"name": "main", "image": "registry.example/t:1"}],
+            },
+        },
+        namespace="default",
+    )
+    live.store.delete("pods", name, "default")
+    failed = wait_until(
+        lambda: (
+            (pod := live.store.get("pods", name, namespace="default"))["status"].get("phase") == "Failed"
+            and pod
+        )
+    )
+    assert failed["metadata"]["deletionTimestamp"]
+    live.store.patch("pods", name, {"metadata": {"finalizers": None}}, "merge", "default")
+    wait_until(
+        lambda: not any(p["metadata"]["name"] == name for p in live.store.list("pods", namespace="default"))
+    )

@@ -4,6 +4,7 @@ every node started together, every node's rank followed and its log streamed, it
 from __future__ import annotations
 
 import asyncio
+import json
 
 from task_doubles import StateStore
 
@@ -32,7 +33,11 @@ def test_a_torchrun_task_runs_an_indexed_job_with_a_headless_service(cluster, ca
         framework="torchrun",
         workers=2,
         gpus=1,
-        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 2, "logs": ["step 1 loss=0.5"]}}'},
+        job_annotations={
+            "sim.airflow-jobs.io/scenario": json.dumps(
+                {"main": {"run": 2, "logs": ["step 1 loss=0.5"], "message": json.dumps({"loss": 0.5})}}
+            )
+        },
     )
     run_id = f"run-{next(_runs)}"
     deferred = deferral(op, context_for(op, run_id, 1, StateStore()))
@@ -47,6 +52,8 @@ def test_a_torchrun_task_runs_an_indexed_job_with_a_headless_service(cluster, ca
     event = run_to_event(deferred)
     result = op.execute_complete({}, event)
     assert result["kind"] == "torchrun" and result["state"] == "SUCCEEDED"
+    # Node 0's termination message is the task's result (every node wrote one here).
+    assert result["result"] == {"loss": 0.5}
     pods = _read(cluster, PODS, f"batch.kubernetes.io/job-name={job['metadata']['name']}")
     assert sorted(p["spec"]["hostname"] for p in pods) == [f"{job['metadata']['name']}-{i}" for i in (0, 1)]
     text = capsys.readouterr().out

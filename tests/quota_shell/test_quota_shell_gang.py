@@ -1,0 +1,69 @@
+"""A gang that cannot be placed whole is requeued whole: a torchrun job of 2 nodes on a cluster with room
+for one node's pod never keeps that pod's GPUs while it waits for the other; after schedule_timeout it is
+suspended (every pod deleted), its reservation goes, and it waits at its place in the queue."""
+
+from __future__ import annotations
+
+from sim_fixtures import cluster_fixture
+
+from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.kube import JOBS, PODS
+from airflow_jobs_plugin.quota import ledger as ledger_io
+
+from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
+
+cluster = cluster_fixture(nodes=2)
+
+
+async def test_a_torchrun_job_that_only_half_fits_is_requeued_whole_and_holds_no_gpus(client):
+    group, name = unique("gang"), unique("policy")
+    await put_policy(
+        client,
+        name,
+        f"groups:\n  {group}: {{gpus: 24, user_gpus: 24}}\n"
+        "schedule_timeout: 1s\nrequeue_limit: 5\nrequeue_backoff: {base: 60s, cap: 60s}\n",
+    )
+    watch = await shared.acquire("kubernetes_default", NAMESPACE)
+    admission = Admission.for_watch(watch, quota_configmap=name, quota_namespace=NAMESPACE)
+    admission.start_group(group)
+    # One node of the two is taken whole: only one of the gang's two 8-GPU pods can be placed.
+    (blocker,) = await create_jobs(client, job_body(group, "ann", 8, run=10_000, task="blocker"))
+
+    async def admitted(job: dict) -> dict | None:
+        current = await client.get(JOBS, NAMESPACE, job["metadata"]["name"])
+        return current if annotation(current, labels.ADMITTED_AT) else None
+
+    await wait_for(lambda: admitted(blocker))
+    (gang,) = await create_jobs(
+        client, job_body(group, "bob", 8, run=10_000, task="gang", framework="torchrun", workers=2)
+    )
+    gang_name = gang["metadata"]["name"]
+
+    async def pods_of_gang() -> list[dict]:
+        return (
+            await client.list(PODS, NAMESPACE, label_selector=f"batch.kubernetes.io/job-name={gang_name}")
+        )["items"]
+
+    async def half_placed() -> list[dict] | None:
+        pods = await pods_of_gang()
+        placed = [p for p in pods if p["spec"].get("nodeName")]
+        return pods if len(pods) == 2 and len(placed) == 1 else None
+
+    await wait_for(half_placed)
+
+    async def requeued() -> dict | None:
+        current = await client.get(JOBS, NAMESPACE, gang_name)
+        return current if annotation(current, labels.REQUEUE_COUNT) == "1" else None
+
+    job = await wait_for(requeued)
+    assert ledger_io.is_suspended(job)
+    # The pod that was placed is gone with the one that was not: no half-started gang holds GPUs.
+    assert await wait_for(lambda: _none_left(pods_of_gang)) is True
+    ledger = await ledger_of(client, group)
+    assert [r.job for r in ledger.reservations] == [blocker["metadata"]["name"]]
+
+
+async def _none_left(pods_of_gang) -> bool | None:
+    return True if not await pods_of_gang() else None
