@@ -153,6 +153,12 @@ def pools_section(ov: Overview) -> str:
             f"{_num(pool.quota)}{_num(pool.used)}{_num(pool.free)}{_num(pool.queued_jobs)}"
             f"{_num(pool.queued_gpus)}</tr>"
         )
+        for device in pool.devices:
+            rows.append(
+                f'<tr class="device" data-group="{_e(pool.group)}" data-resource="{_e(device.resource)}">'
+                f"<td>{_e(pool.group)}</td><td>{_e(device.resource)}</td>"
+                f"{_num(device.quota)}{_num(device.used)}{_num(device.free)}<td></td><td></td></tr>"
+            )
         for user in pool.users:
             rows.append(
                 f'<tr class="user" data-group="{_e(pool.group)}" data-user="{_e(user.user)}">'

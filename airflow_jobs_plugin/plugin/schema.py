@@ -67,6 +67,15 @@ class UserShare(Model):
     queued_gpus: int = Field(description="GPUs those waiting jobs ask for")
 
 
+class Device(Model):
+    """A group's quota and use of a GPU device other than whole NVIDIA GPUs."""
+
+    resource: str = Field(description="the device's extended-resource name, e.g. nvidia.com/mig-1g.10gb")
+    quota: int = Field(description="the group's quota of the device (policy: groups.<group>.devices)")
+    used: int = Field(description="how many of the device the group's admitted jobs hold")
+    free: int = Field(description="quota minus used, never below 0")
+
+
 class Pool(Model):
     """A group's quota pool."""
 
@@ -79,6 +88,9 @@ class Pool(Model):
     queued_jobs: int = Field(description="jobs waiting in the group's queue")
     queued_gpus: int = Field(description="GPUs the waiting jobs ask for")
     users: list[UserShare] = Field(description="per user, in name order")
+    devices: list[Device] = Field(
+        description="other GPU devices the group has a quota of or holds (MIG profiles, other vendors)"
+    )
 
 
 class QueueEntry(Model):
@@ -442,6 +454,7 @@ def pools(rows: Iterable[views.PoolRow]) -> list[Pool]:
                 )
                 for u in p.users
             ],
+            devices=[Device(resource=d.resource, quota=d.quota, used=d.used, free=d.free) for d in p.devices],
         )
         for p in rows
     ]

@@ -46,6 +46,8 @@ def status_text(ov: Overview) -> str:
                     pool.queued_gpus,
                 ]
             )
+            for device in pool.devices:
+                rows.append(["", device.resource, device.quota, device.used, device.free, "", ""])
             for user in pool.users:
                 rows.append(
                     ["", user.user, _limit(user.limit), user.gpus, "", user.queued_jobs, user.queued_gpus]

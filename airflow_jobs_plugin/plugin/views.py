@@ -133,8 +133,21 @@ class UserRow:
 
 
 @dataclass(frozen=True)
+class DeviceRow:
+    """A group's quota and use of a GPU device other than whole NVIDIA GPUs (``devices`` in the policy)."""
+
+    resource: str
+    quota: int
+    used: int
+
+    @property
+    def free(self) -> int:
+        return max(0, self.quota - self.used)
+
+
+@dataclass(frozen=True)
 class PoolRow:
-    """One group's quota pool."""
+    """One group's quota pool: ``quota``/``used``/``free`` of whole GPUs, ``devices`` of the others."""
 
     group: str
     quota: int | None
@@ -143,6 +156,7 @@ class PoolRow:
     queued_jobs: int
     queued_gpus: int
     users: tuple[UserRow, ...]
+    devices: tuple[DeviceRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -585,6 +599,7 @@ def pools(state: ClusterState, decisions: Iterable[quota.Decision]) -> tuple[Poo
                 queued_jobs=sum(j for j, _ in waiting.values()),
                 queued_gpus=sum(g for _, g in waiting.values()),
                 users=tuple(per_user[u] for u in sorted(per_user)),
+                devices=tuple(DeviceRow(d.resource, d.quota, d.used) for d in held.devices) if held else (),
             )
         )
     return tuple(rows)

@@ -654,3 +654,27 @@ def test_a_job_waiting_in_kueue_shows_its_position_where_kueues_visibility_api_t
     (row,) = views.overview(told).jobs
     assert row.queue_position == 5  # 1-based, in the ClusterQueue: Kueue's admission order
     assert row.message.endswith("insufficient quota (2nd in LocalQueue team-a) (position 5)")
+
+
+def test_a_groups_other_gpu_devices_show_beside_its_whole_gpus():
+    mig = "nvidia.com/mig-1g.10gb"
+    policy = quota.parse_policy(f"groups: {{vision: {{gpus: 4, devices: {{{mig}: 7}}}}}}")
+    held = quota.Reservation(
+        job="slices", group="vision", user="alice", gpus=3, uid="u1", admitted_at=NOW, resource=mig
+    )
+    state = views.ClusterState(
+        jobs=(),
+        pods=(),
+        events=(),
+        now=NOW,
+        policy=policy,
+        ledgers={"vision": quota.Ledger(group="vision", reservations=(held,))},
+    )
+    (pool,) = views.pools(state, [])
+    assert (pool.quota, pool.used) == (4, 0)
+    assert [(d.resource, d.quota, d.used, d.free) for d in pool.devices] == [(mig, 7, 3, 4)]
+    overview = views.overview(state)
+    assert mig in text.status_text(overview)
+    assert f'data-resource="{mig}"' in html.pools_section(overview)
+    (shown,) = schema.pools(overview.pools)
+    assert shown.devices[0].model_dump() == {"resource": mig, "quota": 7, "used": 3, "free": 4}
