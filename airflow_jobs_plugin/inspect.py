@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import actions, attempts, kueue, labels, quota
+from airflow_jobs_plugin import actions, attempts, kinds, kueue, labels, quota
 from airflow_jobs_plugin.actions import ActionOutcome, CancelOutcome
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
@@ -288,6 +288,24 @@ async def find_task_job(
         )
 
     return max(found, key=order)
+
+
+async def attempts_of(client: KubeClient, namespace: str, job: Mapping[str, Any]) -> list[dict]:
+    """Every attempt of ``job``'s task try the cluster still holds (``job`` among them), by the
+    TASK_KEY and TRY labels: one selected LIST of the job's own kind."""
+    meta_labels = (job.get("metadata") or {}).get("labels") or {}
+    if not meta_labels.get(labels.TASK_KEY):
+        return [dict(job)]
+    selector = f"{labels.TASK_KEY}={meta_labels[labels.TASK_KEY]}"
+    if meta_labels.get(labels.TRY):
+        selector += f",{labels.TRY}={meta_labels[labels.TRY]}"
+    resource = kinds.kind_of(job).resource
+    found = await (
+        _mpijobs(client, namespace, selector)
+        if resource is MPIJOBS
+        else _items(client, resource, namespace, selector)
+    )
+    return [j for j in found if is_product_job(j)] or [dict(job)]
 
 
 async def read_job(client: KubeClient, target: Target, name: str) -> tuple[ClusterState, dict]:

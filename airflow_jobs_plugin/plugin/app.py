@@ -375,11 +375,17 @@ def create_app() -> FastAPI:
         # and queue come from the shared state, at most a few seconds old.
         job = await _with_cluster(settings, lambda c: inspect.find_job(c, namespace, name))
         _require(user, "GET", views.dag_of(job))
+        return await _detail(settings, namespace, job)
+
+    async def _detail(settings: Settings, namespace: str, job: dict) -> views.JobDetail:
         state = await state_for(settings, namespace)
         logs = await _with_cluster(
             settings, lambda c: inspect.read_log_tails(c, namespace, job, state.owners.pods_for(job))
         )
-        return await asyncio.to_thread(views.job_detail, state, job, logs)
+        # The cached state keeps only the waiting jobs: the task try's other attempts are read afresh,
+        # with one label-selected LIST.
+        attempts = await _with_cluster(settings, lambda c: inspect.attempts_of(c, namespace, job))
+        return await asyncio.to_thread(views.job_detail, state, job, logs, attempts)
 
     async def task_detail_of(
         settings: Settings, dag_id: str, task_id: str, run_id: str, map_index: int
@@ -397,11 +403,7 @@ def create_app() -> FastAPI:
 
         job = await _with_cluster(settings, find)
         namespace = str(job["metadata"].get("namespace") or settings.namespace)
-        state = await state_for(settings, namespace)
-        logs = await _with_cluster(
-            settings, lambda c: inspect.read_log_tails(c, namespace, job, state.owners.pods_for(job))
-        )
-        return await asyncio.to_thread(views.job_detail, state, job, logs)
+        return await _detail(settings, namespace, job)
 
     async def act(settings: Settings, user: Any, namespace: str, name: str, door: Door[Outcome]) -> Outcome:
         """Cancel, stop or resume (``door``: ``inspect.cancel``, ...) a job as ``user``, if they may edit

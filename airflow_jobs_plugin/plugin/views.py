@@ -988,8 +988,11 @@ def job_detail(
     state: ClusterState,
     job: Mapping[str, Any],
     logs: Sequence[LogTail] = (),
+    attempts: Sequence[Mapping[str, Any]] | None = None,
 ) -> JobDetail:
-    """The job page of ``job`` (one of ``state.jobs``, or a job read on its own)."""
+    """The job page of ``job`` (one of ``state.jobs``, or a job read on its own). ``attempts``: the
+    objects of every attempt of its task try, where ``state`` does not hold them all (the API server's
+    cache keeps only the waiting jobs); by default they are found among ``state.jobs``."""
     uid = str(_meta(job).get("uid") or "")
     jobs = tuple(state.jobs)
     if not any(str(_meta(j).get("uid") or "") == uid for j in jobs):
@@ -1020,7 +1023,7 @@ def job_detail(
         actions=tuple(
             a.value for a in action_rules.available(action_rules.facts_of(job, finished=snap.is_terminal))
         ),
-        attempts=attempt_rows(state, job, snap),
+        attempts=attempt_rows(state, job, snap, attempts),
     )
 
 
@@ -1030,12 +1033,19 @@ def _try_of(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
     return (str(_meta(job).get("namespace") or ""), key, found.get(labels.TRY) or "") if key else None
 
 
-def attempt_rows(state: ClusterState, job: Mapping[str, Any], snap: JobSnapshot) -> tuple[AttemptRow, ...]:
+def attempt_rows(
+    state: ClusterState,
+    job: Mapping[str, Any],
+    snap: JobSnapshot,
+    candidates: Sequence[Mapping[str, Any]] | None = None,
+) -> tuple[AttemptRow, ...]:
     """Every attempt of ``job``'s task try the cluster still holds (a TTL may have removed older ones),
-    each with its own snapshot: state, reason, times, exit codes, nodes and GPU-seconds."""
+    each with its own snapshot: state, reason, times, exit codes, nodes and GPU-seconds. The other
+    attempts are found among ``candidates`` (default: ``state.jobs``)."""
     key = _try_of(job)
     own = _uid(job)
-    siblings = [j for j in state.jobs if key is not None and _try_of(j) == key and _uid(j) != own]
+    pool = state.jobs if candidates is None else candidates
+    siblings = [j for j in pool if key is not None and _try_of(j) == key and _uid(j) != own]
     rows = []
     for other in [*siblings, job]:
         other_snap = snap

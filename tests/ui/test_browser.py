@@ -381,3 +381,110 @@ def test_the_pages_follow_airflows_light_and_dark_mode(api_server, population, t
     for page in ("overview", "job", "nodes"):
         for mode in ("light", "dark"):
             assert (SCREENSHOTS / f"{page}-{mode}.png").stat().st_size > 10_000
+
+
+def test_a_walk_through_inside_airflow_filter_then_a_job_with_three_attempts(
+    api_server, population, tmp_path
+):
+    """From Airflow's page: filter the job list to one user, open the newest attempt of a task that was
+    tried three times, and read every attempt with its state, reason and exit codes."""
+    if BINARY is None:
+        pytest.fail("CI must run the browser test: chromium is missing")
+    from datetime import datetime, timezone
+
+    from airflow_jobs_plugin.kube import JOBS
+    from airflow_jobs_plugin.manifests import build_manifest
+    from airflow_jobs_plugin.spec import TaskIdentity, validate
+    from tests.ui.conftest import NAMESPACE, SCENARIO
+
+    identity = TaskIdentity("nightly_training", "train_retried", "scheduled__2026-02-01", -1, 1)
+    scenarios = [{"*": {"run": 1, "exit": 75}}, {"*": {"run": 1, "exit": 75}}, {"*": {"run": None}}]
+    names = [identity.job_name(n) for n in (1, 2, 3)]
+
+    async def create() -> None:
+        client = await KubeClient.from_kubeconfig(population.kubeconfig)
+        try:
+            for attempt, scenario in enumerate(scenarios, start=1):
+                spec = validate(
+                    image="registry.example/trainer:1",
+                    group="nlp",
+                    user="kim",
+                    gpus=1,
+                    backoff_limit=0,
+                    ttl_after_finished=None,
+                    annotations={SCENARIO: json.dumps(scenario)},
+                )
+                body = build_manifest(
+                    spec,
+                    name=names[attempt - 1],
+                    task=identity,
+                    attempt=attempt,
+                    queued_at=datetime.now(timezone.utc),
+                )
+                await client.create(JOBS, NAMESPACE, body)
+        finally:
+            await client.close()
+
+    async def delete() -> None:
+        client = await KubeClient.from_kubeconfig(population.kubeconfig)
+        try:
+            for name in names:
+                await client.delete(JOBS, NAMESPACE, name)
+        finally:
+            await client.close()
+
+    async def frame(expression: str, browser: Browser):
+        return await browser.evaluate(
+            f"(() => {{ const doc = {FRAME}.contentDocument; return {expression}; }})()"
+        )
+
+    async def until_frame(expression: str, browser: Browser, timeout: float = 60):
+        return await browser.wait_for(
+            f"(() => {{ const f = {FRAME}; const doc = f && f.contentDocument;"
+            f" return !!doc && doc.readyState === 'complete' && ({expression}); }})()",
+            timeout=timeout,
+        )
+
+    async def scenario() -> None:
+        async with Browser(BINARY, tmp_path / "profile") as browser:
+            await browser.set_cookie(api_server.url, "_token", api_server.token("admin"))
+            await browser.open(f"{api_server.url}/plugin/gpu-jobs")
+            await until_frame("!!doc.querySelector('#job-filters')", browser)
+            # Filter the job list to kim's jobs: the form is a GET, so the filtered list is a link.
+            await frame("doc.querySelector('#job-filters input[name=user]').value = 'kim'", browser)
+            await frame("doc.querySelector('#job-filters button[type=submit]').click()", browser)
+            await until_frame(
+                "doc.location.search.includes('user=kim') && doc.querySelectorAll('tr.job').length === 3",
+                browser,
+            )
+            shown = await frame("[...doc.querySelectorAll('tr.job')].map(r => r.dataset.job).sort()", browser)
+            assert shown == sorted(names)
+            await until_frame(
+                f"doc.querySelector('tr.job[data-job=\"{names[2]}\"]').dataset.state === 'RUNNING'"
+                f" && doc.querySelector('tr.job[data-job=\"{names[0]}\"]').dataset.state === 'FAILED'",
+                browser,
+            )
+            await browser.screenshot(ARTIFACTS / "ui-filtered-in-airflow.png")
+            await frame(f"doc.querySelector('tr.job[data-job=\"{names[2]}\"] a').click()", browser)
+            await until_frame("doc.querySelectorAll('#attempts tr[data-attempt]').length === 3", browser)
+            attempts = await frame(
+                "[...doc.querySelectorAll('#attempts tr[data-attempt]')].map(r => ({"
+                " attempt: r.dataset.attempt, current: r.classList.contains('current'),"
+                " state: r.querySelector('.badge').dataset.state, text: r.textContent }))",
+                browser,
+            )
+            assert [(a["attempt"], a["current"], a["state"]) for a in attempts] == [
+                ("1", False, "FAILED"),
+                ("2", False, "FAILED"),
+                ("3", True, "RUNNING"),
+            ]
+            assert all("worker-0=75" in a["text"] for a in attempts[:2]), attempts
+            await browser.screenshot(ARTIFACTS / "ui-attempts-in-airflow.png")
+
+    asyncio.run(create())
+    try:
+        population.admit()
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(delete())
+        population.admit()
