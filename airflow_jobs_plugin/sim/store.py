@@ -578,7 +578,7 @@ class Store:
         self,
         resource: str,
         name: str,
-        patch: dict | list,
+        patch: dict | builtins.list,
         patch_type: str,
         namespace: str | None = None,
         subresource: str | None = None,
