@@ -13,6 +13,7 @@ import functools
 import logging
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -178,8 +179,17 @@ def matches_node(pod: dict, node: dict) -> bool:
     return True
 
 
-def _filter(pod: dict, node: dict, used: dict[str, Decimal]) -> tuple[list[str], bool]:
-    """Why ``node`` cannot take ``pod`` (empty: it can), and whether preemption could help."""
+def _filter(
+    pod: dict,
+    node: dict,
+    used: dict[str, Decimal],
+    requests: dict[str, Decimal] | None = None,
+    alloc: dict[str, Decimal] | None = None,
+) -> tuple[list[str], bool]:
+    """Why ``node`` cannot take ``pod`` (empty: it can), and whether preemption could help.
+
+    ``requests`` (``pod_requests(pod)``) and ``alloc`` (``node_allocatable(node)``) save parsing them
+    again for every node and every pod of a pass."""
     if node.get("spec", {}).get("unschedulable"):
         return ["node(s) were unschedulable"], False
     tolerations = pod.get("spec", {}).get("tolerations") or []
@@ -190,11 +200,12 @@ def _filter(pod: dict, node: dict, used: dict[str, Decimal]) -> tuple[list[str],
             ], False
     if not matches_node(pod, node):
         return ["node(s) didn't match Pod's node affinity/selector"], False
-    alloc = node_allocatable(node)
+    if alloc is None:
+        alloc = node_allocatable(node)
     reasons = []
     if "pods" in alloc and used.get("pods", Decimal(0)) + 1 > alloc["pods"]:
         reasons.append("Too many pods")
-    for name, qty in sorted(pod_requests(pod).items()):
+    for name, qty in sorted((requests if requests is not None else pod_requests(pod)).items()):
         if qty > 0 and used.get(name, Decimal(0)) + qty > alloc.get(name, Decimal(0)):
             reasons.append(f"Insufficient {name}")
     return reasons, True
@@ -215,12 +226,17 @@ def _ranked(counts: Counter[str]) -> str:
 
 
 def fit_pod(
-    pod: dict, nodes: list[dict], pods: list[dict], usage: dict[str, dict[str, Decimal]] | None = None
+    pod: dict,
+    nodes: list[dict],
+    pods: list[dict],
+    usage: Mapping[str, Mapping[str, Decimal]] | None = None,
+    allocatable: Mapping[str, dict[str, Decimal]] | None = None,
 ) -> Placement | Unschedulable:
     """Choose a node for ``pod`` given the cluster's ``nodes`` and all ``pods`` (pure).
 
     ``usage`` (node name -> requested resources, as ``node_usage`` computes it) saves recomputing it
-    from ``pods`` when many pods are placed in one pass.
+    from ``pods`` when many pods are placed in one pass; ``allocatable`` (node name ->
+    ``node_allocatable(node)``) saves parsing every node's quantities again for every pod.
     """
     failures: Counter[str] = Counter()
     preemption: Counter[str] = Counter()
@@ -229,12 +245,14 @@ def fit_pod(
     for node in nodes:
         name = node["metadata"]["name"]
         used = usage[name] if usage is not None and name in usage else node_usage(name, pods)
-        reasons, helpful = _filter(pod, node, used)
+        alloc = (
+            allocatable[name] if allocatable is not None and name in allocatable else node_allocatable(node)
+        )
+        reasons, helpful = _filter(pod, node, used, requests, alloc)
         if reasons:
             failures.update(reasons)
             preemption[NO_VICTIMS if helpful else NOT_HELPFUL] += 1
             continue
-        alloc = node_allocatable(node)
         score, weights = 0.0, 0
         for resource, weight in _SCORED:
             if alloc.get(resource):
@@ -313,10 +331,13 @@ class Capacity:
             self.waiting[uid] = (meta.get("namespace") or "default", meta["name"])
 
     def _add(self, node: str, requests: dict[str, Decimal], sign: int) -> None:
-        used = self.usage.setdefault(node, Counter())
+        # A new Counter, never a change to the one a pass may hold: a pass takes the mapping as it is
+        # and copies a node's counts only when it places a pod there.
+        used = Counter(self.usage.get(node, ()))
         for resource, quantity in requests.items():
             used[resource] += sign * quantity
         used["pods"] += sign
+        self.usage[node] = used
 
 
 class Scheduler(Reconciler):
@@ -331,6 +352,7 @@ class Scheduler(Reconciler):
         self.clock = clock
         self.recorder = recorder
         self.capacity = Capacity()
+        self._parsed: dict[tuple[str, str | None], dict[str, Decimal]] = {}
         replay, _, self._unwatch = store.watch("pods", None, self.capacity.on_write)
         for rv, event_type, pod, prev in replay:
             self.capacity.on_write(rv, event_type, "pods", pod, prev)
@@ -351,10 +373,12 @@ class Scheduler(Reconciler):
             nodes = sorted(
                 self.store.list_with_rv("nodes", copy=False)[0], key=lambda n: n["metadata"]["name"]
             )
-            usage = {
-                n["metadata"]["name"]: Counter(self.capacity.usage.get(n["metadata"]["name"], ()))
-                for n in nodes
+            # The counts as they stand: Capacity replaces a node's Counter on every change, never edits it.
+            held = dict(self.capacity.usage)
+            usage: dict[str, Counter[str]] = {
+                n["metadata"]["name"]: held.get(n["metadata"]["name"]) or Counter() for n in nodes
             }
+            allocatable = self._allocatable(nodes)
             waiting = []
             for namespace, name in list(self.capacity.waiting.values()):
                 try:
@@ -366,13 +390,14 @@ class Scheduler(Reconciler):
                 self._mark_gated(pod)
         for pod in pending_order(waiting):
             try:
-                placed = self._schedule(pod, nodes, [], usage)
+                placed = self._schedule(pod, nodes, [], usage, allocatable)
             except Exception:  # noqa: BLE001 - one bad pod must not block the queue
                 log.exception("scheduling %s failed", pod["metadata"].get("name"))
                 continue
             if placed is not None and placed in usage:
-                usage[placed].update(pod_requests(pod))
-                usage[placed]["pods"] += 1
+                usage[placed] = counts = Counter(usage[placed])  # the pass's own copy, not Capacity's
+                counts.update(pod_requests(pod))
+                counts["pods"] += 1
 
     def _mark_gated(self, pod: dict) -> None:
         cond = get_condition(pod.get("status", {}).get("conditions"), "PodScheduled")
@@ -389,8 +414,28 @@ class Scheduler(Reconciler):
         )
         self._patch_status(pod, {"phase": "Pending", "conditions": conditions})
 
+    def _allocatable(self, nodes: list[dict]) -> dict[str, dict[str, Decimal]]:
+        """Each node's parsed allocatable resources, parsed once per version of the node (a stored
+        version never changes)."""
+        out = {}
+        for node in nodes:
+            meta = node["metadata"]
+            version = (meta["name"], meta.get("resourceVersion"))
+            alloc = self._parsed.get(version)
+            if alloc is None:
+                alloc = node_allocatable(node)
+                self._parsed = {k: v for k, v in self._parsed.items() if k[0] != meta["name"]}
+                self._parsed[version] = alloc
+            out[meta["name"]] = alloc
+        return out
+
     def _schedule(
-        self, pod: dict, nodes: list[dict], pods: list[dict], usage: dict[str, Counter[str]]
+        self,
+        pod: dict,
+        nodes: list[dict],
+        pods: list[dict],
+        usage: dict[str, Counter[str]],
+        allocatable: Mapping[str, dict[str, Decimal]] | None = None,
     ) -> str | None:
         """Place one pod; returns the node it was bound to."""
         meta = pod["metadata"]
@@ -399,7 +444,7 @@ class Scheduler(Reconciler):
         if claim_error is not None:
             decision: Placement | Unschedulable = unresolvable(claim_error, len(nodes))
         else:
-            decision = fit_pod(pod, nodes, pods, usage)  # type: ignore[arg-type]
+            decision = fit_pod(pod, nodes, pods, usage, allocatable)
         conditions = pod.get("status", {}).get("conditions")
         if isinstance(decision, Unschedulable):
             cond = get_condition(conditions, "PodScheduled")
