@@ -297,6 +297,10 @@ def pending_order(pods: list[dict]) -> list[dict]:
     )
 
 
+# What an empty node holds; shared, never changed (a pass copies a node's counts before adding to them).
+_NONE: Counter[str] = Counter()
+
+
 class Capacity:
     """What the pods hold on each node, and which pods wait for one, kept current inside every write.
 
@@ -376,7 +380,7 @@ class Scheduler(Reconciler):
             # The counts as they stand: Capacity replaces a node's Counter on every change, never edits it.
             held = dict(self.capacity.usage)
             usage: dict[str, Counter[str]] = {
-                n["metadata"]["name"]: held.get(n["metadata"]["name"]) or Counter() for n in nodes
+                n["metadata"]["name"]: held.get(n["metadata"]["name"], _NONE) for n in nodes
             }
             allocatable = self._allocatable(nodes)
             waiting = []
