@@ -10,6 +10,7 @@ preemption victims found for incoming pod.``
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 from collections import Counter
@@ -231,35 +232,50 @@ def fit_pod(
     pods: list[dict],
     usage: Mapping[str, Mapping[str, Decimal]] | None = None,
     allocatable: Mapping[str, dict[str, Decimal]] | None = None,
+    memo: dict[str, dict[str, tuple[list[str], bool, float]]] | None = None,
 ) -> Placement | Unschedulable:
     """Choose a node for ``pod`` given the cluster's ``nodes`` and all ``pods`` (pure).
 
     ``usage`` (node name -> requested resources, as ``node_usage`` computes it) saves recomputing it
     from ``pods`` when many pods are placed in one pass; ``allocatable`` (node name ->
-    ``node_allocatable(node)``) saves parsing every node's quantities again for every pod.
+    ``node_allocatable(node)``) saves parsing every node's quantities again for every pod. ``memo``, a
+    dict kept by the caller for one pass over the same nodes and ``usage``, remembers each node's
+    verdict (filter reasons and score) for pods that ask the same of a node (tolerations, node selector
+    and affinity, requests), since that is all the verdict depends on; the caller drops a node's entry
+    (``memo.pop(name)``) when its usage changes.
     """
     failures: Counter[str] = Counter()
     preemption: Counter[str] = Counter()
     candidates: list[tuple[float, str]] = []
     requests = pod_requests(pod)
+    asks = _asks(pod, requests) if memo is not None else ""
     for node in nodes:
         name = node["metadata"]["name"]
-        used = usage[name] if usage is not None and name in usage else node_usage(name, pods)
-        alloc = (
-            allocatable[name] if allocatable is not None and name in allocatable else node_allocatable(node)
-        )
-        reasons, helpful = _filter(pod, node, used, requests, alloc)
+        known = memo.get(name, {}).get(asks) if memo is not None else None
+        if known is None:
+            used = usage[name] if usage is not None and name in usage else node_usage(name, pods)
+            alloc = (
+                allocatable[name]
+                if allocatable is not None and name in allocatable
+                else node_allocatable(node)
+            )
+            reasons, helpful = _filter(pod, node, used, requests, alloc)
+            score, weights = 0.0, 0
+            if not reasons:
+                for resource, weight in _SCORED:
+                    if alloc.get(resource):
+                        after = used.get(resource, Decimal(0)) + requests.get(resource, Decimal(0))
+                        score += weight * float(after / alloc[resource])
+                        weights += weight
+            known = (reasons, helpful, score / weights if weights else 0.0)
+            if memo is not None:
+                memo.setdefault(name, {})[asks] = known
+        reasons, helpful, score = known
         if reasons:
             failures.update(reasons)
             preemption[NO_VICTIMS if helpful else NOT_HELPFUL] += 1
             continue
-        score, weights = 0.0, 0
-        for resource, weight in _SCORED:
-            if alloc.get(resource):
-                after = used.get(resource, Decimal(0)) + requests.get(resource, Decimal(0))
-                score += weight * float(after / alloc[resource])
-                weights += weight
-        candidates.append((score / weights if weights else 0.0, name))
+        candidates.append((score, name))
     if candidates:
         best = min(candidates, key=lambda c: (-c[0], c[1]))  # ties: the first node by name
         return Placement(best[1])
@@ -269,6 +285,16 @@ def fit_pod(
     return Unschedulable(
         f"0/{total} nodes are available: {_ranked(failures)}. "
         f"preemption: 0/{total} nodes are available: {_ranked(preemption)}."
+    )
+
+
+def _asks(pod: dict, requests: dict[str, Decimal]) -> str:
+    """What ``_filter`` and the score read of a pod, as a key."""
+    spec = pod.get("spec") or {}
+    return json.dumps(
+        [spec.get("tolerations"), spec.get("nodeSelector"), spec.get("affinity"), sorted(requests.items())],
+        sort_keys=True,
+        default=str,
     )
 
 
@@ -383,6 +409,7 @@ class Scheduler(Reconciler):
                 n["metadata"]["name"]: held.get(n["metadata"]["name"], _NONE) for n in nodes
             }
             allocatable = self._allocatable(nodes)
+            memo: dict[str, dict[str, tuple[list[str], bool, float]]] = {}
             waiting = []
             for namespace, name in list(self.capacity.waiting.values()):
                 try:
@@ -394,11 +421,12 @@ class Scheduler(Reconciler):
                 self._mark_gated(pod)
         for pod in pending_order(waiting):
             try:
-                placed = self._schedule(pod, nodes, [], usage, allocatable)
+                placed = self._schedule(pod, nodes, [], usage, allocatable, memo)
             except Exception:  # noqa: BLE001 - one bad pod must not block the queue
                 log.exception("scheduling %s failed", pod["metadata"].get("name"))
                 continue
             if placed is not None and placed in usage:
+                memo.pop(placed, None)
                 usage[placed] = counts = Counter(usage[placed])  # the pass's own copy, not Capacity's
                 counts.update(pod_requests(pod))
                 counts["pods"] += 1
@@ -440,6 +468,7 @@ class Scheduler(Reconciler):
         pods: list[dict],
         usage: dict[str, Counter[str]],
         allocatable: Mapping[str, dict[str, Decimal]] | None = None,
+        memo: dict[str, dict[str, tuple[list[str], bool, float]]] | None = None,
     ) -> str | None:
         """Place one pod; returns the node it was bound to."""
         meta = pod["metadata"]
@@ -448,7 +477,7 @@ class Scheduler(Reconciler):
         if claim_error is not None:
             decision: Placement | Unschedulable = unresolvable(claim_error, len(nodes))
         else:
-            decision = fit_pod(pod, nodes, pods, usage, allocatable)
+            decision = fit_pod(pod, nodes, pods, usage, allocatable, memo)
         conditions = pod.get("status", {}).get("conditions")
         if isinstance(decision, Unschedulable):
             cond = get_condition(conditions, "PodScheduled")
