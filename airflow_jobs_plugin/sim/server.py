@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,7 +30,7 @@ from .faults import Faults
 from .logs import LogStore
 from .patch import apply_patch
 from .selectors import Selector, make_selector
-from .store import Store
+from .store import FrozenDict, Store
 
 # Kueue's visibility API (an aggregated API of Kueue's, not a CRD): served where the Kueue add-on is.
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
@@ -68,8 +68,26 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
+def _encoded(obj: Any) -> bytes:
+    """``_dumps(obj)``, kept on a stored object: it never changes, so every GET, LIST and watch event of
+    this version sends the same bytes, encoded once."""
+    if type(obj) is FrozenDict:
+        try:
+            return obj.encoded
+        except AttributeError:
+            data = obj.encoded = _dumps(obj)
+            return data
+    return _dumps(obj)
+
+
 def _json(obj: Any, status: int = 200, content_type: str = "application/json") -> web.Response:
-    return web.Response(body=_dumps(obj), status=status, headers={"Content-Type": content_type})
+    return web.Response(body=_encoded(obj), status=status, headers={"Content-Type": content_type})
+
+
+def _list_json(head: dict, items: list) -> web.Response:
+    """``_json({**head, "items": items})``, from the items' kept encodings."""
+    body = _dumps(head)[:-1] + b',"items":[' + b",".join(_encoded(o) for o in items) + b"]}"
+    return web.Response(body=body, headers={"Content-Type": "application/json"})
 
 
 def _error_response(exc: ApiError, retry_after: int | None = None) -> web.Response:
@@ -823,8 +841,8 @@ class ApiServer:
             meta["remainingItemCount"] = rest
         if _wants_table(request):
             return self._table_response(rtype, items, rv, query, meta)
-        return _json(
-            {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta, "items": items}
+        return _list_json(
+            {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta}, items
         )
 
     def _table_response(
@@ -935,8 +953,9 @@ class ApiServer:
         deadline = time.monotonic() + timeout
         next_bookmark = time.monotonic() + self.config.bookmark_interval
         try:
-            for _rv, event_type, obj, prev in replay:
-                await writer.event(*_filtered(event_type, obj, prev, selector, namespace))
+            await writer.events(
+                _filtered(event_type, obj, prev, selector, namespace) for _, event_type, obj, prev in replay
+            )
             if send_initial:
                 await writer.bookmark(start_rv, initial_end=True)
             while True:
@@ -947,7 +966,14 @@ class ApiServer:
                 if bookmarks:
                     wait = max(0.0, min(wait, next_bookmark - now))
                 try:
-                    item = await asyncio.wait_for(queue.get(), timeout=wait)
+                    # Whatever is queued is sent at once: one write per turn of the loop, not per event, or
+                    # a watch falls ever further behind the controllers' writes (measured: 16 s at 5,000
+                    # pods starting).
+                    item = (
+                        queue.get_nowait()
+                        if not queue.empty()
+                        else await asyncio.wait_for(queue.get(), timeout=wait)
+                    )
                 except asyncio.TimeoutError:
                     if request.transport is None or request.transport.is_closing():
                         break
@@ -958,13 +984,23 @@ class ApiServer:
                         rv = self.store.current_rv()
                         loop.call_soon(queue.put_nowait, ("bookmark", rv))
                     continue
-                if item[0] == "close":
+                batch = [item]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                lines: list[bytes] = []
+                closing = False
+                for item in batch:
+                    if item[0] == "close":
+                        closing = True
+                        break
+                    if item[0] == "bookmark":
+                        lines.append(writer.bookmark_line(item[1]))
+                        continue
+                    _, rv, event_type, obj, prev = item
+                    lines.append(writer.event_line(*_filtered(event_type, obj, prev, selector, namespace)))
+                await writer.write(lines)
+                if closing:
                     break
-                if item[0] == "bookmark":
-                    await writer.bookmark(item[1])
-                    continue
-                _, rv, event_type, obj, prev = item
-                await writer.event(*_filtered(event_type, obj, prev, selector, namespace))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -1197,9 +1233,19 @@ class _WatchWriter:
     async def _send(self, event: dict) -> None:
         await self.resp.write(_dumps(event) + b"\n")
 
-    async def event(self, event_type: str | None, obj: dict) -> None:
+    async def write(self, lines: Iterable[bytes]) -> None:
+        """Send several lines in one write (nothing for none)."""
+        data = b"".join(lines)
+        if data:
+            await self.resp.write(data)
+
+    async def events(self, events: Iterable[tuple[str | None, dict]]) -> None:
+        await self.write(self.event_line(event_type, obj) for event_type, obj in events)
+
+    def event_line(self, event_type: str | None, obj: dict) -> bytes:
+        """The line of one event (empty when the watch does not send it)."""
         if event_type is None:
-            return
+            return b""
         if self.as_table:
             body = tables.table(
                 self.rtype.plural,
@@ -1210,11 +1256,17 @@ class _WatchWriter:
                 not self.headers_sent,
             )
             self.headers_sent = True
-            await self._send({"type": event_type, "object": body})
-        else:
-            await self._send({"type": event_type, "object": obj})
+            return _dumps({"type": event_type, "object": body}) + b"\n"
+        # The bytes of _dumps({"type": ..., "object": obj}), with the object's kept encoding.
+        return b'{"type":' + _dumps(event_type) + b',"object":' + _encoded(obj) + b"}\n"
+
+    def bookmark_line(self, rv: int) -> bytes:
+        return _dumps({"type": "BOOKMARK", "object": self._bookmark_object(rv, False)}) + b"\n"
 
     async def bookmark(self, rv: int, initial_end: bool = False) -> None:
+        await self._send({"type": "BOOKMARK", "object": self._bookmark_object(rv, initial_end)})
+
+    def _bookmark_object(self, rv: int, initial_end: bool) -> dict:
         meta: dict = {"resourceVersion": str(rv)}
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
@@ -1228,7 +1280,7 @@ class _WatchWriter:
             }
         else:
             obj = {"kind": self.rtype.kind, "apiVersion": self.rtype.api_version, "metadata": meta}
-        await self._send({"type": "BOOKMARK", "object": obj})
+        return obj
 
     async def error(self, exc: ApiError) -> None:
         await self._send({"type": "ERROR", "object": exc.status()})

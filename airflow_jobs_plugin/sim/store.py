@@ -2,7 +2,14 @@
 resourceVersion semantics, graceful deletion, finalizers and propagation policies, plus the bounded
 event history that watches resume from.
 
-Thread-safe (one RLock); every method takes and returns plain dicts (copies, never the stored ones).
+Thread-safe (one RLock). Stored objects are immutable snapshots (:class:`FrozenDict` and
+:class:`FrozenList`, subclasses of dict and list whose mutating methods raise :class:`FrozenError`):
+every read (GET, LIST, watch events, the controllers' notifications) hands out the stored object itself,
+shared and never copied, and a write builds a new object, copying only what it changes and sharing the
+rest with the version before, then swaps it in under a new resourceVersion. As in a real API server, no
+reader's change can reach the stored state: it is refused. Code that wants to change what it read asks
+for a private copy (``copy.deepcopy``, :func:`thaw`, ``copy=True`` on the reads).
+
 Defaulting is pure functions at the bottom of this module; validation is in validation.py.
 """
 
@@ -10,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import logging
 import random
 import threading
@@ -40,13 +48,80 @@ ORPHAN = "orphan"
 DEFAULT_PROPAGATION = {"jobs": "Orphan"}
 
 
-def clone(value: Any) -> Any:
-    """Deep copy of plain JSON data (faster than copy.deepcopy for dicts and lists)."""
+class FrozenError(TypeError):
+    """An attempt to change a stored object (or a part of one) in place."""
+
+
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+    raise FrozenError(
+        "objects read from the store are immutable snapshots shared by every reader: "
+        "change a copy (copy.deepcopy, store.thaw, or copy=True on the read) and write it back"
+    )
+
+
+class FrozenDict(dict):
+    """A dict that refuses every change: a stored object or a part of one.
+
+    A real dict for every reader (``isinstance``, ``json.dumps``, ``==``, iteration), so reading costs
+    nothing extra. ``copy.copy`` gives a plain dict sharing the (frozen) values, ``copy.deepcopy`` a
+    plain, fully mutable copy. ``encoded`` caches the object's JSON encoding: it can never go stale.
+    """
+
+    __slots__ = ("encoded",)
+    encoded: bytes  # set on first use (sim/server.py ``_encoded``), absent until then
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict) -> dict:
+        return thaw(self)
+
+    def __reduce__(self) -> Any:
+        return (dict, (thaw(self),))
+
+
+class FrozenList(list):
+    """A list that refuses every change; see :class:`FrozenDict`."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __copy__(self) -> list:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict) -> list:
+        return thaw(self)
+
+    def __reduce__(self) -> Any:
+        return (list, (thaw(self),))
+
+
+def freeze(value: Any) -> Any:
+    """An immutable version of JSON data: plain dicts and lists are copied into frozen ones, parts that
+    are frozen already are shared as they are (a new version of an object shares what did not change)."""
+    kind = type(value)
+    if kind is FrozenDict or kind is FrozenList:
+        return value
     if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return [clone(v) for v in value]
+        return FrozenList([freeze(v) for v in value])
     return value
+
+
+def thaw(value: Any) -> Any:
+    """A plain, fully mutable deep copy of JSON data, frozen or not (faster than copy.deepcopy)."""
+    if isinstance(value, dict):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [thaw(v) for v in value]
+    return value
+
+
+clone = thaw
 
 
 def format_time(t: datetime) -> str:
@@ -156,25 +231,25 @@ class Store:
 
     def _emit(self, event_type: str, resource: str, obj: dict, prev: dict | None) -> None:
         rv = int(obj["metadata"]["resourceVersion"])
-        shared = clone(obj)
         history = self._history[resource]
-        history.append((rv, event_type, shared, prev))
+        history.append((rv, event_type, obj, prev))
         while len(history) > self._history_limit:
             dropped = history.popleft()
             self._compacted[resource] = dropped[0]
         for watcher in list(self._watchers):
             try:
-                watcher(rv, event_type, resource, shared, prev)
+                watcher(rv, event_type, resource, obj, prev)
             except Exception:  # a broken watcher must not break writes
                 log.exception("store watcher failed")
         for fn in list(self._subscribers):
             try:
-                fn(event_type, resource, clone(obj))
+                fn(event_type, resource, obj)
             except Exception:
                 log.exception("store subscriber failed")
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
-        """Call ``fn(event_type, resource, obj_copy)`` after every change (under the store lock)."""
+        """Call ``fn(event_type, resource, obj)`` after every change (under the store lock); ``obj`` is the
+        stored snapshot, shared by every subscriber."""
         with self._lock:
             self._subscribers.append(fn)
 
@@ -197,7 +272,7 @@ class Store:
         with self._lock:
             if since is None:
                 replay = [
-                    (int(o["metadata"]["resourceVersion"]), "ADDED", clone(o), None)
+                    (int(o["metadata"]["resourceVersion"]), "ADDED", o, None)
                     for _, o in sorted(self._objects[resource].items())
                 ]
             else:
@@ -214,20 +289,21 @@ class Store:
 
         return replay, current, unregister
 
-    def snapshot(self, resource: str) -> tuple[list[dict], int]:
-        """All objects of a resource (shared, read-only copies) and the current resourceVersion."""
+    def snapshot(self, resource: str) -> tuple[builtins.list[dict], int]:
+        """All objects of a resource (the stored snapshots) and the current resourceVersion."""
         with self._lock:
-            return [clone(o) for _, o in sorted(self._objects[resource].items())], self._rv
+            return [o for _, o in sorted(self._objects[resource].items())], self._rv
 
     # ------------------------------------------------------------------ reads
-    def get(self, resource: str, name: str, namespace: str | None = None, copy: bool = True) -> dict:
-        """One object (404 ApiError if absent); ``copy=False`` as in :meth:`list_with_rv`."""
+    def get(self, resource: str, name: str, namespace: str | None = None, copy: bool = False) -> dict:
+        """One object (404 ApiError if absent): the stored, immutable snapshot, or with ``copy`` a private
+        mutable copy."""
         rtype = self._rtype(resource)
         with self._lock:
             obj = self._objects[resource].get(self._key(rtype, name, namespace))
             if obj is None:
                 raise errors.not_found(rtype.group_resource, name)
-            return clone(obj) if copy else obj
+            return thaw(obj) if copy else obj
 
     def list(
         self,
@@ -235,9 +311,11 @@ class Store:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> list[dict]:
-        """Objects of a resource, optionally in one namespace and filtered by selectors."""
-        return self.list_with_rv(resource, namespace, label_selector, field_selector)[0]
+        copy: bool = False,
+    ) -> builtins.list[dict]:
+        """Objects of a resource, optionally in one namespace and filtered by selectors (the stored
+        snapshots, or with ``copy`` private mutable copies)."""
+        return self.list_with_rv(resource, namespace, label_selector, field_selector, copy)[0]
 
     def list_with_rv(
         self,
@@ -245,22 +323,22 @@ class Store:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        copy: bool = True,
-    ) -> tuple[list[dict], str]:
-        """Like :meth:`list`, also returning the list's resourceVersion.
-
-        ``copy=False`` returns the stored dicts themselves, for readers that only serialize them: stored
-        objects are never changed in place (every write stores a new dict), so this is safe as long as the
-        caller does not mutate them.
-        """
+        copy: bool = False,
+    ) -> tuple[builtins.list[dict], str]:
+        """Like :meth:`list`, also returning the list's resourceVersion."""
         rtype = self._rtype(resource)
         selector = make_selector(label_selector, field_selector, rtype)
         with self._lock:
             return self._select(resource, rtype, namespace, selector, copy), str(self._rv)
 
     def _select(
-        self, resource: str, rtype: ResourceType, namespace: str | None, selector: Selector, copy: bool = True
-    ) -> list[dict]:
+        self,
+        resource: str,
+        rtype: ResourceType,
+        namespace: str | None,
+        selector: Selector,
+        copy: bool = False,
+    ) -> builtins.list[dict]:
         out = []
         objects = self._objects[resource]
         narrowing = next((r for r in selector.labels if r.op in ("=", "in")), None)
@@ -274,14 +352,15 @@ class Store:
             if namespace and rtype.namespaced and ns != namespace:
                 continue
             if selector.empty or selector.matches(obj):
-                out.append(clone(obj) if copy else obj)
+                out.append(thaw(obj) if copy else obj)
         return out
 
     # ------------------------------------------------------------------ create
     def create(self, resource: str, obj: dict, namespace: str | None = None) -> dict:
         """Create an object with the server's defaults; 409 AlreadyExists, 422 Invalid, 404/403 namespace."""
         rtype = self._rtype(resource)
-        obj = clone(obj)
+        # A private copy: the server's defaults and the webhooks change it, the caller's stays as it was.
+        obj = thaw(obj)
         if not isinstance(obj, dict):
             raise errors.bad_request("the body must be a JSON object")
         meta = obj.get("metadata")
@@ -335,9 +414,10 @@ class Store:
             if resource in ("jobs", "mpijobs"):
                 meta["generation"] = 1
             meta["resourceVersion"] = self._next_rv()
+            obj = freeze(obj)
             self._put(resource, key, obj)
             self._emit("ADDED", resource, obj, None)
-            return clone(obj)
+            return obj
 
     def _allocate_cluster_ip(self, spec: dict) -> None:
         """A free address of the service range 10.96.0.0/12 (kubeadm's default), like the IP allocator;
@@ -400,7 +480,9 @@ class Store:
     ) -> dict:
         """PUT: replace an object (409 on a stale resourceVersion; unconditional without one)."""
         rtype = self._rtype(resource)
-        obj = clone(obj)
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the body must be a JSON object")
+        obj = dict(obj)  # _update copies what it keeps; this keeps the caller's top level as it was
         meta = obj.get("metadata") or {}
         name = meta.get("name")
         if not name:
@@ -419,6 +501,9 @@ class Store:
             return self._update(rtype, ns, obj, subresource)
 
     def _update(self, rtype: ResourceType, ns: str | None, obj: dict, subresource: str | None) -> dict:
+        """Store a new version built from ``obj`` (the caller's body or a patch's result, whose top level
+        this may change): values identical to the stored version's are shared, everything else is copied
+        before the defaults, the webhooks and the freeze touch it."""
         resource = rtype.plural
         meta = obj.setdefault("metadata", {})
         name = meta["name"]
@@ -437,17 +522,18 @@ class Store:
                 f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {old_meta['uid']}",
             )
         if subresource == "status":
-            new = clone(old)
+            new = dict(old)
+            new["metadata"] = dict(old_meta)
             new["status"] = obj.get("status") or {}
         elif subresource:
             raise errors.method_not_allowed()
         else:
-            new = obj
+            new = _unshare(obj, old)
             new["apiVersion"] = rtype.api_version
             new["kind"] = rtype.kind
             if rtype.has_status:
                 if "status" in old:
-                    new["status"] = clone(old["status"])
+                    new["status"] = old["status"]
                 else:
                     new.pop("status", None)
             new_meta = new["metadata"]
@@ -477,22 +563,23 @@ class Store:
             if "generation" in old_meta and _spec_of(new) != _spec_of(old):
                 new_meta["generation"] = old_meta["generation"] + 1
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
-        if new == old:
-            return clone(old)  # a no-op write is not stored and emits nothing, like the real server
+        if new == old:  # cheap: the parts shared with the stored version compare by identity
+            return old  # a no-op write is not stored and emits nothing, like the real server
         new["metadata"]["resourceVersion"] = self._next_rv()
+        new = freeze(new)
         self._put(resource, key, new)
         self._emit("MODIFIED", resource, new, old)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             if not (resource == "pods" and new["metadata"].get("deletionGracePeriodSeconds", 0) > 0):
                 if resource != "namespaces":
                     return self._remove(rtype, key)
-        return clone(new)
+        return new
 
     def patch(
         self,
         resource: str,
         name: str,
-        patch: dict | list,
+        patch: dict | builtins.list,
         patch_type: str,
         namespace: str | None = None,
         subresource: str | None = None,
@@ -504,10 +591,13 @@ class Store:
             old = self._objects[resource].get(key)
             if old is None:
                 raise errors.not_found(rtype.group_resource, name)
-            patched = apply_patch(clone(old), patch, patch_type)
+            # The patch functions build a new value and share the parts they leave alone with ``old``.
+            patched = apply_patch(old, patch, patch_type)
             if not isinstance(patched, dict):
                 raise errors.bad_request("the patch must produce a JSON object")
-            meta = patched.setdefault("metadata", {})
+            patched = dict(patched)
+            meta = patched.get("metadata")
+            meta = patched["metadata"] = dict(meta) if isinstance(meta, dict) else {}
             if meta.get("name", name) != name:
                 raise errors.invalid(
                     rtype.kind,
@@ -596,8 +686,8 @@ class Store:
                 grace = self._pod_grace(obj, grace_period_seconds)
             if not finalizers and grace == 0:
                 return self._remove(rtype, key), True
-            new = clone(obj)
-            nmeta = new["metadata"]
+            new = dict(obj)
+            nmeta = new["metadata"] = dict(meta)
             if finalizers:
                 nmeta["finalizers"] = finalizers
             if not nmeta.get("deletionTimestamp"):
@@ -608,13 +698,14 @@ class Store:
                 nmeta["deletionTimestamp"] = format_time(now + timedelta(seconds=grace))
                 nmeta["deletionGracePeriodSeconds"] = grace
             if new == obj:
-                return clone(obj), False
+                return obj, False
             nmeta["resourceVersion"] = self._next_rv()
+            new = freeze(new)
             self._put(resource, key, new)
             self._emit("MODIFIED", resource, new, obj)
             if not finalizers and grace == 0:
                 return self._remove(rtype, key), True
-            return clone(new), False
+            return new, False
 
     def _pod_grace(self, pod: dict, requested: int | None) -> int:
         spec = pod.get("spec") or {}
@@ -632,15 +723,19 @@ class Store:
         if name in ("default", "kube-system", "kube-public"):
             raise errors.forbidden_error("namespaces", name, "this namespace may not be deleted")
         if obj["metadata"].get("deletionTimestamp"):
-            return clone(obj)
-        new = clone(obj)
-        new["metadata"]["deletionTimestamp"] = format_time(self.now())
-        new["metadata"]["deletionGracePeriodSeconds"] = 0
-        new.setdefault("status", {})["phase"] = "Terminating"
-        new["metadata"]["resourceVersion"] = self._next_rv()
+            return obj
+        new = dict(obj)
+        new["metadata"] = {
+            **obj["metadata"],
+            "deletionTimestamp": format_time(self.now()),
+            "deletionGracePeriodSeconds": 0,
+            "resourceVersion": self._next_rv(),
+        }
+        new["status"] = {**(obj.get("status") or {}), "phase": "Terminating"}
+        new = freeze(new)
         self._put("namespaces", key, new)
         self._emit("MODIFIED", "namespaces", new, obj)
-        return clone(new)
+        return new
 
     def finalize_namespace(self, name: str) -> bool:
         """Remove a terminating namespace once it is empty (the namespace controller's last step)."""
@@ -657,22 +752,20 @@ class Store:
 
     def _remove(self, rtype: ResourceType, key: tuple[str, str]) -> dict:
         obj = self._pop(rtype.plural, key)
-        gone = clone(obj)
-        gone["metadata"]["resourceVersion"] = self._next_rv()
+        gone = freeze({**obj, "metadata": {**obj["metadata"], "resourceVersion": self._next_rv()}})
         self._emit("DELETED", rtype.plural, gone, obj)
-        return clone(gone)
+        return gone
 
     def _has_dependents(self, uid: str) -> bool:
         return bool(self._dependents.get(uid))
 
-    def dependents(self, uid: str) -> list[tuple[str, dict]]:
+    def dependents(self, uid: str) -> builtins.list[tuple[str, dict]]:
         """(resource, object) pairs whose ownerReferences name ``uid``."""
         with self._lock:
-            return [(r, clone(self._objects[r][k])) for r, k in sorted(self._dependents.get(uid, ()))]
+            return [(r, self._objects[r][k]) for r, k in sorted(self._dependents.get(uid, ()))]
 
-    def owned(self, resource: str, owner_uid: str) -> list[dict]:
-        """Read-only views (as ``copy=False``) of the ``resource`` objects whose ownerReferences name
-        ``owner_uid``, in key order.
+    def owned(self, resource: str, owner_uid: str) -> builtins.list[dict]:
+        """The ``resource`` objects whose ownerReferences name ``owner_uid``, in key order.
 
         Controllers read their children through the owner index: a label-selector list scans every
         object of the resource, which made each Job change cost O(all pods)."""
@@ -691,18 +784,20 @@ class Store:
             where = self._by_uid.get(uid)
             if where is None:
                 return None
-            return where[0], clone(self._objects[where[0]][where[1]])
+            return where[0], self._objects[where[0]][where[1]]
 
     def _orphan_dependents(self, uid: str) -> None:
         for resource, key in sorted(self._dependents.get(uid, ())):
             old = self._objects[resource][key]
-            new = clone(old)
+            new = dict(old)
+            new_meta = new["metadata"] = dict(old["metadata"])
             kept = [ref for ref in old["metadata"].get("ownerReferences") or [] if ref.get("uid") != uid]
             if kept:
-                new["metadata"]["ownerReferences"] = kept
+                new_meta["ownerReferences"] = kept
             else:
-                new["metadata"].pop("ownerReferences", None)
-            new["metadata"]["resourceVersion"] = self._next_rv()
+                new_meta.pop("ownerReferences", None)
+            new_meta["resourceVersion"] = self._next_rv()
+            new = freeze(new)
             self._put(resource, key, new)
             self._emit("MODIFIED", resource, new, old)
 
@@ -714,7 +809,7 @@ class Store:
         field_selector: str | None = None,
         grace_period_seconds: int | None = None,
         propagation_policy: str | None = None,
-    ) -> list[dict]:
+    ) -> builtins.list[dict]:
         """Delete every matching object; returns them as the delete calls left them."""
         out = []
         with self._lock:
@@ -743,6 +838,21 @@ _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 def _label_pairs(obj: dict | None) -> set[tuple[str, str]]:
     labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
     return {(k, v) for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else set()
+
+
+def _unshare(obj: dict, old: dict) -> dict:
+    """The top level of an update's new version: values identical to the stored version's stay shared,
+    the metadata is a new dict (the store sets its server-owned fields), any other value is a private
+    copy that the defaults and webhooks may change."""
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        if key == "metadata" and isinstance(value, dict):
+            out[key] = dict(value)
+        elif value is old.get(key):
+            out[key] = value
+        else:
+            out[key] = thaw(value)
+    return out
 
 
 def _random_suffix(n: int = 5) -> str:
@@ -914,8 +1024,14 @@ def default_service_spec(spec: dict) -> None:
 
 
 def prepare_for_update(rtype: ResourceType, new: dict, old: dict) -> dict:
-    """Defaults the server re-applies on update."""
+    """Defaults the server re-applies on update.
+
+    A ``spec`` that is the stored version's own (shared, frozen) was defaulted when it was stored, and
+    defaulting again would change nothing, so it is left alone.
+    """
     spec = new.get("spec")
+    if spec is old.get("spec") and rtype.plural != "namespaces":
+        spec = None
     if rtype.plural == "pods" and isinstance(spec, dict):
         default_pod_spec(spec)
     elif rtype.plural == "jobs" and isinstance(spec, dict):
@@ -932,11 +1048,14 @@ def prepare_for_update(rtype: ResourceType, new: dict, old: dict) -> dict:
         old_spec = old.get("spec") or {}
         for key in ("clusterIP", "clusterIPs"):
             if not spec.get(key) and old_spec.get(key):
-                spec[key] = clone(old_spec[key])
+                spec[key] = thaw(old_spec[key])
         default_service_spec(spec)
     elif rtype.plural == "namespaces":
-        new["spec"] = clone(old.get("spec") or {})
-        new["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = new["metadata"]["name"]
+        new["spec"] = old.get("spec") or {}
+        labels = new["metadata"].get("labels")
+        labels = dict(labels) if isinstance(labels, dict) else {}
+        labels["kubernetes.io/metadata.name"] = new["metadata"]["name"]
+        new["metadata"]["labels"] = labels
     return new
 
 

@@ -9,7 +9,6 @@ The messages are the upstream ones, so clients and people see what a real cluste
 
 from __future__ import annotations
 
-import copy
 import re
 from functools import lru_cache
 
@@ -404,20 +403,29 @@ def rbac_binding_errors(binding: dict, *, namespaced: bool) -> list[Cause]:
     return out
 
 
+_POD_SPEC_MUTABLE = ("activeDeadlineSeconds", "tolerations", "schedulingGates", "nodeName")
+
+
+def _pod_spec_fixed(spec: dict) -> dict:
+    """The part of a pod spec an update may not change: all but the fields above and the images (shallow
+    copies only: the specs compared may be the store's immutable ones)."""
+    fixed = {k: v for k, v in spec.items() if k not in _POD_SPEC_MUTABLE}
+    for key in ("containers", "initContainers"):
+        if isinstance(fixed.get(key), list):
+            fixed[key] = [
+                {k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in fixed[key]
+            ]
+    return fixed
+
+
 def validate_update(rtype: ResourceType, new: dict, old: dict) -> list[Cause]:
     """Immutability rules checked on update."""
     out: list[Cause] = []
     if rtype.plural == "pods":
-        allowed = copy.deepcopy(new.get("spec") or {})
-        before = copy.deepcopy(old.get("spec") or {})
         # Only images, activeDeadlineSeconds, added tolerations and removed scheduling gates may change.
-        for spec in (allowed, before):
-            for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-                if isinstance(c, dict):
-                    c.pop("image", None)
-            for k in ("activeDeadlineSeconds", "tolerations", "schedulingGates", "nodeName"):
-                spec.pop(k, None)
-        if allowed != before:
+        # (A spec shared with the stored version, as in every status write, is unchanged by definition.)
+        same = new.get("spec") is old.get("spec")
+        if not same and _pod_spec_fixed(new.get("spec") or {}) != _pod_spec_fixed(old.get("spec") or {}):
             out.append(
                 errors.forbidden(
                     "spec",

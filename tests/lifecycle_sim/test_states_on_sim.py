@@ -484,7 +484,7 @@ def test_a_cancelled_job_is_terminating_while_its_pods_run_then_cancelled(bench)
 
     seen = bench.wait("Job", name, lambda s: s.pods and all(phase(p) == "Failed" for p in s.pods))
     check(bench, seen, JobState.CANCELLED, Reason.CANCELLED, {"worker-0": "Error"})
-    pod = bench.store.get("pods", pod_name, bench.namespace)
+    pod = bench.store.get("pods", pod_name, bench.namespace, copy=True)
     pod["metadata"]["finalizers"] = [f for f in pod["metadata"]["finalizers"] if f != hold]
     bench.store.update("pods", pod)
 

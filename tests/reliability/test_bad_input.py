@@ -209,7 +209,7 @@ def test_a_malformed_policy_at_run_time_holds_jobs_inadmissible_without_crashing
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(task_context("broken_policy"))
     # An admin breaks the policy after the job was submitted.
-    cm = cluster.store.get("configmaps", "policy-broken", "default")
+    cm = cluster.store.get("configmaps", "policy-broken", "default", copy=True)
     cm["data"]["policy.yaml"] = "groups:\n  vision: {gpus: eight}\n"
     cluster.store.update("configmaps", cm)
 
@@ -222,7 +222,7 @@ def test_a_malformed_policy_at_run_time_holds_jobs_inadmissible_without_crashing
         else:
             raise AssertionError("the job never reported Inadmissible")
         assert not task.done()  # the trigger lives on, waiting for the admin
-        fixed = cluster.store.get("configmaps", "policy-broken", "default")
+        fixed = cluster.store.get("configmaps", "policy-broken", "default", copy=True)
         fixed["data"]["policy.yaml"] = "groups:\n  vision: {gpus: 8}\n"
         cluster.store.update("configmaps", fixed)
         try:

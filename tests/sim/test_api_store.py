@@ -8,7 +8,7 @@ import pytest
 
 from airflow_jobs_plugin.sim.config import RESOURCES
 from airflow_jobs_plugin.sim.errors import ApiError
-from airflow_jobs_plugin.sim.store import Store, default_pull_policy, qos_class
+from airflow_jobs_plugin.sim.store import Store, default_pull_policy, qos_class, thaw
 
 
 @pytest.fixture
@@ -265,7 +265,7 @@ def test_invalid_message_lists_every_cause_in_brackets(store):
 
 
 def test_update_with_stale_resource_version_is_conflict(store):
-    created = store.create("jobs", job("x"))
+    created = thaw(store.create("jobs", job("x")))
     fresh = store.patch("jobs", "x", {"metadata": {"labels": {"a": "b"}}}, "merge", "default")
     created["metadata"]["labels"] = {"c": "d"}
     with pytest.raises(ApiError) as exc:
@@ -282,17 +282,17 @@ def test_update_with_stale_resource_version_is_conflict(store):
 
 
 def test_update_without_resource_version_is_unconditional(store):
-    created = store.create("configmaps", {"metadata": {"name": "c"}, "data": {"a": "1"}})
+    created = thaw(store.create("configmaps", {"metadata": {"name": "c"}, "data": {"a": "1"}}))
     created["metadata"].pop("resourceVersion")
     created["data"] = {"a": "2"}
     assert store.update("configmaps", created)["data"] == {"a": "2"}
 
 
 def test_main_resource_update_keeps_status_and_status_update_keeps_spec(store):
-    created = store.create("jobs", job("s"))
+    created = thaw(store.create("jobs", job("s")))
     created["status"] = {"active": 1}
     created["spec"]["suspend"] = True
-    updated = store.update("jobs", created)
+    updated = thaw(store.update("jobs", created))
     assert updated["status"] == {} and updated["spec"]["suspend"] is True
     assert updated["metadata"]["generation"] == 2
     updated["status"] = {"active": 1}
@@ -358,7 +358,7 @@ def test_resource_version_inside_a_patch_is_a_precondition(store):
 
 
 def test_job_selector_is_immutable(store):
-    created = store.create("jobs", job("imm"))
+    created = thaw(store.create("jobs", job("imm")))
     created["spec"]["selector"] = {"matchLabels": {"x": "y"}}
     with pytest.raises(ApiError) as exc:
         store.update("jobs", created)

@@ -87,7 +87,7 @@ async def test_a_job_kueue_keeps_suspended_is_never_released_and_runs_when_kueue
     assert cluster.store.get("jobs", name, namespace="default")["spec"]["suspend"] is True
     assert ("Stopped", "Not admitted by cluster queue") not in job_events(cluster, name)
     # The platform raises the queue's quota: Kueue admits, starts the job, and the task follows it.
-    cq = cluster.store.get("clusterqueues", "small")
+    cq = cluster.store.get("clusterqueues", "small", copy=True)
     cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 8
     cluster.store.update("clusterqueues", cq)
     (event,) = await asyncio.wait_for(trigger, 60)

@@ -14,7 +14,7 @@ import copy
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -283,7 +283,8 @@ def plan_job(
     suffix: Callable[[], str] = random_suffix,
 ) -> JobPlan:
     """One sync of ``job`` given its ``pods`` (pure; ``memory`` is copied, the new one is in the plan)."""
-    memory = copy.deepcopy(memory) if memory is not None else JobMemory()
+    # copy.deepcopy's result without its cost: the times are immutable, only the set needs a copy.
+    memory = replace(memory, deleted=set(memory.deleted)) if memory is not None else JobMemory()
     spec = job.get("spec", {})
     meta = job["metadata"]
     status = copy.deepcopy(job.get("status") or {})

@@ -10,6 +10,7 @@ preemption victims found for incoming pod.``
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 from collections import Counter
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 GPU = "nvidia.com/gpu"
 SCHEDULER_NAME = "default-scheduler"
 _SCORED = (("cpu", 1), ("memory", 1), (GPU, 3))
-_SUFFIXES: dict[str, int | Decimal] = {
+_SUFFIXES = {
     "Ki": 2**10,
     "Mi": 2**20,
     "Gi": 2**30,
@@ -53,8 +54,6 @@ _SUFFIXES: dict[str, int | Decimal] = {
 }
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 
-_ZERO = Decimal(0)
-
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
 
@@ -71,7 +70,7 @@ def _parse_quantity(text: str) -> Decimal:
     if not match:
         raise ValueError(f"quantities must match the regular expression: {text!r}")
     try:
-        return Decimal(match.group(1)) * Decimal(_SUFFIXES[match.group(2) or ""])
+        return Decimal(match.group(1)) * Decimal(str(_SUFFIXES[match.group(2) or ""]))
     except InvalidOperation:
         raise ValueError(f"invalid quantity {text!r}") from None
 
@@ -87,12 +86,17 @@ def pod_requests(pod: dict) -> dict[str, Decimal]:
     spec = pod.get("spec", {})
     total: dict[str, Decimal] = {}
     for container in spec.get("containers") or ():
-        for name, qty in _container_requests(container).items():
-            total[name] = total.get(name, _ZERO) + qty
+        _add_usage(total, _container_requests(container))
     for container in spec.get("initContainers") or ():
         for name, qty in _container_requests(container).items():
-            total[name] = max(total.get(name, _ZERO), qty)
+            total[name] = max(total.get(name, Decimal(0)), qty)
     return total
+
+
+def _add_usage(used: dict[str, Decimal], requests: Mapping[str, Decimal], sign: int = 1) -> None:
+    """Add (``sign`` -1: take away) ``requests`` to the counts ``used``, in place."""
+    for name, qty in requests.items():
+        used[name] = used.get(name, Decimal(0)) + sign * qty
 
 
 def node_allocatable(node: dict) -> dict[str, Decimal]:
@@ -182,8 +186,17 @@ def matches_node(pod: dict, node: dict) -> bool:
     return True
 
 
-def _filter(pod: dict, node: dict, used: dict[str, Decimal]) -> tuple[list[str], bool]:
-    """Why ``node`` cannot take ``pod`` (empty: it can), and whether preemption could help."""
+def _filter(
+    pod: dict,
+    node: dict,
+    used: Mapping[str, Decimal],
+    requests: dict[str, Decimal] | None = None,
+    alloc: dict[str, Decimal] | None = None,
+) -> tuple[list[str], bool]:
+    """Why ``node`` cannot take ``pod`` (empty: it can), and whether preemption could help.
+
+    ``requests`` (``pod_requests(pod)``) and ``alloc`` (``node_allocatable(node)``) save parsing them
+    again for every node and every pod of a pass."""
     if node.get("spec", {}).get("unschedulable"):
         return ["node(s) were unschedulable"], False
     tolerations = pod.get("spec", {}).get("tolerations") or []
@@ -194,21 +207,15 @@ def _filter(pod: dict, node: dict, used: dict[str, Decimal]) -> tuple[list[str],
             ], False
     if not matches_node(pod, node):
         return ["node(s) didn't match Pod's node affinity/selector"], False
-    alloc = node_allocatable(node)
+    if alloc is None:
+        alloc = node_allocatable(node)
     reasons = []
     if "pods" in alloc and used.get("pods", Decimal(0)) + 1 > alloc["pods"]:
         reasons.append("Too many pods")
-    for name, qty in sorted(pod_requests(pod).items()):
+    for name, qty in sorted((requests if requests is not None else pod_requests(pod)).items()):
         if qty > 0 and used.get(name, Decimal(0)) + qty > alloc.get(name, Decimal(0)):
             reasons.append(f"Insufficient {name}")
     return reasons, True
-
-
-def _add_usage(used: dict[str, Decimal], requests: Mapping[str, Decimal], sign: int = 1) -> None:
-    """Count a pod's ``requests`` and the pod itself (under "pods") in ``used``; ``sign`` -1 releases them."""
-    for resource, quantity in requests.items():
-        used[resource] = used.get(resource, _ZERO) + sign * quantity
-    used["pods"] = used.get("pods", _ZERO) + sign
 
 
 def node_usage(node_name: str, pods: list[dict]) -> dict[str, Decimal]:
@@ -217,6 +224,7 @@ def node_usage(node_name: str, pods: list[dict]) -> dict[str, Decimal]:
     for pod in pods:
         if pod.get("spec", {}).get("nodeName") == node_name and occupies_node(pod):
             _add_usage(used, pod_requests(pod))
+            used["pods"] = used.get("pods", Decimal(0)) + 1
     return used
 
 
@@ -225,33 +233,55 @@ def _ranked(counts: Counter[str]) -> str:
 
 
 def fit_pod(
-    pod: dict, nodes: list[dict], pods: list[dict], usage: dict[str, dict[str, Decimal]] | None = None
+    pod: dict,
+    nodes: list[dict],
+    pods: list[dict],
+    usage: Mapping[str, Mapping[str, Decimal]] | None = None,
+    allocatable: Mapping[str, dict[str, Decimal]] | None = None,
+    memo: dict[str, dict[str, tuple[list[str], bool, float]]] | None = None,
 ) -> Placement | Unschedulable:
     """Choose a node for ``pod`` given the cluster's ``nodes`` and all ``pods`` (pure).
 
     ``usage`` (node name -> requested resources, as ``node_usage`` computes it) saves recomputing it
-    from ``pods`` when many pods are placed in one pass.
+    from ``pods`` when many pods are placed in one pass; ``allocatable`` (node name ->
+    ``node_allocatable(node)``) saves parsing every node's quantities again for every pod. ``memo``, a
+    dict kept by the caller for one pass over the same nodes and ``usage``, remembers each node's
+    verdict (filter reasons and score) for pods that ask the same of a node (tolerations, node selector
+    and affinity, requests), since that is all the verdict depends on; the caller drops a node's entry
+    (``memo.pop(name)``) when its usage changes.
     """
     failures: Counter[str] = Counter()
     preemption: Counter[str] = Counter()
     candidates: list[tuple[float, str]] = []
     requests = pod_requests(pod)
+    asks = _asks(pod, requests) if memo is not None else ""
     for node in nodes:
         name = node["metadata"]["name"]
-        used = usage[name] if usage is not None and name in usage else node_usage(name, pods)
-        reasons, helpful = _filter(pod, node, used)
+        known = memo.get(name, {}).get(asks) if memo is not None else None
+        if known is None:
+            used = usage[name] if usage is not None and name in usage else node_usage(name, pods)
+            alloc = (
+                allocatable[name]
+                if allocatable is not None and name in allocatable
+                else node_allocatable(node)
+            )
+            reasons, helpful = _filter(pod, node, used, requests, alloc)
+            score, weights = 0.0, 0
+            if not reasons:
+                for resource, weight in _SCORED:
+                    if alloc.get(resource):
+                        after = used.get(resource, Decimal(0)) + requests.get(resource, Decimal(0))
+                        score += weight * float(after / alloc[resource])
+                        weights += weight
+            known = (reasons, helpful, score / weights if weights else 0.0)
+            if memo is not None:
+                memo.setdefault(name, {})[asks] = known
+        reasons, helpful, score = known
         if reasons:
             failures.update(reasons)
             preemption[NO_VICTIMS if helpful else NOT_HELPFUL] += 1
             continue
-        alloc = node_allocatable(node)
-        score, weights = 0.0, 0
-        for resource, weight in _SCORED:
-            if alloc.get(resource):
-                after = used.get(resource, Decimal(0)) + requests.get(resource, Decimal(0))
-                score += weight * float(after / alloc[resource])
-                weights += weight
-        candidates.append((score / weights if weights else 0.0, name))
+        candidates.append((score, name))
     if candidates:
         best = min(candidates, key=lambda c: (-c[0], c[1]))  # ties: the first node by name
         return Placement(best[1])
@@ -261,6 +291,16 @@ def fit_pod(
     return Unschedulable(
         f"0/{total} nodes are available: {_ranked(failures)}. "
         f"preemption: 0/{total} nodes are available: {_ranked(preemption)}."
+    )
+
+
+def _asks(pod: dict, requests: dict[str, Decimal]) -> str:
+    """What ``_filter`` and the score read of a pod, as a key."""
+    spec = pod.get("spec") or {}
+    return json.dumps(
+        [spec.get("tolerations"), spec.get("nodeSelector"), spec.get("affinity"), sorted(requests.items())],
+        sort_keys=True,
+        default=str,
     )
 
 
@@ -289,6 +329,10 @@ def pending_order(pods: list[dict]) -> list[dict]:
     )
 
 
+# What an empty node holds; shared, never changed (a pass copies a node's counts before adding to them).
+_NONE: dict[str, Decimal] = {}  # shared by every empty node; never changed
+
+
 class Capacity:
     """What the pods hold on each node, and which pods wait for one, kept current inside every write.
 
@@ -309,7 +353,7 @@ class Capacity:
         uid = meta.get("uid") or ""
         held = self._held.pop(uid, None)
         if held is not None:
-            _add_usage(self.usage.setdefault(held[0], {}), held[1], -1)
+            self._add(held[0], held[1], -1)
         self.waiting.pop(uid, None)
         if event_type == "DELETED":
             return
@@ -318,9 +362,17 @@ class Capacity:
             # A pod's requests never change: counted once, when it first holds its node.
             requests = held[1] if held is not None else pod_requests(pod)
             self._held[uid] = (node, requests)
-            _add_usage(self.usage.setdefault(node, {}), requests)
+            self._add(node, requests, 1)
         elif not node and not pod_is_terminal(pod):
             self.waiting[uid] = (meta.get("namespace") or "default", meta["name"])
+
+    def _add(self, node: str, requests: dict[str, Decimal], sign: int) -> None:
+        # New counts, never a change to the ones a pass may hold: a pass takes the mapping as it is
+        # and copies a node's counts only when it places a pod there.
+        used = dict(self.usage.get(node, _NONE))
+        _add_usage(used, requests, sign)
+        used["pods"] = used.get("pods", Decimal(0)) + sign
+        self.usage[node] = used
 
 
 class Scheduler(Reconciler):
@@ -335,6 +387,7 @@ class Scheduler(Reconciler):
         self.clock = clock
         self.recorder = recorder
         self.capacity = Capacity()
+        self._parsed: dict[tuple[str, str | None], dict[str, Decimal]] = {}
         replay, _, self._unwatch = store.watch("pods", None, self.capacity.on_write)
         for rv, event_type, pod, prev in replay:
             self.capacity.on_write(rv, event_type, "pods", pod, prev)
@@ -355,9 +408,13 @@ class Scheduler(Reconciler):
             nodes = sorted(
                 self.store.list_with_rv("nodes", copy=False)[0], key=lambda n: n["metadata"]["name"]
             )
-            usage = {
-                n["metadata"]["name"]: dict(self.capacity.usage.get(n["metadata"]["name"], {})) for n in nodes
+            # The counts as they stand: Capacity replaces a node's counts on every change, never edits them.
+            held = dict(self.capacity.usage)
+            usage: dict[str, dict[str, Decimal]] = {
+                n["metadata"]["name"]: held.get(n["metadata"]["name"], _NONE) for n in nodes
             }
+            allocatable = self._allocatable(nodes)
+            memo: dict[str, dict[str, tuple[list[str], bool, float]]] = {}
             waiting = []
             for namespace, name in list(self.capacity.waiting.values()):
                 try:
@@ -369,12 +426,15 @@ class Scheduler(Reconciler):
                 self._mark_gated(pod)
         for pod in pending_order(waiting):
             try:
-                placed = self._schedule(pod, nodes, [], usage)
+                placed = self._schedule(pod, nodes, [], usage, allocatable, memo)
             except Exception:  # noqa: BLE001 - one bad pod must not block the queue
                 log.exception("scheduling %s failed", pod["metadata"].get("name"))
                 continue
             if placed is not None and placed in usage:
-                _add_usage(usage[placed], pod_requests(pod))
+                memo.pop(placed, None)
+                usage[placed] = counts = dict(usage[placed])  # the pass's own copy, not Capacity's
+                _add_usage(counts, pod_requests(pod))
+                counts["pods"] = counts.get("pods", Decimal(0)) + 1
 
     def _mark_gated(self, pod: dict) -> None:
         cond = get_condition(pod.get("status", {}).get("conditions"), "PodScheduled")
@@ -391,8 +451,29 @@ class Scheduler(Reconciler):
         )
         self._patch_status(pod, {"phase": "Pending", "conditions": conditions})
 
+    def _allocatable(self, nodes: list[dict]) -> dict[str, dict[str, Decimal]]:
+        """Each node's parsed allocatable resources, parsed once per version of the node (a stored
+        version never changes)."""
+        out = {}
+        for node in nodes:
+            meta = node["metadata"]
+            version = (meta["name"], meta.get("resourceVersion"))
+            alloc = self._parsed.get(version)
+            if alloc is None:
+                alloc = node_allocatable(node)
+                self._parsed = {k: v for k, v in self._parsed.items() if k[0] != meta["name"]}
+                self._parsed[version] = alloc
+            out[meta["name"]] = alloc
+        return out
+
     def _schedule(
-        self, pod: dict, nodes: list[dict], pods: list[dict], usage: dict[str, dict[str, Decimal]]
+        self,
+        pod: dict,
+        nodes: list[dict],
+        pods: list[dict],
+        usage: dict[str, dict[str, Decimal]],
+        allocatable: Mapping[str, dict[str, Decimal]] | None = None,
+        memo: dict[str, dict[str, tuple[list[str], bool, float]]] | None = None,
     ) -> str | None:
         """Place one pod; returns the node it was bound to."""
         meta = pod["metadata"]
@@ -401,7 +482,7 @@ class Scheduler(Reconciler):
         if claim_error is not None:
             decision: Placement | Unschedulable = unresolvable(claim_error, len(nodes))
         else:
-            decision = fit_pod(pod, nodes, pods, usage)
+            decision = fit_pod(pod, nodes, pods, usage, allocatable, memo)
         conditions = pod.get("status", {}).get("conditions")
         if isinstance(decision, Unschedulable):
             cond = get_condition(conditions, "PodScheduled")
