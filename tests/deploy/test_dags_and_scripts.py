@@ -45,7 +45,12 @@ def _jobs(dag) -> list[JobOperator]:
 
 def test_the_example_dags_import_without_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"gpu_retraining", "gpu_quota_contention", "gpu_failures_and_retries"}
+    assert set(dagbag.dag_ids) == {
+        "gpu_retraining",
+        "gpu_quota_contention",
+        "gpu_failures_and_retries",
+        "gpu_ddp_training",
+    }
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)

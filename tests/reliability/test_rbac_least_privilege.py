@@ -129,6 +129,24 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
         stuck, _ = deferred(
             JobOperator(task_id="train", image="t:not-found", group="vision", gpus=1), "rbac_pull"
         )
+        # A torchrun job: the worker creates its headless Service beside it; its retry's next attempt
+        # gets one from the triggerer.
+        ddp, _ = deferred(
+            JobOperator(
+                task_id="train",
+                image="t:1",
+                group="vision",
+                gpus=1,
+                workers=2,
+                framework="torchrun",
+                backoff_limit=0,
+                max_attempts=2,
+                retry_backoff=0.05,
+                retryable_exit_codes=[3],
+                job_annotations={SCENARIO: json.dumps({"main": {"run": 1, "exit": 3}})},
+            ),
+            "rbac_ddp",
+        )
         retried, _ = deferred(
             JobOperator(
                 task_id="train",
@@ -180,8 +198,9 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
                     collect(mpi.trigger),
                     collect(stuck.trigger),
                     collect(retried.trigger),
+                    collect(ddp.trigger),
                 )
-                assert [e["status"] for e in events] == ["success", "success", "failed", "failed"]
+                assert [e["status"] for e in events] == ["success", "success", "failed", "failed", "failed"]
                 kill_run = asyncio.ensure_future(collect(killed.trigger))
                 await asyncio.sleep(1)
                 kill_run.cancel()
