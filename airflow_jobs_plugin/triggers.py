@@ -303,10 +303,17 @@ class _Follow:
             await self._end_if_ruled(job)
             await self.sub.wait(timeout=self.admission.wake_after(job, t.recheck_interval))
             return None
+        whole = None
+        if decision.step is tracking.Step.RETRY:
+            whole = await self._whole(job)
+            if whole is None:
+                # Deleted (or replaced) since this look: the next look tells which, once the watch does.
+                await self.sub.wait(timeout=t.recheck_interval)
+                return None
         await self.admission.release(job)
         self.history.append(tracking.attempt_record(job, snap))
-        if decision.step is tracking.Step.RETRY:
-            await self._start_next_attempt(job, snap, attempt, decision.delay)
+        if whole is not None:
+            await self._start_next_attempt(whole, snap, attempt, decision.delay)
             return None
         return await self._finish(snap, failure, decision.retryable, annotations, job_result(pods))
 
@@ -395,7 +402,17 @@ class _Follow:
             # The disrupted pod may be gone; its events still say whether its node was lost.
             self.final_events = await self._patiently(self._events_of, [disrupted])
 
+    async def _whole(self, job: dict) -> dict | None:
+        """The whole object of the attempt ``job`` (a look from the watch's cache, which keeps only what
+        the product reads of it: watch_transform), for the next attempt to be cloned from: its env,
+        volumes and every field of its pod templates. None if it is gone or is another object now."""
+        whole = await self._patiently(self.client.get_or_none, self.resource, self.t.namespace, self.name)
+        if whole is None or whole["metadata"].get("uid") != job["metadata"].get("uid"):
+            return None
+        return whole
+
     async def _start_next_attempt(self, job: dict, snap: JobSnapshot, attempt: int, delay: timedelta) -> None:
+        """Submit the next attempt, cloned from ``job``: the failed attempt's whole object (``_whole``)."""
         t = self.t
         name = attempt_name(t.job_name, attempt + 1)
         now = _now()

@@ -3,7 +3,8 @@
 The triggerer runs up to a thousand triggers on one event loop. Polling per trigger would cost one
 request per job per interval; instead every trigger in the process subscribes to a single informer that
 lists and then watches the product's Jobs, MPIJobs and pods in a namespace (by the managed-by label),
-keeps them in memory and wakes the subscribers of the job an event touched. At steady state that is a
+keeps them in memory (only the fields the product reads: :mod:`~airflow_jobs_plugin.watch_transform`)
+and wakes the subscribers of the job an event touched. At steady state that is a
 handful of long-lived watch requests per namespace, whatever the number of jobs.
 
 A watch that breaks is resumed from the last resourceVersion; a 410 Expired re-lists; API errors back
@@ -26,6 +27,7 @@ from typing import Any
 
 from airflow_jobs_plugin import kinds, labels, metrics, resource_version
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.watch_transform import trim
 
 log = logging.getLogger(__name__)
 
@@ -374,6 +376,10 @@ class SharedWatch:
     def _apply(self, resource: Resource, etype: str, obj: dict) -> None:
         obj.setdefault("kind", resource.kind)
         obj.setdefault("apiVersion", resource.api_version)
+        # Every way into the cache (list, watch event, absorbed read or write) comes through here, so
+        # the cache and the listeners only ever hold the trimmed copy: client-go's informer transform
+        # (SharedIndexInformer.SetTransform), see watch_transform.
+        obj = trim(obj, resource.kind)
         name = obj["metadata"]["name"]
         cache = self._cache[resource.plural]
         key = job_key(obj)

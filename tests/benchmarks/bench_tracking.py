@@ -191,6 +191,13 @@ def summarize(
         "cpu_seconds": ours["cpu_seconds"],
         "rss_start_mb": ours["rss_start_kb"] / 1024,
         "peak_rss_mb": ours["peak_rss_kb"] / 1024,
+        # What following one job costs in memory: the peak above the process's size before its first
+        # trigger ran (Airflow, the client), and the shared watch's cache as JSON bytes.
+        "peak_rss_per_job_kb": (ours["peak_rss_kb"] - ours["rss_start_kb"]) / n,
+        "cache": {
+            when: {**figures, "bytes_per_job": sum(figures["bytes"].values()) / n}
+            for when, figures in (ours.get("cache") or {}).items()
+        },
         "latency": {
             "running_noticed": latency_stats(_latencies(transitions, ours["states"], "running", "RUNNING")),
             "running_delivered": latency_stats(
@@ -304,6 +311,13 @@ def main() -> None:
         )
         history[n] = result["startup_seconds"]
         results.append(result)
+        ours = result["ours"]
+        cached = ours["cache"].get("running") or {}
+        print(
+            f"[tracking n={n}] peak RSS {ours['peak_rss_mb']:.0f} MB ({ours['rss_start_mb']:.0f} MB before the"
+            f" triggers), {ours['peak_rss_per_job_kb']:.1f} KB per tracked job; watch cache with every job"
+            f" running: {cached.get('bytes_per_job', 0):,.0f} bytes of JSON per job {cached.get('objects')}"
+        )
         print(json.dumps(result, indent=1, default=str))
     if args.out:
         with open(args.out, "w") as f:

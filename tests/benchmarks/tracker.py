@@ -166,10 +166,27 @@ def asked_to_stop(stop_file: str | None) -> bool:
     return bool(stop_file) and os.path.exists(stop_file)
 
 
-async def sample(samples: list, stop_file: str | None, stop: asyncio.Event) -> None:
+def cache_figures(watch: Any) -> dict[str, Any]:
+    """What the shared watch holds: objects and their bytes as JSON (``json.dumps``), per resource."""
+    figures: dict[str, Any] = {"t": time.time(), "objects": {}, "bytes": {}}
+    for watched in watch.resources:
+        objects = watch.jobs(watched)
+        figures["objects"][watched.plural] = len(objects)
+        figures["bytes"][watched.plural] = sum(len(json.dumps(o)) for o in objects)
+    return figures
+
+
+async def sample(
+    samples: list,
+    stop_file: str | None,
+    stop: asyncio.Event,
+    on_sample: Any = None,
+) -> None:
     while True:
         rss, hwm = memory_kb()
         samples.append((time.time(), cpu_seconds(), rss, hwm))
+        if on_sample is not None:
+            on_sample()
         if asked_to_stop(stop_file):
             stop.set()
         await asyncio.sleep(SAMPLE_SECONDS)
@@ -199,8 +216,17 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
 
         watch.add_listener(on_event)
 
+    # The cache is measured once, when every job has a running pod (all objects live, the largest they
+    # get before they end), and again at the end.
+    cache: dict[str, Any] = {}
+
+    def measure_cache() -> None:
+        running = sum(1 for r in book.received.values() if "running" in r)
+        if watch is not None and "running" not in cache and running >= len(names):
+            cache["running"] = cache_figures(watch)
+
     samples: list = []
-    sampler = asyncio.create_task(sample(samples, args.stop_file, stop))
+    sampler = asyncio.create_task(sample(samples, args.stop_file, stop, measure_cache))
     rss0, _ = memory_kb()
     cpu0 = cpu_seconds()
     started = time.time()
@@ -218,6 +244,8 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     stopper.cancel()
     sampler.cancel()
     _, hwm = memory_kb()
+    if watch is not None:
+        cache["end"] = cache_figures(watch)
     if args.kind == "ours":
         from airflow_jobs_plugin import admission
         from airflow_jobs_plugin import watch as shared
@@ -236,6 +264,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         "cpu_seconds": cpu1 - cpu0,
         "rss_start_kb": rss0,
         "peak_rss_kb": hwm,
+        "cache": cache,
         "samples": samples,
         "states": book.states,
         "events": book.events,

@@ -96,7 +96,9 @@ async def list_pods(client) -> list[dict]:
 
 
 async def test_an_exit_code_declared_retryable_starts_a_new_attempt(client, capsys):
-    body = job_manifest(task_identity(), scenario={"main": {"run": 1, "exit": [3]}}, backoff_limit=0)
+    body = job_manifest(
+        task_identity(), scenario={"main": {"run": 1, "exit": [3]}}, backoff_limit=0, env={"SEED": "17"}
+    )
     name = await submit(client, body)
     trigger = JobTrigger(
         job_name=name, namespace="default", max_attempts=2, retry_backoff=0.05, retryable_exit_codes=[3]
@@ -105,7 +107,13 @@ async def test_an_exit_code_declared_retryable_starts_a_new_attempt(client, caps
     assert event["status"] == "failed" and event["failure_class"] == "retryable"
     assert [a["attempt"] for a in event["attempts"]] == [1, 2]
     assert event["job_name"].endswith("-a2")
-    assert len(await jobs_of_task(client, body)) == 2
+    first, second = sorted(await jobs_of_task(client, body), key=lambda j: j["metadata"]["name"])
+    # The next attempt is a clone of the whole first one (the watch's cache keeps no env or volumes).
+    pod_specs = [j["spec"]["template"]["spec"] for j in (first, second)]
+    envs = [{e["name"]: e.get("value") for e in s["containers"][0]["env"]} for s in pod_specs]
+    assert envs[1] == {**envs[0], "JOB_ATTEMPT": "2", "JOB_NAME": second["metadata"]["name"]}
+    assert envs[1]["SEED"] == "17"
+    assert pod_specs[1]["volumes"] == pod_specs[0]["volumes"] and pod_specs[0]["volumes"]
 
 
 async def test_missing_image_fails_fast_with_an_image_pull_reason(client, capsys):
