@@ -278,7 +278,6 @@ def test_jobs_survive_api_errors_watch_drops_node_loss_evictions_and_triggerer_k
             problems.append(f"{task.task_id}: job attempts {attempts}, want 1..{want.attempt}")
         if want.first_attempt_reason:
             first = next(j for j in own if j["metadata"]["labels"][labels.ATTEMPT] == "1")
-            first["kind"] = "Job"
             reason = _first_attempt_reason(event, first, cluster)
             if reason != want.first_attempt_reason:
                 problems.append(f"{task.task_id}: attempt 1 ended {reason}, want {want.first_attempt_reason}")
