@@ -465,10 +465,9 @@ def _deadlines(spec: JobSpec) -> dict[str, int]:
     return out
 
 
-def build_job(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime) -> dict:
-    """A suspended ``batch/v1`` Job running one pod (``workers == 1``)."""
-    pod_labels = {**object_labels(spec, task, attempt), keys.ROLE: ROLE_WORKER, keys.RANK: "0"}
-    env = _env(spec, name, attempt, ROLE_WORKER, 0, spec.gpus)
+def _job_pod_template(spec: JobSpec, task: TaskIdentity, pod_labels: dict[str, str], env: list[dict]) -> dict:
+    """The pod template of a batch/v1 Job's pods: the main container and the author's init containers,
+    never restarted in place (``restartPolicy: Never``, which podFailurePolicy requires)."""
     container = _container(
         spec,
         env=env,
@@ -476,14 +475,20 @@ def build_job(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, que
         args=spec.args,
         resources=_resources(spec, spec.cpu, spec.memory, spec.gpus),
     )
-    template = _pod_template(
+    return _pod_template(
         spec,
         labels=pod_labels,
         annotations=_identity_annotations(spec, task),
         container=container,
         init_containers=_author_init_containers(spec, env),
-        restart_policy="Never",  # also required by podFailurePolicy
+        restart_policy="Never",
     )
+
+
+def build_job(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime) -> dict:
+    """A suspended ``batch/v1`` Job running one pod (``workers == 1``)."""
+    pod_labels = {**object_labels(spec, task, attempt), keys.ROLE: ROLE_WORKER, keys.RANK: "0"}
+    template = _job_pod_template(spec, task, pod_labels, _env(spec, name, attempt, ROLE_WORKER, 0, spec.gpus))
     return {
         "apiVersion": JOB_API_VERSION,
         "kind": JOB_KIND,
@@ -618,21 +623,8 @@ def build_torchrun(
     :meth:`~airflow_jobs_plugin.kinds.TorchrunJob.companions` that the submitter creates beside it.
     """
     base_labels = {**object_labels(spec, task, attempt), keys.FRAMEWORK: TORCHRUN}
-    env = _torchrun_env(spec, name, attempt)
-    container = _container(
-        spec,
-        env=env,
-        command=spec.command,
-        args=spec.args,
-        resources=_resources(spec, spec.cpu, spec.memory, spec.gpus),
-    )
-    template = _pod_template(
-        spec,
-        labels={**base_labels, keys.ROLE: ROLE_NODE},
-        annotations=_identity_annotations(spec, task),
-        container=container,
-        init_containers=_author_init_containers(spec, env),
-        restart_policy="Never",  # also required by podFailurePolicy
+    template = _job_pod_template(
+        spec, task, {**base_labels, keys.ROLE: ROLE_NODE}, _torchrun_env(spec, name, attempt)
     )
     template["spec"]["subdomain"] = name
     metadata = _metadata(spec, name, task, attempt, queued_at)

@@ -102,48 +102,34 @@ class GarbageCollector:
 
     def _collect_orphaned_pods(self, node: str) -> None:
         for pod in self.store.list("pods"):
-            if (pod.get("spec") or {}).get("nodeName") != node:
-                continue
-            meta = pod["metadata"]
-            try:
-                status = dict(pod.get("status") or {})
-                if status.get("phase") not in ("Succeeded", "Failed"):
-                    status["phase"] = "Failed"
+            if (pod.get("spec") or {}).get("nodeName") == node:
+                self._mark_failed_and_delete(pod, ("DeletionByPodGC", "PodGC: node no longer exists"))
+
+    def _collect_unscheduled_terminating(self, pod: dict) -> None:
+        self._mark_failed_and_delete(pod)
+
+    def _mark_failed_and_delete(self, pod: dict, disruption: tuple[str, str] | None = None) -> None:
+        """Fail a pod that has not ended (with a ``DisruptionTarget`` condition of ``disruption``'s
+        reason and message, if given) and force-delete it: podgc's ``markFailedAndDeletePod`` and
+        ``markFailedAndDeletePodWithCondition``."""
+        meta = pod["metadata"]
+        try:
+            status: dict = {}
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                status["phase"] = "Failed"
+            if disruption is not None:
                 status["conditions"] = set_condition(
-                    status.get("conditions"),
+                    (pod.get("status") or {}).get("conditions"),
                     "DisruptionTarget",
                     "True",
                     self.store.now(),
-                    "DeletionByPodGC",
-                    "PodGC: node no longer exists",
+                    *disruption,
                 )
+            if status:
                 self.store.patch(
                     "pods",
                     meta["name"],
-                    {"status": {"phase": status["phase"], "conditions": status["conditions"]}},
-                    "merge",
-                    meta.get("namespace"),
-                    subresource="status",
-                )
-                self.store.delete(
-                    "pods",
-                    meta["name"],
-                    meta.get("namespace"),
-                    grace_period_seconds=0,
-                    preconditions={"uid": meta["uid"]},
-                )
-            except ApiError as exc:
-                if exc.code not in (404, 409):
-                    raise
-
-    def _collect_unscheduled_terminating(self, pod: dict) -> None:
-        meta = pod["metadata"]
-        try:
-            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                self.store.patch(
-                    "pods",
-                    meta["name"],
-                    {"status": {"phase": "Failed"}},
+                    {"status": status},
                     "merge",
                     meta.get("namespace"),
                     subresource="status",

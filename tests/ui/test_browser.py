@@ -149,24 +149,28 @@ def test_pages_in_a_real_browser(api_server, population, tmp_path):
 FRAME = "document.querySelector('iframe[title=\"GPU Jobs\"]')"
 
 
+async def frame(expression: str, browser: Browser):
+    """``expression`` evaluated with ``doc`` the document of the GPU Jobs page inside Airflow's frame."""
+    return await browser.evaluate(
+        f"(() => {{ const doc = {FRAME}.contentDocument; return {expression}; }})()"
+    )
+
+
+async def until_frame(expression: str, browser: Browser, timeout: float = 60):
+    """Wait until ``expression`` holds on the loaded page inside Airflow's frame; its value."""
+    return await browser.wait_for(
+        f"(() => {{ const f = {FRAME}; const doc = f && f.contentDocument;"
+        f" return !!doc && doc.readyState === 'complete' && ({expression}); }})()",
+        timeout=timeout,
+    )
+
+
 def test_stop_resume_and_cancel_clicked_inside_airflows_ui(api_server, population, tmp_path):
     """The buttons work inside Airflow's own page, whose frame forbids modal dialogs."""
     if BINARY is None:
         pytest.fail("CI must run the browser test: chromium is missing")
     name = population.names["framed"]
     token = api_server.token("admin")
-
-    async def frame(expression: str, browser: Browser):
-        return await browser.evaluate(
-            f"(() => {{ const doc = {FRAME}.contentDocument; return {expression}; }})()"
-        )
-
-    async def until_frame(expression: str, browser: Browser, timeout: float = 30):
-        return await browser.wait_for(
-            f"(() => {{ const f = {FRAME}; const doc = f && f.contentDocument;"
-            f" return !!doc && doc.readyState === 'complete' && ({expression}); }})()",
-            timeout=timeout,
-        )
 
     async def cluster() -> tuple[dict | None, set[str]]:
         client = await KubeClient.from_kubeconfig(population.kubeconfig)
@@ -432,18 +436,6 @@ def test_a_walk_through_inside_airflow_filter_then_a_job_with_three_attempts(
                 await client.delete(JOBS, NAMESPACE, name)
         finally:
             await client.close()
-
-    async def frame(expression: str, browser: Browser):
-        return await browser.evaluate(
-            f"(() => {{ const doc = {FRAME}.contentDocument; return {expression}; }})()"
-        )
-
-    async def until_frame(expression: str, browser: Browser, timeout: float = 60):
-        return await browser.wait_for(
-            f"(() => {{ const f = {FRAME}; const doc = f && f.contentDocument;"
-            f" return !!doc && doc.readyState === 'complete' && ({expression}); }})()",
-            timeout=timeout,
-        )
 
     async def scenario() -> None:
         async with Browser(BINARY, tmp_path / "profile") as browser:
