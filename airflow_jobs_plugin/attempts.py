@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from airflow_jobs_plugin import kinds, kueue, labels
+from airflow_jobs_plugin.manifests import merge_under
 
 # Keys the API server or a controller writes; a new object must not carry them over.
 _SERVER_METADATA = (
@@ -87,7 +88,7 @@ def next_attempt(
 
     spec = obj.setdefault("spec", {})
     kind = kinds.kind_of(obj)
-    _merge(spec, kind.suspend_patch(True))
+    obj["spec"] = spec = merge_under(spec, kind.suspend_patch(True))
     kind.clear_run(spec, _ended_fields(ended))
     # The adapter's pod sets hand back the templates inside ``obj`` itself, changed in place below.
     templates = [cast(dict, pod_set.template) for pod_set in kind.pod_sets(obj) if pod_set.template]
@@ -121,12 +122,3 @@ def _rfc3339(when: datetime) -> str:
     if when.tzinfo is not None:
         when = when.astimezone(timezone.utc)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
-    """Apply a merge patch of plain values in place."""
-    for key, value in patch.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)

@@ -67,6 +67,7 @@ from typing import Any
 
 from airflow_jobs_plugin import kinds, kueue
 from airflow_jobs_plugin import labels as keys
+from airflow_jobs_plugin.kinds import torchrun as torchrun_kind
 from airflow_jobs_plugin.spec import (
     DEFAULT_REQUEUE_LIMIT,
     ENV_ATTEMPT,
@@ -568,10 +569,10 @@ def build_mpijob(spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, 
 
 
 # kubernetes/kubernetes 1.32 pkg/controller/job/indexed_job_utils.go: the completion index of a pod of an
-# Indexed Job, as annotation and (PodIndexLabel) label.
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-TORCHRUN = "torchrun"
-ROLE_NODE = "node"
+# Indexed Job, as annotation and (PodIndexLabel) label; the torchrun kind's own words.
+COMPLETION_INDEX = kinds.COMPLETION_INDEX
+TORCHRUN = kinds.TORCHRUN.name
+ROLE_NODE = torchrun_kind.ROLE_NODE
 
 
 def torchrun_master(name: str) -> str:
@@ -622,13 +623,13 @@ def build_torchrun(
     index has (kinds/torchrun.py). Its pods' ``subdomain`` is the headless Service
     :meth:`~airflow_jobs_plugin.kinds.TorchrunJob.companions` that the submitter creates beside it.
     """
-    base_labels = {**object_labels(spec, task, attempt), keys.FRAMEWORK: TORCHRUN}
+    base_labels = {**object_labels(spec, task, attempt), keys.FRAMEWORK: torchrun_kind.FRAMEWORK_VALUE}
     template = _job_pod_template(
         spec, task, {**base_labels, keys.ROLE: ROLE_NODE}, _torchrun_env(spec, name, attempt)
     )
     template["spec"]["subdomain"] = name
     metadata = _metadata(spec, name, task, attempt, queued_at)
-    metadata["labels"][keys.FRAMEWORK] = TORCHRUN
+    metadata["labels"][keys.FRAMEWORK] = torchrun_kind.FRAMEWORK_VALUE
     return {
         "apiVersion": JOB_API_VERSION,
         "kind": JOB_KIND,

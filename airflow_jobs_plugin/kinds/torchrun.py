@@ -23,8 +23,10 @@ from ..spec import TORCHRUN_PORT
 from .base import COMPLETION_INDEX
 from .batch import BatchJob
 
-# The product's label on a torchrun Job and its pods; its value names the kind.
+# The product's label on a torchrun Job and its pods (labels.FRAMEWORK); its value names the kind.
 FRAMEWORK_VALUE = "torchrun"
+# The role every node plays (labels.ROLE, JOB_ROLE): they run the same template.
+ROLE_NODE = "node"
 
 
 class TorchrunJob(BatchJob):
@@ -39,7 +41,7 @@ class TorchrunJob(BatchJob):
 
     def replica_key(self, pod: Mapping[str, Any]) -> tuple[str, int]:
         # Every node runs the same template: its rank is its completion index, never a fixed label.
-        role = mapping(pod, "metadata", "labels").get(labels.ROLE) or "node"
+        role = mapping(pod, "metadata", "labels").get(labels.ROLE) or ROLE_NODE
         index = as_int(mapping(pod, "metadata", "annotations").get(COMPLETION_INDEX))
         if index is None:
             index = as_int(mapping(pod, "metadata", "labels").get(COMPLETION_INDEX), 0)

@@ -360,19 +360,7 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
             body["max_running_jobs_per_user"], _join(path, "max_running_jobs_per_user"), errors, minimum=1
         )
         ok = ok and max_jobs is not None
-    users: dict[str, int] = {}
-    if "users" in body:
-        users_path = _join(path, "users")
-        raw_users = _mapping(body["users"], users_path, errors, what="user name to GPU limit")
-        ok = ok and raw_users is not None
-        for user, limit in (raw_users or {}).items():
-            user_path = _join(users_path, user)
-            key = _string_key(user, user_path, errors, what="user name")
-            value = _non_negative_int(limit, user_path, errors)
-            if key is None or value is None:
-                ok = False
-            else:
-                users[key] = value
+    users = _counts(body, "users", path, errors, key_what="user name", what="user name to GPU limit")
     members: frozenset[str] | None = None
     if "members" in body:
         members_path = _join(path, "members")
@@ -389,33 +377,25 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
                 else:
                     names.add(key)
             members = frozenset(names)
-    devices: dict[str, int] = {}
-    if "devices" in body:
-        devices_path = _join(path, "devices")
-        raw_devices = _mapping(body["devices"], devices_path, errors, what="GPU resource name to quota")
-        ok = ok and raw_devices is not None
-        for resource, amount in (raw_devices or {}).items():
-            device_path = _join(devices_path, resource)
-            key = _string_key(resource, device_path, errors, what="resource name")
-            value = _non_negative_int(amount, device_path, errors)
-            if key is not None and key == DEFAULT_RESOURCE:
-                errors.add(device_path, f"{DEFAULT_RESOURCE} is the group's gpus: set gpus instead")
-                ok = False
-            elif key is not None and not key.startswith(GPU_RESOURCE_PREFIXES):
-                errors.add(
-                    device_path,
-                    f"{key!r} is not a GPU resource name (one of {', '.join(GPU_RESOURCE_PREFIXES)}...)",
-                )
-                ok = False
-            elif key is None or value is None:
-                ok = False
-            else:
-                devices[key] = value
+    devices = _counts(
+        body, "devices", path, errors, key_what="resource name", what="GPU resource name to quota"
+    )
+    for resource in devices or {}:
+        device_path = _join(_join(path, "devices"), resource)
+        if resource == DEFAULT_RESOURCE:
+            errors.add(device_path, f"{DEFAULT_RESOURCE} is the group's gpus: set gpus instead")
+            ok = False
+        elif not resource.startswith(GPU_RESOURCE_PREFIXES):
+            errors.add(
+                device_path,
+                f"{resource!r} is not a GPU resource name (one of {', '.join(GPU_RESOURCE_PREFIXES)}...)",
+            )
+            ok = False
     opt_out = body.get("opt_out", False)
     if not isinstance(opt_out, bool):
         errors.add(_join(path, "opt_out"), f"must be true or false, got {opt_out!r}")
         ok = False
-    if gpus is None or not ok:
+    if gpus is None or users is None or devices is None or not ok:
         return None
     return GroupQuota(
         name=name,
@@ -427,6 +407,30 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         opt_out=opt_out,
         devices=devices,
     )
+
+
+def _counts(
+    body: dict, key: str, path: str, errors: _Errors, *, key_what: str, what: str
+) -> dict[str, int] | None:
+    """``body[key]``, a mapping of names to non-negative integers (``{}`` when absent); ``None`` once
+    any bad entry is reported."""
+    if key not in body:
+        return {}
+    map_path = _join(path, key)
+    raw = _mapping(body[key], map_path, errors, what=what)
+    if raw is None:
+        return None
+    out: dict[str, int] = {}
+    ok = True
+    for name, amount in raw.items():
+        entry_path = _join(map_path, name)
+        parsed = _string_key(name, entry_path, errors, what=key_what)
+        value = _non_negative_int(amount, entry_path, errors)
+        if parsed is None or value is None:
+            ok = False
+        else:
+            out[parsed] = value
+    return out if ok else None
 
 
 def _suggest_group_name(name: str) -> str:
