@@ -47,7 +47,6 @@ Hook = Callable[[str], "Awaitable[None] | None"]
 JobSource = Callable[[], "Awaitable[Sequence[dict]] | Sequence[dict]"]
 
 MAX_CAS_ATTEMPTS = 30
-TERMINAL_CONDITIONS = ("Complete", "Succeeded", "Failed")
 
 
 class LedgerConflict(Exception):
@@ -112,10 +111,7 @@ def is_finished(job: Mapping[str, Any]) -> bool:
     annotations = (job.get("metadata") or {}).get("annotations") or {}
     if annotations.get(labels.VERDICT):
         return True
-    return any(
-        c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or ()
-    )
+    return kinds.kind_of(job).is_finished(job)
 
 
 def group_of(job: Mapping[str, Any]) -> str | None:
@@ -472,10 +468,7 @@ def ruled_but_running(job: Mapping[str, Any]) -> bool:
     verdict = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.VERDICT)
     if not verdict or verdict in ("Cancelled", "Stopped"):
         return False
-    return not any(
-        c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or ()
-    )
+    return not kinds.MPI_JOB.is_finished(job)
 
 
 async def end_ruled_job(client: KubeClient, job: Mapping[str, Any]) -> None:

@@ -95,7 +95,8 @@ class GroupQuota:
     opt_out: bool = False
     # Quotas of GPU devices other than whole NVIDIA GPUs, by extended-resource name (MIG profiles such as
     # nvidia.com/mig-1g.10gb, amd.com/gpu): a job is charged against the device it asks for, never
-    # another's, as Kueue charges each resource flavor separately. ``gpus`` is nvidia.com/gpu's.
+    # another's, as Kueue charges a ClusterQueue's quota per (flavor, resource) (kubernetes-sigs/kueue
+    # v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go). ``gpus`` is nvidia.com/gpu's.
     devices: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     def quota_of(self, resource: str = DEFAULT_RESOURCE) -> int:
