@@ -829,7 +829,7 @@ class Admission:
             worker.mark()
 
     def _on_pod_event(self, etype: str, obj: dict) -> None:
-        """A pass keeps the reservation of a job that ended while its pods still hold GPUs
+        """A pass keeps the reservation of a job that ended (or was suspended) while its pods still hold GPUs
         (ledger_model.reconcile_drops), and the job's own watch stream can deliver its end before its
         pods' (separate streams): when such a pod ends, the group's pass runs again to free the GPUs,
         instead of waiting for the next resync."""
@@ -841,7 +841,8 @@ class Admission:
             return
         for resource in (JOBS, MPIJOBS):
             job = self.watch.get(resource, key)
-            if job is not None and ledger.is_finished(job):
+            # Ended, or suspended by a stop, a requeue or a preemption: its reservation waits for its pods.
+            if job is not None and (ledger.is_finished(job) or ledger.is_suspended(job)):
                 group = group_of(job)
                 worker = self._groups.get(group) if group else None
                 if worker is not None:

@@ -73,6 +73,13 @@ STOPPED_AT = f"{PREFIX}/stopped-at"
 # pool admits it by writing Kueue's queue-name label; Kueue's ClusterQueue does the rest: docs/kueue.md).
 KUEUE_HANDOFF = f"{PREFIX}/kueue-queue"
 STOPPED_BY = f"{PREFIX}/stopped-by"
+# The quota pool preempted the job's current attempt for a higher-priority job of its group: who (the
+# preemptor, "<namespace>/<job>") and why, shown in the task log. Preemptions are counted apart from
+# requeues after a stuck start (REQUEUE_COUNT counts both): requeue_limit bounds only the latter, since
+# a job sent back for someone else's sake must never fail for it.
+PREEMPTED_BY = f"{PREFIX}/preempted-by"
+PREEMPTION_MESSAGE = f"{PREFIX}/preemption-message"
+PREEMPTIONS = f"{PREFIX}/preemptions"
 
 # --- kubeflow MPI operator labels on MPIJob pods ---
 MPI_JOB_NAME = "training.kubeflow.org/job-name"

@@ -586,6 +586,10 @@ def _suspended(
         return _Decision(
             JobState.STOPPED, Reason.STOPPED, f"stopped by {who} at {stopped_at}; resume to requeue"
         )
+    preempted = facts.annotations.get(labels.PREEMPTION_MESSAGE)
+    if live and preempted:
+        # The product's own pool preempted it (quota/preemption.py): the message names the preemptor.
+        return _Decision(JobState.TERMINATING, Reason.PREEMPTED, f"{preempted}; stopping {len(live)} pod(s)")
     if live:
         reason = Reason.REQUEUED if facts.requeue_count > 0 else Reason.PREEMPTED
         message = f"suspended; stopping {len(live)} pod(s)"
@@ -613,6 +617,8 @@ def _suspended(
         message = queue.message or (reason.value if reason != Reason.PENDING else queue.reason)
         if queue.position is not None:
             message = f"{message} (position {queue.position})"
+        if preempted:
+            message = f"{preempted}; {message}"
         return _Decision(JobState.QUEUED, reason, message)
     if facts.requeue_count > 0:
         return _Decision(JobState.QUEUED, Reason.REQUEUED, requeued)

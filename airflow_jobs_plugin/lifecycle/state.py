@@ -73,6 +73,7 @@ class Reason(str, Enum):
     BEHIND_HEAD = "BehindHead"  # an earlier job of the group waits for group quota
     INADMISSIBLE = "Inadmissible"  # the queue or group cannot admit anything now (stopped, unknown)
     REQUEUED = "Requeued"  # sent back to the queue after admission (stuck start or preemption)
+    PREEMPTING = "Preempting"  # the head of its group's queue waits for the jobs it preempted to end
     QUOTA_RESERVED = "QuotaReserved"  # admitted by the pool, not yet released to the cluster
     CREATING = "Creating"  # replicas whose pods do not exist yet
     UNSCHEDULABLE = "Unschedulable"  # the scheduler found no node; its message says why
@@ -139,5 +140,6 @@ QUEUE_REASONS = frozenset(
         Reason.BEHIND_HEAD,
         Reason.INADMISSIBLE,
         Reason.REQUEUED,
+        Reason.PREEMPTING,
     }
 )

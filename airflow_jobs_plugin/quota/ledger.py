@@ -391,7 +391,12 @@ def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditiona
     return {
         "metadata": {
             **(_precondition(job) if conditional else {}),
-            "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
+            "annotations": {
+                labels.ADMITTED_AT: rfc3339(admitted_at),
+                # The attempt that was preempted is over: its record must not describe this one.
+                labels.PREEMPTED_BY: None,
+                labels.PREEMPTION_MESSAGE: None,
+            },
         },
         "spec": _suspend_spec(job, False),
     }
@@ -526,6 +531,40 @@ def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:
     }
 
 
+def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
+    """Suspend a preempted job and record who preempted it, in one write.
+
+    It goes back to the queue at once (no back-off) at its original position (``queued-at`` is kept);
+    the requeue count moves on so its old reservation reads as an earlier attempt's, and the preemption
+    count with it, so that ``requeue_limit`` counts only stuck starts (:func:`requeue_stuck`).
+    Suspending deletes every pod of the job (all ranks of a gang): the Job controller for a Job
+    (``pkg/controller/job/job_controller.go``, Kubernetes 1.32, ``suspendJob`` path of ``syncJob``),
+    mpi-operator for an MPIJob (``runPolicy.suspend``, v0.5+).
+    """
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    count = int(annotations.get(labels.REQUEUE_COUNT) or 0)
+    preemptions = int(annotations.get(labels.PREEMPTIONS) or 0)
+    by = reservation.preempted_by or "a job of higher priority"
+    message = (
+        f"preempted by {by} in group {reservation.group}: "
+        f"its {reservation.gpus} GPU(s) go to that job; back in the queue at its original position"
+    )
+    return {
+        "metadata": {
+            **_precondition(job),
+            "annotations": {
+                labels.REQUEUE_COUNT: str(count + 1),
+                labels.PREEMPTIONS: str(preemptions + 1),
+                labels.PREEMPTED_BY: by.split(",", 1)[0],
+                labels.PREEMPTION_MESSAGE: message,
+                labels.REQUEUE_NOT_BEFORE: None,
+                labels.ADMITTED_AT: None,
+            },
+        },
+        "spec": _suspend_spec(job, True),
+    }
+
+
 async def patch_job(client: KubeClient, job: Mapping[str, Any], patch: Mapping[str, Any]) -> dict | None:
     """Apply a conditional patch; ``None`` if the job changed since it was read (409) or is gone."""
     meta = job.get("metadata") or {}
@@ -639,6 +678,7 @@ class PassOutcome:
     drops: tuple[Drop, ...]
     admitted: tuple[str, ...]  # names of the jobs this pass unsuspended
     failed: tuple[str, ...]  # names of the jobs this pass failed (OverQuota, QueueTimeout)
+    preempted: tuple[str, ...]  # names of the jobs this pass suspended for a preemptor
     conflicts: int  # ledger compare-and-swaps lost before this pass won
     stale: bool  # a job changed under the pass (409): run again once the view catches up
     # The jobs as this pass's patches (or re-reads) left them, each with the version the pass had read.
@@ -705,7 +745,7 @@ async def admission_pass(
         )
         await _call(hook, "planned")
         if not plan.ledger_changed:
-            if not fresh and (plan.unsuspend or plan.fail):
+            if not fresh and (plan.unsuspend or plan.fail or plan.preempt):
                 continue  # never act on jobs from a cached ledger: read it and plan again
             break
         replaced = stored.version
@@ -747,6 +787,17 @@ async def admission_pass(
             if ours:  # not found already unsuspended by another process
                 admitted.append(reservation.job)
         await _call(hook, f"unsuspended:{reservation.job}")
+    preempted: list[str] = []
+    for reservation in plan.preempt:
+        seen = view.by_uid.get(reservation.uid)
+        result, ours = (None, False) if seen is None else await _preempt(client, seen, reservation)
+        if seen is None or result is None:
+            stale = True
+        else:
+            patched.append((seen["metadata"].get("resourceVersion") or "", result))
+            if ours:
+                preempted.append(reservation.job)
+        await _call(hook, f"preempted:{reservation.job}")
     return PassOutcome(
         group=group,
         stored=stored,
@@ -755,6 +806,7 @@ async def admission_pass(
         drops=plan.drops,
         admitted=tuple(admitted),
         failed=tuple(failed),
+        preempted=tuple(preempted),
         conflicts=conflicts,
         stale=stale,
         patched=tuple(patched),
@@ -775,6 +827,23 @@ async def _unsuspend(client: KubeClient, job: dict, reservation: Reservation) ->
         lambda j: is_finished(j) or not awaits_release(j),
         # A job stopped since the pass read it is never released by that pass's stale decision.
         lambda j: observe(j).requeue_count == reservation.requeue_count and not is_stopped(j),
+    )
+
+
+async def _preempt(client: KubeClient, job: dict, reservation: Reservation) -> tuple[dict | None, bool]:
+    """Suspend a victim the ledger marked (see :func:`settle`); a job that moved on to another attempt,
+    ended or was stopped meanwhile is not preempted."""
+    return await settle(
+        client,
+        job,
+        lambda j: preempt_patch(j, reservation),
+        lambda j: observe(j).requeue_count > reservation.requeue_count,
+        lambda j: (
+            not is_finished(j)
+            and not is_stopped(j)
+            and not awaits_release(j)
+            and observe(j).requeue_count == reservation.requeue_count
+        ),
     )
 
 
@@ -839,10 +908,12 @@ async def requeue_stuck(
     changed since it was read (another process got there first): nothing was written.
     """
     meta = job.get("metadata") or {}
-    count = int((meta.get("annotations") or {}).get(labels.REQUEUE_COUNT) or 0)
-    outcome = requeue_decision(count, now, settings)
+    annotations = meta.get("annotations") or {}
+    count = int(annotations.get(labels.REQUEUE_COUNT) or 0)
+    preemptions = int(annotations.get(labels.PREEMPTIONS) or 0)
+    outcome = requeue_decision(max(0, count - preemptions), now, settings)
     if isinstance(outcome, Requeue):
-        patch = requeue_patch(job, outcome)
+        patch = requeue_patch(job, replace(outcome, requeue_count=outcome.requeue_count + preemptions))
     else:
         patch = verdict_patch(job, outcome.reason, outcome.message)
     result = await patch_job(client, job, patch)

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import labels
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
+from .preemption import preemptor_key
 
 LEDGER_FORMAT = 1
 LEDGER_NAME_PREFIX = "airflow-jobs-quota-"
@@ -117,6 +118,10 @@ def encode(ledger: Ledger) -> dict[str, str]:
             value["kueue"] = True
         if r.resource != labels.GPU_RESOURCE:
             value["resource"] = r.resource
+        if r.priority is not None:
+            value["priority"] = r.priority
+        if r.preempted_by is not None:
+            value["preempted_by"] = r.preempted_by
         data[key] = json.dumps(value, sort_keys=True)
     return data
 
@@ -150,6 +155,12 @@ def _decode_entry(group: str, raw: object) -> Reservation:
         number = value.get(name, default)
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {number!r}")
+    priority = value.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise ValueError(f"priority must be an integer, got {priority!r}")
+    preempted_by = value.get("preempted_by")
+    if preempted_by is not None and (not isinstance(preempted_by, str) or not preempted_by):
+        raise ValueError(f"preempted_by must be a non-empty string, got {preempted_by!r}")
     return Reservation(
         job=value["job"],
         group=group,
@@ -161,6 +172,8 @@ def _decode_entry(group: str, raw: object) -> Reservation:
         requeue_count=value.get("requeue_count", 0),
         kueue=value.get("kueue") is True,
         resource=resource,
+        priority=priority,
+        preempted_by=preempted_by,
     )
 
 
@@ -351,9 +364,65 @@ def reconcile_drops(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tupl
             drops.append(Drop(r, DropReason.FINISHED))
         elif seen.stopped:
             drops.append(Drop(r, DropReason.STOPPED))
-        elif seen.requeue_count > r.requeue_count:
+        elif seen.requeue_count > r.requeue_count and not seen.holding_pods:
+            # A requeued or preempted job's pods hold their GPUs until they are gone, as a stopped one's.
             drops.append(Drop(r, DropReason.REQUEUED))
     return tuple(drops)
+
+
+def releasing(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> frozenset[str]:
+    """Uids of the reservations kept only until their jobs' pods are gone (the job ended, was stopped,
+    requeued or preempted), or chosen as a preemption's victims: GPUs on their way back."""
+    result = set()
+    for r in ledger.reservations:
+        seen = observed.get(r.uid)
+        if r.preempted_by is not None or (
+            seen is not None
+            and seen.exists
+            and (seen.terminal or seen.stopped or seen.requeue_count > r.requeue_count)
+        ):
+            result.add(r.uid)
+    return frozenset(result)
+
+
+def with_preempted(ledger: Ledger, decisions: Iterable[Decision]) -> Ledger:
+    """``ledger`` with the victims chosen in ``decisions`` marked with their preemptor.
+
+    Marking them in the ledger, under its compare-and-swap, makes the choice once for every process: a
+    pass that raced it re-reads the ledger and finds the victims chosen, instead of choosing others.
+    """
+    marks: dict[str, str] = {}
+    for d in decisions:
+        for victim in d.preempts:
+            marks.setdefault(victim.uid, f"{preemptor_key(d.job)}, priority {d.job.priority}")
+    if not marks:
+        return ledger
+    return replace(
+        ledger,
+        reservations=tuple(
+            replace(r, preempted_by=marks[r.uid]) if r.uid in marks and r.preempted_by is None else r
+            for r in ledger.reservations
+        ),
+    )
+
+
+def pending_preemption(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tuple[Reservation, ...]:
+    """Victims marked in the ledger whose jobs still run the attempt that was chosen: suspend them
+    (again, if the pass that marked them stopped before it did)."""
+    result = []
+    for r in ledger.reservations:
+        seen = observed.get(r.uid)
+        if (
+            r.preempted_by is not None
+            and seen is not None
+            and seen.exists
+            and not seen.terminal
+            and not seen.stopped
+            and not seen.suspended
+            and seen.requeue_count == r.requeue_count
+        ):
+            result.append(r)
+    return tuple(result)
 
 
 def reconcile(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> Ledger:
@@ -454,7 +523,9 @@ class AdmissionPlan:
     1. if ``ledger_changed``: compare-and-swap ``encode(ledger)`` against the ``resourceVersion`` read
        (on 409: re-read everything and plan again);
     2. fail the jobs in ``fail`` (write the verdict annotation, then delete or stop them);
-    3. unsuspend every job in ``unsuspend`` (idempotent) with the admitted-at annotation in the same patch.
+    3. unsuspend every job in ``unsuspend`` (idempotent) with the admitted-at annotation in the same patch;
+    4. suspend every victim in ``preempt`` with its preemption recorded (idempotent, conditional on the
+       attempt the ledger marked).
     """
 
     ledger: Ledger
@@ -464,6 +535,7 @@ class AdmissionPlan:
     unsuspend: tuple[Reservation, ...]
     fail: tuple[Decision, ...]
     unsuspend_due: datetime | None = None  # when a reservation left to its own pass becomes an orphan
+    preempt: tuple[Reservation, ...] = ()  # 4. suspend these victims and send them back to the queue
 
 
 def plan_admission(
@@ -486,9 +558,15 @@ def plan_admission(
     drops = reconcile_drops(ledger, observed)
     current = adopt(reconcile(ledger, observed), running)
     decisions = tuple(
-        decide(policy, [j for j in queued if j.group == ledger.group], current.reservations, now)
+        decide(
+            policy,
+            [j for j in queued if j.group == ledger.group],
+            current.reservations,
+            now,
+            releasing(current, observed),
+        )
     )
-    after = with_admitted(current, decisions, now)
+    after = with_preempted(with_admitted(current, decisions, now), decisions)
     unsuspend = {r.uid: r for r in pending_unsuspend(after, observed, now, unsuspend_grace)}
     for d in decisions:
         if d.verdict is Verdict.ADMIT:
@@ -507,6 +585,7 @@ def plan_admission(
         unsuspend=_canonical(unsuspend.values()),
         fail=tuple(d for d in decisions if d.verdict.terminal),
         unsuspend_due=min((r.admitted_at + unsuspend_grace for r in young), default=None),
+        preempt=pending_preemption(after, observed),
     )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -30,6 +30,7 @@ import yaml
 
 from ..labels import GPU_RESOURCE as DEFAULT_RESOURCE
 from ..spec import GPU_RESOURCE_PREFIXES
+from .preemption import WithinGroup, plan_preemption, preemptor_key
 from .requeue import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,
@@ -98,6 +99,8 @@ class GroupQuota:
     # another's, as Kueue charges a ClusterQueue's quota per (flavor, resource) (kubernetes-sigs/kueue
     # v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go). ``gpus`` is nvidia.com/gpu's.
     devices: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # Whether the head of the group's queue may preempt admitted jobs of lower priority (quota/preemption.py).
+    within_group: WithinGroup = WithinGroup.NEVER
 
     def quota_of(self, resource: str = DEFAULT_RESOURCE) -> int:
         """The group's quota of ``resource`` (0 for a device the policy gives it none of)."""
@@ -222,7 +225,9 @@ _GROUP_KEYS = {
     "members": "the users who may submit to the group (absent: anyone)",
     "opt_out": "whether the group's tasks may run outside the pool (quota_configmap='')",
     "devices": "quotas of other GPU devices by resource name, e.g. {nvidia.com/mig-1g.10gb: 14}",
+    "preemption": "whether queued jobs may preempt admitted ones, e.g. {within_group: lower_priority}",
 }
+_PREEMPTION_KEYS = {"within_group": "never (default) or lower_priority"}
 _DEFAULTS_KEYS = {k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user")}
 _BACKOFF_KEYS = {"base": "first back-off", "cap": "longest back-off"}
 
@@ -396,7 +401,8 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
     if not isinstance(opt_out, bool):
         errors.add(_join(path, "opt_out"), f"must be true or false, got {opt_out!r}")
         ok = False
-    if gpus is None or users is None or devices is None or not ok:
+    within_group = _parse_preemption(body, path, errors)
+    if gpus is None or users is None or devices is None or within_group is None or not ok:
         return None
     return GroupQuota(
         name=name,
@@ -407,7 +413,29 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         members=members,
         opt_out=opt_out,
         devices=devices,
+        within_group=within_group,
     )
+
+
+def _parse_preemption(body: dict, path: str, errors: _Errors) -> WithinGroup | None:
+    if "preemption" not in body:
+        return WithinGroup.NEVER
+    preemption_path = _join(path, "preemption")
+    raw = _mapping(body["preemption"], preemption_path, errors, what="preemption settings (within_group)")
+    if raw is None:
+        return None
+    _check_keys(raw, _PREEMPTION_KEYS, preemption_path, errors)
+    value = raw.get("within_group", WithinGroup.NEVER.value)
+    try:
+        return WithinGroup(value)
+    except ValueError:
+        choices = [w.value for w in WithinGroup]
+        errors.add(
+            _join(preemption_path, "within_group"),
+            f"must be one of {', '.join(choices)}, got {_describe(value)}"
+            f"{_did_you_mean(str(value), choices)}",
+        )
+        return None
 
 
 def _counts(
@@ -632,6 +660,12 @@ class Reservation:
     # Handed to Kueue: it counts against its user's limits, not the group's quota (Kueue charges that).
     kueue: bool = False
     resource: str = DEFAULT_RESOURCE
+    # The job's priority when admitted; None in entries written before it was recorded, which are never
+    # preempted (their priority is unknown).
+    priority: int | None = None
+    # Set once a pass chose this job as a victim (quota/preemption.py): "<namespace>/<job>, priority P" of
+    # the preemptor. The GPUs stay reserved until the job's pods are gone.
+    preempted_by: str | None = None
 
     @classmethod
     def for_job(cls, job: QueuedJob, admitted_at: datetime) -> Reservation:
@@ -647,6 +681,7 @@ class Reservation:
             requeue_count=job.requeue_count,
             kueue=job.kueue_queue is not None,
             resource=job.resource,
+            priority=job.priority,
         )
 
 
@@ -667,6 +702,7 @@ class Verdict(str, Enum):
     OVER_QUOTA = "OverQuota"
     QUEUE_TIMEOUT = "QueueTimeout"
     STOPPED = "Stopped"
+    PREEMPTING = "Preempting"  # the head of its group's queue waits for the jobs it preempted to end
 
     @property
     def reason(self) -> str:
@@ -692,6 +728,7 @@ class Decision:
     position: int | None
     message: str
     blocked_by: str | None = None  # BehindHead: the job at the head of the group
+    preempts: tuple[Reservation, ...] = ()  # Preempting: the admitted jobs this pass chose to preempt
 
     @property
     def reason(self) -> str:
@@ -786,6 +823,10 @@ class _Pool:
     used_of: dict[str, int] = field(default_factory=dict)  # per device
     user_of: dict[tuple[str, str], int] = field(default_factory=dict)  # per (user, device)
     user_jobs: dict[str, int] = field(default_factory=dict)  # over every device
+    # Reservations on their way out (job ended, stopped, requeued or preempted; pods still live), per
+    # device, and the others: what a preemption counts first, and whom it may choose.
+    freeing: dict[str, int] = field(default_factory=dict)
+    held: list[Reservation] = field(default_factory=list)
 
     def take(self, user: str, gpus: int, resource: str, *, group_quota: bool = True) -> None:
         if group_quota:
@@ -815,13 +856,17 @@ def decide(
     queued: Sequence[QueuedJob],
     reservations: Sequence[Reservation],
     now: datetime,
+    releasing: Collection[str] = frozenset(),
 ) -> list[Decision]:
     """One decision per queued job (duplicates by uid collapse), grouped by group in queue order.
 
     ``reservations`` are the GPUs already held (the reconciled ledgers); admissions in this pass count
     against the jobs after them. A queued job that already holds a reservation of its current attempt
     (same uid and requeue count: a crash lost its unsuspend) is admitted again without being charged
-    twice. The result depends only on the arguments, not on their order.
+    twice. ``releasing`` names (by uid) the reservations of jobs already ending, stopped, requeued or
+    preempted whose pods still hold their GPUs: they count as used, and a group that preempts counts
+    them as on their way back before it preempts anyone else. The result depends only on the
+    arguments, not on their order.
     """
     if now.tzinfo is None:
         raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
@@ -833,7 +878,7 @@ def decide(
     jobs = sorted(unique.values(), key=lambda j: (j.group, queue_order(j)))
     for group, members in groupby(jobs, key=lambda j: j.group):
         decisions.extend(
-            _decide_group(policy, group, list(members), [r for r in held if r.group == group], now)
+            _decide_group(policy, group, list(members), [r for r in held if r.group == group], now, releasing)
         )
     return decisions
 
@@ -844,6 +889,7 @@ def _decide_group(
     jobs: list[QueuedJob],
     reservations: list[Reservation],
     now: datetime,
+    releasing: Collection[str] = frozenset(),
 ) -> list[Decision]:
     quota = policy.groups.get(group)
     reserved = {(r.uid, r.requeue_count): r for r in reservations}
@@ -851,22 +897,32 @@ def _decide_group(
     if pool is not None:
         for r in reservations:
             pool.take(r.user, r.gpus, r.resource, group_quota=not r.kueue)
+            if r.kueue:
+                continue
+            if r.uid in releasing or r.preempted_by is not None:
+                pool.freeing[r.resource] = pool.freeing.get(r.resource, 0) + r.gpus
+            else:
+                pool.held.append(r)
 
     # The GroupQuota-blocked job everything behind waits for, per device: a job waiting for the group's
     # MIG slices does not hold back a job that asks for whole GPUs, which it could never use.
     heads: dict[str, QueuedJob] = {}
-    verdicts: list[tuple[QueuedJob, Verdict, str, str | None]] = []
+    verdicts: list[tuple[QueuedJob, Verdict, str, str | None, tuple[Reservation, ...]]] = []
     for job in jobs:
         verdict, message, blocked_by = _judge(
             policy, quota, pool, job, reserved, heads.get(job.resource), now
         )
+        preempts: tuple[Reservation, ...] = ()
         if verdict is Verdict.GROUP_QUOTA and job.kueue_queue is None:
             heads[job.resource] = job
-        verdicts.append((job, verdict, message, blocked_by))
+            assert quota is not None and pool is not None  # GroupQuota is only judged in a known group
+            if quota.within_group is WithinGroup.LOWER_PRIORITY:
+                verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message)
+        verdicts.append((job, verdict, message, blocked_by, preempts))
 
     decisions = []
     position = 0
-    for job, verdict, message, blocked_by in verdicts:
+    for job, verdict, message, blocked_by, preempts in verdicts:
         # A stopped job keeps its enqueue time but takes no place in line until it is resumed.
         placed = verdict.waiting and verdict is not Verdict.STOPPED
         if placed:
@@ -878,6 +934,7 @@ def _decide_group(
                 position=position if placed else None,
                 message=message,
                 blocked_by=blocked_by,
+                preempts=preempts,
             )
         )
     return decisions
@@ -1016,6 +1073,38 @@ def _judge(
         f"admitted: group {quota.name} now uses {pool.used(resource)} of {_plural(group_quota, unit)}, "
         f"user {job.user} {pool.user_used(job.user, resource)} of {user_limit}",
         None,
+    )
+
+
+def _preempt_for(
+    quota: GroupQuota, pool: _Pool, job: QueuedJob, verdict: Verdict, message: str
+) -> tuple[Verdict, str, tuple[Reservation, ...]]:
+    """The head of a preempting group's queue: the jobs it preempts, or its GroupQuota verdict as is
+    when preempting every lower-priority job would still not make room."""
+    resource = job.resource
+    unit = _unit(resource)
+    free = max(0, quota.quota_of(resource) - pool.used(resource))
+    plan = plan_preemption(job, free, pool.freeing.get(resource, 0), pool.held)
+    if plan is None:
+        return verdict, f"{message}; not enough admitted jobs of lower priority to preempt", ()
+    if not plan.victims:
+        return (
+            Verdict.PREEMPTING,
+            f"{message}; waiting for {_plural(plan.freeing, unit)} being freed by jobs that ended or were "
+            "preempted: it starts once their pods are gone",
+            (),
+        )
+    names = ", ".join(f"{r.namespace}/{r.job}" if r.namespace else r.job for r in plan.victims)
+    freed = sum(r.gpus for r in plan.victims)
+    # Victims are no longer candidates for anyone after this job in the same pass.
+    chosen = {r.uid for r in plan.victims}
+    pool.held[:] = [r for r in pool.held if r.uid not in chosen]
+    pool.freeing[resource] = pool.freeing.get(resource, 0) + freed
+    return (
+        Verdict.PREEMPTING,
+        f"{message}; preempting {names} (lower priority, {_plural(freed, unit)}) for "
+        f"{preemptor_key(job)} (priority {job.priority}): it starts once their pods are gone",
+        plan.victims,
     )
 
 
