@@ -618,7 +618,8 @@ def _suspended(
         if queue.position is not None:
             message = f"{message} (position {queue.position})"
         if preempted:
-            message = f"{preempted}; {message}"
+            # Until it is admitted again, the preemption is why it waits, whatever the queue says next.
+            reason, message = Reason.PREEMPTED, f"{preempted}; {message}"
         return _Decision(JobState.QUEUED, reason, message)
     if facts.requeue_count > 0:
         return _Decision(JobState.QUEUED, Reason.REQUEUED, requeued)

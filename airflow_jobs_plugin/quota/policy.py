@@ -826,7 +826,17 @@ class _Pool:
     # Reservations on their way out (job ended, stopped, requeued or preempted; pods still live), per
     # device, and the others: what a preemption counts first, and whom it may choose.
     freeing: dict[str, int] = field(default_factory=dict)
+    user_freeing: dict[tuple[str, str], int] = field(default_factory=dict)
     held: list[Reservation] = field(default_factory=list)
+
+    def free_later(self, r: Reservation) -> None:
+        self.freeing[r.resource] = self.freeing.get(r.resource, 0) + r.gpus
+        key = (r.user, r.resource)
+        self.user_freeing[key] = self.user_freeing.get(key, 0) + r.gpus
+
+    def at_job_limit(self, user: str) -> bool:
+        limit = self.quota.max_running_jobs_per_user
+        return limit is not None and self.user_jobs.get(user, 0) >= limit
 
     def take(self, user: str, gpus: int, resource: str, *, group_quota: bool = True) -> None:
         if group_quota:
@@ -900,7 +910,7 @@ def _decide_group(
             if r.kueue:
                 continue
             if r.uid in releasing or r.preempted_by is not None:
-                pool.freeing[r.resource] = pool.freeing.get(r.resource, 0) + r.gpus
+                pool.free_later(r)
             else:
                 pool.held.append(r)
 
@@ -918,6 +928,18 @@ def _decide_group(
             assert quota is not None and pool is not None  # GroupQuota is only judged in a known group
             if quota.within_group is WithinGroup.LOWER_PRIORITY:
                 verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message)
+        elif (
+            verdict is Verdict.USER_QUOTA
+            and job.kueue_queue is None
+            and quota is not None
+            and pool is not None
+            and quota.within_group is WithinGroup.LOWER_PRIORITY
+            and not pool.at_job_limit(job.user)
+            and job.resource not in heads
+        ):
+            # Over the user's own GPU limit: only the user's jobs of lower priority can make room, and
+            # only while no earlier job waits for the group (the GPUs freed would be that job's).
+            verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message, own=True)
         verdicts.append((job, verdict, message, blocked_by, preempts))
 
     decisions = []
@@ -1077,15 +1099,28 @@ def _judge(
 
 
 def _preempt_for(
-    quota: GroupQuota, pool: _Pool, job: QueuedJob, verdict: Verdict, message: str
+    quota: GroupQuota, pool: _Pool, job: QueuedJob, verdict: Verdict, message: str, *, own: bool = False
 ) -> tuple[Verdict, str, tuple[Reservation, ...]]:
-    """The head of a preempting group's queue: the jobs it preempts, or its GroupQuota verdict as is
-    when preempting every lower-priority job would still not make room."""
+    """A job of a preempting group that does not fit: the jobs it preempts, or its verdict as is when
+    preempting every lower-priority job would still not make room. ``own``: its user's limit blocks it,
+    so only the user's own jobs are candidates for that."""
     resource = job.resource
     unit = _unit(resource)
     free = max(0, quota.quota_of(resource) - pool.used(resource))
-    plan = plan_preemption(job, free, pool.freeing.get(resource, 0), pool.held)
+    user_free = (
+        max(0, quota.user_limit(job.user, resource) - pool.user_used(job.user, resource)) if own else None
+    )
+    plan = plan_preemption(
+        job,
+        free,
+        pool.freeing.get(resource, 0),
+        [r for r in pool.held if r.user == job.user] if own else pool.held,
+        user_free=user_free,
+        user_freeing=pool.user_freeing.get((job.user, resource), 0),
+    )
     if plan is None:
+        if own:  # a user's own jobs are a last resort; the user-quota message alone says why it waits
+            return verdict, message, ()
         return verdict, f"{message}; not enough admitted jobs of lower priority to preempt", ()
     if not plan.victims:
         return (
@@ -1099,7 +1134,8 @@ def _preempt_for(
     # Victims are no longer candidates for anyone after this job in the same pass.
     chosen = {r.uid for r in plan.victims}
     pool.held[:] = [r for r in pool.held if r.uid not in chosen]
-    pool.freeing[resource] = pool.freeing.get(resource, 0) + freed
+    for victim in plan.victims:
+        pool.free_later(victim)
     return (
         Verdict.PREEMPTING,
         f"{message}; preempting {names} (lower priority, {_plural(freed, unit)}) for "

@@ -1,8 +1,9 @@
 """Preemption within a group: which admitted jobs a queued job of higher priority may send back.
 
-Opt-in per group (``preemption: {within_group: lower_priority}`` in the policy). Only the job at the
-head of its group's queue for a device (the one the group's quota blocks) preempts, and only jobs of
-the same group, the same device and strictly lower priority: never a job of equal or higher priority,
+Opt-in per group (``preemption: {within_group: lower_priority}`` in the policy). The job at the head
+of its group's queue for a device (the one the group's quota blocks) preempts jobs of its group; a job
+its user's own GPU limit blocks preempts only that user's jobs (and blocks nobody, as before). Victims
+are always of the same group, the same device and strictly lower priority: never a job of equal or higher priority,
 never a job handed to Kueue (Kueue's own preemption rules it), never a reservation whose priority is
 unknown. The rules follow Kueue's classical preemption (kubernetes-sigs/kueue v0.19.2,
 ``pkg/scheduler/preemption/preemption.go`` ``classicalPreemptions`` and ``fillBackWorkloads``, and
@@ -68,31 +69,49 @@ def candidates(preemptor: QueuedJob, held: Iterable[Reservation]) -> list[Reserv
 
 
 def plan_preemption(
-    preemptor: QueuedJob, free: int, freeing: int, held: Sequence[Reservation]
+    preemptor: QueuedJob,
+    free: int,
+    freeing: int,
+    held: Sequence[Reservation],
+    *,
+    user_free: int | None = None,
+    user_freeing: int = 0,
 ) -> PreemptionPlan | None:
     """How ``preemptor`` gets its GPUs: ``None`` if preempting every candidate would not free enough.
 
     ``free`` is what the group's quota of the preemptor's device has left now (its reservations and this
     pass's admissions counted), ``freeing`` the GPUs of reservations already on their way out, ``held``
-    the group's other reservations (candidates are chosen among them).
+    the group's other reservations (candidates are chosen among them). ``user_free`` (with
+    ``user_freeing``) is what the preemptor's user has left of their own limit when that is what blocks
+    it: only the user's own jobs give that back, so only they are taken for it.
     """
     need = preemptor.gpus
-    if free + freeing >= need:
+
+    def fits(chosen: Sequence[Reservation]) -> bool:
+        group_ok = free + freeing + sum(r.gpus for r in chosen) >= need
+        own = sum(r.gpus for r in chosen if r.user == preemptor.user)
+        user_ok = user_free is None or user_free + user_freeing + own >= need
+        return group_ok and user_ok
+
+    def group_short(chosen: Sequence[Reservation]) -> bool:
+        return free + freeing + sum(r.gpus for r in chosen) < need
+
+    if fits(()):
         return PreemptionPlan(victims=(), freeing=freeing)
     chosen: list[Reservation] = []
-    available = free + freeing
     for candidate in candidates(preemptor, held):
-        chosen.append(candidate)
-        available += candidate.gpus
-        if available >= need:
+        # A job of another user helps only with the group's quota, never with the user's own limit.
+        if group_short(chosen) or candidate.user == preemptor.user:
+            chosen.append(candidate)
+        if fits(chosen):
             break
     else:
         return None
     # Give back, last chosen excepted, every victim the preemptor turns out not to need.
     for candidate in reversed(chosen[:-1]):
-        if available - candidate.gpus >= need:
-            chosen.remove(candidate)
-            available -= candidate.gpus
+        rest = [c for c in chosen if c is not candidate]
+        if fits(rest):
+            chosen = rest
     return PreemptionPlan(victims=tuple(chosen), freeing=freeing)
 
 

@@ -212,11 +212,11 @@ def test_jobs_behind_a_preempting_head_wait_for_it():
     assert decisions["small"].blocked_by == "urgent"
 
 
-def test_a_job_over_its_user_quota_preempts_nobody():
+def test_a_job_over_its_user_quota_preempts_nobody_of_its_own_priority():
     policy = parse_policy(
         "groups: {vision: {gpus: 8, user_gpus: 4, preemption: {within_group: lower_priority}}}"
     )
-    reservations = [held("mine", 4, user="ann"), held("theirs", 4, user="bob")]
+    reservations = [held("mine", 4, user="ann", priority=100), held("theirs", 4, user="bob")]
 
     decisions = by_name(decide(policy, [job("urgent", 2, user="ann", priority=100)], reservations, NOW))
 
@@ -300,3 +300,35 @@ def test_ledger_entries_keep_priority_and_preemptor():
         "vision", ledger_model.encode(Ledger("vision", (held("old", 1, priority=None),)))
     )
     assert legacy.reservations[0].priority is None
+
+
+def test_a_job_over_its_users_limit_preempts_that_users_own_lower_priority_job():
+    policy = parse_policy(
+        "groups: {vision: {gpus: 16, user_gpus: 8, preemption: {within_group: lower_priority}}}"
+    )
+    reservations = [held("my-sweep", 8, user="ann", minute=1), held("theirs", 8, user="bob", minute=2)]
+
+    decisions = by_name(decide(policy, [job("urgent", 8, user="ann", priority=100)], reservations, NOW))
+
+    urgent = decisions["urgent"]
+    assert urgent.verdict is Verdict.PREEMPTING
+    assert [r.job for r in urgent.preempts] == ["my-sweep"]  # never bob's, which frees nothing of ann's
+    assert urgent.message.startswith(
+        "user ann uses 8 of 8 GPUs in group vision; this job needs 8; preempting"
+    )
+
+
+def test_a_job_over_its_users_limit_never_jumps_a_job_waiting_for_the_group():
+    policy = parse_policy(
+        "groups: {vision: {gpus: 8, user_gpus: 4, preemption: {within_group: lower_priority}}}"
+    )
+    reservations = [held("mine", 4, user="ann", priority=0), held("peer", 4, user="bob", priority=200)]
+    queue = [
+        job("head", 4, user="cy", priority=150, minute=1),
+        job("urgent", 4, user="ann", priority=100, minute=2),
+    ]
+
+    decisions = by_name(decide(policy, queue, reservations, NOW))
+
+    assert decisions["head"].verdict is Verdict.PREEMPTING  # takes ann's job for the group's sake
+    assert decisions["urgent"].preempts == ()

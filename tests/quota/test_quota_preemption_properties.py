@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
@@ -105,36 +104,58 @@ def test_the_preemptor_fits_once_its_victims_are_gone_and_no_victim_is_spared(po
     for d in decide(policy, queue, reservations, NOW, releasing):
         if not d.preempts:
             continue
-        resource = d.job.resource
-        used = _used(reservations, resource)
-        freeing = sum(
-            r.gpus
+        job, resource = d.job, d.job.resource
+        leaving = [
+            r
             for r in reservations
             if r.resource == resource and (r.uid in releasing or r.preempted_by is not None)
+        ]
+        free = max(0, quota.quota_of(resource) - _used(reservations, resource))
+        user_free = max(
+            0,
+            quota.user_limit(job.user, resource)
+            - sum(r.gpus for r in reservations if r.user == job.user and r.resource == resource),
         )
-        freed = sum(r.gpus for r in d.preempts)
-        free = max(0, quota.quota_of(resource) - used)
-        assert free + freeing + freed >= d.job.gpus
+
+        def fits(victims, job=job, leaving=leaving, free=free, user_free=user_free) -> bool:
+            back = leaving + list(victims)
+            group_ok = free + sum(r.gpus for r in back) >= job.gpus
+            user_ok = user_free + sum(r.gpus for r in back if r.user == job.user) >= job.gpus
+            return group_ok and user_ok
+
+        assert fits(d.preempts)
         for victim in d.preempts:  # the fewest: every victim is needed
-            assert free + freeing + freed - victim.gpus < d.job.gpus
+            assert not fits([v for v in d.preempts if v is not victim])
 
 
 @settings(max_examples=300, deadline=None)
 @given(policies(), queues(), holdings())
-def test_only_a_group_that_asks_for_it_preempts_and_only_its_head(policy, queue, held):
+def test_only_a_group_that_asks_for_it_preempts_and_never_past_a_job_waiting_for_the_group(
+    policy, queue, held
+):
     reservations, releasing = held
     decisions = decide(policy, queue, reservations, NOW, releasing)
     preempting = [d for d in decisions if d.verdict is Verdict.PREEMPTING]
     if policy.groups["a"].within_group is WithinGroup.NEVER:
         assert not preempting
-    per_device = Counter(d.job.resource for d in preempting)
-    assert all(n == 1 for n in per_device.values())
     for d in preempting:  # nothing of its device ahead of it waits for group quota
         ahead = decisions[: decisions.index(d)]
-        assert not any(
-            o.verdict in (Verdict.GROUP_QUOTA, Verdict.BEHIND_HEAD) and o.job.resource == d.job.resource
-            for o in ahead
+        assert (
+            not any(
+                o.verdict in (Verdict.GROUP_QUOTA, Verdict.BEHIND_HEAD, Verdict.PREEMPTING)
+                and o.job.resource == d.job.resource
+                and o.preempts
+                for o in ahead
+            )
+            or not d.preempts
         )
+        if d.preempts and any(v.user != d.job.user for v in d.preempts):
+            # Other users' jobs are taken only by the head of the group's queue.
+            assert not any(
+                o.verdict in (Verdict.GROUP_QUOTA, Verdict.BEHIND_HEAD, Verdict.PREEMPTING)
+                and o.job.resource == d.job.resource
+                for o in ahead
+            )
 
 
 # --- the protocol: pods hold GPUs until they are gone, passes crash ----------------------------------

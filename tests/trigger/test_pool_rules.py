@@ -1,0 +1,123 @@
+"""The pool's opt-in rules as users meet them: two tasks of one group, the real operator (``execute``
+defers), the real trigger following each job on the simulated cluster, the admission passes the
+triggers run, and what each task log and the job objects (``kubectl get jobs -o yaml``) then show."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from task_doubles import FakeTI, StateStore
+
+from airflow_jobs_plugin import admission, labels
+from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, PODS, KubeClient
+from airflow_jobs_plugin.operators import JobOperator
+
+SCENARIO = "sim.airflow-jobs.io/scenario"
+
+
+def task(task_id: str, group: str, policy: str, *, gpus: int, priority: int, run: float) -> TaskDeferred:
+    op = JobOperator(
+        task_id=task_id,
+        image="registry.example/trainer:1",
+        group=group,
+        gpus=gpus,
+        priority=priority,
+        owner="alice",
+        quota_configmap=policy,
+        quota_namespace="default",
+        job_annotations={SCENARIO: f'{{"main": {{"run": {run}, "logs": ["{task_id} epoch 1"]}}}}'},
+    )
+    ti = FakeTI("retrain", task_id, f"run-{uuid.uuid4().hex[:6]}", -1, 1, 0)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({"ti": ti, "task_state_store": StateStore()})
+    return deferred.value
+
+
+async def put_policy(client: KubeClient, text: str) -> str:
+    name = f"policy-{uuid.uuid4().hex[:6]}"
+    await client.create(CONFIGMAPS, "default", {"metadata": {"name": name}, "data": {"policy.yaml": text}})
+    return name
+
+
+async def until_running(client: KubeClient, job: str) -> None:
+    for _ in range(1500):
+        pods = (await client.list(PODS, "default", label_selector=f"batch.kubernetes.io/job-name={job}"))[
+            "items"
+        ]
+        if any((p.get("status") or {}).get("phase") == "Running" for p in pods):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{job} never ran")
+
+
+async def events_of(trigger) -> dict:
+    (event,) = [e.payload async for e in trigger.run()]
+    return event
+
+
+def lines_of(log: str, job: str) -> list[str]:
+    return [line.split(f"Job {job}: ", 1)[1] for line in log.splitlines() if f"Job {job}: " in line]
+
+
+def test_a_high_priority_job_preempts_a_low_priority_one_which_is_requeued_and_finishes_later(
+    cluster, capsys
+):
+    group = f"pre-{uuid.uuid4().hex[:5]}"
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            policy = await put_policy(
+                client, f"groups:\n  {group}: {{gpus: 8, preemption: {{within_group: lower_priority}}}}\n"
+            )
+            # execute() runs its own event loop, as on a worker: call it off this one.
+            sweep = await asyncio.to_thread(task, "sweep", group, policy, gpus=8, priority=0, run=200)
+            sweep_event = asyncio.ensure_future(events_of(sweep.trigger))
+            await until_running(client, sweep.trigger.job_name)
+            queued_at = (await client.get(JOBS, "default", sweep.trigger.job_name))["metadata"][
+                "annotations"
+            ][labels.QUEUED_AT]
+            urgent = await asyncio.to_thread(task, "urgent", group, policy, gpus=8, priority=100, run=1)
+            urgent_event = await asyncio.wait_for(events_of(urgent.trigger), 120)
+            # The sweep is back in the queue; it runs again once the urgent job is done.
+            swept = await asyncio.wait_for(sweep_event, 120)
+            jobs = {
+                name: await client.get(JOBS, "default", name)
+                for name in (sweep.trigger.job_name, urgent.trigger.job_name)
+            }
+            return sweep.trigger.job_name, urgent.trigger.job_name, urgent_event, swept, jobs, queued_at
+        finally:
+            await client.close()
+            await admission.shutdown()
+            await shared.shutdown()
+
+    sweep, urgent, urgent_event, sweep_event, jobs, queued_at = asyncio.run(go())
+    log = capsys.readouterr().out
+
+    assert urgent_event["status"] == "success", urgent_event
+    assert sweep_event["status"] == "success", sweep_event  # preempted, not failed
+    sweep_lines = lines_of(log, sweep)
+    # The victim's task log says it was preempted and by whom (while its pods stop, and while it waits).
+    assert any(
+        line.startswith(("TERMINATING (Preempted):", "QUEUED (Preempted):"))
+        and f"preempted by default/{urgent}, priority 100 in group {group}" in line
+        for line in sweep_lines
+    ), sweep_lines
+    states = [line.split()[0].rstrip(":") for line in sweep_lines]
+    first_preempted = next(i for i, line in enumerate(sweep_lines) if "(Preempted)" in line)
+    assert "RUNNING" in states[:first_preempted] and "RUNNING" in states[first_preempted:], states
+    assert "QUEUED" in states[first_preempted:], states
+    # What kubectl shows on the job: one preemption, requeued at its original position, not a stuck start.
+    annotations = jobs[sweep]["metadata"]["annotations"]
+    assert annotations[labels.PREEMPTIONS] == "1"
+    assert annotations[labels.REQUEUE_COUNT] == "1"
+    assert annotations[labels.QUEUED_AT] == queued_at
+    assert labels.VERDICT not in annotations
+    # The urgent job started only once the sweep's pods were gone: never 16 GPUs of an 8-GPU group.
+    urgent_admitted = jobs[urgent]["metadata"]["annotations"][labels.ADMITTED_AT]
+    sweep_readmitted = annotations[labels.ADMITTED_AT]
+    assert urgent_admitted < sweep_readmitted
