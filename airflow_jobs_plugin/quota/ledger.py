@@ -362,7 +362,7 @@ async def release(
         released = held is not None and (
             requeue_count_at_most is None or held.requeue_count <= requeue_count_at_most
         )
-        return without(ledger, uid) if released else ledger
+        return without(ledger, uid, utcnow()) if released else ledger
 
     await update_ledger(client, namespace, group, change, rng=rng)
     return released

@@ -16,12 +16,16 @@ from enum import Enum
 from typing import Any
 
 from .. import labels
+from .fair_share import Ordering, UsageHistory, recent_gpus, with_released
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
 from .preemption import preemptor_key
 
 LEDGER_FORMAT = 1
 LEDGER_NAME_PREFIX = "airflow-jobs-quota-"
 _REQUIRED = ("job", "user", "gpus", "uid", "admitted_at")
+# The data key of a fair-share group's usage history. Entry keys are "<namespace>.<job>", DNS-1123
+# names that never start with "_", so it cannot collide with one.
+USAGE_KEY = "_usage"
 
 
 def ledger_name(group: str) -> str:
@@ -49,6 +53,8 @@ class Ledger:
     group: str
     reservations: tuple[Reservation, ...] = ()
     unreadable: tuple[UnreadableEntry, ...] = ()
+    # Decayed GPU-seconds per user of released reservations (fair_share groups only).
+    usage: UsageHistory = UsageHistory()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reservations", _canonical(self.reservations))
@@ -98,6 +104,16 @@ def encode(ledger: Ledger) -> dict[str, str]:
     data: dict[str, str] = {}
     for entry in ledger.unreadable:
         data[entry.key] = entry.raw
+    if ledger.usage.at is not None:
+        data[USAGE_KEY] = json.dumps(
+            {
+                "v": LEDGER_FORMAT,
+                "at": _rfc3339(ledger.usage.at),
+                "half_life_seconds": ledger.usage.half_life.total_seconds(),
+                "gpu_seconds": {user: round(value, 3) for user, value in ledger.usage.gpu_seconds.items()},
+            },
+            sort_keys=True,
+        )
     for r in ledger.reservations:
         key = entry_key(r)
         # Two jobs can share a name when one was deleted and recreated before a reconcile noticed.
@@ -186,8 +202,16 @@ def decode(group: str, data: Mapping[str, object] | None) -> Ledger:
     """
     reservations: dict[str, Reservation] = {}
     unreadable: list[UnreadableEntry] = []
+    usage = UsageHistory()
     for key in sorted(data or {}):
         raw = (data or {})[key]
+        if key == USAGE_KEY:
+            try:
+                usage = _decode_usage(raw)
+            except (ValueError, TypeError) as exc:
+                # Unreadable history only makes the order less fair for a while: start afresh.
+                unreadable.append(UnreadableEntry(key=key, raw=str(raw), problem=str(exc)))
+            continue
         try:
             reservation = _decode_entry(group, raw)
         except (ValueError, TypeError, OverflowError) as exc:
@@ -195,7 +219,29 @@ def decode(group: str, data: Mapping[str, object] | None) -> Ledger:
             unreadable.append(UnreadableEntry(key=str(key), raw=text, problem=str(exc)))
             continue
         reservations.setdefault(reservation.uid, reservation)
-    return Ledger(group=group, reservations=tuple(reservations.values()), unreadable=tuple(unreadable))
+    return Ledger(
+        group=group, reservations=tuple(reservations.values()), unreadable=tuple(unreadable), usage=usage
+    )
+
+
+def _decode_usage(raw: object) -> UsageHistory:
+    value = json.loads(raw) if isinstance(raw, str) else None
+    if not isinstance(value, dict) or value.get("v") != LEDGER_FORMAT:
+        raise ValueError(f"not a usage history of format v={LEDGER_FORMAT}")
+    seconds = value.get("gpu_seconds")
+    if not isinstance(seconds, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+        for k, v in seconds.items()
+    ):
+        raise ValueError("gpu_seconds must map user names to non-negative numbers")
+    half_life = value.get("half_life_seconds")
+    if not isinstance(half_life, (int, float)) or isinstance(half_life, bool) or half_life <= 0:
+        raise ValueError(f"half_life_seconds must be a positive number, got {half_life!r}")
+    return UsageHistory(
+        at=_parse_time(value.get("at")),
+        gpu_seconds={k: float(v) for k, v in seconds.items()},
+        half_life=timedelta(seconds=half_life),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -504,11 +550,19 @@ def with_admitted(ledger: Ledger, decisions: Iterable[Decision], now: datetime) 
     return replace(ledger, reservations=ledger.reservations + tuple(added))
 
 
-def without(ledger: Ledger, uid: str) -> Ledger:
-    """``ledger`` without the reservation of job ``uid`` (release at the end of a job or on requeue)."""
-    if ledger.find(uid) is None:
+def without(ledger: Ledger, uid: str, now: datetime | None = None) -> Ledger:
+    """``ledger`` without the reservation of job ``uid`` (release at the end of a job or on requeue).
+
+    A group that keeps a usage history (fair_share) is charged, as of ``now``, what the reservation
+    held, in the same write.
+    """
+    held = ledger.find(uid)
+    if held is None:
         return ledger
-    return replace(ledger, reservations=tuple(r for r in ledger.reservations if r.uid != uid))
+    usage = ledger.usage
+    if usage.at is not None and now is not None:
+        usage = with_released(usage, (held,), now, usage.half_life)
+    return replace(ledger, reservations=tuple(r for r in ledger.reservations if r.uid != uid), usage=usage)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -557,6 +611,17 @@ def plan_admission(
     """
     drops = reconcile_drops(ledger, observed)
     current = adopt(reconcile(ledger, observed), running)
+    quota = policy.groups.get(ledger.group)
+    recent: dict[str, dict[str, float]] = {}
+    if quota is not None and quota.ordering is not Ordering.FAIR_SHARE and current.usage.at is not None:
+        current = replace(current, usage=UsageHistory())  # the group went back to FIFO: forget it
+    if quota is not None and quota.ordering is Ordering.FAIR_SHARE:
+        # What a released reservation held moves into the history in the write that drops it.
+        half_life = quota.fair_share_half_life
+        current = replace(
+            current, usage=with_released(current.usage, (d.reservation for d in drops), now, half_life)
+        )
+        recent[ledger.group] = recent_gpus(current.usage, current.reservations, now, half_life)
     decisions = tuple(
         decide(
             policy,
@@ -564,6 +629,7 @@ def plan_admission(
             current.reservations,
             now,
             releasing(current, observed),
+            recent,
         )
     )
     after = with_preempted(with_admitted(current, decisions, now), decisions)
@@ -579,6 +645,7 @@ def plan_admission(
     young = [r for r in pending_unsuspend(after, observed) if r.uid not in unsuspend]
     return AdmissionPlan(
         ledger=after,
+        # The usage history alone never warrants a write: it rides along with a release.
         ledger_changed=after.reservations != ledger.reservations,
         decisions=decisions,
         drops=drops,

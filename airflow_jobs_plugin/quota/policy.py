@@ -30,6 +30,7 @@ import yaml
 
 from ..labels import GPU_RESOURCE as DEFAULT_RESOURCE
 from ..spec import GPU_RESOURCE_PREFIXES
+from .fair_share import DEFAULT_HALF_LIFE, Ordering, fair_order
 from .preemption import WithinGroup, plan_preemption, preemptor_key
 from .requeue import (
     DEFAULT_BACKOFF_BASE,
@@ -101,6 +102,9 @@ class GroupQuota:
     devices: Mapping[str, int] = field(default_factory=dict, hash=False)
     # Whether the head of the group's queue may preempt admitted jobs of lower priority (quota/preemption.py).
     within_group: WithinGroup = WithinGroup.NEVER
+    # FIFO, or fair sharing among the group's users with this half-life (quota/fair_share.py).
+    ordering: Ordering = Ordering.FIFO
+    fair_share_half_life: timedelta = DEFAULT_HALF_LIFE
 
     def quota_of(self, resource: str = DEFAULT_RESOURCE) -> int:
         """The group's quota of ``resource`` (0 for a device the policy gives it none of)."""
@@ -226,6 +230,8 @@ _GROUP_KEYS = {
     "opt_out": "whether the group's tasks may run outside the pool (quota_configmap='')",
     "devices": "quotas of other GPU devices by resource name, e.g. {nvidia.com/mig-1g.10gb: 14}",
     "preemption": "whether queued jobs may preempt admitted ones, e.g. {within_group: lower_priority}",
+    "ordering": "fifo (default) or fair_share: who goes first among jobs of equal priority",
+    "fair_share_half_life": "how fast past usage is forgotten under fair_share (default 1d)",
 }
 _PREEMPTION_KEYS = {"within_group": "never (default) or lower_priority"}
 _DEFAULTS_KEYS = {k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user")}
@@ -402,7 +408,30 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         errors.add(_join(path, "opt_out"), f"must be true or false, got {opt_out!r}")
         ok = False
     within_group = _parse_preemption(body, path, errors)
-    if gpus is None or users is None or devices is None or within_group is None or not ok:
+    ordering: Ordering | None = Ordering.FIFO
+    if "ordering" in body:
+        try:
+            ordering = Ordering(body["ordering"])
+        except ValueError:
+            choices = [o.value for o in Ordering]
+            errors.add(
+                _join(path, "ordering"),
+                f"must be one of {', '.join(choices)}, got {_describe(body['ordering'])}"
+                f"{_did_you_mean(str(body['ordering']), choices)}",
+            )
+            ordering = None
+    half_life: timedelta | None = DEFAULT_HALF_LIFE
+    if "fair_share_half_life" in body:
+        half_life = _duration(body["fair_share_half_life"], _join(path, "fair_share_half_life"), errors)
+    if (
+        gpus is None
+        or users is None
+        or devices is None
+        or within_group is None
+        or ordering is None
+        or half_life is None
+        or not ok
+    ):
         return None
     return GroupQuota(
         name=name,
@@ -414,6 +443,8 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         opt_out=opt_out,
         devices=devices,
         within_group=within_group,
+        ordering=ordering,
+        fair_share_half_life=half_life,
     )
 
 
@@ -867,6 +898,7 @@ def decide(
     reservations: Sequence[Reservation],
     now: datetime,
     releasing: Collection[str] = frozenset(),
+    recent: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[Decision]:
     """One decision per queued job (duplicates by uid collapse), grouped by group in queue order.
 
@@ -875,8 +907,9 @@ def decide(
     (same uid and requeue count: a crash lost its unsuspend) is admitted again without being charged
     twice. ``releasing`` names (by uid) the reservations of jobs already ending, stopped, requeued or
     preempted whose pods still hold their GPUs: they count as used, and a group that preempts counts
-    them as on their way back before it preempts anyone else. The result depends only on the
-    arguments, not on their order.
+    them as on their way back before it preempts anyone else. ``recent`` gives, per group, each user's
+    recent usage in GPUs (quota/fair_share.py), which orders the queue of a ``fair_share`` group. The
+    result depends only on the arguments, not on their order.
     """
     if now.tzinfo is None:
         raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
@@ -888,9 +921,25 @@ def decide(
     jobs = sorted(unique.values(), key=lambda j: (j.group, queue_order(j)))
     for group, members in groupby(jobs, key=lambda j: j.group):
         decisions.extend(
-            _decide_group(policy, group, list(members), [r for r in held if r.group == group], now, releasing)
+            _decide_group(
+                policy,
+                group,
+                _ordered(policy.groups.get(group), list(members), (recent or {}).get(group, {})),
+                [r for r in held if r.group == group],
+                now,
+                releasing,
+            )
         )
     return decisions
+
+
+def _ordered(
+    quota: GroupQuota | None, jobs: list[QueuedJob], recent: Mapping[str, float]
+) -> list[QueuedJob]:
+    """A group's queue (given in FIFO order) in the order its rules walk it."""
+    if quota is None or quota.ordering is not Ordering.FAIR_SHARE:
+        return jobs
+    return fair_order(jobs, recent, queue_order)
 
 
 def _decide_group(

@@ -19,14 +19,16 @@ from airflow_jobs_plugin.operators import JobOperator
 SCENARIO = "sim.airflow-jobs.io/scenario"
 
 
-def task(task_id: str, group: str, policy: str, *, gpus: int, priority: int, run: float) -> TaskDeferred:
+def task(
+    task_id: str, group: str, policy: str, *, gpus: int, priority: int, run: float, owner: str = "alice"
+) -> TaskDeferred:
     op = JobOperator(
         task_id=task_id,
         image="registry.example/trainer:1",
         group=group,
         gpus=gpus,
         priority=priority,
-        owner="alice",
+        owner=owner,
         quota_configmap=policy,
         quota_namespace="default",
         job_annotations={SCENARIO: f'{{"main": {{"run": {run}, "logs": ["{task_id} epoch 1"]}}}}'},
@@ -121,3 +123,49 @@ def test_a_high_priority_job_preempts_a_low_priority_one_which_is_requeued_and_f
     urgent_admitted = jobs[urgent]["metadata"]["annotations"][labels.ADMITTED_AT]
     sweep_readmitted = annotations[labels.ADMITTED_AT]
     assert urgent_admitted < sweep_readmitted
+
+
+def test_fair_share_lets_a_second_user_start_beside_one_who_queued_the_whole_group_first(cluster, capsys):
+    group = f"fair-{uuid.uuid4().hex[:5]}"
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            policy = await put_policy(client, f"groups:\n  {group}: {{gpus: 8, ordering: fair_share}}\n")
+            # ann queues four 2-GPU jobs, then bob one: all five wait before the first pass judges them.
+            tasks = [
+                await asyncio.to_thread(
+                    task, f"ann{i}", group, policy, gpus=2, priority=0, run=100, owner="ann"
+                )
+                for i in range(4)
+            ]
+            tasks.append(
+                await asyncio.to_thread(task, "bob0", group, policy, gpus=2, priority=0, run=100, owner="bob")
+            )
+            events = await asyncio.wait_for(asyncio.gather(*(events_of(t.trigger) for t in tasks)), 120)
+            names = [t.trigger.job_name for t in tasks]
+            jobs = [await client.get(JOBS, "default", name) for name in names]
+            return names, events, jobs
+        finally:
+            await client.close()
+            await admission.shutdown()
+            await shared.shutdown()
+
+    names, events, jobs = asyncio.run(go())
+    log = capsys.readouterr().out
+
+    assert [e["status"] for e in events] == ["success"] * 5, events
+    admitted = {
+        name: job["metadata"]["annotations"][labels.ADMITTED_AT]
+        for name, job in zip(names, jobs, strict=True)
+    }
+    ann, bob = names[:4], names[4]
+    # bob starts beside ann's first three without waiting; ann's fourth waits for the group.
+    assert not any(
+        "QUEUED (GroupQuota)" in line or "QUEUED (BehindHead)" in line for line in lines_of(log, bob)
+    )
+    assert admitted[bob] < admitted[ann[3]]
+    assert any(
+        line.startswith(f"QUEUED (GroupQuota): group {group} uses 8 of 8 GPUs; this job needs 2")
+        for line in lines_of(log, ann[3])
+    ), lines_of(log, ann[3])
