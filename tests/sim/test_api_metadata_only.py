@@ -87,3 +87,15 @@ def test_metadata_only_list_of_a_custom_resource(sim, namespace, manifests):
     code, _, body = get(sim, f"/apis/kubeflow.org/v2beta1/namespaces/{namespace}/mpijobs", META_LIST)
     assert code == 200
     assert [(i["kind"], i["metadata"]["name"]) for i in body["items"]] == [("PartialObjectMetadata", "mj")]
+
+
+def test_watch_asked_for_partial_object_metadata_sends_each_object_as_metadata(sim, namespace, manifests):
+    sim.store.create("jobs", manifests.job("jw"), namespace)
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs?watch=true&timeoutSeconds=1&resourceVersion=0"
+    request = urllib.request.Request(sim.url + path, headers={"Accept": META_ONE})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        first = json.loads(resp.readline())
+    assert first["type"] == "ADDED"
+    assert first["object"]["kind"] == "PartialObjectMetadata"
+    assert first["object"]["metadata"]["name"] == "jw"
+    assert "spec" not in first["object"]
