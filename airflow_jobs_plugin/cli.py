@@ -356,7 +356,7 @@ def _status_namespaces(args: argparse.Namespace) -> None:
 def _run_status(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from airflow_jobs_plugin.inspect import read_cluster
+    from airflow_jobs_plugin.inspect import read_cluster, read_status
     from airflow_jobs_plugin.plugin import listing, schema
     from airflow_jobs_plugin.plugin.text import status_text
     from airflow_jobs_plugin.plugin.views import overview
@@ -378,9 +378,17 @@ def _run_status(args: argparse.Namespace) -> int:
 
     async def work(client) -> int:
         target = dataclasses.replace(_target(args), also=args.also_namespaces)
-        view, page = listing.page_of(
-            listing.narrow(overview(await read_cluster(client, target)), query), query
-        )
+        if listing.by_metadata(query):
+            # The page is chosen from every job's metadata and only its jobs and the waiting ones are
+            # read whole (inspect.read_status): the finished history costs its metadata, not its pods.
+            # The GPU-usage charts need every job's admission and end, so this view carries none.
+            read = await read_status(client, target, query)
+            view, page = listing.with_page(overview(read.state), query, read.page, read.total)
+            view = dataclasses.replace(view, charts=())
+        else:
+            view, page = listing.page_of(
+                listing.narrow(overview(await read_cluster(client, target)), query), query
+            )
         if args.json:
             _print_json(schema.overview(view, total=page.total, offset=page.offset, limit=page.limit))
             return 0

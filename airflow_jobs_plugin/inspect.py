@@ -30,8 +30,9 @@ from airflow_jobs_plugin.kube import (
     KubeError,
     Resource,
 )
+from airflow_jobs_plugin.plugin import listing
 from airflow_jobs_plugin.plugin import nodes as node_view
-from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets
+from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets, may_be_waiting
 from airflow_jobs_plugin.quota.ledger import is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
 from airflow_jobs_plugin.spec import TaskIdentity, split_attempt
@@ -76,17 +77,36 @@ def _now() -> datetime:
 LIST_CHUNK = 500
 
 
-async def _items(client: KubeClient, resource: Resource, namespace: str, selector: str | None = None) -> list:
+async def _items(
+    client: KubeClient,
+    resource: Resource,
+    namespace: str,
+    selector: str | None = None,
+    *,
+    metadata_only: bool = False,
+) -> list:
     items: list = []
     token: str | None = None
     while True:
-        listing = await client.list(
-            resource, namespace, label_selector=selector, limit=LIST_CHUNK, continue_token=token
+        found = await client.list(
+            resource,
+            namespace,
+            label_selector=selector,
+            limit=LIST_CHUNK,
+            continue_token=token,
+            metadata_only=metadata_only,
         )
-        items.extend(listing.get("items") or [])
-        token = (listing.get("metadata") or {}).get("continue") or None
+        items.extend(found.get("items") or [])
+        token = (found.get("metadata") or {}).get("continue") or None
         if token is None:
             break
+    if metadata_only:
+        # Each item says PartialObjectMetadata: the readers of a job's metadata (its kind adapter, its
+        # group and user) are told what the object is, as for a whole one.
+        return [
+            {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": i["metadata"]}
+            for i in items
+        ]
     # A LIST leaves out each built-in item's kind and apiVersion; the pages and the JSON show them as a
     # GET would.
     for item in items:
@@ -95,10 +115,12 @@ async def _items(client: KubeClient, resource: Resource, namespace: str, selecto
     return items
 
 
-async def _mpijobs(client: KubeClient, namespace: str, selector: str | None = None) -> list:
+async def _mpijobs(
+    client: KubeClient, namespace: str, selector: str | None = None, *, metadata_only: bool = False
+) -> list:
     """MPIJobs, or none where the cluster has no kubeflow MPI operator (the resource is unknown)."""
     try:
-        return await _items(client, MPIJOBS, namespace, selector)
+        return await _items(client, MPIJOBS, namespace, selector, metadata_only=metadata_only)
     except KubeError as exc:
         if exc.not_found:
             return []
@@ -240,12 +262,111 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
     )
 
 
-async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
-    """The product's Jobs and MPIJobs of a namespace, without their pods and events."""
+# Job names per pod LIST of :func:`read_status`: a selector of 100 names is a URL of a few kilobytes.
+NAMES_PER_SELECTOR = 100
+# Whole jobs read at once by :func:`read_status` (one GET each).
+PARALLEL_GETS = 16
+
+
+@dataclass(frozen=True)
+class StatusRead:
+    """What ``airflow-jobs status`` shows, read for one query: the jobs of its page and every job that
+    may wait in the pool's queue, whole, with their pods and the namespaces' events, policy, ledgers
+    and Workloads (``state``); the page's jobs in order (``page``, namespace and name) and how many jobs
+    match the query's filters (``total``)."""
+
+    state: ClusterState
+    page: tuple[tuple[str, str], ...]
+    total: int
+
+
+async def read_status(client: KubeClient, target: Target, query: listing.JobQuery) -> StatusRead:
+    """The cluster state ``status`` needs for ``query`` (one that :func:`listing.by_metadata` answers),
+    reading the finished history as metadata only.
+
+    A namespace keeping 50,000 finished jobs holds 540 MB of jobs, pods and events; the page shows 100
+    jobs, and pools and queues depend only on the ledgers and the jobs waiting in the queue. So every
+    job is listed as metadata only (``PartialObjectMetadataList``), which is enough to count, filter and
+    order them (:func:`listing.pick_page`) and to know which may wait (:func:`may_be_waiting`); only
+    those and the page's jobs are then read whole, with their own pods. Events are read whole: the API
+    server keeps them an hour (``--event-ttl``), so they follow the activity, not the history.
+
+    Pods and events are read before the whole jobs, as :func:`read_cluster` orders them, so a pod never
+    shows a start its job does not.
+    """
+    spaces = target.namespaces
+    metadata, (policy, problem), ledgers, workloads = await asyncio.gather(
+        asyncio.gather(*(_product_jobs(client, ns, metadata_only=True) for ns in spaces)),
+        read_policy(client, target),
+        read_ledgers(client, target),
+        asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
+    )
+    every = _joined(metadata)
+    page, total = listing.pick_page(every, query)
+    chosen = {_key(j): j for j in [*page, *(j for j in every if may_be_waiting(j))]}
+    pods, events = await asyncio.gather(
+        _pods_of_jobs(client, list(chosen.values())),
+        asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
+    )
+    limit = asyncio.Semaphore(PARALLEL_GETS)
+
+    async def whole(job: Mapping[str, Any]) -> dict | None:
+        namespace, name = _key(job)
+        async with limit:
+            found = await client.get_or_none(kinds.kind_of(job).resource, namespace, name)
+        if found is not None:
+            found.setdefault("kind", job["kind"])
+            found.setdefault("apiVersion", job["apiVersion"])
+        return found
+
+    jobs = [j for j in await asyncio.gather(*(whole(j) for j in chosen.values())) if j is not None]
+    by_uid = kueue.by_job_uid(_joined([found for found, _ in workloads]))
+    state = ClusterState(
+        jobs=tuple(jobs),
+        pods=tuple(pods),
+        events=tuple(_joined(events)),
+        now=_now(),
+        policy=policy,
+        policy_problem=problem,
+        ledgers=ledgers,
+        workloads=by_uid,
+        workloads_problem=next((why for _, why in workloads if why), None),
+        kueue_positions=await _kueue_positions(client, by_uid),
+    )
+    return StatusRead(state, tuple(_key(j) for j in page), total)
+
+
+def _key(job: Mapping[str, Any]) -> tuple[str, str]:
+    meta = job.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+async def _pods_of_jobs(client: KubeClient, jobs: Sequence[Mapping[str, Any]]) -> list:
+    """The pods of ``jobs``, by the label each kind's controller puts on its pods (the one a job's
+    trigger lists them by), a hundred job names per LIST."""
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for job in jobs:
+        namespace, name = _key(job)
+        wanted.setdefault((namespace, kinds.kind_of(job).pod_job_label), []).append(name)
+    reads = []
+    for (namespace, label), names in sorted(wanted.items()):
+        for i in range(0, len(names), NAMES_PER_SELECTOR):
+            chunk = ",".join(sorted(names[i : i + NAMES_PER_SELECTOR]))
+            reads.append(_items(client, PODS, namespace, f"{MANAGED_SELECTOR},{label} in ({chunk})"))
+    return _joined(await asyncio.gather(*reads))
+
+
+async def _product_jobs(client: KubeClient, namespace: str, *, metadata_only: bool = False) -> list[dict]:
     jobs, mpijobs = await asyncio.gather(
-        _items(client, JOBS, namespace, MANAGED_SELECTOR), _mpijobs(client, namespace, MANAGED_SELECTOR)
+        _items(client, JOBS, namespace, MANAGED_SELECTOR, metadata_only=metadata_only),
+        _mpijobs(client, namespace, MANAGED_SELECTOR, metadata_only=metadata_only),
     )
     return [j for j in [*jobs, *mpijobs] if is_product_job(j)]
+
+
+async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
+    """The product's Jobs and MPIJobs of a namespace, without their pods and events."""
+    return await _product_jobs(client, namespace)
 
 
 async def find_job(client: KubeClient, namespace: str, name: str) -> dict:

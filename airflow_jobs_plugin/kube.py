@@ -296,6 +296,10 @@ async def _connection_source(hook: Any) -> Callable[[], Awaitable[Obtained]]:
     return kubeconfig_source(None, context)
 
 
+# The Accept header of a metadata-only LIST (the media type kubectl and client-go's metadata client send).
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
 class KubeClient:
     """A thin async REST client over ``kubernetes_asyncio``'s transport, speaking raw dicts.
 
@@ -365,9 +369,10 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = 30.0,
+        accept: str = "application/json",
     ) -> Any:
         response = await self._send(
-            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout, accept=accept
         )
         try:
             raw = await response.read()
@@ -391,17 +396,18 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = 30.0,
         api: k8s_client.ApiClient | None = None,
+        accept: str = "application/json",
     ):
         """The response of the first attempt the API server does not refuse with 401 (see
         :mod:`airflow_jobs_plugin.credentials` for when a refused request renews and resends)."""
         credentials = self.credentials
         if credentials is None:
-            return await self._send_once(method, path, query, body, content_type, timeout, None, api)
+            return await self._send_once(method, path, query, body, content_type, timeout, None, api, accept)
         credential = await credentials.current()
         sends = 0
         while True:
             response = await self._send_once(
-                method, path, query, body, content_type, timeout, credential, api
+                method, path, query, body, content_type, timeout, credential, api, accept
             )
             sends += 1
             if response.status != 401:
@@ -425,9 +431,10 @@ class KubeClient:
         timeout: float | tuple[float, float] | None,
         credential: Credential | None,
         api: k8s_client.ApiClient | None = None,
+        accept: str = "application/json",
     ):
         params = [(k, _query_value(v)) for k, v in query if v is not None]
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type}
         auth_settings = ["BearerToken"]
         if credential is not None:
             # The header is set here, not through the configuration's api_key, so a refused request
@@ -488,9 +495,17 @@ class KubeClient:
         field_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
+        metadata_only: bool = False,
     ) -> dict:
         """The whole list object (``items`` and ``metadata.resourceVersion``); with ``limit``, one chunk
-        of it, and ``metadata.continue`` names the next (pass it as ``continue_token``)."""
+        of it, and ``metadata.continue`` names the next (pass it as ``continue_token``).
+
+        ``metadata_only`` asks for a ``PartialObjectMetadataList``: each item is only its ``metadata``
+        (kind ``PartialObjectMetadata``), which the API server serves for every resource, custom ones
+        included (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/response.go,
+        ``asPartialObjectMetadataList``, Kubernetes 1.32). ``metadata.managedFields`` still come with
+        it: the server copies the ObjectMeta whole (``meta.AsPartialObjectMetadata``).
+        """
         return await self._request(
             "GET",
             resource.path(namespace),
@@ -500,6 +515,7 @@ class KubeClient:
                 ("limit", limit),
                 ("continue", continue_token),
             ],
+            accept=METADATA_LIST if metadata_only else "application/json",
         )
 
     async def replace(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict:

@@ -10,13 +10,13 @@ reader: quota is shared, so they count every job.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
 
-from .views import GroupQueue, JobRow, Overview
+from .views import GroupQueue, JobRow, Overview, created_at, dag_of, group_of, user_of
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -25,6 +25,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def _text(value: object) -> str:
     return "" if value is None else str(value)
+
+
+def _meta(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    return job.get("metadata") or {}
 
 
 # Sort keys of the job list: each reads a JobRow; ties break by namespace and name, so pages are stable.
@@ -41,6 +45,18 @@ SORT_KEYS: dict[str, Callable[[JobRow], Any]] = {
     "position": lambda r: (r.queue_position is None, r.queue_position or 0),
 }
 DEFAULT_SORT = "-created"
+
+# The same keys read from a job object's metadata (labels, annotations, name, creation time), for a
+# page chosen before the jobs are read whole (:func:`pick_page`). The other columns (state, queue
+# position, GPUs, attempt) come from each job's snapshot, so sorting by them needs every job whole.
+METADATA_SORT_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "created": lambda j: created_at(j) or _EPOCH,
+    "name": lambda j: _meta(j).get("name") or "",
+    "namespace": lambda j: _meta(j).get("namespace") or "",
+    "group": group_of,
+    "user": user_of,
+    "dag": lambda j: _text(dag_of(j)),
+}
 
 
 class QueryError(ValueError):
@@ -209,6 +225,48 @@ def narrow(ov: Overview, query: JobQuery) -> Overview:
     return dataclasses.replace(
         ov, jobs=tuple(rows), queues=_queues_of(ov.queues, rows), pools=pools, charts=charts
     )
+
+
+def by_metadata(query: JobQuery) -> bool:
+    """Whether the jobs' metadata alone chooses ``query``'s page: its filters and sort read only labels,
+    annotations, names and creation times (a state filter or a sort by state needs every job whole)."""
+    return not query.states and query.sort.lstrip("-") in METADATA_SORT_KEYS
+
+
+def pick_page(jobs: Iterable[Mapping[str, Any]], query: JobQuery) -> tuple[list[Mapping[str, Any]], int]:
+    """The jobs of ``query``'s page, in its order, and how many jobs match its filters, from the jobs'
+    metadata (``{"metadata": ...}`` with ``kind``): the page :func:`narrow` and :func:`page_of` give
+    from the whole overview, the same filters, order and ties. Only when :func:`by_metadata`."""
+    if not by_metadata(query):
+        raise ValueError(f"the page of sort {query.sort!r} and states {query.states} needs every job whole")
+
+    def match(job: Mapping[str, Any]) -> bool:
+        return (
+            (not query.groups or group_of(job) in query.groups)
+            and (not query.users or user_of(job) in query.users)
+            and (not query.dags or _text(dag_of(job)) in query.dags)
+            and (not query.namespaces or (_meta(job).get("namespace") or "") in query.namespaces)
+        )
+
+    found = [j for j in jobs if match(j)]
+    key = METADATA_SORT_KEYS[query.sort.lstrip("-")]
+    found.sort(key=lambda j: (_meta(j).get("namespace") or "", _meta(j).get("name") or ""))
+    found.sort(key=key, reverse=query.sort.startswith("-"))  # stable, as narrow's
+    return found[query.offset : query.offset + query.limit], len(found)
+
+
+def with_page(
+    ov: Overview, query: JobQuery, page: Sequence[tuple[str, str]], total: int
+) -> tuple[Overview, JobPage]:
+    """``ov`` (built from the page's jobs and the waiting ones) narrowed by ``query``, with the job list
+    the page chosen by :func:`pick_page` (``(namespace, name)`` in its order) out of ``total`` jobs.
+
+    A job of the page gone before it could be read whole is left out of the rows, not the total.
+    """
+    narrowed = narrow(ov, query)
+    rows = {(r.namespace, r.name): r for r in ov.jobs}
+    shown = tuple(rows[key] for key in page if key in rows)
+    return dataclasses.replace(narrowed, jobs=shown), JobPage(shown, total, query.offset, query.limit)
 
 
 def page_of(ov: Overview, query: JobQuery) -> tuple[Overview, JobPage]:

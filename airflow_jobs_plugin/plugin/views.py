@@ -378,6 +378,21 @@ def dag_of(job: Mapping[str, Any]) -> str | None:
     return _annotations(job).get(labels.DAG_ID) or None
 
 
+def created_at(job: Mapping[str, Any]) -> datetime | None:
+    """When the job object was created (its list column "age" counts from it)."""
+    return _parse_time(_meta(job).get("creationTimestamp"))
+
+
+def may_be_waiting(job: Mapping[str, Any]) -> bool:
+    """Whether a job may be waiting in the pool's queue, from its metadata alone: it carries no
+    ``admitted-at``. Every write that suspends a job for the pool's queue removes ``admitted-at`` in
+    the same write (a requeue, ``quota.ledger.requeue_patch``; a stop, ``actions.stop``), a job is
+    created suspended without one, and the admission sets it in the write that unsuspends
+    (``quota.ledger.unsuspend_patch``): so a job carrying it is not in the queue, whatever its status.
+    The others still need their whole object to tell (:func:`_is_waiting`)."""
+    return labels.ADMITTED_AT not in _annotations(job)
+
+
 def is_suspended(job: Mapping[str, Any]) -> bool:
     return kinds.kind_of(job).is_suspended(job)
 

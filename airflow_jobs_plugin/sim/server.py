@@ -112,6 +112,62 @@ def _wants_table(request: web.Request) -> bool:
     return "as=Table" in request.headers.get("Accept", "")
 
 
+METADATA_KINDS = ("PartialObjectMetadata", "PartialObjectMetadataList")
+
+
+def _metadata_target(request: web.Request) -> tuple[str, str] | None:
+    """The ``(kind, version)`` of the metadata-only form the Accept header asks for, if it asks for one.
+
+    As kube-apiserver negotiates it (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/response.go,
+    ``targetEncodingForTransform``, Kubernetes 1.32): ``as=PartialObjectMetadata`` or
+    ``as=PartialObjectMetadataList`` in group ``meta.k8s.io``, version ``v1`` or ``v1beta1``. The first
+    media type of the header that the server can serve wins, so a plain ``application/json`` before it
+    means the whole objects.
+    """
+    for part in request.headers.get("Accept", "").split(","):
+        _, *params = (p.strip() for p in part.split(";"))
+        options = dict(p.split("=", 1) for p in params if "=" in p)
+        if "as" not in options:
+            return None
+        if options["as"] in METADATA_KINDS and options.get("g") == "meta.k8s.io":
+            if options.get("v") in ("v1", "v1beta1"):
+                return options["as"], options["v"]
+    return None
+
+
+def _metadata_response(
+    rtype: ResourceType, target: tuple[str, str], objects: list[dict], list_meta: dict | None
+) -> web.Response:
+    """``objects`` reduced to their metadata, as kube-apiserver's ``asPartialObjectMetadata(List)``
+    (handlers/response.go, Kubernetes 1.32) answers: the whole ``metadata`` of each object (managedFields
+    included: ``meta.AsPartialObjectMetadata`` copies the ObjectMeta as it is), nothing of ``spec`` or
+    ``status``. Each form is refused (406) for the other shape: a list asked as one object, one object
+    asked as a list."""
+    kind, version = target
+    api_version = f"meta.k8s.io/{version}"
+    if list_meta is not None and kind == "PartialObjectMetadata":
+        raise errors.not_acceptable(
+            "you requested PartialObjectMetadata, but the requested object is a list "
+            f"(*{rtype.group or 'core'}.{rtype.kind}List)"
+        )
+    if list_meta is None and kind == "PartialObjectMetadataList":
+        raise errors.not_acceptable(
+            "you requested PartialObjectMetadataList, but the requested object is not a list "
+            f"(*{rtype.group or 'core'}.{rtype.kind})"
+        )
+    partial = [
+        {"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": o["metadata"]}
+        for o in objects
+    ]
+    content_type = f"application/json;as={kind};g=meta.k8s.io;v={version}"
+    body = (
+        partial[0]
+        if list_meta is None
+        else {"kind": kind, "apiVersion": api_version, "metadata": list_meta, "items": partial}
+    )
+    return web.Response(body=_dumps(body), headers={"Content-Type": content_type})
+
+
 def _format_log_time(t: datetime) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
 
@@ -552,6 +608,9 @@ class ApiServer:
             obj = self.store.get(rtype.plural, name or "", namespace, copy=False)
             if _wants_table(request):
                 return self._table_response(rtype, [obj], obj["metadata"]["resourceVersion"], query)
+            target = _metadata_target(request)
+            if target is not None:
+                return _metadata_response(rtype, target, [obj], None)
             return _json(obj)
         if verb == "create":
             body, warnings = self._decoded(request, rtype, await self._body(request))
@@ -841,6 +900,9 @@ class ApiServer:
             meta["remainingItemCount"] = rest
         if _wants_table(request):
             return self._table_response(rtype, items, rv, query, meta)
+        target = _metadata_target(request)
+        if target is not None:
+            return _metadata_response(rtype, target, items, meta)
         return _list_json(
             {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta}, items
         )
@@ -928,6 +990,11 @@ class ApiServer:
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         writer = _WatchWriter(resp, rtype, as_table, include, self.now)
+        target = None if as_table else _metadata_target(request)
+        # A watch sends one object per event: kube-apiserver turns each into PartialObjectMetadata when
+        # asked; asked for a List, the transform fails per object and the whole object goes out instead
+        # (watchEmbeddedEncoder.doEncode in handlers/response.go, Kubernetes 1.32).
+        writer.metadata_version = target[1] if target and target[0] == "PartialObjectMetadata" else None
 
         if self.faults.take_gone():
             await writer.error(errors.gone(rv_text or "0", self.store.current_rv()))
@@ -1229,6 +1296,8 @@ class _WatchWriter:
         self.include = include
         self.now = now
         self.headers_sent = False
+        # Set: each object goes out as PartialObjectMetadata of meta.k8s.io/<this version>.
+        self.metadata_version: str | None = None
 
     async def _send(self, event: dict) -> None:
         await self.resp.write(_dumps(event) + b"\n")
@@ -1257,6 +1326,13 @@ class _WatchWriter:
             )
             self.headers_sent = True
             return _dumps({"type": event_type, "object": body}) + b"\n"
+        if self.metadata_version is not None:
+            partial = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": f"meta.k8s.io/{self.metadata_version}",
+                "metadata": obj["metadata"],
+            }
+            return _dumps({"type": event_type, "object": partial}) + b"\n"
         # The bytes of _dumps({"type": ..., "object": obj}), with the object's kept encoding.
         return b'{"type":' + _dumps(event_type) + b',"object":' + _encoded(obj) + b"}\n"
 

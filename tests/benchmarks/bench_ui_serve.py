@@ -2,15 +2,20 @@
 
 ``python bench_ui_serve.py DIR`` reads ``DIR/<namespace>/{jobs,mpijobs,pods,events,configmaps}.json``
 (list bodies as the simulator answered them, multiplied by ``bench_ui.py``), prints ``@bench {"port": N}``
-and answers the GETs the GPU Jobs views make: the lists (selectors are ignored: every object in the files
-carries the product's labels), in chunks when asked (``limit`` and ``continue``, as the Kubernetes API
-server pages a list), one object by name, and a pod's log. It runs in its own process, so its work is
+and answers the GETs the GPU Jobs views make: the lists, in chunks when asked (``limit`` and ``continue``,
+as the Kubernetes API server pages a list), as metadata only when asked (``Accept:
+application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1``, each item its ``metadata`` as the
+API server sends it, managedFields included), one object by name, and a pod's log. Label selectors are
+honoured only in the form ``airflow-jobs status`` sends for a set of jobs' pods (``key in (a,b)``, with
+``key=value`` terms, which every object in the files satisfies): any other selector is ignored, as every
+object in the files carries the product's labels. It runs in its own process, so its work is
 not counted as the measured one's, and the client decodes real bodies.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -38,20 +43,40 @@ def load(root: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
     return lists, objects
 
 
+SET_TERM = re.compile(r"([^,\s]+)\s+in\s+\(([^)]*)\)")
+
+
+def selected(items: list[dict], selector: str) -> list[dict]:
+    """``items`` whose labels satisfy the selector's ``key in (...)`` terms (the others are ignored)."""
+    for key, values in SET_TERM.findall(selector):
+        wanted = {v.strip() for v in values.split(",")}
+        items = [i for i in items if (i["metadata"].get("labels") or {}).get(key) in wanted]
+    return items
+
+
 def main() -> None:
     lists, objects = load(Path(sys.argv[1]))
     decoded: dict[str, dict] = {}
 
-    def chunk(path: str, limit: int, offset: int) -> bytes:
+    def chunk(path: str, limit: int, offset: int, selector: str, metadata_only: bool) -> bytes:
         """Items ``offset`` to ``offset + limit`` of the list, with the token of the next chunk."""
         if path not in decoded:
             decoded[path] = json.loads(lists[path])
         whole = decoded[path]
-        items = whole["items"][offset : offset + limit]
+        every = selected(whole["items"], selector) if " in " in selector else whole["items"]
+        items = every[offset : offset + limit]
         meta = {"resourceVersion": whole["metadata"]["resourceVersion"]}
-        if offset + limit < len(whole["items"]):
+        if offset + limit < len(every):
             meta["continue"] = str(offset + limit)
-            meta["remainingItemCount"] = len(whole["items"]) - offset - limit
+            if not selector:  # as the API server: no count of what remains under a selector
+                meta["remainingItemCount"] = len(every) - offset - limit
+        if metadata_only:
+            partial = [
+                {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": i["metadata"]}
+                for i in items
+            ]
+            body = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+            return json.dumps({**body, "items": partial}).encode()
         return json.dumps({**whole, "metadata": meta, "items": items}).encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -73,9 +98,12 @@ def main() -> None:
             query = parse_qs(parts.query)
             if path.endswith("/log"):
                 return self._send(200, b"step 1\nstep 2\n", "text/plain")
-            if path in lists and query.get("limit"):
+            metadata_only = "as=PartialObjectMetadataList" in (self.headers.get("Accept") or "")
+            selector = (query.get("labelSelector") or [""])[0]
+            if path in lists and (query.get("limit") or metadata_only or " in " in selector):
                 offset = int((query.get("continue") or ["0"])[0])
-                return self._send(200, chunk(path, int(query["limit"][0]), offset))
+                limit = int((query.get("limit") or ["1000000000"])[0])
+                return self._send(200, chunk(path, limit, offset, selector, metadata_only))
             body = lists.get(path) or objects.get(path)
             if body is None:
                 status = {

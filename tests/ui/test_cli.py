@@ -64,7 +64,8 @@ def test_status_json_has_the_same_data(population, capsys):
         4,
     )
     assert [e["name"] for q in data["queues"] for e in q["entries"]] == [population.names["waiting"]]
-    assert {c["group"] for c in data["charts"]} == {"nlp", "vision"}
+    # The charts need every job's admission and end, which status does not read (the page draws them).
+    assert data["charts"] == []
     validate(SPEC, "GET", "/api/overview", data)
     assert display_values(data) == []
 
