@@ -506,6 +506,7 @@ class Admission:
         self.quota_namespace = quota_namespace or watch.namespace
         self.hook: ledger.Hook | None = None  # step hook for every pass and requeue (tests)
         self._groups: dict[str, _GroupWorker] = {}
+        self._units: dict[str, str] = {}  # group -> whose ledger holds it (its cohort's), as last read
         self._fingerprints: dict[str, tuple] = {}
         self._policy: _PolicySource | None = None
         self._ledgers: SharedWatch | None = None
@@ -854,11 +855,13 @@ class Admission:
         name = meta.get("name") or ""
         if not name.startswith(quota.ledger_name("")):
             return
-        worker = self._groups.get(name[len(quota.ledger_name("")) :])
-        if worker is not None and (
-            etype == "DELETED" or meta.get("resourceVersion") != worker.ledger_version
-        ):
-            worker.mark()
+        unit = name[len(quota.ledger_name("")) :]
+        # A cohort's ledger holds several groups: every worker of one of them runs a pass.
+        for worker in list(self._groups.values()):
+            if self._units.get(worker.group, worker.group) == unit and (
+                etype == "DELETED" or meta.get("resourceVersion") != worker.ledger_version
+            ):
+                worker.mark()
 
     async def _reap(self) -> None:
         """Stop when no trigger of this process follows a job of the watch any more."""
@@ -904,16 +907,21 @@ class Admission:
             return
         policy = state.policy
         had_problem, worker.problem = worker.problem, None
+        # The groups of a cohort share one ledger, and one pass decides for all of them.
+        unit = policy.ledger_of(group)
+        members = policy.members(unit) if unit != group else ()
+        self._units[group] = unit
         outcome = await ledger.admission_pass(
             self.client,
             ledger_namespace=self.quota_namespace,
-            group=group,
+            group=unit,
             policy=policy,
-            jobs=lambda: self._group_jobs(group),
+            jobs=lambda: [job for g in members or (group,) for job in self._group_jobs(g)],
             hook=self.hook,
             rng=self._rng,
-            cached=lambda: self._cached_ledger(group),
+            cached=lambda: self._cached_ledger(unit, members),
             pods_of=self._pods_of,
+            members=members,
         )
         worker.ledger_version = outcome.stored.version
         self._absorb(outcome)
@@ -941,12 +949,12 @@ class Admission:
             return None
         return self.watch.pods_of(meta.get("name") or "")
 
-    def _cached_ledger(self, group: str) -> ledger.StoredLedger | None:
+    def _cached_ledger(self, group: str, members: tuple[str, ...] = ()) -> ledger.StoredLedger | None:
         """The group's ledger as this process's ledger watch holds it; ``None`` before it has synced."""
         if self._ledgers is None or not self._ledgers.synced:
             return None
         configmap = self._ledgers.get(CONFIGMAPS, quota.ledger_name(group))
-        return ledger.StoredLedger(quota.decode(group, (configmap or {}).get("data")), configmap)
+        return ledger.StoredLedger(quota.decode(group, (configmap or {}).get("data"), members), configmap)
 
     def _absorb(self, outcome: ledger.PassOutcome) -> None:
         """Fold what the pass wrote into this process's caches: its next pass (and the triggers) see
@@ -1022,6 +1030,7 @@ class Admission:
             if deadline > now:
                 due.append(deadline)
                 continue
+            unit = policy.ledger_of(group_of(job) or "")
             result = await ledger.requeue_stuck(
                 self.client,
                 job,
@@ -1030,6 +1039,8 @@ class Admission:
                 now=now,
                 hook=self.hook,
                 rng=self._rng,
+                ledger_group=unit,
+                members=policy.members(unit) if unit not in policy.groups else (),
             )
             if result is not None:
                 log.warning("%s %s: %s", job.get("kind", "Job"), name, result.message)

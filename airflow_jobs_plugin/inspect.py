@@ -213,16 +213,31 @@ async def read_policy(client: KubeClient, target: Target) -> tuple[quota.QuotaPo
 
 
 async def read_ledgers(client: KubeClient, target: Target) -> dict[str, quota.Ledger]:
-    """Every group's decoded ledger in the quota namespace (ConfigMaps named ``airflow-jobs-quota-<group>``)."""
-    ledgers = {}
-    for configmap in await _items(client, CONFIGMAPS, target.ledger_namespace):
+    """Every group's reservations in the quota namespace, by group, from the ledger ConfigMaps
+    (``airflow-jobs-quota-<group>``, or ``-<cohort>`` for the groups of a cohort, which share one)."""
+    found: dict[str, list[quota.Reservation]] = {}
+    unreadable: dict[str, list[quota.UnreadableEntry]] = {}
+    seen: set[str] = set()
+    for configmap in sorted(
+        await _items(client, CONFIGMAPS, target.ledger_namespace),
+        key=lambda c: str((c.get("metadata") or {}).get("name") or ""),
+    ):
         name = str((configmap.get("metadata") or {}).get("name") or "")
         if not name.startswith(LEDGER_NAME_PREFIX) or name == target.quota_configmap:
             continue
-        group = name[len(LEDGER_NAME_PREFIX) :]
-        if quota.ledger_name(group) == name:
-            ledgers[group] = quota.decode(group, configmap.get("data"))
-    return ledgers
+        unit = name[len(LEDGER_NAME_PREFIX) :]
+        if quota.ledger_name(unit) != name:
+            continue
+        ledger = quota.decode(unit, configmap.get("data"), members=None)
+        unreadable.setdefault(unit, []).extend(ledger.unreadable)
+        for r in ledger.reservations:
+            if r.uid not in seen:
+                seen.add(r.uid)
+                found.setdefault(r.group, []).append(r)
+    return {
+        group: quota.Ledger(group, tuple(found.get(group, ())), tuple(unreadable.get(group, ())))
+        for group in sorted(set(found) | set(unreadable))
+    }
 
 
 def _joined(lists: Sequence[list]) -> list:

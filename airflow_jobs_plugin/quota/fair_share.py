@@ -85,9 +85,7 @@ def decayed(history: UsageHistory, now: datetime, half_life: timedelta) -> dict[
     return {user: seconds * factor for user, seconds in history.gpu_seconds.items()}
 
 
-def held_seconds(
-    gpus: int, start: datetime, end: datetime, now: datetime, half_life: timedelta
-) -> float:
+def held_seconds(gpus: int, start: datetime, end: datetime, now: datetime, half_life: timedelta) -> float:
     """Decayed GPU-seconds, as of ``now``, of ``gpus`` held from ``start`` to ``end``.
 
     The integral of ``gpus * 2 ** -((now - t) / half_life)`` over ``[start, end]``.

@@ -19,7 +19,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -274,10 +274,13 @@ class StoredLedger:
         return (self.configmap or {}).get("metadata", {}).get("resourceVersion")
 
 
-async def read_ledger(client: KubeClient, namespace: str, group: str) -> StoredLedger:
-    """GET the group's ledger; a missing ConfigMap is an empty ledger (created on the first write)."""
+async def read_ledger(
+    client: KubeClient, namespace: str, group: str, members: Collection[str] = ()
+) -> StoredLedger:
+    """GET the ledger of a group (or of a cohort, holding its ``members`` groups); a missing ConfigMap
+    is an empty ledger (created on the first write)."""
     configmap = await client.get_or_none(CONFIGMAPS, namespace, ledger_name(group))
-    return StoredLedger(decode(group, (configmap or {}).get("data")), configmap)
+    return StoredLedger(decode(group, (configmap or {}).get("data"), members), configmap)
 
 
 async def write_ledger(client: KubeClient, namespace: str, stored: StoredLedger, new: Ledger) -> StoredLedger:
@@ -323,11 +326,12 @@ async def update_ledger(
     *,
     rng: random.Random | None = None,
     max_attempts: int = MAX_CAS_ATTEMPTS,
+    members: Collection[str] = (),
 ) -> StoredLedger:
     """Read, apply ``change``, compare-and-swap; on a conflict re-read and apply again (jittered)."""
     rng = rng or random.Random()
     for attempt in range(1, max_attempts + 1):
-        stored = await read_ledger(client, namespace, group)
+        stored = await read_ledger(client, namespace, group, members)
         new = change(stored.ledger)
         if new.reservations == stored.ledger.reservations:
             return stored
@@ -348,6 +352,7 @@ async def release(
     *,
     requeue_count_at_most: int | None = None,
     rng: random.Random | None = None,
+    members: Collection[str] = (),
 ) -> bool:
     """Remove job ``uid``'s reservation; True if there was one.
 
@@ -364,7 +369,7 @@ async def release(
         )
         return without(ledger, uid, utcnow()) if released else ledger
 
-    await update_ledger(client, namespace, group, change, rng=rng)
+    await update_ledger(client, namespace, group, change, rng=rng, members=members)
     return released
 
 
@@ -622,6 +627,7 @@ async def read_view(
     ledger_namespace: str,
     now: datetime,
     pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None = None,
+    members: Collection[str] = (),
 ) -> GroupView:
     """Sort the group's jobs into queued, running (for adoption) and observed (for reconcile).
 
@@ -634,10 +640,11 @@ async def read_view(
     queued: list[QueuedJob] = []
     running: list[Reservation] = []
     unreadable: dict[str, str] = {}
+    mine = {group, *members}
     for job in jobs:
         meta = job.get("metadata") or {}
         uid = meta.get("uid")
-        if not uid or group_of(job) != group or not is_product_job(job):
+        if not uid or group_of(job) not in mine or not is_product_job(job):
             continue
         by_uid[uid] = job
         if is_finished(job):
@@ -715,6 +722,7 @@ async def admission_pass(
     cached: Callable[[], StoredLedger | None] | None = None,
     unsuspend_grace: timedelta = UNSUSPEND_GRACE,
     pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None = None,
+    members: Collection[str] = (),
 ) -> PassOutcome:
     """Read, plan, write the ledger (CAS), fail, unsuspend: one idempotent pass for ``group``.
 
@@ -723,7 +731,8 @@ async def admission_pass(
     saw it (``None``: unknown): a pass that only plans on it saves a GET, and one that writes learns it
     was stale from the compare-and-swap; before acting on jobs without writing, it reads the ledger
     afresh. ``pods_of`` returns a job's pods where known: a reservation of a job that ended or was
-    stopped is kept while they live. Safe to run in any number of processes at once.
+    stopped is kept while they live. ``group`` names the ledger: a cohort's decides for its ``members``
+    groups at once. Safe to run in any number of processes at once.
     """
     rng = rng or random.Random()
     conflicts = 0
@@ -734,14 +743,23 @@ async def admission_pass(
         attempt += 1
         from_cache = cached() if cached is not None and attempt == 1 else None
         fresh = from_cache is None
-        stored = await read_ledger(client, ledger_namespace, group) if from_cache is None else from_cache
+        stored = (
+            await read_ledger(client, ledger_namespace, group, members) if from_cache is None else from_cache
+        )
         moment = now()
         view = await read_view(
-            client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment, pods_of
+            client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment, pods_of, members
         )
         await _call(hook, "read")
         plan = plan_admission(
-            policy, stored.ledger, view.queued, view.observed, moment, view.running, unsuspend_grace
+            policy,
+            stored.ledger,
+            view.queued,
+            view.observed,
+            moment,
+            view.running,
+            unsuspend_grace,
+            members,
         )
         await _call(hook, "planned")
         if not plan.ledger_changed:
@@ -900,6 +918,8 @@ async def requeue_stuck(
     now: datetime,
     hook: Hook | None = None,
     rng: random.Random | None = None,
+    ledger_group: str | None = None,
+    members: Collection[str] = (),
 ) -> Requeue | RequeueLimitReached | None:
     """Send an admitted job whose pods were not placed in time back to the queue, or fail it.
 
@@ -921,8 +941,16 @@ async def requeue_stuck(
         return None
     await end_ruled_job(client, result)
     await _call(hook, f"requeue-patched:{meta['name']}")
-    group = group_of(job)
+    group = ledger_group or group_of(job)  # a cohort's groups share its ledger
     if group:
-        await release(client, ledger_namespace, group, meta["uid"], requeue_count_at_most=count, rng=rng)
+        await release(
+            client,
+            ledger_namespace,
+            group,
+            meta["uid"],
+            requeue_count_at_most=count,
+            rng=rng,
+            members=members,
+        )
     await _call(hook, f"released:{meta['name']}")
     return outcome

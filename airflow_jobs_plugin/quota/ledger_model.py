@@ -9,7 +9,7 @@ shell; everything here is pure, so every step of the protocol in ``docs/quota.md
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -29,7 +29,8 @@ USAGE_KEY = "_usage"
 
 
 def ledger_name(group: str) -> str:
-    """Name of the group's ledger ConfigMap (group names are DNS-1123 labels, so this is valid)."""
+    """Name of the ledger ConfigMap of a group, or of a cohort (``QuotaPolicy.ledger_of``): the names
+    are DNS-1123 labels, so this is valid, and the policy keeps cohort and group names apart."""
     return f"{LEDGER_NAME_PREFIX}{group}"
 
 
@@ -142,7 +143,7 @@ def encode(ledger: Ledger) -> dict[str, str]:
     return data
 
 
-def _decode_entry(group: str, raw: object) -> Reservation:
+def _decode_entry(group: str, raw: object, members: Collection[str] | None = ()) -> Reservation:
     if not isinstance(raw, str):
         raise ValueError(f"value must be a JSON string, got {type(raw).__name__}")
     try:
@@ -156,8 +157,9 @@ def _decode_entry(group: str, raw: object) -> Reservation:
     missing = [k for k in _REQUIRED if k not in value]
     if missing:
         raise ValueError(f"missing field(s): {', '.join(missing)}")
-    if value.get("group", group) != group:
-        raise ValueError(f"entry belongs to group {value['group']!r}, not {group!r}")
+    owner = value.get("group", group)
+    if members is not None and owner != group and owner not in members:
+        raise ValueError(f"entry belongs to group {owner!r}, not {group!r}")
     for name in ("job", "user", "uid"):
         if not isinstance(value[name], str) or not value[name]:
             raise ValueError(f"{name} must be a non-empty string, got {value[name]!r}")
@@ -179,7 +181,7 @@ def _decode_entry(group: str, raw: object) -> Reservation:
         raise ValueError(f"preempted_by must be a non-empty string, got {preempted_by!r}")
     return Reservation(
         job=value["job"],
-        group=group,
+        group=owner,
         user=value["user"],
         gpus=value["gpus"],
         uid=value["uid"],
@@ -193,8 +195,10 @@ def _decode_entry(group: str, raw: object) -> Reservation:
     )
 
 
-def decode(group: str, data: Mapping[str, object] | None) -> Ledger:
-    """Read a ledger ConfigMap's ``data``; never raises on bad entries.
+def decode(group: str, data: Mapping[str, object] | None, members: Collection[str] | None = ()) -> Ledger:
+    """Read a ledger ConfigMap's ``data``; never raises on bad entries. ``group`` names the ledger (a
+    group, or a cohort whose ``members`` groups it holds; ``None``: whatever groups its entries name,
+    for a reader that only shows them).
 
     An entry that cannot be read lands in :attr:`Ledger.unreadable` (see :attr:`Ledger.problems`). A
     second entry for a uid already read is dropped: the job holds one reservation, counting it twice
@@ -213,7 +217,7 @@ def decode(group: str, data: Mapping[str, object] | None) -> Ledger:
                 unreadable.append(UnreadableEntry(key=key, raw=str(raw), problem=str(exc)))
             continue
         try:
-            reservation = _decode_entry(group, raw)
+            reservation = _decode_entry(group, raw, members)
         except (ValueError, TypeError, OverflowError) as exc:
             text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
             unreadable.append(UnreadableEntry(key=str(key), raw=text, problem=str(exc)))
@@ -512,7 +516,7 @@ def pending_unsuspend(
     return tuple(result)
 
 
-def adopt(ledger: Ledger, running: Iterable[Reservation]) -> Ledger:
+def adopt(ledger: Ledger, running: Iterable[Reservation], members: Collection[str] = ()) -> Ledger:
     """Add reservations for unsuspended, unfinished jobs of the group the ledger does not know.
 
     A job runs without a reservation only if the ledger was lost (deleted ConfigMap, unreadable entry)
@@ -520,7 +524,8 @@ def adopt(ledger: Ledger, running: Iterable[Reservation]) -> Ledger:
     the job ends.
     """
     known = {r.uid for r in ledger.reservations}
-    added = [r for r in running if r.group == ledger.group and r.uid not in known]
+    mine = {ledger.group, *members}
+    added = [r for r in running if r.group in mine and r.uid not in known]
     unique = {r.uid: r for r in reversed(added)}
     if not unique:
         return ledger
@@ -532,7 +537,9 @@ def adopt(ledger: Ledger, running: Iterable[Reservation]) -> Ledger:
 # --------------------------------------------------------------------------------------------------
 
 
-def with_admitted(ledger: Ledger, decisions: Iterable[Decision], now: datetime) -> Ledger:
+def with_admitted(
+    ledger: Ledger, decisions: Iterable[Decision], now: datetime, members: Collection[str] = ()
+) -> Ledger:
     """``ledger`` plus a reservation for every job admitted in ``decisions`` for its group.
 
     Idempotent: a job that already holds a reservation keeps its original one.
@@ -540,9 +547,10 @@ def with_admitted(ledger: Ledger, decisions: Iterable[Decision], now: datetime) 
     if now.tzinfo is None:
         raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
     known = {r.uid for r in ledger.reservations}
+    mine = {ledger.group, *members}
     added = []
     for d in decisions:
-        if d.verdict is Verdict.ADMIT and d.job.group == ledger.group and d.job.uid not in known:
+        if d.verdict is Verdict.ADMIT and d.job.group in mine and d.job.uid not in known:
             known.add(d.job.uid)
             added.append(Reservation.for_job(d.job, now))
     if not added:
@@ -600,6 +608,7 @@ def plan_admission(
     now: datetime,
     running: Iterable[Reservation] = (),
     unsuspend_grace: timedelta = timedelta(0),
+    members: Collection[str] = (),
 ) -> AdmissionPlan:
     """Reconcile, adopt, decide and admit for ``ledger.group``: the pure core of an admission pass.
 
@@ -607,32 +616,40 @@ def plan_admission(
     them); ``observed`` covers every job in the ledger; ``running`` are the group's unsuspended,
     unfinished jobs as reservations (for :func:`adopt`). A reservation an earlier pass made is
     unsuspended only once ``unsuspend_grace`` has passed since its admission (:func:`pending_unsuspend`);
-    the ones this pass makes, at once.
+    the ones this pass makes, at once. A cohort's ledger decides for all its ``members`` groups at once.
     """
+    mine = {ledger.group, *members}
     drops = reconcile_drops(ledger, observed)
-    current = adopt(reconcile(ledger, observed), running)
-    quota = policy.groups.get(ledger.group)
+    current = adopt(reconcile(ledger, observed), running, members)
+    fair = [
+        q
+        for g in sorted(mine)
+        if (q := policy.groups.get(g)) is not None and q.ordering is Ordering.FAIR_SHARE
+    ]
     recent: dict[str, dict[str, float]] = {}
-    if quota is not None and quota.ordering is not Ordering.FAIR_SHARE and current.usage.at is not None:
-        current = replace(current, usage=UsageHistory())  # the group went back to FIFO: forget it
-    if quota is not None and quota.ordering is Ordering.FAIR_SHARE:
-        # What a released reservation held moves into the history in the write that drops it.
-        half_life = quota.fair_share_half_life
+    if not fair and current.usage.at is not None:
+        current = replace(current, usage=UsageHistory())  # the groups went back to FIFO: forget it
+    if fair:
+        # What a released reservation held moves into the history in the write that drops it. A
+        # cohort's fair_share groups share one history (and one half-life, as the policy checks).
+        half_life = fair[0].fair_share_half_life
         current = replace(
             current, usage=with_released(current.usage, (d.reservation for d in drops), now, half_life)
         )
-        recent[ledger.group] = recent_gpus(current.usage, current.reservations, now, half_life)
+        for quota in fair:
+            held = [r for r in current.reservations if r.group == quota.name]
+            recent[quota.name] = recent_gpus(current.usage, held, now, half_life)
     decisions = tuple(
         decide(
             policy,
-            [j for j in queued if j.group == ledger.group],
+            [j for j in queued if j.group in mine],
             current.reservations,
             now,
             releasing(current, observed),
             recent,
         )
     )
-    after = with_preempted(with_admitted(current, decisions, now), decisions)
+    after = with_preempted(with_admitted(current, decisions, now, members), decisions)
     unsuspend = {r.uid: r for r in pending_unsuspend(after, observed, now, unsuspend_grace)}
     for d in decisions:
         if d.verdict is Verdict.ADMIT:

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import Enum
-from itertools import groupby
 from typing import Any
 
 import yaml
 
 from ..labels import GPU_RESOURCE as DEFAULT_RESOURCE
 from ..spec import GPU_RESOURCE_PREFIXES
+from . import cohort as cohorts
+from .cohort import Limits, Reclaim
 from .fair_share import DEFAULT_HALF_LIFE, Ordering, fair_order
 from .preemption import WithinGroup, plan_preemption, preemptor_key
 from .requeue import (
@@ -105,6 +106,15 @@ class GroupQuota:
     # FIFO, or fair sharing among the group's users with this half-life (quota/fair_share.py).
     ordering: Ordering = Ordering.FIFO
     fair_share_half_life: timedelta = DEFAULT_HALF_LIFE
+    # The cohort whose groups lend each other unused whole GPUs (quota/cohort.py), and its limits.
+    cohort: str | None = None
+    lending_limit: int | None = None
+    borrowing_limit: int | None = None
+    reclaim: Reclaim = Reclaim.NEVER
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.gpus, self.lending_limit, self.borrowing_limit)
 
     def quota_of(self, resource: str = DEFAULT_RESOURCE) -> int:
         """The group's quota of ``resource`` (0 for a device the policy gives it none of)."""
@@ -154,6 +164,20 @@ class QuotaPolicy:
     def user_limit(self, group: str, user: str) -> int:
         """The most GPUs ``user`` can ever hold in ``group`` (raises for an unknown group)."""
         return self.require_group(group).user_limit(user)
+
+    def ledger_of(self, group: str) -> str:
+        """Whose ledger holds ``group``'s reservations: its cohort's (one compare-and-swap decides for
+        every group that shares the lent GPUs), else its own."""
+        quota = self.groups.get(group)
+        return quota.cohort if quota is not None and quota.cohort else group
+
+    def members(self, unit: str) -> tuple[str, ...]:
+        """The groups whose reservations the ledger ``unit`` holds (a cohort's groups, or the group)."""
+        found = tuple(sorted(g for g, q in self.groups.items() if q.cohort == unit))
+        return found or (unit,)
+
+    def cohort_limits(self, cohort: str) -> dict[str, Limits]:
+        return {g: q.limits for g, q in self.groups.items() if q.cohort == cohort}
 
     def priority_of(self, priority: str | int | None) -> int:
         """Resolve a job's requested priority to the integer the queue orders by.
@@ -232,8 +256,14 @@ _GROUP_KEYS = {
     "preemption": "whether queued jobs may preempt admitted ones, e.g. {within_group: lower_priority}",
     "ordering": "fifo (default) or fair_share: who goes first among jobs of equal priority",
     "fair_share_half_life": "how fast past usage is forgotten under fair_share (default 1d)",
+    "cohort": "a cohort name: groups of one cohort lend each other unused whole GPUs",
+    "lending_limit": "the most of its unused GPUs the group lends to its cohort (default: all)",
+    "borrowing_limit": "the most GPUs the group may hold above its own quota (default: no limit)",
 }
-_PREEMPTION_KEYS = {"within_group": "never (default) or lower_priority"}
+_PREEMPTION_KEYS = {
+    "within_group": "never (default) or lower_priority",
+    "reclaim_within_cohort": "never (default), lower_priority or any",
+}
 _DEFAULTS_KEYS = {k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user")}
 _BACKOFF_KEYS = {"base": "first back-off", "cap": "longest back-off"}
 
@@ -407,7 +437,9 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
     if not isinstance(opt_out, bool):
         errors.add(_join(path, "opt_out"), f"must be true or false, got {opt_out!r}")
         ok = False
-    within_group = _parse_preemption(body, path, errors)
+    within_group, reclaim = _parse_preemption(body, path, errors)
+    cohort_ok, cohort, lending_limit, borrowing_limit = _parse_cohort(body, path, gpus, reclaim, errors)
+    ok = ok and cohort_ok
     ordering: Ordering | None = Ordering.FIFO
     if "ordering" in body:
         try:
@@ -428,6 +460,7 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         or users is None
         or devices is None
         or within_group is None
+        or reclaim is None
         or ordering is None
         or half_life is None
         or not ok
@@ -445,28 +478,103 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         within_group=within_group,
         ordering=ordering,
         fair_share_half_life=half_life,
+        cohort=cohort,
+        lending_limit=lending_limit,
+        borrowing_limit=borrowing_limit,
+        reclaim=reclaim,
     )
 
 
-def _parse_preemption(body: dict, path: str, errors: _Errors) -> WithinGroup | None:
-    if "preemption" not in body:
-        return WithinGroup.NEVER
-    preemption_path = _join(path, "preemption")
-    raw = _mapping(body["preemption"], preemption_path, errors, what="preemption settings (within_group)")
-    if raw is None:
-        return None
-    _check_keys(raw, _PREEMPTION_KEYS, preemption_path, errors)
-    value = raw.get("within_group", WithinGroup.NEVER.value)
+def _choice(raw: dict, key: str, enum: type[Enum], default: Enum, path: str, errors: _Errors) -> Any:
+    value = raw.get(key, default.value)
     try:
-        return WithinGroup(value)
+        return enum(value)
     except ValueError:
-        choices = [w.value for w in WithinGroup]
+        choices = [e.value for e in enum]
         errors.add(
-            _join(preemption_path, "within_group"),
-            f"must be one of {', '.join(choices)}, got {_describe(value)}"
-            f"{_did_you_mean(str(value), choices)}",
+            _join(path, key),
+            f"must be one of {', '.join(choices)}, got {_describe(value)}{_did_you_mean(str(value), choices)}",
         )
         return None
+
+
+def _parse_preemption(body: dict, path: str, errors: _Errors) -> tuple[WithinGroup | None, Reclaim | None]:
+    if "preemption" not in body:
+        return WithinGroup.NEVER, Reclaim.NEVER
+    preemption_path = _join(path, "preemption")
+    raw = _mapping(
+        body["preemption"],
+        preemption_path,
+        errors,
+        what="preemption settings (within_group, reclaim_within_cohort)",
+    )
+    if raw is None:
+        return None, None
+    _check_keys(raw, _PREEMPTION_KEYS, preemption_path, errors)
+    return (
+        _choice(raw, "within_group", WithinGroup, WithinGroup.NEVER, preemption_path, errors),
+        _choice(raw, "reclaim_within_cohort", Reclaim, Reclaim.NEVER, preemption_path, errors),
+    )
+
+
+def _parse_cohort(
+    body: dict, path: str, gpus: int | None, reclaim: Reclaim | None, errors: _Errors
+) -> tuple[bool, str | None, int | None, int | None]:
+    """``(ok, cohort, lending_limit, borrowing_limit)`` of a group."""
+    ok = True
+    cohort = body.get("cohort")
+    if cohort is not None and (not isinstance(cohort, str) or not _GROUP_NAME.match(cohort)):
+        errors.add(
+            _join(path, "cohort"),
+            f"must be a DNS-1123 label (lowercase letters, digits and '-'), got {_describe(cohort)}",
+        )
+        ok, cohort = False, None
+    limits: list[int | None] = []
+    for key in ("lending_limit", "borrowing_limit"):
+        value = None
+        if key in body:
+            value = _non_negative_int(body[key], _join(path, key), errors)
+            ok = ok and value is not None
+            if value is not None and "cohort" not in body:
+                errors.add(
+                    _join(path, key),
+                    "only means something in a cohort: add 'cohort: <name>' to the group, or remove it",
+                )
+                ok = False
+        limits.append(value)
+    lending, borrowing = limits
+    if lending is not None and gpus is not None and lending > gpus:
+        errors.add(_join(path, "lending_limit"), f"must be at most the group's gpus ({gpus}), got {lending}")
+        ok = False
+    if reclaim not in (None, Reclaim.NEVER) and "cohort" not in body:
+        errors.add(
+            _join(_join(path, "preemption"), "reclaim_within_cohort"),
+            "only means something in a cohort: add 'cohort: <name>' to the group, or remove it",
+        )
+        ok = False
+    return ok, cohort, lending, borrowing
+
+
+def _check_cohorts(groups: Mapping[str, GroupQuota], errors: _Errors) -> None:
+    """A cohort's groups share one ledger ConfigMap, named as a group's would be."""
+    half_lives: dict[str, set[timedelta]] = {}
+    for name, quota in groups.items():
+        if quota.cohort is None:
+            continue
+        if quota.cohort in groups:
+            errors.add(
+                _join(_join("groups", name), "cohort"),
+                f"{quota.cohort!r} is also a group's name; name the cohort differently",
+            )
+        if quota.ordering is Ordering.FAIR_SHARE:
+            half_lives.setdefault(quota.cohort, set()).add(quota.fair_share_half_life)
+    for cohort, values in sorted(half_lives.items()):
+        if len(values) > 1:
+            errors.add(
+                "groups.*.fair_share_half_life",
+                f"the fair_share groups of cohort {cohort} keep one usage history and must share one "
+                f"half-life, got {', '.join(format_duration(v) for v in sorted(values))}",
+            )
 
 
 def _counts(
@@ -623,6 +731,7 @@ def parse_policy(text: str) -> QuotaPolicy:
             if group is not None:
                 groups[key] = group
 
+    _check_cohorts(groups, errors)
     priorities, default_priority = _parse_priorities(doc, errors)
     requeue = _parse_requeue(doc, errors)
     if errors.items:
@@ -917,15 +1026,24 @@ def decide(
     for job in sorted(queued, key=lambda j: (j.group, queue_order(j), j.requeue_count)):
         unique.setdefault(job.uid, job)
     held = _unique_reservations(reservations)
+    by_group: dict[str, list[QueuedJob]] = {}
+    for job in sorted(unique.values(), key=lambda j: (j.group, queue_order(j))):
+        by_group.setdefault(job.group, []).append(job)
+    units: dict[str, set[str]] = {}
+    for group in by_group:
+        units.setdefault(policy.ledger_of(group), set()).add(group)
     decisions: list[Decision] = []
-    jobs = sorted(unique.values(), key=lambda j: (j.group, queue_order(j)))
-    for group, members in groupby(jobs, key=lambda j: j.group):
+    for unit in sorted(units):
+        groups = sorted(units[unit] | set(policy.members(unit)) if unit not in policy.groups else units[unit])
         decisions.extend(
-            _decide_group(
+            _decide_unit(
                 policy,
-                group,
-                _ordered(policy.groups.get(group), list(members), (recent or {}).get(group, {})),
-                [r for r in held if r.group == group],
+                unit,
+                {
+                    g: _ordered(policy.groups.get(g), by_group.get(g, []), (recent or {}).get(g, {}))
+                    for g in groups
+                },
+                [r for r in held if r.group in groups],
                 now,
                 releasing,
             )
@@ -933,49 +1051,94 @@ def decide(
     return decisions
 
 
-def _ordered(
-    quota: GroupQuota | None, jobs: list[QueuedJob], recent: Mapping[str, float]
-) -> list[QueuedJob]:
+def _ordered(quota: GroupQuota | None, jobs: list[QueuedJob], recent: Mapping[str, float]) -> list[QueuedJob]:
     """A group's queue (given in FIFO order) in the order its rules walk it."""
     if quota is None or quota.ordering is not Ordering.FAIR_SHARE:
         return jobs
     return fair_order(jobs, recent, queue_order)
 
 
-def _decide_group(
+@dataclass
+class _Cohort:
+    """The groups of one cohort during one pass: their limits and their tallies (whole GPUs)."""
+
+    name: str
+    limits: dict[str, Limits]
+    pools: dict[str, _Pool]
+
+    def used(self) -> dict[str, int]:
+        return {g: p.used(DEFAULT_RESOURCE) for g, p in self.pools.items()}
+
+    def freeing(self) -> dict[str, int]:
+        return {g: p.freeing.get(DEFAULT_RESOURCE, 0) for g, p in self.pools.items()}
+
+    def held(self) -> list[Reservation]:
+        return [r for p in self.pools.values() for r in p.held if r.resource == DEFAULT_RESOURCE]
+
+    def describe(self, group: str) -> str:
+        used = self.used()
+        left = cohorts.shared_capacity(self.limits) - cohorts.shared_used(self.limits, used)
+        borrowed = cohorts.borrowed(group, self.limits, used)
+        return f"{borrowed} borrowed from cohort {self.name}, which has {_plural(max(0, left), 'GPU')} left to lend"
+
+
+def _pool_of(
+    quota: GroupQuota | None, reservations: Iterable[Reservation], releasing: Collection[str]
+) -> _Pool | None:
+    if quota is None:
+        return None
+    pool = _Pool(quota)
+    for r in reservations:
+        pool.take(r.user, r.gpus, r.resource, group_quota=not r.kueue)
+        if r.kueue:
+            continue
+        if r.uid in releasing or r.preempted_by is not None:
+            pool.free_later(r)
+        else:
+            pool.held.append(r)
+    return pool
+
+
+def _decide_unit(
     policy: QuotaPolicy,
-    group: str,
-    jobs: list[QueuedJob],
+    unit: str,
+    queues: Mapping[str, list[QueuedJob]],
     reservations: list[Reservation],
     now: datetime,
     releasing: Collection[str] = frozenset(),
 ) -> list[Decision]:
-    quota = policy.groups.get(group)
+    """The queues of the groups one ledger holds (a cohort's, or one group's), walked together: each
+    group in its own order, the groups interleaved by enqueue time, so a cohort's spare GPUs go to the
+    jobs that waited longest whatever their group."""
+    pools = {
+        g: _pool_of(policy.groups.get(g), [r for r in reservations if r.group == g], releasing)
+        for g in queues
+    }
     reserved = {(r.uid, r.requeue_count): r for r in reservations}
-    pool = _Pool(quota) if quota is not None else None
-    if pool is not None:
-        for r in reservations:
-            pool.take(r.user, r.gpus, r.resource, group_quota=not r.kueue)
-            if r.kueue:
-                continue
-            if r.uid in releasing or r.preempted_by is not None:
-                pool.free_later(r)
-            else:
-                pool.held.append(r)
+    cohort = None
+    if unit not in policy.groups and policy.cohort_limits(unit):
+        cohort = _Cohort(unit, policy.cohort_limits(unit), {g: p for g, p in pools.items() if p is not None})
 
-    # The GroupQuota-blocked job everything behind waits for, per device: a job waiting for the group's
-    # MIG slices does not hold back a job that asks for whole GPUs, which it could never use.
-    heads: dict[str, QueuedJob] = {}
-    verdicts: list[tuple[QueuedJob, Verdict, str, str | None, tuple[Reservation, ...]]] = []
-    for job in jobs:
+    # The GroupQuota-blocked job everything behind waits for, per group and device: a job waiting for
+    # the group's MIG slices does not hold back a job that asks for whole GPUs, which it could never use.
+    heads: dict[str, dict[str, QueuedJob]] = {g: {} for g in queues}
+    verdicts: dict[str, list[tuple[QueuedJob, Verdict, str, str | None, tuple[Reservation, ...]]]] = {
+        g: [] for g in queues
+    }
+    for job in _interleaved(queues):
+        group = job.group
+        quota, pool = policy.groups.get(group), pools[group]
+        group_heads = heads[group]
         verdict, message, blocked_by = _judge(
-            policy, quota, pool, job, reserved, heads.get(job.resource), now
+            policy, quota, pool, job, reserved, group_heads.get(job.resource), now, cohort
         )
         preempts: tuple[Reservation, ...] = ()
         if verdict is Verdict.GROUP_QUOTA and job.kueue_queue is None:
-            heads[job.resource] = job
+            group_heads[job.resource] = job
             assert quota is not None and pool is not None  # GroupQuota is only judged in a known group
-            if quota.within_group is WithinGroup.LOWER_PRIORITY:
+            if cohort is not None and quota.reclaim is not Reclaim.NEVER and job.resource == DEFAULT_RESOURCE:
+                verdict, message, preempts = _reclaim_for(quota, cohort, job, verdict, message)
+            if verdict is Verdict.GROUP_QUOTA and quota.within_group is WithinGroup.LOWER_PRIORITY:
                 verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message)
         elif (
             verdict is Verdict.USER_QUOTA
@@ -984,31 +1147,79 @@ def _decide_group(
             and pool is not None
             and quota.within_group is WithinGroup.LOWER_PRIORITY
             and not pool.at_job_limit(job.user)
-            and job.resource not in heads
+            and job.resource not in group_heads
         ):
             # Over the user's own GPU limit: only the user's jobs of lower priority can make room, and
             # only while no earlier job waits for the group (the GPUs freed would be that job's).
             verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message, own=True)
-        verdicts.append((job, verdict, message, blocked_by, preempts))
+        verdicts[group].append((job, verdict, message, blocked_by, preempts))
 
     decisions = []
-    position = 0
-    for job, verdict, message, blocked_by, preempts in verdicts:
-        # A stopped job keeps its enqueue time but takes no place in line until it is resumed.
-        placed = verdict.waiting and verdict is not Verdict.STOPPED
-        if placed:
-            position += 1
-        decisions.append(
-            Decision(
-                job=job,
-                verdict=verdict,
-                position=position if placed else None,
-                message=message,
-                blocked_by=blocked_by,
-                preempts=preempts,
+    for group in sorted(verdicts):
+        position = 0
+        for job, verdict, message, blocked_by, preempts in verdicts[group]:
+            # A stopped job keeps its enqueue time but takes no place in line until it is resumed.
+            placed = verdict.waiting and verdict is not Verdict.STOPPED
+            if placed:
+                position += 1
+            decisions.append(
+                Decision(
+                    job=job,
+                    verdict=verdict,
+                    position=position if placed else None,
+                    message=message,
+                    blocked_by=blocked_by,
+                    preempts=preempts,
+                )
             )
-        )
     return decisions
+
+
+def _interleaved(queues: Mapping[str, list[QueuedJob]]) -> Iterator[QueuedJob]:
+    """Every group's queue in its own order, merged by the next job's enqueue order."""
+    at = {g: 0 for g in queues}
+    while True:
+        ready = [g for g in queues if at[g] < len(queues[g])]
+        if not ready:
+            return
+        group = min(ready, key=lambda g: (queue_order(queues[g][at[g]]), g))
+        yield queues[group][at[group]]
+        at[group] += 1
+
+
+def _reclaim_for(
+    quota: GroupQuota, cohort: _Cohort, job: QueuedJob, verdict: Verdict, message: str
+) -> tuple[Verdict, str, tuple[Reservation, ...]]:
+    """A group that wants back GPUs of its nominal quota other groups borrowed."""
+    victims = cohorts.reclaim(
+        job,
+        cohort.limits,
+        cohort.used(),
+        cohort.freeing(),
+        cohort.held(),
+        lower_priority_only=quota.reclaim is Reclaim.LOWER_PRIORITY,
+    )
+    if victims is None:
+        return verdict, message, ()
+    if not victims:
+        return (
+            Verdict.PREEMPTING,
+            f"{message}; waiting for GPUs of its own quota being given back by jobs of cohort {cohort.name}",
+            (),
+        )
+    chosen = {r.uid for r in victims}
+    for pool in cohort.pools.values():
+        pool.held[:] = [r for r in pool.held if r.uid not in chosen]
+    for victim in victims:
+        cohort.pools[victim.group].free_later(victim)
+    names = ", ".join(f"{r.namespace}/{r.job}" if r.namespace else r.job for r in victims)
+    return (
+        Verdict.PREEMPTING,
+        f"{message}; reclaiming its quota from borrowing jobs of cohort {cohort.name}: preempting {names} "
+        f"({_plural(sum(r.gpus for r in victims), 'GPU')}) for {preemptor_key(job)}: it starts once their "
+        "pods are gone",
+        victims,
+    )
 
 
 def _judge(
@@ -1019,6 +1230,7 @@ def _judge(
     reserved: Mapping[tuple[str, int], Reservation],
     head: QueuedJob | None,
     now: datetime,
+    cohort: _Cohort | None = None,
 ) -> tuple[Verdict, str, str | None]:
     timeout = job.queue_timeout if job.queue_timeout is not None else policy.requeue.queue_timeout
     if job.stopped_at is not None:
@@ -1067,6 +1279,14 @@ def _judge(
     unit = _unit(resource)
     group_quota = quota.quota_of(resource)
     user_limit = quota.user_limit(job.user, resource)
+    borrowing = cohort is not None and resource == DEFAULT_RESOURCE
+    if borrowing:
+        assert cohort is not None
+        # In a cohort the group may hold more than its quota: the most it can ever hold bounds its jobs
+        # and, where no per-user limit is set, its users.
+        group_quota = cohorts.most(quota.name, cohort.limits)
+        configured = quota.users.get(job.user, quota.user_gpus)
+        user_limit = group_quota if configured is None else min(configured, group_quota)
     if job.gpus > group_quota and job.kueue_queue is None:
         hint = (
             "ask for fewer GPUs or a larger quota"
@@ -1125,6 +1345,8 @@ def _judge(
             None,
         )
     used = pool.used(resource)
+    if borrowing:
+        group_quota = quota.gpus
     if head is not None:
         return (
             Verdict.BEHIND_HEAD,
@@ -1132,7 +1354,16 @@ def _judge(
             f"uses {used} of {group_quota}; jobs of a group start in order",
             head.name,
         )
-    if job.gpus > max(0, group_quota - used):
+    if borrowing:
+        assert cohort is not None
+        if not cohorts.fits(quota.name, job.gpus, cohort.limits, cohort.used()):
+            return (
+                Verdict.GROUP_QUOTA,
+                f"group {quota.name} uses {used} of {_plural(group_quota, unit)} "
+                f"({cohort.describe(quota.name)}); this job needs {job.gpus}",
+                None,
+            )
+    elif job.gpus > max(0, group_quota - used):
         return (
             Verdict.GROUP_QUOTA,
             f"group {quota.name} uses {used} of {_plural(group_quota, unit)}; this job needs {job.gpus}",

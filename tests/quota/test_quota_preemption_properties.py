@@ -101,10 +101,20 @@ def test_victims_are_always_lower_priority_jobs_of_the_same_device_never_chosen_
 def test_the_preemptor_fits_once_its_victims_are_gone_and_no_victim_is_spared(policy, queue, held):
     reservations, releasing = held
     quota = policy.groups["a"]
-    for d in decide(policy, queue, reservations, NOW, releasing):
+    decisions = decide(policy, queue, reservations, NOW, releasing)
+    for i, d in enumerate(decisions):
         if not d.preempts:
             continue
         job, resource = d.job, d.job.resource
+        # What this pass admitted before it counts as used, as reservations do.
+        admitted = [
+            Reservation(
+                job=o.job.name, group="a", user=o.job.user, gpus=o.job.gpus, uid=o.job.uid, admitted_at=NOW
+            )
+            for o in decisions[:i]
+            if o.verdict is Verdict.ADMIT and o.job.resource == resource
+        ]
+        reservations = [*held[0], *admitted]
         leaving = [
             r
             for r in reservations
