@@ -144,3 +144,99 @@ async def test_processes_admitting_concurrently_never_exceed_a_quota_and_admit_e
         assert annotation(job, labels.VERDICT) is None
         assert any(c["type"] == "Complete" for c in job["status"].get("conditions") or ()), name
     assert all(p.exitcode == 0 for p in processes)
+
+
+async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_and_leak_nothing(
+    client, cluster
+):
+    """Two groups of one cohort, both preempting by priority, one reclaiming what the other borrows:
+    three processes, jobs of two priorities; the pods never hold more than a group may (its quota plus
+    what it may borrow), nor the cohort more than its groups' quotas together; every job, preempted or
+    not, ends Complete; the cohort's ledger ends empty."""
+    first, second, cohort, policy = unique("cha"), unique("chb"), unique("coh"), unique("policy")
+    await put_policy(
+        client,
+        policy,
+        f"groups:\n"
+        f"  {first}: {{gpus: 8, user_gpus: 8, cohort: {cohort}, "
+        f"preemption: {{within_group: lower_priority, reclaim_within_cohort: any}}}}\n"
+        f"  {second}: {{gpus: 8, user_gpus: 8, cohort: {cohort}, borrowing_limit: 4, "
+        f"preemption: {{within_group: lower_priority}}}}\n",
+    )
+    limits = {first: (16, {u: 8 for u in USERS}), second: (12, {u: 8 for u in USERS})}
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    processes = [
+        context.Process(
+            target=_admission_process, args=(cluster.kubeconfig_path, policy, [first, second], stop)
+        )
+        for _ in range(PROCESSES)
+    ]
+    for process in processes:
+        process.start()
+    sampler = Sampler(cluster, limits)
+    cohort_peak = 0
+    cohort_violations: list[str] = []
+
+    async def sample_cohort() -> None:
+        nonlocal cohort_peak
+        while True:
+            pods, _ = cluster.store.list_with_rv("pods", NAMESPACE, copy=False)
+            held = sum(
+                pod_gpus(p)
+                for p in pods
+                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                and (p["metadata"].get("annotations") or {}).get(labels.GROUP_NAME) in (first, second)
+            )
+            cohort_peak = max(cohort_peak, held)
+            if held > 16:
+                cohort_violations.append(f"cohort pods hold {held} GPUs > 16")
+            await asyncio.sleep(0.02)
+
+    sampling = [asyncio.create_task(sampler.run()), asyncio.create_task(sample_cohort())]
+    try:
+        rng = random.Random(20261126)
+        bodies = []
+        for i in range(60):
+            group = first if i % 3 == 0 else second  # the second group borrows while the first is light
+            bodies.append(
+                job_body(
+                    group,
+                    rng.choice(USERS),
+                    rng.choice((1, 2, 2, 4)),
+                    run=rng.uniform(5, 30),
+                    task=f"p{i}",
+                    priority=rng.choice((0, 0, 100)),
+                )
+            )
+        jobs = await create_jobs(client, *bodies)
+        names = [j["metadata"]["name"] for j in jobs]
+
+        async def all_finished():
+            current = {j["metadata"]["name"]: j for j in (await client.list(JOBS, NAMESPACE))["items"]}
+            return all(ledger_io.is_finished(current[n]) for n in names)
+
+        await wait_for(all_finished, timeout=180, interval=0.5)
+
+        async def ledger_empty():
+            return (await ledger_of(client, cohort)).reservations == ()
+
+        await wait_for(ledger_empty, timeout=30, interval=0.2)
+    finally:
+        for task in sampling:
+            task.cancel()
+        stop.set()
+        for process in processes:
+            process.join(timeout=30)
+
+    assert sampler.violations == [] and cohort_violations == []
+    assert sampler.peak[second] > 8, "the second group never borrowed"
+    finished = {j["metadata"]["name"]: j for j in (await client.list(JOBS, NAMESPACE))["items"]}
+    preempted = 0
+    for name in names:
+        job = finished[name]
+        assert annotation(job, labels.VERDICT) is None, (name, annotation(job, labels.VERDICT_MESSAGE))
+        assert any(c["type"] == "Complete" for c in job["status"].get("conditions") or ()), name
+        preempted += int(annotation(job, labels.PREEMPTIONS) or 0)
+    assert preempted > 0, "no job was ever preempted"
+    assert all(p.exitcode == 0 for p in processes)

@@ -195,3 +195,80 @@ async def test_a_process_killed_in_the_middle_of_a_pass_is_repaired_by_another(c
     ledger, now = await ledger_of(client, group), await current(client, jobs)
     assert_safe(ledger, now)
     assert_repaired(ledger, now)
+
+
+# --- a pass that preempts ------------------------------------------------------------------------------
+
+
+def preempting(group: str) -> quota.QuotaPolicy:
+    return quota.parse_policy(
+        f"groups:\n  {group}: {{gpus: {QUOTA}, preemption: {{within_group: lower_priority}}}}\n"
+    )
+
+
+def _killed_preempting_pass(kubeconfig: str, group: str, target: str) -> None:
+    import asyncio
+
+    async def main() -> None:
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+
+        def die(at: str) -> None:
+            if at == target:
+                os._exit(17)
+
+        await ledger_io.admission_pass(
+            client,
+            ledger_namespace=NAMESPACE,
+            group=group,
+            policy=preempting(group),
+            jobs=lambda: list_jobs(client),
+            hook=die,
+        )
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("step", ["ledger-written", "preempted:L"])
+async def test_a_process_killed_while_preempting_is_repaired_and_the_victim_is_requeued(
+    client, cluster, step
+):
+    group = unique("crashpre")
+    (low,) = await create_jobs(client, job_body(group, "lou", 4, run=10_000, task="low"))
+    await ledger_io.admission_pass(
+        client,
+        ledger_namespace=NAMESPACE,
+        group=group,
+        policy=preempting(group),
+        jobs=lambda: list_jobs(client),
+    )
+    (high,) = await create_jobs(client, job_body(group, "hal", 4, run=10_000, task="high", priority=100))
+    names = {"L": low["metadata"]["name"], "H": high["metadata"]["name"]}
+    key, _, job = step.partition(":")
+    target = f"{key}:{names[job]}" if job else step
+    process = multiprocessing.get_context("spawn").Process(
+        target=_killed_preempting_pass, args=(cluster.kubeconfig_path, group, target)
+    )
+    process.start()
+    await wait_for(lambda: not process.is_alive(), timeout=60)
+    assert process.exitcode == 17
+    ledger = await ledger_of(client, group)
+    # Marked, still charged: the preemptor is not admitted on GPUs the victim still holds.
+    assert [(r.job, r.preempted_by is not None) for r in ledger.reservations] == [(names["L"], True)]
+
+    async def admitted_after_the_victim_left() -> bool:
+        await ledger_io.admission_pass(
+            client,
+            ledger_namespace=NAMESPACE,
+            group=group,
+            policy=preempting(group),
+            jobs=lambda: list_jobs(client),
+        )
+        ledger = await ledger_of(client, group)
+        assert ledger.used_gpus <= QUOTA
+        return [r.job for r in ledger.reservations] == [names["H"]]
+
+    await wait_for(admitted_after_the_victim_left, timeout=60, interval=0.2)
+    victim = await client.get(JOBS, NAMESPACE, names["L"])
+    assert ledger_io.is_suspended(victim) and annotation(victim, labels.VERDICT) is None
+    assert annotation(victim, labels.PREEMPTIONS) == "1"
+    assert annotation(victim, labels.PREEMPTED_BY) == f"{NAMESPACE}/{names['H']}"
