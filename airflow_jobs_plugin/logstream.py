@@ -100,6 +100,7 @@ class _Run:
     registered: float = 0.0
     not_before: float = 0.0  # refused: no stream nor read before this (loop time)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    then: list[_Run] = field(default_factory=list)  # the runs whose ``after`` this is
 
     @property
     def finished(self) -> bool:
@@ -119,6 +120,8 @@ class _Run:
         else:
             self.complete = True
         self.ended.set()
+        for later in self.then:  # the replica's next pod may print now
+            later.streamer.hub.unblocked(later)
 
     def ready(self, now: float) -> bool:
         """Not backing off, and its earlier pod has printed (or has had long enough): it may print now."""
@@ -176,7 +179,19 @@ class LogHub:
         """Its container has ended: a stream ends by itself; a polled run is read once more, now."""
         self._waiting.pop(run, None)
         if run not in self._streaming and run in self._runs and not run.finished:
+            if run.failures == 0:
+                # Held back only because its stream had just ended: that was most likely the end.
+                run.not_before = 0.0
             self.ring.add(run, self._now())
+            self.ring.later(run, max(self._now(), run.not_before))
+            self._kick()
+
+    def unblocked(self, run: _Run) -> None:
+        """The earlier pod of ``run``'s replica has printed: read or stream ``run`` now."""
+        if run in self._runs and not run.finished and run not in self._streaming:
+            self.ring.add(run, self._now())
+            self.ring.later(run, self._now())
+            self._grant()
             self._kick()
 
     def drop(self, run: _Run) -> None:
@@ -186,6 +201,8 @@ class LogHub:
         task = self._streaming.pop(run, None)
         if task is not None:
             task.cancel()
+        if not self._runs:
+            self._wake.set()  # the poller ends once nothing is left to read
         self._grant()
 
     async def close(self) -> None:
@@ -433,6 +450,8 @@ class LogStreamer:
                         after=self._last.get(label),
                     )
                     self._runs[(uid, container, restart)] = self._last[label] = run
+                    if run.after is not None:
+                        run.after.then.append(run)
                     self.hub.add(run)
                 elif run.running and not running:
                     run.running = False
