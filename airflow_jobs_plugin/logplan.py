@@ -41,7 +41,7 @@ def grant_streams(waiting: Iterable[Waiting[K]], held: Mapping[str, int], free: 
         return []
     counts = dict(held)
     granted: list[K] = []
-    pending = sorted(waiting, key=lambda w: (counts.get(w.job, 0), w.since))
+    pending = list(waiting)  # one pass per stream granted: usually one is free, a sort would cost more
     while pending and len(granted) < free:
         # Granting one changes its job's count: re-rank the rest by the counts as they now stand.
         pick = min(pending, key=lambda w: (counts.get(w.job, 0), w.since))

@@ -425,6 +425,16 @@ class LogStreamer:
         Every pod, not only each replica's current one: a pod that failed and was replaced between two
         looks still has the log that explains the retry."""
         current = {r.pod: r.name for r in snap.replicas if r.pod}
+        pods = list(pods)
+        present = {
+            (p.get("metadata") or {}).get("uid") or (p.get("metadata") or {}).get("name") for p in pods
+        }
+        for (uid, _, _), known in self._runs.items():
+            if uid not in present and known.running:
+                # Its pod is gone (deleted: an MPI worker once its launcher ended) or belongs to an
+                # attempt no longer followed: it runs no more, one last read says what it printed.
+                known.running = False
+                self.hub.ended(known)
         # Oldest first: the pods of one replica are followed, and printed, in the order they ran.
         for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
             meta = pod.get("metadata") or {}

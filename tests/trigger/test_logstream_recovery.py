@@ -216,3 +216,32 @@ async def test_a_replicas_earlier_pod_is_printed_before_the_pod_that_replaced_it
     await streamer.drain(timeout=30)
     assert list(tail) == ["[worker-0] flaky: run 1", "[worker-0] exit 1", "[worker-0] flaky: run 2"]
     await hub.close()
+
+
+class DeletedPod(FakeLogs):
+    """The pod is deleted after its first lines (an MPI worker once its launcher ended)."""
+
+    deleted = False
+
+    async def read_log(self, namespace, pod, **kwargs: Any) -> str:
+        if self.deleted:
+            self.reads += 1
+            raise KubeError(404, "NotFound", f'pods "{pod}" not found')
+        return await super().read_log(namespace, pod, **kwargs)
+
+
+async def test_a_run_whose_pod_is_gone_is_read_once_more_and_leaves_no_marker():
+    client = DeletedPod()
+    client.write("train-0", "Server listening on 0.0.0.0 port 22.")
+    streamer, tail, hub = streamer_for(client, streams=0)
+    streamer.follow(NO_REPLICAS, [pod(running=True)])
+    for _ in range(200):
+        if tail:
+            break
+        await asyncio.sleep(0.01)
+    client.deleted = True
+    streamer.follow(NO_REPLICAS, [])  # the next look: the pod is no longer there
+    await streamer.drain(timeout=30)
+    assert streamer.seal() == ()  # nothing left the worker could read: no marker, no note
+    assert list(tail) == ["[train-0] Server listening on 0.0.0.0 port 22."]
+    await hub.close()
