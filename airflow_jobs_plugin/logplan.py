@@ -8,7 +8,8 @@ rather than at once, and the API server sees a fixed number of reads per second,
 
 The rules, first match wins:
 
-1. A container that has ended is read once more (it is due at once): that read is its last.
+1. A container that has ended is read once more, ahead of every other read and outside the rate (one
+   read per container run, and its job's final event waits for it): that read is its last.
 2. A free stream goes to the waiting container whose job holds the fewest streams, then to the one
    that has waited longest: a job's first container streams before any job's second.
 3. A polled container is read again after ``max(min_interval, polled / rate)`` seconds: every polled

@@ -153,6 +153,7 @@ class LogHub:
         self._runs: set[_Run] = set()
         self._waiting: dict[_Run, Waiting[_Run]] = {}
         self._streaming: dict[_Run, asyncio.Task] = {}
+        self._final: set[_Run] = set()  # ended runs whose last read is due: first, and not rate-paced
         self._reads: set[asyncio.Task] = set()
         self._slots = asyncio.Semaphore(POLL_CONCURRENCY)
         self._wake = asyncio.Event()
@@ -171,7 +172,10 @@ class LogHub:
         self._runs.add(run)
         if run.running:
             self._waiting[run] = Waiting(run, run.owner, next(self._order))
-        self.ring.add(run, now)  # its first lines come from a read at once unless a stream is free
+            self.ring.add(run, now)  # its first lines come from a read at once unless a stream is free
+        else:  # seen only once ended: one read, ahead of the ring (see ended)
+            self._final.add(run)
+            self.ring.add(run, float("-inf"))
         self._grant()
         self._kick()
 
@@ -182,8 +186,13 @@ class LogHub:
             if run.failures == 0:
                 # Held back only because its stream had just ended: that was most likely the end.
                 run.not_before = 0.0
-            self.ring.add(run, self._now())
-            self.ring.later(run, max(self._now(), run.not_before))
+                # Its last read goes ahead of the ring's turn and outside its rate: there is one per
+                # container run, and the job's final event waits for it (up to FINAL_DRAIN).
+                self._final.add(run)
+                self.ring.add(run, float("-inf"))
+                self.ring.later(run, float("-inf"))
+            else:
+                self.ring.add(run, run.not_before)
             self._kick()
 
     def unblocked(self, run: _Run) -> None:
@@ -196,6 +205,7 @@ class LogHub:
 
     def drop(self, run: _Run) -> None:
         self._runs.discard(run)
+        self._final.discard(run)
         self._waiting.pop(run, None)
         self.ring.remove(run)
         task = self._streaming.pop(run, None)
@@ -293,7 +303,7 @@ class LogHub:
             task = asyncio.create_task(self._read(run))
             self._reads.add(task)
             task.add_done_callback(self._reads.discard)
-            if rate > 0:
+            if rate > 0 and run not in self._final:
                 await asyncio.sleep(1.0 / rate)
 
     async def _read(self, run: _Run) -> None:
@@ -316,10 +326,11 @@ class LogHub:
             run.take(complete_lines(body, limited=limited))
             if run not in self._runs or run.finished or run in self._streaming:
                 return
-            if limited:
-                self.ring.later(run, self._now())  # more than one read's worth: read on at once
+            if limited:  # more than one read's worth: read on at once
+                self.ring.later(run, float("-inf") if run in self._final else self._now())
             elif last:
                 self.ring.remove(run)
+                self._final.discard(run)
                 run.finish()
             else:
                 self.ring.read(run, self._now())
@@ -362,6 +373,7 @@ class LogHub:
         self._kick()
 
     def _give_up(self, run: _Run) -> None:
+        self._final.discard(run)
         self._waiting.pop(run, None)
         self.ring.remove(run)
         run.finish(gone=True)

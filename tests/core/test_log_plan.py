@@ -59,13 +59,14 @@ def test_a_polled_container_is_read_again_after_a_full_turn_of_the_ring(polled, 
     assert ring.interval() == interval
 
 
-def test_an_ended_container_is_due_at_once_ahead_of_the_ring():
+def test_an_ended_container_is_read_ahead_of_every_overdue_one():
+    # A saturated ring (every read overdue) must not hold back the last read a final event waits for.
     ring: PollRing[str] = PollRing(rate=1.0, min_interval=10.0)
-    ring.add("running", 0.0)
-    key, _ = ring.next_due(0.0)
-    ring.read("running", 0.0)
-    ring.add("ended", 1.0)
-    assert ring.next_due(1.0) == ("ended", None)
+    ring.add("overdue-1", 0.0)
+    ring.add("overdue-2", 0.5)
+    ring.add("ended", float("-inf"))
+    assert ring.next_due(30.0) == ("ended", None)
+    assert ring.next_due(30.0) == ("overdue-1", None)
 
 
 def test_a_read_in_flight_is_not_handed_out_twice_and_a_removed_key_never_comes_back():
