@@ -122,10 +122,12 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-# Connections for log follows, apart from the watch's and the calls' (see KubeClient.__init__): log
-# streams beyond it wait for a free one, and, since a follow starts from the log's first line, every line
-# still reaches the task log, later.
+# Connections for container logs, apart from the watch's and the calls' (see KubeClient.__init__): at
+# most LOG_STREAM_CONNECTIONS follow streams (logstream.LogHub keeps to it; the containers past it are
+# read in turn, logplan), and LOG_READ_CONNECTIONS for those reads, so a read never waits for a stream
+# to end.
 LOG_STREAM_CONNECTIONS = 500
+LOG_READ_CONNECTIONS = 8
 
 # Sends of one request the API server refuses with 401 before its answer stands: the first, a resend
 # with renewed credentials, and renewals of credentials that expired in flight.
@@ -354,7 +356,7 @@ class KubeClient:
     def _log_stream_api(self) -> k8s_client.ApiClient:
         if self._log_api is None:
             configuration = copy.copy(self._api.configuration)
-            configuration.connection_pool_maxsize = LOG_STREAM_CONNECTIONS
+            configuration.connection_pool_maxsize = LOG_STREAM_CONNECTIONS + LOG_READ_CONNECTIONS
             self._log_api = k8s_client.ApiClient(configuration=configuration)
         return self._log_api
 
@@ -570,8 +572,14 @@ class KubeClient:
         container: str | None = None,
         tail_lines: int | None = None,
         since_seconds: int | None = None,
+        since_time: str | None = None,
+        timestamps: bool = False,
+        limit_bytes: int | None = None,
         previous: bool = False,
+        log_pool: bool = False,
     ) -> str:
+        """A container's log so far. ``log_pool``: send it on the log connections (a triggerer's
+        incremental reads), never on the ones the watch and the API calls share."""
         response = await self._send(
             "GET",
             PODS.path(namespace, pod, "log"),
@@ -579,8 +587,12 @@ class KubeClient:
                 ("container", container),
                 ("tailLines", tail_lines),
                 ("sinceSeconds", since_seconds),
+                ("sinceTime", since_time),
+                ("timestamps", timestamps or None),
+                ("limitBytes", limit_bytes),
                 ("previous", previous or None),
             ],
+            api=self._log_stream_api() if log_pool else None,
         )
         try:
             raw = await response.read()
@@ -648,9 +660,20 @@ class KubeClient:
                 continue
 
     async def follow_log(
-        self, namespace: str, pod: str, *, container: str | None = None, since_time_lines: int | None = None
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        since_time: str | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[str]:
-        query = [("container", container), ("follow", "true"), ("tailLines", since_time_lines)]
+        query = [
+            ("container", container),
+            ("follow", "true"),
+            ("sinceTime", since_time),
+            ("timestamps", timestamps or None),
+        ]
         async for line in self.stream(
             "GET", PODS.path(namespace, pod, "log"), query, read_timeout=None, api=self._log_stream_api()
         ):

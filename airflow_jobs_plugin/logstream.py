@@ -1,21 +1,37 @@
 """Live container logs into the task log, each line prefixed by its replica: ``[launcher]``, ``[worker-1]``.
 
-One follow stream per container instance (pod uid, container, restart); a stream that ends while the
-container still runs is opened again at the trigger's next look and skips the lines already shown. An established stream outlives the token
-that opened it (the API server authenticates a request once, when it starts); a resume that the API
-server refuses backs off while the client renews the connection's credentials.
+Each trigger's :class:`LogStreamer` names the container runs of its job (pod uid, container, restart) and
+hands them to its process's :class:`LogHub`, which follows a budget of them with streams and reads the
+rest in turn at a bounded rate (the rules: :mod:`~airflow_jobs_plugin.logplan`). Every read and stream
+asks for timestamps and starts at the run's cursor (:mod:`~airflow_jobs_plugin.logcursor`), so a run can
+move between a stream and polling and each line is printed once.
+
+The final event never waits long for logs: the trigger gives the runs that have ended a moment
+(``FINAL_DRAIN``) to deliver their last lines, then :meth:`LogStreamer.seal` stops printing and hands
+back a :class:`~airflow_jobs_plugin.logcursor.LogMarker` for each run not printed to its end; the
+operator's ``execute_complete`` reads the rest on the worker (:mod:`~airflow_jobs_plugin.logtail`).
+
+An established stream outlives the token that opened it (the API server authenticates a request once,
+when it starts); a read or resume that the API server refuses backs off while the client renews the
+connection's credentials.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import weakref
 from collections import Counter, deque
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from airflow_jobs_plugin import kube
 from airflow_jobs_plugin.kube import KubeClient, KubeError
 from airflow_jobs_plugin.lifecycle import JobSnapshot
+from airflow_jobs_plugin.logcursor import Cursor, LogMarker, advance, complete_lines
+from airflow_jobs_plugin.logplan import PollRing, Waiting, grant_streams
 from airflow_jobs_plugin.manifests import pod_role_and_rank
 
 
@@ -44,100 +60,460 @@ def _replica_name(pod_labels: dict) -> str | None:
     return None
 
 
-RESUMES = 6
+RESUMES = 6  # refused reads or opens of one run in a row before it is given up
 REOPENS = 100  # streams of one running container reopened after they ended, at most
 RESUME_FIRST_WAIT = 1.0
 RESUME_MAX_WAIT = 16.0
 # How long a later pod's lines wait for the earlier pod of the same replica to finish printing: an
 # earlier pod stuck terminating must not hold the live log back for ever.
 EARLIER_POD_WAIT = 30.0
+# Reads per second one process sends for the containers without a stream, whatever their number, and
+# the seconds between two reads of one container however few are polled.
+POLL_RATE = 20.0
+POLL_MIN_INTERVAL = 5.0
+POLL_CONCURRENCY = 4  # reads in flight at once (kube.LOG_READ_CONNECTIONS leaves room for them)
+READ_BYTES = 256 * 1024  # one read's limitBytes: a chatty container is read in slices, never at once
+# How long the final event waits for the runs that have ended to deliver their last lines; what is
+# still missing then is read by the worker (logtail).
+FINAL_DRAIN = 0.5
+
+
+@dataclass(eq=False)  # identity: runs are keys of the hub's tables
+class _Run:
+    """One container run followed for one trigger."""
+
+    namespace: str
+    pod: str
+    container: str
+    label: str
+    owner: str  # the job it belongs to: the hub shares streams fairly between jobs
+    streamer: LogStreamer
+    running: bool
+    after: _Run | None = None  # the earlier pod of the same replica, printed first
+    cursor: Cursor = Cursor()
+    previous: bool = False  # its container has run again since: read it with previous=true
+    gone: bool = False  # cannot be read any more (pod deleted, or run twice since)
+    complete: bool = False  # every line printed
+    sealed: bool = False  # the final event is out: print nothing more
+    failures: int = 0
+    reopens: int = 0
+    registered: float = 0.0
+    not_before: float = 0.0  # refused: no stream nor read before this (loop time)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    then: list[_Run] = field(default_factory=list)  # the runs whose ``after`` this is
+
+    @property
+    def finished(self) -> bool:
+        return self.complete or self.gone
+
+    def take(self, lines: Iterable[str]) -> None:
+        """Print the lines of a read or stream not printed yet (none once sealed)."""
+        if self.sealed or self.finished:
+            return
+        fresh, self.cursor = advance(self.cursor, lines)
+        for text in fresh:
+            self.streamer.emit(self.label, text)
+
+    def finish(self, *, gone: bool = False) -> None:
+        if gone:
+            self.gone = True
+        else:
+            self.complete = True
+        self.ended.set()
+        for later in self.then:  # the replica's next pod may print now
+            later.streamer.hub.unblocked(later)
+
+    def ready(self, now: float) -> bool:
+        """Not backing off, and its earlier pod has printed (or has had long enough): it may print now."""
+        if now < self.not_before:
+            return False
+        return self.after is None or self.after.finished or now - self.registered > EARLIER_POD_WAIT
+
+    def marker(self) -> LogMarker:
+        return LogMarker(self.pod, self.container, self.label, self.cursor, self.previous)
+
+
+class LogHub:
+    """A process's log reader for one client: streams within the budget, reads in turn for the rest."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        streams: int | None = None,
+        rate: float | None = None,
+        min_interval: float | None = None,
+    ):
+        self.client = client
+        self.streams = kube.LOG_STREAM_CONNECTIONS if streams is None else streams
+        self.ring: PollRing[_Run] = PollRing(
+            rate=POLL_RATE if rate is None else rate,
+            min_interval=POLL_MIN_INTERVAL if min_interval is None else min_interval,
+        )
+        self._runs: set[_Run] = set()
+        self._waiting: dict[_Run, Waiting[_Run]] = {}
+        self._streaming: dict[_Run, asyncio.Task] = {}
+        self._final: set[_Run] = set()  # ended runs whose last read is due: first, and not rate-paced
+        self._reads: set[asyncio.Task] = set()
+        self._slots = asyncio.Semaphore(POLL_CONCURRENCY)
+        self._wake = asyncio.Event()
+        self._poller: asyncio.Task | None = None
+        self._order = itertools.count()
+        self.loop = asyncio.get_running_loop()
+        self.opened = 0  # streams opened, reads sent, streams open at once: for tests and benchmarks
+        self.reads = 0
+        self.most_streams = 0
+
+    # --- what the streamers tell it ---
+
+    def add(self, run: _Run) -> None:
+        now = self._now()
+        run.registered = now
+        self._runs.add(run)
+        if run.running:
+            self._waiting[run] = Waiting(run, run.owner, next(self._order))
+            self.ring.add(run, now)  # its first lines come from a read at once unless a stream is free
+        else:  # seen only once ended: one read, ahead of the ring (see ended)
+            self._final.add(run)
+            self.ring.add(run, float("-inf"))
+        self._grant()
+        self._kick()
+
+    def ended(self, run: _Run) -> None:
+        """Its container has ended: a stream ends by itself; a polled run is read once more, now."""
+        self._waiting.pop(run, None)
+        if run not in self._streaming and run in self._runs and not run.finished:
+            if run.failures == 0:
+                # Held back only because its stream had just ended: that was most likely the end.
+                run.not_before = 0.0
+                # Its last read goes ahead of the ring's turn and outside its rate: there is one per
+                # container run, and the job's final event waits for it (up to FINAL_DRAIN).
+                self._final.add(run)
+                self.ring.add(run, float("-inf"))
+                self.ring.later(run, float("-inf"))
+            else:
+                self.ring.add(run, run.not_before)
+            self._kick()
+
+    def unblocked(self, run: _Run) -> None:
+        """The earlier pod of ``run``'s replica has printed: read or stream ``run`` now."""
+        if run in self._runs and not run.finished and run not in self._streaming:
+            self.ring.add(run, self._now())
+            self.ring.later(run, self._now())
+            self._grant()
+            self._kick()
+
+    def drop(self, run: _Run) -> None:
+        self._runs.discard(run)
+        self._final.discard(run)
+        self._waiting.pop(run, None)
+        self.ring.remove(run)
+        task = self._streaming.pop(run, None)
+        if task is not None:
+            task.cancel()
+        if not self._runs:
+            self._wake.set()  # the poller ends once nothing is left to read
+        self._grant()
+
+    async def close(self) -> None:
+        for run in list(self._runs):
+            self.drop(run)
+        tasks = [t for t in (self._poller, *self._reads) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # --- streams ---
+
+    def _grant(self) -> None:
+        free = self.streams - len(self._streaming)
+        if free <= 0 or not self._waiting:
+            return
+        now = self._now()
+        held = Counter(run.owner for run in self._streaming)
+        ready = [w for run, w in self._waiting.items() if run.ready(now)]
+        for run in grant_streams(ready, held, free):
+            self._waiting.pop(run, None)
+            self.ring.remove(run)
+            self._streaming[run] = asyncio.create_task(self._stream(run))
+        self.most_streams = max(self.most_streams, len(self._streaming))
+
+    async def _stream(self, run: _Run) -> None:
+        self.opened += 1
+        refused = False
+        try:
+            async for line in self.client.follow_log(
+                run.namespace,
+                run.pod,
+                container=run.container,
+                since_time=run.cursor.since_time(),
+                timestamps=True,
+            ):
+                run.failures = 0
+                run.take((line,))
+        except asyncio.CancelledError:
+            raise
+        except KubeError as exc:
+            refused = True
+            self._refused(run, exc)
+        except Exception:  # a broken stream is resumed from the cursor, never kills the hub
+            refused = True
+            self._backoff(run)
+        finally:
+            if self._streaming.get(run) is asyncio.current_task():
+                del self._streaming[run]
+        if not refused and run in self._runs and not run.finished:
+            if not run.running:
+                # The API server ends a follow once the container has ended and its log is read out.
+                run.finish()
+            else:  # closed under a running container (a restart, a dropped connection): resume later
+                run.reopens += 1
+                run.not_before = self._now() + self.ring.min_interval  # never reopened in a loop
+                self.ring.add(run, run.not_before)
+                if run.reopens < REOPENS:
+                    self._waiting[run] = Waiting(run, run.owner, next(self._order))
+                self._kick()
+        self._grant()
+
+    # --- reads in turn ---
+
+    def _kick(self) -> None:
+        self._wake.set()
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        rate = self.ring.rate
+        while self._runs:
+            run, wait = self.ring.next_due(self._now())
+            if run is None:
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                continue
+            if run not in self._runs or run.finished:
+                self.ring.remove(run)
+                continue
+            if not run.ready(self._now()):
+                self.ring.later(run, self._now() + 1.0)
+                continue
+            await self._slots.acquire()
+            task = asyncio.create_task(self._read(run))
+            self._reads.add(task)
+            task.add_done_callback(self._reads.discard)
+            if rate > 0 and run not in self._final:
+                await asyncio.sleep(1.0 / rate)
+
+    async def _read(self, run: _Run) -> None:
+        try:
+            # Only a read that starts after the container was seen ended can be its last.
+            last = not run.running
+            self.reads += 1
+            body = await self.client.read_log(
+                run.namespace,
+                run.pod,
+                container=run.container,
+                since_time=run.cursor.since_time(),
+                timestamps=True,
+                limit_bytes=READ_BYTES,
+                previous=run.previous,
+                log_pool=True,
+            )
+            limited = len(body.encode()) >= READ_BYTES
+            run.failures = 0
+            run.take(complete_lines(body, limited=limited))
+            if run not in self._runs or run.finished or run in self._streaming:
+                return
+            if limited:  # more than one read's worth: read on at once
+                self.ring.later(run, float("-inf") if run in self._final else self._now())
+            elif last:
+                self.ring.remove(run)
+                self._final.discard(run)
+                run.finish()
+            else:
+                self.ring.read(run, self._now())
+        except asyncio.CancelledError:
+            raise
+        except KubeError as exc:
+            self._refused(run, exc)
+        except Exception:
+            self._backoff(run)
+        finally:
+            self._slots.release()
+
+    def _refused(self, run: _Run, exc: KubeError) -> None:
+        if exc.not_found:  # the pod is gone, and its log with it
+            self._give_up(run)
+        elif exc.status == 400 and run.running:  # not started yet, or restarting: try again later
+            self._retry_at(run, self._now() + self.ring.min_interval)
+        elif exc.status == 400:  # an ended run the kubelet no longer has (run twice since)
+            self._give_up(run)
+        else:
+            self._backoff(run)
+
+    def _backoff(self, run: _Run) -> None:
+        """Doubling waits (1, 2, 4, ... s) outlast a refused credential's renewal or a restart of the
+        API server, which a fixed one-second wait would exhaust in five seconds."""
+        run.failures += 1
+        if run.failures >= RESUMES:
+            self._give_up(run)
+            return
+        self._retry_at(run, self._now() + min(RESUME_MAX_WAIT, RESUME_FIRST_WAIT * 2 ** (run.failures - 1)))
+
+    def _retry_at(self, run: _Run, due: float) -> None:
+        """Neither read nor stream ``run`` before ``due``; then read it, and let it wait for a stream
+        again if it runs (a refused stream is not reopened in a loop)."""
+        run.not_before = due
+        self.ring.add(run, due)
+        self.ring.later(run, due)
+        if run.running and run.reopens < REOPENS and run not in self._streaming:
+            self._waiting.setdefault(run, Waiting(run, run.owner, next(self._order)))
+        self._kick()
+
+    def _give_up(self, run: _Run) -> None:
+        self._final.discard(run)
+        self._waiting.pop(run, None)
+        self.ring.remove(run)
+        run.finish(gone=True)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+
+_HUBS: weakref.WeakKeyDictionary[Any, LogHub] = weakref.WeakKeyDictionary()
+
+
+def hub_for(client: KubeClient) -> LogHub:
+    """The process's hub for a client (one per client and event loop)."""
+    hub = _HUBS.get(client)
+    if hub is None or hub.loop is not asyncio.get_running_loop():
+        hub = _HUBS[client] = LogHub(client)
+    return hub
 
 
 class LogStreamer:
-    def __init__(self, client: KubeClient, namespace: str, log: LineSink, tail: deque[str]):
+    """One trigger's container logs: which runs its job has, printed through its process's hub."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        log: LineSink,
+        tail: deque[str],
+        *,
+        owner: str = "",
+        hub: LogHub | None = None,
+    ):
         self.client = client
         self.namespace = namespace
         self.log = log
         self.tail = tail
-        self._tasks: dict[tuple[str, str, int], asyncio.Task] = {}
-        self._shown: Counter[tuple[str, str, int]] = Counter()  # lines shown per container instance
-        self._reopened: Counter[tuple[str, str, int]] = Counter()
-        # The newest stream of each replica's container (by its label): a later pod of the same replica
+        self.owner = owner or f"streamer-{id(self)}"
+        self._hub = hub
+        self._runs: dict[tuple[str, str, int], _Run] = {}
+        # The newest run of each replica's container (by its label): a later pod of the same replica
         # (a pod the Job controller created after the previous one failed) prints only once the earlier
-        # pod's stream has delivered everything, so run 1's lines never follow run 2's in the task log.
-        self._last: dict[str, asyncio.Task] = {}
+        # pod's log is printed, so run 1's lines never follow run 2's in the task log.
+        self._last: dict[str, _Run] = {}
+
+    @property
+    def hub(self) -> LogHub:
+        if self._hub is None:
+            self._hub = hub_for(self.client)
+        return self._hub
+
+    def emit(self, label: str, text: str) -> None:
+        line = f"[{label}] {text}"
+        self.tail.append(line)
+        self.log.info("%s", line)
 
     def follow(self, snap: JobSnapshot, pods: Iterable[dict]) -> None:
-        """Start following every container of every pod of the job that started and is not followed yet,
-        and follow again a running container whose stream ended (the API server closed it: a restart, a
-        dropped connection); the lines already shown are skipped.
+        """Follow every container run of every pod of the job that has started, and note the ones that
+        have ended (their last read is due).
 
         Every pod, not only each replica's current one: a pod that failed and was replaced between two
         looks still has the log that explains the retry."""
         current = {r.pod: r.name for r in snap.replicas if r.pod}
+        pods = list(pods)
+        present = {
+            (p.get("metadata") or {}).get("uid") or (p.get("metadata") or {}).get("name") for p in pods
+        }
+        for (uid, _, _), known in self._runs.items():
+            if uid not in present and known.running:
+                # Its pod is gone (deleted: an MPI worker once its launcher ended) or belongs to an
+                # attempt no longer followed: it runs no more, one last read says what it printed.
+                known.running = False
+                self.hub.ended(known)
         # Oldest first: the pods of one replica are followed, and printed, in the order they ran.
         for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
             meta = pod.get("metadata") or {}
             name = meta.get("name")
             if not name:  # only a pod the API server has named has a log to follow
                 continue
+            uid = meta.get("uid") or name
             prefix = _replica_name(meta.get("labels") or {}) or current.get(name) or name
             main = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
             for container, restart, running in _started_containers(pod):
-                key = (meta.get("uid") or name, container, restart)
-                task = self._tasks.get(key)
-                if task is not None and not (task.done() and running and self._reopened[key] < REOPENS):
-                    continue
-                if task is not None:
-                    self._reopened[key] += 1
                 label = prefix if container == main else f"{prefix}/{container}"
-                earlier = self._last.get(label) if task is None else None
-                self._tasks[key] = self._last[label] = asyncio.create_task(
-                    self._follow(key, name, container, label, after=earlier)
-                )
+                self._earlier_runs_ended(uid, container, restart)
+                run = self._runs.get((uid, container, restart))
+                if run is None:
+                    run = _Run(
+                        namespace=self.namespace,
+                        pod=name,
+                        container=container,
+                        label=label,
+                        owner=self.owner,
+                        streamer=self,
+                        running=running,
+                        after=self._last.get(label),
+                    )
+                    self._runs[(uid, container, restart)] = self._last[label] = run
+                    if run.after is not None:
+                        run.after.then.append(run)
+                    self.hub.add(run)
+                elif run.running and not running:
+                    run.running = False
+                    self.hub.ended(run)
 
-    async def _follow(
-        self,
-        key: tuple[str, str, int],
-        pod: str,
-        container: str,
-        label: str,
-        after: asyncio.Task | None = None,
-    ) -> None:
-        if after is not None and not after.done():
-            # The earlier pod of this replica has ended (or is ending): its stream finishes on its own.
-            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
-                await asyncio.wait_for(asyncio.shield(after), EARLIER_POD_WAIT)
-        for attempt in range(RESUMES):  # a refused open is tried again; a stream that ends is done
-            seen = 0
-            try:
-                async for line in self.client.follow_log(self.namespace, pod, container=container):
-                    seen += 1
-                    if seen <= self._shown[key]:
-                        continue
-                    self._shown[key] = seen
-                    text = f"[{label}] {line}"
-                    self.tail.append(text)
-                    self.log.info("%s", text)
-            except KubeError as exc:
-                if exc.not_found or exc.status == 400:  # pod gone or container not started yet
-                    return
-                # Doubling waits (1, 2, 4, ... s) outlast a refused credential's renewal or a restart of
-                # the API server, which a fixed one-second wait would exhaust in five seconds.
-                await asyncio.sleep(min(RESUME_MAX_WAIT, RESUME_FIRST_WAIT * 2**attempt))
+    def _earlier_runs_ended(self, uid: str, container: str, restart: int) -> None:
+        """The container runs again: its earlier runs have ended; the one just before is read with
+        ``previous=true``, older ones the kubelet no longer keeps."""
+        for (k_uid, k_container, k_restart), run in self._runs.items():
+            if (k_uid, k_container) != (uid, container) or k_restart >= restart or run.finished:
                 continue
-            return
+            run.previous = k_restart == restart - 1
+            if not run.previous:
+                self.hub._give_up(run)  # noqa: SLF001 - the hub's own rule for an unreadable run
+            elif run.running:
+                run.running = False
+                self.hub.ended(run)
 
     async def drain(self, timeout: float) -> None:
-        """Let the streams of finished containers deliver their last lines."""
-        pending = [t for t in self._tasks.values() if not t.done()]
+        """Let the runs that have ended deliver their last lines, for at most ``timeout`` seconds."""
+        pending = [r.ended.wait() for r in self._runs.values() if not r.running and not r.finished]
         if pending:
-            await asyncio.wait(pending, timeout=timeout)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*pending), timeout)
+
+    def seal(self) -> tuple[LogMarker, ...]:
+        """Stop printing, now, and return where each run not printed to its end stands.
+
+        Nothing is printed after this returns, so the markers are exactly what the task log holds:
+        the worker's read from them prints every missing line once."""
+        markers = []
+        for run in self._runs.values():
+            run.sealed = True
+            if self._hub is not None:
+                self._hub.drop(run)
+            if not run.finished:
+                markers.append(run.marker())
+        return tuple(markers)
 
     async def close(self) -> None:
-        for task in self._tasks.values():
-            task.cancel()
-        for task in self._tasks.values():
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        self.seal()
+        self._runs.clear()
+        self._last.clear()

@@ -482,6 +482,8 @@ class JobOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         try_number = context["ti"].try_number if "ti" in context else 0
         ended = JobEvent.from_payload(event)
+        if ended.log_markers:
+            ended = self._print_missing_logs(ended)
         if ended.succeeded:
             result = summary(ended)
             self._remember(context, TASK_STATE_DELIVERED, TryOutcome(try_number, job=result["job_name"]))
@@ -508,6 +510,30 @@ class JobOperator(BaseOperator):
             )
             raise AirflowFailException(message)
         raise AirflowException(message)
+
+    def _print_missing_logs(self, ended: JobEvent) -> JobEvent:
+        """Print the last lines the trigger left out (it does not wait for slow logs before its event):
+        each container run from the trigger's marker on, so none is missing and none printed twice.
+        The task's outcome never depends on it: a read that fails is noted in the log."""
+        from airflow_jobs_plugin.kube import KubeClient
+        from airflow_jobs_plugin.logtail import print_missing
+
+        async def read() -> list[str]:
+            client = await KubeClient.from_connection(self.kubernetes_conn_id)
+            try:
+                return await print_missing(client, ended.namespace, ended.log_markers, self.log)
+            finally:
+                await client.close()
+
+        try:
+            printed = asyncio.run(read())
+        except Exception as exc:  # the cluster unreachable from the worker: the job's outcome stands
+            self.log.warning("could not read the last log lines of %s: %s", ended.job_name, exc)
+            return ended
+        if not printed:
+            return ended
+        keep = max(len(ended.log_tail), 1)
+        return dataclasses.replace(ended, log_tail=(*ended.log_tail, *printed)[-keep:])
 
     def _remember(self, context: Context, key: str, outcome: TryOutcome) -> None:
         """Record what this try returned for later tries; a record that cannot be written must not

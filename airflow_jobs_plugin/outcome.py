@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from airflow_jobs_plugin.logcursor import LogMarker
+
 # Product verdicts that no retry of the same task can cure (pod failures carry their own class). A
 # cancel is one: whoever stopped the job on purpose did not ask for it to run again.
 FATAL_VERDICTS = frozenset({"OverQuota", "Inadmissible", "Cancelled"})
@@ -197,6 +199,9 @@ class JobEvent:
     cancelled_by: str = ""  # set for a CANCELLED job: who, and when (ISO 8601)
     cancelled_at: str = ""
     result: Any = None  # the JSON document the job wrote to its termination message (results.py)
+    # Container runs whose last lines the trigger did not print before this event: the worker reads
+    # them from these cursors (logtail), so every line reaches the task log, once.
+    log_markers: tuple[LogMarker, ...] = ()
 
     @property
     def succeeded(self) -> bool:
@@ -235,6 +240,7 @@ class JobEvent:
             "cancelled_by": self.cancelled_by,
             "cancelled_at": self.cancelled_at,
             "result": self.result,
+            "log_markers": [m.to_json() for m in self.log_markers],
         }
 
     @classmethod
@@ -268,6 +274,7 @@ class JobEvent:
             cancelled_by=str(payload.get("cancelled_by") or ""),
             cancelled_at=str(payload.get("cancelled_at") or ""),
             result=payload.get("result"),
+            log_markers=tuple(LogMarker.from_json(m) for m in _mappings(payload.get("log_markers"))),
         )
 
 

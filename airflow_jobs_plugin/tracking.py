@@ -26,6 +26,7 @@ from airflow_jobs_plugin.lifecycle import (
     snapshot,
     start_cannot_succeed,
 )
+from airflow_jobs_plugin.logcursor import LogMarker
 from airflow_jobs_plugin.objects import parse_time
 from airflow_jobs_plugin.outcome import (
     DELETED_BY_SOMEONE,
@@ -261,6 +262,7 @@ def final_event(
     retryable: bool,
     annotations: Mapping[str, str] | None = None,
     result: Any = None,
+    log_markers: Sequence[LogMarker] = (),
 ) -> JobEvent:
     """The trigger's final event for a snapshot: JSON-safe once written, no secret, enough for the
     task's message. ``annotations`` (the job's) say who cancelled a CANCELLED job, and when."""
@@ -285,6 +287,7 @@ def final_event(
         cancelled_by=(annotations.get(labels.CANCELLED_BY) or "a user") if cancelled else "",
         cancelled_at=(annotations.get(labels.CANCELLED_AT) or "") if cancelled else "",
         result=result if status is EventStatus.SUCCESS else None,
+        log_markers=tuple(log_markers),
     )
 
 

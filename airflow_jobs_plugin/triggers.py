@@ -45,7 +45,8 @@ from airflow_jobs_plugin.lifecycle import (
     disrupted_pod,
     snapshot,
 )
-from airflow_jobs_plugin.logstream import LogStreamer
+from airflow_jobs_plugin.logcursor import LogMarker
+from airflow_jobs_plugin.logstream import FINAL_DRAIN, LogStreamer
 from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.quota import ledger
 from airflow_jobs_plugin.results import job_result
@@ -224,7 +225,9 @@ class _Follow:
         )
         self.tail: deque[str] = deque(maxlen=trigger.log_tail_lines)
         self.streamer = (
-            LogStreamer(self.client, trigger.namespace, self.log, self.tail) if trigger.stream_logs else None
+            LogStreamer(self.client, trigger.namespace, self.log, self.tail, owner=trigger.job_name)
+            if trigger.stream_logs
+            else None
         )
         self.name = trigger.job_name
         self.sub = watch.subscribe(self.name)
@@ -441,8 +444,7 @@ class _Follow:
         annotations: dict[str, str],
         result: Any = None,
     ) -> JobEvent:
-        if self.streamer is not None:
-            await self.streamer.drain(timeout=10)
+        markers = await self._logs_so_far()
         return tracking.final_event(
             snap,
             failure,
@@ -455,7 +457,16 @@ class _Follow:
             retryable=retryable,
             annotations=annotations,
             result=result,
+            log_markers=markers,
         )
+
+    async def _logs_so_far(self) -> tuple[LogMarker, ...]:
+        """Give the ended containers' logs a moment to finish printing, then stop printing: the event
+        carries where each unfinished log stands, and the worker prints the rest (logtail)."""
+        if self.streamer is None:
+            return ()
+        await self.streamer.drain(timeout=FINAL_DRAIN)
+        return self.streamer.seal()
 
     async def _vanished(self) -> JobEvent:
         """The job object is gone: cancelled, deleted by hand, or (never seen) unknown."""
@@ -484,8 +495,7 @@ class _Follow:
         self.history.append(tracking.attempt_record(last, snap))
         self.seen = None
         self._report(snap, [])
-        if self.streamer is not None:
-            await self.streamer.drain(timeout=10)
+        markers = await self._logs_so_far()
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
         return tracking.final_event(
             snap,
@@ -498,6 +508,7 @@ class _Follow:
             log_tail=list(self.tail),
             retryable=False,
             annotations=annotations,
+            log_markers=markers,
         )
 
     # --- helpers ---

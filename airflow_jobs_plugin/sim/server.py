@@ -27,6 +27,7 @@ from .config import ClusterConfig, ResourceType, addons_of, groups
 from .errors import ApiError
 from .exec import serve_exec
 from .faults import Faults
+from .log_options import parse_log_options
 from .logs import LogStore
 from .patch import apply_patch
 from .selectors import Selector, make_selector
@@ -1083,6 +1084,7 @@ class ApiServer:
     async def _logs(self, request: web.Request, namespace: str | None, name: str) -> web.StreamResponse:
         query = request.query
         ns = namespace or "default"
+        options = parse_log_options(query, name)  # refused before the pod is looked up, as upstream
         pod = self.store.get("pods", name, ns)
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         main = [c["name"] for c in spec.get("containers") or []]
@@ -1127,18 +1129,17 @@ class ApiServer:
                     )
         lines = list(run.lines) if run else []
         since_cut = None
-        if query.get("sinceSeconds"):
-            since_cut = self.now().timestamp() - int(query["sinceSeconds"])
-        elif query.get("sinceTime"):
-            since_time = datetime.fromisoformat(query["sinceTime"].replace("Z", "+00:00"))
-            since_cut = since_time.timestamp()
+        if options.since_seconds is not None:
+            since_cut = self.now().timestamp() - options.since_seconds
+        elif options.since is not None:
+            since_cut = options.since.timestamp()
         if since_cut is not None:
             lines = [entry for entry in lines if entry[0].timestamp() >= since_cut]
-        if query.get("tailLines") not in (None, ""):
-            tail = int(query["tailLines"])
+        if options.tail_lines is not None:
+            tail = options.tail_lines
             lines = lines[-tail:] if tail > 0 else []
         stamps = truthy(query.get("timestamps"))
-        limit = int(query.get("limitBytes") or 0)
+        limit = options.limit_bytes or 0
 
         def render(entries: list) -> bytes:
             if stamps:

@@ -213,6 +213,7 @@ def summarize(
         },
         "loop_lag_max": max_gap(ours["samples"]),
         "log_lines": ours["log_lines"],
+        "logs": container_logs(ours, transitions),
         "errors": ours["errors"][:5],
         "capped": ours["capped"],
     }
@@ -257,6 +258,25 @@ def summarize(
         }
         result["ratio_requests"] = measured_ratio(ours_fig["steady"], result["cncf"])
     return result
+
+
+def container_logs(ours: dict, transitions: dict[str, dict]) -> dict[str, Any]:
+    """Container logs in the task logs: jobs whose first line came while the job still ran (before its
+    Complete condition: a live log), lines per job, and the log hub's streams and reads."""
+    first = ours.get("first_log_line") or {}
+    lines = ours.get("container_log_lines") or {}
+    live = sum(
+        1
+        for name, entry in transitions.items()
+        if name in first and entry.get("finished") is not None and first[name] < entry["finished"]
+    )
+    counts = sorted(lines.values())
+    return {
+        "jobs_with_live_log": live,
+        "jobs_with_log": len(first),
+        "lines_per_job_min_max": [counts[0], counts[-1]] if counts else None,
+        "hub": ours.get("log_hub") or {},
+    }
 
 
 def max_gap(samples: list) -> float | None:

@@ -63,6 +63,9 @@ class Book:
         self.received: dict[str, dict[str, float]] = {}
         self.lines = 0
         self.errors: list[str] = []
+        # Container log lines (``[replica] text``) per job, and when the first one reached its task log.
+        self.log_lines: dict[str, int] = {}
+        self.first_log_line: dict[str, float] = {}
 
     def state(self, job: str, state: str) -> None:
         self.states.setdefault(job, {}).setdefault(state, time.time())
@@ -83,6 +86,9 @@ class TaskLog:
     def _line(self, msg: Any, *args: Any, **_: Any) -> None:
         text = str(msg) % args if args else str(msg)
         self.book.lines += 1
+        if text.startswith("["):
+            self.book.log_lines[self.job] = self.book.log_lines.get(self.job, 0) + 1
+            self.book.first_log_line.setdefault(self.job, time.time())
         at = text.find(self.marker)
         if at != -1 and at < 10:
             words = text[at + len(self.marker) :].split()
@@ -246,6 +252,12 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     _, hwm = memory_kb()
     if watch is not None:
         cache["end"] = cache_figures(watch)
+    hubs: dict[str, int] = {}
+    if args.kind == "ours":
+        from airflow_jobs_plugin import logstream
+
+        for hub in list(getattr(logstream, "_HUBS", {}).values()):  # an older version has no hub
+            hubs = {"streams_opened": hub.opened, "reads": hub.reads, "most_streams": hub.most_streams}
     if args.kind == "ours":
         from airflow_jobs_plugin import admission
         from airflow_jobs_plugin import watch as shared
@@ -270,6 +282,9 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         "events": book.events,
         "received": book.received,
         "log_lines": book.lines,
+        "container_log_lines": book.log_lines,
+        "first_log_line": book.first_log_line,
+        "log_hub": hubs,
         "errors": book.errors[:50],
         "python": sys.version.split()[0],
     }

@@ -1,6 +1,7 @@
-"""Log streams that recover by themselves: a resume the API server refuses for a while (credentials being
-renewed, an API server restarting) is tried again with doubling waits, a stream the server closed is
-reopened while its container runs, and every line is shown once."""
+"""Container logs that recover by themselves and reach the task log once: a read or stream the API
+server refuses for a while (credentials being renewed, an API server restarting) is tried again with
+doubling waits, a stream the server closed under a running container resumes from its cursor, the
+containers past the stream budget are read in turn, and a sealed streamer prints nothing more."""
 
 from __future__ import annotations
 
@@ -12,136 +13,235 @@ from typing import Any
 
 from airflow_jobs_plugin import labels, logstream
 from airflow_jobs_plugin.kube import KubeError
-from airflow_jobs_plugin.logstream import LogStreamer
+from airflow_jobs_plugin.logcursor import parse_stamp
+from airflow_jobs_plugin.logstream import LogHub, LogStreamer
+
+T0 = parse_stamp("2026-01-01T00:00:00Z") or 0
 
 
-class RefusingClient:
-    """``follow_log`` as the API server answers it: the log so far, then ``refusals`` 401s, then the
-    whole log again (a resumed follow starts from the first line)."""
+def stamp(ns: int) -> str:
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    base = f"2026-01-01T00:00:{seconds - T0 // 1_000_000_000:02d}"
+    return f"{base}.{fraction:09d}Z"
 
-    def __init__(self, refusals: int) -> None:
-        self.refusals = refusals
-        self.calls = 0
 
-    async def follow_log(self, namespace, pod, *, container=None):
-        self.calls += 1
-        if self.calls == 1:
-            yield "epoch 1"
-            raise KubeError(0, "Unreachable", "stream broke")
-        if self.calls <= 1 + self.refusals:
+class FakeLogs:
+    """``follow_log`` and ``read_log`` as the API server answers them with ``timestamps=true``: lines
+    at or after ``sinceTime`` (whole seconds). ``refuse`` makes the next requests fail with that many
+    401s; ``close_after`` ends a follow after that many lines although the container runs."""
+
+    def __init__(self) -> None:
+        self.logs: dict[str, list[tuple[int, str]]] = {}
+        self.refuse = 0
+        self.close_after: int | None = None
+        self.follows = 0
+        self.reads = 0
+        self.arrived: dict[str, asyncio.Event] = {}
+
+    def write(self, pod: str, *texts: str, at: float | None = None) -> None:
+        lines = self.logs.setdefault(pod, [])
+        for text in texts:
+            ns = T0 + int((at if at is not None else len(lines)) * 1_000_000_000)
+            lines.append((ns, text))
+        self.arrived.setdefault(pod, asyncio.Event()).set()
+
+    def _since(self, pod: str, since_time: str | None) -> list[str]:
+        cut = (parse_stamp(since_time) or 0) if since_time else 0
+        return [f"{stamp(ns)} {text}" for ns, text in self.logs.get(pod, []) if ns >= cut]
+
+    def _refused(self) -> None:
+        if self.refuse > 0:
+            self.refuse -= 1
             raise KubeError(401, "Unauthorized", "refused freshly obtained credentials of connection 'k'")
-        for line in ("epoch 1", "epoch 2", "done"):
+
+    async def follow_log(self, namespace, pod, *, container=None, since_time=None, timestamps=False):
+        self.follows += 1
+        self._refused()
+        for n, line in enumerate(self._since(pod, since_time)):
+            if self.close_after is not None and n >= self.close_after:
+                return
             yield line
+
+    async def read_log(self, namespace, pod, *, since_time=None, **_: Any) -> str:
+        self.reads += 1
+        self._refused()
+        return "".join(f"{line}\n" for line in self._since(pod, since_time))
 
 
 # The streamer reads only a snapshot's replicas, to name pods without product labels.
 NO_REPLICAS: Any = SimpleNamespace(replicas=())
 
 
-def running_pod() -> dict:
+def pod(
+    name: str = "train-0", *, running: bool = False, uid: str = "", created: str = "", rank: str = ""
+) -> dict:
+    state: dict = {"running": {}} if running else {"terminated": {"exitCode": 0}}
+    meta: dict = {"name": name, "uid": uid or name, "labels": {}}
+    if created:
+        meta["creationTimestamp"] = created
+    if rank:
+        meta["labels"] = {labels.ROLE: "worker", labels.RANK: rank}
     return {
         "kind": "Pod",
-        "metadata": {"name": "train-0", "uid": "u1", "labels": {}},
-        "spec": {"containers": [{"name": "main"}]},
-        "status": {"containerStatuses": [{"name": "main", "restartCount": 0, "state": {"running": {}}}]},
-    }
-
-
-async def test_refused_resumes_are_waited_out_and_no_line_is_shown_twice(monkeypatch):
-    monkeypatch.setattr(logstream, "RESUME_FIRST_WAIT", 0.001)
-    client = RefusingClient(refusals=3)
-    tail: deque[str] = deque(maxlen=10)
-    streamer = LogStreamer(client, "default", logging.getLogger("test"), tail)
-    streamer.follow(NO_REPLICAS, [running_pod()])
-    await streamer.drain(timeout=30)
-    assert client.calls == 5
-    assert list(tail) == ["[train-0] epoch 1", "[train-0] epoch 2", "[train-0] done"]
-
-
-async def test_a_stream_refused_past_its_resumes_stops_without_raising(monkeypatch):
-    monkeypatch.setattr(logstream, "RESUME_FIRST_WAIT", 0.001)
-    client = RefusingClient(refusals=100)
-    tail: deque[str] = deque(maxlen=10)
-    streamer = LogStreamer(client, "default", logging.getLogger("test"), tail)
-    streamer.follow(NO_REPLICAS, [running_pod()])
-    await streamer.drain(timeout=30)
-    assert client.calls == logstream.RESUMES
-    assert list(tail) == ["[train-0] epoch 1"]
-
-
-class ClosingClient:
-    """The API server closes the first follow stream after one line (a restart, a dropped connection);
-    the next one serves the whole log so far."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def follow_log(self, namespace, pod, *, container=None):
-        self.calls += 1
-        lines = ["epoch 1"] if self.calls == 1 else ["epoch 1", "epoch 2", "epoch 3"]
-        for line in lines:
-            yield line
-
-
-async def test_a_stream_the_server_closed_is_reopened_at_the_next_look_while_the_container_runs():
-    client = ClosingClient()
-    tail: deque[str] = deque(maxlen=10)
-    streamer = LogStreamer(client, "default", logging.getLogger("test"), tail)
-    streamer.follow(NO_REPLICAS, [running_pod()])
-    await streamer.drain(timeout=30)
-    assert list(tail) == ["[train-0] epoch 1"]
-    streamer.follow(NO_REPLICAS, [running_pod()])  # the trigger's next look: still running
-    await streamer.drain(timeout=30)
-    assert client.calls == 2
-    assert list(tail) == ["[train-0] epoch 1", "[train-0] epoch 2", "[train-0] epoch 3"]
-
-
-async def test_a_finished_containers_ended_stream_is_not_reopened():
-    client = ClosingClient()
-    tail: deque[str] = deque(maxlen=10)
-    streamer = LogStreamer(client, "default", logging.getLogger("test"), tail)
-    streamer.follow(NO_REPLICAS, [running_pod()])
-    await streamer.drain(timeout=30)
-    finished = running_pod()
-    finished["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 0}}
-    streamer.follow(NO_REPLICAS, [finished])
-    await streamer.drain(timeout=30)
-    assert client.calls == 1
-
-
-class SlowFirstPodClient:
-    """The first pod's log arrives late (a slow node), the replacement's at once."""
-
-    async def follow_log(self, namespace, pod, *, container=None):
-        if pod == "train-a1-first":
-            await asyncio.sleep(0.2)
-            for line in ("flaky: run 1", "exit 1"):
-                yield line
-        else:
-            yield "flaky: run 2"
-
-
-def worker_pod(name: str, uid: str, created: str, state: dict) -> dict:
-    return {
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "uid": uid,
-            "creationTimestamp": created,
-            "labels": {labels.ROLE: "worker", labels.RANK: "0"},
-        },
+        "metadata": meta,
         "spec": {"containers": [{"name": "main"}]},
         "status": {"containerStatuses": [{"name": "main", "restartCount": 0, "state": state}]},
     }
 
 
+def streamer_for(client: FakeLogs, *, streams: int = 10) -> tuple[LogStreamer, deque[str], LogHub]:
+    tail: deque[str] = deque(maxlen=50)
+    hub = LogHub(client, streams=streams, rate=1000.0, min_interval=0.01)  # type: ignore[arg-type]
+    return LogStreamer(client, "default", logging.getLogger("test"), tail, hub=hub), tail, hub  # type: ignore[arg-type]
+
+
+async def test_refused_requests_are_waited_out_and_no_line_is_shown_twice(monkeypatch):
+    monkeypatch.setattr(logstream, "RESUME_FIRST_WAIT", 0.001)
+    client = FakeLogs()
+    client.write("train-0", "epoch 1", "epoch 2", "done")
+    client.refuse = 3
+    streamer, tail, hub = streamer_for(client)
+    streamer.follow(NO_REPLICAS, [pod()])
+    await streamer.drain(timeout=30)
+    assert list(tail) == ["[train-0] epoch 1", "[train-0] epoch 2", "[train-0] done"]
+    await hub.close()
+
+
+async def test_a_run_refused_past_its_resumes_is_given_up_without_raising(monkeypatch):
+    monkeypatch.setattr(logstream, "RESUME_FIRST_WAIT", 0.001)
+    client = FakeLogs()
+    client.write("train-0", "epoch 1")
+    client.refuse = 100
+    streamer, tail, hub = streamer_for(client)
+    streamer.follow(NO_REPLICAS, [pod()])
+    await streamer.drain(timeout=30)
+    assert client.reads == logstream.RESUMES
+    assert list(tail) == []
+    assert streamer.seal() == ()  # given up: no marker the worker could read either
+    await hub.close()
+
+
+async def test_a_stream_the_server_closed_under_a_running_container_resumes_from_its_cursor():
+    client = FakeLogs()
+    client.write("train-0", "epoch 1", "epoch 2", "epoch 3")
+    client.close_after = 1
+    streamer, tail, hub = streamer_for(client)
+    streamer.follow(NO_REPLICAS, [pod(running=True)])
+    for _ in range(200):
+        if len(tail) == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert list(tail) == ["[train-0] epoch 1", "[train-0] epoch 2", "[train-0] epoch 3"]
+    await hub.close()
+
+
+async def test_an_ended_containers_run_is_read_once_more_and_is_then_complete():
+    client = FakeLogs()
+    client.write("train-0", "epoch 1")
+    streamer, tail, hub = streamer_for(client, streams=0)  # no stream: read in turn
+    streamer.follow(NO_REPLICAS, [pod(running=True)])
+    for _ in range(200):
+        if tail:
+            break
+        await asyncio.sleep(0.01)
+    client.write("train-0", "done")
+    streamer.follow(NO_REPLICAS, [pod(running=False)])
+    await streamer.drain(timeout=30)
+    assert list(tail) == ["[train-0] epoch 1", "[train-0] done"]
+    assert streamer.seal() == ()
+    await hub.close()
+
+
+async def test_containers_past_the_stream_budget_are_read_in_turn_and_every_line_is_printed_once():
+    client = FakeLogs()
+    pods = [pod(f"train-{i}", running=True) for i in range(3)]
+    for i in range(3):
+        client.write(f"train-{i}", f"pod {i} line 1", at=0.1)
+    streamer, tail, hub = streamer_for(client, streams=1)
+    streamer.follow(NO_REPLICAS, pods)
+    for _ in range(300):
+        if len(tail) == 3:
+            break
+        await asyncio.sleep(0.01)
+    for i in range(3):
+        client.write(f"train-{i}", f"pod {i} line 2", at=0.2)
+    for _ in range(300):
+        if len(tail) == 5:  # the streamed pod's follow already ended with its first line
+            break
+        await asyncio.sleep(0.01)
+    streamer.follow(NO_REPLICAS, [pod(f"train-{i}") for i in range(3)])
+    await streamer.drain(timeout=30)
+    assert sorted(tail) == sorted(f"[train-{i}] pod {i} line {k}" for i in range(3) for k in (1, 2))
+    assert hub.most_streams == 1 and hub.reads > 0
+    await hub.close()
+
+
+async def test_a_sealed_streamer_prints_nothing_more_and_its_markers_say_where_it_stopped():
+    client = FakeLogs()
+    client.write("train-0", "epoch 1", at=0.5)
+    streamer, tail, hub = streamer_for(client, streams=0)
+    streamer.follow(NO_REPLICAS, [pod(running=True)])
+    for _ in range(200):
+        if tail:
+            break
+        await asyncio.sleep(0.01)
+    (marker,) = streamer.seal()
+    client.write("train-0", "epoch 2", at=0.7)
+    await asyncio.sleep(0.1)
+    assert list(tail) == ["[train-0] epoch 1"]
+    assert (marker.pod, marker.label, marker.cursor.lines) == ("train-0", "train-0", 1)
+    assert marker.cursor.at == T0 + 500_000_000 and marker.cursor.same == 1
+    await hub.close()
+
+
+class SlowFirstPod(FakeLogs):
+    """The first pod's log arrives late (a slow node), the replacement's at once."""
+
+    async def read_log(self, namespace, pod, **kwargs: Any) -> str:
+        if pod == "train-a1-first":
+            await asyncio.sleep(0.2)
+        return await super().read_log(namespace, pod, **kwargs)
+
+
 async def test_a_replicas_earlier_pod_is_printed_before_the_pod_that_replaced_it():
     # Both pods of worker 0 show up in one look (the first failed and was replaced in between): the
     # task log reads in the order they ran, whichever log the API server delivers first.
-    first = worker_pod("train-a1-first", "u1", "2026-01-01T00:00:00Z", {"terminated": {"exitCode": 1}})
-    second = worker_pod("train-a1-second", "u2", "2026-01-01T00:00:05Z", {"running": {}})
-    tail: deque[str] = deque(maxlen=10)
-    streamer = LogStreamer(SlowFirstPodClient(), "default", logging.getLogger("test"), tail)
+    client = SlowFirstPod()
+    client.write("train-a1-first", "flaky: run 1", "exit 1")
+    client.write("train-a1-second", "flaky: run 2")
+    first = pod("train-a1-first", created="2026-01-01T00:00:00Z", rank="0")
+    second = pod("train-a1-second", created="2026-01-01T00:00:05Z", rank="0")
+    streamer, tail, hub = streamer_for(client, streams=0)
     streamer.follow(NO_REPLICAS, [second, first])
     await streamer.drain(timeout=30)
     assert list(tail) == ["[worker-0] flaky: run 1", "[worker-0] exit 1", "[worker-0] flaky: run 2"]
+    await hub.close()
+
+
+class DeletedPod(FakeLogs):
+    """The pod is deleted after its first lines (an MPI worker once its launcher ended)."""
+
+    deleted = False
+
+    async def read_log(self, namespace, pod, **kwargs: Any) -> str:
+        if self.deleted:
+            self.reads += 1
+            raise KubeError(404, "NotFound", f'pods "{pod}" not found')
+        return await super().read_log(namespace, pod, **kwargs)
+
+
+async def test_a_run_whose_pod_is_gone_is_read_once_more_and_leaves_no_marker():
+    client = DeletedPod()
+    client.write("train-0", "Server listening on 0.0.0.0 port 22.")
+    streamer, tail, hub = streamer_for(client, streams=0)
+    streamer.follow(NO_REPLICAS, [pod(running=True)])
+    for _ in range(200):
+        if tail:
+            break
+        await asyncio.sleep(0.01)
+    client.deleted = True
+    streamer.follow(NO_REPLICAS, [])  # the next look: the pod is no longer there
+    await streamer.drain(timeout=30)
+    assert streamer.seal() == ()  # nothing left the worker could read: no marker, no note
+    assert list(tail) == ["[train-0] Server listening on 0.0.0.0 port 22."]
+    await hub.close()

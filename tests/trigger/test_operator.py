@@ -391,3 +391,21 @@ def test_a_pool_that_does_not_exist_fails_the_task_at_submit_naming_it(cluster, 
         AirflowFailException, match=r"'gpu-qouta' \(named by \[airflow_jobs\] quota_configmap\)"
     ):
         plain.execute(context_for(plain, f"run-{next(_runs)}", 1, StateStore()))
+
+
+def test_execute_complete_prints_the_log_lines_the_trigger_left_to_it_once(cluster, capsys):
+    op = operator(
+        job_annotations={
+            "sim.airflow-jobs.io/scenario": '{"main": {"run": 1, "exit": 0, "logs": ["epoch 1", "epoch 2"]}}'
+        },
+    )
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    event = run_to_event(deferral(op, context_for(op, run_id, 1, store)))
+    pod = event["replicas"][0]["pod"]
+    # As if the trigger had printed nothing of this run when it sealed: the marker says so.
+    event["log_markers"] = [{"pod": pod, "container": "main", "label": "worker-0"}]
+    capsys.readouterr()
+    op.execute_complete(context_for(op, run_id, 1, store), event)
+    printed = [line for line in capsys.readouterr().out.splitlines() if "[worker-0]" in line]
+    assert [line.split("[worker-0] ")[1].split()[:2] for line in printed] == [["epoch", "1"], ["epoch", "2"]]

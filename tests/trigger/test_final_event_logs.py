@@ -1,0 +1,83 @@
+"""A final event never waits seconds for logs, and the task log still gets every container's last
+lines, once: the trigger seals its streamer after a short drain and hands the worker a marker per run
+it did not print to its end; ``execute_complete`` reads from there."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from airflow_jobs_plugin import logstream
+from airflow_jobs_plugin.kube import KubeError
+from airflow_jobs_plugin.logcursor import Cursor, LogMarker
+from airflow_jobs_plugin.logstream import LogHub, LogStreamer
+from airflow_jobs_plugin.logtail import print_missing
+
+from .test_logstream_recovery import NO_REPLICAS, T0, FakeLogs, pod
+
+
+class StalledStream(FakeLogs):
+    """A follow that delivers what is there and then hangs, although the container has ended (a slow
+    API server, a stream waiting for a connection): only a read gets the rest."""
+
+    async def follow_log(self, namespace, pod, *, container=None, since_time=None, timestamps=False):
+        for line in self._since(pod, since_time):
+            yield line
+        await asyncio.Event().wait()
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: Any, *args: Any) -> None:
+        self.lines.append(message % args if args else message)
+
+
+async def test_a_stalled_stream_does_not_hold_the_final_event_and_the_worker_prints_the_rest():
+    client = StalledStream()
+    client.write("train-0", "epoch 1", at=0.1)
+    tail: deque[str] = deque(maxlen=10)
+    trigger_log = Lines()
+    hub = LogHub(client, streams=10, rate=1000.0, min_interval=10.0)  # type: ignore[arg-type]
+    streamer = LogStreamer(client, "default", trigger_log, tail, hub=hub)  # type: ignore[arg-type]
+    streamer.follow(NO_REPLICAS, [pod(running=True)])
+    for _ in range(200):
+        if tail:
+            break
+        await asyncio.sleep(0.01)
+    client.write("train-0", "epoch 2", "done", at=0.1)  # same second, even the same timestamp
+    streamer.follow(NO_REPLICAS, [pod(running=False)])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await streamer.drain(timeout=logstream.FINAL_DRAIN)
+    markers = streamer.seal()
+    assert loop.time() - started < 1.0
+    assert [m.cursor.lines for m in markers] == [1]
+    client.write("train-0", "after the seal", at=0.2)
+    await asyncio.sleep(0.05)
+    assert trigger_log.lines == ["[train-0] epoch 1"]  # nothing printed once sealed
+
+    worker_log = Lines()
+    printed = await print_missing(client, "default", markers, worker_log)  # type: ignore[arg-type]
+    assert printed == ["[train-0] epoch 2", "[train-0] done", "[train-0] after the seal"]
+    assert trigger_log.lines + worker_log.lines == [
+        "[train-0] epoch 1",
+        "[train-0] epoch 2",
+        "[train-0] done",
+        "[train-0] after the seal",
+    ]
+    await hub.close()
+
+
+class GonePod(FakeLogs):
+    async def read_log(self, namespace, pod, **_: Any) -> str:
+        raise KubeError(404, "NotFound", f'pods "{pod}" not found')
+
+
+async def test_a_marker_whose_pod_is_gone_is_noted_and_does_not_fail_the_task():
+    log = Lines()
+    marker = LogMarker("train-0", "main", "worker-0", Cursor(at=T0, same=1, lines=1))
+    assert await print_missing(GonePod(), "default", [marker], log) == []  # type: ignore[arg-type]
+    assert log.lines == ["[worker-0] (the last log lines could not be read: its pod is gone)"]
