@@ -21,7 +21,7 @@ import asyncio
 import difflib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
@@ -31,14 +31,14 @@ from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
     JOBS,
     MPIJOBS,
+    NODES,
     PENDING_IN_LOCAL_QUEUES,
     WORKLOADS,
     KubeClient,
     KubeError,
-    Resource,
 )
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
-from airflow_jobs_plugin.quota import ledger, placement
+from airflow_jobs_plugin.quota import flavors, ledger, placement
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
 from airflow_jobs_plugin.quota.requeue import format_duration
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
@@ -76,7 +76,6 @@ IDLE_SECONDS = 120.0
 # How long the nodes' GPU capacities read for placement are reused (nodes join and leave rarely).
 NODES_TTL_SECONDS = 30.0
 # Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 # Kueue's Workloads (read-only: Kueue writes them), on clusters that run Kueue.
 
 
@@ -164,51 +163,63 @@ async def check_group(
     *,
     kueue_queue: str | None = None,
     resource: str = labels.GPU_RESOURCE,
-) -> None:
-    """Submit-time check of a job against the quota policy, before the job is created.
+    node_selector: Mapping[str, str] | None = None,
+) -> flavors.Charge | None:
+    """Submit-time check of a job against the quota policy, before the job is created; how it is
+    charged (its GPU flavor, or the flavored nodes it must avoid), ``None`` without a usable policy.
 
     A job handed to Kueue (``kueue_queue``) is checked against its user's limit only: the group's
     quota is its ClusterQueue's.
 
     Raises :class:`~airflow_jobs_plugin.quota.UnknownGroupError` (a ValueError) naming the group and
-    the known groups, a ValueError if ``user`` is not a member of a group that lists its members, and
-    :class:`OverQuotaError` if ``gpus`` (the total over all replicas) exceeds
-    what ``user`` may ever hold in ``group``. Without a policy configured there is nothing to check.
-    A ``quota_configmap`` that names no ConfigMap (a typo, the wrong namespace) raises
-    :class:`PolicyNotFoundError` naming the policy ConfigMaps that exist: the job would wait forever.
-    A policy that exists but is invalid is not the DAG author's fault: the job is created and waits as
-    Inadmissible, with the reason, until an admin fixes the policy.
+    the known groups, a ValueError if ``user`` is not a member of a group that lists its members or if
+    its ``node_selector`` and the policy's GPU flavors disagree, and :class:`OverQuotaError` if ``gpus``
+    (the total over all replicas) exceeds what ``user`` may ever hold in ``group``. Without a policy
+    configured there is nothing to check. A ``quota_configmap`` that names no ConfigMap (a typo, the
+    wrong namespace) raises :class:`PolicyNotFoundError` naming the policy ConfigMaps that exist: the
+    job would wait forever. A policy that exists but is invalid is not the DAG author's fault: the job
+    is created and waits as Inadmissible, with the reason, until an admin fixes the policy.
     """
     if quota_configmap is None:
-        return
+        return None
     try:
         policy = await _read_policy(client, quota_configmap, quota_namespace)
     except quota.PolicyError:
-        return
+        return None
     if policy is None:
         raise PolicyNotFoundError(await _policy_not_found(client, quota_configmap, quota_namespace))
     group_quota = policy.require_group(group)
     problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group)
     if problem:  # the rule and its wording live in the pure core, shared with the cluster policy
         raise ValueError(problem)
-    unit = "GPUs" if resource == labels.GPU_RESOURCE else resource
-    whole = group_quota.quota_of(resource)
+    charged = flavors.charge(
+        policy.flavors, group, group_quota.flavors, group_quota.gpus, resource, node_selector
+    )
+    key = charged.key
+    if key == labels.GPU_RESOURCE:
+        unit = "GPUs"
+    elif charged.flavor is not None:
+        unit = f"{key} GPUs"
+    else:
+        unit = key
+    whole = policy.capacity(group, key)
     if gpus > whole and kueue_queue is None:
         hint = (
             "ask for fewer GPUs or a larger group quota"
-            if resource == labels.GPU_RESOURCE or whole
+            if key == labels.GPU_RESOURCE or whole or charged.flavor is not None
             else f"ask a platform admin for groups.{group}.devices.{resource} in the quota policy"
         )
         raise OverQuotaError(
             f"the job needs {gpus} {unit} but the whole quota of group {group} is {whole}: "
             f"it could never start; {hint}"
         )
-    limit = group_quota.user_limit(user, resource)
+    limit = policy.user_capacity(group, user, key)
     if gpus > limit:
         raise OverQuotaError(
             f"the job needs {gpus} {unit} but user {user} may hold at most {limit} in group {group}: "
             "it could never start; ask for fewer GPUs or a larger user quota"
         )
+    return charged
 
 
 def _wake(watch: SharedWatch, job_name: str) -> None:

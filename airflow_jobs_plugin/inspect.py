@@ -23,6 +23,7 @@ from airflow_jobs_plugin.kube import (
     EVENTS,
     JOBS,
     MPIJOBS,
+    NODES,
     PENDING_IN_LOCAL_QUEUES,
     PODS,
     WORKLOADS,
@@ -166,7 +167,6 @@ async def _kueue_positions(
     return found
 
 
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 # Pods that may hold GPUs: the scheduler frees a pod's resources when it ends.
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 

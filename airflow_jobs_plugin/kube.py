@@ -23,7 +23,15 @@ from kubernetes_asyncio import config as k8s_config
 from airflow_jobs_plugin import DEFAULT_CONN_ID  # noqa: E402,F401  (re-exported)
 from airflow_jobs_plugin import credentials as rules
 from airflow_jobs_plugin.credentials import Credential, Kind
-from airflow_jobs_plugin.resources import CONFIGMAPS, EVENTS, JOBS, MPIJOBS, PODS, Resource  # noqa: F401  (re-exported)
+from airflow_jobs_plugin.resources import (  # noqa: F401  (re-exported)
+    CONFIGMAPS,
+    EVENTS,
+    JOBS,
+    MPIJOBS,
+    NODES,
+    PODS,
+    Resource,
+)
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,9 @@ GPUS = f"{PREFIX}/gpus"  # total GPUs over all replicas, what the quota pool cha
 # The GPU device those are (the job's gpu_resource), when not whole NVIDIA GPUs (GPU_RESOURCE): the pool
 # charges the group's quota of that device.
 GPU_DEVICE = f"{PREFIX}/gpu-resource"
+# The GPU flavor (a kind of GPU node, quota/flavors.py) the job's node selector picks: the quota line
+# it is charged against instead of its resource's.
+GPU_FLAVOR = f"{PREFIX}/gpu-flavor"
 PRIORITY = f"{PREFIX}/priority"
 # Exact group and user as given by the DAG author: the GROUP / USER labels carry sanitized slugs
 # (a label value allows only 63 characters of [A-Za-z0-9._-]), so readers that need the real name

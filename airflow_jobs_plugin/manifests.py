@@ -60,6 +60,7 @@ Pure: returns plain JSON-shaped dicts, ready for the API. Decisions worth knowin
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
@@ -68,6 +69,7 @@ from typing import Any
 from airflow_jobs_plugin import kinds, kueue
 from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.kinds import torchrun as torchrun_kind
+from airflow_jobs_plugin.quota.flavors import Charge, with_avoidance
 from airflow_jobs_plugin.spec import (
     DEFAULT_REQUEUE_LIMIT,
     ENV_ATTEMPT,
@@ -86,6 +88,7 @@ from airflow_jobs_plugin.spec import (
     WAIT_FOR_WORKERS_CONTAINER,
     JobSpec,
     TaskIdentity,
+    freeze,
     label_value,
     thaw,
     total_gpus,
@@ -678,3 +681,18 @@ def build_manifest(
 
 # The builder of each kind of job, by the name of its adapter (airflow_jobs_plugin.kinds).
 BUILDERS = {"Job": build_job, "MPIJob": build_mpijob, TORCHRUN: build_torchrun}
+
+
+def with_charge(spec: JobSpec, charge: Charge | None) -> JobSpec:
+    """``spec`` as the quota pool charges it: a job on a GPU flavor's nodes carries the flavor's name
+    (the quota line it waits in); one that names no flavor of a resource that has some is kept off
+    every flavored node, so it never spends a flavor's GPUs uncharged (quota/flavors.py)."""
+    if charge is None:
+        return spec
+    if charge.flavor is not None:
+        return dataclasses.replace(
+            spec, annotations=freeze({**spec.annotations, keys.GPU_FLAVOR: charge.flavor.name})
+        )
+    if charge.avoid:
+        return dataclasses.replace(spec, affinity=freeze(with_avoidance(thaw(spec.affinity), charge.avoid)))
+    return spec

@@ -17,7 +17,7 @@ from airflow_jobs_plugin import kinds, labels, quota_source
 from airflow_jobs_plugin.admission import check_group
 from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
-from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff
+from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff, with_charge
 from airflow_jobs_plugin.quota.policy import PolicyError, QuotaPolicy, policy_from_configmap_data
 from airflow_jobs_plugin.quota_source import QuotaSource
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
@@ -81,8 +81,13 @@ async def submit(
         # An unknown group, a non-member, or a job that could never fit its quota fails here, before
         # anything is created (the error names the group and the known ones, or the numbers).
         try:
-            await patiently(
-                functools.partial(check_group, kueue_queue=spec.kueue_queue, resource=spec.gpu_resource),
+            charge = await patiently(
+                functools.partial(
+                    check_group,
+                    kueue_queue=spec.kueue_queue,
+                    resource=spec.gpu_resource,
+                    node_selector=spec.node_selector,
+                ),
                 client,
                 quota_configmap,
                 quota_namespace or spec.namespace,
@@ -98,7 +103,14 @@ async def submit(
         # Remember the name before creating: a worker that dies right after the create leaves a record
         # the retry finds (and the TASK_KEY label finds the job even without the record).
         _remember(store, name, kind, spec.namespace)
-        body = build_manifest(spec, name=name, task=identity, attempt=1, queued_at=datetime.now(timezone.utc))
+        # The GPU flavor the node selector picks is the quota line the job waits in (quota/flavors.py).
+        body = build_manifest(
+            with_charge(spec, charge),
+            name=name,
+            task=identity,
+            attempt=1,
+            queued_at=datetime.now(timezone.utc),
+        )
         if spec.kueue_queue and quota_configmap:
             # Per-user limits in front of Kueue: the pool hands the job over once its user may run it.
             body = kueue_handoff(body)

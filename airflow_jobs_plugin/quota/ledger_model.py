@@ -318,7 +318,10 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
         stopped_at=_rfc3339_or_none(annotations.get(labels.STOPPED_AT), f"annotation {labels.STOPPED_AT}"),
         kueue_queue=annotations.get(labels.KUEUE_HANDOFF) or None,
-        resource=annotations.get(labels.GPU_DEVICE) or labels.GPU_RESOURCE,
+        # A flavor is a quota line of its own (quota/flavors.py); else the device, else whole GPUs.
+        resource=annotations.get(labels.GPU_FLAVOR)
+        or annotations.get(labels.GPU_DEVICE)
+        or labels.GPU_RESOURCE,
     )
 
 

@@ -32,6 +32,7 @@ from ..spec import GPU_RESOURCE_PREFIXES
 from . import cohort as cohorts
 from .cohort import Limits, Reclaim
 from .fair_share import DEFAULT_HALF_LIFE, Ordering, fair_order
+from .flavors import Flavor
 from .preemption import WithinGroup, plan_preemption, preemptor_key
 from .requeue import (
     DEFAULT_BACKOFF_BASE,
@@ -111,14 +112,21 @@ class GroupQuota:
     lending_limit: int | None = None
     borrowing_limit: int | None = None
     reclaim: Reclaim = Reclaim.NEVER
+    # Quotas per GPU flavor (quota/flavors.py), by the flavor's name in the policy's ``flavors``.
+    flavors: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     @property
     def limits(self) -> Limits:
         return Limits(self.gpus, self.lending_limit, self.borrowing_limit)
 
     def quota_of(self, resource: str = DEFAULT_RESOURCE) -> int:
-        """The group's quota of ``resource`` (0 for a device the policy gives it none of)."""
-        return self.gpus if resource == DEFAULT_RESOURCE else self.devices.get(resource, 0)
+        """The group's quota of ``resource``: a resource name or a flavor's name (0 for one the policy
+        gives it none of)."""
+        if resource == DEFAULT_RESOURCE:
+            return self.gpus
+        if resource in self.flavors:
+            return self.flavors[resource]
+        return self.devices.get(resource, 0)
 
     def is_member(self, user: str) -> bool:
         """Whether ``user`` may submit jobs to this group."""
@@ -132,8 +140,10 @@ class GroupQuota:
 
     def user_limit(self, user: str, resource: str = DEFAULT_RESOURCE) -> int:
         """The most of ``resource`` ``user`` can ever hold in this group at once: the user's limit
-        applies to each device separately, within the group's quota of it."""
-        return min(self.configured_user_limit(user), self.quota_of(resource))
+        applies to each device separately, within the group's quota of it (no limit set: that quota)."""
+        configured = self.users.get(user, self.user_gpus)
+        capacity = self.quota_of(resource)
+        return capacity if configured is None else min(configured, capacity)
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,7 @@ class QuotaPolicy:
     priorities: Mapping[str, int] = field(default_factory=dict, hash=False)
     default_priority: int = 0
     requeue: RequeueSettings = RequeueSettings()
+    flavors: Mapping[str, Flavor] = field(default_factory=dict, hash=False)
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -178,6 +189,24 @@ class QuotaPolicy:
 
     def cohort_limits(self, cohort: str) -> dict[str, Limits]:
         return {g: q.limits for g, q in self.groups.items() if q.cohort == cohort}
+
+    def capacity(self, group: str, resource: str = DEFAULT_RESOURCE) -> int:
+        """The most of ``resource`` (a resource or a flavor) ``group`` can ever hold: its quota, or in
+        a cohort, for whole GPUs, what it may borrow on top (raises for an unknown group)."""
+        quota = self.require_group(group)
+        if quota.cohort and resource == DEFAULT_RESOURCE:
+            return cohorts.most(group, self.cohort_limits(quota.cohort))
+        return quota.quota_of(resource)
+
+    def user_capacity(self, group: str, user: str, resource: str = DEFAULT_RESOURCE) -> int:
+        """The most of ``resource`` ``user`` can ever hold in ``group``: their limit within the group's
+        capacity (no per-user limit set: the capacity)."""
+        quota = self.require_group(group)
+        capacity = self.capacity(group, resource)
+        if quota.cohort and resource == DEFAULT_RESOURCE:
+            configured = quota.users.get(user, quota.user_gpus)
+            return capacity if configured is None else min(configured, capacity)
+        return quota.user_limit(user, resource)
 
     def priority_of(self, priority: str | int | None) -> int:
         """Resolve a job's requested priority to the integer the queue orders by.
@@ -244,6 +273,11 @@ _TOP_KEYS = {
     "requeue_limit": "how often a job may be requeued",
     "requeue_backoff": "back-off between requeues",
     "queue_timeout": "how long a job may wait in the queue",
+    "flavors": "kinds of GPU nodes with quotas of their own, e.g. {h100: {node_labels: {...}}}",
+}
+_FLAVOR_KEYS = {
+    "node_labels": "the labels of the flavor's nodes",
+    "resource": "the GPU resource the flavor's nodes offer (default nvidia.com/gpu)",
 }
 _GROUP_KEYS = {
     "gpus": "the group's GPU quota",
@@ -259,6 +293,7 @@ _GROUP_KEYS = {
     "cohort": "a cohort name: groups of one cohort lend each other unused whole GPUs",
     "lending_limit": "the most of its unused GPUs the group lends to its cohort (default: all)",
     "borrowing_limit": "the most GPUs the group may hold above its own quota (default: no limit)",
+    "flavors": "quotas per GPU flavor (see the top-level flavors), e.g. {h100: 8}",
 }
 _PREEMPTION_KEYS = {
     "within_group": "never (default) or lower_priority",
@@ -437,6 +472,10 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
     if not isinstance(opt_out, bool):
         errors.add(_join(path, "opt_out"), f"must be true or false, got {opt_out!r}")
         ok = False
+    flavor_quotas = _counts(
+        body, "flavors", path, errors, key_what="flavor name", what="flavor name to quota"
+    )
+    ok = ok and flavor_quotas is not None
     within_group, reclaim = _parse_preemption(body, path, errors)
     cohort_ok, cohort, lending_limit, borrowing_limit = _parse_cohort(body, path, gpus, reclaim, errors)
     ok = ok and cohort_ok
@@ -482,6 +521,7 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         lending_limit=lending_limit,
         borrowing_limit=borrowing_limit,
         reclaim=reclaim,
+        flavors=flavor_quotas or {},
     )
 
 
@@ -732,13 +772,58 @@ def parse_policy(text: str) -> QuotaPolicy:
                 groups[key] = group
 
     _check_cohorts(groups, errors)
+    flavors = _parse_flavors(doc, groups, errors)
     priorities, default_priority = _parse_priorities(doc, errors)
     requeue = _parse_requeue(doc, errors)
     if errors.items:
         raise PolicyError(errors.items)
     return QuotaPolicy(
-        groups=groups, priorities=priorities, default_priority=default_priority, requeue=requeue
+        groups=groups,
+        priorities=priorities,
+        default_priority=default_priority,
+        requeue=requeue,
+        flavors=flavors,
     )
+
+
+def _parse_flavors(doc: dict, groups: Mapping[str, GroupQuota], errors: _Errors) -> dict[str, Flavor]:
+    flavors: dict[str, Flavor] = {}
+    raw = _mapping(doc.get("flavors", {}), "flavors", errors, what="flavor name to node labels")
+    for name, body in (raw or {}).items():
+        path = _join("flavors", name)
+        if not isinstance(name, str) or not _GROUP_NAME.match(name):
+            errors.add(path, "a flavor's name must be a DNS-1123 label (lowercase letters, digits and '-')")
+            continue
+        settings = _mapping(body, path, errors, what="node_labels and resource")
+        if settings is None:
+            continue
+        _check_keys(settings, _FLAVOR_KEYS, path, errors)
+        node_labels = settings.get("node_labels")
+        if (
+            not isinstance(node_labels, dict)
+            or not node_labels
+            or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in node_labels.items())
+        ):
+            errors.add(
+                _join(path, "node_labels"),
+                "required: a non-empty mapping of node label to value (quote values YAML reads as numbers or "
+                "booleans), e.g. {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}",
+            )
+            continue
+        resource = settings.get("resource", DEFAULT_RESOURCE)
+        if not isinstance(resource, str) or not resource.startswith(GPU_RESOURCE_PREFIXES):
+            errors.add(_join(path, "resource"), f"must be a GPU resource name, got {_describe(resource)}")
+            continue
+        flavors[name] = Flavor(name=name, node_labels=dict(node_labels), resource=resource)
+    for group, quota in groups.items():
+        for name in quota.flavors:
+            if name not in flavors:
+                errors.add(
+                    _join(_join(_join("groups", group), "flavors"), name),
+                    f"unknown flavor{_did_you_mean(name, flavors)}; define it under the top-level "
+                    f"'flavors:' (known: {', '.join(sorted(flavors)) or 'none'})",
+                )
+    return flavors
 
 
 def policy_from_configmap_data(data: Mapping[str, str] | None, key: str = POLICY_KEY) -> QuotaPolicy:
@@ -1281,12 +1366,10 @@ def _judge(
     user_limit = quota.user_limit(job.user, resource)
     borrowing = cohort is not None and resource == DEFAULT_RESOURCE
     if borrowing:
-        assert cohort is not None
         # In a cohort the group may hold more than its quota: the most it can ever hold bounds its jobs
         # and, where no per-user limit is set, its users.
-        group_quota = cohorts.most(quota.name, cohort.limits)
-        configured = quota.users.get(job.user, quota.user_gpus)
-        user_limit = group_quota if configured is None else min(configured, group_quota)
+        group_quota = policy.capacity(quota.name, resource)
+        user_limit = policy.user_capacity(quota.name, job.user, resource)
     if job.gpus > group_quota and job.kueue_queue is None:
         hint = (
             "ask for fewer GPUs or a larger quota"
@@ -1425,8 +1508,11 @@ def _preempt_for(
 
 
 def _unit(resource: str) -> str:
-    """How messages count ``resource``: GPUs, or the device's own name (``nvidia.com/mig-1g.10gb``)."""
-    return "GPU" if resource == DEFAULT_RESOURCE else resource
+    """How messages count a quota line: GPUs, a flavor's GPUs (``h100 GPU``), or the device's own name
+    (``nvidia.com/mig-1g.10gb``)."""
+    if resource == DEFAULT_RESOURCE:
+        return "GPU"
+    return resource if "/" in resource else f"{resource} GPU"
 
 
 def claim_problem(policy: QuotaPolicy, *, owner: str, user: str | None, group: str) -> str | None:

@@ -62,6 +62,7 @@ def node_object(index: int, config: ClusterConfig) -> dict:
                 "kubernetes.io/arch": "amd64",
                 "nvidia.com/gpu.present": "true",
                 "nvidia.com/gpu.count": str(config.gpus_per_node),
+                **dict(config.node_labels[index] if index < len(config.node_labels) else ()),
             },
         },
         "spec": {"podCIDR": f"10.244.{index}.0/24"},

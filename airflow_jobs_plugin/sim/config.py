@@ -14,6 +14,9 @@ class ClusterConfig:
     # Other GPU devices every node offers, by extended-resource name, as a device plugin advertises them
     # in the node's capacity (e.g. (("nvidia.com/mig-1g.10gb", 14),) for a node of MIG slices).
     devices_per_node: tuple[tuple[str, int], ...] = ()
+    # Extra labels of node i, as NVIDIA's GPU Feature Discovery puts them on GPU nodes (e.g.
+    # (("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),)); nodes past the tuple's end get none.
+    node_labels: tuple[tuple[tuple[str, str], ...], ...] = ()
     cpu_per_node: str = "64"
     memory_per_node: str = "512Gi"
     time_scale: float = 1.0  # multiply every simulated duration by this (0.01 = 100x faster)

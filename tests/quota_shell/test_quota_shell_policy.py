@@ -136,7 +136,12 @@ async def test_check_group_at_submit_time(client, case, group, user, gpus, error
         client, name, "groups:\n  vision: {gpus: 8, user_gpus: 4}\n  nlp: {gpus: 16, members: [zoe]}\n"
     )
     if error is None:
-        assert await check_group(client, name, NAMESPACE, group, user, gpus) is None
+        charged = await check_group(client, name, NAMESPACE, group, user, gpus)
+        assert charged is not None and (charged.key, charged.flavor, dict(charged.avoid)) == (
+            "nvidia.com/gpu",
+            None,
+            {},
+        )  # whole GPUs, no flavors in this policy
         return
     with pytest.raises(error) as raised:
         await check_group(client, name, NAMESPACE, group, user, gpus)
