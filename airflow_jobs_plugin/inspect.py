@@ -34,6 +34,7 @@ from airflow_jobs_plugin.kube import (
 from airflow_jobs_plugin.plugin import listing
 from airflow_jobs_plugin.plugin import nodes as node_view
 from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets, may_be_waiting
+from airflow_jobs_plugin.quota.fair_share import UsageHistory
 from airflow_jobs_plugin.quota.ledger import is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
 from airflow_jobs_plugin.spec import TaskIdentity, split_attempt
@@ -212,11 +213,16 @@ async def read_policy(client: KubeClient, target: Target) -> tuple[quota.QuotaPo
         return None, str(exc)
 
 
-async def read_ledgers(client: KubeClient, target: Target) -> dict[str, quota.Ledger]:
+async def read_ledgers(
+    client: KubeClient, target: Target
+) -> tuple[dict[str, quota.Ledger], dict[str, UsageHistory]]:
     """Every group's reservations in the quota namespace, by group, from the ledger ConfigMaps
-    (``airflow-jobs-quota-<group>``, or ``-<cohort>`` for the groups of a cohort, which share one)."""
+    (``airflow-jobs-quota-<group>``, or ``-<cohort>`` for the groups of a cohort, which share one), and
+    the usage histories the ledgers of ``fair_share`` groups keep, by ledger name (a cohort's is one
+    history for all its groups, so it cannot be split by group without the policy)."""
     found: dict[str, list[quota.Reservation]] = {}
     unreadable: dict[str, list[quota.UnreadableEntry]] = {}
+    histories: dict[str, UsageHistory] = {}
     seen: set[str] = set()
     for configmap in sorted(
         await _items(client, CONFIGMAPS, target.ledger_namespace),
@@ -230,14 +236,17 @@ async def read_ledgers(client: KubeClient, target: Target) -> dict[str, quota.Le
             continue
         ledger = quota.decode(unit, configmap.get("data"), members=None)
         unreadable.setdefault(unit, []).extend(ledger.unreadable)
+        if ledger.usage.at is not None:
+            histories[unit] = ledger.usage
         for r in ledger.reservations:
             if r.uid not in seen:
                 seen.add(r.uid)
                 found.setdefault(r.group, []).append(r)
-    return {
+    ledgers = {
         group: quota.Ledger(group, tuple(found.get(group, ())), tuple(unreadable.get(group, ())))
         for group in sorted(set(found) | set(unreadable))
     }
+    return ledgers, histories
 
 
 def _joined(lists: Sequence[list]) -> list:
@@ -254,7 +263,7 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
     rules read first. Two LISTs in parallel answer at unrelated versions.
     """
     spaces = target.namespaces
-    pods, events, (policy, problem), ledgers, workloads = await asyncio.gather(
+    pods, events, (policy, problem), (ledgers, histories), workloads = await asyncio.gather(
         asyncio.gather(*(_items(client, PODS, ns, MANAGED_SELECTOR) for ns in spaces)),
         asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
         read_policy(client, target),
@@ -271,6 +280,7 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
         policy=policy,
         policy_problem=problem,
         ledgers=ledgers,
+        usage_histories=histories,
         workloads=by_uid,
         workloads_problem=next((why for _, why in workloads if why), None),
         kueue_positions=await _kueue_positions(client, by_uid),
@@ -310,7 +320,7 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
     shows a start its job does not.
     """
     spaces = target.namespaces
-    metadata, (policy, problem), ledgers, workloads = await asyncio.gather(
+    metadata, (policy, problem), (ledgers, histories), workloads = await asyncio.gather(
         asyncio.gather(*(_product_jobs(client, ns, metadata_only=True) for ns in spaces)),
         read_policy(client, target),
         read_ledgers(client, target),
@@ -344,6 +354,7 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
         policy=policy,
         policy_problem=problem,
         ledgers=ledgers,
+        usage_histories=histories,
         workloads=by_uid,
         workloads_problem=next((why for _, why in workloads if why), None),
         kueue_positions=await _kueue_positions(client, by_uid),

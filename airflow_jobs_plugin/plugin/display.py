@@ -29,3 +29,8 @@ def ready(row: ReplicaRow) -> str:
 def replica_age(row: ReplicaRow) -> str:
     """The AGE of a replica's pod; no pod, no age."""
     return NONE if row.pod_created_at is None else age(row.age_seconds)
+
+
+def recent_gpus(value: float | None) -> str:
+    """A user's recent usage in GPUs (a decayed average: ``2.5``); empty outside a fair_share group."""
+    return "" if value is None else f"{value:.1f}"

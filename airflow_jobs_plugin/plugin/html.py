@@ -146,30 +146,98 @@ def _airflow_link(base: str, href: str | None, text: str) -> str:
 
 
 def pools_section(ov: Overview) -> str:
+    """Pools: a line per group, then its devices and users. The cohort columns appear only when a
+    group is in a cohort, recent usage only for a fair_share group (as in ``text.pools_table``)."""
+    cohorts = any(p.cohort for p in ov.pools)
+    fair = any(u.recent_gpus is not None for p in ov.pools for u in p.users)
     rows = []
+
+    def cells(
+        quota: object, most: object, used: object, recent: str, free: object, lending: str, queued: str
+    ) -> str:
+        return (
+            _num(quota)
+            + (_num(most) if cohorts else "")
+            + _num(used)
+            + (f'<td class="num recent">{_e(recent)}</td>' if fair else "")
+            + _num(free)
+            + (lending if cohorts else "")
+            + queued
+        )
+
     for pool in ov.pools:
+        lending = (
+            f'<td class="cohort">{_e(pool.cohort)}</td>{_num(pool.borrowed)}{_num(pool.lent)}'
+            if pool.cohort
+            else "<td></td><td></td><td></td>"
+        )
         rows.append(
-            f'<tr class="pool" data-group="{_e(pool.group)}"><td><b>{_e(pool.group)}</b></td><td></td>'
-            f"{_num(pool.quota)}{_num(pool.used)}{_num(pool.free)}{_num(pool.queued_jobs)}"
-            f"{_num(pool.queued_gpus)}</tr>"
+            f'<tr class="pool" data-group="{_e(pool.group)}" data-cohort="{_e(pool.cohort)}">'
+            f"<td><b>{_e(pool.group)}</b></td><td></td>"
+            + cells(
+                pool.quota,
+                pool.most,
+                pool.used,
+                "",
+                pool.free,
+                lending,
+                f"{_num(pool.queued_jobs)}{_num(pool.queued_gpus)}",
+            )
+            + "</tr>"
         )
         for device in pool.devices:
             rows.append(
                 f'<tr class="device" data-group="{_e(pool.group)}" data-resource="{_e(device.resource)}">'
                 f"<td>{_e(pool.group)}</td><td>{_e(device.resource)}</td>"
-                f"{_num(device.quota)}{_num(device.used)}{_num(device.free)}<td></td><td></td></tr>"
+                + cells(
+                    device.quota,
+                    "",
+                    device.used,
+                    "",
+                    device.free,
+                    "<td></td><td></td><td></td>",
+                    "<td></td><td></td>",
+                )
+                + "</tr>"
             )
         for user in pool.users:
             rows.append(
                 f'<tr class="user" data-group="{_e(pool.group)}" data-user="{_e(user.user)}">'
-                f"<td>{_e(pool.group)}</td><td>{_e(user.user)}</td>{_num(user.limit)}{_num(user.gpus)}"
-                f"<td></td>{_num(user.queued_jobs)}{_num(user.queued_gpus)}</tr>"
+                f"<td>{_e(pool.group)}</td><td>{_e(user.user)}</td>"
+                + cells(
+                    user.limit,
+                    "",
+                    user.gpus,
+                    display.recent_gpus(user.recent_gpus),
+                    "",
+                    "<td></td><td></td><td></td>",
+                    f"{_num(user.queued_jobs)}{_num(user.queued_gpus)}",
+                )
+                + "</tr>"
             )
     if not rows:
         return '<section id="pools"><h2>Pools</h2><p class="msg">no quota pools</p></section>'
     head = (
-        "<tr><th>group</th><th>user</th><th class=num>quota</th><th class=num>used GPUs</th>"
-        "<th class=num>free</th><th class=num>queued jobs</th><th class=num>queued GPUs</th></tr>"
+        "<tr><th>group</th><th>user</th><th class=num>quota</th>"
+        + (
+            '<th class=num title="the most GPUs the group may hold, borrowing included">most</th>'
+            if cohorts
+            else ""
+        )
+        + "<th class=num>used GPUs</th>"
+        + (
+            '<th class=num title="recent usage in GPUs, which orders a fair_share queue">recent GPUs</th>'
+            if fair
+            else ""
+        )
+        + "<th class=num>free</th>"
+        + (
+            '<th>cohort</th><th class=num title="GPUs held above its quota, lent by the cohort">borrowed</th>'
+            '<th class=num title="GPUs of its quota that other groups of the cohort hold">lent</th>'
+            if cohorts
+            else ""
+        )
+        + "<th class=num>queued jobs</th><th class=num>queued GPUs</th></tr>"
     )
     return f'<section id="pools"><h2>Pools</h2><table>{head}{"".join(rows)}</table></section>'
 

@@ -65,6 +65,10 @@ class UserShare(Model):
     limit: int | None = Field(description="the user's GPU limit in this group; null when none applies")
     queued_jobs: int = Field(description="jobs of the user waiting in the group's queue")
     queued_gpus: int = Field(description="GPUs those waiting jobs ask for")
+    recent_gpus: float | None = Field(
+        description="in a fair_share group, the user's recent usage in GPUs (GPUs held, decayed with the "
+        "group's fair_share_half_life), which orders the group's queue; null in any other group"
+    )
 
 
 class Device(Model):
@@ -84,12 +88,28 @@ class Pool(Model):
         description="the group's GPU quota; null when the policy does not name the group"
     )
     used: int = Field(description="GPUs the group's admitted jobs hold")
-    free: int | None = Field(description="quota minus used; null without a quota")
+    free: int | None = Field(
+        description="GPUs the group may take now: quota minus used, or in a cohort what is left of its "
+        "guaranteed part plus what the cohort has left to lend, within its borrowing_limit; null without a quota"
+    )
     queued_jobs: int = Field(description="jobs waiting in the group's queue")
     queued_gpus: int = Field(description="GPUs the waiting jobs ask for")
     users: list[UserShare] = Field(description="per user, in name order")
     devices: list[Device] = Field(
         description="other GPU devices the group has a quota of or holds (MIG profiles, other vendors)"
+    )
+    cohort: str | None = Field(
+        description="the cohort whose groups lend each other unused GPUs; null for none"
+    )
+    borrowed: int = Field(
+        description="GPUs the group holds above its quota, lent by its cohort; 0 outside one"
+    )
+    lent: int = Field(
+        description="GPUs of the group's quota that other groups of its cohort hold now; 0 outside one"
+    )
+    most: int | None = Field(
+        description="the most GPUs the group may hold: its quota, or in a cohort its quota minus what it "
+        "lends plus all the cohort lends, within its borrowing_limit; null without a quota"
     )
 
 
@@ -105,7 +125,9 @@ class QueueEntry(Model):
     gpus: int = Field(description="GPUs the job asks for")
     priority: int = Field(description="the job's priority within its group")
     reason: str = Field(
-        description="why it waits: GroupQuota, UserQuota, BehindHead, BackingOff, Inadmissible, Pending"
+        description="why it waits: GroupQuota, UserQuota, BehindHead, BackingOff, Inadmissible, Pending, "
+        "Preempting (it waits for the jobs it preempted to end), Preempted (the pool preempted it; the "
+        "message names who took its GPUs)"
     )
     message: str | None = Field(description="the pool's words about why it waits")
     queued_at: Time | None = Field(description="when the job joined the queue")
@@ -451,10 +473,15 @@ def pools(rows: Iterable[views.PoolRow]) -> list[Pool]:
                     limit=u.limit,
                     queued_jobs=u.queued_jobs,
                     queued_gpus=u.queued_gpus,
+                    recent_gpus=None if u.recent_gpus is None else round(u.recent_gpus, 3),
                 )
                 for u in p.users
             ],
             devices=[Device(resource=d.resource, quota=d.quota, used=d.used, free=d.free) for d in p.devices],
+            cohort=p.cohort,
+            borrowed=p.borrowed,
+            lent=p.lent,
+            most=p.most,
         )
         for p in rows
     ]

@@ -29,30 +29,56 @@ def _limit(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def pools_table(ov: Overview) -> str:
+    """A line per group, then one per device and one per user. The cohort columns (COHORT, MOST,
+    BORROWED, LENT) appear only when a group is in a cohort, RECENT only for a fair_share group: a
+    policy without them reads as before."""
+    cohorts = any(p.cohort for p in ov.pools)
+    fair = any(u.recent_gpus is not None for p in ov.pools for u in p.users)
+    columns = ["group", "user", "quota"]
+    columns += ["most"] if cohorts else []
+    columns += ["used"] + (["recent"] if fair else []) + ["free"]
+    columns += ["cohort", "borrowed", "lent"] if cohorts else []
+    columns += ["queued", "queued gpus"]
+    rows: list[dict[str, object]] = []
+    for pool in ov.pools:
+        rows.append(
+            {
+                "group": pool.group,
+                "quota": _limit(pool.quota),
+                "most": _limit(pool.most),
+                "used": pool.used,
+                "free": _limit(pool.free),
+                "cohort": pool.cohort,
+                "borrowed": pool.borrowed if pool.cohort else "",
+                "lent": pool.lent if pool.cohort else "",
+                "queued": pool.queued_jobs,
+                "queued gpus": pool.queued_gpus,
+            }
+        )
+        for device in pool.devices:
+            rows.append(
+                {"user": device.resource, "quota": device.quota, "used": device.used, "free": device.free}
+            )
+        for user in pool.users:
+            rows.append(
+                {
+                    "user": user.user,
+                    "quota": _limit(user.limit),
+                    "used": user.gpus,
+                    "recent": display.recent_gpus(user.recent_gpus),
+                    "queued": user.queued_jobs,
+                    "queued gpus": user.queued_gpus,
+                }
+            )
+    return table(columns, [[row.get(c, "") for c in columns] for row in rows])
+
+
 def status_text(ov: Overview) -> str:
     """Pools, queues and jobs as three tables."""
     out = ["POOLS"]
     if ov.pools:
-        rows = []
-        for pool in ov.pools:
-            rows.append(
-                [
-                    pool.group,
-                    "",
-                    _limit(pool.quota),
-                    pool.used,
-                    _limit(pool.free),
-                    pool.queued_jobs,
-                    pool.queued_gpus,
-                ]
-            )
-            for device in pool.devices:
-                rows.append(["", device.resource, device.quota, device.used, device.free, "", ""])
-            for user in pool.users:
-                rows.append(
-                    ["", user.user, _limit(user.limit), user.gpus, "", user.queued_jobs, user.queued_gpus]
-                )
-        out.append(table(["group", "user", "quota", "used", "free", "queued", "queued gpus"], rows))
+        out.append(pools_table(ov))
     else:
         out.append("no quota pools")
     out.append("")

@@ -32,6 +32,7 @@ from airflow_jobs_plugin.lifecycle import (
     JobSnapshot,
     JobState,
     QueueStatus,
+    Reason,
     ReplicaStatus,
     events_of,
     pod_restarts,
@@ -42,6 +43,7 @@ from airflow_jobs_plugin.lifecycle import (
 from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.lifecycle.replicas import NO_POD, event_time
+from airflow_jobs_plugin.quota.fair_share import UsageHistory, recent_by_group
 
 PREFIX = "/airflow-jobs"
 CHART_WINDOW = timedelta(hours=1)
@@ -60,7 +62,8 @@ class ClusterState:
 
     ``jobs`` are the product's Jobs and MPIJobs (``kind`` set on each); ``policy`` is ``None`` when no
     quota policy is configured or it cannot be read, with the reason in ``policy_problem``;
-    ``ledgers`` holds every group's decoded ledger.
+    ``ledgers`` holds every group's decoded ledger, ``usage_histories`` the usage history a ledger
+    of ``fair_share`` groups keeps, by ledger name (a group's, or its cohort's).
     """
 
     jobs: tuple[Mapping[str, Any], ...]
@@ -70,6 +73,7 @@ class ClusterState:
     policy: quota.QuotaPolicy | None = None
     policy_problem: str | None = None
     ledgers: Mapping[str, quota.Ledger] = dataclasses.field(default_factory=dict)
+    usage_histories: Mapping[str, UsageHistory] = dataclasses.field(default_factory=dict)
     # Kueue's Workloads by their job's UID (none where Kueue is not installed), and why they could not
     # be read, if they could not.
     workloads: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
@@ -130,6 +134,8 @@ class UserRow:
     limit: int | None
     queued_jobs: int
     queued_gpus: int
+    # In a fair_share group: the user's recent usage in GPUs, which orders the queue (quota/fair_share.py).
+    recent_gpus: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,11 @@ class DeviceRow:
 
 @dataclass(frozen=True)
 class PoolRow:
-    """One group's quota pool: ``quota``/``used``/``free`` of whole GPUs, ``devices`` of the others."""
+    """One group's quota pool: ``quota``/``used``/``free`` of whole GPUs, ``devices`` of the others.
+
+    ``most`` is the most whole GPUs it may hold (its quota, or in a ``cohort`` what borrowing allows);
+    ``borrowed`` what it holds of the cohort's above its quota, ``lent`` what of its quota others hold.
+    """
 
     group: str
     quota: int | None
@@ -157,6 +167,10 @@ class PoolRow:
     queued_gpus: int
     users: tuple[UserRow, ...]
     devices: tuple[DeviceRow, ...] = ()
+    cohort: str | None = None
+    borrowed: int = 0
+    lent: int = 0
+    most: int | None = None
 
 
 @dataclass(frozen=True)
@@ -457,7 +471,10 @@ def queue_decisions(state: ClusterState) -> tuple[dict[str, quota.Decision], dic
             queued.append(quota.queued_job_from_metadata(_meta(job)))
         except ValueError as exc:
             problems[str(_meta(job).get("uid") or "")] = str(exc)
-    decisions = quota.decide(state.policy, queued, _reservations(state), state.now)
+    held = _reservations(state)
+    # A fair_share group's queue is in the order its users' recent usage gives, as a pass walks it.
+    recent = recent_by_group(state.policy, state.usage_histories, held, state.now)
+    decisions = quota.decide(state.policy, queued, held, state.now, recent=recent)
     return {d.job.uid: d for d in decisions}, problems
 
 
@@ -579,7 +596,14 @@ def _queued_by(decisions: Iterable[quota.Decision]) -> dict[str, dict[str, tuple
 def pools(state: ClusterState, decisions: Iterable[quota.Decision]) -> tuple[PoolRow, ...]:
     """Every group of the policy (and any group holding a ledger entry without one), with its users."""
     queued = _queued_by(decisions)
-    usage = {u.group: u for u in quota.usage(state.policy, _reservations(state))} if state.policy else {}
+    usage = (
+        {
+            u.group: u
+            for u in quota.usage(state.policy, _reservations(state), state.now, state.usage_histories)
+        }
+        if state.policy
+        else {}
+    )
     groups = sorted(
         set(usage) | {g for g, ledger in state.ledgers.items() if ledger.reservations} | set(queued)
     )
@@ -588,6 +612,7 @@ def pools(state: ClusterState, decisions: Iterable[quota.Decision]) -> tuple[Poo
         waiting = queued.get(group, {})
         held = usage.get(group)
         per_user: dict[str, UserRow] = {}
+        recent = held.recent if held is not None else None
         if held is not None:
             for u in held.users:
                 jobs, gpus = waiting.get(u.user, (0, 0))
@@ -603,6 +628,16 @@ def pools(state: ClusterState, decisions: Iterable[quota.Decision]) -> tuple[Poo
                 if state.policy is not None and group in state.policy.groups:
                     limit = state.policy.groups[group].user_limit(user)
                 per_user[user] = UserRow(user, 0, 0, limit, jobs, gpus)
+        if recent is not None:
+            for user in recent if held is not None and held.cohort is None else ():
+                # Held GPUs lately but none now: their usage still puts them later in the queue. (A
+                # cohort's groups share one history, which cannot tell in which group someone was.)
+                if user not in per_user and state.policy is not None:
+                    per_user[user] = UserRow(user, 0, 0, state.policy.groups[group].user_limit(user), 0, 0)
+            # Anyone with no history and nothing held reads 0: first in line among equals.
+            per_user = {
+                u: dataclasses.replace(row, recent_gpus=recent.get(u, 0.0)) for u, row in per_user.items()
+            }
         used = held.used if held is not None else sum(u.gpus for u in per_user.values())
         group_quota = held.quota if held is not None else None
         rows.append(
@@ -615,6 +650,10 @@ def pools(state: ClusterState, decisions: Iterable[quota.Decision]) -> tuple[Poo
                 queued_gpus=sum(g for _, g in waiting.values()),
                 users=tuple(per_user[u] for u in sorted(per_user)),
                 devices=tuple(DeviceRow(d.resource, d.quota, d.used) for d in held.devices) if held else (),
+                cohort=held.cohort if held is not None else None,
+                borrowed=held.borrowed if held is not None else 0,
+                lent=held.lent if held is not None else 0,
+                most=(held.quota if held.most is None else held.most) if held is not None else None,
             )
         )
     return tuple(rows)
@@ -625,9 +664,17 @@ def queues(
 ) -> tuple[GroupQueue, ...]:
     """Each group's waiting jobs in queue order; jobs the pool cannot judge come last with the reason."""
     by_group: dict[str, list[QueueEntry]] = {}
+    preempted = {
+        _uid(job): why for job in state.jobs if (why := _annotations(job).get(labels.PREEMPTION_MESSAGE))
+    }
     for d in decisions:
         if not d.verdict.waiting:
             continue
+        reason, message = d.reason, d.message
+        if d.job.uid in preempted:
+            # As its snapshot reads (lifecycle/snapshot.py): until it is admitted again, the preemption
+            # (and who took its GPUs) is why it waits; the queue's words follow.
+            reason, message = Reason.PREEMPTED.value, f"{preempted[d.job.uid]}; {d.message}"
         by_group.setdefault(d.job.group, []).append(
             QueueEntry(
                 position=d.position,
@@ -636,8 +683,8 @@ def queues(
                 user=d.job.user,
                 gpus=d.job.gpus,
                 priority=d.job.priority,
-                reason=d.reason,
-                message=d.message,
+                reason=reason,
+                message=message,
                 queued_at=d.job.queued_at,
                 waiting_seconds=_seconds_since(d.job.queued_at, state.now),
                 detail_url=job_url(d.job.namespace, d.job.name),

@@ -85,6 +85,17 @@ def fits(group: str, gpus: int, limits: Mapping[str, Limits], used: Mapping[str,
     return shared_used(limits, used) + extra <= shared_capacity(limits)
 
 
+def room(group: str, limits: Mapping[str, Limits], used: Mapping[str, int]) -> int:
+    """The most whole GPUs ``group`` may take now: what is left of its guaranteed part plus what the
+    cohort has left to lend, within its borrowing limit (the largest ``gpus`` :func:`fits` allows)."""
+    lim = limits[group]
+    mine = used.get(group, 0)
+    left = max(0, lim.guaranteed - mine) + max(0, shared_capacity(limits) - shared_used(limits, used))
+    if lim.ceiling is not None:
+        left = min(left, lim.ceiling - mine)
+    return max(0, left)
+
+
 def most(group: str, limits: Mapping[str, Limits]) -> int:
     """The most ``group`` can ever hold: its guaranteed part plus all the cohort shares, within its
     borrowing limit."""

@@ -28,7 +28,7 @@ date (``UsageHistory``); a pass adds a reservation's GPU-seconds when it release
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
@@ -36,7 +36,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .policy import QueuedJob, Reservation
+    from .policy import QueuedJob, QuotaPolicy, Reservation
 
 DEFAULT_HALF_LIFE = timedelta(days=1)
 # Usage below this many GPU-seconds is forgotten, so the ledger does not keep every user ever seen.
@@ -122,6 +122,29 @@ def recent_gpus(
         seconds[r.user] = seconds.get(r.user, 0.0) + held_seconds(r.gpus, r.admitted_at, now, now, half_life)
     scale = math.log(2) / half_life.total_seconds()
     return {user: value * scale for user, value in seconds.items()}
+
+
+def recent_by_group(
+    policy: QuotaPolicy,
+    histories: Mapping[str, UsageHistory],
+    reservations: Iterable[Reservation],
+    now: datetime,
+    groups: Collection[str] | None = None,
+) -> dict[str, dict[str, float]]:
+    """Per ``fair_share`` group (of ``groups``, else of the whole policy), each user's recent usage in
+    GPUs: the history its ledger keeps (``histories`` by ledger name, ``QuotaPolicy.ledger_of``; a
+    cohort's groups share one) plus the group's own standing ``reservations``. This is what an
+    admission pass orders the group's queue by, and what the pools views show next to the GPUs held."""
+    held = list(reservations)
+    recent: dict[str, dict[str, float]] = {}
+    for name in sorted(policy.groups if groups is None else groups):
+        quota = policy.groups.get(name)
+        if quota is None or quota.ordering is not Ordering.FAIR_SHARE:
+            continue
+        history = histories.get(policy.ledger_of(name), UsageHistory())
+        mine = [r for r in held if r.group == name]
+        recent[name] = recent_gpus(history, mine, now, quota.fair_share_half_life)
+    return recent
 
 
 def fair_order(

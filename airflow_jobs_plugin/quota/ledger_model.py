@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any
 
 from .. import labels
-from .fair_share import Ordering, UsageHistory, recent_gpus, with_released
+from .fair_share import Ordering, UsageHistory, recent_by_group, with_released
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
 from .preemption import preemptor_key
 
@@ -639,9 +639,7 @@ def plan_admission(
         current = replace(
             current, usage=with_released(current.usage, (d.reservation for d in drops), now, half_life)
         )
-        for quota in fair:
-            held = [r for r in current.reservations if r.group == quota.name]
-            recent[quota.name] = recent_gpus(current.usage, held, now, half_life)
+        recent = recent_by_group(policy, {ledger.group: current.usage}, current.reservations, now, mine)
     decisions = tuple(
         decide(
             policy,

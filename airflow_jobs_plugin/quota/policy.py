@@ -31,7 +31,7 @@ from ..labels import GPU_RESOURCE as DEFAULT_RESOURCE
 from ..spec import GPU_RESOURCE_PREFIXES
 from . import cohort as cohorts
 from .cohort import Limits, Reclaim
-from .fair_share import DEFAULT_HALF_LIFE, Ordering, fair_order
+from .fair_share import DEFAULT_HALF_LIFE, Ordering, UsageHistory, fair_order, recent_by_group
 from .flavors import Flavor
 from .preemption import WithinGroup, plan_preemption, preemptor_key
 from .requeue import (
@@ -980,17 +980,31 @@ class DeviceUsage:
 @dataclass(frozen=True)
 class GroupUsage:
     """What a group holds right now, for pools views: ``quota``/``used`` of whole GPUs
-    (nvidia.com/gpu), ``devices`` of every other device it has a quota of or holds."""
+    (nvidia.com/gpu), ``devices`` of every other device it has a quota of or holds.
+
+    In a cohort (quota/cohort.py), ``borrowed`` is what it holds above its quota, ``lent`` what of its
+    quota the cohort's other groups hold, ``most`` the most it may ever hold (its guaranteed part plus
+    all the cohort lends, within its ``borrowing_limit``) and ``room`` what it may take now. A
+    ``fair_share`` group carries its users' recent usage in GPUs (``recent``, quota/fair_share.py):
+    everyone with a usage history or GPUs held; anyone else's is 0.
+    """
 
     group: str
     quota: int
     used: int
     users: tuple[UserUsage, ...]
     devices: tuple[DeviceUsage, ...] = ()
+    cohort: str | None = None
+    borrowed: int = 0
+    lent: int = 0
+    most: int | None = None  # None: the quota (a group outside any cohort)
+    room: int | None = None  # None: what is left of the quota
+    recent: Mapping[str, float] | None = field(default=None, hash=False)  # None: not fair_share
 
     @property
     def free(self) -> int:
-        return max(0, self.quota - self.used)
+        """Whole GPUs the group may take now: in a cohort, what borrowing allows and lending left."""
+        return self.room if self.room is not None else max(0, self.quota - self.used)
 
 
 def queue_order(job: QueuedJob) -> tuple:
@@ -1009,9 +1023,23 @@ def _unique_reservations(reservations: Iterable[Reservation]) -> list[Reservatio
     return unique
 
 
-def usage(policy: QuotaPolicy, reservations: Iterable[Reservation]) -> tuple[GroupUsage, ...]:
-    """GPUs and jobs held per group and per user, for every group of the policy."""
+def usage(
+    policy: QuotaPolicy,
+    reservations: Iterable[Reservation],
+    now: datetime | None = None,
+    histories: Mapping[str, UsageHistory] | None = None,
+) -> tuple[GroupUsage, ...]:
+    """GPUs and jobs held per group and per user, for every group of the policy; with ``now``, each
+    ``fair_share`` group's recent usage per user from its ledger's usage history (``histories``, by
+    ledger name) and its standing reservations, as the admission pass orders its queue by."""
     unique = _unique_reservations(reservations)
+    # Kueue charges what it admitted, not the pool.
+    charged = [r for r in unique if not r.kueue]
+    whole = {
+        name: sum(r.gpus for r in charged if r.group == name and r.resource == DEFAULT_RESOURCE)
+        for name in policy.group_names
+    }
+    recent = recent_by_group(policy, histories or {}, unique, now) if now is not None else {}
     result = []
     for name in policy.group_names:
         quota = policy.groups[name]
@@ -1025,18 +1053,42 @@ def usage(policy: QuotaPolicy, reservations: Iterable[Reservation]) -> tuple[Gro
             UserUsage(user=u, gpus=g, jobs=n, limit=quota.user_limit(u))
             for u, (g, n) in sorted(per_user.items())
         )
-        # Kueue charges what it admitted, not the pool.
-        charged = [r for r in held if not r.kueue]
-        used = sum(r.gpus for r in charged if r.resource == DEFAULT_RESOURCE)
+        mine = [r for r in charged if r.group == name]
         devices = tuple(
             DeviceUsage(
                 resource=device,
                 quota=quota.quota_of(device),
-                used=sum(r.gpus for r in charged if r.resource == device),
+                used=sum(r.gpus for r in mine if r.resource == device),
             )
-            for device in sorted(set(quota.devices) | {r.resource for r in charged} - {DEFAULT_RESOURCE})
+            for device in sorted(
+                set(quota.devices) | set(quota.flavors) | {r.resource for r in mine} - {DEFAULT_RESOURCE}
+            )
         )
-        result.append(GroupUsage(group=name, quota=quota.gpus, used=used, users=users, devices=devices))
+        borrowed = lent = 0
+        most: int | None = None
+        room: int | None = None
+        if quota.cohort is not None:
+            # Borrowing is of whole GPUs only, as admission counts it (_Cohort).
+            limits = policy.cohort_limits(quota.cohort)
+            borrowed = cohorts.borrowed(name, limits, whole)
+            lent = cohorts.lent(name, limits, whole)
+            most = cohorts.most(name, limits)
+            room = cohorts.room(name, limits, whole)
+        result.append(
+            GroupUsage(
+                group=name,
+                quota=quota.gpus,
+                used=whole[name],
+                users=users,
+                devices=devices,
+                cohort=quota.cohort,
+                borrowed=borrowed,
+                lent=lent,
+                most=most,
+                room=room,
+                recent=recent.get(name),
+            )
+        )
     return tuple(result)
 
 

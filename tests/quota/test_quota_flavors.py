@@ -170,3 +170,12 @@ def test_each_flavor_is_a_line_of_its_own():
 def test_a_job_larger_than_its_flavors_quota_can_never_be_admitted():
     decision = decide(POLICY, [job("too-big", 9, "h100")], [], NOW)[0]
     assert decision.verdict is Verdict.OVER_QUOTA
+
+
+def test_the_pools_view_counts_each_flavor_of_a_group():
+    from airflow_jobs_plugin.quota.policy import Reservation, usage
+
+    held = Reservation(job="h", group="vision", user="ann", gpus=8, uid="u", admitted_at=T0, resource="h100")
+    vision = next(u for u in usage(POLICY, [held]) if u.group == "vision")
+
+    assert {(d.resource, d.quota, d.used) for d in vision.devices} == {("a100", 16, 0), ("h100", 8, 8)}

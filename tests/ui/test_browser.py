@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import labels, quota
 from airflow_jobs_plugin.inspect import JobNotFound, find_job
-from airflow_jobs_plugin.kube import KubeClient
+from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient
 from airflow_jobs_plugin.plugin import theme
 from airflow_jobs_plugin.quota.ledger import read_ledger
 from tests.ui.browser import Browser, chromium_binary, in_ci
+from tests.ui.conftest import NAMESPACE, POLICY
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 BINARY = chromium_binary()
@@ -144,6 +145,69 @@ def test_pages_in_a_real_browser(api_server, population, tmp_path):
 
     asyncio.run(scenario())
     assert (ARTIFACTS / "ui-overview.png").stat().st_size > 10_000
+
+
+COHORT_POLICY = POLICY.replace("vision: {gpus: 4,", "vision: {gpus: 4, cohort: research,").replace(
+    "nlp: {gpus: 12,", "nlp: {gpus: 12, cohort: research,"
+)
+POOL_ROW = (
+    "(() => {{ const r = document.querySelector('tr.pool[data-group=\"{group}\"]');"
+    " return r && r.dataset.cohort === '{cohort}' && [...r.querySelectorAll('td')].map(c => c.textContent); }})()"
+)
+
+
+def test_a_cohort_row_on_the_pools_page(api_server, population, tmp_path):
+    """Once the policy puts both groups in a cohort, their rows name it with what each borrowed and lent."""
+    if BINARY is None:
+        pytest.fail("CI must run the browser test: chromium is missing")
+    token = api_server.token("admin")
+
+    async def set_policy(text: str) -> None:
+        client = await KubeClient.from_kubeconfig(population.kubeconfig)
+        try:
+            body = await client.get(CONFIGMAPS, NAMESPACE, quota.DEFAULT_POLICY_CONFIGMAP)
+            body["data"] = {quota.POLICY_KEY: text}
+            await client.replace(CONFIGMAPS, NAMESPACE, body)
+        finally:
+            await client.close()
+
+    async def scenario() -> None:
+        async with Browser(BINARY, tmp_path / "profile") as browser:
+            await browser.set_cookie(api_server.url, "_token", token)
+            await set_policy(COHORT_POLICY)
+            try:
+                await browser.open(f"{api_server.url}/airflow-jobs/")
+                # The page refreshes itself; the server's copy of the cluster may be a few seconds old.
+                vision = await browser.wait_for(
+                    POOL_ROW.format(group="vision", cohort="research"), timeout=90
+                )
+                nlp = await browser.evaluate(POOL_ROW.format(group="nlp", cohort="research"))
+                head = await browser.evaluate(
+                    "[...document.querySelectorAll('#pools th')].map(h => h.textContent)"
+                )
+                assert head[:8] == [
+                    "group",
+                    "user",
+                    "quota",
+                    "most",
+                    "used GPUs",
+                    "free",
+                    "cohort",
+                    "borrowed",
+                ]
+                assert head[8] == "lent"
+                # group, user, quota, most (4 + the 12 nlp lends), used, free, cohort, borrowed, lent, ...
+                assert vision[0] == "vision" and vision[2:4] == ["4", "16"] and vision[6] == "research"
+                assert nlp[0] == "nlp" and nlp[2:4] == ["12", "16"] and nlp[6] == "research"
+                assert int(vision[7]) == max(0, int(vision[4]) - 4)  # borrowed: held above its quota
+                assert int(nlp[8]) == int(vision[7])  # the only lender lent all vision borrowed
+                await browser.screenshot(ARTIFACTS / "ui-pools-cohort.png")
+            finally:
+                await set_policy(POLICY)
+            # Back to separate groups for the tests after this one.
+            await browser.wait_for(POOL_ROW.format(group="vision", cohort=""), timeout=90)
+
+    asyncio.run(scenario())
 
 
 FRAME = "document.querySelector('iframe[title=\"GPU Jobs\"]')"
