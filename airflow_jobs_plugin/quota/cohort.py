@@ -19,8 +19,9 @@ quotas of other devices (``devices:``) stay each group's own.
 
 When a group needs GPUs of its nominal quota that others borrowed, it waits for them to finish, or,
 with ``preemption: {reclaim_within_cohort: any | lower_priority}``, takes them back: the jobs of groups
-above their nominal quota are preempted, newest first (Kueue's ``reclaimWithinCohort``, candidates
-ordered by ``pkg/scheduler/preemption/common/ordering.go``), never bringing a group below its nominal.
+above their nominal quota are preempted, lowest priority and then newest first (Kueue's
+``reclaimWithinCohort``, candidates ordered by ``pkg/scheduler/preemption/common/ordering.go``), never
+bringing a group below its nominal, and only for a job that fits its own group's nominal quota.
 
 Pure: no I/O.
 """
@@ -139,8 +140,9 @@ def reclaim(
     lower_priority_only: bool,
 ) -> tuple[Reservation, ...] | None:
     """The other groups' jobs whose preemption gives ``preemptor`` room within its own nominal quota
-    (``None``: not possible). Only jobs of groups above their nominal quota are taken, newest first,
-    and never one that would bring its group below its nominal; GPUs already on their way back
+    (``None``: not possible). Only jobs of groups above their nominal quota are taken, lowest priority
+    and then newest first, and never one that would bring its group below its nominal; GPUs already on
+    their way back
     (``freeing``, per group) count first."""
     group = preemptor.group
     if used.get(group, 0) + preemptor.gpus > limits[group].nominal:
@@ -159,7 +161,8 @@ def reclaim(
             and r.priority is not None
             and (not lower_priority_only or r.priority < preemptor.priority)
         ),
-        key=lambda r: (-r.admitted_at.timestamp(), r.priority, r.uid),
+        # Kueue's order (pkg/scheduler/preemption/common/ordering.go): lowest priority, then newest.
+        key=lambda r: (r.priority, -r.admitted_at.timestamp(), r.uid),
     )
     chosen: list[Reservation] = []
     for candidate in eligible:

@@ -367,3 +367,15 @@ def test_reclaim_only_takes_borrowed_gpus_of_other_groups(policy, queue, sizes, 
             )
             if quota.reclaim is Reclaim.LOWER_PRIORITY:
                 assert victim.priority is not None and victim.priority < d.job.priority
+
+
+def test_reclaim_takes_the_lowest_priority_borrower_before_a_newer_one():
+    reservations = [
+        held("nlp-own", "nlp", 8, minute=1, priority=0),
+        held("nlp-low-old", "nlp", 4, minute=2, priority=0),
+        held("nlp-high-new", "nlp", 4, minute=3, priority=5),
+    ]
+
+    decision = by_name(decide(RECLAIMING, [job("mine", "vision", 4)], reservations, NOW))["mine"]
+
+    assert [r.job for r in decision.preempts] == ["nlp-low-old"]

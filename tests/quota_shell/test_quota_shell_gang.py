@@ -4,12 +4,13 @@ suspended (every pod deleted), its reservation goes, and it waits at its place i
 
 from __future__ import annotations
 
+import pytest
 from sim_fixtures import cluster_fixture
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.kube import JOBS, PODS
+from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
 from airflow_jobs_plugin.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
@@ -67,3 +68,54 @@ async def test_a_torchrun_job_that_only_half_fits_is_requeued_whole_and_holds_no
 
 async def _none_left(pods_of_gang) -> bool | None:
     return True if not await pods_of_gang() else None
+
+
+async def _gpus_on_nodes(client, group: str) -> int:
+    pods = (await client.list(PODS, NAMESPACE))["items"]
+    total = 0
+    for pod in pods:
+        if (pod["metadata"].get("annotations") or {}).get(labels.GROUP_NAME) != group:
+            continue
+        if not pod["spec"].get("nodeName") or (pod.get("status") or {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        for container in pod["spec"]["containers"]:
+            total += int(((container.get("resources") or {}).get("limits") or {}).get(labels.GPU_RESOURCE, 0))
+    return total
+
+
+@pytest.mark.parametrize("framework", ["mpi", "torchrun"])
+async def test_a_preempted_gang_goes_whole_and_its_preemptor_starts_only_after(client, framework):
+    group, name = unique("gangpre"), unique("policy")
+    await put_policy(
+        client, name, f"groups:\n  {group}: {{gpus: 8, preemption: {{within_group: lower_priority}}}}\n"
+    )
+    watch = await shared.acquire("kubernetes_default", NAMESPACE)
+    admission = Admission.for_watch(watch, quota_configmap=name, quota_namespace=NAMESPACE)
+    admission.start_group(group)
+    (gang,) = await create_jobs(
+        client, job_body(group, "ann", 4, run=10_000, task="gang", framework=framework, workers=2)
+    )
+    resource = MPIJOBS if gang["kind"] == "MPIJob" else JOBS
+
+    async def gang_running() -> bool:
+        return await _gpus_on_nodes(client, group) == 8
+
+    await wait_for(gang_running, timeout=30)
+    (urgent,) = await create_jobs(client, job_body(group, "bob", 8, run=10_000, task="urgent", priority=100))
+    peak = 0
+
+    async def urgent_running() -> bool:
+        nonlocal peak
+        peak = max(peak, await _gpus_on_nodes(client, group))
+        current = await client.get(JOBS, NAMESPACE, urgent["metadata"]["name"])
+        return bool(annotation(current, labels.ADMITTED_AT)) and await _gpus_on_nodes(client, group) == 8
+
+    await wait_for(urgent_running, timeout=30, interval=0.02)
+    assert peak <= 8  # never the urgent job's pods beside what is left of the gang
+    preempted = await client.get(resource, NAMESPACE, gang["metadata"]["name"])
+    assert ledger_io.is_suspended(preempted)
+    assert annotation(preempted, labels.PREEMPTIONS) == "1"
+    assert annotation(preempted, labels.VERDICT) is None
