@@ -550,8 +550,9 @@ def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
     count = int(annotations.get(labels.REQUEUE_COUNT) or 0)
     preemptions = int(annotations.get(labels.PREEMPTIONS) or 0)
     by = reservation.preempted_by or "a job of higher priority"
+    where = "" if "reclaiming for group" in by else f" in group {reservation.group}"
     message = (
-        f"preempted by {by} in group {reservation.group}: "
+        f"preempted by {by}{where}: "
         f"its {reservation.gpus} GPU(s) go to that job; back in the queue at its original position"
     )
     return {

@@ -447,7 +447,10 @@ def with_preempted(ledger: Ledger, decisions: Iterable[Decision]) -> Ledger:
     marks: dict[str, str] = {}
     for d in decisions:
         for victim in d.preempts:
-            marks.setdefault(victim.uid, f"{preemptor_key(d.job)}, priority {d.job.priority}")
+            by = f"{preemptor_key(d.job)}, priority {d.job.priority}"
+            if victim.group != d.job.group:  # a cohort's owner taking back what it lent
+                by = f"{by}, reclaiming for group {d.job.group}"
+            marks.setdefault(victim.uid, by)
     if not marks:
         return ledger
     return replace(

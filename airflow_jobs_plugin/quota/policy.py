@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -1262,7 +1262,7 @@ def _decide_unit(
     verdicts: dict[str, list[tuple[QueuedJob, Verdict, str, str | None, tuple[Reservation, ...]]]] = {
         g: [] for g in queues
     }
-    for job in _interleaved(queues):
+    for job in _interleaved(queues, lambda j: _borrows(policy, pools, cohort, j)):
         group = job.group
         quota, pool = policy.groups.get(group), pools[group]
         group_heads = heads[group]
@@ -1312,16 +1312,32 @@ def _decide_unit(
     return decisions
 
 
-def _interleaved(queues: Mapping[str, list[QueuedJob]]) -> Iterator[QueuedJob]:
-    """Every group's queue in its own order, merged by the next job's enqueue order."""
+def _interleaved(
+    queues: Mapping[str, list[QueuedJob]], borrows: Callable[[QueuedJob], bool]
+) -> Iterator[QueuedJob]:
+    """Every group's queue in its own order, merged: the next is the earliest-queued of the groups'
+    next jobs, those within their group's quota before those that would borrow (kubernetes-sigs/kueue
+    v0.19.2 ``pkg/scheduler/scheduler.go``, ``makeClassicalIterator``: "request under nominal quota
+    before borrowing"), so a job sent back so that its group's owner may take back what it lent
+    cannot borrow it again first. ``borrows`` is asked afresh at each step: admissions move it."""
     at = {g: 0 for g in queues}
     while True:
         ready = [g for g in queues if at[g] < len(queues[g])]
         if not ready:
             return
-        group = min(ready, key=lambda g: (queue_order(queues[g][at[g]]), g))
+        group = min(ready, key=lambda g: (borrows(queues[g][at[g]]), queue_order(queues[g][at[g]]), g))
         yield queues[group][at[group]]
         at[group] += 1
+
+
+def _borrows(
+    policy: QuotaPolicy, pools: Mapping[str, _Pool | None], cohort: _Cohort | None, job: QueuedJob
+) -> bool:
+    """Whether admitting ``job`` now would take its group above its own quota (only in a cohort)."""
+    pool, quota = pools.get(job.group), policy.groups.get(job.group)
+    if cohort is None or pool is None or quota is None or job.resource != DEFAULT_RESOURCE:
+        return False
+    return pool.used(DEFAULT_RESOURCE) + job.gpus > quota.gpus
 
 
 def _reclaim_for(

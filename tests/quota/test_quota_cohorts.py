@@ -379,3 +379,14 @@ def test_reclaim_takes_the_lowest_priority_borrower_before_a_newer_one():
     decision = by_name(decide(RECLAIMING, [job("mine", "vision", 4)], reservations, NOW))["mine"]
 
     assert [r.job for r in decision.preempts] == ["nlp-low-old"]
+
+
+def test_a_job_within_its_groups_quota_goes_before_an_older_one_that_would_borrow():
+    # nlp's borrowed job was sent back for vision; it was queued first, but taking the GPUs again would
+    # be borrowing, and vision's job asks only for its own quota (Kueue: under nominal before borrowing).
+    queue = [job("nlp-again", "nlp", 8, minute=0), job("vision-back", "vision", 8, minute=30)]
+
+    decisions = by_name(decide(RECLAIMING, queue, [held("nlp-own", "nlp", 8)], NOW))
+
+    assert decisions["vision-back"].verdict is Verdict.ADMIT
+    assert decisions["nlp-again"].verdict is Verdict.GROUP_QUOTA

@@ -169,3 +169,52 @@ def test_fair_share_lets_a_second_user_start_beside_one_who_queued_the_whole_gro
         line.startswith(f"QUEUED (GroupQuota): group {group} uses 8 of 8 GPUs; this job needs 2")
         for line in lines_of(log, ann[3])
     ), lines_of(log, ann[3])
+
+
+def test_a_group_takes_back_the_gpus_its_cohort_borrowed_and_the_borrower_runs_later(cluster, capsys):
+    owner, borrower, cohort = (f"{p}-{uuid.uuid4().hex[:5]}" for p in ("own", "bor", "coh"))
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            policy = await put_policy(
+                client,
+                f"groups:\n"
+                f"  {owner}: {{gpus: 8, cohort: {cohort}, preemption: {{reclaim_within_cohort: any}}}}\n"
+                f"  {borrower}: {{gpus: 8, cohort: {cohort}}}\n",
+            )
+            # The borrowing group fills the cluster: its own 8 GPUs, then the 8 its idle neighbour lends.
+            own = await asyncio.to_thread(task, "mine", borrower, policy, gpus=8, priority=0, run=200)
+            events = [asyncio.ensure_future(events_of(own.trigger))]
+            await until_running(client, own.trigger.job_name)
+            lent = await asyncio.to_thread(task, "borrowed", borrower, policy, gpus=8, priority=0, run=200)
+            events.append(asyncio.ensure_future(events_of(lent.trigger)))
+            await until_running(client, lent.trigger.job_name)
+            back = await asyncio.to_thread(
+                task, "back", owner, policy, gpus=8, priority=0, run=1, owner="bob"
+            )
+            events.append(asyncio.ensure_future(events_of(back.trigger)))
+            done = await asyncio.wait_for(asyncio.gather(*events), 120)
+            names = [t.trigger.job_name for t in (own, lent, back)]
+            jobs = {n: await client.get(JOBS, "default", n) for n in names}
+            return names, done, jobs
+        finally:
+            await client.close()
+            await admission.shutdown()
+            await shared.shutdown()
+
+    (own, lent, back), done, jobs = asyncio.run(go())
+    log = capsys.readouterr().out
+
+    assert [e["status"] for e in done] == ["success"] * 3, done
+    assert any(
+        "(Preempted): preempted by default/" in line and f"reclaiming for group {owner}" in line
+        for line in lines_of(log, lent)
+    ), lines_of(log, lent)
+    # The job within its group's own quota was never touched; the borrowed one went back to the queue.
+    assert labels.PREEMPTIONS not in jobs[own]["metadata"]["annotations"]
+    assert jobs[lent]["metadata"]["annotations"][labels.PREEMPTIONS] == "1"
+    assert (
+        jobs[back]["metadata"]["annotations"][labels.ADMITTED_AT]
+        < jobs[lent]["metadata"]["annotations"][labels.ADMITTED_AT]
+    )
