@@ -72,7 +72,7 @@ def test_daily_retraining_runs_to_success_and_streams_the_pods_logs(stack):
     running = _first(train, r"^MPIJob \S+: RUNNING")
     assert 0 <= launcher_init < running, "\n".join(train)
     evaluate = stack.task_log(RETRAINING, run_id, "evaluate")
-    assert any(re.match(r"\[worker-0\] METRIC accuracy=0\.\d+$", e) for e in evaluate)
+    assert any(re.match(r"\[worker-0\] METRIC accuracy=0\.\d+$", e) for e in evaluate), "\n".join(evaluate)
     # is_better compared the metrics evaluate's job wrote to its termination message (XCom "result").
     is_better = stack.task_log(RETRAINING, run_id, "is_better")
     assert any(

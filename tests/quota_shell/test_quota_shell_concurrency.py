@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import random
+import signal
 from collections import defaultdict
 
 from airflow_jobs_plugin import labels
@@ -150,9 +152,9 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
     client, cluster
 ):
     """Two groups of one cohort, both preempting by priority, one reclaiming what the other borrows:
-    three processes, jobs of two priorities; the pods never hold more than a group may (its quota plus
-    what it may borrow), nor the cohort more than its groups' quotas together; every job, preempted or
-    not, ends Complete; the cohort's ledger ends empty."""
+    three processes, one of them killed midway and replaced, jobs of two priorities; the pods never hold
+    more than a group may (its quota plus what it may borrow), nor the cohort more than its groups'
+    quotas together; every job, preempted or not, ends Complete; the cohort's ledger ends empty."""
     first, second, cohort, policy = unique("cha"), unique("chb"), unique("coh"), unique("policy")
     await put_policy(
         client,
@@ -165,12 +167,14 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
     )
     limits = {first: (16, {u: 8 for u in USERS}), second: (12, {u: 8 for u in USERS})}
     context = multiprocessing.get_context("spawn")
-    stop = context.Event()
+    # One stop event per process: a process killed while waiting on a shared one would leave it
+    # expecting a wake-up that never comes (multiprocessing's Condition counts sleepers).
+    stops = [context.Event() for _ in range(PROCESSES)]
     processes = [
         context.Process(
             target=_admission_process, args=(cluster.kubeconfig_path, policy, [first, second], stop)
         )
-        for _ in range(PROCESSES)
+        for stop in stops
     ]
     for process in processes:
         process.start()
@@ -196,27 +200,59 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
     sampling = [asyncio.create_task(sampler.run()), asyncio.create_task(sample_cohort())]
     try:
         rng = random.Random(20261126)
-        bodies = []
-        for i in range(60):
-            group = first if i % 3 == 0 else second  # the second group borrows while the first is light
-            bodies.append(
+
+        def bodies(count: int, prefix: str, priority: int, groups: tuple[str, ...]) -> list[dict]:
+            return [
                 job_body(
-                    group,
+                    groups[i % len(groups)],
                     rng.choice(USERS),
-                    rng.choice((1, 2, 2, 4)),
-                    run=rng.uniform(5, 30),
-                    task=f"p{i}",
-                    priority=rng.choice((0, 0, 100)),
+                    rng.choice((2, 2, 4)),
+                    run=rng.uniform(10, 30),
+                    task=f"{prefix}{i}",
+                    priority=priority,
                 )
-            )
-        jobs = await create_jobs(client, *bodies)
+                for i in range(count)
+            ]
+
+        # First the second group fills the cohort with low-priority work, borrowing what the first does
+        # not use; then high-priority jobs of both groups arrive: they preempt (within the second group)
+        # and reclaim (the first group taking back what it lent).
+        jobs = await create_jobs(client, *bodies(30, "low", 0, (second,)))
+
+        async def borrowing() -> bool:
+            return sampler.peak[second] > 8
+
+        await wait_for(borrowing, timeout=60, interval=0.1)
+        jobs += await create_jobs(client, *bodies(20, "high", 100, (first, second)))
         names = [j["metadata"]["name"] for j in jobs]
+        # A triggerer dies mid-run (SIGKILL: no cleanup, passes cut anywhere) and another takes its place.
+        await asyncio.sleep(3)
+        os.kill(processes[0].pid, signal.SIGKILL)
+        processes[0].join(timeout=10)
+        killed = processes.pop(0)
+        stops.pop(0)
+        stops.append(context.Event())
+        replacement = context.Process(
+            target=_admission_process, args=(cluster.kubeconfig_path, policy, [first, second], stops[-1])
+        )
+        replacement.start()
+        processes.append(replacement)
 
         async def all_finished():
             current = {j["metadata"]["name"]: j for j in (await client.list(JOBS, NAMESPACE))["items"]}
             return all(ledger_io.is_finished(current[n]) for n in names)
 
-        await wait_for(all_finished, timeout=180, interval=0.5)
+        try:
+            await wait_for(all_finished, timeout=180, interval=0.5)
+        except AssertionError:
+            current = {j["metadata"]["name"]: j for j in (await client.list(JOBS, NAMESPACE))["items"]}
+            stuck = [
+                (n, ledger_io.is_suspended(current[n]), current[n]["metadata"].get("annotations"))
+                for n in names
+                if not ledger_io.is_finished(current[n])
+            ]
+            held = (await ledger_of(client, cohort)).reservations
+            raise AssertionError(f"unfinished: {stuck}\nledger: {held}") from None
 
         async def ledger_empty():
             return (await ledger_of(client, cohort)).reservations == ()
@@ -225,7 +261,8 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
     finally:
         for task in sampling:
             task.cancel()
-        stop.set()
+        for stop in stops:
+            stop.set()
         for process in processes:
             process.join(timeout=30)
 
@@ -239,4 +276,5 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
         assert any(c["type"] == "Complete" for c in job["status"].get("conditions") or ()), name
         preempted += int(annotation(job, labels.PREEMPTIONS) or 0)
     assert preempted > 0, "no job was ever preempted"
+    assert killed.exitcode == -signal.SIGKILL
     assert all(p.exitcode == 0 for p in processes)
