@@ -102,9 +102,20 @@ def advance(cursor: Cursor, lines: Iterable[str]) -> tuple[list[str], Cursor]:
 
     A line without a timestamp (a runtime that wrote none) cannot be placed: it is shown, and does not
     move the cursor."""
+    fresh, after, _ = advance_session(cursor, lines)
+    return fresh, after
+
+
+def advance_session(cursor: Cursor, lines: Iterable[str], repeated: int = 0) -> tuple[list[str], Cursor, int]:
+    """:func:`advance` for a read that arrives in pieces, such as a follow stream's lines one by one:
+    ``repeated`` is how many lines at the cursor's timestamp this read has already delivered (0 for its
+    first piece), and the third value is that count for the next piece.
+
+    The count belongs to the read, not to the cursor: a read repeats the printed lines of the cursor's
+    second before it brings new ones, so within one read the n-th line at the cursor's timestamp is new
+    once n exceeds what was printed, whichever piece brings it."""
     fresh: list[str] = []
     at, same, total = cursor.at, cursor.same, cursor.lines
-    repeated = 0  # lines of this read at the cursor's own timestamp, seen so far
     for line in lines:
         stamp, text = split_line(line)
         if stamp is None:
@@ -122,7 +133,7 @@ def advance(cursor: Cursor, lines: Iterable[str]) -> tuple[list[str], Cursor]:
             at, same, repeated = stamp, 1, 1
         fresh.append(text)
         total += 1
-    return fresh, replace(cursor, at=at, same=same, lines=total)
+    return fresh, replace(cursor, at=at, same=same, lines=total), repeated
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from airflow_jobs_plugin import kube
 from airflow_jobs_plugin.kube import KubeClient, KubeError
 from airflow_jobs_plugin.lifecycle import JobSnapshot
-from airflow_jobs_plugin.logcursor import Cursor, LogMarker, advance, complete_lines
+from airflow_jobs_plugin.logcursor import Cursor, LogMarker, advance_session, complete_lines
 from airflow_jobs_plugin.logplan import PollRing, Waiting, grant_streams
 from airflow_jobs_plugin.manifests import pod_role_and_rank
 
@@ -106,13 +106,16 @@ class _Run:
     def finished(self) -> bool:
         return self.complete or self.gone
 
-    def take(self, lines: Iterable[str]) -> None:
-        """Print the lines of a read or stream not printed yet (none once sealed)."""
+    def take(self, lines: Iterable[str], repeated: int = 0) -> int:
+        """Print the lines of a read or stream not printed yet (none once sealed). ``repeated``: the
+        lines at the cursor's timestamp the same read or stream delivered before these (a stream's lines
+        come one by one); returns that count for its next lines."""
         if self.sealed or self.finished:
-            return
-        fresh, self.cursor = advance(self.cursor, lines)
+            return repeated
+        fresh, self.cursor, repeated = advance_session(self.cursor, lines, repeated)
         for text in fresh:
             self.streamer.emit(self.label, text)
+        return repeated
 
     def finish(self, *, gone: bool = False) -> None:
         if gone:
@@ -243,6 +246,7 @@ class LogHub:
     async def _stream(self, run: _Run) -> None:
         self.opened += 1
         refused = False
+        repeated = 0  # the stream is one read: it repeats the cursor's second once, at its start
         try:
             async for line in self.client.follow_log(
                 run.namespace,
@@ -252,7 +256,7 @@ class LogHub:
                 timestamps=True,
             ):
                 run.failures = 0
-                run.take((line,))
+                repeated = run.take((line,), repeated)
         except asyncio.CancelledError:
             raise
         except KubeError as exc:

@@ -9,6 +9,7 @@ from airflow_jobs_plugin.logcursor import (
     Cursor,
     LogMarker,
     advance,
+    advance_session,
     complete_lines,
     format_seconds,
     parse_stamp,
@@ -103,3 +104,25 @@ def test_a_tail_read_that_starts_after_the_cursor_says_lines_were_skipped():
     assert missed_before(marker, later, tail_lines=2)
     assert not missed_before(marker, later, tail_lines=3)
     assert not missed_before(marker, ["2026-01-01T10:00:05Z a", *later[:1]], tail_lines=2)
+
+
+def test_a_stream_delivering_lines_of_one_timestamp_one_by_one_prints_each():
+    # A runtime may stamp several lines with the same time; a follow stream brings them one at a time.
+    # Each piece continues the same read: the second line at that time is new, not a repeat.
+    same = ["2026-01-01T10:00:05.2Z x", "2026-01-01T10:00:05.2Z y", "2026-01-01T10:00:05.2Z z"]
+    printed, cursor, repeated = [], Cursor(), 0
+    for line in same:
+        fresh, cursor, repeated = advance_session(cursor, [line], repeated)
+        printed += fresh
+    assert printed == ["x", "y", "z"]
+    assert cursor == Cursor(at=T + 2 * S // 10, same=3, lines=3)
+
+
+def test_a_stream_reopened_at_the_cursor_skips_what_the_previous_one_printed():
+    same = ["2026-01-01T10:00:05.2Z x", "2026-01-01T10:00:05.2Z y", "2026-01-01T10:00:06Z z"]
+    cursor = Cursor(at=T + 2 * S // 10, same=2, lines=2)  # x and y printed by the first stream
+    printed, repeated = [], 0
+    for line in same:  # the reopened stream starts again at the cursor's second
+        fresh, cursor, repeated = advance_session(cursor, [line], repeated)
+        printed += fresh
+    assert printed == ["z"]

@@ -167,7 +167,9 @@ def test_failures_are_retried_at_the_right_level_and_fatal_ones_never(stack):
     # Level 1: the second run of the script is a new pod of the same job.
     restarted = stack.task_log(FAILURES, run_id, "pod_restart_in_job")
     first_run = _first(restarted, r"^\[worker-0\] flaky: run 1 \(job attempt 1\)")
-    assert 0 <= first_run < _first(restarted, r"^\[worker-0\] flaky: run 2 \(job attempt 1\)")
+    assert 0 <= first_run < _first(restarted, r"^\[worker-0\] flaky: run 2 \(job attempt 1\)"), "\n".join(
+        restarted
+    )
     # Level 2: a second attempt of the job, within the same task.
     resubmitted = stack.task_log(FAILURES, run_id, "job_resubmitted")
     assert _first(resubmitted, r"attempt 2 of 3 starts after") >= 0
