@@ -349,11 +349,13 @@ class LogHub:
 
     def _refused(self, run: _Run, exc: KubeError) -> None:
         if exc.not_found:  # the pod is gone, and its log with it
-            self._give_up(run)
+            # Said only of a run never read: a deleted MPI worker whose lines were printed has nothing
+            # more to say, and a note on every such worker would be noise.
+            self._give_up(run, "its pod is gone" if run.cursor.lines == 0 else "")
         elif exc.status == 400 and run.running:  # not started yet, or restarting: try again later
             self._retry_at(run, self._now() + self.ring.min_interval)
         elif exc.status == 400:  # an ended run the kubelet no longer has (run twice since)
-            self._give_up(run)
+            self._give_up(run, exc.message or "the kubelet no longer has it")
         else:
             self._backoff(run)
 
@@ -362,7 +364,7 @@ class LogHub:
         API server, which a fixed one-second wait would exhaust in five seconds."""
         run.failures += 1
         if run.failures >= RESUMES:
-            self._give_up(run)
+            self._give_up(run, f"{RESUMES} reads in a row failed")
             return
         self._retry_at(run, self._now() + min(RESUME_MAX_WAIT, RESUME_FIRST_WAIT * 2 ** (run.failures - 1)))
 
@@ -376,10 +378,13 @@ class LogHub:
             self._waiting.setdefault(run, Waiting(run, run.owner, next(self._order)))
         self._kick()
 
-    def _give_up(self, run: _Run) -> None:
+    def _give_up(self, run: _Run, why: str = "") -> None:
         self._final.discard(run)
         self._waiting.pop(run, None)
         self.ring.remove(run)
+        if why and not run.sealed and not run.finished:
+            # Never silently: the task log says which container's lines stop here, and why.
+            run.streamer.emit(run.label, f"(the rest of this log cannot be read: {why})")
         run.finish(gone=True)
 
     @staticmethod
@@ -491,7 +496,8 @@ class LogStreamer:
                 continue
             run.previous = k_restart == restart - 1
             if not run.previous:
-                self.hub._give_up(run)  # noqa: SLF001 - the hub's own rule for an unreadable run
+                # The kubelet keeps one earlier run of a container: an older one cannot be read.
+                self.hub._give_up(run, "the container ran twice since")  # noqa: SLF001
             elif run.running:
                 run.running = False
                 self.hub.ended(run)
