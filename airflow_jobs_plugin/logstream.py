@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import weakref
 from collections import Counter, deque
@@ -422,6 +423,12 @@ class LogStreamer:
         self.tail = tail
         self.owner = owner or f"streamer-{id(self)}"
         self._hub = hub
+        # The context of the trigger that made this streamer: Airflow's triggerer routes a log record
+        # to a task's log by the ``trigger_id`` its ``run_trigger`` binds in contextvars (apache-airflow
+        # 3.3, airflow/jobs/triggerer_job_runner.py: ``bind_log_contextvars``, read back per record in
+        # ``_process_log_messages_from_subprocess``). The hub's reads and streams run in tasks created
+        # from whichever trigger woke them first, so lines are printed in this trigger's own context.
+        self._context = contextvars.copy_context()
         self._runs: dict[tuple[str, str, int], _Run] = {}
         # The newest run of each replica's container (by its label): a later pod of the same replica
         # (a pod the Job controller created after the previous one failed) prints only once the earlier
@@ -437,7 +444,7 @@ class LogStreamer:
     def emit(self, label: str, text: str) -> None:
         line = f"[{label}] {text}"
         self.tail.append(line)
-        self.log.info("%s", line)
+        self._context.run(self.log.info, "%s", line)
 
     def follow(self, snap: JobSnapshot, pods: Iterable[dict]) -> None:
         """Follow every container run of every pod of the job that has started, and note the ones that

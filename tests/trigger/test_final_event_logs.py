@@ -5,6 +5,7 @@ it did not print to its end; ``execute_complete`` reads from there."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from typing import Any
 
@@ -81,3 +82,41 @@ async def test_a_marker_whose_pod_is_gone_is_noted_and_does_not_fail_the_task():
     marker = LogMarker("train-0", "main", "worker-0", Cursor(at=T0, same=1, lines=1))
     assert await print_missing(GonePod(), "default", [marker], log) == []  # type: ignore[arg-type]
     assert log.lines == ["[worker-0] (the last log lines could not be read: its pod is gone)"]
+
+
+TRIGGER_ID: contextvars.ContextVar[int | None] = contextvars.ContextVar("trigger_id", default=None)
+
+
+class RoutedLines:
+    """A log that records which trigger each line was logged for, as Airflow's triggerer routes it:
+    by the ``trigger_id`` bound in the context of the call."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int | None, str]] = []
+
+    def info(self, message: Any, *args: Any) -> None:
+        self.lines.append((TRIGGER_ID.get(), message % args if args else message))
+
+
+async def test_each_line_is_logged_in_its_own_triggers_context_whoever_woke_the_reader():
+    client = FakeLogs()
+    client.write("first-0", "first's line", at=0.1)
+    client.write("second-0", "second's line", at=0.1)
+    hub = LogHub(client, streams=0, rate=1000.0, min_interval=10.0)  # type: ignore[arg-type]
+    log = RoutedLines()
+
+    async def trigger(trigger_id: int, pod_name: str) -> LogStreamer:
+        TRIGGER_ID.set(trigger_id)  # what the triggerer's run_trigger binds for each trigger
+        streamer = LogStreamer(client, "default", log, deque(maxlen=10), owner=pod_name, hub=hub)  # type: ignore[arg-type]
+        streamer.follow(NO_REPLICAS, [pod(name=pod_name, running=False)])
+        return streamer
+
+    # The first trigger's task starts the hub's reader; the second's lines are read by it.
+    await asyncio.create_task(trigger(1, "first-0"))
+    await asyncio.create_task(trigger(2, "second-0"))
+    for _ in range(200):
+        if len(log.lines) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(log.lines) == [(1, "[first-0] first's line"), (2, "[second-0] second's line")]
+    await hub.close()
