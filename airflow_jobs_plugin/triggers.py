@@ -239,6 +239,7 @@ class _Follow:
         self.ran: JobSnapshot | None = None  # the job's last look while admitted, until a run ends
         self.looked: JobSnapshot | None = None  # the job's previous look
         self.seen: tuple | None = None
+        self.preemptions_seen: str | None = None  # the job's preemption count at the last look
         self.final_read = False
         self.final_events: list[dict] = []  # read with the final look: what outlives a disrupted pod
         self.unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
@@ -281,6 +282,7 @@ class _Follow:
         snap = snapshot(job, pods, self.final_events, queue=queue, reservation=reservation, now=_now())
         snap, annotations = tracking.who_cancelled(snap, job["metadata"].get("annotations") or {}, now=_now())
         self._note_interrupted_run(job, snap)
+        self._note_preemption(job)
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
         attempt = attempts.attempt_of(job)
         decision = tracking.decide(
@@ -369,6 +371,16 @@ class _Follow:
             if decision is not None:
                 reservation = Reservation(decision.job.gpus, _now())
         return queue, reservation
+
+    def _note_preemption(self, job: dict) -> None:
+        """Say in the task log that the pool preempted the job, and by whom, even when its TERMINATING and
+        QUEUED states passed between two looks: the job's preemption count moved on."""
+        annotations = job["metadata"].get("annotations") or {}
+        count = annotations.get(labels.PREEMPTIONS) or "0"
+        if self.preemptions_seen is not None and count != self.preemptions_seen:
+            message = annotations.get(labels.PREEMPTION_MESSAGE) or "preempted by a job of higher priority"
+            self.log.info("%s %s: PREEMPTED: %s", self.t.kind, self.name, message)
+        self.preemptions_seen = count
 
     def _report(self, snap: JobSnapshot, pods: list[dict]) -> None:
         if tracking.signature(snap) != self.seen:

@@ -396,12 +396,7 @@ def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditiona
     return {
         "metadata": {
             **(_precondition(job) if conditional else {}),
-            "annotations": {
-                labels.ADMITTED_AT: rfc3339(admitted_at),
-                # The attempt that was preempted is over: its record must not describe this one.
-                labels.PREEMPTED_BY: None,
-                labels.PREEMPTION_MESSAGE: None,
-            },
+            "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
         },
         "spec": _suspend_spec(job, False),
     }
@@ -530,6 +525,9 @@ def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:
                 labels.REQUEUE_COUNT: str(outcome.requeue_count),
                 labels.REQUEUE_NOT_BEFORE: rfc3339(outcome.not_before),
                 labels.ADMITTED_AT: None,
+                # A stuck start is no preemption: the last preemption's record must not describe it.
+                labels.PREEMPTED_BY: None,
+                labels.PREEMPTION_MESSAGE: None,
             },
         },
         "spec": _suspend_spec(job, True),

@@ -105,7 +105,7 @@ def test_a_high_priority_job_preempts_a_low_priority_one_which_is_requeued_and_f
     sweep_lines = lines_of(log, sweep)
     # The victim's task log says it was preempted and by whom (while its pods stop, and while it waits).
     assert any(
-        line.startswith(("TERMINATING (Preempted):", "QUEUED (Preempted):"))
+        line.startswith(("TERMINATING (Preempted):", "QUEUED (Preempted):", "PREEMPTED:"))
         and f"preempted by default/{urgent}, priority 100 in group {group}" in line
         for line in sweep_lines
     ), sweep_lines
@@ -208,7 +208,8 @@ def test_a_group_takes_back_the_gpus_its_cohort_borrowed_and_the_borrower_runs_l
 
     assert [e["status"] for e in done] == ["success"] * 3, done
     assert any(
-        "(Preempted): preempted by default/" in line and f"reclaiming for group {owner}" in line
+        ("(Preempted): preempted by default/" in line or line.startswith("PREEMPTED: preempted by default/"))
+        and f"reclaiming for group {owner}" in line
         for line in lines_of(log, lent)
     ), lines_of(log, lent)
     # The job within its group's own quota was never touched; the borrowed one went back to the queue.
