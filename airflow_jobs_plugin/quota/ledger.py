@@ -793,28 +793,29 @@ async def admission_pass(
                 failed.append(decision.job.name)
             await end_ruled_job(client, result)
         await _call(hook, f"failed:{decision.job.name}")
-    admitted: list[str] = []
-    for reservation in plan.unsuspend:
-        seen = view.by_uid.get(reservation.uid)
-        result, ours = (None, False) if seen is None else await _unsuspend(client, seen, reservation)
-        if seen is None or result is None:
-            stale = True
-        else:
-            patched.append((seen["metadata"].get("resourceVersion") or "", result))
-            if ours:  # not found already unsuspended by another process
-                admitted.append(reservation.job)
-        await _call(hook, f"unsuspended:{reservation.job}")
-    preempted: list[str] = []
-    for reservation in plan.preempt:
-        seen = view.by_uid.get(reservation.uid)
-        result, ours = (None, False) if seen is None else await _preempt(client, seen, reservation)
-        if seen is None or result is None:
-            stale = True
-        else:
-            patched.append((seen["metadata"].get("resourceVersion") or "", result))
-            if ours:
-                preempted.append(reservation.job)
-        await _call(hook, f"preempted:{reservation.job}")
+
+    async def release_each(
+        reservations: Iterable[Reservation],
+        act: Callable[[KubeClient, dict, Reservation], Awaitable[tuple[dict | None, bool]]],
+        step: str,
+    ) -> list[str]:
+        """Apply ``act`` to each reserved job the view holds; the names this pass changed itself."""
+        nonlocal stale
+        ours_names: list[str] = []
+        for reservation in reservations:
+            seen = view.by_uid.get(reservation.uid)
+            result, ours = (None, False) if seen is None else await act(client, seen, reservation)
+            if seen is None or result is None:
+                stale = True
+            else:
+                patched.append((seen["metadata"].get("resourceVersion") or "", result))
+                if ours:  # not found done already by another process
+                    ours_names.append(reservation.job)
+            await _call(hook, f"{step}:{reservation.job}")
+        return ours_names
+
+    admitted = await release_each(plan.unsuspend, _unsuspend, "unsuspended")
+    preempted = await release_each(plan.preempt, _preempt, "preempted")
     return PassOutcome(
         group=group,
         stored=stored,
