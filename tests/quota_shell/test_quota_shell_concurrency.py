@@ -201,13 +201,15 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
     try:
         rng = random.Random(20261126)
 
-        def bodies(count: int, prefix: str, priority: int, groups: tuple[str, ...]) -> list[dict]:
+        def bodies(
+            count: int, prefix: str, priority: int, groups: tuple[str, ...], *, gpus=(2, 2, 4), run=(10, 30)
+        ) -> list[dict]:
             return [
                 job_body(
                     groups[i % len(groups)],
                     rng.choice(USERS),
-                    rng.choice((2, 2, 4)),
-                    run=rng.uniform(10, 30),
+                    rng.choice(gpus),
+                    run=rng.uniform(*run),
                     task=f"{prefix}{i}",
                     priority=priority,
                 )
@@ -216,8 +218,14 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
 
         # First the second group fills the cohort with low-priority work, borrowing what the first does
         # not use; then high-priority jobs of both groups arrive: they preempt (within the second group)
-        # and reclaim (the first group taking back what it lent).
-        jobs = await create_jobs(client, *bodies(30, "low", 0, (second,)))
+        # and reclaim (the first group taking back what it lent). The first six low jobs take the second
+        # group to its limit (8 + 4 borrowed) and run 8 s (800 simulated): still running when the high
+        # ones arrive, so those can only start by preempting, however slow a loaded machine makes a pass.
+        jobs = await create_jobs(
+            client,
+            *bodies(6, "long", 0, (second,), gpus=(2,), run=(800, 800)),
+            *bodies(24, "low", 0, (second,)),
+        )
 
         async def borrowing() -> bool:
             return sampler.peak[second] > 8
