@@ -187,7 +187,8 @@ async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: s
         return ActionOutcome("stop", namespace, facts.name, resource.kind, False, why_not)
     patch = {
         "metadata": {
-            "annotations": {labels.STOPPED_AT: _now(), labels.STOPPED_BY: by, labels.ADMITTED_AT: None}
+            "labels": {labels.ADMITTED: None},
+            "annotations": {labels.STOPPED_AT: _now(), labels.STOPPED_BY: by, labels.ADMITTED_AT: None},
         },
         "spec": _suspend_spec(job, True),
     }

@@ -74,6 +74,8 @@ def next_attempt(
     for key in _CONTROLLER_LABELS:
         meta_labels.pop(key, None)
     meta_labels[labels.ATTEMPT] = str(attempt)
+    meta_labels[labels.CREATED] = str(int(now.timestamp()))
+    meta_labels.pop(labels.ADMITTED, None)
     annotations = meta.setdefault("annotations", {})
     if annotations.get(labels.KUEUE_HANDOFF):
         # A job the pool hands to Kueue: the new attempt waits for its user's limit again before the

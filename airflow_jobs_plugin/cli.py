@@ -263,13 +263,8 @@ def _target(args: argparse.Namespace):
 
 def _defaults_from_airflow_config(args: argparse.Namespace) -> None:
     """Fill what the command line left out from ``[airflow_jobs]``, as the UI reads it (config.get)."""
-    import contextlib
-
     from airflow_jobs_plugin import config
 
-    # Loading Airflow's configuration may log to stdout; keep stdout for the command's tables or JSON.
-    with contextlib.redirect_stdout(sys.stderr):
-        config.get("namespace")
     if args.namespace is None:
         args.namespace = config.get("namespace") or "default"
     if args.quota_configmap is None:
@@ -390,15 +385,20 @@ def _run_status(args: argparse.Namespace) -> int:
                 listing.narrow(overview(await read_cluster(client, target)), query), query
             )
         if args.json:
-            _print_json(schema.overview(view, total=page.total, offset=page.offset, limit=page.limit))
+            _print_json(
+                schema.overview(view, total=page.total, offset=page.offset, limit=page.limit, more=page.more)
+            )
             return 0
         print(status_text(view))
-        if page.total > len(page.rows):
-            first = page.offset + 1 if page.rows else 0
-            print(
-                f"\njobs {first}-{page.offset + len(page.rows)} of {page.total} shown "
-                "(--limit, --offset, --state, --group, --user, --dag choose others)"
-            )
+        first = page.offset + 1 if page.rows else 0
+        shown = f"jobs {first}-{page.offset + len(page.rows)}"
+        choose = "--limit, --offset, --state, --group, --user, --dag choose others"
+        if page.total is None:
+            if page.more:
+                # Only the newest jobs were read (inspect.read_status): counting means reading them all.
+                print(f"\n{shown} shown, newest first; older ones follow ({choose}; --sort name counts them)")
+        elif page.total > len(page.rows):
+            print(f"\n{shown} of {page.total} shown ({choose})")
         return 0
 
     return _with_client(args, work)
@@ -568,6 +568,12 @@ def _run_action(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        # Run as a program (the ``airflow-jobs`` script, ``python -m``): nothing else in this process
+        # uses the Kubernetes client library, so its generated classes need not be imported.
+        from airflow_jobs_plugin.lazy_kubernetes import defer_generated_classes
+
+        defer_generated_classes()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -9,7 +9,10 @@ asks :func:`get` for the same option by the same name. Environment variables fol
 
 from __future__ import annotations
 
+import configparser
 import contextlib
+import functools
+import os
 import sys
 from dataclasses import dataclass
 
@@ -164,16 +167,66 @@ def get_bool(name: str) -> bool:
 def get(name: str) -> str:
     """The option's value from Airflow's configuration, or its declared default ("" when none).
 
-    Imports Airflow's configuration lazily, so the CLI can run where Airflow is not configured.
+    In a process that has loaded Airflow's configuration (the API server, a worker, a triggerer, a test
+    that overrides options in memory) that configuration answers. Elsewhere (the CLI) the option is read
+    as that configuration would read it, without importing Airflow: importing its configuration costs
+    seconds of CPU, more than the command it would serve.
     """
     option = BY_NAME[name]  # a KeyError here is a typo in the product, not a user error
     fallback = option.default or ""
-    try:
-        # The first import loads and may log Airflow's configuration on stdout, which belongs to the
-        # caller (the CLI's tables and JSON).
-        with contextlib.redirect_stdout(sys.stderr):
-            from airflow.configuration import conf
-    except ImportError:  # pragma: no cover - Airflow is a dependency; the CLI may still run without it
-        return fallback
+    # Airflow's unit-test mode reads another file (unit_tests.cfg): only Airflow knows that one.
+    own = "airflow.configuration" in sys.modules or os.environ.get("AIRFLOW__CORE__UNIT_TEST_MODE")
+    if not own:
+        try:
+            found = _configured(name)
+        except (OSError, configparser.Error):
+            pass  # a config file this reader cannot parse: Airflow's own reader says what is wrong
+        else:
+            return fallback if found is None else found
+    # The first import loads and may log Airflow's configuration on stdout, which belongs to the caller
+    # (the CLI's tables and JSON).
+    with contextlib.redirect_stdout(sys.stderr):
+        from airflow.configuration import conf
     value = conf.get(SECTION, name, fallback=fallback)
     return fallback if value is None else str(value)
+
+
+def _configured(name: str) -> str | None:
+    """``[airflow_jobs] name`` where Airflow 3.3's configuration finds a provider option, in its order
+    (``AirflowConfigParser.get``, ``airflow/_shared/configuration/parser.py``): the environment variable
+    ``AIRFLOW__AIRFLOW_JOBS__<NAME>``, then the config file (``$AIRFLOW_CONFIG``, else
+    ``$AIRFLOW_HOME/airflow.cfg`` with ``AIRFLOW_HOME`` defaulting to ``~/airflow``:
+    ``get_airflow_home``, ``get_airflow_config`` in ``airflow/configuration.py``), each value with
+    environment variables and ``~`` expanded. Airflow reads ``_CMD`` and ``_SECRET`` variants only for
+    the options it lists as sensitive, which none of these is. None: not set, the default applies."""
+    env = os.environ.get(f"AIRFLOW__{SECTION.upper()}__{name.upper()}")
+    if env is not None:
+        return _expanded(env)
+    home = _expanded(os.environ.get("AIRFLOW_HOME", "~/airflow"))
+    path = os.environ.get("AIRFLOW_CONFIG")
+    parser = _config_file(_expanded(path) if path is not None else os.path.join(home, "airflow.cfg"))
+    if parser is not None and parser.has_option(SECTION, name):
+        return _expanded(parser.get(SECTION, name))
+    return None
+
+
+def _expanded(value: str) -> str:
+    """Environment variables and ``~`` expanded until nothing changes, as Airflow's ``expand_env_var``."""
+    while True:
+        once = os.path.expanduser(os.path.expandvars(value))
+        if once == value:
+            return once
+        value = once
+
+
+@functools.lru_cache(maxsize=4)
+def _config_file(path: str) -> configparser.ConfigParser | None:
+    """The parsed config file (Airflow's parser is a ConfigParser with its default interpolation);
+    None when there is none. Read once per process: the CLI asks for several options."""
+    parser = configparser.ConfigParser()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            parser.read_file(handle)
+    except FileNotFoundError:
+        return None
+    return parser

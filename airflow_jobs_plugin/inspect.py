@@ -302,7 +302,7 @@ class StatusRead:
 
     state: ClusterState
     page: tuple[tuple[str, str], ...]
-    total: int
+    total: int | None  # None: only the newest jobs were read (listing.creation_windows)
 
 
 async def read_status(client: KubeClient, target: Target, query: listing.JobQuery) -> StatusRead:
@@ -320,15 +320,14 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
     shows a start its job does not.
     """
     spaces = target.namespaces
-    metadata, (policy, problem), (ledgers, histories), workloads = await asyncio.gather(
-        asyncio.gather(*(_product_jobs(client, ns, metadata_only=True) for ns in spaces)),
+    (every, waiting, complete), (policy, problem), (ledgers, histories), workloads = await asyncio.gather(
+        _jobs_for_page(client, spaces, query),
         read_policy(client, target),
         read_ledgers(client, target),
         asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
     )
-    every = _joined(metadata)
-    page, total = listing.pick_page(every, query)
-    chosen = {_key(j): j for j in [*page, *(j for j in every if may_be_waiting(j))]}
+    page, counted = listing.pick_page(every, query)
+    chosen = {_key(j): j for j in [*page, *(j for j in waiting if may_be_waiting(j))]}
     pods, events = await asyncio.gather(
         _pods_of_jobs(client, list(chosen.values())),
         asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
@@ -359,7 +358,46 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
         workloads_problem=next((why for _, why in workloads if why), None),
         kueue_positions=await _kueue_positions(client, by_uid),
     )
-    return StatusRead(state, tuple(_key(j) for j in page), total)
+    return StatusRead(state, tuple(_key(j) for j in page), counted if complete else None)
+
+
+async def _jobs_metadata(client: KubeClient, spaces: Sequence[str], selector: str = "") -> list[dict]:
+    return _joined(
+        await asyncio.gather(
+            *(_product_jobs(client, ns, metadata_only=True, selector=selector) for ns in spaces)
+        )
+    )
+
+
+async def _jobs_for_page(
+    client: KubeClient, spaces: Sequence[str], query: listing.JobQuery
+) -> tuple[list[dict], list[dict], bool]:
+    """The jobs (as metadata) ``query``'s page is chosen from, the jobs that may wait in the pool's
+    queue, and whether the first are every job of the namespaces.
+
+    Newest first (the default order), the jobs are read by their ``created`` label window by window back
+    in time (:func:`listing.creation_windows`) until the page is decided, with every unlabelled job
+    (created before the label existed) and every job without the ``admitted`` label (the only ones that
+    may wait); the history beyond the page is not read. Any other order reads every job's metadata."""
+    if query.sort != "-created":
+        every = await _jobs_metadata(client, spaces)
+        return every, every, True
+    windows = listing.creation_windows(_now())
+    seen: dict[tuple[str, str], dict] = {}
+    unlabelled, waiting, first = await asyncio.gather(
+        _jobs_metadata(client, spaces, f"!{labels.CREATED}"),
+        _jobs_metadata(client, spaces, f"!{labels.ADMITTED}"),
+        _jobs_metadata(client, spaces, windows[0].selector(labels.CREATED)),
+    )
+    for job in [*unlabelled, *first]:
+        seen[_key(job)] = job
+    for i, window in enumerate(windows):
+        if i:
+            for job in await _jobs_metadata(client, spaces, window.selector(labels.CREATED)):
+                seen[_key(job)] = job
+        if listing.decides_newest_page(seen.values(), query, window.since, labels.CREATED):
+            return list(seen.values()), waiting, window.since is None
+    raise AssertionError("the last window decides every page")  # pragma: no cover
 
 
 def _key(job: Mapping[str, Any]) -> tuple[str, str]:
@@ -382,10 +420,13 @@ async def _pods_of_jobs(client: KubeClient, jobs: Sequence[Mapping[str, Any]]) -
     return _joined(await asyncio.gather(*reads))
 
 
-async def _product_jobs(client: KubeClient, namespace: str, *, metadata_only: bool = False) -> list[dict]:
+async def _product_jobs(
+    client: KubeClient, namespace: str, *, metadata_only: bool = False, selector: str = ""
+) -> list[dict]:
+    chosen = f"{MANAGED_SELECTOR},{selector}" if selector else MANAGED_SELECTOR
     jobs, mpijobs = await asyncio.gather(
-        _items(client, JOBS, namespace, MANAGED_SELECTOR, metadata_only=metadata_only),
-        _mpijobs(client, namespace, MANAGED_SELECTOR, metadata_only=metadata_only),
+        _items(client, JOBS, namespace, chosen, metadata_only=metadata_only),
+        _mpijobs(client, namespace, chosen, metadata_only=metadata_only),
     )
     return [j for j in [*jobs, *mpijobs] if is_product_job(j)]
 

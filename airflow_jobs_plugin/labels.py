@@ -26,6 +26,16 @@ ROLE = f"{PREFIX}/role"
 RANK = f"{PREFIX}/rank"
 # On a torchrun Job and its pods: "torchrun" (kinds/torchrun.py). Its pods' ranks are their completion indexes.
 FRAMEWORK = f"{PREFIX}/framework"
+# When the job object was created, in whole seconds since the epoch: label selectors compare integers
+# (``airflow-jobs.io/created>N``; the Gt and Lt operators of k8s.io/apimachinery/pkg/labels/selector.go,
+# Kubernetes 1.32), so a reader can ask the API server for the jobs created in a time window and read a
+# namespace's newest jobs without its whole history (inspect.read_status).
+CREATED = f"{PREFIX}/created"
+# "true" exactly while the job carries ADMITTED_AT, written and removed in the same writes: the API server
+# can then list the jobs that may wait in the pool's queue (``!airflow-jobs.io/admitted``) without the
+# rest, which an annotation cannot select.
+ADMITTED = f"{PREFIX}/admitted"
+ADMITTED_VALUE = "true"
 
 # --- annotations (free text; the exact Airflow identifiers live here, labels carry safe slugs) ---
 DAG_ID = f"{PREFIX}/dag-id"

@@ -441,9 +441,15 @@ def _metadata(spec: JobSpec, name: str, task: TaskIdentity, attempt: int, queued
     meta: dict[str, Any] = {"name": name}
     if spec.namespace:
         meta["namespace"] = spec.namespace
-    meta["labels"] = object_labels(spec, task, attempt)
+    # Only the first attempt is built here, so its enqueue time is its creation time.
+    meta["labels"] = {**object_labels(spec, task, attempt), keys.CREATED: created_label(queued_at)}
     meta["annotations"] = object_annotations(spec, task, queued_at)
     return meta
+
+
+def created_label(when: datetime) -> str:
+    """The value of the ``created`` label for an object created at ``when`` (whole epoch seconds)."""
+    return str(int(when.timestamp()))
 
 
 def _pod_failure_policy(spec: JobSpec) -> dict:

@@ -432,7 +432,8 @@ def create_app() -> FastAPI:
 
     def total_count(response: Response, page: listing.JobPage) -> None:
         """The size of the whole filtered job list, for clients paging ``/api/jobs``."""
-        response.headers["X-Total-Count"] = str(page.total)
+        if page.total is not None:  # the page's overview counts every job it read
+            response.headers["X-Total-Count"] = str(page.total)
 
     @app.get(
         "/api/overview",
@@ -446,7 +447,7 @@ def create_app() -> FastAPI:
     ) -> schema.Overview:
         ov, page = await overview_of(settings, user, query)
         total_count(response, page)
-        return schema.overview(ov, total=page.total, offset=page.offset, limit=page.limit)
+        return schema.overview(ov, total=page.total, offset=page.offset, limit=page.limit, more=page.more)
 
     @app.get(
         "/api/pools",

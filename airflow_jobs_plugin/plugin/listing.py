@@ -10,6 +10,7 @@ reader: quota is shared, so they count every job.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -161,13 +162,20 @@ class JobPage:
     """One page of the (filtered, sorted) job list and where it sits in the whole."""
 
     rows: tuple[JobRow, ...]
-    total: int
+    total: int | None  # None: not counted (only the newest jobs were read); older ones may follow
     offset: int
     limit: int
 
     @property
+    def more(self) -> bool:
+        """Whether jobs may follow this page."""
+        if self.total is None:
+            return len(self.rows) >= self.limit
+        return self.offset + self.limit < self.total
+
+    @property
     def next_offset(self) -> int | None:
-        return self.offset + self.limit if self.offset + self.limit < self.total else None
+        return self.offset + self.limit if self.more else None
 
     @property
     def previous_offset(self) -> int | None:
@@ -233,33 +241,96 @@ def by_metadata(query: JobQuery) -> bool:
     return not query.states and query.sort.lstrip("-") in METADATA_SORT_KEYS
 
 
+def _matches(job: Mapping[str, Any], query: JobQuery) -> bool:
+    """Whether a job's metadata passes ``query``'s filters (all but the state)."""
+    return (
+        (not query.groups or group_of(job) in query.groups)
+        and (not query.users or user_of(job) in query.users)
+        and (not query.dags or _text(dag_of(job)) in query.dags)
+        and (not query.namespaces or (_meta(job).get("namespace") or "") in query.namespaces)
+    )
+
+
 def pick_page(jobs: Iterable[Mapping[str, Any]], query: JobQuery) -> tuple[list[Mapping[str, Any]], int]:
     """The jobs of ``query``'s page, in its order, and how many jobs match its filters, from the jobs'
     metadata (``{"metadata": ...}`` with ``kind``): the page :func:`narrow` and :func:`page_of` give
     from the whole overview, the same filters, order and ties. Only when :func:`by_metadata`."""
     if not by_metadata(query):
         raise ValueError(f"the page of sort {query.sort!r} and states {query.states} needs every job whole")
-
-    def match(job: Mapping[str, Any]) -> bool:
-        return (
-            (not query.groups or group_of(job) in query.groups)
-            and (not query.users or user_of(job) in query.users)
-            and (not query.dags or _text(dag_of(job)) in query.dags)
-            and (not query.namespaces or (_meta(job).get("namespace") or "") in query.namespaces)
-        )
-
-    found = [j for j in jobs if match(j)]
+    found = [j for j in jobs if _matches(j, query)]
     key = METADATA_SORT_KEYS[query.sort.lstrip("-")]
     found.sort(key=lambda j: (_meta(j).get("namespace") or "", _meta(j).get("name") or ""))
     found.sort(key=key, reverse=query.sort.startswith("-"))  # stable, as narrow's
     return found[query.offset : query.offset + query.limit], len(found)
 
 
+# --- the newest jobs without the history ---------------------------------------------------------
+#
+# The default order, newest first, needs only the newest jobs: the product labels each job with its
+# creation time (labels.CREATED, whole epoch seconds) and the API server selects a label by integer
+# comparison, so ``airflow-jobs status`` reads the namespace window by window back in time and stops once
+# the page is decided, instead of reading a history of 50,000 jobs to show the first 100.
+
+# The windows' lower bounds, as ages: the last hour, the last day, week, month, then everything older.
+WINDOW_AGES = (3600, 86_400, 7 * 86_400, 30 * 86_400)
+# The label is the creating process's clock, the order the API server's creationTimestamp: each window
+# reads this much further back than it counts, so a job of either clock's second is never skipped.
+CLOCK_MARGIN = 300
+
+
+@dataclass(frozen=True)
+class Window:
+    """The jobs whose ``created`` label lies in ``[since, before)`` (``None``: unbounded that way)."""
+
+    since: int | None
+    before: int | None
+
+    def selector(self, key: str) -> str:
+        """The label selector terms of this window, ``CLOCK_MARGIN`` wider at its old end."""
+        terms = []
+        if self.since is not None:
+            terms.append(f"{key}>{self.since - CLOCK_MARGIN - 1}")
+        if self.before is not None:
+            terms.append(f"{key}<{self.before}")
+        return ",".join(terms)
+
+
+def creation_windows(now: datetime) -> tuple[Window, ...]:
+    """The windows to read, newest first; together they cover every labelled job (the first has no upper
+    bound, for a clock ahead of ``now``; the last no lower one)."""
+    at = int(now.timestamp())
+    bounds = [at - age for age in WINDOW_AGES]
+    windows = [Window(bounds[0], None)]
+    windows += [Window(since, before) for before, since in itertools.pairwise(bounds)]
+    windows.append(Window(None, bounds[-1]))
+    return tuple(windows)
+
+
+def decides_newest_page(
+    jobs: Iterable[Mapping[str, Any]], query: JobQuery, since: int | None, key: str
+) -> bool:
+    """Whether the jobs read so far (every unlabelled job and the windows down to ``since``) decide the
+    newest-first page of ``query``: at least ``offset + limit`` of them match its filters and were created
+    at or after ``since``, so no job of the older windows can be among them. Always, past the last one."""
+    if since is None:
+        return True
+    needed = query.offset + query.limit
+    count = 0
+    for job in jobs:
+        value = (_meta(job).get("labels") or {}).get(key)
+        if value is not None and value.isdigit() and int(value) >= since and _matches(job, query):
+            count += 1
+            if count >= needed:
+                return True
+    return False
+
+
 def with_page(
-    ov: Overview, query: JobQuery, page: Sequence[tuple[str, str]], total: int
+    ov: Overview, query: JobQuery, page: Sequence[tuple[str, str]], total: int | None
 ) -> tuple[Overview, JobPage]:
     """``ov`` (built from the page's jobs and the waiting ones) narrowed by ``query``, with the job list
-    the page chosen by :func:`pick_page` (``(namespace, name)`` in its order) out of ``total`` jobs.
+    the page chosen by :func:`pick_page` (``(namespace, name)`` in its order) out of ``total`` jobs
+    (``None``: not counted, older jobs may follow the page).
 
     A job of the page gone before it could be read whole is left out of the rows, not the total.
     """
@@ -296,7 +367,8 @@ def pager_html(page: JobPage, query: JobQuery, path: str) -> str:
         + '<button type="submit">Filter</button></form>'
     )
     first = page.offset + 1 if page.rows else 0
-    links = [f'<span id="job-count">jobs {first}–{page.offset + len(page.rows)} of {page.total}</span>']
+    of = "" if page.total is None else f" of {page.total}"
+    links = [f'<span id="job-count">jobs {first}–{page.offset + len(page.rows)}{of}</span>']
     if page.previous_offset is not None:
         href = escape(f"{path}?{query.params(offset=page.previous_offset)}", quote=True)
         links.append(f'<a rel="prev" id="jobs-prev" href="{href}">previous</a>')

@@ -198,7 +198,11 @@ class Overview(Model):
     jobs: list[Job] = Field(description="the page of jobs asked for (sort, offset, limit)")
     charts: list[UsageChart] = Field(description="one GPU usage chart per group")
     problems: list[str] = Field(description="what could not be read: no policy, unreadable ledger entries")
-    jobs_total: int = Field(description="jobs matching the filters, on every page")
+    jobs_total: int | None = Field(
+        description="jobs matching the filters, on every page; null when not counted (`airflow-jobs "
+        "status --json` in the default order reads only the newest jobs: see jobs_more)"
+    )
+    jobs_more: bool = Field(description="whether jobs follow this page (next page: offset + limit)")
     jobs_offset: int = Field(description="jobs skipped before this page")
     jobs_limit: int = Field(description="most jobs on a page")
 
@@ -526,8 +530,9 @@ def charts(rows: Iterable[views.UsageChart]) -> list[UsageChart]:
     ]
 
 
-def overview(ov: views.Overview, *, total: int, offset: int, limit: int) -> Overview:
-    """``ov`` (already narrowed and paged) with the size of the whole filtered job list."""
+def overview(ov: views.Overview, *, total: int | None, offset: int, limit: int, more: bool) -> Overview:
+    """``ov`` (already narrowed and paged) with the size of the whole filtered job list (None: not
+    counted) and whether jobs follow the page."""
     return Overview(
         now=ov.now,
         pools=pools(ov.pools),
@@ -536,6 +541,7 @@ def overview(ov: views.Overview, *, total: int, offset: int, limit: int) -> Over
         charts=charts(ov.charts),
         problems=list(ov.problems),
         jobs_total=total,
+        jobs_more=more,
         jobs_offset=offset,
         jobs_limit=limit,
     )

@@ -396,6 +396,7 @@ def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditiona
     return {
         "metadata": {
             **(_precondition(job) if conditional else {}),
+            "labels": {labels.ADMITTED: labels.ADMITTED_VALUE},
             "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
         },
         "spec": _suspend_spec(job, False),
@@ -416,7 +417,7 @@ def handoff_patch(job: Mapping[str, Any], admitted_at: datetime) -> dict:
     return {
         "metadata": {
             **_precondition(job),
-            "labels": {kueue.QUEUE_NAME_LABEL: queue},
+            "labels": {kueue.QUEUE_NAME_LABEL: queue, labels.ADMITTED: labels.ADMITTED_VALUE},
             "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
         }
     }
@@ -521,6 +522,7 @@ def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:
     return {
         "metadata": {
             **_precondition(job),
+            "labels": {labels.ADMITTED: None},
             "annotations": {
                 labels.REQUEUE_COUNT: str(outcome.requeue_count),
                 labels.REQUEUE_NOT_BEFORE: rfc3339(outcome.not_before),
@@ -556,6 +558,7 @@ def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
     return {
         "metadata": {
             **_precondition(job),
+            "labels": {labels.ADMITTED: None},
             "annotations": {
                 labels.REQUEUE_COUNT: str(count + 1),
                 labels.PREEMPTIONS: str(preemptions + 1),

@@ -5,17 +5,17 @@
 and answers the GETs the GPU Jobs views make: the lists, in chunks when asked (``limit`` and ``continue``,
 as the Kubernetes API server pages a list), as metadata only when asked (``Accept:
 application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1``, each item its ``metadata`` as the
-API server sends it, managedFields included), one object by name, and a pod's log. Label selectors are
-honoured only in the form ``airflow-jobs status`` sends for a set of jobs' pods (``key in (a,b)``, with
-``key=value`` terms, which every object in the files satisfies): any other selector is ignored, as every
-object in the files carries the product's labels. It runs in its own process, so its work is
+API server sends it, managedFields included), one object by name, and a pod's log. Label selectors
+are applied as the API server applies them (the simulator's parser and matcher,
+``airflow_jobs_plugin/sim/selectors.py``), so ``airflow-jobs status`` reading by creation windows reads
+what it would read from a cluster. The lists are decoded before the port is announced, so the first
+request measured does not wait for that. It runs in its own process, so its work is
 not counted as the measured one's, and the client decodes real bodies.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,27 +43,22 @@ def load(root: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
     return lists, objects
 
 
-SET_TERM = re.compile(r"([^,\s]+)\s+in\s+\(([^)]*)\)")
-
-
 def selected(items: list[dict], selector: str) -> list[dict]:
-    """``items`` whose labels satisfy the selector's ``key in (...)`` terms (the others are ignored)."""
-    for key, values in SET_TERM.findall(selector):
-        wanted = {v.strip() for v in values.split(",")}
-        items = [i for i in items if (i["metadata"].get("labels") or {}).get(key) in wanted]
-    return items
+    """``items`` whose labels satisfy ``selector``."""
+    from airflow_jobs_plugin.sim.selectors import labels_match, parse_label_selector
+
+    wanted = parse_label_selector(selector)
+    return [i for i in items if labels_match(wanted, i["metadata"].get("labels"))]
 
 
 def main() -> None:
     lists, objects = load(Path(sys.argv[1]))
-    decoded: dict[str, dict] = {}
+    decoded = {path: json.loads(raw) for path, raw in lists.items()}
 
     def chunk(path: str, limit: int, offset: int, selector: str, metadata_only: bool) -> bytes:
         """Items ``offset`` to ``offset + limit`` of the list, with the token of the next chunk."""
-        if path not in decoded:
-            decoded[path] = json.loads(lists[path])
         whole = decoded[path]
-        every = selected(whole["items"], selector) if " in " in selector else whole["items"]
+        every = selected(whole["items"], selector) if selector else whole["items"]
         items = every[offset : offset + limit]
         meta = {"resourceVersion": whole["metadata"]["resourceVersion"]}
         if offset + limit < len(every):
@@ -100,7 +95,7 @@ def main() -> None:
                 return self._send(200, b"step 1\nstep 2\n", "text/plain")
             metadata_only = "as=PartialObjectMetadataList" in (self.headers.get("Accept") or "")
             selector = (query.get("labelSelector") or [""])[0]
-            if path in lists and (query.get("limit") or metadata_only or " in " in selector):
+            if path in lists and (query.get("limit") or metadata_only or selector):
                 offset = int((query.get("continue") or ["0"])[0])
                 limit = int((query.get("limit") or ["1000000000"])[0])
                 return self._send(200, chunk(path, limit, offset, selector, metadata_only))

@@ -144,7 +144,8 @@ def test_job_carries_product_labels_on_object_and_pod():
         keys.ATTEMPT: "3",
         "team": "cv",
     }
-    assert m["metadata"]["labels"] == expected
+    # The object alone carries its creation time (whole epoch seconds), for readers that select by age.
+    assert m["metadata"]["labels"] == {**expected, keys.CREATED: str(int(QUEUED_AT.timestamp()))}
     assert m["spec"]["template"]["metadata"]["labels"] == {**expected, keys.ROLE: "worker", keys.RANK: "0"}
 
 

@@ -42,7 +42,13 @@ def failed_job(kind: str = "Job") -> dict:
         "uid": "u-1",
         "resourceVersion": "42",
         "creationTimestamp": "2026-11-22T11:00:00Z",
-        "labels": {labels.ATTEMPT: "1", labels.TASK_KEY: "k", labels.MANAGED_BY: labels.MANAGED_BY_VALUE},
+        "labels": {
+            labels.ATTEMPT: "1",
+            labels.TASK_KEY: "k",
+            labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
+            labels.CREATED: "1795864800",
+            labels.ADMITTED: labels.ADMITTED_VALUE,
+        },
         "annotations": {
             labels.QUEUED_AT: "2026-11-22T11:00:00Z",
             labels.ADMITTED_AT: "2026-11-22T11:00:05Z",
@@ -97,6 +103,12 @@ def test_next_attempt_keeps_the_original_queue_position_and_carries_the_back_off
     assert ann[labels.REQUEUE_NOT_BEFORE] == "2026-11-22T12:01:30Z"
     assert ann[labels.REQUEUE_COUNT] == "0"
     assert labels.ADMITTED_AT not in ann
+
+
+def test_next_attempt_is_labelled_as_created_now_and_not_admitted():
+    new = next_attempt(failed_job(), name="train-a2", attempt=2, not_before=LATER, now=NOW)
+    assert new["metadata"]["labels"][labels.CREATED] == str(int(NOW.timestamp()))
+    assert labels.ADMITTED not in new["metadata"]["labels"]
 
 
 def test_next_attempt_updates_the_attempt_env_and_keeps_the_rest():

@@ -175,6 +175,8 @@ def test_a_stopped_job_loses_its_pods_and_reservation_and_resumes_at_its_origina
         await until(first_runs)
         assert await c.reason(second) == ("QUEUED", "GroupQuota", 1)
         assert await c.reserved() == {first}
+        assert (await c.job(first))["metadata"]["labels"][labels.ADMITTED] == labels.ADMITTED_VALUE
+        assert labels.ADMITTED not in (await c.job(second))["metadata"]["labels"]
 
         outcome = await stop(c.client, QUOTA, first, by="alice")
         assert outcome.done and outcome.message.startswith(f"job/{first} stopped")
@@ -182,6 +184,7 @@ def test_a_stopped_job_loses_its_pods_and_reservation_and_resumes_at_its_origina
         assert suspended(job)
         assert job["metadata"]["annotations"][labels.STOPPED_BY] == "alice"
         assert labels.ADMITTED_AT not in job["metadata"]["annotations"]
+        assert labels.ADMITTED not in job["metadata"]["labels"]  # listed again among those that may wait
         assert await c.reserved() == {first}  # the stop writes no ledger: the admitting pass frees the GPUs
 
         async def stopped() -> bool:

@@ -51,7 +51,10 @@ def both_reads(kubeconfig: str, query: listing.JobQuery):
 def test_status_from_metadata_shows_what_the_whole_read_shows(population, params):
     query = listing.parse_query(**params)
     (full_view, full_page), (view, page), _ = both_reads(population.kubeconfig, query)
-    assert page.total == full_page.total
+    if page.total is None:  # newest first, decided by the newest window: the older jobs go uncounted
+        assert query.sort == "-created" and page.more and full_page.total > query.offset + query.limit
+    else:
+        assert page.total == full_page.total
     assert view.jobs == full_view.jobs
     assert view.pools == full_view.pools
     assert view.queues == full_view.queues
