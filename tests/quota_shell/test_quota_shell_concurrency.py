@@ -219,11 +219,11 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
         # First the second group fills the cohort with low-priority work, borrowing what the first does
         # not use; then high-priority jobs of both groups arrive: they preempt (within the second group)
         # and reclaim (the first group taking back what it lent). The first six low jobs take the second
-        # group to its limit (8 + 4 borrowed) and run 8 s (800 simulated): still running when the high
+        # group to its limit (8 + 4 borrowed) and run 15 s (1,500 simulated): still running when the high
         # ones arrive, so those can only start by preempting, however slow a loaded machine makes a pass.
         jobs = await create_jobs(
             client,
-            *bodies(6, "long", 0, (second,), gpus=(2,), run=(800, 800)),
+            *bodies(6, "long", 0, (second,), gpus=(2,), run=(1500, 1500)),
             *bodies(24, "low", 0, (second,)),
         )
 
@@ -233,6 +233,23 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
         await wait_for(borrowing, timeout=60, interval=0.1)
         jobs += await create_jobs(client, *bodies(20, "high", 100, (first, second)))
         names = [j["metadata"]["name"] for j in jobs]
+        # What the pool did after the high-priority jobs arrived, for the message of a failure below.
+        arrived = asyncio.get_running_loop().time()
+        timeline: list[str] = []
+
+        async def record() -> None:
+            while True:
+                current = (await client.list(JOBS, NAMESPACE))["items"]
+                own = [j for j in current if j["metadata"]["name"] in names]
+                timeline.append(
+                    f"+{asyncio.get_running_loop().time() - arrived:.1f}s "
+                    f"high admitted {sum(1 for j in own if 'high' in j['metadata']['name'] and annotation(j, labels.ADMITTED_AT))}, "
+                    f"preemptions {sum(int(annotation(j, labels.PREEMPTIONS) or 0) for j in own)}, "
+                    f"long finished {sum(1 for j in own if 'long' in j['metadata']['name'] and ledger_io.is_finished(j))}"
+                )
+                await asyncio.sleep(0.5)
+
+        sampling.append(asyncio.create_task(record()))
         # A triggerer dies mid-run (SIGKILL: no cleanup, passes cut anywhere) and another takes its place.
         await asyncio.sleep(3)
         os.kill(processes[0].pid, signal.SIGKILL)
@@ -283,6 +300,6 @@ async def test_processes_preempting_and_borrowing_concurrently_keep_every_limit_
         assert annotation(job, labels.VERDICT) is None, (name, annotation(job, labels.VERDICT_MESSAGE))
         assert any(c["type"] == "Complete" for c in job["status"].get("conditions") or ()), name
         preempted += int(annotation(job, labels.PREEMPTIONS) or 0)
-    assert preempted > 0, "no job was ever preempted"
+    assert preempted > 0, "no job was ever preempted:\n" + "\n".join(timeline[:40])
     assert killed.exitcode == -signal.SIGKILL
     assert all(p.exitcode == 0 for p in processes)
