@@ -271,11 +271,27 @@ async def read_cluster(client: KubeClient, target: Target) -> ClusterState:
         asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
     )
     jobs = _joined(await asyncio.gather(*(read_jobs(client, ns) for ns in spaces)))
+    return await _state(
+        client, jobs, _joined(pods), _joined(events), (policy, problem), (ledgers, histories), workloads
+    )
+
+
+async def _state(
+    client: KubeClient,
+    jobs: Sequence[dict],
+    pods: Sequence[dict],
+    events: Sequence[dict],
+    policy_read: tuple[quota.QuotaPolicy | None, str | None],
+    ledgers_read: tuple[dict[str, quota.Ledger], dict[str, UsageHistory]],
+    workloads: Sequence[tuple[list, str | None]],
+) -> ClusterState:
+    """The cluster state of what was read, with Kueue's pending positions of its Workloads."""
+    (policy, problem), (ledgers, histories) = policy_read, ledgers_read
     by_uid = kueue.by_job_uid(_joined([found for found, _ in workloads]))
     return ClusterState(
         jobs=tuple(jobs),
-        pods=tuple(_joined(pods)),
-        events=tuple(_joined(events)),
+        pods=tuple(pods),
+        events=tuple(events),
         now=_now(),
         policy=policy,
         policy_problem=problem,
@@ -344,19 +360,8 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
         return found
 
     jobs = [j for j in await asyncio.gather(*(whole(j) for j in chosen.values())) if j is not None]
-    by_uid = kueue.by_job_uid(_joined([found for found, _ in workloads]))
-    state = ClusterState(
-        jobs=tuple(jobs),
-        pods=tuple(pods),
-        events=tuple(_joined(events)),
-        now=_now(),
-        policy=policy,
-        policy_problem=problem,
-        ledgers=ledgers,
-        usage_histories=histories,
-        workloads=by_uid,
-        workloads_problem=next((why for _, why in workloads if why), None),
-        kueue_positions=await _kueue_positions(client, by_uid),
+    state = await _state(
+        client, jobs, pods, _joined(events), (policy, problem), (ledgers, histories), workloads
     )
     return StatusRead(state, tuple(_key(j) for j in page), counted if complete else None)
 
