@@ -43,6 +43,8 @@ from airflow_jobs_plugin.lifecycle import (
 from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.lifecycle.replicas import NO_POD, event_time
+from airflow_jobs_plugin.quota import ledger as quota_shell
+from airflow_jobs_plugin.quota import ledger_model as ledger_rules
 from airflow_jobs_plugin.quota.fair_share import UsageHistory, recent_by_group
 
 PREFIX = "/airflow-jobs"
@@ -471,11 +473,29 @@ def queue_decisions(state: ClusterState) -> tuple[dict[str, quota.Decision], dic
             queued.append(quota.queued_job_from_metadata(_meta(job)))
         except ValueError as exc:
             problems[str(_meta(job).get("uid") or "")] = str(exc)
-    held = _reservations(state)
+    # As a pass sees the ledgers (quota.ledger_model.plan_admission): without the reservations of jobs
+    # read as gone, finished, stopped or requeued, and with those whose pods still hold their GPUs on
+    # their way back, which a preempting head waits for before it preempts anyone. A reservation whose
+    # job was not read (``status`` reads only some jobs whole) is kept as it is, as a pass keeps one.
+    observed = _observed(state)
+    current = [quota.reconcile(ledger, observed) for ledger in state.ledgers.values()]
+    held = [r for ledger in current for r in ledger.reservations]
+    releasing = frozenset(uid for ledger in current for uid in ledger_rules.releasing(ledger, observed))
     # A fair_share group's queue is in the order its users' recent usage gives, as a pass walks it.
     recent = recent_by_group(state.policy, state.usage_histories, held, state.now)
-    decisions = quota.decide(state.policy, queued, held, state.now, recent=recent)
+    decisions = quota.decide(state.policy, queued, held, state.now, releasing, recent=recent)
     return {d.job.uid: d for d in decisions}, problems
+
+
+def _observed(state: ClusterState) -> dict[str, quota.ObservedJob]:
+    """What a pass would observe of each reserved job the state holds (by uid), its pods included."""
+    wanted = {r.uid for r in _reservations(state)}
+    observed = {}
+    for job in state.jobs:
+        uid = _uid(job)
+        if uid in wanted:
+            observed[uid] = quota_shell.observe(job, pods_of(job, state.owners.pods_for(job)))
+    return observed
 
 
 def _queue_status(

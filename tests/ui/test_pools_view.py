@@ -4,6 +4,7 @@ preemption reasons in the queues. Built from plain cluster objects (no cluster, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import timedelta
 
@@ -267,3 +268,41 @@ def test_a_preempted_job_waits_as_preempted_in_the_queue_as_on_its_job_row():
     assert (entry.reason, row.reason) == ("Preempted", "Preempted")
     assert entry.message.startswith(why + "; ") and row.message.startswith(why + "; ")
     assert "Preempted" in text.status_text(ov).split("QUEUES", 1)[1].split("JOBS", 1)[0]
+
+
+def test_a_head_waits_for_gpus_on_their_way_back_before_it_preempts_as_a_pass_does():
+    """A job that finished still holds its GPUs while its pod stops: the pass counts them as coming back
+    (quota.ledger_model.releasing) and preempts no one for the head; the queue says the same."""
+    sweep = product_job("sweep", "vision", "ann", 4, queued_s=-300, suspend=False, **{labels.PRIORITY: "0"})
+    done = product_job("done", "vision", "cid", 4, queued_s=-200, suspend=False, **{labels.PRIORITY: "0"})
+    done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    stopping = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "done-pod",
+            "namespace": NAMESPACE,
+            "uid": "pod-done",
+            "labels": {labels.BATCH_JOB_NAME: "done", labels.CONTROLLER_UID: done["metadata"]["uid"]},
+            "ownerReferences": [
+                {"kind": "Job", "name": "done", "uid": done["metadata"]["uid"], "controller": True}
+            ],
+        },
+        "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "main", "image": "trainer:1"}]},
+        "status": {"phase": "Running"},
+    }
+    urgent = product_job("urgent", "vision", "bob", 4, queued_s=-10, suspend=True, **{labels.PRIORITY: "100"})
+    state = views.ClusterState(
+        jobs=(sweep, done, urgent),
+        pods=(stopping,),
+        events=(),
+        now=NOW,
+        policy=PREEMPTING,
+        ledgers=ledgers(reservation(sweep, 0, priority=0), reservation(done, 0, priority=0)),
+    )
+    (entry,) = views.overview(state).queues[0].entries
+    assert (entry.name, entry.reason) == ("urgent", "Preempting")
+    assert "waiting for 4 GPUs being freed" in entry.message and "sweep" not in entry.message
+    # Once the pod is gone the pass drops the finished job's reservation: the head is admitted.
+    gone = dataclasses.replace(state, pods=())
+    assert views.overview(gone).queues == () or not views.overview(gone).queues[0].entries
