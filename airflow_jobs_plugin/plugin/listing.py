@@ -310,11 +310,12 @@ def decides_newest_page(
     jobs: Iterable[Mapping[str, Any]], query: JobQuery, since: int | None, key: str
 ) -> bool:
     """Whether the jobs read so far (every unlabelled job and the windows down to ``since``) decide the
-    newest-first page of ``query``: at least ``offset + limit`` of them match its filters and were created
-    at or after ``since``, so no job of the older windows can be among them. Always, past the last one."""
+    newest-first page of ``query``: more than ``offset + limit`` of them match its filters and were
+    created at or after ``since``, so no job of the older windows can be on the page, and at least one
+    job follows it (the page may say so without having counted). Always, past the last window."""
     if since is None:
         return True
-    needed = query.offset + query.limit
+    needed = query.offset + query.limit + 1
     count = 0
     for job in jobs:
         value = (_meta(job).get("labels") or {}).get(key)

@@ -224,6 +224,20 @@ def test_a_job_over_its_user_quota_preempts_nobody_of_its_own_priority():
     assert decisions["urgent"].preempts == ()
 
 
+def test_one_job_of_a_group_preempts_in_a_pass_so_no_one_preempts_for_gpus_another_takes():
+    """Two jobs of a user over their limit: the first preempts; the second waits for the next pass
+    instead of counting the first one's victims as coming back to itself and preempting more."""
+    policy = parse_policy("groups: {vision: {gpus: 7, preemption: {within_group: lower_priority}}}")
+    reservations = [held("big", 6, user="ann"), held("small", 1, user="ann")]
+    queue = [job("first", 1, user="ann", priority=2, minute=20), job("second", 7, user="ann", priority=1)]
+
+    decisions = by_name(decide(policy, queue, reservations, NOW))
+
+    assert decisions["first"].verdict is Verdict.PREEMPTING and decisions["first"].preempts
+    assert decisions["second"].preempts == ()
+    assert decisions["second"].verdict is Verdict.USER_QUOTA
+
+
 def test_the_plan_alone_returns_none_when_nothing_would_make_room():
     assert plan_preemption(job("urgent", 9, priority=100), 0, 0, [held("a", 8)]) is None
 

@@ -181,7 +181,8 @@ def test_the_newest_page_is_decided_by_enough_matching_jobs_inside_the_windows_r
 
     jobs = [job("a", 1000), job("b", 990), job("c", 500), job("old-unlabelled", None), job("d", 995, "other")]
     query = listing.parse_query(limit=2)
-    assert listing.decides_newest_page(jobs, query, 990, labels.CREATED)
+    assert listing.decides_newest_page(jobs, query, 990, labels.CREATED)  # a, b and d: one follows the page
+    assert not listing.decides_newest_page(jobs, listing.parse_query(limit=3), 990, labels.CREATED)
     assert not listing.decides_newest_page(
         jobs, listing.parse_query(limit=2, group=["other"]), 990, labels.CREATED
     )
