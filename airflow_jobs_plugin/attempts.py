@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from airflow_jobs_plugin import kinds, kueue, labels
-from airflow_jobs_plugin.manifests import merge_under
+from airflow_jobs_plugin.manifests import created_label, merge_under
 
 # Keys the API server or a controller writes; a new object must not carry them over.
 _SERVER_METADATA = (
@@ -74,7 +74,7 @@ def next_attempt(
     for key in _CONTROLLER_LABELS:
         meta_labels.pop(key, None)
     meta_labels[labels.ATTEMPT] = str(attempt)
-    meta_labels[labels.CREATED] = str(int(now.timestamp()))
+    meta_labels[labels.CREATED] = created_label(now)
     meta_labels.pop(labels.ADMITTED, None)
     annotations = meta.setdefault("annotations", {})
     if annotations.get(labels.KUEUE_HANDOFF):

@@ -1259,11 +1259,12 @@ def _decide_unit(
     # The GroupQuota-blocked job everything behind waits for, per group and device: a job waiting for
     # the group's MIG slices does not hold back a job that asks for whole GPUs, which it could never use.
     heads: dict[str, dict[str, QueuedJob]] = {g: {} for g in queues}
-    # The devices a job of the group already preempts for in this pass: one preemptor per group and
-    # device a pass (Kueue's scheduler, too, considers one head per ClusterQueue a cycle). The GPUs its
-    # victims give back are counted as coming back to the group; a second preemptor would count them
-    # for itself as well and preempt for GPUs the first one takes.
-    preempting: dict[str, set[str]] = {g: set() for g in queues}
+    # The devices a job already preempts for in this pass: one preemptor per ledger (a group, or a
+    # cohort's groups together) and device a pass (Kueue's scheduler, too, considers one head per
+    # ClusterQueue a cycle). Its victims' GPUs are counted as on their way back, to their group's pool
+    # and the cohort's; a second preemptor would count them for itself as well and preempt for GPUs the
+    # first one takes. A reclaimer's victims are other groups' jobs, so the whole cohort waits.
+    preempting: set[str] = set()
     verdicts: dict[str, list[tuple[QueuedJob, Verdict, str, str | None, tuple[Reservation, ...]]]] = {
         g: [] for g in queues
     }
@@ -1278,12 +1279,17 @@ def _decide_unit(
         if verdict is Verdict.GROUP_QUOTA and job.kueue_queue is None:
             group_heads[job.resource] = job
             assert quota is not None and pool is not None  # GroupQuota is only judged in a known group
-            if cohort is not None and quota.reclaim is not Reclaim.NEVER and job.resource == DEFAULT_RESOURCE:
+            if (
+                cohort is not None
+                and quota.reclaim is not Reclaim.NEVER
+                and job.resource == DEFAULT_RESOURCE
+                and job.resource not in preempting
+            ):
                 verdict, message, preempts = _reclaim_for(quota, cohort, job, verdict, message)
             if (
                 verdict is Verdict.GROUP_QUOTA
                 and quota.within_group is WithinGroup.LOWER_PRIORITY
-                and job.resource not in preempting[group]
+                and job.resource not in preempting
             ):
                 verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message)
         elif (
@@ -1294,13 +1300,13 @@ def _decide_unit(
             and quota.within_group is WithinGroup.LOWER_PRIORITY
             and not pool.at_job_limit(job.user)
             and job.resource not in group_heads
-            and job.resource not in preempting[group]
+            and job.resource not in preempting
         ):
             # Over the user's own GPU limit: only the user's jobs of lower priority can make room, and
             # only while no earlier job waits for the group (the GPUs freed would be that job's).
             verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message, own=True)
         if preempts:
-            preempting[group].add(job.resource)
+            preempting.add(job.resource)
         verdicts[group].append((job, verdict, message, blocked_by, preempts))
 
     decisions = []

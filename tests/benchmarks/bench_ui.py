@@ -107,6 +107,7 @@ def _copy(template: dict[str, Any], name: str, i: int, created: datetime) -> dic
     time in it (the job's, its pods', its events') moves with its creation, and it carries the labels
     the product writes (its creation time; ``admitted`` with ``admitted-at``)."""
     from airflow_jobs_plugin import labels
+    from airflow_jobs_plugin.manifests import created_label
 
     old = template["job"]["metadata"]["name"]
     text = json.dumps(template).replace(old, name)
@@ -118,7 +119,7 @@ def _copy(template: dict[str, Any], name: str, i: int, created: datetime) -> dic
     meta["annotations"][labels.USER_NAME] = f"user{i % USERS}"
     meta["labels"][labels.USER] = f"user{i % USERS}"
     meta["annotations"][labels.DAG_ID] = f"dag_{i % DAGS}"
-    meta["labels"][labels.CREATED] = str(int(created.timestamp()))
+    meta["labels"][labels.CREATED] = created_label(created)
     if labels.ADMITTED_AT in meta["annotations"]:
         meta["labels"][labels.ADMITTED] = labels.ADMITTED_VALUE
     return out

@@ -217,6 +217,32 @@ def test_reclaim_preempts_the_newest_borrowing_jobs_never_below_the_borrowers_qu
     assert "reclaiming its quota from borrowing jobs of cohort research" in decision.message
 
 
+def test_one_job_of_a_cohort_reclaims_in_a_pass_so_no_one_reclaims_for_gpus_another_takes():
+    """Two groups of a cohort reclaim from the same borrower in one pass: the first one's victim would
+    count as room for the second, which would reclaim one job too few to start and still preempt it."""
+    policy = parse_policy(
+        """
+groups:
+  vision: {gpus: 4, cohort: research, preemption: {reclaim_within_cohort: any}}
+  audio: {gpus: 8, cohort: research, preemption: {reclaim_within_cohort: any}}
+  nlp: {gpus: 4, cohort: research}
+"""
+    )
+    reservations = [held(f"nlp-{i}", "nlp", 4, minute=i) for i in range(4)]  # nlp borrows 12
+
+    decisions = by_name(
+        decide(
+            policy,
+            [job("small", "vision", 4, minute=0), job("large", "audio", 8, minute=1)],
+            reservations,
+            NOW,
+        )
+    )
+
+    assert decisions["small"].verdict is Verdict.PREEMPTING and len(decisions["small"].preempts) == 1
+    assert decisions["large"].preempts == ()
+
+
 def test_reclaim_takes_back_only_the_groups_own_quota():
     reservations = [held("nlp-borrow", "nlp", 16, minute=5)]
 
