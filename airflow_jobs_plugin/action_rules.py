@@ -11,6 +11,10 @@ call is harmless. Rules, first match wins:
 4. stop of a stopped job: "already stopped by <who> at <when>";
 5. resume of a job that is not stopped: nothing to resume (it is queued or holds its GPUs);
 6. otherwise the action applies.
+
+How a cancel ends a job (:func:`cancel_ending`) is a rule too: through the job's own controller
+wherever one can end it, so that the job stays listed, CANCELLED, until its TTL removes it like any
+finished job; deleted only where no controller can.
 """
 
 from __future__ import annotations
@@ -77,6 +81,50 @@ def refusal(action: Action, job: JobFacts) -> str | None:
         where = "waiting in its queue" if job.suspended else "admitted and holds its GPUs"
         return f"{job.ref} is not stopped ({where}): nothing to resume"
     return None
+
+
+class Ending(enum.Enum):
+    """How a cancel ends a job."""
+
+    # A batch/v1 Job's own activeDeadlineSeconds (a suspended one resumed with parallelism 0 so its
+    # clock starts without a pod): the Job controller fails it and deletes its pods, and its
+    # ttlSecondsAfterFinished removes it later (``quota.ledger.verdict_patch``).
+    OWN_DEADLINE = "own deadline"
+    # A running MPIJob through its launcher Job's deadline: mpi-operator marks the MPIJob Failed and its
+    # runPolicy.ttlSecondsAfterFinished removes it later (``quota.ledger.end_ruled_job``).
+    LAUNCHER_DEADLINE = "launcher deadline"
+    # Nothing can end it: delete it with its pods (Background propagation).
+    DELETE = "delete"
+
+
+def cancel_ending(job: JobFacts) -> Ending:
+    """How cancelling ``job`` ends it.
+
+    - A suspended MPIJob (queued or stopped) is deleted: mpi-operator has no failed state for a job that
+      never started (kubeflow/mpi-operator v0.8.0 ``pkg/controller/mpi_job_controller.go``: a suspended
+      MPIJob's launcher is suspended too, and a deadline never counts on a suspended Job), and
+      unsuspending it to fail it would place its workers.
+    - A suspended Job that Kueue admits is deleted: Kueue's job reconciler suspends again a managed job
+      that runs without an admitted Workload (kubernetes-sigs/kueue v0.19.2
+      ``pkg/controller/jobframework/reconciler.go``), so its deadline's clock would never start.
+    - A running MPIJob ends through its launcher's deadline; any other Job through its own.
+    """
+    if job.suspended and (job.kind == kinds.MPI_JOB.name or job.kueue_queue is not None):
+        return Ending.DELETE
+    return Ending.LAUNCHER_DEADLINE if job.kind == kinds.MPI_JOB.name else Ending.OWN_DEADLINE
+
+
+def kept_for(job: Mapping[str, Any]) -> int | None:
+    """Seconds a finished ``job`` is kept (``ttlSecondsAfterFinished`` of a Job, of an MPIJob's
+    ``runPolicy``), ``None`` if nothing removes it."""
+    spec = job.get("spec") or {}
+    value = spec.get("ttlSecondsAfterFinished")
+    if value is None:
+        value = (spec.get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:

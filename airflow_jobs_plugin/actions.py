@@ -21,17 +21,28 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_jobs_plugin import action_rules, attempts, kinds, labels
-from airflow_jobs_plugin.action_rules import Action, JobFacts, refusal
+from airflow_jobs_plugin.action_rules import Action, Ending, JobFacts, refusal
 from airflow_jobs_plugin.admission import not_before
 from airflow_jobs_plugin.kube import EVENTS, KubeClient, KubeError, Resource
-from airflow_jobs_plugin.quota.ledger import group_of, is_finished, read_ledger, unsuspend_patch
+from airflow_jobs_plugin.quota.ledger import (
+    end_ruled_job,
+    group_of,
+    is_finished,
+    patch_job,
+    read_ledger,
+    unsuspend_patch,
+    verdict_patch,
+)
 
 EVENT_SOURCE = "airflow-jobs"
+# Reads and conditional writes a cancel tries while the job keeps changing under it, before deleting it.
+CANCEL_TRIES = 5
 
 
 @dataclass(frozen=True)
 class CancelOutcome:
-    """What cancelling did: the job (latest attempt) it ruled on and whether the object was deleted."""
+    """What cancelling did: the job (latest attempt) it ruled on, and whether it was ended through its
+    controller (kept until its TTL) or deleted."""
 
     namespace: str
     name: str
@@ -39,6 +50,8 @@ class CancelOutcome:
     deleted: bool
     already_finished: bool
     message: str = ""
+    # Ended through its controller and kept, CANCELLED, until its TTL (``deleted`` is then False).
+    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,25 +138,53 @@ async def record_event(
 
 
 async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by: str) -> CancelOutcome:
-    """Cancel ``job``'s newest attempt: rule it Cancelled and delete it.
+    """Cancel ``job``'s newest attempt: rule it Cancelled and end it.
 
-    The verdict goes on first, so every reader (the task's trigger above all) reports CANCELLED even
-    while the pods stop, then the object is deleted with Background propagation so its pods go with it.
-    A job that already finished is left alone. A stopped job is cancelled like any other.
+    The verdict goes on in the write that ends the job, so every reader (the task's trigger above all)
+    reports CANCELLED from then on. The job is ended through its own controller where one can end it
+    (:func:`~airflow_jobs_plugin.action_rules.cancel_ending`): the controller deletes its pods and marks
+    it failed, and the job stays listed, CANCELLED, with who cancelled it, until its TTL removes it like
+    any finished job. A queued or stopped MPIJob, and a queued job of Kueue's, are deleted with their
+    pods instead. A job that already finished is left alone; a stopped job is cancelled like any other.
 
     The quota is freed by the admitting triggerer, not here: its pass drops the reservation of a job
-    that is gone, or ruled and without live pods (``quota.ledger_model.reconcile_drops``), and the job's
-    deletion wakes that pass. So the identities that act for people (the API server, the CLI) need no
-    write on the ledgers, and the GPUs count until the pods holding them have really stopped.
+    that is gone, or ruled and without live pods (``quota.ledger_model.reconcile_drops``), and the
+    job's change wakes that pass. So the identities that act for people (the API server, the CLI) need
+    no write on the ledgers, and the GPUs count until the pods holding them have really stopped.
     """
-    job = await newest_attempt(client, namespace, job)
-    resource = resource_of(job)
-    facts = facts_of(job)
-    name = facts.name
-    why_not = refusal(Action.CANCEL, facts)
-    if why_not is not None:
-        return CancelOutcome(namespace, name, resource.kind, False, True, why_not)
-    when = _now()
+    for _ in range(CANCEL_TRIES):
+        job = await newest_attempt(client, namespace, job)
+        resource = resource_of(job)
+        facts = facts_of(job)
+        why_not = refusal(Action.CANCEL, facts)
+        if why_not is not None:
+            return CancelOutcome(namespace, facts.name, resource.kind, False, True, why_not)
+        ending = action_rules.cancel_ending(facts)
+        if ending is Ending.DELETE:
+            break
+        patch = verdict_patch(job, "Cancelled", f"cancelled by {by}")
+        patch["metadata"]["annotations"].update({labels.CANCELLED_BY: by, labels.CANCELLED_AT: _now()})
+        # Conditional on the job as read: a job suspended (preempted, requeued) since would keep a
+        # deadline that never counts. A job that changed is read again and ruled on afresh.
+        ended = await patch_job(client, job, patch)
+        if ended is None:
+            continue
+        await record_event(client, namespace, job, "Cancelled", f"cancelled by {by}")
+        if ending is Ending.LAUNCHER_DEADLINE:
+            await end_ruled_job(client, ended)
+        kept = action_rules.kept_for(ended)
+        until = f"until its TTL removes it in {_span(kept)}" if kept is not None else "until it is deleted"
+        return CancelOutcome(
+            namespace,
+            facts.name,
+            resource.kind,
+            False,
+            False,
+            f"{facts.ref} cancelled: its pods are stopped and it stays listed as cancelled {until}",
+            ended=True,
+        )
+    # Nothing can end it, or it kept changing under us: delete it, which always ends it.
+    resource, name, when = resource_of(job), facts.name, _now()
     with contextlib.suppress(KubeError):
         await client.merge_patch(
             resource,
@@ -163,6 +204,14 @@ async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by:
     deleted = await client.delete(resource, namespace, name, propagation_policy="Background")
     gone = "deleted with its pods" if deleted else "already gone"
     return CancelOutcome(namespace, name, resource.kind, deleted, False, f"{facts.ref} cancelled ({gone})")
+
+
+def _span(seconds: int) -> str:
+    """``7d``, ``1h``, ``90s``: the largest unit that divides ``seconds``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: str) -> ActionOutcome:

@@ -177,6 +177,11 @@ class JobTrigger(BaseTrigger):
                 what = "already finished, left as it is"
             elif outcome.deleted:
                 what = f"CANCELLED by {AIRFLOW_USER} at {_now().isoformat(timespec='seconds')}, and deleted"
+            elif outcome.ended:
+                what = (
+                    f"CANCELLED by {AIRFLOW_USER} at {_now().isoformat(timespec='seconds')}: its pods are "
+                    "stopped and it stays listed as cancelled until its TTL"
+                )
         self.log.info("task killed in Airflow: %s %s/%s %s", self.kind, self.namespace, name, what)
 
     async def cleanup(self) -> None:

@@ -494,11 +494,19 @@ def _stopping(message: str, holding: list[Mapping[str, Any]]) -> str:
 
 def _with_verdict(decision: _Decision, facts: _Facts, holding: list[Mapping[str, Any]]) -> _Decision:
     """A controller failure the product caused on purpose (it ended a job it had ruled failed, so that
-    the cluster shows it failed) reads as the product's verdict, not the controller's generic cause."""
+    the cluster shows it failed) reads as the product's verdict, not the controller's generic cause.
+    A cancel ends a job the same way (``actions.cancel``), so a cancelled job that failed is CANCELLED:
+    its verdict is written in the same write as the deadline that fails it, conditional on the job as
+    read, so it never lands on a job that had already failed by itself."""
     verdict = facts.annotations.get(labels.VERDICT)
     reason = VERDICTS.get(verdict or "")
-    if reason is None or reason in (Reason.CANCELLED, Reason.STOPPED):
+    if reason is None or reason is Reason.STOPPED:
         return decision
+    if reason is Reason.CANCELLED:
+        message = f"cancelled by {facts.annotations.get(labels.CANCELLED_BY) or 'a user'}"
+        if holding:
+            return _Decision(JobState.TERMINATING, reason, _stopping(message, holding), decision.exit_code)
+        return _Decision(JobState.CANCELLED, reason, message, decision.exit_code)
     message = facts.annotations.get(labels.VERDICT_MESSAGE) or decision.message
     if holding:
         message = _stopping(message, holding)

@@ -589,7 +589,7 @@ def create_app() -> FastAPI:
         except HTTPException as exc:
             if exc.status_code != status.HTTP_404_NOT_FOUND:
                 raise
-            # After a cancel the job is gone: say what the action did rather than only "not found".
+            # After a cancel that deleted it the job is gone: say what the action did rather than only "not found".
             return HTMLResponse(
                 html.message_page(f"GPU job {name}", notice or str(exc.detail), base=base, refresh=None),
                 status_code=status.HTTP_200_OK if notice else status.HTTP_404_NOT_FOUND,

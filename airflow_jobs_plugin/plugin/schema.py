@@ -406,7 +406,10 @@ class CancelResult(Model):
     namespace: str = Field(description="the job's namespace")
     name: str = Field(description="the attempt it ruled on (the task try's newest)")
     kind: str = Field(description="Job or MPIJob")
-    deleted: bool = Field(description="whether the job object was deleted")
+    deleted: bool = Field(description="whether the job object was deleted (a queued MPIJob or Kueue job)")
+    ended: bool = Field(
+        description="whether it was ended through its controller: it stays listed, CANCELLED, until its TTL"
+    )
     already_finished: bool = Field(description="the job had already finished: nothing was done")
     message: str | None = Field(description="the one-line answer")
 
@@ -723,6 +726,7 @@ def cancel_result(o: actions.CancelOutcome) -> CancelResult:
         name=o.name,
         kind=o.kind,
         deleted=o.deleted,
+        ended=o.ended,
         already_finished=o.already_finished,
         message=_text(o.message),
     )

@@ -466,13 +466,13 @@ LAUNCHER_SUFFIX = "-launcher"
 
 
 def ruled_but_running(job: Mapping[str, Any]) -> bool:
-    """An MPIJob that carries a failing verdict of the product but still runs: its launcher Job has
-    yet to be ended (:func:`end_ruled_job`), for example because the process that ruled stopped
-    between the two writes. Cancel and stop end jobs their own way and are not counted here."""
+    """An MPIJob that carries a failing verdict of the product (a cancel's too) but still runs: its
+    launcher Job has yet to be ended (:func:`end_ruled_job`), for example because the process that
+    ruled stopped between the two writes."""
     if not kinds.is_mpi(job) or is_suspended(job):
         return False
     verdict = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.VERDICT)
-    if not verdict or verdict in ("Cancelled", "Stopped"):
+    if not verdict:
         return False
     return not kinds.MPI_JOB.is_finished(job)
 
@@ -493,7 +493,8 @@ async def end_ruled_job(client: KubeClient, job: Mapping[str, Any]) -> None:
     A queued or stopped MPIJob stays suspended: the operator has no failed state for a job that never
     started, and starting it to fail it would place its workers. An MPIJob with no launcher Job yet
     (an operator that waits for its workers before creating it) is suspended instead, which frees its
-    GPUs at once.
+    GPUs at once; a cancelled one is deleted with its pods, since a suspended MPIJob never finishes and
+    so no TTL would ever remove it.
     """
     if not ruled_but_running(job):
         return
@@ -510,6 +511,9 @@ async def end_ruled_job(client: KubeClient, job: Mapping[str, Any]) -> None:
     except KubeError as exc:
         if not exc.not_found:
             raise
+    if (meta.get("annotations") or {}).get(labels.VERDICT) == "Cancelled":
+        await client.delete(MPIJOBS, namespace, name, propagation_policy="Background")
+        return
     try:
         await client.merge_patch(MPIJOBS, namespace, name, {"spec": _suspend_spec(job, True)})
     except KubeError as exc:

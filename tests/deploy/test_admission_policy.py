@@ -138,14 +138,32 @@ def test_the_ui_s_cancel_passes_and_the_triggerer_ends_a_job_it_ruled_failed(job
     )
 
 
-def test_releasing_a_queued_job_even_with_no_pods_is_the_triggerer_s_alone():
-    """Parallelism 0 starts nothing, but a later raise of it would: the unsuspend stays refused.
-    (An MPIJob ruled failed stays suspended, so only a batch Job is released to end it.)"""
+def test_the_ui_s_cancel_of_a_queued_job_resumes_it_with_no_pod_to_end_it():
+    """Parallelism 0 starts nothing (actions.cancel ends a queued Job so, to keep it listed until its TTL);
+    a later raise of it would, and is refused. (A queued MPIJob is deleted by its cancel.)"""
+    queued = created(manifest(workers=1))
+    cancelled = patched(queued, verdict_patch(queued, "Cancelled", "cancelled by admin"))
+    assert refusals(Request(API_SERVER, "UPDATE", cancelled, queued)) == []
+    (message,) = refusals(
+        Request(API_SERVER, "UPDATE", patched(cancelled, {"spec": {"parallelism": 1}}), cancelled)
+    )
+    assert message.startswith("airflow-jobs rule admission-by-triggerer: this identity may not raise")
+
+
+def test_an_unsuspend_that_keeps_the_job_s_pods_stays_the_triggerer_s_alone():
     queued = created(manifest(workers=1))
     (message,) = refusals(
-        Request(API_SERVER, "UPDATE", patched(queued, verdict_patch(queued, "X", "y")), queued)
+        Request(API_SERVER, "UPDATE", patched(queued, {"spec": {"suspend": False, "parallelism": 1}}), queued)
     )
-    assert message.startswith("airflow-jobs rule admission-by-triggerer")
+    assert message.startswith("airflow-jobs rule admission-by-triggerer: only the triggerer's admission")
+
+
+@pytest.mark.parametrize("who", [WORKER, API_SERVER], ids=["worker", "api-server"])
+def test_raising_a_running_job_s_parallelism_is_refused(who):
+    running = created(manifest(workers=1))
+    running = patched(running, unsuspend_patch(running, QUEUED_AT))
+    (message,) = refusals(Request(who, "UPDATE", patched(running, {"spec": {"parallelism": 8}}), running))
+    assert message.startswith("airflow-jobs rule admission-by-triggerer: this identity may not raise")
 
 
 def test_the_triggerer_opens_a_group_ledger():

@@ -20,7 +20,7 @@ import yaml
 from airflow.sdk.exceptions import TaskDeferred
 from task_doubles import task_context
 
-from airflow_jobs_plugin import inspect
+from airflow_jobs_plugin import inspect, labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import shutdown as admission_shutdown
 from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient
@@ -183,6 +183,14 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
             ),
             "rbac_cancel",
         )
+        # Queued MPIJobs, cancelled before any admission: no controller can end them, so their cancel
+        # deletes them (action_rules.cancel_ending), once from Airflow's kill and once from the page.
+        queued_kill, _ = deferred(
+            JobOperator(task_id="train", image="t:1", group="vision", gpus=1, workers=2), "rbac_kill_queued"
+        )
+        queued_cancel, _ = deferred(
+            JobOperator(task_id="train", image="t:1", group="vision", gpus=1, workers=2), "rbac_cancel_queued"
+        )
         charge("worker")
 
         async def triggerer_stops() -> None:
@@ -193,6 +201,17 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
 
         async def everything() -> None:
             try:
+                # First, while no trigger runs and so nothing admits them, the queued MPIJobs' cancels.
+                client = await KubeClient.from_connection()
+                try:
+                    target = inspect.Target(namespace="default", quota_configmap="policy")
+                    outcome = await inspect.cancel(client, target, queued_cancel.trigger.job_name, by="admin")
+                    assert outcome.deleted, outcome
+                finally:
+                    await client.close()
+                charge("api-server")
+                await queued_kill.trigger.on_kill()
+                charge("triggerer")
                 events = await asyncio.gather(
                     collect(ok.trigger),
                     collect(mpi.trigger),
@@ -400,7 +419,9 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
                     _state, job = await inspect.read_job(client, target, ok.trigger.job_name)
                     assert job is not None
                     await inspect.cancel(client, target, live.trigger.job_name, by="admin")
-                    assert await client.get_or_none(JOBS, NAMESPACE, live.trigger.job_name) is None
+                    cancelled = await client.get(JOBS, NAMESPACE, live.trigger.job_name)
+                    assert cancelled["metadata"]["annotations"][labels.CANCELLED_BY] == "admin"
+                    assert cancelled["spec"]["activeDeadlineSeconds"] == 1
                     # The node view: the nodes are granted, the pods of other namespaces are not.
                     nodes = await inspect.read_nodes(client, target)
                     assert nodes.gpus == 16 and "pods outside airflow cannot be read" in (nodes.problem or "")

@@ -183,9 +183,7 @@ async def test_an_unschedulable_job_reports_the_schedulers_message_until_killed(
     task.cancel()
     assert "didn't match Pod's node affinity/selector" in out
     await trigger.on_kill()
-    assert await client.get_or_none(JOBS, "default", name) is None or (
-        await client.get(JOBS, "default", name)
-    )["metadata"].get("deletionTimestamp")
+    await ended_by_cancel(client, name)
 
 
 async def test_a_lost_node_fails_the_attempt_and_a_new_attempt_succeeds(client, cluster):
@@ -271,7 +269,24 @@ async def test_an_evicted_mpi_worker_fails_the_attempt_and_the_next_attempt_runs
     assert event["attempts"][0]["reason"] == "Evicted"
 
 
-async def test_a_user_kill_deletes_the_job_and_its_pods(client, cluster):
+async def ended_by_cancel(client, name: str) -> dict:
+    """Wait until the cancelled job ``name`` has failed through its deadline and its pods are gone; the
+    job itself stays (until its TTL), carrying the cancel."""
+    for _ in range(400):
+        job = await client.get(JOBS, "default", name)
+        failed = any(
+            c.get("type") == "Failed" and c.get("status") == "True"
+            for c in (job.get("status") or {}).get("conditions") or []
+        )
+        if failed and not [p for p in await list_pods(client) if name in p["metadata"]["name"]]:
+            break
+        await asyncio.sleep(0.05)
+    assert job["metadata"]["annotations"][labels.VERDICT] == "Cancelled"
+    assert failed and not [p for p in await list_pods(client) if name in p["metadata"]["name"]]
+    return job
+
+
+async def test_a_user_kill_ends_the_job_and_its_pods_and_keeps_it_cancelled(client, cluster):
     body = job_manifest(task_identity(), scenario={"main": {"run": None}})
     name = await submit(client, body)
     trigger = JobTrigger(job_name=name, namespace="default")
@@ -279,14 +294,8 @@ async def test_a_user_kill_deletes_the_job_and_its_pods(client, cluster):
     await wait_for_state(cluster, name, running)
     task.cancel()
     await trigger.on_kill()
-    for _ in range(400):  # the job, then its pods (graceful deletion), go
-        if await client.get_or_none(JOBS, "default", name) is None and not [
-            p for p in await list_pods(client) if name in p["metadata"]["name"]
-        ]:
-            break
-        await asyncio.sleep(0.05)
-    assert await client.get_or_none(JOBS, "default", name) is None
-    assert not [p for p in await list_pods(client) if name in p["metadata"]["name"]]
+    job = await ended_by_cancel(client, name)
+    assert job["metadata"]["annotations"][labels.CANCELLED_BY].startswith("an Airflow user")
 
 
 async def test_cleanup_after_a_triggerer_restart_never_deletes_the_job(client, cluster):

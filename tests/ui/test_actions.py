@@ -335,25 +335,134 @@ def test_actions_that_do_not_apply_answer_in_one_line_and_change_nothing(cluster
         assert second.message.startswith(f"job/{name} is already stopped by alice at ")
         assert (await c.job(name))["metadata"]["resourceVersion"] == before
 
-        # A stopped job can be cancelled; a second cancel says who cancelled it, from the job's event.
+        # A stopped job can be cancelled; a second cancel says who cancelled it.
         first = await cancel(c.client, QUOTA, name, by="carol")
-        assert (first.deleted, first.message) == (True, f"job/{name} cancelled (deleted with its pods)")
-
-        async def gone() -> bool:
-            try:
-                await c.job(name)
-            except JobNotFound:
-                return True
-            return False
-
-        await until(gone)
+        assert (first.deleted, first.ended) == (False, True)
+        assert first.message == (
+            f"job/{name} cancelled: its pods are stopped and it stays listed as cancelled until it is deleted"
+        )
         again = await cancel(c.client, QUOTA, name, by="dave")
         assert (again.deleted, again.already_finished) == (False, True)
         assert again.message.startswith(f"job/{name} was already cancelled by carol at ")
-        assert again.message.endswith("(deleted)")
         with pytest.raises(JobNotFound):
             await cancel(c.client, QUOTA, "never-existed", by="dave")
         with pytest.raises(JobNotFound):
-            await stop(c.client, QUOTA, name, by="dave")
+            await stop(c.client, QUOTA, "never-existed", by="dave")
+
+    scenario(QUOTA, body, cluster)
+
+
+def ttl(body: dict, seconds: int) -> dict:
+    spec = body["spec"]
+    (spec["runPolicy"] if body["kind"] == "MPIJob" else spec)["ttlSecondsAfterFinished"] = seconds
+    return body
+
+
+async def gone(c: Cluster, name: str) -> bool:
+    try:
+        await c.job(name)
+    except JobNotFound:
+        return True
+    return False
+
+
+def test_a_cancelled_running_job_stops_its_pods_and_stays_listed_cancelled_until_its_ttl(cluster):
+    async def body(c: Cluster) -> None:
+        # 100 simulated seconds: 2 s here.
+        name = await c.create(ttl(manifest("kept"), 100))
+        await c.admit()
+
+        async def runs() -> bool:
+            return await c.state(name) == "RUNNING"
+
+        await until(runs)
+        outcome = await cancel(c.client, QUOTA, name, by="carol")
+        assert (outcome.deleted, outcome.ended) == (False, True)
+        assert outcome.message.endswith("stays listed as cancelled until its TTL removes it in 100s")
+
+        # The Job controller ends it through its deadline and deletes its pod; the job stays, failed
+        # as kubectl shows it, CANCELLED with who did it as the product shows it.
+        async def ended() -> bool:
+            job = await c.job(name)
+            failed = any(
+                cond.get("type") == "Failed" and cond.get("status") == "True"
+                for cond in (job.get("status") or {}).get("conditions") or []
+            )
+            return failed and not await c.pods(name)
+
+        await until(ended)
+        state, reason, _ = await c.reason(name)
+        assert (state, reason) == ("CANCELLED", "Cancelled")
+        job = await c.job(name)
+        assert job["metadata"]["annotations"][labels.CANCELLED_BY] == "carol"
+        await c.admit()
+        assert await c.reserved() == set()
+        # Then its TTL removes it, as it removes any finished job.
+        await until(lambda: gone(c, name), timeout=30)
+
+    scenario(QUOTA, body, cluster)
+
+
+def test_a_cancelled_queued_job_ends_without_ever_getting_a_pod(cluster):
+    async def body(c: Cluster) -> None:
+        name = await c.create(manifest("waiting"))
+        outcome = await cancel(c.client, QUOTA, name, by="carol")
+        assert outcome.ended
+        job = await c.job(name)
+        # Resumed with no pod to run, so the deadline's clock starts (quota.ledger.verdict_patch).
+        assert (job["spec"]["suspend"], job["spec"]["parallelism"]) == (False, 0)
+        await c.admit()
+        assert await c.reserved() == set()
+
+        async def failed() -> bool:
+            conditions = ((await c.job(name)).get("status") or {}).get("conditions") or []
+            return any(cond.get("type") == "Failed" and cond.get("status") == "True" for cond in conditions)
+
+        await until(failed)
+        # The pool's pass neither admits nor reserves a cancelled job.
+        await c.admit()
+        assert await c.reserved() == set()
+        assert await c.all_pods(name) == []
+        assert (await c.reason(name))[:2] == ("CANCELLED", "Cancelled")
+
+    scenario(QUOTA, body, cluster)
+
+
+def test_a_cancelled_running_mpi_job_ends_through_its_launcher_and_stays_listed(cluster):
+    async def body(c: Cluster) -> None:
+        name = await c.create(manifest("dist-kept", gpus=1, workers=2))
+        await c.admit()
+
+        async def runs() -> bool:
+            return await c.state(name) == "RUNNING"
+
+        await until(runs, timeout=60)
+        outcome = await cancel(c.client, QUOTA, name, by="carol")
+        assert (outcome.deleted, outcome.ended) == (False, True)
+        launcher = await c.client.get(JOBS, NAMESPACE, name + "-launcher")
+        assert launcher["spec"]["activeDeadlineSeconds"] == 1
+
+        # mpi-operator turns the launcher's failure into the MPIJob's; cleanPodPolicy takes the workers.
+        async def ended() -> bool:
+            conditions = ((await c.job(name)).get("status") or {}).get("conditions") or []
+            failed = any(cond.get("type") == "Failed" and cond.get("status") == "True" for cond in conditions)
+            return failed and not await c.pods(name)
+
+        await until(ended, timeout=60)
+        assert (await c.reason(name))[:2] == ("CANCELLED", "Cancelled")
+
+    scenario(QUOTA, body, cluster)
+
+
+def test_a_cancelled_queued_mpi_job_is_deleted_since_it_could_never_finish(cluster):
+    async def body(c: Cluster) -> None:
+        name = await c.create(manifest("dist-waiting", gpus=1, workers=2))
+        outcome = await cancel(c.client, QUOTA, name, by="carol")
+        assert (outcome.deleted, outcome.ended) == (True, False)
+        assert outcome.message == f"mpijob/{name} cancelled (deleted with its pods)"
+        await until(lambda: gone(c, name))
+        # Its Cancelled event still answers a second cancel while the cluster keeps events.
+        again = await cancel(c.client, QUOTA, name, by="dave")
+        assert again.message.startswith(f"mpijob/{name} was already cancelled by carol at ")
 
     scenario(QUOTA, body, cluster)

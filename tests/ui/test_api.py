@@ -164,14 +164,16 @@ def test_admin_cancels_a_job(api_server, population, tokens):
     assert response.status_code == 200, response.text
     assert response.json() == {
         "already_finished": False,
-        "deleted": True,
+        "deleted": False,
+        "ended": True,
         "kind": "Job",
-        "message": f"job/{name} cancelled (deleted with its pods)",
+        "message": f"job/{name} cancelled: its pods are stopped and it stays listed as cancelled until it is deleted",
         "name": name,
         "namespace": "default",
     }
     after = get(api_server, f"{PREFIX}/api/jobs/default/{name}", tokens["admin"])
-    assert after.status_code == 404 or after.json()["job"]["state"] in {"CANCELLED", "TERMINATING"}
+    assert after.status_code == 200
+    assert after.json()["job"]["state"] in {"CANCELLED", "TERMINATING"}
 
 
 def test_plugin_is_registered_with_its_views(api_server, tokens):

@@ -295,19 +295,23 @@ def test_stop_resume_and_cancel_clicked_inside_airflows_ui(api_server, populatio
                 == "QUEUED"
             )
 
-            # Cancel: confirm in the page; the job is gone and holds no quota.
+            # Cancel: confirm in the page; the job stays on its page, CANCELLED, and holds no quota.
             await frame("doc.querySelector('details.confirm[data-action=cancel] summary').click()", browser)
             await frame("doc.querySelector('button[data-confirm=cancel]').click()", browser)
             await until_frame(
-                "!!doc.querySelector('#message') && doc.querySelector('#message').textContent.includes('cancelled')",
+                "!!doc.querySelector('#notice') && doc.querySelector('#notice').textContent.includes('cancelled')",
                 browser,
             )
-            assert await frame("doc.querySelector('#message').textContent", browser) == (
-                f"job/{name} cancelled (deleted with its pods)"
+            assert await frame("doc.querySelector('#notice').textContent", browser) == (
+                f"job/{name} cancelled: its pods are stopped and it stays listed as cancelled until it is deleted"
             )
+            await until_frame(
+                "doc.querySelector('dd[data-field=state] .badge').dataset.state === 'CANCELLED'", browser
+            )
+            assert not await frame("!!doc.querySelector('details.confirm[data-action=cancel]')", browser)
             await browser.screenshot(ARTIFACTS / "ui-cancelled-in-airflow.png")
             job, _ = await cluster()
-            assert job is None
+            assert job is not None and job["metadata"]["annotations"][labels.CANCELLED_BY] == "admin"
             await asyncio.to_thread(population.admit)
             _, held = await cluster()
             assert name not in held

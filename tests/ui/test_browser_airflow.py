@@ -149,13 +149,26 @@ def test_cancel_clicked_in_airflows_ui_ends_the_job_and_frees_its_quota(stack, t
 
     asyncio.run(scenario())
 
-    # The cluster: the job is gone and its GPUs are back in the pool.
-    wait(lambda: not asyncio.run(task_jobs(stack)), 60, "the cancelled job to be deleted")
-    assert name not in asyncio.run(reserved(stack))
+    # The cluster: the job is ended by its controller and kept, cancelled by admin, until its TTL; its
+    # pod is gone and its GPUs are back in the pool.
+    def ended() -> dict | None:
+        jobs = {j["metadata"]["name"]: j for j in asyncio.run(task_jobs(stack))}
+        job = jobs.get(name)
+        failed = job is not None and any(
+            c.get("type") == "Failed" and c.get("status") == "True"
+            for c in (job.get("status") or {}).get("conditions") or []
+        )
+        return job if failed and name not in asyncio.run(reserved(stack)) else None
+
+    kept = wait(ended, 60, "the cancelled job to end and its GPUs to be freed")
+    assert kept["metadata"]["annotations"][labels.VERDICT] == "Cancelled"
+    assert kept["metadata"]["annotations"][labels.CANCELLED_BY] == "admin"
 
     # Airflow: the task ends with the cancel (a non-retryable failure), and no later try submits a job.
     def settled() -> tuple[str, str, list[str]] | None:
-        again = [j["metadata"]["name"] for j in asyncio.run(task_jobs(stack))]
+        again = [
+            j["metadata"]["name"] for j in asyncio.run(task_jobs(stack)) if j["metadata"]["name"] != name
+        ]
         runs = stack.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, run_id)
         state, _ = stack.task_tries(DAG_ID, run_id)["train"]
         if again or (runs and runs[0][0] in ("success", "failed")):
@@ -207,6 +220,8 @@ def test_the_api_server_sweeps_an_orphan_whose_dag_run_no_longer_exists(stack):
             await client.close()
 
     asyncio.run(create())
-    wait(lambda: name not in {j["metadata"]["name"] for j in asyncio.run(task_jobs(stack))}, 180, "the sweep")
+    wait(lambda: asyncio.run(cancelled_by()), 180, "the sweep")
     assert asyncio.run(cancelled_by()) == ["cancelled by orphan sweep"]
+    (job,) = [j for j in asyncio.run(task_jobs(stack)) if j["metadata"]["name"] == name]
+    assert job["metadata"]["annotations"][labels.CANCELLED_BY] == "orphan sweep"
     assert name not in asyncio.run(reserved(stack))
