@@ -192,6 +192,15 @@ def test_a_worker_creating_a_job_without_the_product_s_labels_is_refused(job, la
     assert "airflow-jobs rule suspended-submission: a job must carry the product's labels" in message
 
 
+def test_a_worker_creating_a_job_labelled_admitted_is_refused(job):
+    """``status`` reads every job without the label as one that may wait in the queue; a job created
+    with it would hide there (inspect._jobs_for_page)."""
+    early = copy.deepcopy(job)
+    early["metadata"]["labels"][labels.ADMITTED] = labels.ADMITTED_VALUE
+    (message,) = refusals(Request(WORKER, "CREATE", early))
+    assert "created waiting for the GPU quota pool, so without the label airflow-jobs.io/admitted" in message
+
+
 def test_a_job_with_no_labels_and_no_suspend_is_refused_on_both_counts():
     bare = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sneak"}, "spec": {"template": {}}}
     assert len(refusals(Request(WORKER, "CREATE", bare))) == 2
