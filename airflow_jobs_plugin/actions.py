@@ -96,7 +96,13 @@ def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
     return kinds.kind_of(job).suspend_patch(suspend)
 
 
-async def _still_reserved(client: KubeClient, ledger_namespace: str, job: Mapping[str, Any]) -> bool:
+async def _still_reserved(
+    client: KubeClient,
+    ledger_namespace: str,
+    job: Mapping[str, Any],
+    ledger_unit: str | None,
+    members: tuple[str, ...],
+) -> bool:
     """Whether the group's ledger still holds the job's reservation: resumed before the admitting pass
     saw its stopped pods gone, the job keeps GPUs nobody else could take meanwhile, and that pass starts
     it again (``quota.ledger_model.pending_unsuspend``) instead of queueing it."""
@@ -104,7 +110,7 @@ async def _still_reserved(client: KubeClient, ledger_namespace: str, job: Mappin
     if not group or not uid:
         return False
     try:
-        stored = await read_ledger(client, ledger_namespace, group)
+        stored = await read_ledger(client, ledger_namespace, ledger_unit or group, members)
     except KubeError:
         return False
     return any(r.uid == uid for r in stored.ledger.reservations)
@@ -259,11 +265,15 @@ async def resume(
     job: Mapping[str, Any],
     by: str,
     ledger_namespace: str | None,
+    ledger_unit: str | None = None,
+    ledger_members: tuple[str, ...] = (),
 ) -> ActionOutcome:
     """Resume a stopped job: it goes back to its group's queue at its original position.
 
     Resumed while its stopped pods are still going, before the admitting pass has freed its GPUs, it
     keeps them and that pass starts it again at once: nobody else could have used them meanwhile.
+    ``ledger_unit`` and ``ledger_members`` name the ledger holding the job's group (its cohort's, for a
+    group of a cohort: ``QuotaPolicy.ledger_of``); by default the group's own.
 
     Removing ``stopped-at`` / ``stopped-by`` is the whole resume under a quota pool: the job is still
     suspended and keeps ``queued-at``, so the next admission pass places it where it was first enqueued
@@ -297,7 +307,9 @@ async def resume(
     await client.merge_patch(resource, namespace, facts.name, patch)
     # Read after the resume has landed: from then on the pass no longer drops the reservation as a
     # stopped job's, so what the ledger holds now is what the job keeps.
-    if ledger_namespace is not None and await _still_reserved(client, ledger_namespace, job):
+    if ledger_namespace is not None and await _still_reserved(
+        client, ledger_namespace, job, ledger_unit, ledger_members
+    ):
         message = (
             f"{facts.ref} resumed: it still holds its GPUs (the pool frees them only once the stopped "
             "pods are gone), so it starts again without queueing"

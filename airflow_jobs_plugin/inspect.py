@@ -35,7 +35,7 @@ from airflow_jobs_plugin.plugin import listing
 from airflow_jobs_plugin.plugin import nodes as node_view
 from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets, may_be_waiting
 from airflow_jobs_plugin.quota.fair_share import UsageHistory
-from airflow_jobs_plugin.quota.ledger import is_product_job
+from airflow_jobs_plugin.quota.ledger import group_of, is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
 from airflow_jobs_plugin.spec import TaskIdentity, split_attempt
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR
@@ -603,4 +603,9 @@ async def stop(client: KubeClient, target: Target, name: str, by: str) -> Action
 async def resume(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
     """Resume a stopped job (see :func:`airflow_jobs_plugin.actions.resume`)."""
     job = await find_job(client, target.namespace, name)
-    return await actions.resume(client, target.namespace, job, by, _ledger_namespace(target))
+    # A group of a cohort keeps its reservations in the cohort's ledger (QuotaPolicy.ledger_of).
+    policy, _ = await read_policy(client, target) if _ledger_namespace(target) else (None, None)
+    group = group_of(job)
+    unit = policy.ledger_of(group) if policy is not None and group else None
+    members = policy.members(unit) if policy is not None and unit else ()
+    return await actions.resume(client, target.namespace, job, by, _ledger_namespace(target), unit, members)

@@ -38,6 +38,7 @@ from .ledger_model import (
     observed_job,
     plan_admission,
     queued_job_from_metadata,
+    reclaimed_for,
     without,
 )
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation
@@ -554,7 +555,7 @@ def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
     count = int(annotations.get(labels.REQUEUE_COUNT) or 0)
     preemptions = int(annotations.get(labels.PREEMPTIONS) or 0)
     by = reservation.preempted_by or "a job of higher priority"
-    where = "" if "reclaiming for group" in by else f" in group {reservation.group}"
+    where = "" if reclaimed_for(by) else f" in group {reservation.group}"
     message = (
         f"preempted by {by}{where}: "
         f"its {reservation.gpus} GPU(s) go to that job; back in the queue at its original position"

@@ -438,6 +438,23 @@ def releasing(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> frozenset[
     return frozenset(result)
 
 
+# How a preemption mark (``Reservation.preempted_by``, stored in the ledger) says its preemptor took back
+# GPUs its group had lent: ``<preemptor>, priority <p>, reclaiming for group <g>``.
+_RECLAIMING = ", reclaiming for group "
+
+
+def preemption_mark(preemptor: str, priority: int, *, reclaiming_for: str | None = None) -> str:
+    """The ledger's record of who preempted a job (read back by :func:`reclaimed_for`)."""
+    mark = f"{preemptor}, priority {priority}"
+    return f"{mark}{_RECLAIMING}{reclaiming_for}" if reclaiming_for else mark
+
+
+def reclaimed_for(mark: str) -> str | None:
+    """The group a preemption mark reclaimed GPUs for, or ``None`` for a preemption within a group."""
+    _, found, group = mark.partition(_RECLAIMING)
+    return group if found else None
+
+
 def with_preempted(ledger: Ledger, decisions: Iterable[Decision]) -> Ledger:
     """``ledger`` with the victims chosen in ``decisions`` marked with their preemptor.
 
@@ -447,10 +464,11 @@ def with_preempted(ledger: Ledger, decisions: Iterable[Decision]) -> Ledger:
     marks: dict[str, str] = {}
     for d in decisions:
         for victim in d.preempts:
-            by = f"{preemptor_key(d.job)}, priority {d.job.priority}"
-            if victim.group != d.job.group:  # a cohort's owner taking back what it lent
-                by = f"{by}, reclaiming for group {d.job.group}"
-            marks.setdefault(victim.uid, by)
+            # A victim of another group: a cohort's owner taking back what it lent.
+            reclaiming = d.job.group if victim.group != d.job.group else None
+            marks.setdefault(
+                victim.uid, preemption_mark(preemptor_key(d.job), d.job.priority, reclaiming_for=reclaiming)
+            )
     if not marks:
         return ledger
     return replace(

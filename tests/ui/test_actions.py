@@ -79,16 +79,18 @@ async def until(check: Callable[[], Awaitable[object]], timeout: float = 30) -> 
 class Cluster:
     """The test's view of the cluster: one client, the quota policy, reading as the page does."""
 
-    def __init__(self, client: KubeClient, target: Target):
+    def __init__(self, client: KubeClient, target: Target, policy: str = POLICY, unit: str = "vision"):
         self.client = client
         self.target = target
+        self.policy = policy
+        self.unit = unit  # the ledger the pass decides: the group's, or its cohort's
 
     async def create(self, body: dict) -> str:
         await self.client.create(MPIJOBS if body["kind"] == "MPIJob" else JOBS, NAMESPACE, body)
         return body["metadata"]["name"]
 
     async def admit(self) -> None:
-        policy = quota.parse_policy(POLICY)
+        policy = quota.parse_policy(self.policy)
 
         async def jobs() -> list[dict]:
             found = []
@@ -107,7 +109,13 @@ class Cluster:
             return [p for p in pods if p["metadata"]["name"].startswith(prefix)]
 
         await admission_pass(
-            self.client, ledger_namespace=NAMESPACE, group="vision", policy=policy, jobs=jobs, pods_of=pods_of
+            self.client,
+            ledger_namespace=NAMESPACE,
+            group=self.unit,
+            policy=policy,
+            jobs=jobs,
+            pods_of=pods_of,
+            members=policy.members(self.unit),
         )
 
     async def state(self, name: str) -> str:
@@ -134,14 +142,21 @@ class Cluster:
         return [p["metadata"]["name"] for p in items if p["metadata"]["name"].startswith(name)]
 
     async def reserved(self) -> set[str]:
-        stored = await read_ledger(self.client, NAMESPACE, "vision")
+        members = quota.parse_policy(self.policy).members(self.unit)
+        stored = await read_ledger(self.client, NAMESPACE, self.unit, members)
         return {r.job for r in stored.ledger.reservations}
 
     async def job(self, name: str) -> dict:
         return await find_job(self.client, NAMESPACE, name)
 
 
-def scenario(target: Target, body: Callable[[Cluster], Awaitable[None]], sim: SimCluster) -> None:
+def scenario(
+    target: Target,
+    body: Callable[[Cluster], Awaitable[None]],
+    sim: SimCluster,
+    policy: str = POLICY,
+    unit: str = "vision",
+) -> None:
     async def run() -> None:
         client = await KubeClient.from_kubeconfig(sim.kubeconfig_path)
         try:
@@ -149,9 +164,9 @@ def scenario(target: Target, body: Callable[[Cluster], Awaitable[None]], sim: Si
                 await client.create(
                     CONFIGMAPS,
                     NAMESPACE,
-                    {"metadata": {"name": target.quota_configmap}, "data": {quota.POLICY_KEY: POLICY}},
+                    {"metadata": {"name": target.quota_configmap}, "data": {quota.POLICY_KEY: policy}},
                 )
-            await body(Cluster(client, target))
+            await body(Cluster(client, target, policy, unit))
         finally:
             await client.close()
 
@@ -256,6 +271,28 @@ def test_a_job_resumed_before_the_pool_freed_its_gpus_keeps_them_and_starts_agai
         assert (await c.reason(second))[:2] == ("QUEUED", "GroupQuota")
 
     scenario(QUOTA, body, cluster)
+
+
+COHORT_POLICY = "groups:\n  vision: {gpus: 4, user_gpus: 4, cohort: lab}\n  nlp: {gpus: 4, cohort: lab}\n"
+
+
+def test_a_job_of_a_cohort_resumed_before_the_pool_freed_its_gpus_is_told_it_keeps_them(cluster):
+    """A cohort's groups keep their reservations in the cohort's ledger (QuotaPolicy.ledger_of)."""
+
+    async def body(c: Cluster) -> None:
+        name = await c.create(manifest("keeper"))
+        await c.admit()
+
+        async def runs() -> bool:
+            return await c.state(name) == "RUNNING"
+
+        await until(runs)
+        assert await c.reserved() == {name}
+        assert (await stop(c.client, QUOTA, name, by="alice")).done
+        again = await resume(c.client, QUOTA, name, by="alice")
+        assert "it still holds its GPUs" in again.message
+
+    scenario(QUOTA, body, cluster, policy=COHORT_POLICY, unit="lab")
 
 
 def test_without_a_quota_pool_resume_starts_the_job_again(cluster):
