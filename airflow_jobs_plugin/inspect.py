@@ -359,11 +359,24 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
             found.setdefault("apiVersion", job["apiVersion"])
         return found
 
-    jobs = [j for j in await asyncio.gather(*(whole(j) for j in chosen.values())) if j is not None]
+    # The jobs that may wait come whole in one LIST per namespace and kind (read after the pods, as
+    # above), not one GET each; a job admitted since the metadata was read has left that list and is
+    # read by name with the page's other jobs.
+    read: dict[tuple[str, str], dict] = {}
+    if any(may_be_waiting(j) for j in waiting):
+        for job in await _jobs_whole(client, spaces, f"!{labels.ADMITTED}"):
+            if _key(job) in chosen:
+                read[_key(job)] = job
+    rest = [j for k, j in chosen.items() if k not in read]
+    jobs = [*read.values(), *(j for j in await asyncio.gather(*(whole(j) for j in rest)) if j is not None)]
     state = await _state(
         client, jobs, pods, _joined(events), (policy, problem), (ledgers, histories), workloads
     )
     return StatusRead(state, tuple(_key(j) for j in page), counted if complete else None)
+
+
+async def _jobs_whole(client: KubeClient, spaces: Sequence[str], selector: str) -> list[dict]:
+    return _joined(await asyncio.gather(*(_product_jobs(client, ns, selector=selector) for ns in spaces)))
 
 
 async def _jobs_metadata(client: KubeClient, spaces: Sequence[str], selector: str = "") -> list[dict]:

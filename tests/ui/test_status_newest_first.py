@@ -190,3 +190,62 @@ def test_the_newest_page_is_decided_by_enough_matching_jobs_inside_the_windows_r
     assert not listing.decides_newest_page(jobs, listing.parse_query(limit=5), 500, labels.CREATED)
     assert listing.decides_newest_page(jobs, listing.parse_query(limit=40), None, labels.CREATED)
     assert created_label(datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc)) == "60"
+
+
+def test_the_jobs_that_may_wait_come_in_one_list_and_one_admitted_meanwhile_by_name(history, monkeypatch):
+    async def add(client) -> None:
+        when = NOW - timedelta(days=50)
+        history.store.now = lambda: when
+        try:
+            await client.create(JOBS, NAMESPACE, _body("waits-long", when, admitted=False))
+        finally:
+            history.store.now = lambda: datetime.now(timezone.utc)
+
+    async def read() -> tuple[set[str], list[str]]:
+        client = await KubeClient.from_kubeconfig(history.kubeconfig_path)
+        got: list[str] = []
+        real = client.get_or_none
+
+        async def counting(resource, namespace, name, *args, **kwargs):
+            got.append(name)
+            return await real(resource, namespace, name, *args, **kwargs)
+
+        client.get_or_none = counting  # type: ignore[method-assign]
+        try:
+            target = Target(namespace=NAMESPACE, quota_configmap=None)
+            less = await read_status(client, target, listing.parse_query(limit=2))
+            return {j["metadata"]["name"] for j in less.state.jobs}, got
+        finally:
+            await client.close()
+
+    async def setup() -> None:
+        client = await KubeClient.from_kubeconfig(history.kubeconfig_path)
+        try:
+            await add(client)
+        finally:
+            await client.close()
+
+    asyncio.run(setup())
+    try:
+        read_whole, by_name = asyncio.run(read())
+        assert read_whole == {"now-3", "now-2", "waits-long"}
+        assert sorted(by_name) == ["now-2", "now-3"]  # the waiting one came with its list
+
+        # Admitted between the two reads, it has left the list of jobs without the label: read by name.
+        async def none_left(client, spaces, selector):
+            return []
+
+        monkeypatch.setattr(inspect, "_jobs_whole", none_left)
+        read_whole, by_name = asyncio.run(read())
+        assert read_whole == {"now-3", "now-2", "waits-long"}
+        assert sorted(by_name) == ["now-2", "now-3", "waits-long"]
+    finally:
+
+        async def remove() -> None:
+            client = await KubeClient.from_kubeconfig(history.kubeconfig_path)
+            try:
+                await client.delete(JOBS, NAMESPACE, "waits-long")
+            finally:
+                await client.close()
+
+        asyncio.run(remove())
