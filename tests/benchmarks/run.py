@@ -341,6 +341,15 @@ def targets(tracking: list[dict], admission: list[dict]) -> list[str]:
     return out
 
 
+def _loads(tracking: list[dict]) -> list[str]:
+    """The load average (1, 5, 15 min) when each tracking run started: the machine may be shared."""
+    known = [r for r in tracking if r.get("load_at_start")]
+    if not known:
+        return []
+    each = "; ".join(f"N = {r['n']:,}: {' '.join(f'{x:.1f}' for x in r['load_at_start'])}" for r in known)
+    return [f"Load average at the start of each tracking run: {each}.", ""]
+
+
 def render(data: dict) -> str:
     m = data["machine"]
     lines = [
@@ -355,6 +364,7 @@ def render(data: dict) -> str:
         f"{m['apache-airflow-providers-cncf-kubernetes']}, kubernetes_asyncio {m['kubernetes_asyncio']}, "
         f"airflow-jobs-plugin {m['airflow-jobs-plugin']}.",
         "",
+        *_loads(data.get("tracking") or []),
         "### Targets",
         "",
         *targets(data.get("tracking") or [], data.get("admission") or []),
