@@ -660,6 +660,10 @@ def main() -> None:
     if args.source:
         with open(args.source) as f:
             data = json.load(f)
+        # A file written by bench_tracking.py --out: tracking only, without when and how.
+        data.setdefault("when", "-")
+        data.setdefault("command", "tests/benchmarks/bench_tracking.py")
+        data.setdefault("admission", [])
     else:
         started = time.time()
         command = "scripts/bench " + " ".join(sys.argv[1:])
@@ -674,6 +678,9 @@ def main() -> None:
         if args.merge:
             with open(args.merge) as f:
                 data = json.load(f)
+            data.setdefault("when", "-")
+            data.setdefault("command", "tests/benchmarks/bench_tracking.py")
+            data.setdefault("admission", [])
             data["when"] = f"{data['when']}, then {when}"
             data["command"] = f"{data['command']}`, then `{command}"
             data.pop("seconds", None)
