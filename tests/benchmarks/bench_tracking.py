@@ -6,22 +6,27 @@ Run: ``.venv/bin/python tests/benchmarks/bench_tracking.py --n 100 1000 [--out r
 For each N, on one simulated cluster in its own process:
 
 1. N jobs are created suspended from real manifests, with staggered run times (scenario annotation
-   ``{"main": {"run": S}}``): every job runs long enough for the whole cluster to be running before
-   the first one ends, then they end spread over a few dozen seconds to a few minutes.
-2. A triggerer-like process starts N ``JobTrigger``\\ s (``stream_logs`` off unless asked: the
-   comparison is about tracking, and the cncf trigger does not stream logs either). They admit their
-   jobs and follow them.
-3. Window A: once every job's pod runs, the API requests per second and the tracker's CPU use are
-   measured over ``--window`` seconds with nothing changing in the cluster: the tracking cost.
-4. A second process starts N cncf ``KubernetesJobTrigger``\\ s (default poll interval 10 s) on the
-   same jobs, as its ``KubernetesJobOperator`` defers in deferrable mode. Window B opens once it is
-   polling: both side by side. Its requests are told apart by their path
+   ``{"main": {"run": S, "logs": ["starting", "done"]}}``): every job runs long enough for the whole
+   cluster to be running before the first one ends, then they end spread over 20 s to 12 minutes (at
+   most about 28 a second).
+2. A triggerer-like process starts N ``JobTrigger``\\ s as ``JobOperator`` defers them, with its default
+   ``stream_logs=True`` (``--no-stream-logs`` turns it off). They admit their jobs and follow them.
+3. Window A: ``SETTLE`` seconds after that process has *received* (its shared watch delivered) a
+   Running pod of every job, the API requests per second and the tracker's CPU use are measured over
+   ``--window`` seconds with nothing changing in the cluster but the containers' log lines: the tracking
+   cost, and the log reads' rate apart.
+4. A second process starts cncf ``KubernetesJobTrigger``\\ s (default poll interval 10 s) on the first
+   ``--cncf-max`` jobs (default 1,000: Airflow's ``[triggerer] capacity``, what one triggerer runs), as
+   its ``KubernetesJobOperator`` defers in deferrable mode. Window B opens once it is polling and is
+   ``--cncf-windows`` consecutive windows of ``--window`` seconds: its rate and CPU vary a lot from one
+   window to the next, so they are reported as a range. Its requests are told apart by their path
    (``GET .../jobs/<name>/status``, which ours never calls).
 5. The jobs end. Latencies per job, against the moment the simulator wrote the change: pod Running to
    the trigger logging RUNNING; the job's Complete condition to our watch receiving it, to the trigger
-   logging SUCCEEDED and to its final event. Above ``--cncf-full-max`` jobs the cncf process is stopped
-   when window B closes (its polling cannot keep up and would only take the CPU from the rest): its
-   rate is reported, not its latency.
+   logging SUCCEEDED and to its final event. Above ``--cncf-full-max`` followed jobs the cncf process is
+   stopped when window B closes (its polling cannot keep up and would only take the CPU from the rest):
+   its rate is reported, not its latency. Container log lines that reached each task log and the log
+   markers each final event left to the worker are counted.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import time
 from typing import Any
@@ -43,24 +49,35 @@ from benchlib import (
 )
 
 CNCF_KEYS = ("get jobs/status",)  # what the cncf trigger calls, and nothing else does
-SETTLE = 3.0  # seconds after the last pod starts before window A opens
+LOG_KEYS = ("get pods/log",)  # our log streams and reads (the cncf trigger reads no log)
+SETTLE = 3.0  # seconds after our tracker received the last pod Running before window A opens
 CNCF_START = 45.0  # seconds the cncf process takes to import and start polling, with a margin
 CNCF_START_PER_JOB = 0.07  # plus this per trigger: it builds an API client (an SSL context) per poll
+# Airflow's [triggerer] capacity (named default_capacity before Airflow 3.0): the triggers one triggerer
+# runs at once by default (apache-airflow 3.3, airflow/config_templates/config.yml).
+TRIGGERER_CAPACITY = 1000
+CNCF_WINDOWS = 3  # consecutive windows of the cncf trigger's rate and CPU
+END_RATE = 5000 / 180  # jobs ending per second at most (the rate of the 5,000-job run): sets the spread
+JOB_LOGS = ("starting", "done")  # each job's container lines; the last is the one every task log needs
 
 
 def startup_estimate(n: int, history: dict[int, float] | None = None) -> float:
-    """Real seconds until the simulator has ``n`` jobs running, with a margin.
+    """Real seconds until our tracker has received a Running pod of each of ``n`` jobs, with a margin.
 
-    With measurements of smaller runs, a power law through the last two (exponent between 1.2 and 2.2:
-    start-up grows a little faster than linearly, as every write also feeds the watches of every client);
-    otherwise a conservative default."""
+    A conservative default, linear in ``n`` (measured on 2 cores: 1-2 s at 100 jobs, 5-9 s at 1,000 on
+    an idle machine and 20 s with a load average of 4-10; the simulator alone starts 20,000 pods in
+    about 70 s, our tracker's admissions and log streams come on top);
+    with measurements of smaller runs, at least a power law through the last two (exponent between 1.2
+    and 2.2: start-up grows a little faster than linearly, as every write also feeds the watches of every
+    client). Planning long costs only waiting; planning short lets jobs end inside the windows."""
+    default = 20 + 0.025 * n
     points = sorted((history or {}).items())
     if len(points) >= 2:
         (n1, s1), (n2, s2) = points[-2], points[-1]
         k = math.log(max(s2, 1.0) / max(s1, 1.0)) / math.log(n2 / n1) if n2 > n1 else 1.0
         k = min(2.2, max(1.2, k))
-        return 10 + 1.2 * s2 * (n / n2) ** k
-    return 10 + 0.05 * n + n * n / 50000
+        return max(default, 10 + 1.2 * s2 * (n / n2) ** k)
+    return default
 
 
 def run_tracking(
@@ -71,52 +88,86 @@ def run_tracking(
     spread: float | None = None,
     cncf: bool = True,
     cncf_full_max: int = 100,
+    cncf_max: int = TRIGGERER_CAPACITY,
+    cncf_windows: int = CNCF_WINDOWS,
     poll_interval: float = 10.0,
-    stream_logs: bool = False,
+    stream_logs: bool = True,
     startup: float | None = None,
     say: Any = print,
 ) -> dict[str, Any]:
     """One tracking run of ``n`` jobs; returns the figures (see the module docstring)."""
-    spread = spread if spread is not None else max(20.0, min(180.0, 0.04 * n))
+    spread = spread if spread is not None else max(20.0, n / END_RATE)
     startup = startup if startup is not None else startup_estimate(n)
-    cncf_start = CNCF_START + CNCF_START_PER_JOB * n
-    lead = startup + SETTLE + window + ((cncf_start + window) if cncf else 0.0) + 10.0
+    cncf_windows = max(1, cncf_windows)
+    followed = min(n, cncf_max) if cncf else 0  # jobs the cncf tracker follows: one triggerer's worth
+    cncf_start = CNCF_START + CNCF_START_PER_JOB * followed
+    lead = startup + SETTLE + window + ((cncf_start + cncf_windows * window) if cncf else 0.0) + 10.0
     rng = random.Random(n)
     runs = [(lead + spread * rng.random()) / time_scale for _ in range(n)]
     namespace = f"track-{n}"
     nodes = n // 100 + 2  # 110 pods per node
-    say(f"[tracking n={n}] {nodes} nodes, time scale {time_scale}, jobs run {lead:.0f}-{lead + spread:.0f}s")
+    say(
+        f"[tracking n={n}] {nodes} nodes, time scale {time_scale}, start-up planned {startup:.0f}s, jobs run"
+        f" {lead:.0f}-{lead + spread:.0f}s, logs {'followed' if stream_logs else 'off'}"
+        + (f", cncf follows {followed:,} of {n:,}" if cncf else "")
+    )
+    load = os.getloadavg()  # the machine is shared: what else ran when this one started
     with SimProcess(nodes=nodes, time_scale=time_scale) as sim:
         t0 = time.time()
-        names = sim.cmd("create_jobs", namespace=namespace, prefix=f"t{n}", jobs=[{"run": r} for r in runs])
+        names = sim.cmd(
+            "create_jobs",
+            namespace=namespace,
+            prefix=f"t{n}",
+            jobs=[{"run": r, "logs": list(JOB_LOGS)} for r in runs],
+        )
         created = time.time()
         cap = lead + spread + 600
         ours = TrackerProcess(
             sim, "ours", names, namespace, cap=cap, extra=["--stream-logs"] if stream_logs else []
         )
-        all_running = sim.wait_for(namespace, "running", n, timeout=lead * 2)
-        say(
-            f"[tracking n={n}] all {n} jobs running {all_running - ours.ready:.1f}s after the triggers started"
-        )
-        window_a = (all_running + SETTLE, all_running + SETTLE + window)
-        time.sleep(max(0.0, window_a[1] - time.time()) + 0.6)
-        theirs = None
-        window_b = None
-        if cncf:
-            # Its operator defers once the job's pods exist; the trigger itself only ever reads the Job.
-            theirs = TrackerProcess(
-                sim, "cncf", names, namespace, cap=cap, extra=["--poll-interval", str(poll_interval)]
+        theirs: TrackerProcess | None = None
+        try:
+            # Window A opens once our tracker has *received* the last change of the start-up burst (its
+            # watch delivered a Running pod of every job), not when the simulator wrote it.
+            received = float(ours.wait_announced("received_all_running", timeout=lead * 2))
+            say(
+                f"[tracking n={n}] a Running pod of all {n} jobs received by our tracker"
+                f" {received - ours.ready:.1f}s after the triggers started"
             )
-            # Its window opens once it is polling (the first polls of a large set take minutes).
-            polling = wait_for_requests(sim, CNCF_KEYS[0], min(n, 100), timeout=lead * 2)
-            window_b = (polling, polling + window)
-            time.sleep(max(0.0, window_b[1] - time.time()) + 0.6)
-            if n > cncf_full_max:
-                theirs.stop()
-        ours_result = ours.result(timeout=cap + 300)
-        theirs_result = theirs.result(timeout=cap + 300) if theirs is not None else None
+            if received - ours.ready > startup:
+                say(
+                    f"[tracking n={n}] WARNING: start-up took {received - ours.ready:.0f}s, {startup:.0f}s planned:"
+                    f" the last window may close after the first jobs end (plan with --startup {n}=SECONDS)"
+                )
+            window_a = (received + SETTLE, received + SETTLE + window)
+            time.sleep(max(0.0, window_a[1] - time.time()) + 0.6)
+            windows_b: list[tuple[float, float]] = []
+            if cncf:
+                # Its operator defers once the job's pods exist; the trigger itself only ever reads the Job.
+                theirs = TrackerProcess(
+                    sim,
+                    "cncf",
+                    names[:followed],
+                    namespace,
+                    cap=cap,
+                    extra=["--poll-interval", str(poll_interval)],
+                )
+                # Its window opens once it is polling (the first polls of a large set take minutes).
+                polling = wait_for_requests(sim, CNCF_KEYS[0], min(followed, 100), timeout=lead * 2)
+                windows_b = [(polling + i * window, polling + (i + 1) * window) for i in range(cncf_windows)]
+                time.sleep(max(0.0, windows_b[-1][1] - time.time()) + 0.6)
+                if followed > cncf_full_max:
+                    theirs.stop()
+            ours_result = ours.result(timeout=cap + 300)
+            theirs_result = theirs.result(timeout=cap + 300) if theirs is not None else None
+        finally:
+            # A run that failed midway leaves no tracker behind following the jobs until its cap.
+            for tracker in (ours, theirs):
+                if tracker is not None:
+                    tracker.close()
         transitions = sim.cmd("transitions", namespace=namespace)
         samples = [(t, c) for t, c in sim.cmd("samples", since=t0)]
+        simulator = sim.cmd("resources")
     result = summarize(
         n,
         transitions,
@@ -124,20 +175,32 @@ def run_tracking(
         ours_result,
         theirs_result,
         window_a,
-        window_b,
-        startup=all_running - ours.ready,
+        windows_b,
+        ready=ours.ready,
+        received_all_running=received,
         create_seconds=created - t0,
     )
+    result["load_at_start"] = [round(x, 2) for x in load]
+    result["simulator"] = {
+        "cpu_seconds": round(simulator["cpu_seconds"], 1),
+        "peak_rss_mb": round(simulator["peak_rss_kb"] / 1024, 1),
+    }
     result["setup"] = {
         "time_scale": time_scale,
         "nodes": nodes,
         "window": window,
+        "settle": SETTLE,
         "spread": spread,
+        "startup_planned": round(startup, 1),
         "run_seconds_real": [round(lead, 1), round(lead + spread, 1)],
         "run_seconds_simulated": [round(min(runs), 1), round(max(runs), 1)],
         "stream_logs": stream_logs,
+        "job_logs": list(JOB_LOGS),
         "poll_interval": poll_interval,
-        "cncf_capped_after_window": bool(cncf and n > cncf_full_max),
+        "cncf_max": cncf_max,
+        "cncf_followed": followed,
+        "cncf_windows": cncf_windows if cncf else 0,
+        "cncf_capped_after_window": bool(cncf and followed > cncf_full_max),
     }
     return result
 
@@ -169,13 +232,17 @@ def summarize(
     ours: dict,
     theirs: dict | None,
     window_a: tuple[float, float],
-    window_b: tuple[float, float] | None,
+    windows_b: list[tuple[float, float]],
     *,
-    startup: float,
+    ready: float,
+    received_all_running: float,
     create_seconds: float,
 ) -> dict[str, Any]:
     finished = [e["finished"] for e in transitions.values() if "finished" in e]
     first_end = min(finished) if finished else None
+    running = [e["running"] for e in transitions.values() if "running" in e]
+    written_all_running = max(running) if len(running) >= n else None
+    window_b = (windows_b[0][0], windows_b[-1][1]) if windows_b else None
     events = {k: {"final": v["t"]} for k, v in ours["events"].items()}
     statuses: dict[str, int] = {}
     for v in ours["events"].values():
@@ -184,15 +251,21 @@ def summarize(
         "jobs": n,
         "events": len(ours["events"]),
         "statuses": statuses,
+        # Every request of ours in window A; the same without the log streams and reads (the tracking
+        # itself); the log streams and reads alone (bounded by the log hub's read rate).
         "steady": window_rate(samples, *window_a, exclude=CNCF_KEYS),
+        "steady_tracking": window_rate(samples, *window_a, exclude=CNCF_KEYS + LOG_KEYS),
+        "steady_log_reads": window_rate(samples, *window_a, include=LOG_KEYS),
         "steady_beside_cncf": window_rate(samples, *window_b, exclude=CNCF_KEYS) if window_b else None,
         "lifetime": window_rate(samples, ours["started"], ours["ended"], exclude=CNCF_KEYS, covering=True),
         "cpu_steady": cpu_in_window(ours["samples"], *window_a),
         "cpu_seconds": ours["cpu_seconds"],
         "rss_start_mb": ours["rss_start_kb"] / 1024,
         "peak_rss_mb": ours["peak_rss_kb"] / 1024,
-        # What following one job costs in memory: the peak above the process's size before its first
-        # trigger ran (Airflow, the client), and the shared watch's cache as JSON bytes.
+        # What following N jobs costs in memory: the peak above the process's size just before its
+        # first trigger ran (Airflow and the client imported, the triggers built), in all and per job,
+        # and the shared watch's cache as JSON bytes.
+        "rss_above_import_mb": (ours["peak_rss_kb"] - ours["rss_start_kb"]) / 1024,
         "peak_rss_per_job_kb": (ours["peak_rss_kb"] - ours["rss_start_kb"]) / n,
         "cache": {
             when: {**figures, "bytes_per_job": sum(figures["bytes"].values()) / n}
@@ -214,15 +287,25 @@ def summarize(
         "loop_lag_max": max_gap(ours["samples"]),
         "log_lines": ours["log_lines"],
         "logs": container_logs(ours, transitions),
+        "watch_relists": ours.get("watch_relists"),
         "errors": ours["errors"][:5],
         "capped": ours["capped"],
     }
     result: dict[str, Any] = {
         "n": n,
         "create_seconds": round(create_seconds, 1),
-        "startup_seconds": round(startup, 1),
+        # Seconds after the triggers started: until our tracker received a Running pod of every job
+        # (what the run's schedule is planned on), and until the simulator wrote the last of them.
+        "startup_seconds": round(received_all_running - ready, 1),
+        "all_running": {
+            "received": round(received_all_running - ready, 2),
+            "written": round(written_all_running - ready, 2) if written_all_running is not None else None,
+            "received_at": received_all_running,
+            "written_at": written_all_running,
+        },
         "window_a": [round(w, 2) for w in window_a],
         "window_b": [round(w, 2) for w in window_b] if window_b else None,
+        "windows_b": [[round(a, 2), round(b, 2)] for a, b in windows_b],
         "first_end": first_end,
         "windows_before_first_end": first_end is None
         or max(window_a[1], (window_b or window_a)[1]) <= first_end,
@@ -230,51 +313,108 @@ def summarize(
         "cncf": None,
     }
     if theirs is not None and window_b is not None:
+        followed = theirs["n"]
         # A trigger that crashed (the cncf one times out when its loop stalls) has no final event.
         cevents = {k: {"final": v["t"]} for k, v in theirs["events"].items() if v["status"] != "crashed"}
         cstatuses: dict[str, int] = {}
         for v in theirs["events"].values():
             cstatuses[v["status"]] = cstatuses.get(v["status"], 0) + 1
         steady = window_rate(samples, *window_b, include=CNCF_KEYS)
+        windows = []
+        for start, end in windows_b:
+            rate = window_rate(samples, start, end, include=CNCF_KEYS)
+            windows.append(
+                {
+                    **rate,
+                    "polls_per_job_per_second": (rate["per_second"] or 0) / followed,
+                    "cpu": cpu_in_window(theirs["samples"], start, end),
+                }
+            )
         result["cncf"] = {
-            "jobs": n,
+            "jobs": followed,
+            "of": n,
             "events": len(theirs["events"]),
             "statuses": cstatuses,
             "steady": steady,
+            "windows": windows,
+            "ranges": {
+                "per_second": span(w["per_second"] for w in windows),
+                "polls_per_job_per_second": span(w["polls_per_job_per_second"] for w in windows),
+                "cpu": span(w["cpu"] for w in windows),
+            },
             "lifetime": window_rate(
                 samples, theirs["started"], theirs["ended"], include=CNCF_KEYS, covering=True
             ),
-            "polls_per_job_per_second": (steady["per_second"] or 0) / n,
+            "polls_per_job_per_second": (steady["per_second"] or 0) / followed,
             "cpu_steady": cpu_in_window(theirs["samples"], *window_b),
             "loop_lag_max": max_gap(theirs["samples"]),
             "cpu_seconds": theirs["cpu_seconds"],
             "rss_start_mb": theirs["rss_start_kb"] / 1024,
             "peak_rss_mb": theirs["peak_rss_kb"] / 1024,
+            "rss_above_import_mb": (theirs["peak_rss_kb"] - theirs["rss_start_kb"]) / 1024,
             "latency": {"final_event": latency_stats(_latencies(transitions, cevents, "finished", "final"))},
             "log_lines": theirs["log_lines"],
             "errors": theirs["errors"][:5],
             "capped": theirs["capped"],
             "ran_seconds": round(theirs["ended"] - theirs["started"], 1),
         }
-        result["ratio_requests"] = measured_ratio(ours_fig["steady"], result["cncf"])
+        # Against our tracking requests (the cncf trigger follows no log), and against every request of
+        # ours, log reads included. The cncf trigger's rate is that of its ``followed`` jobs, ours of n.
+        result["ratio_requests"] = measured_ratio(ours_fig["steady_tracking"], result["cncf"])
+        result["ratio_requests_range"] = ratio_range(ours_fig["steady_tracking"], windows)
+        result["ratio_requests_with_log_reads"] = measured_ratio(ours_fig["steady"], result["cncf"])
+        result["ratio_requests_with_log_reads_range"] = ratio_range(ours_fig["steady"], windows)
     return result
+
+
+def span(values: Any) -> list[float] | None:
+    """[min, max] of the values that are not None; None if there is none."""
+    known = [v for v in values if v is not None]
+    return [min(known), max(known)] if known else None
+
+
+def ratio_range(ours: dict, windows: list[dict]) -> dict[str, Any]:
+    """The request ratio in each of the cncf trigger's windows against ours in window A, as [min, max]
+    over the windows in which it sent requests (``empty``: the windows in which it sent none)."""
+    ratios = [request_ratio(ours, w) for w in windows]
+    values = [r["value"] for r in ratios if r["value"] is not None]
+    return {
+        "range": [min(values), max(values)] if values else None,
+        "lower_bound": any(r["lower_bound"] for r in ratios),
+        "empty": sum(1 for w in windows if not w["requests"]),
+    }
 
 
 def container_logs(ours: dict, transitions: dict[str, dict]) -> dict[str, Any]:
     """Container logs in the task logs: jobs whose first line came while the job still ran (before its
-    Complete condition: a live log), lines per job, and the log hub's streams and reads."""
+    Complete condition: a live log), lines per job, jobs whose last line (``JOB_LOGS[-1]``) reached the
+    task log from the trigger, jobs whose final event left log markers to the worker (which prints the
+    rest in ``execute_complete``; not run here), and the log hub's streams and reads."""
     first = ours.get("first_log_line") or {}
     lines = ours.get("container_log_lines") or {}
+    last = ours.get("last_log_line") or {}
     live = sum(
         1
         for name, entry in transitions.items()
         if name in first and entry.get("finished") is not None and first[name] < entry["finished"]
     )
-    counts = sorted(lines.values())
+    jobs = list(transitions)
+    counts = sorted(lines.get(name, 0) for name in jobs)
+    suffix = f" {JOB_LOGS[-1]}"
+    with_last = {name for name, text in last.items() if text.endswith(suffix)}
+    markers = {name: e.get("log_markers") or 0 for name, e in (ours.get("events") or {}).items()}
+    with_markers = {name for name, count in markers.items() if count}
     return {
         "jobs_with_live_log": live,
         "jobs_with_log": len(first),
+        "lines": sum(lines.values()),
+        "lines_expected": len(jobs) * len(JOB_LOGS),
         "lines_per_job_min_max": [counts[0], counts[-1]] if counts else None,
+        "jobs_with_last_line": len(with_last),
+        "jobs_with_markers": len(with_markers),
+        "markers": sum(markers.values()),
+        # The last line printed by the trigger, or left to the worker by a marker.
+        "jobs_last_line_accounted": len(with_last | with_markers),
         "hub": ours.get("log_hub") or {},
     }
 
@@ -311,37 +451,112 @@ def main() -> None:
     )
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--time-scale", type=float, default=0.5)
-    parser.add_argument("--window", type=float, default=30.0)
+    parser.add_argument("--window", type=float, default=30.0, help="window A and each cncf window (s)")
+    parser.add_argument("--spread", type=float, default=None, help="the jobs end over this many seconds")
     parser.add_argument("--no-cncf", action="store_true", help="our trigger only")
     parser.add_argument("--cncf-full-max", type=int, default=100)
-    parser.add_argument("--stream-logs", action="store_true")
+    parser.add_argument(
+        "--cncf-max",
+        type=int,
+        default=TRIGGERER_CAPACITY,
+        help="the cncf trigger follows the first M jobs (default: one triggerer's default capacity)",
+    )
+    parser.add_argument("--cncf-windows", type=int, default=CNCF_WINDOWS, help="consecutive cncf windows")
+    parser.add_argument("--poll-interval", type=float, default=10.0, help="the cncf trigger's poll interval")
+    parser.add_argument(
+        "--stream-logs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="JobTrigger's stream_logs (default on, as the operator's)",
+    )
+    parser.add_argument(
+        "--startup",
+        nargs="*",
+        default=[],
+        metavar="N=SECONDS",
+        help="the start-up to plan for at N jobs (default: extrapolated from smaller N)",
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     history: dict[int, float] = {}
+    planned = {int(k): float(v) for k, v in (item.split("=", 1) for item in args.startup)}
     results = []
     for n in sorted(args.n):
         result = run_tracking(
             n,
             time_scale=args.time_scale,
             window=args.window,
+            spread=args.spread,
             cncf=not args.no_cncf,
             cncf_full_max=args.cncf_full_max,
+            cncf_max=args.cncf_max,
+            cncf_windows=args.cncf_windows,
+            poll_interval=args.poll_interval,
             stream_logs=args.stream_logs,
-            startup=startup_estimate(n, history),
+            startup=planned.get(n) or startup_estimate(n, history),
         )
         history[n] = result["startup_seconds"]
         results.append(result)
-        ours = result["ours"]
-        cached = ours["cache"].get("running") or {}
-        print(
-            f"[tracking n={n}] peak RSS {ours['peak_rss_mb']:.0f} MB ({ours['rss_start_mb']:.0f} MB before the"
-            f" triggers), {ours['peak_rss_per_job_kb']:.1f} KB per tracked job; watch cache with every job"
-            f" running: {cached.get('bytes_per_job', 0):,.0f} bytes of JSON per job {cached.get('objects')}"
-        )
         print(json.dumps(result, indent=1, default=str))
+        for line in summary_lines(result):
+            print(line)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"machine": machine(), "tracking": results}, f, indent=1)
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """The run's headline figures, one line each."""
+    n = result["n"]
+    ours = result["ours"]
+    cached = ours["cache"].get("running") or {}
+    logs = ours["logs"]
+    every = result["all_running"]
+    lines = [
+        f"[tracking n={n}] every job's pod Running: written {_s(every['written'])}, received by our tracker"
+        f" {_s(every['received'])} after the triggers started; window A from {SETTLE:g}s after that",
+        f"[tracking n={n}] peak RSS {ours['peak_rss_mb']:.0f} MB, {ours['rss_above_import_mb']:.0f} MB above"
+        f" the Airflow import ({ours['rss_start_mb']:.0f} MB before the first trigger),"
+        f" {ours['peak_rss_per_job_kb']:.1f} KB per tracked job; watch cache with every job running:"
+        f" {cached.get('bytes_per_job', 0):,.0f} bytes of JSON per job {cached.get('objects')}",
+        f"[tracking n={n}] window A: {ours['steady_tracking']['requests']} tracking requests,"
+        f" {ours['steady_log_reads']['requests']} log streams and reads"
+        f" ({_rate(ours['steady_log_reads']['per_second'])}/s, bound {logs['hub'].get('poll_rate')}/s)"
+        f" in {ours['steady']['seconds']:.0f}s",
+        f"[tracking n={n}] logs: {logs['jobs_with_live_log']:,} jobs with a live log,"
+        f" {logs['lines']:,} of {logs['lines_expected']:,} lines in the task logs,"
+        f" {logs['jobs_with_last_line']:,} jobs' last line from the trigger,"
+        f" {logs['jobs_with_markers']:,} jobs with {logs['markers']:,} markers left to the worker",
+    ]
+    cncf = result.get("cncf")
+    if cncf:
+        ranges = cncf["ranges"]
+        lines.append(
+            f"[tracking n={n}] cncf following {cncf['jobs']:,} of {n:,} jobs, {len(cncf['windows'])} windows:"
+            f" {_span(ranges['per_second'], 1)} requests/s, {_span(ranges['polls_per_job_per_second'], 3)}"
+            f" polls per job per s, CPU {_span(ranges['cpu'], 2)}; ratio to our tracking requests"
+            f" {_span((result.get('ratio_requests_range') or {}).get('range'), 0)}"
+        )
+    if not result["windows_before_first_end"]:
+        lines.append(
+            f"[tracking n={n}] WARNING: a job ended before the windows closed (plan a longer start-up)"
+        )
+    return lines
+
+
+def _s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _span(values: list[float] | None, digits: int) -> str:
+    if not values:
+        return "-"
+    low, high = values
+    return f"{low:.{digits}f}-{high:.{digits}f}"
 
 
 if __name__ == "__main__":

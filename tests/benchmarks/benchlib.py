@@ -105,13 +105,11 @@ class SimProcess:
         self.close()
 
 
-def _drain(stream: Any) -> None:
-    for line in stream:
-        sys.stderr.write(line)
-
-
 class TrackerProcess:
-    """A triggerer-like process (``tracker.py``) following ``names``."""
+    """A triggerer-like process (``tracker.py``) following ``names``.
+
+    A thread reads its stdout: protocol lines after ``ready`` (``@bench {"received_all_running": t}``)
+    are kept in ``announced`` for :meth:`wait_announced`; anything else goes to stderr."""
 
     def __init__(
         self,
@@ -157,14 +155,61 @@ class TrackerProcess:
             args, stdout=subprocess.PIPE, text=True, env=sim.connection_env, cwd=str(ROOT)
         )
         assert self.proc.stdout is not None
+        self.kind = kind
         self.ready: float = read_protocol_line(self.proc.stdout, f"tracker {kind}")["ready"]
+        self.announced: dict[str, Any] = {}
+        self._changed = threading.Condition()
+        self._closed = False
         # Keep reading: Airflow's logging writes to stdout, and a full pipe would block the tracker.
-        threading.Thread(target=_drain, args=(self.proc.stdout,), daemon=True).start()
+        threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
+
+    def _drain(self, stream: Any) -> None:
+        try:
+            for line in stream:
+                if line.startswith(MARK):
+                    try:
+                        message = json.loads(line[len(MARK) :])
+                    except ValueError:
+                        sys.stderr.write(line)
+                        continue
+                    with self._changed:
+                        self.announced.update(message)
+                        self._changed.notify_all()
+                else:
+                    sys.stderr.write(line)
+        finally:
+            with self._changed:
+                self._closed = True
+                self._changed.notify_all()
+
+    def wait_announced(self, key: str, timeout: float) -> Any:
+        """The value of the tracker's protocol line ``key``, once it printed it; TimeoutError after
+        ``timeout`` seconds, RuntimeError if the tracker's output ends first."""
+        deadline = time.time() + timeout
+        with self._changed:
+            while key not in self.announced:
+                if self._closed:
+                    raise RuntimeError(f"tracker {self.kind} exited without announcing {key}")
+                left = deadline - time.time()
+                if left <= 0:
+                    raise TimeoutError(f"tracker {self.kind}: no {key} after {timeout:.0f}s")
+                self._changed.wait(min(left, 1.0))
+            return self.announced[key]
 
     def stop(self) -> None:
         """Ask the tracker to stop now and write what it has (the cap)."""
         with open(self.stop_file, "w"):
             pass
+
+    def close(self) -> None:
+        """End the process if it still runs (a driver that failed midway): ask, then kill."""
+        if self.proc.poll() is None:
+            self.stop()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
     def result(self, timeout: float) -> dict:
         try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import resource
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from airflow_jobs_plugin.spec import TaskIdentity, validate
 
 SCENARIO = "sim.airflow-jobs.io/scenario"
 SAMPLE_SECONDS = 0.5
+LOGS = ("starting", "done")  # what each job's container prints, at a third and two thirds of its run
 MARK = "@bench "  # protocol lines start with it: imports may print to stdout too
 
 
@@ -114,10 +116,18 @@ class Sampler(threading.Thread):
 
 
 def job_manifest(
-    namespace: str, index: int, run: float, *, group: str, user: str, gpus: int, prefix: str
+    namespace: str,
+    index: int,
+    run: float,
+    *,
+    group: str,
+    user: str,
+    gpus: int,
+    prefix: str,
+    logs: list[str] | tuple[str, ...] = LOGS,
 ) -> dict:
     """The manifest JobOperator would submit for task ``prefix`` of run ``index``."""
-    scenario = {"main": {"pull": 1, "run": run, "logs": ["starting", "done"]}}
+    scenario = {"main": {"pull": 1, "run": run, "logs": list(logs)}}
     spec = validate(
         image="registry.example/trainer:1",
         group=group,
@@ -130,6 +140,22 @@ def job_manifest(
     return build_manifest(
         spec, name=task.job_name(1), task=task, attempt=1, queued_at=datetime.now(timezone.utc)
     )
+
+
+def resources() -> dict[str, float]:
+    """This process's CPU seconds (user + system), RSS and peak RSS (``VmHWM``) in kB."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    figures = {"cpu_seconds": usage.ru_utime + usage.ru_stime, "rss_kb": 0.0, "peak_rss_kb": 0.0}
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    figures["rss_kb"] = float(line.split()[1])
+                elif line.startswith("VmHWM:"):
+                    figures["peak_rss_kb"] = float(line.split()[1])
+    except OSError:
+        figures["peak_rss_kb"] = float(usage.ru_maxrss)
+    return figures
 
 
 class Server:
@@ -154,6 +180,8 @@ class Server:
             return [s for s in list(self.sampler.samples) if s[0] >= since]
         if op == "counters":
             return {f"{v} {r}": n for (v, r), n in self.cluster.counters().items()}
+        if op == "resources":
+            return resources()
         if op == "put_configmap":
             body = {"metadata": {"name": cmd["name"], "labels": cmd.get("labels") or {}}, "data": cmd["data"]}
             return self.cluster.call(store.create, "configmaps", body, cmd["namespace"])["metadata"]["name"]
@@ -164,7 +192,7 @@ class Server:
     def create_jobs(self, cmd: dict) -> list[str]:
         """Create jobs (suspended, as the operator does, unless ``suspended`` is false)."""
         namespace = cmd["namespace"]
-        specs = cmd["jobs"]  # [{"run": s, "group": g, "user": u, "gpus": n}]
+        specs = cmd["jobs"]  # [{"run": s, "group": g, "user": u, "gpus": n, "logs": [line, ...]}]
         manifests = [
             job_manifest(
                 namespace,
@@ -174,6 +202,7 @@ class Server:
                 user=s.get("user", "bench"),
                 gpus=int(s.get("gpus", 0)),
                 prefix=cmd.get("prefix", "track"),
+                logs=s.get("logs", LOGS),
             )
             for i, s in enumerate(specs)
         ]

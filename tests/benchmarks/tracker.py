@@ -13,9 +13,12 @@ time each lifecycle state was first logged; the time of each trigger's final eve
 ``ours`` a listener on the shared watch also records when the process *received* each job's Complete
 condition and first Running pod, which splits a latency into delivery and reaction.
 
-Prints ``@bench {"ready": t}`` once imports are done and the triggers are about to start, and writes the
-results (times, CPU samples, peak memory) to ``--out`` when every trigger has fired, at ``--cap``
-seconds, or once ``--stop-file`` exists, whichever comes first.
+Prints ``@bench {"ready": t}`` once imports are done and the triggers are about to start; ``ours`` also
+prints ``@bench {"received_all_running": t}`` the moment its watch has received a Running pod of every
+job (the driver opens its steady-state window from there). Writes the results (times, CPU samples, peak
+memory, the container log lines each task log got, the log markers each final event left to the worker)
+to ``--out`` when every trigger has fired, at ``--cap`` seconds, or once ``--stop-file`` exists,
+whichever comes first.
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ from typing import Any
 
 SAMPLE_SECONDS = 0.5
 MARK = "@bench "  # protocol lines start with it: imports may print to stdout too
+
+
+def announce(**message: Any) -> None:
+    """One protocol line to the driver, written at once (other output shares stdout)."""
+    sys.stdout.write(MARK + json.dumps(message) + "\n")
+    sys.stdout.flush()
 
 
 def cpu_seconds() -> float:
@@ -66,12 +75,21 @@ class Book:
         # Container log lines (``[replica] text``) per job, and when the first one reached its task log.
         self.log_lines: dict[str, int] = {}
         self.first_log_line: dict[str, float] = {}
+        self.last_log_line: dict[str, str] = {}
+        self.running_received = 0  # jobs whose Running pod the watch delivered
 
     def state(self, job: str, state: str) -> None:
         self.states.setdefault(job, {}).setdefault(state, time.time())
 
-    def receive(self, job: str, what: str) -> None:
-        self.received.setdefault(job, {}).setdefault(what, time.time())
+    def receive(self, job: str, what: str) -> bool:
+        """Note the first time ``what`` of ``job`` was received; True if this is that first time."""
+        seen = self.received.setdefault(job, {})
+        if what in seen:
+            return False
+        seen[what] = time.time()
+        if what == "running":
+            self.running_received += 1
+        return True
 
 
 class TaskLog:
@@ -89,6 +107,7 @@ class TaskLog:
         if text.startswith("["):
             self.book.log_lines[self.job] = self.book.log_lines.get(self.job, 0) + 1
             self.book.first_log_line.setdefault(self.job, time.time())
+            self.book.last_log_line[self.job] = text
         at = text.find(self.marker)
         if at != -1 and at < 10:
             words = text[at + len(self.marker) :].split()
@@ -157,6 +176,8 @@ async def follow(trigger: Any, name: str, book: Book) -> None:
                 "t": time.time(),
                 "status": payload.get("status"),
                 "state": payload.get("state"),
+                # Logs the trigger had not finished printing: the worker prints the rest.
+                "log_markers": len(payload.get("log_markers") or ()),
             }
             break
     except asyncio.CancelledError:
@@ -216,7 +237,9 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
             if key is None:
                 return
             if plural == "pods" and (obj.get("status") or {}).get("phase") == "Running":
-                book.receive(key, "running")
+                if book.receive(key, "running") and book.running_received == len(names):
+                    # Every job's pod runs, as this process sees it: the start-up burst has arrived.
+                    announce(received_all_running=time.time())
             elif plural == "jobs" and _complete(obj):
                 book.receive(key, "finished")
 
@@ -236,7 +259,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     rss0, _ = memory_kb()
     cpu0 = cpu_seconds()
     started = time.time()
-    print(MARK + json.dumps({"ready": started}), flush=True)
+    announce(ready=started)
     tasks = [asyncio.create_task(follow(t, n, book)) for t, n in zip(triggers, names, strict=True)]
     everything = asyncio.gather(*tasks, return_exceptions=True)
     stopper = asyncio.create_task(stop.wait())
@@ -252,12 +275,18 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     _, hwm = memory_kb()
     if watch is not None:
         cache["end"] = cache_figures(watch)
-    hubs: dict[str, int] = {}
+    hubs: dict[str, Any] = {}
+    relists = None
+    if watch is not None and getattr(watch, "relists", None) is not None:
+        # Lists beyond the first of each watched resource: a watch that could not resume (410 Gone).
+        relists = watch.relists - len(watch.resources)
     if args.kind == "ours":
         from airflow_jobs_plugin import logstream
 
         for hub in list(getattr(logstream, "_HUBS", {}).values()):  # an older version has no hub
             hubs = {"streams_opened": hub.opened, "reads": hub.reads, "most_streams": hub.most_streams}
+        # The reads' bound: reads per second per process (an older version has none).
+        hubs["poll_rate"] = getattr(logstream, "POLL_RATE", None)
     if args.kind == "ours":
         from airflow_jobs_plugin import admission
         from airflow_jobs_plugin import watch as shared
@@ -284,7 +313,9 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         "log_lines": book.lines,
         "container_log_lines": book.log_lines,
         "first_log_line": book.first_log_line,
+        "last_log_line": book.last_log_line,
         "log_hub": hubs,
+        "watch_relists": relists,
         "errors": book.errors[:50],
         "python": sys.version.split()[0],
     }
