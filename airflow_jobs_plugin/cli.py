@@ -352,7 +352,7 @@ def _run_status(args: argparse.Namespace) -> int:
     import dataclasses
 
     from airflow_jobs_plugin.inspect import read_cluster, read_status
-    from airflow_jobs_plugin.plugin import listing, schema
+    from airflow_jobs_plugin.plugin import listing
     from airflow_jobs_plugin.plugin.text import status_text
     from airflow_jobs_plugin.plugin.views import overview
 
@@ -385,6 +385,9 @@ def _run_status(args: argparse.Namespace) -> int:
                 listing.narrow(overview(await read_cluster(client, target)), query), query
             )
         if args.json:
+            # The JSON models (pydantic) cost a tenth of a second to import: only for --json.
+            from airflow_jobs_plugin.plugin import schema
+
             _print_json(
                 schema.overview(view, total=page.total, offset=page.offset, limit=page.limit, more=page.more)
             )
