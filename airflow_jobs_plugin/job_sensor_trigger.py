@@ -21,6 +21,7 @@ from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import EventStatus
+from airflow_jobs_plugin.records import ReadMemo
 from airflow_jobs_plugin.tracking import DEFAULT_FAIL_STATES, DEFAULT_TARGET_STATES, check_states
 
 
@@ -76,13 +77,16 @@ class JobSensorTrigger(BaseTrigger):
         wake = asyncio.Event()
         remove = watch.add_listener(lambda *_: wake.set())
         seen: tuple | None = None
+        pods_read = ReadMemo()  # the watch replaces a changed pod, never edits it: see ReadMemo
         try:
             await watch.wait_synced(timeout=60)
             while True:
                 job = self._observed_job(watch)
                 if job is not None:
                     name = job["metadata"]["name"]
-                    snap = snapshot(job, watch.pods_of(name), (), now=datetime.now(timezone.utc))
+                    snap = snapshot(
+                        job, watch.pods_of(name), (), now=datetime.now(timezone.utc), memo=pods_read
+                    )
                     if tracking.signature(snap) != seen:
                         seen = tracking.signature(snap)
                         self.log.info("%s %s: %s", self.kind, name, tracking.state_line(snap))

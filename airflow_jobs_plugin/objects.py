@@ -6,6 +6,7 @@ when empty, so every accessor here tolerates missing keys and ``None`` values.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -21,7 +22,9 @@ def dig(obj: Mapping[str, Any] | None, *path: str) -> Any:
     """Follow ``path`` through nested mappings, returning ``None`` where anything is missing."""
     current: Any = obj
     for key in path:
-        if not isinstance(current, Mapping):
+        # Decoded JSON is plain dicts: ``type() is dict`` costs a seventh of the ABC check, which other
+        # mappings still get. A snapshot digs a few hundred times.
+        if type(current) is not dict and not isinstance(current, Mapping):
             return None
         current = current.get(key)
     return current
@@ -36,7 +39,7 @@ def items(obj: Mapping[str, Any] | None, *path: str) -> list[Any]:
 def mapping(obj: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any]:
     """A map field (labels, annotations, ...) that may be absent or ``null``."""
     value = dig(obj, *path)
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -49,6 +52,13 @@ def parse_time(value: Any) -> datetime | None:
         return as_utc(value)
     if not isinstance(value, str):
         return None
+    return _parse_rfc3339(value)
+
+
+# The same few timestamps (a pod's creation, its conditions' transitions) are read again at every look
+# at a job; a datetime is immutable, so the parse of each string is done once.
+@functools.lru_cache(maxsize=8192)
+def _parse_rfc3339(value: str) -> datetime | None:
     match = _RFC3339.match(value.strip())
     if not match:
         return None
@@ -73,7 +83,7 @@ def as_utc(moment: datetime) -> datetime:
 def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
     """The first status condition of type ``kind`` (what the API's own helpers look at)."""
     for cond in items(obj, "status", "conditions"):
-        if isinstance(cond, Mapping) and cond.get("type") == kind:
+        if (type(cond) is dict or isinstance(cond, Mapping)) and cond.get("type") == kind:
             return cond
     return None
 

@@ -49,6 +49,7 @@ from airflow_jobs_plugin.logcursor import LogMarker
 from airflow_jobs_plugin.logstream import FINAL_DRAIN, LogStreamer
 from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.quota import ledger
+from airflow_jobs_plugin.records import ReadMemo
 from airflow_jobs_plugin.results import job_result
 from airflow_jobs_plugin.spec import attempt_name
 from airflow_jobs_plugin.submission import ensure_companions
@@ -237,6 +238,9 @@ class _Follow:
         self.name = trigger.job_name
         self.sub = watch.subscribe(self.name)
         self.history: list[AttemptRecord] = []
+        # The watch's cached pods are replaced on every change, never edited: what a look read of the
+        # pods an event did not touch serves the next look.
+        self.pods_read = ReadMemo()
         self.remove_listener = watch.add_listener(self._on_event)
         self._new_attempt()
 
@@ -284,7 +288,15 @@ class _Follow:
         self.last_seen = job
         pods = self.watch.pods_of(self.name)
         queue, reservation = await self._admit(job)
-        snap = snapshot(job, pods, self.final_events, queue=queue, reservation=reservation, now=_now())
+        snap = snapshot(
+            job,
+            pods,
+            self.final_events,
+            queue=queue,
+            reservation=reservation,
+            now=_now(),
+            memo=self.pods_read,
+        )
         snap, annotations = tracking.who_cancelled(snap, job["metadata"].get("annotations") or {}, now=_now())
         self._note_interrupted_run(job, snap)
         self._note_preemption(job)
@@ -399,7 +411,7 @@ class _Follow:
         # just before ruling, so a transient refusal is never ruled permanent.
         t = self.t
         events = await self._patiently(self._events_of, [p["metadata"]["name"] for p in pods])
-        snap = snapshot(job, pods, events, queue=queue, now=_now())
+        snap = snapshot(job, pods, events, queue=queue, now=_now(), memo=self.pods_read)
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
         if tracking.stuck_for_good(snap, failure, events):
             await self._patiently(self._rule_failed, job, snap, failure)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import labels
-from ..objects import as_int, condition_true, dig, items, mapping
+from ..objects import as_int, condition_true, dig, mapping
+from ..records import PodFacts, pod_facts
 from ..resources import Resource
 
 LAUNCHER = "launcher"
@@ -79,17 +80,24 @@ class JobKind(ABC):
     def expected_replicas(self, job: Mapping[str, Any]) -> list[tuple[str, int]]:
         """The (role, index) of every replica the job should have, launcher first."""
 
-    @abstractmethod
     def owns_pod(self, job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
         """Whether ``pod`` (of the same namespace) is one of the job's, by its labels."""
+        return self.owns_labels(job, mapping(pod, "metadata", "labels"))
+
+    @abstractmethod
+    def owns_labels(self, job: Mapping[str, Any], pod_labels: Mapping[str, Any]) -> bool:
+        """:meth:`owns_pod` from the pod's labels."""
 
     def replica_key(self, pod: Mapping[str, Any]) -> tuple[str, int]:
         """The (role, index) a pod plays, from the product's labels or the completion index."""
-        pod_labels = mapping(pod, "metadata", "labels")
+        return self.key_of(mapping(pod, "metadata", "labels"), mapping(pod, "metadata", "annotations"))
+
+    def key_of(self, pod_labels: Mapping[str, Any], pod_annotations: Mapping[str, Any]) -> tuple[str, int]:
+        """:meth:`replica_key` from a pod's labels and annotations, for a reader that has them at hand."""
         role = pod_labels.get(labels.ROLE) or WORKER
         index = as_int(pod_labels.get(labels.RANK))
         if index is None:
-            index = as_int(mapping(pod, "metadata", "annotations").get(COMPLETION_INDEX), 0)
+            index = as_int(pod_annotations.get(COMPLETION_INDEX), 0)
         return str(role), index or 0
 
     def clear_run(self, spec: dict[str, Any], ended: Mapping[str, Any]) -> None:
@@ -123,19 +131,17 @@ class JobKind(ABC):
     def pods_of(self, job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """The pods of ``job`` among ``pods`` (e.g. everything a namespace-wide pod list returned):
         owned through a reference to the job's uid, or named by the kind's labels."""
+        return [pod.obj for pod in self.own_pods(job, [pod_facts(pod) for pod in pods])]
+
+    def own_pods(self, job: Mapping[str, Any], pods: Iterable[PodFacts]) -> list[PodFacts]:
+        """:meth:`pods_of` over pods already read."""
         uid = dig(job, "metadata", "uid")
         namespace = dig(job, "metadata", "namespace")
         mine = []
         for pod in pods:
-            pod_namespace = dig(pod, "metadata", "namespace")
-            if namespace and pod_namespace and pod_namespace != namespace:
+            if namespace and pod.namespace and pod.namespace != namespace:
                 continue
-            owners = {
-                ref.get("uid")
-                for ref in items(pod, "metadata", "ownerReferences")
-                if isinstance(ref, Mapping)
-            }
-            if (uid and uid in owners) or self.owns_pod(job, pod):
+            if (uid and uid in pod.owner_uids) or self.owns_labels(job, pod.labels):
                 mine.append(pod)
         return mine
 

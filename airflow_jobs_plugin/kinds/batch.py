@@ -57,9 +57,8 @@ class BatchJob(JobKind):
         spec.pop("selector", None)
         spec.pop("manualSelector", None)
 
-    def owns_pod(self, job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    def owns_labels(self, job: Mapping[str, Any], pod_labels: Mapping[str, Any]) -> bool:
         name = dig(job, "metadata", "name")
-        pod_labels = mapping(pod, "metadata", "labels")
         if name not in (pod_labels.get(labels.BATCH_JOB_NAME), pod_labels.get(labels.LEGACY_JOB_NAME)):
             return False
         # A job recreated under the same name must not adopt the pods of its predecessor.

@@ -72,22 +72,20 @@ class MPIJob(JobKind):
             wanted += [(WORKER, i) for i in range(first, first + count)]
         return wanted
 
-    def owns_pod(self, job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    def owns_labels(self, job: Mapping[str, Any], pod_labels: Mapping[str, Any]) -> bool:
         name = dig(job, "metadata", "name")
-        pod_labels = mapping(pod, "metadata", "labels")
         return (
             pod_labels.get(labels.MPI_JOB_NAME) == name
             or pod_labels.get(labels.BATCH_JOB_NAME) == f"{name}{LAUNCHER_SUFFIX}"
         )
 
-    def replica_key(self, pod: Mapping[str, Any]) -> tuple[str, int]:
-        pod_labels = mapping(pod, "metadata", "labels")
+    def key_of(self, pod_labels: Mapping[str, Any], pod_annotations: Mapping[str, Any]) -> tuple[str, int]:
         role = pod_labels.get(labels.MPI_JOB_ROLE) or pod_labels.get(labels.ROLE) or WORKER
         index = as_int(pod_labels.get(labels.MPI_REPLICA_INDEX))
         if index is None and role != LAUNCHER:
             index = as_int(pod_labels.get(labels.RANK))
         if index is None:
-            index = as_int(mapping(pod, "metadata", "annotations").get(COMPLETION_INDEX), 0)
+            index = as_int(pod_annotations.get(COMPLETION_INDEX), 0)
         return str(role), index or 0
 
     def related_names(self, job: Mapping[str, Any]) -> set[tuple[str, str]]:

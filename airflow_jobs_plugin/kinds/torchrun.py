@@ -39,12 +39,12 @@ class TorchrunJob(BatchJob):
             and mapping(job, "metadata", "labels").get(labels.FRAMEWORK) == FRAMEWORK_VALUE
         )
 
-    def replica_key(self, pod: Mapping[str, Any]) -> tuple[str, int]:
+    def key_of(self, pod_labels: Mapping[str, Any], pod_annotations: Mapping[str, Any]) -> tuple[str, int]:
         # Every node runs the same template: its rank is its completion index, never a fixed label.
-        role = mapping(pod, "metadata", "labels").get(labels.ROLE) or ROLE_NODE
-        index = as_int(mapping(pod, "metadata", "annotations").get(COMPLETION_INDEX))
+        role = pod_labels.get(labels.ROLE) or ROLE_NODE
+        index = as_int(pod_annotations.get(COMPLETION_INDEX))
         if index is None:
-            index = as_int(mapping(pod, "metadata", "labels").get(COMPLETION_INDEX), 0)
+            index = as_int(pod_labels.get(COMPLETION_INDEX), 0)
         return str(role), index or 0
 
     def related_names(self, job: Mapping[str, Any]) -> set[tuple[str, str]]:

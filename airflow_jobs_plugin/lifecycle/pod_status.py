@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..objects import as_utc, dig, items, parse_time
+from ..objects import as_utc, dig, parse_time
+from ..records import PodFacts, pod_facts
 
 NODE_LOST = "NodeLost"  # status.reason the node lifecycle controller sets on pods of unreachable nodes
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -57,28 +58,34 @@ class _Printed:
 
 def pod_status(pod: Mapping[str, Any]) -> str:
     """The STATUS column ``kubectl get pods`` prints for ``pod`` (e.g. ``Init:1/2``, ``CrashLoopBackOff``)."""
-    return _print(pod).status
+    return _print(pod_facts(pod)).status
 
 
 def pod_ready(pod: Mapping[str, Any]) -> str:
     """The READY column, ``<ready>/<total>`` with restartable init containers (sidecars) counted."""
-    printed = _print(pod)
+    printed = _print(pod_facts(pod))
     return f"{printed.ready}/{printed.total}"
 
 
 def pod_restarts(pod: Mapping[str, Any]) -> int:
     """The restart count of the RESTARTS column, without the ``(<age> ago)`` suffix."""
-    return _print(pod).restarts
+    return _print(pod_facts(pod)).restarts
+
+
+def columns(pod: PodFacts) -> tuple[str, str, int]:
+    """STATUS, READY and the restart count of a pod already read, in one pass."""
+    printed = _print(pod)
+    return printed.status, f"{printed.ready}/{printed.total}", printed.restarts
 
 
 def restarts_column(pod: Mapping[str, Any], now: datetime) -> str:
     """The RESTARTS column as printed, e.g. ``3 (42s ago)``, or ``0``."""
-    return _restarts_text(_print(pod), now)
+    return _restarts_text(_print(pod_facts(pod)), now)
 
 
 def pod_row(pod: Mapping[str, Any], now: datetime) -> PodRow:
     """The whole ``kubectl get pods`` line for ``pod`` as seen at ``now``."""
-    printed = _print(pod)
+    printed = _print(pod_facts(pod))
     return PodRow(
         name=str(dig(pod, "metadata", "name") or ""),
         ready=f"{printed.ready}/{printed.total}",
@@ -144,10 +151,10 @@ def is_restartable_init_container(container: Mapping[str, Any] | None) -> bool:
     return container is not None and container.get("restartPolicy") == "Always"
 
 
-def _condition_true(pod: Mapping[str, Any], kind: str) -> bool:
+def _condition_true(pod: PodFacts, kind: str) -> bool:
     # The printer reads the first condition of the type for Initialized, any true one for Ready.
-    for cond in items(pod, "status", "conditions"):
-        if isinstance(cond, Mapping) and cond.get("type") == kind:
+    for cond in pod.conditions:
+        if cond.get("type") == kind:
             if kind != "Ready":
                 return cond.get("status") == "True"
             if cond.get("status") == "True":
@@ -171,30 +178,24 @@ def _later(current: datetime | None, candidate: Any) -> datetime | None:
     return moment if current is None or moment > current else current
 
 
-def _print(pod: Mapping[str, Any]) -> _Printed:
-    spec_init = [c for c in items(pod, "spec", "initContainers") if isinstance(c, Mapping)]
-    init_by_name = {c.get("name"): c for c in spec_init}
-    total = len(items(pod, "spec", "containers")) + sum(
-        1 for c in spec_init if is_restartable_init_container(c)
-    )
+def _print(pod: PodFacts) -> _Printed:
+    spec_init = pod.init_containers
+    init_by_name = {c.get("name"): c for c in spec_init} if spec_init else {}
+    total = len(pod.containers) + sum(1 for c in spec_init if is_restartable_init_container(c))
     ready = 0
     restarts = 0
     sidecar_restarts = 0
     last_restart: datetime | None = None
     last_sidecar_restart: datetime | None = None
 
-    phase = dig(pod, "status", "phase") or ""
-    reason = dig(pod, "status", "reason") or phase
-    for cond in items(pod, "status", "conditions"):
-        if (
-            isinstance(cond, Mapping)
-            and cond.get("type") == "PodScheduled"
-            and cond.get("reason") == "SchedulingGated"
-        ):
+    phase = pod.phase or ""
+    reason = pod.reason or phase
+    for cond in pod.conditions:
+        if cond.get("type") == "PodScheduled" and cond.get("reason") == "SchedulingGated":
             reason = "SchedulingGated"
 
     initializing = False
-    for index, status in enumerate(items(pod, "status", "initContainerStatuses")):
+    for index, status in enumerate(pod.init_container_statuses):
         state = status.get("state") or {}
         restarts += status.get("restartCount") or 0
         finished = dig(status, "lastState", "terminated", "finishedAt")
@@ -224,7 +225,7 @@ def _print(pod: Mapping[str, Any]) -> _Printed:
         restarts = sidecar_restarts
         last_restart = last_sidecar_restart
         has_running = False
-        for status in reversed(items(pod, "status", "containerStatuses")):
+        for status in reversed(pod.container_statuses):
             state = status.get("state") or {}
             restarts += status.get("restartCount") or 0
             last_restart = _later(last_restart, dig(status, "lastState", "terminated", "finishedAt"))
@@ -240,8 +241,8 @@ def _print(pod: Mapping[str, Any]) -> _Printed:
         if reason == "Completed" and has_running:
             reason = "Running" if _condition_true(pod, "Ready") else "NotReady"
 
-    deleting = dig(pod, "metadata", "deletionTimestamp") is not None
-    if deleting and dig(pod, "status", "reason") == NODE_LOST:
+    deleting = pod.deleting
+    if deleting and pod.reason == NODE_LOST:
         reason = "Unknown"
     elif deleting and phase not in TERMINAL_PHASES:
         reason = "Terminating"

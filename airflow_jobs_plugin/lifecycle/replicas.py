@@ -8,7 +8,7 @@ replacement), so its *current* pod is the live one if there is one, else the mos
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -16,8 +16,9 @@ from typing import Any
 
 from .. import kinds
 from ..kinds import LAUNCHER, WORKER  # noqa: F401  (re-exported by lifecycle)
-from ..objects import condition, dig, items, latest, parse_time
-from .pod_status import pod_ready, pod_restarts, pod_status
+from ..objects import condition, dig, latest, parse_time
+from ..records import NOT_YET, PodFacts, pod_facts
+from .pod_status import columns
 from .state import Reason
 
 NO_POD = "<none>"  # STATUS of a replica whose pod does not exist (kubectl's word for an empty cell)
@@ -117,17 +118,26 @@ def events_of(
 ) -> list[Mapping[str, Any]]:
     """The events about ``job``, its launcher Job, one of ``pods``, or the pod that the job's pod
     failure policy names (core/v1 or events.k8s.io/v1)."""
+    return events_about(kinds.kind_of(job), job, [pod_facts(pod) for pod in pods], events)
+
+
+def events_about(
+    kind: kinds.JobKind, job: Mapping[str, Any], pods: Sequence[PodFacts], events: Iterable[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """:func:`events_of` for a job of ``kind`` whose pods are already read."""
+    event_list = list(events)
+    if not event_list:
+        # A trigger's look has none (it reads events only before ruling): skip naming what they are about.
+        return []
     name = dig(job, "metadata", "name")
     namespace = dig(job, "metadata", "namespace")
-    uids = {dig(job, "metadata", "uid")} | {dig(pod, "metadata", "uid") for pod in pods}
+    uids = {dig(job, "metadata", "uid")} | {pod.uid for pod in pods}
     uids.discard(None)
-    kind = kinds.kind_of(job)
     names = {(kind.resource.kind, name)} | kind.related_names(job)
-    names |= {("Pod", dig(pod, "metadata", "name")) for pod in pods}
+    names |= {("Pod", pod.name) for pod in pods}
     disrupted = disrupted_pod(job)
     if disrupted:
         names.add(("Pod", disrupted))
-    event_list = list(events)
     # Pods already gone still explain the job: the Job controller names every pod it creates in a
     # SuccessfulCreate event on the Job ("Created pod: <name>", pkg/controller/job/job_controller.go,
     # Kubernetes 1.32), which outlives the pod; an MPIJob's workers are named <job>-worker-<i> by
@@ -184,19 +194,41 @@ def replicas_of(
 ) -> list[ReplicaStatus]:
     """Every expected replica, plus any replica seen only through a pod, launcher first then by index."""
     kind = kinds.kind_of(job)
-    by_key: dict[tuple[str, int], list[Mapping[str, Any]]] = {key: [] for key in kind.expected_replicas(job)}
+    pod_list = [pod_facts(pod) for pod in pods]
+    return replicas_from(kind, kind.expected_replicas(job), kind.is_finished(job), pod_list, events)
+
+
+def replicas_from(
+    kind: kinds.JobKind,
+    expected: Iterable[tuple[str, int]],
+    finished: bool,
+    pods: Sequence[PodFacts],
+    events: Iterable[Mapping[str, Any]] = (),
+) -> list[ReplicaStatus]:
+    """:func:`replicas_of` for a job of ``kind`` read already (its ``expected`` replicas, whether it
+    has ``finished``: its controller's final word written) whose pods are read too.
+
+    The controller's final word is about the pods that ended: a pod of a finished job that never ran
+    (a replacement created as a suspension's terminating pod went on to succeed, then deleted by the
+    controller) is a leftover, not the replica's outcome."""
+    by_key: dict[tuple[str, int], list[PodFacts]] = {key: [] for key in expected}
     for pod in pods:
-        by_key.setdefault(kind.replica_key(pod), []).append(pod)
+        by_key.setdefault(replica_key(kind, pod), []).append(pod)
     event_list = list(events)
-    # The controller's final word is about the pods that ended: a pod of a finished job that never ran
-    # (a replacement created as a suspension's terminating pod went on to succeed, then deleted by the
-    # controller) is a leftover, not the replica's outcome.
-    finished = kind.is_finished(job)
     result = []
     for key in sorted(by_key, key=_role_order):
-        current = current_pod(by_key[key], finished=finished)
-        result.append(read_replica(key[0], key[1], current, event_list))
+        current = _current(by_key[key], finished)
+        result.append(_read(key[0], key[1], current, event_list))
     return result
+
+
+def replica_key(kind: kinds.JobKind, pod: PodFacts) -> tuple[str, int]:
+    """The (role, index) ``pod`` plays in a job of ``kind`` (``JobKind.replica_key``), derived once per record."""
+    if pod.key_kind is not kind:
+        pod.key = kind.key_of(pod.labels, pod.annotations)
+        pod.key_kind = kind
+    key: tuple[str, int] = pod.key
+    return key
 
 
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)
@@ -212,41 +244,63 @@ def current_pod(pods: Iterable[Mapping[str, Any]], *, finished: bool = False) ->
     then by their order in ``pods``.
     """
 
-    def rank(entry: tuple[int, Mapping[str, Any]]) -> tuple[bool, datetime, int, int]:
+    chosen = _current([pod_facts(pod) for pod in pods], finished)
+    return chosen.obj if chosen is not None else None
+
+
+def _current(pods: Sequence[PodFacts], finished: bool) -> PodFacts | None:
+    if len(pods) < 2:  # nearly every replica: its one pod, or none
+        return pods[0] if pods else None
+
+    def rank(entry: tuple[int, PodFacts]) -> tuple[bool, datetime, int, int]:
         position, pod = entry
-        ended = dig(pod, "status", "phase") in ("Succeeded", "Failed")
-        live = ended if finished else not ended and not dig(pod, "metadata", "deletionTimestamp")
-        created = parse_time(dig(pod, "metadata", "creationTimestamp")) or _NEVER
-        version = str(dig(pod, "metadata", "resourceVersion") or "")
+        ended = pod.phase in ("Succeeded", "Failed")
+        live = ended if finished else not ended and not pod.deletion
+        created = parse_time(pod.created) or _NEVER
+        version = str(pod.resource_version or "")
         return live, created, int(version) if version.isdigit() else -1, position
 
-    ranked = max(enumerate(pods), key=rank, default=None)
-    return ranked[1] if ranked is not None else None
+    return max(enumerate(pods), key=rank)[1]
 
 
 def read_replica(
     role: str, index: int, pod: Mapping[str, Any] | None, events: Iterable[Mapping[str, Any]] = ()
 ) -> ReplicaStatus:
     """How the replica ``role``/``index`` is doing according to its current ``pod`` and its events."""
+    return _read(role, index, pod_facts(pod) if pod is not None else None, events)
+
+
+def _read(role: str, index: int, pod: PodFacts | None, events: Iterable[Mapping[str, Any]]) -> ReplicaStatus:
     if pod is None:
         return ReplicaStatus(role, index, None, NO_POD, NO_POD, 0, None, Health.MISSING, Reason.CREATING)
-    status = pod_status(pod)
-    health, reason = _health(pod, status)
-    pod_name = dig(pod, "metadata", "name")
+    pod_name = pod.name
     pod_events = [
         e
         for e in events
         if (e.get("involvedObject") or e.get("regarding") or {}).get("name") == pod_name
         and e.get("type") == "Warning"
     ]
+    if pod_events:
+        return _replica(role, index, pod, pod_events)
+    # Without warnings about it, the replica is the pod's alone: derived once per record.
+    known = pod.replica
+    if known is NOT_YET or known.role != role or known.index != index:
+        known = pod.replica = _replica(role, index, pod, pod_events)
+    replica: ReplicaStatus = known
+    return replica
+
+
+def _replica(role: str, index: int, pod: PodFacts, pod_events: list[Mapping[str, Any]]) -> ReplicaStatus:
+    status, ready, restarts = columns(pod)
+    health, reason = _health(pod, status)
     return ReplicaStatus(
         role=role,
         index=index,
-        pod=pod_name,
+        pod=pod.name,
         status=status,
-        ready=pod_ready(pod),
-        restarts=pod_restarts(pod),
-        node=dig(pod, "spec", "nodeName") or None,
+        ready=ready,
+        restarts=restarts,
+        node=pod.node or None,
         health=health,
         reason=reason,
         exit_code=_exit_code(pod),
@@ -255,18 +309,17 @@ def read_replica(
     )
 
 
-def _since(pod: Mapping[str, Any]) -> datetime | None:
+def _since(pod: PodFacts) -> datetime | None:
     """When the pod's containers could first be created: the latest transition to True of the
     conditions that precede it (scheduled, sandbox ready, init containers done), else its creation."""
     moments = [
         parse_time(cond.get("lastTransitionTime"))
-        for cond in items(pod, "status", "conditions")
-        if isinstance(cond, Mapping)
-        and cond.get("type") in ("PodScheduled", "PodReadyToStartContainers", "Initialized")
+        for cond in pod.conditions
+        if cond.get("type") in ("PodScheduled", "PodReadyToStartContainers", "Initialized")
         and cond.get("status") == "True"
     ]
     known = [m for m in moments if m is not None]
-    return max(known) if known else parse_time(dig(pod, "metadata", "creationTimestamp"))
+    return max(known) if known else parse_time(pod.created)
 
 
 # kubectl STATUS words (after an optional "Init:") and what they mean for the product.
@@ -306,13 +359,13 @@ def _status_word(status: str) -> str:
     return status[len("Init:") :] if status.startswith("Init:") else status
 
 
-def _failure_reason(pod: Mapping[str, Any], status: str) -> Reason:
-    disruption = condition(pod, "DisruptionTarget")
+def _failure_reason(pod: PodFacts, status: str) -> Reason:
+    disruption = pod.condition("DisruptionTarget")
     if disruption is not None and disruption.get("status") == "True":
         found = _DISRUPTIONS.get(str(disruption.get("reason") or ""))
         if found is not None:
             return found
-    pod_reason = str(dig(pod, "status", "reason") or "")
+    pod_reason = str(pod.reason or "")
     if pod_reason == "NodeLost":
         return Reason.NODE_LOST
     if pod_reason in _FAILING_REASONS:  # the kubelet's verdict on the whole pod (Evicted, DeadlineExceeded)
@@ -323,9 +376,9 @@ def _failure_reason(pod: Mapping[str, Any], status: str) -> Reason:
     return _FAILING_REASONS.get(word, _STARTING_REASONS.get(word, Reason.ERROR))
 
 
-def _container_problem(pod: Mapping[str, Any]) -> Reason | None:
+def _container_problem(pod: PodFacts) -> Reason | None:
     """A container that cannot start or failed, whatever the pod's STATUS shows."""
-    for status in items(pod, "status", "initContainerStatuses") + items(pod, "status", "containerStatuses"):
+    for status in pod.init_container_statuses + pod.container_statuses:
         word = str(dig(status, "state", "waiting", "reason") or "")
         if word in _FAILING_REASONS or (word in _STARTING_REASONS and _STARTING_REASONS[word] in _PROBLEMS):
             return _FAILING_REASONS.get(word) or _STARTING_REASONS[word]
@@ -338,8 +391,8 @@ def _container_problem(pod: Mapping[str, Any]) -> Reason | None:
 _PROBLEMS = frozenset({Reason.IMAGE_PULL, Reason.INVALID_IMAGE_NAME, Reason.CONTAINER_CONFIG_ERROR})
 
 
-def _health(pod: Mapping[str, Any], status: str) -> tuple[Health, Reason | None]:
-    phase = dig(pod, "status", "phase") or "Pending"
+def _health(pod: PodFacts, status: str) -> tuple[Health, Reason | None]:
+    phase = pod.phase or "Pending"
     word = _status_word(status)
     if status == "Unknown" or phase == "Unknown":
         return Health.LOST, Reason.NODE_LOST
@@ -349,11 +402,11 @@ def _health(pod: Mapping[str, Any], status: str) -> tuple[Health, Reason | None]
         return Health.SUCCEEDED, None
     if status == "Terminating":
         # Deletion hides the pod's own trouble from STATUS; a failed image pull must still show.
-        disruption = condition(pod, "DisruptionTarget")
+        disruption = pod.condition("DisruptionTarget")
         reason = _DISRUPTIONS.get(str((disruption or {}).get("reason") or ""))
         return Health.TERMINATING, reason or _container_problem(pod) or Reason.DELETED
-    if phase == "Pending" and not dig(pod, "spec", "nodeName"):
-        scheduled = condition(pod, "PodScheduled") or {}
+    if phase == "Pending" and not pod.node:
+        scheduled = pod.condition("PodScheduled") or {}
         if status == "SchedulingGated" or scheduled.get("reason") == "SchedulingGated":
             return Health.GATED, Reason.SCHEDULING_GATED
         if scheduled.get("status") == "False":
@@ -369,36 +422,34 @@ def _health(pod: Mapping[str, Any], status: str) -> tuple[Health, Reason | None]
         return Health.STARTING, Reason.CONTAINER_CREATING
     if status == "Completed":
         return Health.SUCCEEDED, None
-    ready = condition(pod, "Ready")
+    ready = pod.condition("Ready")
     if status == "NotReady" or (ready is not None and ready.get("status") != "True"):
         return Health.NOT_READY, Reason.NOT_READY
     return Health.RUNNING, None
 
 
-def _exit_code(pod: Mapping[str, Any]) -> int | None:
+def _exit_code(pod: PodFacts) -> int | None:
     """The exit code that explains the pod's trouble: a failed container's, else the last crash's."""
-    statuses = items(pod, "status", "containerStatuses") + items(pod, "status", "initContainerStatuses")
-    for path in (("state", "terminated"), ("lastState", "terminated")):
+    statuses = [s for s in pod.container_statuses + pod.init_container_statuses if isinstance(s, Mapping)]
+    for which in ("state", "lastState"):
         for status in statuses:
-            terminated = dig(status, *path)
+            terminated = dig(status.get(which), "terminated")
             if isinstance(terminated, Mapping) and (terminated.get("exitCode") or 0) != 0:
                 return int(terminated["exitCode"])
-    for status in items(pod, "status", "containerStatuses"):
+    for status in pod.container_statuses:
         terminated = dig(status, "state", "terminated")
         if isinstance(terminated, Mapping):
             return int(terminated.get("exitCode") or 0)
     return None
 
 
-def _message(
-    pod: Mapping[str, Any], health: Health, reason: Reason | None, warnings: list[Mapping[str, Any]]
-) -> str:
+def _message(pod: PodFacts, health: Health, reason: Reason | None, warnings: list[Mapping[str, Any]]) -> str:
     """The cluster's own words about a replica's trouble, most specific first."""
     if health in (Health.RUNNING, Health.SUCCEEDED):
         return ""
     newest_warning = latest(warnings, event_time)
     if health in (Health.UNSCHEDULABLE, Health.GATED, Health.AWAITING_SCHEDULER):
-        message = str(dig(condition(pod, "PodScheduled"), "message") or "")
+        message = str(dig(pod.condition("PodScheduled"), "message") or "")
         if not message and newest_warning is not None and newest_warning.get("reason") == "FailedScheduling":
             message = str(newest_warning.get("message") or newest_warning.get("note") or "")
         return message
@@ -408,8 +459,8 @@ def _message(
         newest_pull = latest(pulls, event_time)
         if newest_pull is not None:
             return str(newest_pull.get("message") or newest_pull.get("note") or "")
-    texts = [dig(pod, "status", "message"), dig(condition(pod, "DisruptionTarget"), "message")]
-    for status in items(pod, "status", "initContainerStatuses") + items(pod, "status", "containerStatuses"):
+    texts = [pod.message, dig(pod.condition("DisruptionTarget"), "message")]
+    for status in pod.init_container_statuses + pod.container_statuses:
         for path in (("state", "waiting"), ("state", "terminated"), ("lastState", "terminated")):
             detail = dig(status, *path)
             if isinstance(detail, Mapping) and detail.get("reason") not in (
@@ -418,7 +469,7 @@ def _message(
                 "PodInitializing",
             ):
                 texts.append(detail.get("message"))
-    texts.append(dig(condition(pod, "Ready"), "message") if health == Health.NOT_READY else None)
+    texts.append(dig(pod.condition("Ready"), "message") if health == Health.NOT_READY else None)
     for text in texts:
         if text:
             return str(text).strip()

@@ -28,23 +28,24 @@ wins:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
 from .. import labels
 from ..kinds import LAUNCHER, MPI_JOB, JobKind, kind_of
-from ..objects import as_int, as_utc, condition, condition_true, dig, items, mapping, parse_time
+from ..objects import as_int, as_utc, condition, dig, items, mapping, parse_time
+from ..records import NOT_YET, PodFacts, ReadMemo, pod_facts
 from .replicas import (
     Health,
     ReplicaStatus,
     disrupted_pod,
     event_time,
-    events_of,
+    events_about,
     lost_with_its_node,
-    pods_of,
-    replicas_of,
+    replica_key,
+    replicas_from,
 )
 from .state import QUEUE_REASONS, VERDICTS, JobState, Reason
 
@@ -195,7 +196,7 @@ class _Decision:
     exit_code: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Facts:
     """What the job object says, read once."""
 
@@ -206,6 +207,49 @@ class _Facts:
     backoff_limit: int
     pod_failures: int
     requeue_count: int
+    # The first status condition of each type, as ``objects.condition`` finds it: one pass, where every
+    # rule asking about a condition walked the list again.
+    conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def holds(self, kind: str) -> bool:
+        """Whether the job's condition ``kind`` is ``True`` (``objects.condition_true``)."""
+        cond = self.conditions.get(kind)
+        return cond is not None and cond.get("status") == "True"
+
+
+@dataclass(frozen=True, slots=True)
+class _JobRead:
+    """What a snapshot reads of the job object alone: the same at every look at one version of it."""
+
+    facts: _Facts
+    expected: tuple[tuple[str, int], ...]  # every replica the job should have
+    finished: bool  # its controller's final word is written
+    name: str
+    namespace: str
+    attempt: int
+    queued_at: datetime | None
+    created_at: datetime | None
+    task: TaskRef | None
+
+
+def _read_job(job: Mapping[str, Any]) -> _JobRead:
+    kind = kind_of(job)
+    facts = _facts(job, kind)
+    annotations = facts.annotations
+    created_at = parse_time(dig(job, "metadata", "creationTimestamp"))
+    return _JobRead(
+        facts=facts,
+        expected=tuple(kind.expected_replicas(job)),
+        finished=kind.is_finished(job),
+        name=str(dig(job, "metadata", "name") or ""),
+        namespace=str(dig(job, "metadata", "namespace") or ""),
+        attempt=as_int(mapping(job, "metadata", "labels").get(labels.ATTEMPT))
+        or as_int(annotations.get(labels.ATTEMPT))
+        or 1,
+        queued_at=parse_time(annotations.get(labels.QUEUED_AT)) or created_at,
+        created_at=created_at,
+        task=TaskRef.of(annotations),
+    )
 
 
 # Causes found on the pods that say more than the controller's generic verdict.
@@ -231,16 +275,19 @@ def snapshot(
     queue: QueueStatus | None = None,
     reservation: Reservation | None = None,
     now: datetime,
+    memo: ReadMemo | None = None,
 ) -> JobSnapshot:
     """The state of ``job`` (a batch/v1 Job or kubeflow.org/v2beta1 MPIJob dict) at ``now``.
 
     ``pods`` and ``events`` may hold other objects too (e.g. a namespace-wide list): only those of the
     job are used. ``job=None`` means the job object is gone. See the module docstring for the rules.
+    ``memo`` keeps what was read of the job and each pod for the caller's next snapshot (see
+    :class:`~airflow_jobs_plugin.records.ReadMemo`: only for objects that are replaced, never changed in
+    place); the snapshot is the same with or without it.
     Objects read through a client's models convert back with the client's
     ``ApiClient().sanitize_for_serialization(obj)``.
     """
     now = as_utc(now)
-    pod_list = list(pods)
     if job is None:
         return JobSnapshot(
             name="",
@@ -254,10 +301,19 @@ def snapshot(
             admitted_at=reservation.admitted_at if reservation else None,
             observed_at=now,
         )
-    own_pods = pods_of(job, pod_list)
-    own_events = events_of(job, own_pods, events)
-    replicas = tuple(replicas_of(job, own_pods, own_events))
-    facts = _facts(job)
+    # Each pod is read once into a record every rule below reads, and so is the job: with a memo, only
+    # what changed since the caller's last look (a trigger's: one pod, by one event) is read at all.
+    if memo is not None:
+        read = memo.derived(job, _read_job)
+        records = memo.pods(pods)
+    else:
+        read = _read_job(job)
+        records = [pod_facts(pod) for pod in pods]
+    facts = read.facts
+    kind = facts.adapter
+    own_pods = kind.own_pods(job, records)
+    own_events = events_about(kind, job, own_pods, events)
+    replicas = tuple(replicas_from(kind, read.expected, read.finished, own_pods, own_events))
     live = _live_pods(own_pods)
     decision = _decide(job, facts, replicas, live, queue, reservation, now, own_events)
     last_events = _last_warnings(own_events)
@@ -268,32 +324,29 @@ def snapshot(
     if reservation is None:
         reservation = _reservation_on(annotations, finished_at)
     return JobSnapshot(
-        name=str(dig(job, "metadata", "name") or ""),
-        namespace=str(dig(job, "metadata", "namespace") or ""),
-        kind=facts.adapter.name,
+        name=read.name,
+        namespace=read.namespace,
+        kind=kind.name,
         state=decision.state,
         reason=decision.reason,
         message=decision.message,
         replicas=replicas,
-        attempt=as_int(mapping(job, "metadata", "labels").get(labels.ATTEMPT))
-        or as_int(annotations.get(labels.ATTEMPT))
-        or 1,
+        attempt=read.attempt,
         requeue_count=facts.requeue_count,
         queue_position=queue.position if queue is not None and decision.state == JobState.QUEUED else None,
         pod_failures=facts.pod_failures,
         exit_code=decision.exit_code,
         gpus=reservation.gpus if reservation else (as_int(annotations.get(labels.GPUS)) or 0),
         gpu_seconds=_gpu_seconds(reservation, now),
-        queued_at=parse_time(annotations.get(labels.QUEUED_AT))
-        or parse_time(dig(job, "metadata", "creationTimestamp")),
+        queued_at=read.queued_at,
         admitted_at=parse_time(annotations.get(labels.ADMITTED_AT))
         or (reservation.admitted_at if reservation else None),
         started_at=_started_at(own_pods),
         finished_at=finished_at,
         observed_at=now,
         last_events=last_events,
-        task=TaskRef.of(annotations),
-        created_at=parse_time(dig(job, "metadata", "creationTimestamp")),
+        task=read.task,
+        created_at=read.created_at,
     )
 
 
@@ -351,9 +404,8 @@ def _reservation_on(annotations: Mapping[str, Any], finished_at: datetime | None
     return Reservation(gpus=gpus, admitted_at=admitted, released_at=finished_at)
 
 
-def _facts(job: Mapping[str, Any]) -> _Facts:
-    adapter = kind_of(job)
-    annotations = {str(k): str(v) for k, v in mapping(job, "metadata", "annotations").items()}
+def _facts(job: Mapping[str, Any], adapter: JobKind) -> _Facts:
+    annotations = _strings(mapping(job, "metadata", "annotations"))
     backoff = adapter.backoff_limit(job)
     return _Facts(
         adapter=adapter,
@@ -363,20 +415,36 @@ def _facts(job: Mapping[str, Any]) -> _Facts:
         backoff_limit=backoff if backoff is not None else DEFAULT_BACKOFF_LIMIT,
         pod_failures=adapter.pod_failures(job),
         requeue_count=as_int(annotations.get(labels.REQUEUE_COUNT), 0) or 0,
+        conditions=_first_of_each_type(items(job, "status", "conditions")),
     )
 
 
-def _live_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _strings(annotations: Mapping[str, Any]) -> Mapping[str, str]:
+    """Annotations with string keys and values, as the API gives them: the job's own then (a trigger's
+    memo keeps what a look read of its job, and a copy would cost as much as the annotations again)."""
+    if type(annotations) is dict and all(type(k) is str and type(v) is str for k, v in annotations.items()):
+        return annotations
+    return {str(k): str(v) for k, v in annotations.items()}
+
+
+def _first_of_each_type(conditions: list[Any]) -> dict[str, Mapping[str, Any]]:
+    first: dict[str, Mapping[str, Any]] = {}
+    for cond in conditions:
+        if isinstance(cond, Mapping) and isinstance(kind := cond.get("type"), str) and kind not in first:
+            first[kind] = cond
+    return first
+
+
+def _live_pods(pods: Iterable[PodFacts]) -> list[PodFacts]:
     """Pods that still hold their node: not ended, and not stranded on a lost node."""
     live = []
     for pod in pods:
-        phase = dig(pod, "status", "phase")
-        if phase in ("Succeeded", "Failed", "Unknown"):
+        if pod.phase in ("Succeeded", "Failed", "Unknown"):
             continue
-        deleting = dig(pod, "metadata", "deletionTimestamp") is not None
-        if deleting and dig(pod, "status", "reason") == "NodeLost":
+        deleting = pod.deleting
+        if deleting and pod.reason == "NodeLost":
             continue
-        if deleting and not dig(pod, "spec", "nodeName"):
+        if deleting and not pod.node:
             # Never placed, it holds no GPUs; the pod garbage collector fails and removes it
             # (pkg/controller/podgc/gc_controller.go, gcUnscheduledTerminating).
             continue
@@ -388,7 +456,7 @@ def _decide(
     job: Mapping[str, Any],
     facts: _Facts,
     replicas: tuple[ReplicaStatus, ...],
-    live: list[Mapping[str, Any]],
+    live: list[PodFacts],
     queue: QueueStatus | None,
     reservation: Reservation | None,
     now: datetime,
@@ -397,22 +465,24 @@ def _decide(
     # The controller's final word is a fact about what ran; a verdict written after it cannot undo it.
     succeeded = facts.adapter.succeeded_condition
     # Until every pod is gone the job still holds its GPUs: it is TERMINATING, whatever was decided.
-    holding = _holding(job, facts, live)
-    if condition_true(job, succeeded):
+    # Only a ruling asks (a running job's look skips reading every pod's role for it).
+    ruled = any(facts.holds(kind) for kind in (succeeded, "Failed", "FailureTarget", "SuccessCriteriaMet"))
+    holding = _holding(job, facts, live) if ruled else []
+    if facts.holds(succeeded):
         message = _condition_message(job, succeeded, "completed")
         if holding:
             return _Decision(JobState.TERMINATING, Reason.COMPLETED, _stopping(message, holding), 0)
         return _Decision(JobState.SUCCEEDED, Reason.COMPLETED, message, 0)
-    if condition_true(job, "Failed"):
+    if facts.holds("Failed"):
         state = JobState.TERMINATING if holding else JobState.FAILED
         return _with_verdict(_failed(job, "Failed", facts, replicas, state, events), facts, holding)
     verdict = facts.annotations.get(labels.VERDICT)
     if verdict:
         return _verdict(verdict, facts.annotations.get(labels.VERDICT_MESSAGE, ""), facts, live)
-    if condition_true(job, "FailureTarget"):
+    if facts.holds("FailureTarget"):
         state = JobState.TERMINATING if holding else JobState.FAILED
         return _failed(job, "FailureTarget", facts, replicas, state, events)
-    if condition_true(job, "SuccessCriteriaMet"):
+    if facts.holds("SuccessCriteriaMet"):
         message = _condition_message(job, "SuccessCriteriaMet", "completed")
         if holding:
             return _Decision(JobState.TERMINATING, Reason.COMPLETED, _stopping(message, holding), 0)
@@ -431,7 +501,7 @@ def _decide(
     return _active(facts, replicas)
 
 
-def _holding(job: Mapping[str, Any], facts: _Facts, live: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _holding(job: Mapping[str, Any], facts: _Facts, live: list[PodFacts]) -> list[Mapping[str, Any]]:
     """The live pods that still hold their GPUs once the controller has ruled on the job.
 
     A pod being deleted holds its GPUs until it is gone. So does an MPI worker: the workers of an
@@ -443,24 +513,25 @@ def _holding(job: Mapping[str, Any], facts: _Facts, live: list[Mapping[str, Any]
     and FailureTarget only after counting the pods that decided them, deleting the others; while it
     still counts pods as active or terminating, they hold.
     """
-    holding = []
+    holding: list[Mapping[str, Any]] = []
+    if not live:
+        return holding
     mpi = facts.adapter is MPI_JOB
     counted = (as_int(dig(job, "status", "active"), 0) or 0) + (
         as_int(dig(job, "status", "terminating"), 0) or 0
     )
+    still_counted = not mpi and counted > 0 and not (facts.holds("Complete") or facts.holds("Failed"))
     for pod in live:
-        if dig(pod, "metadata", "deletionTimestamp") is not None:
-            holding.append(pod)
-        elif mpi and facts.adapter.replica_key(pod)[0] != LAUNCHER:
-            holding.append(pod)
-        elif (
-            not mpi and counted > 0 and not (condition_true(job, "Complete") or condition_true(job, "Failed"))
-        ):
-            holding.append(pod)
+        if pod.deleting:
+            holding.append(pod.obj)
+        elif mpi and replica_key(facts.adapter, pod)[0] != LAUNCHER:
+            holding.append(pod.obj)
+        elif still_counted:
+            holding.append(pod.obj)
     return holding
 
 
-def _being_stopped(job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+def _being_stopped(job: Mapping[str, Any], pod: PodFacts) -> bool:
     """Whether a live pod of a suspended job is one its suspension is stopping.
 
     It is if it is being deleted, or if it predates the job's last ``Suspended=True`` transition: the
@@ -474,7 +545,7 @@ def _being_stopped(job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     Without the condition at all the job has never been seen suspended by its controller, so no pod of
     it can predate a suspension.
     """
-    if dig(pod, "metadata", "deletionTimestamp") is not None:
+    if pod.deleting:
         return True
     cond = condition(job, "Suspended")
     if cond is None:
@@ -482,7 +553,7 @@ def _being_stopped(job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     if cond.get("status") != "True":
         return True
     suspended_at = parse_time(cond.get("lastTransitionTime"))
-    created = parse_time(dig(pod, "metadata", "creationTimestamp"))
+    created = parse_time(pod.created)
     if suspended_at is None or created is None:
         return True
     return created < suspended_at
@@ -513,7 +584,7 @@ def _with_verdict(decision: _Decision, facts: _Facts, holding: list[Mapping[str,
     return _Decision(decision.state, reason, message, decision.exit_code)
 
 
-def _verdict(verdict: str, message: str, facts: _Facts, live: list[Mapping[str, Any]]) -> _Decision:
+def _verdict(verdict: str, message: str, facts: _Facts, live: list[PodFacts]) -> _Decision:
     reason = VERDICTS.get(verdict, Reason.ERROR)
     if reason == Reason.ERROR:
         message = f"verdict {verdict}: {message}" if message else f"verdict {verdict}"
@@ -577,7 +648,7 @@ def _failed(
 
 def _suspended(
     facts: _Facts,
-    live: list[Mapping[str, Any]],
+    live: list[PodFacts],
     queue: QueueStatus | None,
     reservation: Reservation | None,
     now: datetime,
@@ -733,15 +804,26 @@ def _gpu_seconds(reservation: Reservation | None, now: datetime) -> float:
     return max(0.0, (end - as_utc(reservation.admitted_at)).total_seconds()) * reservation.gpus
 
 
-def _started_at(pods: Iterable[Mapping[str, Any]]) -> datetime | None:
+def _started_at(pods: Iterable[PodFacts]) -> datetime | None:
     """When the first container of the job started running (image pulls and init containers excluded)."""
     starts = []
     for pod in pods:
-        for status in items(pod, "status", "containerStatuses"):
-            for path in (("state", "running"), ("state", "terminated"), ("lastState", "terminated")):
-                moment = parse_time(dig(status, *path, "startedAt"))
-                if moment is not None:
-                    starts.append(moment)
+        if pod.started is NOT_YET:
+            pod.started = _first_start(pod)
+        if pod.started is not None:
+            starts.append(pod.started)
+    return min(starts) if starts else None
+
+
+def _first_start(pod: PodFacts) -> datetime | None:
+    starts = []
+    for status in pod.container_statuses:
+        if not isinstance(status, Mapping):
+            continue
+        for which, what in (("state", "running"), ("state", "terminated"), ("lastState", "terminated")):
+            moment = parse_time(dig(status.get(which), what, "startedAt"))
+            if moment is not None:
+                starts.append(moment)
     return min(starts) if starts else None
 
 
