@@ -73,6 +73,8 @@ def run_tracking(
     cncf_full_max: int = 100,
     poll_interval: float = 10.0,
     stream_logs: bool = False,
+    heap: bool = False,
+    tracemalloc: int = 0,
     startup: float | None = None,
     say: Any = print,
 ) -> dict[str, Any]:
@@ -91,9 +93,12 @@ def run_tracking(
         names = sim.cmd("create_jobs", namespace=namespace, prefix=f"t{n}", jobs=[{"run": r} for r in runs])
         created = time.time()
         cap = lead + spread + 600
-        ours = TrackerProcess(
-            sim, "ours", names, namespace, cap=cap, extra=["--stream-logs"] if stream_logs else []
+        extra = (
+            (["--stream-logs"] if stream_logs else [])
+            + (["--heap"] if heap else [])
+            + (["--tracemalloc", str(tracemalloc)] if tracemalloc else [])
         )
+        ours = TrackerProcess(sim, "ours", names, namespace, cap=cap, extra=extra)
         all_running = sim.wait_for(namespace, "running", n, timeout=lead * 2)
         say(
             f"[tracking n={n}] all {n} jobs running {all_running - ours.ready:.1f}s after the triggers started"
@@ -136,6 +141,8 @@ def run_tracking(
         "run_seconds_real": [round(lead, 1), round(lead + spread, 1)],
         "run_seconds_simulated": [round(min(runs), 1), round(max(runs), 1)],
         "stream_logs": stream_logs,
+        "heap": heap,
+        "tracemalloc": tracemalloc,
         "poll_interval": poll_interval,
         "cncf_capped_after_window": bool(cncf and n > cncf_full_max),
     }
@@ -198,6 +205,8 @@ def summarize(
             when: {**figures, "bytes_per_job": sum(figures["bytes"].values()) / n}
             for when, figures in (ours.get("cache") or {}).items()
         },
+        # With --heap: where the memory is when every job's pod runs (tracker.heap_figures).
+        "heap": ours.get("heap") or None,
         "latency": {
             "running_noticed": latency_stats(_latencies(transitions, ours["states"], "running", "RUNNING")),
             "running_delivered": latency_stats(
@@ -315,6 +324,19 @@ def main() -> None:
     parser.add_argument("--no-cncf", action="store_true", help="our trigger only")
     parser.add_argument("--cncf-full-max", type=int, default=100)
     parser.add_argument("--stream-logs", action="store_true")
+    parser.add_argument(
+        "--heap",
+        action="store_true",
+        help="report where the tracker's memory is once every job runs (tracker.heap_figures); the walk"
+        " takes memory itself, so the RSS figures of such a run are not comparable",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="FRAMES",
+        help="with --heap, also trace the tracker's allocations (slows it down a lot)",
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     history: dict[int, float] = {}
@@ -327,6 +349,8 @@ def main() -> None:
             cncf=not args.no_cncf,
             cncf_full_max=args.cncf_full_max,
             stream_logs=args.stream_logs,
+            heap=args.heap,
+            tracemalloc=args.tracemalloc,
             startup=startup_estimate(n, history),
         )
         history[n] = result["startup_seconds"]
@@ -338,6 +362,8 @@ def main() -> None:
             f" triggers), {ours['peak_rss_per_job_kb']:.1f} KB per tracked job; watch cache with every job"
             f" running: {cached.get('bytes_per_job', 0):,.0f} bytes of JSON per job {cached.get('objects')}"
         )
+        for what, figures in ((ours.get("heap") or {}).get("walked") or {}).items():
+            print(f"[tracking n={n}]   {figures['bytes_per_job']:>6,} bytes per job: {what}")
         print(json.dumps(result, indent=1, default=str))
     if args.out:
         with open(args.out, "w") as f:
