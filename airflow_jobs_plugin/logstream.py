@@ -23,9 +23,9 @@ import contextlib
 import contextvars
 import itertools
 import weakref
-from collections import Counter, deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from airflow_jobs_plugin import kube
@@ -40,6 +40,41 @@ class LineSink(Protocol):
     """Where streamed lines go: a ``logging.Logger``, or the trigger's own (structlog) logger."""
 
     def info(self, message: Any, /, *args: Any) -> Any: ...
+
+
+class LineTail(Protocol):
+    """Where the last lines printed are kept for the final event: a :class:`LogTail` or a deque."""
+
+    def append(self, line: str, /) -> Any: ...
+
+
+class LogTail:
+    """The last ``size`` lines printed, for the final event's tail.
+
+    Every trigger holds one, and most print a few lines or none: a ``deque(maxlen=size)`` would take
+    a 64-slot block (760 bytes) per trigger from the start, this takes room only for the lines it got."""
+
+    __slots__ = ("size", "_lines")
+
+    def __init__(self, size: int):
+        self.size = max(0, int(size))
+        self._lines: list[str] | None = None
+
+    def append(self, line: str) -> None:
+        if self.size == 0:
+            return
+        if self._lines is None:
+            self._lines = [line]
+            return
+        self._lines.append(line)
+        if len(self._lines) > 2 * self.size:  # trimmed now and then, not at every line
+            del self._lines[: -self.size]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lines[-self.size :] if self._lines else ())
+
+    def __len__(self) -> int:
+        return min(self.size, len(self._lines or ()))
 
 
 def _started_containers(pod: dict) -> Iterable[tuple[str, int, bool]]:
@@ -79,7 +114,7 @@ READ_BYTES = 256 * 1024  # one read's limitBytes: a chatty container is read in 
 FINAL_DRAIN = 0.5
 
 
-@dataclass(eq=False)  # identity: runs are keys of the hub's tables
+@dataclass(eq=False, slots=True)  # identity: runs are keys of the hub's tables
 class _Run:
     """One container run followed for one trigger."""
 
@@ -100,8 +135,9 @@ class _Run:
     reopens: int = 0
     registered: float = 0.0
     not_before: float = 0.0  # refused: no stream nor read before this (loop time)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    then: list[_Run] = field(default_factory=list)  # the runs whose ``after`` this is
+    # Done once finished, made only when the final event waits for it (drain): most runs never need one.
+    done: asyncio.Future[None] | None = None
+    then: list[_Run] | None = None  # the runs whose ``after`` this is
 
     @property
     def finished(self) -> bool:
@@ -123,8 +159,9 @@ class _Run:
             self.gone = True
         else:
             self.complete = True
-        self.ended.set()
-        for later in self.then:  # the replica's next pod may print now
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+        for later in self.then or ():  # the replica's next pod may print now
             later.streamer.hub.unblocked(later)
 
     def ready(self, now: float) -> bool:
@@ -412,7 +449,7 @@ class LogStreamer:
         client: KubeClient,
         namespace: str,
         log: LineSink,
-        tail: deque[str],
+        tail: LineTail,
         *,
         owner: str = "",
         hub: LogHub | None = None,
@@ -489,6 +526,8 @@ class LogStreamer:
                     )
                     self._runs[(uid, container, restart)] = self._last[label] = run
                     if run.after is not None:
+                        if run.after.then is None:
+                            run.after.then = []
                         run.after.then.append(run)
                     self.hub.add(run)
                 elif run.running and not running:
@@ -511,10 +550,14 @@ class LogStreamer:
 
     async def drain(self, timeout: float) -> None:
         """Let the runs that have ended deliver their last lines, for at most ``timeout`` seconds."""
-        pending = [r.ended.wait() for r in self._runs.values() if not r.running and not r.finished]
+        pending: list[asyncio.Future[None]] = []
+        for run in self._runs.values():
+            if not run.running and not run.finished:
+                if run.done is None:
+                    run.done = asyncio.get_running_loop().create_future()
+                pending.append(run.done)
         if pending:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*pending), timeout)
+            await asyncio.wait(pending, timeout=timeout)
 
     def seal(self) -> tuple[LogMarker, ...]:
         """Stop printing, now, and return where each run not printed to its end stands.

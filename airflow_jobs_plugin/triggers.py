@@ -18,7 +18,6 @@ is: the latest attempt of the job, its admission, its pods.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -46,7 +45,7 @@ from airflow_jobs_plugin.lifecycle import (
     snapshot,
 )
 from airflow_jobs_plugin.logcursor import LogMarker
-from airflow_jobs_plugin.logstream import FINAL_DRAIN, LogStreamer
+from airflow_jobs_plugin.logstream import FINAL_DRAIN, LogStreamer, LogTail
 from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.quota import ledger
 from airflow_jobs_plugin.records import ReadMemo
@@ -219,6 +218,33 @@ class _Follow:
     """One trigger's follow of one task try's job, attempt after attempt. Each look at the cluster is
     :meth:`step`; the rest are its steps."""
 
+    # A triggerer holds one per deferred job for as long as the job runs.
+    __slots__ = (
+        "t",
+        "log",
+        "watch",
+        "client",
+        "adapter",
+        "resource",
+        "admission",
+        "tail",
+        "streamer",
+        "name",
+        "sub",
+        "history",
+        "ran",
+        "looked",
+        "seen",
+        "preemptions_seen",
+        "final_read",
+        "final_events",
+        "unsuspended_from",
+        "_last_seen",
+        "ended_version",
+        "pods_read",
+    )
+    _last_seen: dict | None
+
     def __init__(self, trigger: JobTrigger, watch: shared.SharedWatch):
         self.t = trigger
         self.log = trigger.log
@@ -229,7 +255,7 @@ class _Follow:
         self.admission = Admission.for_watch(
             watch, quota_configmap=trigger.quota_configmap, quota_namespace=trigger.quota_namespace
         )
-        self.tail: deque[str] = deque(maxlen=trigger.log_tail_lines)
+        self.tail = LogTail(trigger.log_tail_lines)
         self.streamer = (
             LogStreamer(self.client, trigger.namespace, self.log, self.tail, owner=trigger.job_name)
             if trigger.stream_logs
@@ -241,7 +267,6 @@ class _Follow:
         # The watch's cached pods are replaced on every change, never edited: what a look read of the
         # pods an event did not touch serves the next look.
         self.pods_read = ReadMemo()
-        self.remove_listener = watch.add_listener(self._on_event)
         self._new_attempt()
 
     def _new_attempt(self) -> None:
@@ -250,19 +275,28 @@ class _Follow:
         self.seen: tuple | None = None
         self.preemptions_seen: str | None = None  # the job's preemption count at the last look
         self.final_read = False
-        self.final_events: list[dict] = []  # read with the final look: what outlives a disrupted pod
+        # Read with the final look: what outlives a disrupted pod.
+        self.final_events: list[dict] | tuple[()] = ()
         self.unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
-        self.last_seen: dict | None = None  # the job as last seen, or as the watch saw it deleted
+        self.last_seen = None  # the job as last seen, or as the watch saw it deleted
         self.ended_version: str | None = None  # version of a ruled MPIJob whose launcher this ended
 
-    def _on_event(self, etype: str, plural: str, obj: dict) -> None:
-        # The DELETED event carries the object as it was deleted: a cancel's verdict written just before
-        # the delete is read there even if no look caught the object in between.
-        if etype == "DELETED" and plural == self.resource.plural and obj["metadata"]["name"] == self.name:
-            self.last_seen = obj
+    @property
+    def last_seen(self) -> dict | None:
+        """The job as last seen, or as the watch saw it deleted since: the DELETED event carries the
+        object as it was deleted, so a cancel's verdict written just before the delete is read there
+        even if no look caught the object in between."""
+        gone = self.sub.take_gone(self.resource.plural)
+        if gone is not None:
+            self._last_seen = gone
+        return self._last_seen
+
+    @last_seen.setter
+    def last_seen(self, value: dict | None) -> None:
+        self.sub.take_gone(self.resource.plural)  # a deletion seen before this look is older news
+        self._last_seen = value
 
     async def close(self) -> None:
-        self.remove_listener()
         self.watch.unsubscribe(self.sub)
         if self.streamer is not None:
             await self.streamer.close()
@@ -275,12 +309,26 @@ class _Follow:
         # change arrives, and admit the job a second time.
         self.sub.clear()
         while True:
-            event = await self.step()
-            if event is not None:
-                return event
+            # The look returns before the wait: what it read (the job, its pods, the snapshot) is not
+            # held in a suspended frame for as long as the job runs, once per trigger.
+            outcome = await self._look_once()
+            if isinstance(outcome, JobEvent):
+                return outcome
+            if outcome is not None:
+                await self.sub.wait(timeout=outcome)
 
     async def step(self) -> JobEvent | None:
         """One look at the job: the final event, or None after waiting for the next change."""
+        outcome = await self._look_once()
+        if isinstance(outcome, JobEvent):
+            return outcome
+        if outcome is not None:
+            await self.sub.wait(timeout=outcome)
+        return None
+
+    async def _look_once(self) -> JobEvent | float | None:
+        """One look at the job: the final event, the seconds to wait for the next change before looking
+        again, or None to look again at once."""
         t = self.t
         job = await self._look()
         if job is None:
@@ -319,19 +367,16 @@ class _Follow:
         self._report(snap, pods)
         if decision.step is tracking.Step.FAIL_FAST:
             await self._fail_fast(job, pods, queue)
-            await self.sub.wait(timeout=t.recheck_interval)
-            return None
+            return t.recheck_interval
         if decision.step is tracking.Step.WAIT:
             await self._end_if_ruled(job)
-            await self.sub.wait(timeout=self.admission.wake_after(job, t.recheck_interval))
-            return None
+            return self.admission.wake_after(job, t.recheck_interval)
         whole = None
         if decision.step is tracking.Step.RETRY:
             whole = await self._whole(job)
             if whole is None:
                 # Deleted (or replaced) since this look: the next look tells which, once the watch does.
-                await self.sub.wait(timeout=t.recheck_interval)
-                return None
+                return t.recheck_interval
         await self.admission.release(job)
         self.history.append(tracking.attempt_record(job, snap))
         if whole is not None:

@@ -20,14 +20,13 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_jobs_plugin import kinds, labels, metrics, resource_version
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
-from airflow_jobs_plugin.watch_transform import trim
+from airflow_jobs_plugin.watch_transform import Sharing, trim
 
 log = logging.getLogger(__name__)
 
@@ -83,32 +82,83 @@ def job_key(obj: Mapping[str, Any]) -> str | None:
     )
 
 
-@dataclass(eq=False)  # identity semantics: subscriptions live in sets
 class Subscription:
-    """A waiter for changes to one job (its object or any of its pods)."""
+    """A waiter for changes to one job (its object or any of its pods).
 
-    key: str
-    _event: asyncio.Event = field(default_factory=asyncio.Event)
+    Every trigger holds one and waits on it most of its life, so it is a flag and, while waited on, a
+    future and a timer: an ``asyncio.Event`` waited on with ``asyncio.wait_for`` costs each trigger a
+    second task, its coroutines and the event's waiter deque (about 2 KB, docs/benchmarks.md). Compared
+    by identity."""
+
+    __slots__ = ("key", "_changed", "_waiters", "_gone")
+
+    def __init__(self, key: str):
+        self.key = key
+        self._changed = False
+        self._waiters: list[asyncio.Future[bool]] | None = None
+        self._gone: tuple[str, dict] | None = None
+
+    def __repr__(self) -> str:
+        return f"Subscription(key={self.key!r}, changed={self._changed})"
 
     def notify(self) -> None:
-        self._event.set()
+        self._changed = True
+        for waiter in self._waiters or ():
+            if not waiter.done():
+                waiter.set_result(True)
 
     def clear(self) -> None:
         """Forget the changes notified so far: for a caller about to read the cache, which holds them."""
-        self._event.clear()
+        self._changed = False
+
+    def gone(self, plural: str, obj: dict) -> None:
+        """The watch saw the object named like the key deleted: ``obj`` is it as it was deleted."""
+        self._gone = (plural, obj)
+
+    def take_gone(self, plural: str) -> dict | None:
+        """The object of ``plural`` named like the key as the watch saw it deleted, once, if it was
+        since the last call: what the subscriber of a job reads to tell how it ended."""
+        gone = self._gone
+        if gone is None or gone[0] != plural:
+            return None
+        self._gone = None
+        return gone[1]
 
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait for the next change; True if something changed, False on timeout."""
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        self._event.clear()
+        if not self._changed:
+            loop = asyncio.get_running_loop()
+            waiter: asyncio.Future[bool] = loop.create_future()
+            if self._waiters is None:
+                self._waiters = [waiter]
+            else:
+                self._waiters.append(waiter)
+            timer = None if timeout is None else loop.call_later(max(0.0, timeout), _time_out, waiter)
+            try:
+                changed = await waiter
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                waiters = self._waiters
+                if waiters is not None:
+                    if waiter in waiters:
+                        waiters.remove(waiter)
+                    if not waiters:
+                        self._waiters = None
+            if not changed:
+                return False
+        self._changed = False
         return True
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 Listener = Callable[[str, str, dict], None]
 MAX_DELETED_REMEMBERED = 10_000
+LIST_PAGE = 500  # objects per page of a (re)list: client-go's (k8s.io/client-go/tools/pager)
 
 
 class SharedWatch:
@@ -131,10 +181,15 @@ class SharedWatch:
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
         self._cache: dict[str, dict[str, dict]] = {r.plural: {} for r in self.resources}
-        self._by_key: dict[str, set[tuple[str, str]]] = defaultdict(set)
-        self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        # Equal parts of cached objects are one object (watch_transform.Sharing): never change one.
+        self._sharing = Sharing()
+        # Per job: its objects, its subscriptions. Lists, not sets: a job has a handful of each, and a
+        # set of one takes 216 bytes where a list of one takes 64.
+        self._by_key: dict[str, list[tuple[str, str]]] = {}
+        self._subs: dict[str, list[Subscription]] = {}
         self._listeners: list[Listener] = []
         self._synced = {r.plural: asyncio.Event() for r in self.resources}
+        self._all_synced: asyncio.Future | None = None  # the one wait of every wait_synced caller
         # Names the watch saw deleted, with the deletion's version, so a read in flight cannot revive them.
         self._deleted: dict[str, dict[str, str]] = {r.plural: {} for r in self.resources}
         self._tasks: list[asyncio.Task] = []
@@ -160,11 +215,22 @@ class SharedWatch:
         self._tasks = []
 
     async def wait_synced(self, timeout: float | None = None) -> bool:
-        try:
-            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._synced.values())), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        """Wait until every resource has been listed once; False if ``timeout`` passed first.
+
+        Every trigger of a process calls this as it starts, a thousand at once after a restart: they
+        share one future (a gather of the watch's events per caller would hold its own tasks and
+        coroutines, several kilobytes each, while the lists come in)."""
+        if self.synced:
+            return True
+        if self._all_synced is None or self._all_synced.done():
+            self._all_synced = asyncio.get_running_loop().create_future()
+        done, _ = await asyncio.wait((self._all_synced,), timeout=timeout)
+        return bool(done)
+
+    def _listed(self, resource: Resource) -> None:
+        self._synced[resource.plural].set()
+        if self.synced and self._all_synced is not None and not self._all_synced.done():
+            self._all_synced.set_result(None)
 
     @property
     def synced(self) -> bool:
@@ -195,13 +261,14 @@ class SharedWatch:
 
     def subscribe(self, key: str) -> Subscription:
         sub = Subscription(key)
-        self._subs[key].add(sub)
+        self._subs.setdefault(key, []).append(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
         subs = self._subs.get(sub.key)
         if subs is not None:
-            subs.discard(sub)
+            if sub in subs:
+                subs.remove(sub)
             if not subs:
                 del self._subs[sub.key]
 
@@ -287,7 +354,7 @@ class SharedWatch:
                 failures += 1
                 if exc.not_found and resource is MPIJOBS:
                     # No MPI operator on this cluster: keep trying, slowly, so one installed later is seen.
-                    self._synced[resource.plural].set()
+                    self._listed(resource)
                     await asyncio.sleep(self.max_backoff)
                     continue
                 delay = min(self.max_backoff, 0.2 * 2**failures) * (0.5 + random.random() / 2)
@@ -319,18 +386,36 @@ class SharedWatch:
 
     async def _relist(self, resource: Resource) -> str:
         label_selector, field_selector = self.scope.selectors(resource)
-        listing = await self.client.list(
-            resource, self.namespace, label_selector=label_selector, field_selector=field_selector
-        )
-        self.relists += 1
         kind = resource.kind
-        fresh = {}
-        for item in listing.get("items") or []:
-            item.setdefault("kind", kind)
-            item.setdefault("apiVersion", resource.api_version)
-            fresh[item["metadata"]["name"]] = item
+        fresh: dict[str, dict] = {}
+        listed_at: str | None = None
+        token: str | None = None
+        # In pages, each trimmed as it arrives: whole objects are held a page at a time, never the whole
+        # list (at 1,000 jobs the whole list decoded is several times what the cache keeps of it, and
+        # the process keeps its peak). client-go's reflector lists the same way (tools/pager, pages of
+        # 500), and takes the list's version from its first page: every page of a list is read at it.
+        while True:
+            listing = await self.client.list(
+                resource,
+                self.namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=LIST_PAGE,
+                continue_token=token,
+            )
+            for item in listing.get("items") or []:
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", resource.api_version)
+                fresh[item["metadata"]["name"]] = trim(item, kind, self._sharing)
+            meta = listing.get("metadata") or {}
+            del listing
+            if listed_at is None:
+                listed_at = str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or None
+            if token is None:
+                break
+        self.relists += 1
         old = self._cache[resource.plural]
-        listed_at = str((listing.get("metadata") or {}).get("resourceVersion") or "")
         # The list was taken before it arrived: a trigger may have folded in a newer read or write of an
         # object meanwhile (absorb). The cache only moves forward, so the list never puts back an older
         # version of it, nor deletes an object first seen after the list's version.
@@ -338,7 +423,7 @@ class SharedWatch:
             seen = old[name]["metadata"].get("resourceVersion")
             if resource_version.compare(seen, listed_at) == 1:
                 continue
-            self._apply(resource, "DELETED", old[name])
+            self._apply(resource, "DELETED", old[name], trimmed=True)
             if listed_at:  # gone by the list's version, whatever version it was last seen at
                 self._deleted[resource.plural][name] = listed_at
         for obj in fresh.values():
@@ -350,9 +435,9 @@ class SharedWatch:
                 == -1
             ):
                 continue
-            self._apply(resource, "MODIFIED" if cached is not None else "ADDED", obj)
-        self._synced[resource.plural].set()
-        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+            self._apply(resource, "MODIFIED" if cached is not None else "ADDED", obj, trimmed=True)
+        self._listed(resource)
+        return listed_at
 
     def _deliver(self, resource: Resource, etype: str, obj: dict) -> None:
         """Apply one event of the watch stream, unless the cache is already past it.
@@ -373,13 +458,15 @@ class SharedWatch:
             return
         self._apply(resource, etype, obj)
 
-    def _apply(self, resource: Resource, etype: str, obj: dict) -> None:
-        obj.setdefault("kind", resource.kind)
-        obj.setdefault("apiVersion", resource.api_version)
-        # Every way into the cache (list, watch event, absorbed read or write) comes through here, so
-        # the cache and the listeners only ever hold the trimmed copy: client-go's informer transform
-        # (SharedIndexInformer.SetTransform), see watch_transform.
-        obj = trim(obj, resource.kind)
+    def _apply(self, resource: Resource, etype: str, obj: dict, *, trimmed: bool = False) -> None:
+        """``trimmed``: ``obj`` is this watch's own trim already (a relist trims as its pages come)."""
+        if not trimmed:
+            obj.setdefault("kind", resource.kind)
+            obj.setdefault("apiVersion", resource.api_version)
+            # Every way into the cache (list, watch event, absorbed read or write) comes through here or
+            # the relist, so the cache and the listeners only ever hold the trimmed copy: client-go's
+            # informer transform (SharedIndexInformer.SetTransform), see watch_transform.
+            obj = trim(obj, resource.kind, self._sharing)
         name = obj["metadata"]["name"]
         cache = self._cache[resource.plural]
         key = job_key(obj)
@@ -390,15 +477,24 @@ class SharedWatch:
             if len(deleted) > MAX_DELETED_REMEMBERED:
                 del deleted[next(iter(deleted))]
             cache.pop(name, None)
-            if key:
-                self._by_key[key].discard((resource.plural, name))
-                if not self._by_key[key]:
+            owned = self._by_key.get(key) if key else None
+            if key and owned is not None:
+                if (resource.plural, name) in owned:
+                    owned.remove((resource.plural, name))
+                if not owned:
                     del self._by_key[key]
+            if key == name:  # the job itself: its subscribers read how it ended from it
+                for sub in self._subs.get(name, ()):
+                    sub.gone(resource.plural, obj)
         else:
             deleted.pop(name, None)
             cache[name] = obj
             if key:
-                self._by_key[key].add((resource.plural, name))
+                owned = self._by_key.get(key)
+                if owned is None:
+                    self._by_key[key] = [(resource.plural, name)]
+                elif (resource.plural, name) not in owned:
+                    owned.append((resource.plural, name))
         if key:
             for sub in self._subs.get(key, ()):
                 sub.notify()

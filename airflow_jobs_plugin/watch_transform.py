@@ -7,14 +7,24 @@ whole decoded Job or Pod (``managedFields``, env, volumes, every defaulted field
 several kilobytes of Python objects while a snapshot reads a few hundred bytes of it.
 
 The rule: keep whole what is read broadly (metadata, a job's own spec and status, a pod's status), cut
-only what nothing reads (``managedFields``; of a pod spec or a job's pod templates everything but the
-container names, resources and node choice; a few addressing fields of a pod status). A field dropped
+only what nothing reads (``managedFields``; a job's selector, which the API server derives from its uid;
+of a pod spec or a job's pod templates everything but the container names, resources and node choice; a
+few addressing fields of a pod status). A field dropped
 here that some reader does look at is a silent bug, so the test ``tests/core/test_watch_transform.py``
 compares snapshots and admission decisions of trimmed and whole objects; add a field here before reading
 it from the watch. The one reader that needs a whole job, the next attempt of a failed job (a clone of
 the previous attempt, env and volumes included), reads it with a GET (``triggers._Follow``).
 
-Pure: no I/O, and the input is never changed (the caller of ``SharedWatch.absorb`` keeps its object).
+What is kept is also shared: with a :class:`Sharing` (each shared watch has one), the dicts and lists
+of an object are looked up by content, and an equal one already in the cache is used instead of the
+copy. A pod carries its job's pod template labels and annotations, pods started in the same second
+carry the same conditions and container states, every job of a DAG has the same pod template spec: one
+copy of each. What is an object's own (its top level and metadata, a job's own labels and annotations,
+the dicts that hold its templates) is not looked up: it would only fill the table. Sharing is safe
+because nothing changes a cached object, ever (the product patches the API server and reads the result
+back; the trigger tests check it on every object the watch caches, ``tests/trigger/conftest.py``).
+
+No I/O, and the input is never changed (the caller of ``SharedWatch.absorb`` keeps its object).
 """
 
 from __future__ import annotations
@@ -27,6 +37,10 @@ from typing import Any
 # real cluster it is often the largest part of an object (one entry per manager: controller, kubelet,
 # the product's own patches).
 _DROPPED_METADATA = frozenset({"managedFields"})
+
+# Of a Job's own spec: set by the API server from the job's uid (and so different in every job), read
+# by nothing from the cache; a next attempt is cloned from the whole object (and clears them there).
+_JOB_SPEC_DROPPED = frozenset({"selector", "manualSelector", "podReplacementPolicy"})
 
 # Of a pod spec, and of the pod templates inside a job's spec, what is read:
 _POD_SPEC_KEPT = frozenset(
@@ -73,76 +87,102 @@ _CONTAINER_STATUS_DROPPED = frozenset(
 _INTERN_BELOW = 128
 
 
-def trim(obj: Mapping[str, Any], kind: str | None = None) -> dict[str, Any]:
+def trim(obj: Mapping[str, Any], kind: str | None = None, sharing: Sharing | None = None) -> dict[str, Any]:
     """A copy of ``obj`` holding what the product reads of it (``kind`` when the object lacks it, as
     list items of built-in types do). Jobs, MPIJobs and Pods are trimmed; any other object loses only
-    its ``managedFields``. Idempotent: ``trim(trim(o)) == trim(o)``."""
+    its ``managedFields``. Idempotent: ``trim(trim(o)) == trim(o)``.
+
+    With ``sharing``, the dicts and lists below the top level and ``metadata`` are those of the
+    sharing's objects when equal (see :class:`Sharing`): the result must then never be changed."""
     kind = str(obj.get("kind") or kind or "")
+    share = sharing if sharing is not None else _NO_SHARING
     out: dict[str, Any] = {}
     for key, value in obj.items():
         if key == "metadata" and isinstance(value, Mapping):
-            out["metadata"] = {_s(k): _compact(v) for k, v in value.items() if k not in _DROPPED_METADATA}
+            # A job's own labels and annotations (its task, its times) are its alone: not looked up.
+            # A pod's are its template's.
+            own = _NO_SHARING if kind in ("Job", "MPIJob") else share
+            out["metadata"] = {
+                _s(k): _compact(v, own) for k, v in value.items() if k not in _DROPPED_METADATA
+            }
         elif key == "spec" and isinstance(value, Mapping) and kind == "Pod":
-            out["spec"] = _pod_spec(value)
+            out["spec"] = _pod_spec(value, share)
         elif key == "spec" and isinstance(value, Mapping) and kind in ("Job", "MPIJob"):
-            out["spec"] = _job_spec(value)
+            out["spec"] = _job_spec(value, kind, share)
         elif key == "status" and isinstance(value, Mapping) and kind == "Pod":
-            out["status"] = _pod_status(value)
+            out["status"] = _pod_status(value, share)
         else:
-            out[_s(key)] = _compact(value)
+            out[_s(key)] = _compact(value, share)
     return out
 
 
-def _job_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _job_spec(spec: Mapping[str, Any], kind: str, share: Sharing) -> dict[str, Any]:
     """A Job's or MPIJob's own fields are all kept (suspend, parallelism, completions, completionMode,
-    backoffLimit, the deadline verdict_patch records, runPolicy, runLauncherAsWorker, replica counts);
-    only the pod templates inside are cut like a pod."""
-    out = {_s(k): _compact(v) for k, v in spec.items() if k not in ("template", "mpiReplicaSpecs")}
+    backoffLimit, the deadline verdict_patch records, runPolicy, runLauncherAsWorker, replica counts)
+    but a Job's selector; the pod templates inside are cut like a pod. The dicts holding the templates
+    are the job's alone (its templates' labels name it): only their parts are looked up."""
+    dropped = _JOB_SPEC_DROPPED if kind == "Job" else frozenset()
+    out = {
+        _s(k): _compact(v, share)
+        for k, v in spec.items()
+        if k not in ("template", "mpiReplicaSpecs") and k not in dropped
+    }
     if "template" in spec:
-        out["template"] = _template(spec["template"])
+        out["template"] = _template(spec["template"], share)
     replica_specs = spec.get("mpiReplicaSpecs")
     if isinstance(replica_specs, Mapping):
         out["mpiReplicaSpecs"] = {
             _s(role): (
-                {_s(k): (_template(v) if k == "template" else _compact(v)) for k, v in replica.items()}
+                {
+                    _s(k): (_template(v, share) if k == "template" else _compact(v, share))
+                    for k, v in replica.items()
+                }
                 if isinstance(replica, Mapping)
-                else _compact(replica)
+                else _compact(replica, share)
             )
             for role, replica in replica_specs.items()
         }
     elif "mpiReplicaSpecs" in spec:
-        out["mpiReplicaSpecs"] = _compact(replica_specs)
+        out["mpiReplicaSpecs"] = _compact(replica_specs, share)
     return out
 
 
-def _template(template: Any) -> Any:
-    """A pod template: its metadata whole (the role label names the pod set), its spec cut like a pod's."""
+def _template(template: Any, share: Sharing) -> Any:
+    """A pod template: its metadata whole (the role label names the pod set), its spec cut like a pod's.
+    Its labels and annotations are looked up (its pods carry the same), its metadata and itself not."""
     if not isinstance(template, Mapping):
-        return _compact(template)
-    return {
-        _s(k): (_pod_spec(v) if k == "spec" and isinstance(v, Mapping) else _compact(v))
-        for k, v in template.items()
-    }
+        return _compact(template, share)
+    out: dict[str, Any] = {}
+    for key, value in template.items():
+        if key == "spec" and isinstance(value, Mapping):
+            out["spec"] = _pod_spec(value, share)
+        elif key == "metadata" and isinstance(value, Mapping):
+            out["metadata"] = {_s(k): _compact(v, share) for k, v in value.items()}
+        else:
+            out[_s(key)] = _compact(value, share)
+    return out
 
 
-def _pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _pod_spec(spec: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in spec.items():
         if key not in _POD_SPEC_KEPT:
             continue
         if key in ("containers", "initContainers") and isinstance(value, list):
-            out[key] = [
-                {_s(k): _compact(v) for k, v in c.items() if k in _CONTAINER_KEPT}
-                if isinstance(c, Mapping)
-                else _compact(c)
-                for c in value
-            ]
+            out[key] = share.of_list(
+                [
+                    share.of_dict({_s(k): _compact(v, share) for k, v in c.items() if k in _CONTAINER_KEPT})
+                    if isinstance(c, Mapping)
+                    else _compact(c, share)
+                    for c in value
+                ]
+            )
         else:
-            out[key] = _compact(value)
-    return out
+            out[key] = _compact(value, share)
+    return share.of_dict(out)
 
 
-def _pod_status(status: Mapping[str, Any]) -> dict[str, Any]:
+def _pod_status(status: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in status.items():
         if key in _POD_STATUS_DROPPED:
@@ -150,28 +190,175 @@ def _pod_status(status: Mapping[str, Any]) -> dict[str, Any]:
         if key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses") and isinstance(
             value, list
         ):
-            out[key] = [
-                {_s(k): _compact(v) for k, v in c.items() if k not in _CONTAINER_STATUS_DROPPED}
-                if isinstance(c, Mapping)
-                else _compact(c)
-                for c in value
-            ]
+            out[key] = share.of_list(
+                [
+                    share.of_dict(
+                        {
+                            _s(k): _compact(v, share)
+                            for k, v in c.items()
+                            if k not in _CONTAINER_STATUS_DROPPED
+                        }
+                    )
+                    if isinstance(c, Mapping)
+                    else _compact(c, share)
+                    for c in value
+                ]
+            )
         else:
-            out[_s(key)] = _compact(value)
-    return out
+            out[_s(key)] = _compact(value, share)
+    return share.of_dict(out)
 
 
 def _s(value: str) -> str:
     return sys.intern(value) if type(value) is str and len(value) < _INTERN_BELOW else value
 
 
-def _compact(value: Any) -> Any:
-    """A copy of a JSON value with its short strings interned (a fresh copy also lets the decoded
-    event's own containers be freed)."""
-    if isinstance(value, Mapping):
-        return {_s(k): _compact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_compact(v) for v in value]
-    if type(value) is str:
-        return _s(value)
+def _compact(value: Any, share: Sharing) -> Any:
+    """A copy of a JSON value with its short strings interned and its dicts and lists shared (a fresh
+    copy also lets the decoded event's own containers be freed)."""
+    kind = type(value)
+    # Decoded JSON holds plain strs, dicts and lists: tested by type first, the Mapping ABC last.
+    if kind is str:
+        return _intern(value) if len(value) < _INTERN_BELOW else value
+    if kind is dict or (kind is not list and isinstance(value, Mapping)):
+        return share.of_dict({_s(k): _compact(v, share) for k, v in value.items()})
+    if kind is list:
+        return share.of_list([_compact(v, share) for v in value])
     return value
+
+
+_intern = sys.intern
+
+
+# --- sharing equal parts between cached objects ---
+
+# The table is swept once it holds this many entries, or a quarter of what it kept at the last sweep,
+# more than that: what it keeps of objects the cache dropped stays bounded, and a sweep (a pass over the
+# table) comes once every so many new entries.
+_SWEEP_ABOVE = 4096
+
+
+class Sharing:
+    """One copy of every distinct dict and list of a cache: hash-consing, by content.
+
+    A dict or list is looked up once its own contents are shared (bottom up), so its identity stands for
+    its content: two are equal when their keys and plain values are equal, of the same types
+    (``True`` is not ``1``), and their dicts and lists are the same objects. The table maps a hash of
+    that to the first copy seen; a different dict under the same hash is simply not shared.
+
+    The table keeps its copies alive, so it sweeps itself: once it has grown by ``_SWEEP_ABOVE``
+    entries, or by a quarter, since the last sweep, it drops the copies nothing else holds any more (their
+    reference count, newest first, so that a dropped dict's own dicts are dropped in the same pass). A
+    copy dropped while something still holds it stays valid; the next equal one just gets a copy of its
+    own. The table only ever decides what is shared, never what a cached object holds.
+
+    Only for objects that are never changed once made: every holder of a shared dict sees a change.
+    """
+
+    __slots__ = ("_table", "_limit")
+
+    def __init__(self) -> None:
+        self._table: dict[int, Any] = {}
+        self._limit = _SWEEP_ABOVE
+
+    @property
+    def size(self) -> int:
+        """Copies in the table."""
+        return len(self._table)
+
+    def of_dict(self, value: dict[str, Any]) -> dict[str, Any]:
+        """``value`` (whose own dicts and lists are shared already), or an equal dict of the table."""
+        try:  # a dict of plain values (labels, a condition) hashes as it is: the check below tells types
+            key = hash((*value, *value.values()))
+        except TypeError:  # it holds dicts or lists: by their identity
+            key = hash((*value, *map(_token, value.values())))
+        found = self._table.get(key)
+        if found is None:
+            self._add(key, value)
+            return value
+        if type(found) is dict and len(found) == len(value) and _same_items(found, value):
+            return found
+        return value
+
+    def of_list(self, value: list[Any]) -> list[Any]:
+        """``value`` (whose own dicts and lists are shared already), or an equal list of the table."""
+        key = hash((_LIST, *map(_token, value)))
+        found = self._table.get(key)
+        if found is None:
+            self._add(key, value)
+            return value
+        if type(found) is list and len(found) == len(value) and all(map(_same, found, value)):
+            return found
+        return value
+
+    def _add(self, key: int, value: Any) -> None:
+        if len(self._table) >= self._limit:
+            self.sweep()
+        self._table[key] = value
+
+    def sweep(self) -> None:
+        """Drop the copies only the table holds."""
+        table = self._table
+        getrefcount = getattr(sys, "getrefcount", None)
+        if getrefcount is None:  # no reference counts to go by (not CPython): start afresh
+            table.clear()
+        else:
+            # What the count below reads for a copy held by the table alone.
+            table[_PROBE] = {}
+            alone = getrefcount(table[_PROBE])
+            del table[_PROBE]
+            # Newest first: a dict is added after the dicts it holds, so dropping it first lets them go
+            # in the same pass.
+            for key in reversed(list(table)):
+                if getrefcount(table[key]) <= alone:
+                    del table[key]
+            self._table = dict(table)  # compact: a dict does not shrink as entries go
+        self._limit = len(self._table) + max(_SWEEP_ABOVE, len(self._table) // 4)
+
+
+class _NoSharing(Sharing):
+    """Copies stay copies (``trim`` without a cache to share with)."""
+
+    __slots__ = ()
+
+    def of_dict(self, value: dict[str, Any]) -> dict[str, Any]:
+        return value
+
+    def of_list(self, value: list[Any]) -> list[Any]:
+        return value
+
+
+_NO_SHARING = _NoSharing()
+_LIST = object()  # marks a list's hash apart from a dict's
+_PROBE = -1  # a key the sweep borrows: hash() never returns -1
+
+
+def _token(value: Any) -> Any:
+    """What stands for a value in a hash: a shared dict or list by its identity, a number or a boolean
+    with its type (``1``, ``1.0`` and ``True`` hash alike)."""
+    kind = type(value)
+    if kind is str or value is None:
+        return value
+    if kind is dict or kind is list:
+        return id(value)
+    return (kind, value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two values of shared dicts or lists are the same: the same object, or equal plain values
+    of one type."""
+    if a is b:
+        return True
+    kind = type(a)
+    return kind is type(b) and kind is not dict and kind is not list and a == b
+
+
+def _same_items(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True):
+        if ka != kb or type(ka) is not type(kb):
+            return False
+        if va is not vb:
+            kind = type(va)
+            if kind is not type(vb) or kind is dict or kind is list or va != vb:
+                return False
+    return True

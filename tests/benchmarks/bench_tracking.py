@@ -92,6 +92,8 @@ def run_tracking(
     cncf_windows: int = CNCF_WINDOWS,
     poll_interval: float = 10.0,
     stream_logs: bool = True,
+    heap: bool = False,
+    tracemalloc: int = 0,
     startup: float | None = None,
     say: Any = print,
 ) -> dict[str, Any]:
@@ -122,9 +124,12 @@ def run_tracking(
         )
         created = time.time()
         cap = lead + spread + 600
-        ours = TrackerProcess(
-            sim, "ours", names, namespace, cap=cap, extra=["--stream-logs"] if stream_logs else []
+        extra = (
+            (["--stream-logs"] if stream_logs else [])
+            + (["--heap"] if heap else [])
+            + (["--tracemalloc", str(tracemalloc)] if tracemalloc else [])
         )
+        ours = TrackerProcess(sim, "ours", names, namespace, cap=cap, extra=extra)
         theirs: TrackerProcess | None = None
         try:
             # Window A opens once our tracker has *received* the last change of the start-up burst (its
@@ -196,6 +201,8 @@ def run_tracking(
         "run_seconds_simulated": [round(min(runs), 1), round(max(runs), 1)],
         "stream_logs": stream_logs,
         "job_logs": list(JOB_LOGS),
+        "heap": heap,
+        "tracemalloc": tracemalloc,
         "poll_interval": poll_interval,
         "cncf_max": cncf_max,
         "cncf_followed": followed,
@@ -271,6 +278,8 @@ def summarize(
             when: {**figures, "bytes_per_job": sum(figures["bytes"].values()) / n}
             for when, figures in (ours.get("cache") or {}).items()
         },
+        # With --heap: where the memory is when every job's pod runs (tracker.heap_figures).
+        "heap": ours.get("heap") or None,
         "latency": {
             "running_noticed": latency_stats(_latencies(transitions, ours["states"], "running", "RUNNING")),
             "running_delivered": latency_stats(
@@ -476,6 +485,19 @@ def main() -> None:
         metavar="N=SECONDS",
         help="the start-up to plan for at N jobs (default: extrapolated from smaller N)",
     )
+    parser.add_argument(
+        "--heap",
+        action="store_true",
+        help="report where the tracker's memory is once every job runs (tracker.heap_figures); the walk"
+        " takes memory itself, so the RSS figures of such a run are not comparable",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="FRAMES",
+        help="with --heap, also trace the tracker's allocations (slows it down a lot)",
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     history: dict[int, float] = {}
@@ -493,10 +515,21 @@ def main() -> None:
             cncf_windows=args.cncf_windows,
             poll_interval=args.poll_interval,
             stream_logs=args.stream_logs,
+            heap=args.heap,
+            tracemalloc=args.tracemalloc,
             startup=planned.get(n) or startup_estimate(n, history),
         )
         history[n] = result["startup_seconds"]
         results.append(result)
+        ours = result["ours"]
+        cached = ours["cache"].get("running") or {}
+        print(
+            f"[tracking n={n}] peak RSS {ours['peak_rss_mb']:.0f} MB ({ours['rss_start_mb']:.0f} MB before the"
+            f" triggers), {ours['peak_rss_per_job_kb']:.1f} KB per tracked job; watch cache with every job"
+            f" running: {cached.get('bytes_per_job', 0):,.0f} bytes of JSON per job {cached.get('objects')}"
+        )
+        for what, figures in ((ours.get("heap") or {}).get("walked") or {}).items():
+            print(f"[tracking n={n}]   {figures['bytes_per_job']:>6,} bytes per job: {what}")
         print(json.dumps(result, indent=1, default=str))
         for line in summary_lines(result):
             print(line)

@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
 import signal
 import sys
 import time
+import tracemalloc
+import types
+from collections import Counter
 from typing import Any
 
 SAMPLE_SECONDS = 0.5
@@ -187,6 +191,16 @@ async def follow(trigger: Any, name: str, book: Book) -> None:
         book.events[name] = {"t": time.time(), "status": "crashed", "state": None}
 
 
+def admissions() -> list:
+    """The process's admissions (shared by every trigger of a namespace and policy): not walked."""
+    try:
+        from airflow_jobs_plugin.admission import Admission
+
+        return [a for per_watch in Admission._registry.values() for a in per_watch.values()]  # noqa: SLF001
+    except (ImportError, AttributeError):
+        return []
+
+
 def asked_to_stop(stop_file: str | None) -> bool:
     # A file rather than a signal: a signal reaching a loop this busy can be lost (asyncio's wakeup
     # pipe overflows). One stat every half second does not block.
@@ -201,6 +215,104 @@ def cache_figures(watch: Any) -> dict[str, Any]:
         figures["objects"][watched.plural] = len(objects)
         figures["bytes"][watched.plural] = sum(len(json.dumps(o)) for o in objects)
     return figures
+
+
+# Where a traced allocation is put (``--tracemalloc``): the first frame, newest first, whose file ends
+# with one of these.
+HEAP_SITES = (
+    ("watch_transform.py", "cache: trimmed objects (watch_transform)"),
+    ("json/decoder.py", "decoded JSON kept (interned strings)"),
+    ("airflow_jobs_plugin/watch.py", "watch: index, subscriptions"),
+    ("airflow_jobs_plugin/logstream.py", "logs: streamer, runs, hub"),
+    ("airflow_jobs_plugin/logplan.py", "logs: streamer, runs, hub"),
+    ("airflow_jobs_plugin/logcursor.py", "logs: cursors"),
+    ("airflow_jobs_plugin/triggers.py", "trigger: _Follow, its state and coroutines"),
+    ("airflow_jobs_plugin/admission.py", "admission"),
+    ("airflow_jobs_plugin/quota/", "admission"),
+    ("tests/benchmarks/tracker.py", "benchmark: tasks, book"),
+    ("asyncio/", "asyncio: tasks, futures, handles"),
+    ("aiohttp/", "aiohttp"),
+    ("ssl.py", "ssl"),
+    ("airflow_jobs_plugin/kube.py", "client"),
+    ("airflow_jobs_plugin/lifecycle/", "lifecycle"),
+    ("<frozen importlib", "imports done after the triggers started"),
+)
+
+
+def _heap_site(traceback: tracemalloc.Traceback) -> str:
+    for frame in reversed(traceback):  # newest first
+        for suffix, what in HEAP_SITES:
+            if suffix in frame.filename:
+                return what
+    return "other"
+
+
+def _deep(roots: list, seen: set[int]) -> Counter:
+    """Bytes (``sys.getsizeof``) of everything reachable from ``roots`` not in ``seen``, by type; code,
+    classes, modules and functions are not followed (shared by every job)."""
+    sizes: Counter = Counter()
+    stack = list(roots)
+    skip = (type, types.ModuleType, types.FunctionType, types.CodeType, types.BuiltinFunctionType)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, skip):
+            continue
+        sizes[type(obj).__name__] += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return sizes
+
+
+def heap_figures(watch: Any, tasks: list, stop: list, n: int, traced_before: int | None) -> dict[str, Any]:
+    """Where the memory of the tracked jobs is, per job (``--heap``).
+
+    ``walked``: the objects reachable from each of these, in this order, each object counted once, for
+    the first that reaches it (``sys.getsizeof``: without the allocator's own overhead): the watch's
+    cached jobs, then its cached pods, the table of shared parts, the watch's index, each trigger's
+    task (its coroutines, the trigger, its follow, subscription, log streamer and runs), the log hubs
+    (their tables and stream tasks), the admissions (their tables of jobs), the client (its connection pools, the open streams' connections
+    and buffers). ``stop`` (the loop, the benchmark's book) is not followed.
+
+    With ``--tracemalloc``: the traced allocations live now, made since just before the triggers
+    started, by where they were made."""
+    from airflow_jobs_plugin import logstream
+
+    out: dict[str, Any] = {}
+    if traced_before is not None:
+        snapshot = tracemalloc.take_snapshot()
+        by_site: Counter = Counter()
+        for trace in snapshot.traces:
+            by_site[_heap_site(trace.traceback)] += trace.size
+        traced, _ = tracemalloc.get_traced_memory()
+        out["traced_bytes_per_job"] = round((traced - traced_before) / n)
+        out["traced_by_site_per_job"] = {k: round(v / n) for k, v in by_site.most_common(25)}
+        del snapshot
+    hubs = list(getattr(logstream, "_HUBS", {}).values())
+    pools = admissions()
+    seen = {id(o) for o in stop} | {id(watch), id(watch.client), id(watch._cache)}  # noqa: SLF001
+    seen |= {id(h) for h in hubs} | {id(a) for a in pools}
+    walked: dict[str, Any] = {}
+    for name, roots in (
+        ("cache: jobs", [o for r in watch.resources if r.plural != "pods" for o in watch.jobs(r)]),
+        ("cache: pods", [o for r in watch.resources if r.plural == "pods" for o in watch.jobs(r)]),
+        ("cache: table of shared parts", [getattr(watch, "_sharing", None)]),
+        ("watch: index by job, deleted names", [watch._by_key, watch._deleted]),  # noqa: SLF001
+        ("trigger: task, coroutines, trigger, follow, logs", list(tasks)),
+        ("watch: subscriptions, listeners", [watch._subs, watch._listeners]),  # noqa: SLF001
+        ("log hub: tables, streams", [vars(h) for h in hubs]),
+        ("admission: its tables", [vars(a) for a in pools]),
+        ("client: connections, buffers", [vars(watch.client)]),
+    ):
+        sizes = _deep([r for r in roots if r is not None], seen)
+        walked[name] = {
+            "bytes_per_job": round(sum(sizes.values()) / n),
+            "by_type_per_job": {k: round(v / n) for k, v in sizes.most_common(12)},
+        }
+    out["walked"] = walked
+    out["walked_bytes_per_job"] = sum(w["bytes_per_job"] for w in walked.values())
+    return out
 
 
 async def sample(
@@ -248,19 +360,29 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     # The cache is measured once, when every job has a running pod (all objects live, the largest they
     # get before they end), and again at the end.
     cache: dict[str, Any] = {}
+    heap: dict[str, Any] = {}
+    tasks: list[asyncio.Task] = []
 
     def measure_cache() -> None:
         running = sum(1 for r in book.received.values() if "running" in r)
         if watch is not None and "running" not in cache and running >= len(names):
             cache["running"] = cache_figures(watch)
+            if args.heap:
+                heap.update(
+                    heap_figures(watch, tasks, [loop, book, stop, *admissions()], len(names), traced_before)
+                )
 
     samples: list = []
     sampler = asyncio.create_task(sample(samples, args.stop_file, stop, measure_cache))
+    traced_before = None
+    if args.tracemalloc:
+        tracemalloc.start(args.tracemalloc)
+        traced_before = tracemalloc.get_traced_memory()[0]
     rss0, _ = memory_kb()
     cpu0 = cpu_seconds()
     started = time.time()
     announce(ready=started)
-    tasks = [asyncio.create_task(follow(t, n, book)) for t, n in zip(triggers, names, strict=True)]
+    tasks.extend(asyncio.create_task(follow(t, n, book)) for t, n in zip(triggers, names, strict=True))
     everything = asyncio.gather(*tasks, return_exceptions=True)
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({everything, stopper}, timeout=args.cap, return_when=asyncio.FIRST_COMPLETED)
@@ -306,6 +428,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         "rss_start_kb": rss0,
         "peak_rss_kb": hwm,
         "cache": cache,
+        "heap": heap,
         "samples": samples,
         "states": book.states,
         "events": book.events,
@@ -331,6 +454,19 @@ def main() -> None:
     parser.add_argument("--stop-file", default=None, help="stop as soon as this file exists")
     parser.add_argument("--stream-logs", action="store_true", help="JobTrigger: follow container logs")
     parser.add_argument("--quota-configmap", default=None, help="JobTrigger: the quota policy ConfigMap")
+    parser.add_argument(
+        "--heap",
+        action="store_true",
+        help="once every job's pod runs, walk the objects and write where the memory is (the walk itself"
+        " takes memory: not for the RSS figures)",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="FRAMES",
+        help="with --heap, also trace allocations (this many frames) from the triggers' start",
+    )
     parser.add_argument("--poll-interval", type=float, default=10.0, help="cncf: job_poll_interval")
     parser.add_argument("--pods", default=None, help="cncf: JSON file {job: pod name}")
     args = parser.parse_args()

@@ -60,3 +60,26 @@ def set_scenario(manifest: dict, role: str, scenario: dict) -> dict:
         template = manifest["spec"]["template"]
     template["metadata"].setdefault("annotations", {})["sim.airflow-jobs.io/scenario"] = json.dumps(scenario)
     return manifest
+
+
+@pytest.fixture(autouse=True)
+def cached_objects_are_never_changed(monkeypatch):
+    """Every object a shared watch caches shares its equal parts with the others (watch_transform.
+    Sharing): a change to one through any reader would change them all. Each test here checks that no
+    cached object changed from when it was cached to the test's end."""
+    cached: list[tuple[dict, str]] = []
+    trim = shared.trim
+
+    def recording_trim(*args, **kwargs):
+        out = trim(*args, **kwargs)
+        cached.append((out, json.dumps(out)))
+        return out
+
+    monkeypatch.setattr(shared, "trim", recording_trim)
+    yield
+    changed = [
+        f"{obj.get('kind')} {obj['metadata'].get('name')}: {was} -> {json.dumps(obj)}"
+        for obj, was in cached
+        if json.dumps(obj) != was
+    ]
+    assert not changed, "cached objects changed after they were cached:\n" + "\n".join(changed[:5])

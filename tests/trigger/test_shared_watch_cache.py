@@ -108,7 +108,7 @@ class _SlowList:
         self.items, self.listed_at = items, listed_at
         self.answered = None
 
-    async def list(self, resource, namespace, *, label_selector=None, field_selector=None) -> dict:
+    async def list(self, resource, namespace, *, label_selector=None, field_selector=None, **_page) -> dict:
         import asyncio
 
         self.answered = asyncio.Event()

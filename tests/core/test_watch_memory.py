@@ -1,0 +1,201 @@
+"""What a tracked job costs the triggerer: the shared watch's cache shares equal parts of its objects
+(watch_transform.Sharing), a subscription is a flag and a future, a trigger's log tail holds only the
+lines it got. The readings of the cache are what the trimmed objects read (tests/lifecycle/
+test_watch_transform.py); these tests are about what is shared and when it is let go."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import gc
+import json
+from collections import deque
+
+import pytest
+
+from airflow_jobs_plugin.kube import JOBS, PODS
+from airflow_jobs_plugin.logstream import LogTail
+from airflow_jobs_plugin.watch import SharedWatch, Subscription
+from airflow_jobs_plugin.watch_transform import Sharing, trim
+from tests.lifecycle.factories import batch_job, job_pod, running
+
+
+def _job_and_pod(name: str) -> tuple[dict, dict]:
+    job = batch_job(name)
+    pod = job_pod(name, phase="Running", statuses=[running("main")])
+    # As the Job controller makes a pod: with its template's labels and annotations.
+    annotations = {"airflow-jobs.io/run-id": "run-1"}
+    job["spec"]["template"]["metadata"]["labels"] = copy.deepcopy(pod["metadata"]["labels"])
+    job["spec"]["template"]["metadata"]["annotations"] = dict(annotations)
+    pod["metadata"]["annotations"] = dict(annotations)
+    return job, pod
+
+
+def test_a_pod_shares_its_templates_labels_and_pods_share_equal_statuses():
+    sharing = Sharing()
+    job, pod = _job_and_pod("train")
+    cached_job = trim(job, "Job", sharing)
+    cached_pod = trim(pod, "Pod", sharing)
+    template = cached_job["spec"]["template"]["metadata"]
+    assert cached_pod["metadata"]["labels"] is template["labels"]
+    assert cached_pod["metadata"]["annotations"] is template["annotations"]
+
+    other = trim(
+        copy.deepcopy(pod) | {"metadata": {**pod["metadata"], "name": "train-other"}}, "Pod", sharing
+    )
+    assert other["status"] is cached_pod["status"]  # same phase, conditions and container states
+    assert other["spec"] is cached_pod["spec"]
+    assert other["metadata"] is not cached_pod["metadata"]  # an object's own metadata is its own
+
+
+def test_shared_objects_read_exactly_as_copies_and_the_input_is_never_changed():
+    sharing = Sharing()
+    for name in ("a", "b", "c"):
+        job, pod = _job_and_pod(name)
+        before = copy.deepcopy((job, pod))
+        assert trim(job, "Job", sharing) == trim(job, "Job")
+        assert trim(pod, "Pod", sharing) == trim(pod, "Pod")
+        assert (job, pod) == before
+        assert json.dumps(trim(pod, "Pod", sharing)) == json.dumps(trim(pod, "Pod"))
+
+
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        ({"ready": True}, {"ready": 1}),
+        ({"count": 1}, {"count": 1.0}),
+        ({"count": 0}, {"count": False}),
+        ({"x": None}, {"x": "None"}),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}),
+        ({"x": {}}, {"x": []}),
+    ],
+)
+def test_values_equal_in_python_but_not_in_json_are_never_shared(a: dict, b: dict):
+    sharing = Sharing()
+    first = trim({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": a}, sharing=sharing)
+    second = trim({"kind": "ConfigMap", "metadata": {"name": "b"}, "data": b}, sharing=sharing)
+    assert first["data"] is not second["data"]
+    assert json.dumps(second["data"]) == json.dumps(b)
+    first_list = trim(
+        {"kind": "ConfigMap", "metadata": {"name": "c"}, "v": list(a.values())}, sharing=sharing
+    )
+    second_list = trim(
+        {"kind": "ConfigMap", "metadata": {"name": "d"}, "v": list(b.values())}, sharing=sharing
+    )
+    assert json.dumps(first_list["v"]) == json.dumps(list(a.values()))
+    assert json.dumps(second_list["v"]) == json.dumps(list(b.values()))
+
+
+def test_a_different_dict_under_the_same_hash_is_not_shared():
+    sharing = Sharing()
+    impostor = {"phase": "Failed"}
+    wanted = {"phase": "Running"}
+    sharing._table[hash((*wanted, *wanted.values()))] = impostor  # noqa: SLF001 - a forced collision
+    assert sharing.of_dict(dict(wanted)) == wanted
+
+
+def _trimmed(name: str, sharing: Sharing) -> tuple[dict, dict]:
+    job, pod = _job_and_pod(name)
+    return trim(job, "Job", sharing), trim(pod, "Pod", sharing)
+
+
+def test_the_table_lets_go_of_what_only_it_holds_and_never_of_what_the_cache_holds():
+    sharing = Sharing()
+    kept = [_trimmed(name, sharing) for name in ("a", "b")]
+    dropped = [_trimmed(name, sharing) for name in ("c", "d")]
+    snapshot = json.dumps(kept)
+    size = sharing.size
+    del dropped
+    gc.collect()
+    sharing.sweep()
+    assert 0 < sharing.size < size
+    assert json.dumps(kept) == snapshot
+    # What the table still holds is shared again; what it let go is copied afresh, and reads the same.
+    again = trim(_job_and_pod("a")[1], "Pod", sharing)
+    assert again["status"] is kept[0][1]["status"]
+    del kept, again
+    gc.collect()
+    sharing.sweep()
+    assert sharing.size == 0
+
+
+def test_the_table_sweeps_itself_as_it_grows():
+    sharing = Sharing()
+    for i in range(20_000):
+        trim({"kind": "ConfigMap", "metadata": {"name": f"c{i}"}, "data": {"i": str(i)}}, sharing=sharing)
+    assert sharing.size <= 4096 * 2
+
+
+async def test_a_watch_shares_a_pods_labels_with_its_jobs_template():
+    watch = SharedWatch(None, "default")  # type: ignore[arg-type] - the cache alone, no API calls
+    job, pod = _job_and_pod("train")
+    job["metadata"]["resourceVersion"], pod["metadata"]["resourceVersion"] = "1", "2"
+    watch._apply(JOBS, "ADDED", job)  # noqa: SLF001
+    watch._apply(PODS, "ADDED", pod)  # noqa: SLF001
+    cached_job, cached_pod = watch.get(JOBS, "train"), watch.get(PODS, pod["metadata"]["name"])
+    assert cached_job is not None and cached_pod is not None
+    assert cached_pod["metadata"]["labels"] is cached_job["spec"]["template"]["metadata"]["labels"]
+    assert watch.pods_of("train") == [cached_pod]
+
+
+# --- a subscription ---
+
+
+async def test_a_change_before_the_wait_is_not_lost_and_is_seen_once():
+    sub = Subscription("job")
+    sub.notify()
+    assert await sub.wait(timeout=0.01) is True
+    assert await sub.wait(timeout=0.01) is False
+
+
+async def test_a_change_wakes_every_waiter_and_a_timeout_wakes_only_its_own():
+    sub = Subscription("job")
+    short = asyncio.create_task(sub.wait(timeout=0.01))
+    assert await short is False
+    waiters = [asyncio.create_task(sub.wait(timeout=5)) for _ in range(2)]
+    await asyncio.sleep(0)
+    sub.notify()
+    assert await asyncio.gather(*waiters) == [True, True]
+    assert sub._waiters is None  # noqa: SLF001 - nothing held between waits
+
+
+async def test_a_cancelled_wait_leaves_nothing_behind():
+    sub = Subscription("job")
+    waiter = asyncio.create_task(sub.wait(timeout=5))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert sub._waiters is None  # noqa: SLF001
+    sub.notify()
+    assert await sub.wait(timeout=0.01) is True
+
+
+async def test_the_deleted_job_reaches_its_subscribers_once():
+    watch = SharedWatch(None, "default")  # type: ignore[arg-type] - the cache alone, no API calls
+    sub = watch.subscribe("train")
+    job, pod = _job_and_pod("train")
+    job["metadata"]["resourceVersion"], pod["metadata"]["resourceVersion"] = "1", "2"
+    watch._apply(JOBS, "ADDED", copy.deepcopy(job))  # noqa: SLF001
+    watch._apply(PODS, "DELETED", pod)  # noqa: SLF001 - a pod is not the job
+    assert sub.take_gone("jobs") is None
+    job["metadata"]["annotations"] = {"airflow-jobs.io/verdict": "Cancelled"}
+    watch._apply(JOBS, "DELETED", job)  # noqa: SLF001
+    assert sub.take_gone("mpijobs") is None
+    gone = sub.take_gone("jobs")
+    assert gone is not None and gone["metadata"]["annotations"] == {"airflow-jobs.io/verdict": "Cancelled"}
+    assert sub.take_gone("jobs") is None
+    watch.unsubscribe(sub)
+    assert watch.subscriber_count == 0
+
+
+# --- a log tail ---
+
+
+@pytest.mark.parametrize("size,lines", [(3, 0), (3, 2), (3, 3), (3, 7), (3, 50), (0, 5), (1, 4)])
+def test_a_log_tail_keeps_the_last_lines_as_a_bounded_deque_does(size: int, lines: int):
+    tail, reference = LogTail(size), deque(maxlen=size)
+    for i in range(lines):
+        tail.append(f"line {i}")
+        reference.append(f"line {i}")
+        assert list(tail) == list(reference) and len(tail) == len(reference)
