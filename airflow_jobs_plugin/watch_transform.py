@@ -9,10 +9,9 @@ several kilobytes of Python objects while a snapshot reads a few hundred bytes o
 The rule: keep whole what is read broadly (metadata, a job's own spec and status, a pod's status), cut
 only what nothing reads (``managedFields``; a job's selector, which the API server derives from its uid;
 of a pod spec or a job's pod templates everything but the container names, resources and node choice; a
-few addressing fields of a pod status). A field dropped
-here that some reader does look at is a silent bug, so the test ``tests/core/test_watch_transform.py``
-compares snapshots and admission decisions of trimmed and whole objects; add a field here before reading
-it from the watch. The one reader that needs a whole job, the next attempt of a failed job (a clone of
+few addressing fields of a pod status). A field dropped here that some reader does look at is a silent
+bug, so the test ``tests/lifecycle/test_watch_transform.py`` compares snapshots and admission decisions
+of trimmed and whole objects; add a field here before reading it from the watch. The one reader that needs a whole job, the next attempt of a failed job (a clone of
 the previous attempt, env and volumes included), reads it with a GET (``triggers._Follow``).
 
 What is kept is also shared: with a :class:`Sharing` (each shared watch has one), the dicts and lists
@@ -221,7 +220,12 @@ def _compact(value: Any, share: Sharing) -> Any:
     if kind is str:
         return _intern(value) if len(value) < _INTERN_BELOW else value
     if kind is dict or (kind is not list and isinstance(value, Mapping)):
-        return share.of_dict({_s(k): _compact(v, share) for k, v in value.items()})
+        return share.of_dict(
+            {
+                (_intern(k) if type(k) is str and len(k) < _INTERN_BELOW else k): _compact(v, share)
+                for k, v in value.items()
+            }
+        )
     if kind is list:
         return share.of_list([_compact(v, share) for v in value])
     return value
@@ -268,26 +272,34 @@ class Sharing:
 
     def of_dict(self, value: dict[str, Any]) -> dict[str, Any]:
         """``value`` (whose own dicts and lists are shared already), or an equal dict of the table."""
-        try:  # a dict of plain values (labels, a condition) hashes as it is: the check below tells types
+        tokens: tuple | None = None
+        try:  # a dict of plain values (labels, a condition) hashes as it is
             key = hash((*value, *value.values()))
         except TypeError:  # it holds dicts or lists: by their identity
-            key = hash((*value, *map(_token, value.values())))
+            tokens = tuple(map(_token, value.values()))
+            key = hash((*value, *tokens))
         found = self._table.get(key)
         if found is None:
             self._add(key, value)
             return value
-        if type(found) is dict and len(found) == len(value) and _same_items(found, value):
-            return found
+        if type(found) is dict and len(found) == len(value):
+            if tokens is None:
+                # Equal, and of the same types (1 == True == 1.0, and they hash alike).
+                if found == value and list(map(type, found.values())) == list(map(type, value.values())):
+                    return found
+            elif tuple(found) == tuple(value) and tuple(map(_token, found.values())) == tokens:
+                return found
         return value
 
     def of_list(self, value: list[Any]) -> list[Any]:
         """``value`` (whose own dicts and lists are shared already), or an equal list of the table."""
-        key = hash((_LIST, *map(_token, value)))
+        tokens = tuple(map(_token, value))
+        key = hash((_LIST, *tokens))
         found = self._table.get(key)
         if found is None:
             self._add(key, value)
             return value
-        if type(found) is list and len(found) == len(value) and all(map(_same, found, value)):
+        if type(found) is list and len(found) == len(value) and tuple(map(_token, found)) == tokens:
             return found
         return value
 
@@ -342,23 +354,3 @@ def _token(value: Any) -> Any:
     if kind is dict or kind is list:
         return id(value)
     return (kind, value)
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Whether two values of shared dicts or lists are the same: the same object, or equal plain values
-    of one type."""
-    if a is b:
-        return True
-    kind = type(a)
-    return kind is type(b) and kind is not dict and kind is not list and a == b
-
-
-def _same_items(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True):
-        if ka != kb or type(ka) is not type(kb):
-            return False
-        if va is not vb:
-            kind = type(va)
-            if kind is not type(vb) or kind is dict or kind is list or va != vb:
-                return False
-    return True

@@ -199,3 +199,59 @@ def test_a_log_tail_keeps_the_last_lines_as_a_bounded_deque_does(size: int, line
         tail.append(f"line {i}")
         reference.append(f"line {i}")
         assert list(tail) == list(reference) and len(tail) == len(reference)
+
+
+# --- listing ---
+
+
+class _PagedList:
+    """A client serving a LIST in pages of ``limit``, each at a newer version (as the simulator does;
+    a real API server reads every page at the first one's version)."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.pages: list[int | None] = []
+        self.version = 100
+
+    async def list(
+        self,
+        resource,
+        namespace,
+        *,
+        label_selector=None,
+        field_selector=None,
+        limit=None,
+        continue_token=None,
+    ):
+        self.pages.append(limit)
+        start = int(continue_token or 0)
+        chunk = self.names[start : start + limit] if limit else self.names[start:]
+        self.version += 1
+        meta: dict = {"resourceVersion": str(self.version)}
+        if limit and start + limit < len(self.names):
+            meta["continue"] = str(start + limit)
+        items = [
+            {"metadata": {"name": n, "resourceVersion": "50"}, "status": {"phase": "Running"}} for n in chunk
+        ]
+        return {"items": items, "metadata": meta}
+
+
+async def test_a_list_comes_in_pages_and_is_taken_at_its_first_pages_version():
+    client = _PagedList([f"pod-{i}" for i in range(1203)])
+    watch = SharedWatch(client, "default", resources=(PODS,))  # type: ignore[arg-type]
+    listed_at = await watch._relist(PODS)  # noqa: SLF001
+    assert len(watch.jobs(PODS)) == 1203
+    assert client.pages == [500, 500, 500]
+    assert listed_at == "101"
+    assert await watch.wait_synced(timeout=0) is True
+
+
+async def test_every_trigger_waiting_for_the_first_list_shares_one_wait():
+    watch = SharedWatch(_PagedList(["p"]), "default", resources=(PODS,))  # type: ignore[arg-type]
+    before = len(asyncio.all_tasks())
+    waiters = [asyncio.create_task(watch.wait_synced(timeout=5)) for _ in range(50)]
+    await asyncio.sleep(0)
+    assert len(asyncio.all_tasks()) == before + 50  # the callers' own, no task of the wait's
+    await watch._relist(PODS)  # noqa: SLF001
+    assert await asyncio.gather(*waiters) == [True] * 50
+    assert await SharedWatch(_PagedList([]), "x", resources=(PODS,)).wait_synced(timeout=0.01) is False  # type: ignore[arg-type]
