@@ -77,6 +77,9 @@ def _now() -> datetime:
 # /get.go, Kubernetes 1.32), every decode is short. The API server serves all chunks of one list from the
 # same resourceVersion (apiserver pagination, KEP-365), so the chunks form one consistent list.
 LIST_CHUNK = 500
+# ``status`` is a process of its own with no loop to keep answering: it reads a namespace's events in
+# larger chunks, each a round trip fewer (17,100 events: 4 requests instead of 35).
+STATUS_EVENTS_CHUNK = 5000
 
 
 async def _items(
@@ -86,6 +89,7 @@ async def _items(
     selector: str | None = None,
     *,
     metadata_only: bool = False,
+    chunk: int = LIST_CHUNK,
 ) -> list:
     items: list = []
     token: str | None = None
@@ -94,7 +98,7 @@ async def _items(
             resource,
             namespace,
             label_selector=selector,
-            limit=LIST_CHUNK,
+            limit=chunk,
             continue_token=token,
             metadata_only=metadata_only,
         )
@@ -346,7 +350,7 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
     chosen = {_key(j): j for j in [*page, *(j for j in waiting if may_be_waiting(j))]}
     pods, events = await asyncio.gather(
         _pods_of_jobs(client, list(chosen.values())),
-        asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
+        asyncio.gather(*(_items(client, EVENTS, ns, chunk=STATUS_EVENTS_CHUNK) for ns in spaces)),
     )
     limit = asyncio.Semaphore(PARALLEL_GETS)
 
