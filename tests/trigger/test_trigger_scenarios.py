@@ -10,6 +10,7 @@ import asyncio
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.objects import condition_true
 from airflow_jobs_plugin.triggers import JobTrigger
 
 from .conftest import job_manifest, set_scenario, task_identity
@@ -274,10 +275,7 @@ async def ended_by_cancel(client, name: str) -> dict:
     job itself stays (until its TTL), carrying the cancel."""
     for _ in range(400):
         job = await client.get(JOBS, "default", name)
-        failed = any(
-            c.get("type") == "Failed" and c.get("status") == "True"
-            for c in (job.get("status") or {}).get("conditions") or []
-        )
+        failed = condition_true(job, "Failed")
         if failed and not [p for p in await list_pods(client) if name in p["metadata"]["name"]]:
             break
         await asyncio.sleep(0.05)

@@ -20,6 +20,7 @@ from airflow_jobs_plugin import labels, quota
 from airflow_jobs_plugin.inspect import JobNotFound, Target, cancel, find_job, read_job, resume, stop
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
 from airflow_jobs_plugin.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
+from airflow_jobs_plugin.objects import condition_true
 from airflow_jobs_plugin.plugin.views import job_detail
 from airflow_jobs_plugin.quota.ledger import admission_pass, read_ledger, unsuspend_patch
 from airflow_jobs_plugin.quota.ledger_model import UNSUSPEND_GRACE
@@ -420,12 +421,7 @@ def test_a_cancelled_running_job_stops_its_pods_and_stays_listed_cancelled_until
         # The Job controller ends it through its deadline and deletes its pod; the job stays, failed
         # as kubectl shows it, CANCELLED with who did it as the product shows it.
         async def ended() -> bool:
-            job = await c.job(name)
-            failed = any(
-                cond.get("type") == "Failed" and cond.get("status") == "True"
-                for cond in (job.get("status") or {}).get("conditions") or []
-            )
-            return failed and not await c.pods(name)
+            return condition_true(await c.job(name), "Failed") and not await c.pods(name)
 
         await until(ended)
         state, reason, _ = await c.reason(name)
@@ -452,8 +448,7 @@ def test_a_cancelled_queued_job_ends_without_ever_getting_a_pod(cluster):
         assert await c.reserved() == set()
 
         async def failed() -> bool:
-            conditions = ((await c.job(name)).get("status") or {}).get("conditions") or []
-            return any(cond.get("type") == "Failed" and cond.get("status") == "True" for cond in conditions)
+            return condition_true(await c.job(name), "Failed")
 
         await until(failed)
         # The pool's pass neither admits nor reserves a cancelled job.
@@ -481,9 +476,7 @@ def test_a_cancelled_running_mpi_job_ends_through_its_launcher_and_stays_listed(
 
         # mpi-operator turns the launcher's failure into the MPIJob's; cleanPodPolicy takes the workers.
         async def ended() -> bool:
-            conditions = ((await c.job(name)).get("status") or {}).get("conditions") or []
-            failed = any(cond.get("type") == "Failed" and cond.get("status") == "True" for cond in conditions)
-            return failed and not await c.pods(name)
+            return condition_true(await c.job(name), "Failed") and not await c.pods(name)
 
         await until(ended, timeout=60)
         assert (await c.reason(name))[:2] == ("CANCELLED", "Cancelled")

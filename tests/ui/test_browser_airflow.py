@@ -18,6 +18,7 @@ import pytest
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.kube import JOBS, KubeClient
+from airflow_jobs_plugin.objects import condition_true
 from airflow_jobs_plugin.quota.ledger import read_ledger
 from tests.e2e.stack import Stack
 from tests.ui.browser import Browser, chromium_binary, in_ci
@@ -154,10 +155,7 @@ def test_cancel_clicked_in_airflows_ui_ends_the_job_and_frees_its_quota(stack, t
     def ended() -> dict | None:
         jobs = {j["metadata"]["name"]: j for j in asyncio.run(task_jobs(stack))}
         job = jobs.get(name)
-        failed = job is not None and any(
-            c.get("type") == "Failed" and c.get("status") == "True"
-            for c in (job.get("status") or {}).get("conditions") or []
-        )
+        failed = job is not None and condition_true(job, "Failed")
         return job if failed and name not in asyncio.run(reserved(stack)) else None
 
     kept = wait(ended, 60, "the cancelled job to end and its GPUs to be freed")
