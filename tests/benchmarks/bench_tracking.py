@@ -189,6 +189,10 @@ def run_tracking(
     result["simulator"] = {
         "cpu_seconds": round(simulator["cpu_seconds"], 1),
         "peak_rss_mb": round(simulator["peak_rss_kb"] / 1024, 1),
+        # Its sampler reads the counters inside the simulator's loop every half second: a long gap
+        # between two samples is a stall of that loop (every watch event it sends waits for it too).
+        "loop_lag_max": max_gap(samples),
+        "loop_stalls": stalls(samples),
     }
     result["setup"] = {
         "time_scale": time_scale,
@@ -294,6 +298,11 @@ def summarize(
             "final_event": latency_stats(_latencies(transitions, events, "finished", "final")),
         },
         "loop_lag_max": max_gap(ours["samples"]),
+        "loop_stalls": stalls(ours["samples"]),
+        # Garbage collections: their time per generation, and the slow ones (tracker.GcClock).
+        "gc": ours.get("gc"),
+        # pymalloc's blocks and glibc's free memory before the triggers and with every job running.
+        "allocators": ours.get("allocators"),
         "log_lines": ours["log_lines"],
         "logs": container_logs(ours, transitions),
         "watch_relists": ours.get("watch_relists"),
@@ -435,6 +444,16 @@ def max_gap(samples: list) -> float | None:
     return max(0.0, max(gaps) - 0.5) if gaps else None
 
 
+def stalls(samples: list, at_least: float = 0.5) -> list[tuple[float, float]]:
+    """Each time the loop was too busy to run the half-second sampler for ``at_least`` seconds more:
+    (when the stall ended, how long it was beyond the half second)."""
+    return [
+        (round(b[0], 2), round(b[0] - a[0] - 0.5, 3))
+        for a, b in zip(samples, samples[1:], strict=False)
+        if b[0] - a[0] - 0.5 >= at_least
+    ]
+
+
 def measured_ratio(ours: dict, cncf: dict) -> dict[str, Any]:
     """The request ratio against the cncf trigger's rate in its window; when its event loop was stalled
     for the whole window (no request at all), against its rate over its whole run instead, marked so."""
@@ -561,6 +580,17 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f" {logs['jobs_with_last_line']:,} jobs' last line from the trigger,"
         f" {logs['jobs_with_markers']:,} jobs with {logs['markers']:,} markers left to the worker",
     ]
+    collected = ours.get("gc") or {}
+    if collected:
+        gens = collected["by_generation"]
+        lines.append(
+            f"[tracking n={n}] garbage collections: "
+            + ", ".join(
+                f"generation {g} {f['count']}x {f['seconds']:.1f}s (longest {f['max'] * 1000:.0f} ms)"
+                for g, f in gens.items()
+            )
+            + f"; loop stalls over 0.5 s: {len(ours.get('loop_stalls') or [])}"
+        )
     cncf = result.get("cncf")
     if cncf:
         ranges = cncf["ranges"]

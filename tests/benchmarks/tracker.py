@@ -315,6 +315,79 @@ def heap_figures(watch: Any, tasks: list, stop: list, n: int, traced_before: int
     return out
 
 
+def allocator_figures(trim: bool = False) -> dict[str, Any]:
+    """Where the process's RSS is, as the allocators see it: pymalloc's arenas (``sys._debugmallocstats``,
+    objects up to 512 bytes) split into blocks in use, free blocks inside used pools, and unused pools;
+    the rest of the RSS is glibc's heap (larger objects, buffers) and the interpreter's own. With
+    ``trim``, glibc's ``malloc_trim(0)`` returns its free pages and the RSS after it is noted: how much of
+    the RSS was free memory glibc kept."""
+    import ctypes
+    import tempfile
+
+    figures: dict[str, Any] = {"rss_kb": memory_kb()[0]}
+    with tempfile.TemporaryFile(mode="w+") as out:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read()
+    keys = {
+        "# arenas allocated current": "arenas",
+        "# bytes in allocated blocks": "pymalloc_in_use",
+        "# bytes in available blocks": "pymalloc_free_blocks",
+        "unused pools": "pymalloc_unused_pools",
+        "# bytes lost to quantization": "pymalloc_quantization",
+    }
+    for line in text.splitlines():
+        for key, name in keys.items():
+            if key in line and "=" in line:
+                figures[name] = int(line.split("=")[-1].strip().replace(",", ""))
+    if trim:
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            figures["rss_after_malloc_trim_kb"] = memory_kb()[0]
+        except OSError:
+            pass
+    return figures
+
+
+class GcClock:
+    """The time each garbage collection took, per generation, from ``gc.callbacks``: a collection of the
+    oldest generation walks every container object the process keeps, and stalls the event loop for it."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.by_gen: dict[int, list[float]] = {0: [0, 0.0, 0.0], 1: [0, 0.0, 0.0], 2: [0, 0.0, 0.0]}
+        self.slow: list[tuple[float, int, float, int]] = []  # (time, generation, seconds, collected)
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+            return
+        took = time.perf_counter() - self.started
+        figures = self.by_gen[info["generation"]]
+        figures[0] += 1
+        figures[1] += took
+        figures[2] = max(figures[2], took)
+        if took >= 0.05 and len(self.slow) < 500:
+            self.slow.append((time.time(), info["generation"], took, info.get("collected", 0)))
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "by_generation": {
+                str(g): {"count": c, "seconds": round(s, 3), "max": round(m, 4)}
+                for g, (c, s, m) in self.by_gen.items()
+            },
+            "slow": self.slow,
+            "objects_tracked": len(gc.get_objects()),
+        }
+
+
 async def sample(
     samples: list,
     stop_file: str | None,
@@ -361,12 +434,14 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     # get before they end), and again at the end.
     cache: dict[str, Any] = {}
     heap: dict[str, Any] = {}
+    allocators: dict[str, Any] = {}
     tasks: list[asyncio.Task] = []
 
     def measure_cache() -> None:
         running = sum(1 for r in book.received.values() if "running" in r)
         if watch is not None and "running" not in cache and running >= len(names):
             cache["running"] = cache_figures(watch)
+            allocators["running"] = allocator_figures(trim=bool(os.environ.get("BENCH_MALLOC_TRIM")))
             if args.heap:
                 heap.update(
                     heap_figures(watch, tasks, [loop, book, stop, *admissions()], len(names), traced_before)
@@ -378,6 +453,9 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     if args.tracemalloc:
         tracemalloc.start(args.tracemalloc)
         traced_before = tracemalloc.get_traced_memory()[0]
+    gc_clock = GcClock()
+    gc.callbacks.append(gc_clock)
+    allocators["start"] = allocator_figures()
     rss0, _ = memory_kb()
     cpu0 = cpu_seconds()
     started = time.time()
@@ -395,6 +473,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     stopper.cancel()
     sampler.cancel()
     _, hwm = memory_kb()
+    gc.callbacks.remove(gc_clock)
     if watch is not None:
         cache["end"] = cache_figures(watch)
     hubs: dict[str, Any] = {}
@@ -429,6 +508,8 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         "peak_rss_kb": hwm,
         "cache": cache,
         "heap": heap,
+        "gc": gc_clock.figures(),
+        "allocators": allocators,
         "samples": samples,
         "states": book.states,
         "events": book.events,
