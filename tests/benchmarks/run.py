@@ -246,8 +246,11 @@ def admission_table(results: list[dict]) -> list[str]:
         "|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in results:
+        who = f"{r['processes']}" + (
+            f", copy {r['copy']} of 2 at once" if r.get("loaded_by_second_copy") else ""
+        )
         rows.append(
-            f"| {r['processes']} | {r['admitted']:,}/{r['jobs']:,} | {_ms(r['latency']['p50'])} / "
+            f"| {who} | {r['admitted']:,}/{r['jobs']:,} | {_ms(r['latency']['p50'])} / "
             f"{_ms(r['latency']['p99'])} | {_f(r['admissions_per_second'], 1)} | {r['makespan_seconds']:.0f} s | "
             f"{_f(r['requests']['per_second'], 1)} | {r['over_quota_instants']} | "
             f"{', '.join(str(x) for x in r['cpu_seconds'])} | {r['events']:,} |"
@@ -333,12 +336,41 @@ def targets(tracking: list[dict], admission: list[dict]) -> list[str]:
                 f"**{'met' if low is not None and low >= TARGET_RATIO else 'missed'}**."
             )
     for r in admission:
+        if r.get("loaded_by_second_copy"):
+            continue
         p99 = r["latency"]["p99"]
         out.append(
             f"- Admission p99 under {TARGET_LATENCY:g} s with {r['processes']} process(es): {_ms(p99)}, "
             f"**{'met' if p99 is not None and p99 < TARGET_LATENCY else 'missed'}**."
         )
+    loaded = [r for r in admission if r.get("loaded_by_second_copy")]
+    if loaded:
+        worst = max(r["latency"]["p99"] or math.inf for r in loaded)
+        out.append(
+            f"- Admission p99 under {TARGET_LATENCY:g} s with {loaded[0]['processes']} processes, the machine "
+            f"loaded by a second copy of the benchmark: "
+            + " and ".join(_ms(r["latency"]["p99"]) for r in loaded)
+            + f" (the two copies), **{'met' if worst < TARGET_LATENCY else 'missed'}**."
+        )
     return out
+
+
+def run_admission_loaded(jobs: int = 1000, processes: int = 3) -> list[dict]:
+    """The admission run with ``processes`` admitting processes while a second copy of the same run
+    (its own simulated cluster and trackers) loads the machine: two copies started together, each
+    reported. Each copy's figures are its own; the load is the other's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        copies = [
+            pool.submit(run_admission, jobs, processes, say=lambda m, c=c: print(f"[copy {c}] {m}"))
+            for c in (1, 2)
+        ]
+        results = [f.result() for f in copies]
+    for copy, result in enumerate(results, start=1):
+        result["loaded_by_second_copy"] = True
+        result["copy"] = copy
+    return results
 
 
 def _loads(tracking: list[dict]) -> list[str]:
@@ -704,10 +736,16 @@ def main() -> None:
                 _save(args.raw, data)
         if not args.skip_admission:
             for k in (1, 3):
-                data["admission"] = [r for r in data["admission"] if r["processes"] != k]
+                data["admission"] = [
+                    r for r in data["admission"] if r["processes"] != k or r.get("loaded_by_second_copy")
+                ]
                 data["admission"].append(run_admission(1000, k))
-                data["admission"].sort(key=lambda r: r["processes"])
+                data["admission"].sort(key=lambda r: (bool(r.get("loaded_by_second_copy")), r["processes"]))
                 _save(args.raw, data)
+            # The same 3-process run twice at once: each copy's latencies with the machine loaded.
+            data["admission"] = [r for r in data["admission"] if not r.get("loaded_by_second_copy")]
+            data["admission"].extend(run_admission_loaded(1000, 3))
+            _save(args.raw, data)
         if not args.merge:
             data["seconds"] = time.time() - started
         _save(args.raw, data)
