@@ -38,6 +38,7 @@ from collections import Counter
 from typing import Any
 
 SAMPLE_SECONDS = 0.5
+SETTLED_AFTER = 20.0  # seconds after every job's pod runs: the allocators are read a second time
 MARK = "@bench "  # protocol lines start with it: imports may print to stdout too
 
 
@@ -442,10 +443,15 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         if watch is not None and "running" not in cache and running >= len(names):
             cache["running"] = cache_figures(watch)
             allocators["running"] = allocator_figures(trim=bool(os.environ.get("BENCH_MALLOC_TRIM")))
+            allocators["running"]["t"] = time.time()
             if args.heap:
                 heap.update(
                     heap_figures(watch, tasks, [loop, book, stop, *admissions()], len(names), traced_before)
                 )
+        elif "running" in allocators and "settled" not in allocators:
+            # Again once the start-up burst is over (its transient objects freed): the live set.
+            if time.time() - allocators["running"]["t"] >= SETTLED_AFTER:
+                allocators["settled"] = allocator_figures()
 
     samples: list = []
     sampler = asyncio.create_task(sample(samples, args.stop_file, stop, measure_cache))
