@@ -1,7 +1,7 @@
 """Run every benchmark and write ``docs/benchmarks.md`` (its results section) and ``docs/benchmarks.svg``.
 
-Run: ``scripts/bench`` (or ``.venv/bin/python tests/benchmarks/run.py``). Options: ``--n 100 1000 5000``
-(tracking sizes), ``--skip-admission``, ``--skip-tracking``, ``--startup 5000=600`` (plan for a slower
+Run: ``scripts/bench`` (or ``.venv/bin/python tests/benchmarks/run.py``). Options: ``--n 1000 5000 20000``
+(tracking sizes, the default), ``--skip-admission``, ``--skip-tracking``, ``--startup 5000=600`` (plan for a slower
 simulator start-up than extrapolated), ``--raw results.json`` (keep every figure), ``--from results.json``
 (rewrite the report from a saved run without measuring again), ``--merge results.json`` (add this run's
 sizes to a saved run, replacing the sizes measured again, and report them together). The tracking
@@ -656,7 +656,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--n", type=int, nargs="+", default=[1000, 5000, 20000])
     parser.add_argument("--skip-admission", action="store_true")
     parser.add_argument("--skip-tracking", action="store_true")
     parser.add_argument("--raw", default=os.path.join(tempfile.gettempdir(), "airflow-jobs-bench.json"))
