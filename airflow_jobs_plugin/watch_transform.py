@@ -11,8 +11,9 @@ only what nothing reads (``managedFields``; a job's selector, which the API serv
 of a pod spec or a job's pod templates everything but the container names, resources and node choice; a
 few addressing fields of a pod status). A field dropped here that some reader does look at is a silent
 bug, so the test ``tests/lifecycle/test_watch_transform.py`` compares snapshots and admission decisions
-of trimmed and whole objects; add a field here before reading it from the watch. The one reader that needs a whole job, the next attempt of a failed job (a clone of
-the previous attempt, env and volumes included), reads it with a GET (``triggers._Follow``).
+of trimmed and whole objects; add a field here before reading it from the watch. The one reader that
+needs a whole job, the next attempt of a failed job (a clone of the previous attempt, env and volumes
+included), reads it with a GET (``triggers._Follow``).
 
 What is kept is also shared: with a :class:`Sharing` (each shared watch has one), the dicts and lists
 of an object are looked up by content, and an equal one already in the cache is used instead of the
@@ -220,6 +221,7 @@ def _compact(value: Any, share: Sharing) -> Any:
     if kind is str:
         return _intern(value) if len(value) < _INTERN_BELOW else value
     if kind is dict or (kind is not list and isinstance(value, Mapping)):
+        # ``_s`` written out: this runs for every key of every object the watch caches.
         return share.of_dict(
             {
                 (_intern(k) if type(k) is str and len(k) < _INTERN_BELOW else k): _compact(v, share)

@@ -437,21 +437,22 @@ def container_logs(ours: dict, transitions: dict[str, dict]) -> dict[str, Any]:
     }
 
 
+def _gaps(samples: list) -> list[tuple[float, float]]:
+    """(when, how long beyond the half second) for each pair of consecutive half-second samples."""
+    return [(b[0], b[0] - a[0] - 0.5) for a, b in zip(samples, samples[1:], strict=False)]
+
+
 def max_gap(samples: list) -> float | None:
     """The longest gap between two of a tracker's half-second samples, minus the half second: how long
     its event loop was at worst too busy to run a timer."""
-    gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:], strict=False)]
-    return max(0.0, max(gaps) - 0.5) if gaps else None
+    gaps = _gaps(samples)
+    return max(0.0, max(g for _, g in gaps)) if gaps else None
 
 
 def stalls(samples: list, at_least: float = 0.5) -> list[tuple[float, float]]:
     """Each time the loop was too busy to run the half-second sampler for ``at_least`` seconds more:
     (when the stall ended, how long it was beyond the half second)."""
-    return [
-        (round(b[0], 2), round(b[0] - a[0] - 0.5, 3))
-        for a, b in zip(samples, samples[1:], strict=False)
-        if b[0] - a[0] - 0.5 >= at_least
-    ]
+    return [(round(t, 2), round(g, 3)) for t, g in _gaps(samples) if g >= at_least]
 
 
 def measured_ratio(ours: dict, cncf: dict) -> dict[str, Any]:
