@@ -73,6 +73,9 @@ RESYNC_SECONDS = 60.0
 STALE_RETRY_SECONDS = 0.2
 # An admission with no subscribed trigger and no caller for this long stops its workers and watches.
 IDLE_SECONDS = 120.0
+# How long a pass whose write from the cached ledger lost waits for the watch to bring the winner's
+# ledger before it reads the ledger itself.
+LEDGER_CATCH_UP_SECONDS = 0.5
 # How long the nodes' GPU capacities read for placement are reused (nodes join and leave rarely).
 NODES_TTL_SECONDS = 30.0
 # Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
@@ -220,6 +223,15 @@ async def check_group(
             "it could never start; ask for fewer GPUs or a larger user quota"
         )
     return charged
+
+
+# The shared watch's index of the product's jobs by quota group (a pass reads one group's jobs).
+_BY_GROUP = "quota-group"
+_JOB_PLURALS = frozenset({JOBS.plural, MPIJOBS.plural})
+
+
+def _group_index(plural: str, obj: dict) -> str | None:
+    return group_of(obj) if plural in _JOB_PLURALS else None
 
 
 def _wake(watch: SharedWatch, job_name: str) -> None:
@@ -521,6 +533,7 @@ class Admission:
         self._fingerprints: dict[str, tuple] = {}
         self._policy: _PolicySource | None = None
         self._ledgers: SharedWatch | None = None
+        self._ledger_changed: asyncio.Event | None = None  # set (and replaced) on every ledger event
         self._workloads: _WorkloadSource | None = None
         self._remove_listener: Callable[[], None] | None = None
         self._reaper: asyncio.Task | None = None
@@ -598,19 +611,36 @@ class Admission:
         return max(0.05, min(default, (wait_until - _now()).total_seconds()))
 
     async def release(self, job: dict) -> None:
-        """A job reached its end: give its GPUs back and let the next jobs of its group start."""
+        """A job reached its end: give its GPUs back and let the next jobs of its group start.
+
+        The group's pass drops the reservation of a job that ended as well (once its pods hold no
+        GPUs), and usually first: the job's end wakes it at once, while the trigger reads the pods
+        before it decides. So the ledger is read from this process's ledger watch: when it no longer
+        holds the job, there is nothing to write and nothing is asked of the API server; otherwise the
+        compare-and-swap starts from the cached version (and re-reads only if that lost)."""
         if not self.quota_enabled:
             return
-        await self.release_job(self.client, job, self.quota_configmap, self.quota_namespace)
         group = group_of(job)
+        uid = (job.get("metadata") or {}).get("uid") or ""
+        cached = self._cached_ledger(group) if group else None
+        if cached is None or cached.ledger.find(uid) is not None:
+            await self.release_job(
+                self.client, job, self.quota_configmap, self.quota_namespace, cached=cached
+            )
         if group and not self.closed:
             self._worker(group).mark()
 
     @staticmethod
     async def release_job(
-        client: KubeClient, job: dict, quota_configmap: str | None, quota_namespace: str | None
+        client: KubeClient,
+        job: dict,
+        quota_configmap: str | None,
+        quota_namespace: str | None,
+        *,
+        cached: ledger.StoredLedger | None = None,
     ) -> None:
-        """Remove ``job``'s reservation from its group's ledger (compare-and-swap); no-op without quota."""
+        """Remove ``job``'s reservation from its group's ledger (compare-and-swap); no-op without quota.
+        ``cached``: the group's ledger as a watch holds it, read instead of a GET first."""
         if quota_configmap is None:
             return
         group = group_of(job)
@@ -619,7 +649,7 @@ class Admission:
             return
         namespace = quota_namespace or meta.get("namespace") or "default"
         try:
-            await ledger.release(client, namespace, group, meta["uid"])
+            await ledger.release(client, namespace, group, meta["uid"], cached=cached)
         except (KubeError, LedgerConflict) as exc:
             # Not fatal: the job has ended, so the next pass of any process drops its reservation.
             log.warning(
@@ -804,6 +834,7 @@ class Admission:
         )
         self._ledgers.add_listener(self._on_ledger_event)
         self._ledgers.start()
+        self.watch.add_index(_BY_GROUP, _group_index)
         self._remove_listener = self.watch.add_listener(self._on_job_event)
         self._reaper = asyncio.create_task(self._reap(), name="ajp-admission-reaper")
 
@@ -866,6 +897,9 @@ class Admission:
         name = meta.get("name") or ""
         if not name.startswith(quota.ledger_name("")):
             return
+        if self._ledger_changed is not None:
+            changed, self._ledger_changed = self._ledger_changed, None
+            changed.set()
         unit = name[len(quota.ledger_name("")) :]
         # A cohort's ledger holds several groups: every worker of one of them runs a pass.
         for worker in list(self._groups.values()):
@@ -886,11 +920,11 @@ class Admission:
     def _group_jobs(self, group: str) -> list[dict]:
         # A job Kueue admits is never the pool's: admitting, requeueing or charging it would fight Kueue.
         # One the pool handed to Kueue stays in view only so that it counts against its user's limits.
+        # Read through the watch's index by group: a pass costs its group's jobs, not the namespace's.
         return [
             job
-            for resource in (JOBS, MPIJOBS)
-            for job in self.watch.jobs(resource)
-            if group_of(job) == group and (not kueue.manages(job) or ledger.handed_to_kueue(job))
+            for job in self.watch.by_index(_BY_GROUP, group)
+            if not kueue.manages(job) or ledger.handed_to_kueue(job)
         ]
 
     def _status(self, worker: _GroupWorker, uid: str) -> QueueStatus | None:
@@ -931,6 +965,7 @@ class Admission:
             hook=self.hook,
             rng=self._rng,
             cached=lambda: self._cached_ledger(unit, members),
+            cached_after=lambda version: self._cached_ledger_after(unit, members, version),
             pods_of=self._pods_of,
             members=members,
         )
@@ -966,6 +1001,24 @@ class Admission:
             return None
         configmap = self._ledgers.get(CONFIGMAPS, quota.ledger_name(group))
         return ledger.StoredLedger(quota.decode(group, (configmap or {}).get("data"), members), configmap)
+
+    async def _cached_ledger_after(
+        self, group: str, members: tuple[str, ...], version: str | None
+    ) -> ledger.StoredLedger | None:
+        """The group's ledger as the ledger watch holds it once that is not ``version`` (the cache only
+        moves forward: newer), waiting up to LEDGER_CATCH_UP_SECONDS; ``None`` if it did not come."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEDGER_CATCH_UP_SECONDS
+        while True:
+            stored = self._cached_ledger(group, members)
+            if stored is None or stored.version != version:
+                return stored
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            if self._ledger_changed is None:
+                self._ledger_changed = asyncio.Event()
+            await _wait_event(self._ledger_changed, remaining)
 
     def _absorb(self, outcome: ledger.PassOutcome) -> None:
         """Fold what the pass wrote into this process's caches: its next pass (and the triggers) see

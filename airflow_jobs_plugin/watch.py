@@ -157,6 +157,8 @@ def _time_out(waiter: asyncio.Future[bool]) -> None:
 
 
 Listener = Callable[[str, str, dict], None]
+# What an index files a cached object under (``None``: not filed): ``fn(plural, obj)``.
+IndexFunc = Callable[[str, dict], "str | None"]
 MAX_DELETED_REMEMBERED = 10_000
 LIST_PAGE = 500  # objects per page of a (re)list: client-go's (k8s.io/client-go/tools/pager)
 
@@ -188,6 +190,10 @@ class SharedWatch:
         self._by_key: dict[str, list[tuple[str, str]]] = {}
         self._subs: dict[str, list[Subscription]] = {}
         self._listeners: list[Listener] = []
+        # Named indexes over the cache (add_index): value -> the (plural, name) of the objects filed
+        # under it, kept by every change the cache takes.
+        self._indexers: dict[str, IndexFunc] = {}
+        self._indices: dict[str, dict[str, dict[tuple[str, str], None]]] = {}
         self._synced = {r.plural: asyncio.Event() for r in self.resources}
         self._all_synced: asyncio.Future | None = None  # the one wait of every wait_synced caller
         # Names the watch saw deleted, with the deletion's version, so a read in flight cannot revive them.
@@ -256,6 +262,49 @@ class SharedWatch:
 
     def jobs(self, resource: Resource) -> list[dict]:
         return list(self._cache.get(resource.plural, {}).values())
+
+    def add_index(self, name: str, fn: IndexFunc) -> None:
+        """Keep an index of the cache: every object filed under ``fn(plural, obj)`` (unless ``None``),
+        for :meth:`by_index`. client-go's indexers (``SharedIndexInformer.AddIndexers``, kept by
+        ``storeIndex.updateIndices`` in ``tools/cache/thread_safe_store.go``, v0.34.0): a reader that
+        wants the objects of one value (the quota pool: one group's jobs) reads those, not the whole
+        cache. Adding an index of a name already added does nothing."""
+        if name in self._indexers:
+            return
+        self._indexers[name] = fn
+        index: dict[str, dict[tuple[str, str], None]] = {}
+        self._indices[name] = index
+        for plural, objects in self._cache.items():
+            for obj_name, obj in objects.items():
+                value = fn(plural, obj)
+                if value is not None:
+                    index.setdefault(value, {})[(plural, obj_name)] = None
+
+    def by_index(self, name: str, value: str) -> list[dict]:
+        """The cached objects index ``name`` files under ``value`` (none for an index not added)."""
+        out = []
+        for plural, obj_name in self._indices.get(name, {}).get(value, ()):
+            obj = self._cache[plural].get(obj_name)
+            if obj is not None:
+                out.append(obj)
+        return out
+
+    def _reindex(self, plural: str, name: str, old: dict | None, new: dict | None) -> None:
+        key = (plural, name)
+        for index_name, fn in self._indexers.items():
+            before = None if old is None else fn(plural, old)
+            after = None if new is None else fn(plural, new)
+            if before == after:
+                continue  # the common case: a change that leaves the object where it was filed
+            index = self._indices[index_name]
+            if before is not None:
+                bucket = index.get(before)
+                if bucket is not None:
+                    bucket.pop(key, None)
+                    if not bucket:  # an empty bucket per value ever seen would grow without bound
+                        del index[before]
+            if after is not None:
+                index.setdefault(after, {})[key] = None
 
     # --- subscribing ---
 
@@ -476,7 +525,9 @@ class SharedWatch:
             deleted[name] = obj["metadata"].get("resourceVersion") or ""
             if len(deleted) > MAX_DELETED_REMEMBERED:
                 del deleted[next(iter(deleted))]
-            cache.pop(name, None)
+            old = cache.pop(name, None)
+            if self._indexers and old is not None:
+                self._reindex(resource.plural, name, old, None)
             owned = self._by_key.get(key) if key else None
             if key and owned is not None:
                 if (resource.plural, name) in owned:
@@ -488,6 +539,8 @@ class SharedWatch:
                     sub.gone(resource.plural, obj)
         else:
             deleted.pop(name, None)
+            if self._indexers:
+                self._reindex(resource.plural, name, cache.get(name), obj)
             cache[name] = obj
             if key:
                 owned = self._by_key.get(key)

@@ -328,11 +328,21 @@ async def update_ledger(
     rng: random.Random | None = None,
     max_attempts: int = MAX_CAS_ATTEMPTS,
     members: Collection[str] = (),
+    cached: StoredLedger | None = None,
 ) -> StoredLedger:
-    """Read, apply ``change``, compare-and-swap; on a conflict re-read and apply again (jittered)."""
+    """Read, apply ``change``, compare-and-swap; on a conflict re-read and apply again (jittered).
+
+    ``cached`` (the ledger as a watch last saw it) replaces the first read: the compare-and-swap tells
+    if it was stale, and a stale one is re-read at once. A change that leaves the cached ledger as it
+    is returns it unread: only a write proves a read current, so that caller must not rely on it."""
     rng = rng or random.Random()
     for attempt in range(1, max_attempts + 1):
-        stored = await read_ledger(client, namespace, group, members)
+        from_cache = cached is not None and attempt == 1
+        stored = (
+            cached
+            if from_cache and cached is not None
+            else await read_ledger(client, namespace, group, members)
+        )
         new = change(stored.ledger)
         if new.reservations == stored.ledger.reservations:
             return stored
@@ -341,7 +351,8 @@ async def update_ledger(
         except LedgerConflict:
             if attempt == max_attempts:
                 raise
-            await _sleep_before_retry(attempt, rng)
+            if not from_cache:
+                await _sleep_before_retry(attempt, rng)
     raise AssertionError("unreachable")
 
 
@@ -354,11 +365,13 @@ async def release(
     requeue_count_at_most: int | None = None,
     rng: random.Random | None = None,
     members: Collection[str] = (),
+    cached: StoredLedger | None = None,
 ) -> bool:
     """Remove job ``uid``'s reservation; True if there was one.
 
     ``requeue_count_at_most`` limits the release to a reservation of that attempt or an earlier one,
-    so a requeue never frees the reservation of a newer admission made meanwhile.
+    so a requeue never frees the reservation of a newer admission made meanwhile. ``cached``: see
+    :func:`update_ledger`.
     """
     released = False
 
@@ -370,7 +383,7 @@ async def release(
         )
         return without(ledger, uid, utcnow()) if released else ledger
 
-    await update_ledger(client, namespace, group, change, rng=rng, members=members)
+    await update_ledger(client, namespace, group, change, rng=rng, members=members, cached=cached)
     return released
 
 
@@ -727,6 +740,7 @@ async def admission_pass(
     rng: random.Random | None = None,
     max_attempts: int = MAX_CAS_ATTEMPTS,
     cached: Callable[[], StoredLedger | None] | None = None,
+    cached_after: Callable[[str | None], Awaitable[StoredLedger | None]] | None = None,
     unsuspend_grace: timedelta = UNSUSPEND_GRACE,
     pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None = None,
     members: Collection[str] = (),
@@ -737,7 +751,9 @@ async def admission_pass(
     ignored); it is called again on every CAS retry. ``cached`` may return the ledger as a watch last
     saw it (``None``: unknown): a pass that only plans on it saves a GET, and one that writes learns it
     was stale from the compare-and-swap; before acting on jobs without writing, it reads the ledger
-    afresh. ``pods_of`` returns a job's pods where known: a reservation of a job that ended or was
+    afresh. ``cached_after(version)`` waits for the watch to hold a ledger newer than ``version`` and
+    returns it (``None`` if it does not come soon): a write from the cache that lost plans again on the
+    winner's ledger as the watch delivers it, instead of a GET of it. ``pods_of`` returns a job's pods where known: a reservation of a job that ended or was
     stopped is kept while they live. ``group`` names the ledger: a cohort's decides for its ``members``
     groups at once. Safe to run in any number of processes at once.
     """
@@ -746,9 +762,10 @@ async def admission_pass(
     written_over: str | None = None
     written = False
     attempt = 0
+    next_cached = cached() if cached is not None else None
     while True:
         attempt += 1
-        from_cache = cached() if cached is not None and attempt == 1 else None
+        from_cache, next_cached = next_cached, None
         fresh = from_cache is None
         stored = (
             await read_ledger(client, ledger_namespace, group, members) if from_cache is None else from_cache
@@ -780,8 +797,13 @@ async def admission_pass(
             conflicts += 1
             if attempt >= max_attempts:
                 raise
-            if fresh:  # a cached ledger that lost is simply stale: re-read at once
+            if fresh:
                 await _sleep_before_retry(conflicts, rng)
+            elif cached_after is not None:
+                # A cached ledger that lost is simply stale: the winner's write is on its way to the
+                # watch (read it afresh if it is slow to come). Three processes racing on every end
+                # would otherwise each GET what the watch brings them a moment later.
+                next_cached = await cached_after(stored.version)
             continue
         written_over, written = replaced, True
         await _call(hook, "ledger-written")

@@ -120,21 +120,24 @@ def summarize(
     for name, entry in transitions.items():
         group = by_group.setdefault(entry.get("group") or "?", {"admits": [], "ends": [], "spans": []})
         if "unsuspended" in entry:
-            group["admits"].append(entry["unsuspended"])
+            group["admits"].append((entry["unsuspended"], name))
         if "finished" in entry:
-            group["ends"].append(entry["finished"])
+            group["ends"].append((entry["finished"], name))
         if "unsuspended" in entry:
             group["spans"].append(
                 (entry["unsuspended"], entry.get("finished", float("inf")), gpus_of.get(name, 0))
             )
     latencies: list[float] = []
+    counted: list[tuple[float, str, str]] = []  # (latency, the job admitted, the job whose end made room)
     over_quota = 0
     for group in by_group.values():
         ends = sorted(group["ends"])
-        for admitted in group["admits"]:
-            i = bisect.bisect_right(ends, admitted)
+        end_times = [t for t, _ in ends]
+        for admitted, name in group["admits"]:
+            i = bisect.bisect_right(end_times, admitted)
             if i:
-                latencies.append(admitted - ends[i - 1])
+                latencies.append(admitted - end_times[i - 1])
+                counted.append((admitted - end_times[i - 1], name, ends[i - 1][1]))
         # The invariant, on the cluster's own timeline: admitted and unfinished GPUs never above quota.
         moments = sorted([(s, g) for s, _, g in group["spans"]] + [(e, -g) for _, e, g in group["spans"]])
         held = 0
@@ -142,7 +145,7 @@ def summarize(
             held += change
             if held > GROUP_GPUS:
                 over_quota += 1
-    admits = sorted(t for g in by_group.values() for t in g["admits"])
+    admits = sorted(t for g in by_group.values() for t, _ in g["admits"])
     events = sum(len(r["events"]) for r in results)
     statuses: dict[str, int] = {}
     for r in results:
@@ -166,7 +169,86 @@ def summarize(
         "cpu_seconds": [round(r["cpu_seconds"], 1) for r in results],
         "peak_rss_mb": [round(r["peak_rss_kb"] / 1024, 1) for r in results],
         "errors": [e for r in results for e in r["errors"]][:5],
+        "tail": tail_breakdown(counted, transitions, results),
         "setup": {"time_scale": time_scale, "run_seconds_real": list(run_real), "group_gpus": GROUP_GPUS},
+    }
+
+
+def tail_breakdown(
+    counted: list[tuple[float, str, str]],
+    transitions: dict[str, dict],
+    results: list[dict],
+    share: float = 0.05,
+) -> dict[str, Any]:
+    """Where the slowest ``share`` of the admissions spent their time, from the end that made room
+    (``finished``, the simulator's clock) to the unsuspend, each step as the processes timed it:
+
+    - ``pod_end``: until the ending job's pod ended (its reservation is kept while its pods live);
+    - ``delivered``: until the first process received the end over its watch;
+    - ``pass_start``: until the pass that admitted the job started;
+    - ``pass``: that pass, from its start to the unsuspend; ``conflicts``: its lost compare-and-swaps;
+    - ``passes_between`` and ``lost_writes``: the group's passes and lost ledger writes of every process
+      in the whole interval (racing work).
+
+    Each figure is the mean over the slow admissions; ``slowest`` lists the ten slowest in full."""
+    if not counted or not all("admission_trace" in r for r in results):
+        return {}
+    slow = sorted(counted, reverse=True)[: max(1, int(len(counted) * share))]
+    passes = [(p, k) for k, r in enumerate(results) for p in r["admission_trace"]["passes"]]
+    writes = [(w, k) for k, r in enumerate(results) for w in r["admission_trace"]["writes"]]
+    rows = []
+    for latency, name, ended in slow:
+        end = transitions[ended]["finished"]
+        admitted = transitions[name]["unsuspended"]
+        group = transitions[name].get("group")
+        received = [r["received"].get(ended, {}).get("finished") for r in results]
+        received = [t for t in received if t is not None]
+        admitting = [(p, k) for p, k in passes if name in p[4]]
+        # The pass that admitted it is the last to start before the unsuspend.
+        before = [(p, k) for p, k in admitting if p[0] <= admitted + 0.01]
+        chosen = max(before, key=lambda pk: pk[0][0]) if before else None
+        rows.append(
+            {
+                "job": name,
+                "latency": round(latency, 3),
+                "pod_end": round(transitions[ended].get("pod_ended", end) - end, 3),
+                "delivered": round(min(received) - end, 3) if received else None,
+                "pass_start": round(chosen[0][0] - end, 3) if chosen else None,
+                "pass": round(admitted - chosen[0][0], 3) if chosen else None,
+                "conflicts": chosen[0][3] if chosen else None,
+                "process": chosen[1] if chosen else None,
+                "passes_between": sum(1 for p, _ in passes if p[2] == group and end <= p[0] <= admitted),
+                "lost_writes": sum(
+                    1 for w, _ in writes if w[2] == group and end <= w[0] <= admitted and not w[4]
+                ),
+            }
+        )
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in rows if r[key] is not None]
+        return round(sum(values) / len(values), 3) if values else None
+
+    return {
+        "share": share,
+        "count": len(rows),
+        "mean": {
+            key: mean(key)
+            for key in (
+                "latency",
+                "pod_end",
+                "delivered",
+                "pass_start",
+                "pass",
+                "conflicts",
+                "passes_between",
+                "lost_writes",
+            )
+        },
+        "slowest": rows[:10],
+        "lost_writes": sum(1 for w, _ in writes if not w[4]),
+        "writes": len(writes),
+        "release_writes": sum(1 for w, _ in writes if w[3] == "release"),
+        "passes": len(passes),
     }
 
 

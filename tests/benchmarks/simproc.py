@@ -8,7 +8,7 @@ Keeping the cluster out of the process under test means that process's CPU time 
 While it runs, the process records two things a client cannot see:
 
 - the moment (``time.time()``) of every state change that matters to a benchmark, taken inside the
-  store write that makes it: a job unsuspended, its first pod Running, its Complete/Failed condition;
+  store write that makes it: a job unsuspended, its first pod Running, its first pod's end, its Complete/Failed condition;
 - the API server's request counters, sampled twice a second, so a driver can compute request rates
   over any window afterwards.
 
@@ -85,6 +85,8 @@ class Recorder:
         entry.setdefault("pod", meta["name"])
         if phase == "Running" and before != "Running" and "running" not in entry:
             entry["running"] = now
+        if phase in ("Succeeded", "Failed") and before not in ("Succeeded", "Failed"):
+            entry.setdefault("pod_ended", now)
 
     def _entry(self, namespace: str, name: str) -> dict[str, Any]:
         return self.jobs.setdefault(namespace, {}).setdefault(name, {})

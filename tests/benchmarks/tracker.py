@@ -82,6 +82,12 @@ class Book:
         self.first_log_line: dict[str, float] = {}
         self.last_log_line: dict[str, str] = {}
         self.running_received = 0  # jobs whose Running pod the watch delivered
+        # With a quota policy (trace_admission): [start, end, group, conflicts, admitted, stale] of each
+        # pass, [start, end, group, "pass"|"release", won] of each ledger write, [start, end, who] of
+        # each back-off after a lost compare-and-swap.
+        self.passes: list[list] = []
+        self.writes: list[list] = []
+        self.backoffs: list[list] = []
 
     def state(self, job: str, state: str) -> None:
         self.states.setdefault(job, {}).setdefault(state, time.time())
@@ -190,6 +196,60 @@ async def follow(trigger: Any, name: str, book: Book) -> None:
     except Exception as exc:  # a trigger that dies is a result too
         book.errors.append(f"{name}: {type(exc).__name__}: {exc}")
         book.events[name] = {"t": time.time(), "status": "crashed", "state": None}
+
+
+def trace_admission(book: Book) -> None:
+    """Record every admission pass and every ledger write of this process, with their times, so the
+    driver can split an admission's latency (delivery of the end, the pass, its retries, the
+    unsuspend). Wraps the ledger module's functions; the product's code is unchanged."""
+    import contextvars
+
+    from airflow_jobs_plugin.quota import ledger
+
+    who = contextvars.ContextVar("who", default="release")
+    admission_pass, write_ledger, sleep_before_retry = (
+        ledger.admission_pass,
+        ledger.write_ledger,
+        ledger._sleep_before_retry,  # noqa: SLF001
+    )
+
+    async def traced_pass(*args: Any, **kwargs: Any) -> Any:
+        token = who.set("pass")
+        started = time.time()
+        try:
+            outcome = await admission_pass(*args, **kwargs)
+        finally:
+            who.reset(token)
+        book.passes.append(
+            [
+                started,
+                time.time(),
+                kwargs.get("group"),
+                outcome.conflicts,
+                list(outcome.admitted),
+                outcome.stale,
+            ]
+        )
+        return outcome
+
+    async def traced_write(client: Any, namespace: str, stored: Any, new: Any) -> Any:
+        started = time.time()
+        try:
+            written = await write_ledger(client, namespace, stored, new)
+        except ledger.LedgerConflict:
+            book.writes.append([started, time.time(), new.group, who.get(), False])
+            raise
+        book.writes.append([started, time.time(), new.group, who.get(), True])
+        return written
+
+    async def traced_sleep(attempt: int, rng: Any) -> None:
+        started = time.time()
+        await sleep_before_retry(attempt, rng)
+        book.backoffs.append([started, time.time(), who.get()])
+
+    ledger.admission_pass = traced_pass
+    ledger.write_ledger = traced_write
+    ledger._sleep_before_retry = traced_sleep  # noqa: SLF001
 
 
 def admissions() -> list:
@@ -411,6 +471,8 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     triggers = build_triggers(args.kind, names, args.namespace, args, book)
+    if args.kind == "ours" and args.quota_configmap:
+        trace_admission(book)
 
     watch = None
     if args.kind == "ours":
@@ -527,6 +589,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         "log_hub": hubs,
         "watch_relists": relists,
         "errors": book.errors[:50],
+        "admission_trace": {"passes": book.passes, "writes": book.writes, "backoffs": book.backoffs},
         "python": sys.version.split()[0],
     }
 

@@ -133,3 +133,50 @@ async def test_a_relist_taken_before_a_fresher_read_does_not_put_the_older_versi
     await relist
     assert w.get(PODS, "p")["status"]["phase"] == "Failed"
     assert w.get(PODS, "q") is not None
+
+
+def _by_team(plural: str, o: dict) -> str | None:
+    return (o.get("metadata", {}).get("labels") or {}).get("team") if plural == "jobs" else None
+
+
+def _job(name: str, version: str, team: str | None) -> dict:
+    job = obj(name, version, kind="Job")
+    if team is not None:
+        job["metadata"]["labels"] = {"team": team}
+    return job
+
+
+async def test_an_index_files_each_object_under_its_value_and_follows_every_change():
+    """client-go's indexers: an object moves between values as it changes, leaves the index when it is
+    deleted, and an index added late files what the cache already holds."""
+    w = watch()
+    w._apply(JOBS, "ADDED", _job("a", "1", "red"))
+    w.add_index("team", _by_team)
+    w._apply(JOBS, "ADDED", _job("b", "2", "red"))
+    w._apply(JOBS, "ADDED", _job("c", "3", "blue"))
+    pod = obj("a-pod", "4")
+    pod["metadata"]["labels"] = {"team": "red"}
+    w._apply(PODS, "ADDED", pod)  # the index files jobs only
+    assert [j["metadata"]["name"] for j in w.by_index("team", "red")] == ["a", "b"]
+    assert [j["metadata"]["name"] for j in w.by_index("team", "blue")] == ["c"]
+
+    w._apply(JOBS, "MODIFIED", _job("a", "5", "blue"))  # moved
+    w._apply(JOBS, "MODIFIED", _job("b", "6", "red"))  # the same value: stays where it was
+    assert [j["metadata"]["name"] for j in w.by_index("team", "red")] == ["b"]
+    assert {j["metadata"]["name"] for j in w.by_index("team", "blue")} == {"a", "c"}
+
+    w._apply(JOBS, "DELETED", _job("b", "7", "red"))
+    w._apply(JOBS, "MODIFIED", _job("c", "8", None))  # no value: not filed
+    assert w.by_index("team", "red") == []
+    assert [j["metadata"]["name"] for j in w.by_index("team", "blue")] == ["a"]
+    assert "red" not in w._indices["team"]  # no empty bucket left per value ever seen
+    assert w.by_index("no-such-index", "blue") == []
+
+
+async def test_the_index_returns_the_cached_objects_as_they_are_now():
+    w = watch()
+    w.add_index("team", _by_team)
+    w._apply(JOBS, "ADDED", _job("a", "1", "red"))
+    assert w.absorb(JOBS, _job("a", "2", "red"))
+    assert w.by_index("team", "red") == [w.get(JOBS, "a")]
+    assert w.by_index("team", "red")[0]["metadata"]["resourceVersion"] == "2"
