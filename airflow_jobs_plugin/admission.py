@@ -67,6 +67,13 @@ POSITIONS_SETTLE_SECONDS = 1.0
 POSITIONS_FORGET_SECONDS = 600.0  # a queue no trigger asked about for this long is no longer re-read
 # Minimum spacing of two passes of one group: events arriving meanwhile are served by the next pass.
 PASS_SPACING_SECONDS = 0.05
+# What a process's pass reacts to at once: a change of a job one of its own triggers follows, and
+# what the process itself wrote. Everything else (another process's job ended, another process wrote
+# the ledger) is that process's to act on, and this one looks only this much later, as a backstop:
+# three triggerers that all act on every job's end write the same ledger change three times and two
+# of the writes lose (docs/benchmarks.md, admission under load). A job no trigger follows anywhere
+# (its triggerer is restarting) waits this long more for its next pass.
+BACKSTOP_SECONDS = 1.0
 # A pass even without events, in case one was missed (a watch gap, a clock jump).
 RESYNC_SECONDS = 60.0
 # A pass whose job patches lost a race runs again this soon (the view catches up meanwhile).
@@ -465,10 +472,26 @@ class _GroupWorker:
         self.failures = 0
         self._dirty = asyncio.Event()
         self._done = asyncio.Event()
+        self._backstop: asyncio.TimerHandle | None = None
         self.task = asyncio.create_task(self._run(), name=f"ajp-admission-{group}")
 
     def mark(self) -> None:
         self._dirty.set()
+
+    def mark_later(self, delay: float) -> None:
+        """Run a pass ``delay`` from now (one pending backstop covers every change until it fires)."""
+        if self._backstop is None:
+            self._backstop = asyncio.get_running_loop().call_later(delay, self._backstop_due)
+
+    def _backstop_due(self) -> None:
+        self._backstop = None
+        self.mark()
+
+    def stop(self) -> None:
+        if self._backstop is not None:
+            self._backstop.cancel()
+            self._backstop = None
+        self.task.cancel()
 
     async def wait_pass(self, timeout: float) -> None:
         """Wait for a pass that starts after this call to finish (bounded by ``timeout``)."""
@@ -680,10 +703,11 @@ class Admission:
         if self._remove_listener is not None:
             self._remove_listener()
         tasks = [w.task for w in self._groups.values()]
+        for worker in self._groups.values():
+            worker.stop()
         if self._reaper is not None and self._reaper is not asyncio.current_task():
             tasks.append(self._reaper)
-        for task in tasks:
-            task.cancel()
+            self._reaper.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
         self._groups.clear()
@@ -864,12 +888,20 @@ class Admission:
         uid = (obj.get("metadata") or {}).get("uid") or ""
         if etype == "DELETED":
             self._fingerprints.pop(uid, None)
-            worker.mark()
+            self._mark_for(worker, job_key(obj))
             return
         current = ledger.fingerprint(obj)
         if self._fingerprints.get(uid) != current:
             self._fingerprints[uid] = current
+            self._mark_for(worker, job_key(obj))
+
+    def _mark_for(self, worker: _GroupWorker, key: str | None) -> None:
+        """A pass for a change of job ``key``: now if a trigger of this process follows it, else as a
+        backstop (see BACKSTOP_SECONDS)."""
+        if key and self.watch.followed(key):
             worker.mark()
+        else:
+            worker.mark_later(BACKSTOP_SECONDS)
 
     def _on_pod_event(self, etype: str, obj: dict) -> None:
         """A pass keeps the reservation of a job that ended (or was suspended) while its pods still hold GPUs
@@ -889,7 +921,7 @@ class Admission:
                 group = group_of(job)
                 worker = self._groups.get(group) if group else None
                 if worker is not None:
-                    worker.mark()
+                    self._mark_for(worker, key)
                 return
 
     def _on_ledger_event(self, etype: str, plural: str, obj: dict) -> None:
@@ -901,12 +933,14 @@ class Admission:
             changed, self._ledger_changed = self._ledger_changed, None
             changed.set()
         unit = name[len(quota.ledger_name("")) :]
-        # A cohort's ledger holds several groups: every worker of one of them runs a pass.
+        # A cohort's ledger holds several groups: every worker of one of them runs a pass. A version
+        # this process wrote is already the worker's; another process's write is that process's to
+        # follow up (it runs its own pass after its release or its admission): a backstop here.
         for worker in list(self._groups.values()):
             if self._units.get(worker.group, worker.group) == unit and (
                 etype == "DELETED" or meta.get("resourceVersion") != worker.ledger_version
             ):
-                worker.mark()
+                worker.mark_later(BACKSTOP_SECONDS)
 
     async def _reap(self) -> None:
         """Stop when no trigger of this process follows a job of the watch any more."""

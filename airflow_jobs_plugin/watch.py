@@ -321,6 +321,10 @@ class SharedWatch:
             if not subs:
                 del self._subs[sub.key]
 
+    def followed(self, key: str) -> bool:
+        """Whether a subscriber of this process follows job ``key`` (a trigger here waits on it)."""
+        return key in self._subs
+
     def notify(self, key: str) -> None:
         """Wake the subscribers of job ``key`` although none of its objects changed (its queue position
         or reason did: the quota pool decides that outside the job's objects)."""

@@ -5,6 +5,7 @@ moment later (docs/benchmarks.md, admission under load)."""
 
 from __future__ import annotations
 
+from airflow_jobs_plugin import admission as admission_module
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
@@ -130,6 +131,37 @@ async def test_a_pass_whose_cached_write_lost_plans_again_on_the_ledger_its_watc
         held = (await ledger_of(client, group)).reservations
         assert [r.job for r in held] == [name]
         assert counters.get(("patch", "jobs"), 0) == 1  # unsuspended once, by the winner
+    finally:
+        await second.close()
+        await other_watch.stop()
+        await other_client.close()
+
+
+async def test_another_processs_ledger_write_is_followed_up_here_only_as_a_backstop(
+    client, cluster, monkeypatch
+):
+    """The process that wrote follows its write up itself; this one looks later (a pending backstop),
+    so the two do not race to act on the same change."""
+    monkeypatch.setattr(admission_module, "BACKSTOP_SECONDS", 3600.0)
+    group, first = await _admission(client)
+    other_client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+    other_watch = SharedWatch(other_client, NAMESPACE)
+    other_watch.start()
+    try:
+        await other_watch.wait_synced(timeout=30)
+        second = Admission.for_watch(
+            other_watch, quota_configmap=first.quota_configmap, quota_namespace=NAMESPACE
+        )
+        await first.run_pass(group)  # this process judges the group, an empty queue so far
+        worker = first._groups[group]
+        passes = worker.started
+        (job,) = await create_jobs(client, job_body(group, "ann", 2, run=10_000))
+        await second.run_pass(group)  # the other process admits it
+        await wait_for(lambda: (first._cached_ledger(group) or ledger_io.StoredLedger(None, None)).configmap)
+        await wait_for(lambda: first.watch.get(JOBS, job["metadata"]["name"]))
+
+        assert worker.started == passes  # neither the job's creation nor the ledger write ran a pass
+        assert worker._backstop is not None  # one is due, as a backstop
     finally:
         await second.close()
         await other_watch.stop()
