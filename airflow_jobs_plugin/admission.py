@@ -83,6 +83,9 @@ IDLE_SECONDS = 120.0
 # How long a pass whose write from the cached ledger lost waits for the watch to bring the winner's
 # ledger before it reads the ledger itself.
 LEDGER_CATCH_UP_SECONDS = 0.5
+# How long a trigger's release waits for its group's pass to drop the reservation before it writes the
+# ledger itself.
+RELEASE_WAIT_SECONDS = 5.0
 # How long the nodes' GPU capacities read for placement are reused (nodes join and leave rarely).
 NODES_TTL_SECONDS = 30.0
 # Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
@@ -273,6 +276,11 @@ class _PolicySource:
 
     async def stop(self) -> None:
         await self.watch.stop()
+
+    @property
+    def state(self) -> _PolicyState | None:
+        """The policy as last parsed (``None`` before the first pass read it)."""
+        return self._state
 
     async def current(self) -> _PolicyState:
         where = f"{self.namespace}/{self.name}"
@@ -557,6 +565,7 @@ class Admission:
         self._policy: _PolicySource | None = None
         self._ledgers: SharedWatch | None = None
         self._ledger_changed: asyncio.Event | None = None  # set (and replaced) on every ledger event
+        self._released: set[str] = set()  # uids of jobs whose triggers are letting them go (release)
         self._workloads: _WorkloadSource | None = None
         self._remove_listener: Callable[[], None] | None = None
         self._reaper: asyncio.Task | None = None
@@ -636,22 +645,45 @@ class Admission:
     async def release(self, job: dict) -> None:
         """A job reached its end: give its GPUs back and let the next jobs of its group start.
 
-        The group's pass drops the reservation of a job that ended as well (once its pods hold no
-        GPUs), and usually first: the job's end wakes it at once, while the trigger reads the pods
-        before it decides. So the ledger is read from this process's ledger watch: when it no longer
-        holds the job, there is nothing to write and nothing is asked of the API server; otherwise the
-        compare-and-swap starts from the cached version (and re-reads only if that lost)."""
+        Whatever its pods still hold (pods stranded on a lost node would keep the quota for as long as
+        the node is away), in one write with the admissions the freed GPUs allow: the group's next pass
+        in this process drops the reservation as released. Usually the pass has dropped it already (the
+        job's end wakes it at once, while the trigger reads the pods before it decides), and nothing
+        is asked of the API server. Only if that pass could not (it failed, or the ledger watch lags)
+        does the release write the ledger itself."""
         if not self.quota_enabled:
             return
         group = group_of(job)
         uid = (job.get("metadata") or {}).get("uid") or ""
-        cached = self._cached_ledger(group) if group else None
-        if cached is None or cached.ledger.find(uid) is not None:
+        if not group or not uid:
+            return
+        worker = self._worker(group)
+        if self._holds(group, uid) is False:
+            worker.mark()
+            return
+        self._released.add(uid)
+        try:
+            await worker.wait_pass(RELEASE_WAIT_SECONDS)
+        finally:
+            self._released.discard(uid)
+        if self._holds(group, uid) is not False:
             await self.release_job(
-                self.client, job, self.quota_configmap, self.quota_namespace, cached=cached
+                self.client, job, self.quota_configmap, self.quota_namespace, cached=self._ledger_of(group)
             )
-        if group and not self.closed:
-            self._worker(group).mark()
+            worker.mark()
+
+    def _ledger_of(self, group: str) -> ledger.StoredLedger | None:
+        """The ledger holding ``group`` (its cohort's) as the ledger watch holds it; ``None`` unknown."""
+        unit = self._units.get(group, group)
+        state = self._policy.state if self._policy is not None else None
+        policy = state.policy if state is not None else None
+        members = policy.members(unit) if policy is not None and unit != group else ()
+        return self._cached_ledger(unit, members)
+
+    def _holds(self, group: str, uid: str) -> bool | None:
+        """Whether the cached ledger holds a reservation of job ``uid``; ``None`` if it is not known."""
+        stored = self._ledger_of(group)
+        return None if stored is None else stored.ledger.find(uid) is not None
 
     @staticmethod
     async def release_job(
@@ -1002,6 +1034,7 @@ class Admission:
             cached_after=lambda version: self._cached_ledger_after(unit, members, version),
             pods_of=self._pods_of,
             members=members,
+            released=frozenset(self._released),
         )
         worker.ledger_version = outcome.stored.version
         self._absorb(outcome)

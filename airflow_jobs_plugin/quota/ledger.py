@@ -242,9 +242,11 @@ def is_stopped(job: Mapping[str, Any]) -> bool:
     return bool(((job.get("metadata") or {}).get("annotations") or {}).get(labels.STOPPED_AT))
 
 
-def observe(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = None) -> ObservedJob:
+def observe(
+    job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = None, *, released: bool = False
+) -> ObservedJob:
     """What reconcile needs from ``job``; ``pods`` (its pods, where known) tell whether it still holds
-    GPUs after it ended or was stopped."""
+    GPUs after it ended or was stopped; ``released``: its trigger let its reservation go."""
     holding = pods is not None and any(
         (pod.get("spec") or {}).get("nodeName")  # a pod never placed holds no GPUs
         and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
@@ -255,6 +257,7 @@ def observe(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = N
         suspended=awaits_release(job),
         terminal=is_finished(job),
         holding_pods=holding,
+        released=released,
     )
 
 
@@ -648,13 +651,15 @@ async def read_view(
     now: datetime,
     pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None = None,
     members: Collection[str] = (),
+    released: Collection[str] = (),
 ) -> GroupView:
     """Sort the group's jobs into queued, running (for adoption) and observed (for reconcile).
 
     A reserved job missing from ``jobs`` (another namespace, a view that lags) is looked up by name:
     only a positive answer (404, or another uid under that name) marks it gone. A stopped job is queued
     (never adopted, even before its suspension lands) so its queue timeout keeps counting. ``pods_of``
-    returns a job's pods where they are known (``None`` elsewhere).
+    returns a job's pods where they are known (``None`` elsewhere); ``released``: the uids of jobs
+    their triggers let go of.
     """
     by_uid: dict[str, dict] = {}
     queued: list[QueuedJob] = []
@@ -680,7 +685,8 @@ async def read_view(
         else:
             running.append(Reservation.for_job(entry, admitted_at_of(job) or now))
     observed = {
-        uid: observe(job, pods_of(job) if pods_of is not None else None) for uid, job in by_uid.items()
+        uid: observe(job, pods_of(job) if pods_of is not None else None, released=uid in released)
+        for uid, job in by_uid.items()
     }
     for reservation in ledger.reservations:
         if reservation.uid in by_uid:
@@ -744,6 +750,7 @@ async def admission_pass(
     unsuspend_grace: timedelta = UNSUSPEND_GRACE,
     pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None = None,
     members: Collection[str] = (),
+    released: Collection[str] = (),
 ) -> PassOutcome:
     """Read, plan, write the ledger (CAS), fail, unsuspend: one idempotent pass for ``group``.
 
@@ -755,7 +762,8 @@ async def admission_pass(
     returns it (``None`` if it does not come soon): a write from the cache that lost plans again on the
     winner's ledger as the watch delivers it, instead of a GET of it. ``pods_of`` returns a job's pods where known: a reservation of a job that ended or was
     stopped is kept while they live. ``group`` names the ledger: a cohort's decides for its ``members``
-    groups at once. Safe to run in any number of processes at once.
+    groups at once. ``released``: uids of jobs whose triggers let their reservations go (dropped
+    whatever their pods hold). Safe to run in any number of processes at once.
     """
     rng = rng or random.Random()
     conflicts = 0
@@ -772,7 +780,15 @@ async def admission_pass(
         )
         moment = now()
         view = await read_view(
-            client, group, stored.ledger, await _fetch(jobs), ledger_namespace, moment, pods_of, members
+            client,
+            group,
+            stored.ledger,
+            await _fetch(jobs),
+            ledger_namespace,
+            moment,
+            pods_of,
+            members,
+            released,
         )
         await _call(hook, "read")
         plan = plan_admission(

@@ -326,7 +326,12 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
 
 
 def observed_job(
-    metadata: Mapping[str, Any] | None, *, suspended: bool, terminal: bool, holding_pods: bool = False
+    metadata: Mapping[str, Any] | None,
+    *,
+    suspended: bool,
+    terminal: bool,
+    holding_pods: bool = False,
+    released: bool = False,
 ) -> ObservedJob:
     """What reconcile needs from a job: ``None`` metadata means the job was not found (404)."""
     if metadata is None:
@@ -339,6 +344,7 @@ def observed_job(
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
         stopped=bool(annotations.get(labels.STOPPED_AT)),
         holding_pods=holding_pods,
+        released=released,
     )
 
 
@@ -356,7 +362,9 @@ class ObservedJob:
     ``requeue_count`` is read from the job's annotation: larger than the reservation's means the job was
     requeued after that reservation was made. ``stopped``: a user stopped it (labels.STOPPED_AT).
     ``holding_pods``: pods of it are still live, so a job that ended or was stopped still holds its
-    GPUs (False where its pods are not known).
+    GPUs (False where its pods are not known). ``released``: the trigger that followed it found it over
+    and let its reservation go, whatever its pods still hold (pods stranded on a lost node would hold
+    the quota for as long as the node is away, docs/reliability.md).
     """
 
     exists: bool = True
@@ -365,6 +373,7 @@ class ObservedJob:
     requeue_count: int = 0
     stopped: bool = False
     holding_pods: bool = False
+    released: bool = False
 
     @classmethod
     def gone(cls) -> ObservedJob:
@@ -373,6 +382,7 @@ class ObservedJob:
 
 class DropReason(str, Enum):
     GONE = "JobGone"
+    RELEASED = "JobReleased"
     FINISHED = "JobFinished"
     REQUEUED = "JobRequeued"
     STOPPED = "JobStopped"
@@ -390,6 +400,7 @@ class Drop:
         r = self.reservation
         what = {
             DropReason.GONE: "no longer exists",
+            DropReason.RELEASED: "is over and its task let it go",
             DropReason.FINISHED: "has finished",
             DropReason.REQUEUED: "was requeued",
             DropReason.STOPPED: "was stopped by a user",
@@ -398,7 +409,7 @@ class Drop:
 
 
 def reconcile_drops(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tuple[Drop, ...]:
-    """The reservations whose jobs are gone, finished, stopped or requeued since their admission.
+    """The reservations whose jobs are gone, released, finished, stopped or requeued since their admission.
 
     ``observed`` maps job uid to what the cluster shows. A uid missing from it was not looked at and
     is kept: never free GPUs on a guess. A finished or stopped job whose pods are still live keeps its
@@ -411,6 +422,8 @@ def reconcile_drops(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tupl
             continue
         if not seen.exists:
             drops.append(Drop(r, DropReason.GONE))
+        elif seen.released:
+            drops.append(Drop(r, DropReason.RELEASED))
         elif (seen.terminal or seen.stopped) and seen.holding_pods:
             continue
         elif seen.terminal:

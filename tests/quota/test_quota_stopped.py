@@ -113,6 +113,16 @@ def test_an_ended_job_keeps_its_reservation_while_pods_still_hold_gpus():
     ]
 
 
+def test_a_job_its_trigger_released_gives_its_gpus_back_whatever_its_pods_still_hold():
+    """Pods stranded on a lost node would hold the quota for as long as the node is away: once the
+    trigger that followed the job found it over, its reservation goes (docs/reliability.md)."""
+    ledger = Ledger("vision", (held("done", 2),))
+    released = ObservedJob(terminal=True, holding_pods=True, released=True)
+    (drop,) = reconcile_drops(ledger, {"uid-done": released})
+    assert drop.reason is DropReason.RELEASED
+    assert drop.message.endswith("the job is over and its task let it go")
+
+
 def test_the_stop_annotations_are_read_from_the_job():
     metadata = {
         "name": "train",

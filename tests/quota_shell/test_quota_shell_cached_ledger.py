@@ -58,7 +58,9 @@ async def test_a_release_the_pass_already_made_asks_nothing_of_the_api_server(cl
     assert counters.get(("update", "configmaps"), 0) == 0
 
 
-async def test_a_release_writes_over_the_cached_ledger_without_reading_it(client, cluster):
+async def test_a_release_is_one_write_of_its_groups_pass_whatever_its_pods_still_hold(client, cluster):
+    """The trigger lets the job go whatever its pods hold (here they still run); its group's pass drops
+    the reservation, writing over the cached ledger: nothing is read."""
     group, admission = await _admission(client)
     (job,) = await create_jobs(client, job_body(group, "ann", 2, run=10_000))
     running = await _admitted(client, admission, group, job)

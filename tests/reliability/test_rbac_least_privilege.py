@@ -41,6 +41,14 @@ COMPONENTS = {
 }
 
 
+# Verbs a component needs on paths this scenario does not drive (races and lags), each with the path. The
+# triggerer reads the quota ledger from its ledger watch; it GETs the ledger only when that watch has
+# not synced yet, when a pass whose cached write lost does not see the winner's ledger arrive in time
+# (admission.LEDGER_CATCH_UP_SECONDS), and before a pass acts on jobs without writing the ledger
+# (quota/ledger.py admission_pass: never from a cached ledger).
+NOT_DRIVEN = {"triggerer": {("", "configmaps"): {"get"}}}
+
+
 def roles_of(service_account: str) -> list[dict]:
     """The Role (exactly one) and any ClusterRoles that rbac.yaml binds to ``service_account``."""
     docs = [d for d in yaml.safe_load_all(ROLE.read_text()) if d]
@@ -266,6 +274,8 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
         # Jobs and MPIJobs go through the same code: a verb used on one kind is needed on the other.
         workload = uses.get(("batch", "jobs"), set()) | uses.get(("kubeflow.org", "mpijobs"), set())
         needed = {**uses, ("batch", "jobs"): workload, ("kubeflow.org", "mpijobs"): workload}
+        for key, verbs in NOT_DRIVEN.get(component, {}).items():
+            needed[key] = needed.get(key, set()) | verbs
         extra = {k: sorted(v - needed.get(k, set())) for k, v in grants.items() if v - needed.get(k, set())}
         missing = {k: sorted(v - grants.get(k, set())) for k, v in uses.items() if v - grants.get(k, set())}
         assert not missing, f"the {component} calls what its Role does not grant: {missing}"
