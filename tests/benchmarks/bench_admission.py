@@ -16,8 +16,11 @@ follows it, and each triggerer process runs the admission passes of the groups i
 Capacity is freed when a running job completes. The admission latency of a job is the time from the
 last completion in its group before its admission to its admission (the simulator's timestamps of the
 Complete condition and of the unsuspend, taken inside the store writes); jobs admitted in the first
-wave, before any completion, are not counted. The run also checks the pool's invariant on the
-simulator's timeline: at no instant did a group hold more admitted, unfinished GPUs than its quota.
+wave, before any completion, are not counted, nor are those after an end that came before every
+tracker process had started (a triggerer that is not up yet is not there to act on its jobs' ends:
+the others do, a backstop later, admission.BACKSTOP_SECONDS). The run also checks the pool's
+invariant on the simulator's timeline: at no instant did a group hold more admitted, unfinished GPUs
+than its quota.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import bisect
 import json
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from benchlib import SimProcess, TrackerProcess, latency_stats, machine, window_rate
@@ -88,22 +92,30 @@ def run_admission(
             data={quota.POLICY_KEY: policy_yaml()},
         )
         shares = [names[k::processes] for k in range(processes)]
-        trackers = [
-            TrackerProcess(
-                sim,
-                "ours",
-                share,
-                namespace,
-                cap=jobs * 2.0 + 300,
-                extra=["--quota-configmap", POLICY],
+        # Started together: one after the other, on a loaded machine the last would start ten seconds
+        # after the first, and the ends of its jobs in between would be nobody's to act on at once.
+        with ThreadPoolExecutor(max_workers=processes) as starting:
+            trackers = list(
+                starting.map(
+                    lambda share: TrackerProcess(
+                        sim,
+                        "ours",
+                        share,
+                        namespace,
+                        cap=jobs * 2.0 + 300,
+                        extra=["--quota-configmap", POLICY],
+                    ),
+                    shares,
+                )
             )
-            for share in shares
-        ]
+        all_ready = max(t.ready for t in trackers)
         results = [t.result(timeout=jobs * 2.0 + 600) for t in trackers]
         transitions = sim.cmd("transitions", namespace=namespace)
         samples = [(t, c) for t, c in sim.cmd("samples", since=t0)]
     gpus_of = {name: spec["gpus"] for name, spec in zip(names, specs, strict=True)}
-    return summarize(jobs, processes, transitions, gpus_of, results, samples, time_scale, run_real)
+    return summarize(
+        jobs, processes, transitions, gpus_of, results, samples, time_scale, run_real, all_ready=all_ready
+    )
 
 
 def summarize(
@@ -115,6 +127,7 @@ def summarize(
     samples: list,
     time_scale: float,
     run_real: tuple[float, float],
+    all_ready: float = 0.0,
 ) -> dict[str, Any]:
     by_group: dict[str, dict[str, list]] = {}
     for name, entry in transitions.items():
@@ -135,7 +148,7 @@ def summarize(
         end_times = [t for t, _ in ends]
         for admitted, name in group["admits"]:
             i = bisect.bisect_right(end_times, admitted)
-            if i:
+            if i and end_times[i - 1] >= all_ready:
                 latencies.append(admitted - end_times[i - 1])
                 counted.append((admitted - end_times[i - 1], name, ends[i - 1][1]))
         # The invariant, on the cluster's own timeline: admitted and unfinished GPUs never above quota.
@@ -170,7 +183,13 @@ def summarize(
         "peak_rss_mb": [round(r["peak_rss_kb"] / 1024, 1) for r in results],
         "errors": [e for r in results for e in r["errors"]][:5],
         "tail": tail_breakdown(counted, transitions, results),
-        "setup": {"time_scale": time_scale, "run_seconds_real": list(run_real), "group_gpus": GROUP_GPUS},
+        "setup": {
+            "time_scale": time_scale,
+            "run_seconds_real": list(run_real),
+            "group_gpus": GROUP_GPUS,
+            # how long after the first tracker process the last was ready
+            "trackers_ready_spread": round(all_ready - min(r["started"] for r in results), 1),
+        },
     }
 
 
@@ -207,9 +226,21 @@ def tail_breakdown(
         # The pass that admitted it is the last to start before the unsuspend.
         before = [(p, k) for p, k in admitting if p[0] <= admitted + 0.01]
         chosen = max(before, key=lambda pk: pk[0][0]) if before else None
+        owner = next((k for k, r in enumerate(results) if ended in r["events"]), None)
+        owner_passes = [
+            [round(p[0] - end, 3), round(p[1] - end, 3), len(p[4]), p[3]]
+            for p, k in passes
+            if k == owner and p[2] == group and end - 0.5 <= p[0] <= admitted
+        ]
         rows.append(
             {
                 "job": name,
+                "ended": ended,
+                "owner": owner,
+                "owner_final_event": round(results[owner]["events"][ended]["t"] - end, 3)
+                if owner is not None
+                else None,
+                "owner_passes": owner_passes,
                 "latency": round(latency, 3),
                 "pod_end": round(transitions[ended].get("pod_ended", end) - end, 3),
                 "delivered": round(min(received) - end, 3) if received else None,

@@ -349,6 +349,15 @@ def heap_figures(watch: Any, tasks: list, stop: list, n: int, traced_before: int
         traced, _ = tracemalloc.get_traced_memory()
         out["traced_bytes_per_job"] = round((traced - traced_before) / n)
         out["traced_by_site_per_job"] = {k: round(v / n) for k, v in by_site.most_common(25)}
+        # And by the line of the product (or else the newest frame) that made each allocation.
+        by_line: Counter = Counter()
+        for trace in snapshot.traces:
+            frames = list(reversed(trace.traceback))  # newest first
+            mine = next((f for f in frames if "airflow_jobs_plugin" in f.filename), frames[0])
+            by_line[
+                f"{mine.filename.split('site-packages/')[-1].split('airflow_jobs_plugin/')[-1]}:{mine.lineno}"
+            ] += trace.size
+        out["traced_by_line_per_job"] = {k: round(v / n) for k, v in by_line.most_common(40)}
         del snapshot
     hubs = list(getattr(logstream, "_HUBS", {}).values())
     pools = admissions()
