@@ -5,6 +5,9 @@ moment later (docs/benchmarks.md, admission under load)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from airflow_jobs_plugin import admission as admission_module
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
@@ -21,6 +24,31 @@ async def _admission(client, group_gpus: int = 2) -> tuple[str, Admission]:
     watch = await shared.acquire("kubernetes_default", NAMESPACE)
     await watch.wait_synced(timeout=30)
     return group, Admission.for_watch(watch, quota_configmap=name, quota_namespace=NAMESPACE)
+
+
+@contextlib.asynccontextmanager
+async def _another_process(cluster, first: Admission) -> AsyncIterator[Admission]:
+    """The same pool in a second process: its own client, shared watch and admission."""
+    other_client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+    other_watch = SharedWatch(other_client, NAMESPACE)
+    other_watch.start()
+    second = None
+    try:
+        await other_watch.wait_synced(timeout=30)
+        second = Admission.for_watch(
+            other_watch, quota_configmap=first.quota_configmap, quota_namespace=NAMESPACE
+        )
+        yield second
+    finally:
+        if second is not None:
+            await second.close()
+        await other_watch.stop()
+        await other_client.close()
+
+
+def _ledger_written(admission: Admission, group: str) -> bool:
+    stored = admission._cached_ledger(group)
+    return stored is not None and stored.configmap is not None
 
 
 async def _admitted(client, admission: Admission, group: str, job: dict) -> dict:
@@ -99,20 +127,13 @@ async def test_a_pass_whose_cached_write_lost_plans_again_on_the_ledger_its_watc
     """Two processes judge the same end at once: the one whose write lost does not GET the ledger, it
     waits for its ledger watch to bring the winner's and finds nothing left to do."""
     group, first = await _admission(client)
-    other_client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
-    other_watch = SharedWatch(other_client, NAMESPACE)
-    other_watch.start()
-    try:
-        await other_watch.wait_synced(timeout=30)
-        second = Admission.for_watch(
-            other_watch, quota_configmap=first.quota_configmap, quota_namespace=NAMESPACE
-        )
+    async with _another_process(cluster, first) as second:
         for admission in (first, second):  # both processes' ledger watches up, neither judging the group
             admission.start_group(unique("elsewhere"))
             await wait_for(lambda a=admission: a._cached_ledger(group) is not None)
         (job,) = await create_jobs(client, job_body(group, "ann", 2, run=10_000))
         name = job["metadata"]["name"]
-        await wait_for(lambda: first.watch.get(JOBS, name) and other_watch.get(JOBS, name))
+        await wait_for(lambda: first.watch.get(JOBS, name) and second.watch.get(JOBS, name))
 
         steps: list[str] = []
 
@@ -133,10 +154,6 @@ async def test_a_pass_whose_cached_write_lost_plans_again_on_the_ledger_its_watc
         held = (await ledger_of(client, group)).reservations
         assert [r.job for r in held] == [name]
         assert counters.get(("patch", "jobs"), 0) == 1  # unsuspended once, by the winner
-    finally:
-        await second.close()
-        await other_watch.stop()
-        await other_client.close()
 
 
 async def test_another_processs_ledger_write_is_followed_up_here_only_as_a_backstop(
@@ -146,25 +163,14 @@ async def test_another_processs_ledger_write_is_followed_up_here_only_as_a_backs
     so the two do not race to act on the same change."""
     monkeypatch.setattr(admission_module, "BACKSTOP_SECONDS", 3600.0)
     group, first = await _admission(client)
-    other_client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
-    other_watch = SharedWatch(other_client, NAMESPACE)
-    other_watch.start()
-    try:
-        await other_watch.wait_synced(timeout=30)
-        second = Admission.for_watch(
-            other_watch, quota_configmap=first.quota_configmap, quota_namespace=NAMESPACE
-        )
+    async with _another_process(cluster, first) as second:
         await first.run_pass(group)  # this process judges the group, an empty queue so far
         worker = first._groups[group]
         passes = worker.started
         (job,) = await create_jobs(client, job_body(group, "ann", 2, run=10_000))
         await second.run_pass(group)  # the other process admits it
-        await wait_for(lambda: (first._cached_ledger(group) or ledger_io.StoredLedger(None, None)).configmap)
+        await wait_for(lambda: _ledger_written(first, group))
         await wait_for(lambda: first.watch.get(JOBS, job["metadata"]["name"]))
 
         assert worker.started == passes  # neither the job's creation nor the ledger write ran a pass
         assert worker._backstop is not None  # one is due, as a backstop
-    finally:
-        await second.close()
-        await other_watch.stop()
-        await other_client.close()
