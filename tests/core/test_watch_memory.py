@@ -9,10 +9,12 @@ import asyncio
 import copy
 import gc
 import json
+import sys
 from collections import deque
 
 import pytest
 
+from airflow_jobs_plugin import watch_transform
 from airflow_jobs_plugin.kube import JOBS, PODS
 from airflow_jobs_plugin.logstream import LogTail
 from airflow_jobs_plugin.watch import SharedWatch, Subscription
@@ -255,3 +257,31 @@ async def test_every_trigger_waiting_for_the_first_list_shares_one_wait():
     await watch._relist(PODS)  # noqa: SLF001
     assert await asyncio.gather(*waiters) == [True] * 50
     assert await SharedWatch(_PagedList([]), "x", resources=(PODS,)).wait_synced(timeout=0.01) is False  # type: ignore[arg-type]
+
+
+def test_a_cached_jobs_own_dicts_share_their_key_tables_and_read_as_plain_dicts(monkeypatch):
+    """PEP 412's key-sharing dicts: each cached Job's metadata, labels, annotations, spec and status keep
+    only their values, the keys once per kind of dict. To every reader they are ordinary dicts. (A key
+    table holds 30 keys: a process whose jobs carry more kinds of annotation gets ordinary dicts for
+    the rest; here the annotations' table starts empty.)"""
+    monkeypatch.setattr(watch_transform, "_ANNOTATIONS", watch_transform._shape("annotations"))
+    jobs = []
+    for name in ("a", "b", "c"):
+        job, _ = _job_and_pod(name)
+        job["metadata"]["annotations"] = {f"airflow-jobs.io/note-{i}": f"{name}-{i}" for i in range(12)}
+        jobs.append((job, trim(job, "Job", Sharing())))
+    for job, cached in jobs:
+        plain = json.loads(json.dumps(cached))
+        assert cached == plain and json.dumps(cached) == json.dumps(trim(job, "Job"))
+        assert type(cached["metadata"]["annotations"]) is dict
+        assert list(cached["metadata"]["annotations"]) == list(job["metadata"]["annotations"])
+    annotations = jobs[-1][1]["metadata"]["annotations"]
+    if sys.implementation.name == "cpython":
+        assert sys.getsizeof(annotations) < sys.getsizeof(dict(annotations))
+
+
+def test_keys_an_attribute_cannot_take_leave_a_plain_dict():
+    job, _ = _job_and_pod("odd")
+    job["metadata"]["labels"] = {"__dict__": "x", "__class__": "y", "team": "z"}
+    cached = trim(job, "Job", Sharing())
+    assert cached["metadata"]["labels"] == {"__dict__": "x", "__class__": "y", "team": "z"}
