@@ -128,6 +128,17 @@ def _keyed(shape: type, items: dict[str, Any]) -> dict[str, Any]:
     return holder.__dict__
 
 
+def _keyed_copy(shape: type, value: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
+    """``{key: _compact(item)}`` of ``value`` as a dict of ``shape``, built in one pass: as fast as the
+    ordinary dict (``setattr`` interns each key as ``_s`` would)."""
+    holder: Any = object.__new__(shape)
+    for key, item in value.items():
+        if type(key) is not str or key in _NOT_ATTRIBUTES:
+            return {_s(k): _compact(v, share) for k, v in value.items()}
+        setattr(holder, key, _compact(item, share))
+    return holder.__dict__ if value else {}
+
+
 def trim(obj: Mapping[str, Any], kind: str | None = None, sharing: Sharing | None = None) -> dict[str, Any]:
     """A copy of ``obj`` holding what the product reads of it (``kind`` when the object lacks it, as
     list items of built-in types do). Jobs, MPIJobs and Pods are trimmed; any other object loses only
@@ -151,7 +162,7 @@ def trim(obj: Mapping[str, Any], kind: str | None = None, sharing: Sharing | Non
         elif key == "status" and isinstance(value, Mapping) and kind == "Pod":
             out["status"] = _pod_status(value, share)
         elif key == "status" and isinstance(value, Mapping) and kind in ("Job", "MPIJob"):
-            out["status"] = _keyed(_JOB_STATUS, {_s(k): _compact(v, share) for k, v in value.items()})
+            out["status"] = _keyed_copy(_JOB_STATUS, value, share)
         else:
             out[_s(key)] = _compact(value, share)
     return _keyed(_OBJECT, out)
@@ -164,15 +175,11 @@ def _metadata(meta: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
         if key in _DROPPED_METADATA:
             continue
         if key in ("labels", "annotations") and type(value) is dict:
-            keyed = _keyed(
-                _LABELS if key == "labels" else _ANNOTATIONS,
-                {_s(k): _compact(v, share) for k, v in value.items()},
-            )
-            out[key] = share.of_dict(keyed)
+            out[key] = share.of_dict(_keyed_copy(_LABELS if key == "labels" else _ANNOTATIONS, value, share))
         elif key == "ownerReferences" and type(value) is list:
             out[key] = share.of_list(
                 [
-                    share.of_dict(_keyed(_OWNER, {_s(k): _compact(v, share) for k, v in ref.items()}))
+                    share.of_dict(_keyed_copy(_OWNER, ref, share))
                     if type(ref) is dict
                     else _compact(ref, share)
                     for ref in value
