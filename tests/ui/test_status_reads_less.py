@@ -61,15 +61,30 @@ def test_status_from_metadata_shows_what_the_whole_read_shows(population, params
     assert view.problems == full_view.problems
 
 
-def test_status_reads_whole_only_the_page_and_the_jobs_that_may_wait(population):
-    query = listing.parse_query(limit=2)
+def _pods_of(names: set[str], pods: list[dict]) -> set[str]:
+    return {
+        p["metadata"]["name"] for p in pods if any(p["metadata"]["name"].startswith(n + "-") for n in names)
+    }
+
+
+# Newest first by a creation time counted in whole seconds: which job shares the page with the queued
+# one depends on where the population's second boundaries fell, and earlier tests stop some of them.
+# The second query's page is the same in every run: alice's running job and grace's queued one.
+@pytest.mark.parametrize(
+    "params", [{"limit": 2}, {"limit": 2, "user": ["alice,grace"]}], ids=["newest", "two-users"]
+)
+def test_status_reads_whole_only_the_page_and_the_jobs_that_may_wait(population, params):
+    query = listing.parse_query(**params)
     _, (view, _), (whole, less) = both_reads(population.kubeconfig, query)
     shown = {j.name for j in view.jobs}
     waiting = {j["metadata"]["name"] for j in whole.jobs if may_be_waiting(j)}
     assert {j["metadata"]["name"] for j in less.state.jobs} == shown | waiting
     assert len(less.state.jobs) < len(whole.jobs)
     own = {p["metadata"]["name"] for p in less.state.pods}
-    assert own and own < {p["metadata"]["name"] for p in whole.pods}
+    assert own == _pods_of(shown | waiting, whole.pods)
+    assert own < {p["metadata"]["name"] for p in whole.pods}
+    if "user" in params:
+        assert population.names["runner"] in shown and own
 
 
 def test_a_state_filter_or_sort_needs_every_job_whole():
