@@ -667,49 +667,44 @@ class Admission:
         finally:
             self._released.discard(uid)
         if self._holds(group, uid) is not False:
-            await self.release_job(
-                self.client, job, self.quota_configmap, self.quota_namespace, cached=self._ledger_of(group)
-            )
+            await self._release_in_ledger(group, uid, (job.get("metadata") or {}).get("name"))
             worker.mark()
 
-    def _ledger_of(self, group: str) -> ledger.StoredLedger | None:
-        """The ledger holding ``group`` (its cohort's) as the ledger watch holds it; ``None`` unknown."""
+    def _unit_of(self, group: str) -> tuple[str, tuple[str, ...]]:
+        """Whose ledger holds ``group`` (its cohort's, as the last pass read the policy), and the
+        cohort's member groups (none for a group with a ledger of its own)."""
         unit = self._units.get(group, group)
         state = self._policy.state if self._policy is not None else None
         policy = state.policy if state is not None else None
         members = policy.members(unit) if policy is not None and unit != group else ()
-        return self._cached_ledger(unit, members)
+        return unit, members
+
+    def _ledger_of(self, group: str) -> ledger.StoredLedger | None:
+        """The ledger holding ``group`` (its cohort's) as the ledger watch holds it; ``None`` unknown."""
+        return self._cached_ledger(*self._unit_of(group))
 
     def _holds(self, group: str, uid: str) -> bool | None:
         """Whether the cached ledger holds a reservation of job ``uid``; ``None`` if it is not known."""
         stored = self._ledger_of(group)
         return None if stored is None else stored.ledger.find(uid) is not None
 
-    @staticmethod
-    async def release_job(
-        client: KubeClient,
-        job: dict,
-        quota_configmap: str | None,
-        quota_namespace: str | None,
-        *,
-        cached: ledger.StoredLedger | None = None,
-    ) -> None:
-        """Remove ``job``'s reservation from its group's ledger (compare-and-swap); no-op without quota.
-        ``cached``: the group's ledger as a watch holds it, read instead of a GET first."""
-        if quota_configmap is None:
-            return
-        group = group_of(job)
-        meta = job.get("metadata") or {}
-        if not group or not meta.get("uid"):
-            return
-        namespace = quota_namespace or meta.get("namespace") or "default"
+    async def _release_in_ledger(self, group: str, uid: str, name: str | None) -> None:
+        """Remove job ``uid``'s reservation from the ledger that holds its group (its cohort's for a
+        group in a cohort: a lost write re-reads that one, never the group's own, which does not
+        exist), starting from the ledger the watch holds."""
+        unit, members = self._unit_of(group)
         try:
-            await ledger.release(client, namespace, group, meta["uid"], cached=cached)
+            await ledger.release(
+                self.client,
+                self.quota_namespace,
+                unit,
+                uid,
+                members=members,
+                cached=self._cached_ledger(unit, members),
+            )
         except (KubeError, LedgerConflict) as exc:
             # Not fatal: the job has ended, so the next pass of any process drops its reservation.
-            log.warning(
-                "could not release the GPUs of %s now (%s); the next pass will", meta.get("name"), exc
-            )
+            log.warning("could not release the GPUs of %s now (%s); the next pass will", name, exc)
 
     # --- more of the pool, for the CLI, the operator and tests ---
 

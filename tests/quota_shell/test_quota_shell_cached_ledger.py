@@ -165,7 +165,11 @@ async def test_another_processs_ledger_write_is_followed_up_here_only_as_a_backs
     group, first = await _admission(client)
     async with _another_process(cluster, first) as second:
         await first.run_pass(group)  # this process judges the group, an empty queue so far
+        # The policy's watch delivers the policy during that first pass and marks every group for
+        # another: a pass asked for after it leaves nothing pending.
+        await first.run_pass(group)
         worker = first._groups[group]
+        assert not worker._dirty.is_set()
         passes = worker.started
         (job,) = await create_jobs(client, job_body(group, "ann", 2, run=10_000))
         await second.run_pass(group)  # the other process admits it
@@ -174,3 +178,60 @@ async def test_another_processs_ledger_write_is_followed_up_here_only_as_a_backs
 
         assert worker.started == passes  # neither the job's creation nor the ledger write ran a pass
         assert worker._backstop is not None  # one is due, as a backstop
+
+
+async def test_a_release_its_pass_could_not_make_writes_the_cohorts_ledger_read_again(
+    client, cluster, monkeypatch
+):
+    """A group in a cohort keeps its reservations in the cohort's ledger. When the group's pass cannot
+    drop a released job (it fails) and the watch's copy of that ledger is stale, the release's own
+    write loses and reads the cohort's ledger again, not the group's own, which does not exist."""
+    group, cohort, name = unique("cohm"), unique("coh"), unique("policy")
+    await put_policy(
+        client,
+        name,
+        f"groups:\n  {group}: {{gpus: 2, user_gpus: 2, cohort: {cohort}}}\n"
+        f"  {unique('cohn')}: {{gpus: 2, user_gpus: 2, cohort: {cohort}}}\n",
+    )
+    watch = await shared.acquire("kubernetes_default", NAMESPACE)
+    await watch.wait_synced(timeout=30)
+    admission = Admission.for_watch(watch, quota_configmap=name, quota_namespace=NAMESPACE)
+    (job,) = await create_jobs(client, job_body(group, "ann", 2, run=10_000))
+    uid = job["metadata"]["uid"]
+
+    async def running() -> dict | None:
+        await admission.run_pass(group)
+        cached = admission.watch.get(JOBS, job["metadata"]["name"])
+        held = admission._ledger_of(group)
+        if cached and not ledger_io.is_suspended(cached) and held and held.ledger.find(uid):
+            return cached
+        return None
+
+    admitted = await wait_for(running)
+    stale = admission._ledger_of(group)
+    assert stale is not None and stale.configmap is not None
+    assert stale.configmap["metadata"]["name"] == ledger_io.ledger_name(cohort)
+    meta = stale.configmap["metadata"]
+    await client.replace(
+        CONFIGMAPS, NAMESPACE, {**stale.configmap, "metadata": {**meta, "labels": {"touched": "1"}}}
+    )
+
+    async def failing_pass(_worker) -> None:
+        raise ledger_io.LedgerConflict("the pass lost every write")
+
+    monkeypatch.setattr(admission, "_pass", failing_pass)
+    monkeypatch.setattr(admission, "_cached_ledger", lambda *_: stale)  # the watch lags behind the write
+    monkeypatch.setattr(admission_module, "RELEASE_WAIT_SECONDS", 0.5)
+    cluster.reset_counters()
+
+    await admission.release(admitted)
+
+    members = tuple(sorted((await admission._policy.current()).policy.members(cohort)))
+    assert group in members
+    assert (await ledger_io.read_ledger(client, NAMESPACE, cohort, members)).ledger.find(uid) is None
+    counters = cluster.counters()
+    assert counters.get(("update", "configmaps"), 0) == 2  # the stale write lost, the fresh one won
+    assert counters.get(("get", "configmaps"), 0) >= 1
+    monkeypatch.undo()
+    await admission.close()
+    shared.release("kubernetes_default", NAMESPACE)
