@@ -234,7 +234,7 @@ class _Follow:
         "history",
         "ran",
         "looked",
-        "seen",
+        "reported",
         "preemptions_seen",
         "final_read",
         "final_events",
@@ -272,7 +272,10 @@ class _Follow:
     def _new_attempt(self) -> None:
         self.ran: JobSnapshot | None = None  # the job's last look while admitted, until a run ends
         self.looked: JobSnapshot | None = None  # the job's previous look
-        self.seen: tuple | None = None
+        # The look last logged. Its signature is computed again at each look rather than kept: the
+        # snapshot is usually the very one ``looked`` holds, and a kept signature (its nested tuples, about
+        # 300 bytes) is what one of 20,000 triggers would pay for it (docs/benchmarks.md).
+        self.reported: JobSnapshot | None = None
         self.preemptions_seen: str | None = None  # the job's preemption count at the last look
         self.final_read = False
         # Read with the final look: what outlives a disrupted pod.
@@ -304,10 +307,6 @@ class _Follow:
     async def until_over(self) -> JobEvent:
         await self.watch.wait_synced(timeout=60)
         self._follow(self._newest_attempt_name())
-        # The initial listing notified the subscription; the first look below reads what it listed. Left
-        # set, that stale wake-up would make the second look read the cache before the admission's own
-        # change arrives, and admit the job a second time.
-        self.sub.clear()
         while True:
             # The look returns before the wait: what it read (the job, its pods, the snapshot) is not
             # held in a suspended frame for as long as the job runs, once per trigger.
@@ -330,6 +329,11 @@ class _Follow:
         """One look at the job: the final event, the seconds to wait for the next change before looking
         again, or None to look again at once."""
         t = self.t
+        # The look reads every change notified so far: only one notified from here on wakes the next
+        # wait. (The initial listing notified the subscription too; left set, that stale wake-up would
+        # make the second look read the cache before the admission's own change arrives, and admit the
+        # job a second time.)
+        self.sub.clear()
         job = await self._look()
         if job is None:
             return await self._vanished()
@@ -445,8 +449,9 @@ class _Follow:
         self.preemptions_seen = count
 
     def _report(self, snap: JobSnapshot, pods: list[dict]) -> None:
-        if tracking.signature(snap) != self.seen:
-            self.seen = tracking.signature(snap)
+        news = self.reported is None or tracking.signature(snap) != tracking.signature(self.reported)
+        self.reported = snap  # news or the same signature: the newest, the very snapshot ``looked`` keeps
+        if news:
             self.log.info("%s %s: %s", self.t.kind, self.name, tracking.state_line(snap))
         if self.streamer is not None:
             self.streamer.follow(snap, pods)
@@ -567,7 +572,7 @@ class _Follow:
         # A cancel from the UI or CLI freed the reservation already; a kubectl delete did not.
         await self.admission.release(last)
         self.history.append(tracking.attempt_record(last, snap))
-        self.seen = None
+        self.reported = None
         self._report(snap, [])
         markers = await self._logs_so_far()
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)

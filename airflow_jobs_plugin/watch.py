@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -87,15 +88,20 @@ class Subscription:
 
     Every trigger holds one and waits on it most of its life, so it is a flag and, while waited on, a
     future and a timer: an ``asyncio.Event`` waited on with ``asyncio.wait_for`` costs each trigger a
-    second task, its coroutines and the event's waiter deque (about 2 KB, docs/benchmarks.md). Compared
-    by identity."""
+    second task, its coroutines and the event's waiter deque (about 2 KB, docs/benchmarks.md). The wait
+    itself is that future, not a coroutine awaiting it, whose frame each waiting trigger would hold
+    (272 bytes). Compared by identity.
 
-    __slots__ = ("key", "_changed", "_waiters", "_gone")
+    The flag says the job changed since the subscriber last read the cache: the subscriber clears it
+    (:meth:`clear`) as it starts reading, so a change notified while it reads wakes its next wait."""
+
+    __slots__ = ("key", "_changed", "_waiter", "_timer", "_gone")
 
     def __init__(self, key: str):
         self.key = key
         self._changed = False
-        self._waiters: list[asyncio.Future[bool]] | None = None
+        self._waiter: asyncio.Future[bool] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._gone: tuple[str, dict] | None = None
 
     def __repr__(self) -> str:
@@ -103,9 +109,7 @@ class Subscription:
 
     def notify(self) -> None:
         self._changed = True
-        for waiter in self._waiters or ():
-            if not waiter.done():
-                waiter.set_result(True)
+        self._settle(True)
 
     def clear(self) -> None:
         """Forget the changes notified so far: for a caller about to read the cache, which holds them."""
@@ -124,36 +128,37 @@ class Subscription:
         self._gone = None
         return gone[1]
 
-    async def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the next change; True if something changed, False on timeout."""
-        if not self._changed:
-            loop = asyncio.get_running_loop()
-            waiter: asyncio.Future[bool] = loop.create_future()
-            if self._waiters is None:
-                self._waiters = [waiter]
-            else:
-                self._waiters.append(waiter)
-            timer = None if timeout is None else loop.call_later(max(0.0, timeout), _time_out, waiter)
-            try:
-                changed = await waiter
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                waiters = self._waiters
-                if waiters is not None:
-                    if waiter in waiters:
-                        waiters.remove(waiter)
-                    if not waiters:
-                        self._waiters = None
-            if not changed:
-                return False
-        self._changed = False
-        return True
+    def wait(self, timeout: float | None = None) -> asyncio.Future[bool]:
+        """The next change: a future that turns True once the job changes (at once if it changed since
+        the last :meth:`clear`), or False after ``timeout`` seconds. A wait while another is pending
+        shares it (and its timeout)."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            return waiter
+        self._settle(False)  # a cancelled wait's timer
+        waiter = loop.create_future()
+        if self._changed:
+            waiter.set_result(True)
+            return waiter
+        self._waiter = waiter
+        if timeout is not None:
+            # No context of its own: the timer only settles the future (a copy per timer is 60 bytes).
+            self._timer = loop.call_later(max(0.0, timeout), self._settle, False, context=_NO_CONTEXT)
+        return waiter
+
+    def _settle(self, changed: bool) -> None:
+        """Resolve the pending wait (if any) and drop it and its timer: nothing is held between waits."""
+        waiter, timer = self._waiter, self._timer
+        self._waiter = self._timer = None
+        if timer is not None:
+            timer.cancel()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(changed)
 
 
-def _time_out(waiter: asyncio.Future[bool]) -> None:
-    if not waiter.done():
-        waiter.set_result(False)
+# The context the subscriptions' timers run in: they read no context variable.
+_NO_CONTEXT = contextvars.Context()
 
 
 Listener = Callable[[str, str, dict], None]

@@ -41,7 +41,7 @@ class Health(Enum):
     LOST = "lost"  # its node is unreachable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReplicaStatus:
     """One replica of a job as the snapshot sees it.
 

@@ -53,7 +53,7 @@ DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job default, also what the MPI launcher Jo
 ADMITTED = "Admitted"  # the quota pool's verdict for a job whose GPUs it reserved (quota.Verdict.ADMIT)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueueStatus:
     """The quota pool's view of a queued job: why it waits and where it stands (0 = next)."""
 
@@ -62,7 +62,7 @@ class QueueStatus:
     message: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """A job's GPU reservation in the quota ledger; ``released_at`` is ``None`` while it is held."""
 
@@ -71,7 +71,7 @@ class Reservation:
     released_at: datetime | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskRef:
     """The Airflow task instance try that submitted a job, from the job's own annotations: what a sweep
     for jobs nobody follows (their task no longer running, deferred or up for retry) asks Airflow about."""
@@ -98,7 +98,7 @@ class TaskRef:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobSnapshot:
     """Everything the product says about a job at one moment.
 

@@ -14,6 +14,7 @@ from collections import deque
 
 import pytest
 
+from airflow_jobs_plugin import watch as watch_module
 from airflow_jobs_plugin import watch_transform
 from airflow_jobs_plugin.kube import JOBS, PODS
 from airflow_jobs_plugin.logstream import LogTail
@@ -143,34 +144,63 @@ async def test_a_watch_shares_a_pods_labels_with_its_jobs_template():
 # --- a subscription ---
 
 
-async def test_a_change_before_the_wait_is_not_lost_and_is_seen_once():
+async def test_a_change_before_the_wait_is_not_lost_and_is_seen_once_read():
     sub = Subscription("job")
     sub.notify()
     assert await sub.wait(timeout=0.01) is True
+    assert await sub.wait(timeout=0.01) is True  # not read yet: still news
+    sub.clear()  # the subscriber reads the cache, which holds the change
     assert await sub.wait(timeout=0.01) is False
 
 
-async def test_a_change_wakes_every_waiter_and_a_timeout_wakes_only_its_own():
+async def test_a_change_while_the_subscriber_reads_wakes_its_next_wait():
     sub = Subscription("job")
-    short = asyncio.create_task(sub.wait(timeout=0.01))
-    assert await short is False
-    waiters = [asyncio.create_task(sub.wait(timeout=5)) for _ in range(2)]
-    await asyncio.sleep(0)
     sub.notify()
-    assert await asyncio.gather(*waiters) == [True, True]
-    assert sub._waiters is None  # noqa: SLF001 - nothing held between waits
+    assert await sub.wait(timeout=5) is True
+    sub.clear()
+    sub.notify()  # after the read began: the read may have missed it
+    assert await sub.wait(timeout=5) is True
+
+
+async def test_a_change_wakes_the_wait_and_nothing_is_held_between_waits():
+    sub = Subscription("job")
+    assert await sub.wait(timeout=0.01) is False
+    assert sub._waiter is None and sub._timer is None  # noqa: SLF001
+    waiter = sub.wait(timeout=5)
+    assert sub.wait(timeout=1) is waiter  # a second wait shares the pending one
+    assert not waiter.done()
+    sub.notify()
+    assert await waiter is True
+    assert sub._waiter is None and sub._timer is None  # noqa: SLF001 - its timer cancelled too
+
+
+async def test_a_wait_holds_no_coroutine_and_its_timer_no_context_of_its_own():
+    sub = Subscription("job")
+    waiter = sub.wait(timeout=5)
+    assert isinstance(waiter, asyncio.Future)
+    timer = sub._timer  # noqa: SLF001
+    assert timer is not None and timer._context is watch_module._NO_CONTEXT  # noqa: SLF001
+    sub.notify()
+    assert await waiter is True
 
 
 async def test_a_cancelled_wait_leaves_nothing_behind():
     sub = Subscription("job")
-    waiter = asyncio.create_task(sub.wait(timeout=5))
+    waiter = asyncio.ensure_future(sub.wait(timeout=5))
+    task = asyncio.create_task(_await(waiter))
     await asyncio.sleep(0)
-    waiter.cancel()
+    task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await waiter
-    assert sub._waiters is None  # noqa: SLF001
+        await task
+    timer = sub._timer  # noqa: SLF001
+    assert await sub.wait(timeout=0.01) is False  # a new wait, the cancelled one's timer dropped
+    assert timer is not None and timer.cancelled()
     sub.notify()
     assert await sub.wait(timeout=0.01) is True
+
+
+async def _await(future: asyncio.Future) -> bool:
+    return await future
 
 
 async def test_the_deleted_job_reaches_its_subscribers_once():
