@@ -236,6 +236,25 @@ def _latencies(changes: dict[str, dict], seen: dict[str, dict], change: str, not
     return out
 
 
+def rss_phases(ours: dict, all_running: float, first_end: float | None) -> dict[str, Any]:
+    """When the tracker's RSS peaked, from its half-second samples: the most above the import while
+    the jobs started, while all ran, and once they ended (MB), and how long after the triggers started
+    the highest sample came. The peak (``VmHWM``) may fall between two samples."""
+    start = ours["rss_start_kb"]
+    phases: dict[str, list[float]] = {"starting": [], "running": [], "ending": []}
+    top = (0.0, 0.0)
+    for t, _cpu, rss, _hwm in ours["samples"]:
+        phase = (
+            "starting" if t < all_running else "running" if first_end is None or t < first_end else "ending"
+        )
+        phases[phase].append(rss)
+        top = max(top, (rss, t))
+    return {
+        **{f"{k}_max_mb": round((max(v) - start) / 1024, 1) if v else None for k, v in phases.items()},
+        "highest_sample_after_s": round(top[1] - ours["started"], 1) if top[1] else None,
+    }
+
+
 def summarize(
     n: int,
     transitions: dict[str, dict],
@@ -278,6 +297,7 @@ def summarize(
         # and the shared watch's cache as JSON bytes.
         "rss_above_import_mb": (ours["peak_rss_kb"] - ours["rss_start_kb"]) / 1024,
         "peak_rss_per_job_kb": (ours["peak_rss_kb"] - ours["rss_start_kb"]) / n,
+        "rss_phases": rss_phases(ours, received_all_running, first_end),
         "cache": {
             when: {**figures, "bytes_per_job": sum(figures["bytes"].values()) / n}
             for when, figures in (ours.get("cache") or {}).items()
