@@ -153,7 +153,15 @@ class JobTrigger(BaseTrigger):
         watch = await shared.acquire(self.kubernetes_conn_id, self.namespace)
         follow = _Follow(self, watch)
         try:
-            event = await follow.until_over()
+            await follow.start()
+            # The follow's loop is here, in the frame every deferred trigger keeps anyway: a coroutine of
+            # the follow's running it would be a second frame held as long as the job runs (216 bytes).
+            # The look returns before the wait: what it read (the job, its pods, the snapshot) is not
+            # held in a suspended frame either.
+            while not isinstance(outcome := await follow.look(), JobEvent):
+                if outcome is not None:
+                    await follow.sub.wait(timeout=outcome)
+            event = outcome
             metrics.emit(metrics.finished(follow.last_seen or {}, event.state, event.reason))
             yield TriggerEvent(event.to_payload())
         finally:
@@ -304,28 +312,12 @@ class _Follow:
         if self.streamer is not None:
             await self.streamer.close()
 
-    async def until_over(self) -> JobEvent:
+    async def start(self) -> None:
+        """Wait for the watch's lists, then follow the newest attempt of the task try's job."""
         await self.watch.wait_synced(timeout=60)
         self._follow(self._newest_attempt_name())
-        while True:
-            # The look returns before the wait: what it read (the job, its pods, the snapshot) is not
-            # held in a suspended frame for as long as the job runs, once per trigger.
-            outcome = await self._look_once()
-            if isinstance(outcome, JobEvent):
-                return outcome
-            if outcome is not None:
-                await self.sub.wait(timeout=outcome)
 
-    async def step(self) -> JobEvent | None:
-        """One look at the job: the final event, or None after waiting for the next change."""
-        outcome = await self._look_once()
-        if isinstance(outcome, JobEvent):
-            return outcome
-        if outcome is not None:
-            await self.sub.wait(timeout=outcome)
-        return None
-
-    async def _look_once(self) -> JobEvent | float | None:
+    async def look(self) -> JobEvent | float | None:
         """One look at the job: the final event, the seconds to wait for the next change before looking
         again, or None to look again at once."""
         t = self.t

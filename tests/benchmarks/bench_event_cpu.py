@@ -14,7 +14,7 @@ What is measured, per pod event, each on its own:
 
 - **floor**: ``json.loads`` of the event line (what any watch client pays to read it at all);
 - **transform**: ``watch_transform.trim`` of the decoded object, what the shared watch keeps of it;
-- **look**: what a trigger computes when the event wakes it (``triggers._Follow.step`` minus its I/O and
+- **look**: what a trigger computes when the event wakes it (``triggers._Follow.look`` minus its I/O and
   logging): the snapshot of the job from the watch's trimmed job and pods, ``who_cancelled``, the
   failure class when the state reports one, the attempt, ``tracking.decide``, the log line's
   ``signature`` and ``state_line``, and ``ledger.ruled_but_running``; with the trigger's
@@ -167,7 +167,7 @@ _ZERO = timedelta(0)
 
 
 def trigger_look(job: dict, pods: list[dict], memo: Any = None) -> JobSnapshot:
-    """What ``triggers._Follow.step`` computes when an event wakes it, without its I/O and logging
+    """What ``triggers._Follow.look`` computes when an event wakes it, without its I/O and logging
     (kept in step with it by hand: the trigger module imports Airflow, this benchmark does not).
     ``memo`` is the trigger's ``ReadMemo``, where the version measured has one."""
     now = datetime.now(timezone.utc)
