@@ -85,7 +85,11 @@ class Book:
         self._states: dict[str, array] = {}  # state -> first time it was logged, per job (NaN: never)
         self._received: dict[str, array] = {}  # "running" / "finished" -> first time received, per job
         self._others: dict[str, dict[str, float]] = {}
-        self.events: dict[str, dict[str, Any]] = {}
+        # Each trigger's final event: when, its status and state, the log markers it left to the worker.
+        self._event_t = array("d", [math.nan]) * n
+        self._event_status: list[str | None] = [None] * n  # a few distinct strings: pointers only
+        self._event_state: list[str | None] = [None] * n
+        self._event_markers = array("l", bytes(8 * n))
         self.lines = 0
         self.errors: list[str] = []
         # Container log lines (``[replica] text``) per job, and when the first one reached its task log.
@@ -133,6 +137,13 @@ class Book:
             self._first_log_line[i] = time.time()
         self._last_log_line[i] = text
 
+    def event(self, job: str, status: str | None, state: str | None, markers: int) -> None:
+        i = self.index[job]
+        self._event_t[i] = time.time()
+        self._event_status[i] = None if status is None else sys.intern(status)
+        self._event_state[i] = None if state is None else sys.intern(state)
+        self._event_markers[i] = markers
+
     def figures(self) -> dict[str, Any]:
         """The book as the drivers read it: per job name."""
 
@@ -145,7 +156,15 @@ class Book:
             return out
 
         named = list(zip(self.names, self._log_lines, self._first_log_line, self._last_log_line, strict=True))
+        events = zip(
+            self.names, self._event_t, self._event_status, self._event_state, self._event_markers, strict=True
+        )
         return {
+            "events": {
+                name: {"t": t, "status": status, "state": state, "log_markers": markers}
+                for name, t, status, state, markers in events
+                if not math.isnan(t)
+            },
             "states": by_job(self._states),
             "received": {**self._others, **by_job(self._received)},
             "container_log_lines": {name: count for name, count, _, _ in named if count},
@@ -235,19 +254,16 @@ async def follow(trigger: Any, name: str, book: Book) -> None:
     try:
         async for event in trigger.run():
             payload = event.payload
-            book.events[name] = {
-                "t": time.time(),
-                "status": payload.get("status"),
-                "state": payload.get("state"),
-                # Logs the trigger had not finished printing: the worker prints the rest.
-                "log_markers": len(payload.get("log_markers") or ()),
-            }
+            # Logs the trigger had not finished printing: the worker prints the rest.
+            book.event(
+                name, payload.get("status"), payload.get("state"), len(payload.get("log_markers") or ())
+            )
             break
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a trigger that dies is a result too
         book.errors.append(f"{name}: {type(exc).__name__}: {exc}")
-        book.events[name] = {"t": time.time(), "status": "crashed", "state": None}
+        book.event(name, "crashed", None, 0)
 
 
 def trace_admission(book: Book) -> None:
@@ -378,7 +394,7 @@ def _deep(roots: list, seen: set[int]) -> Counter:
     return sizes
 
 
-def heap_figures(watch: Any, tasks: list, stop: list, n: int, traced_before: int | None) -> dict[str, Any]:
+def heap_figures(watch: Any, tasks: set | list, stop: list, n: int, traced_before: int | None) -> dict[str, Any]:
     """Where the memory of the tracked jobs is, per job (``--heap``).
 
     ``walked``: the objects reachable from each of these, in this order, each object counted once, for
@@ -499,6 +515,13 @@ class GcClock:
         if took >= 0.05 and len(self.slow) < 500:
             self.slow.append((time.time(), info["generation"], took, info.get("collected", 0)))
 
+    def event(self, job: str, status: str | None, state: str | None, markers: int) -> None:
+        i = self.index[job]
+        self._event_t[i] = time.time()
+        self._event_status[i] = None if status is None else sys.intern(status)
+        self._event_state[i] = None if state is None else sys.intern(state)
+        self._event_markers[i] = markers
+
     def figures(self) -> dict[str, Any]:
         return {
             "by_generation": {
@@ -559,7 +582,17 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     cache: dict[str, Any] = {}
     heap: dict[str, Any] = {}
     allocators: dict[str, Any] = {}
-    tasks: list[asyncio.Task] = []
+    # The triggers' tasks still running. A finished one is dropped at once, as Airflow's triggerer drops
+    # it (TriggerRunner.cleanup_finished_triggers, airflow/jobs/triggerer_job_runner.py, 3.3): a list of
+    # every task (and a gather of them) would keep each finished task and its coroutine, about 0.5 KB
+    # per job, in the RSS being measured.
+    tasks: set[asyncio.Task] = set()
+    every_trigger_done = asyncio.Event()
+
+    def finished(task: asyncio.Task) -> None:
+        tasks.discard(task)
+        if not tasks:
+            every_trigger_done.set()
 
     def measure_cache() -> None:
         if watch is not None and "running" not in cache and book.running_received >= len(names):
@@ -588,16 +621,22 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     cpu0 = cpu_seconds()
     started = time.time()
     announce(ready=started)
-    tasks.extend(asyncio.create_task(follow(t, n, book)) for t, n in zip(triggers, names, strict=True))
-    everything = asyncio.gather(*tasks, return_exceptions=True)
+    for trigger, name in zip(triggers, names, strict=True):
+        task = asyncio.create_task(follow(trigger, name, book))
+        tasks.add(task)
+        task.add_done_callback(finished)
+    del triggers  # each task holds its own
+    everything = asyncio.create_task(every_trigger_done.wait())
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({everything, stopper}, timeout=args.cap, return_when=asyncio.FIRST_COMPLETED)
     capped = everything not in done
     ended = time.time()
     cpu1 = cpu_seconds()
-    for task in tasks:
+    everything.cancel()
+    left = list(tasks)
+    for task in left:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*left, return_exceptions=True)
     stopper.cancel()
     sampler.cancel()
     _, hwm = memory_kb()
@@ -640,7 +679,6 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         "allocators": allocators,
         "samples": samples,
         **book.figures(),
-        "events": book.events,
         "log_lines": book.lines,
         "log_hub": hubs,
         "watch_relists": relists,

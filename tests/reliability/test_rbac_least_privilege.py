@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,8 +24,11 @@ from task_doubles import task_context
 from airflow_jobs_plugin import inspect, labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import shutdown as admission_shutdown
-from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient
+from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.quota import ledger_model
+from airflow_jobs_plugin.quota.policy import Reservation
 from airflow_jobs_plugin.sensors import JobSensor
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
 
@@ -41,12 +45,30 @@ COMPONENTS = {
 }
 
 
-# Verbs a component needs on paths this scenario does not drive (races and lags), each with the path. The
-# triggerer reads the quota ledger from its ledger watch; it GETs the ledger only when that watch has
-# not synced yet, when a pass whose cached write lost does not see the winner's ledger arrive in time
-# (admission.LEDGER_CATCH_UP_SECONDS), and before a pass acts on jobs without writing the ledger
-# (quota/ledger.py admission_pass: never from a cached ledger).
-NOT_DRIVEN = {"triggerer": {("", "configmaps"): {"get"}}}
+# Verbs a component needs on paths this scenario does not drive (races and lags), each with the path.
+# None: the triggerer reads the quota ledger from its ledger watch, and GETs it before a pass acts on
+# jobs without writing the ledger (quota/ledger.py admission_pass: never from a cached ledger), which
+# the lost unsuspend below drives.
+NOT_DRIVEN: dict[str, dict[tuple[str, str], set[str]]] = {}
+
+
+async def _reserve_before_a_crash(job_name: str) -> None:
+    """Write a reservation of the queued ``job_name`` into its group's ledger, admitted long enough ago
+    that a pass takes the job for one whose unsuspend was lost (ledger_model.pending_unsuspend)."""
+    client = await KubeClient.from_connection()
+    try:
+        job = await client.get(JOBS, "default", job_name)
+        queued = ledger_io.queued_job(job)
+        admitted = datetime.now(timezone.utc) - ledger_model.UNSUSPEND_GRACE * 5
+        reservation = Reservation.for_job(queued, admitted)
+        await ledger_io.update_ledger(
+            client,
+            "default",
+            queued.group,
+            lambda held: dataclasses.replace(held, reservations=(*held.reservations, reservation)),
+        )
+    finally:
+        await client.close()
 
 
 def roles_of(service_account: str) -> list[dict]:
@@ -97,7 +119,10 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
         )
         cluster.store.create(
             "configmaps",
-            {"metadata": {"name": "policy"}, "data": {"policy.yaml": "groups:\n  vision: {gpus: 8}\n"}},
+            {
+                "metadata": {"name": "policy"},
+                "data": {"policy.yaml": "groups:\n  vision: {gpus: 8}\n  nlp: {gpus: 8}\n"},
+            },
             "default",
         )
         cluster.reset_counters()
@@ -199,7 +224,23 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
         queued_cancel, _ = deferred(
             JobOperator(task_id="train", image="t:1", group="vision", gpus=1, workers=2), "rbac_cancel_queued"
         )
+        # A lost unsuspend: a triggerer reserved this job's GPUs in its group's ledger and stopped before
+        # unsuspending it. The pass that finds it repairs it without writing the ledger, so it reads the
+        # ledger first. (Its own group: the first group's ledger is still created by a pass.)
+        lost, _ = deferred(
+            JobOperator(
+                task_id="train",
+                image="t:1",
+                group="nlp",
+                gpus=1,
+                quota_configmap="policy",
+                job_annotations=quick,
+            ),
+            "rbac_lost_unsuspend",
+        )
         charge("worker")
+        asyncio.run(_reserve_before_a_crash(lost.trigger.job_name))
+        cluster.reset_counters()  # the crashed triggerer's write: not this scenario's
 
         async def triggerer_stops() -> None:
             """The triggerer's shared watch and admission loop end, so their requests are all its own."""
@@ -226,8 +267,16 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
                     collect(stuck.trigger),
                     collect(retried.trigger),
                     collect(ddp.trigger),
+                    collect(lost.trigger),
                 )
-                assert [e["status"] for e in events] == ["success", "success", "failed", "failed", "failed"]
+                assert [e["status"] for e in events] == [
+                    "success",
+                    "success",
+                    "failed",
+                    "failed",
+                    "failed",
+                    "success",
+                ]
                 kill_run = asyncio.ensure_future(collect(killed.trigger))
                 await asyncio.sleep(1)
                 kill_run.cancel()
