@@ -10,6 +10,7 @@ as the process lives (:class:`Credentials`, rules in :mod:`airflow_jobs_plugin.c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -326,6 +327,14 @@ class KubeClient:
         # whole life: sharing one pool, a hundred running jobs would leave the shared watch's
         # reconnect, the admission's writes and every final read waiting for a free connection.
         self._log_api: k8s_client.ApiClient | None = None
+        # The calls in flight on the shared pool, at most as many as it has connections. aiohttp builds
+        # a request (its URL, headers, body, timers: a few kilobytes) before it waits for a connection
+        # (client.py ClientSession._request, aiohttp 3.14: the request is made, then
+        # ``self._connector.connect``), so 20,000 triggers asking at once, as they do when a triggerer
+        # starts, held 20,000 built requests; past the pool they wait here, holding nothing yet. The
+        # log connections are bounded by the log hub instead.
+        pool = int(getattr(api.configuration, "connection_pool_maxsize", 0) or 0)
+        self._in_flight: asyncio.Semaphore | None = asyncio.Semaphore(pool) if pool > 0 else None
         # None: the configuration's own authentication, never renewed (a client built by hand).
         self.credentials = credentials
 
@@ -452,18 +461,20 @@ class KubeClient:
             auth_settings = []
             if credential.header:
                 headers["Authorization"] = credential.header
+        gate = self._in_flight if api is None or api is self._api else None
         try:
-            return await (api or self._api).call_api(
-                path,
-                method,
-                query_params=params,
-                header_params=headers,
-                body=body,
-                auth_settings=auth_settings,
-                _preload_content=False,
-                # kubernetes_asyncio's stub says tuple[float], but its rest client reads a (connect, read) pair.
-                _request_timeout=timeout,  # type: ignore[arg-type]
-            )
+            async with gate if gate is not None else contextlib.nullcontext():
+                return await (api or self._api).call_api(
+                    path,
+                    method,
+                    query_params=params,
+                    header_params=headers,
+                    body=body,
+                    auth_settings=auth_settings,
+                    _preload_content=False,
+                    # kubernetes_asyncio's stub says tuple[float], but its rest client reads a (connect, read) pair.
+                    _request_timeout=timeout,  # type: ignore[arg-type]
+                )
         except k8s_client.ApiException as exc:  # raised for error statuses on some transports
             try:
                 payload = json.loads(exc.body) if exc.body else {}

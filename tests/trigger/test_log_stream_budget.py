@@ -72,3 +72,36 @@ async def test_followed_logs_never_take_the_connections_the_calls_need(cluster, 
         await small.close()
         for name in names:
             await client.delete(JOBS, "default", name)
+
+
+async def test_calls_past_the_pools_connections_wait_unbuilt(cluster, monkeypatch):
+    """Thousands of triggers asking at once (a triggerer starting) build at most as many requests as
+    the calls' pool has connections: aiohttp builds a request before it waits for a connection, so
+    the rest wait before that, and every call is still answered."""
+    configuration = k8s_client.Configuration()
+    await k8s_config.load_kube_config(
+        config_file=cluster.kubeconfig_path, client_configuration=configuration, persist_config=False
+    )
+    configuration.connection_pool_maxsize = 3
+    small = KubeClient(k8s_client.ApiClient(configuration=configuration))
+    building = most = 0
+    real = small._api.call_api
+
+    async def counted(*args, **kwargs):
+        nonlocal building, most
+        building += 1
+        most = max(most, building)
+        try:
+            return await real(*args, **kwargs)
+        finally:
+            building -= 1
+
+    monkeypatch.setattr(small._api, "call_api", counted)
+    try:
+        answers = await asyncio.gather(
+            *(small.get_or_none(JOBS, "default", f"absent-{i}") for i in range(60))
+        )
+    finally:
+        await small.close()
+    assert answers == [None] * 60
+    assert most == 3
