@@ -394,7 +394,9 @@ def _deep(roots: list, seen: set[int]) -> Counter:
     return sizes
 
 
-def heap_figures(watch: Any, tasks: set | list, stop: list, n: int, traced_before: int | None) -> dict[str, Any]:
+def heap_figures(
+    watch: Any, tasks: set | list, stop: list, n: int, traced_before: int | None
+) -> dict[str, Any]:
     """Where the memory of the tracked jobs is, per job (``--heap``).
 
     ``walked``: the objects reachable from each of these, in this order, each object counted once, for
@@ -631,6 +633,8 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     done, _ = await asyncio.wait({everything, stopper}, timeout=args.cap, return_when=asyncio.FIRST_COMPLETED)
     capped = everything not in done
     ended = time.time()
+    # Once every trigger has ended: what the finished jobs leave behind (the cache keeps them).
+    allocators["end"] = allocator_figures()
     cpu1 = cpu_seconds()
     everything.cancel()
     left = list(tasks)
