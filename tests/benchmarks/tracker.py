@@ -455,6 +455,43 @@ def heap_figures(
     return out
 
 
+def _glibc_heap() -> dict[str, int]:
+    """glibc's own account of its heap (``mallinfo2``, glibc 2.33+): bytes it got from the system with
+    sbrk and with mmap, in use by the program, and free inside its heap (freed, not given back). Empty
+    where the call is missing."""
+    import ctypes
+
+    class _MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
+        ]
+
+    try:
+        call = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    call.restype = _MallInfo2
+    info = call()
+    return {
+        "glibc_sbrk": info.arena,
+        "glibc_mmap": info.hblkhd,
+        "glibc_in_use": info.uordblks,
+        "glibc_free": info.fordblks,
+    }
+
+
 def allocator_figures(trim: bool = False) -> dict[str, Any]:
     """Where the process's RSS is, as the allocators see it: pymalloc's arenas (``sys._debugmallocstats``,
     objects up to 512 bytes) split into blocks in use, free blocks inside used pools, and unused pools;
@@ -487,6 +524,7 @@ def allocator_figures(trim: bool = False) -> dict[str, Any]:
         for key, name in keys.items():
             if key in line and "=" in line:
                 figures[name] = int(line.split("=")[-1].strip().replace(",", ""))
+    figures.update(_glibc_heap())
     if trim:
         try:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
