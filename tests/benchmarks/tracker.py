@@ -555,13 +555,6 @@ class GcClock:
         if took >= 0.05 and len(self.slow) < 500:
             self.slow.append((time.time(), info["generation"], took, info.get("collected", 0)))
 
-    def event(self, job: str, status: str | None, state: str | None, markers: int) -> None:
-        i = self.index[job]
-        self._event_t[i] = time.time()
-        self._event_status[i] = None if status is None else sys.intern(status)
-        self._event_state[i] = None if state is None else sys.intern(state)
-        self._event_markers[i] = markers
-
     def figures(self) -> dict[str, Any]:
         return {
             "by_generation": {
