@@ -32,7 +32,12 @@ _SERVER_METADATA = (
     "finalizers",
 )
 # The Job controller adds these to a Job's selector and pod template; a new Job gets its own.
-_CONTROLLER_LABELS = ("controller-uid", labels.CONTROLLER_UID, labels.BATCH_JOB_NAME, labels.LEGACY_JOB_NAME)
+_CONTROLLER_LABELS = (
+    labels.LEGACY_CONTROLLER_UID,
+    labels.CONTROLLER_UID,
+    labels.BATCH_JOB_NAME,
+    labels.LEGACY_JOB_NAME,
+)
 # Per-attempt bookkeeping the admission and trigger write; the next attempt starts without it.
 _ATTEMPT_ANNOTATIONS = (labels.ADMITTED_AT, labels.VERDICT, labels.VERDICT_MESSAGE, labels.CANCELLED_BY)
 

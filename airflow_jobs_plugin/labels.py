@@ -103,6 +103,7 @@ MPI_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 BATCH_JOB_NAME = "batch.kubernetes.io/job-name"
 LEGACY_JOB_NAME = "job-name"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+LEGACY_CONTROLLER_UID = "controller-uid"  # the controller-uid label before Kubernetes 1.27
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

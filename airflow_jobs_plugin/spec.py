@@ -838,7 +838,7 @@ def _reserved_key(key: str) -> bool:
         or key == keys.MANAGED_BY
         or key.startswith("training.kubeflow.org/")
         or key.startswith("batch.kubernetes.io/")
-        or key in (keys.LEGACY_JOB_NAME, "controller-uid")
+        or key in (keys.LEGACY_JOB_NAME, keys.LEGACY_CONTROLLER_UID)
     )
 
 

@@ -446,6 +446,7 @@ class SharedWatch:
         label_selector, field_selector = self.scope.selectors(resource)
         kind = resource.kind
         fresh: dict[str, dict] = {}
+        current = self._cache.get(resource.plural, {})
         listed_at: str | None = None
         token: str | None = None
         # In pages, each trimmed as it arrives: whole objects are held a page at a time, never the whole
@@ -464,7 +465,8 @@ class SharedWatch:
             for item in listing.get("items") or []:
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", resource.api_version)
-                fresh[item["metadata"]["name"]] = trim(item, kind, self._sharing)
+                name = item["metadata"]["name"]
+                fresh[name] = trim(item, kind, self._sharing, current.get(name))
             meta = listing.get("metadata") or {}
             del listing
             if listed_at is None:
@@ -524,7 +526,8 @@ class SharedWatch:
             # Every way into the cache (list, watch event, absorbed read or write) comes through here or
             # the relist, so the cache and the listeners only ever hold the trimmed copy: client-go's
             # informer transform (SharedIndexInformer.SetTransform), see watch_transform.
-            obj = trim(obj, resource.kind, self._sharing)
+            previous = self._cache[resource.plural].get(str((obj.get("metadata") or {}).get("name")))
+            obj = trim(obj, resource.kind, self._sharing, previous)
         name = obj["metadata"]["name"]
         cache = self._cache[resource.plural]
         key = job_key(obj)

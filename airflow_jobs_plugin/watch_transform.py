@@ -37,6 +37,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from . import labels
+
 # Written by the API server for server-side apply; the product never reads who owns which field. On a
 # real cluster it is often the largest part of an object (one entry per manager: controller, kubelet,
 # the product's own patches).
@@ -85,10 +87,41 @@ _CONTAINER_STATUS_DROPPED = frozenset(
     }
 )
 
-# Strings shorter than this are interned: label and annotation keys and values, condition types and
-# reasons, names and uids repeat in every job and pod (a pod repeats its job's labels), and one shared
-# copy of each costs nothing per object. Longer ones (messages) are rarely shared.
+# Strings shorter than this are interned: keys, label and annotation values, condition types and
+# reasons, node names and times in whole seconds repeat in many jobs and pods, and one shared copy of
+# each costs nothing per object. Longer ones (messages) are rarely shared.
 _INTERN_BELOW = 128
+
+# Values that name or stamp one object: they are not interned but kept one copy per object, its
+# versions and the readers of each (a job's name and uid also label its pod template; ``trim``'s
+# ``previous``). The interpreter's table of interned strings is a dict that never shrinks (CPython 3.11,
+# ``Objects/unicodeobject.c``): every uid and resourceVersion in it costs a slot, and as the watch
+# delivers new versions of 20,000 jobs, each with a new resourceVersion, the table outgrows its room and
+# is copied to one twice its size (docs/benchmarks.md).
+_OWN_VALUES = frozenset(
+    {
+        # metadata, and an owner reference's
+        "name",
+        "generateName",
+        "uid",
+        "resourceVersion",
+        # the labels the API server writes on a Job's pod template, its pods' labels then
+        # (generateSelector, pkg/registry/batch/job/strategy.go, Kubernetes 1.32), and mpi-operator's
+        # on an MPIJob's pods (pkg/controller/mpi_job_controller.go, v0.8.0)
+        labels.CONTROLLER_UID,
+        labels.LEGACY_CONTROLLER_UID,
+        labels.BATCH_JOB_NAME,
+        labels.LEGACY_JOB_NAME,
+        labels.MPI_JOB_NAME,
+        # the product's own: the task instance a job runs, its times (microseconds)
+        labels.TASK_KEY,
+        labels.QUEUED_AT,
+        labels.ADMITTED_AT,
+        labels.REQUEUE_NOT_BEFORE,
+        labels.STOPPED_AT,
+        labels.CANCELLED_AT,
+    }
+)
 
 
 # --- dicts that share their keys with the other dicts of their kind ---
@@ -128,37 +161,55 @@ def _keyed(shape: type, items: dict[str, Any]) -> dict[str, Any]:
     return holder.__dict__
 
 
-def _keyed_copy(shape: type, value: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
+def _keyed_copy(
+    shape: type, value: Mapping[str, Any], share: Sharing, words: dict[str, str] | None = None
+) -> dict[str, Any]:
     """``{key: _compact(item)}`` of ``value`` as a dict of ``shape``, built in one pass: as fast as the
-    ordinary dict (``setattr`` interns each key as ``_s`` would)."""
+    ordinary dict (``setattr`` interns each key as ``_s`` would). With ``words`` (the object's own
+    strings), the values of :data:`_OWN_VALUES` are the object's copies, not interned."""
     holder: Any = object.__new__(shape)
     for key, item in value.items():
         if type(key) is not str or key in _NOT_ATTRIBUTES:
-            return {_s(k): _compact(v, share) for k, v in value.items()}
-        setattr(holder, key, _compact(item, share))
+            return {_s(k): _value(k, v, share, words) for k, v in value.items()}
+        setattr(holder, key, _value(key, item, share, words))
     return holder.__dict__ if value else {}
 
 
-def trim(obj: Mapping[str, Any], kind: str | None = None, sharing: Sharing | None = None) -> dict[str, Any]:
+def _value(key: Any, item: Any, share: Sharing, words: dict[str, str] | None) -> Any:
+    if words is not None and type(item) is str and key in _OWN_VALUES:
+        return words.setdefault(item, item)
+    return _compact(item, share)
+
+
+def trim(
+    obj: Mapping[str, Any],
+    kind: str | None = None,
+    sharing: Sharing | None = None,
+    previous: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """A copy of ``obj`` holding what the product reads of it (``kind`` when the object lacks it, as
     list items of built-in types do). Jobs, MPIJobs and Pods are trimmed; any other object loses only
     its ``managedFields``. Idempotent: ``trim(trim(o)) == trim(o)``.
 
     With ``sharing``, the dicts and lists below the top level and ``metadata`` are those of the
-    sharing's objects when equal (see :class:`Sharing`): the result must then never be changed."""
+    sharing's objects when equal (see :class:`Sharing`): the result must then never be changed. With
+    ``previous`` (the cached version ``obj`` replaces), the object's own strings that did not change
+    (its name, uid, times) are those of ``previous``."""
     kind = str(obj.get("kind") or kind or "")
     share = sharing if sharing is not None else _NO_SHARING
+    # The object's own strings (_OWN_VALUES), one copy of each, and the same copy in every version.
+    words = _own_words(previous)
     out: dict[str, Any] = {}
     for key, value in obj.items():
         if key == "metadata" and isinstance(value, Mapping):
             # A job's own labels and annotations (its task, its times) are its alone: not looked up.
             # A pod's are its template's.
             own = _NO_SHARING if kind in ("Job", "MPIJob") else share
-            out["metadata"] = _metadata(value, own)
+            out["metadata"] = _metadata(value, own, words)
         elif key == "spec" and isinstance(value, Mapping) and kind == "Pod":
             out["spec"] = _pod_spec(value, share)
         elif key == "spec" and isinstance(value, Mapping) and kind in ("Job", "MPIJob"):
-            out["spec"] = _job_spec(value, kind, share)
+            out["spec"] = _job_spec(value, kind, share, words)
         elif key == "status" and isinstance(value, Mapping) and kind == "Pod":
             out["status"] = _pod_status(value, share)
         elif key == "status" and isinstance(value, Mapping) and kind in ("Job", "MPIJob"):
@@ -168,29 +219,50 @@ def trim(obj: Mapping[str, Any], kind: str | None = None, sharing: Sharing | Non
     return _keyed(_OBJECT, out)
 
 
-def _metadata(meta: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
+def _own_words(previous: Mapping[str, Any] | None) -> dict[str, str]:
+    """The own strings of a cached version: of its metadata, its labels, annotations and owners. (Its
+    pod templates' labels hold the same name and uid as its metadata.)"""
+    words: dict[str, str] = {}
+    meta = previous.get("metadata") if previous is not None else None
+    if type(meta) is not dict:
+        return words
+    parts: list[Any] = [meta, meta.get("labels"), meta.get("annotations")]
+    owners = meta.get("ownerReferences")
+    if type(owners) is list:
+        parts.extend(owners)
+    for part in parts:
+        if type(part) is dict:
+            for key in _OWN_VALUES.intersection(part):
+                value = part[key]
+                if type(value) is str:
+                    words[value] = value
+    return words
+
+
+def _metadata(meta: Mapping[str, Any], share: Sharing, words: dict[str, str]) -> dict[str, Any]:
     """An object's or a pod template's metadata, its labels and annotations dicts of their shapes."""
     out: dict[str, Any] = {}
     for key, value in meta.items():
         if key in _DROPPED_METADATA:
             continue
         if key in ("labels", "annotations") and type(value) is dict:
-            out[key] = share.of_dict(_keyed_copy(_LABELS if key == "labels" else _ANNOTATIONS, value, share))
+            shape = _LABELS if key == "labels" else _ANNOTATIONS
+            out[key] = share.of_dict(_keyed_copy(shape, value, share, words))
         elif key == "ownerReferences" and type(value) is list:
             out[key] = share.of_list(
                 [
-                    share.of_dict(_keyed_copy(_OWNER, ref, share))
+                    share.of_dict(_keyed_copy(_OWNER, ref, share, words))
                     if type(ref) is dict
                     else _compact(ref, share)
                     for ref in value
                 ]
             )
         else:
-            out[_s(key)] = _compact(value, share)
+            out[_s(key)] = _value(key, value, share, words)
     return _keyed(_METADATA, out)
 
 
-def _job_spec(spec: Mapping[str, Any], kind: str, share: Sharing) -> dict[str, Any]:
+def _job_spec(spec: Mapping[str, Any], kind: str, share: Sharing, words: dict[str, str]) -> dict[str, Any]:
     """A Job's or MPIJob's own fields are all kept (suspend, parallelism, completions, completionMode,
     backoffLimit, the deadline verdict_patch records, runPolicy, runLauncherAsWorker, replica counts)
     but a Job's selector; the pod templates inside are cut like a pod. The dicts holding the templates
@@ -202,13 +274,13 @@ def _job_spec(spec: Mapping[str, Any], kind: str, share: Sharing) -> dict[str, A
         if k not in ("template", "mpiReplicaSpecs") and k not in dropped
     }
     if "template" in spec:
-        out["template"] = _template(spec["template"], share)
+        out["template"] = _template(spec["template"], share, words)
     replica_specs = spec.get("mpiReplicaSpecs")
     if isinstance(replica_specs, Mapping):
         out["mpiReplicaSpecs"] = {
             _s(role): (
                 {
-                    _s(k): (_template(v, share) if k == "template" else _compact(v, share))
+                    _s(k): (_template(v, share, words) if k == "template" else _compact(v, share))
                     for k, v in replica.items()
                 }
                 if isinstance(replica, Mapping)
@@ -221,7 +293,7 @@ def _job_spec(spec: Mapping[str, Any], kind: str, share: Sharing) -> dict[str, A
     return _keyed(_JOB_SPEC, out)
 
 
-def _template(template: Any, share: Sharing) -> Any:
+def _template(template: Any, share: Sharing, words: dict[str, str]) -> Any:
     """A pod template: its metadata whole (the role label names the pod set), its spec cut like a pod's.
     Its labels and annotations are looked up (its pods carry the same), its metadata and itself not."""
     if not isinstance(template, Mapping):
@@ -231,7 +303,7 @@ def _template(template: Any, share: Sharing) -> Any:
         if key == "spec" and isinstance(value, Mapping):
             out["spec"] = _pod_spec(value, share)
         elif key == "metadata" and isinstance(value, Mapping):
-            out["metadata"] = _metadata(value, share)
+            out["metadata"] = _metadata(value, share, words)
         else:
             out[_s(key)] = _compact(value, share)
     return _keyed(_TEMPLATE, out)

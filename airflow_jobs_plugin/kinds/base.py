@@ -21,8 +21,7 @@ from ..resources import Resource
 LAUNCHER = "launcher"
 WORKER = "worker"
 
-# Kubernetes' own keys that the product does not write, so they are not in labels.py.
-LEGACY_CONTROLLER_UID = "controller-uid"  # Job controller label before batch.kubernetes.io/controller-uid
+# Kubernetes' own key that the product does not write, so it is not in labels.py.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation on pods of Indexed Jobs
 
 # The controllers' final words (batch/v1 Job: Complete/Failed; kubeflow MPIJob: Succeeded/Failed).

@@ -8,7 +8,7 @@ from typing import Any
 from .. import labels
 from ..objects import as_int, dig, mapping
 from ..resources import JOBS
-from .base import LEGACY_CONTROLLER_UID, WORKER, JobKind, PodSet
+from .base import WORKER, JobKind, PodSet
 
 # kubernetes/kubernetes pkg/controller/job/job_controller.go (1.32): a Job without backoffLimit gets 6.
 DEFAULT_BACKOFF_LIMIT = 6
@@ -63,7 +63,7 @@ class BatchJob(JobKind):
             return False
         # A job recreated under the same name must not adopt the pods of its predecessor.
         uid = dig(job, "metadata", "uid")
-        pod_uid = pod_labels.get(labels.CONTROLLER_UID) or pod_labels.get(LEGACY_CONTROLLER_UID)
+        pod_uid = pod_labels.get(labels.CONTROLLER_UID) or pod_labels.get(labels.LEGACY_CONTROLLER_UID)
         return not (uid and pod_uid and pod_uid != uid)
 
 

@@ -492,6 +492,39 @@ def _glibc_heap() -> dict[str, int]:
     }
 
 
+def _interned_table() -> dict[str, int]:
+    """CPython's table of interned strings (``sys.intern``): how many it holds and its size. A dict that
+    never shrinks: a string freed leaves its slot's room behind, and new strings grow it further. It is
+    a file-local of ``Objects/unicodeobject.c`` in 3.11 (``static PyObject *interned``), found here from
+    the interpreter library's symbol table (binutils' ``nm``); empty where that is not possible."""
+    import ctypes
+    import subprocess
+    import sysconfig
+
+    if sys.version_info[:2] != (3, 11):
+        return {}
+    library = os.path.join(
+        sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("LDLIBRARY") or ""
+    )
+    try:
+        listing = subprocess.run(["nm", library], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    where = {}
+    for line in listing.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] in ("interned", "Py_Initialize"):
+            where[parts[2]] = int(parts[0], 16)
+    if len(where) != 2:
+        return {}
+    base = ctypes.cast(ctypes.pythonapi.Py_Initialize, ctypes.c_void_p).value - where["Py_Initialize"]
+    address = ctypes.c_void_p.from_address(base + where["interned"]).value
+    table = ctypes.cast(address, ctypes.py_object).value if address else None
+    if type(table) is not dict:
+        return {}
+    return {"interned_strings": len(table), "interned_table_bytes": sys.getsizeof(table)}
+
+
 def allocator_figures(trim: bool = False) -> dict[str, Any]:
     """Where the process's RSS is, as the allocators see it: pymalloc's arenas (``sys._debugmallocstats``,
     objects up to 512 bytes) split into blocks in use, free blocks inside used pools, and unused pools;
@@ -525,6 +558,7 @@ def allocator_figures(trim: bool = False) -> dict[str, Any]:
             if key in line and "=" in line:
                 figures[name] = int(line.split("=")[-1].strip().replace(",", ""))
     figures.update(_glibc_heap())
+    figures.update(_interned_table())
     if trim:
         try:
             ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -315,3 +315,92 @@ def test_keys_an_attribute_cannot_take_leave_a_plain_dict():
     job["metadata"]["labels"] = {"__dict__": "x", "__class__": "y", "team": "z"}
     cached = trim(job, "Job", Sharing())
     assert cached["metadata"]["labels"] == {"__dict__": "x", "__class__": "y", "team": "z"}
+
+
+def _decoded(obj: dict) -> dict:
+    """``obj`` as a watch event brings it: every string a fresh copy (``copy.deepcopy`` keeps strings)."""
+    return json.loads(json.dumps(obj))
+
+
+def _interned(value: str) -> bool:
+    """Whether ``value`` is the interpreter's interned copy (interning an equal fresh string returns it)."""
+    return sys.intern("".join(value)) is value
+
+
+def test_an_objects_own_names_uids_and_versions_are_one_copy_it_does_not_intern():
+    """A job's name, uid and resourceVersion, and the product's times on it, repeat in no other object:
+    interning them would only grow the interpreter's table of interned strings, which never shrinks.
+    Within the object they are one copy (the job's name and uid also label its pod template), and what
+    repeats across jobs (label keys, a group, condition types) is interned."""
+    job, pod = _job_and_pod(f"own-{id(object())}")
+    job["metadata"]["resourceVersion"] = f"{id(job)}7"
+    job["metadata"]["annotations"] = {
+        "airflow-jobs.io/queued-at": "2026-11-27T10:00:00.123456Z",
+        "airflow-jobs.io/group-name": "vision",
+    }
+    sharing = Sharing()
+    cached = trim(job, "Job", sharing)
+    meta, template = cached["metadata"], cached["spec"]["template"]["metadata"]
+    own = [
+        meta["name"],
+        meta["uid"],
+        meta["resourceVersion"],
+        meta["annotations"]["airflow-jobs.io/queued-at"],
+    ]
+    if sys.implementation.name == "cpython":
+        assert not any(map(_interned, own))
+        assert _interned(meta["annotations"]["airflow-jobs.io/group-name"])
+        assert _interned(cached["status"]["startTime"])
+        assert all(_interned(key) for key in template["labels"])
+    assert template["labels"]["batch.kubernetes.io/job-name"] is meta["name"]
+    assert template["labels"]["job-name"] is meta["name"]
+    assert template["labels"]["batch.kubernetes.io/controller-uid"] is meta["uid"]
+    assert template["labels"]["controller-uid"] is meta["uid"]
+
+    cached_pod = trim(pod, "Pod", sharing)
+    assert cached_pod["metadata"]["labels"] is template["labels"]  # the job's one copy, through sharing
+    assert not _interned(cached_pod["metadata"]["uid"])
+    assert cached == trim(job, "Job") and cached_pod == trim(pod, "Pod")
+
+
+def test_a_new_version_keeps_the_strings_of_the_one_it_replaces():
+    """Every reader of a job (its trigger's snapshot, the indexes, the log streams) holds strings of the
+    version it read: they are all the first version's, not one copy per version."""
+    job, pod = _job_and_pod(f"versions-{id(object())}")
+    sharing = Sharing()
+    first = trim(job, "Job", sharing)
+    newer = _decoded(job)
+    newer["metadata"]["resourceVersion"] = "99"
+    newer["status"]["active"] = 1
+    second = trim(newer, "Job", sharing, previous=first)
+    assert second == trim(newer, "Job")
+    assert second["metadata"]["name"] is first["metadata"]["name"]
+    assert second["metadata"]["uid"] is first["metadata"]["uid"]
+    assert second["spec"]["template"]["metadata"]["labels"]["controller-uid"] is first["metadata"]["uid"]
+    assert second["metadata"]["resourceVersion"] == "99"
+
+    first_pod = trim(pod, "Pod", sharing)
+    newer_pod = _decoded(pod)
+    newer_pod["metadata"]["resourceVersion"] = "100"
+    second_pod = trim(newer_pod, "Pod", sharing, previous=first_pod)
+    assert second_pod["metadata"]["name"] is first_pod["metadata"]["name"]
+    assert (
+        second_pod["metadata"]["ownerReferences"][0]["uid"]
+        is first_pod["metadata"]["ownerReferences"][0]["uid"]
+    )
+
+
+async def test_the_watch_trims_a_new_version_against_the_cached_one():
+    job, _ = _job_and_pod(f"watched-{id(object())}")
+    watch = SharedWatch(_PagedList([]), "x", resources=(JOBS,))  # type: ignore[arg-type]
+    watch.absorb(JOBS, _decoded(job))
+    first = watch.get(JOBS, job["metadata"]["name"])
+    newer = _decoded(job)
+    newer["metadata"]["resourceVersion"] = str(int(job["metadata"]["resourceVersion"]) + 1)
+    assert watch.absorb(JOBS, newer)
+    second = watch.get(JOBS, job["metadata"]["name"])
+    assert (
+        second is not first and second["metadata"]["resourceVersion"] == newer["metadata"]["resourceVersion"]
+    )
+    assert second["metadata"]["name"] is first["metadata"]["name"]
+    assert second["metadata"]["uid"] is first["metadata"]["uid"]
