@@ -9,9 +9,10 @@ several kilobytes of Python objects while a snapshot reads a few hundred bytes o
 The rule: keep whole what is read broadly (metadata, a job's own spec and status, a pod's status), cut
 only what nothing reads (``managedFields``; a job's selector, which the API server derives from its uid;
 of a pod spec or a job's pod templates everything but the container names, resources and node choice; a
-few addressing fields of a pod status). A field dropped here that some reader does look at is a silent
-bug, so the test ``tests/lifecycle/test_watch_transform.py`` compares snapshots and admission decisions
-of trimmed and whole objects; add a field here before reading it from the watch. The one reader that
+few addressing fields of a pod status, the runtime's container ids). A field dropped here that some
+reader does look at is a silent bug, so the test ``tests/lifecycle/test_watch_transform.py`` compares
+snapshots and admission decisions of trimmed and whole objects; add a field here before reading it from
+the watch. The one reader that
 needs a whole job, the next attempt of a failed job (a clone of the previous attempt, env and volumes
 included), reads it with a GET (``triggers._Follow``).
 
@@ -86,6 +87,9 @@ _CONTAINER_STATUS_DROPPED = frozenset(
         "stopSignal",
     }
 )
+
+# A container status's states (ContainerState: waiting, running, terminated).
+_STATES = frozenset({"state", "lastState"})
 
 # Strings shorter than this are interned: keys, label and annotation values, condition types and
 # reasons, node names and times in whole seconds repeat in many jobs and pods, and one shared copy of
@@ -340,7 +344,7 @@ def _pod_status(status: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
                 [
                     share.of_dict(
                         {
-                            _s(k): _compact(v, share)
+                            _s(k): (_container_state(v, share) if k in _STATES else _compact(v, share))
                             for k, v in c.items()
                             if k not in _CONTAINER_STATUS_DROPPED
                         }
@@ -353,6 +357,17 @@ def _pod_status(status: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
         else:
             out[_s(key)] = _compact(value, share)
     return share.of_dict(_keyed(_POD_STATUS, out))
+
+
+def _container_state(state: Any, share: Sharing) -> Any:
+    """A container's state or last state, its terminated state without the runtime's container id (the
+    same id the container status drops): unique to each container, it kept two containers that ended in
+    the same second with the same exit code from sharing one state, and filled the interned strings."""
+    if type(state) is dict:
+        ended = state.get("terminated")
+        if type(ended) is dict and "containerID" in ended:
+            state = {**state, "terminated": {k: v for k, v in ended.items() if k != "containerID"}}
+    return _compact(state, share)
 
 
 def _s(value: str) -> str:

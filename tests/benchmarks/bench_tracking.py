@@ -243,15 +243,24 @@ def rss_phases(ours: dict, all_running: float, first_end: float | None) -> dict[
     start = ours["rss_start_kb"]
     phases: dict[str, list[float]] = {"starting": [], "running": [], "ending": []}
     top = (0.0, 0.0)
-    for t, _cpu, rss, _hwm in ours["samples"]:
+    peak_seen: tuple[float, float] | None = None  # (time, RSS) of the first sample that saw the peak
+    for t, _cpu, rss, hwm in ours["samples"]:
         phase = (
             "starting" if t < all_running else "running" if first_end is None or t < first_end else "ending"
         )
         phases[phase].append(rss)
         top = max(top, (rss, t))
+        if peak_seen is None and hwm >= ours["peak_rss_kb"]:
+            peak_seen = (t, rss)
     return {
         **{f"{k}_max_mb": round((max(v) - start) / 1024, 1) if v else None for k, v in phases.items()},
         "highest_sample_after_s": round(top[1] - ours["started"], 1) if top[1] else None,
+        # The peak between two samples: seen by the sample at this time (None: after the last sample,
+        # as the tracker ended), whose own RSS was this much lower.
+        "peak_seen_after_s": round(peak_seen[0] - ours["started"], 1) if peak_seen else None,
+        "peak_above_that_sample_mb": round((ours["peak_rss_kb"] - peak_seen[1]) / 1024, 1)
+        if peak_seen
+        else None,
     }
 
 
@@ -298,6 +307,7 @@ def summarize(
         "rss_above_import_mb": (ours["peak_rss_kb"] - ours["rss_start_kb"]) / 1024,
         "peak_rss_per_job_kb": (ours["peak_rss_kb"] - ours["rss_start_kb"]) / n,
         "rss_phases": rss_phases(ours, received_all_running, first_end),
+        "peak_rss_before_end_figures_mb": (ours.get("peak_rss_before_end_figures_kb") or 0) / 1024,
         "cache": {
             when: {**figures, "bytes_per_job": sum(figures["bytes"].values()) / n}
             for when, figures in (ours.get("cache") or {}).items()

@@ -20,7 +20,7 @@ from airflow_jobs_plugin.kube import JOBS, PODS
 from airflow_jobs_plugin.logstream import LogTail
 from airflow_jobs_plugin.watch import SharedWatch, Subscription
 from airflow_jobs_plugin.watch_transform import Sharing, trim
-from tests.lifecycle.factories import batch_job, job_pod, running
+from tests.lifecycle.factories import batch_job, job_pod, running, terminated
 
 
 def _job_and_pod(name: str) -> tuple[dict, dict]:
@@ -404,3 +404,25 @@ async def test_the_watch_trims_a_new_version_against_the_cached_one():
     )
     assert second["metadata"]["name"] is first["metadata"]["name"]
     assert second["metadata"]["uid"] is first["metadata"]["uid"]
+
+
+def test_containers_that_ended_alike_share_one_state_without_their_runtime_ids():
+    """The runtime's id of a terminated container (ContainerStateTerminated.containerID) is read by
+    nothing and unique to each: without it, pods whose containers ended in the same second with the same
+    exit code share their status."""
+    sharing = Sharing()
+    cached = []
+    for name, container_id in (("a", "containerd://0a1b"), ("b", "containerd://2c3d")):
+        _, pod = _job_and_pod(name)
+        status = terminated("main", 0, "Completed")
+        status["state"]["terminated"]["containerID"] = container_id
+        status["lastState"] = {"terminated": {**status["state"]["terminated"], "exitCode": 1}}
+        pod["status"] = {"phase": "Succeeded", "containerStatuses": [status]}
+        before = copy.deepcopy(pod)
+        cached.append(trim(_decoded(pod), "Pod", sharing))
+        assert pod == before
+    first, second = (c["status"]["containerStatuses"][0] for c in cached)
+    assert "containerID" not in first["state"]["terminated"]
+    assert "containerID" not in first["lastState"]["terminated"]
+    assert first["state"]["terminated"]["exitCode"] == 0 and first["lastState"]["terminated"]["exitCode"] == 1
+    assert second is first
