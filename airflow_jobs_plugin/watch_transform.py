@@ -12,9 +12,8 @@ of a pod spec or a job's pod templates everything but the container names, resou
 few addressing fields of a pod status, the runtime's container ids). A field dropped here that some
 reader does look at is a silent bug, so the test ``tests/lifecycle/test_watch_transform.py`` compares
 snapshots and admission decisions of trimmed and whole objects; add a field here before reading it from
-the watch. The one reader that
-needs a whole job, the next attempt of a failed job (a clone of the previous attempt, env and volumes
-included), reads it with a GET (``triggers._Follow``).
+the watch. The one reader that needs a whole job, the next attempt of a failed job (a clone of the
+previous attempt, env and volumes included), reads it with a GET (``triggers._Follow``).
 
 What is kept is also shared: with a :class:`Sharing` (each shared watch has one), the dicts and lists
 of an object are looked up by content, and an equal one already in the cache is used instead of the

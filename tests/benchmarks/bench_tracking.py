@@ -308,6 +308,22 @@ def summarize(
         "peak_rss_per_job_kb": (ours["peak_rss_kb"] - ours["rss_start_kb"]) / n,
         "rss_phases": rss_phases(ours, received_all_running, first_end),
         "peak_rss_before_end_figures_mb": (ours.get("peak_rss_before_end_figures_kb") or 0) / 1024,
+        "sharing_sweeps": [
+            (round(t - ours["started"], 1), before, after)
+            for t, before, after in ours.get("sharing_sweeps") or []
+        ],
+        # The five half-second intervals whose RSS rose highest above the sample that closed them.
+        "rss_spikes": sorted(
+            (
+                (
+                    round((hwm - rss) / 1024, 1),
+                    round(t - ours["started"], 1),
+                    round((hwm - ours["rss_start_kb"]) / 1024, 1),
+                )
+                for t, _cpu, rss, hwm in ours["samples"]
+            ),
+            reverse=True,
+        )[:5],
         "cache": {
             when: {**figures, "bytes_per_job": sum(figures["bytes"].values()) / n}
             for when, figures in (ours.get("cache") or {}).items()

@@ -70,6 +70,30 @@ def memory_kb() -> tuple[int, int]:
     return rss, hwm
 
 
+class PeakClock:
+    """The RSS peak per sample interval: each read resets the kernel's high-water mark (``VmHWM``, by
+    writing 5 to ``/proc/self/clear_refs``, Linux 4.0+), so a sample's peak is the highest the RSS rose
+    since the sample before, even between two samples; ``overall`` is the process's peak. Where the
+    reset is refused, each read is the peak since the process started, as ``VmHWM`` always was."""
+
+    def __init__(self) -> None:
+        self.overall = 0
+
+    def read(self) -> tuple[int, int]:
+        """(current RSS, peak since the last read) in kB."""
+        rss, hwm = memory_kb()
+        self.overall = max(self.overall, hwm)
+        try:
+            with open("/proc/self/clear_refs", "w") as clear:
+                clear.write("5")
+        except OSError:
+            pass
+        return rss, hwm
+
+
+PEAKS = PeakClock()
+
+
 class Book:
     """Everything the process observed, by job name.
 
@@ -607,7 +631,7 @@ async def sample(
     on_sample: Any = None,
 ) -> None:
     while True:
-        rss, hwm = memory_kb()
+        rss, hwm = PEAKS.read()
         samples.append((time.time(), cpu_seconds(), rss, hwm))
         if on_sample is not None:
             on_sample()
@@ -626,6 +650,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         trace_admission(book)
 
     watch = None
+    sweeps: list[tuple[float, int, int]] = []
     if args.kind == "ours":
         from airflow_jobs_plugin import watch as shared
 
@@ -643,6 +668,19 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
                 book.receive(key, "finished")
 
         watch.add_listener(on_event)
+        from airflow_jobs_plugin import watch_transform
+
+        if hasattr(watch_transform, "Sharing"):
+            # When the table of shared parts sweeps itself, and its size before and after: a sweep
+            # copies the table, and its copy is a moment's memory.
+            sweep = watch_transform.Sharing.sweep
+
+            def traced_sweep(sharing: Any) -> None:
+                before = sharing.size
+                sweep(sharing)
+                sweeps.append((time.time(), before, sharing.size))
+
+            watch_transform.Sharing.sweep = traced_sweep  # type: ignore[method-assign]
 
     # The cache is measured once, when every job has a running pod (all objects live, the largest they
     # get before they end), and again at the end.
@@ -699,7 +737,8 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     capped = everything not in done
     ended = time.time()
     # Once every trigger has ended: what the finished jobs leave behind (the cache keeps them).
-    _, hwm_before_figures = memory_kb()
+    PEAKS.read()
+    hwm_before_figures = PEAKS.overall
     allocators["end"] = allocator_figures()
     cpu1 = cpu_seconds()
     everything.cancel()
@@ -709,7 +748,8 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     await asyncio.gather(*left, return_exceptions=True)
     stopper.cancel()
     sampler.cancel()
-    _, hwm = memory_kb()
+    PEAKS.read()
+    hwm = PEAKS.overall
     gc.callbacks.remove(gc_clock)
     if watch is not None:
         cache["end"] = cache_figures(watch)
@@ -750,6 +790,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         "heap": heap,
         "gc": gc_clock.figures(),
         "allocators": allocators,
+        "sharing_sweeps": sweeps,
         "samples": samples,
         **book.figures(),
         "log_lines": book.lines,
