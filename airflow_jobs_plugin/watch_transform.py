@@ -402,6 +402,9 @@ _intern = sys.intern
 # more than that: what it keeps of objects the cache dropped stays bounded, and a sweep (a pass over the
 # table) comes once every so many new entries.
 _SWEEP_ABOVE = 4096
+# The table's shards (a power of two; a hash's low bits pick one).
+_SHARDS = 256
+_SHARD_BITS = _SHARDS - 1
 
 
 class Sharing:
@@ -413,24 +416,29 @@ class Sharing:
     that to the first copy seen; a different dict under the same hash is simply not shared.
 
     The table keeps its copies alive, so it sweeps itself: once it has grown by ``_SWEEP_ABOVE``
-    entries, or by a quarter, since the last sweep, it drops the copies nothing else holds any more (their
-    reference count, newest first, so that a dropped dict's own dicts are dropped in the same pass). A
-    copy dropped while something still holds it stays valid; the next equal one just gets a copy of its
-    own. The table only ever decides what is shared, never what a cached object holds.
+    entries, or by a quarter, since the last sweep, it drops the copies nothing else holds any more (by
+    their reference count, pass after pass until one drops nothing: a dropped dict lets its own dicts
+    go). A copy dropped while something still holds it stays valid; the next equal one just gets a copy
+    of its own. The table only ever decides what is shared, never what a cached object holds.
+
+    The table is ``_SHARDS`` dicts, by the hash's low bits: at 20,000 jobs it holds about 190,000
+    copies, and one dict of them is 10 MB that CPython copies whole each time it grows or is compacted,
+    the old and the new at once (a 10 MB spike in the RSS, docs/benchmarks.md). A shard is copied alone.
 
     Only for objects that are never changed once made: every holder of a shared dict sees a change.
     """
 
-    __slots__ = ("_table", "_limit")
+    __slots__ = ("_shards", "_size", "_limit")
 
     def __init__(self) -> None:
-        self._table: dict[int, Any] = {}
+        self._shards: list[dict[int, Any]] = [{} for _ in range(_SHARDS)]
+        self._size = 0
         self._limit = _SWEEP_ABOVE
 
     @property
     def size(self) -> int:
         """Copies in the table."""
-        return len(self._table)
+        return self._size
 
     def of_dict(self, value: dict[str, Any]) -> dict[str, Any]:
         """``value`` (whose own dicts and lists are shared already), or an equal dict of the table."""
@@ -440,7 +448,7 @@ class Sharing:
         except TypeError:  # it holds dicts or lists: by their identity
             tokens = tuple(map(_token, value.values()))
             key = hash((*value, *tokens))
-        found = self._table.get(key)
+        found = self._shards[key & _SHARD_BITS].get(key)
         if found is None:
             self._add(key, value)
             return value
@@ -457,7 +465,7 @@ class Sharing:
         """``value`` (whose own dicts and lists are shared already), or an equal list of the table."""
         tokens = tuple(map(_token, value))
         key = hash((_LIST, *tokens))
-        found = self._table.get(key)
+        found = self._shards[key & _SHARD_BITS].get(key)
         if found is None:
             self._add(key, value)
             return value
@@ -466,28 +474,38 @@ class Sharing:
         return value
 
     def _add(self, key: int, value: Any) -> None:
-        if len(self._table) >= self._limit:
+        if self._size >= self._limit:
             self.sweep()
-        self._table[key] = value
+        self._shards[key & _SHARD_BITS][key] = value
+        self._size += 1
 
     def sweep(self) -> None:
         """Drop the copies only the table holds."""
-        table = self._table
+        shards = self._shards
         getrefcount = getattr(sys, "getrefcount", None)
         if getrefcount is None:  # no reference counts to go by (not CPython): start afresh
-            table.clear()
+            for shard in shards:
+                shard.clear()
         else:
             # What the count below reads for a copy held by the table alone.
-            table[_PROBE] = {}
-            alone = getrefcount(table[_PROBE])
-            del table[_PROBE]
-            # Newest first: a dict is added after the dicts it holds, so dropping it first lets them go
-            # in the same pass.
-            for key in reversed(list(table)):
-                if getrefcount(table[key]) <= alone:
-                    del table[key]
-            self._table = dict(table)  # compact: a dict does not shrink as entries go
-        self._limit = len(self._table) + max(_SWEEP_ABOVE, len(self._table) // 4)
+            probe = shards[0]
+            probe[_PROBE] = {}
+            alone = getrefcount(probe[_PROBE])
+            del probe[_PROBE]
+            dropped = True
+            while dropped:
+                dropped = False
+                for shard in shards:
+                    # Newest first: a dict is added after the dicts it holds, so dropping it first
+                    # lets those in the same shard go in the same pass; the next pass finds the rest.
+                    for key in reversed(list(shard)):
+                        if getrefcount(shard[key]) <= alone:
+                            del shard[key]
+                            dropped = True
+            for index, shard in enumerate(shards):
+                shards[index] = dict(shard)  # compact: a dict does not shrink as entries go
+        self._size = sum(map(len, shards))
+        self._limit = self._size + max(_SWEEP_ABOVE, self._size // 4)
 
 
 class _NoSharing(Sharing):

@@ -93,7 +93,8 @@ def test_a_different_dict_under_the_same_hash_is_not_shared():
     sharing = Sharing()
     impostor = {"phase": "Failed"}
     wanted = {"phase": "Running"}
-    sharing._table[hash((*wanted, *wanted.values()))] = impostor  # noqa: SLF001 - a forced collision
+    key = hash((*wanted, *wanted.values()))
+    sharing._shards[key & watch_transform._SHARD_BITS][key] = impostor  # noqa: SLF001 - a forced collision
     assert sharing.of_dict(dict(wanted)) == wanted
 
 
@@ -127,6 +128,20 @@ def test_the_table_sweeps_itself_as_it_grows():
     for i in range(20_000):
         trim({"kind": "ConfigMap", "metadata": {"name": f"c{i}"}, "data": {"i": str(i)}}, sharing=sharing)
     assert sharing.size <= 4096 * 2
+
+
+def test_no_part_of_a_large_table_is_large():
+    """The table grows in shards: at 20,000 jobs one dict of its copies would be 10 MB, copied whole
+    (the old and the new at once) each time it grows or is compacted."""
+    sharing = Sharing()
+    kept = [sharing.of_dict({"i": str(i)}) for i in range(50_000)]
+    assert sharing.size == len(kept)
+    shards = sharing._shards  # noqa: SLF001
+    assert sum(map(len, shards)) == len(kept)
+    assert max(map(len, shards)) < 2 * len(kept) / len(shards)
+    assert all(sharing.of_dict({"i": str(i)}) is kept[i] for i in range(0, 50_000, 997))
+    if sys.implementation.name == "cpython":
+        assert max(map(sys.getsizeof, shards)) < sys.getsizeof(dict.fromkeys(range(len(kept)))) / 64
 
 
 async def test_a_watch_shares_a_pods_labels_with_its_jobs_template():
