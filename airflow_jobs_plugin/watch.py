@@ -520,16 +520,15 @@ class SharedWatch:
 
     def _apply(self, resource: Resource, etype: str, obj: dict, *, trimmed: bool = False) -> None:
         """``trimmed``: ``obj`` is this watch's own trim already (a relist trims as its pages come)."""
+        cache = self._cache[resource.plural]
         if not trimmed:
             obj.setdefault("kind", resource.kind)
             obj.setdefault("apiVersion", resource.api_version)
             # Every way into the cache (list, watch event, absorbed read or write) comes through here or
             # the relist, so the cache and the listeners only ever hold the trimmed copy: client-go's
             # informer transform (SharedIndexInformer.SetTransform), see watch_transform.
-            previous = self._cache[resource.plural].get(str((obj.get("metadata") or {}).get("name")))
-            obj = trim(obj, resource.kind, self._sharing, previous)
+            obj = trim(obj, resource.kind, self._sharing, cache.get(obj["metadata"]["name"]))
         name = obj["metadata"]["name"]
-        cache = self._cache[resource.plural]
         key = job_key(obj)
         deleted = self._deleted.setdefault(resource.plural, {})
         if etype == "DELETED":

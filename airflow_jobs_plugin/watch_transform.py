@@ -359,9 +359,10 @@ def _pod_status(status: Mapping[str, Any], share: Sharing) -> dict[str, Any]:
 
 
 def _container_state(state: Any, share: Sharing) -> Any:
-    """A container's state or last state, its terminated state without the runtime's container id (the
-    same id the container status drops): unique to each container, it kept two containers that ended in
-    the same second with the same exit code from sharing one state, and filled the interned strings."""
+    """A container's state or last state, its terminated state without the runtime's container id
+    (``ContainerStateTerminated.containerID``, k8s.io/api ``core/v1/types.go``, release-1.32; the same
+    id the container status drops): unique to each container, it kept two containers that ended in the
+    same second with the same exit code from sharing one state, and filled the interned strings."""
     if type(state) is dict:
         ended = state.get("terminated")
         if type(ended) is dict and "containerID" in ended:

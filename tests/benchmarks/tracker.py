@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import math
@@ -516,33 +517,45 @@ def _glibc_heap() -> dict[str, int]:
     }
 
 
-def _interned_table() -> dict[str, int]:
-    """CPython's table of interned strings (``sys.intern``): how many it holds and its size. A dict that
-    never shrinks: a string freed leaves its slot's room behind, and new strings grow it further. It is
-    a file-local of ``Objects/unicodeobject.c`` in 3.11 (``static PyObject *interned``), found here from
-    the interpreter library's symbol table (binutils' ``nm``); empty where that is not possible."""
+@functools.cache
+def _interned_address() -> int | None:
+    """Where CPython 3.11 keeps its table of interned strings: a file-local of ``Objects/unicodeobject.c``
+    (``static PyObject *interned``), found from the interpreter library's symbol table (binutils' ``nm``)
+    once per process. None where that is not possible."""
     import ctypes
     import subprocess
     import sysconfig
 
     if sys.version_info[:2] != (3, 11):
-        return {}
+        return None
     library = os.path.join(
         sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("LDLIBRARY") or ""
     )
     try:
         listing = subprocess.run(["nm", library], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        return {}
+        return None
     where = {}
     for line in listing.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[2] in ("interned", "Py_Initialize"):
             where[parts[2]] = int(parts[0], 16)
     if len(where) != 2:
+        return None
+    base = ctypes.cast(ctypes.pythonapi.Py_Initialize, ctypes.c_void_p).value or 0
+    return base - where["Py_Initialize"] + where["interned"]
+
+
+def _interned_table() -> dict[str, int]:
+    """CPython's table of interned strings (``sys.intern``): how many it holds and its size. A dict that
+    never shrinks: a string freed leaves its slot's room behind, and new strings grow it further. Empty
+    where it cannot be found (see :func:`_interned_address`)."""
+    import ctypes
+
+    where = _interned_address()
+    if where is None:
         return {}
-    base = ctypes.cast(ctypes.pythonapi.Py_Initialize, ctypes.c_void_p).value - where["Py_Initialize"]
-    address = ctypes.c_void_p.from_address(base + where["interned"]).value
+    address = ctypes.c_void_p.from_address(where).value
     table = ctypes.cast(address, ctypes.py_object).value if address else None
     if type(table) is not dict:
         return {}
