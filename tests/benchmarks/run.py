@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from bench_admission import run_admission
-from bench_tracking import CNCF_WINDOWS, TRIGGERER_CAPACITY, run_tracking, startup_estimate
+from bench_tracking import CNCF_WINDOWS, TRIGGERER_CAPACITY, request_ratio, run_tracking, startup_estimate
 from benchlib import ROOT, machine
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -86,6 +86,18 @@ def _ratio_range(r: dict | None, whole: dict | None) -> str:
     if r.get("empty"):
         text += f" (no request in {r['empty']} of its windows)"
     return text
+
+
+def windows_ratio(ours: dict, windows: list[dict]) -> dict[str, Any]:
+    """The request ratio against the cncf trigger's rate over all its windows together. Its rate swings
+    from window to window (a window in which its loop stalled sends few requests, which says nothing
+    in its favour), and while ours sends none the ratio of one 30 s window is only a lower bound, so the
+    target is judged on its rate over the windows together; the table keeps the window-by-window range."""
+    seconds = sum(w.get("seconds") or 0 for w in windows)
+    if not seconds:
+        return {"value": None, "lower_bound": False}
+    requests = sum(w.get("requests") or 0 for w in windows)
+    return request_ratio(ours, {"per_second": requests / seconds})
 
 
 def _tracking(o: dict) -> dict:
@@ -324,16 +336,18 @@ def targets(tracking: list[dict], admission: list[dict]) -> list[str]:
             )
         if big.get("cncf"):
             r = big.get("ratio_requests_range") or {}
-            low = (r.get("range") or [None])[0]
-            if low is None:
-                low = (big.get("ratio_requests") or {}).get("value")
+            overall = windows_ratio(_tracking(o), big["cncf"].get("windows") or [])
+            verdict = overall.get("value")
+            if verdict is None:
+                verdict = (big.get("ratio_requests") or {}).get("value")
             m = _followed(big)
             out.append(
                 f"- At least {TARGET_RATIO:g}× fewer requests than the cncf trigger (ours at {n:,} jobs, "
                 f"without its log reads; the cncf trigger at {m:,}): "
-                f"{_ratio_range(r, big.get('ratio_requests'))} measured, {_ratio(nominal_ratio(big))} against "
+                f"{_ratio(overall)} over its windows together ({_ratio_range(r, big.get('ratio_requests'))} "
+                f"window by window), {_ratio(nominal_ratio(big))} against "
                 f"its nominal N / {big['setup']['poll_interval']:g} s for all {n:,}, "
-                f"**{'met' if low is not None and low >= TARGET_RATIO else 'missed'}**."
+                f"**{'met' if verdict is not None and verdict >= TARGET_RATIO else 'missed'}**."
             )
     for r in admission:
         if r.get("loaded_by_second_copy"):
