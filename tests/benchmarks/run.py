@@ -344,9 +344,9 @@ def targets(tracking: list[dict], admission: list[dict]) -> list[str]:
             out.append(
                 f"- At least {TARGET_RATIO:g}× fewer requests than the cncf trigger (ours at {n:,} jobs, "
                 f"without its log reads; the cncf trigger at {m:,}): "
-                f"{_ratio(overall)} over its windows together ({_ratio_range(r, big.get('ratio_requests'))} "
-                f"window by window), {_ratio(nominal_ratio(big))} against "
-                f"its nominal N / {big['setup']['poll_interval']:g} s for all {n:,}, "
+                f"{_ratio(overall)} over its windows together; window by window "
+                f"{_ratio_range(r, big.get('ratio_requests'))}; {_ratio(nominal_ratio(big))} against "
+                f"its nominal N / {big['setup']['poll_interval']:g} s for all {n:,}; "
                 f"**{'met' if verdict is not None and verdict >= TARGET_RATIO else 'missed'}**."
             )
     for r in admission:
