@@ -403,9 +403,9 @@ _intern = sys.intern
 # more than that: what it keeps of objects the cache dropped stays bounded, and a sweep (a pass over the
 # table) comes once every so many new entries.
 _SWEEP_ABOVE = 4096
-# The table's shards (a power of two; a hash's low bits pick one).
+# The table's shards (a power of two, so that a hash's low bits, under the mask, pick one).
 _SHARDS = 256
-_SHARD_BITS = _SHARDS - 1
+_SHARD_MASK = _SHARDS - 1
 
 
 class Sharing:
@@ -449,7 +449,7 @@ class Sharing:
         except TypeError:  # it holds dicts or lists: by their identity
             tokens = tuple(map(_token, value.values()))
             key = hash((*value, *tokens))
-        found = self._shards[key & _SHARD_BITS].get(key)
+        found = self._shards[key & _SHARD_MASK].get(key)
         if found is None:
             self._add(key, value)
             return value
@@ -466,7 +466,7 @@ class Sharing:
         """``value`` (whose own dicts and lists are shared already), or an equal list of the table."""
         tokens = tuple(map(_token, value))
         key = hash((_LIST, *tokens))
-        found = self._shards[key & _SHARD_BITS].get(key)
+        found = self._shards[key & _SHARD_MASK].get(key)
         if found is None:
             self._add(key, value)
             return value
@@ -477,7 +477,7 @@ class Sharing:
     def _add(self, key: int, value: Any) -> None:
         if self._size >= self._limit:
             self.sweep()
-        self._shards[key & _SHARD_BITS][key] = value
+        self._shards[key & _SHARD_MASK][key] = value
         self._size += 1
 
     def sweep(self) -> None:

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from bench_admission import run_admission
-from bench_tracking import CNCF_WINDOWS, TRIGGERER_CAPACITY, request_ratio, run_tracking, startup_estimate
+from bench_tracking import CNCF_WINDOWS, TRIGGERER_CAPACITY, run_tracking, startup_estimate, windows_ratio
 from benchlib import ROOT, machine
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -86,18 +86,6 @@ def _ratio_range(r: dict | None, whole: dict | None) -> str:
     if r.get("empty"):
         text += f" (no request in {r['empty']} of its windows)"
     return text
-
-
-def windows_ratio(ours: dict, windows: list[dict]) -> dict[str, Any]:
-    """The request ratio against the cncf trigger's rate over all its windows together. Its rate swings
-    from window to window (a window in which its loop stalled sends few requests, which says nothing
-    in its favour), and while ours sends none the ratio of one 30 s window is only a lower bound, so the
-    target is judged on its rate over the windows together; the table keeps the window-by-window range."""
-    seconds = sum(w.get("seconds") or 0 for w in windows)
-    if not seconds:
-        return {"value": None, "lower_bound": False}
-    requests = sum(w.get("requests") or 0 for w in windows)
-    return request_ratio(ours, {"per_second": requests / seconds})
 
 
 def _tracking(o: dict) -> dict:

@@ -94,7 +94,7 @@ def test_a_different_dict_under_the_same_hash_is_not_shared():
     impostor = {"phase": "Failed"}
     wanted = {"phase": "Running"}
     key = hash((*wanted, *wanted.values()))
-    sharing._shards[key & watch_transform._SHARD_BITS][key] = impostor  # noqa: SLF001 - a forced collision
+    sharing._shards[key & watch_transform._SHARD_MASK][key] = impostor  # noqa: SLF001 - a forced collision
     assert sharing.of_dict(dict(wanted)) == wanted
 
 
