@@ -28,6 +28,10 @@ from pathlib import Path
 
 from realplane.pins import Pin, Pins
 
+# A build recipe that changes what a binary is (an overlay) renames its cache entry, so no stale binary
+# built by an older recipe is reused.
+RECIPES = {"mpi-operator": "+health-addr"}
+
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
 
@@ -50,7 +54,7 @@ class Layout:
         return self.root / "gobuild"
 
     def bin_dir(self, pin: Pin) -> Path:
-        return self.root / "bin" / f"{pin.name}-{pin.version}"
+        return self.root / "bin" / f"{pin.name}-{pin.version}{RECIPES.get(pin.name, '')}"
 
     def src_dir(self, pin: Pin) -> Path:
         return self.root / "src" / f"{pin.name}-{pin.version}"
@@ -217,8 +221,40 @@ def build_kwok(layout: Layout, pin: Pin) -> None:
     _tool_build(layout, pin, f"{pin.module}/cmd/kwok", "kwok")
 
 
+# mpi-operator v0.8.x serves its health check on ":8080", a constant (cmd/mpi-operator/app/server.go,
+# `healthCheckPort = 8080`): every interface, and the port Airflow's API server takes by default, so a
+# second plane (or the demo's Airflow) beside the first would make it exit ("Error starting server for
+# health check"). The build overlays that one expression (go build -overlay; the module cache is never
+# edited) so the address comes from MPI_OPERATOR_HEALTH_ADDR, falling back to upstream's ":8080".
+MPI_HEALTH_ADDR = 'fmt.Sprintf(":%d", healthCheckPort)'
+MPI_HEALTH_ADDR_ENV = "MPI_OPERATOR_HEALTH_ADDR"
+
+
 def build_mpi_operator(layout: Layout, pin: Pin) -> None:
-    _tool_build(layout, pin, f"{pin.module}/cmd/mpi-operator", "mpi-operator")
+    package = f"{pin.module}/cmd/mpi-operator"
+    src = _wrapper(layout, pin)
+    _run(layout, pin, ["go", "mod", "edit", f"-require={pin.module}@{pin.version}", f"-tool={package}"], src)
+    _run(layout, pin, ["go", "mod", "tidy"], src)
+    server = module_dir(layout, pin) / "cmd" / "mpi-operator" / "app" / "server.go"
+    text = server.read_text()
+    if text.count(MPI_HEALTH_ADDR) != 1:
+        raise BuildError(
+            f"mpi-operator {pin.version}: {server} no longer has one `{MPI_HEALTH_ADDR}`; "
+            "review the health-address overlay in scripts/realplane/build.py for this release"
+        )
+    replacement = (
+        f'func() string {{ if a := os.Getenv("{MPI_HEALTH_ADDR_ENV}"); a != "" {{ return a }}; '
+        f"return {MPI_HEALTH_ADDR} }}()"
+    )
+    patched = src / "overlay" / "server.go"
+    patched.parent.mkdir(exist_ok=True)
+    patched.write_text(text.replace(MPI_HEALTH_ADDR, replacement))
+    overlay = src / "overlay.json"
+    overlay.write_text(json.dumps({"Replace": {str(server): str(patched)}}))
+    out = _into(layout, pin)
+    args = ["go", "build", "-trimpath", f"-overlay={overlay}", "-ldflags", "-s -w", "-o", str(out / "mpi-operator")]
+    _run(layout, pin, [*args, package], src)
+    _publish(layout, pin, out)
 
 
 def build_kueue(layout: Layout, pin: Pin) -> None:

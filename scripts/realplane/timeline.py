@@ -1,0 +1,154 @@
+"""A pod's whole life, computed once when it is bound: the frames kwok's Stages play, the log lines and
+the kubelet's events.
+
+The simulator's kubelet is a pure function of a pod and a time (``airflow_jobs_plugin.sim.controllers.
+kubelet.step_pod``: the scenario annotation, image-tag conventions, init containers one at a time,
+pull errors and back-off, crash loops with ``restartCount``, exit codes, readiness, sidecars). Stepping it
+from the pod's start to its end gives every status the pod will report and when; the plane's Stages then
+write each status at its time (``stages/scenario.yaml``), so a pod on kwok and a pod on the simulator
+follow one scenario language with one meaning. What is left to kwok is what a kubelet does on its own
+clock: applying the statuses, and the pod's deletion.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from airflow_jobs_plugin.sim.controllers.kubelet import (
+    LogClose,
+    LogLine,
+    References,
+    new_pod_run,
+    step_pod,
+)
+from airflow_jobs_plugin.sim.events import EventSpec
+from airflow_jobs_plugin.sim.scenarios import ScenarioError, pod_scenarios
+
+FRAMES_ANNOTATION = "plane.airflow-jobs.io/frames"
+FRAME_ANNOTATION = "plane.airflow-jobs.io/frame"  # the index of the frame the Stages wrote last
+# Bounds: a pod's annotations may hold 256 KiB in all (apimachinery ValidateAnnotationsSize); a crash
+# loop's frames stop at the back-off's cap, when every later restart looks like the one before.
+MAX_FRAMES = 60
+MAX_STEPS = 4000
+
+
+@dataclass(frozen=True)
+class Frame:
+    at: datetime
+    status: dict
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A side effect of the kubelet at a time: a log line, the end of a container run, or an event."""
+
+    at: datetime
+    effect: LogLine | LogClose | EventSpec
+
+
+@dataclass(frozen=True)
+class Timeline:
+    frames: tuple[Frame, ...]
+    effects: tuple[Timed, ...]
+    term_exit: dict[str, int]  # exit code of each container stopped by the pod's deletion
+    initial: dict  # the status the pod showed when it was planned (the scheduler's)
+
+    def annotation(self) -> str:
+        return json.dumps(
+            {
+                "f": [
+                    {"at": _ms(f.at), "s": smp_status(f.status, self.frames[i - 1].status if i else self.initial)}
+                    for i, f in enumerate(self.frames)
+                ],
+                "t": self.term_exit,
+            },
+            separators=(",", ":"),
+        )
+
+
+def _ms(t: datetime) -> int:
+    return int(t.timestamp() * 1000)
+
+
+# A strategic-merge patch merges maps key by key: a container going from waiting to running would keep
+# its old `waiting`. `$patch: replace` makes each state map replace the old one whole.
+def _replace(state: dict | None) -> dict:
+    return {"$patch": "replace", **(state or {})}
+
+
+def _nulls(previous: dict | None, current: dict) -> dict:
+    """``current`` with every key ``previous`` had and ``current`` lacks set to null: a strategic-merge
+    patch keeps what it does not mention (a condition's old message, a container's old containerID)."""
+    out = dict(current)
+    for key in previous or {}:
+        if key not in out:
+            out[key] = None
+    return out
+
+
+def _by(items: list[dict] | None, key: str) -> dict[str, dict]:
+    return {item[key]: item for item in items or []}
+
+
+def smp_status(status: dict, previous: dict | None = None) -> dict:
+    """The strategic-merge patch that turns ``previous`` (the status the pod shows) into ``status``."""
+    previous = previous or {}
+    out = dict(status)
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if key in out:
+            before = _by(previous.get(key), "name")
+            out[key] = [
+                {
+                    **_nulls(before.get(s["name"]), s),
+                    "state": _replace(s.get("state")),
+                    "lastState": _replace(s.get("lastState")),
+                }
+                for s in out[key]
+            ]
+    if "conditions" in out:
+        before = _by(previous.get("conditions"), "type")
+        out["conditions"] = [_nulls(before.get(c["type"]), c) for c in out["conditions"]]
+    return out
+
+
+def compute(
+    pod: dict,
+    start: datetime,
+    *,
+    host_ip: str,
+    pod_ip: str,
+    scale: float = 1.0,
+    refs: References | None = None,
+) -> Timeline:
+    """Step the simulator's kubelet over ``pod`` from ``start`` until it ends (or runs for ever)."""
+    node = pod["spec"]["nodeName"]
+    run = new_pod_run(pod, node, host_ip, pod_ip, start, exec_commands=False)
+    now = start
+    frames: list[Frame] = []
+    effects: list[Timed] = []
+    kwargs = {"refs": refs} if refs is not None else {}
+    images: frozenset[str] = frozenset()
+    for _ in range(MAX_STEPS):
+        step = step_pod(pod, run, now, scale, images=images, **kwargs)
+        images = images | frozenset(step.pulled)
+        run = step.run
+        status = {k: v for k, v in step.status.items()}
+        if not frames or status != frames[-1].status:
+            frames.append(Frame(now, status))
+        effects += [Timed(now, e) for e in step.logs]
+        effects += [Timed(now, e) for e in step.events]
+        if run.done or step.wake_at is None or len(frames) >= MAX_FRAMES:
+            break
+        now = max(step.wake_at, now + timedelta(milliseconds=1))
+    try:
+        scenarios = pod_scenarios(pod)
+        term = {n: s.term_exit for n, s in {**scenarios.init, **scenarios.containers}.items()}
+    except ScenarioError:
+        term = {}
+    return Timeline(frames=tuple(frames), effects=tuple(effects), term_exit=term, initial=dict(pod.get("status") or {}))
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
