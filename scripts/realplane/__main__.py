@@ -1,16 +1,15 @@
 """scripts/cluster: a real Kubernetes control plane on this machine (see docs/real-cluster.md).
 
-    scripts/cluster up --kubeconfig PATH [--nodes N] [--gpus-per-node G] [--with mpi-operator,kueue]
-                       [--kueue-config FILE] [--time-scale S]
-    scripts/cluster down [--kubeconfig PATH]     stop one plane, or every plane this machine started
-    scripts/cluster status [--kubeconfig PATH]   what runs, with process ids and ports
-    scripts/cluster build [--with ...]           build (or find cached) every binary, start nothing
+scripts/cluster up --kubeconfig PATH [--nodes N] [--gpus-per-node G] [--with mpi-operator,kueue]
+                   [--kueue-config FILE] [--time-scale S]
+scripts/cluster down [--kubeconfig PATH]     stop one plane, or every plane this machine started
+scripts/cluster status [--kubeconfig PATH]   what runs, with process ids and ports
+scripts/cluster build [--with ...]           build (or find cached) every binary, start nothing
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,9 @@ def _with(value: str) -> tuple[str, ...]:
     items = tuple(v.strip() for v in value.split(",") if v.strip())
     unknown = [v for v in items if v not in WITH_CHOICES]
     if unknown:
-        raise argparse.ArgumentTypeError(f"--with: unknown component {unknown[0]!r} (choose from {', '.join(WITH_CHOICES)})")
+        raise argparse.ArgumentTypeError(
+            f"--with: unknown component {unknown[0]!r} (choose from {', '.join(WITH_CHOICES)})"
+        )
     return items
 
 
@@ -37,7 +38,9 @@ def _positive(value: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="scripts/cluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="scripts/cluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="build what is missing, start the plane, write an admin kubeconfig")
     up.add_argument("--kubeconfig", required=True, type=Path)
@@ -45,7 +48,12 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--gpus-per-node", type=_positive, default=8)
     up.add_argument("--with", dest="with_", type=_with, default=(), help="mpi-operator,kueue")
     up.add_argument("--kueue-config", type=Path, help="a Kueue Configuration merged over the shipped one")
-    up.add_argument("--time-scale", type=float, default=1.0, help="real seconds per second of a pod scenario (the simulator's time_scale)")
+    up.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="real seconds per second of a pod scenario (the simulator's time_scale)",
+    )
     for name in ("down", "status"):
         p = sub.add_parser(name)
         p.add_argument("--kubeconfig", type=Path)
@@ -87,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{options.gpus_per_node} GPUs + 1 MIG node; kubeconfig {options.kubeconfig}"
             )
             return 0
-        targets = [plane.state_dir(args.kubeconfig.resolve())] if args.kubeconfig else plane.known_planes(cache)
+        targets = (
+            [plane.state_dir(args.kubeconfig.resolve())] if args.kubeconfig else plane.known_planes(cache)
+        )
         if args.command == "down":
             for directory in targets:
                 state_file = directory / "state.json"
@@ -107,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 state = plane.State.load(state_file)
                 print(f"plane {directory} (kubeconfig {state.options.get('kubeconfig')})")
-                print(f"  API server https://127.0.0.1:{state.ports.get('apiserver')}; started {time.ctime(state.started_at)}")
+                print(
+                    f"  API server https://127.0.0.1:{state.ports.get('apiserver')}; started {time.ctime(state.started_at)}"
+                )
                 for proc in state.processes:
                     up = plane.alive(proc.pid)
                     running += up

@@ -92,13 +92,17 @@ def webhooks(kueue: Path, webhook_url: str, ca_bundle: str) -> list[dict]:
 def _merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
 def manager_configuration(kueue: Path, plane: Plane, cert_dir: Path, visibility: bool) -> dict:
     assert plane.state is not None
-    shipped = yaml.safe_load((kueue / "config" / "components" / "manager" / "controller_manager_config.yaml").read_text())
+    shipped = yaml.safe_load(
+        (kueue / "config" / "components" / "manager" / "controller_manager_config.yaml").read_text()
+    )
     if plane.options.kueue_config is not None:
         shipped = _merge(shipped, yaml.safe_load(Path(plane.options.kueue_config).read_text()) or {})
     p = plane.state.ports
@@ -139,7 +143,11 @@ def visibility_api(plane: Plane) -> list[dict]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "kueue-visibility-server", "namespace": NAMESPACE},
-        "spec": {"type": "ExternalName", "externalName": "localhost", "ports": [{"name": "https", "port": port}]},
+        "spec": {
+            "type": "ExternalName",
+            "externalName": "localhost",
+            "ports": [{"name": "https", "port": port}],
+        },
     }
     apiservices = []
     for version in ("v1beta2", "v1beta1"):
@@ -182,7 +190,12 @@ def install(plane: Plane) -> None:
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     proc = plane._spawn(
         "kueue",
-        [plane.bin("kueue"), f"--config={config_path}", f"--kubeconfig={plane.admin_kubeconfig}", "--zap-log-level=2"],
+        [
+            plane.bin("kueue"),
+            f"--config={config_path}",
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            "--zap-log-level=2",
+        ],
     )
     plane._wait(proc, "ready (/readyz)", lambda: _http_ok(p["kueue-health"], "/readyz"), timeout=120)
     # Kueue starts serving its webhooks before /readyz answers; the configurations go in only now, so no
@@ -193,7 +206,9 @@ def install(plane: Plane) -> None:
         try:
             plane._wait(proc, "serving its visibility API", lambda: _available(plane), timeout=60)
         except PlaneError as exc:
-            plane.say(f"Kueue's visibility API is not available ({str(exc).splitlines()[0]}); going on without it")
+            plane.say(
+                f"Kueue's visibility API is not available ({str(exc).splitlines()[0]}); going on without it"
+            )
 
 
 def _available(plane: Plane) -> bool:

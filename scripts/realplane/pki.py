@@ -27,7 +27,9 @@ class Pair:
 def _write_key(path: Path, key) -> None:
     path.write_bytes(
         key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
         )
     )
     path.chmod(0o600)

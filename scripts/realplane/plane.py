@@ -256,7 +256,9 @@ class Plane:
                     },
                 }
             ],
-            "contexts": [{"name": "airflow-jobs-plane", "context": {"cluster": "airflow-jobs-plane", "user": "admin"}}],
+            "contexts": [
+                {"name": "airflow-jobs-plane", "context": {"cluster": "airflow-jobs-plane", "user": "admin"}}
+            ],
             "current-context": "airflow-jobs-plane",
         }
         path.write_text(yaml.safe_dump(config))
@@ -291,7 +293,9 @@ class Plane:
         last_error = ""
         while time.monotonic() < deadline:
             if not alive(proc.pid):
-                raise PlaneError(f"{proc.name} exited before {what}; last lines of {proc.log}:\n{tail(proc.log)}")
+                raise PlaneError(
+                    f"{proc.name} exited before {what}; last lines of {proc.log}:\n{tail(proc.log)}"
+                )
             try:
                 if check():
                     return
@@ -438,7 +442,9 @@ class Plane:
         self._wait(kcm, "healthy", lambda: self._https_ok(p["controller-manager"], "/healthz", client=False))
         self._wait(sched, "healthy", lambda: self._https_ok(p["scheduler"], "/healthz", client=False))
         # The service-account controller creates each namespace's `default` account; pods need it.
-        self._wait(kcm, "serving accounts", lambda: "default" in self.kubectl("get", "sa", "-o", "name"), timeout=60)
+        self._wait(
+            kcm, "serving accounts", lambda: "default" in self.kubectl("get", "sa", "-o", "name"), timeout=60
+        )
 
     def _start_kwok(self) -> None:
         assert self.state is not None
@@ -502,7 +508,10 @@ class Plane:
         ready = {
             n["metadata"]["name"]
             for n in data["items"]
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n.get("status", {}).get("conditions", [])
+            )
         }
         return set(names) <= ready
 
@@ -512,7 +521,9 @@ class Plane:
         self.apply(crd.read_text(), "MPIJob CRD")
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/mpijobs.kubeflow.org")
         # It always leader-elects in --lock-namespace (cmd/mpi-operator/app/server.go), which must exist.
-        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mpi-operator"}}], "namespace")
+        self.apply(
+            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mpi-operator"}}], "namespace"
+        )
         port = self.state.ports["mpi-operator"]
         proc = self._spawn(
             "mpi-operator",

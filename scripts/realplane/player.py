@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
-import json
 import logging
 import shutil
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kubernetes import client, config, watch
@@ -90,7 +89,9 @@ class Player:
         self.known[key] = meta["uid"]
         with self.lock:
             for timed in plan.effects:
-                heapq.heappush(self.queue, Due(timed.at.timestamp(), next(self.seq), key, (meta["uid"], timed.effect)))
+                heapq.heappush(
+                    self.queue, Due(timed.at.timestamp(), next(self.seq), key, (meta["uid"], timed.effect))
+                )
             self.lock.notify()
         log.info("planned %s: %d frames, %d effects", key, len(plan.frames), len(plan.effects))
 
@@ -116,7 +117,10 @@ class Player:
 
         net = PodNetwork(node, host_ip, pod_ip)
         env: dict = {}
-        for init, group in ((True, pod["spec"].get("initContainers") or []), (False, pod["spec"].get("containers") or [])):
+        for init, group in (
+            (True, pod["spec"].get("initContainers") or []),
+            (False, pod["spec"].get("containers") or []),
+        ):
             for c in group:
                 try:
                     env[(init, c["name"])] = container_env(c, pod, lookup, net)
@@ -137,7 +141,12 @@ class Player:
             current.touch()
             previous.touch()
             entries.append(
-                {"containers": [c["name"]], "logsFile": str(current), "previousLogsFile": str(previous), "follow": True}
+                {
+                    "containers": [c["name"]],
+                    "logsFile": str(current),
+                    "previousLogsFile": str(previous),
+                    "follow": True,
+                }
             )
         body = {
             "apiVersion": "kwok.x-k8s.io/v1alpha1",
@@ -145,12 +154,16 @@ class Player:
             "metadata": {
                 "name": meta["name"],
                 "namespace": meta["namespace"],
-                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}],
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+                ],
             },
             "spec": {"logs": entries},
         }
         try:
-            self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"], "logs", body)
+            self.custom.create_namespaced_custom_object(
+                "kwok.x-k8s.io", "v1alpha1", meta["namespace"], "logs", body
+            )
         except ApiException as exc:
             if exc.status != 409:
                 log.warning("logs of %s/%s: %s", meta["namespace"], meta["name"], exc.reason)
@@ -162,7 +175,9 @@ class Player:
         while True:
             with self.lock:
                 while not self.queue or self.queue[0].at > time.time():
-                    self.lock.wait(timeout=None if not self.queue else max(0.0, self.queue[0].at - time.time()))
+                    self.lock.wait(
+                        timeout=None if not self.queue else max(0.0, self.queue[0].at - time.time())
+                    )
                 due = heapq.heappop(self.queue)
             uid, effect = due.what  # type: ignore[misc]
             if self.known.get(due.key) != uid:

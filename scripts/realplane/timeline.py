@@ -59,7 +59,10 @@ class Timeline:
         return json.dumps(
             {
                 "f": [
-                    {"at": _ms(f.at), "s": smp_status(f.status, self.frames[i - 1].status if i else self.initial)}
+                    {
+                        "at": _ms(f.at),
+                        "s": smp_status(f.status, self.frames[i - 1].status if i else self.initial),
+                    }
                     for i, f in enumerate(self.frames)
                 ],
                 "t": self.term_exit,
@@ -147,7 +150,9 @@ def compute(
         term = {n: s.term_exit for n, s in {**scenarios.init, **scenarios.containers}.items()}
     except ScenarioError:
         term = {}
-    return Timeline(frames=tuple(frames), effects=tuple(effects), term_exit=term, initial=dict(pod.get("status") or {}))
+    return Timeline(
+        frames=tuple(frames), effects=tuple(effects), term_exit=term, initial=dict(pod.get("status") or {})
+    )
 
 
 def utcnow() -> datetime:
