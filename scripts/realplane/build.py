@@ -248,8 +248,10 @@ def build_kwok(layout: Layout, pin: Pin) -> None:
 # mpi-operator v0.8.x serves its health check on ":8080", a constant (cmd/mpi-operator/app/server.go,
 # `healthCheckPort = 8080`): every interface, and the port Airflow's API server takes by default, so a
 # second plane (or the demo's Airflow) beside the first would make it exit ("Error starting server for
-# health check"). The build overlays that one expression (go build -overlay; the module cache is never
-# edited) so the address comes from MPI_OPERATOR_HEALTH_ADDR, falling back to upstream's ":8080".
+# health check"). The build copies the release's module into the wrapper (the module cache stays
+# read-only, and `go build -overlay` refuses files beneath it), changes that one expression so the address
+# comes from MPI_OPERATOR_HEALTH_ADDR (upstream's ":8080" when unset), and points the wrapper's `replace`
+# at the copy.
 MPI_HEALTH_ADDR = 'fmt.Sprintf(":%d", healthCheckPort)'
 MPI_HEALTH_ADDR_ENV = "MPI_OPERATOR_HEALTH_ADDR"
 
@@ -257,36 +259,34 @@ MPI_HEALTH_ADDR_ENV = "MPI_OPERATOR_HEALTH_ADDR"
 def build_mpi_operator(layout: Layout, pin: Pin) -> None:
     package = f"{pin.module}/cmd/mpi-operator"
     src = _wrapper(layout, pin)
-    _run(layout, pin, ["go", "mod", "edit", f"-require={pin.module}@{pin.version}", f"-tool={package}"], src)
-    _run(layout, pin, ["go", "mod", "tidy"], src)
-    server = module_dir(layout, pin) / "cmd" / "mpi-operator" / "app" / "server.go"
+    _run(layout, pin, ["go", "mod", "download", f"{pin.module}@{pin.version}"], src)
+    copy = src / "mpi-operator"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(module_dir(layout, pin), copy)
+    for path in copy.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    server = copy / "cmd" / "mpi-operator" / "app" / "server.go"
     text = server.read_text()
     if text.count(MPI_HEALTH_ADDR) != 1:
         raise BuildError(
             f"mpi-operator {pin.version}: {server} no longer has one `{MPI_HEALTH_ADDR}`; "
-            "review the health-address overlay in scripts/realplane/build.py for this release"
+            "review the health-address change in scripts/realplane/build.py for this release"
         )
     replacement = (
         f'func() string {{ if a := os.Getenv("{MPI_HEALTH_ADDR_ENV}"); a != "" {{ return a }}; '
         f"return {MPI_HEALTH_ADDR} }}()"
     )
-    patched = src / "overlay" / "server.go"
-    patched.parent.mkdir(exist_ok=True)
-    patched.write_text(text.replace(MPI_HEALTH_ADDR, replacement))
-    overlay = src / "overlay.json"
-    overlay.write_text(json.dumps({"Replace": {str(server): str(patched)}}))
-    out = _into(layout, pin)
-    args = [
-        "go",
-        "build",
-        "-trimpath",
-        f"-overlay={overlay}",
-        "-ldflags",
-        "-s -w",
-        "-o",
-        str(out / "mpi-operator"),
+    server.write_text(text.replace(MPI_HEALTH_ADDR, replacement))
+    edits = [
+        f"-require={pin.module}@{pin.version}",
+        f"-replace={pin.module}=./mpi-operator",
+        f"-tool={package}",
     ]
-    _run(layout, pin, [*args, package], src)
+    _run(layout, pin, ["go", "mod", "edit", *edits], src)
+    _run(layout, pin, ["go", "mod", "tidy"], src)
+    out = _into(layout, pin)
+    args = ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "mpi-operator"), package]
+    _run(layout, pin, args, src)
     _publish(layout, pin, out)
 
 

@@ -26,8 +26,13 @@ if TYPE_CHECKING:
     from realplane.plane import Plane
 
 NAMESPACE = "kueue-system"
-# The visibility server reads its serving pair from this fixed directory when Kueue's internal certificate
-# management is off (pkg/visibility/server.go, `certDir = "/visibility"`, v0.19.2).
+# With Kueue's internal certificate management off (a process has no Secret volume for it to wait on),
+# v0.19.2 reads two serving pairs from fixed directories: the metrics server's (cmd/kueue/main.go,
+# `metricsCertPath := "/etc/kueue/metrics/certs"`, exits without it) and the visibility server's
+# (pkg/visibility/server.go, `certDir = "/visibility"`). scripts/cluster puts a pair there once; every
+# plane may share it (nothing verifies these two servers by name here: the visibility APIService skips
+# verification as Kueue's own manifest does, and nothing scrapes the metrics).
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 VISIBILITY_CERT_DIR = Path("/visibility")
 
 
@@ -121,15 +126,15 @@ def manager_configuration(kueue: Path, plane: Plane, cert_dir: Path, visibility:
     return config
 
 
-def _visibility_certs(plane: Plane) -> bool:
-    """Put a serving pair where the visibility server looks for one; False where this user cannot."""
+def fixed_certs(plane: Plane, directory: Path) -> bool:
+    """Put a serving pair where Kueue looks for one; False where this user cannot write there."""
     try:
-        VISIBILITY_CERT_DIR.mkdir(exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
         for name, src in (("tls.crt", plane.serving.cert), ("tls.key", plane.serving.key)):
-            target = VISIBILITY_CERT_DIR / name
+            target = directory / name
             if not target.exists():
                 shutil.copyfile(src, target)
-        return os.access(VISIBILITY_CERT_DIR / "tls.key", os.R_OK)
+        return os.access(directory / "tls.key", os.R_OK)
     except OSError:
         return False
 
@@ -178,13 +183,19 @@ def install(plane: Plane) -> None:
     url = f"https://127.0.0.1:{p['kueue-webhook']}"
     ca_bundle = base64.b64encode(plane.ca.ca.cert.read_bytes()).decode()
     plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}], "namespace")
-    plane.apply(crds(kueue, url, ca_bundle), "Kueue CRDs")
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    definitions = crds(kueue, url, ca_bundle)
+    plane.apply(definitions, "Kueue CRDs")
+    plane.established([d["metadata"]["name"] for d in definitions])
     cert_dir = plane.dir / "kueue-certs"
     cert_dir.mkdir(exist_ok=True)
     shutil.copyfile(plane.serving.cert, cert_dir / "tls.crt")
     shutil.copyfile(plane.serving.key, cert_dir / "tls.key")
-    visibility = _visibility_certs(plane)
+    if not fixed_certs(plane, METRICS_CERT_DIR):
+        raise PlaneError(
+            f"kueue: cannot write its metrics certificate to {METRICS_CERT_DIR} (Kueue reads it from there; "
+            f"create the directory once, writable by {os.environ.get('USER', 'this user')}, e.g. with sudo)"
+        )
+    visibility = fixed_certs(plane, VISIBILITY_CERT_DIR)
     config = manager_configuration(kueue, plane, cert_dir, visibility)
     config_path = plane.dir / "kueue-config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))

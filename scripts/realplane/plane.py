@@ -333,6 +333,21 @@ class Plane:
         except PlaneError as exc:
             raise PlaneError(f"{what}: {exc}") from None
 
+    def established(self, names: list[str], timeout: float = 60.0) -> None:
+        """Wait until every CRD of ``names`` is Established (its API is served)."""
+        deadline = time.monotonic() + timeout
+        pending = set(names)
+        while pending:
+            out = json.loads(self.kubectl("get", "crd", "-o", "json"))
+            for crd in out.get("items", []):
+                conditions = (crd.get("status") or {}).get("conditions") or []
+                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                    pending.discard(crd["metadata"]["name"])
+            if pending and time.monotonic() > deadline:
+                raise PlaneError(f"CRDs not Established after {timeout:.0f} s: {', '.join(sorted(pending))}")
+            if pending:
+                time.sleep(0.2)
+
     # --- the components ----------------------------------------------------------------------------
 
     def _start_etcd(self) -> None:
@@ -457,7 +472,7 @@ class Plane:
             ),
             "kwok CRDs",
         )
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/logs.kwok.x-k8s.io")
+        self.established(["logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io"])
         config = self.dir / "kwok.yaml"
         config.write_text(stages.kwok_configuration(kw))
         proc = self._spawn(
@@ -519,7 +534,7 @@ class Plane:
         assert self.state is not None
         crd = self.module("mpi-operator") / "manifests" / "base" / "kubeflow.org_mpijobs.yaml"
         self.apply(crd.read_text(), "MPIJob CRD")
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/mpijobs.kubeflow.org")
+        self.established(["mpijobs.kubeflow.org"])
         # It always leader-elects in --lock-namespace (cmd/mpi-operator/app/server.go), which must exist.
         self.apply(
             [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mpi-operator"}}], "namespace"
