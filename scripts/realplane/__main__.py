@@ -57,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
     for name in ("down", "status"):
         p = sub.add_parser(name)
         p.add_argument("--kubeconfig", type=Path)
+    k = sub.add_parser("kueue", help="restart the plane's Kueue with another configuration")
+    k.add_argument("--kubeconfig", required=True, type=Path)
+    k.add_argument("--kueue-config", type=Path, help="merged over the shipped one (omit: as shipped)")
     b = sub.add_parser("build", help="build every pinned component (cached), start nothing")
     b.add_argument("--with", dest="with_", type=_with, default=WITH_CHOICES)
     return ap
@@ -94,6 +97,28 @@ def main(argv: list[str] | None = None) -> int:
                 f"start {timings.get('start_seconds', 0):.0f} s); {options.nodes} GPU nodes x "
                 f"{options.gpus_per_node} GPUs + 1 MIG node; kubeconfig {options.kubeconfig}"
             )
+            return 0
+        if args.command == "kueue":
+            state_file = plane.state_dir(args.kubeconfig.resolve()) / "state.json"
+            if not state_file.exists():
+                print(f"cluster: no plane runs for {args.kubeconfig}", file=sys.stderr)
+                return 1
+            saved = plane.State.load(state_file).options
+            options = plane.Options(
+                kubeconfig=args.kubeconfig.resolve(),
+                nodes=saved["nodes"],
+                gpus_per_node=saved["gpus_per_node"],
+                with_=tuple(saved["with_"]),
+                kueue_config=args.kueue_config.resolve() if args.kueue_config else None,
+                time_scale=saved["time_scale"],
+            )
+            plane.Plane(options, cache).restart_kueue(options.kueue_config)
+            how = (
+                f"with {args.kueue_config} merged over the shipped configuration"
+                if args.kueue_config
+                else "as shipped"
+            )
+            print(f"cluster: Kueue restarted {how}")
             return 0
         targets = (
             [plane.state_dir(args.kubeconfig.resolve())] if args.kubeconfig else plane.known_planes(cache)

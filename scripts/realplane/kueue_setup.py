@@ -186,6 +186,34 @@ def install(plane: Plane) -> None:
     definitions = crds(kueue, url, ca_bundle)
     plane.apply(definitions, "Kueue CRDs")
     plane.established([d["metadata"]["name"] for d in definitions])
+    start_manager(plane)
+    # Kueue starts serving its webhooks before /readyz answers; the configurations go in only now, so no
+    # Job is ever refused for want of a listening webhook.
+    plane.apply(webhooks(kueue, url, ca_bundle), "Kueue webhook configurations")
+    if (plane.dir / "kueue-visibility").exists():
+        plane.apply(visibility_api(plane), "Kueue visibility API")
+        try:
+            plane._wait(
+                _kueue_process(plane), "serving its visibility API", lambda: _available(plane), timeout=60
+            )
+        except PlaneError as exc:
+            plane.say(
+                f"Kueue's visibility API is not available ({str(exc).splitlines()[0]}); going on without it"
+            )
+
+
+def _kueue_process(plane: Plane):
+    assert plane.state is not None
+    return next(p for p in reversed(plane.state.processes) if p.name == "kueue")
+
+
+def start_manager(plane: Plane) -> None:
+    """Start Kueue's manager process and wait until it is ready."""
+    from realplane.plane import PlaneError
+
+    assert plane.state is not None
+    kueue = plane.module("kueue")
+    p = plane.state.ports
     cert_dir = plane.dir / "kueue-certs"
     cert_dir.mkdir(exist_ok=True)
     shutil.copyfile(plane.serving.cert, cert_dir / "tls.crt")
@@ -198,7 +226,21 @@ def install(plane: Plane) -> None:
     visibility = fixed_certs(plane, VISIBILITY_CERT_DIR)
     config = manager_configuration(kueue, plane, cert_dir, visibility)
     config_path = plane.dir / "kueue-config.yaml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    text = yaml.safe_dump(config, sort_keys=False)
+    config_path.write_text(text)
+    # What a deployment of Kueue keeps in its manager ConfigMap (config/default: kueue-manager-config),
+    # so a client reads this plane's Kueue configuration where it reads a real one's.
+    plane.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "kueue-manager-config", "namespace": NAMESPACE},
+                "data": {"controller_manager_config.yaml": text},
+            }
+        ],
+        "Kueue manager ConfigMap",
+    )
     proc = plane._spawn(
         "kueue",
         [
@@ -209,17 +251,8 @@ def install(plane: Plane) -> None:
         ],
     )
     plane._wait(proc, "ready (/readyz)", lambda: _http_ok(p["kueue-health"], "/readyz"), timeout=120)
-    # Kueue starts serving its webhooks before /readyz answers; the configurations go in only now, so no
-    # Job is ever refused for want of a listening webhook.
-    plane.apply(webhooks(kueue, url, ca_bundle), "Kueue webhook configurations")
     if visibility:
-        plane.apply(visibility_api(plane), "Kueue visibility API")
-        try:
-            plane._wait(proc, "serving its visibility API", lambda: _available(plane), timeout=60)
-        except PlaneError as exc:
-            plane.say(
-                f"Kueue's visibility API is not available ({str(exc).splitlines()[0]}); going on without it"
-            )
+        (plane.dir / "kueue-visibility").touch()
 
 
 def _available(plane: Plane) -> bool:

@@ -565,6 +565,21 @@ class Plane:
         assert self.state is not None
         kueue_setup.install(self)
 
+    def restart_kueue(self, kueue_config: Path | None) -> None:
+        """Stop this plane's Kueue and start it again with ``kueue_config`` merged over the shipped
+        configuration (``None``: as shipped), as an admin rolls out a new manager ConfigMap."""
+        self.state = State.load(self.state_file)
+        kueue = [p for p in self.state.processes if p.name == "kueue"]
+        if not kueue:
+            raise PlaneError(f"the plane of {self.options.kubeconfig} runs no Kueue (start it --with kueue)")
+        for proc in kueue:
+            stop_group(proc.pid)
+            self.state.processes.remove(proc)
+        self.options = Options(**{**self.options.__dict__, "kueue_config": kueue_config})
+        self._pki()
+        kueue_setup.start_manager(self)
+        self._save()
+
     # --- status and down ---------------------------------------------------------------------------
 
     def down(self, quiet: bool = False) -> list[str]:
