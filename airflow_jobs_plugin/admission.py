@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
-from airflow_jobs_plugin import kinds, kueue, labels, metrics, quota
+from airflow_jobs_plugin import kinds, kueue, kueue_cluster, labels, metrics, quota
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
     JOBS,
@@ -606,8 +606,14 @@ class Admission:
         meta = job.get("metadata") or {}
         if (meta.get("annotations") or {}).get(labels.VERDICT):
             return None
-        if kueue.manages(job):
+        if kueue.manages(job) and not (self.quota_enabled and kueue.gated_by_pool(job)):
             # Kueue admits it; the product only reports what Kueue says (see kueue.py: never fight).
+            # A job the pool still gates (Kueue gave it its `default` LocalQueue at creation) is the
+            # pool's to judge first, below.
+            return await self._kueue_status(job)
+        if not self.quota_enabled and await kueue_cluster.takes(self.client, job):
+            # A Kueue that manages every job has it (its configuration says so, or it made a Workload):
+            # unsuspending it would only make Kueue suspend it again (the fight kueue.py describes).
             return await self._kueue_status(job)
         too_large = placement.never_fits(job, await self._nodes())
         if too_large is not None:
@@ -754,20 +760,55 @@ class Admission:
 
     # --- internals ---
 
-    async def _kueue_status(self, job: dict) -> QueueStatus:
+    def _workload_source(self) -> _WorkloadSource:
         if self._workloads is None:
             self._workloads = _WorkloadSource(
                 self.client, self.watch.namespace, lambda name: _wake(self.watch, name)
             )
-        if not await self._workloads.start():
+        return self._workloads
+
+    async def _workload_taking(self, job: dict) -> dict | None:
+        """The Workload of a job that names no LocalQueue -- Kueue took it anyway (manageJobsWithout-
+        QueueName) -- or ``None``: none yet, or no Kueue here. The shared Workload watch answers first,
+        then the API server, by the job's uid label."""
+        source = self._workload_source()
+        if not await source.start():
+            return None
+        await source.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
+        return source.of(job) or await kueue_cluster.workload_of(self.client, job)
+
+    async def _kueue_status(self, job: dict) -> QueueStatus | None:
+        source = self._workload_source()
+        if not await source.start():
             missing = kueue.no_api_status(job)
             return QueueStatus(reason=missing.reason, message=missing.message)
-        await self._workloads.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
-        workload = self._workloads.of(job)
+        await source.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
+        workload = source.of(job)
+        if workload is None and not kueue.queue_name(job):
+            workload = await self._workload_taking(job)
+        ended = kueue.deactivation(workload)
+        if ended is not None:
+            # Kueue will never admit it: the task ends now instead of waiting for ever. The verdict is
+            # written alone; the job's suspend stays Kueue's (see kueue.py).
+            await self._rule_kueue_job(job, Reason.DEACTIVATED.value, ended)
+            return None
+        if not kueue.queue_name(job):
+            status = kueue.manages_every_job_status(job, workload)
+            return QueueStatus(reason=status.reason, message=status.message)
+        if kueue.ignores_gate(job, workload):
+            log.warning(
+                "%s %s: Kueue took it without the quota pool's admission gate (%s): it does not honour "
+                "admission gates (Kueue before %s, or its AdmissionGatedBy feature off), so per-user "
+                "limits cannot stand in front of it for jobs it takes at creation",
+                job.get("kind", "Job"),
+                (job.get("metadata") or {}).get("name"),
+                kueue.ADMISSION_GATE_ANNOTATION,
+                kueue.MIN_GATED_VERSION,
+            )
         status = kueue.queue_status(job, workload)
         if workload is not None and kueue.waits_in_queue(status):
             view = kueue.workload_view(workload)
-            positions = await self._workloads.positions(view.queue)
+            positions = await source.positions(view.queue)
             status = kueue.with_position(status, (positions or {}).get(view.name), view.queue)
         return QueueStatus(reason=status.reason, position=status.position, message=status.message)
 
@@ -820,6 +861,18 @@ class Admission:
         return QueueStatus(
             reason="Stopped", message=f"stopped at {ledger.rfc3339(stopped_at)}; resume to requeue it"
         )
+
+    async def _rule_kueue_job(self, job: dict, reason: str, message: str) -> None:
+        """Fail a Kueue job with the product's verdict, written alone: ending it through a deadline would
+        need an unsuspend, which Kueue undoes for a job it has not admitted."""
+        log.warning("%s %s: %s: %s", job.get("kind", "Job"), job["metadata"]["name"], reason, message)
+        result, _ = await ledger.settle(
+            self.client, job, lambda j: ledger.verdict_only_patch(j, reason, message), ledger.is_finished
+        )
+        if result is not None and job["metadata"].get("namespace") == self.watch.namespace:
+            self.watch.absorb(
+                ledger.resource_of(job), result, replaces=job["metadata"].get("resourceVersion")
+            )
 
     async def _rule(
         self, job: dict, reason: str, message: str, still_wanted: Callable[[dict], bool] = lambda _j: True
@@ -980,12 +1033,13 @@ class Admission:
 
     def _group_jobs(self, group: str) -> list[dict]:
         # A job Kueue admits is never the pool's: admitting, requeueing or charging it would fight Kueue.
-        # One the pool handed to Kueue stays in view only so that it counts against its user's limits.
-        # Read through the watch's index by group: a pass costs its group's jobs, not the namespace's.
+        # One the pool handed to Kueue stays in view only so that it counts against its user's limits,
+        # and one the pool's admission gate still holds (Kueue gave it a queue at creation) is the
+        # pool's to judge. Read through the watch's index by group: a pass costs its group's jobs.
         return [
             job
             for job in self.watch.by_index(_BY_GROUP, group)
-            if not kueue.manages(job) or ledger.handed_to_kueue(job)
+            if not kueue.manages(job) or kueue.gated_by_pool(job) or ledger.handed_to_kueue(job)
         ]
 
     def _status(self, worker: _GroupWorker, uid: str) -> QueueStatus | None:

@@ -44,6 +44,17 @@ VERSION = "v1beta2"
 PENDING, INADMISSIBLE, REQUEUED, RESERVED = "Pending", "Inadmissible", "Requeued", "Admitted"
 
 
+# Kueue's admission gate (kubernetes-sigs/kueue v0.19.2 ``pkg/constants/constants.go``,
+# AdmissionGatedByAnnotation; feature AdmissionGatedBy, beta and on by default since v0.19): while a job
+# carries it, Kueue creates the job's Workload but admits it to no ClusterQueue. It can be set only when
+# the job is created, and only removed later (``pkg/util/webhook/validation_admissiongatedby.go``). The
+# quota pool gates every job it admits, so that a job Kueue takes at creation -- through a LocalQueue
+# named ``default`` in its namespace, or a Kueue that manages every job -- still waits for the pool's
+# per-user limits; the pool's admission of such a job is the removal of its gate.
+ADMISSION_GATE_ANNOTATION = "kueue.x-k8s.io/admission-gated-by"
+POOL_GATE = "airflow-jobs.io/quota-pool"
+MIN_GATED_VERSION = "v0.19"
+
 # Kueue's default LocalQueue name (``pkg/controller/constants`` DefaultLocalQueueName): its webhook gives
 # an unlabelled job this queue when the namespace has one (``jobframework/defaults.go``).
 DEFAULT_LOCAL_QUEUE = "default"
@@ -70,6 +81,104 @@ def choose_queue(task_queue: str | None, deployment_queue: str, kueue_manages_al
     if deployment_queue:
         return deployment_queue
     return DEFAULT_LOCAL_QUEUE if kueue_manages_all else None
+
+
+# Where a deployment of Kueue keeps its manager configuration: config/default's ConfigMap
+# ``kueue-manager-config`` in ``kueue-system`` (namePrefix ``kueue-``), key ``controller_manager_config.yaml``;
+# the Helm chart uses the same names.
+CONFIG_NAMESPACE = "kueue-system"
+CONFIG_MAP = "kueue-manager-config"
+CONFIG_KEY = "controller_manager_config.yaml"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def takes_unlabelled_jobs(
+    configuration: Mapping[str, Any] | None, namespace_labels: Mapping[str, str]
+) -> bool:
+    """Whether this Kueue configuration takes a job that names no LocalQueue in a namespace with these
+    labels: ``manageJobsWithoutQueueName`` on and the namespace matched by ``managedJobsNamespaceSelector``
+    (kubernetes-sigs/kueue v0.19.2 ``apis/config/v1beta2/defaults.go``: by default every namespace but
+    ``kube-system`` and Kueue's own)."""
+    if not configuration or configuration.get("manageJobsWithoutQueueName") is not True:
+        return False
+    own = str(configuration.get("namespace") or CONFIG_NAMESPACE)
+    default_selector = {
+        "matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": ["kube-system", own]}
+        ]
+    }
+    selector = configuration.get("managedJobsNamespaceSelector") or default_selector
+    return selector_matches(selector, namespace_labels)
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A Kubernetes LabelSelector (matchLabels, matchExpressions) against a label set."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or ():
+        key, op, values = expr.get("key"), expr.get("operator"), set(expr.get("values") or ())
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def gates(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """The admission gates an object (a job or its Workload) carries, in order."""
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(ADMISSION_GATE_ANNOTATION) or ""
+    return tuple(g.strip() for g in value.split(",") if g.strip())
+
+
+def gated_by_pool(job: Mapping[str, Any]) -> bool:
+    """Whether the quota pool still holds ``job`` back from Kueue (its gate is on the job)."""
+    return POOL_GATE in gates(job)
+
+
+def gate_annotation_without_pool(job: Mapping[str, Any]) -> str | None:
+    """The gate annotation's value once the pool's gate is removed (``None``: remove the annotation)."""
+    rest = [g for g in gates(job) if g != POOL_GATE]
+    return ",".join(rest) if rest else None
+
+
+def ignores_gate(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> bool:
+    """Kueue made ``job``'s Workload without the pool's gate: this Kueue does not honour admission gates
+    (before v0.19, or its AdmissionGatedBy feature off), so it may admit the job before the pool does.
+    Kueue copies the gate onto the Workload only when it honours it
+    (``jobframework/reconciler.go``, ``PropagateAdmissionGatedByAnnotation``)."""
+    return workload is not None and gated_by_pool(job) and POOL_GATE not in gates(workload)
+
+
+def deactivation(workload: Mapping[str, Any] | None) -> str | None:
+    """Why Kueue will never admit ``workload`` again: it is deactivated (``spec.active: false``), by an
+    admin or by Kueue itself past its requeuing limit (v0.19.2 ``pkg/workload``: the Evicted condition's
+    reason ``Deactivated`` / ``DeactivatedDueTo...``); ``None`` while it may still run."""
+    if workload is None or (workload.get("spec") or {}).get("active", True) is not False:
+        return None
+    view = workload_view(workload)
+    evicted = view.condition("Evicted")
+    detail = evicted.get("message") or evicted.get("reason") or ""
+    base = f"Kueue deactivated its Workload {view.name} (spec.active: false)"
+    return f"{base}: {detail}" if detail else f"{base}; it will never be admitted again"
+
+
+def manages_every_job_status(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> KueueStatus:
+    """Why a job that names no LocalQueue waits: Kueue took it anyway (``manageJobsWithoutQueueName``)."""
+    made = f" and made Workload {workload_view(workload).name} for this one" if workload else ""
+    return KueueStatus(
+        INADMISSIBLE,
+        f"Kueue manages every job of this namespace (manageJobsWithoutQueueName){made}, so the product "
+        "leaves its admission to Kueue; the job names no "
+        "LocalQueue, so Kueue cannot admit it: name one (JobOperator kueue_queue=..., or [airflow_jobs] "
+        "kueue_queue), or set [airflow_jobs] kueue_manages_all_jobs = True to use Kueue's LocalQueue "
+        f"{DEFAULT_LOCAL_QUEUE!r}",
+    )
 
 
 def queue_name(job: Mapping[str, Any]) -> str | None:
@@ -165,7 +274,8 @@ def no_api_status(job: Mapping[str, Any]) -> KueueStatus:
     return KueueStatus(
         INADMISSIBLE,
         f"the job names Kueue LocalQueue {queue_name(job) or '(default)'} but the cluster serves no Kueue "
-        f"API ({GROUP}/{VERSION}): install Kueue, or submit without a queue",
+        f"API {GROUP}/{VERSION} (Kueue v0.15 or later; an older Kueue serves only v1beta1): install or "
+        "upgrade Kueue, or submit without a queue",
     )
 
 

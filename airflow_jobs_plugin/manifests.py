@@ -655,6 +655,20 @@ def build_torchrun(
     }
 
 
+def pool_gate(body: dict) -> dict:
+    """``body`` held back from Kueue until the quota pool admits it (``kueue.POOL_GATE``).
+
+    Harmless where no Kueue runs or where Kueue never takes the job; where it does take it at creation
+    (a LocalQueue named ``default`` in the namespace, ``manageJobsWithoutQueueName``), the gate keeps its
+    Workload from being admitted before the pool's per-user limits have said yes."""
+    out = copy.deepcopy(body)
+    annotations = out["metadata"].setdefault("annotations", {})
+    present = [g for g in (annotations.get(kueue.ADMISSION_GATE_ANNOTATION) or "").split(",") if g]
+    if kueue.POOL_GATE not in present:
+        annotations[kueue.ADMISSION_GATE_ANNOTATION] = ",".join([*present, kueue.POOL_GATE])
+    return out
+
+
 def kueue_handoff(body: dict) -> dict:
     """``body`` to be handed to Kueue by the quota pool rather than at once: no queue-name label yet
     (Kueue ignores a job without one, unless it manages every job of the namespace), and the LocalQueue

@@ -427,18 +427,14 @@ class JobOperator(BaseOperator):
         if chosen_queue != spec.kueue_queue:
             spec = dataclasses.replace(spec, kueue_queue=chosen_queue)
         # With Kueue as the queueing engine the pool, where there is one, keeps only its per-user
-        # limits in front of Kueue: the job is handed to its LocalQueue once its user may run it.
-        # Where Kueue takes every job of the namespace at creation (manageJobsWithoutQueueName) nothing
-        # can stand in front of it, and the pool stays out (docs/kueue.md).
-        pool = (
-            quota_source.QuotaSource(None, None)
-            if spec.kueue_queue and config.get_bool("kueue_manages_all_jobs")
-            else quota_source.choose(
-                self.quota_configmap,
-                self.quota_namespace,
-                config.get("quota_configmap"),
-                config.get("quota_namespace"),
-            )
+        # limits in front of Kueue: the job is handed to its LocalQueue once its user may run it. Even a
+        # Kueue that takes every job at creation (manageJobsWithoutQueueName) waits for the pool: the job
+        # is created behind Kueue's admission gate (docs/kueue.md).
+        pool = quota_source.choose(
+            self.quota_configmap,
+            self.quota_namespace,
+            config.get("quota_configmap"),
+            config.get("quota_namespace"),
         )
         try:
             job = asyncio.run(

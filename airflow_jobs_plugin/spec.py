@@ -1794,6 +1794,16 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
         c.add(
             "container_resources", "hugepages need cpu or memory set too (the API server refuses them alone)"
         )
+    if ok("kueue_queue", "priority") and v["kueue_queue"] is not None and v["priority"] != 0:
+        # Kueue orders a ClusterQueue by its Workloads' priority, which comes from a WorkloadPriorityClass
+        # (the job's kueue.x-k8s.io/priority-class label) or the pods' PriorityClass (kubernetes-sigs/kueue
+        # v0.19.2 pkg/util/priority), never from the product's own priority.
+        c.add(
+            "priority",
+            f"{v['priority']} has no effect on a job Kueue admits (kueue_queue={v['kueue_queue']!r}): Kueue orders "
+            "its queues by WorkloadPriorityClass -- drop priority and set "
+            "job_labels={'kueue.x-k8s.io/priority-class': '<a WorkloadPriorityClass>'}",
+        )
     if ok("retry_backoff", "retry_backoff_max") and v["retry_backoff"] > v["retry_backoff_max"]:
         c.add(
             "retry_backoff",

@@ -17,7 +17,7 @@ from airflow_jobs_plugin import kinds, labels, quota_source
 from airflow_jobs_plugin.admission import check_group
 from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
-from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff, with_charge
+from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff, pool_gate, with_charge
 from airflow_jobs_plugin.quota.policy import PolicyError, QuotaPolicy, policy_from_configmap_data
 from airflow_jobs_plugin.quota_source import QuotaSource
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
@@ -114,6 +114,10 @@ async def submit(
         if spec.kueue_queue and quota_configmap:
             # Per-user limits in front of Kueue: the pool hands the job over once its user may run it.
             body = kueue_handoff(body)
+        if quota_configmap:
+            # Kueue may take the job at creation anyway (a `default` LocalQueue, a Kueue managing every
+            # job): its admission gate keeps it for the pool to judge first (kueue.ADMISSION_GATE_ANNOTATION).
+            body = pool_gate(body)
         try:
             # A create the server applied but answered with an error is repeated into AlreadyExists: adopted.
             created = await patiently(

@@ -102,6 +102,7 @@ class Reason(str, Enum):
     QUEUE_TIMEOUT = "QueueTimeout"
     OVER_QUOTA = "OverQuota"
     OVER_REQUEUE_LIMIT = "OverRequeueLimit"
+    DEACTIVATED = "Deactivated"  # Kueue deactivated the job's Workload: it will never be admitted
     CANCELLED = "Cancelled"
     STOPPED = "Stopped"  # a user stopped the job; it waits for a resume
     DELETED = "Deleted"  # the job object is being deleted without a product verdict
@@ -117,6 +118,8 @@ VERDICTS: dict[str, Reason] = {
     Reason.QUEUE_TIMEOUT.value: Reason.QUEUE_TIMEOUT,
     Reason.OVER_QUOTA.value: Reason.OVER_QUOTA,
     Reason.OVER_REQUEUE_LIMIT.value: Reason.OVER_REQUEUE_LIMIT,
+    # Kueue deactivated the Workload (an admin, or its requeuing limit): the job would wait for ever.
+    Reason.DEACTIVATED.value: Reason.DEACTIVATED,
     Reason.CANCELLED.value: Reason.CANCELLED,
     # Pods stuck pulling never fail by themselves; the trigger rules on a permanent pull failure.
     Reason.IMAGE_PULL.value: Reason.IMAGE_PULL,

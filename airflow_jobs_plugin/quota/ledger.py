@@ -96,9 +96,13 @@ def is_suspended(job: Mapping[str, Any]) -> bool:
 
 def handed_to_kueue(job: Mapping[str, Any]) -> bool:
     """A job the pool handed to Kueue (:func:`handoff_patch`): from then on Kueue's alone to admit,
-    suspend or requeue; the pool only keeps its reservation against its user's limits."""
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
-    return bool(annotations.get(labels.KUEUE_HANDOFF)) and kueue.manages(job)
+    suspend or requeue; the pool only keeps its reservation. A job Kueue took at creation (its
+    ``default`` LocalQueue) is not handed over while the pool's admission gate still holds it."""
+    meta = job.get("metadata") or {}
+    if not kueue.manages(job) or kueue.gated_by_pool(job):
+        return False
+    admitted = (meta.get("labels") or {}).get(labels.ADMITTED) == labels.ADMITTED_VALUE
+    return admitted or bool((meta.get("annotations") or {}).get(labels.KUEUE_HANDOFF))
 
 
 def awaits_release(job: Mapping[str, Any]) -> bool:
@@ -421,21 +425,41 @@ def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditiona
 
 
 def handoff_patch(job: Mapping[str, Any], admitted_at: datetime) -> dict:
-    """The merge patch that releases a job to Kueue: its LocalQueue's name, and the admission time.
+    """The merge patch that releases a job to Kueue: its LocalQueue's name, the removal of the pool's
+    admission gate, and the admission time.
 
     The job stays suspended: from this write on Kueue admits it (its job reconciler creates the
-    Workload once the queue-name label is there: kubernetes-sigs/kueue v0.19.2
-    ``pkg/controller/jobframework/reconciler.go``), and Kueue's webhook lets the label change only
-    while the job is suspended (``jobframework/validation.go``, ``validateUpdateForQueueName``).
+    Workload once the queue-name label is there, and admits a Workload once no gate holds it:
+    kubernetes-sigs/kueue v0.19.2 ``pkg/controller/jobframework/reconciler.go``,
+    ``pkg/workload/workload.go`` ``HasAdmissionGate``), and Kueue's webhook lets the label change only
+    while the job is suspended (``jobframework/validation.go``, ``validateUpdateForQueueName``). The queue
+    is the one the task asked for (``labels.KUEUE_HANDOFF``), else the one Kueue gave the job at
+    creation, else -- a Kueue that manages every job took it without one -- Kueue's ``default``.
     """
-    queue = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.KUEUE_HANDOFF)
-    if not queue:
-        raise ValueError(f"job {(job.get('metadata') or {}).get('name')} is not handed to Kueue")
+    meta = job.get("metadata") or {}
+    queue = (
+        (meta.get("annotations") or {}).get(labels.KUEUE_HANDOFF)
+        or kueue.queue_name(job)
+        or kueue.DEFAULT_LOCAL_QUEUE
+    )
+    annotations: dict[str, Any] = {labels.ADMITTED_AT: rfc3339(admitted_at)}
+    if kueue.gated_by_pool(job):
+        annotations[kueue.ADMISSION_GATE_ANNOTATION] = kueue.gate_annotation_without_pool(job)
     return {
         "metadata": {
             **_precondition(job),
             "labels": {kueue.QUEUE_NAME_LABEL: queue, labels.ADMITTED: labels.ADMITTED_VALUE},
-            "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
+            "annotations": annotations,
+        }
+    }
+
+
+def verdict_only_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
+    """Record a product verdict on a job and change nothing else (a Kueue job's ``suspend`` is Kueue's)."""
+    return {
+        "metadata": {
+            **_precondition(job),
+            "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
         }
     }
 
@@ -880,10 +904,24 @@ async def admission_pass(
     )
 
 
+async def kueue_took(client: KubeClient, job: Mapping[str, Any]) -> bool:
+    """Whether Kueue manages ``job`` though it names no LocalQueue (a Kueue that manages every job): the
+    pool must then hand it over, never unsuspend it, or Kueue suspends it again. Asked only of jobs the
+    pool gated (kueue_cluster.takes: Kueue's configuration, else a Workload made for the job)."""
+    if not kueue.gated_by_pool(job):
+        return False
+    from airflow_jobs_plugin import kueue_cluster
+
+    return await kueue_cluster.takes(client, job)
+
+
 async def _unsuspend(client: KubeClient, job: dict, reservation: Reservation) -> tuple[dict | None, bool]:
     """Unsuspend ``job`` for ``reservation`` (see :func:`settle`); a job requeued meanwhile is left to
-    the next pass, which reconciles its reservation."""
-    release = handoff_patch if reservation.kueue else unsuspend_patch
+    the next pass, which reconciles its reservation. A job Kueue manages -- handed to it by the task,
+    given its ``default`` LocalQueue at creation, or taken by a Kueue that manages every job -- is
+    handed over instead: Kueue, not the pool, lifts its ``suspend``."""
+    to_kueue = reservation.kueue or kueue.manages(job) or await kueue_took(client, job)
+    release = handoff_patch if to_kueue else unsuspend_patch
     return await settle(
         client,
         job,
