@@ -105,7 +105,9 @@ def _escape(path: str) -> str:
 def ensure(layout: Layout, pins: Pins, names: tuple[str, ...], out=sys.stderr) -> dict[str, float]:
     """Build every component of ``names`` that is not cached yet; returns the seconds each build took."""
     if shutil.which("go") is None:
-        raise BuildError("go: not found on PATH; the real control plane is built from Go modules (Go >= 1.26)")
+        raise BuildError(
+            "go: not found on PATH; the real control plane is built from Go modules (Go >= 1.26)"
+        )
     took: dict[str, float] = {}
     for name in names:
         pin = pins[name]
@@ -124,10 +126,14 @@ def _run(layout: Layout, pin: Pin, args: list[str], cwd: Path) -> str:
     with layout.log(pin).open("a") as log:
         log.write(f"$ (cd {cwd} && {' '.join(args)})\n")
         log.flush()
-        proc = subprocess.run(args, cwd=cwd, env=go_env(layout), stdout=subprocess.PIPE, stderr=log, text=True)
+        proc = subprocess.run(
+            args, cwd=cwd, env=go_env(layout), stdout=subprocess.PIPE, stderr=log, text=True
+        )
     if proc.returncode != 0:
         tail = "\n".join(layout.log(pin).read_text().splitlines()[-12:])
-        raise BuildError(f"{pin.name} {pin.version}: `{' '.join(args)}` failed (exit {proc.returncode}):\n{tail}")
+        raise BuildError(
+            f"{pin.name} {pin.version}: `{' '.join(args)}` failed (exit {proc.returncode}):\n{tail}"
+        )
     return proc.stdout
 
 
@@ -155,13 +161,17 @@ def _publish(layout: Layout, pin: Pin, staging: Path) -> None:
 
 def build_kubernetes(layout: Layout, pin: Pin) -> None:
     src = _wrapper(layout, pin)
-    info = json.loads(_run(layout, pin, ["go", "mod", "download", "-json", f"{pin.module}@{pin.version}"], src))
+    info = json.loads(
+        _run(layout, pin, ["go", "mod", "download", "-json", f"{pin.module}@{pin.version}"], src)
+    )
     minor = pin.version.lstrip("v").split(".")[1]
     staging_tag = "v0." + ".".join(pin.version.lstrip("v").split(".")[1:])
     gomod = Path(info["GoMod"]).read_text()
     staged = re.findall(r"^\s*(k8s\.io/[A-Za-z0-9._-]+)\s+=>\s+\./staging/", gomod, flags=re.M)
     if not staged:
-        raise BuildError(f"kubernetes {pin.version}: its go.mod lists no staging replaces; the wrapper needs them")
+        raise BuildError(
+            f"kubernetes {pin.version}: its go.mod lists no staging replaces; the wrapper needs them"
+        )
     edits = [f"-replace={m}={m}@{staging_tag}" for m in staged]
     _run(layout, pin, ["go", "mod", "edit", f"-require={pin.module}@{pin.version}", *edits], src)
     for cmd in KUBE_COMMANDS:
@@ -190,15 +200,27 @@ def build_kubernetes(layout: Layout, pin: Pin) -> None:
 
 def build_etcd(layout: Layout, pin: Pin) -> None:
     src = _wrapper(layout, pin)
-    info = json.loads(_run(layout, pin, ["go", "mod", "download", "-json", f"{pin.module}@{pin.version}"], src))
+    info = json.loads(
+        _run(layout, pin, ["go", "mod", "download", "-json", f"{pin.module}@{pin.version}"], src)
+    )
     gomod = Path(info["GoMod"]).read_text()
     # server/go.mod points its sibling modules at ../api, ../client/...: use their published tags instead.
     siblings = re.findall(r"^\s*(go\.etcd\.io/etcd/[A-Za-z0-9/._-]+)\s+=>\s+\.\./", gomod, flags=re.M)
     edits = [f"-replace={m}={m}@{pin.version}" for m in siblings]
-    _run(layout, pin, ["go", "mod", "edit", f"-require={pin.module}@{pin.version}", *edits, f"-tool={pin.module}"], src)
+    _run(
+        layout,
+        pin,
+        ["go", "mod", "edit", f"-require={pin.module}@{pin.version}", *edits, f"-tool={pin.module}"],
+        src,
+    )
     _run(layout, pin, ["go", "mod", "tidy"], src)
     out = _into(layout, pin)
-    _run(layout, pin, ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), pin.module], src)
+    _run(
+        layout,
+        pin,
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), pin.module],
+        src,
+    )
     _publish(layout, pin, out)
 
 
@@ -209,7 +231,9 @@ def _tool_build(layout: Layout, pin: Pin, package: str, binary: str) -> None:
     # The wrapper's go.mod keeps the module's own minimum versions (tidy only adds what is missing), so the
     # binary is built from the dependency set the release itself was tested with.
     out = _into(layout, pin)
-    _run(layout, pin, ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / binary), package], src)
+    _run(
+        layout, pin, ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / binary), package], src
+    )
     _publish(layout, pin, out)
 
 
@@ -230,7 +254,9 @@ def build_kueue(layout: Layout, pin: Pin) -> None:
     _run(layout, pin, ["go", "mod", "tidy"], src)
     out = _into(layout, pin)
     ldflags = f"-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion={pin.version}"
-    _run(layout, pin, ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "kueue"), package], src)
+    _run(
+        layout, pin, ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "kueue"), package], src
+    )
     _publish(layout, pin, out)
 
 

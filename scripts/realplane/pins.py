@@ -31,6 +31,6 @@ class Pins(dict[str, Pin]):
         for name, entry in data.items():
             module, version = entry.get("module"), entry.get("version")
             if not isinstance(module, str) or not isinstance(version, str) or not version.startswith("v"):
-                raise ValueError(f"{path}: [{name}] needs module = \"...\" and version = \"vX.Y.Z\"")
+                raise ValueError(f'{path}: [{name}] needs module = "..." and version = "vX.Y.Z"')
             pins[name] = Pin(name=name, module=module, version=version)
         return pins
