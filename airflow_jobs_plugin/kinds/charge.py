@@ -152,12 +152,8 @@ def _containers(pod_spec: Mapping[str, Any], where: str) -> Iterable[tuple[str, 
                 yield f"{where}.{field}[{i}]", container
 
 
-def pod_spec_problems(pod_spec: Mapping[str, Any], where: str, resource: str | None) -> list[str]:
-    """Why a pod spec could use GPUs its job is not charged for (empty: it cannot).
-
-    ``resource`` is the device the job is charged for (``None``: any one device, as read from the
-    spec). Each problem names the field under ``where`` and the fix.
-    """
+def pod_level_problems(pod_spec: Mapping[str, Any], where: str) -> list[str]:
+    """The pod spec's own fields that reach devices past the pool (``nodeName``, ``resourceClaims``)."""
     problems = []
     if pod_spec.get("nodeName"):
         problems.append(
@@ -169,33 +165,59 @@ def pod_spec_problems(pod_spec: Mapping[str, Any], where: str, resource: str | N
             f"{where}.resourceClaims: a DRA claim gets devices from its driver, which the quota pool cannot "
             "count; remove it and ask for GPUs with gpus (and gpu_resource)"
         )
+    return problems
+
+
+def reach_problems(container: Mapping[str, Any], path: str) -> list[str]:
+    """A container's ways to devices that no resource count shows: a DRA claim, ``privileged``."""
+    problems = []
+    if (container.get("resources") or {}).get("claims"):
+        problems.append(
+            f"{path}.resources.claims: a DRA claim gets devices from its driver, which the quota pool "
+            "cannot count; remove it and ask for GPUs with gpus (and gpu_resource)"
+        )
+    if (container.get("securityContext") or {}).get("privileged") is True:
+        problems.append(
+            f"{path}.securityContext.privileged: a privileged container sees every GPU of its node, "
+            "charged or not; remove it and add only the capabilities the program needs"
+        )
+    return problems
+
+
+def container_problems(container: Mapping[str, Any], path: str, resource: str | None) -> list[str]:
+    """Why one container could use GPUs its job is not charged for: :func:`reach_problems`, a device
+    other than ``resource`` (None: any accelerator at all), a ``NVIDIA_VISIBLE_DEVICES``."""
+    problems = reach_problems(container, path)
+    for field in _malformed(container):
+        problems.append(f"{path}.{field}: is not a whole number of devices; give a count such as 1 or 8")
+    for name in sorted(container_asks(container)):
+        if resource is None:
+            problems.append(
+                f"{path}.resources: asks for {name}; GPUs come only from the gpus argument (and "
+                "gpu_resource), which the quota charges -- remove it"
+            )
+        elif name != resource:
+            problems.append(
+                f"{path}.resources: asks for {name}, but the job is charged for {resource}; a job "
+                f"holds one kind of device -- ask for it with gpus and gpu_resource={name!r}"
+            )
+    for j, var in enumerate(container.get("env") or ()):
+        if not isinstance(var, Mapping) or var.get("name") != VISIBLE_DEVICES_ENV:
+            continue
+        if "valueFrom" in var or str(var.get("value") or "") not in HIDDEN_DEVICES:
+            problems.append(
+                f"{path}.env[{j}]: {VISIBLE_DEVICES_ENV} would show GPUs the device plugin did not "
+                "allocate to this container; remove it (gpus sets it)"
+            )
+    return problems
+
+
+def pod_spec_problems(pod_spec: Mapping[str, Any], where: str, resource: str) -> list[str]:
+    """Why a pod spec could use GPUs its job is not charged for (empty: it cannot); each problem names
+    the field under ``where`` and the fix. ``resource`` is the device the job is charged for."""
+    problems = pod_level_problems(pod_spec, where)
     for path, container in _containers(pod_spec, where):
-        if (container.get("resources") or {}).get("claims"):
-            problems.append(
-                f"{path}.resources.claims: a DRA claim gets devices from its driver, which the quota pool "
-                "cannot count; remove it and ask for GPUs with gpus (and gpu_resource)"
-            )
-        if (container.get("securityContext") or {}).get("privileged") is True:
-            problems.append(
-                f"{path}.securityContext.privileged: a privileged container sees every GPU of its node, "
-                "charged or not; remove it and add only the capabilities the program needs"
-            )
-        for field in _malformed(container):
-            problems.append(f"{path}.{field}: is not a whole number of devices; give a count such as 1 or 8")
-        for name in sorted(container_asks(container)):
-            if resource is not None and name != resource:
-                problems.append(
-                    f"{path}.resources: asks for {name}, but the job is charged for {resource}; a job "
-                    f"holds one kind of device -- ask for it with gpus and gpu_resource={name!r}"
-                )
-        for j, var in enumerate(container.get("env") or ()):
-            if not isinstance(var, Mapping) or var.get("name") != VISIBLE_DEVICES_ENV:
-                continue
-            if "valueFrom" in var or str(var.get("value") or "") not in HIDDEN_DEVICES:
-                problems.append(
-                    f"{path}.env[{j}]: {VISIBLE_DEVICES_ENV} would show GPUs the device plugin did not "
-                    "allocate to this container; remove it (gpus sets it)"
-                )
+        problems += container_problems(container, path, resource)
     return problems
 
 
