@@ -108,9 +108,7 @@ class _Evaluator:
     def __call__(self, expression: str, variables: Any = None) -> Any:
         celpy = self._celpy
         try:
-            program = self._env.program(
-                self._env.compile(expression), functions=_kubernetes_library(celpy)
-            )
+            program = self._env.program(self._env.compile(expression), functions=_kubernetes_library(celpy))
             scope = self.activation if variables is None else {**self.activation, "variables": variables}
             result = program.evaluate(scope)
         except Exception as exc:  # a compile error, a missing field
