@@ -202,8 +202,10 @@ async def check_group(
     if policy is None:
         raise PolicyNotFoundError(await _policy_not_found(client, quota_configmap, quota_namespace))
     group_quota = policy.require_group(group)
-    problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group)
-    if problem:  # the rule and its wording live in the pure core, shared with the cluster policy
+    problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group) or policy.charge_problem(
+        group, user
+    )
+    if problem:  # the rules and their wording live in the pure core, shared with admission
         raise ValueError(problem)
     charged = flavors.charge(
         policy.flavors, group, group_quota.flavors, group_quota.gpus, resource, node_selector

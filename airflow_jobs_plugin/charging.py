@@ -42,6 +42,11 @@ class Allowance:
 class ChargingMap:
     allowances: tuple[Allowance, ...]  # most specific folder first
 
+    def allows_anywhere(self, group: str, user: str) -> bool:
+        """Whether some folder's DAGs may charge ``group`` as ``user``: all a reader of the job alone
+        (the admitting triggerer) can check, since the job's own claim of its DAG file is text."""
+        return any(group in a.groups and user in a.users for a in self.allowances)
+
     def allowance_for(self, dag_file: str) -> Allowance | None:
         path = PurePosixPath(dag_file)
         for allowance in self.allowances:

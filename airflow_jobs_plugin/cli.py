@@ -53,7 +53,8 @@ def _add_sim_command(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run every container that has a command as a local process (its output is the container log). "
         "WARNING: this runs ANY command it is given, as the user running the simulator, for anyone "
-        "who can create a Job or MPIJob on it; use --token and keep --host on 127.0.0.1",
+        "who can create a Job or MPIJob on it: without --token a random one is required (it is in the "
+        "kubeconfig written); keep --host on 127.0.0.1",
     )
     sim.add_argument(
         "--token",
@@ -86,7 +87,9 @@ def _run_sim(args: argparse.Namespace) -> int:
         exec_commands=args.exec_commands,
         host=args.host,
         port=args.port,
-        token=args.token or (secrets.token_hex(16) if args.token_ttl is not None else None),
+        # A cluster that runs commands runs them only for its own clients: never without a token.
+        token=args.token
+        or (secrets.token_hex(16) if args.token_ttl is not None or args.exec_commands else None),
         token_ttl=args.token_ttl,
     )
     stop = threading.Event()

@@ -16,6 +16,7 @@ task's self-declared owner; the shipped Helm values do this.
 
 from __future__ import annotations
 
+import logging
 import os
 from functools import lru_cache
 
@@ -23,6 +24,8 @@ from airflow.exceptions import AirflowClusterPolicyViolation
 
 from airflow_jobs_plugin.charging import ChargingError, ChargingMap, charge_problem, parse_charging
 from airflow_jobs_plugin.quota.policy import QuotaPolicy, claim_problem, parse_policy
+
+log = logging.getLogger(__name__)
 
 CONFIG_SECTION = "airflow_jobs"
 CONFIG_KEY = "quota_policy_file"
@@ -113,3 +116,38 @@ def task_policy(task) -> None:
         problem = claim_problem(policy, owner=task.owner, user=task.user, group=task.group)
     if problem:
         raise AirflowClusterPolicyViolation(f"{where}: {problem}")
+
+
+def submit_problem(dag_file: str, group: str, user: str) -> str | None:
+    """The charging map's folder rule again at submit, on the worker, for the group and user the task
+    really submits with: ``pre_execute``, a template or an operator subclass may change them after
+    the DAG was parsed. None where the rule allows it, or where this deployment keeps no charging map.
+
+    The worker reads the map where the dag processor does (``[airflow_jobs] charging_file``): a map
+    configured but not mounted on the worker leaves the check to admission, which applies the
+    group-and-user rule of the map kept in the policy ConfigMap (quota.policy.QuotaPolicy.charge_problem).
+    """
+    charging_path = _charging_path()
+    if not charging_path:
+        return None
+    if not os.path.exists(charging_path):
+        log.warning(
+            "[%s] charging_file %s is not on this worker: the DAG folder's charging rule is checked only "
+            "at parse time; mount it on workers too (docs/deploying.md)",
+            CONFIG_SECTION,
+            charging_path,
+        )
+        return None
+    try:
+        charging = load_charging(charging_path)
+    except AirflowClusterPolicyViolation as exc:
+        return str(exc)
+    policy_path = conf_policy_path()
+    known = set(load_policy(policy_path).groups) if policy_path and os.path.exists(policy_path) else {group}
+    return charge_problem(charging, dag_file=dag_file, owner=user, user=user, group=group, known_groups=known)
+
+
+def conf_policy_path() -> str | None:
+    from airflow.configuration import conf
+
+    return conf.get(CONFIG_SECTION, CONFIG_KEY, fallback=None) or None

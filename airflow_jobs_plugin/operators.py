@@ -419,6 +419,12 @@ class JobOperator(BaseOperator):
         from airflow_jobs_plugin.submission import SubmissionRefused, submit
         from airflow_jobs_plugin.triggers import JobTrigger
 
+        # The group and user as this try submits them, whatever pre_execute or a template made of the
+        # ones the DAG was parsed with: the platform's charging rule again (the pool checks the rest).
+        refused = _charging_refusal(self, spec.group, spec.user)
+        if refused:
+            raise AirflowFailException(f"task {self.task_id!r}: {refused}")
+
         chosen_queue = kueue.choose_queue(
             spec.kueue_queue,
             config.get("kueue_queue"),
@@ -544,3 +550,12 @@ class JobOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Nothing runs on the worker while the job runs: the trigger's on_kill deletes the job."""
+
+
+def _charging_refusal(task: BaseOperator, group: str, user: str) -> str | None:
+    """Why the platform's charging rule forbids ``task`` to submit as ``user`` in ``group`` (None: it
+    allows it); the rule is the cluster policy's (cluster_policy.submit_problem)."""
+    from airflow_jobs_plugin.cluster_policy import submit_problem
+
+    dag = task.dag if task.has_dag() else None
+    return submit_problem(str(dag.fileloc) if dag is not None else "", group, user)

@@ -842,6 +842,14 @@ def _reserved_key(key: str) -> bool:
     )
 
 
+def _device_rules() -> Any:
+    """kinds/charge.py, the pool's own rules for what a pod may ask for, imported when first used:
+    that module reads quantities with :func:`parse_quantity` from here."""
+    from airflow_jobs_plugin.kinds import charge
+
+    return charge
+
+
 def parse_quantity(text: str) -> Decimal | None:
     """The numeric value of a Kubernetes quantity ('500m', '16Gi', '1e3'), or None if malformed."""
     match = _QUANTITY.match(text)
@@ -1264,6 +1272,8 @@ class _Checker:
                     self.add(f"{where}.name", f"{name!r} is reserved for the product's own containers")
                 seen.add(str(name))
             self.image(f"{where}.image", item.get("image"))
+            for problem in _device_rules().container_problems(item, where, None):
+                self.add(*problem.split(": ", 1))
             mounts = self.volume_mounts(item.get("volumeMounts"), f"{where}.volumeMounts")
             if mounts is not _MISSING and volume_names is not None:
                 for j, mount in enumerate(mounts):
@@ -1450,6 +1460,8 @@ class _Checker:
         if not isinstance(pod, Mapping):
             self.add("pod_template.spec", f"must be a mapping, got {_show(pod)}")
             pod = {}
+        for problem in _device_rules().pod_level_problems(pod, "pod_template.spec"):
+            self.add(*problem.split(": ", 1))
         for kind in ("containers", "initContainers"):
             containers = pod.get(kind) or []
             if not isinstance(containers, list | tuple):
@@ -1471,6 +1483,8 @@ class _Checker:
                 for j, var in enumerate(container.get("env") or []):
                     if isinstance(var, Mapping) and var.get("name") in (*PRODUCT_ENV, *DEVICE_PLUGIN_ENV):
                         self.add(f"{where}.env[{j}]", f"{var.get('name')} is set by the product -- remove it")
+                for problem in _device_rules().reach_problems(container, where):
+                    self.add(*problem.split(": ", 1))
         if len(self.problems.items) != before:
             return _MISSING
         return freeze(dict(raw))
@@ -1613,6 +1627,14 @@ def validate(
     v["security_context"] = c.known_keys(
         "security_context", a["security_context"], POD_SECURITY_CONTEXT_KEYS, "PodSecurityContext"
     )
+    if isinstance(a["container_security_context"], Mapping) and (
+        a["container_security_context"].get("privileged") is True
+    ):
+        c.add(
+            "container_security_context.privileged",
+            "a privileged container sees every GPU of its node, charged or not; remove it and add only the "
+            "capabilities the program needs",
+        )
     v["container_security_context"] = c.known_keys(
         "container_security_context",
         a["container_security_context"],

@@ -31,9 +31,15 @@ class BatchJob(JobKind):
 
     def pod_sets(self, job: Mapping[str, Any]) -> list[PodSet]:
         parallelism = as_int(dig(job, "spec", "parallelism"), 1)
+        count = 1 if parallelism is None else parallelism
+        # The Job controller never runs more pods than completions remain (kubernetes/kubernetes
+        # pkg/controller/job/job_controller.go, manageJob's wantActive, v1.32).
+        completions = as_int(dig(job, "spec", "completions"))
+        if completions is not None:
+            count = min(count, completions)
         template = mapping(job, "spec", "template")
         role = mapping(template, "metadata", "labels").get(labels.ROLE) or WORKER
-        return [PodSet(str(role), 1 if parallelism is None else parallelism, template)]
+        return [PodSet(str(role), count, template)]
 
     def backoff_limit(self, job: Mapping[str, Any]) -> int | None:
         return as_int(dig(job, "spec", "backoffLimit"), DEFAULT_BACKOFF_LIMIT)

@@ -37,7 +37,7 @@ from .ledger_model import (
     ledger_name,
     observed_job,
     plan_admission,
-    queued_job_from_metadata,
+    queued_job_of,
     reclaimed_for,
     without,
 )
@@ -207,7 +207,7 @@ def job_settings(job: Mapping[str, Any], policy: RequeueSettings) -> RequeueSett
 def queued_job(job: Mapping[str, Any]) -> QueuedJob:
     """The job as the admission rule sees it, with its own queue timeout (ValueError names a bad key)."""
     meta = job.get("metadata") or {}
-    result = queued_job_from_metadata(meta)
+    result = queued_job_of(job)
     own_timeout = _seconds_annotation(meta.get("annotations") or {}, labels.QUEUE_TIMEOUT)
     return replace(result, queue_timeout=own_timeout) if own_timeout is not None else result
 

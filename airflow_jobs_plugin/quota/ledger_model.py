@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from .. import labels
+from ..kinds.charge import job_charge
 from .fair_share import Ordering, UsageHistory, recent_by_group, with_released
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
 from .preemption import preemptor_key
@@ -252,6 +253,9 @@ def _decode_usage(raw: object) -> UsageHistory:
 # Reading jobs
 # --------------------------------------------------------------------------------------------------
 
+# How far a job's own queued-at may sit from its creationTimestamp (whole seconds) and still order it.
+CREATION_SLACK = timedelta(seconds=1)
+
 
 def _annotation_int(annotations: Mapping[str, str], key: str, default: int) -> int:
     raw = annotations.get(key)
@@ -296,8 +300,6 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
         )
     if not user:
         raise ValueError(f"job {name} has neither a {labels.USER_NAME} annotation nor a {labels.USER} label")
-    if labels.GPUS not in annotations:
-        raise ValueError(f"job {name} has no {labels.GPUS} annotation")
     queued_at = _rfc3339_or_none(
         annotations.get(labels.QUEUED_AT), f"annotation {labels.QUEUED_AT}"
     ) or _rfc3339_or_none(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
@@ -322,6 +324,36 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
         resource=annotations.get(labels.GPU_FLAVOR)
         or annotations.get(labels.GPU_DEVICE)
         or labels.GPU_RESOURCE,
+    )
+
+
+def queued_job_of(job: Mapping[str, Any]) -> QueuedJob:
+    """The job as the pool charges it: who and how it waits from its metadata, what it holds from its
+    spec (kinds/charge.py), never from annotations a DAG could write.
+
+    Its GPUs, device and pod count come from its pod templates; its place in the queue from
+    ``creationTimestamp``, which only the API server writes (a stop or a requeue suspends the same
+    object, so it keeps its place). That time has whole seconds (metav1.Time's RFC 3339 encoding,
+    k8s.io/apimachinery/pkg/apis/meta/v1/time.go), so the submitter's own finer queued-at orders jobs
+    created in the same second, and is held within a second of the creation: no claimed time moves a
+    job ahead of those created before it. Raises ValueError naming what is missing, or
+    :class:`~airflow_jobs_plugin.kinds.charge.ChargeRefused` naming what cannot be charged.
+    """
+    meta = job.get("metadata") or {}
+    declared = queued_job_from_metadata(meta)
+    charge = job_charge(job)
+    created = _rfc3339_or_none(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+    flavor = (meta.get("annotations") or {}).get(labels.GPU_FLAVOR)
+    queued_at = declared.queued_at
+    if created is not None:
+        queued_at = min(max(queued_at, created - CREATION_SLACK), created + CREATION_SLACK)
+    return replace(
+        declared,
+        gpus=charge.gpus,
+        queued_at=queued_at,
+        # A flavor is a quota line of its own (quota/flavors.py), checked against the pods' nodeSelector
+        # by the pass, which holds the policy's flavors.
+        resource=flavor or charge.resource,
     )
 
 

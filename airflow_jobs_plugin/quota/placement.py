@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kinds, labels
+from ..kinds.charge import job_device, pod_request
 from ..spec import GPU_RESOURCE_PREFIXES
 
 
@@ -64,45 +65,21 @@ def _count(value: Any) -> int:
         return 0
 
 
-def _template_resource(template: Mapping[str, Any]) -> str:
-    """The GPU resource a pod template asks for: the first GPU-like name in its containers' limits."""
-    spec = template.get("spec") or {}
-    for container in (*(spec.get("containers") or ()), *(spec.get("initContainers") or ())):
-        for name in (container.get("resources") or {}).get("limits") or {}:
-            if str(name).startswith(GPU_RESOURCE_PREFIXES):
-                return str(name)
-    return labels.GPU_RESOURCE
-
-
-def _template_gpus(template: Mapping[str, Any], resource: str = labels.GPU_RESOURCE) -> int:
-    """A pod's GPUs of ``resource``: its containers' sum, or its largest init container if that is
-    larger (the scheduler's effective request, ``pkg/api/v1/resource/helpers.go`` ``PodRequests``)."""
-    spec = template.get("spec") or {}
-
-    def gpus(container: Mapping[str, Any]) -> int:
-        resources = container.get("resources") or {}
-        return _count((resources.get("limits") or {}).get(resource)) or _count(
-            (resources.get("requests") or {}).get(resource)
-        )
-
-    main = sum(gpus(c) for c in spec.get("containers") or ())
-    init = max((gpus(c) for c in spec.get("initContainers") or ()), default=0)
-    return max(main, init)
-
-
 def pod_shapes(job: Mapping[str, Any]) -> list[PodShape]:
-    """One shape per pod template of the job (its kind's pod sets)."""
-    templates = [(pod_set.role, pod_set.template) for pod_set in kinds.kind_of(job).pod_sets(job)]
+    """One shape per pod set of the job, each pod's GPUs as the quota pool charges them (kinds/charge.py)."""
+    pod_sets = kinds.kind_of(job).pod_sets(job)
+    resource = job_device(pod_set.template for pod_set in pod_sets)
     return [
         PodShape(
-            role=role,
-            gpus=_template_gpus(template, _template_resource(template)),
-            resource=_template_resource(template),
+            role=pod_set.role,
+            gpus=pod_request(pod_set.template.get("spec") or {}, resource),
+            resource=resource,
             node_selector={
-                str(k): str(v) for k, v in ((template.get("spec") or {}).get("nodeSelector") or {}).items()
+                str(k): str(v)
+                for k, v in ((pod_set.template.get("spec") or {}).get("nodeSelector") or {}).items()
             },
         )
-        for role, template in templates
+        for pod_set in pod_sets
     ]
 
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
 import yaml
 
+from ..charging import ChargingError, ChargingMap, parse_charging
 from ..labels import GPU_RESOURCE as DEFAULT_RESOURCE
 from ..spec import GPU_RESOURCE_PREFIXES
 from . import cohort as cohorts
@@ -46,6 +47,8 @@ from .requeue import (
 
 # Key of the policy YAML inside the policy ConfigMap's ``data``.
 POLICY_KEY = "policy.yaml"
+# The platform's charging map (charging.py), beside the policy in the same ConfigMap.
+CHARGING_KEY = "charging.yaml"
 DEFAULT_POLICY_CONFIGMAP = "airflow-jobs-quota-policy"
 
 # Group names end up in labels and in the ledger ConfigMap's name, so they must be DNS-1123 labels.
@@ -114,6 +117,8 @@ class GroupQuota:
     reclaim: Reclaim = Reclaim.NEVER
     # Quotas per GPU flavor (quota/flavors.py), by the flavor's name in the policy's ``flavors``.
     flavors: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # The highest priority a job of the group is queued at (None: the policy's highest class).
+    max_priority: int | None = None
 
     @property
     def limits(self) -> Limits:
@@ -155,6 +160,30 @@ class QuotaPolicy:
     default_priority: int = 0
     requeue: RequeueSettings = RequeueSettings()
     flavors: Mapping[str, Flavor] = field(default_factory=dict, hash=False)
+    # The platform's charging map (charging.py) when the policy ConfigMap holds one (CHARGING_KEY).
+    charging: ChargingMap | None = field(default=None, hash=False)
+
+    def charge_problem(self, group: str, user: str) -> str | None:
+        """Why the charging rule forbids a job of ``group`` charged to ``user`` (None: it allows it).
+
+        Checked where a job is admitted, whoever created it and whatever its task did at run time:
+        the group's ``members`` must include the user, and where the platform keeps a charging map,
+        some DAG folder must be allowed to charge that group as that user.
+        """
+        quota = self.groups.get(group)
+        if quota is not None and not quota.is_member(user):
+            return (
+                f"charging rule groups.{group}.members: user {user!r} is not a member of group {group!r}, "
+                "so no job may charge it as them; submit as a member, or ask a platform admin to add "
+                f"the user to groups.{group}.members in the quota policy"
+            )
+        if self.charging is not None and not self.charging.allows_anywhere(group, user):
+            return (
+                f"charging rule {CHARGING_KEY}: no DAG folder may charge group {group!r} as user {user!r}; "
+                "charge a group and user your DAG folder is allowed, or ask a platform admin to allow "
+                f"them in {CHARGING_KEY} of the quota policy ConfigMap"
+            )
+        return None
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -232,6 +261,21 @@ class QuotaPolicy:
             f"unknown priority class {priority!r}{hint}; known classes: {known or 'none'} (or give an integer)"
         )
 
+    def priority_ceiling(self, group: str) -> int | None:
+        """The highest priority a job of ``group`` is queued at: the group's ``max_priority``, else the
+        policy's highest class; None where the policy names neither (any priority then)."""
+        quota = self.groups.get(group)
+        if quota is not None and quota.max_priority is not None:
+            return quota.max_priority
+        return max(self.priorities.values(), default=None)
+
+    def charged_priority(self, group: str, asked: int) -> int:
+        """The priority the queue orders a job of ``group`` by: what it asked for, at most the ceiling
+        the platform set. A priority is a claim on others' GPUs (it reorders and preempts them), so it
+        comes from the policy, never from a number a DAG may write."""
+        ceiling = self.priority_ceiling(group)
+        return asked if ceiling is None else min(asked, ceiling)
+
 
 # --------------------------------------------------------------------------------------------------
 # Parsing and validation
@@ -294,6 +338,8 @@ _GROUP_KEYS = {
     "lending_limit": "the most of its unused GPUs the group lends to its cohort (default: all)",
     "borrowing_limit": "the most GPUs the group may hold above its own quota (default: no limit)",
     "flavors": "quotas per GPU flavor (see the top-level flavors), e.g. {h100: 8}",
+    "max_priority": "the highest priority its jobs are queued at, a class name or an integer "
+    "(default: the highest class under priorities)",
 }
 _PREEMPTION_KEYS = {
     "within_group": "never (default) or lower_priority",
@@ -405,7 +451,13 @@ def _duration(value: object, path: str, errors: _Errors, *, positive: bool = Tru
     return result
 
 
-def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _Errors) -> GroupQuota | None:
+def _parse_group(
+    name: str,
+    raw: object,
+    defaults: Mapping[str, Any],
+    errors: _Errors,
+    priorities: Mapping[str, int] | None = None,
+) -> GroupQuota | None:
     path = _join("groups", name)
     body = _mapping(
         raw, path, errors, what="group settings (gpus, user_gpus, users, max_running_jobs_per_user, members)"
@@ -494,6 +546,12 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
     half_life: timedelta | None = DEFAULT_HALF_LIFE
     if "fair_share_half_life" in body:
         half_life = _duration(body["fair_share_half_life"], _join(path, "fair_share_half_life"), errors)
+    max_priority: int | None = None
+    if "max_priority" in body:
+        max_priority = _priority_value(
+            body["max_priority"], _join(path, "max_priority"), priorities or {}, errors
+        )
+        ok = ok and max_priority is not None
     if (
         gpus is None
         or users is None
@@ -522,7 +580,24 @@ def _parse_group(name: str, raw: object, defaults: Mapping[str, Any], errors: _E
         borrowing_limit=borrowing_limit,
         reclaim=reclaim,
         flavors=flavor_quotas or {},
+        max_priority=max_priority,
     )
+
+
+def _priority_value(raw: object, path: str, priorities: Mapping[str, int], errors: _Errors) -> int | None:
+    """A priority written in the policy: an integer or the name of a class under ``priorities``."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw in priorities:
+        return priorities[raw]
+    known = ", ".join(priorities) or "none defined"
+    hint = _did_you_mean(raw, tuple(priorities)) if isinstance(raw, str) else ""
+    errors.add(
+        path,
+        f"must be a priority class name or an integer, got {_describe(raw)}{hint} "
+        f"(classes under 'priorities': {known})",
+    )
+    return None
 
 
 def _choice(raw: dict, key: str, enum: type[Enum], default: Enum, path: str, errors: _Errors) -> Any:
@@ -756,6 +831,8 @@ def parse_policy(text: str) -> QuotaPolicy:
                     minimum=1,
                 )
 
+    # Classes first: a group's max_priority may name one.
+    priorities, default_priority = _parse_priorities(doc, errors)
     groups: dict[str, GroupQuota] = {}
     if "groups" not in doc:
         errors.add(
@@ -767,13 +844,12 @@ def parse_policy(text: str) -> QuotaPolicy:
             key = _string_key(name, _join("groups", name), errors, what="group name")
             if key is None:
                 continue
-            group = _parse_group(key, raw, defaults, errors)
+            group = _parse_group(key, raw, defaults, errors, priorities)
             if group is not None:
                 groups[key] = group
 
     _check_cohorts(groups, errors)
     flavors = _parse_flavors(doc, groups, errors)
-    priorities, default_priority = _parse_priorities(doc, errors)
     requeue = _parse_requeue(doc, errors)
     if errors.items:
         raise PolicyError(errors.items)
@@ -831,7 +907,14 @@ def policy_from_configmap_data(data: Mapping[str, str] | None, key: str = POLICY
     if not data or key not in data:
         present = ", ".join(sorted(data or {})) or "none"
         raise PolicyError([f"data.{key}: missing from the policy ConfigMap (keys present: {present})"])
-    return parse_policy(data[key])
+    policy = parse_policy(data[key])
+    if CHARGING_KEY not in data:
+        return policy
+    try:
+        charging = parse_charging(data[CHARGING_KEY])
+    except ChargingError as exc:
+        raise PolicyError([f"data.{CHARGING_KEY}: {exc}"]) from None
+    return replace(policy, charging=charging)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1159,6 +1242,7 @@ def decide(
     """
     if now.tzinfo is None:
         raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
+    queued = [replace(j, priority=policy.charged_priority(j.group, j.priority)) for j in queued]
     unique: dict[str, QueuedJob] = {}
     for job in sorted(queued, key=lambda j: (j.group, queue_order(j), j.requeue_count)):
         unique.setdefault(job.uid, job)
@@ -1445,6 +1529,9 @@ def _judge(
         )
     if isinstance(job.gpus, bool) or not isinstance(job.gpus, int) or job.gpus < 0:
         return (Verdict.INADMISSIBLE, f"the job asks for {job.gpus!r} GPUs, which is not a GPU count", None)
+    refused = policy.charge_problem(job.group, job.user)
+    if refused is not None:
+        return (Verdict.INADMISSIBLE, f"never admitted: {refused}", None)
 
     resource = job.resource
     unit = _unit(resource)

@@ -65,6 +65,26 @@ def _rules_match(rules: Sequence[Mapping[str, Any]], request: AdmissionRequest) 
     )
 
 
+def _kubernetes_library(celpy: Any) -> dict[str, Any]:
+    """The list functions Kubernetes adds to CEL that expressions here use (k8s.io/apiserver
+    pkg/cel/library/lists.go, v1.27+): ``sum``, ``min`` and ``max`` of a list of integers."""
+    types = celpy.celtypes
+
+    def whole(values: Any) -> list[int]:
+        return [int(v) for v in values]
+
+    def at_least_one(values: Any, pick: Any) -> Any:
+        if not values:
+            raise ValueError("min/max of an empty list")
+        return types.IntType(pick(whole(values)))
+
+    return {
+        "sum": lambda values: types.IntType(sum(whole(values))),
+        "min": lambda values: at_least_one(values, min),
+        "max": lambda values: at_least_one(values, max),
+    }
+
+
 class _Evaluator:
     def __init__(self, request: AdmissionRequest):
         import celpy  # only clusters that hold a policy need the CEL library
@@ -88,7 +108,7 @@ class _Evaluator:
     def __call__(self, expression: str, variables: Any = None) -> Any:
         celpy = self._celpy
         try:
-            program = self._env.program(self._env.compile(expression))
+            program = self._env.program(self._env.compile(expression), functions=_kubernetes_library(celpy))
             scope = self.activation if variables is None else {**self.activation, "variables": variables}
             result = program.evaluate(scope)
         except Exception as exc:  # a compile error, a missing field

@@ -187,6 +187,22 @@ def not_acceptable(message: str) -> ApiError:
     return ApiError(406, "NotAcceptable", message)
 
 
+# What kube-apiserver decodes an object from (k8s.io/apiserver pkg/endpoints/handlers/negotiation,
+# NegotiateInputSerializerForMediaType, v1.32: an absent Content-Type is the first, JSON).
+BODY_TYPES = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf")
+
+
+def unsupported_body_type(content_type: str) -> ApiError:
+    """415 for an object sent as anything but JSON, YAML or protobuf: a ``text/plain`` POST is what a web
+    page may send without a CORS preflight, and a real API server refuses it the same way."""
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        f'{", ".join(BODY_TYPES)} (got "{content_type}")',
+    )
+
+
 def unsupported_media_type(content_type: str, detail: str = "") -> ApiError:
     """415 for a request body type the server does not understand; lists only what it does accept."""
     from .server import APPLY_TYPE, PATCH_TYPES  # the one list of accepted patch types

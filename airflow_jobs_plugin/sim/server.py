@@ -761,12 +761,20 @@ class ApiServer:
         return decoded.obj, warnings
 
     async def _body(self, request: web.Request) -> Any:
+        content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if content_type and content_type not in (*errors.BODY_TYPES, *PATCH_TYPES, APPLY_TYPE):
+            raise errors.unsupported_body_type(content_type)
         raw = await request.read()
-        if request.headers.get("Content-Type", "").split(";")[0].strip() == protobuf.CONTENT_TYPE:
+        if content_type == protobuf.CONTENT_TYPE:
             try:
                 return protobuf.decode(raw)
             except protobuf.ProtobufError as exc:
                 raise errors.unsupported_media_type(protobuf.CONTENT_TYPE, str(exc)) from None
+        if content_type == "application/yaml":
+            try:
+                return yaml.safe_load(raw.decode() or "null")
+            except (yaml.YAMLError, UnicodeDecodeError) as exc:
+                raise errors.bad_request(f"error decoding YAML: {exc}") from None
         try:
             return json.loads(raw or b"null")
         except ValueError as exc:
@@ -1209,6 +1217,9 @@ class ApiServer:
         controllers = self._controllers()
         body: dict = {}
         if request.method in ("POST", "PUT") and request.can_read_body:
+            content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if content_type not in ("", "application/json"):
+                raise errors.unsupported_body_type(content_type)
             raw = await request.read()
             body = json.loads(raw) if raw.strip() else {}
         if parts == ["counters"]:

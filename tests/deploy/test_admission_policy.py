@@ -32,7 +32,15 @@ HELM = Path(__file__).resolve().parents[2] / "helm-values"
 WORKER = "system:serviceaccount:airflow:airflow-worker"
 TRIGGERER = "system:serviceaccount:airflow:airflow-triggerer"
 API_SERVER = "system:serviceaccount:airflow:airflow-api-server"
-RESOURCES = {"Job": ("batch", "jobs"), "MPIJob": ("kubeflow.org", "mpijobs"), "ConfigMap": ("", "configmaps")}
+RESOURCES = {
+    "Job": ("batch", "jobs"),
+    "MPIJob": ("kubeflow.org", "mpijobs"),
+    "ConfigMap": ("", "configmaps"),
+    "Pod": ("", "pods"),
+    "Deployment": ("apps", "deployments"),
+    "CronJob": ("batch", "cronjobs"),
+    "JobSet": ("jobset.x-k8s.io", "jobsets"),
+}
 
 
 @dataclass(frozen=True)
@@ -144,9 +152,10 @@ def test_the_ui_s_cancel_of_a_queued_job_resumes_it_with_no_pod_to_end_it():
     queued = created(manifest(workers=1))
     cancelled = patched(queued, verdict_patch(queued, "Cancelled", "cancelled by admin"))
     assert refusals(Request(API_SERVER, "UPDATE", cancelled, queued)) == []
-    (message,) = refusals(
+    # The API server reports the first validation that fails; the GPUs rule below fails too.
+    message = refusals(
         Request(API_SERVER, "UPDATE", patched(cancelled, {"spec": {"parallelism": 1}}), cancelled)
-    )
+    )[0]
     assert message.startswith("airflow-jobs rule admission-by-triggerer: this identity may not raise")
 
 
@@ -162,7 +171,7 @@ def test_an_unsuspend_that_keeps_the_job_s_pods_stays_the_triggerer_s_alone():
 def test_raising_a_running_job_s_parallelism_is_refused(who):
     running = created(manifest(workers=1))
     running = patched(running, unsuspend_patch(running, QUEUED_AT))
-    (message,) = refusals(Request(who, "UPDATE", patched(running, {"spec": {"parallelism": 8}}), running))
+    message = refusals(Request(who, "UPDATE", patched(running, {"spec": {"parallelism": 8}}), running))[0]
     assert message.startswith("airflow-jobs rule admission-by-triggerer: this identity may not raise")
 
 
@@ -201,9 +210,12 @@ def test_a_worker_creating_a_job_labelled_admitted_is_refused(job):
     assert "created waiting for the GPU quota pool, so without the label airflow-jobs.io/admitted" in message
 
 
-def test_a_job_with_no_labels_and_no_suspend_is_refused_on_both_counts():
+def test_a_job_with_no_labels_no_suspend_and_no_charge_is_refused_on_every_count():
     bare = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sneak"}, "spec": {"template": {}}}
-    assert len(refusals(Request(WORKER, "CREATE", bare))) == 2
+    found = refusals(Request(WORKER, "CREATE", bare))
+    assert [m.split(":")[0] for m in found] == ["airflow-jobs rule suspended-submission"] * 2 + [
+        "airflow-jobs rule charge-the-spec"
+    ]
 
 
 @pytest.mark.parametrize("who", [WORKER, API_SERVER], ids=["worker", "api-server"])
@@ -240,3 +252,149 @@ def test_the_bindings_deny_in_the_namespace_and_name_the_identities_rbac_binds()
     for policy in policies():
         assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+# --- charge-the-spec: the annotations are what the pods ask for ---
+
+CHARGE = "airflow-jobs rule charge-the-spec"
+
+
+def built(**args) -> dict:
+    spec = JobSpec.build(image="trainer:1", group="vision", user="retraining-bot", **args)
+    return build_manifest(spec, name=TASK.job_name(1), task=TASK, attempt=1, queued_at=QUEUED_AT)
+
+
+def pod_specs(job: dict) -> list[dict]:
+    if job["kind"] == "MPIJob":
+        return [r["template"]["spec"] for r in job["spec"]["mpiReplicaSpecs"].values()]
+    return [job["spec"]["template"]["spec"]]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"gpus": 1},
+        {"gpus": 0},
+        {"gpus": 2, "workers": 3},
+        {"gpus": 2, "workers": 3, "launcher_gpus": 2},
+        {"gpus": 4, "workers": 2, "framework": "torchrun"},
+        {"gpus": 3, "gpu_resource": "nvidia.com/mig-1g.10gb"},
+        {"gpus": 1, "init_containers": [{"name": "fetch", "image": "x"}]},
+    ],
+    ids=["1-gpu", "cpu-only", "mpi", "mpi-launcher-gpus", "torchrun", "mig", "init-container"],
+)
+def test_every_job_the_operator_builds_passes_charge_the_spec(args):
+    assert refusals(Request(WORKER, "CREATE", built(**args))) == []
+
+
+def test_a_job_annotated_fewer_gpus_than_its_pods_ask_for_is_refused():
+    forged = built(gpus=8, workers=2, framework="torchrun")
+    forged["metadata"]["annotations"][labels.GPUS] = "1"
+    (message,) = refusals(Request(WORKER, "CREATE", forged))
+    assert message.startswith(f"{CHARGE}: the annotation airflow-jobs.io/gpus must be the GPUs")
+
+
+def test_a_gpu_init_container_or_sidecar_is_refused(job):
+    for sidecar in (False, True):
+        cheat = copy.deepcopy(job)
+        init = {"name": "warm", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+        if sidecar:
+            init["restartPolicy"] = "Always"
+        pod_specs(cheat)[-1].setdefault("initContainers", []).append(init)
+        (message,) = refusals(Request(WORKER, "CREATE", cheat))
+        assert message.startswith(f"{CHARGE}: a job's containers may ask only for the device")
+
+
+def test_another_accelerator_than_the_charged_device_is_refused(job):
+    cheat = copy.deepcopy(job)
+    pod_specs(cheat)[-1]["containers"][0]["resources"]["limits"]["habana.ai/gaudi"] = "8"
+    (message,) = refusals(Request(WORKER, "CREATE", cheat))
+    assert message.startswith(f"{CHARGE}: a job's containers may ask only for the device")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "rule"),
+    [
+        ("nodeName", "gpu-node-1", "spec.nodeName (binds a pod past the scheduler)"),
+        ("resourceClaims", [{"name": "gpu", "resourceClaimName": "all-gpus"}], "DRA"),
+    ],
+)
+def test_node_name_and_dra_claims_are_refused(job, field, value, rule):
+    cheat = copy.deepcopy(job)
+    pod_specs(cheat)[-1][field] = value
+    (message,) = refusals(Request(WORKER, "CREATE", cheat))
+    assert message.startswith(CHARGE) and rule in message
+
+
+def test_a_privileged_container_and_visible_devices_are_refused(job):
+    privileged = copy.deepcopy(job)
+    pod_specs(privileged)[-1]["containers"][0]["securityContext"] = {"privileged": True}
+    (message,) = refusals(Request(WORKER, "CREATE", privileged))
+    assert message.startswith(f"{CHARGE}: a privileged container sees every GPU")
+    visible = copy.deepcopy(job)
+    pod_specs(visible)[0]["containers"][0]["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+    (message,) = refusals(Request(WORKER, "CREATE", visible))
+    assert message.startswith(f"{CHARGE}: NVIDIA_VISIBLE_DEVICES is the device plugin's")
+
+
+def test_the_api_server_may_not_raise_a_queued_or_running_mpijob_s_workers():
+    queued = created(manifest(workers=2))
+    for old in (queued, patched(queued, unsuspend_patch(queued, QUEUED_AT))):
+        more = patched(old, {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 8}}}})
+        (message,) = refusals(Request(API_SERVER, "UPDATE", more, old))
+        assert message.startswith(f"{CHARGE}: this identity may not raise the GPUs")
+
+
+@pytest.mark.parametrize(
+    "key", [labels.GPUS, labels.PRIORITY, labels.GROUP_NAME, labels.USER_NAME, labels.QUEUED_AT]
+)
+def test_the_api_server_may_not_rewrite_who_a_queued_job_is_charged_to_or_how(job, key):
+    queued = created(job)
+    rewrite = patched(queued, {"metadata": {"annotations": {key: "999"}}})
+    (message,) = refusals(Request(API_SERVER, "UPDATE", rewrite, queued))
+    assert message.startswith(f"{CHARGE}: who a job is charged to, its GPUs, device, priority and queue time")
+
+
+def test_the_product_s_stop_and_resume_leave_the_charge_alone(job):
+    queued = created(job)
+    stopped = patched(queued, {"metadata": {"annotations": {labels.STOPPED_AT: "2026-01-01T00:00:00Z"}}})
+    assert refusals(Request(API_SERVER, "UPDATE", stopped, queued)) == []
+    resumed = patched(stopped, {"metadata": {"annotations": {labels.STOPPED_AT: None}}})
+    assert refusals(Request(API_SERVER, "UPDATE", resumed, stopped)) == []
+
+
+# --- no-uncharged-gpu-workloads: a worker's other rights start no GPU work ---
+
+GPU_POD = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}
+CPU_POD = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}
+
+
+def workload(kind: str, pod: dict) -> dict:
+    template = {"spec": pod}
+    spec = {
+        "Pod": pod,
+        "Deployment": {"template": template},
+        "CronJob": {"jobTemplate": {"spec": {"template": template}}},
+        "JobSet": {"replicatedJobs": [{"name": "r", "template": {"spec": {"template": template}}}]},
+    }[kind]
+    return {"kind": kind, "metadata": {"name": "w"}, "spec": spec}
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment", "CronJob", "JobSet"])
+def test_a_worker_creating_gpu_work_outside_the_pool_is_refused(kind):
+    (message,) = refusals(Request(WORKER, "CREATE", workload(kind, GPU_POD)))
+    assert message.startswith("airflow-jobs rule no-uncharged-gpu-workloads")
+
+
+def test_a_worker_s_pod_with_a_dra_claim_or_a_privileged_container_is_refused():
+    claim = {**CPU_POD, "resourceClaims": [{"name": "gpu", "resourceClaimName": "all"}]}
+    privileged = {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]}
+    for pod in (claim, privileged):
+        (message,) = refusals(Request(WORKER, "CREATE", workload("Pod", pod)))
+        assert message.startswith("airflow-jobs rule no-uncharged-gpu-workloads")
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment", "CronJob", "JobSet"])
+def test_a_worker_s_cpu_work_and_other_identities_gpu_work_pass(kind):
+    assert refusals(Request(WORKER, "CREATE", workload(kind, CPU_POD))) == []
+    assert refusals(Request(TRIGGERER, "CREATE", workload(kind, GPU_POD))) == []

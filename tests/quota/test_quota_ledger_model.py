@@ -456,7 +456,6 @@ def test_queued_job_without_queued_at_uses_the_creation_time():
             "neither a airflow-jobs.io/group-name annotation nor a airflow-jobs.io/group label",
         ),
         (lambda m: m["labels"].pop(labels.USER), "neither a airflow-jobs.io/user-name annotation nor"),
-        (lambda m: m["annotations"].pop(labels.GPUS), "has no airflow-jobs.io/gpus annotation"),
         (lambda m: m["annotations"].update({labels.GPUS: "four"}), "airflow-jobs.io/gpus must be an integer"),
         (lambda m: m["annotations"].update({labels.QUEUED_AT: "noon"}), "queued-at must be an RFC 3339 time"),
         (lambda m: m.pop("uid"), "needs name and uid"),
