@@ -1008,7 +1008,7 @@ class ApiServer:
                 "status": "Success",
                 "details": {
                     "name": name,
-                    "group": rtype.group,
+                    **({"group": rtype.group} if rtype.group else {}),  # omitempty
                     "kind": rtype.plural,
                     "uid": obj["metadata"]["uid"],
                 },

@@ -46,12 +46,31 @@ def clusters():
         )
 
 
+# The differences that stay, each explained in docs/simulator.md ("The differential set"), by scenario.
+# A scenario must differ in exactly these: a new difference is a simulator bug, and one that went away
+# means the simulator was fixed and this list (and the docs) must say so.
+KNOWN: dict[str, set[str]] = {
+    # The MPIJob CRD's schema and Kueue's MPIJob webhook are not modelled (hand-written rules instead).
+    "invalid_mpijob": {"wrong_type", "unknown_field_strict"},
+    # batch/v1 Job update validation reports each selector/labels mismatch twice; the simulator once.
+    "immutable_job_fields": {"selector_change"},
+    # The Orphan policy's `orphan` finalizer: the simulator orphans at once and answers a Status.
+    "job_pods_deleted_with_job": {"default_delete_body_kind"},
+    # Kueue v0.19's waitForPodsReady is on by default upstream; the simulator's KueueConfig keeps it off.
+    "kueue_workload_lifecycle": {"first_admitted", "first_finished", "second_finished", "second_pending"},
+}
+
+
 def same(clusters, scenario) -> None:
     real, sim = observe_both(scenario, *clusters)
     assert real, f"{scenario.__name__} observed nothing"
     diffs = differences(real, sim)
-    assert not diffs, f"{scenario.__name__}: {len(diffs)} of {len(real)} observations differ:\n" + "\n".join(
-        diffs
+    known = KNOWN.get(scenario.__name__, set())
+    new = [d for d in diffs if d.split(":", 1)[0] not in known]
+    assert not new, f"{scenario.__name__}: {len(new)} of {len(real)} observations differ:\n" + "\n".join(new)
+    gone = known - {d.split(":", 1)[0] for d in diffs}
+    assert not gone, (
+        f"{scenario.__name__}: {sorted(gone)} no longer differ: drop them from KNOWN and the docs"
     )
 
 
