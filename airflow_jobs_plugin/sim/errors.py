@@ -81,7 +81,8 @@ def _go_repr(value: object) -> str:
 
 
 def _details(resource: str, name: str, group: str) -> dict:
-    return {"name": name, "group": group, "kind": resource}
+    # metav1.StatusDetails has `name,omitempty` and `group,omitempty`: the core group is absent, never "".
+    return {k: v for k, v in (("name", name), ("group", group), ("kind", resource)) if v}
 
 
 def _split(group_resource: str) -> tuple[str, str]:
@@ -138,7 +139,7 @@ def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> ApiEr
         422,
         "Invalid",
         f'{qualified} "{name}" is invalid: {summary}',
-        {"name": name, "group": group, "kind": kind, "causes": [c.as_dict() for c in causes]},
+        {**_details(kind, name, group), "causes": [c.as_dict() for c in causes]},
     )
 
 

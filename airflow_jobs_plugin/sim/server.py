@@ -109,6 +109,27 @@ def _warn(resp: web.Response, warnings: tuple[str, ...]) -> web.Response:
     return resp
 
 
+# The body types a create or update may carry, and the answer types an object may be asked in
+# (k8s.io/apiserver pkg/endpoints/handlers/negotiation, v1.36.3; "" is an absent header: JSON).
+BODY_TYPES = ("", "application/json", "application/yaml", protobuf.CONTENT_TYPE)
+ANSWER_TYPES = ("*/*", "application/*", "application/json", "application/yaml", protobuf.CONTENT_TYPE)
+
+
+def _check_acceptable(request: web.Request) -> None:
+    """406 when no media range of the Accept header names a type the server answers in."""
+    accept = request.headers.get("Accept", "").strip()
+    if not accept:
+        return
+    if any(part.split(";")[0].strip() in ANSWER_TYPES for part in accept.split(",")):
+        return
+    raise ApiError(
+        406,
+        "NotAcceptable",
+        "406: Not Acceptable\n\nAvailable representations: " + ", ".join(ANSWER_TYPES[2:]),
+        {},
+    )
+
+
 def _wants_table(request: web.Request) -> bool:
     return "as=Table" in request.headers.get("Accept", "")
 
@@ -599,6 +620,7 @@ class ApiServer:
             return await self._logs(request, namespace, name or "")
         if sub is not None and verb not in ("get", "update", "patch"):
             raise errors.method_not_allowed()
+        _check_acceptable(request)
         if name is None and verb in ("create",) and rtype.namespaced and namespace is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if verb == "list":
@@ -638,7 +660,7 @@ class ApiServer:
             patch_type = PATCH_TYPES.get(content_type)
             if patch_type is None or (patch_type == "strategic" and rtype.group == "kubeflow.org"):
                 raise errors.unsupported_media_type(content_type)
-            body, warnings = await self._body(request), ()
+            body, warnings = await self._body(request, patch=True), ()
             if patch_type != "json":
                 body, warnings = self._decoded(request, rtype, body)
             old = self._current(rtype, name or "", namespace)
@@ -753,18 +775,36 @@ class ApiServer:
         """The body as the server's decoder leaves it, and the warnings it owes the client."""
         mode = request.query.get("fieldValidation") or "Warn"
         if mode not in ("Ignore", "Warn", "Strict"):
-            raise errors.bad_request(
-                f"fieldValidation parameter unsupported: {mode}. Must be one of Ignore, Warn, Strict"
+            # The options are validated as an object of their own (k8s.io/apiserver
+            # pkg/endpoints/handlers/create.go, update.go, patch.go, v1.36.3: ValidateCreateOptions ...).
+            options = {"POST": "CreateOptions", "PUT": "UpdateOptions"}.get(request.method, "PatchOptions")
+            raise errors.invalid(
+                options,
+                "",
+                [errors.not_supported("fieldValidation", mode, ["", "Ignore", "Strict", "Warn"])],
+                group="meta.k8s.io",
             )
         decoded = schema.decode(rtype.plural, rtype.kind, body, strict=mode == "Strict")
         warnings = () if mode == "Ignore" else tuple(f'unknown field "{f}"' for f in decoded.unknown)
         return decoded.obj, warnings
 
-    async def _body(self, request: web.Request) -> Any:
-        content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        if content_type and content_type not in (*errors.BODY_TYPES, *PATCH_TYPES, APPLY_TYPE):
-            raise errors.unsupported_body_type(content_type)
+    async def _body(self, request: web.Request, patch: bool = False) -> Any:
         raw = await request.read()
+        content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+        if not patch and content_type not in BODY_TYPES:
+            # k8s.io/apiserver pkg/endpoints/handlers/rest.go negotiation (v1.36.3): a create or update
+            # body in another type is 415 (an absent Content-Type reads as JSON).
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: "
+                + ", ".join(t for t in BODY_TYPES if t),
+            )
+        if content_type == "application/yaml":
+            try:
+                return yaml.safe_load(raw.decode() or "null")
+            except (yaml.YAMLError, UnicodeDecodeError) as exc:
+                raise errors.bad_request(f"couldn't get version/kind; yaml parse error: {exc}") from None
         if content_type == protobuf.CONTENT_TYPE:
             try:
                 return protobuf.decode(raw)
@@ -973,7 +1013,7 @@ class ApiServer:
                 "status": "Success",
                 "details": {
                     "name": name,
-                    "group": rtype.group,
+                    **({"group": rtype.group} if rtype.group else {}),  # omitempty
                     "kind": rtype.plural,
                     "uid": obj["metadata"]["uid"],
                 },

@@ -660,18 +660,23 @@ class Store:
                 raise errors.not_found(rtype.group_resource, name)
             meta = obj["metadata"]
             pre = preconditions or {}
+            # A delete's preconditions are checked by rest.BeforeDelete, which names the object by its
+            # kind, not its resource (k8s.io/apiserver pkg/registry/rest/delete.go, v1.36.3):
+            # `Operation cannot be fulfilled on ConfigMap "x": the UID in the precondition ...`.
+            by_kind = f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
             if pre.get("uid") and pre["uid"] != meta["uid"]:
                 raise errors.conflict(
-                    rtype.group_resource,
+                    by_kind,
                     name,
-                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",
+                    f"the UID in the precondition ({pre['uid']}) does not match the UID in record "
+                    f"({meta['uid']}). The object might have been deleted and then recreated",
                 )
             if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
                 raise errors.conflict(
-                    rtype.group_resource,
+                    by_kind,
                     name,
-                    f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                    f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the "
+                    f"ResourceVersion in record ({meta['resourceVersion']}). The object might have been modified",
                 )
             if resource == "namespaces":
                 return self._delete_namespace(rtype, key, obj), False

@@ -260,7 +260,19 @@ def validate(rtype: ResourceType, obj: dict) -> list[Cause]:
         if not isinstance(tspec, dict):
             out.append(errors.required("spec.template.spec"))
         else:
-            out += pod_spec_errors("spec.template.spec", tspec, ("OnFailure", "Never"))
+            out += pod_spec_errors("spec.template.spec", tspec)
+            # pkg/apis/batch/validation/validation.go validateJobSpec (kubernetes v1.36.3): `Always` (or
+            # none) is "Required", any other value not in the two is "NotSupported".
+            policy = tspec.get("restartPolicy")
+            if policy in ("Always", "", None):
+                out = [c for c in out if c.field != "spec.template.spec.restartPolicy"]
+                out.append(
+                    errors.required("spec.template.spec.restartPolicy", 'valid values: "OnFailure", "Never"')
+                )
+            elif policy not in ("OnFailure", "Never"):
+                out.append(
+                    errors.not_supported("spec.template.spec.restartPolicy", policy, ["OnFailure", "Never"])
+                )
         for f in (
             "parallelism",
             "completions",
@@ -779,7 +791,11 @@ def resource_errors(path: str, resources: object) -> list[Cause]:
         if extended and quantity_value(request) != quantity_value(limit):
             out.append(
                 errors.invalid_value(
-                    f"{path}.requests[{name}]", str(request), f"must be equal to {name} limit of {limit}"
+                    # The path is the requests map, not its key (pkg/apis/core/validation/validation.go
+                    # ValidateContainerResourceRequirements, kubernetes v1.36.3).
+                    f"{path}.requests",
+                    str(request),
+                    f"must be equal to {name} limit of {limit}",
                 )
             )
         elif quantity_value(request) > quantity_value(limit):

@@ -102,11 +102,17 @@ def smp_status(status: dict, previous: dict | None = None) -> dict:
     for key in ("initContainerStatuses", "containerStatuses"):
         if key in out:
             before = _by(previous.get(key), "name")
+            # A container the pod does not list yet is added whole: a `$patch: replace` inside a list item
+            # the strategic merge adds (not merges) is dropped with the map it sits in, so the pod's
+            # first frame of a container would read `state: {}` (seen with a pod whose only frame was
+            # CreateContainerConfigError).
             out[key] = [
                 {
                     **_nulls(before.get(s["name"]), s),
-                    "state": _replace(s.get("state")),
-                    "lastState": _replace(s.get("lastState")),
+                    "state": _replace(s.get("state")) if s["name"] in before else s.get("state") or {},
+                    "lastState": _replace(s.get("lastState"))
+                    if s["name"] in before
+                    else s.get("lastState") or {},
                 }
                 for s in out[key]
             ]

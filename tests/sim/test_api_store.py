@@ -223,7 +223,8 @@ def test_mpijob_replica_defaults_restart_the_launcher_in_place_and_replace_worke
                 },
             },
             "spec.template.spec.restartPolicy",
-            'Unsupported value: "Always": supported values: "OnFailure", "Never"',
+            # batch validateJobSpec (kubernetes v1.36.3) calls `Always` a missing value.
+            'Required value: valid values: "OnFailure", "Never"',
         ),
         (
             "jobs",
@@ -413,7 +414,7 @@ def test_delete_precondition_on_uid_is_conflict(store):
     store.create("configmaps", {"metadata": {"name": "u"}})
     with pytest.raises(ApiError) as exc:
         store.delete("configmaps", "u", "default", preconditions={"uid": "other"})
-    assert exc.value.code == 409 and "Precondition failed: UID in precondition: other" in exc.value.message
+    assert exc.value.code == 409 and "the UID in the precondition (other) does not match" in exc.value.message
 
 
 def test_default_namespace_cannot_be_deleted(store):

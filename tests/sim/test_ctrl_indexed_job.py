@@ -75,11 +75,22 @@ def test_the_job_completes_when_every_index_succeeded():
     first = plan_job(indexed(), [index_pod(0, "Succeeded"), index_pod(1)], T0)
     assert first.status["completedIndexes"] == "0" and first.status["succeeded"] == 1
     assert cond(first, "SuccessCriteriaMet") is None and not created(first)
-    done = plan_job(
+    # The sync that finds the last index done writes SuccessCriteriaMet with the pod not yet counted
+    # (uncountedTerminatedPods); the next one counts it and completes the Job.
+    met = plan_job(
         indexed(status=first.status),
         [index_pod(0, "Succeeded", finalizer=False), index_pod(1, "Succeeded")],
         T0,
         memory=first.memory,
+    )
+    assert cond(met, "SuccessCriteriaMet")["status"] == "True" and cond(met, "Complete") is None
+    assert met.status["completedIndexes"] == "0" and met.status["succeeded"] == 1
+    assert len(met.status["uncountedTerminatedPods"]["succeeded"]) == 1
+    done = plan_job(
+        indexed(status=met.status),
+        [index_pod(0, "Succeeded", finalizer=False), index_pod(1, "Succeeded")],
+        T0,
+        memory=met.memory,
     )
     assert done.status["completedIndexes"] == "0-1" and done.status["succeeded"] == 2
     assert cond(done, "Complete")["status"] == "True"

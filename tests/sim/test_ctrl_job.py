@@ -160,8 +160,16 @@ def test_a_failed_pod_is_counted_released_and_replaced_after_the_back_off():
 
 def test_failures_beyond_the_backoff_limit_fail_the_job_with_failuretarget_then_failed():
     status = {"startTime": "2026-01-01T00:00:00Z", "failed": 2}
-    plan = plan_job(job(backoffLimit=2, status=status), [job_pod("train-c", "Failed", 1)], T0)
-    assert plan.status["failed"] == 3
+    failed_pod = job_pod("train-c", "Failed", 1)
+    # The sync that finds the limit exceeded writes FailureTarget alone, the pod not yet counted
+    # (uncountedTerminatedPods), as the real Job controller of 1.36 does; the next counts it and fails the Job.
+    target = plan_job(job(backoffLimit=2, status=status), [failed_pod], T0)
+    assert cond(target, "FailureTarget") is not None and cond(target, "Failed") is None
+    assert target.status["failed"] == 2
+    assert target.status["uncountedTerminatedPods"] == {"failed": ["uid-train-c"]}
+    assert ("BackoffLimitExceeded", "Warning") in [(e.reason, e.type) for e in target.events]
+    plan = plan_job(job(backoffLimit=2, status=target.status), [failed_pod], T0, memory=target.memory)
+    assert plan.status["failed"] == 3 and plan.status["uncountedTerminatedPods"] == {}
     for type_ in ("FailureTarget", "Failed"):
         c = cond(plan, type_)
         assert (c["status"], c["reason"], c["message"]) == (
@@ -169,7 +177,6 @@ def test_failures_beyond_the_backoff_limit_fail_the_job_with_failuretarget_then_
             "BackoffLimitExceeded",
             "Job has reached the specified backoff limit",
         )
-    assert ("BackoffLimitExceeded", "Warning") in [(e.reason, e.type) for e in plan.events]
     assert "completionTime" not in plan.status
 
 
@@ -213,11 +220,13 @@ def test_an_active_deadline_fails_the_job_with_deadlineexceeded():
 
 
 def test_a_succeeded_pod_completes_the_job_with_successcriteriamet_then_complete():
-    plan = plan_job(
-        job(status={"startTime": "2026-01-01T00:00:00Z", "active": 1}),
-        [job_pod("train-a", "Succeeded", 0)],
-        T0,
-    )
+    succeeded = job_pod("train-a", "Succeeded", 0)
+    met = plan_job(job(status={"startTime": "2026-01-01T00:00:00Z", "active": 1}), [succeeded], T0)
+    assert cond(met, "SuccessCriteriaMet") is not None and cond(met, "Complete") is None
+    assert "succeeded" not in met.status and met.status["uncountedTerminatedPods"] == {
+        "succeeded": ["uid-train-a"]
+    }
+    plan = plan_job(job(status=met.status), [succeeded], T0, memory=met.memory)
     for type_ in ("SuccessCriteriaMet", "Complete"):
         c = cond(plan, type_)
         assert (c["status"], c["reason"], c["message"]) == (
@@ -230,11 +239,9 @@ def test_a_succeeded_pod_completes_the_job_with_successcriteriamet_then_complete
 
 
 def test_a_finished_job_is_deleted_once_its_ttl_expires():
-    done = plan_job(
-        job(ttlSecondsAfterFinished=100, status={"startTime": "2026-01-01T00:00:00Z"}),
-        [job_pod("train-a", "Succeeded", 0)],
-        T0,
-    )
+    pods = [job_pod("train-a", "Succeeded", 0)]
+    met = plan_job(job(ttlSecondsAfterFinished=100, status={"startTime": "2026-01-01T00:00:00Z"}), pods, T0)
+    done = plan_job(job(ttlSecondsAfterFinished=100, status=met.status), pods, T0, memory=met.memory)
     assert done.wake_at == T0 + timedelta(seconds=100) and DeleteJob() not in done.actions
     later = plan_job(
         job(ttlSecondsAfterFinished=100, status=done.status),
@@ -283,11 +290,10 @@ def test_pod_failure_policy_rules_match_in_order(pod, expected):
 
 
 def test_a_failjob_rule_fails_the_job_with_reason_podfailurepolicy():
-    plan = plan_job(
-        job(podFailurePolicy=RULES, status={"startTime": "2026-01-01T00:00:00Z"}),
-        [job_pod("train-a", "Failed", 42)],
-        T0,
-    )
+    pods = [job_pod("train-a", "Failed", 42)]
+    target = plan_job(job(podFailurePolicy=RULES, status={"startTime": "2026-01-01T00:00:00Z"}), pods, T0)
+    assert cond(target, "FailureTarget")["reason"] == "PodFailurePolicy" and cond(target, "Failed") is None
+    plan = plan_job(job(podFailurePolicy=RULES, status=target.status), pods, T0, memory=target.memory)
     c = cond(plan, "Failed")
     assert (
         c["reason"] == "PodFailurePolicy" and "exit code 42 matching FailJob rule at index 0" in c["message"]

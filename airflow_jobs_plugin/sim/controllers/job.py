@@ -285,6 +285,7 @@ def plan_job(
     """One sync of ``job`` given its ``pods`` (pure; ``memory`` is copied, the new one is in the plan)."""
     # copy.deepcopy's result without its cost: the times are immutable, only the set needs a copy.
     memory = replace(memory, deleted=set(memory.deleted)) if memory is not None else JobMemory()
+    before = replace(memory, deleted=set(memory.deleted))  # the memory as this sync found it
     spec = job.get("spec", {})
     meta = job["metadata"]
     status = copy.deepcopy(job.get("status") or {})
@@ -299,6 +300,7 @@ def plan_job(
     completed = parse_indexes(status.get("completedIndexes")) if indexed else set()
     # Count finished pods still holding the tracking finalizer, then release them.
     new_succeeded = new_failed = 0
+    uncounted: dict[str, list[str]] = {"succeeded": [], "failed": []}
     fail_job: str | None = None
     for pod in pods:
         if JOB_TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or []):
@@ -310,8 +312,10 @@ def plan_job(
                 if index is not None and index not in completed:
                     completed.add(index)
                     new_succeeded += 1
+                    uncounted["succeeded"].append(uid)
                 elif not indexed:
                     new_succeeded += 1
+                    uncounted["succeeded"].append(uid)
         elif pod_counts_failed(job, pod):
             matched = (
                 match_pod_failure_policy(job, pod) if pod.get("status", {}).get("phase") == "Failed" else None
@@ -321,6 +325,7 @@ def plan_job(
                 fail_job = matched[1]
             if uid not in memory.deleted and action != "Ignore":
                 new_failed += 1
+                uncounted["failed"].append(uid)
         elif not deleting:
             continue
         plan.actions.append(ReleasePod(pod["metadata"]["name"]))
@@ -352,6 +357,7 @@ def plan_job(
     failure = get_condition(conditions, "FailureTarget")
     success = get_condition(conditions, "SuccessCriteriaMet")
     completions = spec.get("completions")
+    targeted_now = False
     if failure is None and success is None:
         limit = int(spec.get("backoffLimit", 6))
         on_failure = spec.get("template", {}).get("spec", {}).get("restartPolicy") == "OnFailure"
@@ -373,6 +379,7 @@ def plan_job(
             plan.events.append(EventSpec(WARNING, target[0], target[1]))
             failure = get_condition(conditions, "FailureTarget")
             plan.wake_at = None
+            targeted_now = True
         elif (completions is not None and succeeded >= int(completions)) or (
             completions is None and succeeded > 0 and not active
         ):
@@ -380,10 +387,37 @@ def plan_job(
                 conditions, "SuccessCriteriaMet", "True", now, *COMPLETIONS_REACHED, style="job"
             )
             success = get_condition(conditions, "SuccessCriteriaMet")
+            targeted_now = True
+
+    if targeted_now:
+        # The sync that finds the Job's end writes only the interim condition (FailureTarget or
+        # SuccessCriteriaMet), the newly ended pods in uncountedTerminatedPods and the deletions of the
+        # rest; the next sync removes the finalizers, counts the pods and, once none is left running,
+        # writes Failed or Complete (pkg/controller/job/job_controller.go trackJobStatusAndRemoveFinalizers
+        # and flushUncountedAndRemoveFinalizers, kubernetes v1.36.3): a watcher sees the interim condition
+        # on its own first, with succeeded and failed not yet counted.
+        plan.memory = memory = replace(before, started_at=memory.started_at)
+        plan.actions = [a for a in plan.actions if not isinstance(a, ReleasePod)]
+        for pod in active:
+            _delete(plan, pod, memory, counted=failure is not None)
+        status["conditions"] = conditions
+        _set_counts(
+            status,
+            active=[],
+            pods=pods,
+            succeeded=succeeded - new_succeeded,
+            failed=failed - new_failed,
+            deleting=active,
+        )
+        status["uncountedTerminatedPods"] = {k: v for k, v in uncounted.items() if v}
+        if indexed:
+            status["completedIndexes"] = (job.get("status") or {}).get("completedIndexes", "")
+        plan.wake_at = now
+        return plan
 
     if failure is not None or success is not None:
         for pod in active:
-            _delete(plan, pod, memory)
+            _delete(plan, pod, memory, counted=failure is not None)
         if not any(not pod_is_terminal(p) for p in pods):
             if failure is not None:
                 conditions = set_condition(
@@ -475,10 +509,14 @@ def plan_job(
     return plan
 
 
-def _delete(plan: JobPlan, pod: dict, memory: JobMemory) -> None:
+def _delete(plan: JobPlan, pod: dict, memory: JobMemory, counted: bool = False) -> None:
+    """Delete ``pod``; unless ``counted``, its end is not counted as a failure. The pods a failing Job
+    stops are counted (job_controller.go, kubernetes v1.36.3: once the Job has a FailureTarget, every pod
+    that ends not Succeeded is failed), as the real plane shows: DeadlineExceeded with `failed: 1`."""
     plan.actions.append(DeletePod(pod["metadata"]["name"]))
     plan.events.append(EventSpec(NORMAL, "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}"))
-    memory.deleted.add(pod["metadata"].get("uid"))
+    if not counted:
+        memory.deleted.add(pod["metadata"].get("uid"))
 
 
 def _set_counts(

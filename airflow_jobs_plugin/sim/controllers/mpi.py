@@ -172,7 +172,9 @@ def launcher_job(mpijob: dict, suspend: bool) -> dict:
         "metadata": {
             "name": f"{meta['name']}-launcher",
             "namespace": meta.get("namespace"),
-            "labels": _labels(meta["name"], "launcher"),
+            # newLauncherJob labels the Job `app: <name>` only; its pod template carries the
+            # training.kubeflow.org labels (mpi-operator v0.8.2, as the real plane shows).
+            "labels": {"app": meta["name"]},
             "ownerReferences": [owner_reference(mpijob, API_VERSION, "MPIJob")],
         },
         "spec": spec,
@@ -198,7 +200,12 @@ def job_service(mpijob: dict) -> dict:
         "spec": {
             "clusterIP": "None",
             "selector": {OPERATOR_NAME_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: meta["name"]},
-            "publishNotReadyAddresses": bool(mpijob.get("spec", {}).get("runLauncherAsWorker")),
+            # A Go bool with `omitempty`: absent unless runLauncherAsWorker sets it.
+            **(
+                {"publishNotReadyAddresses": True}
+                if mpijob.get("spec", {}).get("runLauncherAsWorker")
+                else {}
+            ),
         },
     }
 
@@ -286,16 +293,22 @@ def config_map(mpijob: dict) -> dict:
 def _mpi_condition(
     conditions: list[dict], type_: str, status: str, now: datetime, reason: str, message: str
 ) -> list[dict]:
-    """Set a condition as the operator does: a terminal condition turns Running off, Running ends Restarting."""
-    conditions = set_condition(conditions, type_, status, now, reason, message, style="job")
+    """Set a condition as the operator does (``setCondition`` / ``filterOutCondition``,
+    pkg/controller/mpi_job_controller_status.go, mpi-operator v0.8.2): Succeeded or Failed turns Running
+    (and an earlier Failed) to status False, keeping its reason, message and time; Running and Restarting
+    replace each other."""
     if status == "True" and type_ in ("Succeeded", "Failed"):
-        if condition_true(conditions, "Running"):
-            conditions = set_condition(conditions, "Running", "False", now, reason, message, style="job")
-    if status == "True" and type_ == "Running":
+        conditions = [
+            {**c, "status": "False"}
+            if c.get("type") in ("Running", "Failed") and c.get("type") != type_
+            else c
+            for c in conditions
+        ]
+    if type_ == "Running":
         conditions = [c for c in conditions if c.get("type") != "Restarting"]
-    if status == "True" and type_ == "Restarting" and condition_true(conditions, "Running"):
-        conditions = set_condition(conditions, "Running", "False", now, reason, message, style="job")
-    return conditions
+    if type_ == "Restarting":
+        conditions = [c for c in conditions if c.get("type") != "Running"]
+    return set_condition(conditions, type_, status, now, reason, message, style="job")
 
 
 def _replica_status(active: int = 0, succeeded: int = 0, failed: int = 0) -> dict:
@@ -497,6 +510,9 @@ def _counts(
     lstatus = (launcher or {}).get("status", {})
     lconds = lstatus.get("conditions")
     phases = [p.get("status", {}).get("phase") for p in workers.values()]
+    # Once the launcher Job has finished, syncHandler lists no workers (`done`) and updateMPIJobStatus
+    # reports the Worker replica status initialized, {} (mpi_job_controller.go, mpi-operator v0.8.2).
+    cleaned = cleaned or condition_true(lconds, "Complete") or condition_true(lconds, "Failed")
     status["replicaStatuses"] = {
         "Launcher": _replica_status(
             active=int(lstatus.get("active") or 0),
