@@ -493,6 +493,7 @@ class Plane:
             ],
         )
         self._wait(proc, "serving", lambda: self._https_ok(p["kwok"], "/healthz", client=False), timeout=60)
+        self.apply(stages.storage_class(kw), "default StorageClass")
         specs = nodes.gpu_nodes(self.options.nodes, self.options.gpus_per_node)
         self.apply(specs, "GPU nodes")
         names = [n["metadata"]["name"] for n in specs]

@@ -8,6 +8,10 @@ import yaml
 
 # Node stages as kwok ships them (kustomize/stage/node/...): nodes become Ready and keep their
 # capacity, then renew their lease every 40 s (heartbeats through leases, as kubelet does).
+# Volumes as kwok ships them (kustomize/stage/volume/fast): a claim of the default StorageClass
+# `kwok-volume` gets a PersistentVolume and is Bound, so pods that mount a claim are scheduled.
+VOLUME_STAGES = ("pvc-provision.yaml", "pv-bind.yaml", "pvc-delete.yaml", "pv-delete.yaml")
+STORAGE_CLASS = "storage-class.yaml"
 NODE_STAGES = ("fast/node-initialize.yaml", "heartbeat-with-lease/node-heartbeat-with-lease.yaml")
 # The pods' own lifecycle is the plane's (stages/scenario.yaml): kwok's general pod stages run every init
 # container at once and complete only pods owned by a Job (kustomize/stage/pod/general, "WIP").
@@ -42,5 +46,11 @@ def kwok_configuration(kwok_module: Path) -> str:
     stage_dir = kwok_module / "kustomize" / "stage"
     for rel in NODE_STAGES:
         docs += _documents(stage_dir / "node" / rel)
+    for rel in VOLUME_STAGES:
+        docs += _documents(stage_dir / "volume" / "fast" / rel)
     docs += _documents(SCENARIO_STAGES)
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def storage_class(kwok_module: Path) -> list[dict]:
+    return _documents(kwok_module / "kustomize" / "stage" / "volume" / "fast" / STORAGE_CLASS)

@@ -409,3 +409,58 @@ def test_the_visibility_api_lists_pending_workloads_with_their_positions(cluster
     assert code == 404 and body["reason"] == "NotFound"
     code, _ = _visibility(cluster, "clusterqueues/no-such-cq/pendingworkloads")
     assert code == 404
+
+
+def test_a_job_naming_no_queue_gets_the_namespaces_default_local_queue(cluster, ns):
+    cluster_queue(cluster, f"cq-{ns}", 8)
+    local_queue(cluster, ns, "default", f"cq-{ns}")
+    created = job(cluster, ns, "plain", 1, queue=None)
+    assert created["metadata"]["labels"][QUEUE_NAME_LABEL] == "default"
+    assert created["spec"]["suspend"] is True
+    wait_for(lambda: running(cluster, ns, "plain"))
+
+
+def test_a_gated_job_waits_until_its_last_gate_is_removed(cluster, ns):
+    cluster_queue(cluster, f"cq-{ns}", 8)
+    local_queue(cluster, ns, "team", f"cq-{ns}")
+    gate = "kueue.x-k8s.io/admission-gated-by"
+    cluster.store.create(
+        "jobs",
+        {
+            "metadata": {
+                "name": "gated",
+                "labels": {QUEUE_NAME_LABEL: "team"},
+                "annotations": {gate: "example.com/a"},
+            },
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {"name": "main", "image": "trainer:1", "resources": {"limits": {GPU: "1"}}}
+                        ],
+                    }
+                },
+            },
+        },
+        namespace=ns,
+    )
+    wl = wait_for(
+        lambda: (
+            condition(workload(cluster, ns, "gated"), "QuotaReserved").get("reason") == "AdmissionGated"
+            and workload(cluster, ns, "gated")
+        )
+    )
+    assert condition(wl, "QuotaReserved")["message"] == "Admission is gated by: example.com/a"
+    with pytest.raises(ApiError) as refused:
+        cluster.store.patch(
+            "jobs",
+            "gated",
+            {"metadata": {"annotations": {gate: "example.com/a,example.com/b"}}},
+            "merge",
+            namespace=ns,
+        )
+    assert refused.value.code == 422
+    cluster.store.patch("jobs", "gated", {"metadata": {"annotations": {gate: None}}}, "merge", namespace=ns)
+    wait_for(lambda: running(cluster, ns, "gated"))

@@ -34,6 +34,7 @@ partial admission, ``lendingLimit``, preemption across the cohort.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -60,6 +61,10 @@ def parse_quantity(value: str) -> float:
 
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue's default LocalQueue (v0.19.2 pkg/controller/constants, DefaultLocalQueueName) and its admission
+# gate (pkg/constants/constants.go, AdmissionGatedByAnnotation; beta, on by default since v0.19).
+DEFAULT_LOCAL_QUEUE = "default"
+ADMISSION_GATE = "kueue.x-k8s.io/admission-gated-by"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 KUEUE = "kueue-admission"  # the events' source component (Kueue's manager)
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -168,6 +173,7 @@ def new_workload(resource: str, job: dict, priority: int, priority_class: str | 
             "name": workload_name(resource, job),
             "namespace": meta["namespace"],
             "labels": {"kueue.x-k8s.io/job-uid": meta["uid"]},
+            **({"annotations": {ADMISSION_GATE: ",".join(gates(job))}} if gates(job) else {}),
             "ownerReferences": [
                 {
                     "apiVersion": f"{group}/{'v1' if resource == 'jobs' else 'v2beta1'}",
@@ -196,8 +202,33 @@ def default_on_create(resource: str, job: dict, config: KueueConfig) -> None:
             spec["suspend"] = True
 
 
+def gates(obj: dict) -> list[str]:
+    value = (obj.get("metadata", {}).get("annotations") or {}).get(ADMISSION_GATE) or ""
+    return [g.strip() for g in value.split(",") if g.strip()]
+
+
+def validate_gates(resource: str, new: dict, old: dict) -> None:
+    """A gate is set only at creation and only removed later (pkg/util/webhook/
+    validation_admissiongatedby.go, ValidateAdmissionGatedByAnnotationOnUpdate)."""
+    before, after = gates(old), gates(new)
+    if not before and after:
+        message = "cannot add admission gate after creation"
+    elif any(g not in before for g in after):
+        message = "can only remove gates, not add new ones"
+    else:
+        return
+    raise invalid(
+        JOB_KINDS[resource][0],
+        old["metadata"]["name"],
+        [Cause("FieldValueForbidden", f"metadata.annotations[{ADMISSION_GATE}]", f"Forbidden: {message}")],
+        JOB_KINDS[resource][1],
+    )
+
+
 def validate_update(resource: str, new: dict, old: dict, config: KueueConfig) -> None:
-    """Kueue's validating webhook: the queue name of a running job is immutable."""
+    """Kueue's validating webhook: admission gates are only removed; the queue name of a running job is
+    immutable."""
+    validate_gates(resource, new, old)
     if not is_managed(resource, old, config) or is_suspended(resource, old):
         return
     if queue_name(new) != queue_name(old):
@@ -392,7 +423,23 @@ class KueueController(Reconciler):
 
     # -- webhook hooks (called by the store inside create/update)
     def admit_create(self, resource: str, obj: dict) -> None:
+        if resource in JOB_KINDS and queue_name(obj) is None:
+            owner = controller_ref(obj)
+            namespace = obj.get("metadata", {}).get("namespace") or "default"
+            if (owner is None or owner.get("kind") != "MPIJob") and self._has_default_queue(namespace):
+                # A job naming no queue, in a namespace with a LocalQueue "default", gets that queue
+                # (pkg/controller/jobframework/defaults.go, ApplyDefaultLocalQueue...; since v0.12).
+                obj.setdefault("metadata", {}).setdefault("labels", {})[QUEUE_NAME_LABEL] = (
+                    DEFAULT_LOCAL_QUEUE
+                )
         default_on_create(resource, obj, self.config)
+
+    def _has_default_queue(self, namespace: str) -> bool:
+        try:
+            self.store.get("localqueues", DEFAULT_LOCAL_QUEUE, namespace=namespace)
+        except ApiError:
+            return False
+        return True
 
     def admit_update(self, resource: str, new: dict, old: dict) -> None:
         if resource in JOB_KINDS:
@@ -484,6 +531,18 @@ class KueueController(Reconciler):
                 ),
                 KUEUE,
             )
+            return
+        if gates(wl) != gates(job):
+            # The job's gates, copied onto its Workload (jobframework/reconciler.go,
+            # PropagateAdmissionGatedByAnnotation): removing the last one lets the Workload be admitted.
+            meta = copy.deepcopy(wl["metadata"])
+            annotations = meta.setdefault("annotations", {})
+            if gates(job):
+                annotations[ADMISSION_GATE] = ",".join(gates(job))
+            else:
+                annotations.pop(ADMISSION_GATE, None)
+            self.store.update("workloads", {**wl, "metadata": meta})
+            self.enqueue("schedule")
             return
         if self._pods_ready_timeout(resource, job, wl, now):
             return
@@ -651,6 +710,10 @@ class KueueController(Reconciler):
             requeue_at = parse_time(((wl.get("status") or {}).get("requeueState") or {}).get("requeueAt"))
             if requeue_at is not None and requeue_at > now:
                 self.enqueue_at("schedule", requeue_at, now)
+                continue
+            if gates(wl):
+                # pkg/workload/workload.go (HasAdmissionGate): no quota is reserved while a gate holds it.
+                self._pending(wl, "AdmissionGated", f"Admission is gated by: {', '.join(gates(wl))}", now)
                 continue
             if lq is None:
                 self._pending(
