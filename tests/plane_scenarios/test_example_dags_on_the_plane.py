@@ -21,7 +21,7 @@ from airflow_jobs_plugin.resources import SERVICES
 
 from .plane import TaskLog, create_or_replace, defer, ensure_namespace, follow, on_cluster, scenario, shipped
 
-pytestmark = [pytest.mark.real_cluster]
+pytestmark = [pytest.mark.real_cluster, pytest.mark.timeout(900)]
 
 ROOT_DAGS = __import__("pathlib").Path(__file__).resolve().parents[2] / "dags"
 NAMESPACE = "plane-examples"
