@@ -233,3 +233,27 @@ def test_an_honest_submission_is_accepted_and_the_triggerers_admission_unsuspend
     assert event["status"] == "success" and event["state"] == "SUCCEEDED", event
     job = as_identity(identities["api-server"], lambda c: c.get(JOBS, NAMESPACE, trigger.job_name))
     assert job["metadata"]["annotations"].get("airflow-jobs.io/admitted-at"), job["metadata"]
+
+
+def test_a_kubeconfig_that_impersonates_is_refused_rather_than_run_as_its_admin(cluster, tmp_path):
+    """kubectl would act as the account a kubeconfig's user impersonates (``as:``); the product's client
+    cannot, and without the refusal every request would silently go out with the admin's own rights,
+    past the RBAC split and the admission policy meant for that account."""
+    config = yaml.safe_load(Path(cluster.kubeconfig_path).read_text())
+    for user in config["users"]:
+        user["user"]["as"] = f"system:serviceaccount:{NAMESPACE}:airflow-worker"
+    path = tmp_path / "impersonating.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+
+    async def connect() -> KubeError | None:
+        try:
+            client = await KubeClient.from_kubeconfig(str(path))
+        except KubeError as exc:
+            return exc
+        await client.close()
+        return None
+
+    refused = asyncio.run(connect())
+
+    assert refused is not None, "a client was built that would act as the admin"
+    assert "its user impersonates (as)" in str(refused) and "kubectl create token" in str(refused), refused
