@@ -102,10 +102,15 @@ async def _still_reserved(
     job: Mapping[str, Any],
     ledger_unit: str | None,
     members: tuple[str, ...],
+    resumed_at: datetime,
 ) -> bool:
-    """Whether the group's ledger still holds the job's reservation: resumed before the admitting pass
-    saw its stopped pods gone, the job keeps GPUs nobody else could take meanwhile, and that pass starts
-    it again (``quota.ledger_model.pending_unsuspend``) instead of queueing it."""
+    """Whether the group's ledger still holds the job's reservation from before the stop: resumed before
+    the admitting pass saw its stopped pods gone, the job keeps GPUs nobody else could take meanwhile,
+    and that pass starts it again (``quota.ledger_model.pending_unsuspend``) instead of queueing it.
+
+    A reservation admitted since ``resumed_at`` is not kept but new: a pass saw the resume, found the
+    GPUs free and admitted the job from its queue before this read (a quiet pool does it within
+    milliseconds), which is what "back in its queue" said."""
     group, uid = group_of(job), (job.get("metadata") or {}).get("uid")
     if not group or not uid:
         return False
@@ -113,7 +118,7 @@ async def _still_reserved(
         stored = await read_ledger(client, ledger_namespace, ledger_unit or group, members)
     except KubeError:
         return False
-    return any(r.uid == uid for r in stored.ledger.reservations)
+    return any(r.uid == uid and r.admitted_at < resumed_at for r in stored.ledger.reservations)
 
 
 async def record_event(
@@ -308,7 +313,7 @@ async def resume(
     # Read after the resume has landed: from then on the pass no longer drops the reservation as a
     # stopped job's, so what the ledger holds now is what the job keeps.
     if ledger_namespace is not None and await _still_reserved(
-        client, ledger_namespace, job, ledger_unit, ledger_members
+        client, ledger_namespace, job, ledger_unit, ledger_members, now
     ):
         message = (
             f"{facts.ref} resumed: it still holds its GPUs (the pool frees them only once the stopped "

@@ -234,6 +234,12 @@ class Credentials:
         return Credential(kind, header, now, rules.expiry_of(kind, now, reported), generation)
 
 
+# A kubeconfig user's impersonation (client-go's AuthInfo, k8s.io/client-go v0.36 tools/clientcmd/api/v1/
+# types.go: "as", "as-uid", "as-groups", "as-user-extra"), which kubectl and client-go turn into
+# Impersonate-* headers. kubernetes_asyncio's loader (36.1.0 config/kube_config.py) reads none of them.
+IMPERSONATION_KEYS = ("as", "as-uid", "as-groups", "as-user-extra")
+
+
 def kubeconfig_source(
     config: str | Mapping[str, Any] | None, context: str | None
 ) -> Callable[[], Awaitable[Obtained]]:
@@ -254,6 +260,13 @@ def kubeconfig_source(
             )
         # The loader's active user section (a kubernetes_asyncio internal, stable since 2019).
         user = getattr(loader, "_user", None) or {}
+        impersonating = [key for key in IMPERSONATION_KEYS if key in user and user[key]]
+        if impersonating:
+            raise ValueError(
+                f"its user impersonates ({', '.join(impersonating)}), which kubernetes_asyncio ignores: every "
+                "request would be made as the impersonating identity itself; use a kubeconfig with that "
+                "identity's own credentials (a service account's token: kubectl create token ACCOUNT)"
+            )
         if "exec" in user:
             kind = Kind.EXEC
         elif "tokenFile" in user:
