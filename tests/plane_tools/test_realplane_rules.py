@@ -1,0 +1,123 @@
+"""The pure parts of scripts/cluster: the pins, a pod's timeline and the patches the Stages write."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from realplane import timeline  # noqa: E402
+from realplane.pins import Pins  # noqa: E402
+
+START = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
+
+
+def pod(scenario: dict, *, init: tuple[str, ...] = (), restart: str = "Never") -> dict:
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ml",
+            "uid": "u1",
+            "annotations": {timeline_annotation(): json.dumps(scenario)},
+        },
+        "spec": {
+            "nodeName": "gpu-node-0",
+            "restartPolicy": restart,
+            "initContainers": [{"name": n, "image": "busybox:1.36"} for n in init],
+            "containers": [{"name": "main", "image": "ghcr.io/acme/trainer:1"}],
+        },
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]},
+    }
+
+
+def timeline_annotation() -> str:
+    from airflow_jobs_plugin.sim.scenarios import ANNOTATION
+
+    return ANNOTATION
+
+
+def kubectl_status(status: dict) -> str:
+    """The STATUS column kubectl prints for a pod status (the cases these scenarios reach)."""
+    inits = status.get("initContainerStatuses") or []
+    done = sum(1 for s in inits if (s["state"].get("terminated") or {}).get("exitCode") == 0)
+    if inits and done < len(inits):
+        return f"Init:{done}/{len(inits)}"
+    main = status["containerStatuses"][0]["state"]
+    if "waiting" in main:
+        return main["waiting"]["reason"]
+    if "terminated" in main:
+        return main["terminated"]["reason"]
+    return "Running"
+
+
+def test_every_component_is_pinned_to_one_exact_release():
+    pins = Pins.load()
+    assert set(pins) == {"kubernetes", "etcd", "kwok", "mpi-operator", "kueue"}
+    assert all(p.version.count(".") == 2 and p.version.startswith("v") for p in pins.values())
+
+
+def test_init_containers_run_one_at_a_time_as_kubelet_runs_them():
+    plan = timeline.compute(
+        pod({"fetch": {"run": 2}, "fetch2": {"run": 2}, "main": {"run": 3}}, init=("fetch", "fetch2")),
+        START,
+        host_ip="127.0.0.1",
+        pod_ip="10.244.0.2",
+    )
+    seen = []
+    for frame in plan.frames:
+        status = kubectl_status(frame.status)
+        if not seen or seen[-1] != status:
+            seen.append(status)
+    assert seen == ["Init:0/2", "Init:1/2", "PodInitializing", "Running", "Completed"]
+    assert plan.frames[-1].status["phase"] == "Succeeded"
+
+
+def test_a_crash_loop_restarts_in_place_with_a_growing_restart_count():
+    plan = timeline.compute(
+        pod({"main": {"run": 1, "exit": [1, 1, 0]}}, restart="OnFailure"),
+        START,
+        host_ip="127.0.0.1",
+        pod_ip="10.244.0.2",
+    )
+    counts = [f.status["containerStatuses"][0]["restartCount"] for f in plan.frames]
+    assert max(counts) == 2
+    assert any(kubectl_status(f.status) == "CrashLoopBackOff" for f in plan.frames)
+    assert plan.frames[-1].status["phase"] == "Succeeded"
+
+
+def test_frames_are_strategic_merge_patches_that_leave_nothing_stale():
+    plan = timeline.compute(
+        pod({"main": {"pull_error": "not-found"}}), START, host_ip="127.0.0.1", pod_ip="10.244.0.2"
+    )
+    patches = json.loads(plan.annotation())["f"]
+    states = [p["s"]["containerStatuses"][0]["state"] for p in patches]
+    # The first frame adds the container whole; each later state replaces the one before it whole, so
+    # ErrImagePull's message never lingers under another reason.
+    assert "$patch" not in states[0]
+    assert all(s["$patch"] == "replace" for s in states[1:])
+    reasons = [s["waiting"]["reason"] for s in states if "waiting" in s]
+    assert "ErrImagePull" in reasons and "ImagePullBackOff" in reasons
+
+
+def test_a_dropped_field_is_removed_by_the_next_frame():
+    before = {
+        "conditions": [
+            {"type": "Ready", "status": "False", "message": "containers with unready status: [main]"}
+        ]
+    }
+    after = {"conditions": [{"type": "Ready", "status": "True"}]}
+    patch = timeline.smp_status(after, before)
+    assert patch["conditions"] == [{"type": "Ready", "status": "True", "message": None}]
+
+
+@pytest.mark.parametrize("kind", ["init", "main"])
+def test_the_timeline_ends_with_the_pods_final_phase(kind):
+    scenario = {"main": {"run": 1, "exit": 3}} if kind == "main" else {"fetch": {"run": 1, "exit": 2}}
+    init = ("fetch",) if kind == "init" else ()
+    plan = timeline.compute(pod(scenario, init=init), START, host_ip="127.0.0.1", pod_ip="10.244.0.2")
+    assert plan.frames[-1].status["phase"] == "Failed"
