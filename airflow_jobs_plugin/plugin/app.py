@@ -140,20 +140,20 @@ def may_act(user: Any, dag_id: str | None) -> bool:
 
 
 def _own_origins(request: Request) -> list[str]:
-    """The origins this Airflow is reached at: as the request names its host, as a proxy forwarded it,
-    and ``[api] base_url`` when set."""
+    """The origins this Airflow is reached at, by :func:`origin.own_origins`."""
+    import sys
+
     from airflow.configuration import conf
 
     headers = request.headers
-    found = [f"{request.url.scheme}://{headers.get('host', request.url.netloc)}"]
-    forwarded_host = headers.get("x-forwarded-host")
-    if forwarded_host:
-        scheme = headers.get("x-forwarded-proto", request.url.scheme).split(",")[0].strip()
-        found.append(f"{scheme}://{forwarded_host.split(',')[0].strip()}")
-    base_url = conf.get("api", "base_url", fallback=None)
-    if base_url:
-        found.append(base_url)
-    return found
+    return origin.own_origins(
+        request.url.scheme,
+        headers.get("host", request.url.netloc),
+        forwarded_host=headers.get("x-forwarded-host"),
+        forwarded_proto=headers.get("x-forwarded-proto"),
+        base_url=conf.get("api", "base_url", fallback=None),
+        trust_proxies=origin.trusts_proxies(sys.argv),
+    )
 
 
 def require_same_origin(request: Request, user: GetUserDep) -> None:
@@ -161,7 +161,7 @@ def require_same_origin(request: Request, user: GetUserDep) -> None:
 
     It depends on the signed-in user so that a request without credentials still gets Airflow's 401.
     """
-    if request.headers.get("authorization"):
+    if origin.carries_bearer(request.headers.get("authorization")):
         return
     why = origin.refusal(request.headers.get("origin"), request.headers.get("referer"), _own_origins(request))
     if why is not None:
