@@ -11,7 +11,7 @@ job's snapshot costs time linear in the objects read, not their square.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -456,6 +456,25 @@ async def _product_jobs(
 async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
     """The product's Jobs and MPIJobs of a namespace, without their pods and events."""
     return await _product_jobs(client, namespace)
+
+
+async def read_job_metadata(client: KubeClient, namespace: str) -> list[dict]:
+    """The product's Jobs and MPIJobs of a namespace as metadata only (``PartialObjectMetadataList``),
+    in chunks of :data:`LIST_CHUNK`: names, uids, labels, annotations, creation and deletion times."""
+    return await _product_jobs(client, namespace, metadata_only=True)
+
+
+async def read_jobs_of_tasks(client: KubeClient, namespace: str, task_keys: Iterable[str]) -> list[dict]:
+    """The whole product jobs carrying any of ``task_keys`` (the TASK_KEY label), a hundred keys per
+    label-selected LIST: every try and attempt of those task instances, and nothing else."""
+    keys = sorted(set(task_keys))
+    reads = [
+        _product_jobs(
+            client, namespace, selector=f"{labels.TASK_KEY} in ({','.join(keys[i : i + NAMES_PER_SELECTOR])})"
+        )
+        for i in range(0, len(keys), NAMES_PER_SELECTOR)
+    ]
+    return _joined(await asyncio.gather(*reads))
 
 
 async def find_job(client: KubeClient, namespace: str, name: str) -> dict:

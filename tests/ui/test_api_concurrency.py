@@ -2,15 +2,18 @@
 
 The plugin's app is mounted in a host app on one event loop, as Airflow's API server mounts it next to
 its own routes; Airflow's authentication is stubbed (it is tested against a real API server in
-``test_api.py``). The cluster read is replaced by one that holds its thread until the test lets it go,
-standing for LISTs of hundreds of megabytes and 50,000 snapshots: CPU work that, run on the event loop,
-would stall every other request of the server until it ended.
+``test_api.py``). The cluster read is replaced by one that works as the real build does until the test
+lets it go: Python code holding the GIL, building dicts and strings as decoding LISTs of hundreds of
+megabytes and 50,000 snapshots do (and so running the garbage collector), not a thread that sleeps.
+Run on the event loop it would stall every other request of the server until it ended; in a worker
+thread the loop gets the GIL back at every switch interval (``sys.getswitchinterval``, 5 ms).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 import pytest
@@ -28,6 +31,25 @@ class Reader:
         return "reader"
 
 
+def busy_until(release: threading.Event) -> int:
+    """CPU and allocation as a build's, without a pause, until ``release`` (or the safety net)."""
+    deadline = time.monotonic() + SAFETY_NET
+    kept: list[list[dict]] = []
+    made = 0
+    while not release.is_set() and time.monotonic() < deadline:
+        chunk = [
+            {
+                "metadata": {"name": f"job-{made + i}", "labels": {"group": "vision", "n": str(i)}},
+                "gpus": i % 8,
+            }
+            for i in range(500)
+        ]
+        kept.append(chunk)
+        del kept[:-40]  # a bounded heap: the work is allocation and collection, not growth
+        made += len(chunk)
+    return made
+
+
 @pytest.fixture
 def host(monkeypatch):
     """Airflow's stand-in: a host app with its own cheap route, the plugin mounted under it."""
@@ -39,7 +61,7 @@ def host(monkeypatch):
     async def slow_read(client, target):
         reads.append(target)
         started.set()
-        release.wait(SAFETY_NET)  # blocks whichever thread runs the build
+        busy_until(release)  # holds whichever thread runs the build
         return primehub_example_1()
 
     async def no_client(settings, work):
