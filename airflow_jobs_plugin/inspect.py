@@ -33,7 +33,7 @@ from airflow_jobs_plugin.kube import (
 )
 from airflow_jobs_plugin.plugin import listing
 from airflow_jobs_plugin.plugin import nodes as node_view
-from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets, may_be_waiting
+from airflow_jobs_plugin.plugin.views import ClusterState, JobChange, LogTail, log_targets, may_be_waiting
 from airflow_jobs_plugin.quota.fair_share import UsageHistory
 from airflow_jobs_plugin.quota.ledger import group_of, is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
@@ -490,6 +490,23 @@ async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
             if (job["metadata"].get("labels") or {}).get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE:
                 return job
     raise JobNotFound(f"no GPU job {namespace}/{name}")
+
+
+async def read_change(client: KubeClient, target: Target, namespace: str, name: str) -> JobChange:
+    """Job ``name`` as it is now (``None`` once deleted), with its own pods and the quota policy and
+    ledgers: what :func:`views.with_change` needs to patch a cached view after an action on it."""
+    try:
+        job: dict | None = await find_job(client, namespace, name)
+    except JobNotFound:
+        job = None
+    pods: list = []
+    if job is not None:
+        pods = await _pods_of_jobs(client, [job])
+        job.setdefault("kind", kinds.kind_of(job).resource.kind)
+    (policy, problem), (ledgers, histories) = await asyncio.gather(
+        read_policy(client, target), read_ledgers(client, target)
+    )
+    return JobChange(namespace, name, job, tuple(pods), _now(), policy, problem, ledgers, histories)
 
 
 async def find_task_job(

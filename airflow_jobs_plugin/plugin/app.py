@@ -420,13 +420,37 @@ def create_app() -> FastAPI:
             if job is None and not may_act(user, None):
                 # A job already gone: only someone who may act on every DAG learns what happened to it.
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no GPU job {target.namespace}/{name}")
+            acted.append(True)
             return await door(client, target, name, user.get_name())
 
+        acted: list[bool] = []
         try:
             return await _with_cluster(settings, work)
         finally:
-            # Whatever the action changed, the next page shows it, not a copy read before it.
-            cache.invalidate()
+            if acted:
+                # Whatever the action changed, the next page shows it: the job is read again and patched
+                # into the cached view (and into a build under way), not the whole namespace rebuilt.
+                await refresh_job(settings, namespace, name)
+
+    async def refresh_job(settings: Settings, namespace: str, name: str) -> None:
+        target = settings.target()
+        key = (settings.kubernetes_conn_id, target)
+        if namespace not in target.namespaces or not cache.holds(key):
+            return  # nothing read before the action is kept (another namespace's page reads it uncached)
+        try:
+            change = await _with_cluster(settings, lambda c: inspect.read_change(c, target, namespace, name))
+        except HTTPException:
+            cache.invalidate()  # the job could not be read again: no copy read before the action is kept
+            return
+
+        def apply(
+            value: tuple[views.ClusterState, views.Overview],
+        ) -> tuple[views.ClusterState, views.Overview]:
+            kept, whole = views.with_change(*value, change)
+            kept.owners  # noqa: B018 - index here, in the worker thread, not on the next page's loop
+            return kept, whole
+
+        await cache.patch(key, apply)
 
     # --- JSON (typed: plugin/schema.py; the page's formatting stays in plugin/html.py) ---
 

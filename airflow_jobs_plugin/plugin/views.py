@@ -850,6 +850,63 @@ def overview(state: ClusterState, visible: Visible | None = None) -> Overview:
     )
 
 
+@dataclass(frozen=True)
+class JobChange:
+    """One job as read again right after an action on it: the job (``None`` once deleted), its pods,
+    and the quota policy and ledgers the action may have changed."""
+
+    namespace: str
+    name: str
+    job: Mapping[str, Any] | None
+    pods: tuple[Mapping[str, Any], ...]
+    now: datetime
+    policy: quota.QuotaPolicy | None
+    policy_problem: str | None
+    ledgers: Mapping[str, quota.Ledger]
+    usage_histories: Mapping[str, UsageHistory]
+
+
+def with_change(kept: ClusterState, whole: Overview, change: JobChange) -> tuple[ClusterState, Overview]:
+    """The kept state and the overview with one job's change applied, without the rest of the namespace.
+
+    ``kept`` is what the cached view keeps of the cluster (the waiting jobs whole, every pod and event);
+    ``whole`` is the overview of the whole namespace built with it. Only what the change can move is
+    computed again: the job's own row, the rows of the waiting jobs (their queue positions), the pools
+    and the queues (the ledgers, and the waiting jobs the pool's rule reads). The charts keep the
+    build's history; the next build redraws them. A reservation of a job that is neither waiting nor
+    the changed one is taken as its ledger holds it, as ``airflow-jobs status`` does.
+    """
+    key = (change.namespace, change.name)
+    stand_in = change.job or {"metadata": {"namespace": change.namespace, "name": change.name}}
+    old_pods = {_identity(p) for p in OwnerIndex(kept.pods, ()).pods_for(stand_in)}
+    jobs = tuple(j for j in kept.jobs if _identity(j) != key)
+    state = dataclasses.replace(
+        kept,
+        jobs=jobs + ((change.job,) if change.job is not None else ()),
+        pods=tuple(p for p in kept.pods if _identity(p) not in old_pods) + change.pods,
+        now=change.now,
+        policy=change.policy,
+        policy_problem=change.policy_problem,
+        ledgers=change.ledgers,
+        usage_histories=change.usage_histories,
+    )
+    part = overview(state)
+    fresh = {(r.namespace, r.name): r for r in part.jobs}
+    rows = [fresh.pop((r.namespace, r.name), r) for r in whole.jobs if (r.namespace, r.name) != key]
+    if key in fresh:
+        rows.append(fresh.pop(key))
+    rows.sort(key=lambda r: (r.created_at or change.now, r.name), reverse=True)
+    still_kept = dataclasses.replace(state, jobs=tuple(j for j in state.jobs if _is_waiting(j)))
+    updated = dataclasses.replace(
+        whole, now=change.now, pools=part.pools, queues=part.queues, jobs=tuple(rows), problems=part.problems
+    )
+    return still_kept, updated
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return str(_meta(obj).get("namespace") or ""), str(_meta(obj).get("name") or "")
+
+
 def dag_filter(readable_dags: set[str] | None, *, all_dags: bool) -> Visible:
     """A ``visible`` predicate: jobs of readable DAGs; jobs without a DAG only for readers of every DAG.
 

@@ -46,7 +46,11 @@ def stopped(monkeypatch) -> list[str]:
     async def no_client(settings, work):
         return await work(None)
 
+    async def read_change(client, target, namespace, name):
+        raise AssertionError("no cached view to patch: nothing was read before the action")
+
     monkeypatch.setattr(inspect, "find_job", find_job)
+    monkeypatch.setattr(inspect, "read_change", read_change)
     monkeypatch.setattr(inspect, "stop", stop)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
     monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)

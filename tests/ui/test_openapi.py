@@ -63,6 +63,11 @@ def root(monkeypatch) -> FastAPI:
     async def stop(client, target, name, by):
         return actions.ActionOutcome("stop", target.namespace, name, "Job", True, f"job/{name} stopped")
 
+    async def read_change(client, target, namespace, name):
+        job = await find_job(client, namespace, name)
+        pods = tuple(whole.owners.pods_for(job))
+        return views.JobChange(namespace, name, job, pods, whole.now, whole.policy, None, whole.ledgers, {})
+
     async def no_client(settings, work):
         try:
             return await work(None)
@@ -76,6 +81,7 @@ def root(monkeypatch) -> FastAPI:
         "read_nodes": read_nodes,
         "cancel": cancel,
         "stop": stop,
+        "read_change": read_change,
     }.items():
         monkeypatch.setattr(inspect, name, stand_in)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)

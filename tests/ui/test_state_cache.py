@@ -1,5 +1,6 @@
 """The API server's copy of the overview: one build at a time, kept a few seconds, served stale while a
-fresh one builds, dropped after an action, and built off the event loop."""
+fresh one builds, dropped when an action's job cannot be read again, and built off the event loop
+(patching the copy after an action: ``test_job_change.py``)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def test_past_the_stale_window_readers_wait_for_the_new_build():
     assert asyncio.run(scenario()) == "new"
 
 
-def test_an_action_drops_the_copy_and_a_build_read_before_it():
+def test_invalidating_drops_the_copy_and_a_build_read_before_it():
     async def scenario():
         c = cache(Clock())
         reads = []
@@ -116,7 +117,7 @@ def test_an_action_drops_the_copy_and_a_build_read_before_it():
 
         before = asyncio.create_task(c.get("ns", build))
         await asyncio.sleep(0)
-        c.invalidate()  # e.g. a cancel went through while read 1 was under way
+        c.invalidate()  # e.g. a cancel went through while read 1 was under way, and its job cannot be read
         after = await c.get("ns", build)
         gate.set()
         return await before, after, await c.get("ns", build)
