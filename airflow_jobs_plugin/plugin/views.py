@@ -124,6 +124,8 @@ class JobRow:
     # Where Kueue admits the job: its LocalQueue, and the ClusterQueue that reserved quota for it.
     kueue_queue: str | None = None
     cluster_queue: str | None = None
+    # The GPU resource ``gpus`` counts: whole NVIDIA GPUs, a MIG profile, amd.com/gpu (the job's gpu_resource).
+    device: str = labels.GPU_RESOURCE
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,12 @@ def created_at(job: Mapping[str, Any]) -> datetime | None:
     return _parse_time(_meta(job).get("creationTimestamp"))
 
 
+def device_of(job: Mapping[str, Any]) -> str:
+    """The GPU resource a job's ``gpus`` are: the annotation the operator writes when it is not whole
+    NVIDIA GPUs (``labels.GPU_DEVICE``)."""
+    return _annotations(job).get(labels.GPU_DEVICE) or labels.GPU_RESOURCE
+
+
 def may_be_waiting(job: Mapping[str, Any]) -> bool:
     """Whether a job may be waiting in the pool's queue, from its metadata alone: it carries no
     ``admitted-at``. Every write that suspends a job for the pool's queue removes ``admitted-at`` in
@@ -593,6 +601,7 @@ def job_row(
         task_url=task_url(dag_id, run_id, task_id, map_index) if dag_id and run_id and task_id else None,
         kueue_queue=kueue.queue_name(job),
         cluster_queue=kueue.cluster_queue(workload),
+        device=device_of(job),
     )
 
 

@@ -27,6 +27,7 @@ def test_status_prints_pools_queues_and_jobs_as_tables(population, capsys):
     assert pools.splitlines()[1].split() == [
         "GROUP",
         "USER",
+        "DEVICE",
         "QUOTA",
         "USED",
         "FREE",
@@ -34,7 +35,9 @@ def test_status_prints_pools_queues_and_jobs_as_tables(population, capsys):
         "QUEUED",
         "GPUS",
     ]
-    assert any(line.split()[:4] == ["vision", "<none>", "4", "2"] for line in pools.splitlines())
+    assert any(
+        line.split()[:5] == ["vision", "<none>", "nvidia.com/gpu", "4", "2"] for line in pools.splitlines()
+    )
     waiting = next(line for line in queues.splitlines() if population.names["waiting"] in line)
     assert waiting.split()[:3] == ["vision", "1", f"default/{population.names['waiting']}"]
     assert "GroupQuota" in waiting
