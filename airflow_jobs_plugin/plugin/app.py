@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
@@ -338,8 +338,9 @@ def create_app() -> FastAPI:
     cache: BuildCache[tuple[views.ClusterState, views.Overview]] = BuildCache()
     app.state.cluster_cache = cache
 
-    async def cluster_view(settings: Settings) -> tuple[views.ClusterState, views.Overview]:
-        """Every configured namespace's state and its whole overview (all readers), from the cache."""
+    def builder(
+        settings: Settings,
+    ) -> Callable[[], Coroutine[Any, Any, tuple[views.ClusterState, views.Overview]]]:
         target = settings.target()
 
         async def build() -> tuple[views.ClusterState, views.Overview]:
@@ -352,12 +353,42 @@ def create_app() -> FastAPI:
             kept.owners  # noqa: B018 - index here, in the worker thread, not on the first page's loop
             return kept, whole
 
-        return await cache.get((settings.kubernetes_conn_id, target), build)
+        return build
+
+    async def cluster_view(settings: Settings) -> tuple[views.ClusterState, views.Overview]:
+        """Every configured namespace's state and its whole overview (all readers), from the cache."""
+        return await cache.get((settings.kubernetes_conn_id, settings.target()), builder(settings))
+
+    async def newest_page(
+        settings: Settings, query: listing.JobQuery
+    ) -> tuple[views.Overview, listing.JobPage]:
+        """The page ``airflow-jobs status`` reads (``inspect.read_status``): the page's jobs and the
+        waiting ones whole, the rest as metadata of the newest creation windows, with pools and queues
+        from the ledgers; no charts (they need every job). In a worker thread on a loop of its own."""
+        target = settings.target()
+
+        async def read() -> tuple[views.Overview, listing.JobPage]:
+            found = await _with_cluster(settings, lambda c: inspect.read_status(c, target, query))
+            view, page = listing.with_page(views.overview(found.state), query, found.page, found.total)
+            return dataclasses.replace(view, charts=()), page
+
+        return await asyncio.to_thread(lambda: asyncio.run(read()))
 
     async def overview_of(
         settings: Settings, user: Any, query: listing.JobQuery
     ) -> tuple[views.Overview, listing.JobPage]:
-        _, whole = await cluster_view(settings)
+        key, build = (settings.kubernetes_conn_id, settings.target()), builder(settings)
+        quick = listing.by_metadata(query) and await asyncio.to_thread(_may, user, "GET", None)
+        kept = cache.kept(key, build, start=not quick)
+        if kept is None and quick:
+            # Nothing built yet (a start, an idle spell): the newest page answers in a second or two, then
+            # the whole view builds behind it (not beside it: both are CPU under one GIL). Only for a
+            # reader of every DAG, whose page needs no filtering after it was chosen; the others wait.
+            try:
+                return await newest_page(settings, query)
+            finally:
+                cache.kept(key, build)
+        _, whole = kept if kept is not None else await cluster_view(settings)
         # Narrowing 50,000 rows and asking the auth manager about each DAG is CPU and database work.
         return await asyncio.to_thread(
             lambda: listing.page_of(listing.narrow(_for_reader(user, whole), query), query)

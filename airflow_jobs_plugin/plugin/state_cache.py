@@ -89,6 +89,22 @@ class BuildCache(Generic[T]):
         # shield: one waiter giving up (a closed connection) must not cancel the build the others await.
         return await asyncio.shield(task)
 
+    def kept(
+        self, key: Hashable, build: Callable[[], Coroutine[Any, Any, T]], *, start: bool = True
+    ) -> T | None:
+        """What :meth:`get` would answer at once, without waiting: the kept value while fresh or stale
+        (refreshing behind a stale one as ``get`` does), else ``None``, with a build started (or under
+        way) that a later request finds unless ``start`` is false. For a reader that has a quicker answer
+        than waiting for a whole build (and may start it once that answer is given)."""
+        entry = self._entries.get(key)
+        age = self._clock() - entry.built_at if entry is not None else 0.0
+        if entry is not None and age < max(self._fresh, 2 * entry.took):
+            return entry.value
+        stale = entry is not None and age < max(self._stale, 5 * entry.took)
+        if key not in self._building and (start or stale):
+            self._start(key, build)
+        return entry.value if entry is not None and stale else None
+
     def invalidate(self) -> None:
         """Forget every kept value; builds already running are neither kept nor handed to later requests
         (they may have read the cluster before the change that called for this)."""

@@ -28,7 +28,7 @@ What is measured, in this process unless said otherwise:
 - the loop probe (``measure_loop``): the plugin mounted in a host app next to Airflow's own
   ``/api/v2/version`` route (the real one, ``core_api/routes/public/version.py``), on one event loop as
   the API server runs them, with a probe asking that route every 20 ms through a cold start (the first
-  page), warm pages, an action (Stop, its write stubbed: the static server takes no writes) with the job
+  page and ``/api/pools``), the whole view's build (a page sorted by state waits for it), warm pages, an action (Stop, its write stubbed: the static server takes no writes) with the job
   page and the job list after it, and two orphan sweeps (the first after a start reads the finished
   history whole once, the next only metadata); per phase the probe's p50, p99, worst and the count of
   answers over 500 ms, and each page's server time.
@@ -408,6 +408,10 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
             await asyncio.sleep(2)
             current[0] = "cold start"
             await timed("first page", "GET", "/")
+            await timed("first /api/pools", "GET", "/api/pools")
+            current[0] = "whole build"
+            # A sort by state needs the whole view: this waits for the build the first page started.
+            await timed("whole view built", "GET", "/api/jobs?sort=state")
             current[0] = "warm"
             for n in range(3):
                 await timed(f"warm / #{n + 1}", "GET", "/")

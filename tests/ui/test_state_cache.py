@@ -183,3 +183,33 @@ def test_a_costly_build_is_kept_longer_so_refreshes_do_not_run_back_to_back():
         return kept, stale, builds
 
     assert asyncio.run(scenario()) == (1, 1, 2)
+
+
+def test_kept_answers_without_waiting_and_starts_the_build_only_when_asked():
+    async def scenario():
+        clock = Clock()
+        c = cache(clock)
+        gate = asyncio.Event()
+        builds = 0
+
+        async def build():
+            nonlocal builds
+            builds += 1
+            await gate.wait()
+            return f"read {builds}"
+
+        nothing_yet = c.kept("ns", build, start=False)
+        started_none = builds == 0 and not c.holds("ns")
+        still_nothing = c.kept("ns", build)  # now the build starts behind
+        await asyncio.sleep(0)
+        gate.set()
+        first = await c.get("ns", build)
+        clock.now = 10  # stale: served at once, refreshed behind even when not asked to start
+        stale = c.kept("ns", build, start=False)
+        await asyncio.sleep(0)
+        return nothing_yet, started_none, still_nothing, first, stale, builds
+
+    nothing_yet, started_none, still_nothing, first, stale, builds = asyncio.run(scenario())
+    assert (nothing_yet, started_none, still_nothing) == (None, True, None)
+    assert (first, stale) == ("read 1", "read 1")
+    assert builds == 2
