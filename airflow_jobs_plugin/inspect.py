@@ -601,11 +601,17 @@ async def read_log_tails(
 
 
 async def follow_log(
-    client: KubeClient, namespace: str, pod: str, container: str | None
+    client: KubeClient, namespace: str, pod: str, container: str | None, tail_lines: int | None = None
 ) -> AsyncIterator[str]:
-    """A pod's log from its start, following it until the container ends."""
-    async for line in client.follow_log(namespace, pod, container=container):
+    """A pod's log from its start (or its last ``tail_lines`` lines), following it until the container
+    ends."""
+    async for line in client.follow_log(namespace, pod, container=container, tail_lines=tail_lines):
         yield line
+
+
+async def pods_of_job(client: KubeClient, job: Mapping[str, Any]) -> list[dict]:
+    """The pods of one job, by the label its kind's controller puts on them: not the namespace's."""
+    return await _pods_of_jobs(client, [job])
 
 
 def _ledger_namespace(target: Target) -> str | None:

@@ -1076,6 +1076,14 @@ def event_rows(events: Iterable[Mapping[str, Any]], now: datetime) -> tuple[Even
     return tuple(rows)
 
 
+def expected_ranks(job: Mapping[str, Any]) -> list[int]:
+    """The ranks a job has, as its spec asks (the launcher's is -1), whether or not their pods exist."""
+    return sorted(
+        LAUNCHER_RANK if role == LAUNCHER else index
+        for role, index in kinds.kind_of(job).expected_replicas(job)
+    )
+
+
 def log_targets(
     job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
 ) -> tuple[tuple[str, int, str, str], ...]:
