@@ -887,17 +887,23 @@ def with_change(kept: ClusterState, whole: Overview, change: JobChange) -> tuple
     """
     key = (change.namespace, change.name)
     stand_in = change.job or {"metadata": {"namespace": change.namespace, "name": change.name}}
-    old_pods = {_identity(p) for p in OwnerIndex(kept.pods, ()).pods_for(stand_in)}
-    jobs = tuple(j for j in kept.jobs if _identity(j) != key)
-    state = dataclasses.replace(
-        kept,
-        jobs=jobs + ((change.job,) if change.job is not None else ()),
-        pods=tuple(p for p in kept.pods if _identity(p) not in old_pods) + change.pods,
-        now=change.now,
-        policy=change.policy,
-        policy_problem=change.policy_problem,
-        ledgers=change.ledgers,
-        usage_histories=change.usage_histories,
+    index = kept.owners  # built once per kept state; the namespace's pods are not indexed again here
+    old_pods = {_identity(p) for p in index.pods_for(stand_in)}
+    waiting = tuple(j for j in kept.jobs if _identity(j) != key)
+    jobs = waiting + ((change.job,) if change.job is not None else ())
+    # What the pools, the queues and these rows read: the waiting jobs' and the changed job's own
+    # objects, not the namespace's (at 51,000 jobs, indexing every pod again cost seconds).
+    own_pods: dict[int, Mapping[str, Any]] = {}
+    own_events: dict[int, Mapping[str, Any]] = {}
+    for job in jobs:
+        pods = list(change.pods) if job is change.job else index.pods_for(job)
+        own_pods.update((id(p), p) for p in pods)
+        own_events.update((id(e), e) for e in index.events_for(job, pods))
+    state = _as_read(
+        dataclasses.replace(
+            kept, jobs=jobs, pods=tuple(own_pods.values()), events=tuple(own_events.values())
+        ),
+        change,
     )
     part = overview(state)
     fresh = {(r.namespace, r.name): r for r in part.jobs}
@@ -905,11 +911,30 @@ def with_change(kept: ClusterState, whole: Overview, change: JobChange) -> tuple
     if key in fresh:
         rows.append(fresh.pop(key))
     rows.sort(key=lambda r: (r.created_at or change.now, r.name), reverse=True)
-    still_kept = dataclasses.replace(state, jobs=tuple(j for j in state.jobs if _is_waiting(j)))
+    still_kept = _as_read(
+        dataclasses.replace(
+            kept,
+            jobs=tuple(j for j in jobs if _is_waiting(j)),
+            pods=tuple(p for p in kept.pods if _identity(p) not in old_pods) + change.pods,
+        ),
+        change,
+    )
     updated = dataclasses.replace(
         whole, now=change.now, pools=part.pools, queues=part.queues, jobs=tuple(rows), problems=part.problems
     )
     return still_kept, updated
+
+
+def _as_read(state: ClusterState, change: JobChange) -> ClusterState:
+    """``state`` with the time, policy and ledgers read with the change."""
+    return dataclasses.replace(
+        state,
+        now=change.now,
+        policy=change.policy,
+        policy_problem=change.policy_problem,
+        ledgers=change.ledgers,
+        usage_histories=change.usage_histories,
+    )
 
 
 def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
