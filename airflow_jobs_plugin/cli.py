@@ -494,17 +494,24 @@ def _run_logs(args: argparse.Namespace) -> int:
     import json
 
     from airflow_jobs_plugin import kinds
-    from airflow_jobs_plugin.inspect import JobNotFound, find_job, follow_log, read_cluster
+    from airflow_jobs_plugin.inspect import JobNotFound, find_job, follow_log, pods_of_job
     from airflow_jobs_plugin.manifests import LAUNCHER_RANK
-    from airflow_jobs_plugin.plugin.views import failed_log_target, log_targets, pick_log_target
+    from airflow_jobs_plugin.plugin.views import (
+        expected_ranks,
+        failed_log_target,
+        log_targets,
+        pick_log_target,
+    )
 
     async def work(client) -> int:
-        target = _target(args)
         job = await find_job(client, args.namespace, args.job)
-        state = await read_cluster(client, target)
-        targets = log_targets(job, state.pods)
+        ranks = expected_ranks(job)
+        if args.rank is not None and args.rank not in ranks:
+            raise JobNotFound(f"job {args.job} has no rank {args.rank} (ranks: {', '.join(map(str, ranks))})")
+        pods = await pods_of_job(client, job)
+        targets = log_targets(job, pods)
         if args.failed:
-            chosen = failed_log_target(job, state.pods)
+            chosen = failed_log_target(job, pods)
             if chosen is None:
                 raise JobNotFound(f"job {args.job}: no container of it has failed (or its pods are gone)")
         else:
@@ -513,8 +520,8 @@ def _run_logs(args: argparse.Namespace) -> int:
             launcher = pick_log_target(targets, LAUNCHER_RANK)
             if kinds.is_mpi(job) and launcher is not None and args.rank is not None and args.rank >= 0:
                 return await _rank_from_launcher(client, args, launcher)
-            ranks = ", ".join(str(t[1]) for t in targets) or "none yet"
-            raise JobNotFound(f"job {args.job} has no pod of rank {args.rank} (ranks: {ranks})")
+            present = ", ".join(str(t[1]) for t in targets) or "none yet"
+            raise JobNotFound(f"job {args.job} has no pod of rank {args.rank} (pods of ranks: {present})")
         replica, rank, pod, container = chosen
 
         def emit(line: str) -> None:
@@ -527,7 +534,7 @@ def _run_logs(args: argparse.Namespace) -> int:
             sys.stdout.flush()
 
         if args.follow:
-            async for line in follow_log(client, args.namespace, pod, container or None):
+            async for line in follow_log(client, args.namespace, pod, container or None, args.tail):
                 emit(line)
             return 0
         text = await client.read_log(args.namespace, pod, container=container or None, tail_lines=args.tail)

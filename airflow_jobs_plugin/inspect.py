@@ -11,7 +11,7 @@ job's snapshot costs time linear in the objects read, not their square.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -33,7 +33,7 @@ from airflow_jobs_plugin.kube import (
 )
 from airflow_jobs_plugin.plugin import listing
 from airflow_jobs_plugin.plugin import nodes as node_view
-from airflow_jobs_plugin.plugin.views import ClusterState, LogTail, log_targets, may_be_waiting
+from airflow_jobs_plugin.plugin.views import ClusterState, JobChange, LogTail, log_targets, may_be_waiting
 from airflow_jobs_plugin.quota.fair_share import UsageHistory
 from airflow_jobs_plugin.quota.ledger import group_of, is_product_job
 from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
@@ -458,6 +458,25 @@ async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
     return await _product_jobs(client, namespace)
 
 
+async def read_job_metadata(client: KubeClient, namespace: str) -> list[dict]:
+    """The product's Jobs and MPIJobs of a namespace as metadata only (``PartialObjectMetadataList``),
+    in chunks of :data:`LIST_CHUNK`: names, uids, labels, annotations, creation and deletion times."""
+    return await _product_jobs(client, namespace, metadata_only=True)
+
+
+async def read_jobs_of_tasks(client: KubeClient, namespace: str, task_keys: Iterable[str]) -> list[dict]:
+    """The whole product jobs carrying any of ``task_keys`` (the TASK_KEY label), a hundred keys per
+    label-selected LIST: every try and attempt of those task instances, and nothing else."""
+    keys = sorted(set(task_keys))
+    reads = [
+        _product_jobs(
+            client, namespace, selector=f"{labels.TASK_KEY} in ({','.join(keys[i : i + NAMES_PER_SELECTOR])})"
+        )
+        for i in range(0, len(keys), NAMES_PER_SELECTOR)
+    ]
+    return _joined(await asyncio.gather(*reads))
+
+
 async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
     """The product job ``name`` (a Job or an MPIJob); :class:`JobNotFound` otherwise."""
     for resource in (JOBS, MPIJOBS):
@@ -471,6 +490,23 @@ async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
             if (job["metadata"].get("labels") or {}).get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE:
                 return job
     raise JobNotFound(f"no GPU job {namespace}/{name}")
+
+
+async def read_change(client: KubeClient, target: Target, namespace: str, name: str) -> JobChange:
+    """Job ``name`` as it is now (``None`` once deleted), with its own pods and the quota policy and
+    ledgers: what :func:`views.with_change` needs to patch a cached view after an action on it."""
+    try:
+        job: dict | None = await find_job(client, namespace, name)
+    except JobNotFound:
+        job = None
+    pods: list = []
+    if job is not None:
+        pods = await _pods_of_jobs(client, [job])
+        job.setdefault("kind", kinds.kind_of(job).resource.kind)
+    (policy, problem), (ledgers, histories) = await asyncio.gather(
+        read_policy(client, target), read_ledgers(client, target)
+    )
+    return JobChange(namespace, name, job, tuple(pods), _now(), policy, problem, ledgers, histories)
 
 
 async def find_task_job(
@@ -565,11 +601,17 @@ async def read_log_tails(
 
 
 async def follow_log(
-    client: KubeClient, namespace: str, pod: str, container: str | None
+    client: KubeClient, namespace: str, pod: str, container: str | None, tail_lines: int | None = None
 ) -> AsyncIterator[str]:
-    """A pod's log from its start, following it until the container ends."""
-    async for line in client.follow_log(namespace, pod, container=container):
+    """A pod's log from its start (or its last ``tail_lines`` lines), following it until the container
+    ends."""
+    async for line in client.follow_log(namespace, pod, container=container, tail_lines=tail_lines):
         yield line
+
+
+async def pods_of_job(client: KubeClient, job: Mapping[str, Any]) -> list[dict]:
+    """The pods of one job, by the label its kind's controller puts on them: not the namespace's."""
+    return await _pods_of_jobs(client, [job])
 
 
 def _ledger_namespace(target: Target) -> str | None:

@@ -699,12 +699,14 @@ class KubeClient:
         container: str | None = None,
         since_time: str | None = None,
         timestamps: bool = False,
+        tail_lines: int | None = None,
     ) -> AsyncIterator[str]:
         query = [
             ("container", container),
             ("follow", "true"),
             ("sinceTime", since_time),
             ("timestamps", timestamps or None),
+            ("tailLines", tail_lines),
         ]
         async for line in self.stream(
             "GET", PODS.path(namespace, pod, "log"), query, read_timeout=None, api=self._log_stream_api()

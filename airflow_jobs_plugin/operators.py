@@ -81,7 +81,91 @@ KPO_NAMES = {
     "termination_grace_period": "use pod_template={'spec': {'terminationGracePeriodSeconds': ...}}",
     "ports": "use pod_template with the main container's ports: {'spec': {'containers': [{'name': 'main', "
     "'ports': [...]}]}}",
+    # The rest of KubernetesPodOperator.__init__ in cncf provider 10.25 (operators/pod.py), every one.
+    "schedulername": "use scheduler_name",
+    "deferrable": "remove it: JobOperator always waits on the triggerer",
+    "configmaps": "use env_from=[{'configMapRef': {'name': ...}}]",
+    "hostname": "use pod_template={'spec': {'hostname': ...}}",
+    "subdomain": "use pod_template={'spec': {'subdomain': ...}}",
+    "dns_config": "use pod_template={'spec': {'dnsConfig': ...}}",
+    "host_aliases": "use pod_template={'spec': {'hostAliases': [...]}}",
+    "automount_service_account_token": "use pod_template={'spec': {'automountServiceAccountToken': ...}}",
+    "termination_message_policy": "remove it: the product reads /dev/termination-log, the main container's "
+    "result (docs/operator.md)",
+    "base_container_name": "remove it: the product's container is always named main",
+    "base_container_status_polling_interval": "remove it: the triggerer follows the job through a watch",
+    "on_kill_action": "remove it: killing the task cancels its job (the job's page and events say who)",
+    "skip_on_exit_code": "remove it: a job's exit code fails or retries it (retryable_exit_codes, "
+    "fatal_exit_codes); it never skips the task",
+    "durable": "remove it: a retried task always reattaches to its job",
+    "startup_check_interval_seconds": "remove it: the triggerer follows the job through a watch",
+    "schedule_timeout_seconds": "use schedule_timeout (a timedelta or seconds)",
+    "init_container_logs": "use stream_logs (every container's log is streamed, prefixed by rank)",
+    "xcom_sidecar_container_security_context": "remove it: the result comes from /dev/termination-log, "
+    "without an XCom sidecar",
+    "log_events_on_startup": "remove it: the job's events are in its task log and on its page",
+    "log_pod_spec_on_failure": "remove it: the failure message names the job; airflow-jobs describe shows it",
+    "pod_runtime_info_envs": "use env with a valueFrom mapping: {'POD_IP': {'fieldRef': {'fieldPath': "
+    "'status.podIP'}}}",
+    "callbacks": "remove it: the job's states are Airflow task states and its page's timeline",
+    "progress_callback": "remove it: the pods' logs stream into the task log (stream_logs)",
+    "logging_interval": "remove it: the pods' logs stream into the task log as they are written",
+    "trigger_kwargs": "remove it: the trigger is the product's own",
+    "container_name_log_prefix_enabled": "remove it: each log line is prefixed by its rank",
+    "log_formatter": "remove it: each log line is prefixed by its rank",
 }
+
+
+def _is_kpo_resources(value: Any) -> bool:
+    """A V1ResourceRequirements (or its dict form), as KubernetesPodOperator's container_resources takes."""
+    if hasattr(value, "attribute_map") and hasattr(value, "openapi_types"):
+        return "limits" in value.attribute_map or "requests" in value.attribute_map
+    return isinstance(value, Mapping) and bool(value) and set(value) <= {"limits", "requests", "claims"}
+
+
+def kpo_pod_arguments(
+    values: Mapping[str, Any], runtime_class_name: str | None, secrets: Sequence[Any] | None
+) -> dict[str, Any]:
+    """The job arguments with KubernetesPodOperator's ``runtime_class_name`` and ``secrets`` folded in,
+    as that operator applies them (``airflow/providers/cncf/kubernetes/secret.py`` ``attach_to_pod``,
+    cncf provider 10.25): a Secret deployed as ``env`` with a key is one variable, without a key all of
+    its keys (``env_from``), as ``volume`` a read-only volume mounted at its target. An argument still
+    a template is left alone; it is folded once rendered. The author's own pod_template wins over
+    ``runtime_class_name``."""
+    out = dict(values)
+    if runtime_class_name and not contains_unrendered(out.get("pod_template")):
+        out["pod_template"] = merge_under(
+            {"spec": {"runtimeClassName": runtime_class_name}}, out.get("pod_template") or {}
+        )
+    targets = ("env", "env_from", "volumes", "volume_mounts")
+    if not secrets or any(contains_unrendered(out.get(t)) for t in targets):
+        return out
+    env, env_from = dict(out.get("env") or {}), list(out.get("env_from") or [])
+    volumes, mounts = list(out.get("volumes") or []), list(out.get("volume_mounts") or [])
+    for i, secret in enumerate(secrets):
+        kind, target, name, key = (
+            getattr(secret, a, None) for a in ("deploy_type", "deploy_target", "secret", "key")
+        )
+        if kind == "env" and key is not None:
+            env[target] = {"secretKeyRef": {"name": name, "key": key}}
+        elif kind == "env":
+            env_from.append({"secretRef": {"name": name}})
+        elif kind == "volume":
+            # Named by place and Secret, not a random suffix as upstream: the manifest is deterministic.
+            volume = f"secret-{i}-{name}"[:63].rstrip("-.").lower()
+            source: dict[str, Any] = {"secretName": name}
+            if getattr(secret, "items", None):
+                source["items"] = list(secret.items)
+            volumes.append({"name": volume, "secret": source})
+            mounts.append({"name": volume, "mountPath": target, "readOnly": True})
+        else:
+            raise JobSpecError(
+                f"secrets[{i}]", "must be a cncf Secret('env' or 'volume', target, secret, key)"
+            )
+    out.update(
+        env=env or None, env_from=env_from or None, volumes=volumes or None, volume_mounts=mounts or None
+    )
+    return out
 
 
 def read_pod_template_file(path: str) -> dict[str, Any]:
@@ -205,6 +289,9 @@ class JobOperator(BaseOperator):
     :param stream_logs: stream the pods' logs into the task log.
     :param quota_configmap: the quota policy ConfigMap (default: the deployment's configuration).
     :param quota_namespace: the namespace of that ConfigMap.
+    :param runtime_class_name: the pods' RuntimeClass, e.g. ``nvidia`` (KubernetesPodOperator's name).
+    :param secrets: KubernetesPodOperator ``Secret`` objects (cncf ``secret.Secret``): each becomes a variable,
+        all of a Secret's keys (``env_from``) or a read-only volume, as that operator mounts them.
     """
 
     # Every job argument may be Jinja or an XComArg (Airflow resolves XComArgs in template fields).
@@ -279,6 +366,8 @@ class JobOperator(BaseOperator):
         stream_logs: bool = True,
         quota_configmap: str | None = None,
         quota_namespace: str | None = None,
+        runtime_class_name: str | None = None,
+        secrets: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> None:
         for gone in sorted(set(kwargs) & set(POLICY_ONLY)):
@@ -290,6 +379,12 @@ class JobOperator(BaseOperator):
                 for name in renamed
             )
             raise JobSpecError(*problems[0], problems)
+        if _is_kpo_resources(container_resources):
+            raise JobSpecError(
+                "container_resources",
+                "is KubernetesPodOperator's V1ResourceRequirements; JobOperator takes cpu, memory and gpus "
+                "(with gpu_resource), and container_resources only for other resources, as names and amounts",
+            )
         super().__init__(**kwargs)
         self.image = image
         self.group = group
@@ -348,6 +443,8 @@ class JobOperator(BaseOperator):
         self.stream_logs = stream_logs
         self.quota_configmap = quota_configmap
         self.quota_namespace = quota_namespace
+        self.runtime_class_name = runtime_class_name
+        self.secrets = secrets
         # The arguments Airflow will render or resolve before execute(): their rendered text is read
         # as the type it spells (gpus="{{ params.gpus }}" renders to "4").
         self._from_templates = frozenset(
@@ -365,7 +462,7 @@ class JobOperator(BaseOperator):
         values["annotations"] = values.pop("job_annotations")
         if values["user"] is None:
             values["user"] = self.owner
-        return values
+        return kpo_pod_arguments(values, self.runtime_class_name, self.secrets)
 
     def _spec(self, *, templated: bool) -> JobSpec:
         values = self._job_arguments()

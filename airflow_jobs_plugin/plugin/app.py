@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
@@ -140,20 +140,20 @@ def may_act(user: Any, dag_id: str | None) -> bool:
 
 
 def _own_origins(request: Request) -> list[str]:
-    """The origins this Airflow is reached at: as the request names its host, as a proxy forwarded it,
-    and ``[api] base_url`` when set."""
+    """The origins this Airflow is reached at, by :func:`origin.own_origins`."""
+    import sys
+
     from airflow.configuration import conf
 
     headers = request.headers
-    found = [f"{request.url.scheme}://{headers.get('host', request.url.netloc)}"]
-    forwarded_host = headers.get("x-forwarded-host")
-    if forwarded_host:
-        scheme = headers.get("x-forwarded-proto", request.url.scheme).split(",")[0].strip()
-        found.append(f"{scheme}://{forwarded_host.split(',')[0].strip()}")
-    base_url = conf.get("api", "base_url", fallback=None)
-    if base_url:
-        found.append(base_url)
-    return found
+    return origin.own_origins(
+        request.url.scheme,
+        headers.get("host", request.url.netloc),
+        forwarded_host=headers.get("x-forwarded-host"),
+        forwarded_proto=headers.get("x-forwarded-proto"),
+        base_url=conf.get("api", "base_url", fallback=None),
+        trust_proxies=origin.trusts_proxies(sys.argv),
+    )
 
 
 def require_same_origin(request: Request, user: GetUserDep) -> None:
@@ -161,7 +161,7 @@ def require_same_origin(request: Request, user: GetUserDep) -> None:
 
     It depends on the signed-in user so that a request without credentials still gets Airflow's 401.
     """
-    if request.headers.get("authorization"):
+    if origin.carries_bearer(request.headers.get("authorization")):
         return
     why = origin.refusal(request.headers.get("origin"), request.headers.get("referer"), _own_origins(request))
     if why is not None:
@@ -338,8 +338,9 @@ def create_app() -> FastAPI:
     cache: BuildCache[tuple[views.ClusterState, views.Overview]] = BuildCache()
     app.state.cluster_cache = cache
 
-    async def cluster_view(settings: Settings) -> tuple[views.ClusterState, views.Overview]:
-        """Every configured namespace's state and its whole overview (all readers), from the cache."""
+    def builder(
+        settings: Settings,
+    ) -> Callable[[], Coroutine[Any, Any, tuple[views.ClusterState, views.Overview]]]:
         target = settings.target()
 
         async def build() -> tuple[views.ClusterState, views.Overview]:
@@ -352,12 +353,42 @@ def create_app() -> FastAPI:
             kept.owners  # noqa: B018 - index here, in the worker thread, not on the first page's loop
             return kept, whole
 
-        return await cache.get((settings.kubernetes_conn_id, target), build)
+        return build
+
+    async def cluster_view(settings: Settings) -> tuple[views.ClusterState, views.Overview]:
+        """Every configured namespace's state and its whole overview (all readers), from the cache."""
+        return await cache.get((settings.kubernetes_conn_id, settings.target()), builder(settings))
+
+    async def newest_page(
+        settings: Settings, query: listing.JobQuery
+    ) -> tuple[views.Overview, listing.JobPage]:
+        """The page ``airflow-jobs status`` reads (``inspect.read_status``): the page's jobs and the
+        waiting ones whole, the rest as metadata of the newest creation windows, with pools and queues
+        from the ledgers; no charts (they need every job). In a worker thread on a loop of its own."""
+        target = settings.target()
+
+        async def read() -> tuple[views.Overview, listing.JobPage]:
+            found = await _with_cluster(settings, lambda c: inspect.read_status(c, target, query))
+            view, page = listing.with_page(views.overview(found.state), query, found.page, found.total)
+            return dataclasses.replace(view, charts=()), page
+
+        return await asyncio.to_thread(lambda: asyncio.run(read()))
 
     async def overview_of(
         settings: Settings, user: Any, query: listing.JobQuery
     ) -> tuple[views.Overview, listing.JobPage]:
-        _, whole = await cluster_view(settings)
+        key, build = (settings.kubernetes_conn_id, settings.target()), builder(settings)
+        quick = listing.by_metadata(query) and await asyncio.to_thread(_may, user, "GET", None)
+        kept = cache.kept(key, build, start=not quick)
+        if kept is None and quick:
+            # Nothing built yet (a start, an idle spell): the newest page answers in a second or two, then
+            # the whole view builds behind it (not beside it: both are CPU under one GIL). Only for a
+            # reader of every DAG, whose page needs no filtering after it was chosen; the others wait.
+            try:
+                return await newest_page(settings, query)
+            finally:
+                cache.kept(key, build)
+        _, whole = kept if kept is not None else await cluster_view(settings)
         # Narrowing 50,000 rows and asking the auth manager about each DAG is CPU and database work.
         return await asyncio.to_thread(
             lambda: listing.page_of(listing.narrow(_for_reader(user, whole), query), query)
@@ -420,13 +451,37 @@ def create_app() -> FastAPI:
             if job is None and not may_act(user, None):
                 # A job already gone: only someone who may act on every DAG learns what happened to it.
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no GPU job {target.namespace}/{name}")
+            acted.append(True)
             return await door(client, target, name, user.get_name())
 
+        acted: list[bool] = []
         try:
             return await _with_cluster(settings, work)
         finally:
-            # Whatever the action changed, the next page shows it, not a copy read before it.
-            cache.invalidate()
+            if acted:
+                # Whatever the action changed, the next page shows it: the job is read again and patched
+                # into the cached view (and into a build under way), not the whole namespace rebuilt.
+                await refresh_job(settings, namespace, name)
+
+    async def refresh_job(settings: Settings, namespace: str, name: str) -> None:
+        target = settings.target()
+        key = (settings.kubernetes_conn_id, target)
+        if namespace not in target.namespaces or not cache.holds(key):
+            return  # nothing read before the action is kept (another namespace's page reads it uncached)
+        try:
+            change = await _with_cluster(settings, lambda c: inspect.read_change(c, target, namespace, name))
+        except HTTPException:
+            cache.invalidate()  # the job could not be read again: no copy read before the action is kept
+            return
+
+        def apply(
+            value: tuple[views.ClusterState, views.Overview],
+        ) -> tuple[views.ClusterState, views.Overview]:
+            kept, whole = views.with_change(*value, change)
+            kept.owners  # noqa: B018 - index here, in the worker thread, not on the next page's loop
+            return kept, whole
+
+        await cache.patch(key, apply)
 
     # --- JSON (typed: plugin/schema.py; the page's formatting stays in plugin/html.py) ---
 

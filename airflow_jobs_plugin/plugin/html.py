@@ -21,8 +21,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from html import escape
 
+from airflow_jobs_plugin.labels import GPU_RESOURCE
+
 from . import display, svg, theme, views
-from .nodes import HIDDEN, NodeView
+from .nodes import HIDDEN, NodeView, totals_line
 from .views import PREFIX, JobDetail, JobRow, Overview
 
 REFRESH_SECONDS = 5
@@ -173,7 +175,7 @@ def pools_section(ov: Overview) -> str:
         )
         rows.append(
             f'<tr class="pool" data-group="{_e(pool.group)}" data-cohort="{_e(pool.cohort)}">'
-            f"<td><b>{_e(pool.group)}</b></td><td></td>"
+            f"<td><b>{_e(pool.group)}</b></td><td></td><td>{_e(GPU_RESOURCE)}</td>"
             + cells(
                 pool.quota,
                 pool.most,
@@ -188,7 +190,7 @@ def pools_section(ov: Overview) -> str:
         for device in pool.devices:
             rows.append(
                 f'<tr class="device" data-group="{_e(pool.group)}" data-resource="{_e(device.resource)}">'
-                f"<td>{_e(pool.group)}</td><td>{_e(device.resource)}</td>"
+                f"<td>{_e(pool.group)}</td><td></td><td>{_e(device.resource)}</td>"
                 + cells(
                     device.quota,
                     "",
@@ -203,7 +205,7 @@ def pools_section(ov: Overview) -> str:
         for user in pool.users:
             rows.append(
                 f'<tr class="user" data-group="{_e(pool.group)}" data-user="{_e(user.user)}">'
-                f"<td>{_e(pool.group)}</td><td>{_e(user.user)}</td>"
+                f"<td>{_e(pool.group)}</td><td>{_e(user.user)}</td><td></td>"
                 + cells(
                     user.limit,
                     "",
@@ -218,7 +220,7 @@ def pools_section(ov: Overview) -> str:
     if not rows:
         return '<section id="pools"><h2>Pools</h2><p class="msg">no quota pools</p></section>'
     head = (
-        "<tr><th>group</th><th>user</th><th class=num>quota</th>"
+        "<tr><th>group</th><th>user</th><th>device</th><th class=num>quota</th>"
         + (
             '<th class=num title="the most GPUs the group may hold, borrowing included">most</th>'
             if cohorts
@@ -281,6 +283,12 @@ def _queue_cell(j: JobRow) -> str:
     return text + (f" &rarr; {_e(j.cluster_queue)}" if j.cluster_queue else "")
 
 
+def _gpus_cell(j: JobRow) -> str:
+    """The count, and the device under it unless whole NVIDIA GPUs (the column's header says GPUs)."""
+    device = "" if j.device == GPU_RESOURCE else f'<div class="msg device">{_e(j.device)}</div>'
+    return f'<td class=num data-device="{_e(j.device)}">{_e(j.gpus)}{device}</td>'
+
+
 def job_rows(rows: Sequence[JobRow], base: str = "") -> str:
     out = []
     for j in rows:
@@ -290,7 +298,7 @@ def job_rows(rows: Sequence[JobRow], base: str = "") -> str:
             f'<tr class="job" data-job="{_e(j.name)}" data-state="{_e(j.state)}">'
             f'<td><a href="{_e(base + j.detail_url)}">{_e(j.name)}</a><div class="msg">{_e(j.kind)}</div></td>'
             f"<td>{badge(j.state)}</td><td>{_e(j.reason)}<div class=msg>{_e(j.message)}</div></td>"
-            f"<td>{_e(j.group)}</td><td>{_e(j.user)}</td><td>{_queue_cell(j)}</td>{_num(j.gpus)}{_num(j.attempt)}"
+            f"<td>{_e(j.group)}</td><td>{_e(j.user)}</td><td>{_queue_cell(j)}</td>{_gpus_cell(j)}{_num(j.attempt)}"
             f"<td>{_e(display.age(j.age_seconds))}</td>"
             f"<td>{run}</td><td>{task}</td></tr>"
         )
@@ -323,12 +331,13 @@ def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "") -> str:
 
 
 def nodes_page(view: NodeView, *, base: str = "") -> str:
-    """The node view: a line per node (GPUs, used, free) and one per job holding GPUs on it."""
+    """The node view: a line per device of each node (offered, used, free) and one per job holding it."""
     rows = []
     for node in view.nodes:
         state = ("Ready" if node.ready else "NotReady") + ("" if node.schedulable else ", SchedulingDisabled")
         rows.append(
-            f'<tr class="node" data-node="{_e(node.name)}"><td><b>{_e(node.name)}</b></td><td>{_e(state)}</td>'
+            f'<tr class="node" data-node="{_e(node.name)}" data-device="{_e(node.device)}">'
+            f"<td><b>{_e(node.name)}</b></td><td>{_e(state)}</td><td>{_e(node.device)}</td>"
             f"{_num(node.gpus)}{_num(node.used)}{_num(node.free)}<td></td><td></td><td></td></tr>"
         )
         for h in node.holders:
@@ -339,18 +348,16 @@ def nodes_page(view: NodeView, *, base: str = "") -> str:
                 + ("" if h.product else ' <span class="msg">(not a GPU job of this product)</span>')
             )
             rows.append(
-                f'<tr class="holder" data-node="{_e(node.name)}" data-job="{_e(h.job)}"><td></td><td></td><td></td>'
+                f'<tr class="holder" data-node="{_e(node.name)}" data-device="{_e(h.device)}" '
+                f'data-job="{_e(h.job)}"><td></td><td></td><td></td><td></td>'
                 f"{_num(h.gpus)}<td></td><td>{_e(h.namespace)}/{job}</td><td>{_e(h.user or '')}</td>"
                 f"<td>{_e(h.group or '')}</td></tr>"
             )
     problem = f'<div class="problem">{_e(view.problem)}</div>' if view.problem else ""
-    summary = (
-        f'<p class="msg" id="totals">{view.used} of {view.gpus} GPUs in use, {view.free} free, '
-        f"on {len(view.nodes)} nodes</p>"
-    )
+    summary = f'<p class="msg" id="totals">{_e(totals_line(view))}</p>'
     head = (
-        "<tr><th>node</th><th>status</th><th class=num>GPUs</th><th class=num>used</th><th class=num>free</th>"
-        "<th>job</th><th>user</th><th>group</th></tr>"
+        "<tr><th>node</th><th>status</th><th>device</th><th class=num>offered</th><th class=num>used</th>"
+        "<th class=num>free</th><th>job</th><th>user</th><th>group</th></tr>"
     )
     table = f"<table>{head}{''.join(rows)}</table>" if rows else '<p class="msg">no node offers GPUs</p>'
     return page("GPU nodes", f'{problem}<section id="nodes">{summary}{table}</section>', base=base)

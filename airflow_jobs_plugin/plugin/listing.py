@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
 
+from airflow_jobs_plugin.labels import GPU_RESOURCE
+
 from .views import GroupQueue, JobRow, Overview, created_at, dag_of, group_of, user_of
 
 DEFAULT_LIMIT = 100
@@ -41,7 +43,8 @@ SORT_KEYS: dict[str, Callable[[JobRow], Any]] = {
     "group": lambda r: r.group,
     "user": lambda r: r.user,
     "dag": lambda r: _text(r.dag_id),
-    "gpus": lambda r: r.gpus,
+    # Device by device (whole GPUs first): two MIG slices are not more than one whole GPU.
+    "gpus": lambda r: (r.device != GPU_RESOURCE, r.device, r.gpus),
     "attempt": lambda r: r.attempt,
     "position": lambda r: (r.queue_position is None, r.queue_position or 0),
 }

@@ -6,6 +6,13 @@ which is how kube-scheduler's NodeResourcesFit plugin counts a node's requested 
 (kubernetes v1.32 ``pkg/scheduler/framework/types.go``, ``NodeInfo.AddPod``: every pod bound to the
 node, terminal ones removed by the scheduler's cache). Init containers count as the scheduler counts
 them: the larger of their largest request and the sum of the regular containers'.
+
+Every GPU device counts apart: whole NVIDIA GPUs (``nvidia.com/gpu``), each MIG profile
+(``nvidia.com/mig-1g.10gb``, ...: the NVIDIA device plugin's mixed strategy advertises each profile as a
+resource of its own), AMD (``amd.com/gpu``) and Intel (``gpu.intel.com/...``) GPUs, the names
+``spec.GPU_RESOURCE_PREFIXES`` knows. A node offering two devices has a row for each; a holder names the
+device it holds; totals are per device, and rows are ordered device by device, so a MIG slice is never
+added to, compared with or sorted among whole GPUs.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.quota.placement import NodeCapacity
+from airflow_jobs_plugin.spec import GPU_RESOURCE_PREFIXES
 from airflow_jobs_plugin.watch import job_key
 
 ENDED = ("Succeeded", "Failed")
@@ -32,30 +40,45 @@ class NodeHolder:
     group: str | None = None
     product: bool = True  # False: a pod of something else, not a GPU job of this product
     dag_id: str | None = None
+    device: str = labels.GPU_RESOURCE  # the resource it holds: nvidia.com/gpu, a MIG profile, amd.com/gpu
 
 
 @dataclass(frozen=True)
 class NodeRow:
-    """One node: its GPUs, how many pods hold, and who."""
+    """One device of one node: how many it offers, how many pods hold, and who."""
 
     name: str
-    gpus: int
+    gpus: int  # of ``device``
     used: int
     free: int
     ready: bool
     schedulable: bool
     holders: tuple[NodeHolder, ...]
+    device: str = labels.GPU_RESOURCE
+
+
+@dataclass(frozen=True)
+class DeviceTotal:
+    """One device over every node."""
+
+    device: str
+    gpus: int
+    used: int
+    free: int
+    nodes: int
 
 
 @dataclass(frozen=True)
 class NodeView:
-    """Every node with GPUs, and the totals; ``problem`` says what could not be read."""
+    """Every node with GPUs, a row per device it offers, and the totals per device (``gpus``, ``used``,
+    ``free``: whole NVIDIA GPUs; ``devices``: every device); ``problem`` says what could not be read."""
 
     nodes: tuple[NodeRow, ...]
     gpus: int
     used: int
     free: int
     problem: str | None = None
+    devices: tuple[DeviceTotal, ...] = ()
 
 
 def _count(value: Any) -> int:
@@ -71,6 +94,23 @@ def _asks(container: Mapping[str, Any], resource: str) -> int:
     return _count(
         (resources.get("requests") or {}).get(resource) or (resources.get("limits") or {}).get(resource)
     )
+
+
+def is_gpu_device(resource: str) -> bool:
+    return resource.startswith(GPU_RESOURCE_PREFIXES)
+
+
+def pod_devices(pod: Mapping[str, Any]) -> dict[str, int]:
+    """Every GPU device a pod holds on its node, by resource name, counted as the scheduler counts."""
+    spec = pod.get("spec") or {}
+    names = {
+        str(name)
+        for c in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+        for part in ("requests", "limits")
+        for name in ((c.get("resources") or {}).get(part) or {})
+        if is_gpu_device(str(name))
+    }
+    return {name: n for name in sorted(names) if (n := pod_gpus(pod, name))}
 
 
 def pod_gpus(pod: Mapping[str, Any], resource: str = labels.GPU_RESOURCE) -> int:
@@ -89,56 +129,90 @@ def _ready(node: Mapping[str, Any]) -> bool:
 def node_view(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], problem: str | None = None
 ) -> NodeView:
-    """The nodes that offer GPUs, busiest first, with the jobs holding them, largest first."""
-    held: dict[str, dict[tuple[str, str], NodeHolder]] = {}
+    """A row per device of every node that offers or holds GPUs, device by device, busiest first,
+    with the jobs holding them, largest first."""
+    held: dict[tuple[str, str], dict[tuple[str, str], NodeHolder]] = {}
     for pod in pods:
         spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
         node = spec.get("nodeName")
-        gpus = pod_gpus(pod)
-        if not node or not gpus or (pod.get("status") or {}).get("phase") in ENDED:
+        if not node or (pod.get("status") or {}).get("phase") in ENDED:
             continue
         namespace = str(meta.get("namespace") or "")
         annotations = meta.get("annotations") or {}
         owner = job_key(pod)
         product = labels.MANAGED_BY in (meta.get("labels") or {}) and owner is not None
         name = str(owner if product else meta.get("name") or "")
-        before = held.setdefault(node, {}).get((namespace, name))
-        held[node][(namespace, name)] = NodeHolder(
-            namespace,
-            name,
-            gpus + (before.gpus if before else 0),
-            annotations.get(labels.USER_NAME) if product else None,
-            annotations.get(labels.GROUP_NAME) if product else None,
-            product,
-            annotations.get(labels.DAG_ID) if product else None,
-        )
+        for device, gpus in pod_devices(pod).items():
+            on_node = held.setdefault((node, device), {})
+            before = on_node.get((namespace, name))
+            on_node[(namespace, name)] = NodeHolder(
+                namespace,
+                name,
+                gpus + (before.gpus if before else 0),
+                annotations.get(labels.USER_NAME) if product else None,
+                annotations.get(labels.GROUP_NAME) if product else None,
+                product,
+                annotations.get(labels.DAG_ID) if product else None,
+                device,
+            )
     rows = []
     for node in nodes:
         capacity = NodeCapacity.of(node)
-        holders = tuple(
-            sorted(held.get(capacity.name, {}).values(), key=lambda h: (-h.gpus, h.namespace, h.job))
-        )
-        if not capacity.gpus and not holders:
-            continue
-        used = sum(h.gpus for h in holders)
-        rows.append(
-            NodeRow(
-                name=capacity.name,
-                gpus=capacity.gpus,
-                used=used,
-                free=max(0, capacity.gpus - used),
-                ready=_ready(node),
-                schedulable=not (node.get("spec") or {}).get("unschedulable"),
-                holders=holders,
+        offered = {d: n for d, n in capacity.devices.items() if n}
+        devices = sorted(set(offered) | {d for n, d in held if n == capacity.name})
+        for device in devices:
+            holders = tuple(
+                sorted(
+                    held.get((capacity.name, device), {}).values(),
+                    key=lambda h: (-h.gpus, h.namespace, h.job),
+                )
+            )
+            used = sum(h.gpus for h in holders)
+            gpus = offered.get(device, 0)
+            rows.append(
+                NodeRow(
+                    name=capacity.name,
+                    gpus=gpus,
+                    used=used,
+                    free=max(0, gpus - used),
+                    ready=_ready(node),
+                    schedulable=not (node.get("spec") or {}).get("unschedulable"),
+                    holders=holders,
+                    device=device,
+                )
+            )
+    # Whole GPUs first, then the other devices by name; busiest first within a device.
+    rows.sort(key=lambda r: (r.device != labels.GPU_RESOURCE, r.device, -r.used, r.name))
+    totals = []
+    for device in dict.fromkeys(r.device for r in rows):
+        mine = [r for r in rows if r.device == device]
+        totals.append(
+            DeviceTotal(
+                device,
+                sum(r.gpus for r in mine),
+                sum(r.used for r in mine),
+                sum(r.free for r in mine),
+                len(mine),
             )
         )
-    rows.sort(key=lambda r: (-r.used, r.name))
+    whole = next((t for t in totals if t.device == labels.GPU_RESOURCE), None)
     return NodeView(
         tuple(rows),
-        gpus=sum(r.gpus for r in rows),
-        used=sum(r.used for r in rows),
-        free=sum(r.free for r in rows),
+        gpus=whole.gpus if whole else 0,
+        used=whole.used if whole else 0,
+        free=whole.free if whole else 0,
         problem=problem,
+        devices=tuple(totals),
+    )
+
+
+def totals_line(view: NodeView) -> str:
+    """Per device: ``8 of 24 nvidia.com/gpu in use, 16 free, on 3 nodes; 2 of 14 nvidia.com/mig-1g.10gb ...``."""
+    if not view.devices:
+        return "no node offers GPUs"
+    return "; ".join(
+        f"{t.used} of {t.gpus} {t.device} in use, {t.free} free, on {t.nodes} node{'s' if t.nodes != 1 else ''}"
+        for t in view.devices
     )
 
 
@@ -161,7 +235,7 @@ def for_reader(view: NodeView, may_read: Callable[[str | None], bool]) -> NodeVi
         holders = tuple(
             h
             if not h.product or allowed(h.dag_id)
-            else NodeHolder(h.namespace, HIDDEN, h.gpus, None, h.group, True, None)
+            else NodeHolder(h.namespace, HIDDEN, h.gpus, None, h.group, True, None, h.device)
             for h in row.holders
         )
         rows.append(replace(row, holders=holders))

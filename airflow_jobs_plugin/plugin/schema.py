@@ -154,6 +154,9 @@ class Job(Model):
     group: str | None = Field(description="the quota group it runs in")
     user: str | None = Field(description="the user it runs for")
     gpus: int = Field(description="GPUs the job asks for, all replicas together")
+    device: str = Field(
+        description="the GPU resource gpus counts: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
+    )
     attempt: int = Field(description="the product's submission attempt of the task try, from 1")
     requeue_count: int = Field(description="how often the pool sent it back to the queue")
     pod_failures: int = Field(description="pods that failed within this attempt")
@@ -376,27 +379,44 @@ class NodeHolder(Model):
     group: str | None = Field(description="the job's group")
     product: bool = Field(description="false for a pod that is not a GPU job of this product")
     dag_id: str | None = Field(description="the job's DAG; null for other pods and unreadable jobs")
+    device: str = Field(
+        description="the GPU resource it holds: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
+    )
 
 
 class Node(Model):
-    """One node offering GPUs."""
+    """One GPU device of one node (a node offering several devices has a row for each)."""
 
     name: str = Field(description="the node's name")
-    gpus: int = Field(description="allocatable GPUs")
-    used: int = Field(description="GPUs the live pods bound to it ask for")
+    device: str = Field(
+        description="the GPU resource of this row: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
+    )
+    gpus: int = Field(description="allocatable units of the device")
+    used: int = Field(description="units of the device the live pods bound to it ask for")
     free: int = Field(description="gpus minus used, at least 0")
     ready: bool = Field(description="the node's Ready condition")
     schedulable: bool = Field(description="false when cordoned")
     holders: list[NodeHolder] = Field(description="largest first")
 
 
-class Nodes(Model):
-    """Every node with GPUs and the totals."""
+class DeviceTotal(Model):
+    """One GPU device over every node."""
 
-    nodes: list[Node] = Field(description="busiest first")
-    gpus: int = Field(description="allocatable GPUs of every node")
-    used: int = Field(description="GPUs held on every node")
-    free: int = Field(description="GPUs free on every node")
+    device: str = Field(description="the GPU resource")
+    gpus: int = Field(description="allocatable units on every node")
+    used: int = Field(description="units held on every node")
+    free: int = Field(description="units free on every node")
+    nodes: int = Field(description="nodes offering or holding it")
+
+
+class Nodes(Model):
+    """Every node with GPUs, a row per device, and the totals per device."""
+
+    nodes: list[Node] = Field(description="device by device (whole NVIDIA GPUs first), busiest first")
+    gpus: int = Field(description="allocatable whole NVIDIA GPUs (nvidia.com/gpu) of every node; see devices")
+    used: int = Field(description="whole NVIDIA GPUs held on every node")
+    free: int = Field(description="whole NVIDIA GPUs free on every node")
+    devices: list[DeviceTotal] = Field(description="the totals of every device, never added together")
     problem: str | None = Field(description="what could not be read (e.g. pods outside the jobs' namespaces)")
 
 
@@ -441,6 +461,7 @@ def job(row: views.JobRow) -> Job:
         group=_text(row.group),
         user=_text(row.user),
         gpus=row.gpus,
+        device=row.device,
         attempt=row.attempt,
         requeue_count=row.requeue_count,
         pod_failures=row.pod_failures,
@@ -693,6 +714,7 @@ def node_view(v: nodes.NodeView) -> Nodes:
         nodes=[
             Node(
                 name=n.name,
+                device=n.device,
                 gpus=n.gpus,
                 used=n.used,
                 free=n.free,
@@ -707,6 +729,7 @@ def node_view(v: nodes.NodeView) -> Nodes:
                         group=_text(h.group),
                         product=h.product,
                         dag_id=_text(h.dag_id),
+                        device=h.device,
                     )
                     for h in n.holders
                 ],
@@ -716,6 +739,10 @@ def node_view(v: nodes.NodeView) -> Nodes:
         gpus=v.gpus,
         used=v.used,
         free=v.free,
+        devices=[
+            DeviceTotal(device=t.device, gpus=t.gpus, used=t.used, free=t.free, nodes=t.nodes)
+            for t in v.devices
+        ],
         problem=_text(v.problem),
     )
 

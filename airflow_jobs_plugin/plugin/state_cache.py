@@ -16,14 +16,19 @@ server (its UI and REST API share the event loop) for that long, every 5 s per o
 - both windows stretch with the cost of the build (at least twice, and five times, as long as the
   last build took): a namespace whose build takes 40 s of CPU is rebuilt at most every 80 s, not
   back to back, so one open page cannot keep a core of the API server busy;
-- a person's action through this server (cancel, stop, resume) drops the copy, so the page that
-  follows shows the action's effect.
+- a person's action through this server (cancel, stop, resume) patches the copy with the job it
+  touched (:meth:`BuildCache.patch`, read again by the action, applied by
+  :func:`airflow_jobs_plugin.plugin.views.with_change`): the page that follows shows the action's
+  effect at once, and nobody waits for a whole rebuild because someone clicked Stop. A build under way
+  when the patch came may have read the cluster before the action: the patch is applied to its value
+  too when it lands.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass
@@ -65,6 +70,11 @@ class BuildCache(Generic[T]):
         self._entries: dict[Hashable, _Entry[T]] = {}
         self._building: dict[Hashable, asyncio.Task[T]] = {}
         self._generation = 0
+        # Patches by key, numbered: a build applies those numbered after the one current at its start.
+        self._patches: dict[Hashable, list[tuple[int, Callable[[T], T]]]] = {}
+        self._patch_number = 0
+        self._started_at_patch: dict[Hashable, int] = {}
+        self._patching = asyncio.Lock()
 
     async def get(self, key: Hashable, build: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """The value of ``key``: the kept one while fresh (or stale, refreshing behind it), else built."""
@@ -79,22 +89,62 @@ class BuildCache(Generic[T]):
         # shield: one waiter giving up (a closed connection) must not cancel the build the others await.
         return await asyncio.shield(task)
 
+    def kept(
+        self, key: Hashable, build: Callable[[], Coroutine[Any, Any, T]], *, start: bool = True
+    ) -> T | None:
+        """What :meth:`get` would answer at once, without waiting: the kept value while fresh or stale
+        (refreshing behind a stale one as ``get`` does), else ``None``, with a build started (or under
+        way) that a later request finds unless ``start`` is false. For a reader that has a quicker answer
+        than waiting for a whole build (and may start it once that answer is given)."""
+        entry = self._entries.get(key)
+        age = self._clock() - entry.built_at if entry is not None else 0.0
+        if entry is not None and age < max(self._fresh, 2 * entry.took):
+            return entry.value
+        stale = entry is not None and age < max(self._stale, 5 * entry.took)
+        if key not in self._building and (start or stale):
+            self._start(key, build)
+        return entry.value if entry is not None and stale else None
+
     def invalidate(self) -> None:
         """Forget every kept value; builds already running are neither kept nor handed to later requests
         (they may have read the cluster before the change that called for this)."""
         self._entries.clear()
         self._building.clear()
+        self._patches.clear()
         self._generation += 1
+
+    def holds(self, key: Hashable) -> bool:
+        """Whether a value of ``key`` is kept or being built: whether a patch would change anything."""
+        return key in self._entries or key in self._building
+
+    async def patch(self, key: Hashable, change: Callable[[T], T]) -> None:
+        """Apply ``change`` (a pure function, run in a worker thread) to the kept value of ``key``, and
+        to the value of a build under way when it lands. The kept value's age is unchanged: the next
+        build comes when it would have."""
+        async with self._patching:
+            self._patch_number += 1
+            if key in self._building:
+                self._patches.setdefault(key, []).append((self._patch_number, change))
+            entry = self._entries.get(key)
+            if entry is not None:
+                value = await asyncio.to_thread(change, entry.value)
+                self._entries[key] = dataclasses.replace(entry, value=value)
 
     def _start(self, key: Hashable, build: Callable[[], Coroutine[Any, Any, T]]) -> asyncio.Task[T]:
         generation = self._generation
         started = self._clock()
+        self._started_at_patch[key] = self._patch_number
 
         async def run() -> T:
             try:
                 value = await self._runner(build)
-                if generation == self._generation:
-                    self._entries[key] = _Entry(value, started, self._clock() - started)
+                async with self._patching:
+                    since = self._started_at_patch.get(key, 0)
+                    for number, change in self._patches.pop(key, []):
+                        if number > since:
+                            value = await asyncio.to_thread(change, value)
+                    if generation == self._generation:
+                        self._entries[key] = _Entry(value, started, self._clock() - started)
                 return value
             finally:
                 if self._building.get(key) is task:

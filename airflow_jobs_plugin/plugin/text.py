@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from airflow_jobs_plugin.labels import GPU_RESOURCE
+
 from . import display
-from .nodes import NodeView
+from .nodes import NodeView, totals_line
 from .views import JobDetail, JobRow, Overview
 
 NONE = "<none>"
@@ -35,7 +37,7 @@ def pools_table(ov: Overview) -> str:
     policy without them reads as before."""
     cohorts = any(p.cohort for p in ov.pools)
     fair = any(u.recent_gpus is not None for p in ov.pools for u in p.users)
-    columns = ["group", "user", "quota"]
+    columns = ["group", "user", "device", "quota"]
     columns += ["most"] if cohorts else []
     columns += ["used"] + (["recent"] if fair else []) + ["free"]
     columns += ["cohort", "borrowed", "lent"] if cohorts else []
@@ -45,6 +47,7 @@ def pools_table(ov: Overview) -> str:
         rows.append(
             {
                 "group": pool.group,
+                "device": GPU_RESOURCE,
                 "quota": _limit(pool.quota),
                 "most": _limit(pool.most),
                 "used": pool.used,
@@ -58,7 +61,7 @@ def pools_table(ov: Overview) -> str:
         )
         for device in pool.devices:
             rows.append(
-                {"user": device.resource, "quota": device.quota, "used": device.used, "free": device.free}
+                {"device": device.resource, "quota": device.quota, "used": device.used, "free": device.free}
             )
         for user in pool.users:
             rows.append(
@@ -113,6 +116,7 @@ def status_text(ov: Overview) -> str:
             j.user,
             queue_of(j),
             j.gpus,
+            j.device,
             j.attempt,
             display.age(j.age_seconds),
             j.dag_id,
@@ -122,7 +126,20 @@ def status_text(ov: Overview) -> str:
     ]
     out.append(
         table(
-            ["name", "state", "reason", "group", "user", "queue", "gpus", "attempt", "age", "dag", "task"],
+            [
+                "name",
+                "state",
+                "reason",
+                "group",
+                "user",
+                "queue",
+                "gpus",
+                "device",
+                "attempt",
+                "age",
+                "dag",
+                "task",
+            ],
             jobs,
         )
         if jobs
@@ -236,26 +253,27 @@ def _indent(text: str) -> str:
 
 
 def nodes_text(view: NodeView) -> str:
-    """The node view: a line per node, then one per job holding GPUs on it (``mcli util``'s layout)."""
+    """The node view: a line per device of each node, then one per job holding it (``mcli util``'s
+    layout, with the device named)."""
     rows: list[list[object]] = []
     for node in view.nodes:
         state = "Ready" if node.ready else "NotReady"
         if not node.schedulable:
             state += ",SchedulingDisabled"
-        rows.append([node.name, state, node.gpus, node.used, node.free, "", "", ""])
+        rows.append([node.name, state, node.device, node.gpus, node.used, node.free, "", "", ""])
         for holder in node.holders:
             who = (
                 f"{holder.namespace}/{holder.job}"
                 if holder.product
                 else f"{holder.namespace}/{holder.job} (not a GPU job of this product)"
             )
-            rows.append(["", "", "", holder.gpus, "", who, holder.user or "", holder.group or ""])
+            rows.append(["", "", "", "", holder.gpus, "", who, holder.user or "", holder.group or ""])
     out = [
-        table(["node", "status", "gpus", "used", "free", "job", "user", "group"], rows)
+        table(["node", "status", "device", "gpus", "used", "free", "job", "user", "group"], rows)
         if rows
         else "no node offers GPUs",
         "",
-        f"{view.used} of {view.gpus} GPUs in use, {view.free} free, on {len(view.nodes)} nodes",
+        totals_line(view),
     ]
     if view.problem:
         out.append(f"note: {view.problem}")

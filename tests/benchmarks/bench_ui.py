@@ -24,7 +24,14 @@ What is measured, in this process unless said otherwise:
 - each route of the plugin's FastAPI app, called through ASGI with Airflow's authentication stubbed
   (every DAG readable): the wall time of the request inside the server. The first request pays for the
   build of the overview; later ones (within the cache's freshness) find it built;
-- ``airflow-jobs status`` as a user runs it: a child process, wall time from start to exit, its CPU.
+- ``airflow-jobs status`` as a user runs it: a child process, wall time from start to exit, its CPU;
+- the loop probe (``measure_loop``): the plugin mounted in a host app next to Airflow's own
+  ``/api/v2/version`` route (the real one, ``core_api/routes/public/version.py``), on one event loop as
+  the API server runs them, with a probe asking that route every 20 ms through a cold start (the first
+  page and ``/api/pools``), the whole view's build (a page sorted by state waits for it), warm pages, an action (Stop, its write stubbed: the static server takes no writes) with the job
+  page and the job list after it, and two orphan sweeps (the first after a start reads the finished
+  history whole once, the next only metadata); per phase the probe's p50, p99, worst and the count of
+  answers over 500 ms, and each page's server time.
 """
 
 from __future__ import annotations
@@ -313,6 +320,151 @@ def measure_app() -> dict[str, Any]:
     return asyncio.run(run())
 
 
+PROBE_EVERY = 0.02  # seconds between two probe requests
+LIVE_JOB = "live-runner-00000-a1"  # a running Job of every namespace multiply() makes
+
+
+def _spread(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies) or [float("nan")]
+    return {
+        "n": len(latencies),
+        "p50_ms": 1000 * ordered[len(ordered) // 2],
+        "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "max_ms": 1000 * ordered[-1],
+        "over_500ms": sum(1 for x in latencies if x > 0.5),
+    }
+
+
+def measure_loop(kubeconfig: str) -> dict[str, Any]:
+    """Airflow's own route on the plugin's event loop through a cold start, warm pages, an action and
+    two orphan sweeps (see the module docstring)."""
+    import httpx
+    from airflow.api_fastapi.core_api import security
+    from airflow.api_fastapi.core_api.routes.public.version import version_router
+    from fastapi import FastAPI
+
+    from airflow_jobs_plugin import actions, inspect
+    from airflow_jobs_plugin.inspect import Target
+    from airflow_jobs_plugin.kube import KubeClient
+    from airflow_jobs_plugin.orphans import TaskRecord
+    from airflow_jobs_plugin.plugin import app as plugin_app
+    from airflow_jobs_plugin.plugin import sweep as sweep_module
+
+    class Reader:
+        def get_name(self) -> str:
+            return "bench"
+
+    async def stop(client, target, name, by):  # the static server takes no writes: the read path is measured
+        return actions.ActionOutcome("stop", target.namespace, name, "Job", True, f"job/{name} stopped")
+
+    inspect.stop = stop
+    plugin_app._may = lambda *args, **kwargs: True
+    plugin = plugin_app.create_app()
+    plugin.dependency_overrides[security.get_user] = Reader
+    plugin.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
+    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace=NAMESPACE)
+    plugin.dependency_overrides[plugin_app.require_same_origin] = lambda: None
+    host = FastAPI()
+    host.include_router(version_router, prefix="/api/v2")
+    host.mount(plugin_app.URL_PREFIX, plugin)
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=2)
+
+    def read_tasks(refs):
+        # The history's tasks ended long ago (every finished job is a candidate the sweep must read
+        # whole once); the live jobs' tasks are deferred.
+        return {r.dag_id for r in refs}, {
+            r: TaskRecord("success", 1, long_ago)
+            if "done" in r.task_id or "broken" in r.task_id
+            else TaskRecord("deferred", 1, None)
+            for r in refs
+        }
+
+    async def connect():
+        return await KubeClient.from_kubeconfig(kubeconfig), Target(namespace=NAMESPACE)
+
+    phases: dict[str, list[float]] = {}
+    pages: dict[str, float] = {}
+    current = ["idle"]
+
+    async def run() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=host)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=None) as client:
+            stop_probe = asyncio.Event()
+
+            async def probe() -> None:
+                while not stop_probe.is_set():
+                    start = time.perf_counter()
+                    (await client.get("/api/v2/version")).raise_for_status()
+                    phases.setdefault(current[0], []).append(time.perf_counter() - start)
+                    await asyncio.sleep(PROBE_EVERY)
+
+            async def timed(label: str, method: str, path: str) -> None:
+                start = time.perf_counter()
+                response = await client.request(method, plugin_app.URL_PREFIX + path)
+                pages[label] = time.perf_counter() - start
+                response.raise_for_status()
+
+            prober = asyncio.create_task(probe())
+            await asyncio.sleep(2)
+            current[0] = "cold start"
+            await timed("first page", "GET", "/")
+            await timed("first /api/pools", "GET", "/api/pools")
+            current[0] = "whole build"
+            # A sort by state needs the whole view: this waits for the build the first page started.
+            await timed("whole view built", "GET", "/api/jobs?sort=state")
+            current[0] = "warm"
+            for n in range(3):
+                await timed(f"warm / #{n + 1}", "GET", "/")
+            await timed("warm /api/jobs", "GET", "/api/jobs")
+            current[0] = "action"
+            await timed("stop", "POST", f"/api/jobs/{NAMESPACE}/{LIVE_JOB}/stop")
+            await timed("job page after the action", "GET", f"/jobs/{NAMESPACE}/{LIVE_JOB}")
+            await timed("/api/jobs after the action", "GET", "/api/jobs")
+            grace = timedelta(minutes=10)
+            if hasattr(sweep_module, "Memory"):  # this version: each sweep off the loop, with its memory
+                memory = sweep_module.Memory()
+                for n in (1, 2):
+                    current[0] = f"sweep {n}"
+
+                    async def once() -> None:
+                        sweep_client, target = await connect()
+                        try:
+                            await sweep_module.sweep(
+                                sweep_client, target, read_tasks, grace=grace, memory=memory
+                            )
+                        finally:
+                            await sweep_client.close()
+
+                    start = time.perf_counter()
+                    await sweep_module._off_the_loop(once)
+                    pages[f"sweep {n}"] = time.perf_counter() - start
+            else:  # an earlier version: the sweep ran on the server's loop
+                for n in (1, 2):
+                    current[0] = f"sweep {n}"
+                    sweep_client, target = await connect()
+                    start = time.perf_counter()
+                    try:
+                        await sweep_module.sweep(sweep_client, target, read_tasks, grace=grace)
+                    finally:
+                        await sweep_client.close()
+                    pages[f"sweep {n}"] = time.perf_counter() - start
+            current[0] = "after"
+            await asyncio.sleep(1)
+            stop_probe.set()
+            await prober
+        import gc
+
+        gc.collect()
+        return {
+            "probe": {phase: _spread(latencies) for phase, latencies in phases.items()},
+            "pages_s": pages,
+            "rss_after_mb": _peak_rss_mb("VmRSS"),
+            "peak_rss_mb": _peak_rss_mb(),
+        }
+
+    return asyncio.run(run())
+
+
 def measure_status(kubeconfig: str, runs: int = 3) -> dict[str, float]:
     """``airflow-jobs status`` as a user runs it, from an installed package: Python's bytecode caches
     written (an environment's PYTHONDONTWRITEBYTECODE is dropped, and a first run, not counted, writes
@@ -356,7 +508,7 @@ def main() -> None:
     parser.add_argument("--finished", type=int, default=50_000)
     parser.add_argument("--live", type=int, default=1_000)
     parser.add_argument("--finished-events", type=int, default=1_000)
-    parser.add_argument("--skip", action="append", default=[], choices=["core", "app", "status"])
+    parser.add_argument("--skip", action="append", default=[], choices=["core", "app", "status", "loop"])
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     parser.add_argument(
         "--data",
@@ -390,6 +542,9 @@ def main() -> None:
             if "app" not in args.skip:
                 result["app"] = measure_app()
                 print(json.dumps(result["app"]), flush=True)
+            if "loop" not in args.skip:
+                result["loop"] = measure_loop(kubeconfig)
+                print(json.dumps(result["loop"]), flush=True)
             if "status" not in args.skip:
                 result["status"] = measure_status(kubeconfig)
                 print(json.dumps(result["status"]), flush=True)

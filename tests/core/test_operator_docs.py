@@ -17,6 +17,9 @@ OPERATOR_ONLY = {
     "stream_logs",
     "quota_configmap",
     "quota_namespace",
+    # KubernetesPodOperator's names, folded into pod_template, env, env_from and volumes (operators.py).
+    "runtime_class_name",
+    "secrets",
 }
 # The operator's names for what JobSpec and validate() call labels and annotations.
 RENAMED = {"job_labels": "labels", "job_annotations": "annotations"}

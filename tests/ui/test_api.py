@@ -219,6 +219,14 @@ def test_a_cross_origin_post_with_airflows_session_cookie_is_refused(api_server,
         forged = post(api_server, PREFIX + path, cookies=cookie, headers={"Origin": "https://evil.example"})
         assert forged.status_code == 403, forged.text
         assert "Origin https://evil.example is not this Airflow" in forged.json()["detail"]
+    # Airflow honours only Bearer: with Basic it authenticates the cookie, so the check still applies.
+    basic = post(
+        api_server,
+        f"{PREFIX}/api/jobs/default/{name}/cancel",
+        cookies=cookie,
+        headers={"Origin": "https://evil.example", "Authorization": "Basic YWRtaW46YWRtaW4tcHc="},
+    )
+    assert basic.status_code == 403, basic.text
     bare = post(api_server, f"{PREFIX}/jobs/default/{name}/cancel", cookies=cookie)
     assert bare.status_code == 403
     assert "no Origin or Referer header" in bare.json()["detail"]

@@ -2,15 +2,18 @@
 
 The plugin's app is mounted in a host app on one event loop, as Airflow's API server mounts it next to
 its own routes; Airflow's authentication is stubbed (it is tested against a real API server in
-``test_api.py``). The cluster read is replaced by one that holds its thread until the test lets it go,
-standing for LISTs of hundreds of megabytes and 50,000 snapshots: CPU work that, run on the event loop,
-would stall every other request of the server until it ended.
+``test_api.py``). The cluster read is replaced by one that works as the real build does until the test
+lets it go: Python code holding the GIL, building dicts and strings as decoding LISTs of hundreds of
+megabytes and 50,000 snapshots do (and so running the garbage collector), not a thread that sleeps.
+Run on the event loop it would stall every other request of the server until it ended; in a worker
+thread the loop gets the GIL back at every switch interval (``sys.getswitchinterval``, 5 ms).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 import pytest
@@ -28,6 +31,25 @@ class Reader:
         return "reader"
 
 
+def busy_until(release: threading.Event) -> int:
+    """CPU and allocation as a build's, without a pause, until ``release`` (or the safety net)."""
+    deadline = time.monotonic() + SAFETY_NET
+    kept: list[list[dict]] = []
+    made = 0
+    while not release.is_set() and time.monotonic() < deadline:
+        chunk = [
+            {
+                "metadata": {"name": f"job-{made + i}", "labels": {"group": "vision", "n": str(i)}},
+                "gpus": i % 8,
+            }
+            for i in range(500)
+        ]
+        kept.append(chunk)
+        del kept[:-40]  # a bounded heap: the work is allocation and collection, not growth
+        made += len(chunk)
+    return made
+
+
 @pytest.fixture
 def host(monkeypatch):
     """Airflow's stand-in: a host app with its own cheap route, the plugin mounted under it."""
@@ -39,7 +61,7 @@ def host(monkeypatch):
     async def slow_read(client, target):
         reads.append(target)
         started.set()
-        release.wait(SAFETY_NET)  # blocks whichever thread runs the build
+        busy_until(release)  # holds whichever thread runs the build
         return primehub_example_1()
 
     async def no_client(settings, work):
@@ -47,7 +69,9 @@ def host(monkeypatch):
 
     monkeypatch.setattr(inspect, "read_cluster", slow_read)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
-    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
+    # A reader of the jobs' DAG, not of every DAG: pages wait for the whole view's build (a reader of
+    # every DAG gets the newest page before it: test_api_concurrency.py).
+    monkeypatch.setattr(plugin_app, "_may", lambda user, method, dag_id: dag_id is not None)
     plugin = plugin_app.create_app()
     plugin.dependency_overrides[security.get_user] = Reader
     plugin.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
@@ -121,3 +145,67 @@ def test_a_job_page_from_the_kept_copy_equals_the_page_from_the_whole_namespace(
     response = asyncio.run(scenario())
     assert response.status_code == 200
     assert response.json() == schema.job_detail(views.job_detail(whole, job)).model_dump(mode="json")
+
+
+def test_a_reader_of_every_dag_gets_the_newest_page_at_once_and_the_whole_view_builds_behind_it(
+    host, monkeypatch
+):
+    """After a start (or an idle spell) nothing is built: the page comes from the read ``airflow-jobs
+    status`` makes (inspect.read_status: the newest jobs, the waiting ones, the ledgers), without charts
+    or a count, and the whole view builds behind it; once built, the pages are the whole view's."""
+    from airflow_jobs_plugin.plugin import listing
+
+    root, started, release, reads = host
+    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
+    whole = primehub_example_1()
+    newest_reads = []
+
+    async def read_status(client, target, query):
+        newest_reads.append(query.sort)
+        page, _ = listing.pick_page(whole.jobs, query)
+        keys = tuple((j["metadata"]["namespace"], j["metadata"]["name"]) for j in page)
+        return inspect.StatusRead(whole, keys, None)  # None: only the newest windows were read
+
+    monkeypatch.setattr(inspect, "read_status", read_status)
+
+    async def scenario():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=root), base_url="http://airflow"
+        ) as client:
+            first = await client.get("/airflow-jobs/api/overview")
+            # The whole build starts behind the answer (not beside it: both are CPU under one GIL).
+            building = await asyncio.to_thread(started.wait, SAFETY_NET)
+            release.set()
+            built = await client.get("/airflow-jobs/api/jobs?sort=state")  # a state sort waits for it
+            after = await client.get("/airflow-jobs/api/overview")
+            return first, building, built, after
+
+    first, building, built, after = asyncio.run(scenario())
+    assert building
+    body = first.json()
+    assert sorted(j["name"] for j in body["jobs"]) == ["a", "b", "c"]
+    assert [q["group"] for q in body["queues"]] == ["phusers"] and body["charts"] == []
+    assert "X-Total-Count" not in first.headers
+    assert newest_reads == ["-created"] and len(reads) == 1
+    assert built.status_code == 200
+    assert after.headers["X-Total-Count"] == "3" and after.json()["charts"] != []
+    assert newest_reads == ["-created"]  # once built, the whole view answers
+
+
+def test_a_reader_of_some_dags_waits_for_the_whole_view(host, monkeypatch):
+    """Their page is filtered after it is chosen: the newest page could hold fewer jobs than they may read."""
+    root, started, release, reads = host
+
+    async def read_status(client, target, query):
+        raise AssertionError("only a reader of every DAG is answered from the newest page")
+
+    monkeypatch.setattr(inspect, "read_status", read_status)
+    release.set()
+
+    async def scenario():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=root), base_url="http://airflow"
+        ) as client:
+            return await client.get("/airflow-jobs/api/jobs")
+
+    assert sorted(j["name"] for j in asyncio.run(scenario()).json()) == ["a", "b", "c"]

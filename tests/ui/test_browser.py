@@ -138,7 +138,7 @@ def test_pages_in_a_real_browser(api_server, population, tmp_path):
                 "nodes: [...d.querySelectorAll('tr.node')].map(r => r.dataset.node),"
                 "holders: [...d.querySelectorAll('tr.holder')].map(r => r.dataset.job)}; })()"
             )
-            assert nodes["totals"].split(" GPUs in use")[0].endswith(" of 16"), nodes["totals"]
+            assert nodes["totals"].split(" nvidia.com/gpu in use")[0].endswith(" of 16"), nodes["totals"]
             assert nodes["totals"].endswith(" free, on 2 nodes"), nodes["totals"]
             assert len(nodes["nodes"]) == 2 and names["runner"] in nodes["holders"]
             await browser.screenshot(ARTIFACTS / "ui-nodes-in-airflow.png")

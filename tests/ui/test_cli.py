@@ -27,6 +27,7 @@ def test_status_prints_pools_queues_and_jobs_as_tables(population, capsys):
     assert pools.splitlines()[1].split() == [
         "GROUP",
         "USER",
+        "DEVICE",
         "QUOTA",
         "USED",
         "FREE",
@@ -34,7 +35,9 @@ def test_status_prints_pools_queues_and_jobs_as_tables(population, capsys):
         "QUEUED",
         "GPUS",
     ]
-    assert any(line.split()[:4] == ["vision", "<none>", "4", "2"] for line in pools.splitlines())
+    assert any(
+        line.split()[:5] == ["vision", "<none>", "nvidia.com/gpu", "4", "2"] for line in pools.splitlines()
+    )
     waiting = next(line for line in queues.splitlines() if population.names["waiting"] in line)
     assert waiting.split()[:3] == ["vision", "1", f"default/{population.names['waiting']}"]
     assert "GroupQuota" in waiting
@@ -151,7 +154,30 @@ def test_logs_of_a_rank_the_job_does_not_have(population, capsys):
         capsys, "logs", population.names["broken"], "--rank", "5", "--kubeconfig", population.kubeconfig
     )
     assert code == 1
-    assert "has no pod of rank 5 (ranks: 0)" in err
+    assert "has no rank 5 (ranks: 0)" in err
+
+
+def test_logs_of_an_mpi_rank_the_job_does_not_have_says_so_and_fails(population, capsys):
+    """Rank 7 of a job of two workers: not a deleted worker whose lines the launcher's log holds."""
+    name = population.names["mpi"]
+    code, out, err = run(capsys, "logs", name, "--rank", "7", "--kubeconfig", population.kubeconfig)
+    assert code == 1 and out == ""
+    assert f"job {name} has no rank 7 (ranks: -1, 0, 1)" in err
+
+
+def test_logs_follow_honours_tail(population, capsys):
+    code, out, _ = run(
+        capsys,
+        "logs",
+        population.names["broken"],
+        "--follow",
+        "--tail",
+        "1",
+        "--kubeconfig",
+        population.kubeconfig,
+    )
+    assert code == 0
+    assert out.splitlines() == ["boom: bad shard"]
 
 
 def test_unknown_job(population, capsys):

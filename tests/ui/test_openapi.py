@@ -63,6 +63,11 @@ def root(monkeypatch) -> FastAPI:
     async def stop(client, target, name, by):
         return actions.ActionOutcome("stop", target.namespace, name, "Job", True, f"job/{name} stopped")
 
+    async def read_change(client, target, namespace, name):
+        job = await find_job(client, namespace, name)
+        pods = tuple(whole.owners.pods_for(job))
+        return views.JobChange(namespace, name, job, pods, whole.now, whole.policy, None, whole.ledgers, {})
+
     async def no_client(settings, work):
         try:
             return await work(None)
@@ -76,10 +81,13 @@ def root(monkeypatch) -> FastAPI:
         "read_nodes": read_nodes,
         "cancel": cancel,
         "stop": stop,
+        "read_change": read_change,
     }.items():
         monkeypatch.setattr(inspect, name, stand_in)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
-    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
+    # A reader of the jobs' DAG, not of every DAG: pages wait for the whole view's build (a reader of
+    # every DAG gets the newest page before it: test_api_concurrency.py).
+    monkeypatch.setattr(plugin_app, "_may", lambda user, method, dag_id: dag_id is not None)
     plugin = plugin_app.create_app()
     plugin.dependency_overrides[security.get_user] = Reader
     plugin.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin import inspect, labels, quota
 from airflow_jobs_plugin.inspect import Target, find_job
 from airflow_jobs_plugin.kube import CONFIGMAPS, EVENTS, JOBS, PODS, KubeClient
 from airflow_jobs_plugin.manifests import build_manifest
 from airflow_jobs_plugin.orphans import JobRecord, TaskRecord, TaskRef, job_record, judge
-from airflow_jobs_plugin.plugin.sweep import BY, sweep
-from airflow_jobs_plugin.quota.ledger import admission_pass, read_ledger
+from airflow_jobs_plugin.plugin.sweep import BY, Memory, run_periodically, sweep
+from airflow_jobs_plugin.quota.ledger import admission_pass, is_finished, read_ledger
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
 from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.watch import MANAGED_SELECTOR as MANAGED
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 GRACE = timedelta(minutes=10)
@@ -112,14 +115,14 @@ POLICY = "groups:\n  vision: {gpus: 8, user_gpus: 8}\n"
 SCENARIO = "sim.airflow-jobs.io/scenario"
 
 
-def submitted(identity: TaskIdentity) -> dict:
+def submitted(identity: TaskIdentity, run: float | None = None) -> dict:
     spec = validate(
         image="registry.example/trainer:1",
         group="vision",
         user="alice",
         gpus=2,
         ttl_after_finished=None,
-        annotations={SCENARIO: json.dumps({"*": {"run": None}})},
+        annotations={SCENARIO: json.dumps({"*": {"run": run}})},
     )
     return build_manifest(
         spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
@@ -223,6 +226,145 @@ def test_the_sweep_cancels_a_running_orphan_and_frees_its_quota_and_keeps_the_re
 
     with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim:
         asyncio.run(scenario(sim))
+
+
+# --- what the sweep reads, and where it runs ---------------------------------------------------------
+
+
+class Reads:
+    """Every LIST and GET a client makes, as (what, label selector, limit, metadata only)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.calls: list[tuple[str, str | None, int | None, bool]] = []
+        real_list, real_get = client.list, client.get_or_none
+
+        async def listing(resource, namespace, **kw):
+            self.calls.append(
+                (resource.plural, kw.get("label_selector"), kw.get("limit"), kw.get("metadata_only", False))
+            )
+            return await real_list(resource, namespace, **kw)
+
+        async def getting(resource, namespace, name):
+            self.calls.append((f"GET {resource.plural}", None, None, False))
+            return await real_get(resource, namespace, name)
+
+        client.list = listing  # type: ignore[method-assign]
+        client.get_or_none = getting  # type: ignore[method-assign]
+
+    def whole_lists(self) -> list[str | None]:
+        return [selector for what, selector, _, meta in self.calls if not meta and not what.startswith("GET")]
+
+
+def test_the_sweep_reads_metadata_in_pages_and_whole_only_the_jobs_it_would_cancel_once():
+    finished = TaskIdentity("nightly", "finished", "manual__1", -1, 1)  # succeeded, its task too
+    orphan = TaskIdentity("nightly", "orphan", "manual__1", -1, 1)  # running, its task failed
+    followed = TaskIdentity("nightly", "followed", "manual__1", -1, 1)  # running, its task deferred
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=2)
+    tasks = {
+        TaskRef("nightly", "finished", "manual__1"): TaskRecord("success", 1, long_ago),
+        TaskRef("nightly", "orphan", "manual__1"): TaskRecord("failed", 1, long_ago),
+        TaskRef("nightly", "followed", "manual__1"): TaskRecord("deferred", 1, None),
+    }
+
+    def read_tasks(refs: set[TaskRef]) -> tuple[set[str], dict[TaskRef, TaskRecord]]:
+        return {"nightly"}, {r: tasks[r] for r in refs if r in tasks}
+
+    async def scenario(sim: SimCluster) -> None:
+        client = await KubeClient.from_kubeconfig(sim.kubeconfig_path)
+        target = Target(namespace="default")
+        try:
+            await client.create(
+                CONFIGMAPS,
+                "default",
+                {"metadata": {"name": quota.DEFAULT_POLICY_CONFIGMAP}, "data": {quota.POLICY_KEY: POLICY}},
+            )
+            names = {}
+            for identity, run in ((finished, 0.5), (orphan, None), (followed, None)):
+                body = submitted(identity, run)
+                await client.create(JOBS, "default", body)
+                names[identity.task_id] = body["metadata"]["name"]
+
+            async def jobs() -> list[dict]:
+                return [{**i, "kind": "Job"} for i in (await client.list(JOBS, "default")).get("items") or []]
+
+            await admission_pass(
+                client,
+                ledger_namespace="default",
+                group="vision",
+                policy=quota.parse_policy(POLICY),
+                jobs=jobs,
+            )
+            for _ in range(400):
+                if is_finished(await find_job(client, "default", names["finished"])):
+                    break
+                await asyncio.sleep(0.05)
+
+            reads, memory = Reads(client), Memory()
+            later = datetime.now(timezone.utc) + timedelta(hours=1)
+            first = {
+                s.name: s
+                for s in await sweep(client, target, read_tasks, now=later, grace=GRACE, memory=memory)
+            }
+            assert {n for n, s in first.items() if s.outcome} == {names["orphan"]}
+            assert names["finished"] not in first  # read whole once, found finished, remembered
+            # Metadata in pages; whole jobs only for the two the rule would cancel, by their task keys.
+            sweeps_own = [c for c in reads.calls if (c[1] or "").startswith(MANAGED)]  # not the cancel's
+            assert sweeps_own and all(limit == 500 for _, _, limit, _ in sweeps_own)
+            assert all(meta for what, selector, _, meta in reads.calls if selector == MANAGED)
+            whole = reads.whole_lists()
+            assert whole and all(labels.TASK_KEY in (s or "") for s in whole), whole
+            assert all(finished.instance_key() in s or orphan.instance_key() in s for s in whole if s)
+
+            reads.calls.clear()
+            second = {
+                s.name: s
+                for s in await sweep(client, target, read_tasks, now=later, grace=GRACE, memory=memory)
+            }
+            # The finished job is not read whole again, the cancelled one carries its verdict: metadata only.
+            assert reads.whole_lists() == []
+            assert {n: s.outcome for n, s in second.items()} == {names["followed"]: None}
+        finally:
+            await client.close()
+
+    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim:
+        asyncio.run(scenario(sim))
+
+
+def test_each_sweep_runs_on_a_loop_and_thread_of_its_own(monkeypatch):
+    """The sweep's reads decode megabytes: on the API server's loop they would stall Airflow's UI."""
+    server_loop: asyncio.AbstractEventLoop | None = None
+    seen: list[tuple[bool, bool]] = []
+    done = asyncio.Event()
+
+    class NoClient:
+        async def close(self) -> None:
+            pass
+
+    async def connect():
+        elsewhere = threading.current_thread() is not threading.main_thread()
+        seen.append((elsewhere, asyncio.get_running_loop() is not server_loop))
+        return NoClient(), Target(namespace="default")
+
+    async def no_jobs(client, namespace):
+        assert server_loop is not None
+        server_loop.call_soon_threadsafe(done.set)
+        return []
+
+    monkeypatch.setattr(inspect, "read_job_metadata", no_jobs)
+
+    async def scenario() -> None:
+        nonlocal server_loop
+        server_loop = asyncio.get_running_loop()
+        task = asyncio.create_task(
+            run_periodically(connect, lambda refs: (set(), {}), interval=0.01, grace=GRACE)
+        )
+        await asyncio.wait_for(done.wait(), 30)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert seen[0] == (True, True)
 
 
 # --- the sweep's reading of Airflow's metadata database ---------------------------------------------

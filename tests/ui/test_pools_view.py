@@ -107,15 +107,41 @@ def test_a_cohort_group_row_shows_its_cohort_borrowed_lent_and_most():
 def test_status_shows_the_cohort_columns_when_a_group_is_in_a_cohort():
     lines = text.status_text(views.overview(cohort_state())).splitlines()
     header = lines[1].split()
-    assert header[:5] == ["GROUP", "USER", "QUOTA", "MOST", "USED"]
-    assert ["COHORT", "BORROWED", "LENT"] == header[6:9]
+    assert header[:6] == ["GROUP", "USER", "DEVICE", "QUOTA", "MOST", "USED"]
+    assert ["COHORT", "BORROWED", "LENT"] == header[7:10]
     vision = next(line for line in lines if line.startswith("vision"))
-    assert vision.split() == ["vision", "<none>", "8", "16", "12", "4", "research", "4", "0", "0", "0"]
+    assert vision.split() == [
+        "vision",
+        "<none>",
+        "nvidia.com/gpu",
+        "8",
+        "16",
+        "12",
+        "4",
+        "research",
+        "4",
+        "0",
+        "0",
+        "0",
+    ]
     nlp = next(line for line in lines if line.startswith("nlp"))
-    assert nlp.split() == ["nlp", "<none>", "8", "10", "0", "4", "research", "0", "4", "1", "6"]
+    assert nlp.split() == [
+        "nlp",
+        "<none>",
+        "nvidia.com/gpu",
+        "8",
+        "10",
+        "0",
+        "4",
+        "research",
+        "0",
+        "4",
+        "1",
+        "6",
+    ]
 
 
-def test_status_of_a_policy_without_cohorts_or_fair_share_keeps_its_columns():
+def test_status_of_a_policy_without_cohorts_or_fair_share_has_no_cohort_or_recent_columns():
     job = product_job("small", "infra", "ann", 2, queued_s=-60, suspend=False)
     state = views.ClusterState(
         jobs=(job,),
@@ -126,7 +152,7 @@ def test_status_of_a_policy_without_cohorts_or_fair_share_keeps_its_columns():
         ledgers=ledgers(reservation(job, 0)),
     )
     header = text.status_text(views.overview(state)).splitlines()[1].split()
-    assert header == ["GROUP", "USER", "QUOTA", "USED", "FREE", "QUEUED", "QUEUED", "GPUS"]
+    assert header == ["GROUP", "USER", "DEVICE", "QUOTA", "USED", "FREE", "QUEUED", "QUEUED", "GPUS"]
 
 
 def test_the_pools_page_marks_a_cohort_row_with_its_cohort():
@@ -198,9 +224,9 @@ def test_the_queue_of_a_fair_share_group_shows_the_order_a_pass_walks():
 
 def test_status_shows_recent_usage_beside_used_for_a_fair_share_group():
     lines = text.status_text(views.overview(fair_state())).splitlines()
-    assert lines[1].split()[:6] == ["GROUP", "USER", "QUOTA", "USED", "RECENT", "FREE"]
+    assert lines[1].split()[:7] == ["GROUP", "USER", "DEVICE", "QUOTA", "USED", "RECENT", "FREE"]
     alice = next(line for line in lines if " alice " in line)
-    assert alice.split()[:5] == ["<none>", "alice", "4", "0", "3.0"]
+    assert alice.split()[:6] == ["<none>", "alice", "<none>", "4", "0", "3.0"]
 
 
 def test_api_pools_carry_recent_usage_only_for_fair_share_groups():

@@ -1,5 +1,6 @@
 """The API server's copy of the overview: one build at a time, kept a few seconds, served stale while a
-fresh one builds, dropped after an action, and built off the event loop."""
+fresh one builds, dropped when an action's job cannot be read again, and built off the event loop
+(patching the copy after an action: ``test_job_change.py``)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def test_past_the_stale_window_readers_wait_for_the_new_build():
     assert asyncio.run(scenario()) == "new"
 
 
-def test_an_action_drops_the_copy_and_a_build_read_before_it():
+def test_invalidating_drops_the_copy_and_a_build_read_before_it():
     async def scenario():
         c = cache(Clock())
         reads = []
@@ -116,7 +117,7 @@ def test_an_action_drops_the_copy_and_a_build_read_before_it():
 
         before = asyncio.create_task(c.get("ns", build))
         await asyncio.sleep(0)
-        c.invalidate()  # e.g. a cancel went through while read 1 was under way
+        c.invalidate()  # e.g. a cancel went through while read 1 was under way, and its job cannot be read
         after = await c.get("ns", build)
         gate.set()
         return await before, after, await c.get("ns", build)
@@ -182,3 +183,33 @@ def test_a_costly_build_is_kept_longer_so_refreshes_do_not_run_back_to_back():
         return kept, stale, builds
 
     assert asyncio.run(scenario()) == (1, 1, 2)
+
+
+def test_kept_answers_without_waiting_and_starts_the_build_only_when_asked():
+    async def scenario():
+        clock = Clock()
+        c = cache(clock)
+        gate = asyncio.Event()
+        builds = 0
+
+        async def build():
+            nonlocal builds
+            builds += 1
+            await gate.wait()
+            return f"read {builds}"
+
+        nothing_yet = c.kept("ns", build, start=False)
+        started_none = builds == 0 and not c.holds("ns")
+        still_nothing = c.kept("ns", build)  # now the build starts behind
+        await asyncio.sleep(0)
+        gate.set()
+        first = await c.get("ns", build)
+        clock.now = 10  # stale: served at once, refreshed behind even when not asked to start
+        stale = c.kept("ns", build, start=False)
+        await asyncio.sleep(0)
+        return nothing_yet, started_none, still_nothing, first, stale, builds
+
+    nothing_yet, started_none, still_nothing, first, stale, builds = asyncio.run(scenario())
+    assert (nothing_yet, started_none, still_nothing) == (None, True, None)
+    assert (first, stale) == ("read 1", "read 1")
+    assert builds == 2

@@ -674,7 +674,33 @@ def test_a_groups_other_gpu_devices_show_beside_its_whole_gpus():
     assert (pool.quota, pool.used) == (4, 0)
     assert [(d.resource, d.quota, d.used, d.free) for d in pool.devices] == [(mig, 7, 3, 4)]
     overview = views.overview(state)
-    assert mig in text.status_text(overview)
-    assert f'data-resource="{mig}"' in html.pools_section(overview)
+    device_line = next(line for line in text.status_text(overview).splitlines() if mig in line)
+    assert device_line.split()[:5] == ["<none>", "<none>", mig, "7", "3"]  # in the device column, not user's
+    page = html.pools_section(overview)
+    assert f'data-resource="{mig}"><td>vision</td><td></td><td>{mig}</td>' in page
     (shown,) = schema.pools(overview.pools)
     assert shown.devices[0].model_dump() == {"resource": mig, "quota": 7, "used": 3, "free": 4}
+
+
+def test_a_mig_jobs_row_names_its_device_and_sorting_by_gpus_never_mixes_devices():
+    from airflow_jobs_plugin.plugin import listing
+
+    mig = "nvidia.com/mig-1g.10gb"
+    slices = product_job(
+        "slices", "alice", 3, queued_s=-60, suspend=True, annotations={labels.GPU_DEVICE: mig}
+    )
+    whole = product_job("whole", "bob", 2, queued_s=-50, suspend=True)
+    eight = product_job("eight", "carol", 8, queued_s=-40, suspend=True)
+    state = views.ClusterState(jobs=(slices, whole, eight), pods=(), events=(), now=NOW)
+    overview = views.overview(state)
+    rows = {r.name: r for r in overview.jobs}
+    assert (rows["slices"].gpus, rows["slices"].device) == (3, mig)
+    assert rows["whole"].device == labels.GPU_RESOURCE
+    assert schema.jobs([rows["slices"]])[0].device == mig
+    status_line = next(line for line in text.status_text(overview).splitlines() if line.startswith("slices"))
+    assert mig in status_line.split()
+    assert f'data-device="{mig}">3<div class="msg device">{mig}</div>' in html.job_rows([rows["slices"]])
+    query = listing.parse_query(sort="-gpus")
+    ordered = [r.name for r in listing.narrow(overview, query).jobs]
+    # Device by device: the 3 MIG slices sort apart from the whole GPUs, never between 8 and 2 of them.
+    assert ordered == ["slices", "eight", "whole"]
