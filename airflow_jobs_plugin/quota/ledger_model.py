@@ -9,6 +9,7 @@ shell; everything here is pure, so every step of the protocol in ``docs/quota.md
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -253,8 +254,19 @@ def _decode_usage(raw: object) -> UsageHistory:
 # Reading jobs
 # --------------------------------------------------------------------------------------------------
 
-# How far a job's own queued-at may sit from its creationTimestamp (whole seconds) and still order it.
-CREATION_SLACK = timedelta(seconds=1)
+
+def place_in_second(created: datetime, claimed: datetime) -> datetime:
+    """The job's place in the queue: inside the whole second of its ``creationTimestamp``, where the
+    submitter's own ``claimed`` queued-at orders it among the jobs created in that second.
+
+    The claim is mapped into the second by a strictly increasing function (an arctangent), so claims
+    keep their order however far they sit from the creation -- jobs a client built a while before
+    creating them one after the other still queue in that order -- and no claim, however early, moves a
+    job ahead of one created in an earlier second."""
+    second = created.replace(microsecond=0)
+    offset = (claimed - second).total_seconds()
+    fraction = 0.5 + math.atan(offset) / math.pi  # in (0, 1)
+    return second + timedelta(microseconds=min(999_999, int(fraction * 1_000_000)))
 
 
 def _annotation_int(annotations: Mapping[str, str], key: str, default: int) -> int:
@@ -335,8 +347,8 @@ def queued_job_of(job: Mapping[str, Any]) -> QueuedJob:
     ``creationTimestamp``, which only the API server writes (a stop or a requeue suspends the same
     object, so it keeps its place). That time has whole seconds (metav1.Time's RFC 3339 encoding,
     k8s.io/apimachinery/pkg/apis/meta/v1/time.go), so the submitter's own finer queued-at orders jobs
-    created in the same second, and is held within a second of the creation: no claimed time moves a
-    job ahead of those created before it. Raises ValueError naming what is missing, or
+    created in the same second (:func:`place_in_second`): no claimed time moves a job ahead of those
+    created in an earlier second. Raises ValueError naming what is missing, or
     :class:`~airflow_jobs_plugin.kinds.charge.ChargeRefused` naming what cannot be charged.
     """
     meta = job.get("metadata") or {}
@@ -346,7 +358,7 @@ def queued_job_of(job: Mapping[str, Any]) -> QueuedJob:
     flavor = (meta.get("annotations") or {}).get(labels.GPU_FLAVOR)
     queued_at = declared.queued_at
     if created is not None:
-        queued_at = min(max(queued_at, created - CREATION_SLACK), created + CREATION_SLACK)
+        queued_at = place_in_second(created, queued_at)
     return replace(
         declared,
         gpus=charge.gpus,

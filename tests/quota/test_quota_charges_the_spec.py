@@ -65,7 +65,7 @@ def test_the_pool_charges_the_pods_spec_not_the_gpus_annotation():
         {labels.GPUS: "1", labels.PRIORITY: "1000", labels.QUEUED_AT: "1970-01-01T00:00:00Z"}
     )
     queued = queued_job_of(job)
-    assert (queued.gpus, queued.queued_at) == (16, T0 - timedelta(seconds=1))
+    assert (queued.gpus, queued.queued_at) == (16, T0.replace(microsecond=0))
     policy = parse_policy("groups: {vision: {gpus: 2}}\npriorities: {high: 100, normal: 0}")
     (decision,) = decide(policy, [queued], [], T0)
     assert decision.job.priority == 100
@@ -248,3 +248,24 @@ def test_a_max_priority_naming_no_class_is_refused_with_the_classes():
         ValueError, match="groups.vision.max_priority: must be a priority class name or an integer"
     ):
         parse_policy("groups: {vision: {gpus: 8, max_priority: hihg}}\npriorities: {high: 100}")
+
+
+def test_jobs_created_in_turn_queue_in_turn_whatever_their_own_queued_at_claims():
+    """A client that built its jobs' bodies before creating them one after the other (their queued-at
+    all before their creation, some more than a second before) still sees them queue in that order; a
+    job created a second later never passes one created earlier, whatever it claims."""
+    from airflow_jobs_plugin.quota.ledger_model import place_in_second
+
+    built = T0.replace(microsecond=0)
+    claims = [built + timedelta(milliseconds=i) for i in range(5)]
+    created = [
+        built,
+        built,
+        built + timedelta(seconds=1),
+        built + timedelta(seconds=2),
+        built + timedelta(seconds=2),
+    ]
+    places = [place_in_second(c, q) for c, q in zip(created, claims, strict=True)]
+    assert places == sorted(places) and len(set(places)) == len(places)
+    forged = place_in_second(built + timedelta(seconds=1), datetime(1970, 1, 1, tzinfo=timezone.utc))
+    assert forged > places[1]
