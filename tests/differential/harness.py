@@ -135,6 +135,25 @@ class Cluster:
         # (the simulator serves no ServiceAccounts and needs none).
         if self.serves_accounts:
             self.until(f"/api/v1/namespaces/{name}/serviceaccounts/default", lambda sa: sa is not None, 60)
+            # The API server's ServiceAccount admission reads accounts from its informer, which may trail
+            # the GET above; a Job controller that creates the first pod in that gap records FailedCreate
+            # and retries (seen once in CI). A dry-run pod passing admission says pods can be created now.
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "admission-probe"},
+                "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+            }
+            deadline = time.monotonic() + 60
+            while (
+                self.request("POST", f"/api/v1/namespaces/{name}/pods", pod, query={"dryRun": "All"}).status
+                >= 300
+            ):
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"{self.label}: no pod passes admission in namespace {name} after 60 s"
+                    )
+                time.sleep(0.1)
         return name
 
     # --- waiting ----------------------------------------------------------------------------------
