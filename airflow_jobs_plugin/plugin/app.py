@@ -378,17 +378,18 @@ def create_app() -> FastAPI:
         settings: Settings, user: Any, query: listing.JobQuery
     ) -> tuple[views.Overview, listing.JobPage]:
         key, build = (settings.kubernetes_conn_id, settings.target()), builder(settings)
-        quick = listing.by_metadata(query) and await asyncio.to_thread(_may, user, "GET", None)
-        kept = cache.kept(key, build, start=not quick)
-        if kept is None and quick:
-            # Nothing built yet (a start, an idle spell): the newest page answers in a second or two, then
-            # the whole view builds behind it (not beside it: both are CPU under one GIL). Only for a
-            # reader of every DAG, whose page needs no filtering after it was chosen; the others wait.
-            try:
-                return await newest_page(settings, query)
-            finally:
-                cache.kept(key, build)
-        _, whole = kept if kept is not None else await cluster_view(settings)
+        kept = cache.kept(key, build, start=False)
+        if kept is None:
+            if listing.by_metadata(query) and await asyncio.to_thread(_may, user, "GET", None):
+                # Nothing built yet (a start, an idle spell): the newest page answers in seconds, then the
+                # whole view builds behind it (not beside it: both are CPU under one GIL). Only for a
+                # reader of every DAG, whose page needs no filtering after it was chosen; others wait.
+                try:
+                    return await newest_page(settings, query)
+                finally:
+                    cache.kept(key, build)
+            kept = await cluster_view(settings)
+        _, whole = kept
         # Narrowing 50,000 rows and asking the auth manager about each DAG is CPU and database work.
         return await asyncio.to_thread(
             lambda: listing.page_of(listing.narrow(_for_reader(user, whole), query), query)
