@@ -31,7 +31,8 @@ What is measured, in this process unless said otherwise:
   page and ``/api/pools``), the whole view's build (a page sorted by state waits for it), warm pages, an action (Stop, its write stubbed: the static server takes no writes) with the job
   page and the job list after it, and two orphan sweeps (the first after a start reads the finished
   history whole once, the next only metadata); per phase the probe's p50, p99, worst and the count of
-  answers over 500 ms, and each page's server time.
+  answers over 500 ms, the full garbage collections (how many, the longest, their total), and each
+  page's server time.
 """
 
 from __future__ import annotations
@@ -385,6 +386,22 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
     phases: dict[str, list[float]] = {}
     pages: dict[str, float] = {}
     current = ["idle"]
+    # Every full (oldest-generation) garbage collection, by phase: whichever thread triggers one holds
+    # the GIL while it walks every container object of the heap, the loop's thread included.
+    collections: dict[str, list[float]] = {}
+    started_gc: list[float] = []
+
+    def on_gc(stage: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if stage == "start":
+            started_gc[:] = [time.perf_counter()]
+        elif started_gc:
+            collections.setdefault(current[0], []).append(time.perf_counter() - started_gc[0])
+
+    import gc
+
+    gc.callbacks.append(on_gc)
 
     async def run() -> dict[str, Any]:
         transport = httpx.ASGITransport(app=host)
@@ -452,11 +469,14 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
             await asyncio.sleep(1)
             stop_probe.set()
             await prober
-        import gc
-
+        gc.callbacks.remove(on_gc)
         gc.collect()
         return {
             "probe": {phase: _spread(latencies) for phase, latencies in phases.items()},
+            "full_collections_s": {
+                phase: {"n": len(took), "max": max(took), "total": sum(took)}
+                for phase, took in collections.items()
+            },
             "pages_s": pages,
             "rss_after_mb": _peak_rss_mb("VmRSS"),
             "peak_rss_mb": _peak_rss_mb(),
