@@ -613,7 +613,7 @@ class Admission:
             # A job the pool still gates (Kueue gave it its `default` LocalQueue at creation) is the
             # pool's to judge first, below.
             return await self._kueue_status(job)
-        if not self.quota_enabled and await kueue_cluster.takes(self.client, job):
+        if not self.quota_enabled and await self._kueue_takes(job):
             # A Kueue that manages every job has it (its configuration says so, or it made a Workload):
             # unsuspending it would only make Kueue suspend it again (the fight kueue.py describes).
             return await self._kueue_status(job)
@@ -769,6 +769,15 @@ class Admission:
             )
         return self._workloads
 
+    async def _kueue_takes(self, job: dict) -> bool:
+        """Whether Kueue manages ``job`` though it names no LocalQueue: its configuration says so, or
+        it made a Workload for it (the shared Workload watch first, then the API server)."""
+        if kueue.queue_name(job):
+            return False
+        if await kueue_cluster.configured_to_take(self.client, job):
+            return True
+        return await self._workload_taking(job) is not None
+
     async def _workload_taking(self, job: dict) -> dict | None:
         """The Workload of a job that names no LocalQueue -- Kueue took it anyway (manageJobsWithout-
         QueueName) -- or ``None``: none yet, or no Kueue here. The shared Workload watch answers first,
@@ -795,7 +804,7 @@ class Admission:
             await self._rule_kueue_job(job, Reason.DEACTIVATED.value, ended)
             return None
         if not kueue.queue_name(job):
-            status = kueue.manages_every_job_status(job, workload)
+            status = kueue.manages_every_job_status(workload)
             return QueueStatus(reason=status.reason, message=status.message)
         if kueue.ignores_gate(job, workload):
             log.warning(

@@ -112,7 +112,9 @@ def takes_unlabelled_jobs(
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A Kubernetes LabelSelector (matchLabels, matchExpressions) against a label set."""
+    """A Kubernetes LabelSelector (matchLabels, matchExpressions) against a label set, as
+    k8s.io/apimachinery v0.36 ``pkg/apis/meta/v1/helpers.go`` (LabelSelectorAsSelector) reads it; an
+    operator it does not know matches nothing (it refuses the selector)."""
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
             return False
@@ -126,6 +128,8 @@ def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> 
         if op == "Exists" and not present:
             return False
         if op == "DoesNotExist" and present:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
             return False
     return True
 
@@ -168,7 +172,7 @@ def deactivation(workload: Mapping[str, Any] | None) -> str | None:
     return f"{base}: {detail}" if detail else f"{base}; it will never be admitted again"
 
 
-def manages_every_job_status(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> KueueStatus:
+def manages_every_job_status(workload: Mapping[str, Any] | None) -> KueueStatus:
     """Why a job that names no LocalQueue waits: Kueue took it anyway (``manageJobsWithoutQueueName``)."""
     made = f" and made Workload {workload_view(workload).name} for this one" if workload else ""
     return KueueStatus(

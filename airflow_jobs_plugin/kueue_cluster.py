@@ -89,12 +89,21 @@ async def workload_of(client: KubeClient, job: Mapping[str, Any]) -> dict | None
     return items[0] if items else None
 
 
-async def takes(client: KubeClient, job: Mapping[str, Any]) -> bool:
-    """Whether Kueue manages ``job`` though it names no LocalQueue."""
+async def configured_to_take(client: KubeClient, job: Mapping[str, Any]) -> bool:
+    """Whether Kueue's own configuration says it manages ``job`` though it names no LocalQueue."""
     if kueue.queue_name(job):
         return False
     namespace = (job.get("metadata") or {}).get("namespace") or ""
     config = await configuration(client)
-    if config is not None and kueue.takes_unlabelled_jobs(config, await namespace_labels(client, namespace)):
-        return True
-    return await workload_of(client, job) is not None
+    return config is not None and kueue.takes_unlabelled_jobs(
+        config, await namespace_labels(client, namespace)
+    )
+
+
+async def takes(client: KubeClient, job: Mapping[str, Any]) -> bool:
+    """Whether Kueue manages ``job`` though it names no LocalQueue: its configuration says so, or it
+    made a Workload for the job (asked of the API server; a process with the shared Workload watch asks
+    that first, see ``Admission._kueue_takes``)."""
+    if kueue.queue_name(job):
+        return False
+    return await configured_to_take(client, job) or await workload_of(client, job) is not None

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import kinds, kueue, labels
+from .. import kinds, kueue, kueue_cluster, labels
 from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from .ledger_model import (
     UNSUSPEND_GRACE,
@@ -908,11 +908,7 @@ async def kueue_took(client: KubeClient, job: Mapping[str, Any]) -> bool:
     """Whether Kueue manages ``job`` though it names no LocalQueue (a Kueue that manages every job): the
     pool must then hand it over, never unsuspend it, or Kueue suspends it again. Asked only of jobs the
     pool gated (kueue_cluster.takes: Kueue's configuration, else a Workload made for the job)."""
-    if not kueue.gated_by_pool(job):
-        return False
-    from airflow_jobs_plugin import kueue_cluster
-
-    return await kueue_cluster.takes(client, job)
+    return kueue.gated_by_pool(job) and await kueue_cluster.takes(client, job)
 
 
 async def _unsuspend(client: KubeClient, job: dict, reservation: Reservation) -> tuple[dict | None, bool]:

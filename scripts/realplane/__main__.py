@@ -125,13 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.command == "down":
             for directory in targets:
-                state_file = directory / "state.json"
-                if not state_file.exists():
-                    continue
-                state = plane.State.load(state_file)
-                for proc in reversed(state.processes):
-                    if plane.stop_group(proc.pid):
-                        print(f"cluster: stopped {proc.name} (pid {proc.pid})")
+                for stopped in plane.stop_directory(directory):
+                    print(f"cluster: stopped {stopped}")
                 plane.forget(cache, directory)
             return 0
         if args.command == "status":

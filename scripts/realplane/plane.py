@@ -584,19 +584,22 @@ class Plane:
     # --- status and down ---------------------------------------------------------------------------
 
     def down(self, quiet: bool = False) -> list[str]:
-        state = self.state
-        if state is None and self.state_file.exists():
-            state = State.load(self.state_file)
-        stopped: list[str] = []
-        if state is None:
-            return stopped
-        for proc in reversed(state.processes):
-            if stop_group(proc.pid):
-                stopped.append(f"{proc.name} (pid {proc.pid})")
+        stopped = stop_state(self.state) if self.state is not None else stop_directory(self.dir)
         if not quiet:
             for s in stopped:
                 self.say(f"stopped {s}")
         return stopped
+
+
+def stop_state(state: State) -> list[str]:
+    """Stop every process of a plane, the last started first; what was still running."""
+    return [f"{p.name} (pid {p.pid})" for p in reversed(state.processes) if stop_group(p.pid)]
+
+
+def stop_directory(directory: Path) -> list[str]:
+    """Stop the plane whose state lives in ``directory`` (nothing if there is none)."""
+    state_file = directory / "state.json"
+    return stop_state(State.load(state_file)) if state_file.exists() else []
 
 
 def stop_group(pid: int, grace: float = 10.0) -> bool:
