@@ -3,15 +3,46 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
+from hypothesis import settings
+
+from tests.examples_budget import FULL
+from tests.patience import stretch
 
 # Set before anything imports airflow, so its config and SQLite DB land in a private directory.
 _home = tempfile.mkdtemp(prefix="ajp-airflow-home-")
 os.environ.setdefault("AIRFLOW_HOME", _home)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+# Hypothesis: `full` draws each property test's own count; `fast` (scripts/test --fast) a tenth of it
+# (tests/examples_budget.py). No deadline: a loaded machine must not fail a correct rule.
+settings.register_profile("full", max_examples=FULL, deadline=None)
+settings.register_profile("fast", max_examples=FULL // 10, deadline=None)
+settings.load_profile(os.environ.get("AJP_HYPOTHESIS_PROFILE", "full"))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the throw-away AIRFLOW_HOME this run made (each run used to leave one in the temp dir)."""
+    if os.environ.get("AIRFLOW_HOME") == _home and not hasattr(session.config, "workerinput"):
+        shutil.rmtree(_home, ignore_errors=True)
+
+
+# pytest-timeout ends a test that hangs: its 300 s (pyproject) are a quiet machine's, stretched by the
+# machine's load at collection (tests/patience.py), so a loaded machine fails no correct test.
+DEFAULT_TIMEOUT = 300
+
+
+def _stretch_timeouts(items: list[pytest.Item]) -> None:
+    factor = stretch()
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = marker.args[0] if marker is not None and marker.args else DEFAULT_TIMEOUT
+        if factor > 1.0:
+            item.add_marker(pytest.mark.timeout(seconds * factor), append=False)
 
 
 # --- real-cluster acceptance (docs/deploying.md): AIRFLOW_JOBS_TEST_KUBECONFIG selects a cluster ---
@@ -29,6 +60,7 @@ NOT_PORTABLE = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On a real cluster, run the tests marked real_cluster; skip every other test that uses a cluster,
     with the reason (its fault_injection marker's, else the general one)."""
+    _stretch_timeouts(items)
     if not os.environ.get(REAL_CLUSTER_ENV):
         return
     for item in items:

@@ -11,6 +11,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+# Slow (each test starts an interpreter that imports Airflow): not in the fast lane.
+pytestmark = pytest.mark.slow
+
 READ = textwrap.dedent(
     """
     import json, sys

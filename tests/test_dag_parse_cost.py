@@ -8,6 +8,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+# Slow (starts interpreters that import Airflow and the product): not in the fast lane.
+pytestmark = pytest.mark.slow
+
 
 def test_importing_the_operator_and_sensor_does_not_load_the_kubernetes_client():
     code = (

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from sim_fixtures import cluster_fixture
 
 ROOT = Path(__file__).parent.parent
@@ -45,6 +46,7 @@ def _users_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "AIRFLOW__CORE__UNIT_TEST_MODE"}
 
 
+@pytest.mark.slow
 def test_the_product_imports_none_of_the_generated_models_and_the_rest_loads_on_demand():
     done = subprocess.run(
         [sys.executable, "-c", PROBE],
@@ -73,6 +75,7 @@ RUN_AS_PROGRAM = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_command_run_as_a_program_reads_the_cluster_without_the_generated_models(cluster):
     done = subprocess.run(
         [sys.executable, "-c", RUN_AS_PROGRAM, "status", "--kubeconfig", cluster.kubeconfig_path, "--json"],

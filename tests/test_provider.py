@@ -11,6 +11,7 @@ from pathlib import Path
 
 import airflow
 import jsonschema
+import pytest
 
 import airflow_jobs_plugin
 from airflow_jobs_plugin import get_provider_info
@@ -42,6 +43,7 @@ def test_providers_manager_lists_the_provider_with_its_version():
     assert providers[DIST].version == airflow_jobs_plugin.__version__
 
 
+@pytest.mark.slow
 def test_airflow_providers_list_cli_shows_the_provider():
     out = subprocess.run(
         [sys.executable, "-m", "airflow", "providers", "list", "--output", "json"],
@@ -118,6 +120,7 @@ def _requires() -> list[str]:
     return requires(DIST) or []
 
 
+@pytest.mark.slow
 def test_airflow_providers_triggers_lists_the_job_trigger():
     out = _airflow("providers", "triggers", "--output", "json")
     rows = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
@@ -127,21 +130,43 @@ def test_airflow_providers_triggers_lists_the_job_trigger():
     ]
 
 
+# Airflow's own `airflow config get-value` command, run for every option in one interpreter: the parser
+# and the command are Airflow's (airflow/cli/cli_parser.py, airflow/cli/commands/config_command.py), but
+# the interpreter starts once instead of once per option (each start imports Airflow, 5-10 s).
+GET_EVERY_VALUE = """
+import contextlib, io, json, sys
+from airflow.cli.cli_parser import get_parser
+answers = {}
+for name in sys.argv[2:]:
+    out = io.StringIO()
+    args = get_parser().parse_args(["config", "get-value", sys.argv[1], name])
+    with contextlib.redirect_stdout(out):
+        args.func(args)
+    answers[name] = out.getvalue()
+print("ANSWERS " + json.dumps(answers))
+"""
+
+
+@pytest.mark.slow
 def test_airflow_config_get_value_answers_every_option_with_its_default_or_its_setting():
     from airflow_jobs_plugin import config
 
+    # Unset: the declared default, from get_provider_info()'s config (no airflow.cfg entry needed).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__AIRFLOW_JOBS__")}
+    done = subprocess.run(
+        [sys.executable, "-c", GET_EVERY_VALUE, config.SECTION, *(o.name for o in config.OPTIONS)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=True,
+    ).stdout
+    answers = json.loads(next(line for line in done.splitlines() if line.startswith("ANSWERS "))[8:])
     for option in config.OPTIONS:
-        # Unset: the declared default, from get_provider_info()'s config (no airflow.cfg entry needed).
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__AIRFLOW_JOBS__")}
-        default = subprocess.run(
-            [sys.executable, "-m", "airflow", "config", "get-value", config.SECTION, option.name],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=240,
-            check=True,
-        ).stdout
-        assert default.splitlines()[-1:] == [option.default] or (option.default == "" and not default.strip())
+        default = answers[option.name]
+        assert default.splitlines()[-1:] == [option.default] or (
+            option.default == "" and not default.strip()
+        ), option.name
     # Set through the environment, as the Helm values do: Airflow's own precedence applies.
     setting = _airflow(
         "config", "get-value", config.SECTION, "namespace", AIRFLOW__AIRFLOW_JOBS__NAMESPACE="gpu-jobs"

@@ -16,7 +16,8 @@ N = 20
 CNCF_MAX = 15  # below N: the cncf tracker follows the first 15 jobs, as one triggerer at capacity would
 CNCF_WINDOWS = 2
 
-pytestmark = pytest.mark.timeout(420)
+# Slow (the benchmark harness end to end): not in the fast lane.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from airflow_jobs_plugin.spec import (
     total_gpus,
     validate,
 )
+from tests.examples_budget import examples
 
 BASE = {"image": "ghcr.io/org/train:1.2", "group": "vision", "user": "alice", "gpus": 1}
 SHARED = {"name": "shared", "persistentVolumeClaim": {"claimName": "vision-shared"}}
@@ -552,7 +553,7 @@ def test_attempt_out_of_range_is_rejected(attempt):
         job_name("d", "t", "r", attempt=attempt)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(dag=ids, task=ids, run=ids, index=map_indexes, try_number=tries, attempt=attempts)
 def test_any_identifiers_give_a_valid_deterministic_name(dag, task, run, index, try_number, attempt):
     name = job_name(dag, task, run, index, try_number, attempt)
@@ -562,7 +563,7 @@ def test_any_identifiers_give_a_valid_deterministic_name(dag, task, run, index, 
     assert LABEL_VALUE.match(task_key(dag, task, run, index, try_number))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.tuples(ids, ids, ids, map_indexes, tries), min_size=2, max_size=2, unique=True),
 )
@@ -593,7 +594,7 @@ def test_invalid_label_values_are_sanitized(value):
     assert len(result) <= 63 and LABEL_VALUE.match(result)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.text(max_size=100), min_size=2, max_size=2, unique=True))
 def test_label_values_are_valid_and_distinct(pair):
     first, second = (label_value(v) for v in pair)

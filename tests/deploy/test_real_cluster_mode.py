@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_simulator_only_tests_skip_with_their_reason_when_a_real_cluster_is_named():
     env = {**os.environ, "AIRFLOW_JOBS_TEST_KUBECONFIG": "/nonexistent/kubeconfig"}
     result = subprocess.run(

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.patience import Deadline
+
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 POLICY_MANIFEST = ROOT / "helm-values" / "quota-policy.yaml"
@@ -218,8 +220,8 @@ class Stack:
         return events
 
     def _wait_for(self, condition, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = Deadline(timeout)
+        while not deadline.passed():
             for name, proc in self.processes.items():
                 if proc.poll() is not None:
                     raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}")
@@ -229,7 +231,7 @@ class Stack:
             except sqlite3.OperationalError:
                 pass  # the DB is being migrated or is locked: ask again
             time.sleep(2)
-        raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        raise TimeoutError(f"timed out after {deadline} waiting for {what}")
 
     # --- teardown ---
 

@@ -121,6 +121,7 @@ def quota_pool(cluster):
     on_cluster(cluster.kubeconfig_path, put)
 
 
+@pytest.mark.slow
 def test_two_triggerers_admitting_one_group_never_run_it_over_quota_and_leave_no_reservation(
     cluster, tmp_path
 ):

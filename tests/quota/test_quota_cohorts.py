@@ -23,6 +23,7 @@ from airflow_jobs_plugin.quota.policy import (
     decide,
     parse_policy,
 )
+from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(hours=1)
@@ -340,7 +341,7 @@ def cohort_queues(draw) -> list[QueuedJob]:
     ]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(cohort_policies(), cohort_queues())
 def test_no_group_above_its_quota_plus_what_it_may_borrow_and_no_cohort_above_its_sum(policy, queue):
     decisions = decide(policy, queue, [], NOW)
@@ -365,7 +366,7 @@ def test_no_group_above_its_quota_plus_what_it_may_borrow_and_no_cohort_above_it
         assert cohorts.shared_used(limits, used) <= cohorts.shared_capacity(limits)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(cohort_policies(), cohort_queues(), st.lists(st.integers(0, 6), max_size=6), st.data())
 def test_reclaim_only_takes_borrowed_gpus_of_other_groups(policy, queue, sizes, data):
     reservations = [

@@ -28,6 +28,7 @@ from airflow_jobs_plugin.quota.policy import (
     parse_policy,
     queue_order,
 )
+from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(hours=1)
@@ -232,7 +233,7 @@ def fair_queues(draw) -> list[QueuedJob]:
 recents = st.dictionaries(st.sampled_from(USERS), st.floats(0, 16, allow_nan=False))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(fair_queues(), recents)
 def test_fair_order_reorders_only_across_users_of_equal_priority(queue, recent):
     order = fair_order(queue, recent, queue_order)
@@ -245,7 +246,7 @@ def test_fair_order_reorders_only_across_users_of_equal_priority(queue, recent):
             assert own == sorted(own, key=queue_order)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(fair_queues(), recents, st.integers(0, 12), st.integers(1, 12))
 def test_fair_share_never_admits_past_a_group_block_and_never_above_quota(queue, recent, gpus, user_gpus):
     policy = parse_policy(f"groups: {{nlp: {{gpus: {gpus}, user_gpus: {user_gpus}, ordering: fair_share}}}}")

@@ -20,6 +20,7 @@ from airflow_jobs_plugin.quota.policy import (
     decide,
 )
 from airflow_jobs_plugin.quota.preemption import WithinGroup
+from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(hours=1)
@@ -85,7 +86,7 @@ def _used(reservations, resource) -> int:
     return sum(r.gpus for r in reservations if r.resource == resource)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(policies(), queues(), holdings())
 def test_victims_are_always_lower_priority_jobs_of_the_same_device_never_chosen_twice(policy, queue, held):
     reservations, releasing = held
@@ -96,7 +97,7 @@ def test_victims_are_always_lower_priority_jobs_of_the_same_device_never_chosen_
             assert victim.uid not in releasing and victim.preempted_by is None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(policies(), queues(), holdings())
 def test_the_preemptor_fits_once_its_victims_are_gone_and_no_victim_is_spared(policy, queue, held):
     reservations, releasing = held
@@ -138,7 +139,7 @@ def test_the_preemptor_fits_once_its_victims_are_gone_and_no_victim_is_spared(po
             assert not fits([v for v in d.preempts if v is not victim])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(policies(), queues(), holdings())
 def test_only_a_group_that_asks_for_it_preempts_and_never_past_a_job_waiting_for_the_group(
     policy, queue, held
@@ -296,5 +297,7 @@ class PreemptionProtocol(RuleBasedStateMachine):
                 assert cj.job.uid in charged, f"{cj.job.name} holds GPUs without a reservation"
 
 
-PreemptionProtocol.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+PreemptionProtocol.TestCase.settings = settings(
+    max_examples=examples(150), stateful_step_count=40, deadline=None
+)
 test_preemption_protocol_keeps_the_group_within_quota = PreemptionProtocol.TestCase

@@ -30,6 +30,7 @@ from airflow_jobs_plugin.quota.policy import (
     queue_order,
 )
 from airflow_jobs_plugin.quota.requeue import Requeue, requeue_decision
+from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(hours=1)
@@ -110,7 +111,7 @@ def _tally(items) -> tuple[Counter, Counter, Counter]:
     return group_gpus, user_gpus, user_jobs
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(policies(), queues(), reservation_lists())
 def test_admissions_never_exceed_any_quota(policy, queue, reservations):
     decisions = decide(policy, queue, reservations, NOW)
@@ -132,7 +133,7 @@ def test_admissions_never_exceed_any_quota(policy, queue, reservations):
             )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(policies(), queues(), reservation_lists())
 def test_fifo_nothing_is_admitted_behind_a_group_quota_block(policy, queue, reservations):
     decisions = decide(policy, queue, reservations, NOW)
@@ -151,7 +152,7 @@ def test_fifo_nothing_is_admitted_behind_a_group_quota_block(policy, queue, rese
                 assert blocked
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(policies(), queues(), reservation_lists(), st.data())
 def test_a_job_that_blocks_nobody_changes_nobody_elses_verdict(policy, queue, reservations, data):
     decisions = decide(policy, queue, reservations, NOW)
@@ -168,7 +169,7 @@ def test_a_job_that_blocks_nobody_changes_nobody_elses_verdict(policy, queue, re
     assert {d.job.uid: d.verdict for d in without_it} == others
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(policies(), queues(), reservation_lists())
 def test_every_wait_has_a_true_reason(policy, queue, reservations):
     """Replaying the queue in order, each verdict matches the quotas left at that point."""
@@ -205,7 +206,7 @@ def test_every_wait_has_a_true_reason(policy, queue, reservations):
             assert job.not_before is not None and job.not_before > NOW
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(policies(), queues(), reservation_lists(), st.randoms(use_true_random=False))
 def test_decisions_depend_only_on_the_input_not_its_order(policy, queue, reservations, rng):
     expected = decide(policy, queue, reservations, NOW)
@@ -215,7 +216,7 @@ def test_decisions_depend_only_on_the_input_not_its_order(policy, queue, reserva
     assert decide(policy, shuffled_queue, shuffled_reservations, NOW) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(policies(), queues(), reservation_lists())
 def test_waiting_jobs_have_contiguous_positions_per_group(policy, queue, reservations):
     positions = defaultdict(list)
@@ -227,7 +228,7 @@ def test_waiting_jobs_have_contiguous_positions_per_group(policy, queue, reserva
         assert group_positions == list(range(1, len(group_positions) + 1))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(reservation_lists())
 def test_ledger_encoding_round_trips(reservations):
     ledger = Ledger("a", tuple(r for r in reservations if r.group == "a"))
@@ -390,5 +391,7 @@ class AdmissionProtocol(RuleBasedStateMachine):
             assert not cj.suspended, f"{r.job} holds a reservation but was never unsuspended"
 
 
-AdmissionProtocol.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+AdmissionProtocol.TestCase.settings = settings(
+    max_examples=examples(150), stateful_step_count=30, deadline=None
+)
 test_admission_protocol_survives_crashes = AdmissionProtocol.TestCase

@@ -17,6 +17,7 @@ from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, Reso
 from airflow_jobs_plugin.manifests import build_manifest
 from airflow_jobs_plugin.quota import ledger as ledger_io
 from airflow_jobs_plugin.spec import TaskIdentity, validate
+from tests.patience import Deadline
 
 NAMESPACE = "default"
 SCENARIO = "sim.airflow-jobs.io/scenario"
@@ -124,16 +125,15 @@ async def list_jobs(client: KubeClient) -> list[dict]:
 async def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
     """Poll an async or plain predicate until it returns something truthy; fail after ``timeout``."""
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = Deadline(timeout)
     while True:
         result = predicate()
         if inspect.isawaitable(result):
             result = await result
         if result:
             return result
-        if loop.time() > deadline:
+        if deadline.passed():
             raise AssertionError(
-                f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}"
+                f"timed out after {deadline} waiting for {getattr(predicate, '__name__', predicate)}"
             )
         await asyncio.sleep(interval)

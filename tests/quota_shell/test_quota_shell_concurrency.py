@@ -15,6 +15,8 @@ import random
 import signal
 from collections import defaultdict
 
+import pytest
+
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import JOBS, KubeClient
@@ -22,6 +24,9 @@ from airflow_jobs_plugin.quota import ledger as ledger_io
 from airflow_jobs_plugin.watch import SharedWatch
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
+
+# Slow (scenario: several admitting processes over a simulated cluster): not in the fast lane.
+pytestmark = pytest.mark.slow
 
 PROCESSES = 3
 JOBS_PER_GROUP = 100

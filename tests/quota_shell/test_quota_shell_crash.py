@@ -21,6 +21,9 @@ from airflow_jobs_plugin.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, list_jobs, unique, wait_for
 
+# Slow (scenario: processes killed at each crash point of a pass): not in the fast lane.
+pytestmark = pytest.mark.slow
+
 QUOTA = 4
 
 

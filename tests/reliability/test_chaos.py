@@ -57,6 +57,9 @@ from .chaos_plan import (
     plan,
 )
 
+# Slow (chaos: minutes of faults against whole triggerer processes): not in the fast lane.
+pytestmark = pytest.mark.slow
+
 NAMESPACE = "default"
 TASKS = 200
 SUBMITTING_WORKERS = 4

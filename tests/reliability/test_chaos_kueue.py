@@ -29,9 +29,13 @@ from .chaos_plan import QUOTAS, Task, expected, operator_kwargs, plan
 from .test_chaos import inject_api_faults, jobs_by_task
 from .test_chaos import prepare as prepare_nodes_and_policy
 
-pytestmark = pytest.mark.skipif(
-    real_cluster_kubeconfig() is not None, reason="fault injection and Kueue are the simulator's"
-)
+# Slow (chaos: minutes of faults against whole triggerer processes): not in the fast lane.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        real_cluster_kubeconfig() is not None, reason="fault injection and Kueue are the simulator's"
+    ),
+]
 
 NAMESPACE = "default"
 TASKS = 80

@@ -31,6 +31,7 @@ from airflow_jobs_plugin.quota import ledger_model
 from airflow_jobs_plugin.quota.policy import Reservation
 from airflow_jobs_plugin.sensors import JobSensor
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from tests.patience import stretch
 
 ROLE = Path(__file__).resolve().parents[2] / "helm-values" / "rbac.yaml"
 RESOURCE_GROUPS = {"jobs": "batch", "mpijobs": "kubeflow.org"}  # everything else is the core group ""
@@ -546,10 +547,15 @@ def test_on_a_kueue_cluster_the_kueue_roles_let_each_component_read_what_kueue_s
         run_as = component_runner(cluster, tmp_path, monkeypatch)
 
         common = {"image": "t:1", "group": "vision", "gpus": 4, "namespace": NAMESPACE, "kueue_queue": "team"}
+        # The first runs while the API server's view is read: 15 s of a quiet machine (simulated seconds
+        # at time_scale 0.01), more on a loaded one, where the reads below take longer too.
+        first_runs = round(1500 * stretch())
         run_as("worker")
         first, _ = deferred(
             JobOperator(
-                task_id="first", job_annotations={SCENARIO: json.dumps({"main": {"run": 300}})}, **common
+                task_id="first",
+                job_annotations={SCENARIO: json.dumps({"main": {"run": first_runs}})},
+                **common,
             ),
             "rbac_kueue_first",
         )
@@ -582,7 +588,10 @@ def test_on_a_kueue_cluster_the_kueue_roles_let_each_component_read_what_kueue_s
         async def triggerer_and_api_server() -> None:
             try:
                 run_as("triggerer")
-                following = [asyncio.ensure_future(collect(d.trigger, timeout=90)) for d in (first, second)]
+                following = [
+                    asyncio.ensure_future(collect(d.trigger, timeout=90 + first_runs * 0.01))
+                    for d in (first, second)
+                ]
                 client = await KubeClient.from_connection()
                 try:
                     # The second waits behind the first: Kueue's visibility API tells the triggerer where.

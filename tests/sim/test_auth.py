@@ -118,6 +118,7 @@ async def test_an_anonymous_request_gets_the_api_servers_401_status(expiring):
     assert body["kind"] == "Status" and body["reason"] == "Unauthorized" and body["code"] == 401
 
 
+@pytest.mark.slow
 async def test_the_client_renews_through_several_expiries_without_a_refusal(expiring):
     client = await KubeClient.from_kubeconfig(expiring.kubeconfig_path)
     try:
@@ -156,6 +157,7 @@ async def test_a_service_account_token_rotated_on_disk_is_reread_after_a_refusal
         await client.close()
 
 
+@pytest.mark.slow
 async def test_a_revoked_identity_is_an_error_naming_the_connection_and_the_watch_resumes_when_restored(
     expiring, tmp_path
 ):
@@ -204,6 +206,7 @@ async def test_a_revoked_identity_is_an_error_naming_the_connection_and_the_watc
         await client.close()
 
 
+@pytest.mark.slow
 def test_airflow_jobs_sim_with_a_token_ttl_writes_a_kubeconfig_whose_exec_plugin_other_clients_run(tmp_path):
     import signal
     import subprocess

@@ -27,6 +27,9 @@ from airflow_jobs_plugin.triggers import JobTrigger
 
 from .conftest import job_manifest, task_identity
 
+# Slow (soak: jobs deferred through several token expiries): not in the fast lane.
+pytestmark = pytest.mark.slow
+
 SECRET = "soak-signing-secret"
 TIME_SCALE = 0.01
 

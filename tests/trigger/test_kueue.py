@@ -140,6 +140,7 @@ async def test_a_job_waiting_in_kueue_shows_its_position_from_kueues_visibility_
         await asyncio.gather(*followers, return_exceptions=True)
 
 
+@pytest.mark.slow
 async def test_a_workload_kueue_preempts_waits_again_and_the_task_succeeds_after_readmission(
     cluster, client, capsys
 ):

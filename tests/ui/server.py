@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.patience import Deadline
+
 PASSWORDS = {"admin": "admin-pw", "viewer": "viewer-pw"}
 STARTUP_SECONDS = 90
 
@@ -114,8 +116,8 @@ def start(home: Path, kubeconfig: str) -> ApiServer:
         stderr=subprocess.STDOUT,
     )
     server = ApiServer(f"http://127.0.0.1:{port}", home, process)
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
+    deadline = Deadline(STARTUP_SECONDS)
+    while not deadline.passed():
         if process.poll() is not None:
             raise RuntimeError(f"the API server exited with {process.returncode}:\n{server.log_tail()}")
         try:
@@ -125,4 +127,4 @@ def start(home: Path, kubeconfig: str) -> ApiServer:
             pass
         time.sleep(0.5)
     server.stop()
-    raise RuntimeError(f"the API server did not answer within {STARTUP_SECONDS}s:\n{server.log_tail()}")
+    raise RuntimeError(f"the API server did not answer within {deadline}:\n{server.log_tail()}")

@@ -21,6 +21,7 @@ from airflow_jobs_plugin.kube import JOBS, KubeClient
 from airflow_jobs_plugin.objects import condition_true
 from airflow_jobs_plugin.quota.ledger import read_ledger
 from tests.e2e.stack import Stack
+from tests.patience import Deadline
 from tests.ui.browser import Browser, chromium_binary, in_ci
 
 DAG_ID = "gpu_cancel_from_ui"
@@ -90,13 +91,13 @@ async def reserved(stack: Stack) -> set[str]:
 
 
 def wait(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = Deadline(timeout)
+    while not deadline.passed():
         value = condition()
         if value:
             return value
         time.sleep(1)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+    raise TimeoutError(f"timed out after {deadline} waiting for {what}")
 
 
 def test_cancel_clicked_in_airflows_ui_ends_the_job_and_frees_its_quota(stack, tmp_path):
