@@ -384,6 +384,7 @@ with DAG("{dag_id}", schedule=None) as dag:
 """
 
 
+@pytest.mark.slow
 def test_the_sweep_reads_task_states_and_known_dags_from_airflows_database():
     import importlib.util
     from pathlib import Path
