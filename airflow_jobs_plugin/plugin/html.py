@@ -482,7 +482,10 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
     parts.append("</table></section>")
     parts.append('<section id="logs"><h2>Logs</h2>')
     if not d.logs:
-        parts.append('<p class="msg">no pod has started yet</p>')
+        # A job that ran and was stopped or cancelled has had its pods deleted, and their logs with them.
+        ran = any(a.started_at is not None for a in d.attempts if a.name == j.name) or d.snapshot.started_at
+        gone = "its pods are gone, and their logs with them (the Timeline shows when it ran)"
+        parts.append(f'<p class="msg">{gone if ran else "no pod has started yet"}</p>')
     for tail in d.logs:
         text = _e(f"cannot read the log: {tail.error}") if tail.error else _e("\n".join(tail.lines))
         parts.append(
