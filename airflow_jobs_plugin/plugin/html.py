@@ -68,6 +68,17 @@ pre.log { background: var(--bg-muted); padding: 6px 8px; max-height: 240px; over
   background: var(--bg-subtle); }
 .confirm-box p { margin: 0 0 6px; }
 .notice { background: var(--bg-info); padding: 4px 8px; border-radius: 6px; margin: 8px 0; }
+nav.pager { margin: 16px 0 4px; }
+nav.pager p { margin: 6px 0 0; font-size: 12px; color: var(--fg-muted); }
+form.filters { display: flex; flex-wrap: wrap; gap: 8px 12px; align-items: flex-end; }
+form.filters label { display: flex; flex-direction: column; gap: 2px; font-size: 12px; color: var(--fg-muted);
+  font-weight: 500; }
+form.filters input { font: 14px/1.5 var(--font-body); color: var(--fg); background: var(--bg); padding: 3px 8px;
+  border: 1px solid var(--border); border-radius: 6px; min-width: 9em; }
+form.filters input::placeholder { color: var(--fg-muted); opacity: 0.8; }
+form.filters input:focus { outline: 2px solid var(--brand); outline-offset: -1px; border-color: var(--brand); }
+form.filters button { font: inherit; font-weight: 500; color: var(--on-solid); background: var(--brand); border: 0;
+  border-radius: 6px; padding: 4px 14px; cursor: pointer; }
 dl.fields { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 8px 0; }
 dl.fields dt { color: var(--fg-muted); }
 dl.fields dd { margin: 0; }
