@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import dataclasses
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
