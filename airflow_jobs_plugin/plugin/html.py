@@ -74,7 +74,7 @@ form.filters { display: flex; flex-wrap: wrap; gap: 8px 12px; align-items: flex-
 form.filters label { display: flex; flex-direction: column; gap: 2px; font-size: 12px; color: var(--fg-muted);
   font-weight: 500; }
 form.filters input { font: 14px/1.5 var(--font-body); color: var(--fg); background: var(--bg); padding: 3px 8px;
-  border: 1px solid var(--border); border-radius: 6px; min-width: 9em; }
+  border: 1px solid var(--border); border-radius: 6px; width: 12em; }
 form.filters input::placeholder { color: var(--fg-muted); opacity: 0.8; }
 form.filters input:focus { outline: 2px solid var(--brand); outline-offset: -1px; border-color: var(--brand); }
 form.filters button { font: inherit; font-weight: 500; color: var(--on-solid); background: var(--brand); border: 0;

@@ -1081,40 +1081,71 @@ def _product_ending(job: Mapping[str, Any], cond: Mapping[str, Any], cancelled_a
     return cancelled_at is not None and at is not None and at >= cancelled_at.replace(microsecond=0)
 
 
+# What a controller condition follows in a job's life: a resume's (Suspended False) follows the
+# admission that unsuspended the job, a suspension (Suspended True) the stop or the creation, the rest
+# (Complete, Failed, ...) the run's start.
+_CONDITION_FOLLOWS = {("Suspended", "False"): ("ADMITTED",), ("Suspended", "True"): ("STOPPED", "QUEUED")}
+
+
+def _life(job: Mapping[str, Any], snap: JobSnapshot, done: Sequence[history.Entry]) -> list[TimelineEntry]:
+    """The product's own facts in the order the job lived them: submitted, then each run (admitted,
+    started) and the action that ended it, each resume, then the end."""
+    life = []
+    if snap.queued_at is not None:
+        life.append(TimelineEntry(snap.queued_at, "QUEUED", f"submitted to group {group_of(job) or '-'}"))
+
+    def run_facts(run: history.Run) -> None:
+        if run.admitted_at != run.started_at:
+            life.append(TimelineEntry(run.admitted_at, "ADMITTED", f"{run.gpus} GPU(s) reserved"))
+        if run.started_at is not None:
+            life.append(TimelineEntry(run.started_at, "STARTED", "first container started"))
+
+    for entry in done:
+        if entry.run is not None and entry.act is history.Act.STOPPED:
+            run_facts(entry.run)
+        if entry.act is history.Act.CANCELLED:
+            continue  # after the current run, which it ended
+        life.append(_act_entry(entry))
+    current = _current_run(snap, done)
+    if current is not None:
+        run_facts(current)
+    cancel = history.last(done, history.Act.CANCELLED)
+    if cancel is not None:
+        life.append(_act_entry(cancel))
+    if (
+        snap.is_terminal
+        and snap.finished_at is not None
+        and not (cancel is not None and snap.state is JobState.CANCELLED)
+    ):
+        life.append(TimelineEntry(snap.finished_at, snap.state.value, f"{snap.reason.value}: {snap.message}"))
+    return life
+
+
+def _act_entry(entry: history.Entry) -> TimelineEntry:
+    detail = f"{entry.act.value} by {entry.by}"
+    if entry.run is not None:
+        ran = "never started" if entry.run.started_at is None else "ran"
+        detail += f" ({ran}; {round(entry.run.gpu_seconds(entry.at))} GPU-seconds)"
+    return TimelineEntry(entry.at, _ACT_LABELS[entry.act], detail)
+
+
 def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, ...]:
     """Dated facts in order: submitted, each run's admission and start, each stop, resume and cancel
-    with who did it, the controller's conditions (not those of an ending the product caused), the end."""
+    with who did it, the controller's conditions (not those of an ending the product caused), the end.
+
+    Kubernetes writes whole seconds (a condition's lastTransitionTime, a pod's startedAt) where the
+    product writes microseconds, so facts of one second are ordered by the job's life: the product's
+    own facts in the order it lived them, a condition just after the fact it follows."""
     done = history.entries(_annotations(job))
-    # (time, rank within a second, entry): controller conditions carry whole seconds while the
-    # product's own times carry microseconds, so facts of one second go by the job's life.
-    found: list[tuple[datetime, int, TimelineEntry]] = []
-    if snap.queued_at is not None:
-        found.append(
-            (
-                snap.queued_at,
-                0,
-                TimelineEntry(snap.queued_at, "QUEUED", f"submitted to group {group_of(job) or '-'}"),
-            )
-        )
-    for run in runs(snap, done):
-        if run.admitted_at != run.started_at:
-            found.append(
-                (
-                    run.admitted_at,
-                    1,
-                    TimelineEntry(run.admitted_at, "ADMITTED", f"{run.gpus} GPU(s) reserved"),
-                )
-            )
-        if run.started_at is not None:
-            found.append(
-                (run.started_at, 3, TimelineEntry(run.started_at, "STARTED", "first container started"))
-            )
-    for entry in done:
-        detail = f"{entry.act.value} by {entry.by}"
-        if entry.run is not None:
-            ran = "never started" if entry.run.started_at is None else "ran"
-            detail += f" ({ran}; {round(entry.run.gpu_seconds(entry.at))} GPU-seconds)"
-        found.append((entry.at, 4, TimelineEntry(entry.at, _ACT_LABELS[entry.act], detail)))
+    life = _life(job, snap, done)
+    # Each fact's second, never before the one it followed.
+    seconds: list[datetime] = []
+    for fact in life:
+        second = fact.at.replace(microsecond=0)
+        seconds.append(max(second, seconds[-1]) if seconds else second)
+    keyed: list[tuple[datetime, float, datetime, TimelineEntry]] = [
+        (second, float(i), fact.at, fact) for i, (second, fact) in enumerate(zip(seconds, life, strict=True))
+    ]
     cancel = history.last(done, history.Act.CANCELLED)
     for cond in (job.get("status") or {}).get("conditions") or ():
         at = _parse_time(cond.get("lastTransitionTime"))
@@ -1123,26 +1154,27 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
             continue
         if _product_ending(job, cond, cancel.at if cancel is not None else None):
             continue
-        words = _CONDITION_LABELS[kind] if cond.get("status") == "True" else f"not {_CONDITION_LABELS[kind]}"
+        truth = str(cond.get("status") or "")
+        words = _CONDITION_LABELS[kind] if truth == "True" else f"not {_CONDITION_LABELS[kind]}"
         detail = ": ".join(x for x in (str(cond.get("reason") or ""), str(cond.get("message") or "")) if x)
-        found.append((at, 2, TimelineEntry(at, f"{kind} ({words})", detail)))
+        follows = _CONDITION_FOLLOWS.get((kind, truth), ("STARTED",))
+        second = at.replace(microsecond=0)
+        anchor = max(
+            (i for i, fact in enumerate(life) if fact.label in follows and seconds[i] <= second), default=-1
+        )
+        keyed.append((second, anchor + 0.5, at, TimelineEntry(at, f"{kind} ({words})", detail)))
     deleted = _parse_time(_meta(job).get("deletionTimestamp"))
     if deleted is not None:
-        found.append((deleted, 5, TimelineEntry(deleted, "DELETING", "the job object is being deleted")))
-    if (
-        snap.is_terminal
-        and snap.finished_at is not None
-        and not (cancel is not None and snap.state is JobState.CANCELLED)
-    ):
-        found.append(
+        keyed.append(
             (
-                snap.finished_at,
-                6,
-                TimelineEntry(snap.finished_at, snap.state.value, f"{snap.reason.value}: {snap.message}"),
+                deleted.replace(microsecond=0),
+                float(len(life)),
+                deleted,
+                TimelineEntry(deleted, "DELETING", "the job object is being deleted"),
             )
         )
-    found.sort(key=lambda f: (f[0].replace(microsecond=0), f[1], f[0]))
-    return tuple(f[2] for f in found)
+    keyed.sort(key=lambda k: (k[0], k[1], k[2]))
+    return tuple(k[3] for k in keyed)
 
 
 def replica_rows(

@@ -199,3 +199,40 @@ def test_a_resume_after_the_pool_freed_the_gpus_says_it_is_back_in_its_queue(clu
         assert labels.STOPPED_BY not in job["metadata"]["annotations"]
 
     scenario(QUOTA, body, cluster)
+
+
+def test_facts_of_one_second_are_told_in_the_order_the_job_lived_them():
+    """Two runs in one second: the product's times carry microseconds, Kubernetes' whole seconds."""
+    from airflow_jobs_plugin.plugin import views
+    from tests.lifecycle.factories import at, job_condition, job_pod, running
+    from tests.ui.test_views import product_job
+
+    def micro(seconds: float) -> str:
+        return at(seconds).isoformat().replace("+00:00", "Z")
+
+    stop = history.Entry(history.Act.STOPPED, at(0.4), "alice", history.Run(at(0.1), at(0), None, 1))
+    resume = history.Entry(history.Act.RESUMED, at(0.5), "bob")
+    annotations: dict[str, str] = {}
+    for entry in (stop, resume):
+        annotations[labels.HISTORY] = history.appended(annotations, entry)
+    job = product_job(
+        "f",
+        "bob",
+        1,
+        queued_s=0.05,
+        suspend=False,
+        annotations={**annotations, labels.ADMITTED_AT: micro(0.7)},
+        conditions=[job_condition("Suspended", "JobResumed", "Job resumed", status="False", at_s=0)],
+    )
+    pod = job_pod("f", statuses=[running("main", since=0)])
+    found = views.timeline(job, snapshot(job, [pod], (), now=at(5)))
+    assert [e.label for e in found] == [
+        "QUEUED",
+        "ADMITTED",
+        "STARTED",
+        "STOPPED",
+        "RESUMED",
+        "ADMITTED",
+        "Suspended (not suspended)",
+        "STARTED",
+    ]
