@@ -282,7 +282,7 @@ def test_the_task_log_says_who_resumed_its_stopped_job(cluster, capsys):
 
     log = asyncio.run(go())
     lines = [line.split(f"Job {name}: ", 1)[1] for line in log.splitlines() if f"Job {name}: " in line]
-    stopped = next(i for i, line in enumerate(lines) if line.startswith("STOPPED: stopped by alice"))
+    stopped = max(i for i, line in enumerate(lines) if line.startswith("STOPPED: stopped by alice"))
     assert lines[stopped + 1].startswith("resumed by bob at "), lines
     assert not any("created suspended" in line for line in lines[stopped:]), lines
     assert lines[-1].startswith("SUCCEEDED")
