@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import action_rules, attempts, kinds, labels
+from airflow_jobs_plugin import action_rules, attempts, history, kinds, labels
 from airflow_jobs_plugin.action_rules import Action, Ending, JobFacts, refusal
 from airflow_jobs_plugin.admission import not_before
-from airflow_jobs_plugin.kube import EVENTS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import EVENTS, PODS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.quota.ledger import (
     end_ruled_job,
     group_of,
@@ -94,6 +95,38 @@ def _now() -> str:
 
 def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
     return kinds.kind_of(job).suspend_patch(suspend)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What an action reads of the job's pods before it acts: the run it would end, and how many of
+    the pods still hold their node (not yet gone)."""
+
+    run: history.Run | None
+    live_pods: int
+
+
+async def _seen(client: KubeClient, namespace: str, job: Mapping[str, Any]) -> _Seen:
+    """The job's run as its pods show it now, before a stop or a cancel has their controller delete
+    them and, with them, the only record of when the run's first container started. Best effort: the
+    action stands without it (the run is then recorded without a start)."""
+    name = str((job.get("metadata") or {}).get("name") or "")
+    try:
+        listing = await client.list(
+            PODS, namespace, label_selector=f"{kinds.kind_of(job).pod_job_label}={name}"
+        )
+        pods = listing.get("items") or []
+    except KubeError:
+        pods = []
+    snap = snapshot(job, pods, now=datetime.now(timezone.utc))
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    return _Seen(history.run_ended(snap.admitted_at, snap.started_at, snap.gpus), len(live))
+
+
+def _history(job: Mapping[str, Any], act: history.Act, by: str, run: history.Run | None = None) -> str:
+    """The job's history annotation with this action added."""
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    return history.appended(annotations, history.Entry(act, datetime.now(timezone.utc), by, run))
 
 
 async def _still_reserved(
@@ -173,8 +206,15 @@ async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by:
         ending = action_rules.cancel_ending(facts)
         if ending is Ending.DELETE:
             break
+        seen = await _seen(client, namespace, job)
         patch = verdict_patch(job, "Cancelled", f"cancelled by {by}")
-        patch["metadata"]["annotations"].update({labels.CANCELLED_BY: by, labels.CANCELLED_AT: _now()})
+        patch["metadata"]["annotations"].update(
+            {
+                labels.CANCELLED_BY: by,
+                labels.CANCELLED_AT: _now(),
+                labels.HISTORY: _history(job, history.Act.CANCELLED, by, seen.run),
+            }
+        )
         # Conditional on the job as read: a job suspended (preempted, requeued) since would keep a
         # deadline that never counts. A job that changed is read again and ruled on afresh.
         ended = await patch_job(client, job, patch)
@@ -207,6 +247,7 @@ async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by:
                         labels.VERDICT: "Cancelled",
                         labels.CANCELLED_BY: by,
                         labels.CANCELLED_AT: when,
+                        labels.HISTORY: _history(job, history.Act.CANCELLED, by),
                     }
                 }
             },
@@ -245,10 +286,17 @@ async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: s
     why_not = refusal(Action.STOP, facts)
     if why_not is not None:
         return ActionOutcome("stop", namespace, facts.name, resource.kind, False, why_not)
+    # The run this stop ends, recorded before the stop drops its admitted-at and deletes its pods.
+    seen = await _seen(client, namespace, job)
     patch = {
         "metadata": {
             "labels": {labels.ADMITTED: None},
-            "annotations": {labels.STOPPED_AT: _now(), labels.STOPPED_BY: by, labels.ADMITTED_AT: None},
+            "annotations": {
+                labels.STOPPED_AT: _now(),
+                labels.STOPPED_BY: by,
+                labels.ADMITTED_AT: None,
+                labels.HISTORY: _history(job, history.Act.STOPPED, by, seen.run),
+            },
         },
         "spec": _suspend_spec(job, True),
     }
@@ -295,7 +343,11 @@ async def resume(
     if why_not is not None:
         return ActionOutcome("resume", namespace, facts.name, resource.kind, False, why_not)
     now = datetime.now(timezone.utc)
-    forget = {labels.STOPPED_AT: None, labels.STOPPED_BY: None}
+    forget = {
+        labels.STOPPED_AT: None,
+        labels.STOPPED_BY: None,
+        labels.HISTORY: _history(job, history.Act.RESUMED, by),
+    }
     backing_off = (not_before(job) or now) > now
     if ledger_namespace is None and not backing_off:
         patch = unsuspend_patch(job, now, conditional=False)
@@ -315,9 +367,14 @@ async def resume(
     if ledger_namespace is not None and await _still_reserved(
         client, ledger_namespace, job, ledger_unit, ledger_members, now
     ):
-        message = (
-            f"{facts.ref} resumed: it still holds its GPUs (the pool frees them only once the stopped "
-            "pods are gone), so it starts again without queueing"
+        # Why it still holds them, as it is now: the stopped pods still stopping (the pool frees a
+        # stopped job's GPUs only once they are gone), or gone with no admission pass since to free them.
+        stopping = (await _seen(client, namespace, job)).live_pods
+        why = (
+            f"{stopping} stopped pod(s) still stopping"
+            if stopping
+            else "its stopped pods are gone, but no admission pass has freed them since"
         )
+        message = f"{facts.ref} resumed: it still holds its GPUs ({why}), so it starts again without queueing"
     await record_event(client, namespace, job, "Resumed", f"resumed by {by}")
     return ActionOutcome("resume", namespace, facts.name, resource.kind, True, message)

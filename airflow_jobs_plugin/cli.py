@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
@@ -138,7 +139,12 @@ def _cluster_arguments(command: argparse.ArgumentParser, *, many_namespaces: boo
         help="Airflow Kubernetes connection to read the cluster through "
         "(default: [airflow_jobs] kubernetes_conn_id, itself default kubernetes_default)",
     )
-    source.add_argument("--kubeconfig", default=None, metavar="PATH", help="use this kubeconfig file instead")
+    source.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="PATH",
+        help="use this kubeconfig file instead (default: $AIRFLOW_JOBS_KUBECONFIG, where set)",
+    )
     where.add_argument(
         "--quota-configmap",
         default=None,
@@ -278,10 +284,61 @@ def _defaults_from_airflow_config(args: argparse.Namespace) -> None:
         args.conn_id = config.get("kubernetes_conn_id") or None
 
 
+# How long the API server may take to answer its /version before a command gives up: a server that
+# answers nothing (stopped behind a proxy, a firewall dropping packets) would otherwise hold every
+# request for the client's 30-second timeout, and a command makes several.
+REACH_SECONDS = 5.0
+HOW_TO_POINT = (
+    "pass --kubeconfig PATH, set AIRFLOW_JOBS_KUBECONFIG=PATH, or set the Airflow connection "
+    "(AIRFLOW_CONN_KUBERNETES_DEFAULT, or [airflow_jobs] kubernetes_conn_id)"
+)
+
+
+def _airflow_may_know(conn_id: str) -> bool:
+    """Whether Airflow could hold connection ``conn_id`` in this shell, without importing it: the
+    connection as an environment variable (``AIRFLOW_CONN_<ID>``), or an Airflow configured here
+    (a config file, a metadata database or a secrets backend named by the environment, or the config
+    file or SQLite database of ``$AIRFLOW_HOME``, ``~/airflow`` by default: Airflow 3.3's
+    ``airflow/configuration.py`` ``get_airflow_home`` / ``get_airflow_config``). Where none is, importing
+    Airflow only to learn that costs seconds, creates ``$AIRFLOW_HOME`` and its logs folder, and makes
+    the Kubernetes hook log a warning about a kubeconfig nobody asked for."""
+    env = os.environ
+    if "airflow.configuration" in sys.modules or f"AIRFLOW_CONN_{conn_id.upper()}" in env:
+        return True  # inside Airflow's own CLI (airflow jobs ...), or the connection is right here
+    if any(
+        key in env
+        for key in (
+            "AIRFLOW_CONFIG",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET",
+            "AIRFLOW__SECRETS__BACKEND",
+        )
+    ):
+        return True
+    home = os.path.expanduser(os.path.expandvars(env.get("AIRFLOW_HOME", "~/airflow")))
+    return any(os.path.exists(os.path.join(home, f)) for f in ("airflow.cfg", "airflow.db"))
+
+
+def _default_kubeconfig() -> str | None:
+    """What a Kubernetes connection that Airflow does not have falls back to (the cncf hook loads the
+    client's default kubeconfig): the first file of ``$KUBECONFIG``, else ``~/.kube/config``; None when
+    there is none."""
+    listed = os.environ.get("KUBECONFIG")
+    paths = listed.split(os.pathsep) if listed else [os.path.join("~", ".kube", "config")]
+    return next((os.path.expanduser(p) for p in paths if p and os.path.isfile(os.path.expanduser(p))), None)
+
+
 def _with_client(args: argparse.Namespace, work) -> int:
-    """Run ``work(client)`` on a client for the chosen cluster; errors print one line and exit 1."""
+    """Run ``work(client)`` on a client for the chosen cluster; errors print one line and exit 1.
+
+    A cluster that is not there fails the command in seconds: with nothing configured, before Airflow
+    is imported at all; with a server that does not answer, after :data:`REACH_SECONDS`."""
     import asyncio
 
+    if not getattr(args, "kubeconfig", None) and os.environ.get("AIRFLOW_JOBS_KUBECONFIG"):
+        if getattr(args, "conn_id", None) is None:
+            args.kubeconfig = os.environ["AIRFLOW_JOBS_KUBECONFIG"]
     _defaults_from_airflow_config(args)
 
     from airflow_jobs_plugin.inspect import JobNotFound
@@ -290,27 +347,54 @@ def _with_client(args: argparse.Namespace, work) -> int:
     class NoCluster(Exception):
         pass
 
+    conn_id = args.conn_id or DEFAULT_CONN_ID
+    kubeconfig = args.kubeconfig
+    if not kubeconfig and not _airflow_may_know(conn_id):
+        kubeconfig = _default_kubeconfig()
+        if kubeconfig is None:
+            print(
+                f"error: no Kubernetes cluster is configured here: no Airflow connection {conn_id!r} "
+                f"(AIRFLOW_CONN_{conn_id.upper()} is not set and no Airflow is configured in "
+                f"{os.environ.get('AIRFLOW_HOME', '~/airflow')}), and no KUBECONFIG or ~/.kube/config; "
+                f"{HOW_TO_POINT}",
+                file=sys.stderr,
+            )
+            return 1
+
     async def run() -> int:
         try:
-            if args.kubeconfig:
-                client = await KubeClient.from_kubeconfig(args.kubeconfig)
+            if kubeconfig:
+                client = await KubeClient.from_kubeconfig(kubeconfig)
             else:
-                client = await KubeClient.from_connection(args.conn_id or DEFAULT_CONN_ID)
+                client = await KubeClient.from_connection(conn_id)
         except Exception as exc:  # a missing or unreadable kubeconfig, a connection that names none
-            where = (
-                f"--kubeconfig {args.kubeconfig}"
-                if args.kubeconfig
-                else f"the Airflow connection {args.conn_id or DEFAULT_CONN_ID!r}"
-            )
+            where = f"kubeconfig {kubeconfig}" if kubeconfig else f"the Airflow connection {conn_id!r}"
             raise NoCluster(
                 f"cannot reach a Kubernetes cluster through {where}: {str(exc).strip() or type(exc).__name__}; "
-                "pass --kubeconfig PATH, or set the connection (AIRFLOW_CONN_KUBERNETES_DEFAULT, or "
-                "[airflow_jobs] kubernetes_conn_id)"
+                f"{HOW_TO_POINT}"
             ) from exc
         try:
+            try:
+                await client.version(timeout=REACH_SECONDS)
+            except KubeError as exc:
+                # Any answer of the server itself will do: a 401 or 403 is said better by the
+                # command's own request. No answer, or a proxy's word that none came, ends it here.
+                if exc.status not in (0, 502, 503, 504):
+                    return int(await work(client) or 0)
+                why = (
+                    f"did not answer within {REACH_SECONDS:g}s"
+                    if "TimeoutError" in str(exc)
+                    else f"cannot be reached ({exc})"
+                )
+                source = f"kubeconfig {kubeconfig}" if kubeconfig else f"Airflow connection {conn_id!r}"
+                raise NoCluster(
+                    f"the Kubernetes API server {client.server} ({source}) {why}; is the cluster running? "
+                    f"{HOW_TO_POINT}"
+                ) from exc
             return int(await work(client) or 0)
         finally:
             await client.close()
+            await _settled()
 
     try:
         return asyncio.run(run())
@@ -325,6 +409,18 @@ def _with_client(args: argparse.Namespace, work) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+async def _settled() -> None:
+    """End the requests a failed command left running (a read of several lists stops at its first
+    error, the others still going): cancelled and awaited here, they end quietly instead of printing
+    their tracebacks as ``asyncio.run`` shuts down."""
+    import asyncio
+
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 def _print_json(value) -> None:

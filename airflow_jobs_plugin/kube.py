@@ -503,6 +503,17 @@ class KubeClient:
 
     # --- verbs ---
 
+    async def version(self, timeout: float = 30.0) -> dict:
+        """The API server's ``/version``: the cheapest request every API server answers to any
+        authenticated or anonymous caller (the ``system:public-info-viewer`` role), so it tells whether
+        the server answers at all, within ``timeout`` seconds."""
+        return await self._request("GET", "/version", timeout=timeout)
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, as the configuration names it."""
+        return str(self._api.configuration.host or "")
+
     async def create(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict:
         return await self._request("POST", resource.path(namespace), body=dict(body))
 

@@ -86,6 +86,10 @@ STOPPED_AT = f"{PREFIX}/stopped-at"
 # pool admits it by writing Kueue's queue-name label; Kueue's ClusterQueue does the rest: docs/kueue.md).
 KUEUE_HANDOFF = f"{PREFIX}/kueue-queue"
 STOPPED_BY = f"{PREFIX}/stopped-by"
+# What people did to the job (stop, resume, cancel: when, who, and the run a stop or cancel ended), a
+# JSON list written by each action in the write that acts (history.py): the stop and resume annotations
+# above are removed by the resume, and the pods that showed a run's start are deleted by a stop or cancel.
+HISTORY = f"{PREFIX}/history"
 # The quota pool preempted the job's current attempt for a higher-priority job of its group: who (the
 # preemptor, "<namespace>/<job>") and why, shown in the task log. Preemptions are counted apart from
 # requeues after a stuck start (REQUEUE_COUNT counts both): requeue_limit bounds only the latter, since

@@ -30,6 +30,8 @@ from airflow_jobs_plugin.spec import (
     JobSpec,
     JobSpecError,
     TaskIdentity,
+    check_conn_id,
+    check_stream_logs,
     contains_unrendered,
     validate,
 )
@@ -295,7 +297,14 @@ class JobOperator(BaseOperator):
     """
 
     # Every job argument may be Jinja or an XComArg (Airflow resolves XComArgs in template fields).
-    template_fields: Sequence[str] = (*JOB_ARGUMENTS, "pod_template_file")
+    # kubernetes_conn_id is templated as KubernetesPodOperator's is (cncf provider 10.25.0,
+    # operators/pod.py template_fields), and stream_logs too (e.g. "{{ params.debug }}").
+    template_fields: Sequence[str] = (
+        *JOB_ARGUMENTS,
+        "pod_template_file",
+        "kubernetes_conn_id",
+        "stream_logs",
+    )
     template_fields_renderers = {
         "env": "json",
         "command": "py",
@@ -453,6 +462,7 @@ class JobOperator(BaseOperator):
         # Parse-time check: a bad argument fails the DAG import, naming the argument. Templates and
         # XComArgs are checked once rendered, in execute(), with the same messages.
         self._spec(templated=True)
+        self._connection(templated=True)
 
     # --- the spec ---
 
@@ -481,11 +491,22 @@ class JobOperator(BaseOperator):
         }
         return validate(**values, templated=templated, rendered=rendered)
 
+    def _connection(self, *, templated: bool) -> tuple[str, bool]:
+        """``kubernetes_conn_id`` and ``stream_logs`` checked: literal values at parse time (templates
+        are left for later), every value once rendered."""
+        conn_id, stream_logs = self.kubernetes_conn_id, self.stream_logs
+        if not (templated and contains_unrendered(conn_id)):
+            conn_id = check_conn_id(conn_id, rendered="kubernetes_conn_id" in self._from_templates)
+        if not (templated and contains_unrendered(stream_logs)):
+            stream_logs = check_stream_logs(stream_logs, rendered="stream_logs" in self._from_templates)
+        return conn_id, stream_logs
+
     # --- execute ---
 
     def execute(self, context: Context) -> Any:
         try:
             spec = self._spec(templated=False)
+            conn_id, stream_logs = self._connection(templated=False)
         except JobSpecError as exc:
             # A value that is only wrong once rendered is as wrong on every retry: do not spend them.
             fields = ", ".join(dict.fromkeys(f for f, _ in exc.errors))
@@ -546,7 +567,7 @@ class JobOperator(BaseOperator):
                     identity,
                     store,
                     delivered=delivered,
-                    conn_id=self.kubernetes_conn_id,
+                    conn_id=conn_id,
                     pool=pool,
                     log=self.log,
                 )
@@ -558,13 +579,13 @@ class JobOperator(BaseOperator):
                 job_name=job.name,
                 namespace=spec.namespace or "default",
                 kind=job.kind,
-                kubernetes_conn_id=self.kubernetes_conn_id,
+                kubernetes_conn_id=conn_id,
                 max_attempts=spec.max_attempts,
                 retry_backoff=spec.retry_backoff.total_seconds(),
                 retry_backoff_max=spec.retry_backoff_max.total_seconds(),
                 retryable_exit_codes=list(spec.retryable_exit_codes),
                 fatal_exit_codes=list(spec.fatal_exit_codes),
-                stream_logs=self.stream_logs,
+                stream_logs=stream_logs,
                 quota_configmap=job.quota_configmap,
                 quota_namespace=job.quota_namespace,
                 # The job exists now: its TTL cannot remove it sooner than this plus the TTL.

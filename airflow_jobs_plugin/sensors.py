@@ -12,6 +12,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow_jobs_plugin import DEFAULT_CONN_ID, kinds
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import JobEvent, failure_message
+from airflow_jobs_plugin.spec import JobSpecError, check_conn_id, is_unrendered
 from airflow_jobs_plugin.tracking import (
     DEFAULT_FAIL_STATES,
     DEFAULT_TARGET_STATES,
@@ -54,7 +55,9 @@ class JobSensor(BaseSensorOperator):
     :param deferrable: wait on the triggerer (default) instead of poking from a worker slot.
     """
 
-    template_fields: Sequence[str] = ("job_name", "labels")
+    # kubernetes_conn_id is templated as KubernetesPodOperator's is (cncf provider 10.25.0,
+    # operators/pod.py template_fields); a sensor streams no logs, so it has no stream_logs.
+    template_fields: Sequence[str] = ("job_name", "labels", "kubernetes_conn_id")
 
     def __init__(
         self,
@@ -78,8 +81,24 @@ class JobSensor(BaseSensorOperator):
         self.labels = labels
         self.kind = job_kind.name
         self.namespace = namespace
-        self.kubernetes_conn_id = kubernetes_conn_id
+        # A literal id is checked here, at parse time; a template once rendered (_conn_id).
+        self._templated_conn_id = is_unrendered(kubernetes_conn_id)
+        self.kubernetes_conn_id = (
+            kubernetes_conn_id if self._templated_conn_id else check_conn_id(kubernetes_conn_id)
+        )
         self.deferrable = deferrable
+
+    def _conn_id(self) -> str:
+        """The connection id as rendered, checked: a bad one fails the task naming the argument (no
+        retry renders it otherwise)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        try:
+            return check_conn_id(self.kubernetes_conn_id, rendered=self._templated_conn_id)
+        except JobSpecError as exc:
+            raise AirflowFailException(
+                f"invalid rendered value of kubernetes_conn_id (no retry can fix this; correct the DAG):\n{exc}"
+            ) from exc
 
     @property
     def _selector(self) -> str | None:
@@ -96,7 +115,7 @@ class JobSensor(BaseSensorOperator):
                 job_name=self.job_name or "",
                 namespace=self.namespace,
                 kind=self.kind,
-                kubernetes_conn_id=self.kubernetes_conn_id,
+                kubernetes_conn_id=self._conn_id(),
                 label_selector=self._selector,
                 target_states=list(self.target_states),
                 fail_states=list(self.fail_states),
@@ -115,7 +134,7 @@ class JobSensor(BaseSensorOperator):
         from airflow_jobs_plugin.kube import PODS, KubeClient
 
         adapter = kinds.for_name(self.kind)
-        client = await KubeClient.from_connection(self.kubernetes_conn_id)
+        client = await KubeClient.from_connection(self._conn_id())
         try:
             if self.job_name:
                 job = await client.get_or_none(adapter.resource, self.namespace, self.job_name)

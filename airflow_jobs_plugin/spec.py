@@ -1883,3 +1883,37 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
             f"must be 0 or equal to gpus ({v['gpus']}), got {v['launcher_gpus']}: a launcher with GPUs runs "
             "as an extra MPI worker with the same number of slots",
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# The connection arguments: which cluster, and whether the task log follows the pods
+# --------------------------------------------------------------------------------------------------
+
+# Airflow 3.3's rule for a connection id (airflow/models/connection.py: RE_SANITIZE_CONN_ID, at most
+# CONN_ID_MAX_LEN characters): an id outside it can name no connection.
+_CONN_ID = re.compile(r"[\w#!()\-.:/\\]{1,250}")
+
+
+def check_conn_id(value: Any, field: str = "kubernetes_conn_id", *, rendered: bool = False) -> str:
+    """``value`` as an Airflow connection id, or a :class:`JobSpecError` naming ``field`` and the fix.
+    ``rendered``: the value came out of a template (the message says so: the DAG is right, the render
+    is not)."""
+    if isinstance(value, str) and _CONN_ID.fullmatch(value):
+        return value
+    came = " (as rendered from its template)" if rendered else ""
+    raise JobSpecError(
+        field,
+        f"must be the id of an Airflow Kubernetes connection: letters, digits and _ - . : / \\ # ! ( ), "
+        f"e.g. 'kubernetes_default'; got {_show(value)}{came}",
+    )
+
+
+def check_stream_logs(value: Any, *, rendered: bool = False) -> bool:
+    """``stream_logs`` as a boolean: True or False, or a template's text ``true`` / ``false`` (any case:
+    Jinja renders ``{{ params.debug }}`` to ``"True"``)."""
+    if isinstance(value, bool):
+        return value
+    if rendered and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    came = " (as rendered from its template: it must render to true or false)" if rendered else ""
+    raise JobSpecError("stream_logs", f"must be True or False; got {_show(value)}{came}")

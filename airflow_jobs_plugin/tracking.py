@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from airflow_jobs_plugin import attempts, labels, retry
+from airflow_jobs_plugin import attempts, history, labels, retry
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
@@ -87,6 +87,18 @@ def state_line(snapshot: JobSnapshot) -> str:
     if snapshot.message and snapshot.state in _SAYS_WHY:
         line += f": {snapshot.message}"
     return line
+
+
+def resumed_line(before: JobSnapshot | None, now: JobSnapshot, annotations: Mapping[str, str]) -> str | None:
+    """``resumed by bob at 2026-11-28T17:59:21Z``: what a task log says when the job it follows, last
+    reported stopped (or stopping), is stopped no more because a person resumed it. The job's next line
+    says where it waits (the pool's reason) or that it runs; this one says who put it back."""
+    if before is None or before.reason is not Reason.STOPPED or now.reason is Reason.STOPPED:
+        return None
+    done = history.entries(annotations) if labels.HISTORY in annotations else ()
+    if not done or done[-1].act is not history.Act.RESUMED:
+        return None
+    return f"resumed by {done[-1].by} at {done[-1].at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
 # States whose line ends with the job's message: why it waits, why it ended, who stopped it.

@@ -360,6 +360,9 @@ class _Follow:
                 # its pods' last statuses. Read the pods once, then decide (and log) on fresh facts.
                 await self._read_final_facts(job)
                 return None
+        resumed = tracking.resumed_line(self.reported, snap, job["metadata"].get("annotations") or {})
+        if resumed is not None:
+            self.log.info("%s %s: %s", t.kind, self.name, resumed)
         self._report(snap, pods)
         if decision.step is tracking.Step.FAIL_FAST:
             await self._fail_fast(job, pods, queue)

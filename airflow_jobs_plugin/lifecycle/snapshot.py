@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from .. import labels
+from .. import history, labels
 from ..kinds import LAUNCHER, MPI_JOB, JobKind, kind_of
 from ..objects import as_int, as_utc, condition, dig, items, mapping, parse_time
 from ..records import NOT_YET, PodFacts, ReadMemo, pod_facts
@@ -341,7 +341,7 @@ def snapshot(
         queued_at=read.queued_at,
         admitted_at=parse_time(annotations.get(labels.ADMITTED_AT))
         or (reservation.admitted_at if reservation else None),
-        started_at=_started_at(own_pods),
+        started_at=_started_at(own_pods) or _recorded_start(annotations),
         finished_at=finished_at,
         observed_at=now,
         last_events=last_events,
@@ -703,8 +703,31 @@ def _suspended(
     if facts.requeue_count > 0:
         return _Decision(JobState.QUEUED, Reason.REQUEUED, requeued)
     # No admission decision is known yet (without a quota policy the job is released at the next
-    # look; with one, the pool's first pass has not judged it): say that, not "quota".
-    return _Decision(JobState.QUEUED, Reason.PENDING, "created suspended; waiting to be admitted")
+    # look; with one, the pool's first pass has not judged it): say that, not "quota", and say who put
+    # it back in the queue if a person did.
+    resumed = _resumed(facts.annotations)
+    return _Decision(
+        JobState.QUEUED, Reason.PENDING, f"{resumed or 'created suspended'}; waiting to be admitted"
+    )
+
+
+def _resumed(annotations: Mapping[str, str]) -> str | None:
+    """``resumed by alice at 12:00:05Z`` when a person's resume is the newest thing done to the job."""
+    if labels.HISTORY not in annotations:
+        return None
+    done = history.entries(annotations)
+    if not done or done[-1].act is not history.Act.RESUMED:
+        return None
+    return f"resumed by {done[-1].by} at {done[-1].at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def _recorded_start(annotations: Mapping[str, str]) -> datetime | None:
+    """When the job's last run started, as the cancel that ended it recorded from its pods: the
+    controller deletes a cancelled job's pods, and with them every trace of its start."""
+    if labels.HISTORY not in annotations:
+        return None
+    cancelled = history.last(history.entries(annotations), history.Act.CANCELLED)
+    return cancelled.run.started_at if cancelled is not None and cancelled.run is not None else None
 
 
 def _describe(replica: ReplicaStatus) -> str:

@@ -32,7 +32,8 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagAccessEntity, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_view
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.exception_handlers import http_exception_handler
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -246,6 +247,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 # What a browser is told for an error of a page (the JSON API keeps FastAPI's {"detail": ...}).
 ERROR_TITLES = {
+    status.HTTP_400_BAD_REQUEST: "Bad request",
+    status.HTTP_422_UNPROCESSABLE_ENTITY: "Bad query parameter",
     status.HTTP_401_UNAUTHORIZED: "Not signed in",
     status.HTTP_403_FORBIDDEN: "Not allowed",
     status.HTTP_404_NOT_FOUND: "Not found",
@@ -323,6 +326,31 @@ async def _error_response(request: Request, exc: StarletteHTTPException) -> Resp
     )
 
 
+def _invalid_parameters(exc: RequestValidationError) -> str:
+    """``offset: Input should be a valid integer (got 'ten')``: each parameter FastAPI refused, with why."""
+    lines = []
+    for error in exc.errors():
+        where = [str(part) for part in error.get("loc") or () if part not in ("query", "path", "body")]
+        given = error.get("input")
+        got = f" (got {given!r})" if isinstance(given, str | int | float) else ""
+        lines.append(f"{'.'.join(where) or 'request'}: {error.get('msg') or 'invalid'}{got}")
+    return "; ".join(lines) or "a parameter of the request is invalid"
+
+
+async def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
+    """A page asked with a bad query parameter (``?offset=ten``) answers with a page naming it; the
+    JSON API keeps FastAPI's 422 JSON."""
+    if not _wants_page(request):
+        return await request_validation_exception_handler(request, exc)
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    return HTMLResponse(
+        html.message_page(
+            ERROR_TITLES[status_code], _invalid_parameters(exc), base=_base(request), refresh=None
+        ),
+        status_code=status_code,
+    )
+
+
 def create_app() -> FastAPI:
     """The app the plugin mounts at :data:`URL_PREFIX`."""
     app = FastAPI(
@@ -334,6 +362,7 @@ def create_app() -> FastAPI:
     )
 
     app.add_exception_handler(StarletteHTTPException, _error_response)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
 
     cache: BuildCache[tuple[views.ClusterState, views.Overview]] = BuildCache()
     app.state.cluster_cache = cache

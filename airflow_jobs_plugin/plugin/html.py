@@ -68,6 +68,17 @@ pre.log { background: var(--bg-muted); padding: 6px 8px; max-height: 240px; over
   background: var(--bg-subtle); }
 .confirm-box p { margin: 0 0 6px; }
 .notice { background: var(--bg-info); padding: 4px 8px; border-radius: 6px; margin: 8px 0; }
+nav.pager { margin: 16px 0 4px; }
+nav.pager p { margin: 6px 0 0; font-size: 12px; color: var(--fg-muted); }
+form.filters { display: flex; flex-wrap: wrap; gap: 8px 12px; align-items: flex-end; }
+form.filters label { display: flex; flex-direction: column; gap: 2px; font-size: 12px; color: var(--fg-muted);
+  font-weight: 500; }
+form.filters input { font: 14px/1.5 var(--font-body); color: var(--fg); background: var(--bg); padding: 3px 8px;
+  border: 1px solid var(--border); border-radius: 6px; width: 12em; }
+form.filters input::placeholder { color: var(--fg-muted); opacity: 0.8; }
+form.filters input:focus { outline: 2px solid var(--brand); outline-offset: -1px; border-color: var(--brand); }
+form.filters button { font: inherit; font-weight: 500; color: var(--on-solid); background: var(--brand); border: 0;
+  border-radius: 6px; padding: 4px 14px; cursor: pointer; }
 dl.fields { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 8px 0; }
 dl.fields dt { color: var(--fg-muted); }
 dl.fields dd { margin: 0; }
@@ -482,7 +493,10 @@ def job_page(d: JobDetail, *, base: str = "", can_act: bool = False, notice: str
     parts.append("</table></section>")
     parts.append('<section id="logs"><h2>Logs</h2>')
     if not d.logs:
-        parts.append('<p class="msg">no pod has started yet</p>')
+        # A job that ran and was stopped or cancelled has had its pods deleted, and their logs with them.
+        ran = any(a.started_at is not None for a in d.attempts if a.name == j.name) or d.snapshot.started_at
+        gone = "its pods are gone, and their logs with them (the Timeline shows when it ran)"
+        parts.append(f'<p class="msg">{gone if ran else "no pod has started yet"}</p>')
     for tail in d.logs:
         text = _e(f"cannot read the log: {tail.error}") if tail.error else _e("\n".join(tail.lines))
         parts.append(

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
-from airflow_jobs_plugin import action_rules, kinds, kueue, labels, quota, tracking
+from airflow_jobs_plugin import action_rules, history, kinds, kueue, labels, quota, tracking
 from airflow_jobs_plugin.lifecycle import (
     LAUNCHER,
     JobSnapshot,
@@ -966,17 +966,66 @@ def rank_of(replica: ReplicaStatus) -> int:
     return LAUNCHER_RANK if replica.role == LAUNCHER else replica.index
 
 
-def phases(snap: JobSnapshot) -> tuple[Phase, ...]:
-    """The job's life as consecutive stretches: queued, admitted (placing and starting), running,
-    then the final state as an instant; a live job's last stretch is its current state up to now."""
+def _current_run(snap: JobSnapshot, done: Sequence[history.Entry]) -> history.Run | None:
+    """The run the job is in now, or ended last without a stop: admitted after every run a stop
+    recorded. A stopped job has none (its stop ended it; the pool may still hold that run's
+    reservation while its pods stop, which is not a new run), and a pod's start before this admission
+    belongs to an earlier run (a stopped pod still going)."""
+    if done and done[-1].act is history.Act.STOPPED:
+        return None
+    admitted = snap.admitted_at
+    recorded = [e.run.admitted_at for e in done if e.run is not None and e.act is history.Act.STOPPED]
+    if admitted is not None and recorded and admitted <= max(recorded):
+        admitted = None
+    started = snap.started_at
+    if admitted is None:
+        # No admission of its own was written (no quota pool here): the run is known from its start,
+        # after the newest action, and held its GPUs from then as far as anyone recorded.
+        since = done[-1].at.replace(microsecond=0) if done else None
+        if started is None or (since is not None and started < since):
+            return None
+        return history.Run(started, started, snap.finished_at, snap.gpus)
+    if started is not None and started < admitted.replace(microsecond=0):
+        started = None
+    return history.Run(admitted, started, snap.finished_at, snap.gpus)
+
+
+def runs(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[history.Run, ...]:
+    """Every run of the job in order: each a stop ended (recorded by the stop), then the current or
+    last one."""
+    recorded = [e.run for e in done if e.act is history.Act.STOPPED and e.run is not None]
+    current = _current_run(snap, done)
+    return (*recorded, *([current] if current is not None else []))
+
+
+def _run_marks(run: history.Run, admitted: bool) -> list[tuple[datetime, str, str]]:
+    marks = []
+    if admitted:
+        marks.append((run.admitted_at, JobState.SCHEDULING.value, f"admitted with {run.gpus} GPU(s)"))
+    if run.started_at is not None:
+        marks.append((run.started_at, JobState.RUNNING.value, "first container started"))
+    return marks
+
+
+def phases(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[Phase, ...]:
+    """The job's life as consecutive stretches: queued, admitted (placing and starting), running, and
+    for each stop and resume a person made (``done``, the job's history) stopped then queued again,
+    run by run; then the final state as an instant. A live job's last stretch is its current state up
+    to now."""
     now = snap.observed_at or datetime.now(timezone.utc)
     marks: list[tuple[datetime, str, str]] = []
     if snap.queued_at is not None:
         marks.append((snap.queued_at, JobState.QUEUED.value, "waiting for quota"))
-    if snap.admitted_at is not None:
-        marks.append((snap.admitted_at, JobState.SCHEDULING.value, f"admitted with {snap.gpus} GPU(s)"))
-    if snap.started_at is not None:
-        marks.append((snap.started_at, JobState.RUNNING.value, "first container started"))
+    for entry in done:
+        if entry.act is history.Act.STOPPED:
+            if entry.run is not None:
+                marks.extend(_run_marks(entry.run, admitted=True))
+            marks.append((entry.at, JobState.STOPPED.value, f"stopped by {entry.by}"))
+        elif entry.act is history.Act.RESUMED:
+            marks.append((entry.at, JobState.QUEUED.value, f"resumed by {entry.by}; waiting for quota"))
+    current = _current_run(snap, done)
+    if current is not None:
+        marks.extend(_run_marks(current, admitted=current.admitted_at != current.started_at))
     # The stretches follow the job's life in order, not the clock: Kubernetes writes whole seconds
     # (a pod's startedAt 12:00:05) where the product writes microseconds (admitted 12:00:05.300), so a
     # start may read earlier than the admission it followed. Each mark starts no earlier than the last.
@@ -993,7 +1042,7 @@ def phases(snap: JobSnapshot) -> tuple[Phase, ...]:
         until = marks[i + 1][0] if i + 1 < len(marks) else end
         result.append(Phase(state, at, max(until, at), detail))
     if snap.is_terminal:
-        result.append(Phase(snap.state.value, end, None, snap.message))
+        result.append(Phase(snap.state.value, max(end, marks[-1][0]) if marks else end, None, snap.message))
     return tuple(result)
 
 
@@ -1008,37 +1057,124 @@ _CONDITION_LABELS = {
     "Running": "running",
     "Restarting": "restarting",
 }
+# The conditions a controller writes when it ends a job the product ruled on (a cancel, a queue
+# timeout): the product ends a Job through its one-second activeDeadlineSeconds and an MPIJob through its
+# launcher (quota.ledger.verdict_patch), so they read DeadlineExceeded, which is how, not why. The
+# timeline shows the ruling instead.
+_ENDING_CONDITIONS = frozenset({"Failed", "FailureTarget"})
+_ACT_LABELS = {
+    history.Act.STOPPED: "STOPPED",
+    history.Act.RESUMED: "RESUMED",
+    history.Act.CANCELLED: "CANCELLED",
+}
+
+
+def _product_ending(job: Mapping[str, Any], cond: Mapping[str, Any], cancelled_at: datetime | None) -> bool:
+    """Whether a controller condition is the mechanism of the product's own ending of the job."""
+    if not _annotations(job).get(labels.VERDICT):
+        return False
+    if cond.get("type") in _ENDING_CONDITIONS:
+        return True
+    # A cancelled stopped Job is resumed with no pods so that its deadline can end it: the controller's
+    # "resumed" after the cancel is part of the ending too.
+    at = _parse_time(cond.get("lastTransitionTime"))
+    return cancelled_at is not None and at is not None and at >= cancelled_at.replace(microsecond=0)
+
+
+# What a controller condition follows in a job's life: a resume's (Suspended False) follows the
+# admission that unsuspended the job, a suspension (Suspended True) the stop or the creation, the rest
+# (Complete, Failed, ...) the run's start.
+_CONDITION_FOLLOWS = {("Suspended", "False"): ("ADMITTED",), ("Suspended", "True"): ("STOPPED", "QUEUED")}
+
+
+def _life(job: Mapping[str, Any], snap: JobSnapshot, done: Sequence[history.Entry]) -> list[TimelineEntry]:
+    """The product's own facts in the order the job lived them: submitted, then each run (admitted,
+    started) and the action that ended it, each resume, then the end."""
+    life = []
+    if snap.queued_at is not None:
+        life.append(TimelineEntry(snap.queued_at, "QUEUED", f"submitted to group {group_of(job) or '-'}"))
+
+    def run_facts(run: history.Run) -> None:
+        if run.admitted_at != run.started_at:
+            life.append(TimelineEntry(run.admitted_at, "ADMITTED", f"{run.gpus} GPU(s) reserved"))
+        if run.started_at is not None:
+            life.append(TimelineEntry(run.started_at, "STARTED", "first container started"))
+
+    for entry in done:
+        if entry.run is not None and entry.act is history.Act.STOPPED:
+            run_facts(entry.run)
+        if entry.act is history.Act.CANCELLED:
+            continue  # after the current run, which it ended
+        life.append(_act_entry(entry))
+    current = _current_run(snap, done)
+    if current is not None:
+        run_facts(current)
+    cancel = history.last(done, history.Act.CANCELLED)
+    if cancel is not None:
+        life.append(_act_entry(cancel))
+    if (
+        snap.is_terminal
+        and snap.finished_at is not None
+        and not (cancel is not None and snap.state is JobState.CANCELLED)
+    ):
+        life.append(TimelineEntry(snap.finished_at, snap.state.value, f"{snap.reason.value}: {snap.message}"))
+    return life
+
+
+def _act_entry(entry: history.Entry) -> TimelineEntry:
+    detail = f"{entry.act.value} by {entry.by}"
+    if entry.run is not None:
+        ran = "never started" if entry.run.started_at is None else "ran"
+        detail += f" ({ran}; {round(entry.run.gpu_seconds(entry.at))} GPU-seconds)"
+    return TimelineEntry(entry.at, _ACT_LABELS[entry.act], detail)
 
 
 def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, ...]:
-    """Dated facts in order: submitted, admitted, started, the controller's conditions, finished."""
-    entries: list[TimelineEntry] = []
-    if snap.queued_at is not None:
-        entries.append(TimelineEntry(snap.queued_at, "QUEUED", f"submitted to group {group_of(job) or '-'}"))
-    if snap.admitted_at is not None:
-        entries.append(TimelineEntry(snap.admitted_at, "ADMITTED", f"{snap.gpus} GPU(s) reserved"))
-    if snap.started_at is not None:
-        entries.append(TimelineEntry(snap.started_at, "STARTED", "first container started"))
+    """Dated facts in order: submitted, each run's admission and start, each stop, resume and cancel
+    with who did it, the controller's conditions (not those of an ending the product caused), the end.
+
+    Kubernetes writes whole seconds (a condition's lastTransitionTime, a pod's startedAt) where the
+    product writes microseconds, so facts of one second are ordered by the job's life: the product's
+    own facts in the order it lived them, a condition just after the fact it follows."""
+    done = history.entries(_annotations(job))
+    life = _life(job, snap, done)
+    # Each fact's second, never before the one it followed.
+    seconds: list[datetime] = []
+    for fact in life:
+        second = fact.at.replace(microsecond=0)
+        seconds.append(max(second, seconds[-1]) if seconds else second)
+    keyed: list[tuple[datetime, float, datetime, TimelineEntry]] = [
+        (second, float(i), fact.at, fact) for i, (second, fact) in enumerate(zip(seconds, life, strict=True))
+    ]
+    cancel = history.last(done, history.Act.CANCELLED)
     for cond in (job.get("status") or {}).get("conditions") or ():
         at = _parse_time(cond.get("lastTransitionTime"))
         kind = str(cond.get("type") or "")
         if at is None or kind not in _CONDITION_LABELS:
             continue
-        words = _CONDITION_LABELS[kind] if cond.get("status") == "True" else f"not {_CONDITION_LABELS[kind]}"
+        if _product_ending(job, cond, cancel.at if cancel is not None else None):
+            continue
+        truth = str(cond.get("status") or "")
+        words = _CONDITION_LABELS[kind] if truth == "True" else f"not {_CONDITION_LABELS[kind]}"
         detail = ": ".join(x for x in (str(cond.get("reason") or ""), str(cond.get("message") or "")) if x)
-        entries.append(TimelineEntry(at, f"{kind} ({words})", detail))
+        follows = _CONDITION_FOLLOWS.get((kind, truth), ("STARTED",))
+        second = at.replace(microsecond=0)
+        anchor = max(
+            (i for i, fact in enumerate(life) if fact.label in follows and seconds[i] <= second), default=-1
+        )
+        keyed.append((second, anchor + 0.5, at, TimelineEntry(at, f"{kind} ({words})", detail)))
     deleted = _parse_time(_meta(job).get("deletionTimestamp"))
     if deleted is not None:
-        entries.append(TimelineEntry(deleted, "DELETING", "the job object is being deleted"))
-    if snap.is_terminal and snap.finished_at is not None:
-        entries.append(
-            TimelineEntry(snap.finished_at, snap.state.value, f"{snap.reason.value}: {snap.message}")
+        keyed.append(
+            (
+                deleted.replace(microsecond=0),
+                float(len(life)),
+                deleted,
+                TimelineEntry(deleted, "DELETING", "the job object is being deleted"),
+            )
         )
-    # Controller conditions carry whole seconds while the product's own times carry microseconds: order
-    # within a second by the job's life (submitted, admitted, conditions, started, finished).
-    order = {"QUEUED": 0, "ADMITTED": 1, "STARTED": 3, snap.state.value: 4}
-    entries.sort(key=lambda e: (e.at.replace(microsecond=0), order.get(e.label, 2), e.at))
-    return tuple(entries)
+    keyed.sort(key=lambda k: (k[0], k[1], k[2]))
+    return tuple(k[3] for k in keyed)
 
 
 def replica_rows(
@@ -1196,7 +1332,7 @@ def job_detail(
     return JobDetail(
         job=job_row(job, snap, state.now, state.workloads.get(_uid(job))),
         snapshot=snap,
-        phases=phases(snap),
+        phases=phases(snap, history.entries(_annotations(job))),
         timeline=timeline(job, snap),
         replicas=replica_rows(job, snap, own_pods, state.now),
         events=event_rows(events_of(job, own_pods, events), state.now),
@@ -1235,6 +1371,11 @@ def attempt_rows(
             other_snap = snapshot(other, pods, state.owners.events_for(other, pods), now=state.now)
         record = tracking.attempt_record(other, other_snap)
         namespace = str(_meta(other).get("namespace") or "")
+        # A stopped and resumed attempt had several runs: it started with the first, and used the
+        # GPU-seconds of each (the stops recorded the runs they ended; the snapshot counts the current).
+        done = history.entries(_annotations(other))
+        ended = [e.run for e in done if e.act is history.Act.STOPPED and e.run is not None]
+        starts = [r.started_at for r in runs(other_snap, done) if r.started_at is not None]
         rows.append(
             AttemptRow(
                 attempt=record.attempt,
@@ -1244,11 +1385,12 @@ def attempt_rows(
                 message=other_snap.message,
                 requeues=other_snap.requeue_count,
                 queued_at=other_snap.queued_at,
-                started_at=other_snap.started_at,
+                started_at=min(starts) if starts else None,
                 finished_at=other_snap.finished_at,
                 exit_codes=dict(record.exit_codes),
                 nodes=tuple(sorted({r.node for r in other_snap.replicas if r.node})),
-                gpu_seconds=record.gpu_seconds,
+                gpu_seconds=sum(r.gpu_seconds(state.now) for r in ended)
+                + (record.gpu_seconds if _current_run(other_snap, done) is not None else 0.0),
                 detail_url=job_url(namespace, record.job_name),
             )
         )

@@ -112,6 +112,31 @@ async def reasons_recorded(client: KubeClient, name: str) -> list[str]:
     return sorted(f"{e['reason']}: {e['message']}" for e in ours)
 
 
+async def history_told(client: KubeClient, name: str) -> tuple[list[str], list[str], object]:
+    """What the job page and ``describe`` tell of the job's life: the timeline's labels, its details,
+    and when its attempt started."""
+    from airflow_jobs_plugin.plugin.views import job_detail
+
+    state, found = await inspect.read_job(
+        client, inspect.Target(namespace=NAMESPACE, quota_configmap=POLICY), name
+    )
+    detail = job_detail(state, found)
+    (attempt,) = detail.attempts
+    return [e.label for e in detail.timeline], [e.detail for e in detail.timeline], attempt.started_at
+
+
+def assert_told_as_it_happened(labels_seen: list[str], details: list[str], started: object, who: str) -> None:
+    """Two runs, the stop between them and the cancel that ended the second, each with who did it; the
+    controller's way of ending the cancelled job (FailureTarget, Failed: DeadlineExceeded) not told as
+    what happened to it."""
+    ours = [label for label in labels_seen if label in ("STARTED", "STOPPED", "RESUMED", "CANCELLED")]
+    assert ours == ["STARTED", "STOPPED", "RESUMED", "STARTED", "CANCELLED"], labels_seen
+    assert not any(label.startswith(("FailureTarget", "Failed")) for label in labels_seen), labels_seen
+    assert not any("DeadlineExceeded" in d for d in details), details
+    assert f"stopped by {who}" in " ".join(details) and f"cancelled by {who}" in " ".join(details)
+    assert started is not None
+
+
 def test_an_mpijob_stopped_from_the_cli_frees_its_gpus_and_runs_again_once_resumed_until_cancelled(
     cluster, capsys
 ):
@@ -152,6 +177,7 @@ def test_an_mpijob_stopped_from_the_cli_frees_its_gpus_and_runs_again_once_resum
         "Stopped: stopped by ann",
     ], recorded
     assert not held
+    assert_told_as_it_happened(*on_cluster(kubeconfig, lambda c: history_told(c, event["job_name"])), "ann")
 
 
 def test_a_torchrun_job_is_stopped_resumed_and_cancelled_from_the_gpu_jobs_page(cluster):
@@ -180,6 +206,7 @@ def test_a_torchrun_job_is_stopped_resumed_and_cancelled_from_the_gpu_jobs_page(
     assert "resumed" in resumed and "CANCELLED" in cancelled.upper(), said
     on_cluster(kubeconfig, lambda client: until_no_pods(client, event["job_name"]))
     on_cluster(kubeconfig, lambda client: until_released(client, event["job_name"]))
+    assert_told_as_it_happened(*on_cluster(kubeconfig, lambda c: history_told(c, event["job_name"])), "bob")
 
 
 def test_marking_the_task_failed_in_airflow_cancels_its_running_mpijob(cluster, capsys):

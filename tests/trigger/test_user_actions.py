@@ -251,6 +251,43 @@ def test_a_stopped_job_keeps_the_task_deferred_and_runs_again_when_resumed(clust
     assert count_jobs(cluster, task) == 1  # resumed, not resubmitted
 
 
+def test_the_task_log_says_who_resumed_its_stopped_job(cluster, capsys):
+    """Stopped and resumed through the page's and the CLI's actions: the task log says who stopped the
+    job, then who resumed it, not that it was created suspended."""
+    task = TaskRun(train(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 300}}'}))
+    deferred = task.execute(1)
+    name = deferred.trigger.job_name
+    target = inspect.Target(namespace="default", quota_configmap=None)
+
+    async def go() -> str:
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            events = asyncio.ensure_future(_collect(deferred.trigger))
+            await until_running(client, name)
+            assert (await inspect.stop(client, target, name, by="alice")).done
+            seen = ""
+            for _ in range(1000):
+                seen += capsys.readouterr().out
+                if f"Job {name}: STOPPED: stopped by alice" in seen:
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the task log never said the job was stopped")
+            assert (await inspect.resume(client, target, name, by="bob")).done
+            await asyncio.wait_for(events, 60)
+            return seen + capsys.readouterr().out
+        finally:
+            await client.close()
+            await shared.shutdown()
+
+    log = asyncio.run(go())
+    lines = [line.split(f"Job {name}: ", 1)[1] for line in log.splitlines() if f"Job {name}: " in line]
+    stopped = max(i for i, line in enumerate(lines) if line.startswith("STOPPED: stopped by alice"))
+    assert lines[stopped + 1].startswith("resumed by bob at "), lines
+    assert not any("created suspended" in line for line in lines[stopped:]), lines
+    assert lines[-1].startswith("SUCCEEDED")
+
+
 def test_a_trigger_serialized_by_the_previous_version_is_rebuilt(cluster):
     # The previous JobTrigger wrote the sensor's kwargs into every trigger; with observe it was a sensor.
     old = {

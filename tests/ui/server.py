@@ -57,7 +57,7 @@ class ApiServer:
                 self.process.wait(timeout=10)
 
 
-def environment(home: Path, kubeconfig: str) -> dict[str, str]:
+def environment(home: Path, kubeconfig: str, namespace: str = "default") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
@@ -78,18 +78,18 @@ def environment(home: Path, kubeconfig: str) -> dict[str, str]:
             "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
                 {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}}
             ),
-            "AIRFLOW__AIRFLOW_JOBS__NAMESPACE": "default",
+            "AIRFLOW__AIRFLOW_JOBS__NAMESPACE": namespace,
         }
     )
     return env
 
 
-def start(home: Path, kubeconfig: str) -> ApiServer:
-    """Migrate a fresh DB, start the API server, wait until it answers."""
+def start(home: Path, kubeconfig: str, namespace: str = "default") -> ApiServer:
+    """Migrate a fresh DB, start the API server (reading ``namespace``), wait until it answers."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "dags").mkdir(exist_ok=True)
     (home / "plugins").mkdir(exist_ok=True)
-    env = environment(home, kubeconfig)
+    env = environment(home, kubeconfig, namespace)
     airflow = str(Path(sys.executable).with_name("airflow"))
     migrate = subprocess.run(
         [airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=180, check=False

@@ -274,6 +274,16 @@ def test_page_errors_are_pages_not_json(api_server, tokens):
     assert "Not allowed" in refused.text
 
 
+def test_a_page_asked_with_a_bad_query_parameter_is_a_page_naming_it(api_server, tokens):
+    bad = get(api_server, f"{PREFIX}/?offset=ten", tokens["viewer"], headers=HTML)
+    assert bad.status_code == 422 and bad.headers["content-type"].startswith("text/html")
+    assert "Bad query parameter" in bad.text
+    assert "offset: Input should be a valid integer" in bad.text and "(got &#x27;ten&#x27;)" in bad.text
+    # The JSON API keeps FastAPI's 422, whoever asks.
+    api = get(api_server, f"{PREFIX}/api/overview?offset=ten", tokens["viewer"], headers=HTML)
+    assert api.status_code == 422 and api.json()["detail"][0]["loc"] == ["query", "offset"]
+
+
 def test_the_node_view_as_json_and_as_a_page(api_server, population, tokens):
     body = get(api_server, f"{PREFIX}/api/nodes", tokens["viewer"]).json()
     assert body["gpus"] == 16 and body["used"] + body["free"] == 16

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -465,6 +466,32 @@ def test_usage_chart_draws_the_quota_line_only_when_there_is_a_quota():
     assert 'class="quota"' not in svg.usage_chart(views.UsageChart("x", None, m(0), m(60), ()))
 
 
+def test_usage_chart_has_a_legend_axis_values_and_each_steps_values_on_hover():
+    chart = views.UsageChart(
+        "vision", 8, m(0), m(60), (views.UsagePoint(m(0), 2), views.UsagePoint(m(30), 6))
+    )
+    drawn = svg.usage_chart(chart)
+    legend = drawn.split('<g class="legend"')[1]
+    assert "GPUs held (peak 6)" in legend and "quota 8" in legend
+    assert [int(v) for v in re.findall(r'class="y-tick" data-gpus="(\d+)"', drawn)] == [0, 2, 4, 6, 8]
+    assert re.findall(r'class="x-tick">.*?>(\d\d:\d\d(?: UTC)?)</text>', drawn) == [
+        "09:00",
+        "09:15",
+        "09:30",
+        "09:45",
+        "10:00 UTC",
+    ]
+    assert "<title>09:00:00-09:30:00 UTC: 2 GPUs held (quota 8)</title>" in drawn
+    assert "<title>09:30:00-10:00:00 UTC: 6 GPUs held (quota 8)</title>" in drawn
+
+
+def test_usage_chart_gpu_axis_counts_in_steps_of_one_two_or_five():
+    assert svg.gpu_ticks(0) == (0, 1)
+    assert svg.gpu_ticks(3) == (0, 1, 2, 3)
+    assert svg.gpu_ticks(9) == (0, 2, 4, 6, 8, 10)
+    assert svg.gpu_ticks(64) == (0, 20, 40, 60, 80)
+
+
 def test_state_timeline_draws_one_bar_per_stretch_and_a_marker_for_the_end():
     phases = (
         views.Phase("QUEUED", m(0), m(10), "waiting"),
@@ -472,8 +499,11 @@ def test_state_timeline_draws_one_bar_per_stretch_and_a_marker_for_the_end():
         views.Phase("FAILED", m(50), None, "exit 3"),
     )
     drawn = svg.state_timeline(phases, m(50))
-    assert drawn.count("<rect") == 2 and drawn.count("<circle") == 1
+    assert drawn.count('class="stretch"') == 2 and drawn.count("<circle") == 1
     assert 'data-state="FAILED"' in drawn
+    assert "<title>RUNNING 09:10:00-09:50:00 UTC (40m 0s): running</title>" in drawn
+    assert re.findall(r'data-legend="(\w+)"', drawn) == ["QUEUED", "RUNNING", "FAILED"]
+    assert ">09:00:00</text>" in drawn and ">09:50:00 UTC</text>" in drawn
 
 
 def test_uid_helper_is_stable():
