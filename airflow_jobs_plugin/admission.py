@@ -163,7 +163,8 @@ async def _read_policy(
     configmap = await client.get_or_none(CONFIGMAPS, quota_namespace, quota_configmap)
     if configmap is None:
         return None
-    return quota.policy_from_configmap_data(configmap.get("data"))
+    # In a thread: reading a large policy takes seconds (quota.policy.MAX_POLICY_BYTES).
+    return await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
 
 
 async def check_group(
@@ -272,6 +273,7 @@ class _PolicySource:
         )
         self.watch.add_listener(lambda *_: on_change())
         self._state: _PolicyState | None = None
+        self._parsing = asyncio.Lock()
 
     def start(self) -> None:
         self.watch.start()
@@ -298,13 +300,19 @@ class _PolicySource:
         version = configmap["metadata"].get("resourceVersion")
         if self._state is not None and self._state.version == version:
             return self._state
-        try:
-            state = _PolicyState(quota.policy_from_configmap_data(configmap.get("data")), None, version)
-        except quota.PolicyError as exc:
-            state = _PolicyState(None, f"the quota policy ConfigMap {where} is invalid: {exc}", version)
-            log.error("%s", state.problem)
-        self._state = state
-        return state
+        async with self._parsing:  # one parse per version, however many groups' passes ask at once
+            if self._state is not None and self._state.version == version:
+                return self._state
+            try:
+                # In a thread: a policy near its size limit takes seconds to read, and the triggerer's
+                # event loop follows every job meanwhile (quota.policy.MAX_POLICY_BYTES).
+                parsed = await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
+                state = _PolicyState(parsed, None, version)
+            except quota.PolicyError as exc:
+                state = _PolicyState(None, f"the quota policy ConfigMap {where} is invalid: {exc}", version)
+                log.error("%s", state.problem)
+            self._state = state
+            return state
 
 
 def _owner_name(obj: dict) -> str | None:

@@ -6,6 +6,7 @@ one task, whatever crashes where.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Mapping
@@ -168,7 +169,9 @@ async def _pool_of(
         return None
     if pool.opted_out:
         try:
-            policy: QuotaPolicy | None = policy_from_configmap_data(configmap.get("data"))
+            policy: QuotaPolicy | None = await asyncio.to_thread(
+                policy_from_configmap_data, configmap.get("data")
+            )
         except PolicyError as exc:
             raise SubmissionRefused(
                 f"quota_configmap='': the quota policy {namespace}/{name} cannot be read, so whether group "

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import kinds, kueue, kueue_cluster, labels
+from ..bounded import bounded
 from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from .ledger_model import (
     UNSUSPEND_GRACE,
@@ -459,7 +460,7 @@ def verdict_only_patch(job: Mapping[str, Any], reason: str, message: str) -> dic
     return {
         "metadata": {
             **_precondition(job),
-            "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
+            "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: bounded(message)},
         }
     }
 
@@ -486,7 +487,7 @@ def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
     """
     metadata = {
         **_precondition(job),
-        "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
+        "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: bounded(message)},
     }
     if kinds.is_mpi(job):
         return {"metadata": metadata}
