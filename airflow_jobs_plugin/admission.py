@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
 from airflow_jobs_plugin import kinds, kueue, kueue_cluster, labels, metrics, quota
+from airflow_jobs_plugin.kinds import charge
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
     JOBS,
@@ -632,6 +633,12 @@ class Admission:
             return None
         if not self.quota_enabled:
             return await self._admit_at_once(job)
+        try:
+            charge.job_charge(job)
+        except charge.ChargeRefused as exc:
+            # Its pod templates cannot change while it waits: it would wait in no queue for ever.
+            await self._rule(job, Reason.INADMISSIBLE.value, str(exc))
+            return None
         group = group_of(job)
         if not group:
             return QueueStatus(
