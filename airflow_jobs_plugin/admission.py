@@ -39,7 +39,7 @@ from airflow_jobs_plugin.kube import (
     KubeError,
 )
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
-from airflow_jobs_plugin.quota import flavors, ledger, placement
+from airflow_jobs_plugin.quota import flavors, ledger, placement, preemption
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
 from airflow_jobs_plugin.quota.requeue import format_duration
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
@@ -1097,6 +1097,12 @@ class Admission:
         unit = policy.ledger_of(group)
         members = policy.members(unit) if unit != group else ()
         self._units[group] = unit
+        # A group that preempts chooses its victims by the nodes too (quota/preemption.py): read them.
+        preempts = any(
+            (q := policy.groups.get(g)) is not None and q.within_group is not preemption.WithinGroup.NEVER
+            for g in members or (group,)
+        )
+        nodes = await self._nodes() if preempts else []
         outcome = await ledger.admission_pass(
             self.client,
             ledger_namespace=self.quota_namespace,
@@ -1110,6 +1116,11 @@ class Admission:
             pods_of=self._pods_of,
             members=members,
             released=frozenset(self._released),
+            placement_of=(
+                (lambda fetched: placement.preemption_placement(nodes, fetched, self._pods_of))
+                if nodes
+                else None
+            ),
         )
         worker.ledger_version = outcome.stored.version
         self._absorb(outcome)

@@ -9,13 +9,14 @@ NodeAffinity filter applies it); free GPUs do not matter, only what a node offer
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kinds, labels
-from ..kinds.charge import job_device, pod_request
+from ..kinds.charge import ChargeRefused, job_charge, job_device, pod_request
 from ..spec import GPU_RESOURCE_PREFIXES
+from .preemption import NodeRoom, Placement, PodsOf
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,55 @@ def never_fits(job: Mapping[str, Any], nodes: Iterable[NodeCapacity]) -> str | N
             f"at most {largest} GPUs per pod, or more workers with fewer GPUs each"
         )
     return None
+
+
+def preemption_placement(
+    nodes: Sequence[NodeCapacity],
+    jobs: Iterable[dict],
+    pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None],
+) -> Placement | None:
+    """What a preemption needs to know of the nodes (quota/preemption.py ``Placement``), from the
+    nodes and one pass's jobs and their pods; ``None`` when no node is known.
+
+    A node's free GPUs are what it offers less what the pods bound to it that have not ended ask for
+    (pods being deleted still hold theirs until they are gone). Only the pods of the jobs given are
+    seen: GPUs held by other pods count as free, so a plan may still leave a preemptor Unschedulable
+    there, as a plan by quota alone would."""
+    if not nodes:
+        return None
+    used: dict[str, dict[str, int]] = {}
+    held_on: dict[str, dict[str, int]] = {}
+    asks: dict[str, tuple[PodsOf, ...]] = {}
+    for job in jobs:
+        uid = str((job.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            continue
+        try:
+            charged = job_charge(job)
+        except ChargeRefused:
+            continue
+        asks[uid] = tuple(PodsOf(p.count, p.gpus, dict(p.node_selector)) for p in charged.pods)
+        for pod in pods_of(job) or ():
+            spec = pod.get("spec") or {}
+            node = spec.get("nodeName")
+            if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            gpus = pod_request(spec, charged.resource)
+            if gpus <= 0:
+                continue
+            on_node = used.setdefault(str(node), {})
+            on_node[charged.resource] = on_node.get(charged.resource, 0) + gpus
+            held = held_on.setdefault(uid, {})
+            held[str(node)] = held.get(str(node), 0) + gpus
+    rooms = tuple(
+        NodeRoom(
+            name=n.name,
+            node_labels=dict(n.node_labels),
+            free={
+                resource: max(0, n.offers(resource) - used.get(n.name, {}).get(resource, 0))
+                for resource in {labels.GPU_RESOURCE, *n.devices}
+            },
+        )
+        for n in nodes
+    )
+    return Placement(nodes=rooms, held_on=held_on, pods=asks)

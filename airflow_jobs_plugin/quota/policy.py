@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from enum import Enum
+from functools import partial
 from typing import Any
 
 import yaml
@@ -43,7 +44,7 @@ from . import cohort as cohorts
 from .cohort import Limits, Reclaim
 from .fair_share import DEFAULT_HALF_LIFE, Ordering, UsageHistory, fair_order, recent_by_group
 from .flavors import Flavor
-from .preemption import WithinGroup, plan_preemption, preemptor_key
+from .preemption import Placement, WithinGroup, plan_preemption, preemptor_key
 from .requeue import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,
@@ -1257,8 +1258,10 @@ class _Pool:
     freeing: dict[str, int] = field(default_factory=dict)
     user_freeing: dict[tuple[str, str], int] = field(default_factory=dict)
     held: list[Reservation] = field(default_factory=list)
+    freeing_uids: list[str] = field(default_factory=list)  # whose pods' GPUs are on their way back
 
     def free_later(self, r: Reservation) -> None:
+        self.freeing_uids.append(r.uid)
         self.freeing[r.resource] = self.freeing.get(r.resource, 0) + r.gpus
         key = (r.user, r.resource)
         self.user_freeing[key] = self.user_freeing.get(key, 0) + r.gpus
@@ -1297,6 +1300,7 @@ def decide(
     now: datetime,
     releasing: Collection[str] = frozenset(),
     recent: Mapping[str, Mapping[str, float]] | None = None,
+    placement: Placement | None = None,
 ) -> list[Decision]:
     """One decision per queued job (duplicates by uid collapse), grouped by group in queue order.
 
@@ -1306,8 +1310,10 @@ def decide(
     twice. ``releasing`` names (by uid) the reservations of jobs already ending, stopped, requeued or
     preempted whose pods still hold their GPUs: they count as used, and a group that preempts counts
     them as on their way back before it preempts anyone else. ``recent`` gives, per group, each user's
-    recent usage in GPUs (quota/fair_share.py), which orders the queue of a ``fair_share`` group. The
-    result depends only on the arguments, not on their order.
+    recent usage in GPUs (quota/fair_share.py), which orders the queue of a ``fair_share`` group.
+    ``placement`` (the nodes, where admitted jobs' pods are, what queued jobs' pods ask for) makes a
+    preemption choose victims that free room where the preemptor's pods can be placed
+    (quota/preemption.py). The result depends only on the arguments, not on their order.
     """
     if now.tzinfo is None:
         raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
@@ -1336,6 +1342,7 @@ def decide(
                 [r for r in held if r.group in groups],
                 now,
                 releasing,
+                placement,
             )
         )
     return decisions
@@ -1396,6 +1403,7 @@ def _decide_unit(
     reservations: list[Reservation],
     now: datetime,
     releasing: Collection[str] = frozenset(),
+    placement: Placement | None = None,
 ) -> list[Decision]:
     """The queues of the groups one ledger holds (a cohort's, or one group's), walked together: each
     group in its own order, the groups interleaved by enqueue time, so a cohort's spare GPUs go to the
@@ -1444,7 +1452,9 @@ def _decide_unit(
                 and quota.within_group is WithinGroup.LOWER_PRIORITY
                 and job.resource not in preempting
             ):
-                verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message)
+                verdict, message, preempts = _preempt_for(
+                    quota, pool, job, verdict, message, placement=placement
+                )
         elif (
             verdict is Verdict.USER_QUOTA
             and job.kueue_queue is None
@@ -1457,7 +1467,9 @@ def _decide_unit(
         ):
             # Over the user's own GPU limit: only the user's jobs of lower priority can make room, and
             # only while no earlier job waits for the group (the GPUs freed would be that job's).
-            verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message, own=True)
+            verdict, message, preempts = _preempt_for(
+                quota, pool, job, verdict, message, own=True, placement=placement
+            )
         if preempts:
             preempting.add(job.resource)
         verdicts[group].append((job, verdict, message, blocked_by, preempts))
@@ -1704,7 +1716,14 @@ def _judge(
 
 
 def _preempt_for(
-    quota: GroupQuota, pool: _Pool, job: QueuedJob, verdict: Verdict, message: str, *, own: bool = False
+    quota: GroupQuota,
+    pool: _Pool,
+    job: QueuedJob,
+    verdict: Verdict,
+    message: str,
+    *,
+    own: bool = False,
+    placement: Placement | None = None,
 ) -> tuple[Verdict, str, tuple[Reservation, ...]]:
     """A job of a preempting group that does not fit: the jobs it preempts, or its verdict as is when
     preempting every lower-priority job would still not make room. ``own``: its user's limit blocks it,
@@ -1715,7 +1734,8 @@ def _preempt_for(
     user_free = (
         max(0, quota.user_limit(job.user, resource) - pool.user_used(job.user, resource)) if own else None
     )
-    plan = plan_preemption(
+    plan_for = partial(
+        plan_preemption,
         job,
         free,
         pool.freeing.get(resource, 0),
@@ -1723,9 +1743,17 @@ def _preempt_for(
         user_free=user_free,
         user_freeing=pool.user_freeing.get((job.user, resource), 0),
     )
+    plan = plan_for(placement=placement, freeing_uids=pool.freeing_uids)
     if plan is None:
         if own:  # a user's own jobs are a last resort; the user-quota message alone says why it waits
             return verdict, message, ()
+        if placement is not None and plan_for() is not None:
+            return (
+                verdict,
+                f"{message}; no choice of admitted jobs of lower priority would free room on nodes where its "
+                "pods can be placed, so none is preempted",
+                (),
+            )
         return verdict, f"{message}; not enough admitted jobs of lower priority to preempt", ()
     if not plan.victims:
         return (
