@@ -30,8 +30,10 @@ from airflow_jobs_plugin import kinds, kueue, kueue_cluster, labels, metrics, qu
 from airflow_jobs_plugin.kinds import charge
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
+    EVENTS,
     JOBS,
     MPIJOBS,
+    NODEPOOLS,
     NODES,
     PENDING_IN_LOCAL_QUEUES,
     WORKLOADS,
@@ -89,6 +91,11 @@ LEDGER_CATCH_UP_SECONDS = 0.5
 RELEASE_WAIT_SECONDS = 5.0
 # How long the nodes' GPU capacities read for placement are reused (nodes join and leave rarely).
 NODES_TTL_SECONDS = 30.0
+# The most pods of one stuck job whose events are read to learn whether a node is coming for them.
+MAX_POD_EVENT_READS = 4
+# The ConfigMap the cluster-autoscaler writes its status to (kubernetes/autoscaler cluster-autoscaler
+# FAQ, --write-status-configmap, default true): its presence says the cluster can add nodes.
+CLUSTER_AUTOSCALER_STATUS = "cluster-autoscaler-status"
 # Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
 # Kueue's Workloads (read-only: Kueue writes them), on clusters that run Kueue.
 
@@ -583,6 +590,7 @@ class Admission:
         self._last_use = 0.0
         self._rng = random.Random()
         self._node_capacities: list[placement.NodeCapacity] = []
+        self._autoscaling = placement.NO_AUTOSCALING
         self._nodes_read_at: float | None = None
         self._nodes_lock: asyncio.Lock | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -626,7 +634,8 @@ class Admission:
             # A Kueue that manages every job has it (its configuration says so, or it made a Workload):
             # unsuspending it would only make Kueue suspend it again (the fight kueue.py describes).
             return await self._kueue_status(job)
-        too_large = placement.never_fits(job, await self._nodes())
+        nodes = await self._nodes()
+        too_large = placement.never_fits(job, nodes, self._autoscaling)
         if too_large is not None:
             # Admitting it would only trade a wait in the queue for a wait as Unschedulable.
             await self._rule(job, Reason.UNSCHEDULABLE.value, too_large)
@@ -938,6 +947,7 @@ class Admission:
         try:
             listing = await self.client.list(NODES, "")
             self._node_capacities = [placement.NodeCapacity.of(n) for n in listing.get("items") or []]
+            self._autoscaling = await self._read_autoscaling()
         except KubeError as exc:
             if self._nodes_read_at is None:
                 log.warning(
@@ -945,6 +955,37 @@ class Admission:
                 )
             self._node_capacities = []
         self._nodes_read_at = loop.time()
+
+    async def _read_autoscaling(self) -> placement.Autoscaling:
+        """The nodes the cluster can add: the ``autoscaled_node_shapes`` option, else Karpenter's
+        NodePools, else whether a cluster-autoscaler reports its status (then nothing is ruled)."""
+        from airflow_jobs_plugin import config
+
+        try:
+            shapes = placement.parse_node_shapes(config.get("autoscaled_node_shapes"))
+        except placement.NodeShapesError as exc:
+            log.error("%s; no job is ruled larger than any node until it is fixed", exc)
+            return placement.Autoscaling(unbounded=str(exc))
+        if shapes:
+            return placement.Autoscaling(shapes=shapes)
+        try:
+            pools = (await self.client.list(NODEPOOLS, "")).get("items") or []
+        except KubeError:
+            pools = []  # no Karpenter (404), or no right to read its NodePools (403)
+        if pools:
+            bounded = [placement.nodepool_shape(pool) for pool in pools]
+            if any(shape is None for shape in bounded):
+                return placement.Autoscaling(unbounded="a Karpenter NodePool without a GPU limit")
+            return placement.Autoscaling(shapes=tuple(shape for shape in bounded if shape is not None))
+        try:
+            status = await self.client.get_or_none(CONFIGMAPS, "kube-system", CLUSTER_AUTOSCALER_STATUS)
+        except KubeError:
+            status = None
+        if status is not None:
+            return placement.Autoscaling(
+                unbounded="a cluster-autoscaler (kube-system/cluster-autoscaler-status)"
+            )
+        return placement.NO_AUTOSCALING
 
     def _start(self) -> None:
         if self._policy is not None:
@@ -1247,6 +1288,11 @@ class Admission:
             if deadline > now:
                 due.append(deadline)
                 continue
+            coming = await self._node_coming(job)
+            if coming is not None and coming > now:
+                # An autoscaler is adding a node for its pods: waiting, not stuck.
+                due.append(coming)
+                continue
             unit = policy.ledger_of(group_of(job) or "")
             result = await ledger.requeue_stuck(
                 self.client,
@@ -1265,6 +1311,30 @@ class Admission:
             # The job changed (requeued, failed, or raced): the next pass sees the new state.
             due.append(now)
         return due
+
+    async def _node_coming(self, job: dict) -> datetime | None:
+        """Until when an autoscaler's node is waited for by ``job``'s unscheduled pods (their events)."""
+        pending = [
+            pod["metadata"]["name"]
+            for pod in self.watch.pods_of(job["metadata"]["name"])
+            if not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp")
+        ]
+        until: datetime | None = None
+        for name in pending[:MAX_POD_EVENT_READS]:
+            try:
+                listing = await self.client.list(
+                    EVENTS,
+                    self.watch.namespace,
+                    field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
+                )
+            except KubeError as exc:
+                log.info("cannot read the events of pod %s (%s): judged without them", name, exc)
+                return None
+            coming = placement.node_coming(listing.get("items") or [])
+            if coming is None:
+                return None  # one pod no node is coming for is enough to be stuck
+            until = coming if until is None else min(until, coming)
+        return until
 
 
 async def shutdown() -> None:

@@ -29,6 +29,7 @@ from airflow_jobs_plugin.resources import (  # noqa: F401  (re-exported)
     EVENTS,
     JOBS,
     MPIJOBS,
+    NODEPOOLS,
     NODES,
     PODS,
     Resource,

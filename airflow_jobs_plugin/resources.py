@@ -66,6 +66,8 @@ EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SERVICES = Resource("", "v1", "services", "Service")
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+# Karpenter's NodePools (karpenter.sh/v1): what nodes the cluster can add, where Karpenter runs.
+NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", namespaced=False)
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
