@@ -39,6 +39,7 @@ from airflow_jobs_plugin.kube import (
     WORKLOADS,
     KubeClient,
     KubeError,
+    Resource,
 )
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
 from airflow_jobs_plugin.quota import flavors, ledger, placement, preemption
@@ -91,6 +92,13 @@ LEDGER_CATCH_UP_SECONDS = 0.5
 RELEASE_WAIT_SECONDS = 5.0
 # How long the nodes' GPU capacities read for placement are reused (nodes join and leave rarely).
 NODES_TTL_SECONDS = 30.0
+# How long a ledger's write right, as SelfSubjectAccessReview answered it, is trusted; a refusal is
+# asked again sooner, so a fixed Role takes effect within seconds.
+LEDGER_ACCESS_TTL_SECONDS = 600.0
+LEDGER_ACCESS_RETRY_SECONDS = 15.0
+SELF_SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", namespaced=False
+)
 # The most pods of one stuck job whose events are read to learn whether a node is coming for them.
 MAX_POD_EVENT_READS = 4
 # The ConfigMap the cluster-autoscaler writes its status to (kubernetes/autoscaler cluster-autoscaler
@@ -591,6 +599,8 @@ class Admission:
         self._rng = random.Random()
         self._node_capacities: list[placement.NodeCapacity] = []
         self._autoscaling = placement.NO_AUTOSCALING
+        # Per ledger: until when the answer holds, and why it may not be written (None: it may).
+        self._ledger_access: dict[str, tuple[float, str | None]] = {}
         self._nodes_read_at: float | None = None
         self._nodes_lock: asyncio.Lock | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -956,6 +966,53 @@ class Admission:
             self._node_capacities = []
         self._nodes_read_at = loop.time()
 
+    async def _ledger_access_problem(self, unit: str) -> str | None:
+        """Why this process may not write the ledger of ``unit`` (``None``: it may, or it cannot tell).
+
+        The shipped Role names the ledgers it may update (RBAC cannot grant update by a name's prefix),
+        and a ConfigMap's create cannot be limited by name: a group added to the policy but not to the
+        Role would get its first job admitted (the ledger created) and every later write refused (403),
+        its jobs waiting for ever. Asked of the API server once per ledger and a while
+        (SelfSubjectAccessReview, kubernetes v1.36 pkg/apis/authorization: what any authenticated
+        identity may ask about itself), before anything of the group is admitted."""
+        loop = asyncio.get_running_loop()
+        cached = self._ledger_access.get(unit)
+        if cached is not None and loop.time() < cached[0]:
+            return cached[1]
+        name = quota.ledger_name(unit)
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": self.quota_namespace,
+                    "verb": "update",
+                    "resource": "configmaps",
+                    "name": name,
+                }
+            },
+        }
+        try:
+            answer = await self.client.create(SELF_SUBJECT_ACCESS_REVIEWS, "", review)
+        except KubeError as exc:
+            # An API server without the review (the simulator) or a refusal to answer: the writes say.
+            log.debug("cannot ask whether the ledger %s may be written (%s)", name, exc)
+            self._ledger_access[unit] = (loop.time() + LEDGER_ACCESS_TTL_SECONDS, None)
+            return None
+        allowed = bool((answer.get("status") or {}).get("allowed"))
+        problem = None
+        if not allowed:
+            problem = (
+                f"this triggerer may not update the ledger ConfigMap {self.quota_namespace}/{name} (RBAC): add "
+                f"{name!r} to the resourceNames of the configmaps 'update' rule of Role airflow-jobs-admitter "
+                "(helm-values/rbac.yaml) and apply it; the group's jobs wait until then"
+            )
+            log.error("quota group %s: %s", unit, problem)
+        # A refusal is asked again soon (the admin is fixing it); a grant stays true for a while.
+        ttl = LEDGER_ACCESS_TTL_SECONDS if allowed else LEDGER_ACCESS_RETRY_SECONDS
+        self._ledger_access[unit] = (loop.time() + ttl, problem)
+        return problem
+
     async def _read_autoscaling(self) -> placement.Autoscaling:
         """The nodes the cluster can add: the ``autoscaled_node_shapes`` option, else Karpenter's
         NodePools, else whether a cluster-autoscaler reports its status (then nothing is ruled)."""
@@ -1123,8 +1180,11 @@ class Admission:
         state = await self._policy.current()
         group = worker.group
         jobs = self._group_jobs(group)
-        if state.policy is None:
-            changed, worker.problem = worker.problem != state.problem, state.problem
+        problem = state.problem
+        if state.policy is not None:
+            problem = await self._ledger_access_problem(state.policy.ledger_of(group))
+        if state.policy is None or problem is not None:
+            changed, worker.problem = worker.problem != problem, problem
             worker.decisions = {}
             worker.next_due = _now() + timedelta(seconds=RESYNC_SECONDS)
             for job in jobs:
