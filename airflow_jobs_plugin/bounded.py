@@ -55,6 +55,17 @@ class BoundedSafeLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 - PyYAML's name
+        # Checked in the scanner too: it keeps a possible simple key per open bracket and walks them all
+        # at every token, so 1,000 nested brackets took seconds before the composer got to count them.
+        if self.flow_level >= self.max_depth:
+            mark = self.get_mark()
+            raise YamlTooDeepError(
+                f"nested deeper than {self.max_depth} levels (line {mark.line + 1}, column "
+                f"{mark.column + 1}); no document the product reads needs more"
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
     def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - PyYAML's composer hook
         self._depth += 1
         try:
