@@ -36,6 +36,7 @@ from airflow_jobs_plugin.kube import (
     NODEPOOLS,
     NODES,
     PENDING_IN_LOCAL_QUEUES,
+    PODS,
     WORKLOADS,
     KubeClient,
     KubeError,
@@ -1218,7 +1219,12 @@ class Admission:
             members=members,
             released=frozenset(self._released),
             placement_of=(
-                (lambda fetched: placement.preemption_placement(nodes, fetched, self._pods_of))
+                # Every product pod of the namespace, other groups' too, takes room on its node.
+                (
+                    lambda fetched: placement.preemption_placement(
+                        nodes, fetched, self._pods_of, self.watch.jobs(PODS)
+                    )
+                )
                 if nodes
                 else None
             ),

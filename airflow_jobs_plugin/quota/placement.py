@@ -215,14 +215,16 @@ def preemption_placement(
     nodes: Sequence[NodeCapacity],
     jobs: Iterable[dict],
     pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None],
+    every_pod: Iterable[Mapping[str, Any]] | None = None,
 ) -> Placement | None:
     """What a preemption needs to know of the nodes (quota/preemption.py ``Placement``), from the
-    nodes and one pass's jobs and their pods; ``None`` when no node is known.
+    nodes, one pass's jobs and their pods, and ``every_pod`` the process sees (other groups' too);
+    ``None`` when no node is known.
 
     A node's free GPUs are what it offers less what the pods bound to it that have not ended ask for
-    (pods being deleted still hold theirs until they are gone). Only the pods of the jobs given are
-    seen: GPUs held by other pods count as free, so a plan may still leave a preemptor Unschedulable
-    there, as a plan by quota alone would."""
+    (pods being deleted still hold theirs until they are gone): ``every_pod``'s, else the jobs' own.
+    GPUs held by pods nobody sees (another namespace, not the product's) count as free, so there a plan
+    may still leave a preemptor Unschedulable, as a plan by quota alone would."""
     if not nodes:
         return None
     used: dict[str, dict[str, int]] = {}
@@ -245,10 +247,27 @@ def preemption_placement(
             gpus = pod_request(spec, charged.resource)
             if gpus <= 0:
                 continue
-            on_node = used.setdefault(str(node), {})
-            on_node[charged.resource] = on_node.get(charged.resource, 0) + gpus
+            if every_pod is None:
+                on_node = used.setdefault(str(node), {})
+                on_node[charged.resource] = on_node.get(charged.resource, 0) + gpus
             held = held_on.setdefault(uid, {})
             held[str(node)] = held.get(str(node), 0) + gpus
+    for pod in every_pod or ():
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        on_node = used.setdefault(str(node), {})
+        for resource in {
+            labels.GPU_RESOURCE,
+            *(
+                n
+                for c in spec.get("containers") or ()
+                for n in ((c.get("resources") or {}).get("limits") or {})
+            ),
+        }:
+            if str(resource).startswith(GPU_RESOURCE_PREFIXES):
+                on_node[resource] = on_node.get(resource, 0) + pod_request(spec, resource)
     rooms = tuple(
         NodeRoom(
             name=n.name,

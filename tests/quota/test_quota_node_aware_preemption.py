@@ -194,3 +194,23 @@ def test_no_victim_of_a_plan_could_be_spared(cluster):
     if plan is not None and plan.victims:
         for spared in plan.victims:
             assert not _fits(job, free, [r for r in plan.victims if r is not spared], placement)
+
+
+def test_other_groups_pods_take_room_on_their_nodes():
+    """The node a pod of another group fills is not free for the preemptor (placement.preemption_placement)."""
+    from airflow_jobs_plugin.quota.placement import NodeCapacity, preemption_placement
+
+    def pod(node: str, gpus: int) -> dict:
+        limits = {"nvidia.com/gpu": str(gpus)}
+        return {
+            "spec": {"nodeName": node, "containers": [{"name": "m", "resources": {"limits": limits}}]},
+            "status": {"phase": "Running"},
+        }
+
+    nodes = [NodeCapacity(name=f"n{i}", gpus=8, node_labels={}) for i in range(3)]
+    other = pod("n2", 8)
+
+    placement = preemption_placement(nodes, [], lambda job: [], [other, pod("n0", 4)])
+
+    assert placement is not None
+    assert {room.name: room.free["nvidia.com/gpu"] for room in placement.nodes} == {"n0": 4, "n1": 8, "n2": 0}
