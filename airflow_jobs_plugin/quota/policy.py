@@ -77,8 +77,8 @@ MAX_LISTED_ERRORS = 20
 # The longest line one problem takes (its key path first, then the problem and the fix).
 ERROR_LINE_LIMIT = 500
 # The largest policy.yaml read. PyYAML's pure-Python parser (the one that can refuse duplicate keys
-# and bound nesting) reads about 100 KB a second on a busy core, and a ConfigMap may hold up to 1 MiB;
-# 256 KiB is some 7,000 groups of one line each, read in a few seconds off the event loop.
+# and bound nesting) reads about 100 KB a second, and a ConfigMap may hold up to 1 MiB; 256 KiB is read
+# in about 2 s, off the event loop (docs/benchmarks.md, "Bad policies"), and holds more than MAX_GROUPS.
 MAX_POLICY_BYTES = 256 * 1024
 # The most groups a policy defines: every group has a ledger and an admission pass of its own.
 MAX_GROUPS = 5_000
