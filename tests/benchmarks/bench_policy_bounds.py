@@ -25,9 +25,8 @@ def policies() -> dict[str, str]:
         "4 KB of nested brackets": "[" * 2_000 + "]" * 2_000,
         "60,000 groups (2 MB)": "groups:\n" + one_line,
         f"256 KiB of one-line groups ({n:,}, past MAX_GROUPS)": largest,
-        "5,000 groups of two keys": "groups:\n" + "".join(
-            f"  g{i}: {{gpus: 8, user_gpus: 4}}\n" for i in range(5_000)
-        ),
+        "5,000 groups of two keys": "groups:\n"
+        + "".join(f"  g{i}: {{gpus: 8, user_gpus: 4}}\n" for i in range(5_000)),
     }
 
 
