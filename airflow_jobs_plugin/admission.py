@@ -27,18 +27,23 @@ from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
 
 from airflow_jobs_plugin import kinds, kueue, kueue_cluster, labels, metrics, quota
+from airflow_jobs_plugin.kinds import charge
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
+    EVENTS,
     JOBS,
     MPIJOBS,
+    NODEPOOLS,
     NODES,
     PENDING_IN_LOCAL_QUEUES,
+    PODS,
     WORKLOADS,
     KubeClient,
     KubeError,
+    Resource,
 )
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
-from airflow_jobs_plugin.quota import flavors, ledger, placement
+from airflow_jobs_plugin.quota import flavors, ledger, placement, preemption
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
 from airflow_jobs_plugin.quota.requeue import format_duration
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
@@ -88,6 +93,18 @@ LEDGER_CATCH_UP_SECONDS = 0.5
 RELEASE_WAIT_SECONDS = 5.0
 # How long the nodes' GPU capacities read for placement are reused (nodes join and leave rarely).
 NODES_TTL_SECONDS = 30.0
+# How long a ledger's write right, as SelfSubjectAccessReview answered it, is trusted; a refusal is
+# asked again sooner, so a fixed Role takes effect within seconds.
+LEDGER_ACCESS_TTL_SECONDS = 600.0
+LEDGER_ACCESS_RETRY_SECONDS = 15.0
+SELF_SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", namespaced=False
+)
+# The most pods of one stuck job whose events are read to learn whether a node is coming for them.
+MAX_POD_EVENT_READS = 4
+# The ConfigMap the cluster-autoscaler writes its status to (kubernetes/autoscaler cluster-autoscaler
+# FAQ, --write-status-configmap, default true): its presence says the cluster can add nodes.
+CLUSTER_AUTOSCALER_STATUS = "cluster-autoscaler-status"
 # Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
 # Kueue's Workloads (read-only: Kueue writes them), on clusters that run Kueue.
 
@@ -163,7 +180,8 @@ async def _read_policy(
     configmap = await client.get_or_none(CONFIGMAPS, quota_namespace, quota_configmap)
     if configmap is None:
         return None
-    return quota.policy_from_configmap_data(configmap.get("data"))
+    # In a thread: reading a large policy takes seconds (quota.policy.MAX_POLICY_BYTES).
+    return await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
 
 
 async def check_group(
@@ -272,6 +290,7 @@ class _PolicySource:
         )
         self.watch.add_listener(lambda *_: on_change())
         self._state: _PolicyState | None = None
+        self._parsing = asyncio.Lock()
 
     def start(self) -> None:
         self.watch.start()
@@ -298,13 +317,19 @@ class _PolicySource:
         version = configmap["metadata"].get("resourceVersion")
         if self._state is not None and self._state.version == version:
             return self._state
-        try:
-            state = _PolicyState(quota.policy_from_configmap_data(configmap.get("data")), None, version)
-        except quota.PolicyError as exc:
-            state = _PolicyState(None, f"the quota policy ConfigMap {where} is invalid: {exc}", version)
-            log.error("%s", state.problem)
-        self._state = state
-        return state
+        async with self._parsing:  # one parse per version, however many groups' passes ask at once
+            if self._state is not None and self._state.version == version:
+                return self._state
+            try:
+                # In a thread: a policy near its size limit takes seconds to read, and the triggerer's
+                # event loop follows every job meanwhile (quota.policy.MAX_POLICY_BYTES).
+                parsed = await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
+                state = _PolicyState(parsed, None, version)
+            except quota.PolicyError as exc:
+                state = _PolicyState(None, f"the quota policy ConfigMap {where} is invalid: {exc}", version)
+                log.error("%s", state.problem)
+            self._state = state
+            return state
 
 
 def _owner_name(obj: dict) -> str | None:
@@ -574,6 +599,9 @@ class Admission:
         self._last_use = 0.0
         self._rng = random.Random()
         self._node_capacities: list[placement.NodeCapacity] = []
+        self._autoscaling = placement.NO_AUTOSCALING
+        # Per ledger: until when the answer holds, and why it may not be written (None: it may).
+        self._ledger_access: dict[str, tuple[float, str | None]] = {}
         self._nodes_read_at: float | None = None
         self._nodes_lock: asyncio.Lock | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -617,13 +645,20 @@ class Admission:
             # A Kueue that manages every job has it (its configuration says so, or it made a Workload):
             # unsuspending it would only make Kueue suspend it again (the fight kueue.py describes).
             return await self._kueue_status(job)
-        too_large = placement.never_fits(job, await self._nodes())
+        nodes = await self._nodes()
+        too_large = placement.never_fits(job, nodes, self._autoscaling)
         if too_large is not None:
             # Admitting it would only trade a wait in the queue for a wait as Unschedulable.
             await self._rule(job, Reason.UNSCHEDULABLE.value, too_large)
             return None
         if not self.quota_enabled:
             return await self._admit_at_once(job)
+        try:
+            charge.job_charge(job)
+        except charge.ChargeRefused as exc:
+            # Its pod templates cannot change while it waits: it would wait in no queue for ever.
+            await self._rule(job, Reason.INADMISSIBLE.value, str(exc))
+            return None
         group = group_of(job)
         if not group:
             return QueueStatus(
@@ -923,6 +958,7 @@ class Admission:
         try:
             listing = await self.client.list(NODES, "")
             self._node_capacities = [placement.NodeCapacity.of(n) for n in listing.get("items") or []]
+            self._autoscaling = await self._read_autoscaling()
         except KubeError as exc:
             if self._nodes_read_at is None:
                 log.warning(
@@ -930,6 +966,84 @@ class Admission:
                 )
             self._node_capacities = []
         self._nodes_read_at = loop.time()
+
+    async def _ledger_access_problem(self, unit: str) -> str | None:
+        """Why this process may not write the ledger of ``unit`` (``None``: it may, or it cannot tell).
+
+        The shipped Role names the ledgers it may update (RBAC cannot grant update by a name's prefix),
+        and a ConfigMap's create cannot be limited by name: a group added to the policy but not to the
+        Role would get its first job admitted (the ledger created) and every later write refused (403),
+        its jobs waiting for ever. Asked of the API server once per ledger and a while
+        (SelfSubjectAccessReview, kubernetes v1.36 pkg/apis/authorization: what any authenticated
+        identity may ask about itself), before anything of the group is admitted."""
+        loop = asyncio.get_running_loop()
+        cached = self._ledger_access.get(unit)
+        if cached is not None and loop.time() < cached[0]:
+            return cached[1]
+        name = quota.ledger_name(unit)
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": self.quota_namespace,
+                    "verb": "update",
+                    "resource": "configmaps",
+                    "name": name,
+                }
+            },
+        }
+        try:
+            answer = await self.client.create(SELF_SUBJECT_ACCESS_REVIEWS, "", review)
+        except KubeError as exc:
+            # An API server without the review (the simulator) or a refusal to answer: the writes say.
+            log.debug("cannot ask whether the ledger %s may be written (%s)", name, exc)
+            self._ledger_access[unit] = (loop.time() + LEDGER_ACCESS_TTL_SECONDS, None)
+            return None
+        allowed = bool((answer.get("status") or {}).get("allowed"))
+        problem = None
+        if not allowed:
+            problem = (
+                f"this triggerer may not update the ledger ConfigMap {self.quota_namespace}/{name} (RBAC): add "
+                f"{name!r} to the resourceNames of the configmaps 'update' rule of Role airflow-jobs-admitter "
+                "(helm-values/rbac.yaml) and apply it; the group's jobs wait until then"
+            )
+            log.error("quota group %s: %s", unit, problem)
+        # A refusal is asked again soon (the admin is fixing it); a grant stays true for a while.
+        ttl = LEDGER_ACCESS_TTL_SECONDS if allowed else LEDGER_ACCESS_RETRY_SECONDS
+        self._ledger_access[unit] = (loop.time() + ttl, problem)
+        return problem
+
+    async def _read_autoscaling(self) -> placement.Autoscaling:
+        """The nodes the cluster can add: the ``autoscaled_node_shapes`` option, else Karpenter's
+        NodePools, else whether a cluster-autoscaler reports its status (then nothing is ruled)."""
+        from airflow_jobs_plugin import config
+
+        try:
+            shapes = placement.parse_node_shapes(config.get("autoscaled_node_shapes"))
+        except placement.NodeShapesError as exc:
+            log.error("%s; no job is ruled larger than any node until it is fixed", exc)
+            return placement.Autoscaling(unbounded=str(exc))
+        if shapes:
+            return placement.Autoscaling(shapes=shapes)
+        try:
+            pools = (await self.client.list(NODEPOOLS, "")).get("items") or []
+        except KubeError:
+            pools = []  # no Karpenter (404), or no right to read its NodePools (403)
+        if pools:
+            bounded = [placement.nodepool_shape(pool) for pool in pools]
+            if any(shape is None for shape in bounded):
+                return placement.Autoscaling(unbounded="a Karpenter NodePool without a GPU limit")
+            return placement.Autoscaling(shapes=tuple(shape for shape in bounded if shape is not None))
+        try:
+            status = await self.client.get_or_none(CONFIGMAPS, "kube-system", CLUSTER_AUTOSCALER_STATUS)
+        except KubeError:
+            status = None
+        if status is not None:
+            return placement.Autoscaling(
+                unbounded="a cluster-autoscaler (kube-system/cluster-autoscaler-status)"
+            )
+        return placement.NO_AUTOSCALING
 
     def _start(self) -> None:
         if self._policy is not None:
@@ -1067,8 +1181,11 @@ class Admission:
         state = await self._policy.current()
         group = worker.group
         jobs = self._group_jobs(group)
-        if state.policy is None:
-            changed, worker.problem = worker.problem != state.problem, state.problem
+        problem = state.problem
+        if state.policy is not None:
+            problem = await self._ledger_access_problem(state.policy.ledger_of(group))
+        if state.policy is None or problem is not None:
+            changed, worker.problem = worker.problem != problem, problem
             worker.decisions = {}
             worker.next_due = _now() + timedelta(seconds=RESYNC_SECONDS)
             for job in jobs:
@@ -1082,6 +1199,12 @@ class Admission:
         unit = policy.ledger_of(group)
         members = policy.members(unit) if unit != group else ()
         self._units[group] = unit
+        # A group that preempts chooses its victims by the nodes too (quota/preemption.py): read them.
+        preempts = any(
+            (q := policy.groups.get(g)) is not None and q.within_group is not preemption.WithinGroup.NEVER
+            for g in members or (group,)
+        )
+        nodes = await self._nodes() if preempts else []
         outcome = await ledger.admission_pass(
             self.client,
             ledger_namespace=self.quota_namespace,
@@ -1095,6 +1218,16 @@ class Admission:
             pods_of=self._pods_of,
             members=members,
             released=frozenset(self._released),
+            placement_of=(
+                # Every product pod of the namespace, other groups' too, takes room on its node.
+                (
+                    lambda fetched: placement.preemption_placement(
+                        nodes, fetched, self._pods_of, self.watch.jobs(PODS)
+                    )
+                )
+                if nodes
+                else None
+            ),
         )
         worker.ledger_version = outcome.stored.version
         self._absorb(outcome)
@@ -1221,6 +1354,11 @@ class Admission:
             if deadline > now:
                 due.append(deadline)
                 continue
+            coming = await self._node_coming(job)
+            if coming is not None and coming > now:
+                # An autoscaler is adding a node for its pods: waiting, not stuck.
+                due.append(coming)
+                continue
             unit = policy.ledger_of(group_of(job) or "")
             result = await ledger.requeue_stuck(
                 self.client,
@@ -1239,6 +1377,30 @@ class Admission:
             # The job changed (requeued, failed, or raced): the next pass sees the new state.
             due.append(now)
         return due
+
+    async def _node_coming(self, job: dict) -> datetime | None:
+        """Until when an autoscaler's node is waited for by ``job``'s unscheduled pods (their events)."""
+        pending = [
+            pod["metadata"]["name"]
+            for pod in self.watch.pods_of(job["metadata"]["name"])
+            if not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp")
+        ]
+        until: datetime | None = None
+        for name in pending[:MAX_POD_EVENT_READS]:
+            try:
+                listing = await self.client.list(
+                    EVENTS,
+                    self.watch.namespace,
+                    field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
+                )
+            except KubeError as exc:
+                log.info("cannot read the events of pod %s (%s): judged without them", name, exc)
+                return None
+            coming = placement.node_coming(listing.get("items") or [])
+            if coming is None:
+                return None  # one pod no node is coming for is enough to be stuck
+            until = coming if until is None else min(until, coming)
+        return until
 
 
 async def shutdown() -> None:

@@ -24,6 +24,8 @@ from pathlib import PurePosixPath
 
 import yaml
 
+from .bounded import BoundedSafeLoader
+
 
 class ChargingError(ValueError):
     """The charging map is malformed; the message names the field and the fix."""
@@ -67,9 +69,9 @@ def _names(value: object, where: str) -> frozenset[str]:
 def parse_charging(text: str) -> ChargingMap:
     """Parse the charging map YAML; a malformed one raises :class:`ChargingError` naming the field."""
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ChargingError(f"not YAML: {str(exc)[:200]}") from exc
+        document = yaml.load(text, Loader=BoundedSafeLoader)  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ChargingError(f"not YAML: {str(exc)[:200]}") from None
     if not isinstance(document, Mapping) or not isinstance(document.get("folders"), Mapping):
         raise ChargingError("folders: the charging map needs a 'folders:' mapping of DAG folder -> allowance")
     unknown = set(document) - {"folders"}

@@ -676,6 +676,24 @@ def _run_action(args: argparse.Namespace) -> int:
     return _with_client(args, work)
 
 
+def _names_problem(args: argparse.Namespace) -> str | None:
+    """Why a namespace or job name given on the command line can name nothing on the cluster."""
+    from airflow_jobs_plugin.resources import name_problem
+
+    given = getattr(args, "namespace", None)
+    spaces = (
+        [n.strip() for item in given for n in item.split(",") if n.strip()]
+        if isinstance(given, list)
+        else [given]
+    )
+    for namespace in [*spaces, getattr(args, "quota_namespace", None)]:
+        problem = name_problem(namespace, None) if namespace is not None else None
+        if problem:
+            return problem
+    job = getattr(args, "job", None)
+    return name_problem(None, job) if job is not None else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         # Run as a program (the ``airflow-jobs`` script, ``python -m``): nothing else in this process
@@ -688,6 +706,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    problem = _names_problem(args)
+    if problem:
+        parser.error(problem)  # exits 2, before any request could carry the name into a path
     handler = getattr(args, "handler", None)
     if handler is None:  # pragma: no cover - every subcommand sets one
         parser.error(f"unknown command {args.command!r}")

@@ -130,6 +130,21 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 
+OPTIONS = (
+    *OPTIONS,
+    Option(
+        "autoscaled_node_shapes",
+        "The nodes the cluster's autoscaler can add (a GPU node pool scaled to zero: EKS managed node "
+        "groups, GKE node pools of minimum 0), as a YAML or JSON list of their labels and GPUs. A job "
+        "that fits one of them waits for the node instead of failing as larger than any node. Empty: "
+        "learnt from Karpenter's NodePools' limits where Karpenter runs; where a cluster-autoscaler runs "
+        "(kube-system/cluster-autoscaler-status), no job is ruled larger than any node.",
+        "string",
+        "",
+        "[{labels: {eks.amazonaws.com/nodegroup: gpu}, resources: {nvidia.com/gpu: 8}}]",
+    ),
+)
+
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
 
 

@@ -29,6 +29,7 @@ from airflow_jobs_plugin.resources import (  # noqa: F401  (re-exported)
     EVENTS,
     JOBS,
     MPIJOBS,
+    NODEPOOLS,
     NODES,
     PODS,
     Resource,
@@ -71,6 +72,25 @@ class KubeError(Exception):
     @property
     def gone(self) -> bool:
         return self.status == 410
+
+    @property
+    def invalid(self) -> bool:
+        """The API server's validation refused the object (422 Invalid): sending it again changes nothing."""
+        return self.status == 422
+
+    def field_causes(self, limit: int = 5) -> list[str]:
+        """``field: message`` for each cause in the Status' ``details.causes`` (the field paths
+        ``field.ErrorList`` names, k8s.io/apimachinery pkg/api/errors ``NewInvalid``), at most ``limit``."""
+        details = self.body.get("details")
+        causes = details.get("causes") if isinstance(details, Mapping) else None
+        found = [
+            f"{cause.get('field') or '<object>'}: {cause.get('message') or cause.get('reason') or ''}"
+            for cause in (causes if isinstance(causes, list) else ())
+            if isinstance(cause, Mapping)
+        ]
+        if len(found) > limit:
+            found = [*found[:limit], f"and {len(found) - limit} more"]
+        return found
 
     @property
     def transient(self) -> bool:

@@ -12,6 +12,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow_jobs_plugin import DEFAULT_CONN_ID, kinds
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import JobEvent, failure_message
+from airflow_jobs_plugin.resources import name_problem
 from airflow_jobs_plugin.spec import JobSpecError, check_conn_id, is_unrendered
 from airflow_jobs_plugin.tracking import (
     DEFAULT_FAIL_STATES,
@@ -76,6 +77,11 @@ class JobSensor(BaseSensorOperator):
         if (job_name is None) == (not labels):
             raise ValueError("JobSensor: give exactly one of job_name or labels")
         job_kind = kinds.for_name(kind)  # a bad name fails the DAG's import, naming the choices
+        # A name that could change a request's path fails the DAG's import (a templated one is checked
+        # by the trigger's client: resources.segment).
+        problem = name_problem(namespace, None if job_name is None or "{{" in job_name else job_name)
+        if problem:
+            raise ValueError(f"JobSensor: {problem}")
         self.target_states, self.fail_states = check_states(tuple(target_states), tuple(fail_states))
         self.job_name = job_name
         self.labels = labels

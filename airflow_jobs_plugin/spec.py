@@ -898,7 +898,13 @@ class _Checker:
         if not isinstance(value, timedelta):
             if not math.isfinite(value):
                 return self.add(field, f"must be a finite number of seconds, got {value}")
-            value = timedelta(seconds=value)
+            try:
+                value = timedelta(seconds=value)
+            except OverflowError:
+                # timedelta holds at most 999,999,999 days; no deadline of the product needs more.
+                return self.add(
+                    field, f"must be at most {timedelta.max.days:,} days, got {value:.3g} seconds"
+                )
         if value < minimum:
             none = " (or None for no limit)" if optional else ""
             return self.add(field, f"must be at least {_human(minimum)}{none}, got {_human(value)}")
@@ -1313,6 +1319,31 @@ class _Checker:
                 ok = False
         return freeze(dict(raw)) if ok else _MISSING
 
+    def affinity_weights(self, value: Any) -> Any:
+        """The weights of an affinity's preferred terms, which the API server takes only from 1 to 100
+        (kubernetes v1.36 pkg/apis/core/validation/validation.go: ValidatePreferredSchedulingTerms and
+        validateWeightedPodAffinityTerms, "must be in the range 1-100"): found here, not on the cluster."""
+        if not isinstance(value, Mapping):
+            return value
+        ok = True
+        for part in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+            body = value.get(part)
+            terms = (
+                body.get("preferredDuringSchedulingIgnoredDuringExecution")
+                if isinstance(body, Mapping)
+                else None
+            )
+            for i, term in enumerate(terms if isinstance(terms, list | tuple) else ()):
+                weight = term.get("weight") if isinstance(term, Mapping) else None
+                if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+                    self.add(
+                        f"affinity.{part}.preferredDuringSchedulingIgnoredDuringExecution[{i}].weight",
+                        f"must be a whole number from 1 to 100 (how much the scheduler prefers the term), "
+                        f"got {_show(weight)}",
+                    )
+                    ok = False
+        return value if ok else _MISSING
+
     def env_from(self, value: Any) -> Any:
         items = self.sequence("env_from", value)
         if items is _MISSING:
@@ -1400,6 +1431,13 @@ class _Checker:
                     where, "hugepages resources are named by page size, e.g. 'hugepages-2Mi', 'hugepages-1Gi'"
                 )
                 continue
+            if amount is None:
+                # quantity() reads None as "not set", which an entry of this mapping cannot mean.
+                self.add(
+                    where,
+                    f"needs an amount, e.g. {{{name!r}: 1}}; remove the entry to ask for none of {name}",
+                )
+                continue
             parsed = self.quantity(where, amount, memory=False)
             if parsed is _MISSING:
                 continue
@@ -1462,6 +1500,18 @@ class _Checker:
             pod = {}
         for problem in _device_rules().pod_level_problems(pod, "pod_template.spec"):
             self.add(*problem.split(": ", 1))
+        dns = pod.get("dnsPolicy")
+        if dns is not None and dns not in DNS_POLICIES:
+            # kubernetes v1.36 pkg/apis/core/validation/validation.go validateDNSPolicy: a NotSupported 422.
+            self.add(
+                "pod_template.spec.dnsPolicy",
+                f"must be one of {', '.join(map(repr, DNS_POLICIES))}, got {_show(dns)}"
+                f"{_close(dns, DNS_POLICIES)}",
+            )
+        elif dns == "None" and not pod.get("dnsConfig"):
+            self.add(
+                "pod_template.spec.dnsConfig", "is required with dnsPolicy 'None' (the pod's nameservers)"
+            )
         for kind in ("containers", "initContainers"):
             containers = pod.get(kind) or []
             if not isinstance(containers, list | tuple):
@@ -1499,6 +1549,16 @@ class _Checker:
                 f"{', '.join(map(repr, PRIORITY_NAMES))}, got {_show(value)}",
             )
         return self.whole("priority", value, -MAX_PRIORITY, MAX_PRIORITY, " (higher runs first)")
+
+
+# The pod DNS policies the API server accepts (kubernetes v1.36 pkg/apis/core/validation/validation.go,
+# validateDNSPolicy).
+DNS_POLICIES = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
+
+
+def _close(word: Any, choices: tuple[str, ...]) -> str:
+    match = [c for c in choices if isinstance(word, str) and c.lower() == word.lower()]
+    return f" -- did you mean {match[0]!r}?" if match else ""
 
 
 def _range(lo: int, hi: int | None) -> str:
@@ -1615,7 +1675,7 @@ def validate(
     v["node_selector"] = c.string_map(
         "node_selector", a["node_selector"], label_values=True, reserved_ok=True
     )
-    v["affinity"] = c.known_keys("affinity", a["affinity"], AFFINITY_KEYS, "Affinity")
+    v["affinity"] = c.affinity_weights(c.known_keys("affinity", a["affinity"], AFFINITY_KEYS, "Affinity"))
     v["tolerations"] = c.tolerations(a["tolerations"])
     v["volumes"] = c.volumes(a["volumes"])
     v["volume_mounts"] = c.volume_mounts(a["volume_mounts"])

@@ -6,8 +6,10 @@ one task, whatever crashes where.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,6 +17,7 @@ from typing import Any
 
 from airflow_jobs_plugin import kinds, labels, quota_source
 from airflow_jobs_plugin.admission import check_group
+from airflow_jobs_plugin.bounded import bounded
 from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff, pool_gate, with_charge
@@ -125,6 +128,9 @@ async def submit(
             )
             log.info("created %s %s/%s (suspended until admitted)", kind, spec.namespace, name)
         except KubeError as exc:
+            if exc.invalid:
+                # Validation refused the manifest: every retry would send the same one.
+                raise SubmissionRefused(invalid_problem(kind, f"{spec.namespace}/{name}", exc)) from exc
             if not exc.already_exists:
                 raise RuntimeError(f"creating {kind} {spec.namespace}/{name} failed: {exc}") from exc
             log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
@@ -133,6 +139,47 @@ async def submit(
         return Submitted(name, kind, quota_configmap, quota_namespace)
     finally:
         await client.close()
+
+
+# Where in a job's pod template a field is set, by the DAG argument that sets it: the API server names
+# fields by their path in the object, the DAG author knows the arguments.
+_ARGUMENT_OF_FIELD = (
+    ("affinity", "affinity"),
+    ("volumes", "volumes"),
+    ("tolerations", "tolerations"),
+    ("nodeSelector", "node_selector"),
+    ("volumeMounts", "volume_mounts"),
+    ("env", "env"),
+    ("resources", "cpu, memory or container_resources"),
+    ("securityContext", "security_context or container_security_context"),
+    ("imagePullSecrets", "image_pull_secrets"),
+    ("initContainers", "init_containers"),
+    ("metadata.labels", "labels"),
+    ("metadata.annotations", "annotations"),
+)
+
+
+def invalid_problem(kind: str, where: str, exc: KubeError) -> str:
+    """Why the API server refused to create the job (422 Invalid), naming each field it named and the
+    DAG argument that sets it (pod_template for the rest); no retry can change the answer."""
+    causes = exc.field_causes()
+    fields = "; ".join(causes) if causes else exc.message
+    arguments: list[str] = []
+    for cause in causes:
+        if ": " not in cause:
+            continue  # "and N more"
+        # spec.template.spec.containers[0].resources.limits -> .spec.template.spec.containers.resources.limits.
+        path = "." + re.sub(r"\[[^]]*\]", "", cause.split(": ", 1)[0]) + "."
+        argument = next((arg for key, arg in _ARGUMENT_OF_FIELD if f".{key}." in path), None)
+        chosen = argument or "pod_template"
+        if chosen not in arguments:
+            arguments.append(chosen)
+    fix = f"fix {' / '.join(arguments)} in the task's arguments" if arguments else "fix the task's arguments"
+    if arguments and arguments != ["pod_template"]:
+        fix += " (or pod_template, where it sets them)"
+    return bounded(
+        f"the API server refused {kind} {where} as invalid (422), which no retry can change: {fields}; {fix}"
+    )
 
 
 async def ensure_companions(client: KubeClient, job: Mapping[str, Any]) -> None:
@@ -168,7 +215,9 @@ async def _pool_of(
         return None
     if pool.opted_out:
         try:
-            policy: QuotaPolicy | None = policy_from_configmap_data(configmap.get("data"))
+            policy: QuotaPolicy | None = await asyncio.to_thread(
+                policy_from_configmap_data, configmap.get("data")
+            )
         except PolicyError as exc:
             raise SubmissionRefused(
                 f"quota_configmap='': the quota policy {namespace}/{name} cannot be read, so whether group "

@@ -252,6 +252,10 @@ def job_charge(job: Mapping[str, Any]) -> JobCharge:
         )
     resource = devices[0] if devices else labels.GPU_RESOURCE
     for pod_set in pod_sets:
+        if pod_set.count < 0:
+            # The API server refuses a Job's negative parallelism; an MPIJob's replicas only its CRD's
+            # schema would: counted as none, the job would be charged less than it may come to run.
+            problems.append(f"{pod_set.role} count: {pod_set.count} pods; give 0 or more")
         problems += pod_spec_problems(
             mapping(pod_set.template, "spec"), f"{pod_set.role} template spec", resource
         )

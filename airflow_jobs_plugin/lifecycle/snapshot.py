@@ -34,6 +34,7 @@ from enum import Enum
 from typing import Any
 
 from .. import history, labels
+from ..bounded import MESSAGE_LIMIT, bounded
 from ..kinds import LAUNCHER, MPI_JOB, JobKind, kind_of
 from ..objects import as_int, as_utc, condition, dig, items, mapping, parse_time
 from ..records import NOT_YET, PodFacts, ReadMemo, pod_facts
@@ -60,6 +61,11 @@ class QueueStatus:
     reason: str
     position: int | None = None
     message: str = ""
+
+    def __post_init__(self) -> None:
+        # Every waiting task logs this message: whatever a policy or a person wrote, it stays a line.
+        if len(self.message) > MESSAGE_LIMIT:
+            object.__setattr__(self, "message", bounded(self.message))
 
 
 @dataclass(frozen=True, slots=True)

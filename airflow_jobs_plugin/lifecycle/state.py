@@ -132,6 +132,9 @@ VERDICTS: dict[str, Reason] = {
     Reason.UNSCHEDULABLE.value: Reason.UNSCHEDULABLE,
     # A pod on a lost node never becomes terminal by itself; the trigger ends the attempt.
     Reason.NODE_LOST.value: Reason.NODE_LOST,
+    # Pods the pool can never charge (a negative count, GPUs it cannot count): admission ends the job,
+    # which would otherwise wait in no queue for ever.
+    Reason.INADMISSIBLE.value: Reason.INADMISSIBLE,
 }
 
 # Reasons a QueueStatus from the quota pool may carry; anything else reads as Pending.

@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_jobs_plugin import actions, inspect, quota
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
+from airflow_jobs_plugin.resources import name_problem
 
 from . import html, listing, nodes, origin, schema, sweep, views
 from .state_cache import BuildCache
@@ -85,6 +86,14 @@ class Settings:
             quota_namespace=self.quota_namespace or self.namespace,
             also=() if namespace else self.namespaces,
         )
+
+
+def _require_names(namespace: str, name: str) -> None:
+    """A URL's namespace and job name must be names Kubernetes could hold: ``/api/jobs/%2e%2e/x``
+    would otherwise address another path of the API server (resources.segment refuses it too)."""
+    problem = name_problem(namespace, name)
+    if problem:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, problem)
 
 
 def _settings() -> Settings:
@@ -432,6 +441,7 @@ def create_app() -> FastAPI:
         return await _with_cluster(settings, lambda c: inspect.read_cluster(c, settings.target(namespace)))
 
     async def detail_of(settings: Settings, user: Any, namespace: str, name: str) -> views.JobDetail:
+        _require_names(namespace, name)
         # The job itself is read afresh (its page must show what an action just did); its pods, events
         # and queue come from the shared state, at most a few seconds old.
         job = await _with_cluster(settings, lambda c: inspect.find_job(c, namespace, name))
@@ -469,6 +479,7 @@ def create_app() -> FastAPI:
     async def act(settings: Settings, user: Any, namespace: str, name: str, door: Door[Outcome]) -> Outcome:
         """Cancel, stop or resume (``door``: ``inspect.cancel``, ...) a job as ``user``, if they may edit
         its DAG."""
+        _require_names(namespace, name)
 
         async def work(client: KubeClient) -> Outcome:
             target = settings.target(namespace)

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import kinds, kueue, kueue_cluster, labels
+from ..bounded import bounded
 from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from .ledger_model import (
     UNSUSPEND_GRACE,
@@ -42,6 +43,7 @@ from .ledger_model import (
     without,
 )
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation
+from .preemption import Placement
 from .requeue import Requeue, RequeueLimitReached, RequeueSettings, requeue_decision
 
 Hook = Callable[[str], "Awaitable[None] | None"]
@@ -459,7 +461,7 @@ def verdict_only_patch(job: Mapping[str, Any], reason: str, message: str) -> dic
     return {
         "metadata": {
             **_precondition(job),
-            "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
+            "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: bounded(message)},
         }
     }
 
@@ -486,7 +488,7 @@ def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
     """
     metadata = {
         **_precondition(job),
-        "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: message},
+        "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: bounded(message)},
     }
     if kinds.is_mpi(job):
         return {"metadata": metadata}
@@ -775,6 +777,7 @@ async def admission_pass(
     pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None = None,
     members: Collection[str] = (),
     released: Collection[str] = (),
+    placement_of: Callable[[Sequence[dict]], Placement | None] | None = None,
 ) -> PassOutcome:
     """Read, plan, write the ledger (CAS), fail, unsuspend: one idempotent pass for ``group``.
 
@@ -787,7 +790,9 @@ async def admission_pass(
     winner's ledger as the watch delivers it, instead of a GET of it. ``pods_of`` returns a job's pods where known: a reservation of a job that ended or was
     stopped is kept while they live. ``group`` names the ledger: a cohort's decides for its ``members``
     groups at once. ``released``: uids of jobs whose triggers let their reservations go (dropped
-    whatever their pods hold). Safe to run in any number of processes at once.
+    whatever their pods hold). ``placement_of(jobs)`` tells a preemption the nodes, where the jobs'
+    pods are and what they ask for (quota/placement.py ``preemption_placement``). Safe to run in any
+    number of processes at once.
     """
     rng = rng or random.Random()
     conflicts = 0
@@ -803,11 +808,12 @@ async def admission_pass(
             await read_ledger(client, ledger_namespace, group, members) if from_cache is None else from_cache
         )
         moment = now()
+        fetched = await _fetch(jobs)
         view = await read_view(
             client,
             group,
             stored.ledger,
-            await _fetch(jobs),
+            fetched,
             ledger_namespace,
             moment,
             pods_of,
@@ -824,6 +830,7 @@ async def admission_pass(
             view.running,
             unsuspend_grace,
             members,
+            placement_of(fetched) if placement_of is not None else None,
         )
         await _call(hook, "planned")
         if not plan.ledger_changed:

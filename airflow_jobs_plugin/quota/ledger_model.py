@@ -20,7 +20,7 @@ from .. import labels
 from ..kinds.charge import job_charge
 from .fair_share import Ordering, UsageHistory, recent_by_group, with_released
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
-from .preemption import preemptor_key
+from .preemption import Placement, preemptor_key
 
 LEDGER_FORMAT = 1
 LEDGER_NAME_PREFIX = "airflow-jobs-quota-"
@@ -690,6 +690,7 @@ def plan_admission(
     running: Iterable[Reservation] = (),
     unsuspend_grace: timedelta = timedelta(0),
     members: Collection[str] = (),
+    placement: Placement | None = None,
 ) -> AdmissionPlan:
     """Reconcile, adopt, decide and admit for ``ledger.group``: the pure core of an admission pass.
 
@@ -698,6 +699,7 @@ def plan_admission(
     unfinished jobs as reservations (for :func:`adopt`). A reservation an earlier pass made is
     unsuspended only once ``unsuspend_grace`` has passed since its admission (:func:`pending_unsuspend`);
     the ones this pass makes, at once. A cohort's ledger decides for all its ``members`` groups at once.
+    ``placement`` lets a preemption choose victims by the nodes (quota/preemption.py).
     """
     mine = {ledger.group, *members}
     drops = reconcile_drops(ledger, observed)
@@ -726,6 +728,7 @@ def plan_admission(
             now,
             releasing(current, observed),
             recent,
+            placement=placement,
         )
     )
     after = with_preempted(with_admitted(current, decisions, now, members), decisions)

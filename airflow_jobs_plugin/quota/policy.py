@@ -23,10 +23,20 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from enum import Enum
+from functools import partial
 from typing import Any
 
 import yaml
 
+from ..bounded import (
+    EXCERPT_LIMIT,
+    MAX_YAML_DEPTH,
+    MESSAGE_LIMIT,
+    BoundedSafeLoader,
+    YamlTooDeepError,
+    bounded,
+    excerpt,
+)
 from ..charging import ChargingError, ChargingMap, parse_charging
 from ..labels import GPU_RESOURCE as DEFAULT_RESOURCE
 from ..spec import GPU_RESOURCE_PREFIXES
@@ -34,7 +44,7 @@ from . import cohort as cohorts
 from .cohort import Limits, Reclaim
 from .fair_share import DEFAULT_HALF_LIFE, Ordering, UsageHistory, fair_order, recent_by_group
 from .flavors import Flavor
-from .preemption import WithinGroup, plan_preemption, preemptor_key
+from .preemption import Placement, WithinGroup, plan_preemption, preemptor_key
 from .requeue import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,
@@ -61,16 +71,53 @@ _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # --------------------------------------------------------------------------------------------------
 
 
+# The most problems one PolicyError lists (the rest are counted): a policy of garbage has a problem
+# per line, and every waiting task logs the message.
+MAX_LISTED_ERRORS = 20
+# The longest line one problem takes (its key path first, then the problem and the fix).
+ERROR_LINE_LIMIT = 500
+# The largest policy.yaml read. PyYAML's pure-Python parser (the one that can refuse duplicate keys
+# and bound nesting) reads about 100 KB a second, and a ConfigMap may hold up to 1 MiB; 256 KiB is read
+# in about 2 s, off the event loop (docs/benchmarks.md, "Bad policies"), and holds more than MAX_GROUPS.
+MAX_POLICY_BYTES = 256 * 1024
+# The most groups a policy defines: every group has a ledger and an admission pass of its own.
+MAX_GROUPS = 5_000
+
+
 class PolicyError(ValueError):
-    """The policy YAML is invalid. ``errors`` holds one ``"key.path: problem"`` line per problem."""
+    """The policy YAML is invalid. ``errors`` holds one ``"key.path: problem"`` line per problem (at
+    most :data:`MAX_LISTED_ERRORS` of them, each at most :data:`ERROR_LINE_LIMIT` characters, and no
+    more than fit in :data:`~airflow_jobs_plugin.bounded.MESSAGE_LIMIT`; the rest are counted)."""
 
     def __init__(self, errors: Sequence[str]):
-        self.errors = tuple(errors)
+        every = [bounded(str(e), ERROR_LINE_LIMIT) for e in errors]
+        lines: list[str] = []
+        for line in every:
+            if (
+                len(lines) == MAX_LISTED_ERRORS
+                or sum(len(x) + 5 for x in lines) + len(line) > MESSAGE_LIMIT - 100
+            ):
+                break
+            lines.append(line)
+        lines = lines or every[:1]
+        if len(lines) < len(every):
+            lines.append(f"... and {len(every) - len(lines):,} more problems; fix these first")
+        self.errors = tuple(lines)
         if len(self.errors) == 1:
             text = f"invalid quota policy: {self.errors[0]}"
         else:
             text = "invalid quota policy:\n" + "\n".join(f"  - {e}" for e in self.errors)
         super().__init__(text)
+
+
+def known_names(names: Iterable[str], limit: int = 20) -> str:
+    """``a, b, c`` for a message, at most ``limit`` names and the count of the rest."""
+    listed = sorted(names)
+    if not listed:
+        return "none"
+    if len(listed) <= limit:
+        return ", ".join(listed)
+    return ", ".join(listed[:limit]) + f" and {len(listed) - limit:,} more"
 
 
 class UnknownGroupError(ValueError):
@@ -194,10 +241,10 @@ class QuotaPolicy:
         quota = self.groups.get(name)
         if quota is not None:
             return quota
-        known = ", ".join(self.group_names) or "none"
+        known = known_names(self.group_names)
         hint = _did_you_mean(name, self.group_names)
         raise UnknownGroupError(
-            f"unknown quota group {name!r}{hint}; known groups: {known}. "
+            f"unknown quota group {excerpt(name)}{hint}; known groups: {known}. "
             "Pick one of them, or ask a platform admin to add the group under 'groups:' in the quota policy."
         )
 
@@ -282,8 +329,9 @@ class QuotaPolicy:
 # --------------------------------------------------------------------------------------------------
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+class _StrictLoader(BoundedSafeLoader):
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last one, and YAML
+    nested deeper than :data:`~airflow_jobs_plugin.bounded.MAX_YAML_DEPTH` levels."""
 
 
 def _construct_strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
@@ -299,7 +347,7 @@ def _construct_strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> 
             raise yaml.constructor.ConstructorError(
                 None,
                 None,
-                f"duplicate key {key!r} (first given on line {first + 1})",
+                f"duplicate key {excerpt(key)} (first given on line {first + 1})",
                 key_node.start_mark,
             )
         seen[key] = key_node.start_mark.line
@@ -359,6 +407,8 @@ class _Errors:
 
 def _join(path: str, key: object) -> str:
     text = str(key)
+    if len(text) > EXCERPT_LIMIT:
+        text = text[: EXCERPT_LIMIT - 3] + "..."
     if not text or re.search(r"[.\s\"']", text):
         text = f'"{text}"'
     return f"{path}.{text}" if path else text
@@ -379,8 +429,8 @@ def _describe(value: object) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
-        return repr(value)
-    return f"{value!r} ({type(value).__name__})"
+        return excerpt(value)
+    return f"{excerpt(value)} ({type(value).__name__})"
 
 
 def _mapping(value: object, path: str, errors: _Errors, *, what: str) -> dict | None:
@@ -396,7 +446,7 @@ def _check_keys(mapping: dict, allowed: Mapping[str, str], path: str, errors: _E
             continue
         where = _join(path, key)
         if not isinstance(key, str):
-            errors.add(where, f"unknown key {key!r}; allowed keys: {', '.join(allowed)}")
+            errors.add(where, f"unknown key {excerpt(key)}; allowed keys: {', '.join(allowed)}")
             continue
         errors.add(where, f"unknown key{_did_you_mean(key, allowed)} (allowed: {', '.join(allowed)})")
 
@@ -469,7 +519,7 @@ def _parse_group(
         errors.add(
             path,
             "group name must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 "
-            f"characters, starting and ending with a letter or digit); try {_suggest_group_name(name)!r}",
+            f"characters, starting and ending with a letter or digit); try {excerpt(_suggest_group_name(name))}",
         )
         ok = False
     _check_keys(body, _GROUP_KEYS, path, errors)
@@ -517,12 +567,12 @@ def _parse_group(
         elif not resource.startswith(GPU_RESOURCE_PREFIXES):
             errors.add(
                 device_path,
-                f"{resource!r} is not a GPU resource name (one of {', '.join(GPU_RESOURCE_PREFIXES)}...)",
+                f"{excerpt(resource)} is not a GPU resource name (one of {', '.join(GPU_RESOURCE_PREFIXES)}...)",
             )
             ok = False
     opt_out = body.get("opt_out", False)
     if not isinstance(opt_out, bool):
-        errors.add(_join(path, "opt_out"), f"must be true or false, got {opt_out!r}")
+        errors.add(_join(path, "opt_out"), f"must be true or false, got {_describe(opt_out)}")
         ok = False
     flavor_quotas = _counts(
         body, "flavors", path, errors, key_what="flavor name", what="flavor name to quota"
@@ -744,7 +794,7 @@ def _parse_priorities(doc: dict, errors: _Errors) -> tuple[dict[str, int], int]:
             known = ", ".join(priorities) or "none defined"
             errors.add(
                 "default_priority",
-                f"unknown priority class {raw_default!r}{_did_you_mean(raw_default, priorities)} "
+                f"unknown priority class {excerpt(raw_default)}{_did_you_mean(raw_default, priorities)} "
                 f"(classes under 'priorities': {known}); give a class name or an integer",
             )
         else:
@@ -795,14 +845,27 @@ def parse_policy(text: str) -> QuotaPolicy:
     Raises :class:`PolicyError` listing every problem found, each naming its key path
     (``groups.vision.user_gpus: must be a non-negative integer, got -1``).
     """
+    if len(text) > MAX_POLICY_BYTES or len(text.encode("utf-8", "replace")) > MAX_POLICY_BYTES:
+        raise PolicyError(
+            [
+                f"<root>: the policy is {len(text.encode('utf-8', 'replace')):,} bytes; at most "
+                f"{MAX_POLICY_BYTES:,} are read (about {MAX_GROUPS:,} groups); merge groups or shorten the "
+                "per-user lists"
+            ]
+        )
     try:
         doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except YamlTooDeepError as exc:
+        raise PolicyError([f"<yaml>: {exc}"]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise PolicyError([f"<yaml>{where}: {exc.problem or exc}"]) from None
     except yaml.YAMLError as exc:
         raise PolicyError([f"<yaml>: {exc}"]) from None
+    except RecursionError:
+        # The depth bound above stops this first; kept so no YAML can ever crash the caller.
+        raise PolicyError([f"<yaml>: nested too deeply to read (at most {MAX_YAML_DEPTH} levels)"]) from None
     errors = _Errors()
     if doc is None:
         raise PolicyError(
@@ -840,6 +903,13 @@ def parse_policy(text: str) -> QuotaPolicy:
         )
     else:
         raw_groups = _mapping(doc["groups"], "groups", errors, what="group name to group settings")
+        if raw_groups is not None and len(raw_groups) > MAX_GROUPS:
+            raise PolicyError(
+                [
+                    f"groups: {len(raw_groups):,} groups; a policy defines at most {MAX_GROUPS:,} (each has a "
+                    "ledger and an admission pass of its own); merge groups, with per-user limits inside them"
+                ]
+            )
         for name, raw in (raw_groups or {}).items():
             key = _string_key(name, _join("groups", name), errors, what="group name")
             if key is None:
@@ -1188,8 +1258,10 @@ class _Pool:
     freeing: dict[str, int] = field(default_factory=dict)
     user_freeing: dict[tuple[str, str], int] = field(default_factory=dict)
     held: list[Reservation] = field(default_factory=list)
+    freeing_uids: list[str] = field(default_factory=list)  # whose pods' GPUs are on their way back
 
     def free_later(self, r: Reservation) -> None:
+        self.freeing_uids.append(r.uid)
         self.freeing[r.resource] = self.freeing.get(r.resource, 0) + r.gpus
         key = (r.user, r.resource)
         self.user_freeing[key] = self.user_freeing.get(key, 0) + r.gpus
@@ -1228,6 +1300,7 @@ def decide(
     now: datetime,
     releasing: Collection[str] = frozenset(),
     recent: Mapping[str, Mapping[str, float]] | None = None,
+    placement: Placement | None = None,
 ) -> list[Decision]:
     """One decision per queued job (duplicates by uid collapse), grouped by group in queue order.
 
@@ -1237,8 +1310,10 @@ def decide(
     twice. ``releasing`` names (by uid) the reservations of jobs already ending, stopped, requeued or
     preempted whose pods still hold their GPUs: they count as used, and a group that preempts counts
     them as on their way back before it preempts anyone else. ``recent`` gives, per group, each user's
-    recent usage in GPUs (quota/fair_share.py), which orders the queue of a ``fair_share`` group. The
-    result depends only on the arguments, not on their order.
+    recent usage in GPUs (quota/fair_share.py), which orders the queue of a ``fair_share`` group.
+    ``placement`` (the nodes, where admitted jobs' pods are, what queued jobs' pods ask for) makes a
+    preemption choose victims that free room where the preemptor's pods can be placed
+    (quota/preemption.py). The result depends only on the arguments, not on their order.
     """
     if now.tzinfo is None:
         raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
@@ -1267,6 +1342,7 @@ def decide(
                 [r for r in held if r.group in groups],
                 now,
                 releasing,
+                placement,
             )
         )
     return decisions
@@ -1327,6 +1403,7 @@ def _decide_unit(
     reservations: list[Reservation],
     now: datetime,
     releasing: Collection[str] = frozenset(),
+    placement: Placement | None = None,
 ) -> list[Decision]:
     """The queues of the groups one ledger holds (a cohort's, or one group's), walked together: each
     group in its own order, the groups interleaved by enqueue time, so a cohort's spare GPUs go to the
@@ -1375,7 +1452,9 @@ def _decide_unit(
                 and quota.within_group is WithinGroup.LOWER_PRIORITY
                 and job.resource not in preempting
             ):
-                verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message)
+                verdict, message, preempts = _preempt_for(
+                    quota, pool, job, verdict, message, placement=placement
+                )
         elif (
             verdict is Verdict.USER_QUOTA
             and job.kueue_queue is None
@@ -1388,7 +1467,9 @@ def _decide_unit(
         ):
             # Over the user's own GPU limit: only the user's jobs of lower priority can make room, and
             # only while no earlier job waits for the group (the GPUs freed would be that job's).
-            verdict, message, preempts = _preempt_for(quota, pool, job, verdict, message, own=True)
+            verdict, message, preempts = _preempt_for(
+                quota, pool, job, verdict, message, own=True, placement=placement
+            )
         if preempts:
             preempting.add(job.resource)
         verdicts[group].append((job, verdict, message, blocked_by, preempts))
@@ -1520,10 +1601,10 @@ def _judge(
             None,
         )
     if quota is None or pool is None:
-        known = ", ".join(policy.group_names) or "none"
+        known = known_names(policy.group_names)
         return (
             Verdict.INADMISSIBLE,
-            f"group {job.group!r} is not in the quota policy{_did_you_mean(job.group, policy.group_names)} "
+            f"group {excerpt(job.group)} is not in the quota policy{_did_you_mean(job.group, policy.group_names)} "
             f"(known groups: {known}); the job waits until an admin adds it",
             None,
         )
@@ -1635,7 +1716,14 @@ def _judge(
 
 
 def _preempt_for(
-    quota: GroupQuota, pool: _Pool, job: QueuedJob, verdict: Verdict, message: str, *, own: bool = False
+    quota: GroupQuota,
+    pool: _Pool,
+    job: QueuedJob,
+    verdict: Verdict,
+    message: str,
+    *,
+    own: bool = False,
+    placement: Placement | None = None,
 ) -> tuple[Verdict, str, tuple[Reservation, ...]]:
     """A job of a preempting group that does not fit: the jobs it preempts, or its verdict as is when
     preempting every lower-priority job would still not make room. ``own``: its user's limit blocks it,
@@ -1646,7 +1734,8 @@ def _preempt_for(
     user_free = (
         max(0, quota.user_limit(job.user, resource) - pool.user_used(job.user, resource)) if own else None
     )
-    plan = plan_preemption(
+    plan_for = partial(
+        plan_preemption,
         job,
         free,
         pool.freeing.get(resource, 0),
@@ -1654,9 +1743,17 @@ def _preempt_for(
         user_free=user_free,
         user_freeing=pool.user_freeing.get((job.user, resource), 0),
     )
+    plan = plan_for(placement=placement, freeing_uids=pool.freeing_uids)
     if plan is None:
         if own:  # a user's own jobs are a last resort; the user-quota message alone says why it waits
             return verdict, message, ()
+        if placement is not None and plan_for() is not None:
+            return (
+                verdict,
+                f"{message}; no choice of admitted jobs of lower priority would free room on nodes where its "
+                "pods can be placed, so none is preempted",
+                (),
+            )
         return verdict, f"{message}; not enough admitted jobs of lower priority to preempt", ()
     if not plan.victims:
         return (
@@ -1701,7 +1798,7 @@ def claim_problem(policy: QuotaPolicy, *, owner: str, user: str | None, group: s
         )
     known = policy.groups.get(group)
     if known is None:
-        return f"group: unknown group {group!r}; known groups: {', '.join(sorted(policy.groups)) or '(none)'}"
+        return f"group: unknown group {excerpt(group)}; known groups: {known_names(policy.groups)}"
     if not known.is_member(owner):
         return (
             f"group: {owner!r} is not a member of group {group!r}; ask a platform admin to add them to "

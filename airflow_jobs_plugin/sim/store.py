@@ -907,6 +907,11 @@ def default_pod_spec(spec: dict) -> dict:
     spec.setdefault("securityContext", {})
     for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
         _default_container(c)
+    # SetDefaults_Volume (kubernetes v1.36 pkg/apis/core/v1/defaults.go): a volume naming no source
+    # is an emptyDir, never a 422.
+    for volume in spec.get("volumes") or []:
+        if isinstance(volume, dict) and not any(volume.get(k) is not None for k in volume if k != "name"):
+            volume["emptyDir"] = {}
     return spec
 
 

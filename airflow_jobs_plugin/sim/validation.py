@@ -982,9 +982,11 @@ def probe_errors(path: str, probe: object, single_success: bool) -> list[Cause]:
     return out
 
 
+# In the order validateVolumeSource (kubernetes v1.36 pkg/apis/core/validation/validation.go) checks
+# them: the second source found is the one named "may not specify more than 1 volume type".
 _VOLUME_SOURCES = (
-    "hostPath",
     "emptyDir",
+    "hostPath",
     "gcePersistentDisk",
     "awsElasticBlockStore",
     "gitRepo",

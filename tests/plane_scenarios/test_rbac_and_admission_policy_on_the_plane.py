@@ -257,3 +257,62 @@ def test_a_kubeconfig_that_impersonates_is_refused_rather_than_run_as_its_admin(
 
     assert refused is not None, "a client was built that would act as the admin"
     assert "its user impersonates (as)" in str(refused) and "kubectl create token" in str(refused), refused
+
+
+def test_a_group_added_to_the_policy_but_not_to_the_role_waits_naming_the_missing_rbac_entry(
+    identities, cluster, monkeypatch
+):
+    """RBAC cannot grant a ConfigMap's create by name, so the shipped Role lets a triggerer create any
+    ledger but update only those it names: a group added to the policy alone would get its first job
+    admitted and every later ledger write refused. Admission asks the API server first
+    (SelfSubjectAccessReview) and keeps the group's jobs waiting, naming the entry to add."""
+    from airflow_jobs_plugin import watch as shared
+    from airflow_jobs_plugin.admission import Admission
+    from airflow_jobs_plugin.admission import shutdown as admission_shutdown
+    from airflow_jobs_plugin.kube import CONFIGMAPS
+    from airflow_jobs_plugin.quota import POLICY_KEY, ledger_name
+
+    async def add_group(client: KubeClient) -> None:
+        policy = await client.get(CONFIGMAPS, NAMESPACE, POLICY_CONFIGMAP)
+        text = policy["data"][POLICY_KEY]
+        if "  robotics:" not in text:
+            policy["data"][POLICY_KEY] = text.replace("groups:\n", "groups:\n  robotics: {gpus: 4}\n", 1)
+            await client.replace(CONFIGMAPS, NAMESPACE, policy)
+
+    on_cluster(cluster.kubeconfig_path, add_group)
+    body = manifest(group="robotics")
+    job = as_identity(identities["worker"], lambda c: c.create(JOBS, NAMESPACE, body))
+    connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities["triggerer"]}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+
+    async def ensure() -> object:
+        watch = await shared.acquire("kubernetes_default", NAMESPACE)
+        try:
+            await watch.wait_synced(timeout=60)
+            admission = Admission.for_watch(
+                watch, quota_configmap=POLICY_CONFIGMAP, quota_namespace=NAMESPACE
+            )
+            cached = None
+            for _ in range(600):
+                cached = watch.get(JOBS, job["metadata"]["name"])
+                if cached is not None:
+                    break
+                await asyncio.sleep(0.1)
+            return await admission.ensure(cached)
+        finally:
+            await admission_shutdown()
+            await shared.shutdown()
+
+    status = asyncio.run(ensure())
+
+    assert status is not None and status.reason == "Inadmissible", status
+    assert (
+        f"may not update the ledger ConfigMap {NAMESPACE}/{ledger_name('robotics')} (RBAC)" in status.message
+    )
+    assert f"add {ledger_name('robotics')!r} to the resourceNames" in status.message
+    ledger = as_identity(
+        cluster.kubeconfig_path, lambda c: c.get_or_none(CONFIGMAPS, NAMESPACE, ledger_name("robotics"))
+    )
+    assert ledger is None  # nothing was admitted, so nothing half-written
+    current = as_identity(cluster.kubeconfig_path, lambda c: c.get(JOBS, NAMESPACE, job["metadata"]["name"]))
+    assert current["spec"]["suspend"] is True

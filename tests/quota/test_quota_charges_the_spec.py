@@ -269,3 +269,33 @@ def test_jobs_created_in_turn_queue_in_turn_whatever_their_own_queued_at_claims(
     assert places == sorted(places) and len(set(places)) == len(places)
     forged = place_in_second(built + timedelta(seconds=1), datetime(1970, 1, 1, tzinfo=timezone.utc))
     assert forged > places[1]
+
+
+# --- forged charges: refused, naming what cannot be charged ----------------------------------------
+
+
+def test_a_negative_pod_count_is_refused_naming_the_role():
+    # The API server refuses both (Job parallelism, the MPIJob CRD's minimum); the pool never counts a
+    # negative count as none either.
+    job = honest(gpus=2, workers=3)
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = -3
+    with pytest.raises(ChargeRefused, match="worker count: -3 pods; give 0 or more"):
+        job_charge(job)
+
+
+@pytest.mark.parametrize("count", ["-1", "0.5", "1e-3", "lots"])
+def test_a_gpu_count_that_is_not_a_whole_device_count_is_refused_naming_the_field(count):
+    job = honest(gpus=1)
+    gpus_of(job["spec"]["template"]["spec"]["containers"][0], count)
+    with pytest.raises(ChargeRefused, match=r"resources\.limits\.nvidia\.com/gpu"):
+        job_charge(job)
+
+
+def test_an_absurd_gpu_count_is_charged_as_asked_and_ended_over_quota():
+    job = honest(gpus=1)
+    gpus_of(job["spec"]["template"]["spec"]["containers"][0], "1k")
+    queued = queued_job_of(job)
+    assert queued.gpus == 1000
+    (decision,) = decide(parse_policy("groups: {vision: {gpus: 8}}"), [queued], [], T0)
+    assert decision.verdict is Verdict.OVER_QUOTA and decision.verdict.terminal
+    assert "needs 1000 GPUs" in decision.message

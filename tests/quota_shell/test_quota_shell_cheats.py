@@ -87,7 +87,9 @@ async def test_a_job_charged_to_a_pair_the_charging_rule_forbids_is_never_admitt
     assert [r.user for r in (await ledger_of(client, group)).reservations] == ["alice"]
 
 
-async def test_a_job_whose_pods_reach_uncharged_gpus_waits_inadmissible_naming_the_field(client):
+async def test_a_job_whose_pods_reach_uncharged_gpus_ends_inadmissible_naming_the_field(client):
+    # Its pod template cannot change while it waits (only scheduling directives of a suspended Job
+    # can: kubernetes v1.36 pkg/apis/batch/validation ValidateJobSpecUpdate), so it is ended, not kept.
     group, name = unique("dra"), unique("policy")
     await put_pool(client, name, f"groups:\n  {group}: {{gpus: 4}}\n")
     watch, admission = await admission_for(name)
@@ -95,10 +97,12 @@ async def test_a_job_whose_pods_reach_uncharged_gpus_waits_inadmissible_naming_t
     body["spec"]["template"]["spec"]["nodeName"] = "node-0"
     (job,) = await create_jobs(client, body)
     await admission.run_pass(group)
-    status = await admission.ensure(watch.get(JOBS, job["metadata"]["name"]))
-    assert status is not None and status.reason == "Inadmissible"
-    assert (
-        "worker template spec.nodeName: binds the pod to node 'node-0' without the scheduler"
-        in status.message
+
+    assert await admission.ensure(watch.get(JOBS, job["metadata"]["name"])) is None
+
+    ended = await client.get(JOBS, NAMESPACE, job["metadata"]["name"])
+    assert annotation(ended, labels.VERDICT) == "Inadmissible"
+    assert "worker template spec.nodeName: binds the pod to node 'node-0' without the scheduler" in (
+        annotation(ended, labels.VERDICT_MESSAGE) or ""
     )
     assert admitted(watch, job) is None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
 from airflow_jobs_plugin import labels, quota
@@ -162,3 +165,41 @@ async def test_a_mistyped_quota_configmap_fails_at_submit_naming_the_policies_th
     text = str(raised.value)
     assert text.startswith(f"quota_configmap: no ConfigMap '{name}x' in namespace {NAMESPACE}")
     assert f"did you mean {name!r}?" in text
+
+
+async def test_a_policy_of_garbage_puts_one_bounded_line_in_every_waiting_jobs_status(client):
+    group, name = unique("grp"), unique("policy")
+    await put_policy(client, name, "groups: " + "x" * 200_000)
+    admission = await admission_for(name)
+    (job,) = await create_jobs(client, job_body(group, "ann", 2))
+
+    status = await admission.ensure(await cached(admission, job))
+
+    assert status.reason == "Inadmissible"
+    assert len(status.message) < 500
+    assert f"the quota policy ConfigMap {NAMESPACE}/{name} is invalid" in status.message
+    assert "groups: must be a mapping of group name to group settings" in status.message
+
+
+async def test_the_triggerer_loop_keeps_running_while_the_policy_is_parsed(client, monkeypatch):
+    """Parsing happens in a thread: here the parse itself waits for the loop to run a callback, which
+    it could never do if the parse held the loop."""
+    group, name = unique("grp"), unique("policy")
+    await put_policy(client, name, policy_yaml(group))
+    loop, loop_ran = asyncio.get_running_loop(), threading.Event()
+    parsed_while_loop_ran: list[bool] = []
+    parse = quota.policy_from_configmap_data
+
+    def slow_parse(data):
+        loop.call_soon_threadsafe(loop_ran.set)
+        parsed_while_loop_ran.append(loop_ran.wait(timeout=30))
+        return parse(data)
+
+    monkeypatch.setattr(quota, "policy_from_configmap_data", slow_parse)
+    admission = await admission_for(name)
+    (job,) = await create_jobs(client, job_body(group, "ann", 2))
+
+    status = await admission.ensure(await cached(admission, job))
+
+    assert status is not None and status.reason == "Admitted"
+    assert parsed_while_loop_ran and all(parsed_while_loop_ran)

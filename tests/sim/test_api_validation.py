@@ -118,12 +118,12 @@ def test_tolerations_probes_volumes_and_env(core, namespace):
             {"key": "gpu", "operator": "Exists", "value": "yes"},
             {"effect": "Sometimes", "operator": "Exists"},
         ],
-        volumes=[{"name": "empty"}],
+        volumes=[{"name": "two", "emptyDir": {}, "hostPath": {"path": "/x"}}],
     )
     assert causes(refused(core, namespace, body)) == {
         ("spec.tolerations[0].operator", "FieldValueInvalid"),
         ("spec.tolerations[1].effect", "FieldValueNotSupported"),
-        ("spec.volumes[0]", "FieldValueRequired"),
+        ("spec.volumes[0].hostPath", "FieldValueForbidden"),
         ("spec.containers[0].livenessProbe.tcpSocket", "FieldValueForbidden"),
         ("spec.containers[0].livenessProbe.successThreshold", "FieldValueInvalid"),
         ("spec.containers[0].volumeMounts[0].name", "FieldValueNotFound"),
@@ -212,3 +212,11 @@ def test_a_pod_with_every_field_the_product_writes_is_accepted(core, namespace):
     )
     created = core.create_namespaced_pod(namespace, body)
     assert created.spec.containers[0].termination_message_policy == "FallbackToLogsOnError"
+
+
+def test_a_volume_naming_no_source_is_defaulted_to_an_empty_dir(core, namespace):
+    # kubernetes v1.36 pkg/apis/core/v1/defaults.go SetDefaults_Volume; checked on the real plane by
+    # tests/plane_scenarios/test_refused_values_on_the_plane.py.
+    created = core.create_namespaced_pod(namespace, pod("sourceless", volumes=[{"name": "scratch"}]))
+
+    assert created.spec.volumes[0].empty_dir is not None
