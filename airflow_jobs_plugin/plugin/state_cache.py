@@ -62,11 +62,15 @@ class BuildCache(Generic[T]):
         stale_seconds: float = STALE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         runner: Callable[[Callable[[], Coroutine[Any, Any, T]]], Awaitable[T]] = _in_thread,
+        cost: Callable[[T, float], float] | None = None,
     ) -> None:
         self._fresh = fresh_seconds
         self._stale = stale_seconds
         self._clock = clock
         self._runner = runner
+        # What a build cost, for the windows that stretch with it: by default its wall time; a value
+        # that knows better (an index refresh that began with a fill) says so.
+        self._cost = cost
         self._entries: dict[Hashable, _Entry[T]] = {}
         self._building: dict[Hashable, asyncio.Task[T]] = {}
         self._generation = 0
@@ -104,6 +108,12 @@ class BuildCache(Generic[T]):
         if key not in self._building and (start or stale):
             self._start(key, build)
         return entry.value if entry is not None and stale else None
+
+    def peek(self, key: Hashable) -> T | None:
+        """The kept value of ``key`` whatever its age, without starting anything: what a build that
+        only brings a value up to date starts from."""
+        entry = self._entries.get(key)
+        return entry.value if entry is not None else None
 
     def invalidate(self) -> None:
         """Forget every kept value; builds already running are neither kept nor handed to later requests
@@ -144,7 +154,12 @@ class BuildCache(Generic[T]):
                         if number > since:
                             value = await asyncio.to_thread(change, value)
                     if generation == self._generation:
-                        self._entries[key] = _Entry(value, started, self._clock() - started)
+                        took, read_at = self._clock() - started, started
+                        if self._cost is not None:
+                            # Its last part read the cluster that long ago (a fill's refresh, at its end).
+                            took = self._cost(value, took)
+                            read_at = self._clock() - took
+                        self._entries[key] = _Entry(value, read_at, took)
                 return value
             finally:
                 if self._building.get(key) is task:
