@@ -225,8 +225,6 @@ async def _keep_current(
     """The index brought up to date: filled page by page when there is none yet, then refreshed by
     creation window (plugin/job_index.py); now and then swept of deleted finished jobs. Runs in a worker
     thread on a loop of its own (state_cache.py)."""
-    import gc
-
     started = time.monotonic()
     fill = previous is None
     if previous is None:
@@ -252,11 +250,19 @@ async def _keep_current(
         job_index.refreshed(previous, state, window, unlabelled, took), swept_at=swept_at
     )
     if fill:
-        # The index and the process's start-up objects are long-lived now: full collections skip them
-        # from here on (a collection walks every tracked object holding the GIL, whichever thread
-        # triggers it, and the server's event loop waits that long).
-        gc.freeze()
+        _freeze_long_lived()
     return index
+
+
+def _freeze_long_lived() -> None:
+    """Move every object alive now out of the garbage collector's generations (``gc.freeze``): the API
+    server's start-up objects (Airflow's modules, its app) before the fill, and the index after it. A
+    full collection walks every tracked object holding the GIL, whichever thread triggers it, and
+    Airflow's event loop waits that long (1.5 to 4 s over the 2.7 GB the whole view used to hold);
+    frozen objects are skipped, and the fill's and the sweep's garbage is collected as before."""
+    import gc
+
+    gc.freeze()
 
 
 def _map_index(raw: str) -> int:
@@ -381,6 +387,7 @@ def create_app() -> FastAPI:
     # The read model (plugin/job_index.py): one compact index of every job for all readers, filled
     # once, then refreshed by creation window, never rebuilt from the whole namespace.
     cache: BuildCache[job_index.JobIndex] = BuildCache(cost=lambda index, took: index.took)
+    frozen: list[bool] = []
     app.state.cluster_cache = cache
 
     def builder(settings: Settings) -> Callable[[], Coroutine[Any, Any, job_index.JobIndex]]:
@@ -418,6 +425,9 @@ def create_app() -> FastAPI:
         key, build = (settings.kubernetes_conn_id, settings.target()), builder(settings)
         kept = cache.kept(key, build, start=False)
         if kept is None:
+            if not frozen:  # before the process's first cluster read: see _freeze_long_lived
+                frozen.append(True)
+                _freeze_long_lived()
             if listing.by_metadata(query) and await asyncio.to_thread(_may, user, "GET", None):
                 # Nothing built yet (a start, an idle spell): the newest page answers in seconds, then the
                 # whole view builds behind it (not beside it: both are CPU under one GIL). Only for a
