@@ -11,10 +11,11 @@ the ``Authorization`` header or Airflow's session cookie, checked by the configu
   own origin (:mod:`airflow_jobs_plugin.plugin.origin`).
 
 The cluster is read through the Airflow connection named in ``[airflow_jobs] kubernetes_conn_id``, in
-``[airflow_jobs] namespace`` and every namespace of ``[airflow_jobs] namespaces``. The overview is built
-at most once every few seconds for all readers, in a worker thread, never on the API server's event loop
-(:mod:`airflow_jobs_plugin.plugin.state_cache`); each request narrows, sorts and pages it
-(:mod:`airflow_jobs_plugin.plugin.listing`, query parameters in ``docs/ui.md``).
+``[airflow_jobs] namespace`` and every namespace of ``[airflow_jobs] namespaces``. Pages read one
+index of every job for all readers (:mod:`airflow_jobs_plugin.plugin.job_index`), filled once and
+refreshed at most every few seconds by creation window, in a worker thread, never on the API server's
+event loop (:mod:`airflow_jobs_plugin.plugin.state_cache`); each request filters, sorts and pages it
+(query parameters in ``docs/ui.md``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""The API server's short-lived copy of the cluster's overview: read and built at most once per
-:data:`FRESH_SECONDS`, by one build at a time, never on the event loop.
+"""The API server's copy of the cluster's read model (the job index, ``plugin/job_index.py``): brought
+up to date at most once per :data:`FRESH_SECONDS`, by one build at a time, never on the event loop. A
+build starts from the kept value (:meth:`BuildCache.peek`): the index's first build fills it, later
+ones refresh it, and the windows below stretch with what the value says its last part cost (``cost``),
+not with the fill.
 
 Reading a namespace that keeps 50,000 jobs means LISTs of hundreds of megabytes and a snapshot per
 job: seconds of CPU. Done per request inside an ``async def`` route it would stall the Airflow API
