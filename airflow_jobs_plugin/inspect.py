@@ -31,6 +31,7 @@ from airflow_jobs_plugin.kube import (
     KubeError,
     Resource,
 )
+from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.plugin import listing
 from airflow_jobs_plugin.plugin import nodes as node_view
 from airflow_jobs_plugin.plugin.views import ClusterState, JobChange, LogTail, log_targets, may_be_waiting
@@ -502,15 +503,23 @@ async def read_in_pages(client: KubeClient, target: Target) -> AsyncIterator[Clu
     )
     (policy, problem), (ledgers, histories) = policy_read, ledgers_read
     by_uid = kueue.by_job_uid(_joined([found for found, _ in workloads]))
-    every_event = tuple(_joined(events))
+    every_event = _joined(events)
+    # Each page gets the events about its own jobs and pods only (in the namespace's order), found
+    # through one index of the events: not every event indexed again for every page.
+    about = OwnerIndex((), every_event)
+    position = {id(e): i for i, e in enumerate(every_event)}
     for namespace in spaces:
         for resource in (JOBS, MPIJOBS):
             async for jobs in _pages(client, resource, namespace, MANAGED_SELECTOR):
                 pods = await _pods_of_jobs(client, jobs) if jobs else []
+                owners = OwnerIndex(pods, ())
+                chosen = {
+                    position[id(e)]: e for job in jobs for e in about.events_for(job, owners.pods_for(job))
+                }
                 yield ClusterState(
                     jobs=tuple(jobs),
                     pods=tuple(pods),
-                    events=every_event,
+                    events=tuple(chosen[i] for i in sorted(chosen)),
                     now=_now(),
                     policy=policy,
                     policy_problem=problem,

@@ -231,6 +231,9 @@ async def _keep_current(
     if previous is None:
         rows: list[job_index.IndexRow] = []
         async for part in inspect.read_in_pages(client, target):
+            if not rows:
+                # The events, policy and ledgers every page shares are long-lived too.
+                _freeze_long_lived()
             rows.extend(job_index.rows_of(part))
             del part
         previous = job_index.filled(
