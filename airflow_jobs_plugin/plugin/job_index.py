@@ -223,6 +223,24 @@ class JobIndex:
         )
 
 
+def _carried(index: JobIndex, rows: Mapping[Key, IndexRow]) -> dict[str, tuple[IndexRow, ...]]:
+    """The orders ``index`` keeps, carried over to ``rows`` where that needs no sort: the same jobs, and
+    every changed row keeps its value of the sort's key (its place), so each order is the old one with
+    the changed rows put in. At 51,000 jobs a sort costs a fifth of a second; an action or a refresh
+    changes a few rows, mostly not their creation time (the default order)."""
+    if len(rows) != len(index.rows) or not index._sorted:
+        return {}
+    changed = {k: r for k, r in rows.items() if index.rows.get(k) is not r}
+    if any(k not in index.rows for k in changed):
+        return {}
+    out = {}
+    for sort, order in index._sorted.items():
+        key: Callable[[Any], Any] = listing.SORT_KEYS[sort.lstrip("-")]
+        if all(key(index.rows[k]) == key(r) for k, r in changed.items()):
+            out[sort] = tuple(changed.get(r.key, r) for r in order)
+    return out
+
+
 def empty(now: datetime) -> JobIndex:
     return JobIndex({}, views.ClusterState((), (), (), now), (), (), ())
 
@@ -281,6 +299,7 @@ def refreshed(
         problems=ov.problems,
         unlabelled_open=any(r.created_label is None and not r.terminal for r in rows.values()),
         took=took,
+        _sorted=_carried(index, rows),
     )
 
 
@@ -333,7 +352,13 @@ def with_change(index: JobIndex, change: views.JobChange) -> JobIndex:
     still = dataclasses.replace(state, jobs=tuple(j for j in jobs if views._is_waiting(j)))
     still.owners  # noqa: B018 - indexed in the worker thread the patch runs in
     return dataclasses.replace(
-        index, rows=rows, kept=still, pools=ov.pools, queues=ov.queues, problems=ov.problems, _sorted={}
+        index,
+        rows=rows,
+        kept=still,
+        pools=ov.pools,
+        queues=ov.queues,
+        problems=ov.problems,
+        _sorted=_carried(index, rows),
     )
 
 

@@ -411,6 +411,7 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
     phases: dict[str, list[float]] = {}
     pages: dict[str, float] = {}
     rss_before: list[float] = []
+    rss_built: list[float] = []
     current = ["idle"]
     # Every full (oldest-generation) garbage collection, by phase: whichever thread triggers one holds
     # the GIL while it walks every container object of the heap, the loop's thread included.
@@ -456,6 +457,7 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
             current[0] = "whole build"
             # A sort by state needs the whole view: this waits for the build the first page started.
             await timed("whole view built", "GET", "/api/jobs?sort=state")
+            rss_built[:] = [_peak_rss_mb("VmRSS")]  # what the server holds with the view (before the sweeps)
             current[0] = "warm"
             for n in range(3):
                 await timed(f"warm / #{n + 1}", "GET", "/")
@@ -502,6 +504,7 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
         kept = cache.peek(next(iter(cache._entries))) if getattr(cache, "_entries", None) else None
         return {
             "rss_before_mb": rss_before[0] if rss_before else float("nan"),
+            "rss_built_mb": rss_built[0] if rss_built else float("nan"),
             "index_mb": _deep_mb(kept) if kept is not None and hasattr(kept, "rows") else None,
             "probe": {phase: _spread(latencies) for phase, latencies in phases.items()},
             "full_collections_s": {

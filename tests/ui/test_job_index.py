@@ -182,10 +182,12 @@ def test_a_stop_patches_the_jobs_row_the_pools_and_the_queue_as_a_whole_build_af
     whole = with_history()
     index = refresh(job_index.filled(job_index.rows_of(whole), whole.now), whole)
     a = next(j for j in whole.jobs if j["metadata"]["name"] == "a")
+    query = listing.JobQuery()
+    job_index.page(index, query, lambda dag: True, NOW)  # the default order, sorted before the action
     patched = job_index.with_change(index, change(whole, "a", stopped(a)))
     after = rebuilt(whole, "a", stopped(a))
-    query = listing.JobQuery()
     ov, page = job_index.page(patched, query, lambda dag: True, NOW)
+    assert [r.name for r in page.rows] == [r.name for r in listing.narrow(after, query).jobs]
     assert {r.name: r.state for r in page.rows} == {r.name: r.state for r in after.jobs}
     assert {r.name: r.queue_position for r in page.rows} == {r.name: r.queue_position for r in after.jobs}
     assert (ov.pools, ov.queues) == (after.pools, after.queues)
@@ -248,3 +250,6 @@ def test_the_index_and_a_whole_build_give_the_same_page(specs, query, page_size,
         return dag != "dag_b" or reads_b
 
     assert job_index.page(index, query, may_read, whole.now) == whole_page(whole, query, may_read)
+    # Refreshed again, the index carries the order it sorted over to the rows read anew.
+    again = refresh(index, whole)
+    assert job_index.page(again, query, may_read, whole.now) == whole_page(whole, query, may_read)
