@@ -31,6 +31,7 @@ from airflow_jobs_plugin.kube import (
     KubeError,
     Resource,
 )
+from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.plugin import listing
 from airflow_jobs_plugin.plugin import nodes as node_view
 from airflow_jobs_plugin.plugin.views import ClusterState, JobChange, LogTail, log_targets, may_be_waiting
@@ -457,6 +458,107 @@ async def _product_jobs(
 async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
     """The product's Jobs and MPIJobs of a namespace, without their pods and events."""
     return await _product_jobs(client, namespace)
+
+
+# --- the UI's read model (plugin/job_index.py): filled page by page, refreshed by creation window ---
+
+
+async def _pages(
+    client: KubeClient, resource: Resource, namespace: str, selector: str
+) -> AsyncIterator[list]:
+    """A LIST of ``resource`` page by page (:data:`LIST_CHUNK` items, kind and apiVersion set on each),
+    so its reader can drop one page before the next is decoded; nothing where the kind is not served."""
+    token: str | None = None
+    while True:
+        try:
+            found = await client.list(
+                resource, namespace, label_selector=selector, limit=LIST_CHUNK, continue_token=token
+            )
+        except KubeError as exc:
+            if resource is MPIJOBS and exc.not_found:
+                return
+            raise
+        items = found.get("items") or []
+        for item in items:
+            item.setdefault("kind", resource.kind)
+            item.setdefault("apiVersion", resource.api_version)
+        yield [i for i in items if is_product_job(i)]
+        token = (found.get("metadata") or {}).get("continue") or None
+        if token is None:
+            return
+
+
+async def read_in_pages(client: KubeClient, target: Target) -> AsyncIterator[ClusterState]:
+    """Every product job of ``target``'s namespaces, whole, a page of :data:`LIST_CHUNK` jobs at a time,
+    each with its own pods (label-selected, :func:`_pods_of_jobs`) and the namespaces' events, policy,
+    ledgers and Workloads read once before: the index's fill (``plugin/job_index.py``), which turns each
+    page into rows and drops it, so the namespace is never held whole. A page's pods are read after its
+    jobs; the refresh that follows the fill reads every unfinished job again in :func:`read_cluster`'s
+    order (pods first)."""
+    spaces = target.namespaces
+    events, policy_read, ledgers_read, workloads = await asyncio.gather(
+        asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
+        read_policy(client, target),
+        read_ledgers(client, target),
+        asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
+    )
+    (policy, problem), (ledgers, histories) = policy_read, ledgers_read
+    by_uid = kueue.by_job_uid(_joined([found for found, _ in workloads]))
+    every_event = _joined(events)
+    # Each page gets the events about its own jobs and pods only (in the namespace's order), found
+    # through one index of the events: not every event indexed again for every page.
+    about = OwnerIndex((), every_event)
+    position = {id(e): i for i, e in enumerate(every_event)}
+    for namespace in spaces:
+        for resource in (JOBS, MPIJOBS):
+            async for jobs in _pages(client, resource, namespace, MANAGED_SELECTOR):
+                pods = await _pods_of_jobs(client, jobs) if jobs else []
+                owners = OwnerIndex(pods, ())
+                chosen = {
+                    position[id(e)]: e for job in jobs for e in about.events_for(job, owners.pods_for(job))
+                }
+                yield ClusterState(
+                    jobs=tuple(jobs),
+                    pods=tuple(pods),
+                    events=tuple(chosen[i] for i in sorted(chosen)),
+                    now=_now(),
+                    policy=policy,
+                    policy_problem=problem,
+                    ledgers=ledgers,
+                    usage_histories=histories,
+                    workloads=by_uid,
+                )
+
+
+async def read_window(client: KubeClient, target: Target, selector: str, unlabelled: bool) -> ClusterState:
+    """The jobs of one creation window (``selector``, :meth:`listing.Window.selector`) and, if
+    ``unlabelled``, every job without the ``created`` label, whole, with their own pods, the namespaces'
+    events, policy, ledgers and Workloads: the index's refresh. The window's jobs are named by a
+    metadata-only LIST first, so their pods are read before the jobs whole, as :func:`read_cluster`
+    orders them; a job created in between is read without pods, and gets them at the next refresh."""
+    spaces = target.namespaces
+    selectors = [selector, *([f"!{labels.CREATED}"] if unlabelled else [])]
+    named = _joined(await asyncio.gather(*(_jobs_metadata(client, spaces, s) for s in selectors)))
+    pods, events, policy_read, ledgers_read, workloads = await asyncio.gather(
+        _pods_of_jobs(client, named),
+        asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
+        read_policy(client, target),
+        read_ledgers(client, target),
+        asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
+    )
+    jobs = {
+        _key(j): j
+        for j in _joined(await asyncio.gather(*(_jobs_whole(client, spaces, s) for s in selectors)))
+    }
+    return await _state(
+        client, list(jobs.values()), pods, _joined(events), policy_read, ledgers_read, workloads
+    )
+
+
+async def read_job_keys(client: KubeClient, target: Target) -> list[tuple[str, str]]:
+    """The namespace and name of every product job of ``target``'s namespaces, from a metadata-only
+    LIST in chunks: what the index's sweep of deleted jobs compares with."""
+    return [_key(j) for j in await _jobs_metadata(client, target.namespaces)]
 
 
 async def read_job_metadata(client: KubeClient, namespace: str) -> list[dict]:

@@ -11,10 +11,11 @@ the ``Authorization`` header or Airflow's session cookie, checked by the configu
   own origin (:mod:`airflow_jobs_plugin.plugin.origin`).
 
 The cluster is read through the Airflow connection named in ``[airflow_jobs] kubernetes_conn_id``, in
-``[airflow_jobs] namespace`` and every namespace of ``[airflow_jobs] namespaces``. The overview is built
-at most once every few seconds for all readers, in a worker thread, never on the API server's event loop
-(:mod:`airflow_jobs_plugin.plugin.state_cache`); each request narrows, sorts and pages it
-(:mod:`airflow_jobs_plugin.plugin.listing`, query parameters in ``docs/ui.md``).
+``[airflow_jobs] namespace`` and every namespace of ``[airflow_jobs] namespaces``. Pages read one
+index of every job for all readers (:mod:`airflow_jobs_plugin.plugin.job_index`), filled once and
+refreshed at most every few seconds by creation window, in a worker thread, never on the API server's
+event loop (:mod:`airflow_jobs_plugin.plugin.state_cache`); each request filters, sorts and pages it
+(query parameters in ``docs/ui.md``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlencode
 
@@ -37,11 +40,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_jobs_plugin import actions, inspect, quota
+from airflow_jobs_plugin import actions, inspect, labels, quota
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 from airflow_jobs_plugin.resources import name_problem
 
-from . import html, listing, nodes, origin, schema, sweep, views
+from . import html, job_index, listing, nodes, origin, schema, sweep, views
 from .state_cache import BuildCache
 
 URL_PREFIX = "/airflow-jobs"
@@ -181,11 +184,6 @@ def require_same_origin(request: Request, user: GetUserDep) -> None:
 SameOrigin = Depends(require_same_origin)
 
 
-def _for_reader(user: Any, ov: views.Overview) -> views.Overview:
-    """Jobs of the DAGs ``user`` may read; jobs outside any DAG only for readers of every DAG."""
-    return listing.for_reader(ov, lambda dag_id: _may(user, "GET", dag_id))
-
-
 def job_query(
     group: Annotated[list[str] | None, Query(description="only these groups (repeat or comma list)")] = None,
     user: Annotated[list[str] | None, Query(description="only jobs of these users")] = None,
@@ -224,6 +222,61 @@ def _base(request: Request) -> str:
     """Airflow's own base path (the mount point's parent), so links work under a base URL too."""
     root = str(request.scope.get("root_path") or "")
     return root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else root
+
+
+# How often the index drops the finished jobs deleted since (a metadata-only LIST of every job: at
+# 51,000 jobs about as costly as the orphan sweep's, so seldom). Unfinished jobs' deletions are seen
+# at every refresh.
+DELETION_SWEEP_SECONDS = 600.0
+
+
+async def _keep_current(
+    client: KubeClient, target: inspect.Target, previous: job_index.JobIndex | None
+) -> job_index.JobIndex:
+    """The index brought up to date: filled page by page when there is none yet, then refreshed by
+    creation window (plugin/job_index.py); now and then swept of deleted finished jobs. Runs in a worker
+    thread on a loop of its own (state_cache.py)."""
+    started = time.monotonic()
+    fill = previous is None
+    if previous is None:
+        rows: list[job_index.IndexRow] = []
+        async for part in inspect.read_in_pages(client, target):
+            if not rows:
+                # The events, policy and ledgers every page shares are long-lived too.
+                _freeze_long_lived()
+            rows.extend(job_index.rows_of(part))
+            del part
+        previous = job_index.filled(
+            rows, datetime.fromtimestamp(time.time() - (time.monotonic() - started), timezone.utc)
+        )
+        del rows
+    swept_at = started if fill else previous.swept_at
+    if not fill and started - swept_at > DELETION_SWEEP_SECONDS:
+        at = datetime.now(timezone.utc)
+        keys = await inspect.read_job_keys(client, target)
+        previous, swept_at = job_index.without_deleted(previous, keys, at), time.monotonic()
+    fresh = time.monotonic()
+    window = listing.Window(job_index.refresh_since(previous, previous.now), None)
+    unlabelled = previous.unlabelled_open
+    state = await inspect.read_window(client, target, window.selector(labels.CREATED), unlabelled)
+    took = time.monotonic() - fresh
+    index = dataclasses.replace(
+        job_index.refreshed(previous, state, window, unlabelled, took), swept_at=swept_at
+    )
+    if fill:
+        _freeze_long_lived()
+    return index
+
+
+def _freeze_long_lived() -> None:
+    """Move every object alive now out of the garbage collector's generations (``gc.freeze``): the API
+    server's start-up objects (Airflow's modules, its app) before the fill, and the index after it. A
+    full collection walks every tracked object holding the GIL, whichever thread triggers it, and
+    Airflow's event loop waits that long (1.5 to 4 s over the 2.7 GB the whole view used to hold);
+    frozen objects are skipped, and the fill's and the sweep's garbage is collected as before."""
+    import gc
+
+    gc.freeze()
 
 
 def _map_index(raw: str) -> int:
@@ -373,28 +426,24 @@ def create_app() -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
 
-    cache: BuildCache[tuple[views.ClusterState, views.Overview]] = BuildCache()
+    # The read model (plugin/job_index.py): one compact index of every job for all readers, filled
+    # once, then refreshed by creation window, never rebuilt from the whole namespace.
+    cache: BuildCache[job_index.JobIndex] = BuildCache(cost=lambda index, took: index.took)
+    frozen: list[bool] = []
     app.state.cluster_cache = cache
 
-    def builder(
-        settings: Settings,
-    ) -> Callable[[], Coroutine[Any, Any, tuple[views.ClusterState, views.Overview]]]:
+    def builder(settings: Settings) -> Callable[[], Coroutine[Any, Any, job_index.JobIndex]]:
         target = settings.target()
+        key = (settings.kubernetes_conn_id, target)
 
-        async def build() -> tuple[views.ClusterState, views.Overview]:
-            state = await _with_cluster(settings, lambda c: inspect.read_cluster(c, target))
-            whole = views.overview(state)
-            # What a job's page needs besides the job itself (read afresh): its pods and events, and
-            # the waiting jobs, the only ones the pool's queue rule reads. The other jobs' objects are
-            # most of the memory at 50,000 jobs: not kept.
-            kept = dataclasses.replace(state, jobs=tuple(j for j in state.jobs if views._is_waiting(j)))
-            kept.owners  # noqa: B018 - index here, in the worker thread, not on the first page's loop
-            return kept, whole
+        async def build() -> job_index.JobIndex:
+            previous = cache.peek(key)
+            return await _with_cluster(settings, lambda c: _keep_current(c, target, previous))
 
         return build
 
-    async def cluster_view(settings: Settings) -> tuple[views.ClusterState, views.Overview]:
-        """Every configured namespace's state and its whole overview (all readers), from the cache."""
+    async def cluster_view(settings: Settings) -> job_index.JobIndex:
+        """The index of every configured namespace (all readers), from the cache."""
         return await cache.get((settings.kubernetes_conn_id, settings.target()), builder(settings))
 
     async def newest_page(
@@ -418,6 +467,9 @@ def create_app() -> FastAPI:
         key, build = (settings.kubernetes_conn_id, settings.target()), builder(settings)
         kept = cache.kept(key, build, start=False)
         if kept is None:
+            if not frozen:  # before the process's first cluster read: see _freeze_long_lived
+                frozen.append(True)
+                _freeze_long_lived()
             if listing.by_metadata(query) and await asyncio.to_thread(_may, user, "GET", None):
                 # Nothing built yet (a start, an idle spell): the newest page answers in seconds, then the
                 # whole view builds behind it (not beside it: both are CPU under one GIL). Only for a
@@ -427,18 +479,25 @@ def create_app() -> FastAPI:
                 finally:
                     cache.kept(key, build)
             kept = await cluster_view(settings)
-        _, whole = kept
-        # Narrowing 50,000 rows and asking the auth manager about each DAG is CPU and database work.
+        index = kept
+        # Filtering 51,000 rows and asking the auth manager about each DAG is CPU and database work.
         return await asyncio.to_thread(
-            lambda: listing.page_of(listing.narrow(_for_reader(user, whole), query), query)
+            job_index.page, index, query, lambda dag_id: _may(user, "GET", dag_id), index.now
         )
 
-    async def state_for(settings: Settings, namespace: str) -> views.ClusterState:
-        state, _ = await cluster_view(settings)
-        if namespace in settings.target().namespaces:
-            return state
-        # A job page of a namespace outside the configured ones reads that namespace alone, uncached.
-        return await _with_cluster(settings, lambda c: inspect.read_cluster(c, settings.target(namespace)))
+    async def state_for(settings: Settings, namespace: str, job: dict) -> views.ClusterState:
+        """What a job's page reads besides the job: its own pods (read afresh, one label-selected LIST)
+        and, from the index, the waiting jobs, the events, policy, ledgers and Workloads."""
+        if namespace not in settings.target().namespaces:
+            # A job page of a namespace outside the configured ones reads that namespace alone, uncached.
+            return await _with_cluster(
+                settings, lambda c: inspect.read_cluster(c, settings.target(namespace))
+            )
+        index = await cluster_view(settings)
+        pods = await _with_cluster(settings, lambda c: inspect.pods_of_job(c, job))
+        kept = index.kept
+        events = kept.owners.events_for(job, pods)
+        return dataclasses.replace(kept, pods=tuple(pods), events=tuple(events))
 
     async def detail_of(settings: Settings, user: Any, namespace: str, name: str) -> views.JobDetail:
         _require_names(namespace, name)
@@ -449,7 +508,7 @@ def create_app() -> FastAPI:
         return await _detail(settings, namespace, job)
 
     async def _detail(settings: Settings, namespace: str, job: dict) -> views.JobDetail:
-        state = await state_for(settings, namespace)
+        state = await state_for(settings, namespace, job)
         logs = await _with_cluster(
             settings, lambda c: inspect.read_log_tails(c, namespace, job, state.owners.pods_for(job))
         )
@@ -515,14 +574,7 @@ def create_app() -> FastAPI:
             cache.invalidate()  # the job could not be read again: no copy read before the action is kept
             return
 
-        def apply(
-            value: tuple[views.ClusterState, views.Overview],
-        ) -> tuple[views.ClusterState, views.Overview]:
-            kept, whole = views.with_change(*value, change)
-            kept.owners  # noqa: B018 - index here, in the worker thread, not on the next page's loop
-            return kept, whole
-
-        await cache.patch(key, apply)
+        await cache.patch(key, lambda index: job_index.with_change(index, change))
 
     # --- JSON (typed: plugin/schema.py; the page's formatting stays in plugin/html.py) ---
 

@@ -1,5 +1,8 @@
-"""The API server's short-lived copy of the cluster's overview: read and built at most once per
-:data:`FRESH_SECONDS`, by one build at a time, never on the event loop.
+"""The API server's copy of the cluster's read model (the job index, ``plugin/job_index.py``): brought
+up to date at most once per :data:`FRESH_SECONDS`, by one build at a time, never on the event loop. A
+build starts from the kept value (:meth:`BuildCache.peek`): the index's first build fills it, later
+ones refresh it, and the windows below stretch with what the value says its last part cost (``cost``),
+not with the fill.
 
 Reading a namespace that keeps 50,000 jobs means LISTs of hundreds of megabytes and a snapshot per
 job: seconds of CPU. Done per request inside an ``async def`` route it would stall the Airflow API
@@ -62,11 +65,15 @@ class BuildCache(Generic[T]):
         stale_seconds: float = STALE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         runner: Callable[[Callable[[], Coroutine[Any, Any, T]]], Awaitable[T]] = _in_thread,
+        cost: Callable[[T, float], float] | None = None,
     ) -> None:
         self._fresh = fresh_seconds
         self._stale = stale_seconds
         self._clock = clock
         self._runner = runner
+        # What a build cost, for the windows that stretch with it: by default its wall time; a value
+        # that knows better (an index refresh that began with a fill) says so.
+        self._cost = cost
         self._entries: dict[Hashable, _Entry[T]] = {}
         self._building: dict[Hashable, asyncio.Task[T]] = {}
         self._generation = 0
@@ -104,6 +111,12 @@ class BuildCache(Generic[T]):
         if key not in self._building and (start or stale):
             self._start(key, build)
         return entry.value if entry is not None and stale else None
+
+    def peek(self, key: Hashable) -> T | None:
+        """The kept value of ``key`` whatever its age, without starting anything: what a build that
+        only brings a value up to date starts from."""
+        entry = self._entries.get(key)
+        return entry.value if entry is not None else None
 
     def invalidate(self) -> None:
         """Forget every kept value; builds already running are neither kept nor handed to later requests
@@ -144,7 +157,12 @@ class BuildCache(Generic[T]):
                         if number > since:
                             value = await asyncio.to_thread(change, value)
                     if generation == self._generation:
-                        self._entries[key] = _Entry(value, started, self._clock() - started)
+                        took, read_at = self._clock() - started, started
+                        if self._cost is not None:
+                            # Its last part read the cluster that long ago (a fill's refresh, at its end).
+                            took = self._cost(value, took)
+                            read_at = self._clock() - took
+                        self._entries[key] = _Entry(value, read_at, took)
                 return value
             finally:
                 if self._building.get(key) is task:

@@ -321,6 +321,31 @@ def measure_app() -> dict[str, Any]:
     return asyncio.run(run())
 
 
+def _deep_mb(value: Any) -> float:
+    """What ``value`` holds, each object counted once (``sys.getsizeof`` over dicts, lists, tuples,
+    sets and dataclass fields): the read model's own size, apart from the rest of the process."""
+    import dataclasses as dc
+
+    seen: set[int] = set()
+    total = 0
+    stack = [value]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif dc.is_dataclass(obj) and not isinstance(obj, type):
+            stack.extend(getattr(obj, f.name) for f in dc.fields(obj))
+            stack.extend(v for k, v in vars(obj).items() if k not in {f.name for f in dc.fields(obj)})
+    return total / 2**20
+
+
 PROBE_EVERY = 0.02  # seconds between two probe requests
 LIVE_JOB = "live-runner-00000-a1"  # a running Job of every namespace multiply() makes
 
@@ -385,6 +410,8 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
 
     phases: dict[str, list[float]] = {}
     pages: dict[str, float] = {}
+    rss_before: list[float] = []
+    rss_built: list[float] = []
     current = ["idle"]
     # Every full (oldest-generation) garbage collection, by phase: whichever thread triggers one holds
     # the GIL while it walks every container object of the heap, the loop's thread included.
@@ -423,12 +450,14 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
 
             prober = asyncio.create_task(probe())
             await asyncio.sleep(2)
+            rss_before[:] = [_peak_rss_mb("VmRSS")]
             current[0] = "cold start"
             await timed("first page", "GET", "/")
             await timed("first /api/pools", "GET", "/api/pools")
             current[0] = "whole build"
             # A sort by state needs the whole view: this waits for the build the first page started.
             await timed("whole view built", "GET", "/api/jobs?sort=state")
+            rss_built[:] = [_peak_rss_mb("VmRSS")]  # what the server holds with the view (before the sweeps)
             current[0] = "warm"
             for n in range(3):
                 await timed(f"warm / #{n + 1}", "GET", "/")
@@ -471,7 +500,12 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
             await prober
         gc.callbacks.remove(on_gc)
         gc.collect()
+        cache = plugin.state.cluster_cache
+        kept = cache.peek(next(iter(cache._entries))) if getattr(cache, "_entries", None) else None
         return {
+            "rss_before_mb": rss_before[0] if rss_before else float("nan"),
+            "rss_built_mb": rss_built[0] if rss_built else float("nan"),
+            "index_mb": _deep_mb(kept) if kept is not None and hasattr(kept, "rows") else None,
             "probe": {phase: _spread(latencies) for phase, latencies in phases.items()},
             "full_collections_s": {
                 phase: {"n": len(took), "max": max(took), "total": sum(took)}

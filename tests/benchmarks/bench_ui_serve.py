@@ -88,6 +88,11 @@ def main() -> None:
         chosen = set(range(len(encoded[path])))
         for requirement in parse_label_selector(selector):
             values = index[path].get(requirement.key, {})
+            if requirement.op in ("=", "in"):
+                # The values named, looked up: what deciding every value present gives, without a
+                # pass over 51,000 job names per pod LIST selected by job name.
+                chosen &= {p for value in requirement.values for p in values.get(value, ())}
+                continue
             # Decide the requirement once per value present; an item without the key decides alone.
             matching = {
                 p for value, at in values.items() if requirement.matches({requirement.key: value}) for p in at

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from airflow_jobs_plugin import inspect
 from airflow_jobs_plugin.plugin import app as plugin_app
+from tests.ui.index_reads import serve_index_from
 from tests.ui.test_views import primehub_example_1
 
 SAFETY_NET = 120  # seconds; only so that a regression fails instead of hanging the suite
@@ -68,6 +69,7 @@ def host(monkeypatch):
         return await work(None)
 
     monkeypatch.setattr(inspect, "read_cluster", slow_read)
+    serve_index_from(monkeypatch, slow_read)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
     # A reader of the jobs' DAG, not of every DAG: pages wait for the whole view's build (a reader of
     # every DAG gets the newest page before it: test_api_concurrency.py).

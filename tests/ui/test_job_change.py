@@ -14,6 +14,7 @@ from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.plugin import views
 from airflow_jobs_plugin.plugin.state_cache import BuildCache
 from tests.lifecycle.factories import NAMESPACE, job_condition, ts
+from tests.ui.index_reads import serve_index_from
 from tests.ui.test_state_cache import Clock
 from tests.ui.test_views import NOW, primehub_example_1, product_job
 
@@ -198,12 +199,13 @@ def test_after_stop_the_job_list_shows_the_job_stopped_without_reading_the_names
         "read_change": read_change,
     }.items():
         monkeypatch.setattr(inspect, name, stand_in)
+    serve_index_from(monkeypatch, read_cluster)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
     # A reader of the jobs' DAG, not of every DAG: pages wait for the whole view's build (a reader of
     # every DAG gets the newest page before it: test_api_concurrency.py).
     monkeypatch.setattr(plugin_app, "_may", lambda user, method, dag_id: dag_id is not None)
     # Fresh for the whole test, however slow the machine: any second read would be the action's doing.
-    monkeypatch.setattr(plugin_app, "BuildCache", lambda: BuildCache(fresh_seconds=3600))
+    monkeypatch.setattr(plugin_app, "BuildCache", lambda **kw: BuildCache(fresh_seconds=3600, **kw))
     plugin = plugin_app.create_app()
     plugin.dependency_overrides[security.get_user] = lambda: type(
         "Admin", (), {"get_name": lambda self: "admin"}

@@ -17,6 +17,7 @@ from fastapi import FastAPI, HTTPException
 from airflow_jobs_plugin import actions, inspect
 from airflow_jobs_plugin.plugin import app as plugin_app
 from airflow_jobs_plugin.plugin import html, nodes, schema, views
+from tests.ui.index_reads import serve_index_from
 from tests.ui.json_api import display_values, json_routes, untyped, validate
 from tests.ui.test_nodes import node, pod
 from tests.ui.test_views import mpi_state, primehub_example_1
@@ -84,6 +85,7 @@ def root(monkeypatch) -> FastAPI:
         "read_change": read_change,
     }.items():
         monkeypatch.setattr(inspect, name, stand_in)
+    serve_index_from(monkeypatch, read_cluster)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
     # A reader of the jobs' DAG, not of every DAG: pages wait for the whole view's build (a reader of
     # every DAG gets the newest page before it: test_api_concurrency.py).
