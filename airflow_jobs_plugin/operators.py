@@ -513,7 +513,7 @@ class JobOperator(BaseOperator):
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
         from airflow_jobs_plugin import config, kueue, quota_source
-        from airflow_jobs_plugin.submission import SubmissionRefused, submit
+        from airflow_jobs_plugin.submission import SubmissionRefused, Tries, TryCancelled, submit
         from airflow_jobs_plugin.triggers import JobTrigger
 
         # The group and user as this try submits them, whatever pre_execute or a template made of the
@@ -549,8 +549,14 @@ class JobOperator(BaseOperator):
                     conn_id=self.kubernetes_conn_id,
                     pool=pool,
                     log=self.log,
+                    tries=Tries(**tries),
                 )
             )
+        except TryCancelled as exc:
+            self._remember(
+                context, TASK_STATE_FATAL, TryOutcome(ti.try_number, message=str(exc), cancelled=True)
+            )
+            raise AirflowFailException(str(exc)) from exc
         except SubmissionRefused as exc:
             raise AirflowFailException(str(exc)) from exc
         self.defer(
