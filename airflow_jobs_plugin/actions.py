@@ -15,6 +15,7 @@ gone can all say who acted and when.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -94,6 +95,24 @@ def _now() -> str:
 
 def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
     return kinds.kind_of(job).suspend_patch(suspend)
+
+
+def stop_patch(job: Mapping[str, Any], by: str) -> dict[str, Any]:
+    """The merge patch of a stop: suspended, no longer admitted, who stopped it and when (the fields
+    admission-policy.yaml's user-actions-only rule lets the acting identity write)."""
+    return {
+        "metadata": {
+            "labels": {labels.ADMITTED: None},
+            "annotations": {labels.STOPPED_AT: _now(), labels.STOPPED_BY: by, labels.ADMITTED_AT: None},
+        },
+        "spec": _suspend_spec(job, True),
+    }
+
+
+# What a resume writes on a job under a quota pool (its pass admits it again from its queue).
+RESUME_PATCH: Mapping[str, Any] = {
+    "metadata": {"annotations": {labels.STOPPED_AT: None, labels.STOPPED_BY: None}}
+}
 
 
 async def _still_reserved(
@@ -245,14 +264,7 @@ async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: s
     why_not = refusal(Action.STOP, facts)
     if why_not is not None:
         return ActionOutcome("stop", namespace, facts.name, resource.kind, False, why_not)
-    patch = {
-        "metadata": {
-            "labels": {labels.ADMITTED: None},
-            "annotations": {labels.STOPPED_AT: _now(), labels.STOPPED_BY: by, labels.ADMITTED_AT: None},
-        },
-        "spec": _suspend_spec(job, True),
-    }
-    await client.merge_patch(resource, namespace, facts.name, patch)
+    await client.merge_patch(resource, namespace, facts.name, stop_patch(job, by))
     await record_event(client, namespace, job, "Stopped", f"stopped by {by}")
     return ActionOutcome(
         "stop",
@@ -302,7 +314,7 @@ async def resume(
         patch["metadata"]["annotations"].update(forget)
         message = f"{facts.ref} resumed: started again (no quota pool)"
     else:
-        patch = {"metadata": {"annotations": forget}}
+        patch = copy.deepcopy(dict(RESUME_PATCH))
         group = group_of(job)
         queued_at = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.QUEUED_AT)
         since = f", queued since {queued_at}" if queued_at else ""

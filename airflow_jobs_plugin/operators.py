@@ -479,7 +479,14 @@ class JobOperator(BaseOperator):
             "labels" if n == "job_labels" else "annotations" if n == "job_annotations" else n
             for n in self._from_templates
         }
-        return validate(**values, templated=templated, rendered=rendered)
+        from airflow_jobs_plugin import config
+
+        return validate(
+            **values,
+            templated=templated,
+            rendered=rendered,
+            service_accounts=config.job_service_accounts(),
+        )
 
     # --- execute ---
 
