@@ -79,7 +79,26 @@ def refusals(request: Request) -> list[str]:
         object=request.object,
         old_object=request.old_object,
     )
-    return [message for policy in policies() for _reason, message in policy_refusals(policy, attributes)]
+    return [
+        message
+        for policy in policies()
+        for _reason, message in policy_refusals(
+            policy, attributes, JOB_ACCOUNTS if policy["spec"].get("paramKind") else None
+        )
+    ]
+
+
+def job_accounts() -> dict:
+    """rbac.yaml's parameter of the rule job-accounts: the accounts jobs may run as."""
+    (found,) = [
+        d
+        for d in yaml.safe_load_all((HELM / "rbac.yaml").read_text())
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "airflow-jobs-job-accounts"
+    ]
+    return found
+
+
+JOB_ACCOUNTS = job_accounts()
 
 
 # --- the product's real requests ---
@@ -437,6 +456,68 @@ def test_the_api_server_may_change_nothing_a_user_action_does_not_need(cheat):
         assert new != old, cheat
         messages = refusals(Request(API_SERVER, "UPDATE", new, old))
         assert any(m.startswith(USER_ACTIONS) for m in messages), (cheat, messages)
+
+
+# --- job-accounts: a job's pods run as an account the platform chose ---
+
+ACCOUNTS = "airflow-jobs rule job-accounts"
+
+
+def test_the_operator_s_job_runs_as_the_default_account_without_its_token(job):
+    for spec in pod_specs(job):
+        assert spec["serviceAccountName"] == "default" and spec["automountServiceAccountToken"] is False
+    for who in (WORKER, TRIGGERER, API_SERVER):
+        assert refusals(Request(who, "CREATE", job)) == []
+
+
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, API_SERVER])
+@pytest.mark.parametrize("field", ["serviceAccountName", "serviceAccount"])
+def test_a_job_running_as_an_airflow_component_is_refused(job, who, field):
+    cheat = copy.deepcopy(job)
+    pod_specs(cheat)[-1][field] = "airflow-triggerer"
+    messages = refusals(Request(who, "CREATE", cheat))
+    assert any(
+        m.startswith(f"{ACCOUNTS}: a job's pods run only as an account the platform allows") for m in messages
+    )
+
+
+@pytest.mark.parametrize("cheat", ["mounted", "unset", "projected"])
+def test_a_job_running_as_the_default_account_with_its_token_is_refused(job, cheat):
+    token = copy.deepcopy(job)
+    spec = pod_specs(token)[-1]
+    if cheat == "mounted":
+        spec["automountServiceAccountToken"] = True
+    elif cheat == "unset":
+        del spec["automountServiceAccountToken"]
+    else:
+        spec.setdefault("volumes", []).append(
+            {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+        )
+    (message,) = refusals(Request(WORKER, "CREATE", token))
+    assert message.startswith(
+        f"{ACCOUNTS}: a job running as the namespace's default account runs without its token"
+    )
+
+
+def test_an_account_the_platform_allowed_runs_with_its_own_token_settings(job):
+    allowed = copy.deepcopy(job)
+    for spec in pod_specs(allowed):
+        spec["serviceAccountName"] = "trainer-s3-reader"
+        del spec["automountServiceAccountToken"]
+    params = {**JOB_ACCOUNTS, "data": {**JOB_ACCOUNTS["data"], "trainer-s3-reader": "reads the datasets"}}
+    (policy,) = [p for p in policies() if p["metadata"]["name"] == "airflow-jobs-job-accounts"]
+    attributes = AdmissionRequest(
+        "CREATE",
+        *Request(WORKER, "CREATE", allowed).group_resource,
+        "airflow",
+        allowed["metadata"]["name"],
+        WORKER,
+        (),
+        allowed,
+        None,
+    )
+    assert policy_refusals(policy, attributes, params) == []
+    assert any(m.startswith(ACCOUNTS) for m in refusals(Request(WORKER, "CREATE", allowed)))
 
 
 # --- no-uncharged-gpu-workloads: a worker's other rights start no GPU work ---
