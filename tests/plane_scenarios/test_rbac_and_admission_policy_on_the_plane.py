@@ -267,6 +267,39 @@ def test_the_api_server_stops_resumes_and_cancels_but_changes_nothing_else(ident
     assert job is None or job["metadata"]["annotations"].get("airflow-jobs.io/verdict") == "Cancelled", job
 
 
+def test_a_job_another_dag_planted_under_a_tasks_name_is_never_adopted(identities, monkeypatch):
+    """Job names and task keys are predictable, and every DAG submits with the worker's token: a job
+    planted under ``victim.train``'s name passes every admission rule, so the victim's try itself must
+    refuse it, naming it, and leave it alone."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities["worker"]}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+    run_id = f"{RUN_ID}-planted-{next(_serial)}"
+    victim = TaskIdentity("victim", "train", run_id, -1, 1)
+    evil = validate(image="mallory/evil:1", group="vision", user="mallory", gpus=1, namespace=NAMESPACE)
+    body = build_manifest(
+        evil, name=victim.job_name(1), task=victim, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
+    planted = as_identity(identities["worker"], lambda c: c.create(JOBS, NAMESPACE, body))
+    assert not isinstance(planted, KubeError), planted
+    op = JobOperator(
+        task_id="train",
+        image="registry.example/trainer:1",
+        group="vision",
+        user="alice",
+        gpus=1,
+        namespace=NAMESPACE,
+    )
+
+    with pytest.raises(AirflowFailException, match="not the job this task would submit") as info:
+        op.execute(task_context("victim", "train", run_id=run_id))
+
+    assert f"Job {NAMESPACE}/{victim.job_name(1)}" in str(info.value)
+    still = as_identity(identities["worker"], lambda c: c.get(JOBS, NAMESPACE, victim.job_name(1)))
+    assert still["metadata"]["uid"] == planted["metadata"]["uid"]
+
+
 def test_an_honest_submission_is_accepted_and_the_triggerers_admission_unsuspends_it(identities, monkeypatch):
     def run_as(component: str) -> None:
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities[component]}}
