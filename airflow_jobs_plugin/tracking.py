@@ -61,20 +61,23 @@ def pods_outran_job(
     deletes them, while the cached job still says it runs. Read together, those views make a state the
     job was never in (RETRYING (Error): a pod failed and another will come; SCHEDULING (Creating): no
     pod yet). So a job the cache shows admitted and unfinished, whose pods are being deleted, have
-    failed or are gone since the last look (``seen_before``: the pod names it saw), is read again.
-    A real pod failure costs one read, which confirms it."""
+    failed beyond the failures it counts, or are gone since the last look (``seen_before``: the pod
+    names it saw), is read again. A real pod failure costs one read, which confirms it."""
     meta = job.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     kind = kinds.kind_of(job)
     if kind.is_suspended(job) or kind.is_finished(job) or labels.VERDICT in annotations:
         return False
     names = set()
+    failed = 0
     for pod in pods:
         pod_meta = pod.get("metadata") or {}
         names.add(pod_meta.get("name"))
-        if pod_meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") == "Failed":
+        if pod_meta.get("deletionTimestamp"):
             return True
-    return any(name not in names for name in seen_before)
+        failed += (pod.get("status") or {}).get("phase") == "Failed"
+    # A failure the job already counts is old news; only one it does not count yet is read about.
+    return failed > kind.pod_failures(job) or any(name not in names for name in seen_before)
 
 
 def replica_summary(replicas: Sequence[ReplicaStatus]) -> str:

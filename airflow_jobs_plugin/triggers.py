@@ -415,8 +415,10 @@ class _Follow:
             self.pod_names_seen,
             tuple(str((p.get("metadata") or {}).get("name")) for p in pods),
         )
+        if not tracking.pods_outran_job(job, pods, seen):
+            return job
         picture = tracking.pods_picture(pods)
-        if picture == self.pods_confirmed or not tracking.pods_outran_job(job, pods, seen):
+        if picture == self.pods_confirmed:
             return job
         self.pods_confirmed = picture
         fresh = await self._patiently(self.client.get_or_none, self.resource, self.t.namespace, self.name)
