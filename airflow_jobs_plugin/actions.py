@@ -15,6 +15,7 @@ gone can all say who acted and when.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -127,6 +128,30 @@ def _history(job: Mapping[str, Any], act: history.Act, by: str, run: history.Run
     """The job's history annotation with this action added."""
     annotations = (job.get("metadata") or {}).get("annotations") or {}
     return history.appended(annotations, history.Entry(act, datetime.now(timezone.utc), by, run))
+
+
+def stop_patch(job: Mapping[str, Any], by: str, run: history.Run | None = None) -> dict[str, Any]:
+    """The merge patch of a stop: suspended, no longer admitted, who stopped it and when, and the run it
+    ends in the job's history (the fields admission-policy.yaml's user-actions-only rule lets the acting
+    identity write)."""
+    return {
+        "metadata": {
+            "labels": {labels.ADMITTED: None},
+            "annotations": {
+                labels.STOPPED_AT: _now(),
+                labels.STOPPED_BY: by,
+                labels.ADMITTED_AT: None,
+                labels.HISTORY: _history(job, history.Act.STOPPED, by, run),
+            },
+        },
+        "spec": _suspend_spec(job, True),
+    }
+
+
+# What a resume writes on a job under a quota pool (its pass admits it again from its queue).
+RESUME_PATCH: Mapping[str, Any] = {
+    "metadata": {"annotations": {labels.STOPPED_AT: None, labels.STOPPED_BY: None}}
+}
 
 
 async def _still_reserved(
@@ -288,19 +313,7 @@ async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: s
         return ActionOutcome("stop", namespace, facts.name, resource.kind, False, why_not)
     # The run this stop ends, recorded before the stop drops its admitted-at and deletes its pods.
     seen = await _seen(client, namespace, job)
-    patch = {
-        "metadata": {
-            "labels": {labels.ADMITTED: None},
-            "annotations": {
-                labels.STOPPED_AT: _now(),
-                labels.STOPPED_BY: by,
-                labels.ADMITTED_AT: None,
-                labels.HISTORY: _history(job, history.Act.STOPPED, by, seen.run),
-            },
-        },
-        "spec": _suspend_spec(job, True),
-    }
-    await client.merge_patch(resource, namespace, facts.name, patch)
+    await client.merge_patch(resource, namespace, facts.name, stop_patch(job, by, seen.run))
     await record_event(client, namespace, job, "Stopped", f"stopped by {by}")
     return ActionOutcome(
         "stop",
@@ -354,7 +367,8 @@ async def resume(
         patch["metadata"]["annotations"].update(forget)
         message = f"{facts.ref} resumed: started again (no quota pool)"
     else:
-        patch = {"metadata": {"annotations": forget}}
+        patch = copy.deepcopy(dict(RESUME_PATCH))
+        patch["metadata"]["annotations"].update(forget)
         group = group_of(job)
         queued_at = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.QUEUED_AT)
         since = f", queued since {queued_at}" if queued_at else ""

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from airflow_jobs_plugin import attempts, history, labels, retry
+from airflow_jobs_plugin import attempts, history, kinds, labels, retry
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
@@ -35,6 +35,49 @@ from airflow_jobs_plugin.outcome import (
     JobEvent,
     ReplicaRecord,
 )
+
+
+def pods_picture(pods: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """Which pods a look saw, each at which version: a job's pods changed since a look when this did."""
+    return tuple(
+        sorted(
+            (
+                str((p.get("metadata") or {}).get("name")),
+                str((p.get("metadata") or {}).get("resourceVersion")),
+            )
+            for p in pods
+        )
+    )
+
+
+def pods_outran_job(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], seen_before: Iterable[str] = ()
+) -> bool:
+    """Whether the job's pods show a change its cached object does not, so the job must be read afresh
+    before a state is derived from both.
+
+    A job and its pods come on two watch streams, and either may lag. While the job's stream lags, a
+    stop or a cancel reaches the pods first: the controller kills them (they fail, with exit 137) and
+    deletes them, while the cached job still says it runs. Read together, those views make a state the
+    job was never in (RETRYING (Error): a pod failed and another will come; SCHEDULING (Creating): no
+    pod yet). So a job the cache shows admitted and unfinished, whose pods are being deleted, have
+    failed beyond the failures it counts, or are gone since the last look (``seen_before``: the pod
+    names it saw), is read again. A real pod failure costs one read, which confirms it."""
+    meta = job.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    kind = kinds.kind_of(job)
+    if kind.is_suspended(job) or kind.is_finished(job) or labels.VERDICT in annotations:
+        return False
+    names = set()
+    failed = 0
+    for pod in pods:
+        pod_meta = pod.get("metadata") or {}
+        names.add(pod_meta.get("name"))
+        if pod_meta.get("deletionTimestamp"):
+            return True
+        failed += (pod.get("status") or {}).get("phase") == "Failed"
+    # A failure the job already counts is old news; only one it does not count yet is read about.
+    return failed > kind.pod_failures(job) or any(name not in names for name in seen_before)
 
 
 def replica_summary(replicas: Sequence[ReplicaStatus]) -> str:

@@ -250,6 +250,8 @@ class _Follow:
         "_last_seen",
         "ended_version",
         "pods_read",
+        "pod_names_seen",
+        "pods_confirmed",
     )
     _last_seen: dict | None
 
@@ -275,6 +277,10 @@ class _Follow:
         # The watch's cached pods are replaced on every change, never edited: what a look read of the
         # pods an event did not touch serves the next look.
         self.pods_read = ReadMemo()
+        # The pods the last look saw, and their picture when the job was last read afresh because of
+        # them (_caught_up).
+        self.pod_names_seen: tuple[str, ...] = ()
+        self.pods_confirmed: tuple[tuple[str, str], ...] | None = None
         self._new_attempt()
 
     def _new_attempt(self) -> None:
@@ -329,8 +335,9 @@ class _Follow:
         job = await self._look()
         if job is None:
             return await self._vanished()
-        self.last_seen = job
         pods = self.watch.pods_of(self.name)
+        job = await self._caught_up(job, pods)
+        self.last_seen = job
         queue, reservation = await self._admit(job)
         snap = snapshot(
             job,
@@ -402,6 +409,28 @@ class _Follow:
             self.client.get_or_none, self.resource, self.t.namespace, self.name
         )
         return job
+
+    async def _caught_up(self, job: dict, pods: list[dict]) -> dict:
+        """The job as new as its pods: read again from the API server when the pods show a change the
+        cached job does not (tracking.pods_outran_job), once per change of the pods; folded into the
+        watch, so later looks do not go back to the older version while its stream catches up."""
+        seen, self.pod_names_seen = (
+            self.pod_names_seen,
+            tuple(str((p.get("metadata") or {}).get("name")) for p in pods),
+        )
+        if not tracking.pods_outran_job(job, pods, seen):
+            return job
+        picture = tracking.pods_picture(pods)
+        if picture == self.pods_confirmed:
+            return job
+        self.pods_confirmed = picture
+        fresh = await self._patiently(self.client.get_or_none, self.resource, self.t.namespace, self.name)
+        if fresh is None or (fresh.get("metadata") or {}).get("uid") != (job.get("metadata") or {}).get(
+            "uid"
+        ):
+            return job  # gone or replaced: the watch's DELETED event tells how it ended
+        self.watch.absorb(self.resource, fresh)
+        return self.watch.get(self.resource, self.name) or job
 
     async def _admit(self, job: dict) -> tuple[QueueStatus | None, Reservation | None]:
         """Ask the admission to admit a job that waits for it; what the queue says about it, and its

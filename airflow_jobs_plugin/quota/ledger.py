@@ -710,6 +710,27 @@ async def read_view(
                 queued.append(entry)
         else:
             running.append(Reservation.for_job(entry, admitted_at_of(job) or now))
+    # A running job the ledger does not hold is adopted (charged), which only a lost ledger or a
+    # hand-unsuspended job needs. The cache that shows it running may be older than the ledger: a job
+    # whose end a pass already released shows running in a lagging watch, and adopting it would charge
+    # GPUs nobody holds (a cohort's ledger held 20 GPUs of 16). So no adoption rests on a view older
+    # than the ledger: each candidate is read again from the API server, after the ledger was read.
+    known = {r.uid for r in ledger.reservations}
+    confirmed: list[Reservation] = []
+    for candidate in running:
+        if candidate.uid in known:
+            confirmed.append(candidate)
+            continue
+        fresh = await _lookup(client, candidate, ledger_namespace)
+        if fresh is None:
+            continue  # not read: not adopted this pass (the next pass asks again)
+        if fresh is _MISSING:
+            by_uid.pop(candidate.uid, None)
+            continue
+        by_uid[candidate.uid] = fresh
+        if not (is_finished(fresh) or awaits_release(fresh) or is_stopped(fresh)):
+            confirmed.append(candidate)
+    running = confirmed
     observed = {
         uid: observe(job, pods_of(job) if pods_of is not None else None, released=uid in released)
         for uid, job in by_uid.items()
