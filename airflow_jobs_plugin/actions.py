@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import action_rules, attempts, kinds, labels
+from airflow_jobs_plugin import action_rules, attempts, kinds, labels, queue_clock
 from airflow_jobs_plugin.action_rules import Action, Ending, JobFacts, refusal
 from airflow_jobs_plugin.admission import not_before
 from airflow_jobs_plugin.kube import EVENTS, KubeClient, KubeError, Resource
@@ -90,6 +90,10 @@ async def newest_attempt(client: KubeClient, namespace: str, job: Mapping[str, A
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _annotations(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (job.get("metadata") or {}).get("annotations") or {}
 
 
 def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
@@ -245,10 +249,19 @@ async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: s
     why_not = refusal(Action.STOP, facts)
     if why_not is not None:
         return ActionOutcome("stop", namespace, facts.name, resource.kind, False, why_not)
+    now = datetime.now(timezone.utc)
+    # The queue clock stops with the job: the wait it had before its admission (or before this stop,
+    # when it was still queued) is banked, and the run since its admission never counts.
+    clock = queue_clock.leave_queue(_annotations(job), now, rejoin=False)
     patch = {
         "metadata": {
             "labels": {labels.ADMITTED: None},
-            "annotations": {labels.STOPPED_AT: _now(), labels.STOPPED_BY: by, labels.ADMITTED_AT: None},
+            "annotations": {
+                labels.STOPPED_AT: _now(),
+                labels.STOPPED_BY: by,
+                labels.ADMITTED_AT: None,
+                **clock,
+            },
         },
         "spec": _suspend_spec(job, True),
     }
@@ -282,7 +295,7 @@ async def resume(
 
     Removing ``stopped-at`` / ``stopped-by`` is the whole resume under a quota pool: the job is still
     suspended and keeps ``queued-at``, so the next admission pass places it where it was first enqueued
-    (a stop is a pause, not a resubmission: its queue timeout also still counts from that first enqueue).
+    (a stop is a pause, not a resubmission); its queue clock starts again from the waits banked at the stop.
     Without a quota pool (``ledger_namespace`` None) nothing else would ever admit it, so the same write
     unsuspends it, as the no-quota admission (``admission.Admission._admit_at_once``) does, unless a
     retry back-off is still running: then the task's trigger admits it when the back-off ends. The job
@@ -295,7 +308,8 @@ async def resume(
     if why_not is not None:
         return ActionOutcome("resume", namespace, facts.name, resource.kind, False, why_not)
     now = datetime.now(timezone.utc)
-    forget = {labels.STOPPED_AT: None, labels.STOPPED_BY: None}
+    # Its new wait for quota starts now, on top of the waits banked when it was stopped.
+    forget = {labels.STOPPED_AT: None, labels.STOPPED_BY: None, **queue_clock.rejoin_queue(now)}
     backing_off = (not_before(job) or now) > now
     if ledger_namespace is None and not backing_off:
         patch = unsuspend_patch(job, now, conditional=False)

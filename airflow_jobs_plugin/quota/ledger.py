@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import kinds, kueue, kueue_cluster, labels
+from .. import kinds, kueue, kueue_cluster, labels, queue_clock
 from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
 from .ledger_model import (
     UNSUSPEND_GRACE,
@@ -157,6 +157,8 @@ def fingerprint(job: Mapping[str, Any]) -> tuple:
                 labels.GROUP_NAME,
                 labels.USER_NAME,
                 labels.STOPPED_AT,  # a stop or a resume changes what the pass decides
+                labels.QUEUE_WAITED,
+                labels.QUEUE_WAIT_SINCE,
             )
         ),
     )
@@ -605,6 +607,9 @@ def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
             **_precondition(job),
             "labels": {labels.ADMITTED: None},
             "annotations": {
+                # Its run is off the queue clock: the wait before its admission is banked, a new one
+                # starts now.
+                **queue_clock.leave_queue(annotations, utcnow(), rejoin=True),
                 labels.REQUEUE_COUNT: str(count + 1),
                 labels.PREEMPTIONS: str(preemptions + 1),
                 labels.PREEMPTED_BY: by.split(",", 1)[0],

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
-from .. import labels
+from .. import labels, queue_clock
 from ..kinds.charge import job_charge
 from .fair_share import Ordering, UsageHistory, recent_by_group, with_released
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
@@ -331,6 +331,8 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
         ),
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
         stopped_at=_rfc3339_or_none(annotations.get(labels.STOPPED_AT), f"annotation {labels.STOPPED_AT}"),
+        waited_before=queue_clock.waited_before(annotations),
+        wait_since=queue_clock.wait_since(annotations),
         kueue_queue=annotations.get(labels.KUEUE_HANDOFF) or None,
         # A flavor is a quota line of its own (quota/flavors.py); else the device, else whole GPUs.
         resource=annotations.get(labels.GPU_FLAVOR)
