@@ -14,10 +14,11 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from airflow_jobs_plugin import attempts, labels, retry
+from airflow_jobs_plugin import attempts, kinds, labels, retry
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
+    Health,
     JobSnapshot,
     JobState,
     Reason,
@@ -409,3 +410,14 @@ def check_states(target_states: Any, fail_states: Any) -> tuple[tuple[str, ...],
             f"target_states and fail_states must not overlap: {sorted(set(target_states) & set(fail_states))}"
         )
     return tuple(target_states), tuple(fail_states)
+
+
+def awaits_pods(job: Mapping[str, Any], snapshot: JobSnapshot) -> bool:
+    """A released job (not suspended, no verdict) still waiting for some of its pods to be created: the
+    one moment the API server's refusal of them (``lifecycle.refused_pods``) is worth looking for."""
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    if labels.VERDICT in annotations or kinds.kind_of(job).is_suspended(job):
+        return False
+    if snapshot.state not in (JobState.SCHEDULING, JobState.STARTING):
+        return False
+    return any(r.health is Health.MISSING for r in snapshot.replicas)
