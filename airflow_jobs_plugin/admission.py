@@ -694,6 +694,11 @@ class Admission:
             self._job_contexts.pop(uid, None)
             worker.mark()
             return
+        if self._deleted_with_pods(job):
+            # Deleted (kubectl delete) while its pods still stop on their nodes: they hold the GPUs until
+            # they are gone, and the group's passes drop the reservation then (a pod's end wakes them).
+            worker.mark()
+            return
         self._follow(uid)
         self._released.add(uid)
         try:
@@ -705,6 +710,14 @@ class Admission:
             worker.mark()
         # Its trigger is done with it: a later pass's line about it goes to the triggerer's own log.
         self._job_contexts.pop(uid, None)
+
+    def _deleted_with_pods(self, job: dict) -> bool:
+        """A job deleted or being deleted whose pods, as this process's watch holds them, still hold GPUs."""
+        meta = job.get("metadata") or {}
+        current = self.watch.get(ledger.resource_of(job), meta.get("name") or "")
+        deleted = current is None or bool((current.get("metadata") or {}).get("deletionTimestamp"))
+        pods = self._pods_of(job)
+        return deleted and pods is not None and ledger.pods_hold_gpus(pods, _now())
 
     def _follow(self, uid: str | None) -> None:
         """Remember the calling trigger's context as the one job ``uid``'s lines are logged in."""
@@ -1047,15 +1060,26 @@ class Admission:
         key = job_key(obj)
         if not key:
             return
+        found = False
         for resource in (JOBS, MPIJOBS):
             job = self.watch.get(resource, key)
+            found = found or job is not None
             # Ended, or suspended by a stop, a requeue or a preemption: its reservation waits for its pods.
-            if job is not None and (ledger.is_finished(job) or ledger.is_suspended(job)):
+            if job is not None and (
+                ledger.is_finished(job)
+                or ledger.is_suspended(job)
+                or job["metadata"].get("deletionTimestamp")
+            ):
                 group = group_of(job)
                 worker = self._groups.get(group) if group else None
                 if worker is not None:
                     self._mark_for(worker, key)
                 return
+        if not found:
+            # A deleted job's reservation waits for its pods too; which group it was of the pod does not
+            # say, so every group of this process looks (a pass is coalesced, and a rare event).
+            for worker in self._groups.values():
+                self._mark_for(worker, key)
 
     def _on_ledger_event(self, etype: str, plural: str, obj: dict) -> None:
         meta = obj.get("metadata") or {}

@@ -87,6 +87,10 @@ CANCELLED_AT = f"{PREFIX}/cancelled-at"
 # resumed job goes back to its original queue position; its queue clock stops while it is stopped and
 # counts only its waits for quota (QUEUE_WAITED).
 STOPPED_AT = f"{PREFIX}/stopped-at"
+# When a finished MPIJob is to be deleted (RFC 3339: its end plus its ttl_after_finished), written by the
+# trigger that saw it finish. mpi-operator v0.5-v0.8 copies ttlSecondsAfterFinished only onto the
+# launcher Job and never deletes the MPIJob, so the orphan sweep deletes it then (plugin/sweep.py).
+DELETE_AFTER = f"{PREFIX}/delete-after"
 # The Kueue LocalQueue a job is handed to once its user's limit in the product's pool allows it (the
 # pool admits it by writing Kueue's queue-name label; Kueue's ClusterQueue does the rest: docs/kueue.md).
 KUEUE_HANDOFF = f"{PREFIX}/kueue-queue"

@@ -421,3 +421,21 @@ def awaits_pods(job: Mapping[str, Any], snapshot: JobSnapshot) -> bool:
     if snapshot.state not in (JobState.SCHEDULING, JobState.STARTING):
         return False
     return any(r.health is Health.MISSING for r in snapshot.replicas)
+
+
+def mpijob_expiry(
+    job: Mapping[str, Any], snapshot: JobSnapshot, ttl_after_finished: timedelta | None
+) -> datetime | None:
+    """When a finished MPIJob is to be deleted (labels.DELETE_AFTER), or ``None``: not an MPIJob, no TTL,
+    not finished, or already marked. Its end is the controller's completion time where known, else now's
+    snapshot time, so every reader of the mark deletes it when its TTL says."""
+    if not kinds.is_mpi(job) or ttl_after_finished is None:
+        return None
+    if labels.DELETE_AFTER in ((job.get("metadata") or {}).get("annotations") or {}):
+        return None
+    if snapshot.state not in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        return None
+    finished = snapshot.finished_at
+    if finished is None:
+        return None
+    return finished + ttl_after_finished

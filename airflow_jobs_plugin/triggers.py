@@ -388,6 +388,7 @@ class _Follow:
                 # Deleted (or replaced) since this look: the next look tells which, once the watch does.
                 return t.recheck_interval
         await self.admission.release(job)
+        await self._patiently(self._mark_expiry, job, snap)
         self.history.append(tracking.attempt_record(job, snap))
         if whole is not None:
             await self._start_next_attempt(whole, snap, attempt, decision.delay)
@@ -636,6 +637,26 @@ class _Follow:
             )
             events.extend(listing.get("items") or [])
         return events
+
+    async def _mark_expiry(self, job: dict, snap: JobSnapshot) -> None:
+        """Write on a finished MPIJob when its TTL ends (labels.DELETE_AFTER): its operator deletes only
+        the launcher Job then, and the orphan sweep deletes the MPIJob. Until then it stays readable
+        (``describe``, ``logs``, the GPU Jobs page) as a finished Job does."""
+        ttl = None if self.t.ttl_after_finished is None else timedelta(seconds=self.t.ttl_after_finished)
+        expiry = tracking.mpijob_expiry(job, snap, ttl)
+        if expiry is None:
+            return
+        stamp = expiry.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            await self.client.merge_patch(
+                self.resource,
+                self.t.namespace,
+                job["metadata"]["name"],
+                {"metadata": {"annotations": {labels.DELETE_AFTER: stamp}}},
+            )
+        except KubeError as exc:
+            if not (exc.not_found or exc.conflict):
+                raise
 
     async def _refused(self, job: dict) -> bool:
         """Whether the API server refuses the pods the job's controller creates (its FailedCreate events:
