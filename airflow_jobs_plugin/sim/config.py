@@ -125,17 +125,6 @@ RESOURCES: dict[str, ResourceType] = {
             field_labels=("status.phase",),
             verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
         ),
-        # The pods' PriorityClasses: the API server's Priority admission refuses a pod naming one that does
-        # not exist (kubernetes plugin/pkg/admission/priority/admission.go, v1.36: sim/store.py).
-        ResourceType(
-            "priorityclasses",
-            "priorityclass",
-            "PriorityClass",
-            "scheduling.k8s.io",
-            "v1",
-            namespaced=False,
-            short_names=("pc",),
-        ),
         ResourceType(
             "nodes",
             "node",
@@ -292,6 +281,17 @@ RESOURCES: dict[str, ResourceType] = {
             "admissionregistration.k8s.io",
             "v1",
             namespaced=False,
+        ),
+        # The pods' PriorityClasses: the API server's Priority admission refuses a pod naming one that does
+        # not exist (kubernetes plugin/pkg/admission/priority/admission.go, v1.36: sim/store.py).
+        ResourceType(
+            "priorityclasses",
+            "priorityclass",
+            "PriorityClass",
+            "scheduling.k8s.io",
+            "v1",
+            namespaced=False,
+            short_names=("pc",),
         ),
         # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2 config/components/crd; v1beta2 is the storage
         # version there, apis/kueue/v1beta2/*_types.go).
