@@ -18,6 +18,7 @@ from airflow_jobs_plugin import attempts, history, kinds, labels, retry
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
+    Health,
     JobSnapshot,
     JobState,
     Reason,
@@ -464,3 +465,32 @@ def check_states(target_states: Any, fail_states: Any) -> tuple[tuple[str, ...],
             f"target_states and fail_states must not overlap: {sorted(set(target_states) & set(fail_states))}"
         )
     return tuple(target_states), tuple(fail_states)
+
+
+def awaits_pods(job: Mapping[str, Any], snapshot: JobSnapshot) -> bool:
+    """A released job (not suspended, no verdict) still waiting for some of its pods to be created: the
+    one moment the API server's refusal of them (``lifecycle.refused_pods``) is worth looking for."""
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    if labels.VERDICT in annotations or kinds.kind_of(job).is_suspended(job):
+        return False
+    if snapshot.state not in (JobState.SCHEDULING, JobState.STARTING):
+        return False
+    return any(r.health is Health.MISSING for r in snapshot.replicas)
+
+
+def mpijob_expiry(
+    job: Mapping[str, Any], snapshot: JobSnapshot, ttl_after_finished: timedelta | None
+) -> datetime | None:
+    """When a finished MPIJob is to be deleted (labels.DELETE_AFTER), or ``None``: not an MPIJob, no TTL,
+    not finished, or already marked. Its end is the controller's completion time where known, else now's
+    snapshot time, so every reader of the mark deletes it when its TTL says."""
+    if not kinds.is_mpi(job) or ttl_after_finished is None:
+        return None
+    if labels.DELETE_AFTER in ((job.get("metadata") or {}).get("annotations") or {}):
+        return None
+    if snapshot.state not in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        return None
+    finished = snapshot.finished_at
+    if finished is None:
+        return None
+    return finished + ttl_after_finished
