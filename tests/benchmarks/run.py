@@ -451,12 +451,15 @@ def _gen2(o: dict) -> str:
 
 
 def _load(r: dict) -> str:
+    """When the run's steady window opened (UTC), and the 1-minute load average at its start and end."""
     start, end = r.get("load_at_start") or [None], r.get("load_at_end") or [None]
-    return f"{start[0]:.1f} → {end[0]:.1f}" if start[0] is not None and end[0] is not None else "-"
+    when = time.strftime("%H:%M", time.gmtime(r["window_a"][0]))
+    load = f"{start[0]:.1f} → {end[0]:.1f}" if start[0] is not None and end[0] is not None else "-"
+    return f"{when}, {load}"
 
 
 def _runs(results: dict, cluster: str) -> list[dict]:
-    return sorted(results.get(cluster) or [], key=lambda r: (r["n"], r.get("load_at_start") or [0]))
+    return sorted(results.get(cluster) or [], key=lambda r: (r["n"], r["window_a"][0]))
 
 
 def workload_tables(results: dict) -> list[str]:
@@ -470,7 +473,7 @@ def workload_tables(results: dict) -> list[str]:
         " total over its run). Ours: tracking (lists, watches, gets), log streams and reads, admission"
         " (the unsuspend patch, quota reads); the cncf trigger's: its job status polls.",
         "",
-        "| N | cluster | load (1 min, start → end) | ours: tracking | ours: log streams and reads |"
+        "| N | cluster | window opened (UTC), load (1 min, start → end) | ours: tracking | ours: log streams and reads |"
         " ours: admission | ours: all, whole run | cncf: jobs followed | cncf: status polls |"
         " cncf: all, whole run | ratio cncf / ours (tracking) |",
         "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
