@@ -973,6 +973,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     done, _ = await asyncio.wait({everything, stopper}, timeout=args.cap, return_when=asyncio.FIRST_COMPLETED)
     capped = everything not in done
     ended = time.time()
+    REQUESTS.sample()  # the counts at the end: the requests since the last half-second sample too
     # Once every trigger has ended: what the finished jobs leave behind (the cache keeps them).
     PEAKS.read()
     hwm_before_figures = PEAKS.overall
