@@ -155,3 +155,30 @@ def available(job: JobFacts) -> tuple[Action, ...]:
 
 def _at(when: str | None) -> str:
     return f" at {when}" if when else ""
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """What cancelling did: the job (latest attempt) it ruled on, and whether it was ended through its
+    controller (kept until its TTL) or deleted."""
+
+    namespace: str
+    name: str
+    kind: str
+    deleted: bool
+    already_finished: bool
+    message: str = ""
+    # Ended through its controller and kept, CANCELLED, until its TTL (``deleted`` is then False).
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    """What a stop or a resume did: ``done`` False when it did not apply, ``message`` says why or what."""
+
+    action: str
+    namespace: str
+    name: str
+    kind: str
+    done: bool
+    message: str

@@ -23,8 +23,10 @@ from typing import Any
 
 from airflow_jobs_plugin import action_rules, attempts, history, kinds, labels, queue_clock
 from airflow_jobs_plugin.action_rules import Action, Ending, JobFacts, refusal
+from airflow_jobs_plugin.action_rules import ActionOutcome as ActionOutcome
+from airflow_jobs_plugin.action_rules import CancelOutcome as CancelOutcome
 from airflow_jobs_plugin.admission import not_before
-from airflow_jobs_plugin.kube import EVENTS, PODS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import EVENTS, PODS, KubeClient, KubeError
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.quota.ledger import (
     end_ruled_job,
@@ -32,6 +34,7 @@ from airflow_jobs_plugin.quota.ledger import (
     is_finished,
     patch_job,
     read_ledger,
+    resource_of,
     unsuspend_patch,
     verdict_patch,
 )
@@ -39,37 +42,6 @@ from airflow_jobs_plugin.quota.ledger import (
 EVENT_SOURCE = "airflow-jobs"
 # Reads and conditional writes a cancel tries while the job keeps changing under it, before deleting it.
 CANCEL_TRIES = 5
-
-
-@dataclass(frozen=True)
-class CancelOutcome:
-    """What cancelling did: the job (latest attempt) it ruled on, and whether it was ended through its
-    controller (kept until its TTL) or deleted."""
-
-    namespace: str
-    name: str
-    kind: str
-    deleted: bool
-    already_finished: bool
-    message: str = ""
-    # Ended through its controller and kept, CANCELLED, until its TTL (``deleted`` is then False).
-    ended: bool = False
-
-
-@dataclass(frozen=True)
-class ActionOutcome:
-    """What a stop or a resume did: ``done`` False when it did not apply, ``message`` says why or what."""
-
-    action: str
-    namespace: str
-    name: str
-    kind: str
-    done: bool
-    message: str
-
-
-def resource_of(job: Mapping[str, Any]) -> Resource:
-    return kinds.kind_of(job).resource
 
 
 def facts_of(job: Mapping[str, Any]) -> JobFacts:

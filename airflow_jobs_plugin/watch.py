@@ -21,11 +21,13 @@ import contextlib
 import contextvars
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from airflow_jobs_plugin import kinds, labels, metrics, resource_version
+
+# job_key is the kinds' rule (which job an object belongs to), re-exported for the watch's users.
+from airflow_jobs_plugin.kinds import job_key as job_key
 from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.watch_transform import Sharing, trim
 
@@ -63,24 +65,6 @@ class Scope:
 
 
 PRODUCT = Scope()
-
-
-def job_key(obj: Mapping[str, Any]) -> str | None:
-    """The name of the product job an object belongs to: the job itself, or the Job/MPIJob owning a pod.
-
-    MPI pods (and the launcher Job the operator creates) carry the MPIJob's name in the kubeflow label;
-    batch Job pods carry their Job's name in the Job controller's labels.
-    """
-    meta = obj.get("metadata") or {}
-    lbl = meta.get("labels") or {}
-    if obj.get("kind") in kinds.API_KINDS and labels.MANAGED_BY in lbl and labels.MPI_JOB_NAME not in lbl:
-        return meta.get("name")
-    return (
-        lbl.get(labels.MPI_JOB_NAME)
-        or lbl.get(labels.BATCH_JOB_NAME)
-        or lbl.get(labels.LEGACY_JOB_NAME)
-        or (meta.get("name") if obj.get("kind") in kinds.API_KINDS else None)
-    )
 
 
 class Subscription:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .. import labels
 from .base import COMPLETION_INDEX, LAUNCHER, TERMINAL_CONDITIONS, WORKER, JobKind, PodSet
 from .batch import BATCH_JOB, BatchJob
 from .mpi import LAUNCHER_SUFFIX, MPI_JOB, MPIJob
@@ -66,3 +67,21 @@ __all__ = [
     "is_mpi",
     "kind_of",
 ]
+
+
+def job_key(obj: Mapping[str, Any]) -> str | None:
+    """The name of the product job an object belongs to: the job itself, or the Job/MPIJob owning a pod.
+
+    MPI pods (and the launcher Job the operator creates) carry the MPIJob's name in the kubeflow label;
+    batch Job pods carry their Job's name in the Job controller's labels.
+    """
+    meta = obj.get("metadata") or {}
+    lbl = meta.get("labels") or {}
+    if obj.get("kind") in API_KINDS and labels.MANAGED_BY in lbl and labels.MPI_JOB_NAME not in lbl:
+        return meta.get("name")
+    return (
+        lbl.get(labels.MPI_JOB_NAME)
+        or lbl.get(labels.BATCH_JOB_NAME)
+        or lbl.get(labels.LEGACY_JOB_NAME)
+        or (meta.get("name") if obj.get("kind") in API_KINDS else None)
+    )

@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.kinds import job_key
 from airflow_jobs_plugin.quota.placement import NodeCapacity
 from airflow_jobs_plugin.spec import GPU_RESOURCE_PREFIXES
-from airflow_jobs_plugin.watch import job_key
 
 ENDED = ("Succeeded", "Failed")
 

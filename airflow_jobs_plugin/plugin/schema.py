@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from airflow_jobs_plugin import actions
+from airflow_jobs_plugin import action_rules
 from airflow_jobs_plugin.lifecycle import Health, JobSnapshot, JobState, Reason, ReplicaStatus
 from airflow_jobs_plugin.lifecycle.replicas import NO_POD
 
@@ -747,7 +747,7 @@ def node_view(v: nodes.NodeView) -> Nodes:
     )
 
 
-def cancel_result(o: actions.CancelOutcome) -> CancelResult:
+def cancel_result(o: action_rules.CancelOutcome) -> CancelResult:
     return CancelResult(
         namespace=o.namespace,
         name=o.name,
@@ -759,7 +759,7 @@ def cancel_result(o: actions.CancelOutcome) -> CancelResult:
     )
 
 
-def action_result(o: actions.ActionOutcome) -> ActionResult:
+def action_result(o: action_rules.ActionOutcome) -> ActionResult:
     return ActionResult(
         action=_STOP_OR_RESUME[o.action],
         namespace=o.namespace,
@@ -770,6 +770,6 @@ def action_result(o: actions.ActionOutcome) -> ActionResult:
     )
 
 
-def outcome(o: actions.CancelOutcome | actions.ActionOutcome) -> CancelResult | ActionResult:
+def outcome(o: action_rules.CancelOutcome | action_rules.ActionOutcome) -> CancelResult | ActionResult:
     """The JSON of a cancel, stop or resume."""
-    return cancel_result(o) if isinstance(o, actions.CancelOutcome) else action_result(o)
+    return cancel_result(o) if isinstance(o, action_rules.CancelOutcome) else action_result(o)

@@ -43,7 +43,7 @@ from airflow_jobs_plugin.lifecycle import (
 from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.lifecycle.replicas import NO_POD, event_time
-from airflow_jobs_plugin.quota import ledger as quota_shell
+from airflow_jobs_plugin.quota import jobs as pool_jobs
 from airflow_jobs_plugin.quota import ledger_model as ledger_rules
 from airflow_jobs_plugin.quota.fair_share import UsageHistory, recent_by_group
 
@@ -502,7 +502,7 @@ def _observed(state: ClusterState) -> dict[str, quota.ObservedJob]:
     for job in state.jobs:
         uid = _uid(job)
         if uid in wanted:
-            observed[uid] = quota_shell.observe(job, pods_of(job, state.owners.pods_for(job)))
+            observed[uid] = pool_jobs.observe(job, pods_of(job, state.owners.pods_for(job)))
     return observed
 
 

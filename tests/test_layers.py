@@ -1,0 +1,184 @@
+"""The package's layers, read from its source: dependencies point inward (docs/architecture.md).
+
+- The core (rules over plain data: every module not named below) imports no shell or Airflow module of
+  the product and no library that does I/O (Airflow, the Kubernetes clients, aiohttp, FastAPI).
+- The shell (the client, the watch, admission, the ledger's reads and writes, actions, logs) imports no
+  module of the Airflow layer (operators, sensors, triggers, the web app, the CLI).
+- Nothing imports the simulator at module level: the provider runs without it; only the
+  ``airflow-jobs sim`` command loads it, inside the command.
+
+Imports only type checkers read (under ``if TYPE_CHECKING:``) are not dependencies and are not counted.
+A new module is core until it is named here, so a module that does I/O has to say so.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "airflow_jobs_plugin"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+SHELL = {
+    "",  # the package itself: its constants, and the provider-info entry point that reads the config
+    "kube",
+    "lazy_kubernetes",
+    "config",
+    "metrics",
+    "submission",
+    "watch",
+    "admission",
+    "kueue_cluster",
+    "quota.ledger",
+    "actions",
+    "inspect",
+    "logstream",
+    "logtail",
+}
+AIRFLOW = {
+    "operators",
+    "sensors",
+    "triggers",
+    "job_sensor_trigger",
+    "cluster_policy",
+    "cli",
+    "airflow_cli",
+    "plugin",  # the Airflow plugin's entry (plugin/__init__ loads plugin.entry on demand)
+    "plugin.entry",
+    "plugin.app",
+    "plugin.sweep",
+    "plugin.state_cache",
+}
+SIMULATOR = "sim"
+IO_LIBRARIES = {"airflow", "kubernetes_asyncio", "kubernetes", "aiohttp", "fastapi", "starlette", "httpx"}
+# The one place the simulator is loaded, inside the command that starts it.
+SIMULATOR_COMMAND = ("cli", "_run_sim")
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the imported module, relative to the package ("" the package; external names whole)
+    internal: bool
+    at_module_level: bool
+    function: str | None
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(p): p
+        for p in ROOT.rglob("*.py")
+        if not _module_name(p).startswith(SIMULATOR + ".") and _module_name(p) != SIMULATOR
+    }
+
+
+def _resolve(name: str, known: set[str]) -> str:
+    """The longest known module a dotted name (``plugin.views.JobRow``) is, or is inside of."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _imports(name: str, path: Path, known: set[str]) -> list[Import]:
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[Import] = []
+
+    def visit(node: ast.AST, function: str | None, top: bool) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child, function, top)
+            return
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for child in node.body:
+                visit(child, node.name, False)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                _add(alias.name, function, top)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                origin = ".".join([PACKAGE, *base, *([node.module] if node.module else [])])
+            else:
+                origin = node.module or ""
+            for alias in node.names:
+                _add(f"{origin}.{alias.name}", function, top)
+        for child in ast.iter_child_nodes(node):
+            visit(child, function, top and not isinstance(node, (ast.ClassDef,)))
+
+    def _add(dotted: str, function: str | None, top: bool) -> None:
+        if dotted == PACKAGE or dotted.startswith(PACKAGE + "."):
+            relative = dotted[len(PACKAGE) + 1 :]
+            if relative == SIMULATOR or relative.startswith(SIMULATOR + "."):
+                found.append(Import(SIMULATOR, True, top, function))
+            else:
+                found.append(Import(_resolve(relative, known), True, top, function))
+        else:
+            found.append(Import(dotted.split(".")[0], False, top, function))
+
+    for node in tree.body:
+        visit(node, None, True)
+    return found
+
+
+def _layer(module: str) -> str:
+    return "airflow" if module in AIRFLOW else "shell" if module in SHELL else "core"
+
+
+def _violations() -> list[str]:
+    modules = _modules()
+    known = set(modules)
+    found = []
+    for name, path in sorted(modules.items()):
+        layer = _layer(name)
+        for imp in _imports(name, path, known):
+            where = f"{name or PACKAGE} imports {imp.module or PACKAGE}"
+            if imp.module == SIMULATOR:
+                if (name, imp.function) != SIMULATOR_COMMAND:
+                    found.append(f"{where}: the provider never loads the simulator")
+            elif not imp.internal:
+                if layer == "core" and imp.module in IO_LIBRARIES:
+                    found.append(f"{where}: a core module does no I/O")
+            elif layer == "core" and _layer(imp.module) != "core":
+                found.append(f"{where} ({_layer(imp.module)}): the core imports only the core")
+            elif layer == "shell" and _layer(imp.module) == "airflow":
+                found.append(f"{where} (airflow): the shell does not import the Airflow layer")
+    return found
+
+
+def test_every_dependency_points_inward():
+    assert _violations() == []
+
+
+def test_every_named_module_exists():
+    """A module renamed or removed is taken off the lists, so they never name what is not there."""
+    modules = set(_modules())
+    assert (SHELL | AIRFLOW) - modules == set()
+
+
+def test_the_check_sees_a_core_module_that_imports_the_shell(tmp_path):
+    """The rule can fail: a core module importing the client is reported."""
+    fake = tmp_path / PACKAGE
+    (fake / "quota").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "kube.py").write_text("import aiohttp\n")
+    (fake / "quota" / "__init__.py").write_text("")
+    (fake / "quota" / "rule.py").write_text("from ..kube import KubeClient\nimport kubernetes_asyncio\n")
+    globals()["ROOT"] = fake
+    try:
+        found = _violations()
+    finally:
+        globals()["ROOT"] = Path(__file__).resolve().parents[1] / PACKAGE
+    assert found == [
+        "quota.rule imports kube (shell): the core imports only the core",
+        "quota.rule imports kubernetes_asyncio: a core module does no I/O",
+    ]
