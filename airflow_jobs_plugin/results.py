@@ -26,9 +26,6 @@ from typing import Any
 from airflow_jobs_plugin.manifests import pod_role_and_rank
 from airflow_jobs_plugin.spec import MAIN_CONTAINER
 
-# What a program may write and still have it all delivered: the kubelet keeps only the file's tail.
-MAX_RESULT_BYTES = 4096
-
 
 def _main_terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or ():

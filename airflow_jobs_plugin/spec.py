@@ -138,8 +138,6 @@ JOB_ARGUMENTS = (
     "service_account",
     "kueue_queue",
 )
-# Kept for callers that ask which arguments may hold Jinja: all of them.
-TEMPLATED_FIELDS = JOB_ARGUMENTS
 
 # GPUs: the extended resource the job asks for. MIG slices (nvidia.com/mig-1g.10gb) and other vendors'
 # devices (amd.com/gpu) are whole-number extended resources too; the quota counts them per name.

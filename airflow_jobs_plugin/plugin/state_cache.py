@@ -30,7 +30,6 @@ server (its UI and REST API share the event loop) for that long, every 5 s per o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
@@ -174,9 +173,3 @@ class BuildCache(Generic[T]):
         # reported as "never retrieved"; the next request past the stale window builds (and fails) anew.
         task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
         return task
-
-    async def aclose(self) -> None:
-        """Wait for builds under way (at the server's shutdown)."""
-        for task in list(self._building.values()):
-            with contextlib.suppress(Exception):
-                await task

@@ -185,12 +185,6 @@ class GroupQuota:
         """Whether ``user`` may submit jobs to this group."""
         return self.members is None or user in self.members or user in self.users
 
-    def configured_user_limit(self, user: str) -> int:
-        """The per-user GPU limit as written in the policy (may exceed the group quota)."""
-        if user in self.users:
-            return self.users[user]
-        return self.gpus if self.user_gpus is None else self.user_gpus
-
     def user_limit(self, user: str, resource: str = DEFAULT_RESOURCE) -> int:
         """The most of ``resource`` ``user`` can ever hold in this group at once: the user's limit
         applies to each device separately, within the group's quota of it (no limit set: that quota)."""
