@@ -48,6 +48,7 @@ from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
 from airflow_jobs_plugin.quota import flavors, ledger, placement, preemption
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
 from airflow_jobs_plugin.quota.requeue import format_duration
+from airflow_jobs_plugin.waiting import wait_event
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
 
 log = logging.getLogger(__name__)
@@ -127,20 +128,6 @@ def _parse_time(value: str | None) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
-async def _wait_event(event: asyncio.Event, timeout: float | None) -> bool:
-    """Wait for ``event`` up to ``timeout``; True if it was set.
-
-    Not ``asyncio.wait_for``: before Python 3.12 it can swallow a cancellation that arrives as the event
-    is set, and a worker that misses its cancellation never stops.
-    """
-    waiter = asyncio.ensure_future(event.wait())
-    try:
-        await asyncio.wait({waiter}, timeout=timeout)
-    finally:
-        waiter.cancel()
-    return event.is_set()
 
 
 def not_before(job: dict) -> datetime | None:
@@ -545,14 +532,14 @@ class _GroupWorker:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            await _wait_event(self._done, remaining)
+            await wait_event(self._done, remaining)
 
     async def _run(self) -> None:
         while not self.admission.closed:
             timeout = None
             if self.next_due is not None:
                 timeout = max(0.0, (self.next_due - _now()).total_seconds())
-            await _wait_event(self._dirty, timeout)
+            await wait_event(self._dirty, timeout)
             if self.admission.closed:
                 return
             self._dirty.clear()
@@ -1344,7 +1331,7 @@ class Admission:
                 return None
             if self._ledger_changed is None:
                 self._ledger_changed = asyncio.Event()
-            await _wait_event(self._ledger_changed, remaining)
+            await wait_event(self._ledger_changed, remaining)
 
     def _absorb(self, outcome: ledger.PassOutcome) -> None:
         """Fold what the pass wrote into this process's caches: its next pass (and the triggers) see

@@ -9,7 +9,6 @@ end in a way that can never reach one, and yields one :class:`~airflow_jobs_plug
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
@@ -23,6 +22,7 @@ from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import EventStatus
 from airflow_jobs_plugin.records import ReadMemo
 from airflow_jobs_plugin.tracking import DEFAULT_FAIL_STATES, DEFAULT_TARGET_STATES, check_states
+from airflow_jobs_plugin.waiting import wait_event
 
 
 class JobSensorTrigger(BaseTrigger):
@@ -109,8 +109,7 @@ class JobSensorTrigger(BaseTrigger):
                         )
                         yield TriggerEvent(event.to_payload())
                         return
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(wake.wait(), self.recheck_interval)
+                await wait_event(wake, self.recheck_interval)
                 wake.clear()
         finally:
             remove()

@@ -34,6 +34,7 @@ from airflow_jobs_plugin.lifecycle import JobSnapshot
 from airflow_jobs_plugin.logcursor import Cursor, LogMarker, advance_session, complete_lines
 from airflow_jobs_plugin.logplan import PollRing, Waiting, grant_streams
 from airflow_jobs_plugin.manifests import pod_role_and_rank
+from airflow_jobs_plugin.waiting import wait_event
 
 
 class LineSink(Protocol):
@@ -345,8 +346,7 @@ class LogHub:
             run, wait = self.ring.next_due(self._now())
             if run is None:
                 self._wake.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                await wait_event(self._wake, wait)
                 continue
             if run not in self._runs or run.finished:
                 self.ring.remove(run)
