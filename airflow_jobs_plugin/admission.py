@@ -45,6 +45,7 @@ from airflow_jobs_plugin.kube import (
     Resource,
 )
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
+from airflow_jobs_plugin.objects import parse_time
 from airflow_jobs_plugin.quota import flavors, ledger, placement, preemption
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
 from airflow_jobs_plugin.quota.requeue import format_duration
@@ -120,19 +121,9 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
 def not_before(job: dict) -> datetime | None:
     """The time before which a job must not be admitted (a retry's or a requeue's back-off)."""
-    return _parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUE_NOT_BEFORE))
+    return parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUE_NOT_BEFORE))
 
 
 class OverQuotaError(ValueError):

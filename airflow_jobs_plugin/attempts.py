@@ -12,11 +12,12 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, cast
 
 from airflow_jobs_plugin import kinds, kueue, labels, queue_clock
 from airflow_jobs_plugin.manifests import created_label, merge_under
+from airflow_jobs_plugin.objects import rfc3339
 
 # Keys the API server or a controller writes; a new object must not carry them over.
 _SERVER_METADATA = (
@@ -93,8 +94,8 @@ def next_attempt(
         annotations.pop(key, None)
     ended = annotations.pop(labels.ENDED_SPEC, None)
     annotations[labels.REQUEUE_COUNT] = "0"
-    annotations[labels.REQUEUE_NOT_BEFORE] = _rfc3339(not_before)
-    annotations.setdefault(labels.QUEUED_AT, _rfc3339(now))
+    annotations[labels.REQUEUE_NOT_BEFORE] = rfc3339(not_before)
+    annotations.setdefault(labels.QUEUED_AT, rfc3339(now))
 
     spec = obj.setdefault("spec", {})
     kind = kinds.kind_of(obj)
@@ -125,10 +126,3 @@ def _ended_fields(recorded: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return fields if isinstance(fields, dict) else {}
-
-
-def _rfc3339(when: datetime) -> str:
-    # Naive datetimes are taken as UTC, like everything the API server writes.
-    if when.tzinfo is not None:
-        when = when.astimezone(timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")

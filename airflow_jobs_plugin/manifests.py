@@ -63,12 +63,13 @@ import copy
 import dataclasses
 import math
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_jobs_plugin import kinds, kueue
 from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.kinds import torchrun as torchrun_kind
+from airflow_jobs_plugin.objects import rfc3339 as rfc3339
 from airflow_jobs_plugin.quota.flavors import Charge, with_avoidance
 from airflow_jobs_plugin.spec import (
     DEFAULT_JOB_SERVICE_ACCOUNT,
@@ -152,16 +153,6 @@ while [ "$i" -lt {workers} ]; do
 done
 echo "all {workers} workers resolve"
 """
-
-
-def rfc3339(moment: datetime) -> str:
-    """UTC RFC 3339 with microseconds ('2024-05-01T12:00:00.000123Z'), the form of every time annotation.
-
-    Microseconds keep two jobs queued within the same second in their true order.
-    """
-    if moment.tzinfo is None:
-        raise ValueError(f"timestamp must be timezone-aware, got naive {moment!r}")
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_rfc3339(text: str) -> datetime:

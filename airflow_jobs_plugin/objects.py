@@ -73,6 +73,16 @@ def _parse_rfc3339(value: str) -> datetime | None:
     return parsed.astimezone(timezone.utc)
 
 
+def rfc3339(moment: datetime) -> str:
+    """UTC RFC 3339 with microseconds ('2024-05-01T12:00:00.000123Z'): the one form of every time the
+    product writes. Microseconds keep two jobs queued within the same second in their true order. A
+    naive datetime is refused: the product computes times aware, and a naive one is a local time
+    whose zone nobody knows."""
+    if moment.tzinfo is None:
+        raise ValueError(f"timestamp must be timezone-aware, got naive {moment!r}")
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def as_utc(moment: datetime) -> datetime:
     """An aware UTC datetime; naive input is taken to be UTC already."""
     if moment.tzinfo is None:

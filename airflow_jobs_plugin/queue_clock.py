@@ -11,17 +11,12 @@ Pure: annotation maps in, annotation patches out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.objects import parse_time
+from airflow_jobs_plugin.objects import parse_time, rfc3339
 from airflow_jobs_plugin.quota.requeue import banked_wait
-
-
-def rfc3339(moment: datetime) -> str:
-    """UTC with microseconds, the form of every time annotation the product writes."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def waited_before(annotations: Mapping[str, Any]) -> timedelta:

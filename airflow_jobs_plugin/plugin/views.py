@@ -40,9 +40,12 @@ from airflow_jobs_plugin.lifecycle import (
     pods_of,
     snapshot,
 )
-from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
+from airflow_jobs_plugin.lifecycle import (
+    Reservation as HeldGpus,
+)
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.lifecycle.replicas import NO_POD, event_time
+from airflow_jobs_plugin.objects import parse_time
 from airflow_jobs_plugin.quota import jobs as pool_jobs
 from airflow_jobs_plugin.quota import ledger_model as ledger_rules
 from airflow_jobs_plugin.quota.fair_share import UsageHistory, recent_by_group
@@ -357,18 +360,6 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return _meta(obj).get("labels") or {}
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
 def _seconds_since(moment: datetime | None, now: datetime) -> float | None:
     """Seconds from ``moment`` to ``now`` (``None`` without a moment): what a page shows as an age."""
     return None if moment is None else (now - moment).total_seconds()
@@ -398,7 +389,7 @@ def dag_of(job: Mapping[str, Any]) -> str | None:
 
 def created_at(job: Mapping[str, Any]) -> datetime | None:
     """When the job object was created (its list column "age" counts from it)."""
-    return _parse_time(_meta(job).get("creationTimestamp"))
+    return parse_time(_meta(job).get("creationTimestamp"))
 
 
 def device_of(job: Mapping[str, Any]) -> str:
@@ -575,7 +566,7 @@ def job_row(
     task_id = annotations.get(labels.TASK_ID) or None
     run_id = annotations.get(labels.RUN_ID) or None
     map_index = _int(annotations.get(labels.MAP_INDEX))
-    created = _parse_time(_meta(job).get("creationTimestamp"))
+    created = parse_time(_meta(job).get("creationTimestamp"))
     return JobRow(
         namespace=namespace,
         name=name,
@@ -724,7 +715,7 @@ def queues(
         if uid not in problems:
             continue
         namespace, name = str(_meta(job).get("namespace") or ""), str(_meta(job).get("name") or "")
-        queued_at = _parse_time(_annotations(job).get(labels.QUEUED_AT)) or _parse_time(
+        queued_at = parse_time(_annotations(job).get(labels.QUEUED_AT)) or parse_time(
             _meta(job).get("creationTimestamp")
         )
         by_group.setdefault(group_of(job), []).append(
@@ -1077,7 +1068,7 @@ def _product_ending(job: Mapping[str, Any], cond: Mapping[str, Any], cancelled_a
         return True
     # A cancelled stopped Job is resumed with no pods so that its deadline can end it: the controller's
     # "resumed" after the cancel is part of the ending too.
-    at = _parse_time(cond.get("lastTransitionTime"))
+    at = parse_time(cond.get("lastTransitionTime"))
     return cancelled_at is not None and at is not None and at >= cancelled_at.replace(microsecond=0)
 
 
@@ -1148,7 +1139,7 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
     ]
     cancel = history.last(done, history.Act.CANCELLED)
     for cond in (job.get("status") or {}).get("conditions") or ():
-        at = _parse_time(cond.get("lastTransitionTime"))
+        at = parse_time(cond.get("lastTransitionTime"))
         kind = str(cond.get("type") or "")
         if at is None or kind not in _CONDITION_LABELS:
             continue
@@ -1163,7 +1154,7 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
             (i for i, fact in enumerate(life) if fact.label in follows and seconds[i] <= second), default=-1
         )
         keyed.append((second, anchor + 0.5, at, TimelineEntry(at, f"{kind} ({words})", detail)))
-    deleted = _parse_time(_meta(job).get("deletionTimestamp"))
+    deleted = parse_time(_meta(job).get("deletionTimestamp"))
     if deleted is not None:
         keyed.append(
             (
@@ -1188,7 +1179,7 @@ def replica_rows(
         printed = pod_row(pod, now) if pod is not None else None
         ready, containers = ready_counts(printed.ready if printed else replica.ready)
         status = printed.status if printed else replica.status
-        created = _parse_time(_meta(pod).get("creationTimestamp")) if pod is not None else None
+        created = parse_time(_meta(pod).get("creationTimestamp")) if pod is not None else None
         rows.append(
             ReplicaRow(
                 replica=replica.name,

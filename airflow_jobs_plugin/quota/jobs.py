@@ -16,6 +16,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import kinds, kueue, labels
+from ..objects import parse_time
+from ..objects import rfc3339 as rfc3339
 from ..resources import Resource
 from .ledger_model import ObservedJob, observed_job, queued_job_of
 from .policy import QueuedJob
@@ -24,21 +26,6 @@ from .requeue import RequeueSettings
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def rfc3339(moment: datetime) -> str:
-    """UTC with microseconds, the form of every time annotation the product writes."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_time(value: object) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def resource_of(job: Mapping[str, Any]) -> Resource:
@@ -170,7 +157,7 @@ def queued_job(job: Mapping[str, Any]) -> QueuedJob:
 
 
 def admitted_at_of(job: Mapping[str, Any]) -> datetime | None:
-    return _parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.ADMITTED_AT))
+    return parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.ADMITTED_AT))
 
 
 def expected_pods(job: Mapping[str, Any]) -> int:
@@ -218,7 +205,7 @@ def pods_hold_gpus(pods: Iterable[Mapping[str, Any]], now: datetime) -> bool:
             continue
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        deadline = _parse_time(meta.get("deletionTimestamp"))
+        deadline = parse_time(meta.get("deletionTimestamp"))
         if deadline is not None and now > deadline + POD_GONE_MARGIN:
             continue
         return True

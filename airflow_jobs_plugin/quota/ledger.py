@@ -25,13 +25,10 @@ from typing import Any
 from .. import kinds, kueue, kueue_cluster, labels, queue_clock
 from ..bounded import bounded
 from ..kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient, KubeError
-from .jobs import (
-    POD_GONE_MARGIN as POD_GONE_MARGIN,
-)
 
 # The pure readers of a job (jobs.py), re-exported: the ledger's callers in the shell read them here.
 from .jobs import (
-    _parse_time as _parse_time,
+    POD_GONE_MARGIN as POD_GONE_MARGIN,
 )
 from .jobs import (
     _seconds_annotation as _seconds_annotation,

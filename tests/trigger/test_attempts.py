@@ -100,7 +100,8 @@ def test_next_attempt_keeps_the_original_queue_position_and_carries_the_back_off
     new = next_attempt(failed_job(), name="train-a2", attempt=2, not_before=LATER, now=NOW)
     ann = new["metadata"]["annotations"]
     assert ann[labels.QUEUED_AT] == "2026-11-22T11:00:00Z"
-    assert ann[labels.REQUEUE_NOT_BEFORE] == "2026-11-22T12:01:30Z"
+    # Written as every time the product writes, to the microsecond (objects.rfc3339).
+    assert ann[labels.REQUEUE_NOT_BEFORE] == "2026-11-22T12:01:30.000000Z"
     assert ann[labels.REQUEUE_COUNT] == "0"
     assert labels.ADMITTED_AT not in ann
 
