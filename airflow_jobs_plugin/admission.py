@@ -1153,7 +1153,7 @@ class Admission:
         if not key:
             return
         found = False
-        for resource in (JOBS, MPIJOBS):
+        for resource in kinds.RESOURCES:
             job = self.watch.get(resource, key)
             found = found or job is not None
             # Ended, or suspended by a stop, a requeue or a preemption: its reservation waits for its pods.

@@ -475,7 +475,7 @@ async def _pages(
                 resource, namespace, label_selector=selector, limit=LIST_CHUNK, continue_token=token
             )
         except KubeError as exc:
-            if resource is MPIJOBS and exc.not_found:
+            if exc.not_found and any(k.resource_may_be_absent for k in kinds.KINDS if k.resource is resource):
                 return
             raise
         items = found.get("items") or []
@@ -510,7 +510,7 @@ async def read_in_pages(client: KubeClient, target: Target) -> AsyncIterator[Clu
     about = OwnerIndex((), every_event)
     position = {id(e): i for i, e in enumerate(every_event)}
     for namespace in spaces:
-        for resource in (JOBS, MPIJOBS):
+        for resource in kinds.RESOURCES:
             async for jobs in _pages(client, resource, namespace, MANAGED_SELECTOR):
                 pods = await _pods_of_jobs(client, jobs) if jobs else []
                 owners = OwnerIndex(pods, ())
@@ -582,7 +582,7 @@ async def read_jobs_of_tasks(client: KubeClient, namespace: str, task_keys: Iter
 
 async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
     """The product job ``name`` (a Job or an MPIJob); :class:`JobNotFound` otherwise."""
-    for resource in (JOBS, MPIJOBS):
+    for resource in kinds.RESOURCES:
         try:
             job = await client.get_or_none(resource, namespace, name)
         except KubeError as exc:

@@ -22,6 +22,10 @@ KINDS: tuple[JobKind, ...] = (MPI_JOB, TORCHRUN, BATCH_JOB)
 BY_NAME: dict[str, JobKind] = {kind.name: kind for kind in KINDS}
 # The ``kind`` the API gives the objects of every kind.
 API_KINDS = frozenset(kind.resource.kind for kind in KINDS)
+# The API resources the kinds' objects are, each once (a torchrun job is a batch/v1 Job): what a LIST
+# of every product job, or a search for one by name, goes through. Those always served first; then the
+# ones whose definition may be absent (no MPI operator installed).
+RESOURCES = tuple(dict.fromkeys(k.resource for k in sorted(KINDS, key=lambda k: k.resource_may_be_absent)))
 
 
 def kind_of(job: Mapping[str, Any]) -> JobKind:

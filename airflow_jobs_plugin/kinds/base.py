@@ -43,11 +43,13 @@ class JobKind(ABC):
     ``name`` is the product's word for the kind (``Job``, ``MPIJob``, ``torchrun``); ``resource`` the
     API resource its objects are; ``pod_job_label`` the label its controller puts on every pod with
     the job's name (what a pod watch selects on); ``succeeded_condition`` the condition its controller
-    writes when the job succeeded.
+    writes when the job succeeded; ``resource_may_be_absent`` whether a cluster may lack the resource
+    (a custom resource whose operator is not installed), so a 404 on it means "none here", not an error.
     """
 
     name: str
     resource: Resource
+    resource_may_be_absent: bool = False
     pod_job_label: str
     succeeded_condition: str
 

@@ -25,6 +25,8 @@ DEFAULT_BACKOFF_LIMIT = 6
 class MPIJob(JobKind):
     name = "MPIJob"
     resource = MPIJOBS
+    # The MPIJob CRD comes with the MPI operator, which a cluster may not run.
+    resource_may_be_absent = True
     pod_job_label = labels.MPI_JOB_NAME
     succeeded_condition = "Succeeded"
 

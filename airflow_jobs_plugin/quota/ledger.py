@@ -514,7 +514,7 @@ async def _lookup(client: KubeClient, reservation: Reservation, namespace: str) 
     """A reserved job the view does not hold, by name; ``_MISSING`` if gone, ``None`` if unknown."""
     ns = reservation.namespace or namespace
     try:
-        for resource in (JOBS, MPIJOBS):
+        for resource in kinds.RESOURCES:
             try:
                 job = await client.get(resource, ns, reservation.job)
             except KubeError as exc:
