@@ -464,7 +464,7 @@ async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
 
 
 async def _pages(
-    client: KubeClient, resource: Resource, namespace: str, selector: str
+    client: KubeClient, resource: Resource, namespace: str, selector: str, *, metadata_only: bool = False
 ) -> AsyncIterator[list]:
     """A LIST of ``resource`` page by page (:data:`LIST_CHUNK` items, kind and apiVersion set on each),
     so its reader can drop one page before the next is decoded; nothing where the kind is not served."""
@@ -472,18 +472,28 @@ async def _pages(
     while True:
         try:
             found = await client.list(
-                resource, namespace, label_selector=selector, limit=LIST_CHUNK, continue_token=token
+                resource,
+                namespace,
+                label_selector=selector,
+                limit=LIST_CHUNK,
+                continue_token=token,
+                metadata_only=metadata_only,
             )
         except KubeError as exc:
             if resource is MPIJOBS and exc.not_found:
                 return
             raise
         items = found.get("items") or []
-        for item in items:
-            item.setdefault("kind", resource.kind)
-            item.setdefault("apiVersion", resource.api_version)
-        yield [i for i in items if is_product_job(i)]
+        if not metadata_only:  # a PartialObjectMetadata keeps its own kind
+            for item in items:
+                item.setdefault("kind", resource.kind)
+                item.setdefault("apiVersion", resource.api_version)
         token = (found.get("metadata") or {}).get("continue") or None
+        page = [i for i in items if is_product_job(i)]
+        # Dropped before the next chunk is asked for: a reader holds one page, not two.
+        del found, items
+        yield page
+        del page
         if token is None:
             return
 
@@ -565,6 +575,16 @@ async def read_job_metadata(client: KubeClient, namespace: str) -> list[dict]:
     """The product's Jobs and MPIJobs of a namespace as metadata only (``PartialObjectMetadataList``),
     in chunks of :data:`LIST_CHUNK`: names, uids, labels, annotations, creation and deletion times."""
     return await _product_jobs(client, namespace, metadata_only=True)
+
+
+async def job_metadata_pages(client: KubeClient, namespace: str) -> AsyncIterator[list[dict]]:
+    """The product's Jobs, then MPIJobs, of a namespace as metadata only, one LIST chunk of
+    :data:`LIST_CHUNK` at a time (what :func:`read_job_metadata` joins), so the orphan sweep can judge
+    and drop each page before the next is decoded."""
+    for resource in (JOBS, MPIJOBS):
+        async for page in _pages(client, resource, namespace, MANAGED_SELECTOR, metadata_only=True):
+            yield page
+            del page  # not held while the next chunk is read
 
 
 async def read_jobs_of_tasks(client: KubeClient, namespace: str, task_keys: Iterable[str]) -> list[dict]:
