@@ -587,17 +587,19 @@ async def job_metadata_pages(client: KubeClient, namespace: str) -> AsyncIterato
             del page  # not held while the next chunk is read
 
 
-async def read_jobs_of_tasks(client: KubeClient, namespace: str, task_keys: Iterable[str]) -> list[dict]:
+async def jobs_of_tasks_pages(
+    client: KubeClient, namespace: str, task_keys: Iterable[str]
+) -> AsyncIterator[list[dict]]:
     """The whole product jobs carrying any of ``task_keys`` (the TASK_KEY label), a hundred keys per
-    label-selected LIST: every try and attempt of those task instances, and nothing else."""
+    label-selected LIST, one LIST chunk of :data:`LIST_CHUNK` at a time: however many jobs share the
+    keys, the reader holds one chunk of them."""
     keys = sorted(set(task_keys))
-    reads = [
-        _product_jobs(
-            client, namespace, selector=f"{labels.TASK_KEY} in ({','.join(keys[i : i + NAMES_PER_SELECTOR])})"
-        )
-        for i in range(0, len(keys), NAMES_PER_SELECTOR)
-    ]
-    return _joined(await asyncio.gather(*reads))
+    for i in range(0, len(keys), NAMES_PER_SELECTOR):
+        selector = f"{MANAGED_SELECTOR},{labels.TASK_KEY} in ({','.join(keys[i : i + NAMES_PER_SELECTOR])})"
+        for resource in (JOBS, MPIJOBS):
+            async for page in _pages(client, resource, namespace, selector):
+                yield page
+                del page  # not held while the next chunk is read
 
 
 async def find_job(client: KubeClient, namespace: str, name: str) -> dict:

@@ -232,25 +232,32 @@ async def _settle(
     grace: timedelta,
     memory: Memory,
 ) -> list[Swept]:
-    """Read one page's doubts whole and cancel those still orphans; a finished one is remembered (by uid:
-    a finished Job or MPIJob never runs again) and not read again."""
+    """Read one page's doubts whole, a LIST chunk at a time, and cancel those still orphans. Every job
+    the reads find finished is remembered (by uid: a finished Job or MPIJob never runs again), a doubt or
+    not: the other tries of the same task instances on later pages are then not read again."""
+    pending = {d.uid: d for d in doubts}
     keys = {d.task_key for d in doubts if d.task_key}
-    whole = {_uid(j): j for j in await inspect.read_jobs_of_tasks(client, target.namespace, keys)}
     swept: list[Swept] = []
-    for doubt in doubts:
-        found = whole.get(doubt.uid)
-        if found is None:  # deleted since the metadata was read, or lost its TASK_KEY label: not ours to end
-            continue
-        if is_finished(found):
-            memory.finished.add(doubt.uid)
-            continue
-        verdict = _verdict(job_record(found, finished=False), tasks, known, now=now, grace=grace)
-        if not verdict.cancel:
-            swept.append(Swept(doubt.record.name, verdict))
-            continue
-        outcome = await actions.cancel(client, target.namespace, found, BY)
-        log.warning("orphan sweep: %s: %s", outcome.message, verdict.reason)
-        swept.append(Swept(doubt.record.name, verdict, outcome.message))
+    async for page in inspect.jobs_of_tasks_pages(client, target.namespace, keys):
+        for found in page:
+            uid = _uid(found)
+            if is_finished(found):
+                memory.finished.add(uid)
+                pending.pop(uid, None)
+                continue
+            doubt = pending.pop(uid, None)
+            if doubt is None:  # another try of the task, not judged on this page
+                continue
+            verdict = _verdict(job_record(found, finished=False), tasks, known, now=now, grace=grace)
+            if not verdict.cancel:
+                swept.append(Swept(doubt.record.name, verdict))
+                continue
+            outcome = await actions.cancel(client, target.namespace, found, BY)
+            log.warning("orphan sweep: %s: %s", outcome.message, verdict.reason)
+            swept.append(Swept(doubt.record.name, verdict, outcome.message))
+        del page
+    # A doubt no read found was deleted since the metadata was read, or lost its TASK_KEY label: not
+    # ours to end.
     return swept
 
 

@@ -141,8 +141,8 @@ class PagedCluster:
     read whole), served as an API server pages a LIST; each LIST records which earlier job bodies are
     still alive when it is asked."""
 
-    def __init__(self, count: int, chunk: int) -> None:
-        self.count, self.chunk = count, chunk
+    def __init__(self, count: int, *, shared_key: bool = False) -> None:
+        self.count, self.shared_key = count, shared_key
         self.made: list[weakref.ref[Body]] = []
         self.metadata_lists: list[tuple[int | None, str | None]] = []
         self.whole_lists: list[str] = []
@@ -152,6 +152,8 @@ class PagedCluster:
     def _metadata(self, n: int) -> Body:
         body = metadata(n, dag="nightly", task=f"t{n}", run="r1", age_min=120, verdict=False, deleting=False)
         body.page = self.page
+        if self.shared_key:  # every job a try of one task instance
+            body["labels"][labels.TASK_KEY] = "key-shared"
         self.made.append(weakref.ref(body))
         return body
 
@@ -195,7 +197,7 @@ class PagedCluster:
 
 def test_the_sweep_asks_for_pages_and_never_holds_more_than_one(monkeypatch):
     monkeypatch.setattr(inspect, "LIST_CHUNK", 10)
-    cluster = PagedCluster(count=45, chunk=10)
+    cluster = PagedCluster(count=45)
     long_ago = NOW - timedelta(hours=2)
 
     def read_tasks(refs: set[TaskRef]) -> tuple[set[str], dict[TaskRef, TaskRecord]]:
@@ -216,3 +218,17 @@ def test_the_sweep_asks_for_pages_and_never_holds_more_than_one(monkeypatch):
     cluster.whole_lists.clear()
     asyncio.run(sweep(cluster, Target(namespace="default"), read_tasks, now=NOW, grace=GRACE, memory=memory))  # type: ignore[arg-type]
     assert cluster.whole_lists == []
+
+
+def test_jobs_found_finished_are_remembered_so_tries_sharing_a_task_key_are_read_once(monkeypatch):
+    monkeypatch.setattr(inspect, "LIST_CHUNK", 10)
+    cluster = PagedCluster(count=45, shared_key=True)
+
+    def read_tasks(refs: set[TaskRef]) -> tuple[set[str], dict[TaskRef, TaskRecord]]:
+        return {"nightly"}, {r: TaskRecord("success", 1, NOW - timedelta(hours=2)) for r in refs}
+
+    memory = Memory()
+    asyncio.run(sweep(cluster, Target(namespace="default"), read_tasks, now=NOW, grace=GRACE, memory=memory))  # type: ignore[arg-type]
+    # The first page's doubts found all 45 tries finished: the later pages have no doubt left to read.
+    assert cluster.whole_lists == [f"{MANAGED_SELECTOR},{labels.TASK_KEY} in (key-shared)"]
+    assert memory.finished == {f"uid-{n}" for n in range(45)}
