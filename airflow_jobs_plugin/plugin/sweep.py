@@ -21,10 +21,10 @@ and reads only what the rule needs:
    is judged and dropped before the next is read (:func:`judge_page`);
 2. the task instances of the page's jobs that may be live (no product verdict, not being deleted, not
    already seen finished by an earlier sweep), from Airflow's metadata database;
-3. whole, by their TASK_KEY label a hundred task keys per LIST, only the page's jobs the rule would
-   cancel once their status is known: a job whose controller finished it is remembered (by uid: a
-   finished Job or MPIJob never runs again) and not read again; the others are judged again, whole, and
-   cancelled.
+3. whole, by their TASK_KEY label a hundred task keys per LIST and one LIST chunk at a time, only the
+   page's jobs the rule would cancel once their status is known: every job those reads find finished
+   is remembered (by uid: a finished Job or MPIJob never runs again) and not read again, nor are the
+   other tries of its task found finished with it; the others are judged again, whole, and cancelled.
 
 So a sweep never holds more than one page of metadata and that page's candidates whole: the first
 sweep after a start reads the finished history whole once, page by page; later ones read metadata and
