@@ -15,12 +15,13 @@ gone can all say who acted and when.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import action_rules, attempts, history, kinds, labels
+from airflow_jobs_plugin import action_rules, attempts, history, kinds, labels, queue_clock
 from airflow_jobs_plugin.action_rules import Action, Ending, JobFacts, refusal
 from airflow_jobs_plugin.admission import not_before
 from airflow_jobs_plugin.kube import EVENTS, PODS, KubeClient, KubeError, Resource
@@ -93,6 +94,10 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _annotations(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (job.get("metadata") or {}).get("annotations") or {}
+
+
 def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
     return kinds.kind_of(job).suspend_patch(suspend)
 
@@ -127,6 +132,36 @@ def _history(job: Mapping[str, Any], act: history.Act, by: str, run: history.Run
     """The job's history annotation with this action added."""
     annotations = (job.get("metadata") or {}).get("annotations") or {}
     return history.appended(annotations, history.Entry(act, datetime.now(timezone.utc), by, run))
+
+
+def stop_patch(
+    job: Mapping[str, Any],
+    by: str,
+    run: history.Run | None = None,
+    clock: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The merge patch of a stop: suspended, no longer admitted, who stopped it and when, the run it
+    ends in the job's history, and its queue clock banked (``clock``, queue_clock.leave_queue): the
+    fields admission-policy.yaml's user-actions-only rule lets the acting identity write."""
+    return {
+        "metadata": {
+            "labels": {labels.ADMITTED: None},
+            "annotations": {
+                labels.STOPPED_AT: _now(),
+                labels.STOPPED_BY: by,
+                labels.ADMITTED_AT: None,
+                labels.HISTORY: _history(job, history.Act.STOPPED, by, run),
+                **(clock or {}),
+            },
+        },
+        "spec": _suspend_spec(job, True),
+    }
+
+
+# What a resume writes on a job under a quota pool (its pass admits it again from its queue).
+RESUME_PATCH: Mapping[str, Any] = {
+    "metadata": {"annotations": {labels.STOPPED_AT: None, labels.STOPPED_BY: None}}
+}
 
 
 async def _still_reserved(
@@ -286,21 +321,13 @@ async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: s
     why_not = refusal(Action.STOP, facts)
     if why_not is not None:
         return ActionOutcome("stop", namespace, facts.name, resource.kind, False, why_not)
+    now = datetime.now(timezone.utc)
     # The run this stop ends, recorded before the stop drops its admitted-at and deletes its pods.
     seen = await _seen(client, namespace, job)
-    patch = {
-        "metadata": {
-            "labels": {labels.ADMITTED: None},
-            "annotations": {
-                labels.STOPPED_AT: _now(),
-                labels.STOPPED_BY: by,
-                labels.ADMITTED_AT: None,
-                labels.HISTORY: _history(job, history.Act.STOPPED, by, seen.run),
-            },
-        },
-        "spec": _suspend_spec(job, True),
-    }
-    await client.merge_patch(resource, namespace, facts.name, patch)
+    # The queue clock stops with the job: the wait it had before its admission (or before this stop,
+    # when it was still queued) is banked, and the run since its admission never counts.
+    clock = queue_clock.leave_queue(_annotations(job), now, rejoin=False)
+    await client.merge_patch(resource, namespace, facts.name, stop_patch(job, by, seen.run, clock))
     await record_event(client, namespace, job, "Stopped", f"stopped by {by}")
     return ActionOutcome(
         "stop",
@@ -330,7 +357,7 @@ async def resume(
 
     Removing ``stopped-at`` / ``stopped-by`` is the whole resume under a quota pool: the job is still
     suspended and keeps ``queued-at``, so the next admission pass places it where it was first enqueued
-    (a stop is a pause, not a resubmission: its queue timeout also still counts from that first enqueue).
+    (a stop is a pause, not a resubmission); its queue clock starts again from the waits banked at the stop.
     Without a quota pool (``ledger_namespace`` None) nothing else would ever admit it, so the same write
     unsuspends it, as the no-quota admission (``admission.Admission._admit_at_once``) does, unless a
     retry back-off is still running: then the task's trigger admits it when the back-off ends. The job
@@ -343,10 +370,12 @@ async def resume(
     if why_not is not None:
         return ActionOutcome("resume", namespace, facts.name, resource.kind, False, why_not)
     now = datetime.now(timezone.utc)
+    # Its new wait for quota starts now, on top of the waits banked when it was stopped.
     forget = {
         labels.STOPPED_AT: None,
         labels.STOPPED_BY: None,
         labels.HISTORY: _history(job, history.Act.RESUMED, by),
+        **queue_clock.rejoin_queue(now),
     }
     backing_off = (not_before(job) or now) > now
     if ledger_namespace is None and not backing_off:
@@ -354,7 +383,8 @@ async def resume(
         patch["metadata"]["annotations"].update(forget)
         message = f"{facts.ref} resumed: started again (no quota pool)"
     else:
-        patch = {"metadata": {"annotations": forget}}
+        patch = copy.deepcopy(dict(RESUME_PATCH))
+        patch["metadata"]["annotations"].update(forget)
         group = group_of(job)
         queued_at = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.QUEUED_AT)
         since = f", queued since {queued_at}" if queued_at else ""

@@ -18,12 +18,14 @@ namespace), never polled per trigger.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import difflib
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
 from airflow_jobs_plugin import kinds, kueue, kueue_cluster, labels, metrics, quota
@@ -49,6 +51,7 @@ from airflow_jobs_plugin.quota.requeue import format_duration
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 __all__ = [
     "Admission",
@@ -404,7 +407,7 @@ class _WorkloadSource:
             return cached[1]
         asking = self._asking.get(queue)
         if asking is None:
-            asking = asyncio.ensure_future(self._read_positions(queue))
+            asking = _spawn(self._read_positions(queue), f"ajp-kueue-positions-{queue}")
             self._asking[queue] = asking
             asking.add_done_callback(self._asked(queue))
         return await asyncio.shield(asking)
@@ -460,7 +463,7 @@ class _WorkloadSource:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._refresh = loop.call_later(POSITIONS_SETTLE_SECONDS, self._start_refresh)
+        self._refresh = loop.call_later(POSITIONS_SETTLE_SECONDS, self._start_refresh, context=_detached())
 
     def _start_refresh(self) -> None:
         self._refresh = None
@@ -508,7 +511,9 @@ class _GroupWorker:
         self._dirty = asyncio.Event()
         self._done = asyncio.Event()
         self._backstop: asyncio.TimerHandle | None = None
-        self.task = asyncio.create_task(self._run(), name=f"ajp-admission-{group}")
+        # A pass runs for every trigger of the group: it logs in no trigger's context (the triggerer's own
+        # log), and a line about one job goes to that job's trigger (Admission.job_log).
+        self.task = _spawn(self._run(), f"ajp-admission-{group}")
 
     def mark(self) -> None:
         self._dirty.set()
@@ -516,7 +521,9 @@ class _GroupWorker:
     def mark_later(self, delay: float) -> None:
         """Run a pass ``delay`` from now (one pending backstop covers every change until it fires)."""
         if self._backstop is None:
-            self._backstop = asyncio.get_running_loop().call_later(delay, self._backstop_due)
+            self._backstop = asyncio.get_running_loop().call_later(
+                delay, self._backstop_due, context=_detached()
+            )
 
     def _backstop_due(self) -> None:
         self._backstop = None
@@ -575,6 +582,18 @@ class _GroupWorker:
             await asyncio.sleep(PASS_SPACING_SECONDS)
 
 
+def _detached() -> contextvars.Context:
+    """An empty context for the pool's background work (passes, timers, shared reads): whichever
+    trigger's call starts it, its lines are no task's (Admission.job_log routes a job's own)."""
+    return contextvars.Context()
+
+
+def _spawn(coro: Coroutine[Any, Any, _T], name: str) -> asyncio.Task[_T]:
+    """A task of the pool's own, in an empty context (a task copies the context it is created in;
+    ``create_task``'s ``context`` argument is Python 3.11+)."""
+    return _detached().run(asyncio.create_task, coro, name=name)
+
+
 class Admission:
     """Admission for the jobs of one shared watch (one namespace of one cluster) under one policy."""
 
@@ -593,6 +612,9 @@ class Admission:
         self._ledgers: SharedWatch | None = None
         self._ledger_changed: asyncio.Event | None = None  # set (and replaced) on every ledger event
         self._released: set[str] = set()  # uids of jobs whose triggers are letting them go (release)
+        # uid -> the context of the trigger that follows the job in this process: a line about the job
+        # that a pass logs is logged there, so it reaches that job's task log and no other (job_log).
+        self._job_contexts: dict[str, contextvars.Context] = {}
         self._workloads: _WorkloadSource | None = None
         self._remove_listener: Callable[[], None] | None = None
         self._reaper: asyncio.Task | None = None
@@ -634,6 +656,7 @@ class Admission:
         no pass has judged this version of the job yet; ``None`` if no pass has seen the job.
         """
         meta = job.get("metadata") or {}
+        self._follow(meta.get("uid"))
         if (meta.get("annotations") or {}).get(labels.VERDICT):
             return None
         if kueue.manages(job) and not (self.quota_enabled and kueue.gated_by_pool(job)):
@@ -679,6 +702,7 @@ class Admission:
         """
         group = group_of(job) if self.quota_enabled else None
         if group:
+            self._follow((job.get("metadata") or {}).get("uid"))
             self._worker(group)
         wait_until = not_before(job)
         if wait_until is None:
@@ -702,8 +726,15 @@ class Admission:
             return
         worker = self._worker(group)
         if self._holds(group, uid) is False:
+            self._job_contexts.pop(uid, None)
             worker.mark()
             return
+        if self._deleted_with_pods(job):
+            # Deleted (kubectl delete) while its pods still stop on their nodes: they hold the GPUs until
+            # they are gone, and the group's passes drop the reservation then (a pod's end wakes them).
+            worker.mark()
+            return
+        self._follow(uid)
         self._released.add(uid)
         try:
             await worker.wait_pass(RELEASE_WAIT_SECONDS)
@@ -712,6 +743,33 @@ class Admission:
         if self._holds(group, uid) is not False:
             await self._release_in_ledger(group, uid, (job.get("metadata") or {}).get("name"))
             worker.mark()
+        # Its trigger is done with it: a later pass's line about it goes to the triggerer's own log.
+        self._job_contexts.pop(uid, None)
+
+    def _deleted_with_pods(self, job: dict) -> bool:
+        """A job deleted or being deleted whose pods, as this process's watch holds them, still hold GPUs."""
+        meta = job.get("metadata") or {}
+        current = self.watch.get(ledger.resource_of(job), meta.get("name") or "")
+        deleted = current is None or bool((current.get("metadata") or {}).get("deletionTimestamp"))
+        pods = self._pods_of(job)
+        return deleted and pods is not None and ledger.pods_hold_gpus(pods, _now())
+
+    def _follow(self, uid: str | None) -> None:
+        """Remember the calling trigger's context as the one job ``uid``'s lines are logged in."""
+        if uid:
+            self._job_contexts[uid] = contextvars.copy_context()
+
+    def job_log(self, uid: str, level: int, message: str, *args: object) -> None:
+        """Log a line about one job in the context of the trigger that follows it in this process
+        (Airflow's triggerer routes a record to a task's log by the ``trigger_id`` its ``run_trigger``
+        binds in contextvars: apache-airflow 3.3 airflow/jobs/triggerer_job_runner.py,
+        ``bind_log_contextvars``), or, when none does, in the triggerer's own log: never in the log of
+        whichever trigger's call happened to run the pass, which would show one DAG another's jobs."""
+        context = self._job_contexts.get(uid)
+        if context is None:
+            log.log(level, message, *args)
+        else:
+            context.run(log.log, level, message, *args)
 
     def _unit_of(self, group: str) -> tuple[str, tuple[str, ...]]:
         """Whose ledger holds ``group`` (its cohort's, as the last pass read the policy), and the
@@ -893,14 +951,10 @@ class Admission:
             queued = None
         stopped_at = (queued.stopped_at if queued else None) or now
         timeout = queued.queue_timeout if queued else None
-        if (
-            queued is not None
-            and timeout is not None
-            and quota.queue_timed_out(queued.queued_at, now, timeout)
-        ):
+        if queued is not None and timeout is not None and quota.queue_timed_out(queued.waited(now), timeout):
             message = (
-                f"stopped at {ledger.rfc3339(stopped_at)} and waited {format_duration(now - queued.queued_at)} "
-                f"since it was queued, longer than queue_timeout {format_duration(timeout)}"
+                f"stopped at {ledger.rfc3339(stopped_at)} after waiting {format_duration(queued.waited(now))} "
+                f"for quota, longer than queue_timeout {format_duration(timeout)}"
             )
             await self._rule(job, quota.Verdict.QUEUE_TIMEOUT.value, message, ledger.is_stopped)
             return None
@@ -1065,11 +1119,12 @@ class Admission:
         self._ledgers.start()
         self.watch.add_index(_BY_GROUP, _group_index)
         self._remove_listener = self.watch.add_listener(self._on_job_event)
-        self._reaper = asyncio.create_task(self._reap(), name="ajp-admission-reaper")
+        self._reaper = _spawn(self._reap(), "ajp-admission-reaper")
 
     def _worker(self, group: str) -> _GroupWorker:
         self._last_use = asyncio.get_running_loop().time()
-        self._start()
+        # The policy's and the ledgers' watches are the pool's, not the first calling trigger's.
+        _detached().run(self._start)
         worker = self._groups.get(group)
         if worker is None:
             worker = self._groups[group] = _GroupWorker(self, group)
@@ -1119,15 +1174,26 @@ class Admission:
         key = job_key(obj)
         if not key:
             return
+        found = False
         for resource in (JOBS, MPIJOBS):
             job = self.watch.get(resource, key)
+            found = found or job is not None
             # Ended, or suspended by a stop, a requeue or a preemption: its reservation waits for its pods.
-            if job is not None and (ledger.is_finished(job) or ledger.is_suspended(job)):
+            if job is not None and (
+                ledger.is_finished(job)
+                or ledger.is_suspended(job)
+                or job["metadata"].get("deletionTimestamp")
+            ):
                 group = group_of(job)
                 worker = self._groups.get(group) if group else None
                 if worker is not None:
                     self._mark_for(worker, key)
                 return
+        if not found:
+            # A deleted job's reservation waits for its pods too; which group it was of the pod does not
+            # say, so every group of this process looks (a pass is coalesced, and a rare event).
+            for worker in self._groups.values():
+                self._mark_for(worker, key)
 
     def _on_ledger_event(self, etype: str, plural: str, obj: dict) -> None:
         meta = obj.get("metadata") or {}
@@ -1233,7 +1299,7 @@ class Admission:
         self._absorb(outcome)
         metrics.emit(metrics.from_pass(outcome, policy, _now()))
         for drop in outcome.drops:
-            log.info("%s", drop.message)
+            self.job_log(drop.reservation.uid, logging.INFO, "%s", drop.message)
         if outcome.ledger.problems != worker.ledger_problems:
             worker.ledger_problems = outcome.ledger.problems
             for problem in outcome.ledger.problems:
@@ -1348,7 +1414,7 @@ class Admission:
             try:
                 settings = ledger.job_settings(job, policy.requeue)
             except ValueError as exc:
-                log.warning("job %s: %s; using the policy's limits", name, exc)
+                self.job_log(uid, logging.WARNING, "job %s: %s; using the policy's limits", name, exc)
                 settings = policy.requeue
             deadline = quota.schedule_deadline(admitted_at, settings.schedule_timeout)
             if deadline > now:
@@ -1372,7 +1438,7 @@ class Admission:
                 members=policy.members(unit) if unit not in policy.groups else (),
             )
             if result is not None:
-                log.warning("%s %s: %s", job.get("kind", "Job"), name, result.message)
+                self.job_log(uid, logging.WARNING, "%s %s: %s", job.get("kind", "Job"), name, result.message)
                 metrics.emit(metrics.after_requeue(job, result))
             # The job changed (requeued, failed, or raced): the next pass sees the new state.
             due.append(now)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any, cast
 
-from airflow_jobs_plugin import kinds, kueue, labels
+from airflow_jobs_plugin import kinds, kueue, labels, queue_clock
 from airflow_jobs_plugin.manifests import created_label, merge_under
 
 # Keys the API server or a controller writes; a new object must not carry them over.
@@ -86,6 +86,9 @@ def next_attempt(
         # A job the pool hands to Kueue: the new attempt waits for its user's limit again before the
         # pool gives it its LocalQueue (quota.ledger.handoff_patch).
         meta_labels.pop(kueue.QUEUE_NAME_LABEL, None)
+    # The ended attempt's run is off the queue clock: the wait before its admission is banked and the
+    # new attempt's wait starts now (read before admitted-at goes below).
+    annotations.update(queue_clock.leave_queue(annotations, now, rejoin=True))
     for key in _ATTEMPT_ANNOTATIONS:
         annotations.pop(key, None)
     ended = annotations.pop(labels.ENDED_SPEC, None)

@@ -208,11 +208,19 @@ def _add_inspect_commands(subparsers: argparse._SubParsersAction) -> None:
         "logs",
         help="a job's log, by rank",
         description="Print the log of one replica of a job: the launcher of an MPI job (rank -1) or "
-        "worker 0 of a single-pod job unless --rank says which worker.",
+        "worker 0 of a single-pod job unless --rank says which worker. --rank N is always worker N (the "
+        "replica index, as `describe` lists them), live or finished: once an MPI job has ended and worker "
+        "N's pod is gone, it prints the lines of the MPI ranks worker N ran (ranks N*slots to "
+        "N*slots+slots-1, slots = GPUs per worker) from the launcher's log.",
     )
     logs.add_argument("job", metavar="JOB", help="job name")
     which = logs.add_mutually_exclusive_group()
-    which.add_argument("--rank", type=int, default=None, help="worker rank (-1 is the MPI launcher)")
+    which.add_argument(
+        "--rank",
+        type=int,
+        default=None,
+        help="worker index N (-1 is the MPI launcher); on an ended MPI job, the MPI ranks worker N ran",
+    )
     which.add_argument(
         "--failed", action="store_true", help="the first container that failed (its rank, its container)"
     )
@@ -543,16 +551,22 @@ def _run_describe(args: argparse.Namespace) -> int:
     return _with_client(args, work)
 
 
-async def _rank_from_launcher(client, args: argparse.Namespace, launcher: tuple[str, int, str, str]) -> int:
-    """A worker rank whose pod is gone (the MPI operator deletes running workers when the launcher
-    ends): its lines from the launcher's log, where mpirun gathers every rank's output (rank_log.py)."""
+async def _rank_from_launcher(
+    client, args: argparse.Namespace, job: dict, launcher: tuple[str, int, str, str]
+) -> int:
+    """A worker whose pod is gone (the MPI operator deletes running workers when the launcher ends): the
+    lines of the MPI ranks it ran, from the launcher's log, where mpirun gathers every rank's output
+    (rank_log.py). ``--rank`` is the worker's index here too, as on a live job: with several GPUs (and
+    so several MPI ranks) per worker, worker N ran ranks N*slots to N*slots+slots-1."""
 
     from airflow_jobs_plugin.inspect import JobNotFound
-    from airflow_jobs_plugin.rank_log import rank_lines
+    from airflow_jobs_plugin.rank_log import worker_lines, worker_ranks
 
     _, _, pod, container = launcher
+    slots = int((job.get("spec") or {}).get("slotsPerWorker") or 1)
+    ranks = worker_ranks(args.rank, slots)
     text = await client.read_log(args.namespace, pod, container=container or None)
-    lines = rank_lines(text.splitlines(), args.rank)
+    lines = worker_lines(text.splitlines(), args.rank, slots)
     if lines is None:
         raise JobNotFound(
             f"job {args.job}: the pod of worker {args.rank} was deleted when the job ended (cleanPodPolicy "
@@ -562,8 +576,9 @@ async def _rank_from_launcher(client, args: argparse.Namespace, launcher: tuple[
         )
     if args.tail is not None:
         lines = lines[-args.tail :] if args.tail > 0 else []
+    which = f"MPI rank {ranks[0]}" if len(ranks) == 1 else f"MPI ranks {ranks[0]}-{ranks[-1]}"
     print(
-        f"worker {args.rank}'s pod was deleted when the job ended; rank {args.rank}'s lines from the "
+        f"worker {args.rank}'s pod was deleted when the job ended; the lines of its {which} from the "
         f"launcher's log ({pod}):",
         file=sys.stderr,
     )
@@ -573,6 +588,7 @@ async def _rank_from_launcher(client, args: argparse.Namespace, launcher: tuple[
                 "job": args.job,
                 "replica": f"worker-{args.rank}",
                 "rank": args.rank,
+                "mpi_ranks": list(ranks),
                 "pod": pod,
                 "container": container,
                 "source": "launcher",
@@ -615,7 +631,7 @@ def _run_logs(args: argparse.Namespace) -> int:
         if chosen is None:
             launcher = pick_log_target(targets, LAUNCHER_RANK)
             if kinds.is_mpi(job) and launcher is not None and args.rank is not None and args.rank >= 0:
-                return await _rank_from_launcher(client, args, launcher)
+                return await _rank_from_launcher(client, args, job, launcher)
             present = ", ".join(str(t[1]) for t in targets) or "none yet"
             raise JobNotFound(f"job {args.job} has no pod of rank {args.rank} (pods of ranks: {present})")
         replica, rank, pod, container = chosen

@@ -79,6 +79,17 @@ OPTIONS: tuple[Option, ...] = (
         "gpu-quota",
     ),
     Option(
+        "job_service_accounts",
+        "The ServiceAccounts a job's pods may run as (JobOperator's ``service_account``), comma-separated; "
+        "a task that names none runs as the first. Each must exist in the jobs' namespace, and the "
+        "admission policy's parameter (the ConfigMap ``airflow-jobs-job-accounts`` of that namespace) must "
+        "list the same accounts. The default, the namespace's own ``default`` account, runs with its token "
+        "never mounted (docs/deploying.md).",
+        "string",
+        "default",
+        "default,trainer-s3-reader",
+    ),
+    Option(
         "quota_policy_file",
         "Path of the quota policy YAML on the DAG processor, read by the opt-in cluster policy "
         "(``airflow_jobs_plugin.cluster_policy``) to check DAGs at parse time.",
@@ -166,6 +177,12 @@ def namespaces(primary: str, extra: str) -> tuple[str, ...]:
         if name and name not in seen:
             seen.append(name)
     return tuple(seen)
+
+
+def job_service_accounts() -> tuple[str, ...]:
+    """``job_service_accounts`` as a list, each once, in order (the default account when it names none)."""
+    accounts = namespaces("", get("job_service_accounts"))
+    return accounts or (BY_NAME["job_service_accounts"].default or "",)
 
 
 def get_bool(name: str) -> bool:

@@ -612,9 +612,13 @@ class KubeClient:
         *,
         propagation_policy: str | None = "Background",
         grace_period_seconds: int | None = None,
+        preconditions: Mapping[str, str] | None = None,
     ) -> bool:
-        """Delete; True if it was there. Background propagation so pods go with their job."""
+        """Delete; True if it was there. Background propagation so pods go with their job.
+        ``preconditions`` (``uid``, ``resourceVersion``): 409 Conflict unless the object still matches."""
         body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if preconditions:
+            body["preconditions"] = dict(preconditions)
         if propagation_policy:
             body["propagationPolicy"] = propagation_policy
         if grace_period_seconds is not None:

@@ -59,6 +59,11 @@ USER_NAME = f"{PREFIX}/user-name"
 # Enqueue time of the first attempt (RFC 3339): a requeued job keeps its original queue position.
 QUEUED_AT = f"{PREFIX}/queued-at"
 ADMITTED_AT = f"{PREFIX}/admitted-at"
+# The queue clock (queue_clock.py): ``queue_timeout`` measures only the time a job waited for quota. The
+# seconds it waited in earlier waits, banked when a run or a stop took it off the queue (decimal), and when
+# its current wait began (RFC 3339; absent: at QUEUED_AT). A run's time is never on the clock.
+QUEUE_WAITED = f"{PREFIX}/queue-waited"
+QUEUE_WAIT_SINCE = f"{PREFIX}/queue-wait-since"
 REQUEUE_COUNT = f"{PREFIX}/requeue-count"
 # Not before this time (RFC 3339) may a requeued job be admitted again (exponential back-off).
 REQUEUE_NOT_BEFORE = f"{PREFIX}/requeue-not-before"
@@ -73,15 +78,22 @@ REQUEUE_LIMIT = f"{PREFIX}/requeue-limit"
 VERDICT = f"{PREFIX}/verdict"
 VERDICT_MESSAGE = f"{PREFIX}/verdict-message"
 CANCELLED_BY = f"{PREFIX}/cancelled-by"
+# A digest of the task instance and the rendered spec its try submitted (adoption.spec_fingerprint): a
+# later try reattaches only to a job carrying the digest of its own spec, with the containers it asks for.
+SPEC_FINGERPRINT = f"{PREFIX}/spec-fingerprint"
 # The spec fields (JSON) the product overwrote to end a Job through its own controller (a one-second
 # activeDeadlineSeconds, parallelism 0): a retry's next attempt, cloned from the ended one, restores them.
 ENDED_SPEC = f"{PREFIX}/ended-spec"
 CANCELLED_AT = f"{PREFIX}/cancelled-at"
 # A user stopped the job (RFC 3339 time, and who): it is suspended, holds no GPUs and no reservation, and
 # no admission pass may unsuspend it until a resume removes both annotations. QUEUED_AT is kept, so a
-# resumed job goes back to its original queue position and its queue timeout still counts from the
-# first enqueue.
+# resumed job goes back to its original queue position; its queue clock stops while it is stopped and
+# counts only its waits for quota (QUEUE_WAITED).
 STOPPED_AT = f"{PREFIX}/stopped-at"
+# When a finished MPIJob is to be deleted (RFC 3339: its end plus its ttl_after_finished), written by the
+# trigger that saw it finish. mpi-operator v0.5-v0.8 copies ttlSecondsAfterFinished only onto the
+# launcher Job and never deletes the MPIJob, so the orphan sweep deletes it then (plugin/sweep.py).
+DELETE_AFTER = f"{PREFIX}/delete-after"
 # The Kueue LocalQueue a job is handed to once its user's limit in the product's pool allows it (the
 # pool admits it by writing Kueue's queue-name label; Kueue's ClusterQueue does the rest: docs/kueue.md).
 KUEUE_HANDOFF = f"{PREFIX}/kueue-queue"

@@ -221,8 +221,21 @@ class LogHub:
         self._kick()
 
     def ended(self, run: _Run) -> None:
-        """Its container has ended: a stream ends by itself; a polled run is read once more, now."""
+        """Its container has ended: it is read once more, now, streamed or not.
+
+        A follow does not end when its container does: the kubelet checks whether the container still
+        runs only after a second without a new line (k8s.io/cri-client v0.36.3, pkg/logs/logs.go:
+        ``waitLogs``, ``logForceCheckPeriod``), and kwok's never ends (kwok v0.8.0,
+        pkg/kwok/server/debugging_logs.go: its runtime stub answers Unavailable, which ``ReadLogs``
+        takes for running). Waiting for it would hold the final event up to its drain and leave the
+        last lines to the worker; one read ends the run now, and its stream is closed."""
         self._waiting.pop(run, None)
+        if run in self._streaming and run in self._runs and not run.finished:
+            self._final.add(run)
+            self.ring.add(run, float("-inf"))
+            self.ring.later(run, float("-inf"))
+            self._kick()
+            return
         if run not in self._streaming and run in self._runs and not run.finished:
             if run.failures == 0:
                 # Held back only because its stream had just ended: that was most likely the end.
@@ -366,8 +379,14 @@ class LogHub:
             limited = len(body.encode()) >= READ_BYTES
             run.failures = 0
             run.take(complete_lines(body, limited=limited))
-            if run not in self._runs or run.finished or run in self._streaming:
+            if run not in self._runs or run.finished:
                 return
+            if run in self._streaming:
+                if not last:
+                    return
+                # The last read of a streamed run (see ended): its stream has nothing more to say.
+                self._streaming.pop(run).cancel()
+                self._grant()
             if limited:  # more than one read's worth: read on at once
                 self.ring.later(run, float("-inf") if run in self._final else self._now())
             elif last:

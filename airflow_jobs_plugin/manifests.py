@@ -71,6 +71,7 @@ from airflow_jobs_plugin import labels as keys
 from airflow_jobs_plugin.kinds import torchrun as torchrun_kind
 from airflow_jobs_plugin.quota.flavors import Charge, with_avoidance
 from airflow_jobs_plugin.spec import (
+    DEFAULT_JOB_SERVICE_ACCOUNT,
     DEFAULT_REQUEUE_LIMIT,
     ENV_ATTEMPT,
     ENV_GROUP,
@@ -381,6 +382,10 @@ def _pod_template(
         pod["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
     if spec.service_account:
         pod["serviceAccountName"] = spec.service_account
+    if spec.service_account == DEFAULT_JOB_SERVICE_ACCOUNT:
+        # The namespace's own account: whatever rights it holds stay out of the pods' reach, its token
+        # never mounted whatever the author's pod_template says (the product's fields win the merge).
+        pod["automountServiceAccountToken"] = False
     if spec.priority_class_name:
         pod["priorityClassName"] = spec.priority_class_name
     if spec.scheduler_name:

@@ -489,7 +489,14 @@ class JobOperator(BaseOperator):
             "labels" if n == "job_labels" else "annotations" if n == "job_annotations" else n
             for n in self._from_templates
         }
-        return validate(**values, templated=templated, rendered=rendered)
+        from airflow_jobs_plugin import config
+
+        return validate(
+            **values,
+            templated=templated,
+            rendered=rendered,
+            service_accounts=config.job_service_accounts(),
+        )
 
     def _connection(self, *, templated: bool) -> tuple[str, bool]:
         """``kubernetes_conn_id`` and ``stream_logs`` checked: literal values at parse time (templates
@@ -534,7 +541,7 @@ class JobOperator(BaseOperator):
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
         from airflow_jobs_plugin import config, kueue, quota_source
-        from airflow_jobs_plugin.submission import SubmissionRefused, submit
+        from airflow_jobs_plugin.submission import SubmissionRefused, Tries, TryCancelled, submit
         from airflow_jobs_plugin.triggers import JobTrigger
 
         # The group and user as this try submits them, whatever pre_execute or a template made of the
@@ -570,8 +577,14 @@ class JobOperator(BaseOperator):
                     conn_id=conn_id,
                     pool=pool,
                     log=self.log,
+                    tries=Tries(**tries),
                 )
             )
+        except TryCancelled as exc:
+            self._remember(
+                context, TASK_STATE_FATAL, TryOutcome(ti.try_number, message=str(exc), cancelled=True)
+            )
+            raise AirflowFailException(str(exc)) from exc
         except SubmissionRefused as exc:
             raise AirflowFailException(str(exc)) from exc
         self.defer(

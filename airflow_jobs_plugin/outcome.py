@@ -286,7 +286,7 @@ def summary(event: JobEvent) -> dict[str, Any]:
         "kind": event.kind,
         "namespace": event.namespace,
         "state": event.state,
-        "attempts": len(history) or 1,
+        "attempts": attempt_count(history),
         "attempt_history": [a.to_json() for a in history],
         "gpu_seconds": sum(a.gpu_seconds for a in history) or event.gpu_seconds,
         "queued_at": history[0].queued_at if history else None,
@@ -308,9 +308,17 @@ def headline(event: JobEvent) -> str:
         head += f" (reason {event.reason})"
     if event.exit_codes:
         head += "; exit codes " + ", ".join(f"{who}={code}" for who, code in sorted(event.exit_codes.items()))
-    if len(event.attempts) > 1:
-        head += f"; after {len(event.attempts)} attempts"
+    count = attempt_count(event.attempts)
+    if count > 1:
+        head += f"; after {count} attempts"
     return head
+
+
+def attempt_count(history: Sequence[AttemptRecord]) -> int:
+    """How many job-level attempts ``history`` holds. A stop, a preemption or a stuck-start requeue ends a
+    run of an attempt, not the attempt: the history records that run and the attempt's end under the
+    same attempt number, and counts as one attempt."""
+    return len({record.attempt for record in history}) or 1
 
 
 def failure_message(event: JobEvent) -> str:

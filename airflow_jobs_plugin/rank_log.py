@@ -49,3 +49,31 @@ def rank_lines(lines: Iterable[str], rank: int) -> list[str] | None:
         if found[0] == rank:
             out.append(found[1])
     return out if tagged else None
+
+
+def worker_ranks(worker: int, slots_per_worker: int) -> range:
+    """The MPI ranks that ran on worker ``worker``: the MPI operator's hostfile lists each worker with
+    ``slots=<slotsPerWorker>`` in worker order (kubeflow/mpi-operator v0.8.0
+    pkg/controller/mpi_job_controller.go, ``newConfigMap``), and mpirun fills a host's slots before the
+    next host's (Open MPI's default ``--map-by slot``; Hydra's default placement by the host list), so
+    worker N runs ranks N*slots to N*slots+slots-1."""
+    slots = max(slots_per_worker, 1)
+    return range(worker * slots, (worker + 1) * slots)
+
+
+def worker_lines(lines: Iterable[str], worker: int, slots_per_worker: int) -> list[str] | None:
+    """The lines of every MPI rank that ran on worker ``worker``, in the log's order (tags removed; each
+    line starts ``[rank R] `` when the worker ran more than one rank), or None when no line of the log
+    carries a rank tag (see :func:`rank_lines`)."""
+    ranks = worker_ranks(worker, slots_per_worker)
+    tagged = False
+    out: list[str] = []
+    for line in lines:
+        found = rank_of(line)
+        if found is None:
+            continue
+        tagged = True
+        rank, text = found
+        if rank in ranks:
+            out.append(f"[rank {rank}] {text}" if len(ranks) > 1 else text)
+    return out if tagged else None

@@ -28,7 +28,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -61,6 +61,14 @@ DEFAULT_ACTIVE_DEADLINE = timedelta(days=1)
 DEFAULT_TTL_AFTER_FINISHED = timedelta(days=7)
 # A shorter TTL lets Kubernetes delete a finished job before the trigger has read its final state.
 MIN_TTL_AFTER_FINISHED = timedelta(seconds=60)
+
+# The account a job's pods run as when the task names none, and the only one a job may run as unless the
+# platform allows others ([airflow_jobs] job_service_accounts, and the admission policy's parameter, the
+# ConfigMap airflow-jobs-job-accounts): the namespace's own `default` account, which every namespace has,
+# with its token never mounted (automountServiceAccountToken false, no projected token), so whatever
+# rights it may hold are out of the pods' reach. A job's pods never carry the token of an Airflow
+# component (the worker's, the triggerer's).
+DEFAULT_JOB_SERVICE_ACCOUNT = "default"
 
 LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
@@ -1498,6 +1506,13 @@ class _Checker:
         if not isinstance(pod, Mapping):
             self.add("pod_template.spec", f"must be a mapping, got {_show(pod)}")
             pod = {}
+        for key in ("serviceAccountName", "serviceAccount"):
+            if key in pod:
+                self.add(
+                    f"pod_template.spec.{key}",
+                    "the account a job's pods run as is the service_account argument, limited to the "
+                    "accounts the platform allows -- remove it and set service_account",
+                )
         for problem in _device_rules().pod_level_problems(pod, "pod_template.spec"):
             self.add(*problem.split(": ", 1))
         dns = pod.get("dnsPolicy")
@@ -1538,6 +1553,20 @@ class _Checker:
         if len(self.problems.items) != before:
             return _MISSING
         return freeze(dict(raw))
+
+    def service_account(self, value: Any, allowed: tuple[str, ...]) -> Any:
+        allowed = allowed or (DEFAULT_JOB_SERVICE_ACCOUNT,)
+        if value is None:
+            return allowed[0]
+        name = self.dns_name("service_account", value, subdomain=True)
+        if name is _MISSING or name in allowed:
+            return name
+        return self.add(
+            "service_account",
+            f"{name!r} is not an account jobs may run as (a job's pods would carry its token and rights); "
+            f"allowed: {', '.join(map(repr, allowed))} ([airflow_jobs] job_service_accounts) -- remove it to "
+            f"run as {allowed[0]!r}, or ask the platform to allow the account",
+        )
 
     def priority(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -1631,6 +1660,7 @@ def validate(
     kueue_queue: Any = None,
     templated: bool = False,
     rendered: frozenset[str] | set[str] = frozenset(),
+    service_accounts: Sequence[str] = (DEFAULT_JOB_SERVICE_ACCOUNT,),
 ) -> JobSpec:
     """Check DAG-author arguments and return the normalized :class:`JobSpec`.
 
@@ -1643,6 +1673,9 @@ def validate(
     are skipped. Validate again after rendering with ``templated=False`` and ``rendered`` naming the
     arguments that were templates: a number, boolean or duration rendered from Jinja arrives as text
     ("4", "True", "600") and is read as what it spells.
+
+    ``service_accounts`` are the accounts the platform lets jobs run as (``[airflow_jobs]
+    job_service_accounts``); a job that names none runs as the first.
 
     Accepted shapes: durations as ``timedelta`` or seconds; ``command`` as a list or one shell string;
     ``env`` values as strings or one ``valueFrom`` mapping (``{'secretKeyRef': {...}}``);
@@ -1755,10 +1788,7 @@ def validate(
         "image_pull_policy", a["image_pull_policy"], IMAGE_PULL_POLICIES, optional=True
     )
     v["image_pull_secrets"] = c.pull_secrets(a["image_pull_secrets"])
-    service_account = a["service_account"]
-    v["service_account"] = (
-        None if service_account is None else c.dns_name("service_account", service_account, subdomain=True)
-    )
+    v["service_account"] = c.service_account(a["service_account"], tuple(service_accounts))
     # Kueue's webhook takes the queue-name label as a LocalQueue name (a DNS-1123 subdomain).
     v["kueue_queue"] = (
         None if a["kueue_queue"] is None else c.dns_name("kueue_queue", a["kueue_queue"], subdomain=True)
@@ -1851,7 +1881,7 @@ def _whole_from_text(text: str) -> Any:
 _DEFAULTS.update(
     (name, param.default)
     for name, param in inspect.signature(validate).parameters.items()
-    if name not in ("templated", "rendered")
+    if name not in ("templated", "rendered", "service_accounts")
 )
 
 
@@ -1886,6 +1916,22 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
             "its queues by WorkloadPriorityClass -- drop priority and set "
             "job_labels={'kueue.x-k8s.io/priority-class': '<a WorkloadPriorityClass>'}",
         )
+    if (
+        ok("service_account", "volumes", "pod_template")
+        and v["service_account"] == DEFAULT_JOB_SERVICE_ACCOUNT
+    ):
+        template_volumes = (v["pod_template"].get("spec") or {}).get("volumes") or ()
+        for where, found in (("volumes", v["volumes"]), ("pod_template.spec.volumes", template_volumes)):
+            for i, volume in enumerate(found):
+                sources = (
+                    (volume.get("projected") or {}).get("sources") if isinstance(volume, Mapping) else None
+                )
+                if any(isinstance(x, Mapping) and "serviceAccountToken" in x for x in sources or ()):
+                    c.add(
+                        f"{where}[{i}].projected",
+                        f"a token of the {DEFAULT_JOB_SERVICE_ACCOUNT!r} account, which stays off a job's pods "
+                        "-- remove it, or run as an account the platform allows (service_account)",
+                    )
     if ok("retry_backoff", "retry_backoff_max") and v["retry_backoff"] > v["retry_backoff_max"]:
         c.add(
             "retry_backoff",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import kinds, labels, quota_source
+from airflow_jobs_plugin import adoption, kinds, labels, quota_source
 from airflow_jobs_plugin.admission import check_group
 from airflow_jobs_plugin.bounded import bounded
 from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
@@ -32,7 +32,21 @@ SUBMIT_TRIES = 6
 
 class SubmissionRefused(ValueError):
     """The job can never run as asked (unknown group, not a member, can never fit its quota, a quota
-    pool that does not exist, leaving a pool that does not allow it)."""
+    pool that does not exist, leaving a pool that does not allow it), or this try must not run one: a
+    job under the task's name or key is not the one it would submit, or an earlier try was cancelled."""
+
+
+class TryCancelled(SubmissionRefused):
+    """An earlier try of the same run of the task was cancelled: this try ends as cancelled too."""
+
+
+@dataclass(frozen=True)
+class Tries:
+    """Where this try stands in its task's tries (what tells a retry from a clear: outcome.py)."""
+
+    try_number: int
+    max_tries: int | None
+    retries: int
 
 
 @dataclass(frozen=True)
@@ -54,27 +68,40 @@ async def submit(
     conn_id: str,
     pool: QuotaSource,
     log: logging.Logger | Any,
+    tries: Tries | None = None,
 ) -> Submitted:
     """The job this try follows, created if no earlier try's job lives, and the pool it is under.
 
-    ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success)."""
+    ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success).
+    Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled, and
+    :class:`SubmissionRefused` naming a job under the task's name or key that is not this task's."""
     kind = spec.kind
     resource = kinds.for_name(kind).resource
+    # What this try would create, and the digest it stamps: what an adopted job must match.
+    fingerprint = adoption.spec_fingerprint(spec, identity)
+    expected = build_manifest(
+        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
     client = await KubeClient.from_connection(conn_id)
     try:
         quota_configmap = await _pool_of(client, pool, spec, log)
         quota_namespace = (pool.namespace or spec.namespace) if quota_configmap else None
-        live = await patiently(
-            live_job_of_task,
-            client,
-            resource,
-            spec.namespace,
-            identity,
-            delivered,
-            log=log,
-            tries=SUBMIT_TRIES,
+        jobs = await patiently(
+            jobs_of_task, client, resource, spec.namespace, identity, log=log, tries=SUBMIT_TRIES
         )
+        if tries is not None:
+            # The Cancelled verdict on the cluster, whatever the task's state store holds: the try that
+            # saw the cancel may have died before recording it.
+            cancelled = adoption.cancelled_in_run(
+                jobs, try_number=tries.try_number, max_tries=tries.max_tries, retries=tries.retries
+            )
+            if cancelled:
+                raise TryCancelled(cancelled)
+        live = live_job_among(jobs, delivered)
         if live is not None:
+            foreign = adoption.foreign_problem(live, fingerprint, expected)
+            if foreign:
+                raise SubmissionRefused(foreign)
             name = live["metadata"]["name"]
             log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
             _remember(store, name, kind, spec.namespace)
@@ -121,6 +148,7 @@ async def submit(
             # Kueue may take the job at creation anyway (a `default` LocalQueue, a Kueue managing every
             # job): its admission gate keeps it for the pool to judge first (kueue.ADMISSION_GATE_ANNOTATION).
             body = pool_gate(body)
+        body["metadata"].setdefault("annotations", {})[labels.SPEC_FINGERPRINT] = fingerprint
         try:
             # A create the server applied but answered with an error is repeated into AlreadyExists: adopted.
             created = await patiently(
@@ -133,8 +161,13 @@ async def submit(
                 raise SubmissionRefused(invalid_problem(kind, f"{spec.namespace}/{name}", exc)) from exc
             if not exc.already_exists:
                 raise RuntimeError(f"creating {kind} {spec.namespace}/{name} failed: {exc}") from exc
-            log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
             created = await patiently(client.get, resource, spec.namespace, name, log=log, tries=SUBMIT_TRIES)
+            # A create repeated into AlreadyExists finds this try's own job; a job planted under the
+            # name (the name is predictable) is refused, never adopted nor deleted.
+            foreign = adoption.foreign_problem(created, fingerprint, expected)
+            if foreign:
+                raise SubmissionRefused(foreign) from exc
+            log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
         await patiently(ensure_companions, client, created, log=log, tries=SUBMIT_TRIES)
         return Submitted(name, kind, quota_configmap, quota_namespace)
     finally:
@@ -233,25 +266,26 @@ async def _pool_of(
     return name
 
 
-async def live_job_of_task(
-    client: KubeClient,
-    resource: Resource,
-    namespace: str,
-    identity: TaskIdentity,
-    delivered: str | None = None,
-) -> dict | None:
+async def jobs_of_task(
+    client: KubeClient, resource: Resource, namespace: str, identity: TaskIdentity
+) -> list[dict]:
+    """Every job of any try of this task instance (by its task key), as the API server lists them."""
+    listing = await client.list(
+        resource, namespace, label_selector=f"{labels.TASK_KEY}={identity.instance_key()}"
+    )
+    return list(listing.get("items") or [])
+
+
+def live_job_among(jobs: list[dict], delivered: str | None = None) -> dict | None:
     """The job a new try of this task instance should follow instead of submitting one, if any.
 
     The newest job of any earlier try that has not ended; failing that, the newest one that succeeded
     but whose result no try has returned (``delivered`` names the job whose result was returned). A
     failed job is never adopted: the retry exists to run it again.
     """
-    listing = await client.list(
-        resource, namespace, label_selector=f"{labels.TASK_KEY}={identity.instance_key()}"
-    )
     now = datetime.now(timezone.utc)
     live, undelivered = [], []
-    for item in listing.get("items") or []:
+    for item in jobs:
         if (item.get("metadata") or {}).get("deletionTimestamp"):
             continue
         state = snapshot(item, [], (), now=now).state
@@ -263,6 +297,17 @@ async def live_job_of_task(
         if candidates:
             return max(candidates, key=lambda j: j["metadata"].get("creationTimestamp") or "")
     return None
+
+
+async def live_job_of_task(
+    client: KubeClient,
+    resource: Resource,
+    namespace: str,
+    identity: TaskIdentity,
+    delivered: str | None = None,
+) -> dict | None:
+    """:func:`live_job_among` the task instance's jobs as listed now."""
+    return live_job_among(await jobs_of_task(client, resource, namespace, identity), delivered)
 
 
 def _remember(store: Any, name: str, kind: str, namespace: str | None) -> None:

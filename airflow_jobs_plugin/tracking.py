@@ -14,10 +14,11 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from airflow_jobs_plugin import attempts, history, labels, retry
+from airflow_jobs_plugin import attempts, history, kinds, labels, retry
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
+    Health,
     JobSnapshot,
     JobState,
     Reason,
@@ -35,6 +36,49 @@ from airflow_jobs_plugin.outcome import (
     JobEvent,
     ReplicaRecord,
 )
+
+
+def pods_picture(pods: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """Which pods a look saw, each at which version: a job's pods changed since a look when this did."""
+    return tuple(
+        sorted(
+            (
+                str((p.get("metadata") or {}).get("name")),
+                str((p.get("metadata") or {}).get("resourceVersion")),
+            )
+            for p in pods
+        )
+    )
+
+
+def pods_outran_job(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], seen_before: Iterable[str] = ()
+) -> bool:
+    """Whether the job's pods show a change its cached object does not, so the job must be read afresh
+    before a state is derived from both.
+
+    A job and its pods come on two watch streams, and either may lag. While the job's stream lags, a
+    stop or a cancel reaches the pods first: the controller kills them (they fail, with exit 137) and
+    deletes them, while the cached job still says it runs. Read together, those views make a state the
+    job was never in (RETRYING (Error): a pod failed and another will come; SCHEDULING (Creating): no
+    pod yet). So a job the cache shows admitted and unfinished, whose pods are being deleted, have
+    failed beyond the failures it counts, or are gone since the last look (``seen_before``: the pod
+    names it saw), is read again. A real pod failure costs one read, which confirms it."""
+    meta = job.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    kind = kinds.kind_of(job)
+    if kind.is_suspended(job) or kind.is_finished(job) or labels.VERDICT in annotations:
+        return False
+    names = set()
+    failed = 0
+    for pod in pods:
+        pod_meta = pod.get("metadata") or {}
+        names.add(pod_meta.get("name"))
+        if pod_meta.get("deletionTimestamp"):
+            return True
+        failed += (pod.get("status") or {}).get("phase") == "Failed"
+    # A failure the job already counts is old news; only one it does not count yet is read about.
+    return failed > kind.pod_failures(job) or any(name not in names for name in seen_before)
 
 
 def replica_summary(replicas: Sequence[ReplicaStatus]) -> str:
@@ -421,3 +465,32 @@ def check_states(target_states: Any, fail_states: Any) -> tuple[tuple[str, ...],
             f"target_states and fail_states must not overlap: {sorted(set(target_states) & set(fail_states))}"
         )
     return tuple(target_states), tuple(fail_states)
+
+
+def awaits_pods(job: Mapping[str, Any], snapshot: JobSnapshot) -> bool:
+    """A released job (not suspended, no verdict) still waiting for some of its pods to be created: the
+    one moment the API server's refusal of them (``lifecycle.refused_pods``) is worth looking for."""
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    if labels.VERDICT in annotations or kinds.kind_of(job).is_suspended(job):
+        return False
+    if snapshot.state not in (JobState.SCHEDULING, JobState.STARTING):
+        return False
+    return any(r.health is Health.MISSING for r in snapshot.replicas)
+
+
+def mpijob_expiry(
+    job: Mapping[str, Any], snapshot: JobSnapshot, ttl_after_finished: timedelta | None
+) -> datetime | None:
+    """When a finished MPIJob is to be deleted (labels.DELETE_AFTER), or ``None``: not an MPIJob, no TTL,
+    not finished, or already marked. Its end is the controller's completion time where known, else now's
+    snapshot time, so every reader of the mark deletes it when its TTL says."""
+    if not kinds.is_mpi(job) or ttl_after_finished is None:
+        return None
+    if labels.DELETE_AFTER in ((job.get("metadata") or {}).get("annotations") or {}):
+        return None
+    if snapshot.state not in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        return None
+    finished = snapshot.finished_at
+    if finished is None:
+        return None
+    return finished + ttl_after_finished

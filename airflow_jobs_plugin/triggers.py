@@ -18,6 +18,7 @@ is: the latest attempt of the job, its admission, its pods.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -39,9 +40,11 @@ from airflow_jobs_plugin.lifecycle import (
     JobSnapshot,
     JobState,
     QueueStatus,
+    Reason,
     Reservation,
     classify_failure,
     disrupted_pod,
+    refused_pods,
     snapshot,
 )
 from airflow_jobs_plugin.logcursor import LogMarker
@@ -54,6 +57,9 @@ from airflow_jobs_plugin.spec import attempt_name
 from airflow_jobs_plugin.submission import ensure_companions
 
 T = TypeVar("T")
+
+# How often a trigger whose released job still lacks pods looks for the API server's refusal of them.
+REFUSAL_LOOK_SECONDS = 5.0
 
 # The queue reason of a job the pool admitted (its reservation written) but not yet unsuspended.
 ADMITTED = "Admitted"
@@ -245,11 +251,14 @@ class _Follow:
         "reported",
         "preemptions_seen",
         "final_read",
+        "refusals_read_at",
         "final_events",
         "unsuspended_from",
         "_last_seen",
         "ended_version",
         "pods_read",
+        "pod_names_seen",
+        "pods_confirmed",
     )
     _last_seen: dict | None
 
@@ -275,6 +284,10 @@ class _Follow:
         # The watch's cached pods are replaced on every change, never edited: what a look read of the
         # pods an event did not touch serves the next look.
         self.pods_read = ReadMemo()
+        # The pods the last look saw, and their picture when the job was last read afresh because of
+        # them (_caught_up).
+        self.pod_names_seen: tuple[str, ...] = ()
+        self.pods_confirmed: tuple[tuple[str, str], ...] | None = None
         self._new_attempt()
 
     def _new_attempt(self) -> None:
@@ -286,6 +299,7 @@ class _Follow:
         self.reported: JobSnapshot | None = None
         self.preemptions_seen: str | None = None  # the job's preemption count at the last look
         self.final_read = False
+        self.refusals_read_at: float | None = None  # loop time of the last look for refused pods
         # Read with the final look: what outlives a disrupted pod.
         self.final_events: list[dict] | tuple[()] = ()
         self.unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
@@ -329,8 +343,9 @@ class _Follow:
         job = await self._look()
         if job is None:
             return await self._vanished()
-        self.last_seen = job
         pods = self.watch.pods_of(self.name)
+        job = await self._caught_up(job, pods)
+        self.last_seen = job
         queue, reservation = await self._admit(job)
         snap = snapshot(
             job,
@@ -369,7 +384,13 @@ class _Follow:
             return t.recheck_interval
         if decision.step is tracking.Step.WAIT:
             await self._end_if_ruled(job)
-            return self.admission.wake_after(job, t.recheck_interval)
+            wait = self.admission.wake_after(job, t.recheck_interval)
+            if tracking.awaits_pods(job, snap):
+                if await self._refused(job):
+                    return t.recheck_interval  # the verdict's write wakes the trigger
+                # The controller's refused creations change no object the watch sees: look again soon.
+                return min(wait, REFUSAL_LOOK_SECONDS)
+            return wait
         whole = None
         if decision.step is tracking.Step.RETRY:
             whole = await self._whole(job)
@@ -377,6 +398,7 @@ class _Follow:
                 # Deleted (or replaced) since this look: the next look tells which, once the watch does.
                 return t.recheck_interval
         await self.admission.release(job)
+        await self._patiently(self._mark_expiry, job, snap)
         self.history.append(tracking.attempt_record(job, snap))
         if whole is not None:
             await self._start_next_attempt(whole, snap, attempt, decision.delay)
@@ -402,6 +424,28 @@ class _Follow:
             self.client.get_or_none, self.resource, self.t.namespace, self.name
         )
         return job
+
+    async def _caught_up(self, job: dict, pods: list[dict]) -> dict:
+        """The job as new as its pods: read again from the API server when the pods show a change the
+        cached job does not (tracking.pods_outran_job), once per change of the pods; folded into the
+        watch, so later looks do not go back to the older version while its stream catches up."""
+        seen, self.pod_names_seen = (
+            self.pod_names_seen,
+            tuple(str((p.get("metadata") or {}).get("name")) for p in pods),
+        )
+        if not tracking.pods_outran_job(job, pods, seen):
+            return job
+        picture = tracking.pods_picture(pods)
+        if picture == self.pods_confirmed:
+            return job
+        self.pods_confirmed = picture
+        fresh = await self._patiently(self.client.get_or_none, self.resource, self.t.namespace, self.name)
+        if fresh is None or (fresh.get("metadata") or {}).get("uid") != (job.get("metadata") or {}).get(
+            "uid"
+        ):
+            return job  # gone or replaced: the watch's DELETED event tells how it ended
+        self.watch.absorb(self.resource, fresh)
+        return self.watch.get(self.resource, self.name) or job
 
     async def _admit(self, job: dict) -> tuple[QueueStatus | None, Reservation | None]:
         """Ask the admission to admit a job that waits for it; what the queue says about it, and its
@@ -626,11 +670,59 @@ class _Follow:
             events.extend(listing.get("items") or [])
         return events
 
+    async def _mark_expiry(self, job: dict, snap: JobSnapshot) -> None:
+        """Write on a finished MPIJob when its TTL ends (labels.DELETE_AFTER): its operator deletes only
+        the launcher Job then, and the orphan sweep deletes the MPIJob. Until then it stays readable
+        (``describe``, ``logs``, the GPU Jobs page) as a finished Job does."""
+        ttl = None if self.t.ttl_after_finished is None else timedelta(seconds=self.t.ttl_after_finished)
+        expiry = tracking.mpijob_expiry(job, snap, ttl)
+        if expiry is None:
+            return
+        stamp = expiry.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            await self.client.merge_patch(
+                self.resource,
+                self.t.namespace,
+                job["metadata"]["name"],
+                {"metadata": {"annotations": {labels.DELETE_AFTER: stamp}}},
+            )
+        except KubeError as exc:
+            if not (exc.not_found or exc.conflict):
+                raise
+
+    async def _refused(self, job: dict) -> bool:
+        """Whether the API server refuses the pods the job's controller creates (its FailedCreate events:
+        a PriorityClass that does not exist, PodSecurity, a ResourceQuota); if so the job is ruled failed
+        with the API server's own message. Read first REFUSAL_LOOK_SECONDS after the job was seen lacking
+        pods, then at most every REFUSAL_LOOK_SECONDS."""
+        loop = asyncio.get_running_loop()
+        if self.refusals_read_at is None:
+            # Its controller usually creates the pods within moments: the first look waits that long, so
+            # a job that starts normally costs no read of events.
+            self.refusals_read_at = loop.time()
+            return False
+        if loop.time() - self.refusals_read_at < REFUSAL_LOOK_SECONDS:
+            return False
+        self.refusals_read_at = loop.time()
+        name = job["metadata"]["name"]
+        # An MPIJob's launcher is a Job of the Job controller; its workers are the MPI operator's.
+        names = [name, name + kinds.LAUNCHER_SUFFIX] if kinds.is_mpi(job) else [name]
+        refusal = refused_pods(await self._patiently(self._events_of, names))
+        if refusal is None:
+            return False
+        await self._patiently(
+            self._rule, job, Reason.POD_REFUSED.value, f"the API server refused its pods: {refusal}"
+        )
+        return True
+
     async def _rule_failed(self, job: dict, snap: JobSnapshot, failure: Failure | None) -> None:
         """Record the product's verdict and end the job through its own controller, so its pods (and
         GPUs) go now and ``kubectl get jobs`` shows it failed (see ``quota.ledger.verdict_patch``)."""
         reason = snap.reason.value
         message = (failure.message if failure else "") + (f": {snap.message}" if snap.message else "")
+        await self._rule(job, reason, message)
+
+    async def _rule(self, job: dict, reason: str, message: str) -> None:
         self.log.error(
             "%s %s cannot start (%s); failing it now", self.t.kind, job["metadata"]["name"], reason
         )

@@ -15,6 +15,7 @@ from .failures import (
     classify_failure,
     is_transient_pull_error,
     missing_object,
+    refused_pods,
     start_cannot_succeed,
 )
 from .pod_status import (
@@ -86,6 +87,7 @@ __all__ = [
     "is_restartable_init_container",
     "is_transient_pull_error",
     "missing_object",
+    "refused_pods",
     "start_cannot_succeed",
     "START_GRACE",
     "job_kind",

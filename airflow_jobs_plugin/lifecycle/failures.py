@@ -10,10 +10,11 @@ non-zero code is the job's own failure too, unless the DAG author declares its e
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
+from typing import Any
 
 from .snapshot import JobSnapshot
 from .state import Reason
@@ -50,6 +51,7 @@ _ALWAYS_FATAL = frozenset(
         Reason.INVALID_IMAGE_NAME,
         Reason.CONTAINER_CANNOT_RUN,
         Reason.CONTAINER_CONFIG_ERROR,
+        Reason.POD_REFUSED,
         Reason.DEADLINE_EXCEEDED,
         Reason.QUEUE_TIMEOUT,
         Reason.OVER_QUOTA,
@@ -224,3 +226,38 @@ def start_cannot_succeed(snapshot: JobSnapshot, grace: timedelta | None = None) 
             f"{replica.name} cannot start its containers: {cause} ({word} for {int(stuck.total_seconds())}s)"
         )
     return None
+
+
+# --- pods the API server refuses -----------------------------------------------------------------
+
+# How each controller tells that the API server refused a pod it created, on the object it controls:
+# the Job controller ("FailedCreate", "Error creating: <error>": RealPodControl.createPods in
+# kubernetes pkg/controller/controller_utils.go, v1.36) for a Job, a torchrun Job and an MPIJob's
+# launcher Job; the MPI operator for an MPIJob's workers ("MPIJobFailed", "worker pod created failed:
+# <error>": kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go, ``getOrCreateWorker``).
+_REFUSAL_PREFIXES = {"FailedCreate": "Error creating: ", "MPIJobFailed": "worker pod created failed: "}
+# The API server's words for a refusal no retry cures by itself: an admission plugin's or a policy's
+# 403 (``<resource> "<name>" is forbidden: ...``: PriorityClass, PodSecurity, ResourceQuota's "exceeded
+# quota", a ValidatingAdmissionPolicy) and validation's 422 (``... is invalid: ...``).
+_REFUSALS = re.compile(r'^pods "[^"]*" is (forbidden|invalid): ')
+
+
+def refused_pods(events: Iterable[Mapping[str, Any]]) -> str | None:
+    """The API server's message for the newest pod it refused to a job's controller, read from the
+    events about the job (and its launcher Job), or ``None`` when it refused none.
+
+    The controller asks again and again (the Job controller with its back-off, the MPI operator on its
+    next sync): without a ruling the job holds its quota, podless, until its deadline."""
+    newest: tuple[str, str] | None = None
+    for event in events:
+        prefix = _REFUSAL_PREFIXES.get(str(event.get("reason") or ""))
+        text = str(event.get("message") or event.get("note") or "")
+        if prefix is None or not text.startswith(prefix):
+            continue
+        error = text[len(prefix) :].strip()
+        if not _REFUSALS.match(error):
+            continue
+        stamp = str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
+        if newest is None or stamp >= newest[0]:
+            newest = (stamp, error)
+    return newest[1] if newest is not None else None

@@ -443,6 +443,14 @@ def _exit_code(pod: PodFacts) -> int | None:
     return None
 
 
+# A kubelet event that only names the container's waiting reason ("Error: ImagePullBackOff").
+_KUBELET_SUMMARY = re.compile(r"^Error: [A-Za-z]+$")
+
+
+def _text(event: Mapping[str, Any]) -> str:
+    return str(event.get("message") or event.get("note") or "").strip()
+
+
 def _message(pod: PodFacts, health: Health, reason: Reason | None, warnings: list[Mapping[str, Any]]) -> str:
     """The cluster's own words about a replica's trouble, most specific first."""
     if health in (Health.RUNNING, Health.SUCCEEDED):
@@ -454,11 +462,20 @@ def _message(pod: PodFacts, health: Health, reason: Reason | None, warnings: lis
             message = str(newest_warning.get("message") or newest_warning.get("note") or "")
         return message
     if reason == Reason.IMAGE_PULL:
-        # The back-off message only names the image; the kubelet's Failed event carries the registry's error.
-        pulls = [e for e in warnings if e.get("reason") in ("Failed", "ErrImagePull")]
+        # The back-off message only names the image; the kubelet's Failed event carries the registry's
+        # error. The kubelet posts two Failed events per failed pull and one per back-off: the registry's
+        # answer ('Failed to pull image "x": ... not found', pkg/kubelet/images/image_manager.go,
+        # ``EnsureImageExists``) and its summaries ("Error: ErrImagePull", "Error: ImagePullBackOff",
+        # pkg/kubelet/kuberuntime/kuberuntime_container.go, ``startContainer``; Kubernetes 1.36), which
+        # come after it and say nothing the reason does not: the newest answer is the one to show.
+        pulls = [
+            e
+            for e in warnings
+            if e.get("reason") in ("Failed", "ErrImagePull") and not _KUBELET_SUMMARY.match(_text(e))
+        ]
         newest_pull = latest(pulls, event_time)
         if newest_pull is not None:
-            return str(newest_pull.get("message") or newest_pull.get("note") or "")
+            return _text(newest_pull)
     texts = [pod.message, dig(pod.condition("DisruptionTarget"), "message")]
     for status in pod.init_container_statuses + pod.container_statuses:
         for path in (("state", "waiting"), ("state", "terminated"), ("lastState", "terminated")):

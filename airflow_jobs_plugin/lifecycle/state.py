@@ -84,6 +84,9 @@ class Reason(str, Enum):
     IMAGE_PULL = "ImagePull"  # ErrImagePull / ImagePullBackOff (mcli: FailedImagePull)
     INVALID_IMAGE_NAME = "InvalidImageName"
     CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"  # a missing secret/configmap key
+    # The API server refused the pods the job's controller asked for (a PriorityClass that does not
+    # exist, PodSecurity, a ResourceQuota): its FailedCreate events say why; the controller retries for ever.
+    POD_REFUSED = "PodRefused"
     # Running.
     RUNNING = "Running"
     FINISHING = "Finishing"  # every pod ended well; the controller has not declared the job done
@@ -128,6 +131,8 @@ VERDICTS: dict[str, Reason] = {
     # the kubelet forever too; the trigger rules on them after a grace (lifecycle.start_cannot_succeed).
     Reason.CONTAINER_CONFIG_ERROR.value: Reason.CONTAINER_CONFIG_ERROR,
     Reason.CONTAINER_CANNOT_RUN.value: Reason.CONTAINER_CANNOT_RUN,
+    # Pods the API server refuses are asked for again and again by their controller; the trigger rules.
+    Reason.POD_REFUSED.value: Reason.POD_REFUSED,
     # A pod larger than any node: the scheduler reports Unschedulable forever; admission rules on it.
     Reason.UNSCHEDULABLE.value: Reason.UNSCHEDULABLE,
     # A pod on a lost node never becomes terminal by itself; the trigger ends the attempt.

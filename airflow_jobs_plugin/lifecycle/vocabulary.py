@@ -202,6 +202,7 @@ STATE_REASONS: dict[JobState, tuple[Reason, ...]] = {
     ),
     _S.SUCCEEDED: (Reason.COMPLETED,),
     _S.FAILED: (
+        Reason.POD_REFUSED,
         Reason.IMAGE_PULL,
         Reason.INVALID_IMAGE_NAME,
         Reason.CONTAINER_CANNOT_RUN,

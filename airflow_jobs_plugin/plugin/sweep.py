@@ -46,7 +46,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_jobs_plugin import actions, config, inspect, labels
-from airflow_jobs_plugin.kube import KubeClient
+from airflow_jobs_plugin.kube import MPIJOBS, KubeClient, KubeError
+from airflow_jobs_plugin.objects import parse_time
 from airflow_jobs_plugin.orphans import JobRecord, TaskRecord, TaskRef, Verdict, job_record, judge
 from airflow_jobs_plugin.quota.ledger import is_finished
 
@@ -209,6 +210,7 @@ async def sweep(
     swept: list[Swept] = []
     async for page in inspect.job_metadata_pages(client, target.namespace):
         listed.update(_uid(j) for j in page)
+        await delete_expired_mpijobs(client, target.namespace, page, now)
         refs = refs_of(page, memory.finished)
         known, tasks = read_tasks(refs) if refs else (set(), {})
         decided = judge_page(page, memory.finished, tasks, known, now=now, grace=grace)
@@ -259,6 +261,34 @@ async def _settle(
     # A doubt no read found was deleted since the metadata was read, or lost its TASK_KEY label: not
     # ours to end.
     return swept
+
+
+def expired_mpijobs(metadata: Iterable[Mapping[str, Any]], now: datetime) -> list[tuple[str, str]]:
+    """(name, uid) of the finished MPIJobs whose TTL has ended (labels.DELETE_AFTER, written only on
+    MPIJobs by the trigger that saw them finish) and that are not being deleted already."""
+    found = []
+    for job in metadata:
+        meta = job.get("metadata") or {}
+        after = parse_time((meta.get("annotations") or {}).get(labels.DELETE_AFTER))
+        if after is not None and after <= now and not meta.get("deletionTimestamp"):
+            found.append((str(meta.get("name") or ""), _uid(job)))
+    return found
+
+
+async def delete_expired_mpijobs(
+    client: KubeClient, namespace: str, metadata: Iterable[Mapping[str, Any]], now: datetime
+) -> None:
+    """Delete the finished MPIJobs whose ``ttl_after_finished`` has run out: the MPI operator (v0.5-v0.8)
+    applies it to the launcher Job only. Every API server process sweeps: the delete is conditional on
+    the uid (a new MPIJob of the same name is never taken), and a second delete finds it gone (404)."""
+    for name, uid in expired_mpijobs(metadata, now):
+        try:
+            await client.delete(MPIJOBS, namespace, name, preconditions={"uid": uid})
+        except KubeError as exc:
+            if not exc.conflict:
+                log.warning("could not delete expired MPIJob %s/%s: %s", namespace, name, exc)
+            continue
+        log.info("deleted MPIJob %s/%s: its ttl_after_finished has run out", namespace, name)
 
 
 def _seconds(option: str) -> int:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import kinds, kueue, kueue_cluster, labels
+from .. import kinds, kueue, kueue_cluster, labels, queue_clock
 from ..bounded import bounded
-from ..kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, KubeError, Resource
+from ..kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
 from .ledger_model import (
     UNSUSPEND_GRACE,
     Drop,
@@ -159,6 +159,8 @@ def fingerprint(job: Mapping[str, Any]) -> tuple:
                 labels.GROUP_NAME,
                 labels.USER_NAME,
                 labels.STOPPED_AT,  # a stop or a resume changes what the pass decides
+                labels.QUEUE_WAITED,
+                labels.QUEUE_WAIT_SINCE,
             )
         ),
     )
@@ -248,16 +250,34 @@ def is_stopped(job: Mapping[str, Any]) -> bool:
     return bool(((job.get("metadata") or {}).get("annotations") or {}).get(labels.STOPPED_AT))
 
 
+# How long past its deletion deadline (``metadata.deletionTimestamp``: the deletion's time plus its grace
+# period, k8s.io/apiserver pkg/registry/rest/delete.go BeforeDelete) a pod still counts as holding its
+# GPUs. A pod its kubelet never confirms gone sits on a lost node: its quota must not wait for the node.
+POD_GONE_MARGIN = timedelta(seconds=60)
+
+
+def pods_hold_gpus(pods: Iterable[Mapping[str, Any]], now: datetime) -> bool:
+    """Whether any of ``pods`` still holds GPUs: placed on a node, not ended, and (when being deleted)
+    not yet past its deletion deadline by POD_GONE_MARGIN."""
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not (pod.get("spec") or {}).get("nodeName"):  # a pod never placed holds no GPUs
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        deadline = _parse_time(meta.get("deletionTimestamp"))
+        if deadline is not None and now > deadline + POD_GONE_MARGIN:
+            continue
+        return True
+    return False
+
+
 def observe(
     job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = None, *, released: bool = False
 ) -> ObservedJob:
     """What reconcile needs from ``job``; ``pods`` (its pods, where known) tell whether it still holds
     GPUs after it ended or was stopped; ``released``: its trigger let its reservation go."""
-    holding = pods is not None and any(
-        (pod.get("spec") or {}).get("nodeName")  # a pod never placed holds no GPUs
-        and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        for pod in pods
-    )
+    holding = pods is not None and pods_hold_gpus(pods, utcnow())
     return observed_job(
         job.get("metadata") or {},
         suspended=awaits_release(job),
@@ -607,6 +627,9 @@ def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
             **_precondition(job),
             "labels": {labels.ADMITTED: None},
             "annotations": {
+                # Its run is off the queue clock: the wait before its admission is banked, a new one
+                # starts now.
+                **queue_clock.leave_queue(annotations, utcnow(), rejoin=True),
                 labels.REQUEUE_COUNT: str(count + 1),
                 labels.PREEMPTIONS: str(preemptions + 1),
                 labels.PREEMPTED_BY: by.split(",", 1)[0],
@@ -668,6 +691,30 @@ async def _lookup(client: KubeClient, reservation: Reservation, namespace: str) 
         return None
 
 
+async def _pods_of_gone(
+    client: KubeClient,
+    reservation: Reservation,
+    namespace: str,
+    pods_of: Callable[[dict], Iterable[Mapping[str, Any]] | None] | None,
+) -> list[Mapping[str, Any]]:
+    """The pods left of a deleted reserved job, by its name: as the process's watch holds them, else read
+    (a Job's pods carry ``batch.kubernetes.io/job-name``, an MPIJob's ``training.kubeflow.org/job-name``);
+    none when they cannot be read (the job is gone: nothing better than freeing its GPUs is known)."""
+    ns = reservation.namespace or namespace
+    stub = {"metadata": {"name": reservation.job, "namespace": ns}}
+    held = pods_of(stub) if pods_of is not None else None
+    if held is not None:
+        return list(held)
+    found: list[Mapping[str, Any]] = []
+    try:
+        for key in (labels.BATCH_JOB_NAME, labels.MPI_JOB_NAME):
+            listing = await client.list(PODS, ns, label_selector=f"{key}={reservation.job}")
+            found.extend(listing.get("items") or [])
+    except KubeError:
+        return []
+    return found
+
+
 async def read_view(
     client: KubeClient,
     group: str,
@@ -710,6 +757,27 @@ async def read_view(
                 queued.append(entry)
         else:
             running.append(Reservation.for_job(entry, admitted_at_of(job) or now))
+    # A running job the ledger does not hold is adopted (charged), which only a lost ledger or a
+    # hand-unsuspended job needs. The cache that shows it running may be older than the ledger: a job
+    # whose end a pass already released shows running in a lagging watch, and adopting it would charge
+    # GPUs nobody holds (a cohort's ledger held 20 GPUs of 16). So no adoption rests on a view older
+    # than the ledger: each candidate is read again from the API server, after the ledger was read.
+    known = {r.uid for r in ledger.reservations}
+    confirmed: list[Reservation] = []
+    for candidate in running:
+        if candidate.uid in known:
+            confirmed.append(candidate)
+            continue
+        fresh = await _lookup(client, candidate, ledger_namespace)
+        if fresh is None:
+            continue  # not read: not adopted this pass (the next pass asks again)
+        if fresh is _MISSING:
+            by_uid.pop(candidate.uid, None)
+            continue
+        by_uid[candidate.uid] = fresh
+        if not (is_finished(fresh) or awaits_release(fresh) or is_stopped(fresh)):
+            confirmed.append(candidate)
+    running = confirmed
     observed = {
         uid: observe(job, pods_of(job) if pods_of is not None else None, released=uid in released)
         for uid, job in by_uid.items()
@@ -719,7 +787,8 @@ async def read_view(
             continue
         found = await _lookup(client, reservation, ledger_namespace)
         if found is _MISSING:
-            observed[reservation.uid] = ObservedJob.gone()
+            pods = await _pods_of_gone(client, reservation, ledger_namespace, pods_of)
+            observed[reservation.uid] = ObservedJob.gone(holding_pods=pods_hold_gpus(pods, now))
         elif found is not None:
             by_uid[reservation.uid] = found
             observed[reservation.uid] = observe(found)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
-from .. import labels
+from .. import labels, queue_clock
 from ..kinds.charge import job_charge
 from .fair_share import Ordering, UsageHistory, recent_by_group, with_released
 from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
@@ -331,6 +331,8 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
         ),
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
         stopped_at=_rfc3339_or_none(annotations.get(labels.STOPPED_AT), f"annotation {labels.STOPPED_AT}"),
+        waited_before=queue_clock.waited_before(annotations),
+        wait_since=queue_clock.wait_since(annotations),
         kueue_queue=annotations.get(labels.KUEUE_HANDOFF) or None,
         # A flavor is a quota line of its own (quota/flavors.py); else the device, else whole GPUs.
         resource=annotations.get(labels.GPU_FLAVOR)
@@ -389,6 +391,7 @@ def observed_job(
         stopped=bool(annotations.get(labels.STOPPED_AT)),
         holding_pods=holding_pods,
         released=released,
+        deleting=bool(metadata.get("deletionTimestamp")),
     )
 
 
@@ -418,10 +421,14 @@ class ObservedJob:
     stopped: bool = False
     holding_pods: bool = False
     released: bool = False
+    # Being deleted (``deletionTimestamp``): a foreground deletion keeps the job until its pods are gone.
+    deleting: bool = False
 
     @classmethod
-    def gone(cls) -> ObservedJob:
-        return cls(exists=False)
+    def gone(cls, holding_pods: bool = False) -> ObservedJob:
+        """A job deleted already; ``holding_pods``: pods of it still run or stop on a node (a background
+        deletion removes the job first and its pods after, each with its grace period)."""
+        return cls(exists=False, holding_pods=holding_pods)
 
 
 class DropReason(str, Enum):
@@ -464,7 +471,11 @@ def reconcile_drops(ledger: Ledger, observed: Mapping[str, ObservedJob]) -> tupl
         seen = observed.get(r.uid)
         if seen is None:
             continue
-        if not seen.exists:
+        if not seen.exists or (seen.deleting and seen.released):
+            # A deleted job's GPUs are free only once its pods are gone: `kubectl delete job` removes the
+            # job first and the garbage collector its pods after (each stopping within its grace).
+            if seen.holding_pods:
+                continue
             drops.append(Drop(r, DropReason.GONE))
         elif seen.released:
             drops.append(Drop(r, DropReason.RELEASED))

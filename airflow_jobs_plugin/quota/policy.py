@@ -53,6 +53,7 @@ from .requeue import (
     RequeueSettings,
     format_duration,
     queue_timed_out,
+    waited_for_quota,
 )
 
 # Key of the policy YAML inside the policy ConfigMap's ``data``.
@@ -1021,6 +1022,20 @@ class QueuedJob:
     kueue_queue: str | None = None
     # The GPU device it asks for (its gpu_resource), which it is charged against.
     resource: str = DEFAULT_RESOURCE
+    # The queue clock (queue_clock.py): waits banked before the current one, and when that began
+    # (None: at ``queued_at``). ``queue_timeout`` measures only waiting, never a run or a stop.
+    waited_before: timedelta = timedelta(0)
+    wait_since: datetime | None = None
+
+    def waited(self, now: datetime) -> timedelta:
+        """How long this job has waited for quota by ``now``."""
+        return waited_for_quota(
+            self.queued_at,
+            now,
+            waited_before=self.waited_before,
+            wait_since=self.wait_since,
+            waiting=self.stopped_at is None,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1571,13 +1586,13 @@ def _judge(
     timeout = job.queue_timeout if job.queue_timeout is not None else policy.requeue.queue_timeout
     if job.stopped_at is not None:
         # Checked before any reservation: a stopped job is never admitted again, not even by the
-        # repair of an unsuspend a crash lost. Its time in the queue still counts, as the queue
-        # timeout says: stopping a job does not stop its queue clock.
-        if timeout is not None and queue_timed_out(job.queued_at, now, timeout):
+        # repair of an unsuspend a crash lost. Its queue clock stands while it is stopped (it waits for
+        # its user, not for quota): only the waits it banked before the stop count.
+        if timeout is not None and queue_timed_out(job.waited(now), timeout):
             return (
                 Verdict.QUEUE_TIMEOUT,
-                f"stopped at {_utc(job.stopped_at)} and waited {format_duration(now - job.queued_at)} since "
-                f"it was queued in group {job.group}, longer than queue_timeout {format_duration(timeout)}",
+                f"stopped at {_utc(job.stopped_at)} after waiting {format_duration(job.waited(now))} for quota "
+                f"in group {job.group}, longer than queue_timeout {format_duration(timeout)}",
                 None,
             )
         return (
@@ -1593,10 +1608,10 @@ def _judge(
             f"already admitted at {_utc(existing.admitted_at)} with {_plural(existing.gpus, 'GPU')} reserved; resuming it",
             None,
         )
-    if timeout is not None and queue_timed_out(job.queued_at, now, timeout):
+    if timeout is not None and queue_timed_out(job.waited(now), timeout):
         return (
             Verdict.QUEUE_TIMEOUT,
-            f"waited {format_duration(now - job.queued_at)} in the queue of group {job.group}, "
+            f"waited {format_duration(job.waited(now))} for quota in the queue of group {job.group}, "
             f"longer than queue_timeout {format_duration(timeout)}",
             None,
         )

@@ -123,16 +123,51 @@ def requeue_decision(
     )
 
 
-def queue_timed_out(queued_at: datetime, now: datetime, queue_timeout: timedelta | None) -> bool:
-    """Whether a queued job waited longer than ``queue_timeout`` since it was first enqueued.
-
-    Measured from the original enqueue time, so time spent admitted-but-unplaced before a requeue
-    counts too: the limit bounds how long a job may go without starting.
-    """
-    _require_aware(queued_at=queued_at, now=now)
+def queue_timed_out(waited: timedelta, queue_timeout: timedelta | None) -> bool:
+    """Whether a job that has ``waited`` for quota (:func:`waited_for_quota`) is past ``queue_timeout``."""
     if queue_timeout is None:
         return False
-    return now - queued_at >= queue_timeout
+    return waited >= queue_timeout
+
+
+def waited_for_quota(
+    queued_at: datetime,
+    now: datetime,
+    *,
+    waited_before: timedelta = timedelta(0),
+    wait_since: datetime | None = None,
+    waiting: bool = True,
+) -> timedelta:
+    """How long a job has waited for quota: the waits it banked before (``waited_before``, each ended by
+    a run or a stop) plus the current one, from ``wait_since`` (its first wait starts at ``queued_at``).
+
+    Only waiting counts, as ``queue_timeout`` promises: a run that ended in a stop, a preemption or a
+    failed attempt never counts, so a job that ran for a day and was stopped is not failed at once on its
+    resume. Time spent admitted but unplaced before a stuck-start requeue does count (no wait is banked
+    then: the current wait goes on), so the limit bounds how long a job may go without starting. A
+    stopped job (``waiting`` False) waits for its user, not for quota: only what it banked counts.
+    """
+    _require_aware(queued_at=queued_at, now=now)
+    if not waiting:
+        return waited_before
+    return waited_before + max(now - (wait_since or queued_at), timedelta(0))
+
+
+def banked_wait(
+    queued_at: datetime,
+    *,
+    waited_before: timedelta,
+    wait_since: datetime | None,
+    admitted_at: datetime | None,
+    now: datetime,
+) -> timedelta:
+    """What a job has waited for quota when it leaves the queue's clock (a stop, a preemption, a next
+    attempt): its current wait ended at its admission if it was admitted, else now (stopped while
+    queued). The caller writes it on the job (labels.QUEUE_WAITED) and clears or restarts the current
+    wait (labels.QUEUE_WAIT_SINCE)."""
+    start = wait_since or queued_at
+    end = admitted_at if admitted_at is not None and admitted_at >= start else now
+    return waited_before + max(end - start, timedelta(0))
 
 
 def format_duration(value: timedelta) -> str:

@@ -21,7 +21,7 @@ is null on DELETE and ``oldObject`` on CREATE, as upstream.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +86,7 @@ def _kubernetes_library(celpy: Any) -> dict[str, Any]:
 
 
 class _Evaluator:
-    def __init__(self, request: AdmissionRequest):
+    def __init__(self, request: AdmissionRequest, params: Mapping[str, Any] | None = None):
         import celpy  # only clusters that hold a policy need the CEL library
 
         self._celpy = celpy
@@ -103,6 +103,7 @@ class _Evaluator:
             ),
             "object": celpy.json_to_cel(None if request.object is None else dict(request.object)),
             "oldObject": celpy.json_to_cel(None if request.old_object is None else dict(request.old_object)),
+            "params": celpy.json_to_cel(None if params is None else dict(params)),
         }
 
     def __call__(self, expression: str, variables: Any = None) -> Any:
@@ -122,13 +123,16 @@ class _Evaluator:
         return types.MapType({**(variables or {}), types.StringType(name): value})
 
 
-def refusals(policy: Mapping[str, Any], request: AdmissionRequest) -> list[tuple[str, str]]:
+def refusals(
+    policy: Mapping[str, Any], request: AdmissionRequest, params: Mapping[str, Any] | None = None
+) -> list[tuple[str, str]]:
     """(reason, message) of every validation of ``policy`` that ``request`` fails, in order; empty if it
-    passes or the policy does not select it. The API server evaluates them all and reports the first."""
+    passes or the policy does not select it. The API server evaluates them all and reports the first.
+    ``params`` is the binding's parameter object (``params`` in CEL), for a policy with a ``paramKind``."""
     spec = policy.get("spec") or {}
     if not _rules_match((spec.get("matchConstraints") or {}).get("resourceRules") or (), request):
         return []
-    evaluate = _Evaluator(request)
+    evaluate = _Evaluator(request, params)
     failing: list[tuple[str, str]] = []
     try:
         if not all(evaluate(c["expression"]) for c in spec.get("matchConditions") or ()):
@@ -149,13 +153,26 @@ def refusals(policy: Mapping[str, Any], request: AdmissionRequest) -> list[tuple
     return failing
 
 
+# kube-apiserver's words for a binding whose parameter is missing and whose parameterNotFoundAction is
+# Deny (k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_dispatcher.go, v1.36).
+_NO_PARAMS = (
+    "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
+)
+
+
 def check(
     policies: Sequence[Mapping[str, Any]],
     bindings: Sequence[Mapping[str, Any]],
     namespace_labels: Mapping[str, str],
     request: AdmissionRequest,
+    find_param: Callable[[str, str, str], Mapping[str, Any] | None] | None = None,
 ) -> None:
-    """Raise the API server's refusal of ``request`` if a bound policy denies it."""
+    """Raise the API server's refusal of ``request`` if a bound policy denies it.
+
+    A policy with a ``paramKind`` is evaluated with the object its binding's ``paramRef`` names
+    (``find_param(kind, namespace, name)``; the namespace is the request's when the ref names none, as
+    the API documents for a namespaced kind); a missing one refuses the request unless the ref's
+    ``parameterNotFoundAction`` is Allow."""
     by_name = {p["metadata"]["name"]: p for p in policies}
     for binding in bindings:
         spec = binding.get("spec") or {}
@@ -165,7 +182,28 @@ def check(
         selector = (spec.get("matchResources") or {}).get("namespaceSelector")
         if request.namespace and selector and not _selects(selector, namespace_labels):
             continue
-        found = refusals(policy, request)
+        params = None
+        policy_spec = policy.get("spec") or {}
+        param_kind = policy_spec.get("paramKind")
+        if param_kind and _rules_match(
+            (policy_spec.get("matchConstraints") or {}).get("resourceRules") or (), request
+        ):
+            # Only a request the policy selects looks its parameter up (policy_dispatcher.go).
+            ref = spec.get("paramRef") or {}
+            where = ref.get("namespace") or request.namespace
+            params = (
+                None
+                if find_param is None
+                else find_param(param_kind.get("kind", ""), where, ref.get("name", ""))
+            )
+            if params is None:
+                if ref.get("parameterNotFoundAction", "Deny") == "Allow":
+                    continue
+                found = [("Forbidden", _NO_PARAMS)]
+            else:
+                found = refusals(policy, request, params)
+        else:
+            found = refusals(policy, request)
         if not found:
             continue
         reason, message = found[0]
@@ -227,6 +265,21 @@ class PolicyAdmission:
                 else {"kubernetes.io/metadata.name": namespace}
             )
         caller = rbac.CALLER.get()
+
+        def find_param(kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+            plural = {"ConfigMap": "configmaps"}.get(kind)
+            if plural is None:
+                return None
+            items = self.store.list_with_rv(plural, copy=False)[0]
+            return next(
+                (
+                    i
+                    for i in items
+                    if i["metadata"]["name"] == name and (i["metadata"].get("namespace") or "") == namespace
+                ),
+                None,
+            )
+
         check(
             policies,
             bindings,
@@ -242,4 +295,5 @@ class PolicyAdmission:
                 object=new,
                 old_object=old,
             ),
+            find_param,
         )

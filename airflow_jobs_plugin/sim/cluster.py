@@ -32,6 +32,9 @@ from .store import Store
 log = logging.getLogger(__name__)
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# The PriorityClasses the API server creates at start-up (kubernetes pkg/apis/scheduling/types.go,
+# SystemCriticalPriority = 2000000000; pkg/registry/scheduling/rest/storage_scheduling.go, v1.36).
+SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 DEFAULT_CONFIG = ClusterConfig()
 
 
@@ -144,6 +147,8 @@ class SimCluster:
             return self
         for ns in SYSTEM_NAMESPACES:
             self.store.create("namespaces", {"metadata": {"name": ns}})
+        for name, value in SYSTEM_PRIORITY_CLASSES.items():
+            self.store.create("priorityclasses", {"metadata": {"name": name}, "value": value})
         for i in range(self.config.nodes):
             self.store.create("nodes", node_object(i, self.config))
         self._unsubscribe = self.store.subscribe(self._on_event)

@@ -282,6 +282,17 @@ RESOURCES: dict[str, ResourceType] = {
             "v1",
             namespaced=False,
         ),
+        # The pods' PriorityClasses: the API server's Priority admission refuses a pod naming one that does
+        # not exist (kubernetes plugin/pkg/admission/priority/admission.go, v1.36: sim/store.py).
+        ResourceType(
+            "priorityclasses",
+            "priorityclass",
+            "PriorityClass",
+            "scheduling.k8s.io",
+            "v1",
+            namespaced=False,
+            short_names=("pc",),
+        ),
         # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2 config/components/crd; v1beta2 is the storage
         # version there, apis/kueue/v1beta2/*_types.go).
         *(

@@ -380,6 +380,7 @@ class Store:
         with self._lock:
             if rtype.namespaced:
                 self._check_namespace(rtype, meta)
+            asked_name = meta.get("name") or meta.get("generateName") or "Unknown"
             if not meta.get("name") and meta.get("generateName"):
                 for _ in range(8):
                     candidate = meta["generateName"] + _random_suffix()
@@ -397,6 +398,8 @@ class Store:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = format_time(self.now())
             obj = prepare_for_create(rtype, obj)
+            if resource == "pods":
+                self._admit_priority(obj, asked_name)
             for webhook in self.webhooks:
                 webhook.admit_create(resource, obj)
             if resource == "services":
@@ -418,6 +421,25 @@ class Store:
             self._put(resource, key, obj)
             self._emit("ADDED", resource, obj, None)
             return obj
+
+    def _admit_priority(self, pod: dict, asked_name: str) -> None:
+        """The Priority admission plugin (kubernetes plugin/pkg/admission/priority/admission.go, v1.36,
+        ``admitPod``): a pod naming a PriorityClass that does not exist is refused, 403 in apimachinery's
+        ``admission.NewForbidden`` words, which name a pod by its generateName while it has no name yet
+        (staging/src/k8s.io/apiserver/pkg/admission/errors.go, ``extractResourceName``); one that exists
+        gives the pod its value as ``spec.priority``."""
+        spec = pod.get("spec")
+        if not isinstance(spec, dict) or not spec.get("priorityClassName"):
+            return
+        wanted = spec["priorityClassName"]
+        found = self._objects["priorityclasses"].get(("", wanted))
+        if found is None:
+            raise errors.forbidden_error(
+                "pods",
+                asked_name,
+                f"no PriorityClass with name {wanted} was found",
+            )
+        spec["priority"] = found.get("value", 0)
 
     def _allocate_cluster_ip(self, spec: dict) -> None:
         """A free address of the service range 10.96.0.0/12 (kubeadm's default), like the IP allocator;

@@ -18,6 +18,7 @@ import shutil
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,6 +39,31 @@ from realplane import timeline
 
 log = logging.getLogger("player")
 
+# A talking container (the tracking benchmark's workload): a pod with this annotation gets a line every
+# that many seconds in its first container's log from the moment it runs, then a last line ``done``
+# DONE_MARGIN seconds before the container ends. Each line says when it was due and when it was
+# written (wall clock), as the stand-in's ticker writes them (tests/benchmarks/simproc.py).
+TALK_ANNOTATION = "plane.airflow-jobs.io/log-every"
+PLANNERS = 8
+DONE_MARGIN = 1.0
+TALK_PERIOD = 0.1  # the talker's pass: each talking container's due lines are written in one append
+
+
+@dataclass
+class Talker:
+    """One talking container: where its log is, its next line's number and time, and its end."""
+
+    path: Path
+    every: float
+    end: float  # when its container ends (epoch seconds)
+    due: float  # when its next line is due
+    k: int = 0
+
+
+def talk_line(k: int, due: float, wrote: float) -> str:
+    head = "done" if k < 0 else f"tick {k}"
+    return f"{head} due={due:.3f} wrote={wrote:.3f}"
+
 
 @dataclass(order=True)
 class Due:
@@ -55,6 +81,9 @@ def cri_line(at: datetime, line: str) -> str:
 class Player:
     def __init__(self, kubeconfig: str, logs_dir: Path, scale: float) -> None:
         config.load_kube_config(config_file=kubeconfig)
+        pooled = client.Configuration.get_default_copy()
+        pooled.connection_pool_maxsize = PLANNERS + 2  # the planners' writes and the watch at once
+        client.Configuration.set_default(pooled)
         self.core = client.CoreV1Api()
         self.custom = client.CustomObjectsApi()
         self.logs_dir = logs_dir
@@ -64,6 +93,13 @@ class Player:
         self.lock = threading.Condition()
         self.known: dict[str, str] = {}  # pod key -> uid it was planned for
         self.ip_counters: dict[str, int] = {}
+        # Pods being planned, and the pool that plans them (PLANNERS at once, as many connections).
+        self.planning: set[str] = set()
+        self.pool = ThreadPoolExecutor(PLANNERS, thread_name_prefix="plan")
+        self.talkers: dict[str, Talker] = {}
+        self.talk_lock = threading.Lock()
+        self.talked = 0  # lines of talking containers written, and the latest one was behind its time
+        self.lag_max = 0.0
 
     # --- planning ---------------------------------------------------------------------------------
 
@@ -87,6 +123,10 @@ class Player:
             log.warning("planning %s: %s", key, exc.reason)
             return
         self.known[key] = meta["uid"]
+        talker = self._talk(pod, plan, self._pod_dir(meta["namespace"], meta["name"], meta["uid"]))
+        if talker is not None:
+            with self.talk_lock:
+                self.talkers[key] = talker
         with self.lock:
             for timed in plan.effects:
                 heapq.heappush(
@@ -95,11 +135,68 @@ class Player:
             self.lock.notify()
         log.info("planned %s: %d frames, %d effects", key, len(plan.frames), len(plan.effects))
 
+    @staticmethod
+    def _talk(pod: dict, plan: timeline.Timeline, directory: Path) -> Talker | None:
+        """The first line of a talking container (``TALK_ANNOTATION``): when its pod first runs, until
+        the end of its first container's first run."""
+        every = ((pod["metadata"].get("annotations") or {}).get(TALK_ANNOTATION) or "").strip()
+        containers = pod["spec"].get("containers") or []
+        if not every or not containers:
+            return None
+        name = containers[0]["name"]
+        start = next((f.at.timestamp() for f in plan.frames if f.status.get("phase") == "Running"), None)
+        end = next(
+            (
+                t.at.timestamp()
+                for t in plan.effects
+                if isinstance(t.effect, LogClose) and t.effect.container == name
+            ),
+            None,
+        )
+        if start is None or end is None:
+            return None
+        return Talker(directory / f"{name}.log", max(0.01, float(every)), end, start)
+
+    def run_talkers(self) -> None:
+        """Every ``TALK_PERIOD``: each talking container's lines due by now, in one append, and its last
+        line ``DONE_MARGIN`` seconds before it ends (a thread of its own: the effects' queue holds one
+        entry per event, this one entry per container, and thousands of lines a second would not fit
+        through one heap)."""
+        while True:
+            time.sleep(TALK_PERIOD)
+            now = time.time()
+            with self.talk_lock:
+                talkers = list(self.talkers.items())
+            for key, t in talkers:
+                if t.due > now:
+                    continue
+                last = t.end - DONE_MARGIN
+                chunk = []
+                while t.due <= now and t.due < last:
+                    chunk.append(talk_line(t.k, t.due, now))
+                    self.lag_max = max(self.lag_max, now - t.due)
+                    t.due, t.k = t.due + t.every, t.k + 1
+                done = now >= last
+                if done:
+                    chunk.append(talk_line(-1, last, now))
+                stamp = datetime.fromtimestamp(now, timezone.utc)
+                try:
+                    with t.path.open("a") as fh:
+                        fh.write("".join(cri_line(stamp, line) for line in chunk))
+                except OSError as exc:  # its pod is gone: its directory with it
+                    log.debug("talker of %s: %s", key, exc)
+                    done = True
+                self.talked += len(chunk)
+                if done:
+                    with self.talk_lock:
+                        self.talkers.pop(key, None)
+
     def _pod_ip(self, node: str) -> str:
         index = int(node.rsplit("-", 1)[-1]) if node.rsplit("-", 1)[-1].isdigit() else 0
         base = 200 if node.startswith("mig-") else 0
-        self.ip_counters[node] = self.ip_counters.get(node, 1) % 250 + 1
-        return f"10.244.{base + index}.{self.ip_counters[node] + 1}"
+        with self.lock:
+            self.ip_counters[node] = self.ip_counters.get(node, 1) % 250 + 1
+            return f"10.244.{base + index}.{self.ip_counters[node] + 1}"
 
     def _references(self, pod: dict, node: str, host_ip: str, pod_ip: str) -> References | None:
         if not refers_to_objects(pod):
@@ -236,6 +333,8 @@ class Player:
         key = f"{meta['namespace']}/{meta['name']}"
         if self.known.get(key) == meta.get("uid"):
             del self.known[key]
+        with self.talk_lock:
+            self.talkers.pop(key, None)
         shutil.rmtree(self._pod_dir(meta["namespace"], meta["name"], meta.get("uid", "")), ignore_errors=True)
 
     def watch_pods(self) -> None:
@@ -284,10 +383,25 @@ class Player:
             return
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        with self.lock:
+            # Events of a pod that arrive before its plan's annotation does (kwok's, the scheduler's)
+            # must not plan it twice: its lines would be written twice.
+            if key in self.planning or self.known.get(key) == meta.get("uid"):
+                return
+            self.planning.add(key)
+        self.pool.submit(self._plan, key, pod)
+
+    def _plan(self, key: str, pod: dict) -> None:
+        """Plan one pod in the pool: its two writes (the frames, the Logs object) wait on the API
+        server, and thousands of pods bound at once are planned several at a time."""
         try:
             self.plan(pod)
         except Exception:  # noqa: BLE001 - one pod's bad plan never stops the others
-            log.exception("planning %s/%s", meta.get("namespace"), meta.get("name"))
+            log.exception("planning %s", key)
+        finally:
+            with self.lock:
+                self.planning.discard(key)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     player = Player(args.kubeconfig, args.logs_dir, args.time_scale)
     threading.Thread(target=player.run_effects, daemon=True, name="effects").start()
+    threading.Thread(target=player.run_talkers, daemon=True, name="talkers").start()
     player.watch_pods()
     return 0
 

@@ -36,10 +36,13 @@ import json
 import math
 import os
 import random
+import signal
+import sys
 import time
 from typing import Any
 
 from benchlib import (
+    RealCluster,
     SimProcess,
     TrackerProcess,
     cpu_in_window,
@@ -58,10 +61,20 @@ CNCF_START_PER_JOB = 0.07  # plus this per trigger: it builds an API client (an 
 TRIGGERER_CAPACITY = 1000
 CNCF_WINDOWS = 3  # consecutive windows of the cncf trigger's rate and CPU
 END_RATE = 5000 / 180  # jobs ending per second at most (the rate of the 5,000-job run): sets the spread
-JOB_LOGS = ("starting", "done")  # each job's container lines; the last is the one every task log needs
+JOB_LOGS = ("starting",)  # each job's listed container line; then it talks (below)
+# The workload: while it runs, every job's container writes a line a second; a few loud ones ten a
+# second; each writes ``done`` just before it ends, the line every task log needs. On the plane the
+# scenario player appends them to the CRI log files kwok serves; on the stand-in a ticker thread of
+# the simulator appends them to its log store. Each line carries the wall time it was written.
+QUIET_EVERY = 1.0
+LOUD_EVERY = 0.1
+LOUD_SHARE = 0.02
+LAST_LINE = "done"
+TALK_ANNOTATION = "plane.airflow-jobs.io/log-every"  # realplane/player.py TALK_ANNOTATION
+ADMISSION_VERBS = ("create", "patch", "update", "delete")  # unsuspend, ledger writes; the rest reads
 
 
-def startup_estimate(n: int, history: dict[int, float] | None = None) -> float:
+def startup_estimate(n: int, history: dict[int, float] | None = None, real: bool = False) -> float:
     """Real seconds until our tracker has received a Running pod of each of ``n`` jobs, with a margin.
 
     A conservative default, linear in ``n`` (measured on 2 cores: 1-2 s at 100 jobs, 5-9 s at 1,000 on
@@ -70,7 +83,9 @@ def startup_estimate(n: int, history: dict[int, float] | None = None) -> float:
     with measurements of smaller runs, at least a power law through the last two (exponent between 1.2
     and 2.2: start-up grows a little faster than linearly, as every write also feeds the watches of every
     client). Planning long costs only waiting; planning short lets jobs end inside the windows."""
-    default = 20 + 0.025 * n
+    # The real plane creates pods through the Job controller, the scheduler, kwok and the player (two
+    # writes per pod), each at its client's rate limit: slower than the simulator's store writes.
+    default = 30 + 0.06 * n if real else 20 + 0.025 * n
     points = sorted((history or {}).items())
     if len(points) >= 2:
         (n1, s1), (n2, s2) = points[-2], points[-1]
@@ -95,39 +110,65 @@ def run_tracking(
     heap: bool = False,
     tracemalloc: int = 0,
     startup: float | None = None,
+    cluster: str = "sim",
+    kubeconfig: str | None = None,
+    gc_freeze: bool = False,
+    log_streams: int | None = None,
+    poll_rate: float | None = None,
     say: Any = print,
 ) -> dict[str, Any]:
-    """One tracking run of ``n`` jobs; returns the figures (see the module docstring)."""
+    """One tracking run of ``n`` jobs on the stand-in (``cluster="sim"``) or on the real control plane
+    (``"real"``: started here, or the one ``kubeconfig`` names); returns the figures (see the module
+    docstring)."""
+    real = cluster == "real"
     spread = spread if spread is not None else max(20.0, n / END_RATE)
-    startup = startup if startup is not None else startup_estimate(n)
+    startup = startup if startup is not None else startup_estimate(n, real=real)
     cncf_windows = max(1, cncf_windows)
     followed = min(n, cncf_max) if cncf else 0  # jobs the cncf tracker follows: one triggerer's worth
     cncf_start = CNCF_START + CNCF_START_PER_JOB * followed
     lead = startup + SETTLE + window + ((cncf_start + cncf_windows * window) if cncf else 0.0) + 10.0
     rng = random.Random(n)
     runs = [(lead + spread * rng.random()) / time_scale for _ in range(n)]
-    namespace = f"track-{n}"
+    talk = [LOUD_EVERY if rng.random() < LOUD_SHARE else QUIET_EVERY for _ in range(n)]
+    # On a plane that is already up, a namespace of its own (an earlier run's jobs may still be there).
+    namespace = f"track-{n}-{int(time.time()) % 100000}" if real else f"track-{n}"
     nodes = n // 100 + 2  # 110 pods per node
     say(
-        f"[tracking n={n}] {nodes} nodes, time scale {time_scale}, start-up planned {startup:.0f}s, jobs run"
+        f"[tracking n={n}] {cluster} cluster, {nodes} nodes, time scale {time_scale},"
+        f" start-up planned {startup:.0f}s, jobs run"
         f" {lead:.0f}-{lead + spread:.0f}s, logs {'followed' if stream_logs else 'off'}"
         + (f", cncf follows {followed:,} of {n:,}" if cncf else "")
     )
     load = os.getloadavg()  # the machine is shared: what else ran when this one started
-    with SimProcess(nodes=nodes, time_scale=time_scale) as sim:
+    plane: RealCluster | SimProcess = (
+        RealCluster(nodes=nodes, kubeconfig=kubeconfig, time_scale=time_scale)
+        if real
+        else SimProcess(nodes=nodes, time_scale=time_scale)
+    )
+    with plane as sim:
         t0 = time.time()
-        names = sim.cmd(
-            "create_jobs",
-            namespace=namespace,
-            prefix=f"t{n}",
-            jobs=[{"run": r, "logs": list(JOB_LOGS)} for r in runs],
-        )
+        specs = [{"run": r, "logs": list(JOB_LOGS), "every": e} for r, e in zip(runs, talk, strict=True)]
+        if isinstance(sim, RealCluster):
+            names = sim.create_jobs(namespace, f"t{n}", specs, talk_annotation=TALK_ANNOTATION)
+        else:
+            names = sim.cmd("create_jobs", namespace=namespace, prefix=f"t{n}", jobs=specs)
+            sim.cmd(
+                "ticks",
+                namespace=namespace,
+                jobs={
+                    name: {"every": e, "end": r * time_scale}
+                    for name, r, e in zip(names, runs, talk, strict=True)
+                },
+            )
         created = time.time()
         cap = lead + spread + 600
         extra = (
             (["--stream-logs"] if stream_logs else [])
             + (["--heap"] if heap else [])
             + (["--tracemalloc", str(tracemalloc)] if tracemalloc else [])
+            + (["--gc-freeze"] if gc_freeze else [])
+            + (["--log-streams", str(log_streams)] if log_streams is not None else [])
+            + (["--poll-rate", str(poll_rate)] if poll_rate is not None else [])
         )
         ours = TrackerProcess(sim, "ours", names, namespace, cap=cap, extra=extra)
         theirs: TrackerProcess | None = None
@@ -155,10 +196,15 @@ def run_tracking(
                     names[:followed],
                     namespace,
                     cap=cap,
-                    extra=["--poll-interval", str(poll_interval)],
+                    extra=[
+                        "--poll-interval",
+                        str(poll_interval),
+                        "--announce-requests",
+                        f"{CNCF_KEYS[0]}={min(followed, 100)}",
+                    ],
                 )
                 # Its window opens once it is polling (the first polls of a large set take minutes).
-                polling = wait_for_requests(sim, CNCF_KEYS[0], min(followed, 100), timeout=lead * 2)
+                polling = float(theirs.wait_announced(f"requests_{CNCF_KEYS[0]}", timeout=lead * 2))
                 windows_b = [(polling + i * window, polling + (i + 1) * window) for i in range(cncf_windows)]
                 time.sleep(max(0.0, windows_b[-1][1] - time.time()) + 0.6)
                 if followed > cncf_full_max:
@@ -173,6 +219,7 @@ def run_tracking(
         transitions = sim.cmd("transitions", namespace=namespace)
         samples = [(t, c) for t, c in sim.cmd("samples", since=t0)]
         simulator = sim.cmd("resources")
+        ticker = sim.cmd("ticker")
     result = summarize(
         n,
         transitions,
@@ -186,14 +233,24 @@ def run_tracking(
         create_seconds=created - t0,
     )
     result["load_at_start"] = [round(x, 2) for x in load]
-    result["simulator"] = {
-        "cpu_seconds": round(simulator["cpu_seconds"], 1),
-        "peak_rss_mb": round(simulator["peak_rss_kb"] / 1024, 1),
-        # Its sampler reads the counters inside the simulator's loop every half second: a long gap
-        # between two samples is a stall of that loop (every watch event it sends waits for it too).
-        "loop_lag_max": max_gap(samples),
-        "loop_stalls": stalls(samples),
-    }
+    result["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["cluster"] = cluster
+    result["writer"] = ticker[0] if ticker else None
+    if isinstance(plane, RealCluster):
+        # The plane's processes: CPU seconds over the run, RSS (the apiserver's and etcd's for n jobs).
+        result["plane"] = {"processes": simulator, "up_seconds": round(plane.up_seconds, 1)}
+    result["simulator"] = (
+        None
+        if real
+        else {
+            "cpu_seconds": round(simulator["cpu_seconds"], 1),
+            "peak_rss_mb": round(simulator["peak_rss_kb"] / 1024, 1),
+            # Its sampler reads the counters inside the simulator's loop every half second: a long gap
+            # between two samples is a stall of that loop (every watch event it sends waits for it too).
+            "loop_lag_max": max_gap(samples),
+            "loop_stalls": stalls(samples),
+        }
+    )
     result["setup"] = {
         "time_scale": time_scale,
         "nodes": nodes,
@@ -205,6 +262,10 @@ def run_tracking(
         "run_seconds_simulated": [round(min(runs), 1), round(max(runs), 1)],
         "stream_logs": stream_logs,
         "job_logs": list(JOB_LOGS),
+        "talk": {"quiet_every": QUIET_EVERY, "loud_every": LOUD_EVERY, "loud_jobs": talk.count(LOUD_EVERY)},
+        "gc_freeze": gc_freeze,
+        "log_streams": log_streams,
+        "poll_rate": poll_rate,
         "heap": heap,
         "tracemalloc": tracemalloc,
         "poll_interval": poll_interval,
@@ -282,6 +343,8 @@ def summarize(
     running = [e["running"] for e in transitions.values() if "running" in e]
     written_all_running = max(running) if len(running) >= n else None
     window_b = (windows_b[0][0], windows_b[-1][1]) if windows_b else None
+    # Requests as each tracker's client sent them (tracker.Requests): the same count on both clusters.
+    ours_req = ours.get("requests") or samples
     events = {k: {"final": v["t"]} for k, v in ours["events"].items()}
     statuses: dict[str, int] = {}
     for v in ours["events"].values():
@@ -292,11 +355,11 @@ def summarize(
         "statuses": statuses,
         # Every request of ours in window A; the same without the log streams and reads (the tracking
         # itself); the log streams and reads alone (bounded by the log hub's read rate).
-        "steady": window_rate(samples, *window_a, exclude=CNCF_KEYS),
-        "steady_tracking": window_rate(samples, *window_a, exclude=CNCF_KEYS + LOG_KEYS),
-        "steady_log_reads": window_rate(samples, *window_a, include=LOG_KEYS),
-        "steady_beside_cncf": window_rate(samples, *window_b, exclude=CNCF_KEYS) if window_b else None,
-        "lifetime": window_rate(samples, ours["started"], ours["ended"], exclude=CNCF_KEYS, covering=True),
+        "steady": window_rate(ours_req, *window_a, exclude=CNCF_KEYS),
+        "steady_tracking": window_rate(ours_req, *window_a, exclude=CNCF_KEYS + LOG_KEYS),
+        "steady_log_reads": window_rate(ours_req, *window_a, include=LOG_KEYS),
+        "steady_beside_cncf": window_rate(ours_req, *window_b, exclude=CNCF_KEYS) if window_b else None,
+        "lifetime": window_rate(ours_req, ours["started"], ours["ended"], exclude=CNCF_KEYS, covering=True),
         "cpu_steady": cpu_in_window(ours["samples"], *window_a),
         "cpu_seconds": ours["cpu_seconds"],
         "rss_start_mb": ours["rss_start_kb"] / 1024,
@@ -351,6 +414,13 @@ def summarize(
         "allocators": ours.get("allocators"),
         "log_lines": ours["log_lines"],
         "logs": container_logs(ours, transitions),
+        "requests": requests_whole(
+            ours_req, window_a, ours["started"], ours["ended"], ours.get("worker_path")
+        ),
+        "line_latency": ours.get("line_latency"),
+        "gc_frozen_after_s": round(ours["gc_frozen_at"] - ours["started"], 1)
+        if ours.get("gc_frozen_at")
+        else None,
         "watch_relists": ours.get("watch_relists"),
         "errors": ours["errors"][:5],
         "capped": ours["capped"],
@@ -378,15 +448,16 @@ def summarize(
     }
     if theirs is not None and window_b is not None:
         followed = theirs["n"]
+        theirs_req = theirs.get("requests") or samples
         # A trigger that crashed (the cncf one times out when its loop stalls) has no final event.
         cevents = {k: {"final": v["t"]} for k, v in theirs["events"].items() if v["status"] != "crashed"}
         cstatuses: dict[str, int] = {}
         for v in theirs["events"].values():
             cstatuses[v["status"]] = cstatuses.get(v["status"], 0) + 1
-        steady = window_rate(samples, *window_b, include=CNCF_KEYS)
+        steady = window_rate(theirs_req, *window_b, include=CNCF_KEYS)
         windows = []
         for start, end in windows_b:
-            rate = window_rate(samples, start, end, include=CNCF_KEYS)
+            rate = window_rate(theirs_req, start, end, include=CNCF_KEYS)
             windows.append(
                 {
                     **rate,
@@ -407,7 +478,7 @@ def summarize(
                 "cpu": span(w["cpu"] for w in windows),
             },
             "lifetime": window_rate(
-                samples, theirs["started"], theirs["ended"], include=CNCF_KEYS, covering=True
+                theirs_req, theirs["started"], theirs["ended"], include=CNCF_KEYS, covering=True
             ),
             "polls_per_job_per_second": (steady["per_second"] or 0) / followed,
             "cpu_steady": cpu_in_window(theirs["samples"], *window_b),
@@ -418,6 +489,7 @@ def summarize(
             "rss_above_import_mb": (theirs["peak_rss_kb"] - theirs["rss_start_kb"]) / 1024,
             "latency": {"final_event": latency_stats(_latencies(transitions, cevents, "finished", "final"))},
             "log_lines": theirs["log_lines"],
+            "requests": requests_whole(theirs_req, window_b, theirs["started"], theirs["ended"], None),
             "errors": theirs["errors"][:5],
             "capped": theirs["capped"],
             "ran_seconds": round(theirs["ended"] - theirs["started"], 1),
@@ -429,6 +501,37 @@ def summarize(
         result["ratio_requests_with_log_reads"] = measured_ratio(ours_fig["steady"], result["cncf"])
         result["ratio_requests_with_log_reads_range"] = ratio_range(ours_fig["steady"], windows)
     return result
+
+
+def requests_whole(
+    req: list, window: tuple[float, float], started: float, ended: float, worker: dict | None
+) -> dict[str, Any]:
+    """Every request a tracker sent, split three ways: tracking (lists, watches, gets), log reads and
+    streams (``get pods/log``), admission (writes: the unsuspend, quota ledger writes); each per second
+    in the steady window and in total over the tracker's life (the worker's ``execute_complete`` reads
+    apart)."""
+
+    def split(rate: dict) -> dict[str, Any]:
+        keys = rate.get("by_key") or {}
+        seconds = rate.get("seconds") or 0.0
+        parts = {"tracking": 0, "log_reads": 0, "admission": 0}
+        for key, count in keys.items():
+            verb = key.split(" ", 1)[0]
+            part = "log_reads" if key in LOG_KEYS else "admission" if verb in ADMISSION_VERBS else "tracking"
+            parts[part] += count
+        out: dict[str, Any] = {
+            part: {"requests": count, "per_second": round(count / seconds, 3) if seconds else None}
+            for part, count in parts.items()
+        }
+        out["all"] = {"requests": sum(parts.values()), "per_second": rate.get("per_second")}
+        out["seconds"] = seconds
+        return out
+
+    return {
+        "window": split(window_rate(req, *window)),
+        "lifetime": split(window_rate(req, started, ended, covering=True)),
+        "worker_path": (worker or {}).get("requests"),
+    }
 
 
 def span(values: Any) -> list[float] | None:
@@ -476,21 +579,22 @@ def container_logs(ours: dict, transitions: dict[str, dict]) -> dict[str, Any]:
     )
     jobs = list(transitions)
     counts = sorted(lines.get(name, 0) for name in jobs)
-    suffix = f" {JOB_LOGS[-1]}"
-    with_last = {name for name, text in last.items() if text.endswith(suffix)}
+    with_last = {name for name, text in last.items() if text.split("] ", 1)[-1].startswith(LAST_LINE)}
     markers = {name: e.get("log_markers") or 0 for name, e in (ours.get("events") or {}).items()}
     with_markers = {name for name, count in markers.items() if count}
     return {
         "jobs_with_live_log": live,
         "jobs_with_log": len(first),
         "lines": sum(lines.values()),
-        "lines_expected": len(jobs) * len(JOB_LOGS),
+        "lines_expected": None,  # the talking containers' lines depend on their runs: see writer
         "lines_per_job_min_max": [counts[0], counts[-1]] if counts else None,
         "jobs_with_last_line": len(with_last),
         "jobs_with_markers": len(with_markers),
         "markers": sum(markers.values()),
         # The last line printed by the trigger, or left to the worker by a marker.
         "jobs_last_line_accounted": len(with_last | with_markers),
+        # The markers' runs read on the worker (tracker.worker_path): jobs whose last line came so.
+        "worker_path": ours.get("worker_path") or {},
         "hub": ours.get("log_hub") or {},
     }
 
@@ -522,14 +626,15 @@ def measured_ratio(ours: dict, cncf: dict) -> dict[str, Any]:
 
 
 def request_ratio(ours: dict, theirs: dict) -> dict[str, Any]:
-    """How many times more requests the cncf trigger made in its window than ours in its own. When ours
-    made none, the ratio is a lower bound: ours counted as one request over its window."""
+    """How many times more requests the cncf trigger made in its window than ours in its own: only
+    where both sides sent requests. Ours sending none in its window is reported as that (``ours_none``),
+    never turned into a ratio against an assumed floor. (``lower_bound`` stays False: kept for the
+    results saved before this rule.)"""
     if not ours.get("seconds") or not theirs.get("per_second"):
         return {"value": None, "lower_bound": False}
-    ours_rate = ours["requests"] / ours["seconds"]
     if ours["requests"] == 0:
-        return {"value": theirs["per_second"] / (1 / ours["seconds"]), "lower_bound": True}
-    return {"value": theirs["per_second"] / ours_rate, "lower_bound": False}
+        return {"value": None, "lower_bound": False, "ours_none": True}
+    return {"value": theirs["per_second"] / (ours["requests"] / ours["seconds"]), "lower_bound": False}
 
 
 def main() -> None:
@@ -576,8 +681,23 @@ def main() -> None:
         metavar="FRAMES",
         help="with --heap, also trace the tracker's allocations (slows it down a lot)",
     )
+    parser.add_argument(
+        "--cluster",
+        choices=("sim", "real"),
+        default="sim",
+        help="the stand-in (simulator) or the real control plane (started here unless --kubeconfig)",
+    )
+    parser.add_argument("--kubeconfig", default=None, help="--cluster real: a plane already up")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="the tracker calls gc.freeze() after start-up"
+    )
+    parser.add_argument("--log-streams", type=int, default=None, help="our log stream budget (default 500)")
+    parser.add_argument("--poll-rate", type=float, default=None, help="our log reads per second (default 20)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
+    # A run stopped with SIGTERM (a background job ignores SIGINT) still stops its trackers and the
+    # plane it started: the exception unwinds through their context managers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     history: dict[int, float] = {}
     planned = {int(k): float(v) for k, v in (item.split("=", 1) for item in args.startup)}
     results = []
@@ -595,7 +715,12 @@ def main() -> None:
             stream_logs=args.stream_logs,
             heap=args.heap,
             tracemalloc=args.tracemalloc,
-            startup=planned.get(n) or startup_estimate(n, history),
+            startup=planned.get(n) or startup_estimate(n, history, real=args.cluster == "real"),
+            cluster=args.cluster,
+            kubeconfig=args.kubeconfig,
+            gc_freeze=args.gc_freeze,
+            log_streams=args.log_streams,
+            poll_rate=args.poll_rate,
         )
         history[n] = result["startup_seconds"]
         results.append(result)
@@ -635,9 +760,16 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f" ({_rate(ours['steady_log_reads']['per_second'])}/s, bound {logs['hub'].get('poll_rate')}/s)"
         f" in {ours['steady']['seconds']:.0f}s",
         f"[tracking n={n}] logs: {logs['jobs_with_live_log']:,} jobs with a live log,"
-        f" {logs['lines']:,} of {logs['lines_expected']:,} lines in the task logs,"
+        f" {logs['lines']:,} lines in the task logs from the trigger,"
         f" {logs['jobs_with_last_line']:,} jobs' last line from the trigger,"
-        f" {logs['jobs_with_markers']:,} jobs with {logs['markers']:,} markers left to the worker",
+        f" {logs['jobs_with_markers']:,} jobs with {logs['markers']:,} markers left to the worker"
+        f" ({(logs.get('worker_path') or {}).get('jobs_with_last_line', 0):,} last lines printed there)",
+        f"[tracking n={n}] line latency: "
+        + ", ".join(
+            f"{source} p50 {_s(f['p50'])} p99 {_s(f['p99'])} ({f['count']:,} lines)"
+            for source, f in ((ours.get("line_latency") or {}).get("by_source") or {}).items()
+        )
+        + f"; writer lag p99 {_s(((ours.get('line_latency') or {}).get('writer_lag') or {}).get('p99'))}",
     ]
     collected = ours.get("gc") or {}
     if collected:

@@ -336,3 +336,241 @@ def machine() -> dict[str, str]:
         "kubernetes_asyncio": ver("kubernetes_asyncio"),
         "airflow-jobs-plugin": ver("airflow-jobs-plugin"),
     }
+
+
+# --------------------------------------------------------------------------- the real control plane
+
+
+def _proc_figures(pid: int) -> dict[str, float] | None:
+    """CPU seconds (user + system, with its waited-for children) and RSS / peak RSS in kB of a process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu = sum(int(x) for x in fields[11:15]) / ticks  # utime stime cutime cstime
+        rss = hwm = 0.0
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = float(line.split()[1])
+                elif line.startswith("VmHWM:"):
+                    hwm = float(line.split()[1])
+        return {"cpu_seconds": cpu, "rss_kb": rss, "peak_rss_kb": hwm}
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class RealCluster:
+    """The real control plane (``scripts/cluster``: etcd, kube-apiserver, controller-manager, scheduler,
+    kwok and its nodes, the scenario player, all processes) in place of the simulator, behind the same
+    commands the tracking benchmark sends :class:`SimProcess` (``cmd``).
+
+    Started with enough kwok nodes for the jobs (110 pods each) unless ``kubeconfig`` names a plane
+    that is already up, and stopped at :meth:`close` if this started it. A watcher thread records when
+    each job and pod changed, as this process received it from the API server (the plane's components
+    write the changes; nobody can timestamp them inside etcd): the simulator's ``transitions``."""
+
+    def __init__(self, *, nodes: int, kubeconfig: str | None = None, time_scale: float = 1.0):
+        self.started_here = kubeconfig is None
+        self.dir = tempfile.mkdtemp(prefix="bench-plane-") if kubeconfig is None else None
+        self.kubeconfig = kubeconfig or os.path.join(self.dir or "", "kubeconfig")
+        self.time_scale = time_scale
+        self.up_seconds = 0.0
+        if self.started_here:
+            started = time.time()
+            subprocess.run(
+                [
+                    str(ROOT / "scripts" / "cluster"),
+                    "up",
+                    "--kubeconfig",
+                    self.kubeconfig,
+                    "--nodes",
+                    str(nodes),
+                    "--time-scale",
+                    str(time_scale),
+                ],
+                check=True,
+                stdout=sys.stderr,
+            )
+            self.up_seconds = time.time() - started
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(config_file=self.kubeconfig)
+        api.configuration.connection_pool_maxsize = 16
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.jobs: dict[str, dict[str, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._watching: set[str] = set()
+        self._stopping = threading.Event()
+        self.processes = self._plane_processes()
+        self.start_figures = {name: _proc_figures(pid) for name, pid in self.processes.items()}
+
+    def _plane_processes(self) -> dict[str, int]:
+        state = Path(self.kubeconfig + ".plane") / "state.json"
+        try:
+            data = json.loads(state.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {p["name"]: p["pid"] for p in data.get("processes", [])}
+
+    @property
+    def connection_env(self) -> dict[str, str]:
+        conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": self.kubeconfig}}
+        env = dict(os.environ)
+        env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(conn)
+        env.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+        return env
+
+    # --- the simulator's commands ---
+
+    def cmd(self, op: str, **kwargs: Any) -> Any:
+        if op == "create_jobs":
+            return self.create_jobs(**kwargs)
+        if op == "transitions":
+            with self._lock:
+                return {k: dict(v) for k, v in self.jobs.get(kwargs["namespace"], {}).items()}
+        if op == "summary":
+            with self._lock:
+                entries = list(self.jobs.get(kwargs["namespace"], {}).values())
+            return {
+                "jobs": len(entries),
+                **{k: sum(1 for e in entries if k in e) for k in ("unsuspended", "running", "finished")},
+            }
+        if op in ("samples", "counters", "ticker"):
+            return [] if op != "counters" else {}
+        if op == "resources":
+            return self.resources()
+        raise ValueError(f"the real plane has no command {op!r}")
+
+    def create_jobs(
+        self,
+        namespace: str,
+        prefix: str,
+        jobs: list[dict],
+        talk_annotation: str = "",
+    ) -> list[str]:
+        """Create the jobs (suspended, as JobOperator does) from the manifests the simulator's are
+        built from; ``talk`` (seconds between lines) goes into the pod template's annotations."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from simproc import job_manifest
+
+        try:
+            self.core.create_namespace({"metadata": {"name": namespace}})
+        except Exception as exc:  # noqa: BLE001 - already there
+            if getattr(exc, "status", None) != 409:
+                raise
+        self._watch(namespace)
+        manifests = []
+        for i, spec in enumerate(jobs):
+            m = job_manifest(
+                namespace,
+                i,
+                spec["run"],
+                group="bench",
+                user="bench",
+                gpus=0,
+                prefix=prefix,
+                logs=spec["logs"],
+            )
+            if talk_annotation and spec.get("every"):
+                template = m["spec"]["template"]["metadata"].setdefault("annotations", {})
+                template[talk_annotation] = str(spec["every"])
+            manifests.append(m)
+
+        def create(m: dict) -> str:
+            return self.batch.create_namespaced_job(namespace, m).metadata.name
+
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(create, manifests))
+
+    def _watch(self, namespace: str) -> None:
+        if namespace in self._watching:
+            return
+        self._watching.add(namespace)
+        for what in ("jobs", "pods"):
+            threading.Thread(target=self._follow, args=(namespace, what), daemon=True).start()
+
+    def _follow(self, namespace: str, what: str) -> None:
+        from kubernetes import watch
+
+        lister = self.batch.list_namespaced_job if what == "jobs" else self.core.list_namespaced_pod
+        version = ""
+        while not self._stopping.is_set():
+            try:
+                for event in watch.Watch().stream(
+                    lister,
+                    namespace,
+                    resource_version=version or None,
+                    timeout_seconds=60,
+                    _preload_content=False,
+                ):
+                    obj = event["raw_object"]
+                    version = (obj.get("metadata") or {}).get("resourceVersion", version)
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._record(namespace, what, obj)
+            except Exception:  # noqa: BLE001 - a dropped watch is listed again (times kept: first seen)
+                version = ""
+                time.sleep(0.5)
+
+    def _record(self, namespace: str, what: str, obj: dict) -> None:
+        now = time.time()
+        meta = obj.get("metadata") or {}
+        with self._lock:
+            if what == "jobs":
+                entry = self.jobs.setdefault(namespace, {}).setdefault(meta["name"], {})
+                if not (obj.get("spec") or {}).get("suspend"):
+                    entry.setdefault("unsuspended", now)
+                for cond in (obj.get("status") or {}).get("conditions") or []:
+                    if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+                        entry.setdefault("finished", now)
+                        entry.setdefault("outcome", cond["type"])
+                return
+            job = (meta.get("labels") or {}).get("job-name") or (meta.get("labels") or {}).get(
+                "batch.kubernetes.io/job-name"
+            )
+            if not job:
+                return
+            entry = self.jobs.setdefault(namespace, {}).setdefault(job, {})
+            entry.setdefault("pod", meta["name"])
+            phase = (obj.get("status") or {}).get("phase")
+            if phase == "Running":
+                entry.setdefault("running", now)
+            elif phase in ("Succeeded", "Failed"):
+                entry.setdefault("pod_ended", now)
+
+    def resources(self) -> dict[str, Any]:
+        """CPU seconds each plane process used since this was made, and its RSS now and at its peak."""
+        out: dict[str, Any] = {}
+        for name, pid in self.processes.items():
+            now, before = _proc_figures(pid), self.start_figures.get(name)
+            if now is None:
+                continue
+            out[name] = {
+                "cpu_seconds": round(now["cpu_seconds"] - (before or {}).get("cpu_seconds", 0.0), 1),
+                "rss_mb": round(now["rss_kb"] / 1024, 1),
+                "peak_rss_mb": round(now["peak_rss_kb"] / 1024, 1),
+            }
+        return out
+
+    def close(self) -> None:
+        self._stopping.set()
+        for namespace in self._watching:  # a plane that stays up is left as it was found
+            try:
+                self.core.delete_namespace(namespace)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        if self.started_here:
+            subprocess.run(
+                [str(ROOT / "scripts" / "cluster"), "down", "--kubeconfig", self.kubeconfig],
+                check=False,
+                stdout=sys.stderr,
+            )
+
+    def __enter__(self) -> RealCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

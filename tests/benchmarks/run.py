@@ -1,15 +1,14 @@
-"""Run every benchmark and write ``docs/benchmarks.md`` (its results section) and ``docs/benchmarks.svg``.
+"""Run the benchmarks and write ``docs/benchmarks.md`` (its tables) and the raw figures.
 
-Run: ``scripts/bench`` (or ``.venv/bin/python tests/benchmarks/run.py``). Options: ``--n 1000 5000 20000``
-(tracking sizes, the default), ``--skip-admission``, ``--skip-tracking``, ``--startup 5000=600`` (plan for a slower
-simulator start-up than extrapolated), ``--raw results.json`` (keep every figure), ``--from results.json``
-(rewrite the report from a saved run without measuring again), ``--merge results.json`` (add this run's
-sizes to a saved run, replacing the sizes measured again, and report them together). The tracking
-options of ``bench_tracking.py`` pass through: ``--window``, ``--cncf-windows``, ``--cncf-max``,
-``--no-stream-logs``.
-
-The results section of ``docs/benchmarks.md`` lies between two marker comments; the prose around it
-(method, findings) is kept as it is.
+Run: ``scripts/bench`` (or ``.venv/bin/python tests/benchmarks/run.py``). Tracking: ``--cluster real``
+starts the real control plane (``scripts/cluster up`` with a kwok node per 100 jobs) for each ``--n`` and
+stops it after; ``--cluster sim`` (the default) uses the stand-in. Each run is added to
+``docs/bench-results/tracking-<cluster>.json`` (``--keep`` runs per N, the newest) and the workload
+section of ``docs/benchmarks.md`` is rewritten from both files, side by side. Other options:
+``--log-streams``, ``--poll-rate``, ``--gc-freeze``, ``--startup 1000=300``, ``--kubeconfig`` (a plane
+already up), ``--window``, ``--cncf-windows``, ``--cncf-max``, ``--no-stream-logs``. The admission
+benchmark (``--skip-tracking``; stand-in only) rewrites the results section between its markers, and
+``--from results.json`` re-renders a saved admission run.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -28,6 +28,9 @@ from bench_tracking import CNCF_WINDOWS, TRIGGERER_CAPACITY, run_tracking, start
 from benchlib import ROOT, machine
 
 DOC = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "docs" / "bench-results"  # the raw JSON of the workload runs, tracked
+WORKLOAD_START = "<!-- workload:start (written by tests/benchmarks/run.py) -->"
+WORKLOAD_END = "<!-- workload:end -->"
 SVG = ROOT / "docs" / "benchmarks.svg"
 START = "<!-- results:start (written by tests/benchmarks/run.py) -->"
 END = "<!-- results:end -->"
@@ -424,6 +427,188 @@ def render(data: dict) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- the talking workload
+
+
+def _p(stats: dict | None, scale: float = 1.0, digits: int = 2) -> str:
+    """``p50 / p99`` of a latency figure, in seconds."""
+    if not stats or stats.get("p50") is None:
+        return "-"
+    return f"{stats['p50'] * scale:.{digits}f} / {stats['p99'] * scale:.{digits}f}"
+
+
+def _req(part: dict | None) -> str:
+    if not part:
+        return "-"
+    rate = part.get("per_second")
+    return f"{rate:.2f}/s ({part['requests']:,})" if rate is not None else f"({part['requests']:,})"
+
+
+def _gen2(o: dict) -> str:
+    gens = (o.get("gc") or {}).get("by_generation") or {}
+    g2 = gens.get("2") or {}
+    return f"{g2.get('count', 0)}× (longest {g2.get('max', 0) * 1000:.0f} ms)"
+
+
+def _load(r: dict) -> str:
+    """When the run's steady window opened (UTC), and the 1-minute load average at its start and end."""
+    start, end = r.get("load_at_start") or [None], r.get("load_at_end") or [None]
+    when = time.strftime("%H:%M", time.gmtime(r["window_a"][0]))
+    load = f"{start[0]:.1f} → {end[0]:.1f}" if start[0] is not None and end[0] is not None else "-"
+    return f"{when}, {load}"
+
+
+def _runs(results: dict, cluster: str) -> list[dict]:
+    return sorted(results.get(cluster) or [], key=lambda r: (r["n"], r["window_a"][0]))
+
+
+def workload_tables(results: dict) -> list[str]:
+    """The talking workload on the real plane and on the stand-in, side by side: one row per run."""
+    rows = [(c, r) for c in ("real", "sim") for r in _runs(results, c)]
+    if not rows:
+        return ["No run of the talking workload is saved yet (`scripts/bench --cluster real`)."]
+    name = {"real": "real plane", "sim": "stand-in"}
+    out = [
+        "Requests each tracker sent (counted in its own client, per second in its steady window and in"
+        " total over its run). Ours: tracking (lists, watches, gets), log streams and reads, admission"
+        " (the unsuspend patch, quota reads); the cncf trigger's: its job status polls.",
+        "",
+        "| N | cluster | window opened (UTC), load (1 min, start → end) | ours: tracking | ours: log streams and reads |"
+        " ours: admission | ours: all, whole run | cncf: jobs followed | cncf: status polls |"
+        " cncf: all, whole run | ratio cncf / ours (tracking) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for cluster, r in rows:
+        o = r["ours"]
+        req = o.get("requests") or {}
+        win, life = req.get("window") or {}, req.get("lifetime") or {}
+        c = r.get("cncf") or {}
+        creq = (c.get("requests") or {}) if c else {}
+        cwin, clife = creq.get("window") or {}, creq.get("lifetime") or {}
+        ours_track = (win.get("tracking") or {}).get("requests")
+        theirs = (cwin.get("all") or {}).get("per_second")
+        if not c:
+            ratio = "-"
+        elif ours_track == 0:
+            ratio = "none: ours sent no tracking request"
+        elif ours_track and theirs:
+            ratio = f"{theirs / win['tracking']['per_second']:,.0f}×"
+        else:
+            ratio = "-"
+        out.append(
+            f"| {r['n']:,} | {name[cluster]} | {_load(r)} | {_req(win.get('tracking'))} |"
+            f" {_req(win.get('log_reads'))} | {_req(win.get('admission'))} |"
+            f" {(life.get('all') or {}).get('requests', 0):,} in {life.get('seconds', 0):.0f} s |"
+            f" {c.get('jobs', 0):,} | {_req(cwin.get('all')) if c else '-'} |"
+            f" {(clife.get('all') or {}).get('requests', 0):,} | {ratio} |"
+        )
+    out += [
+        "",
+        "Latency (seconds, p50 / p99), the task logs, the event loop and memory. A line's latency runs"
+        " from the wall time its writer put in it to the moment the tracker logged it; a job is"
+        " streamed while it holds one of the hub's log streams, polled otherwise.",
+        "",
+        "| N | cluster | Complete → final event | lines: streamed | lines: polled | lines: writer's lag |"
+        " last line in the task log: trigger / worker / missing | log streams (budget) / reads |"
+        " longest loop stall | full GCs | peak RSS above import (per job) | CPU at steady state |",
+        "|---:|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|",
+    ]
+    for cluster, r in rows:
+        o = r["ours"]
+        lat = o.get("line_latency") or {}
+        by = lat.get("by_source") or {}
+        logs = o.get("logs") or {}
+        worker = logs.get("worker_path") or {}
+        hub = logs.get("hub") or {}
+        trig = logs.get("jobs_with_last_line", 0)
+        via_worker = worker.get("jobs_with_last_line", 0)
+        missing = r["n"] - trig - via_worker
+        stall = o.get("loop_lag_max")
+        out.append(
+            f"| {r['n']:,} | {name[cluster]} | {_p(o['latency']['final_event'])} | {_p(by.get('stream'))} |"
+            f" {_p(by.get('read'))} | {_p(lat.get('writer_lag'))} |"
+            f" {trig:,} / {via_worker:,} / {missing:,} |"
+            f" {hub.get('streams_opened', 0):,} ({hub.get('stream_budget', '-')}) / {hub.get('reads', 0):,} |"
+            f" {_s(stall)} | {_gen2(o)} |"
+            f" {_above_import(o):.0f} MB ({o['peak_rss_per_job_kb']:.1f} KB) |"
+            f" {_pct(o.get('cpu_steady'))} |"
+        )
+    slopes = []
+    for cluster in ("real", "sim"):
+        runs = _runs(results, cluster)
+        by_n: dict[int, list[float]] = {}
+        for r in runs:
+            by_n.setdefault(r["n"], []).append(_above_import(r["ours"]))
+        ns = sorted(by_n)
+        for a, b in zip(ns, ns[1:], strict=False):
+            low = (min(by_n[b]) - max(by_n[a])) * 1024 / (b - a)
+            high = (max(by_n[b]) - min(by_n[a])) * 1024 / (b - a)
+            span = f"{low:.1f}" if abs(high - low) < 0.05 else f"{low:.1f} to {high:.1f}"
+            slopes.append(f"{name[cluster]} {a:,} → {b:,} jobs: {span} KB per added job")
+    if slopes:
+        out += ["", "Memory slope (peak RSS above the import, between sizes): " + "; ".join(slopes) + "."]
+    planes = [r for _, r in rows if r.get("plane")]
+    if planes:
+        out += ["", "The plane's own processes over each real-plane run (CPU seconds; RSS at the end):", ""]
+        for r in planes:
+            procs = r["plane"]["processes"]
+            out.append(
+                f"- N = {r['n']:,}: "
+                + ", ".join(
+                    f"{k} {v['cpu_seconds']:.0f} s, {v['rss_mb']:.0f} MB" for k, v in sorted(procs.items())
+                )
+                + "."
+            )
+    return out
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def write_workload(results: dict) -> None:
+    section = "\n".join([WORKLOAD_START, "", *workload_tables(results), "", WORKLOAD_END])
+    text = DOC.read_text()
+    if WORKLOAD_START in text and WORKLOAD_END in text:
+        head, rest = text.split(WORKLOAD_START, 1)
+        _, tail = rest.split(WORKLOAD_END, 1)
+        text = head + section + tail
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    DOC.write_text(text)
+
+
+def load_results() -> dict[str, list[dict]]:
+    """The saved runs of the talking workload, by cluster (``docs/bench-results/tracking-*.json``)."""
+    out: dict[str, list[dict]] = {}
+    for cluster in ("real", "sim"):
+        path = RESULTS / f"tracking-{cluster}.json"
+        if path.exists():
+            out[cluster] = json.loads(path.read_text())["runs"]
+    return out
+
+
+def save_result(cluster: str, result: dict, keep: int = 2) -> None:
+    """Add one run to ``docs/bench-results/tracking-<cluster>.json``; at most ``keep`` runs per N
+    (the newest), so the tables show the range over runs."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"tracking-{cluster}.json"
+    saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    same = [r for r in saved["runs"] if r["n"] == result["n"]]
+    others = [r for r in saved["runs"] if r["n"] != result["n"]]
+    # The raw per-job times are large: the figures keep their percentiles; the samples are dropped.
+    slim = {k: v for k, v in result.items() if k != "samples"}
+    saved["runs"] = sorted(
+        others + same[-(keep - 1) :] + [slim] if keep > 1 else others + [slim], key=lambda r: r["n"]
+    )
+    saved["machine"] = machine()
+    path.write_text(json.dumps(saved, indent=1, default=str))
+
+
 def write_doc(data: dict) -> None:
     section = render(data)
     text = DOC.read_text() if DOC.exists() else f"# Benchmarks\n\n{START}\n{END}\n"
@@ -658,7 +843,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--n", type=int, nargs="+", default=[1000, 5000, 20000])
+    parser.add_argument("--n", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument(
+        "--cluster",
+        choices=("sim", "real"),
+        default="sim",
+        help="real: start the real control plane (scripts/cluster up, enough kwok nodes) for each N and"
+        " run the tracking benchmark on it; sim: the stand-in. Either way the raw figures are added to"
+        " docs/bench-results/tracking-<cluster>.json and the tables in docs/benchmarks.md rewritten"
+        " (admission runs on the stand-in only)",
+    )
+    parser.add_argument(
+        "--kubeconfig", default=None, help="--cluster real: a plane already up (enough nodes)"
+    )
+    parser.add_argument(
+        "--log-streams",
+        type=int,
+        default=None,
+        help="our log stream budget (default: the product's); the real plane's kwok serves at most about"
+        " 120 follows at once on a machine with fs.inotify.max_user_instances = 128",
+    )
+    parser.add_argument("--poll-rate", type=float, default=None, help="our log reads per second")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="the tracker calls gc.freeze() after start-up"
+    )
+    parser.add_argument("--keep", type=int, default=2, help="runs kept per N in the results file")
     parser.add_argument("--skip-admission", action="store_true")
     parser.add_argument("--skip-tracking", action="store_true")
     parser.add_argument("--raw", default=os.path.join(tempfile.gettempdir(), "airflow-jobs-bench.json"))
@@ -691,6 +900,9 @@ def main() -> None:
         help="JobTrigger's stream_logs (default on, as the operator's)",
     )
     args = parser.parse_args()
+    # A run stopped with SIGTERM (a background job ignores SIGINT) still stops its trackers and the
+    # plane it started: the exception unwinds through their context managers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.source:
         with open(args.source) as f:
             data = json.load(f)
@@ -721,21 +933,29 @@ def main() -> None:
         history: dict[int, float] = {r["n"]: r["startup_seconds"] for r in data["tracking"]}
         planned = {int(k): float(v) for k, v in (item.split("=", 1) for item in args.startup)}
         if not args.skip_tracking:
+            real = args.cluster == "real"
             for n in sorted(args.n):
                 result = run_tracking(
                     n,
+                    time_scale=1.0 if real else 0.5,
                     window=args.window,
                     cncf_windows=args.cncf_windows,
                     cncf_max=args.cncf_max,
                     stream_logs=args.stream_logs,
                     startup=planned.get(n)
-                    or startup_estimate(n, {k: v for k, v in history.items() if k < n}),
+                    or startup_estimate(n, {k: v for k, v in history.items() if k < n}, real=real),
+                    cluster=args.cluster,
+                    kubeconfig=args.kubeconfig,
+                    gc_freeze=args.gc_freeze,
+                    log_streams=args.log_streams,
+                    poll_rate=args.poll_rate,
                 )
                 history[n] = result["startup_seconds"]
-                data["tracking"] = sorted(
-                    [r for r in data["tracking"] if r["n"] != n] + [result], key=lambda r: r["n"]
-                )
-                _save(args.raw, data)
+                save_result(args.cluster, result, keep=args.keep)
+                write_workload(load_results())
+                print(f"saved: {RESULTS.relative_to(ROOT)}/tracking-{args.cluster}.json")
+        if args.cluster == "real":
+            args.skip_admission = True  # the admission benchmark runs on the stand-in
         if not args.skip_admission:
             for k in (1, 3):
                 data["admission"] = [
@@ -752,9 +972,10 @@ def main() -> None:
             data["seconds"] = time.time() - started
         _save(args.raw, data)
         print(f"raw results: {args.raw}")
-    write_doc(data)
-    if data.get("tracking"):
-        SVG.write_text(chart(data["tracking"]))
+    if args.source or not args.skip_admission:
+        write_doc(data)
+        if data.get("tracking"):
+            SVG.write_text(chart(data["tracking"]))
     print(
         f"wrote {DOC.relative_to(ROOT)}" + (f" and {SVG.relative_to(ROOT)}" if data.get("tracking") else "")
     )

@@ -160,6 +160,70 @@ def resources() -> dict[str, float]:
     return figures
 
 
+def tick_line(k: int, due: float, wrote: float) -> str:
+    """A line of a talking container: its number, when it was due and when it was written (wall
+    clock), so whoever prints it can tell how late it is. The plane's player writes the same."""
+    return f"tick {k} due={due:.3f} wrote={wrote:.3f}"
+
+
+def done_line(due: float, wrote: float) -> str:
+    """A talking container's last line, written just before it ends."""
+    return f"done due={due:.3f} wrote={wrote:.3f}"
+
+
+DONE_MARGIN = 1.0  # seconds before its end a talking container writes its last line
+
+
+class Ticker(threading.Thread):
+    """The stand-in's talking containers: from the moment a job's pod runs, a line every ``every``
+    seconds into its ``main`` container's log (:func:`tick_line`), then :func:`done_line` ``DONE_MARGIN``
+    seconds before the end its scenario gives it (``run`` seconds of its time scale), as the plane's
+    player does with the CRI log files kwok serves. Appends in the cluster's own loop, five times a
+    second, so a line is never written after the kubelet closed its container's log."""
+
+    def __init__(self, cluster: SimCluster, recorder: Recorder, namespace: str, jobs: dict[str, dict]):
+        super().__init__(name="bench-ticker", daemon=True)
+        self.cluster = cluster
+        self.recorder = recorder
+        self.namespace = namespace
+        self.jobs = jobs  # name -> {"every": s, "end": real seconds after Running}
+        self.plan: dict[str, tuple[float, float, int]] = {}  # name -> (next due, end, next k)
+        self.written = 0
+        self.done = 0
+        self.lag_max = 0.0
+        self.finished: set[str] = set()
+        self.stopping = threading.Event()
+
+    def step(self) -> None:
+        entries = self.recorder.jobs.get(self.namespace, {})
+        now = time.time()
+        for name, job in self.jobs.items():
+            entry = entries.get(name)
+            if entry is None or "running" not in entry or "pod_ended" in entry or name in self.finished:
+                continue
+            due, end, k = self.plan.get(name) or (entry["running"], entry["running"] + job["end"], 0)
+            while due <= now and due < end - DONE_MARGIN:
+                self.cluster.logs.append(self.namespace, entry["pod"], "main", tick_line(k, due, now))
+                self.lag_max = max(self.lag_max, now - due)
+                self.written += 1
+                due, k = due + job["every"], k + 1
+            if now >= end - DONE_MARGIN:
+                self.cluster.logs.append(
+                    self.namespace, entry["pod"], "main", done_line(end - DONE_MARGIN, now)
+                )
+                self.done += 1
+                self.finished.add(name)
+                continue
+            self.plan[name] = (due, end, k)
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.2):
+            self.cluster.call(self.step)
+
+    def figures(self) -> dict[str, Any]:
+        return {"lines": self.written, "done_lines": self.done, "lag_max": round(self.lag_max, 3)}
+
+
 class Server:
     """The command loop."""
 
@@ -167,6 +231,7 @@ class Server:
         self.cluster = cluster
         self.recorder = Recorder()
         self.sampler = Sampler(cluster)
+        self.tickers: list[Ticker] = []
 
     def handle(self, cmd: dict) -> Any:
         op = cmd["op"]
@@ -187,7 +252,16 @@ class Server:
         if op == "put_configmap":
             body = {"metadata": {"name": cmd["name"], "labels": cmd.get("labels") or {}}, "data": cmd["data"]}
             return self.cluster.call(store.create, "configmaps", body, cmd["namespace"])["metadata"]["name"]
+        if op == "ticks":  # {"namespace", "jobs": {name: {"every": s, "end": s}}}
+            ticker = Ticker(self.cluster, self.recorder, cmd["namespace"], cmd["jobs"])
+            ticker.start()
+            self.tickers.append(ticker)
+            return len(cmd["jobs"])
+        if op == "ticker":
+            return [t.figures() for t in self.tickers]
         if op == "stop":
+            for ticker in self.tickers:
+                ticker.stopping.set()
             return "bye"
         raise ValueError(f"unknown op {op!r}")
 

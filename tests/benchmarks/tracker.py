@@ -41,6 +41,9 @@ from collections import Counter
 from typing import Any
 
 SAMPLE_SECONDS = 0.5
+# Line latency histogram: 10 ms bins up to 300 s, the last bin holds everything above.
+LATENCY_BIN = 0.01
+LATENCY_BINS = 30000
 SETTLED_AFTER = 20.0  # seconds after every job's pod runs: the allocators are read a second time
 MARK = "@bench "  # protocol lines start with it: imports may print to stdout too
 
@@ -69,6 +72,162 @@ def memory_kb() -> tuple[int, int]:
     except OSError:
         hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss, hwm
+
+
+def request_key(method: str, url: str, query: Any = None) -> str:
+    """``"verb resource[/subresource]"`` of one API request, as the simulator's server counts it
+    (``airflow_jobs_plugin/sim/server.py`` ``_verb``): list, watch, get, create, patch, update, delete."""
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    path = [p for p in parts.path.split("/") if p]
+    # /api/v1/... or /apis/<group>/<version>/...; then [namespaces/<ns>/]<plural>[/<name>[/<sub>]]
+    rest = path[2:] if path[:1] == ["api"] else path[3:]
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
+        rest = rest[2:]
+    plural = rest[0] if rest else "-"
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    method = method.upper()
+    if method == "GET":
+        # kubernetes_asyncio passes the query apart from the URL (``query_params``: pairs or a dict).
+        pairs = list(parse_qs(parts.query).items()) + list(
+            (query.items() if isinstance(query, dict) else query) or []
+        )
+        watching = any(k == "watch" and str(v).strip("[]'").lower() in ("true", "1") for k, v in pairs)
+        verb = "get" if name else "watch" if watching else "list"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method)
+    return f"{verb} {plural}/{sub}" if sub else f"{verb} {plural}"
+
+
+class Requests:
+    """Every API request this process sends, counted on the client side by ``"verb resource"``: wraps
+    ``kubernetes_asyncio``'s ``RESTClientObject.request``, through which both the product's
+    ``KubeClient`` (``call_api``) and the cncf provider's hook send everything, watches and log streams
+    included. The same count on the simulator and on a real API server (whose own counters,
+    ``apiserver_request_total``, do not say which client sent a request)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self.announce_at: dict[str, int] = {}  # key -> count: announce ``requests_<key>`` once reached
+
+    def install(self) -> None:
+        from kubernetes_asyncio.client import rest
+
+        original = rest.RESTClientObject.request
+        counts = self.counts
+        wanted = self.announce_at
+
+        @functools.wraps(original)
+        async def counted(client: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            key = request_key(method, url, kwargs.get("query_params", args[0] if args else None))
+            counts[key] += 1
+            if key in wanted and counts[key] >= wanted[key]:
+                del wanted[key]
+                announce(**{f"requests_{key}": time.time()})
+            return await original(client, method, url, *args, **kwargs)
+
+        rest.RESTClientObject.request = counted  # type: ignore[method-assign]
+
+    def sample(self) -> None:
+        self.samples.append((time.time(), dict(self.counts)))
+
+
+REQUESTS = Requests()
+
+
+class LineClock:
+    """How soon each container line reached its task log: the writer (the plane's player, or the
+    stand-in's ticker) puts its wall time in the line (``tick K due=T wrote=W``); the line's latency is
+    the time it was logged minus ``W``, and the writer's own lag is ``W - T``. Counted in histograms of
+    10 ms bins (a few hundred KB whatever the number of lines), apart by the path that brought the
+    line: a follow stream, a read in turn, the trigger's last read of an ended run, or the worker's
+    ``execute_complete`` (``logtail``)."""
+
+    SOURCES = ("stream", "read", "worker")
+
+    def __init__(self) -> None:
+        self.source = "read"  # set by the wrapped log calls just before the lines they return are taken
+        self.worker = False  # the worker's path (execute_complete) is reading
+        self.hist = {s: array("l", bytes(8 * (LATENCY_BINS + 1))) for s in self.SOURCES}
+        self.writer_lag = array("l", bytes(8 * (LATENCY_BINS + 1)))
+        self.ticks = 0
+
+    def install(self) -> None:
+        from airflow_jobs_plugin.kube import KubeClient
+
+        clock = self
+        follow_log, read_log = KubeClient.follow_log, KubeClient.read_log
+
+        @functools.wraps(follow_log)
+        async def following(*args: Any, **kwargs: Any) -> Any:
+            async for line in follow_log(*args, **kwargs):
+                # The hub takes the line synchronously after this yield: nothing else runs between.
+                clock.source = "stream"
+                yield line
+
+        @functools.wraps(read_log)
+        async def reading(*args: Any, **kwargs: Any) -> Any:
+            body = await read_log(*args, **kwargs)
+            clock.source = "worker" if clock.worker else "read"
+            return body
+
+        KubeClient.follow_log = following  # type: ignore[method-assign]
+        KubeClient.read_log = reading  # type: ignore[method-assign]
+
+    @staticmethod
+    def _bin(seconds: float) -> int:
+        return min(LATENCY_BINS, max(0, int(seconds / LATENCY_BIN)))
+
+    def line(self, text: str, now: float) -> None:
+        at = text.find(" wrote=")
+        if at < 0:
+            return
+        try:
+            wrote = float(text[at + 7 :].split()[0])
+            due = float(text[text.index(" due=") + 5 :].split()[0])
+        except (ValueError, IndexError):
+            return
+        self.ticks += 1
+        self.hist[self.source][self._bin(now - wrote)] += 1
+        self.writer_lag[self._bin(wrote - due)] += 1
+
+    @staticmethod
+    def stats(hist: array) -> dict[str, Any]:
+        total = sum(hist)
+        out: dict[str, Any] = {"count": total}
+        if not total:
+            return {**out, "p50": None, "p99": None, "max": None}
+        for q in (50, 99):
+            rank, seen = max(1, math.ceil(q / 100 * total)), 0
+            for i, c in enumerate(hist):
+                seen += c
+                if seen >= rank:
+                    out[f"p{q}"] = round((i + 1) * LATENCY_BIN, 3)  # the bin's upper edge
+                    break
+        top = max(i for i, c in enumerate(hist) if c)
+        out["max"] = (
+            round((top + 1) * LATENCY_BIN, 3) if top < LATENCY_BINS else f">{LATENCY_BINS * LATENCY_BIN:g}"
+        )
+        return out
+
+    def figures(self) -> dict[str, Any]:
+        every = array("l", bytes(8 * (LATENCY_BINS + 1)))
+        for hist in self.hist.values():
+            for i, c in enumerate(hist):
+                if c:
+                    every[i] += c
+        return {
+            "ticks": self.ticks,
+            "by_source": {s: self.stats(h) for s, h in self.hist.items()},
+            "all": self.stats(every),
+            "writer_lag": self.stats(self.writer_lag),
+        }
+
+
+LINES = LineClock()
 
 
 class PeakClock:
@@ -115,6 +274,7 @@ class Book:
         self._event_status: list[str | None] = [None] * n  # a few distinct strings: pointers only
         self._event_state: list[str | None] = [None] * n
         self._event_markers = array("l", bytes(8 * n))
+        self.markers: dict[str, list] = {}  # job -> its final event's log markers (JSON), the few left
         self.lines = 0
         self.errors: list[str] = []
         # Container log lines (``[replica] text``) per job, and when the first one reached its task log.
@@ -214,6 +374,7 @@ class TaskLog:
         self.book.lines += 1
         if text.startswith("["):
             self.book.log_line(self.i, text)
+            LINES.line(text, time.time())
         at = text.find(self.job)
         end = at + len(self.job)
         if 0 < at <= 10 and text[at - 1] == " " and text.startswith(": ", end):
@@ -283,12 +444,52 @@ async def follow(trigger: Any, name: str, book: Book) -> None:
             book.event(
                 name, payload.get("status"), payload.get("state"), len(payload.get("log_markers") or ())
             )
+            if payload.get("log_markers"):
+                book.markers[name] = payload["log_markers"]
             break
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a trigger that dies is a result too
         book.errors.append(f"{name}: {type(exc).__name__}: {exc}")
         book.event(name, "crashed", None, 0)
+
+
+async def worker_path(book: Book, namespace: str) -> dict[str, Any]:
+    """What ``execute_complete`` prints on the worker for the final events that left log markers: each
+    marked run read once from its cursor (``logtail.print_missing``, the operator's own call), after
+    every trigger ended (as a worker would, later and elsewhere). Its lines are counted apart from the
+    trigger's, and its requests too (the requests counted after this start are the worker's)."""
+    if not book.markers:
+        return {"jobs": 0, "lines": 0, "jobs_with_last_line": 0, "requests": 0}
+    from airflow_jobs_plugin.kube import KubeClient
+    from airflow_jobs_plugin.logcursor import LogMarker
+    from airflow_jobs_plugin.logtail import print_missing
+
+    class Sink:
+        def info(self, message: Any, *args: Any) -> None:
+            text = str(message) % args if args else str(message)
+            LINES.line(text, time.time())
+
+    before = sum(REQUESTS.counts.values())
+    LINES.worker = True
+    client = await KubeClient.from_connection("kubernetes_default")
+    lines = 0
+    last = 0
+    try:
+        for raw in book.markers.values():
+            markers = [LogMarker.from_json(m) for m in raw]
+            printed = await print_missing(client, namespace, markers, Sink())
+            lines += len(printed)
+            last += any(line.split("] ", 1)[-1].startswith("done") for line in printed)
+    finally:
+        LINES.worker = False
+        await client.close()
+    return {
+        "jobs": len(book.markers),
+        "lines": lines,
+        "jobs_with_last_line": last,
+        "requests": sum(REQUESTS.counts.values()) - before,
+    }
 
 
 def trace_admission(book: Book) -> None:
@@ -646,6 +847,7 @@ async def sample(
     while True:
         rss, hwm = PEAKS.read()
         samples.append((time.time(), cpu_seconds(), rss, hwm))
+        REQUESTS.sample()
         if on_sample is not None:
             on_sample()
         if asked_to_stop(stop_file):
@@ -656,6 +858,21 @@ async def sample(
 async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     book = Book(names)
     loop = asyncio.get_running_loop()
+    REQUESTS.install()
+    for item in args.announce_requests:
+        key, _, count = item.rpartition("=")
+        REQUESTS.announce_at[key] = int(count)
+    if args.kind == "ours":
+        LINES.install()
+        from airflow_jobs_plugin import kube, logstream
+
+        # The log hub's stream budget and read rate, when the run measures other values than the
+        # product's (both are read when the process's hub is made).
+        if args.log_streams is not None:
+            kube.LOG_STREAM_CONNECTIONS = args.log_streams
+        if args.poll_rate is not None:
+            logstream.POLL_RATE = args.poll_rate
+    froze: list[float] = []
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     triggers = build_triggers(args.kind, names, args.namespace, args, book)
@@ -677,6 +894,13 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
                 if book.receive(key, "running") and book.running_received == len(names):
                     # Every job's pod runs, as this process sees it: the start-up burst has arrived.
                     announce(received_all_running=time.time())
+                    if args.gc_freeze:
+                        # What a triggerer could do once its triggers have started: move every object
+                        # alive now out of the collector's reach, so a full collection walks only
+                        # what came after (Python 3.7+, gc.freeze).
+                        gc.collect()
+                        gc.freeze()
+                        froze.append(time.time())
             elif plural == "jobs" and _complete(obj):
                 book.receive(key, "finished")
 
@@ -749,6 +973,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     done, _ = await asyncio.wait({everything, stopper}, timeout=args.cap, return_when=asyncio.FIRST_COMPLETED)
     capped = everything not in done
     ended = time.time()
+    REQUESTS.sample()  # the counts at the end: the requests since the last half-second sample too
     # Once every trigger has ended: what the finished jobs leave behind (the cache keeps them).
     PEAKS.read()
     hwm_before_figures = PEAKS.overall
@@ -766,6 +991,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     gc.callbacks.remove(gc_clock)
     if watch is not None:
         cache["end"] = cache_figures(watch)
+    worker = await worker_path(book, args.namespace) if args.kind == "ours" else {}
     hubs: dict[str, Any] = {}
     relists = None
     if watch is not None and getattr(watch, "relists", None) is not None:
@@ -775,7 +1001,12 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         from airflow_jobs_plugin import logstream
 
         for hub in list(getattr(logstream, "_HUBS", {}).values()):  # an older version has no hub
-            hubs = {"streams_opened": hub.opened, "reads": hub.reads, "most_streams": hub.most_streams}
+            hubs = {
+                "streams_opened": hub.opened,
+                "reads": hub.reads,
+                "most_streams": hub.most_streams,
+                "stream_budget": hub.streams,
+            }
         # The reads' bound: reads per second per process (an older version has none).
         hubs["poll_rate"] = getattr(logstream, "POLL_RATE", None)
     if args.kind == "ours":
@@ -808,6 +1039,11 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         **book.figures(),
         "log_lines": book.lines,
         "log_hub": hubs,
+        "requests": REQUESTS.samples,
+        "requests_total": dict(REQUESTS.counts),
+        "line_latency": LINES.figures(),
+        "worker_path": worker,
+        "gc_frozen_at": froze[0] if froze else None,
         "watch_relists": relists,
         "errors": book.errors[:50],
         "admission_trace": {"passes": book.passes, "writes": book.writes, "backoffs": book.backoffs},
@@ -840,6 +1076,18 @@ def main() -> None:
     )
     parser.add_argument("--poll-interval", type=float, default=10.0, help="cncf: job_poll_interval")
     parser.add_argument("--pods", default=None, help="cncf: JSON file {job: pod name}")
+    parser.add_argument(
+        "--announce-requests",
+        nargs="*",
+        default=[],
+        metavar="KEY=COUNT",
+        help='print @bench {"requests_KEY": t} once COUNT requests of KEY ("get jobs/status") were sent',
+    )
+    parser.add_argument("--log-streams", type=int, default=None, help="ours: the log stream budget")
+    parser.add_argument("--poll-rate", type=float, default=None, help="ours: log reads per second")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() once every job's Running pod is received"
+    )
     args = parser.parse_args()
     with open(args.names) as f:
         names: list[str] = json.load(f)

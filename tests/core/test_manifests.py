@@ -191,6 +191,7 @@ def test_pod_placement_storage_and_pull_settings_reach_the_pod():
         image_pull_policy="IfNotPresent",
         image_pull_secrets=["regcred"],
         service_account="trainer",
+        service_accounts=("default", "trainer"),
         namespace="ml",
     )
     job = deserialize(m, "V1Job")
@@ -204,6 +205,14 @@ def test_pod_placement_storage_and_pull_settings_reach_the_pod():
     assert pod.containers[0].image_pull_policy == "IfNotPresent"
     assert [s.name for s in pod.image_pull_secrets] == ["regcred"]
     assert pod.service_account_name == "trainer"
+    # An account the platform allowed keeps its own token setting.
+    assert pod.automount_service_account_token is None
+
+
+def test_a_job_runs_as_the_platforms_account_without_its_token_whatever_the_template_says():
+    pod = manifest(pod_template={"spec": {"automountServiceAccountToken": True}})["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "default"
+    assert pod["automountServiceAccountToken"] is False
 
 
 def test_namespace_is_left_to_the_caller_when_unset():

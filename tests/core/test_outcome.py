@@ -148,3 +148,26 @@ def test_a_success_summary_adds_up_every_attempt():
     done = JobEvent.from_payload({**CANCELLED.to_payload(), "status": "success", "state": "SUCCEEDED"})
     result = summary(done)
     assert (result["attempts"], result["gpu_seconds"], result["state"]) == (2, 15.0, "SUCCEEDED")
+
+
+def test_a_stopped_and_resumed_job_that_fails_is_one_attempt_in_its_message_and_summary():
+    # Attempt 1 ran, was stopped by its user, resumed, and then failed: two runs, one attempt.
+    event = JobEvent(
+        status=EventStatus.FAILED,
+        job_name="train-a1",
+        kind="Job",
+        namespace="ml",
+        state="FAILED",
+        reason="QueueTimeout",
+        attempts=(
+            AttemptRecord(1, "train-a1", "STOPPED", "Stopped", gpu_seconds=60.0),
+            AttemptRecord(1, "train-a1", "FAILED", "QueueTimeout"),
+        ),
+    )
+    assert "attempts" not in failure_message(event).splitlines()[0]
+    assert summary(event)["attempts"] == 1
+    retried = JobEvent(
+        **{**vars(event), "attempts": (*event.attempts, AttemptRecord(2, "train-a2", "FAILED"))}
+    )
+    assert failure_message(retried).splitlines()[0].endswith("; after 2 attempts")
+    assert summary(retried)["attempts"] == 2

@@ -46,3 +46,14 @@ def test_a_rank_that_printed_nothing_is_an_empty_list_not_an_untagged_log():
 )
 def test_rank_of_reads_the_tags_mpirun_writes(line, expected):
     assert rank_of(line) == expected
+
+
+def test_worker_n_ran_the_mpi_ranks_of_its_slots():
+    from airflow_jobs_plugin.rank_log import worker_lines, worker_ranks
+
+    assert list(worker_ranks(1, 1)) == [1]
+    assert list(worker_ranks(1, 4)) == [4, 5, 6, 7]
+    log = ["[1,0]<stdout>:a", "[1,3]<stdout>:b", "[1,2]<stderr>:c", "untagged"]
+    assert worker_lines(log, 1, 2) == ["[rank 3] b", "[rank 2] c"]
+    assert worker_lines(log, 0, 1) == ["a"]
+    assert worker_lines(["untagged"], 0, 2) is None

@@ -42,6 +42,10 @@ DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
+# The platform's accounts in tests that name one ([airflow_jobs] job_service_accounts).
+ALLOWED_ACCOUNTS = ("default", "trainer")
+
+
 def build(**overrides):
     return validate(**{**BASE, **overrides})
 
@@ -422,9 +426,10 @@ def test_to_dict_round_trips_through_validate():
         init_containers=[{"name": "fetch", "image": "busybox"}],
         image_pull_secrets=["regcred"],
         service_account="trainer",
+        service_accounts=ALLOWED_ACCOUNTS,
     )
     plain = json.loads(json.dumps(spec.to_dict()))
-    assert validate(**plain) == spec
+    assert validate(**plain, service_accounts=ALLOWED_ACCOUNTS) == spec
 
 
 # --- image grammar ------------------------------------------------------------------------------------
@@ -692,3 +697,40 @@ def test_mpi_only_arguments_are_refused_for_torchrun_naming_the_argument(mpi_onl
 def test_a_torchrun_job_is_charged_every_nodes_gpus():
     spec = validate(image="t:1", group="vision", user="alice", gpus=4, workers=2, framework="torchrun")
     assert total_gpus(spec) == 8
+
+
+# --- the account a job runs as ----------------------------------------------------------------------
+
+
+def test_a_job_that_names_no_account_runs_as_the_platforms_first():
+    assert build().service_account == "default"
+    assert build(service_accounts=("runner-b", "runner-c")).service_account == "runner-b"
+
+
+def test_an_account_the_platform_does_not_allow_is_refused_naming_the_field_and_the_fix():
+    with pytest.raises(JobSpecError) as info:
+        build(service_account="airflow-triggerer")
+    assert info.value.field == "service_account"
+    assert "'airflow-triggerer' is not an account jobs may run as" in str(info.value)
+    assert "allowed: 'default'" in str(info.value) and "job_service_accounts" in str(info.value)
+    assert build(service_account="trainer", service_accounts=ALLOWED_ACCOUNTS).service_account == "trainer"
+
+
+@pytest.mark.parametrize("key", ["serviceAccountName", "serviceAccount"])
+def test_a_pod_template_that_names_an_account_is_refused_pointing_at_service_account(key):
+    with pytest.raises(JobSpecError) as info:
+        build(pod_template={"spec": {key: "airflow-triggerer"}})
+    assert info.value.field == f"pod_template.spec.{key}"
+    assert "set service_account" in str(info.value)
+
+
+@pytest.mark.parametrize("where", ["volumes", "pod_template"])
+def test_a_projected_token_of_the_default_account_is_refused(where):
+    token = {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    args = {"volumes": [token]} if where == "volumes" else {"pod_template": {"spec": {"volumes": [token]}}}
+    with pytest.raises(JobSpecError) as info:
+        build(**args)
+    assert info.value.field == (
+        "volumes[0].projected" if where == "volumes" else "pod_template.spec.volumes[0].projected"
+    )
+    assert "service_account" in str(info.value)

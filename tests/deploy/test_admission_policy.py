@@ -20,8 +20,9 @@ import pytest
 import yaml
 
 from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.actions import RESUME_PATCH, stop_patch
 from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.quota.ledger import unsuspend_patch, verdict_patch
+from airflow_jobs_plugin.quota.ledger import ENDING_DEADLINE_SECONDS, unsuspend_patch, verdict_patch
 from airflow_jobs_plugin.quota.ledger_model import ledger_name
 from airflow_jobs_plugin.sim.admission_policy import AdmissionRequest
 from airflow_jobs_plugin.sim.admission_policy import refusals as policy_refusals
@@ -78,7 +79,26 @@ def refusals(request: Request) -> list[str]:
         object=request.object,
         old_object=request.old_object,
     )
-    return [message for policy in policies() for _reason, message in policy_refusals(policy, attributes)]
+    return [
+        message
+        for policy in policies()
+        for _reason, message in policy_refusals(
+            policy, attributes, JOB_ACCOUNTS if policy["spec"].get("paramKind") else None
+        )
+    ]
+
+
+def job_accounts() -> dict:
+    """rbac.yaml's parameter of the rule job-accounts: the accounts jobs may run as."""
+    (found,) = [
+        d
+        for d in yaml.safe_load_all((HELM / "rbac.yaml").read_text())
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "airflow-jobs-job-accounts"
+    ]
+    return found
+
+
+JOB_ACCOUNTS = job_accounts()
 
 
 # --- the product's real requests ---
@@ -257,6 +277,7 @@ def test_the_bindings_deny_in_the_namespace_and_name_the_identities_rbac_binds()
 # --- charge-the-spec: the annotations are what the pods ask for ---
 
 CHARGE = "airflow-jobs rule charge-the-spec"
+USER_ACTIONS = "airflow-jobs rule user-actions-only"
 
 
 def built(**args) -> dict:
@@ -341,8 +362,9 @@ def test_the_api_server_may_not_raise_a_queued_or_running_mpijob_s_workers():
     queued = created(manifest(workers=2))
     for old in (queued, patched(queued, unsuspend_patch(queued, QUEUED_AT))):
         more = patched(old, {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 8}}}})
-        (message,) = refusals(Request(API_SERVER, "UPDATE", more, old))
-        assert message.startswith(f"{CHARGE}: this identity may not raise the GPUs")
+        charge, actions_only = refusals(Request(API_SERVER, "UPDATE", more, old))
+        assert charge.startswith(f"{CHARGE}: this identity may not raise the GPUs")
+        assert actions_only.startswith(f"{USER_ACTIONS}: this identity may only cancel, stop or resume")
 
 
 @pytest.mark.parametrize(
@@ -351,8 +373,9 @@ def test_the_api_server_may_not_raise_a_queued_or_running_mpijob_s_workers():
 def test_the_api_server_may_not_rewrite_who_a_queued_job_is_charged_to_or_how(job, key):
     queued = created(job)
     rewrite = patched(queued, {"metadata": {"annotations": {key: "999"}}})
-    (message,) = refusals(Request(API_SERVER, "UPDATE", rewrite, queued))
-    assert message.startswith(f"{CHARGE}: who a job is charged to, its GPUs, device, priority and queue time")
+    charge, actions_only = refusals(Request(API_SERVER, "UPDATE", rewrite, queued))
+    assert charge.startswith(f"{CHARGE}: who a job is charged to, its GPUs, device, priority and queue time")
+    assert actions_only.startswith(f"{USER_ACTIONS}: this identity may write only the annotations")
 
 
 def test_the_product_s_stop_and_resume_leave_the_charge_alone(job):
@@ -361,6 +384,140 @@ def test_the_product_s_stop_and_resume_leave_the_charge_alone(job):
     assert refusals(Request(API_SERVER, "UPDATE", stopped, queued)) == []
     resumed = patched(stopped, {"metadata": {"annotations": {labels.STOPPED_AT: None}}})
     assert refusals(Request(API_SERVER, "UPDATE", resumed, stopped)) == []
+
+
+# --- user-actions-only: the api-server's identity changes only what a cancel, a stop, a resume needs ---
+
+
+def _running(job: dict) -> dict:
+    queued = created(job)
+    return patched(queued, unsuspend_patch(queued, QUEUED_AT))
+
+
+def _mpi_launcher() -> dict:
+    """The launcher Job the MPI operator creates for an MPIJob (no product labels)."""
+    return created(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{TASK.job_name(1)}-launcher",
+                "labels": {labels.MPI_JOB_NAME: TASK.job_name(1)},
+            },
+            "spec": {
+                "suspend": False,
+                "backoffLimit": 6,
+                "template": {"spec": {"containers": [{"name": "l", "image": "x"}]}},
+            },
+        }
+    )
+
+
+def test_every_cancel_stop_and_resume_the_api_server_makes_passes(job):
+    queued, running = created(job), _running(job)
+    for old in (queued, running):
+        for patch in (verdict_patch(old, "Cancelled", "cancelled by alice"), stop_patch(old, "alice")):
+            new = patched(old, patch)
+            assert refusals(Request(API_SERVER, "UPDATE", new, old)) == [], patch
+    stopped = patched(running, stop_patch(running, "alice"))
+    resumed = patched(stopped, dict(RESUME_PATCH))
+    assert refusals(Request(API_SERVER, "UPDATE", resumed, stopped)) == []
+    launcher = _mpi_launcher()
+    ended = patched(launcher, {"spec": {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}})
+    assert refusals(Request(API_SERVER, "UPDATE", ended, launcher)) == []
+
+
+CHEATS = {
+    "more Job completions": ("Job", {"spec": {"completions": 8}}),
+    "another image": (
+        "Job",
+        {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "mallory/evil:1"}]}}}},
+    ),
+    "more retries": ("Job", {"spec": {"backoffLimit": 100}}),
+    "a longer deadline": ("Job", {"spec": {"activeDeadlineSeconds": 999999}}),
+    "more MPIJob workers of no GPU": ("MPIJob", {"spec": {"slotsPerWorker": 64}}),
+    "another MPIJob cleanup": ("MPIJob", {"spec": {"runPolicy": {"cleanPodPolicy": "None"}}}),
+    "another Kueue queue": ("Job", {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "vip"}}}),
+    "another Kueue priority": ("Job", {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": "urgent"}}}),
+    "another task key": ("Job", {"metadata": {"labels": {labels.TASK_KEY: "someone-else"}}}),
+    "another requeue count": ("Job", {"metadata": {"annotations": {labels.REQUEUE_COUNT: "7"}}}),
+    "no queue timeout": ("Job", {"metadata": {"annotations": {labels.QUEUE_TIMEOUT: "999999"}}}),
+}
+
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_the_api_server_may_change_nothing_a_user_action_does_not_need(cheat):
+    kind, patch = CHEATS[cheat]
+    for old in (
+        created(manifest(workers=2 if kind == "MPIJob" else 1)),
+        _running(manifest(workers=2 if kind == "MPIJob" else 1)),
+    ):
+        new = patched(old, patch)
+        assert new != old, cheat
+        messages = refusals(Request(API_SERVER, "UPDATE", new, old))
+        assert any(m.startswith(USER_ACTIONS) for m in messages), (cheat, messages)
+
+
+# --- job-accounts: a job's pods run as an account the platform chose ---
+
+ACCOUNTS = "airflow-jobs rule job-accounts"
+
+
+def test_the_operator_s_job_runs_as_the_default_account_without_its_token(job):
+    for spec in pod_specs(job):
+        assert spec["serviceAccountName"] == "default" and spec["automountServiceAccountToken"] is False
+    for who in (WORKER, TRIGGERER, API_SERVER):
+        assert refusals(Request(who, "CREATE", job)) == []
+
+
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, API_SERVER])
+@pytest.mark.parametrize("field", ["serviceAccountName", "serviceAccount"])
+def test_a_job_running_as_an_airflow_component_is_refused(job, who, field):
+    cheat = copy.deepcopy(job)
+    pod_specs(cheat)[-1][field] = "airflow-triggerer"
+    messages = refusals(Request(who, "CREATE", cheat))
+    assert any(
+        m.startswith(f"{ACCOUNTS}: a job's pods run only as an account the platform allows") for m in messages
+    )
+
+
+@pytest.mark.parametrize("cheat", ["mounted", "unset", "projected"])
+def test_a_job_running_as_the_default_account_with_its_token_is_refused(job, cheat):
+    token = copy.deepcopy(job)
+    spec = pod_specs(token)[-1]
+    if cheat == "mounted":
+        spec["automountServiceAccountToken"] = True
+    elif cheat == "unset":
+        del spec["automountServiceAccountToken"]
+    else:
+        spec.setdefault("volumes", []).append(
+            {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+        )
+    (message,) = refusals(Request(WORKER, "CREATE", token))
+    assert message.startswith(
+        f"{ACCOUNTS}: a job running as the namespace's default account runs without its token"
+    )
+
+
+def test_an_account_the_platform_allowed_runs_with_its_own_token_settings(job):
+    allowed = copy.deepcopy(job)
+    for spec in pod_specs(allowed):
+        spec["serviceAccountName"] = "trainer-s3-reader"
+        del spec["automountServiceAccountToken"]
+    params = {**JOB_ACCOUNTS, "data": {**JOB_ACCOUNTS["data"], "trainer-s3-reader": "reads the datasets"}}
+    (policy,) = [p for p in policies() if p["metadata"]["name"] == "airflow-jobs-job-accounts"]
+    attributes = AdmissionRequest(
+        "CREATE",
+        *Request(WORKER, "CREATE", allowed).group_resource,
+        "airflow",
+        allowed["metadata"]["name"],
+        WORKER,
+        (),
+        allowed,
+        None,
+    )
+    assert policy_refusals(policy, attributes, params) == []
+    assert any(m.startswith(ACCOUNTS) for m in refusals(Request(WORKER, "CREATE", allowed)))
 
 
 # --- no-uncharged-gpu-workloads: a worker's other rights start no GPU work ---

@@ -798,6 +798,21 @@ SCENARIOS: list[Scenario] = [
         Reason.DEADLINE_EXCEEDED,
     ),
     Scenario(
+        "failed-pods-refused-by-the-api-server",
+        batch_job(
+            failed=0,
+            conditions=[_FAILED_DEADLINE],
+            annotations=_verdict(
+                "PodRefused",
+                'the API server refused its pods: pods "train-" is forbidden: no PriorityClass with name '
+                "hihg was found",
+            ),
+        ),
+        [],
+        JobState.FAILED,
+        Reason.POD_REFUSED,
+    ),
+    Scenario(
         "failed-queue-timeout",
         batch_job(
             suspend=True, annotations=_verdict("QueueTimeout", "waited 6h in the queue of group vision")

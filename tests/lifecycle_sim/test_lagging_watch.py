@@ -109,3 +109,56 @@ async def test_a_job_whose_pods_lag_its_own_completion_goes_from_running_to_succ
     event = await trigger
     assert event["state"] == "SUCCEEDED", event
     assert_lifecycle_order(states_logged(out + capsys.readouterr().out, name))
+
+
+def lines_of(text: str, name: str) -> list[str]:
+    return [line.split(f"Job {name}: ", 1)[1] for line in text.splitlines() if f"Job {name}: " in line]
+
+
+async def _running(cluster, client, capsys) -> tuple[str, asyncio.Future, str]:
+    """A job followed by its trigger while the Job's own watch stream lags 3 s behind its pods'."""
+    body = manifest({"main": {"pull": 1, "run": 100000, "exit": 0, "logs": ["epoch 1"]}})
+    name = body["metadata"]["name"]
+    await client.create(JOBS, "default", body)
+    trigger = asyncio.ensure_future(follow(name))
+    out = ""
+    while "RUNNING" not in states_logged(out, name):
+        assert not trigger.done(), (out, trigger.result())
+        out += capsys.readouterr().out
+        await asyncio.sleep(0.01)
+    cluster.faults.set_latency(3.0, verb="watch", resource="jobs")
+    cluster.faults.drop_watches()
+    return name, trigger, out
+
+
+async def test_after_a_stop_the_task_log_names_only_states_the_job_was_in(cluster, client, capsys):
+    from airflow_jobs_plugin import actions
+
+    name, trigger, out = await _running(cluster, client, capsys)
+    job = await client.get(JOBS, "default", name)
+    done = await actions.stop(client, "default", job, "alice")
+    assert done.done, done
+    while "STOPPED" not in states_logged(out, name):
+        assert not trigger.done(), (out, trigger.result())
+        out += capsys.readouterr().out
+        await asyncio.sleep(0.01)
+    await actions.cancel(client, "default", await client.get(JOBS, "default", name), "alice")
+    event = await trigger
+    assert event["state"] == "CANCELLED", event
+    lines = lines_of(out + capsys.readouterr().out, name)
+    after = lines[[line.split()[0].rstrip(":") for line in lines].index("RUNNING") :]
+    seen = [line.split()[0].rstrip(":") for line in after]
+    assert set(seen) <= {"RUNNING", "TERMINATING", "STOPPED", "CANCELLED"}, after
+
+
+async def test_after_a_cancel_the_task_log_names_only_states_the_job_was_in(cluster, client, capsys):
+    from airflow_jobs_plugin import actions
+
+    name, trigger, out = await _running(cluster, client, capsys)
+    await actions.cancel(client, "default", await client.get(JOBS, "default", name), "alice")
+    event = await trigger
+    assert event["state"] == "CANCELLED", event
+    lines = lines_of(out + capsys.readouterr().out, name)
+    after = lines[[line.split()[0].rstrip(":") for line in lines].index("RUNNING") :]
+    seen = [line.split()[0].rstrip(":") for line in after]
+    assert set(seen) <= {"RUNNING", "TERMINATING", "CANCELLED"}, after

@@ -209,6 +209,97 @@ def test_a_worker_may_not_unsuspend_a_job_and_the_api_server_may_not_either(iden
     assert job["spec"]["suspend"] is True
 
 
+@pytest.mark.parametrize("cheat", ["airflow-triggerer", "token-of-default"])
+def test_a_workers_job_whose_pods_would_carry_a_token_is_refused_naming_the_rule(identities, cheat):
+    """Rule job-accounts, its parameter the ConfigMap airflow-jobs-job-accounts of rbac.yaml: a raw
+    create by the worker identity (a DAG's own code) may not run its pods as an Airflow component, nor
+    as the namespace's default account with its token mounted."""
+    body = manifest()
+    pod = body["spec"]["template"]["spec"]
+    if cheat == "airflow-triggerer":
+        pod["serviceAccountName"] = "airflow-triggerer"
+    else:
+        pod["automountServiceAccountToken"] = True
+
+    refused = as_identity(identities["worker"], lambda c: c.create(JOBS, NAMESPACE, body))
+
+    assert isinstance(refused, KubeError) and refused.status == 403, refused
+    assert "ValidatingAdmissionPolicy 'airflow-jobs-job-accounts'" in str(refused), refused
+    assert "airflow-jobs rule job-accounts" in str(refused), refused
+
+
+def test_the_api_server_stops_resumes_and_cancels_but_changes_nothing_else(identities):
+    """Rule user-actions-only: the api-server's identity may write what a stop, a resume and a cancel
+    write (actions.py, run here as that identity), and not a queued MPIJob's workers, its Kueue queue,
+    its priority or its group."""
+    from airflow_jobs_plugin import actions
+
+    created = as_identity(identities["worker"], lambda c: c.create(MPIJOBS, NAMESPACE, manifest("MPIJob")))
+    name = created["metadata"]["name"]
+    cheats = {
+        "more workers": {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 8}}}},
+        "more slots": {"spec": {"slotsPerWorker": 64}},
+        "another queue": {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "vip"}}},
+        "another priority": {"metadata": {"annotations": {"airflow-jobs.io/priority": "1000"}}},
+        "another group": {"metadata": {"labels": {"airflow-jobs.io/group": "llm"}}},
+    }
+    for cheat, patch in cheats.items():
+        refused = as_identity(
+            identities["api-server"], lambda c, p=patch: c.merge_patch(MPIJOBS, NAMESPACE, name, p)
+        )
+        assert isinstance(refused, KubeError) and refused.status == 403, (cheat, refused)
+        assert "airflow-jobs rule" in str(refused), (cheat, refused)
+
+    async def act(client: KubeClient) -> list[str]:
+        job = await client.get(MPIJOBS, NAMESPACE, name)
+        stopped = await actions.stop(client, NAMESPACE, job, "alice")
+        resumed = await actions.resume(
+            client, NAMESPACE, await client.get(MPIJOBS, NAMESPACE, name), "alice", NAMESPACE
+        )
+        cancelled = await actions.cancel(
+            client, NAMESPACE, await client.get(MPIJOBS, NAMESPACE, name), "alice"
+        )
+        return [stopped.message, resumed.message, cancelled.message]
+
+    said = on_cluster(identities["api-server"], act)
+    assert "stopped" in said[0] and "resumed" in said[1] and "cancel" in said[2], said
+    job = as_identity(identities["api-server"], lambda c: c.get_or_none(MPIJOBS, NAMESPACE, name))
+    assert job is None or job["metadata"]["annotations"].get("airflow-jobs.io/verdict") == "Cancelled", job
+
+
+def test_a_job_another_dag_planted_under_a_tasks_name_is_never_adopted(identities, monkeypatch):
+    """Job names and task keys are predictable, and every DAG submits with the worker's token: a job
+    planted under ``victim.train``'s name passes every admission rule, so the victim's try itself must
+    refuse it, naming it, and leave it alone."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities["worker"]}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+    run_id = f"{RUN_ID}-planted-{next(_serial)}"
+    victim = TaskIdentity("victim", "train", run_id, -1, 1)
+    evil = validate(image="mallory/evil:1", group="vision", user="mallory", gpus=1, namespace=NAMESPACE)
+    body = build_manifest(
+        evil, name=victim.job_name(1), task=victim, attempt=1, queued_at=datetime.now(timezone.utc)
+    )
+    planted = as_identity(identities["worker"], lambda c: c.create(JOBS, NAMESPACE, body))
+    assert not isinstance(planted, KubeError), planted
+    op = JobOperator(
+        task_id="train",
+        image="registry.example/trainer:1",
+        group="vision",
+        user="alice",
+        gpus=1,
+        namespace=NAMESPACE,
+    )
+
+    with pytest.raises(AirflowFailException, match="not the job this task would submit") as info:
+        op.execute(task_context("victim", "train", run_id=run_id))
+
+    assert f"Job {NAMESPACE}/{victim.job_name(1)}" in str(info.value)
+    still = as_identity(identities["worker"], lambda c: c.get(JOBS, NAMESPACE, victim.job_name(1)))
+    assert still["metadata"]["uid"] == planted["metadata"]["uid"]
+
+
 def test_an_honest_submission_is_accepted_and_the_triggerers_admission_unsuspends_it(identities, monkeypatch):
     def run_as(component: str) -> None:
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities[component]}}

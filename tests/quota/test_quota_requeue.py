@@ -11,11 +11,13 @@ from airflow_jobs_plugin.quota.requeue import (
     Requeue,
     RequeueLimitReached,
     RequeueSettings,
+    banked_wait,
     format_duration,
     queue_timed_out,
     requeue_backoff,
     requeue_decision,
     schedule_deadline,
+    waited_for_quota,
 )
 
 ADMITTED = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -125,7 +127,30 @@ def test_requeue_limit_zero_fails_the_first_stuck_start():
     ],
 )
 def test_queue_timeout(waited, timeout, timed_out):
-    assert queue_timed_out(ADMITTED, ADMITTED + waited, timeout) is timed_out
+    assert queue_timed_out(waited_for_quota(ADMITTED, ADMITTED + waited), timeout) is timed_out
+
+
+def test_the_queue_clock_counts_waits_and_never_a_run():
+    queued = ADMITTED
+    # Waited 10 minutes, ran for 3 hours from its admission: 10 minutes banked at its stop.
+    banked = banked_wait(
+        queued,
+        waited_before=timedelta(0),
+        wait_since=None,
+        admitted_at=queued + timedelta(minutes=10),
+        now=queued + timedelta(hours=3),
+    )
+    assert banked == timedelta(minutes=10)
+    # Stopped while still queued: the wait up to the stop is banked.
+    assert banked_wait(
+        queued,
+        waited_before=banked,
+        wait_since=queued + timedelta(hours=4),
+        admitted_at=None,
+        now=queued + timedelta(hours=4, minutes=5),
+    ) == timedelta(minutes=15)
+    # While stopped only the banked waits count.
+    assert waited_for_quota(queued, queued + timedelta(days=1), waited_before=banked, waiting=False) == banked
 
 
 @pytest.mark.parametrize(

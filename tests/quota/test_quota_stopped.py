@@ -75,11 +75,38 @@ def test_a_resumed_job_returns_to_its_original_position():
     assert by_name == {"resumed": (Verdict.GROUP_QUOTA, 1), "late": (Verdict.BEHIND_HEAD, 2)}
 
 
-def test_a_stopped_job_past_its_queue_timeout_fails_as_the_queue_timeout_says():
-    stopped = queued("stopped", 2, minute=0, stopped=True)
+def test_a_stopped_job_that_had_waited_past_its_queue_timeout_fails_as_the_queue_timeout_says():
+    stopped = replace(queued("stopped", 2, minute=0, stopped=True), waited_before=timedelta(hours=1))
     (decision,) = decide(WITH_TIMEOUT, [stopped], [], T0 + timedelta(hours=2))
     assert decision.verdict is Verdict.QUEUE_TIMEOUT
     assert "stopped at 2025-03-01T09:05:00Z" in decision.message and "queue_timeout 1h" in decision.message
+    assert "after waiting 1h for quota" in decision.message
+
+
+def test_time_stopped_is_not_on_the_queue_clock():
+    # Queued at 09:00 and stopped, it has waited for its user, not for quota, for days.
+    stopped = replace(queued("stopped", 2, minute=0, stopped=True), waited_before=timedelta(minutes=5))
+    (decision,) = decide(WITH_TIMEOUT, [stopped], [], T0 + timedelta(days=3))
+    assert decision.verdict is Verdict.STOPPED
+
+
+def test_a_resumed_job_that_ran_for_hours_competes_again_on_the_waits_it_had_before():
+    # Queued at 09:00, it waited 10 minutes, ran for 5 hours, was stopped and resumed at 14:10.
+    resumed = replace(
+        queued("resumed", 2, minute=0),
+        waited_before=timedelta(minutes=10),
+        wait_since=T0 + timedelta(hours=5, minutes=10),
+    )
+    at = T0 + timedelta(hours=5, minutes=20)
+    assert resumed.waited(at) == timedelta(minutes=20)
+    (decision,) = decide(WITH_TIMEOUT, [resumed], [], at)
+    assert decision.verdict is Verdict.ADMIT
+    # Its new wait counts on top of what it banked: 50 more minutes of waiting pass the hour.
+    late = T0 + timedelta(hours=6)
+    assert resumed.waited(late) == timedelta(hours=1)
+    blocked = [held("other", 4)]
+    (decision,) = decide(WITH_TIMEOUT, [resumed], blocked, late)
+    assert decision.verdict is Verdict.QUEUE_TIMEOUT
 
 
 def test_a_stopped_job_keeps_no_reservation_once_its_pods_are_gone():

@@ -3,7 +3,9 @@ again until resumed, and then returns to its original position in its group's qu
 
 from __future__ import annotations
 
-from airflow_jobs_plugin import labels
+from datetime import datetime, timedelta, timezone
+
+from airflow_jobs_plugin import actions, labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import JOBS
@@ -72,7 +74,59 @@ async def test_a_stopped_job_frees_its_quota_for_the_next_and_resumes_at_its_ori
     assert third_status is not None and (third_status.reason, third_status.position) == ("BehindHead", 2)
 
 
-async def test_a_stopped_job_past_its_queue_timeout_fails_as_the_queue_timeout_says(client):
+async def test_a_job_stopped_after_running_longer_than_its_queue_timeout_waits_for_its_resume_and_runs_again(
+    client,
+):
+    group, admission = await admission_for(client, 2, "queue_timeout: 1h\n")
+    (job,) = await create_jobs(client, job_body(group, "ann", 2, run=10_000, task="long-run"))
+    name = job["metadata"]["name"]
+    await admission.run_pass(group)
+    # It waited ten seconds for quota two hours ago and has run ever since.
+    two_hours_ago = datetime.now(timezone.utc) - timedelta(hours=2)
+    await client.merge_patch(
+        JOBS,
+        NAMESPACE,
+        name,
+        {
+            "metadata": {
+                "annotations": {
+                    labels.QUEUED_AT: ledger_io.rfc3339(two_hours_ago),
+                    labels.ADMITTED_AT: ledger_io.rfc3339(two_hours_ago + timedelta(seconds=10)),
+                }
+            }
+        },
+    )
+    running = await wait_for(
+        lambda: (j := admission.watch.get(JOBS, name)) and annotation(j, labels.ADMITTED_AT) and j
+    )
+
+    stopped = await actions.stop(client, NAMESPACE, running, "ann")
+    assert stopped.done, stopped.message
+    current = await client.get(JOBS, NAMESPACE, name)
+    assert annotation(current, labels.QUEUE_WAITED) == "10.000"
+
+    async def released() -> bool:
+        await admission.run_pass(group)
+        return (await ledger_of(client, group)).reservations == ()
+
+    await wait_for(released)
+    current = await client.get(JOBS, NAMESPACE, name)
+    assert annotation(current, labels.VERDICT) is None
+    status = await admission.ensure(current)
+    assert status is not None and status.reason == "Stopped"
+
+    resumed = await actions.resume(client, NAMESPACE, current, "ann", NAMESPACE)
+    assert resumed.done, resumed.message
+
+    async def admitted_again() -> bool:
+        await admission.run_pass(group)
+        return [r.job for r in (await ledger_of(client, group)).reservations] == [name]
+
+    await wait_for(admitted_again)
+    assert annotation(await client.get(JOBS, NAMESPACE, name), labels.VERDICT) is None
+
+
+async def test_a_job_stopped_after_waiting_past_its_queue_timeout_fails_as_the_queue_timeout_says(client):
     group, admission = await admission_for(client, 2, "queue_timeout: 1s\n")
     body = job_body(group, "ann", 2, run=10_000, task="stopped")
     body["metadata"]["annotations"].update(
@@ -80,6 +134,8 @@ async def test_a_stopped_job_past_its_queue_timeout_fails_as_the_queue_timeout_s
             labels.STOPPED_AT: "2026-01-01T00:00:00Z",
             labels.STOPPED_BY: "ann",
             labels.QUEUED_AT: "2026-01-01T00:00:00Z",
+            # It had waited five seconds for quota when it was stopped.
+            labels.QUEUE_WAITED: "5",
         }
     )
     (job,) = await create_jobs(client, body)

@@ -349,10 +349,12 @@ def apply_shipped(cluster, path: Path, namespace: str) -> None:
         "ClusterRoleBinding": "clusterrolebindings",
         "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
         "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+        "ConfigMap": "configmaps",
     }
     for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
         plural = plurals[doc["kind"]]
-        cluster.store.create(plural, doc, namespace if plural in ("roles", "rolebindings") else None)
+        namespaced = plural in ("roles", "rolebindings", "configmaps")
+        cluster.store.create(plural, doc, namespace if namespaced else None)
 
 
 def component_runner(cluster, tmp_path: Path, monkeypatch):
@@ -628,3 +630,104 @@ def test_on_a_kueue_cluster_the_kueue_roles_let_each_component_read_what_kueue_s
                 await shared.shutdown()
 
         asyncio.run(triggerer_and_api_server())
+
+
+def test_on_the_simulator_a_job_runs_as_an_allowed_account_and_the_api_server_only_acts_for_people(
+    monkeypatch, tmp_path
+):
+    """Rules job-accounts and user-actions-only, with the shipped RBAC, policies and the parameter
+    ConfigMap, for the deployment's service-account identities (the real plane's version:
+    tests/plane_scenarios/test_rbac_and_admission_policy_on_the_plane.py)."""
+    from airflow_jobs_plugin import actions
+    from airflow_jobs_plugin.kube import MPIJOBS, KubeError
+    from airflow_jobs_plugin.manifests import build_manifest
+    from airflow_jobs_plugin.sim.config import Identity
+    from airflow_jobs_plugin.spec import TaskIdentity, validate
+
+    identities = tuple(
+        Identity.service_account("airflow", account, f"{component}-token")
+        for component, account in COMPONENTS.items()
+    )
+    config = ClusterConfig(
+        nodes=1, gpus_per_node=8, time_scale=0.01, token="admin", rbac=True, identities=identities
+    )
+    with SimCluster(config) as cluster:
+        if not cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}"):
+            cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+        apply_shipped(cluster, ROLE, NAMESPACE)
+        apply_shipped(cluster, POLICY, NAMESPACE)
+        run_as = component_runner(cluster, tmp_path, monkeypatch)
+
+        def body(kind: str, **changes) -> dict:
+            identity = TaskIdentity("accounts", kind.lower(), "run-1", -1, 1)
+            spec = validate(
+                image="t:1", group="vision", user="alice", gpus=1, workers=2 if kind == "MPIJob" else 1
+            )
+            built = build_manifest(
+                spec,
+                name=identity.job_name(1),
+                task=identity,
+                attempt=1,
+                queued_at=datetime.now(timezone.utc),
+            )
+            pod = (built["spec"]["mpiReplicaSpecs"]["Worker"] if kind == "MPIJob" else built["spec"])[
+                "template"
+            ]["spec"]
+            pod.update(changes)
+            return built
+
+        async def as_worker() -> tuple[KubeError, KubeError, dict]:
+            client = await KubeClient.from_connection()
+            try:
+                refused = []
+                for cheat in (
+                    {"serviceAccountName": "airflow-triggerer"},
+                    {"automountServiceAccountToken": True},
+                ):
+                    with pytest.raises(KubeError) as info:
+                        await client.create(JOBS, NAMESPACE, body("Job", **cheat))
+                    refused.append(info.value)
+                honest = await client.create(MPIJOBS, NAMESPACE, body("MPIJob"))
+                return refused[0], refused[1], honest
+            finally:
+                await client.close()
+
+        run_as("worker")
+        as_triggerer, with_token, honest = asyncio.run(as_worker())
+        for refused in (as_triggerer, with_token):
+            assert refused.status == 403, refused
+            assert "ValidatingAdmissionPolicy 'airflow-jobs-job-accounts'" in str(refused), refused
+            assert "airflow-jobs rule job-accounts" in str(refused), refused
+        name = honest["metadata"]["name"]
+
+        async def as_api_server() -> tuple[list[KubeError], list[str]]:
+            client = await KubeClient.from_connection()
+            try:
+                refused = []
+                for patch in (
+                    {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 8}}}},
+                    {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "vip"}}},
+                    {"metadata": {"annotations": {labels.PRIORITY: "1000"}}},
+                ):
+                    with pytest.raises(KubeError) as info:
+                        await client.merge_patch(MPIJOBS, NAMESPACE, name, patch)
+                    refused.append(info.value)
+                stopped = await actions.stop(
+                    client, NAMESPACE, await client.get(MPIJOBS, NAMESPACE, name), "alice"
+                )
+                resumed = await actions.resume(
+                    client, NAMESPACE, await client.get(MPIJOBS, NAMESPACE, name), "alice", NAMESPACE
+                )
+                cancelled = await actions.cancel(
+                    client, NAMESPACE, await client.get(MPIJOBS, NAMESPACE, name), "alice"
+                )
+                return refused, [stopped.message, resumed.message, cancelled.message]
+            finally:
+                await client.close()
+
+        run_as("api-server")
+        refused, said = asyncio.run(as_api_server())
+        for error in refused:
+            assert error.status == 403 and "airflow-jobs rule" in str(error), error
+        assert any("user-actions-only" in str(e) for e in refused), refused
+        assert "stopped" in said[0] and "resumed" in said[1] and "cancel" in said[2], said

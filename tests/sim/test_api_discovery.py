@@ -29,6 +29,7 @@ def test_plain_discovery_lists_groups_and_resources(sim):
         "kubeflow.org": "kubeflow.org/v2beta1",
         "rbac.authorization.k8s.io": "rbac.authorization.k8s.io/v1",
         "admissionregistration.k8s.io": "admissionregistration.k8s.io/v1",
+        "scheduling.k8s.io": "scheduling.k8s.io/v1",
     }
     core = {r["name"]: r for r in get(f"{sim.url}/api/v1")[1]["resources"]}
     assert core["pods"]["shortNames"] == ["po"] and core["pods"]["categories"] == ["all"]
@@ -48,7 +49,16 @@ def test_plain_discovery_lists_groups_and_resources(sim):
     ("path", "names"),
     [
         ("/api", [""]),
-        ("/apis", ["batch", "kubeflow.org", "rbac.authorization.k8s.io", "admissionregistration.k8s.io"]),
+        (
+            "/apis",
+            [
+                "batch",
+                "kubeflow.org",
+                "rbac.authorization.k8s.io",
+                "admissionregistration.k8s.io",
+                "scheduling.k8s.io",
+            ],
+        ),
     ],
 )
 def test_aggregated_discovery_answers_with_its_content_type(sim, path, names):

@@ -164,9 +164,28 @@ def test_job_template_is_immutable_unless_suspended(sync_client, namespace, mani
     assert ("spec.template", "FieldValueInvalid") in causes(err.value)
 
 
-def test_pod_spec_fields_of_full_pod_specs_are_validated_as_the_api_server_does(core, namespace):
+def test_a_pod_naming_a_priority_class_that_does_not_exist_is_forbidden_before_it_is_validated(
+    core, namespace
+):
+    # The Priority admission plugin (plugin/pkg/admission/priority/admission.go) is a mutating one: it
+    # runs before the object's validation, so even a name that is no DNS subdomain is refused as missing,
+    # naming the pod by its generateName. The real plane (kube-apiserver v1.36) answers exactly this.
+    body = pod("x", priorityClassName="High Priority")
+    body["metadata"] = {"generateName": "probe-"}
+    exc = refused(core, namespace, body)
+    assert exc.status == 403 and json.loads(exc.body)["reason"] == "Forbidden"
+    assert (
+        json.loads(exc.body)["message"]
+        == 'pods "probe-" is forbidden: no PriorityClass with name High Priority was found'
+    )
+
+
+def test_pod_spec_fields_of_full_pod_specs_are_validated_as_the_api_server_does(core, namespace, sync_client):
     # ValidatePodSpec (schedulerName, priorityClassName: DNS subdomains), validateEnvFrom, and
-    # validateContainers' terminationMessagePolicy (release-1.32).
+    # validateContainers' terminationMessagePolicy (release-1.32). The PriorityClass must exist, or the
+    # Priority admission refuses the pod before validation (above): only an object creating one with such
+    # a name could get past it, so the validation of the name is checked with a class that exists.
+    ensure_priority_class(sync_client, "training-high")
     body = pod(
         "full",
         {
@@ -178,11 +197,10 @@ def test_pod_spec_fields_of_full_pod_specs_are_validated_as_the_api_server_does(
             "terminationMessagePolicy": "Always",
         },
         schedulerName="My_Scheduler",
-        priorityClassName="High Priority",
+        priorityClassName="training-high",
     )
     assert causes(refused(core, namespace, body)) == {
         ("spec.schedulerName", "FieldValueInvalid"),
-        ("spec.priorityClassName", "FieldValueInvalid"),
         ("spec.containers[0].envFrom[0]", "FieldValueForbidden"),
         ("spec.containers[0].envFrom[1].prefix", "FieldValueInvalid"),
         ("spec.containers[0].envFrom[1].configMapRef.name", "FieldValueInvalid"),
@@ -191,7 +209,17 @@ def test_pod_spec_fields_of_full_pod_specs_are_validated_as_the_api_server_does(
     }
 
 
-def test_a_pod_with_every_field_the_product_writes_is_accepted(core, namespace):
+def ensure_priority_class(sync_client, name: str) -> None:
+    scheduling = client.SchedulingV1Api(sync_client)
+    try:
+        scheduling.create_priority_class({"metadata": {"name": name}, "value": 1000})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def test_a_pod_with_every_field_the_product_writes_is_accepted(core, namespace, sync_client):
+    ensure_priority_class(sync_client, "training-high")
     body = pod(
         "accepted",
         {

@@ -494,12 +494,21 @@ def test_with_wait_for_workers_ready_the_launcher_job_appears_after_the_workers_
     assert {"ready:train-worker-0", "ready:train-worker-1"} <= set(order[:first_launcher])
 
 
-def test_a_finished_mpijob_is_deleted_after_its_ttl(cluster, ns):
+def test_a_finished_mpijobs_ttl_removes_its_launcher_job_and_never_the_mpijob(cluster, ns):
+    # mpi-operator v0.8 newLauncherJob copies ttlSecondsAfterFinished onto the launcher Job only: the Job
+    # controller deletes the launcher (and its pod) at the TTL; nothing deletes the MPIJob.
     create(cluster, ns, mpijob(ttlSecondsAfterFinished=5, launcher_scenario={"main": {"run": 1}}))
-    wait_for(lambda: not cluster.store.list("mpijobs", namespace=ns))
+    wait_for(lambda: condition(cluster, ns, "train", "Succeeded"))
+    (launcher,) = cluster.store.list("jobs", namespace=ns)
+    assert launcher["spec"]["ttlSecondsAfterFinished"] == 5
+    wait_for(lambda: not cluster.store.list("jobs", namespace=ns))
     wait_for(
-        lambda: not cluster.store.list("jobs", namespace=ns) and not cluster.store.list("pods", namespace=ns)
+        lambda: (
+            not [p for p in cluster.store.list("pods", namespace=ns) if "launcher" in p["metadata"]["name"]]
+        )
     )
+    assert [m["metadata"]["name"] for m in cluster.store.list("mpijobs", namespace=ns)] == ["train"]
+    assert condition(cluster, ns, "train", "Succeeded")
 
 
 def test_a_failed_launcher_pod_that_is_retried_marks_the_mpijob_restarting(cluster, ns):

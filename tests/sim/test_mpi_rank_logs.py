@@ -34,13 +34,13 @@ def cluster():
         yield c
 
 
-def finished_mpijob(cluster, run: str, launcher_logs: list[str]) -> str:
+def finished_mpijob(cluster, run: str, launcher_logs: list[str], gpus: int = 1) -> str:
     identity = TaskIdentity("nightly", "train", run, -1, 1)
     spec = validate(
         image="registry.example/trainer:1",
         group="vision",
         user="alice",
-        gpus=1,
+        gpus=gpus,
         workers=2,
         ttl_after_finished=None,
         annotations={ANNOTATION: json.dumps({"main": {"run": 2, "logs": launcher_logs}})},
@@ -100,3 +100,25 @@ def test_an_untagged_launcher_log_says_how_to_make_ranks_findable(cluster, capsy
     code, _, err = run(capsys, "logs", name, "--rank", "1", "--kubeconfig", cluster.kubeconfig_path)
     assert code != 0
     assert "--tag-output" in err and "cleanPodPolicy" in err
+
+
+# Two workers of two GPUs: mpirun runs ranks 0-1 on worker 0 and ranks 2-3 on worker 1.
+TWO_PER_WORKER = [
+    "train: starting 4 ranks",
+    "[1,0]<stdout>:rank 0 epoch 1",
+    "[1,2]<stdout>:rank 2 epoch 1",
+    "[1,1]<stdout>:rank 1 epoch 1",
+    "[1,3]<stderr>:rank 3 done",
+]
+
+
+def test_rank_n_is_worker_n_on_a_finished_job_too_its_mpi_ranks_read_from_the_launchers_log(cluster, capsys):
+    name = finished_mpijob(cluster, "scheduled__2026-02-03", TWO_PER_WORKER, gpus=2)
+    code, out, err = run(capsys, "logs", name, "--rank", "1", "--kubeconfig", cluster.kubeconfig_path)
+    assert code == 0, err
+    assert out.splitlines() == ["[rank 2] rank 2 epoch 1", "[rank 3] rank 3 done"]
+    assert "the lines of its MPI ranks 2-3" in err
+    code, out, _ = run(capsys, "logs", name, "--rank", "0", "--json", "--kubeconfig", cluster.kubeconfig_path)
+    data = json.loads(out)
+    assert (data["rank"], data["mpi_ranks"]) == (0, [0, 1])
+    assert data["lines"] == ["[rank 0] rank 0 epoch 1", "[rank 1] rank 1 epoch 1"]

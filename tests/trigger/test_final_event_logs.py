@@ -19,13 +19,24 @@ from .test_logstream_recovery import NO_REPLICAS, T0, FakeLogs, pod
 
 
 class StalledStream(FakeLogs):
-    """A follow that delivers what is there and then hangs, although the container has ended (a slow
-    API server, a stream waiting for a connection): only a read gets the rest."""
+    """A follow that delivers what is there and then hangs, although the container has ended: as a
+    kubelet's does for up to a second after its container stopped, and kwok's for ever."""
 
     async def follow_log(self, namespace, pod, *, container=None, since_time=None, timestamps=False):
         for line in self._since(pod, since_time):
             yield line
         await asyncio.Event().wait()
+
+
+class StalledEverything(StalledStream):
+    """The stream hangs, and so does every read once ``stall_reads`` is set (a slow API server)."""
+
+    stall_reads = False
+
+    async def read_log(self, namespace, pod, *, since_time=None, **kwargs: Any) -> str:
+        if self.stall_reads:
+            await asyncio.Event().wait()
+        return await super().read_log(namespace, pod, since_time=since_time, **kwargs)
 
 
 class Lines:
@@ -36,8 +47,7 @@ class Lines:
         self.lines.append(message % args if args else message)
 
 
-async def test_a_stalled_stream_does_not_hold_the_final_event_and_the_worker_prints_the_rest():
-    client = StalledStream()
+async def _streaming(client: StalledStream) -> tuple[LogStreamer, LogHub, Lines, deque[str]]:
     client.write("train-0", "epoch 1", at=0.1)
     tail: deque[str] = deque(maxlen=10)
     trigger_log = Lines()
@@ -48,7 +58,31 @@ async def test_a_stalled_stream_does_not_hold_the_final_event_and_the_worker_pri
         if tail:
             break
         await asyncio.sleep(0.01)
+    return streamer, hub, trigger_log, tail
+
+
+async def test_a_stream_that_outlives_its_container_is_ended_by_one_read_and_leaves_no_marker():
+    client = StalledStream()
+    streamer, hub, trigger_log, _ = await _streaming(client)
     client.write("train-0", "epoch 2", "done", at=0.1)  # same second, even the same timestamp
+    reads = client.reads
+    streamer.follow(NO_REPLICAS, [pod(running=False)])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await streamer.drain(timeout=logstream.FINAL_DRAIN)
+    assert loop.time() - started < logstream.FINAL_DRAIN  # the read ended it, not the drain's timeout
+    assert streamer.seal() == ()
+    assert client.reads == reads + 1
+    assert trigger_log.lines == ["[train-0] epoch 1", "[train-0] epoch 2", "[train-0] done"]
+    assert hub._streaming == {}  # noqa: SLF001 - its stream was closed, its connection freed
+    await hub.close()
+
+
+async def test_a_stalled_stream_and_read_do_not_hold_the_final_event_and_the_worker_prints_the_rest():
+    client = StalledEverything()
+    streamer, hub, trigger_log, _ = await _streaming(client)
+    client.write("train-0", "epoch 2", "done", at=0.1)
+    client.stall_reads = True
     streamer.follow(NO_REPLICAS, [pod(running=False)])
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -60,6 +94,7 @@ async def test_a_stalled_stream_does_not_hold_the_final_event_and_the_worker_pri
     await asyncio.sleep(0.05)
     assert trigger_log.lines == ["[train-0] epoch 1"]  # nothing printed once sealed
 
+    client.stall_reads = False
     worker_log = Lines()
     printed = await print_missing(client, "default", markers, worker_log)  # type: ignore[arg-type]
     assert printed == ["[train-0] epoch 2", "[train-0] done", "[train-0] after the seal"]

@@ -568,6 +568,10 @@ def _apply_ttl(job: dict, plan: JobPlan, now: datetime, scale: float) -> None:
         plan.wake_at = expire
 
 
+# Seconds of the cluster's clock before a Job whose pod the API server refused is synced again.
+POD_CREATE_RETRY_SECONDS = 10.0
+
+
 class JobController(Reconciler):
     """Keeps every Job's pods and status in line with its spec."""
 
@@ -609,8 +613,13 @@ class JobController(Reconciler):
         now = self.clock.now()
         plan = plan_job(job, pods, now, self.clock.time_scale, self.memory.get(uid))
         self.memory[uid] = plan.memory
+        refused = False
         for action in plan.actions:
-            self._apply(job, action)
+            refused = self._apply(job, action) or refused
+        if refused:
+            # The Job controller's sync fails and is retried with the queue's back-off (its first step is
+            # DefaultJobPodFailureBackOff, 10 s: pkg/controller/job/job_controller.go, v1.36).
+            self.enqueue_after(key, POD_CREATE_RETRY_SECONDS * self.clock.time_scale)
         # Events before the status: whoever sees the new condition also finds the event explaining it.
         for spec in plan.events:
             self.recorder.record(job, spec, JOB_CONTROLLER)
@@ -629,11 +638,22 @@ class JobController(Reconciler):
                     {"metadata": {"namespace": ns, "name": name}}, ReleasePod(pod["metadata"]["name"])
                 )
 
-    def _apply(self, job: dict, action: Action) -> None:
+    def _apply(self, job: dict, action: Action) -> bool:
+        """Carry out one action; True when the API server refused a pod the Job asked for."""
         ns = job["metadata"].get("namespace")
         try:
             if isinstance(action, CreatePod):
-                self._create_pod(action.pod, ns)
+                try:
+                    self._create_pod(action.pod, ns)
+                except Exception as exc:  # noqa: BLE001 - the API server's refusal, told as the controller tells it
+                    if getattr(exc, "code", None) in (None, 404):
+                        raise
+                    # RealPodControl.createPods (pkg/controller/controller_utils.go, v1.36): a Warning
+                    # FailedCreate event on the Job, "Error creating: <the API server's message>".
+                    self.recorder.record(
+                        job, EventSpec(WARNING, "FailedCreate", f"Error creating: {exc}"), JOB_CONTROLLER
+                    )
+                    return True
             elif isinstance(action, DeletePod):
                 self.store.delete("pods", action.name, namespace=ns)
             elif isinstance(action, ReleasePod):
@@ -655,6 +675,7 @@ class JobController(Reconciler):
         except Exception as exc:  # noqa: BLE001 - a vanished pod is not an error
             if getattr(exc, "code", None) != 404:
                 raise
+        return False
 
     def _create_pod(self, pod: dict, ns: str | None) -> None:
         for _ in range(5):

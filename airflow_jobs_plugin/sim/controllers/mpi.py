@@ -7,7 +7,8 @@ pods ``<name>-worker-<i>`` with ``hostname`` = pod name and ``subdomain: <name>`
 launcher batch/v1 Job ``<name>-launcher`` whose pod the Job controller creates. The launcher Job
 deciding success or failure, a failed or evicted worker failing the MPIJob, suspend,
 launcherCreationPolicy (including its upstream gap: a suspended MPIJob gets its launcher Job at once,
-issue #615), cleanPodPolicy and ttlSecondsAfterFinished follow the operator, and so does
+issue #615), cleanPodPolicy and ttlSecondsAfterFinished (copied onto the launcher Job, whose TTL the
+Job controller applies; the MPIJob itself is never deleted) follow the operator, and so does
 ``ValidateMPIJob`` (``pkg/apis/kubeflow/validation/validation.go``): the API server accepts these
 fields (the CRD has no enum for them), the operator refuses to sync an invalid MPIJob and says why in
 a ``ValidationError`` Warning event. ``plan_mpijob`` is the pure decision; ``MPIController`` applies it.
@@ -19,10 +20,10 @@ import copy
 import logging
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from airflow_jobs_plugin.sim.clock import Clock, parse_time, rfc3339
+from airflow_jobs_plugin.sim.clock import Clock, rfc3339
 from airflow_jobs_plugin.sim.controllers.base import (
     Reconciler,
     condition_true,
@@ -160,7 +161,12 @@ def launcher_job(mpijob: dict, suspend: bool) -> dict:
     tspec["hostname"] = f"{meta['name']}-launcher"
     tspec["subdomain"] = meta["name"]
     spec: dict[str, Any] = {"template": template, "suspend": suspend}
+    # newLauncherJob copies ttlSecondsAfterFinished, activeDeadlineSeconds and backoffLimit from the
+    # MPIJob's runPolicy onto the launcher Job (kubeflow/mpi-operator v0.8.0
+    # pkg/controller/mpi_job_controller.go, ``newLauncherJob``): the Job controller's TTL removes the
+    # launcher Job; nothing in the operator ever deletes the finished MPIJob itself.
     for source, target in (
+        ("ttlSecondsAfterFinished", "ttlSecondsAfterFinished"),
         ("backoffLimit", "backoffLimit"),
         ("activeDeadlineSeconds", "activeDeadlineSeconds"),
     ):
@@ -382,7 +388,6 @@ def plan_mpijob(
                 plan.actions.append(Delete("pods", pod["metadata"]["name"]))
         status["conditions"] = conditions
         _counts(status, workers, launcher, launcher_pods, cleaned=policy in ("All", "Running"))
-        _ttl(mpijob, status, plan, now, scale)
         return plan
 
     if suspended:
@@ -495,8 +500,6 @@ def plan_mpijob(
             plan.events.append(EventSpec(WARNING, "MPIJobRestarting", message))
     status["conditions"] = conditions
     _counts(status, workers, launcher, launcher_pods)
-    if condition_true(conditions, "Succeeded") or condition_true(conditions, "Failed"):
-        _ttl(mpijob, status, plan, now, scale)
     return plan
 
 
@@ -528,20 +531,6 @@ def _counts(
             failed=phases.count("Failed"),
         ),
     }
-
-
-def _ttl(mpijob: dict, status: dict, plan: MPIPlan, now: datetime, scale: float) -> None:
-    ttl = (mpijob.get("spec", {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
-    if ttl is None:
-        return
-    finished = plan.memory.finished_at or parse_time(status.get("completionTime"))
-    if finished is None:
-        return
-    expire = finished + timedelta(seconds=float(ttl) * scale)
-    if now >= expire:
-        plan.actions.append(Delete("mpijobs", mpijob["metadata"]["name"], "Background"))
-    else:
-        plan.wake_at = expire
 
 
 class MPIController(Reconciler):
