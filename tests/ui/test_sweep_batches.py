@@ -232,3 +232,27 @@ def test_jobs_found_finished_are_remembered_so_tries_sharing_a_task_key_are_read
     # The first page's doubts found all 45 tries finished: the later pages have no doubt left to read.
     assert cluster.whole_lists == [f"{MANAGED_SELECTOR},{labels.TASK_KEY} in (key-shared)"]
     assert memory.finished == {f"uid-{n}" for n in range(45)}
+
+
+def test_each_page_s_expired_mpijobs_are_deleted_by_uid(monkeypatch):
+    monkeypatch.setattr(inspect, "LIST_CHUNK", 10)
+    cluster = PagedCluster(count=25)
+    expired = {3, 14, 22}  # one on each page
+    deleted: list[tuple[str, str, dict]] = []
+    made = cluster._metadata
+
+    def metadata_with_ttl(n: int) -> Body:
+        body = made(n)
+        if n in expired:
+            body["annotations"][labels.DELETE_AFTER] = "2026-03-02T11:00:00Z"
+        return body
+
+    async def delete(resource: Any, namespace: str, name: str, **kw: Any) -> None:
+        deleted.append((resource.kind, name, kw.get("preconditions") or {}))
+
+    cluster._metadata = metadata_with_ttl  # type: ignore[method-assign]
+    cluster.delete = delete  # type: ignore[attr-defined]
+    asyncio.run(
+        sweep(cluster, Target(namespace="default"), lambda refs: ({"nightly"}, {}), now=NOW, grace=GRACE)
+    )  # type: ignore[arg-type]
+    assert deleted == [("MPIJob", f"job-{n}", {"uid": f"uid-{n}"}) for n in sorted(expired)]
