@@ -509,13 +509,18 @@ def create_app() -> FastAPI:
 
         # The job itself is read afresh (its page must show what an action just did); its pods, events
         # and queue come from the shared state, at most a few seconds old. The index (kept, or waited
-        # for) and the job are independent: both are asked for at once, on one client.
+        # for) and the job are independent: both are asked for at once, on one client; a job that is
+        # gone or not the reader's answers at once, without waiting for the index (whose shared build,
+        # if one is under way, is left to finish for the next reader).
         async def read(client: KubeClient) -> views.JobDetail:
-            index, job = await asyncio.gather(
-                index_for(settings, namespace), inspect.find_job(client, namespace, name)
-            )
-            _require(user, "GET", views.dag_of(job))
-            return await _detail(client, settings, namespace, job, index)
+            index_read = asyncio.ensure_future(index_for(settings, namespace))
+            try:
+                job = await inspect.find_job(client, namespace, name)
+                _require(user, "GET", views.dag_of(job))
+            except BaseException:
+                index_read.add_done_callback(lambda f: f.cancelled() or f.exception())
+                raise
+            return await _detail(client, settings, namespace, job, await index_read)
 
         return await _with_cluster(settings, read)
 
