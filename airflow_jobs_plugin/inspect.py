@@ -464,7 +464,7 @@ async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
 
 
 async def _pages(
-    client: KubeClient, resource: Resource, namespace: str, selector: str
+    client: KubeClient, resource: Resource, namespace: str, selector: str, *, metadata_only: bool = False
 ) -> AsyncIterator[list]:
     """A LIST of ``resource`` page by page (:data:`LIST_CHUNK` items, kind and apiVersion set on each),
     so its reader can drop one page before the next is decoded; nothing where the kind is not served."""
@@ -472,18 +472,28 @@ async def _pages(
     while True:
         try:
             found = await client.list(
-                resource, namespace, label_selector=selector, limit=LIST_CHUNK, continue_token=token
+                resource,
+                namespace,
+                label_selector=selector,
+                limit=LIST_CHUNK,
+                continue_token=token,
+                metadata_only=metadata_only,
             )
         except KubeError as exc:
             if exc.not_found and any(k.resource_may_be_absent for k in kinds.KINDS if k.resource is resource):
                 return
             raise
         items = found.get("items") or []
-        for item in items:
-            item.setdefault("kind", resource.kind)
-            item.setdefault("apiVersion", resource.api_version)
-        yield [i for i in items if is_product_job(i)]
+        if not metadata_only:  # a PartialObjectMetadata keeps its own kind
+            for item in items:
+                item.setdefault("kind", resource.kind)
+                item.setdefault("apiVersion", resource.api_version)
         token = (found.get("metadata") or {}).get("continue") or None
+        page = [i for i in items if is_product_job(i)]
+        # Dropped before the next chunk is asked for: a reader holds one page, not two.
+        del found, items
+        yield page
+        del page
         if token is None:
             return
 
@@ -567,17 +577,29 @@ async def read_job_metadata(client: KubeClient, namespace: str) -> list[dict]:
     return await _product_jobs(client, namespace, metadata_only=True)
 
 
-async def read_jobs_of_tasks(client: KubeClient, namespace: str, task_keys: Iterable[str]) -> list[dict]:
+async def job_metadata_pages(client: KubeClient, namespace: str) -> AsyncIterator[list[dict]]:
+    """The product's Jobs, then MPIJobs, of a namespace as metadata only, one LIST chunk of
+    :data:`LIST_CHUNK` at a time (what :func:`read_job_metadata` joins), so the orphan sweep can judge
+    and drop each page before the next is decoded."""
+    for resource in (JOBS, MPIJOBS):
+        async for page in _pages(client, resource, namespace, MANAGED_SELECTOR, metadata_only=True):
+            yield page
+            del page  # not held while the next chunk is read
+
+
+async def jobs_of_tasks_pages(
+    client: KubeClient, namespace: str, task_keys: Iterable[str]
+) -> AsyncIterator[list[dict]]:
     """The whole product jobs carrying any of ``task_keys`` (the TASK_KEY label), a hundred keys per
-    label-selected LIST: every try and attempt of those task instances, and nothing else."""
+    label-selected LIST, one LIST chunk of :data:`LIST_CHUNK` at a time: however many jobs share the
+    keys, the reader holds one chunk of them."""
     keys = sorted(set(task_keys))
-    reads = [
-        _product_jobs(
-            client, namespace, selector=f"{labels.TASK_KEY} in ({','.join(keys[i : i + NAMES_PER_SELECTOR])})"
-        )
-        for i in range(0, len(keys), NAMES_PER_SELECTOR)
-    ]
-    return _joined(await asyncio.gather(*reads))
+    for i in range(0, len(keys), NAMES_PER_SELECTOR):
+        selector = f"{MANAGED_SELECTOR},{labels.TASK_KEY} in ({','.join(keys[i : i + NAMES_PER_SELECTOR])})"
+        for resource in (JOBS, MPIJOBS):
+            async for page in _pages(client, resource, namespace, selector):
+                yield page
+                del page  # not held while the next chunk is read
 
 
 async def find_job(client: KubeClient, namespace: str, name: str) -> dict:

@@ -485,36 +485,63 @@ def create_app() -> FastAPI:
             job_index.page, index, query, lambda dag_id: _may(user, "GET", dag_id), index.now
         )
 
-    async def state_for(settings: Settings, namespace: str, job: dict) -> views.ClusterState:
+    async def state_for(
+        client: KubeClient, settings: Settings, namespace: str, job: dict, index: job_index.JobIndex | None
+    ) -> views.ClusterState:
         """What a job's page reads besides the job: its own pods (read afresh, one label-selected LIST)
         and, from the index, the waiting jobs, the events, policy, ledgers and Workloads."""
-        if namespace not in settings.target().namespaces:
+        if index is None:
             # A job page of a namespace outside the configured ones reads that namespace alone, uncached.
-            return await _with_cluster(
-                settings, lambda c: inspect.read_cluster(c, settings.target(namespace))
-            )
-        index = await cluster_view(settings)
-        pods = await _with_cluster(settings, lambda c: inspect.pods_of_job(c, job))
+            return await inspect.read_cluster(client, settings.target(namespace))
+        pods = await inspect.pods_of_job(client, job)
         kept = index.kept
         events = kept.owners.events_for(job, pods)
         return dataclasses.replace(kept, pods=tuple(pods), events=tuple(events))
 
+    async def index_for(settings: Settings, namespace: str) -> job_index.JobIndex | None:
+        """The index a job page of ``namespace`` reads from; none for a namespace outside it."""
+        if namespace not in settings.target().namespaces:
+            return None
+        return await cluster_view(settings)
+
     async def detail_of(settings: Settings, user: Any, namespace: str, name: str) -> views.JobDetail:
         _require_names(namespace, name)
-        # The job itself is read afresh (its page must show what an action just did); its pods, events
-        # and queue come from the shared state, at most a few seconds old.
-        job = await _with_cluster(settings, lambda c: inspect.find_job(c, namespace, name))
-        _require(user, "GET", views.dag_of(job))
-        return await _detail(settings, namespace, job)
 
-    async def _detail(settings: Settings, namespace: str, job: dict) -> views.JobDetail:
-        state = await state_for(settings, namespace, job)
-        logs = await _with_cluster(
-            settings, lambda c: inspect.read_log_tails(c, namespace, job, state.owners.pods_for(job))
-        )
+        # The job itself is read afresh (its page must show what an action just did); its pods, events
+        # and queue come from the shared state, at most a few seconds old. The index (kept, or waited
+        # for) and the job are independent: both are asked for at once, on one client; a job that is
+        # gone or not the reader's answers at once, without waiting for the index (whose shared build,
+        # if one is under way, is left to finish for the next reader).
+        async def read(client: KubeClient) -> views.JobDetail:
+            index_read = asyncio.ensure_future(index_for(settings, namespace))
+            try:
+                job = await inspect.find_job(client, namespace, name)
+                _require(user, "GET", views.dag_of(job))
+            except BaseException:
+                index_read.add_done_callback(lambda f: f.cancelled() or f.exception())
+                raise
+            return await _detail(client, settings, namespace, job, await index_read)
+
+        return await _with_cluster(settings, read)
+
+    async def _detail(
+        client: KubeClient,
+        settings: Settings,
+        namespace: str,
+        job: dict,
+        index: job_index.JobIndex | None,
+    ) -> views.JobDetail:
+        async def state_and_logs() -> tuple[views.ClusterState, tuple[inspect.LogTail, ...]]:
+            state = await state_for(client, settings, namespace, job, index)
+            # The logs are those of the pods just read: after them, not beside them.
+            logs = await inspect.read_log_tails(client, namespace, job, state.owners.pods_for(job))
+            return state, logs
+
         # The cached state keeps only the waiting jobs: the task try's other attempts are read afresh,
-        # with one label-selected LIST.
-        attempts = await _with_cluster(settings, lambda c: inspect.attempts_of(c, namespace, job))
+        # with one label-selected LIST, beside the pods and logs (they do not depend on each other).
+        (state, logs), attempts = await asyncio.gather(
+            state_and_logs(), inspect.attempts_of(client, namespace, job)
+        )
         return await asyncio.to_thread(views.job_detail, state, job, logs, attempts)
 
     async def task_detail_of(
@@ -531,9 +558,12 @@ def create_app() -> FastAPI:
                         raise
             raise AssertionError("unreachable: at least one namespace is configured")
 
-        job = await _with_cluster(settings, find)
-        namespace = str(job["metadata"].get("namespace") or settings.namespace)
-        return await _detail(settings, namespace, job)
+        async def read(client: KubeClient) -> views.JobDetail:
+            job = await find(client)
+            namespace = str(job["metadata"].get("namespace") or settings.namespace)
+            return await _detail(client, settings, namespace, job, await index_for(settings, namespace))
+
+        return await _with_cluster(settings, read)
 
     async def act(settings: Settings, user: Any, namespace: str, name: str, door: Door[Outcome]) -> Outcome:
         """Cancel, stop or resume (``door``: ``inspect.cancel``, ...) a job as ``user``, if they may edit

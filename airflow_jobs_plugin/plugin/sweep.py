@@ -17,16 +17,19 @@ sweep. So each sweep runs in a worker thread on an event loop of its own, with a
 and reads only what the rule needs:
 
 1. every product job as metadata only (``PartialObjectMetadataList``: labels, annotations, uid,
-   creation and deletion times), label-selected, 500 per LIST (``limit``/``continue``);
-2. the task instances of the jobs that may be live (no product verdict, not being deleted, not
+   creation and deletion times), label-selected, 500 per LIST (``limit``/``continue``), and each page
+   is judged and dropped before the next is read (:func:`judge_page`);
+2. the task instances of the page's jobs that may be live (no product verdict, not being deleted, not
    already seen finished by an earlier sweep), from Airflow's metadata database;
-3. whole, by their TASK_KEY label a hundred task keys per LIST, only the jobs the rule would cancel
-   once their status is known: a job whose controller finished it is remembered (by uid: a finished
-   Job or MPIJob never runs again) and not read again; the others are judged again, whole, and
-   cancelled.
+3. whole, by their TASK_KEY label a hundred task keys per LIST and one LIST chunk at a time, only the
+   page's jobs the rule would cancel once their status is known: every job those reads find finished
+   is remembered (by uid: a finished Job or MPIJob never runs again) and not read again, nor are the
+   other tries of its task found finished with it; the others are judged again, whole, and cancelled.
 
-The first sweep after a start reads the finished history once in step 3; later ones read metadata and
-the few new candidates.
+So a sweep never holds more than one page of metadata and that page's candidates whole: the first
+sweep after a start reads the finished history whole once, page by page; later ones read metadata and
+the few new candidates. Holding the whole history at once (50,000 jobs, 2.5 GB) made the garbage
+collections of that heap stall the API server's loop for seconds, from the sweep's own thread.
 
 The rule is :func:`airflow_jobs_plugin.orphans.judge`; a verdict to cancel goes through
 :func:`airflow_jobs_plugin.actions.cancel` with ``by="orphan sweep"``, like every other cancel.
@@ -121,6 +124,65 @@ def maybe_live(metadata: Iterable[Mapping[str, Any]], finished: set[str]) -> lis
     return found
 
 
+@dataclass(frozen=True)
+class Doubt:
+    """A job the rule would cancel from its metadata alone, which cannot tell a finished job: it is read
+    whole (by its task key) before anything is done."""
+
+    uid: str
+    record: JobRecord
+    task_key: str | None
+
+
+@dataclass(frozen=True)
+class PageDecision:
+    """What one page of metadata decided: the jobs left alone, and the doubts to read whole."""
+
+    kept: tuple[Swept, ...]
+    doubts: tuple[Doubt, ...]
+
+
+def judge_page(
+    page: Iterable[Mapping[str, Any]],
+    finished: set[str],
+    tasks: Mapping[TaskRef, TaskRecord],
+    known: set[str],
+    *,
+    now: datetime,
+    grace: timedelta,
+) -> PageDecision:
+    """Judge one page of jobs' metadata against their task instances (``tasks``, ``known`` DAG ids).
+
+    Each job is judged on its own record and its own task instance, so judging page by page decides
+    exactly what judging every job at once would: that is what lets the sweep hold one page only."""
+    kept: list[Swept] = []
+    doubts: list[Doubt] = []
+    for job, record in maybe_live(page, finished):
+        verdict = _verdict(record, tasks, known, now=now, grace=grace)
+        if verdict.cancel:
+            doubts.append(Doubt(_uid(job), record, _task_key(job)))
+        else:
+            kept.append(Swept(record.name, verdict))
+    return PageDecision(tuple(kept), tuple(doubts))
+
+
+def _verdict(
+    record: JobRecord,
+    tasks: Mapping[TaskRef, TaskRecord],
+    known: set[str],
+    *,
+    now: datetime,
+    grace: timedelta,
+) -> Verdict:
+    assert record.task is not None
+    return judge(record, tasks.get(record.task), dag_known=record.task.dag_id in known, now=now, grace=grace)
+
+
+def refs_of(page: Iterable[Mapping[str, Any]], finished: set[str]) -> set[TaskRef]:
+    """The task instances a page's possibly live jobs follow: what the database is asked for."""
+    return {record.task for _, record in maybe_live(page, finished) if record.task is not None}
+
+
 async def sweep(
     client: KubeClient,
     target: inspect.Target,
@@ -132,52 +194,72 @@ async def sweep(
 ) -> list[Swept]:
     """Judge every live product job of the namespace and cancel the orphans; what was judged.
 
+    One metadata page (:data:`inspect.LIST_CHUNK` jobs) at a time: its task instances are read, it is
+    judged (:func:`judge_page`), its doubts are read whole by task key and judged again, and then it is
+    dropped before the next page is asked for. So a sweep holds at most one page of metadata and the
+    whole bodies of that page's doubts, never the namespace's history: at 50,000 finished jobs the first
+    sweep held them all at once (2.5 GB), and the full garbage collections of that heap stalled the API
+    server's loop for seconds although the sweep runs in a thread of its own (a collection holds the
+    GIL). Between pages it keeps only strings: the uids listed and those seen finished.
+
     Call it off the API server's event loop (:func:`run_periodically` does): ``read_tasks`` queries
     the database, and the reads decode megabytes."""
     now = now or datetime.now(timezone.utc)
     memory = memory if memory is not None else Memory()
-    metadata = await inspect.read_job_metadata(client, target.namespace)
-    # A uid no longer listed is a job deleted: nothing to remember it for.
-    memory.finished &= {_uid(j) for j in metadata}
-    await delete_expired_mpijobs(client, target.namespace, metadata, now)
-    live = maybe_live(metadata, memory.finished)
-    if not live:
-        return []
-    refs = {record.task for _, record in live if record.task is not None}
-    known, tasks = read_tasks(refs)
-
-    def verdict_of(record: JobRecord) -> Verdict:
-        assert record.task is not None
-        return judge(
-            record, tasks.get(record.task), dag_known=record.task.dag_id in known, now=now, grace=grace
-        )
-
+    listed: set[str] = set()
     swept: list[Swept] = []
-    doubtful: dict[str, JobRecord] = {}
-    for job, record in live:
-        verdict = verdict_of(record)
-        if verdict.cancel:
-            doubtful[_uid(job)] = record  # the metadata cannot tell a finished job: read it whole first
-        else:
-            swept.append(Swept(record.name, verdict))
-    if not doubtful:
-        return swept
-    keys = {key for job, _ in live if _uid(job) in doubtful and (key := _task_key(job))}
-    whole = {_uid(j): j for j in await inspect.read_jobs_of_tasks(client, target.namespace, keys)}
-    for uid, record in doubtful.items():
-        found = whole.get(uid)
-        if found is None:  # deleted since the metadata was read, or lost its TASK_KEY label: not ours to end
-            continue
-        if is_finished(found):
-            memory.finished.add(uid)
-            continue
-        verdict = verdict_of(job_record(found, finished=False))
-        if not verdict.cancel:
-            swept.append(Swept(record.name, verdict))
-            continue
-        outcome = await actions.cancel(client, target.namespace, found, BY)
-        log.warning("orphan sweep: %s: %s", outcome.message, verdict.reason)
-        swept.append(Swept(record.name, verdict, outcome.message))
+    async for page in inspect.job_metadata_pages(client, target.namespace):
+        listed.update(_uid(j) for j in page)
+        await delete_expired_mpijobs(client, target.namespace, page, now)
+        refs = refs_of(page, memory.finished)
+        known, tasks = read_tasks(refs) if refs else (set(), {})
+        decided = judge_page(page, memory.finished, tasks, known, now=now, grace=grace)
+        del page  # dropped before its doubts are read whole and before the next page is asked for
+        swept.extend(decided.kept)
+        if decided.doubts:
+            swept.extend(await _settle(client, target, decided.doubts, tasks, known, now, grace, memory))
+        del decided, tasks
+    # A uid no longer listed is a job deleted: nothing to remember it for.
+    memory.finished &= listed
+    return swept
+
+
+async def _settle(
+    client: KubeClient,
+    target: inspect.Target,
+    doubts: tuple[Doubt, ...],
+    tasks: Mapping[TaskRef, TaskRecord],
+    known: set[str],
+    now: datetime,
+    grace: timedelta,
+    memory: Memory,
+) -> list[Swept]:
+    """Read one page's doubts whole, a LIST chunk at a time, and cancel those still orphans. Every job
+    the reads find finished is remembered (by uid: a finished Job or MPIJob never runs again), a doubt or
+    not: the other tries of the same task instances on later pages are then not read again."""
+    pending = {d.uid: d for d in doubts}
+    keys = {d.task_key for d in doubts if d.task_key}
+    swept: list[Swept] = []
+    async for page in inspect.jobs_of_tasks_pages(client, target.namespace, keys):
+        for found in page:
+            uid = _uid(found)
+            if is_finished(found):
+                memory.finished.add(uid)
+                pending.pop(uid, None)
+                continue
+            doubt = pending.pop(uid, None)
+            if doubt is None:  # another try of the task, not judged on this page
+                continue
+            verdict = _verdict(job_record(found, finished=False), tasks, known, now=now, grace=grace)
+            if not verdict.cancel:
+                swept.append(Swept(doubt.record.name, verdict))
+                continue
+            outcome = await actions.cancel(client, target.namespace, found, BY)
+            log.warning("orphan sweep: %s: %s", outcome.message, verdict.reason)
+            swept.append(Swept(doubt.record.name, verdict, outcome.message))
+        del page
+    # A doubt no read found was deleted since the metadata was read, or lost its TASK_KEY label: not
+    # ours to end.
     return swept
 
 

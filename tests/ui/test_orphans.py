@@ -354,9 +354,10 @@ def test_each_sweep_runs_on_a_loop_and_thread_of_its_own(monkeypatch):
     async def no_jobs(client, namespace):
         assert server_loop is not None
         server_loop.call_soon_threadsafe(done.set)
-        return []
+        return
+        yield
 
-    monkeypatch.setattr(inspect, "read_job_metadata", no_jobs)
+    monkeypatch.setattr(inspect, "job_metadata_pages", no_jobs)
 
     async def scenario() -> None:
         nonlocal server_loop
