@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.quota.jobs import group_of
 
 if TYPE_CHECKING:
     from airflow_jobs_plugin.quota.ledger import PassOutcome
@@ -118,16 +118,9 @@ def from_pass(outcome: PassOutcome, policy: QuotaPolicy, now: datetime) -> tuple
     return pool + latencies
 
 
-def _group_of(job: Mapping[str, Any]) -> str | None:
-    meta = job.get("metadata") or {}
-    return (meta.get("annotations") or {}).get(labels.GROUP_NAME) or (meta.get("labels") or {}).get(
-        labels.GROUP
-    )
-
-
 def finished(job: Mapping[str, Any], state: str, reason: str | None) -> Metric:
     """A trigger saw ``job`` end in ``state`` for ``reason``: one outcome for its group."""
-    return outcome(state, reason, _group_of(job))
+    return outcome(state, reason, group_of(job))
 
 
 def after_requeue(job: Mapping[str, Any], result: object) -> tuple[Metric, ...]:
@@ -136,7 +129,7 @@ def after_requeue(job: Mapping[str, Any], result: object) -> tuple[Metric, ...]:
     from airflow_jobs_plugin.quota.requeue import Requeue  # here: watch.py imports this module early
 
     if isinstance(result, Requeue):
-        return (requeued(_group_of(job), "ScheduleTimeout"),)
+        return (requeued(group_of(job), "ScheduleTimeout"),)
     return ()
 
 

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from http import HTTPStatus
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlencode
 
@@ -310,7 +311,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 # What a browser is told for an error of a page (the JSON API keeps FastAPI's {"detail": ...}).
 ERROR_TITLES = {
     status.HTTP_400_BAD_REQUEST: "Bad request",
-    status.HTTP_422_UNPROCESSABLE_ENTITY: "Bad query parameter",
+    HTTPStatus.UNPROCESSABLE_ENTITY: "Bad query parameter",
     status.HTTP_401_UNAUTHORIZED: "Not signed in",
     status.HTTP_403_FORBIDDEN: "Not allowed",
     status.HTTP_404_NOT_FOUND: "Not found",
@@ -404,7 +405,7 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> Res
     JSON API keeps FastAPI's 422 JSON."""
     if not _wants_page(request):
         return await request_validation_exception_handler(request, exc)
-    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    status_code = HTTPStatus.UNPROCESSABLE_ENTITY
     return HTMLResponse(
         html.message_page(
             ERROR_TITLES[status_code], _invalid_parameters(exc), base=_base(request), refresh=None

@@ -373,8 +373,8 @@ def _int(value: Any) -> int | None:
 
 
 def group_of(job: Mapping[str, Any]) -> str:
-    """The exact group the job runs in (annotation), else the label's slug, else ``""``."""
-    return _annotations(job).get(labels.GROUP_NAME) or _labels(job).get(labels.GROUP) or ""
+    """The exact group the job runs in (annotation), else the label's slug (quota/jobs.py), else ``""``."""
+    return pool_jobs.group_of(job) or ""
 
 
 def user_of(job: Mapping[str, Any]) -> str:
