@@ -12,8 +12,10 @@ from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
 from airflow_jobs_plugin.objects import condition_true
 from airflow_jobs_plugin.quota import ledger
+from airflow_jobs_plugin.triggers import JobTrigger
 
 from .conftest import job_manifest, task_identity
+from .test_trigger_scenarios import run_trigger
 
 # Nothing here is the simulator's: the same scenario runs against mpi-operator v0.8.2 on the real plane.
 pytestmark = pytest.mark.real_cluster
@@ -72,3 +74,26 @@ async def test_an_mpijob_ruled_while_queued_ends_failed_and_starts_no_pod(client
     assert not [p for p in pods if p["metadata"]["name"].startswith(name)]
     mpijob = await read()
     assert conditions(mpijob)[-1]["type"] == "Failed" and mpijob["spec"]["runPolicy"]["suspend"] is True
+
+
+async def test_a_trigger_ends_an_mpijob_whose_ruling_process_stopped_before_writing_its_failed_condition(
+    client,
+):
+    body = job_manifest(task_identity("ruled_half"), workers=2, gpus=1)
+    name = body["metadata"]["name"]
+    await client.create(MPIJOBS, "default", body)
+    queued = await _until(
+        lambda: client.get(MPIJOBS, "default", name), lambda j: condition_true(j, "Suspended")
+    )
+    # Only the verdict was written: the process that ruled stopped before the job's end.
+    await client.merge_patch(
+        MPIJOBS, "default", name, ledger.verdict_patch(queued, "Inadmissible", "no flavor fits")
+    )
+    (event,) = await run_trigger(JobTrigger(job_name=name, namespace="default", kind="MPIJob"))
+    assert event["status"] == "failed" and event["reason"] == "Inadmissible", event
+    ended = await client.get(MPIJOBS, "default", name)
+    last = ended["status"]["conditions"][-1]
+    assert (last["type"], last["status"], last["reason"]) == ("Failed", "True", "Inadmissible")
+    assert ended["spec"]["runPolicy"]["suspend"] is True
+    pods = (await client.list(PODS, "default"))["items"]
+    assert not [p for p in pods if p["metadata"]["name"].startswith(name)]
