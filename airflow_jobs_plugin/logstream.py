@@ -113,6 +113,10 @@ READ_BYTES = 256 * 1024  # one read's limitBytes: a chatty container is read in 
 # How long the final event waits for the runs that have ended to deliver their last lines; what is
 # still missing then is read by the worker (logtail).
 FINAL_DRAIN = 0.5
+# How often a container whose pod is being deleted is read when its stream ended while it still looked
+# running: the kubelet removes a deleted pod's containers, and their logs, as soon as they have stopped
+# (see LogHub.stopping), so its last lines are read at once, not at the ring's pace.
+STOPPING_INTERVAL = 0.5
 
 
 @dataclass(eq=False, slots=True)  # identity: runs are keys of the hub's tables
@@ -129,6 +133,7 @@ class _Run:
     after: _Run | None = None  # the earlier pod of the same replica, printed first
     cursor: Cursor = Cursor()
     previous: bool = False  # its container has run again since: read it with previous=true
+    stopping: bool = False  # its pod is being deleted: read often until it has stopped (LogHub.stopping)
     gone: bool = False  # cannot be read any more (pod deleted, or run twice since)
     complete: bool = False  # every line printed
     sealed: bool = False  # the final event is out: print nothing more
@@ -250,6 +255,43 @@ class LogHub:
                 self.ring.add(run, run.not_before)
             self._kick()
 
+    def stopping(self, run: _Run) -> None:
+        """Its pod is being deleted while the container runs: follow it with a stream now, beyond the
+        budget, so that every line it prints until it stops reaches the task log.
+
+        A deleted pod's log does not outlive its containers: once they have stopped, the kubelet removes
+        them all (kubernetes v1.36, pkg/kubelet/kubelet.go: ``cleanUpContainersInPod`` on the
+        ContainerDied event, with ``removeAll`` from pod_workers.go ``ShouldPodContentBeRemoved``, true
+        for a terminated pod with a deletion timestamp), and the pod object goes right after. The Job
+        controller deletes the surviving ranks of a failed Indexed Job this way (pkg/controller/job/
+        job_controller.go: ``deleteActivePods``), so what they print in their grace period (torchrun's
+        agent stopping its workers) can be read only while it lasts: a read in turn may come after the
+        container is gone, and neither the final event's drain nor the worker's read (logtail) would
+        find it. A stream opened before the container stops delivers every line to its end: the kubelet
+        follows the log file until its container has ended. Such streams are few and short-lived (the
+        ranks of a job being ended, for one grace period), so they are not counted against the budget's
+        fairness. One whose stream ends while it still looks running is read every ``STOPPING_INTERVAL``
+        seconds until it is seen ended or its pod is gone."""
+        if run.stopping or run not in self._runs or run.finished:
+            return
+        run.stopping = True
+        if run in self._streaming:
+            return
+        self._waiting.pop(run, None)
+        self.ring.remove(run)
+        run.not_before = 0.0  # a back-off would outlast the grace period
+        self._streaming[run] = asyncio.create_task(self._stream(run))
+        self.most_streams = max(self.most_streams, len(self._streaming))
+
+    def _read_while_stopping(self, run: _Run) -> None:
+        """Read ``run`` now, ahead of the ring and outside its rate, then every ``STOPPING_INTERVAL``
+        seconds until it is seen ended or its pod is gone."""
+        run.not_before = 0.0
+        self._final.add(run)
+        self.ring.add(run, float("-inf"))
+        self.ring.later(run, float("-inf"))
+        self._kick()
+
     def unblocked(self, run: _Run) -> None:
         """The earlier pod of ``run``'s replica has printed: read or stream ``run`` now."""
         if run in self._runs and not run.finished and run not in self._streaming:
@@ -324,6 +366,8 @@ class LogHub:
             if not run.running:
                 # The API server ends a follow once the container has ended and its log is read out.
                 run.finish()
+            elif run.stopping:  # closed as its pod is deleted: most likely its end, which a read confirms
+                self._read_while_stopping(run)
             else:  # closed under a running container (a restart, a dropped connection): resume later
                 run.reopens += 1
                 run.not_before = self._now() + self.ring.min_interval  # never reopened in a loop
@@ -393,6 +437,8 @@ class LogHub:
                 self.ring.remove(run)
                 self._final.discard(run)
                 run.finish()
+            elif run.stopping:  # read again soon: its log goes once it has stopped (see stopping)
+                self.ring.later(run, self._now() + STOPPING_INTERVAL)
             else:
                 self.ring.read(run, self._now())
         except asyncio.CancelledError:
@@ -526,6 +572,7 @@ class LogStreamer:
             if not name:  # only a pod the API server has named has a log to follow
                 continue
             uid = meta.get("uid") or name
+            deleting = bool(meta.get("deletionTimestamp"))
             prefix = _replica_name(meta.get("labels") or {}) or current.get(name) or name
             main = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
             for container, restart, running in _started_containers(pod):
@@ -552,6 +599,8 @@ class LogStreamer:
                 elif run.running and not running:
                     run.running = False
                     self.hub.ended(run)
+                if deleting and run.running:
+                    self.hub.stopping(run)
 
     def _earlier_runs_ended(self, uid: str, container: str, restart: int) -> None:
         """The container runs again: its earlier runs have ended; the one just before is read with

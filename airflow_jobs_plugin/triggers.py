@@ -398,6 +398,9 @@ class _Follow:
                 # Deleted (or replaced) since this look: the next look tells which, once the watch does.
                 return t.recheck_interval
         await self.admission.release(job)
+        if ledger.ruled_while_queued(job):
+            # Ruled while queued by a process that stopped before writing its Failed condition.
+            await self._patiently(ledger.end_ruled_job, self.client, job)
         await self._patiently(self._mark_expiry, job, snap)
         self.history.append(tracking.attempt_record(job, snap))
         if whole is not None:
@@ -506,10 +509,13 @@ class _Follow:
             await self._patiently(self._rule_failed, job, snap, failure)
 
     async def _end_if_ruled(self, job: dict) -> None:
-        """Finish ending an MPIJob ruled failed whose launcher was not ended (the ruling process stopped
-        between its two writes): once per version, so a look that changes nothing costs nothing."""
+        """Finish ending an MPIJob ruled failed whose launcher was not ended, or whose Failed condition was
+        not written while it was queued (the ruling process stopped between its two writes): once per
+        version, so a look that changes nothing costs nothing."""
         version = job["metadata"].get("resourceVersion")
-        if ledger.ruled_but_running(job) and version != self.ended_version:
+        if (
+            ledger.ruled_but_running(job) or ledger.ruled_while_queued(job)
+        ) and version != self.ended_version:
             self.ended_version = version
             await self._patiently(ledger.end_ruled_job, self.client, job)
 

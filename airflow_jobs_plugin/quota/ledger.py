@@ -378,6 +378,52 @@ def ruled_but_running(job: Mapping[str, Any]) -> bool:
     return not kinds.MPI_JOB.is_finished(job)
 
 
+def ruled_while_queued(job: Mapping[str, Any]) -> bool:
+    """An MPIJob the product ruled failed while it was queued (suspended), which the cluster does not show
+    ended yet: :func:`end_ruled_job` writes its ``Failed`` condition. A cancel deletes such a job
+    instead (``action_rules.cancel_ending``)."""
+    if not kinds.is_mpi(job) or not is_suspended(job) or kinds.MPI_JOB.is_finished(job):
+        return False
+    verdict = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.VERDICT)
+    return bool(verdict) and verdict != "Cancelled"
+
+
+def queued_failure_patch(job: Mapping[str, Any], now: datetime) -> dict:
+    """The status write that ends an MPIJob ruled while queued: its ``Failed`` condition (the verdict's
+    reason and message) and completion time, conditional on the version read.
+
+    mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8) has no failed state for a job that
+    never started: it fails an MPIJob only from its launcher Job's failure, and resuming the job to
+    fail it would create its workers (``getOrCreateWorker`` runs as soon as it is not suspended) and
+    run the launcher's pod. But its ``syncHandler`` returns at once, touching nothing, for an MPIJob
+    whose status is finished (``isFinished``: a Succeeded or Failed condition) with a completion time,
+    so this write is its end: the job stays suspended (no pod is ever created), the operator keeps the
+    status as written, and the condition goes last, as the operator's own ``setCondition`` puts a new
+    one (the one ``kubectl get mpijobs -o wide`` and ``describe`` read as its state). Its Running
+    condition, if any, is set False as ``filterOutCondition`` does when a job fails."""
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    stamp = rfc3339(now)
+    kept = []
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if not isinstance(condition, Mapping) or condition.get("type") == "Failed":
+            continue
+        if condition.get("type") == "Running":
+            condition = {**condition, "status": "False"}
+        kept.append(dict(condition))
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": annotations.get(labels.VERDICT) or "Failed",
+        "message": bounded(annotations.get(labels.VERDICT_MESSAGE) or "ruled failed while queued"),
+        "lastUpdateTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+    return {
+        "metadata": _precondition(job),
+        "status": {"conditions": [*kept, failed], "completionTime": stamp},
+    }
+
+
 async def end_ruled_job(client: KubeClient, job: Mapping[str, Any]) -> None:
     """End a running MPIJob the product has ruled failed, so that the cluster shows it failed.
 
@@ -391,12 +437,51 @@ async def end_ruled_job(client: KubeClient, job: Mapping[str, Any]) -> None:
     is how a queued job looks. The operator's own updates of the launcher (``suspend`` only) are
     compare-and-swap writes from its informer, so they never put the old deadline back.
 
-    A queued or stopped MPIJob stays suspended: the operator has no failed state for a job that never
-    started, and starting it to fail it would place its workers. An MPIJob with no launcher Job yet
+    A queued or stopped MPIJob stays suspended, and gets its ``Failed`` condition from the product
+    (:func:`queued_failure_patch`): the operator has no failed state for a job that never started, and
+    starting it to fail it would place its workers. An MPIJob with no launcher Job yet
     (an operator that waits for its workers before creating it) is suspended instead, which frees its
     GPUs at once; a cancelled one is deleted with its pods, since a suspended MPIJob never finishes and
     so no TTL would ever remove it.
     """
+    if ruled_while_queued(job):
+        meta = job.get("metadata") or {}
+        try:
+            await client.merge_patch(
+                MPIJOBS,
+                meta.get("namespace") or "",
+                meta["name"],
+                queued_failure_patch(job, utcnow()),
+                sub="status",
+            )
+        except KubeError as exc:
+            # Gone, or changed since it was read (resumed, finished, ruled again): the next look at the
+            # new version decides afresh (the trigger's _end_if_ruled).
+            if not (exc.not_found or exc.status == 409):
+                raise
+            return
+        # Its launcher Job, created suspended with the MPIJob (a suspended MPIJob gets it at once), is
+        # ended as a queued batch Job is (verdict_patch): resumed with no pod and a deadline that has
+        # passed, so the Job controller fails it and ``kubectl get jobs`` never shows it Suspended. Only
+        # now: the operator re-suspends the launcher of a suspended MPIJob (``syncHandler``: ``suspend``
+        # aligned with the MPIJob's), except once the MPIJob is finished, when it returns before that.
+        try:
+            await client.merge_patch(
+                JOBS,
+                meta.get("namespace") or "",
+                meta["name"] + LAUNCHER_SUFFIX,
+                {
+                    "spec": {
+                        "activeDeadlineSeconds": ENDING_DEADLINE_SECONDS,
+                        "suspend": False,
+                        "parallelism": 0,
+                    }
+                },
+            )
+        except KubeError as exc:
+            if not exc.not_found:  # no launcher Job (an operator that waits for workers): nothing shows
+                raise
+        return
     if not ruled_but_running(job):
         return
     meta = job.get("metadata") or {}

@@ -155,3 +155,30 @@ async def test_each_line_is_logged_in_its_own_triggers_context_whoever_woke_the_
         await asyncio.sleep(0.01)
     assert sorted(log.lines) == [(1, "[first-0] first's line"), (2, "[second-0] second's line")]
     await hub.close()
+
+
+async def test_a_container_whose_pod_is_being_deleted_is_streamed_at_once_beyond_the_budget():
+    # The kubelet removes a deleted pod's containers, logs and all, as soon as they stop: the lines a
+    # rank prints in its grace period cannot wait for the ring's turn (here never: 1,000 s).
+    client = FakeLogs()
+    client.write("train-0", "step 1", at=0.1)
+    tail: deque[str] = deque(maxlen=10)
+    hub = LogHub(client, streams=0, rate=1000.0, min_interval=1000.0)  # type: ignore[arg-type]
+    streamer = LogStreamer(client, "default", Lines(), tail, hub=hub)  # type: ignore[arg-type]
+    streamer.follow(NO_REPLICAS, [pod(running=True)])
+    for _ in range(200):
+        if tail:
+            break
+        await asyncio.sleep(0.01)
+    assert client.follows == 0  # no stream to spare: read in turn
+    client.write("train-0", "SIGTERM at step 2", "stopped", at=0.2)
+    deleting = pod(running=True)
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    streamer.follow(NO_REPLICAS, [deleting])
+    for _ in range(200):
+        if len(tail) == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert client.follows == 1
+    assert list(tail) == ["[train-0] step 1", "[train-0] SIGTERM at step 2", "[train-0] stopped"]
+    await hub.close()
