@@ -196,7 +196,7 @@ def never_fits(
         if shape.gpus <= largest:
             continue
         where = (
-            f"the nodes matching its nodeSelector {dict(shape.node_selector)}"
+            f"a node matching its nodeSelector {dict(shape.node_selector)}"
             if shape.node_selector
             else "any node"
         )

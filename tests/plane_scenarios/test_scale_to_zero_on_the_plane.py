@@ -171,6 +171,6 @@ def test_a_job_larger_than_the_node_the_pool_can_add_fails_at_once(cluster, auto
     with pytest.raises(AirflowFailException) as failed:
         op.execute_complete(context, event)
     assert (
-        "pod asks for 16 GPUs but the nodes matching its nodeSelector {'pool': 'gpu-zero'} offers at most 8 "
+        "pod asks for 16 GPUs but a node matching its nodeSelector {'pool': 'gpu-zero'} offers at most 8 "
         "(largest node: autoscaled-0)"
     ) in str(failed.value), str(failed.value)
