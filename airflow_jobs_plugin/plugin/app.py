@@ -543,7 +543,30 @@ def create_app() -> FastAPI:
         (state, logs), attempts = await asyncio.gather(
             state_and_logs(), inspect.attempts_of(client, namespace, job)
         )
+        if index is not None:
+            state = await with_attempts_pods(client, state, job, attempts, index)
         return await asyncio.to_thread(views.job_detail, state, job, logs, attempts)
+
+    async def with_attempts_pods(
+        client: KubeClient,
+        state: views.ClusterState,
+        job: dict,
+        attempts: list[dict],
+        index: job_index.JobIndex,
+    ) -> views.ClusterState:
+        """``state`` with the pods (and their events) of the task try's other attempts, read afresh
+        beside each other: the Attempts table shows each attempt's exit codes and nodes from its own
+        pods, which the index does not keep."""
+        own = (job.get("metadata") or {}).get("uid")
+        others = [a for a in attempts if (a.get("metadata") or {}).get("uid") != own]
+        if not others:
+            return state
+        found = await asyncio.gather(*(inspect.pods_of_job(client, a) for a in others))
+        pods = [*state.pods, *(p for ps in found for p in ps)]
+        events = [*state.events]
+        for other, its_pods in zip(others, found, strict=True):
+            events.extend(index.kept.owners.events_for(other, its_pods))
+        return dataclasses.replace(state, pods=tuple(pods), events=tuple(events))
 
     async def task_detail_of(
         settings: Settings, dag_id: str, task_id: str, run_id: str, map_index: int
