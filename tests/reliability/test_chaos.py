@@ -301,9 +301,16 @@ def _log_lines(path, text: str) -> int:
 def _first_attempt_reason(event: dict, first: dict, cluster) -> str:
     """Attempt 1's failure reason: from the event's history when this trigger saw it, else the job
     (with the events of the pod its pod failure policy names: they outlive the pod)."""
-    for record in event.get("attempts") or ():
-        if record["attempt"] == 1:
-            return record["reason"]
+    # A run of attempt 1 the pool requeued (a pod stuck past schedule_timeout, a preemption) has its
+    # own record (tracking.interrupted_run, state REQUEUED or STOPPED): the attempt ended with the last
+    # record that is not one of those.
+    ended = [
+        r
+        for r in event.get("attempts") or ()
+        if r["attempt"] == 1 and r["state"] not in ("REQUEUED", "STOPPED")
+    ]
+    if ended:
+        return ended[-1]["reason"]
     verdict = (first["metadata"].get("annotations") or {}).get(labels.VERDICT)
     if verdict:
         return verdict
