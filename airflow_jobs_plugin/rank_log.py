@@ -39,16 +39,7 @@ def rank_lines(lines: Iterable[str], rank: int) -> list[str] | None:
     None and ``[]`` differ on purpose: None means "this launcher did not tag its output, ask for
     --tag-output", ``[]`` means "the rank printed nothing".
     """
-    tagged = False
-    out: list[str] = []
-    for line in lines:
-        found = rank_of(line)
-        if found is None:
-            continue
-        tagged = True
-        if found[0] == rank:
-            out.append(found[1])
-    return out if tagged else None
+    return _lines_of(lines, range(rank, rank + 1))
 
 
 def worker_ranks(worker: int, slots_per_worker: int) -> range:
@@ -65,7 +56,12 @@ def worker_lines(lines: Iterable[str], worker: int, slots_per_worker: int) -> li
     """The lines of every MPI rank that ran on worker ``worker``, in the log's order (tags removed; each
     line starts ``[rank R] `` when the worker ran more than one rank), or None when no line of the log
     carries a rank tag (see :func:`rank_lines`)."""
-    ranks = worker_ranks(worker, slots_per_worker)
+    return _lines_of(lines, worker_ranks(worker, slots_per_worker))
+
+
+def _lines_of(lines: Iterable[str], ranks: range) -> list[str] | None:
+    """The lines of ``ranks`` in the log's order, tags removed (``[rank R] `` kept apart when there are
+    several), or None when no line carries a rank tag."""
     tagged = False
     out: list[str] = []
     for line in lines:
