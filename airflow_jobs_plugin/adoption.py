@@ -26,8 +26,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_jobs_plugin import kinds, labels
+from airflow_jobs_plugin.naming import TaskIdentity
 from airflow_jobs_plugin.outcome import same_run_of_task
-from airflow_jobs_plugin.spec import JobSpec, TaskIdentity
+from airflow_jobs_plugin.spec import JobSpec
 
 # Bumped when what the digest covers changes, so a digest of another version never matches by chance.
 _FINGERPRINT_VERSION = "1"

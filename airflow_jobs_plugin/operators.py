@@ -16,6 +16,7 @@ from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin import spec as spec_defaults
 from airflow_jobs_plugin.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
 from airflow_jobs_plugin.manifests import merge_under
+from airflow_jobs_plugin.naming import TaskIdentity
 from airflow_jobs_plugin.outcome import (
     JobEvent,
     TryOutcome,
@@ -25,16 +26,8 @@ from airflow_jobs_plugin.outcome import (
     repeated_fatal_failure,
     summary,
 )
-from airflow_jobs_plugin.spec import (
-    JOB_ARGUMENTS,
-    JobSpec,
-    JobSpecError,
-    TaskIdentity,
-    check_conn_id,
-    check_stream_logs,
-    contains_unrendered,
-    validate,
-)
+from airflow_jobs_plugin.spec import ARGUMENTS, JOB_ARGUMENTS, SPEC_FIELDS, JobSpec, JobSpecError
+from airflow_jobs_plugin.spec_checks import check_conn_id, check_stream_logs, contains_unrendered, validate
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -467,9 +460,7 @@ class JobOperator(BaseOperator):
     # --- the spec ---
 
     def _job_arguments(self) -> dict[str, Any]:
-        values = {name: getattr(self, name) for name in JOB_ARGUMENTS}
-        values["labels"] = values.pop("job_labels")
-        values["annotations"] = values.pop("job_annotations")
+        values = {argument.spec_field: getattr(self, argument.name) for argument in ARGUMENTS}
         if values["user"] is None:
             values["user"] = self.owner
         return kpo_pod_arguments(values, self.runtime_class_name, self.secrets)
@@ -485,10 +476,7 @@ class JobOperator(BaseOperator):
             values["pod_template"] = merge_under(
                 read_pod_template_file(path), dict(values["pod_template"] or {})
             )
-        rendered = {
-            "labels" if n == "job_labels" else "annotations" if n == "job_annotations" else n
-            for n in self._from_templates
-        }
+        rendered = {SPEC_FIELDS.get(name, name) for name in self._from_templates}
         from airflow_jobs_plugin import config
 
         return validate(

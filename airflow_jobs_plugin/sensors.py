@@ -13,7 +13,8 @@ from airflow_jobs_plugin import DEFAULT_CONN_ID, kinds
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.outcome import JobEvent, failure_message
 from airflow_jobs_plugin.resources import name_problem
-from airflow_jobs_plugin.spec import JobSpecError, check_conn_id, is_unrendered
+from airflow_jobs_plugin.spec import JobSpecError
+from airflow_jobs_plugin.spec_checks import check_conn_id, is_unrendered
 from airflow_jobs_plugin.tracking import (
     DEFAULT_FAIL_STATES,
     DEFAULT_TARGET_STATES,

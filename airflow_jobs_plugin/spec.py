@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 # Job naming lives in naming.py; its names are importable from here too.
@@ -90,64 +91,6 @@ IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
-# The one list of job arguments: the operator's parameters that describe the job, in the order of
-# validate()'s. The operator's template_fields are this list (every job argument may be Jinja or an
-# XComArg); tests check that JobOperator.__init__, validate() and JobSpec agree with it.
-JOB_ARGUMENTS = (
-    "image",
-    "group",
-    "user",
-    "command",
-    "args",
-    "env",
-    "env_from",
-    "gpus",
-    "gpu_resource",
-    "workers",
-    "framework",
-    "cpu",
-    "memory",
-    "container_resources",
-    "shm_size",
-    "node_selector",
-    "affinity",
-    "tolerations",
-    "volumes",
-    "volume_mounts",
-    "namespace",
-    "priority_class_name",
-    "scheduler_name",
-    "security_context",
-    "container_security_context",
-    "pod_template",
-    "backoff_limit",
-    "max_attempts",
-    "retry_backoff",
-    "retry_backoff_max",
-    "retryable_exit_codes",
-    "fatal_exit_codes",
-    "queue_timeout",
-    "schedule_timeout",
-    "requeue_limit",
-    "active_deadline",
-    "ttl_after_finished",
-    "job_labels",
-    "job_annotations",
-    "priority",
-    "launcher_gpus",
-    "launcher_cpu",
-    "launcher_memory",
-    "worker_command",
-    "wait_for_workers",
-    "launcher_creation_policy",
-    "mpi_implementation",
-    "init_containers",
-    "image_pull_policy",
-    "image_pull_secrets",
-    "service_account",
-    "kueue_queue",
-)
-
 # GPUs: the extended resource the job asks for. MIG slices (nvidia.com/mig-1g.10gb) and other vendors'
 # devices (amd.com/gpu) are whole-number extended resources too; the quota counts them per name.
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -181,6 +124,98 @@ ENV_WORLD_SIZE = "JOB_WORLD_SIZE"
 PRODUCT_ENV = (ENV_USER, ENV_GROUP, ENV_NAME, ENV_ATTEMPT, ENV_ROLE, ENV_RANK, ENV_WORLD_SIZE)
 # Set by the GPU device plugin from the gpus argument; an author value could expose GPUs not charged.
 DEVICE_PLUGIN_ENV = ("NVIDIA_VISIBLE_DEVICES",)
+
+
+# --- the job arguments ---------------------------------------------------------------------------
+
+
+class Reading(Enum):
+    """How an argument given as a template is read once rendered: Jinja renders every value to text, and
+    ``gpus="{{ params.gpus }}"`` renders to ``"4"``."""
+
+    TEXT = "text"  # kept as written ("None" is None where None is the default)
+    WHOLE = "a whole number"
+    WHOLE_LIST = "a list of whole numbers"  # each item that is text
+    BOOLEAN = "true or false"  # in any case
+    DURATION = "a number of seconds"  # or "None"
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One argument of the DAG author's that describes the job (a JobOperator parameter)."""
+
+    name: str  # the operator's parameter
+    default: Any  # what leaving it out means, before it is checked (None for image and group: required)
+    reading: Reading = Reading.TEXT
+    field: str = ""  # the JobSpec field and validate()'s keyword, where it is not ``name``
+
+    @property
+    def spec_field(self) -> str:
+        return self.field or self.name
+
+
+# The one list of job arguments, in the order validate() takes them. Everything else follows from it:
+# JOB_ARGUMENTS, the operator's template_fields (every job argument may be Jinja or an XComArg) and its
+# names for validate()'s keywords, validate()'s keywords and defaults, and how each rendered template is
+# read. What Python cannot derive is checked against it by tests: JobOperator.__init__ (explicit for IDEs
+# and for Airflow, which reads its signature), its docstring and docs/operator.md, and JobSpec's fields.
+ARGUMENTS: tuple[Argument, ...] = (
+    Argument("image", None),
+    Argument("group", None),
+    Argument("user", None),
+    Argument("command", None),
+    Argument("args", None),
+    Argument("env", None),
+    Argument("env_from", None),
+    Argument("gpus", 0, Reading.WHOLE),
+    Argument("gpu_resource", DEFAULT_GPU_RESOURCE),
+    Argument("workers", 1, Reading.WHOLE),
+    Argument("framework", "mpi"),
+    Argument("cpu", None),
+    Argument("memory", None),
+    Argument("container_resources", None),
+    Argument("shm_size", SHM_AUTO),
+    Argument("node_selector", None),
+    Argument("affinity", None),
+    Argument("tolerations", None),
+    Argument("volumes", None),
+    Argument("volume_mounts", None),
+    Argument("namespace", None),
+    Argument("priority_class_name", None),
+    Argument("scheduler_name", None),
+    Argument("security_context", None),
+    Argument("container_security_context", None),
+    Argument("pod_template", None),
+    Argument("backoff_limit", DEFAULT_BACKOFF_LIMIT, Reading.WHOLE),
+    Argument("max_attempts", DEFAULT_MAX_ATTEMPTS, Reading.WHOLE),
+    Argument("retry_backoff", DEFAULT_RETRY_BACKOFF, Reading.DURATION),
+    Argument("retry_backoff_max", DEFAULT_RETRY_BACKOFF_MAX, Reading.DURATION),
+    Argument("retryable_exit_codes", (), Reading.WHOLE_LIST),
+    Argument("fatal_exit_codes", (), Reading.WHOLE_LIST),
+    Argument("queue_timeout", None, Reading.DURATION),
+    Argument("schedule_timeout", SCHEDULE_TIMEOUT_FROM_POLICY, Reading.DURATION),
+    Argument("requeue_limit", DEFAULT_REQUEUE_LIMIT, Reading.WHOLE),
+    Argument("active_deadline", DEFAULT_ACTIVE_DEADLINE, Reading.DURATION),
+    Argument("ttl_after_finished", DEFAULT_TTL_AFTER_FINISHED, Reading.DURATION),
+    Argument("job_labels", None, field="labels"),
+    Argument("job_annotations", None, field="annotations"),
+    Argument("priority", 0, Reading.WHOLE),
+    Argument("launcher_gpus", 0, Reading.WHOLE),
+    Argument("launcher_cpu", None),
+    Argument("launcher_memory", None),
+    Argument("worker_command", None),
+    Argument("wait_for_workers", True, Reading.BOOLEAN),
+    Argument("launcher_creation_policy", "WaitForWorkersReady"),
+    Argument("mpi_implementation", "OpenMPI"),
+    Argument("init_containers", None),
+    Argument("image_pull_policy", None),
+    Argument("image_pull_secrets", None),
+    Argument("service_account", None),
+    Argument("kueue_queue", None),
+)
+JOB_ARGUMENTS = tuple(argument.name for argument in ARGUMENTS)
+# The operator's parameter -> the JobSpec field and validate()'s keyword (job_labels -> labels).
+SPEC_FIELDS: Mapping[str, str] = {argument.name: argument.spec_field for argument in ARGUMENTS}
 
 
 # --- errors ----------------------------------------------------------------------------------------

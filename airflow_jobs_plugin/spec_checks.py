@@ -28,16 +28,9 @@ from airflow_jobs_plugin.naming import (
     QUALIFIED_NAME,
 )
 from airflow_jobs_plugin.spec import (
-    DEFAULT_ACTIVE_DEADLINE,
-    DEFAULT_BACKOFF_LIMIT,
-    DEFAULT_GPU_RESOURCE,
+    ARGUMENTS,
     DEFAULT_JOB_SERVICE_ACCOUNT,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_REQUEUE_LIMIT,
-    DEFAULT_RETRY_BACKOFF,
-    DEFAULT_RETRY_BACKOFF_MAX,
     DEFAULT_SHM_SIZE,
-    DEFAULT_TTL_AFTER_FINISHED,
     DEVICE_PLUGIN_ENV,
     FRAMEWORKS,
     GPU_RESOURCE_PREFIXES,
@@ -60,6 +53,7 @@ from airflow_jobs_plugin.spec import (
     FrozenMap,
     JobSpec,
     JobSpecError,
+    Reading,
     Toleration,
     VolumeMount,
     freeze,
@@ -1086,63 +1080,15 @@ def _undeclared(name: str, declared: set[str]) -> str:
 
 def validate(
     *,
-    image: Any = None,
-    group: Any = None,
-    user: Any = None,
-    command: Any = None,
-    args: Any = None,
-    env: Any = None,
-    env_from: Any = None,
-    gpus: Any = 0,
-    gpu_resource: Any = DEFAULT_GPU_RESOURCE,
-    workers: Any = 1,
-    framework: Any = "mpi",
-    cpu: Any = None,
-    memory: Any = None,
-    container_resources: Any = None,
-    shm_size: Any = SHM_AUTO,
-    node_selector: Any = None,
-    affinity: Any = None,
-    tolerations: Any = None,
-    volumes: Any = None,
-    volume_mounts: Any = None,
-    namespace: Any = None,
-    priority_class_name: Any = None,
-    scheduler_name: Any = None,
-    security_context: Any = None,
-    container_security_context: Any = None,
-    pod_template: Any = None,
-    backoff_limit: Any = DEFAULT_BACKOFF_LIMIT,
-    max_attempts: Any = DEFAULT_MAX_ATTEMPTS,
-    retry_backoff: Any = DEFAULT_RETRY_BACKOFF,
-    retry_backoff_max: Any = DEFAULT_RETRY_BACKOFF_MAX,
-    retryable_exit_codes: Any = (),
-    fatal_exit_codes: Any = (),
-    queue_timeout: Any = None,
-    schedule_timeout: Any = SCHEDULE_TIMEOUT_FROM_POLICY,
-    requeue_limit: Any = DEFAULT_REQUEUE_LIMIT,
-    active_deadline: Any = DEFAULT_ACTIVE_DEADLINE,
-    ttl_after_finished: Any = DEFAULT_TTL_AFTER_FINISHED,
-    labels: Any = None,
-    annotations: Any = None,
-    priority: Any = 0,
-    launcher_gpus: Any = 0,
-    launcher_cpu: Any = None,
-    launcher_memory: Any = None,
-    worker_command: Any = None,
-    wait_for_workers: Any = True,
-    launcher_creation_policy: Any = "WaitForWorkersReady",
-    mpi_implementation: Any = "OpenMPI",
-    init_containers: Any = None,
-    image_pull_policy: Any = None,
-    image_pull_secrets: Any = None,
-    service_account: Any = None,
-    kueue_queue: Any = None,
     templated: bool = False,
     rendered: frozenset[str] | set[str] = frozenset(),
     service_accounts: Sequence[str] = (DEFAULT_JOB_SERVICE_ACCOUNT,),
+    **arguments: Any,
 ) -> JobSpec:
     """Check DAG-author arguments and return the normalized :class:`JobSpec`.
+
+    The arguments are :data:`~airflow_jobs_plugin.spec.ARGUMENTS`, by their JobSpec field names
+    (``labels``, not the operator's ``job_labels``); one left out has its default there.
 
     Raises :class:`JobSpecError` naming every wrong argument (``gpus: must be a whole number from 0
     to 64, got -2``).
@@ -1162,7 +1108,10 @@ def validate(
     ``tolerations``, ``volumes``, ``volume_mounts``, ``init_containers`` as Kubernetes JSON mappings
     or Kubernetes client model objects; ``priority`` as an int or 'low' / 'normal' / 'high'.
     """
-    given = {name: value for name, value in locals().items() if name in _DEFAULTS}
+    unknown = [name for name in arguments if name not in _DEFAULTS]
+    if unknown:
+        raise TypeError(f"validate() got an unexpected keyword argument {unknown[0]!r}")
+    given = {name: arguments.get(name, default) for name, default in _DEFAULTS.items()}
     a = _settle(given, templated=templated, rendered=frozenset(rendered))
     deferred = {name for name in given if a[name] is _DEFERRED}
     partial = {name for name, value in given.items() if a[name] is not value and isinstance(value, Mapping)}
@@ -1293,23 +1242,9 @@ def _argument_of(field: str) -> str:
 
 # What a parse-time check puts in place of a template it cannot read yet.
 _DEFERRED: Any = object()
-_DEFAULTS: dict[str, Any] = {}  # filled below, from validate's own signature: one list, not two
-# Arguments whose rendered Jinja text is read as a number, a boolean or a number of seconds.
-_WHOLE_NUMBERS = frozenset(
-    {"gpus", "workers", "backoff_limit", "max_attempts", "requeue_limit", "priority", "launcher_gpus"}
-)
-_WHOLE_NUMBER_LISTS = frozenset({"retryable_exit_codes", "fatal_exit_codes"})
-_BOOLEANS = frozenset({"wait_for_workers"})
-_DURATIONS = frozenset(
-    {
-        "retry_backoff",
-        "retry_backoff_max",
-        "queue_timeout",
-        "schedule_timeout",
-        "active_deadline",
-        "ttl_after_finished",
-    }
-)
+# Every argument's default, by JobSpec field, in the order of ARGUMENTS.
+_DEFAULTS: Mapping[str, Any] = {argument.spec_field: argument.default for argument in ARGUMENTS}
+_READINGS: Mapping[str, Reading] = {argument.spec_field: argument.reading for argument in ARGUMENTS}
 
 
 def _settle(given: dict[str, Any], *, templated: bool, rendered: frozenset[str]) -> dict[str, Any]:
@@ -1327,7 +1262,7 @@ def _settle(given: dict[str, Any], *, templated: bool, rendered: frozenset[str])
                 value = _DEFERRED
         elif name in rendered and isinstance(value, str):
             value = _from_text(name, value)
-        elif name in rendered and name in _WHOLE_NUMBER_LISTS and isinstance(value, list | tuple):
+        elif name in rendered and _READINGS[name] is Reading.WHOLE_LIST and isinstance(value, list | tuple):
             value = [_whole_from_text(item) if isinstance(item, str) else item for item in value]
         out[name] = value
     return out
@@ -1337,11 +1272,12 @@ def _from_text(name: str, text: str) -> Any:
     """A rendered template's text as the type the argument takes; unchanged when it spells none, so
     the usual check reports it."""
     stripped = text.strip()
-    if name in _WHOLE_NUMBERS:
+    reading = _READINGS[name]
+    if reading is Reading.WHOLE:
         return _whole_from_text(text)
-    if name in _BOOLEANS and stripped.lower() in ("true", "false"):
+    if reading is Reading.BOOLEAN and stripped.lower() in ("true", "false"):
         return stripped.lower() == "true"
-    if name in _DURATIONS:
+    if reading is Reading.DURATION:
         if stripped.lower() == "none":
             return None
         try:
@@ -1358,10 +1294,19 @@ def _whole_from_text(text: str) -> Any:
     return int(stripped) if re.fullmatch(r"[+-]?\d+", stripped) else text
 
 
-_DEFAULTS.update(
-    (name, param.default)
-    for name, param in inspect.signature(validate).parameters.items()
-    if name not in ("templated", "rendered", "service_accounts")
+# validate()'s signature as introspection shows it (help(), inspect.signature): ARGUMENTS by their JobSpec
+# field names, keyword-only, each with its default, then how to check them.
+validate.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation="Any")
+        for name, default in _DEFAULTS.items()
+    ]
+    + [
+        parameter
+        for parameter in inspect.signature(validate).parameters.values()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    ],
+    return_annotation="JobSpec",
 )
 
 

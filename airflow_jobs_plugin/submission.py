@@ -21,9 +21,10 @@ from airflow_jobs_plugin.bounded import bounded
 from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff, pool_gate, with_charge
+from airflow_jobs_plugin.naming import TaskIdentity
 from airflow_jobs_plugin.quota.policy import PolicyError, QuotaPolicy, policy_from_configmap_data
 from airflow_jobs_plugin.quota_source import QuotaSource
-from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
+from airflow_jobs_plugin.spec import JobSpec, total_gpus
 
 # Attempts per API call before the try fails (back-off 0.2 s doubling: about 6 s in all). Throttling and
 # brief server trouble are absorbed here; a longer outage fails the try and Airflow's retry takes over.

@@ -49,11 +49,11 @@ from airflow_jobs_plugin.lifecycle import (
 )
 from airflow_jobs_plugin.logcursor import LogMarker
 from airflow_jobs_plugin.logstream import FINAL_DRAIN, LogStreamer, LogTail
+from airflow_jobs_plugin.naming import attempt_name
 from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.quota import ledger
 from airflow_jobs_plugin.records import ReadMemo
 from airflow_jobs_plugin.results import job_result
-from airflow_jobs_plugin.spec import attempt_name
 from airflow_jobs_plugin.submission import ensure_companions
 
 T = TypeVar("T")

@@ -1,4 +1,7 @@
-"""One list of job arguments, and every public argument documented twice: docstring and docs table."""
+"""One list of job arguments (``spec.ARGUMENTS``), and every public argument documented twice: docstring and
+docs table. What Python derives from the list (JOB_ARGUMENTS, template_fields, validate()'s keywords and
+defaults) is derived; what it cannot (the operator's explicit signature, JobSpec's typed fields, the docs) is
+checked against it here."""
 
 from __future__ import annotations
 
@@ -7,8 +10,11 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.spec import JOB_ARGUMENTS, JobSpec, validate
+from airflow_jobs_plugin.spec import ARGUMENTS, JOB_ARGUMENTS, SPEC_FIELDS, JobSpec
+from airflow_jobs_plugin.spec_checks import validate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operator.md"
 OPERATOR_ONLY = {
@@ -21,8 +27,15 @@ OPERATOR_ONLY = {
     "runtime_class_name",
     "secrets",
 }
-# The operator's names for what JobSpec and validate() call labels and annotations.
-RENAMED = {"job_labels": "labels", "job_annotations": "annotations"}
+# Where the operator's default is not the job argument's, and why.
+OPERATOR_DEFAULTS = {
+    # Required by the operator; validate() reports them missing ("is required") instead.
+    "image": inspect.Parameter.empty,
+    "group": inspect.Parameter.empty,
+    # A task's job runs in the namespace "default" unless it names one; validate() keeps a namespace
+    # left out as None (the spec names none).
+    "namespace": "default",
+}
 
 
 def operator_arguments() -> list[str]:
@@ -30,12 +43,28 @@ def operator_arguments() -> list[str]:
 
 
 def test_the_job_arguments_are_the_operators_validates_and_the_specs_fields():
-    spec_names = {RENAMED.get(n, n) for n in JOB_ARGUMENTS}
-    assert set(operator_arguments()) - OPERATOR_ONLY == set(JOB_ARGUMENTS)
+    spec_names = set(SPEC_FIELDS.values())
+    assert [n for n in operator_arguments() if n not in OPERATOR_ONLY] == list(JOB_ARGUMENTS)
     # How to check, not what to run: parse time or rendered, and the accounts the platform allows.
     context = {"templated", "rendered", "service_accounts"}
     assert set(inspect.signature(validate).parameters) - context == spec_names
     assert {f.name for f in dataclasses.fields(JobSpec)} == spec_names
+
+
+def test_the_operators_defaults_are_the_job_arguments_defaults():
+    parameters = inspect.signature(JobOperator.__init__).parameters
+    for argument in ARGUMENTS:
+        expected = OPERATOR_DEFAULTS.get(argument.name, argument.default)
+        assert parameters[argument.name].default == expected, argument.name
+
+
+def test_validate_takes_each_job_argument_by_its_spec_field_with_its_default():
+    parameters = inspect.signature(validate).parameters
+    assert [(a.spec_field, a.default) for a in ARGUMENTS] == [
+        (name, parameters[name].default) for name in SPEC_FIELDS.values()
+    ]
+    with pytest.raises(TypeError, match="job_labels"):
+        validate(image="registry.example/trainer:1", group="vision", user="ada", job_labels={})
 
 
 def test_every_job_argument_may_be_templated():
