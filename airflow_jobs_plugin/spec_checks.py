@@ -1204,7 +1204,7 @@ def validate(
     v["worker_command"] = c.command("worker_command", a["worker_command"])
     wait_for_workers = a["wait_for_workers"]
     if not isinstance(wait_for_workers, bool):
-        c.add("wait_for_workers", f"must be True or False, got {_show(wait_for_workers)}")
+        wait_for_workers = c.add("wait_for_workers", f"must be True or False, got {_show(wait_for_workers)}")
     v["wait_for_workers"] = wait_for_workers
     v["launcher_creation_policy"] = c.choice(
         "launcher_creation_policy", a["launcher_creation_policy"], LAUNCHER_CREATION_POLICIES
@@ -1245,6 +1245,18 @@ _DEFERRED: Any = object()
 # Every argument's default, by JobSpec field, in the order of ARGUMENTS.
 _DEFAULTS: Mapping[str, Any] = {argument.spec_field: argument.default for argument in ARGUMENTS}
 _READINGS: Mapping[str, Reading] = {argument.spec_field: argument.reading for argument in ARGUMENTS}
+# The arguments only an MPIJob reads: refused with framework 'torchrun', where every node runs the same
+# command. The first four describe the launcher and the workers apart, which one pod of workers=1 has not.
+_MPI_ONLY = (
+    "launcher_gpus",
+    "launcher_cpu",
+    "launcher_memory",
+    "worker_command",
+    "wait_for_workers",
+    "launcher_creation_policy",
+    "mpi_implementation",
+)
+_LAUNCHER_AND_WORKERS = _MPI_ONLY[:4]
 
 
 def _settle(given: dict[str, Any], *, templated: bool, rendered: frozenset[str]) -> dict[str, Any]:
@@ -1381,32 +1393,19 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
                 "fatal_exit_codes",
                 f"{both} also listed in retryable_exit_codes -- an exit code is either fatal or retryable",
             )
-    mpi_only_given = {
-        "launcher_gpus": v["launcher_gpus"] not in (0, _MISSING),
-        "launcher_cpu": v["launcher_cpu"] not in (None, _MISSING),
-        "launcher_memory": v["launcher_memory"] not in (None, _MISSING),
-        "worker_command": v["worker_command"] not in (None, _MISSING),
-        "wait_for_workers": v["wait_for_workers"] is False,
-        "launcher_creation_policy": v["launcher_creation_policy"] not in ("WaitForWorkersReady", _MISSING),
-        "mpi_implementation": v["mpi_implementation"] not in ("OpenMPI", _MISSING),
-    }
+    # An argument is given when it is valid and not its default.
+    given = {name for name in _MPI_ONLY if v[name] is not _MISSING and v[name] != _DEFAULTS[name]}
     if ok("framework") and v["framework"] == "torchrun":
-        for name, given in mpi_only_given.items():
-            if given:
+        for name in _MPI_ONLY:
+            if name in given:
                 c.add(
                     name,
                     "only applies to MPI jobs, but framework is 'torchrun' (every node runs the same "
                     "command; torchrun starts gpus processes per node) -- remove it",
                 )
     elif ok("workers") and v["workers"] == 1:
-        mpi_only = {
-            "launcher_gpus": v["launcher_gpus"] not in (0, _MISSING),
-            "launcher_cpu": v["launcher_cpu"] not in (None, _MISSING),
-            "launcher_memory": v["launcher_memory"] not in (None, _MISSING),
-            "worker_command": v["worker_command"] not in (None, _MISSING),
-        }
-        for name, given in mpi_only.items():
-            if given:
+        for name in _LAUNCHER_AND_WORKERS:
+            if name in given:
                 c.add(name, "only applies to MPI jobs (workers > 1), but workers is 1 -- remove it")
     elif ok("workers", "launcher_gpus", "gpus") and v["launcher_gpus"] not in (0, v["gpus"]):
         c.add(
