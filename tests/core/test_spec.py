@@ -7,6 +7,7 @@ import json
 import pickle
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from kubernetes.client import V1PersistentVolumeClaimVolumeSource, V1Toleration, V1Volume, V1VolumeMount
@@ -601,3 +602,23 @@ def test_a_projected_token_of_the_default_account_is_refused(where):
         "volumes[0].projected" if where == "volumes" else "pod_template.spec.volumes[0].projected"
     )
     assert "service_account" in str(info.value)
+
+
+def test_the_checkers_names_are_importable_from_spec_for_code_and_for_type_checkers():
+    import ast
+
+    from airflow_jobs_plugin import spec, spec_checks
+
+    for name in spec._CHECKER_NAMES:
+        assert getattr(spec, name) is getattr(spec_checks, name), name
+    # The same names imported under TYPE_CHECKING, so mypy sees their types rather than __getattr__'s Any.
+    tree = ast.parse(Path(spec.__file__).read_text())
+    typed = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "airflow_jobs_plugin.spec_checks"
+        for alias in node.names
+    }
+    assert typed == spec._CHECKER_NAMES
+    with pytest.raises(AttributeError, match="no_such_name"):
+        spec.no_such_name  # noqa: B018
