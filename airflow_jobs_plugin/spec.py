@@ -9,13 +9,14 @@ Decisions worth knowing:
   list to bypass the shell. ``args`` must be a list: a single string there is nearly always a command
   line that would reach the program as one argument.
 * ``workers == 1`` builds a ``batch/v1`` Job; ``workers > 1`` an MPIJob with one launcher and that many
-  workers, or with ``framework='torchrun'`` an Indexed Job of that many nodes and a headless Service. An MPI job without GPUs (``gpus=0``) is accepted: it is legal on Kubernetes and useful for
-  smoke tests, although the product is meant for GPU jobs.
+  workers, or with ``framework='torchrun'`` an Indexed Job of that many nodes and a headless Service.
+  An MPI job without GPUs (``gpus=0``) is accepted: it is legal on Kubernetes and useful for smoke
+  tests, although the product is meant for GPU jobs.
 * The launcher gets GPUs only as a full extra MPI worker: ``launcher_gpus`` is 0 or equal to ``gpus``
   (the MPI operator hides GPUs from a launcher that is not also a worker).
-* Templated fields (``image``, ``command``, ``args``, ``worker_command``, ``env`` values) may hold Jinja
-  at parse time: with ``templated=True`` a string containing ``{{`` or ``{%`` skips its grammar check
-  (its type is still checked); validate again after rendering with ``templated=False``.
+* Every job argument may be a Jinja template or an XComArg: at parse time (``templated=True``) the
+  checker sets aside what it cannot read yet and checks the rest; once rendered it checks everything,
+  reading each rendered text as its argument's :class:`Reading` says.
 * ``group`` and ``user`` are free text. Labels carry a sanitized slug (:func:`label_value`); the exact
   value lives in annotations and in the ``JOB_GROUP`` / ``JOB_USER`` environment variables.
 """
