@@ -161,7 +161,7 @@ async def _read_policy(
     configmap = await client.get_or_none(CONFIGMAPS, quota_namespace, quota_configmap)
     if configmap is None:
         return None
-    # In a thread: reading a large policy takes seconds (quota.policy.MAX_POLICY_BYTES).
+    # In a thread: reading a large policy takes seconds (quota.parse.MAX_POLICY_BYTES).
     return await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
 
 
@@ -303,7 +303,7 @@ class _PolicySource:
                 return self._state
             try:
                 # In a thread: a policy near its size limit takes seconds to read, and the triggerer's
-                # event loop follows every job meanwhile (quota.policy.MAX_POLICY_BYTES).
+                # event loop follows every job meanwhile (quota.parse.MAX_POLICY_BYTES).
                 parsed = await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
                 state = _PolicyState(parsed, None, version)
             except quota.PolicyError as exc:

@@ -21,7 +21,8 @@ from airflow_jobs_plugin.bounded import bounded
 from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff, pool_gate, with_charge
-from airflow_jobs_plugin.quota.policy import PolicyError, QuotaPolicy, policy_from_configmap_data
+from airflow_jobs_plugin.quota.model import QuotaPolicy
+from airflow_jobs_plugin.quota.parse import PolicyError, policy_from_configmap_data
 from airflow_jobs_plugin.quota_source import QuotaSource
 from airflow_jobs_plugin.spec import JobSpec, TaskIdentity, total_gpus
 

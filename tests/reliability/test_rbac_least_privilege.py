@@ -28,7 +28,7 @@ from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.operators import JobOperator
 from airflow_jobs_plugin.quota import ledger as ledger_io
 from airflow_jobs_plugin.quota import ledger_model
-from airflow_jobs_plugin.quota.policy import Reservation
+from airflow_jobs_plugin.quota.model import Reservation
 from airflow_jobs_plugin.sensors import JobSensor
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
 from tests.patience import stretch
