@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import difflib
 import logging
 import random
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -46,7 +45,7 @@ from airflow_jobs_plugin.kube import (
 )
 from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
 from airflow_jobs_plugin.objects import parse_time
-from airflow_jobs_plugin.quota import flavors, ledger, placement, preemption
+from airflow_jobs_plugin.quota import ledger, placement, preemption
 from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
 from airflow_jobs_plugin.quota.requeue import format_duration
 from airflow_jobs_plugin.waiting import wait_event
@@ -57,9 +56,6 @@ _T = TypeVar("_T")
 
 __all__ = [
     "Admission",
-    "OverQuotaError",
-    "PolicyNotFoundError",
-    "check_group",
     "not_before",
     "shutdown",
     "unsuspend_patch",
@@ -124,116 +120,6 @@ def _now() -> datetime:
 def not_before(job: dict) -> datetime | None:
     """The time before which a job must not be admitted (a retry's or a requeue's back-off)."""
     return parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUE_NOT_BEFORE))
-
-
-class OverQuotaError(ValueError):
-    """A job needs more GPUs than its user or its group may ever hold: it could never be admitted."""
-
-
-class PolicyNotFoundError(ValueError):
-    """The ``quota_configmap`` a job names does not exist: it would wait as Inadmissible forever."""
-
-
-async def _policy_not_found(client: KubeClient, quota_configmap: str, quota_namespace: str) -> str:
-    """Why a named policy ConfigMap cannot be used, with the policy ConfigMaps that do exist."""
-    try:
-        listing = await client.list(CONFIGMAPS, quota_namespace)
-    except KubeError:  # no list permission: say what is known
-        listing = {}
-    policies = sorted(
-        str(cm["metadata"]["name"])
-        for cm in listing.get("items") or []
-        if quota.POLICY_KEY in (cm.get("data") or {})
-    )
-    close = difflib.get_close_matches(quota_configmap, policies, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    known = ", ".join(policies) or "none"
-    return (
-        f"quota_configmap: no ConfigMap {quota_configmap!r} in namespace {quota_namespace}{hint} "
-        f"(quota policy ConfigMaps there: {known}); fix quota_configmap, or ask a platform admin to create "
-        f"the policy (key {quota.POLICY_KEY}) before submitting"
-    )
-
-
-async def _read_policy(
-    client: KubeClient, quota_configmap: str, quota_namespace: str
-) -> quota.QuotaPolicy | None:
-    configmap = await client.get_or_none(CONFIGMAPS, quota_namespace, quota_configmap)
-    if configmap is None:
-        return None
-    # In a thread: reading a large policy takes seconds (quota.parse.MAX_POLICY_BYTES).
-    return await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
-
-
-async def check_group(
-    client: KubeClient,
-    quota_configmap: str | None,
-    quota_namespace: str,
-    group: str,
-    user: str,
-    gpus: int,
-    *,
-    kueue_queue: str | None = None,
-    resource: str = labels.GPU_RESOURCE,
-    node_selector: Mapping[str, str] | None = None,
-) -> flavors.Charge | None:
-    """Submit-time check of a job against the quota policy, before the job is created; how it is
-    charged (its GPU flavor, or the flavored nodes it must avoid), ``None`` without a usable policy.
-
-    A job handed to Kueue (``kueue_queue``) is checked against its user's limit only: the group's
-    quota is its ClusterQueue's.
-
-    Raises :class:`~airflow_jobs_plugin.quota.UnknownGroupError` (a ValueError) naming the group and
-    the known groups, a ValueError if ``user`` is not a member of a group that lists its members or if
-    its ``node_selector`` and the policy's GPU flavors disagree, and :class:`OverQuotaError` if ``gpus``
-    (the total over all replicas) exceeds what ``user`` may ever hold in ``group``. Without a policy
-    configured there is nothing to check. A ``quota_configmap`` that names no ConfigMap (a typo, the
-    wrong namespace) raises :class:`PolicyNotFoundError` naming the policy ConfigMaps that exist: the
-    job would wait forever. A policy that exists but is invalid is not the DAG author's fault: the job
-    is created and waits as Inadmissible, with the reason, until an admin fixes the policy.
-    """
-    if quota_configmap is None:
-        return None
-    try:
-        policy = await _read_policy(client, quota_configmap, quota_namespace)
-    except quota.PolicyError:
-        return None
-    if policy is None:
-        raise PolicyNotFoundError(await _policy_not_found(client, quota_configmap, quota_namespace))
-    group_quota = policy.require_group(group)
-    problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group) or policy.charge_problem(
-        group, user
-    )
-    if problem:  # the rules and their wording live in the pure core, shared with admission
-        raise ValueError(problem)
-    charged = flavors.charge(
-        policy.flavors, group, group_quota.flavors, group_quota.gpus, resource, node_selector
-    )
-    key = charged.key
-    if key == labels.GPU_RESOURCE:
-        unit = "GPUs"
-    elif charged.flavor is not None:
-        unit = f"{key} GPUs"
-    else:
-        unit = key
-    whole = policy.capacity(group, key)
-    if gpus > whole and kueue_queue is None:
-        hint = (
-            "ask for fewer GPUs or a larger group quota"
-            if key == labels.GPU_RESOURCE or whole or charged.flavor is not None
-            else f"ask a platform admin for groups.{group}.devices.{resource} in the quota policy"
-        )
-        raise OverQuotaError(
-            f"the job needs {gpus} {unit} but the whole quota of group {group} is {whole}: "
-            f"it could never start; {hint}"
-        )
-    limit = policy.user_capacity(group, user, key)
-    if gpus > limit:
-        raise OverQuotaError(
-            f"the job needs {gpus} {unit} but user {user} may hold at most {limit} in group {group}: "
-            "it could never start; ask for fewer GPUs or a larger user quota"
-        )
-    return charged
 
 
 # The shared watch's index of the product's jobs by quota group (a pass reads one group's jobs).

@@ -9,9 +9,11 @@ import pytest
 
 from airflow_jobs_plugin import labels, quota
 from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission, OverQuotaError, PolicyNotFoundError, check_group
+from airflow_jobs_plugin.admission import Admission
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS
 from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.quota.submit_check import OverQuotaError, PolicyNotFoundError
+from airflow_jobs_plugin.submission import check_group
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, policy_yaml, put_policy, unique, wait_for
 
