@@ -51,7 +51,7 @@ COMPONENTS = {
 # jobs without writing the ledger (quota/ledger.py admission_pass: never from a cached ledger), which
 # the lost unsuspend below drives.
 # Karpenter's NodePools: the simulator serves no Karpenter API, so the triggerer's LIST of them
-# (admission._read_autoscaling, where Karpenter runs) is answered 404 and never counted.
+# (engines.door.Door._read_autoscaling, where Karpenter runs) is answered 404 and never counted.
 NOT_DRIVEN: dict[str, dict[tuple[str, str], set[str]]] = {
     "triggerer": {
         ("karpenter.sh", "nodepools"): {"list"},
