@@ -24,7 +24,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
 from airflow_jobs_plugin import kinds, kueue, labels, metrics, quota
@@ -43,18 +42,13 @@ from airflow_jobs_plugin.kube import (
 )
 from airflow_jobs_plugin.lifecycle import QueueStatus
 from airflow_jobs_plugin.quota import ledger, placement, preemption
-from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
+from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of
 from airflow_jobs_plugin.waiting import wait_event
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
-__all__ = [
-    "Admission",
-    "shutdown",
-    "unsuspend_patch",
-]
+__all__ = ["Admission", "shutdown"]
 
 # Minimum spacing of two passes of one group: events arriving meanwhile are served by the next pass.
 PASS_SPACING_SECONDS = 0.05
