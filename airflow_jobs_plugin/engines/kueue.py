@@ -222,8 +222,9 @@ class KueueEngine(ThroughTheDoor):
         return None
 
     async def close(self) -> None:
+        """Stop the Workload watch (bounded, as the pool's own watches are); a later look starts it again."""
         if self._workloads is not None:
-            await self._workloads.watch.stop()
+            await asyncio.wait([asyncio.ensure_future(self._workloads.watch.stop())], timeout=5)
             self._workloads = None
 
     def _workload_source(self) -> _WorkloadSource:
