@@ -25,7 +25,7 @@ from airflow_jobs_plugin import action_rules, attempts, history, kinds, labels, 
 from airflow_jobs_plugin.action_rules import Action, Ending, JobFacts, refusal
 from airflow_jobs_plugin.action_rules import ActionOutcome as ActionOutcome
 from airflow_jobs_plugin.action_rules import CancelOutcome as CancelOutcome
-from airflow_jobs_plugin.admission import not_before
+from airflow_jobs_plugin.engines.ruling import not_before
 from airflow_jobs_plugin.kube import EVENTS, PODS, KubeClient, KubeError
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.quota.ledger import (
@@ -331,7 +331,7 @@ async def resume(
     suspended and keeps ``queued-at``, so the next admission pass places it where it was first enqueued
     (a stop is a pause, not a resubmission); its queue clock starts again from the waits banked at the stop.
     Without a quota pool (``ledger_namespace`` None) nothing else would ever admit it, so the same write
-    unsuspends it, as the no-quota admission (``admission.Admission._admit_at_once``) does, unless a
+    unsuspends it, as the no-quota admission (``engines.unmanaged.UnmanagedEngine``) does, unless a
     retry back-off is still running: then the task's trigger admits it when the back-off ends. The job
     then runs again from the start (its controller creates fresh pods).
     """

@@ -1,15 +1,15 @@
-"""Admission: the step that turns a queued (suspended) job into a running one.
+"""The pool engine: the quota pool's admission, the step that turns a queued (suspended) job into a
+running one when its group's quota allows.
 
 Every job is created suspended so the queue is visible in the cluster; admitting it is unsuspending it.
-This module is the one door through which that happens.
-
-Without a quota policy (``quota_configmap`` is ``None``) a job is admitted at once, after any retry
-back-off recorded on it. With one, the quota pool gates the door: per process, per namespace and per
-group, one worker runs admission passes (:func:`~airflow_jobs_plugin.quota.ledger.admission_pass`)
-whenever something that matters changed (a job queued, finished, requeued or deleted, the group's ledger
-or the policy changed) and when a timer is due (a back-off or a timeout expires, a periodic resync).
-Passes are coalesced: a thousand triggers of one group waiting share every pass. A trigger asks
-:meth:`Admission.ensure` for its job's latest decision and is woken when that decision changes.
+A trigger asks its engine (engines/: this pool, Kueue, or unmanaged) and no other door; this one gates
+the jobs of a quota pool: per process, per namespace and per group, one worker runs admission passes
+(:func:`~airflow_jobs_plugin.quota.ledger.admission_pass`) whenever something that matters changed (a
+job queued, finished, requeued or deleted, the group's ledger or the policy changed) and when a timer
+is due (a back-off or a timeout expires, a periodic resync). Passes are coalesced: a thousand triggers
+of one group waiting share every pass. A trigger asks :meth:`Admission.ensure` for its job's latest
+decision and is woken when that decision changes. A job the pool hands to Kueue is the Kueue engine's
+from then on.
 
 The policy ConfigMap and the ledgers are read through watches of their own (one per process and quota
 namespace), never polled per trigger.
@@ -19,62 +19,37 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import difflib
 import logging
 import random
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
-from airflow_jobs_plugin import kinds, kueue, kueue_cluster, labels, metrics, quota
-from airflow_jobs_plugin.kinds import charge
+from airflow_jobs_plugin import kinds, kueue, labels, metrics, quota
+from airflow_jobs_plugin.engines.door import ENSURE_WAIT_SECONDS, Door, ThroughTheDoor, detached, spawn
+from airflow_jobs_plugin.engines.kueue import KueueEngine
+from airflow_jobs_plugin.engines.ruling import wake_after
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
     EVENTS,
     JOBS,
     MPIJOBS,
-    NODEPOOLS,
-    NODES,
-    PENDING_IN_LOCAL_QUEUES,
     PODS,
-    WORKLOADS,
     KubeClient,
     KubeError,
     Resource,
 )
-from airflow_jobs_plugin.lifecycle import QueueStatus, Reason
-from airflow_jobs_plugin.objects import parse_time
-from airflow_jobs_plugin.quota import flavors, ledger, placement, preemption
-from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of, unsuspend_patch
-from airflow_jobs_plugin.quota.requeue import format_duration
+from airflow_jobs_plugin.lifecycle import QueueStatus
+from airflow_jobs_plugin.quota import ledger, placement, preemption
+from airflow_jobs_plugin.quota.ledger import LedgerConflict, group_of
 from airflow_jobs_plugin.waiting import wait_event
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
-__all__ = [
-    "Admission",
-    "OverQuotaError",
-    "PolicyNotFoundError",
-    "check_group",
-    "not_before",
-    "shutdown",
-    "unsuspend_patch",
-]
+__all__ = ["Admission", "shutdown"]
 
-# How long ensure() waits for the pass that judges a job it has not seen yet.
-ENSURE_WAIT_SECONDS = 10.0
-# Kueue's visibility API is read once per LocalQueue per this many seconds for every trigger of the
-# process; where it is not served (or not granted) it is asked again only after the longer pause.
-POSITIONS_TTL_SECONDS = 5.0
-POSITIONS_UNSERVED_SECONDS = 300.0
-# A Workload change may move every job behind it: the positions of the queues this process follows
-# are read again this long after a burst of changes, and the triggers whose position moved look again.
-POSITIONS_SETTLE_SECONDS = 1.0
-POSITIONS_FORGET_SECONDS = 600.0  # a queue no trigger asked about for this long is no longer re-read
 # Minimum spacing of two passes of one group: events arriving meanwhile are served by the next pass.
 PASS_SPACING_SECONDS = 0.05
 # What a process's pass reacts to at once: a change of a job one of its own triggers follows, and
@@ -96,8 +71,6 @@ LEDGER_CATCH_UP_SECONDS = 0.5
 # How long a trigger's release waits for its group's pass to drop the reservation before it writes the
 # ledger itself.
 RELEASE_WAIT_SECONDS = 5.0
-# How long the nodes' GPU capacities read for placement are reused (nodes join and leave rarely).
-NODES_TTL_SECONDS = 30.0
 # How long a ledger's write right, as SelfSubjectAccessReview answered it, is trusted; a refusal is
 # asked again sooner, so a fixed Role takes effect within seconds.
 LEDGER_ACCESS_TTL_SECONDS = 600.0
@@ -107,133 +80,11 @@ SELF_SUBJECT_ACCESS_REVIEWS = Resource(
 )
 # The most pods of one stuck job whose events are read to learn whether a node is coming for them.
 MAX_POD_EVENT_READS = 4
-# The ConfigMap the cluster-autoscaler writes its status to (kubernetes/autoscaler cluster-autoscaler
-# FAQ, --write-status-configmap, default true): its presence says the cluster can add nodes.
-CLUSTER_AUTOSCALER_STATUS = "cluster-autoscaler-status"
-# Cluster-scoped: what each node can offer pods (read-only; the product never changes nodes).
-# Kueue's Workloads (read-only: Kueue writes them), on clusters that run Kueue.
-
-
 _STARTED: WeakSet[Admission] = WeakSet()
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def not_before(job: dict) -> datetime | None:
-    """The time before which a job must not be admitted (a retry's or a requeue's back-off)."""
-    return parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUE_NOT_BEFORE))
-
-
-class OverQuotaError(ValueError):
-    """A job needs more GPUs than its user or its group may ever hold: it could never be admitted."""
-
-
-class PolicyNotFoundError(ValueError):
-    """The ``quota_configmap`` a job names does not exist: it would wait as Inadmissible forever."""
-
-
-async def _policy_not_found(client: KubeClient, quota_configmap: str, quota_namespace: str) -> str:
-    """Why a named policy ConfigMap cannot be used, with the policy ConfigMaps that do exist."""
-    try:
-        listing = await client.list(CONFIGMAPS, quota_namespace)
-    except KubeError:  # no list permission: say what is known
-        listing = {}
-    policies = sorted(
-        str(cm["metadata"]["name"])
-        for cm in listing.get("items") or []
-        if quota.POLICY_KEY in (cm.get("data") or {})
-    )
-    close = difflib.get_close_matches(quota_configmap, policies, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    known = ", ".join(policies) or "none"
-    return (
-        f"quota_configmap: no ConfigMap {quota_configmap!r} in namespace {quota_namespace}{hint} "
-        f"(quota policy ConfigMaps there: {known}); fix quota_configmap, or ask a platform admin to create "
-        f"the policy (key {quota.POLICY_KEY}) before submitting"
-    )
-
-
-async def _read_policy(
-    client: KubeClient, quota_configmap: str, quota_namespace: str
-) -> quota.QuotaPolicy | None:
-    configmap = await client.get_or_none(CONFIGMAPS, quota_namespace, quota_configmap)
-    if configmap is None:
-        return None
-    # In a thread: reading a large policy takes seconds (quota.policy.MAX_POLICY_BYTES).
-    return await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
-
-
-async def check_group(
-    client: KubeClient,
-    quota_configmap: str | None,
-    quota_namespace: str,
-    group: str,
-    user: str,
-    gpus: int,
-    *,
-    kueue_queue: str | None = None,
-    resource: str = labels.GPU_RESOURCE,
-    node_selector: Mapping[str, str] | None = None,
-) -> flavors.Charge | None:
-    """Submit-time check of a job against the quota policy, before the job is created; how it is
-    charged (its GPU flavor, or the flavored nodes it must avoid), ``None`` without a usable policy.
-
-    A job handed to Kueue (``kueue_queue``) is checked against its user's limit only: the group's
-    quota is its ClusterQueue's.
-
-    Raises :class:`~airflow_jobs_plugin.quota.UnknownGroupError` (a ValueError) naming the group and
-    the known groups, a ValueError if ``user`` is not a member of a group that lists its members or if
-    its ``node_selector`` and the policy's GPU flavors disagree, and :class:`OverQuotaError` if ``gpus``
-    (the total over all replicas) exceeds what ``user`` may ever hold in ``group``. Without a policy
-    configured there is nothing to check. A ``quota_configmap`` that names no ConfigMap (a typo, the
-    wrong namespace) raises :class:`PolicyNotFoundError` naming the policy ConfigMaps that exist: the
-    job would wait forever. A policy that exists but is invalid is not the DAG author's fault: the job
-    is created and waits as Inadmissible, with the reason, until an admin fixes the policy.
-    """
-    if quota_configmap is None:
-        return None
-    try:
-        policy = await _read_policy(client, quota_configmap, quota_namespace)
-    except quota.PolicyError:
-        return None
-    if policy is None:
-        raise PolicyNotFoundError(await _policy_not_found(client, quota_configmap, quota_namespace))
-    group_quota = policy.require_group(group)
-    problem = quota.policy.claim_problem(policy, owner=user, user=None, group=group) or policy.charge_problem(
-        group, user
-    )
-    if problem:  # the rules and their wording live in the pure core, shared with admission
-        raise ValueError(problem)
-    charged = flavors.charge(
-        policy.flavors, group, group_quota.flavors, group_quota.gpus, resource, node_selector
-    )
-    key = charged.key
-    if key == labels.GPU_RESOURCE:
-        unit = "GPUs"
-    elif charged.flavor is not None:
-        unit = f"{key} GPUs"
-    else:
-        unit = key
-    whole = policy.capacity(group, key)
-    if gpus > whole and kueue_queue is None:
-        hint = (
-            "ask for fewer GPUs or a larger group quota"
-            if key == labels.GPU_RESOURCE or whole or charged.flavor is not None
-            else f"ask a platform admin for groups.{group}.devices.{resource} in the quota policy"
-        )
-        raise OverQuotaError(
-            f"the job needs {gpus} {unit} but the whole quota of group {group} is {whole}: "
-            f"it could never start; {hint}"
-        )
-    limit = policy.user_capacity(group, user, key)
-    if gpus > limit:
-        raise OverQuotaError(
-            f"the job needs {gpus} {unit} but user {user} may hold at most {limit} in group {group}: "
-            "it could never start; ask for fewer GPUs or a larger user quota"
-        )
-    return charged
 
 
 # The shared watch's index of the product's jobs by quota group (a pass reads one group's jobs).
@@ -303,7 +154,7 @@ class _PolicySource:
                 return self._state
             try:
                 # In a thread: a policy near its size limit takes seconds to read, and the triggerer's
-                # event loop follows every job meanwhile (quota.policy.MAX_POLICY_BYTES).
+                # event loop follows every job meanwhile (quota.parse.MAX_POLICY_BYTES).
                 parsed = await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data"))
                 state = _PolicyState(parsed, None, version)
             except quota.PolicyError as exc:
@@ -311,162 +162,6 @@ class _PolicySource:
                 log.error("%s", state.problem)
             self._state = state
             return state
-
-
-def _owner_name(obj: dict) -> str | None:
-    """The name of the job that controls a Workload."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("name"):
-            return str(ref["name"])
-    return None
-
-
-class _WorkloadSource:
-    """Kueue's Workloads of one namespace through a watch of their own. A Workload's change wakes the
-    trigger of its job (the job itself does not change while Kueue decides)."""
-
-    def __init__(self, client: KubeClient, namespace: str, wake: Callable[[str], None]):
-        self.client = client
-        self.namespace = namespace
-        self.watch = SharedWatch(
-            client,
-            namespace,
-            resources=(WORKLOADS,),
-            scope=Scope(job_labels=None, job_fields=None, pod_labels=None),
-        )
-        self.watch.add_listener(self._on_event)
-        self._wake = wake
-        self.served: bool | None = None  # whether the cluster serves Kueue's API at all
-        # Workload name by its job's uid (Kueue's job-uid label), kept by the watch's events: a look of
-        # one trigger reads its own Workload, never a scan of the namespace's.
-        self._by_job: dict[str, str] = {}
-        # LocalQueue -> (until when it holds, positions by Workload name or None: unknown).
-        self._positions: dict[str, tuple[float, dict[str, kueue.PendingPosition] | None]] = {}
-        self._asking: dict[str, asyncio.Future] = {}
-        self._asked_at: dict[str, float] = {}
-        self._said_unserved = False
-        self._refresh: asyncio.TimerHandle | None = None
-        self._refreshing: asyncio.Future | None = None
-
-    async def start(self) -> bool:
-        if self.served is None:
-            try:
-                await self.client.list(
-                    WORKLOADS, self.namespace, label_selector=f"{kueue.JOB_UID_LABEL}=none"
-                )
-                self.served = True
-            except KubeError as exc:
-                if not exc.not_found:
-                    raise
-                self.served = False
-        if self.served:
-            self.watch.start()
-        return self.served
-
-    async def stop(self) -> None:
-        if self._refresh is not None:
-            self._refresh.cancel()
-        if self._refreshing is not None:
-            self._refreshing.cancel()
-        await self.watch.stop()
-
-    def of(self, job: dict) -> dict | None:
-        name = self._by_job.get((job.get("metadata") or {}).get("uid") or "")
-        return self.watch.get(WORKLOADS, name) if name else None
-
-    async def positions(self, queue: str) -> dict[str, kueue.PendingPosition] | None:
-        """The positions of LocalQueue ``queue``'s pending Workloads, by Workload name, from Kueue's
-        visibility API: one read per queue per ``POSITIONS_TTL_SECONDS`` shared by every trigger of the
-        process (the triggers of one queue ask together); ``None`` where it did not say."""
-        loop = asyncio.get_running_loop()
-        self._asked_at[queue] = loop.time()
-        cached = self._positions.get(queue)
-        if cached is not None and cached[0] > loop.time():
-            return cached[1]
-        asking = self._asking.get(queue)
-        if asking is None:
-            asking = _spawn(self._read_positions(queue), f"ajp-kueue-positions-{queue}")
-            self._asking[queue] = asking
-            asking.add_done_callback(self._asked(queue))
-        return await asyncio.shield(asking)
-
-    def _asked(self, queue: str) -> Callable[[asyncio.Future], None]:
-        def forget(_done: asyncio.Future) -> None:
-            self._asking.pop(queue, None)
-
-        return forget
-
-    async def _read_positions(self, queue: str) -> dict[str, kueue.PendingPosition] | None:
-        loop = asyncio.get_running_loop()
-        try:
-            summary = await self.client.get_subresource(
-                PENDING_IN_LOCAL_QUEUES, self.namespace, queue, "pendingworkloads"
-            )
-        except KubeError as exc:
-            # 404: no visibility server (or no such LocalQueue, which the job's state already says);
-            # 403: not granted. Neither changes soon; anything else may be gone on the next look.
-            lasting = exc.not_found or exc.status == 403
-            if lasting and not self._said_unserved:
-                self._said_unserved = True
-                log.info(
-                    "Kueue's visibility API gave no positions for LocalQueue %s/%s (%s): queued Kueue jobs "
-                    "show no position",
-                    self.namespace,
-                    queue,
-                    exc.message,
-                )
-            pause = POSITIONS_UNSERVED_SECONDS if lasting else POSITIONS_TTL_SECONDS
-            self._positions[queue] = (loop.time() + pause, None)
-            return None
-        found = kueue.pending_positions(summary)
-        self._positions[queue] = (loop.time() + POSITIONS_TTL_SECONDS, found)
-        return found
-
-    def _on_event(self, etype: str, plural: str, obj: dict) -> None:
-        meta = obj.get("metadata") or {}
-        uid = (meta.get("labels") or {}).get(kueue.JOB_UID_LABEL)
-        if uid and etype == "DELETED":
-            self._by_job.pop(uid, None)
-        elif uid:
-            self._by_job[uid] = meta.get("name", "")
-        owner = _owner_name(obj)
-        if owner:
-            self._wake(owner)
-        self._refresh_positions_soon()
-
-    def _refresh_positions_soon(self) -> None:
-        if not self._asked_at or self._refresh is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._refresh = loop.call_later(POSITIONS_SETTLE_SECONDS, self._start_refresh, context=_detached())
-
-    def _start_refresh(self) -> None:
-        self._refresh = None
-        if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.ensure_future(self._refresh_positions())
-
-    async def _refresh_positions(self) -> None:
-        """Read again the positions of the queues triggers follow; wake those whose position moved."""
-        now = asyncio.get_running_loop().time()
-        for queue, asked in list(self._asked_at.items()):
-            if now - asked > POSITIONS_FORGET_SECONDS:
-                self._asked_at.pop(queue, None)
-                self._positions.pop(queue, None)
-                continue
-            until, before = self._positions.get(queue, (0.0, None))
-            if before is None and until > now:
-                continue  # not served, not granted or failed: its pause holds
-            self._positions.pop(queue, None)
-            after = await self.positions(queue)
-            self._asked_at[queue] = asked  # a refresh is not a trigger asking
-            for name, place in (after or {}).items():
-                if (before or {}).get(name) != place:
-                    owner = _owner_name(self.watch.get(WORKLOADS, name) or {})
-                    if owner:
-                        self._wake(owner)
 
 
 class _GroupWorker:
@@ -491,7 +186,7 @@ class _GroupWorker:
         self._backstop: asyncio.TimerHandle | None = None
         # A pass runs for every trigger of the group: it logs in no trigger's context (the triggerer's own
         # log), and a line about one job goes to that job's trigger (Admission.job_log).
-        self.task = _spawn(self._run(), f"ajp-admission-{group}")
+        self.task = spawn(self._run(), f"ajp-admission-{group}")
 
     def mark(self) -> None:
         self._dirty.set()
@@ -500,7 +195,7 @@ class _GroupWorker:
         """Run a pass ``delay`` from now (one pending backstop covers every change until it fires)."""
         if self._backstop is None:
             self._backstop = asyncio.get_running_loop().call_later(
-                delay, self._backstop_due, context=_detached()
+                delay, self._backstop_due, context=detached()
             )
 
     def _backstop_due(self) -> None:
@@ -560,26 +255,19 @@ class _GroupWorker:
             await asyncio.sleep(PASS_SPACING_SECONDS)
 
 
-def _detached() -> contextvars.Context:
-    """An empty context for the pool's background work (passes, timers, shared reads): whichever
-    trigger's call starts it, its lines are no task's (Admission.job_log routes a job's own)."""
-    return contextvars.Context()
-
-
-def _spawn(coro: Coroutine[Any, Any, _T], name: str) -> asyncio.Task[_T]:
-    """A task of the pool's own, in an empty context (a task copies the context it is created in;
-    ``create_task``'s ``context`` argument is Python 3.11+)."""
-    return _detached().run(asyncio.create_task, coro, name=name)
-
-
-class Admission:
+class Admission(ThroughTheDoor):
     """Admission for the jobs of one shared watch (one namespace of one cluster) under one policy."""
 
     _registry: WeakKeyDictionary[SharedWatch, dict[tuple[str | None, str], Admission]] = WeakKeyDictionary()
 
-    def __init__(self, watch: SharedWatch, quota_configmap: str | None, quota_namespace: str | None):
+    direct = False  # ``ensure``'s None says nothing of an admission: the pool's passes admit
+
+    def __init__(self, watch: SharedWatch, quota_configmap: str, quota_namespace: str | None):
         self.watch = watch
         self.client: KubeClient = watch.client
+        self.door = Door(watch)
+        # A job the pool hands to Kueue (or that a Kueue took without the pool's gate) is Kueue's.
+        self.kueue = KueueEngine(watch, self.door)
         self.quota_configmap = quota_configmap
         self.quota_namespace = quota_namespace or watch.namespace
         self.hook: ledger.Hook | None = None  # step hook for every pass and requeue (tests)
@@ -593,23 +281,18 @@ class Admission:
         # uid -> the context of the trigger that follows the job in this process: a line about the job
         # that a pass logs is logged there, so it reaches that job's task log and no other (job_log).
         self._job_contexts: dict[str, contextvars.Context] = {}
-        self._workloads: _WorkloadSource | None = None
         self._remove_listener: Callable[[], None] | None = None
         self._reaper: asyncio.Task | None = None
         self._last_use = 0.0
         self._rng = random.Random()
-        self._node_capacities: list[placement.NodeCapacity] = []
-        self._autoscaling = placement.NO_AUTOSCALING
         # Per ledger: until when the answer holds, and why it may not be written (None: it may).
         self._ledger_access: dict[str, tuple[float, str | None]] = {}
-        self._nodes_read_at: float | None = None
-        self._nodes_lock: asyncio.Lock | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
 
     @classmethod
     def for_watch(
-        cls, watch: SharedWatch, *, quota_configmap: str | None = None, quota_namespace: str | None = None
+        cls, watch: SharedWatch, *, quota_configmap: str, quota_namespace: str | None = None
     ) -> Admission:
         """The process's admission for ``watch`` and this policy (one per watch and policy)."""
         by_policy = cls._registry.setdefault(watch, {})
@@ -620,45 +303,27 @@ class Admission:
             by_policy[key] = existing
         return existing
 
-    @property
-    def quota_enabled(self) -> bool:
-        return self.quota_configmap is not None
-
     # --- the trigger's interface ---
 
     async def ensure(self, job: dict) -> QueueStatus | None:
-        """Called while ``job`` is suspended: admit it if it may run, else say why it waits.
+        """Called while ``job`` is suspended: say why it waits, or ``None`` once it is ruled on.
 
-        Without a quota policy the job is unsuspended here. With one, the group's pass admits it; this
-        returns the latest decision for the job (reason, position, message), waiting for a pass first if
-        no pass has judged this version of the job yet; ``None`` if no pass has seen the job.
+        The group's pass admits it; this returns the latest decision for the job (reason, position,
+        message), waiting for a pass first if no pass has judged this version of the job yet; ``None``
+        if no pass has seen the job.
         """
         meta = job.get("metadata") or {}
         self._follow(meta.get("uid"))
         if (meta.get("annotations") or {}).get(labels.VERDICT):
             return None
-        if kueue.manages(job) and not (self.quota_enabled and kueue.gated_by_pool(job)):
+        if kueue.manages(job) and not kueue.gated_by_pool(job):
             # Kueue admits it; the product only reports what Kueue says (see kueue.py: never fight).
             # A job the pool still gates (Kueue gave it its `default` LocalQueue at creation) is the
             # pool's to judge first, below.
-            return await self._kueue_status(job)
-        if not self.quota_enabled and await self._kueue_takes(job):
-            # A Kueue that manages every job has it (its configuration says so, or it made a Workload):
-            # unsuspending it would only make Kueue suspend it again (the fight kueue.py describes).
-            return await self._kueue_status(job)
-        nodes = await self._nodes()
-        too_large = placement.never_fits(job, nodes, self._autoscaling)
-        if too_large is not None:
-            # Admitting it would only trade a wait in the queue for a wait as Unschedulable.
-            await self._rule(job, Reason.UNSCHEDULABLE.value, too_large)
-            return None
-        if not self.quota_enabled:
-            return await self._admit_at_once(job)
-        try:
-            charge.job_charge(job)
-        except charge.ChargeRefused as exc:
-            # Its pod templates cannot change while it waits: it would wait in no queue for ever.
-            await self._rule(job, Reason.INADMISSIBLE.value, str(exc))
+            return await self.kueue.ensure(job)
+        ruling = await self.door.ruling_before_queue(job, pooled=True)
+        if ruling is not None:
+            await self.door.rule(job, ruling.reason, ruling.message)
             return None
         group = group_of(job)
         if not group:
@@ -675,17 +340,14 @@ class Admission:
     def wake_after(self, job: dict, default: float) -> float:
         """How long a trigger may sleep before it must look again even without a watch event.
 
-        With a quota policy this also makes sure the job's group has a worker in this process, so a
+        This also makes sure the job's group has a worker in this process, so a
         trigger rebuilt while its job already runs still gets its schedule deadline watched.
         """
-        group = group_of(job) if self.quota_enabled else None
+        group = group_of(job)
         if group:
             self._follow((job.get("metadata") or {}).get("uid"))
             self._worker(group)
-        wait_until = not_before(job)
-        if wait_until is None:
-            return default
-        return max(0.05, min(default, (wait_until - _now()).total_seconds()))
+        return wake_after(job, default, _now())
 
     async def release(self, job: dict) -> None:
         """A job reached its end: give its GPUs back and let the next jobs of its group start.
@@ -696,8 +358,6 @@ class Admission:
         job's end wakes it at once, while the trigger reads the pods before it decides), and nothing
         is asked of the API server. Only if that pass could not (it failed, or the ledger watch lags)
         does the release write the ledger itself."""
-        if not self.quota_enabled:
-            return
         group = group_of(job)
         uid = (job.get("metadata") or {}).get("uid") or ""
         if not group or not uid:
@@ -795,6 +455,11 @@ class Admission:
         """Run a pass of ``group`` now and wait for it."""
         await self._worker(group).wait_pass(timeout)
 
+    def reserved_gpus(self, uid: str) -> int | None:
+        """The GPUs the latest pass reserved for job ``uid`` (``None``: no pass decided on it)."""
+        found = self.decision(uid)
+        return None if found is None else found.job.gpus
+
     def decision(self, job_uid: str) -> quota.Decision | None:
         """The latest decision of any group's pass for a queued job."""
         for worker in self._groups.values():
@@ -822,182 +487,15 @@ class Admission:
             for watch in (
                 self._policy.watch if self._policy else None,
                 self._ledgers,
-                self._workloads.watch if self._workloads else None,
             )
             if watch is not None
         ]
         if stops:
             await asyncio.wait(stops, timeout=5)
         self._policy = self._ledgers = self._remove_listener = self._reaper = None
-        self._workloads = None
+        await self.kueue.close()
 
     # --- internals ---
-
-    def _workload_source(self) -> _WorkloadSource:
-        if self._workloads is None:
-            self._workloads = _WorkloadSource(
-                self.client, self.watch.namespace, lambda name: _wake(self.watch, name)
-            )
-        return self._workloads
-
-    async def _kueue_takes(self, job: dict) -> bool:
-        """Whether Kueue manages ``job`` though it names no LocalQueue: its configuration says so, or
-        it made a Workload for it (the shared Workload watch first, then the API server)."""
-        if kueue.queue_name(job):
-            return False
-        if await kueue_cluster.configured_to_take(self.client, job):
-            return True
-        return await self._workload_taking(job) is not None
-
-    async def _workload_taking(self, job: dict) -> dict | None:
-        """The Workload of a job that names no LocalQueue -- Kueue took it anyway (manageJobsWithout-
-        QueueName) -- or ``None``: none yet, or no Kueue here. The shared Workload watch answers first,
-        then the API server, by the job's uid label."""
-        source = self._workload_source()
-        if not await source.start():
-            return None
-        await source.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
-        return source.of(job) or await kueue_cluster.workload_of(self.client, job)
-
-    async def _kueue_status(self, job: dict) -> QueueStatus | None:
-        source = self._workload_source()
-        if not await source.start():
-            missing = kueue.no_api_status(job)
-            return QueueStatus(reason=missing.reason, message=missing.message)
-        await source.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
-        workload = source.of(job)
-        if workload is None and not kueue.queue_name(job):
-            workload = await self._workload_taking(job)
-        ended = kueue.deactivation(workload)
-        if ended is not None:
-            # Kueue will never admit it: the task ends now instead of waiting for ever. The verdict is
-            # written alone; the job's suspend stays Kueue's (see kueue.py).
-            await self._rule_kueue_job(job, Reason.DEACTIVATED.value, ended)
-            return None
-        if not kueue.queue_name(job):
-            status = kueue.manages_every_job_status(workload)
-            return QueueStatus(reason=status.reason, message=status.message)
-        if kueue.ignores_gate(job, workload):
-            log.warning(
-                "%s %s: Kueue took it without the quota pool's admission gate (%s): it does not honour "
-                "admission gates (Kueue before %s, or its AdmissionGatedBy feature off), so per-user "
-                "limits cannot stand in front of it for jobs it takes at creation",
-                job.get("kind", "Job"),
-                (job.get("metadata") or {}).get("name"),
-                kueue.ADMISSION_GATE_ANNOTATION,
-                kueue.MIN_GATED_VERSION,
-            )
-        status = kueue.queue_status(job, workload)
-        if workload is not None and kueue.waits_in_queue(status):
-            view = kueue.workload_view(workload)
-            positions = await source.positions(view.queue)
-            status = kueue.with_position(status, (positions or {}).get(view.name), view.queue)
-        return QueueStatus(reason=status.reason, position=status.position, message=status.message)
-
-    async def _admit_at_once(self, job: dict) -> QueueStatus | None:
-        now = _now()
-        if ledger.is_stopped(job):
-            return await self._hold_stopped(job, now)
-        wait_until = not_before(job)
-        if wait_until is not None and wait_until > now:
-            secs = int((wait_until - now).total_seconds())
-            return QueueStatus(
-                reason="BackingOff", position=None, message=f"retry back-off: admitted in {secs}s"
-            )
-        resource = kinds.kind_of(job).resource
-        meta = job["metadata"]
-        try:
-            patched = await self.client.merge_patch(
-                resource, meta["namespace"], meta["name"], unsuspend_patch(job, now, conditional=False)
-            )
-        except KubeError as exc:
-            if not exc.not_found:
-                raise
-            return None
-        # Fold the unsuspended job into the shared watch now, as the quota path does: its pods can
-        # arrive on their own stream before the Job's own update does, and must not meet a cached Job
-        # that still reads suspended.
-        if meta.get("namespace") == self.watch.namespace:
-            self.watch.absorb(resource, patched, replaces=meta.get("resourceVersion"))
-        return None
-
-    async def _hold_stopped(self, job: dict, now: datetime) -> QueueStatus | None:
-        """A stopped job is never released; past its own queue timeout it fails as the timeout says."""
-        try:
-            queued: quota.QueuedJob | None = ledger.queued_job(job)
-        except ValueError:  # no readable queue time or timeout: it simply stays stopped
-            queued = None
-        stopped_at = (queued.stopped_at if queued else None) or now
-        timeout = queued.queue_timeout if queued else None
-        if queued is not None and timeout is not None and quota.queue_timed_out(queued.waited(now), timeout):
-            message = (
-                f"stopped at {ledger.rfc3339(stopped_at)} after waiting {format_duration(queued.waited(now))} "
-                f"for quota, longer than queue_timeout {format_duration(timeout)}"
-            )
-            await self._rule(job, quota.Verdict.QUEUE_TIMEOUT.value, message, ledger.is_stopped)
-            return None
-        return QueueStatus(
-            reason="Stopped", message=f"stopped at {ledger.rfc3339(stopped_at)}; resume to requeue it"
-        )
-
-    async def _rule_kueue_job(self, job: dict, reason: str, message: str) -> None:
-        """Fail a Kueue job with the product's verdict, written alone: ending it through a deadline would
-        need an unsuspend, which Kueue undoes for a job it has not admitted."""
-        log.warning("%s %s: %s: %s", job.get("kind", "Job"), job["metadata"]["name"], reason, message)
-        result, _ = await ledger.settle(
-            self.client, job, lambda j: ledger.verdict_only_patch(j, reason, message), ledger.is_finished
-        )
-        if result is not None and job["metadata"].get("namespace") == self.watch.namespace:
-            self.watch.absorb(
-                ledger.resource_of(job), result, replaces=job["metadata"].get("resourceVersion")
-            )
-
-    async def _rule(
-        self, job: dict, reason: str, message: str, still_wanted: Callable[[dict], bool] = lambda _j: True
-    ) -> None:
-        """Fail a queued job with the product's verdict (conditional on the version read; a job changed
-        meanwhile is re-read once), and fold the result into the shared watch."""
-        log.warning("%s %s: %s: %s", job.get("kind", "Job"), job["metadata"]["name"], reason, message)
-        result, _ = await ledger.settle(
-            self.client,
-            job,
-            lambda j: ledger.verdict_patch(j, reason, message),
-            ledger.is_finished,
-            still_wanted,
-        )
-        if result is not None:
-            await ledger.end_ruled_job(self.client, result)
-        if result is not None and job["metadata"].get("namespace") == self.watch.namespace:
-            self.watch.absorb(
-                ledger.resource_of(job), result, replaces=job["metadata"].get("resourceVersion")
-            )
-
-    async def _nodes(self) -> list[placement.NodeCapacity]:
-        """The cluster's nodes as placement sees them, listed at most every NODES_TTL_SECONDS; empty
-        when they cannot be read (no permission to list nodes: nothing is ruled on then)."""
-        loop = asyncio.get_running_loop()
-        if self._nodes_read_at is not None and loop.time() - self._nodes_read_at < NODES_TTL_SECONDS:
-            return self._node_capacities
-        if self._nodes_lock is None:
-            self._nodes_lock = asyncio.Lock()
-        async with self._nodes_lock:  # a thousand triggers starting at once share one LIST
-            if self._nodes_read_at is not None and loop.time() - self._nodes_read_at < NODES_TTL_SECONDS:
-                return self._node_capacities
-            await self._read_nodes(loop)
-        return self._node_capacities
-
-    async def _read_nodes(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            listing = await self.client.list(NODES, "")
-            self._node_capacities = [placement.NodeCapacity.of(n) for n in listing.get("items") or []]
-            self._autoscaling = await self._read_autoscaling()
-        except KubeError as exc:
-            if self._nodes_read_at is None:
-                log.warning(
-                    "cannot list the cluster's nodes (%s): pods larger than any node are not caught", exc
-                )
-            self._node_capacities = []
-        self._nodes_read_at = loop.time()
 
     async def _ledger_access_problem(self, unit: str) -> str | None:
         """Why this process may not write the ledger of ``unit`` (``None``: it may, or it cannot tell).
@@ -1046,37 +544,6 @@ class Admission:
         self._ledger_access[unit] = (loop.time() + ttl, problem)
         return problem
 
-    async def _read_autoscaling(self) -> placement.Autoscaling:
-        """The nodes the cluster can add: the ``autoscaled_node_shapes`` option, else Karpenter's
-        NodePools, else whether a cluster-autoscaler reports its status (then nothing is ruled)."""
-        from airflow_jobs_plugin import config
-
-        try:
-            shapes = placement.parse_node_shapes(config.get("autoscaled_node_shapes"))
-        except placement.NodeShapesError as exc:
-            log.error("%s; no job is ruled larger than any node until it is fixed", exc)
-            return placement.Autoscaling(unbounded=str(exc))
-        if shapes:
-            return placement.Autoscaling(shapes=shapes)
-        try:
-            pools = (await self.client.list(NODEPOOLS, "")).get("items") or []
-        except KubeError:
-            pools = []  # no Karpenter (404), or no right to read its NodePools (403)
-        if pools:
-            bounded = [placement.nodepool_shape(pool) for pool in pools]
-            if any(shape is None for shape in bounded):
-                return placement.Autoscaling(unbounded="a Karpenter NodePool without a GPU limit")
-            return placement.Autoscaling(shapes=tuple(shape for shape in bounded if shape is not None))
-        try:
-            status = await self.client.get_or_none(CONFIGMAPS, "kube-system", CLUSTER_AUTOSCALER_STATUS)
-        except KubeError:
-            status = None
-        if status is not None:
-            return placement.Autoscaling(
-                unbounded="a cluster-autoscaler (kube-system/cluster-autoscaler-status)"
-            )
-        return placement.NO_AUTOSCALING
-
     def _start(self) -> None:
         if self._policy is not None:
             return
@@ -1097,12 +564,12 @@ class Admission:
         self._ledgers.start()
         self.watch.add_index(_BY_GROUP, _group_index)
         self._remove_listener = self.watch.add_listener(self._on_job_event)
-        self._reaper = _spawn(self._reap(), "ajp-admission-reaper")
+        self._reaper = spawn(self._reap(), "ajp-admission-reaper")
 
     def _worker(self, group: str) -> _GroupWorker:
         self._last_use = asyncio.get_running_loop().time()
         # The policy's and the ledgers' watches are the pool's, not the first calling trigger's.
-        _detached().run(self._start)
+        detached().run(self._start)
         worker = self._groups.get(group)
         if worker is None:
             worker = self._groups[group] = _GroupWorker(self, group)
@@ -1248,7 +715,7 @@ class Admission:
             (q := policy.groups.get(g)) is not None and q.within_group is not preemption.WithinGroup.NEVER
             for g in members or (group,)
         )
-        nodes = await self._nodes() if preempts else []
+        nodes = await self.door.nodes() if preempts else []
         outcome = await ledger.admission_pass(
             self.client,
             ledger_namespace=self.quota_namespace,

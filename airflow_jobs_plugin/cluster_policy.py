@@ -23,7 +23,9 @@ from functools import lru_cache
 from airflow.exceptions import AirflowClusterPolicyViolation
 
 from airflow_jobs_plugin.charging import ChargingError, ChargingMap, charge_problem, parse_charging
-from airflow_jobs_plugin.quota.policy import QuotaPolicy, claim_problem, parse_policy
+from airflow_jobs_plugin.quota.model import QuotaPolicy
+from airflow_jobs_plugin.quota.parse import parse_policy
+from airflow_jobs_plugin.quota.policy import claim_problem
 
 log = logging.getLogger(__name__)
 

@@ -213,7 +213,7 @@ async def read_policy(client: KubeClient, target: Target) -> tuple[quota.QuotaPo
             f"no quota policy: ConfigMap {target.ledger_namespace}/{target.quota_configmap} does not exist"
         )
     try:
-        # In a thread: a large policy takes seconds to read (quota.policy.MAX_POLICY_BYTES).
+        # In a thread: a large policy takes seconds to read (quota.parse.MAX_POLICY_BYTES).
         return await asyncio.to_thread(quota.policy_from_configmap_data, configmap.get("data")), None
     except quota.PolicyError as exc:
         return None, str(exc)

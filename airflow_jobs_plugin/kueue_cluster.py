@@ -103,7 +103,7 @@ async def configured_to_take(client: KubeClient, job: Mapping[str, Any]) -> bool
 async def takes(client: KubeClient, job: Mapping[str, Any]) -> bool:
     """Whether Kueue manages ``job`` though it names no LocalQueue: its configuration says so, or it
     made a Workload for the job (asked of the API server; a process with the shared Workload watch asks
-    that first, see ``Admission._kueue_takes``)."""
+    that first, see ``engines.kueue.KueueEngine.takes``)."""
     if kueue.queue_name(job):
         return False
     return await configured_to_take(client, job) or await workload_of(client, job) is not None

@@ -23,7 +23,7 @@ from airflow_jobs_plugin.quota.jobs import group_of
 
 if TYPE_CHECKING:
     from airflow_jobs_plugin.quota.ledger import PassOutcome
-    from airflow_jobs_plugin.quota.policy import QuotaPolicy
+    from airflow_jobs_plugin.quota.model import QuotaPolicy
 
 log = logging.getLogger(__name__)
 

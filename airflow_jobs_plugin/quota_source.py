@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_jobs_plugin.quota.policy import DEFAULT_POLICY_CONFIGMAP, QuotaPolicy
+from airflow_jobs_plugin.quota.model import DEFAULT_POLICY_CONFIGMAP, QuotaPolicy
 
 OPT_OUT = ""  # quota_configmap="" on a task: run outside the deployment's pool
 

@@ -16,19 +16,73 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_jobs_plugin import adoption, kinds, labels, quota_source
-from airflow_jobs_plugin.admission import check_group
 from airflow_jobs_plugin.bounded import bounded
 from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.manifests import build_manifest, kueue_handoff, pool_gate, with_charge
 from airflow_jobs_plugin.naming import TaskIdentity
-from airflow_jobs_plugin.quota.policy import PolicyError, QuotaPolicy, policy_from_configmap_data
+from airflow_jobs_plugin.quota.flavors import Charge
+from airflow_jobs_plugin.quota.model import QuotaPolicy
+from airflow_jobs_plugin.quota.parse import PolicyError, policy_from_configmap_data
+from airflow_jobs_plugin.quota.submit_check import (
+    PolicyNotFoundError,
+    policy_configmap_names,
+    policy_not_found,
+    submit_charge,
+)
 from airflow_jobs_plugin.quota_source import QuotaSource
 from airflow_jobs_plugin.spec import JobSpec, total_gpus
 
 # Attempts per API call before the try fails (back-off 0.2 s doubling: about 6 s in all). Throttling and
 # brief server trouble are absorbed here; a longer outage fails the try and Airflow's retry takes over.
 SUBMIT_TRIES = 6
+
+
+async def check_group(
+    client: KubeClient,
+    quota_configmap: str | None,
+    quota_namespace: str,
+    group: str,
+    user: str,
+    gpus: int,
+    *,
+    kueue_queue: str | None = None,
+    resource: str = labels.GPU_RESOURCE,
+    node_selector: Mapping[str, str] | None = None,
+) -> Charge | None:
+    """Submit-time check of a job against the quota policy, before the job is created; how it is
+    charged, ``None`` without a usable policy. The rule is :func:`~.quota.submit_check.submit_charge`'s.
+
+    Without a policy configured there is nothing to check. A ``quota_configmap`` that names no ConfigMap
+    (a typo, the wrong namespace) raises :class:`~.quota.submit_check.PolicyNotFoundError` naming the
+    policy ConfigMaps that exist: the job would wait forever. A policy that exists but is invalid is not
+    the DAG author's fault: the job is created and waits as Inadmissible, with the reason, until an admin
+    fixes the policy.
+    """
+    if quota_configmap is None:
+        return None
+    configmap = await client.get_or_none(CONFIGMAPS, quota_namespace, quota_configmap)
+    if configmap is None:
+        try:
+            listing = await client.list(CONFIGMAPS, quota_namespace)
+        except KubeError:  # no list permission: say what is known
+            listing = {}
+        names = policy_configmap_names(listing.get("items") or [])
+        raise PolicyNotFoundError(policy_not_found(quota_configmap, quota_namespace, names))
+    try:
+        # In a thread: reading a large policy takes seconds (quota.parse.MAX_POLICY_BYTES).
+        policy = await asyncio.to_thread(policy_from_configmap_data, configmap.get("data"))
+    except PolicyError:
+        return None
+    return submit_charge(
+        policy,
+        group,
+        user,
+        gpus,
+        kueue_queue=kueue_queue,
+        resource=resource,
+        node_selector=node_selector,
+    )
 
 
 class SubmissionRefused(ValueError):

@@ -27,7 +27,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_jobs_plugin import actions, attempts, kinds, labels, metrics, tracking
 from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.engines.base import QueueEngine
+from airflow_jobs_plugin.engines.pick import engine_for
 from airflow_jobs_plugin.kube import (
     DEFAULT_CONN_ID,
     EVENTS,
@@ -51,7 +52,6 @@ from airflow_jobs_plugin.logcursor import LogMarker
 from airflow_jobs_plugin.logstream import FINAL_DRAIN, LogStreamer, LogTail
 from airflow_jobs_plugin.naming import attempt_name
 from airflow_jobs_plugin.outcome import AttemptRecord, EventStatus, JobEvent
-from airflow_jobs_plugin.quota import ledger
 from airflow_jobs_plugin.records import ReadMemo
 from airflow_jobs_plugin.results import job_result
 from airflow_jobs_plugin.submission import ensure_companions
@@ -240,7 +240,7 @@ class _Follow:
         "client",
         "adapter",
         "resource",
-        "admission",
+        "engine",
         "tail",
         "streamer",
         "name",
@@ -269,8 +269,12 @@ class _Follow:
         self.client = watch.client
         self.adapter = kinds.for_name(trigger.kind)
         self.resource = self.adapter.resource
-        self.admission = Admission.for_watch(
-            watch, quota_configmap=trigger.quota_configmap, quota_namespace=trigger.quota_namespace
+        # The quota pool when the task names one; else chosen by the job at its first look (Kueue when it
+        # names a LocalQueue, unmanaged otherwise): see _engine.
+        self.engine: QueueEngine | None = (
+            engine_for(watch, trigger.quota_configmap, trigger.quota_namespace)
+            if trigger.quota_configmap is not None
+            else None
         )
         self.tail = LogTail(trigger.log_tail_lines)
         self.streamer = (
@@ -384,7 +388,7 @@ class _Follow:
             return t.recheck_interval
         if decision.step is tracking.Step.WAIT:
             await self._end_if_ruled(job)
-            wait = self.admission.wake_after(job, t.recheck_interval)
+            wait = self._engine(job).wake_after(job, t.recheck_interval)
             if tracking.awaits_pods(job, snap):
                 if await self._refused(job):
                     return t.recheck_interval  # the verdict's write wakes the trigger
@@ -397,10 +401,11 @@ class _Follow:
             if whole is None:
                 # Deleted (or replaced) since this look: the next look tells which, once the watch does.
                 return t.recheck_interval
-        await self.admission.release(job)
-        if ledger.ruled_while_queued(job):
+        engine = self._engine(job)
+        await engine.release(job)
+        if engine.ruled_unended(job, running_too=False):
             # Ruled while queued by a process that stopped before writing its Failed condition.
-            await self._patiently(ledger.end_ruled_job, self.client, job)
+            await self._patiently(engine.end_ruled, job)
         await self._patiently(self._mark_expiry, job, snap)
         self.history.append(tracking.attempt_record(job, snap))
         if whole is not None:
@@ -419,6 +424,13 @@ class _Follow:
                 self.history.append(record)
                 self.ran = None
         self.looked = snap
+
+    def _engine(self, job: dict) -> QueueEngine:
+        """The engine that queues the task's job, picked once (a job's LocalQueue never changes, and
+        every attempt is a clone of the first)."""
+        if self.engine is None:
+            self.engine = engine_for(self.watch, self.t.quota_configmap, self.t.quota_namespace, job)
+        return self.engine
 
     # --- the steps ---
 
@@ -468,16 +480,17 @@ class _Follow:
             # This process unsuspended this very version: the change is on its way, but a pod's event
             # (another watch stream) can wake us before the job's own. Do not admit twice.
             return NO_QUOTA, None
-        queue = await self._patiently(self.admission.ensure, job)
-        direct = queue is None and not self.admission.quota_enabled
+        engine = self._engine(job)
+        queue = await self._patiently(engine.ensure, job)
+        direct = queue is None and engine.direct
         self.unsuspended_from = version if direct else None
         if direct:
             return NO_QUOTA, None
         reservation = None
         if queue is not None and queue.reason == ADMITTED:
-            decision = self.admission.decision(job["metadata"].get("uid") or "")
-            if decision is not None:
-                reservation = Reservation(decision.job.gpus, _now())
+            gpus = engine.reserved_gpus(job["metadata"].get("uid") or "")
+            if gpus is not None:
+                reservation = Reservation(gpus, _now())
         return queue, reservation
 
     def _note_preemption(self, job: dict) -> None:
@@ -513,11 +526,9 @@ class _Follow:
         not written while it was queued (the ruling process stopped between its two writes): once per
         version, so a look that changes nothing costs nothing."""
         version = job["metadata"].get("resourceVersion")
-        if (
-            ledger.ruled_but_running(job) or ledger.ruled_while_queued(job)
-        ) and version != self.ended_version:
+        if self._engine(job).ruled_unended(job, running_too=True) and version != self.ended_version:
             self.ended_version = version
-            await self._patiently(ledger.end_ruled_job, self.client, job)
+            await self._patiently(self._engine(job).end_ruled, job)
 
     async def _read_final_facts(self, job: dict) -> None:
         self.final_read = True
@@ -615,7 +626,7 @@ class _Follow:
         last = self.last_seen
         snap, annotations = tracking.after_deletion(last, now=_now())
         # A cancel from the UI or CLI freed the reservation already; a kubectl delete did not.
-        await self.admission.release(last)
+        await self._engine(last).release(last)
         self.history.append(tracking.attempt_record(last, snap))
         self.reported = None
         self._report(snap, [])
@@ -723,7 +734,7 @@ class _Follow:
 
     async def _rule_failed(self, job: dict, snap: JobSnapshot, failure: Failure | None) -> None:
         """Record the product's verdict and end the job through its own controller, so its pods (and
-        GPUs) go now and ``kubectl get jobs`` shows it failed (see ``quota.ledger.verdict_patch``)."""
+        GPUs) go now and ``kubectl get jobs`` shows it failed (engines.door.Door.fail)."""
         reason = snap.reason.value
         message = (failure.message if failure else "") + (f": {snap.message}" if snap.message else "")
         await self._rule(job, reason, message)
@@ -732,18 +743,9 @@ class _Follow:
         self.log.error(
             "%s %s cannot start (%s); failing it now", self.t.kind, job["metadata"]["name"], reason
         )
-        patch = ledger.verdict_patch(job, reason, message[:1000])
-        try:
-            result = await self.client.merge_patch(
-                self.resource, self.t.namespace, job["metadata"]["name"], patch
-            )
-        except KubeError as exc:
-            # Gone: nothing left to end. Changed since this look (the patch carries its resourceVersion):
-            # the next look rules again on the fresh object.
-            if not (exc.not_found or exc.conflict):
-                raise
-            return
-        await ledger.end_ruled_job(self.client, result)
+        # Gone: nothing left to end. Changed since this look (the patch carries its resourceVersion):
+        # the next look rules again on the fresh object.
+        await self._engine(job).fail(job, reason, message[:1000])
 
     async def _create_adopting(self, body: dict) -> None:
         try:

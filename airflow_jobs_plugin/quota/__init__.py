@@ -29,13 +29,12 @@ from .ledger_model import (
     with_admitted,
     without,
 )
-from .policy import (
+from .model import (
     DEFAULT_POLICY_CONFIGMAP,
     POLICY_KEY,
     Decision,
     GroupQuota,
     GroupUsage,
-    PolicyError,
     QueuedJob,
     QuotaPolicy,
     Reservation,
@@ -43,13 +42,9 @@ from .policy import (
     UnknownPriorityError,
     UserUsage,
     Verdict,
-    decide,
-    parse_duration,
-    parse_policy,
-    policy_from_configmap_data,
-    queue_order,
-    usage,
 )
+from .parse import PolicyError, parse_duration, parse_policy, policy_from_configmap_data
+from .policy import decide, queue_order, usage
 from .requeue import (
     Requeue,
     RequeueLimitReached,

@@ -29,46 +29,10 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .policy import QueuedJob, Reservation
+from .model import Limits, QueuedJob, Reclaim, Reservation, most, shared_capacity
 
-
-class Reclaim(str, Enum):
-    """Whether a group takes back, by preemption, the part of its nominal quota others borrowed."""
-
-    NEVER = "never"
-    LOWER_PRIORITY = "lower_priority"
-    ANY = "any"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """One group's share of a cohort: its nominal quota and how much it lends and may borrow."""
-
-    nominal: int
-    lending_limit: int | None = None  # None: it lends all of its nominal quota
-    borrowing_limit: int | None = None  # None: as much as the cohort has free
-
-    @property
-    def lendable(self) -> int:
-        return self.nominal if self.lending_limit is None else min(self.lending_limit, self.nominal)
-
-    @property
-    def guaranteed(self) -> int:
-        return self.nominal - self.lendable
-
-    @property
-    def ceiling(self) -> int | None:
-        return None if self.borrowing_limit is None else self.nominal + self.borrowing_limit
-
-
-def shared_capacity(limits: Mapping[str, Limits]) -> int:
-    """What the cohort's groups lend, together."""
-    return sum(lim.lendable for lim in limits.values())
+__all__ = ["Limits", "Reclaim", "most", "shared_capacity"]  # the policy's words, kept in the model
 
 
 def shared_used(limits: Mapping[str, Limits], used: Mapping[str, int]) -> int:
@@ -95,14 +59,6 @@ def room(group: str, limits: Mapping[str, Limits], used: Mapping[str, int]) -> i
     if lim.ceiling is not None:
         left = min(left, lim.ceiling - mine)
     return max(0, left)
-
-
-def most(group: str, limits: Mapping[str, Limits]) -> int:
-    """The most ``group`` can ever hold: its guaranteed part plus all the cohort shares, within its
-    borrowing limit."""
-    lim = limits[group]
-    best = lim.guaranteed + shared_capacity(limits)
-    return best if lim.ceiling is None else min(best, lim.ceiling)
 
 
 def borrowed(group: str, limits: Mapping[str, Limits], used: Mapping[str, int]) -> int:

@@ -31,23 +31,14 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import Enum
 from itertools import groupby
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .policy import QueuedJob, QuotaPolicy, Reservation
+from .model import DEFAULT_HALF_LIFE, Ordering, QueuedJob, QuotaPolicy, Reservation
 
-DEFAULT_HALF_LIFE = timedelta(days=1)
+__all__ = ["DEFAULT_HALF_LIFE", "Ordering"]  # the policy's words, kept in the model
+
 # Usage below this many GPU-seconds is forgotten, so the ledger does not keep every user ever seen.
 FORGET_BELOW = 1.0
-
-
-class Ordering(str, Enum):
-    """How a group's queue is ordered among jobs of equal priority."""
-
-    FIFO = "fifo"
-    FAIR_SHARE = "fair_share"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from ..objects import parse_time
 from ..objects import rfc3339 as rfc3339
 from ..resources import Resource
 from .ledger_model import ObservedJob, observed_job, queued_job_of
-from .policy import QueuedJob
+from .model import QueuedJob
 from .requeue import RequeueSettings
 
 

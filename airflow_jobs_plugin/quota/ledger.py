@@ -103,7 +103,7 @@ from .ledger_model import (
     reclaimed_for,
     without,
 )
-from .policy import Decision, QueuedJob, QuotaPolicy, Reservation
+from .model import Decision, QueuedJob, QuotaPolicy, Reservation
 from .preemption import Placement
 from .requeue import Requeue, RequeueLimitReached, RequeueSettings, requeue_decision
 

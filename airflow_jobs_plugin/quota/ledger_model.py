@@ -19,7 +19,8 @@ from typing import Any
 from .. import labels, queue_clock
 from ..kinds.charge import job_charge
 from .fair_share import Ordering, UsageHistory, recent_by_group, with_released
-from .policy import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
+from .model import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict
+from .policy import decide
 from .preemption import Placement, preemptor_key
 
 LEDGER_FORMAT = 1

@@ -37,18 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .policy import QueuedJob, Reservation
+from .model import QueuedJob, Reservation, WithinGroup
 
-
-class WithinGroup(str, Enum):
-    """Whether a queued job may preempt admitted jobs of its own group (Kueue's withinClusterQueue)."""
-
-    NEVER = "never"
-    LOWER_PRIORITY = "lower_priority"
+__all__ = ["WithinGroup"]  # the policy's word, kept in the model
 
 
 @dataclass(frozen=True)

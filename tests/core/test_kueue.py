@@ -83,7 +83,7 @@ def test_stop_and_resume_of_a_kueue_job_are_refused_and_cancel_is_not():
 
 
 def test_a_job_follows_only_its_own_workload_from_the_watchs_index():
-    from airflow_jobs_plugin.admission import _WorkloadSource
+    from airflow_jobs_plugin.engines.kueue import _WorkloadSource
 
     source = _WorkloadSource(None, "default", lambda name: None)  # type: ignore[arg-type]
     mine = {
@@ -101,7 +101,7 @@ def test_a_job_follows_only_its_own_workload_from_the_watchs_index():
 
 
 def admission_workloads():
-    from airflow_jobs_plugin.admission import WORKLOADS
+    from airflow_jobs_plugin.kube import WORKLOADS
 
     return WORKLOADS
 

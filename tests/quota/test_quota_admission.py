@@ -6,17 +6,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin.quota.policy import (
-    GroupQuota,
-    QueuedJob,
-    QuotaPolicy,
-    RequeueSettings,
-    Reservation,
-    Verdict,
-    decide,
-    parse_policy,
-    usage,
-)
+from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
+from airflow_jobs_plugin.quota.parse import parse_policy
+from airflow_jobs_plugin.quota.policy import decide, usage
+from airflow_jobs_plugin.quota.requeue import RequeueSettings
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(minutes=10)

@@ -13,15 +13,9 @@ from airflow_jobs_plugin import labels
 from airflow_jobs_plugin.kinds.charge import ChargeRefused, job_charge, pod_request
 from airflow_jobs_plugin.manifests import build_manifest
 from airflow_jobs_plugin.quota.ledger_model import queued_job_of
-from airflow_jobs_plugin.quota.policy import (
-    CHARGING_KEY,
-    POLICY_KEY,
-    QueuedJob,
-    Verdict,
-    decide,
-    parse_policy,
-    policy_from_configmap_data,
-)
+from airflow_jobs_plugin.quota.model import CHARGING_KEY, POLICY_KEY, QueuedJob, Verdict
+from airflow_jobs_plugin.quota.parse import parse_policy, policy_from_configmap_data
+from airflow_jobs_plugin.quota.policy import decide
 from airflow_jobs_plugin.spec import TaskIdentity, validate
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -13,16 +13,9 @@ from airflow_jobs_plugin.quota import cohort as cohorts
 from airflow_jobs_plugin.quota import ledger_model
 from airflow_jobs_plugin.quota.cohort import Limits, Reclaim
 from airflow_jobs_plugin.quota.ledger_model import Ledger, ObservedJob, plan_admission
-from airflow_jobs_plugin.quota.policy import (
-    GroupQuota,
-    PolicyError,
-    QueuedJob,
-    QuotaPolicy,
-    Reservation,
-    Verdict,
-    decide,
-    parse_policy,
-)
+from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
+from airflow_jobs_plugin.quota.parse import PolicyError, parse_policy
+from airflow_jobs_plugin.quota.policy import decide
 from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)

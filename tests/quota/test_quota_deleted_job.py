@@ -15,7 +15,7 @@ from airflow_jobs_plugin.quota.ledger_model import (
     observed_job,
     reconcile_drops,
 )
-from airflow_jobs_plugin.quota.policy import Reservation
+from airflow_jobs_plugin.quota.model import Reservation
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 HELD = Reservation(

@@ -19,15 +19,9 @@ from airflow_jobs_plugin.quota.fair_share import (
     with_released,
 )
 from airflow_jobs_plugin.quota.ledger_model import Ledger, ObservedJob, plan_admission
-from airflow_jobs_plugin.quota.policy import (
-    PolicyError,
-    QueuedJob,
-    Reservation,
-    Verdict,
-    decide,
-    parse_policy,
-    queue_order,
-)
+from airflow_jobs_plugin.quota.model import QueuedJob, Reservation, Verdict
+from airflow_jobs_plugin.quota.parse import PolicyError, parse_policy
+from airflow_jobs_plugin.quota.policy import decide, queue_order
 from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -28,7 +28,9 @@ from airflow_jobs_plugin.quota.ledger_model import (
     with_admitted,
     without,
 )
-from airflow_jobs_plugin.quota.policy import QueuedJob, Reservation, Verdict, decide, parse_policy
+from airflow_jobs_plugin.quota.model import QueuedJob, Reservation, Verdict
+from airflow_jobs_plugin.quota.parse import parse_policy
+from airflow_jobs_plugin.quota.policy import decide
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(minutes=10)

@@ -10,7 +10,8 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin.quota.policy import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict, decide
+from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
+from airflow_jobs_plugin.quota.policy import decide
 from airflow_jobs_plugin.quota.preemption import (
     NodeRoom,
     Placement,

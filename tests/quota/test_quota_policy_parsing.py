@@ -6,12 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin.quota.policy import (
-    POLICY_KEY,
-    GroupQuota,
+from airflow_jobs_plugin.quota.model import POLICY_KEY, GroupQuota, UnknownGroupError, UnknownPriorityError
+from airflow_jobs_plugin.quota.parse import (
     PolicyError,
-    UnknownGroupError,
-    UnknownPriorityError,
     parse_duration,
     parse_policy,
     policy_from_configmap_data,

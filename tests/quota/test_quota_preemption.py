@@ -9,14 +9,9 @@ import pytest
 
 from airflow_jobs_plugin.quota import ledger_model
 from airflow_jobs_plugin.quota.ledger_model import Ledger, ObservedJob, plan_admission
-from airflow_jobs_plugin.quota.policy import (
-    PolicyError,
-    QueuedJob,
-    Reservation,
-    Verdict,
-    decide,
-    parse_policy,
-)
+from airflow_jobs_plugin.quota.model import QueuedJob, Reservation, Verdict
+from airflow_jobs_plugin.quota.parse import PolicyError, parse_policy
+from airflow_jobs_plugin.quota.policy import decide
 from airflow_jobs_plugin.quota.preemption import WithinGroup, plan_preemption
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -11,14 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from airflow_jobs_plugin.quota.ledger_model import Ledger, ObservedJob, decode, encode, plan_admission
-from airflow_jobs_plugin.quota.policy import (
-    GroupQuota,
-    QueuedJob,
-    QuotaPolicy,
-    Reservation,
-    Verdict,
-    decide,
-)
+from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
+from airflow_jobs_plugin.quota.policy import decide
 from airflow_jobs_plugin.quota.preemption import WithinGroup
 from tests.examples_budget import examples
 

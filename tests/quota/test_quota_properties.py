@@ -19,17 +19,9 @@ from airflow_jobs_plugin.quota.ledger_model import (
     plan_admission,
     without,
 )
-from airflow_jobs_plugin.quota.policy import (
-    GroupQuota,
-    QueuedJob,
-    QuotaPolicy,
-    RequeueSettings,
-    Reservation,
-    Verdict,
-    decide,
-    queue_order,
-)
-from airflow_jobs_plugin.quota.requeue import Requeue, requeue_decision
+from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
+from airflow_jobs_plugin.quota.policy import decide, queue_order
+from airflow_jobs_plugin.quota.requeue import Requeue, RequeueSettings, requeue_decision
 from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -17,7 +17,7 @@ cluster = cluster_fixture(nodes=3)
 
 
 async def put_pool(client, name: str, policy: str, charging: str | None = None) -> None:
-    data = {quota.POLICY_KEY: policy, **({quota.policy.CHARGING_KEY: charging} if charging else {})}
+    data = {quota.POLICY_KEY: policy, **({quota.model.CHARGING_KEY: charging} if charging else {})}
     await client.create(CONFIGMAPS, NAMESPACE, {"metadata": {"name": name}, "data": data})
 
 

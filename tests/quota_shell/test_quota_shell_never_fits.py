@@ -8,6 +8,7 @@ import pytest
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.kube import JOBS
 from airflow_jobs_plugin.quota import ledger as ledger_io
 
@@ -31,7 +32,7 @@ async def test_sixteen_gpus_on_eight_gpu_nodes_fails_at_once_saying_why(client, 
         await put_policy(client, policy, f"groups:\n  {group}: {{gpus: 32, user_gpus: 32}}\n")
         admission = Admission.for_watch(watch, quota_configmap=policy, quota_namespace=NAMESPACE)
     else:
-        admission = Admission.for_watch(watch)
+        admission = UnmanagedEngine.for_watch(watch)
     (job,) = await create_jobs(client, job_body(group, "ann", 16, task="huge"))
 
     assert await admission.ensure(job) is None
@@ -51,7 +52,7 @@ async def test_sixteen_gpus_on_eight_gpu_nodes_fails_at_once_saying_why(client, 
 async def test_a_job_as_large_as_a_node_is_admitted(client):
     watch = await shared.acquire("kubernetes_default", NAMESPACE)
     await watch.wait_synced(timeout=30)
-    admission = Admission.for_watch(watch)
+    admission = UnmanagedEngine.for_watch(watch)
     (job,) = await create_jobs(client, job_body(unique("full"), "ann", 8, task="full-node"))
     assert await admission.ensure(job) is None
     admitted = await client.get(JOBS, NAMESPACE, job["metadata"]["name"])

@@ -9,14 +9,17 @@ import pytest
 
 from airflow_jobs_plugin import labels, quota
 from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission, OverQuotaError, PolicyNotFoundError, check_group
+from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS
 from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.quota.submit_check import OverQuotaError, PolicyNotFoundError
+from airflow_jobs_plugin.submission import check_group
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, policy_yaml, put_policy, unique, wait_for
 
 
-async def admission_for(policy: str | None) -> Admission:
+async def admission_for(policy: str) -> Admission:
     watch = await shared.acquire("kubernetes_default", NAMESPACE)
     await watch.wait_synced(timeout=30)
     return Admission.for_watch(watch, quota_configmap=policy, quota_namespace=NAMESPACE)
@@ -29,7 +32,9 @@ async def cached(admission: Admission, job: dict) -> dict:
 
 
 async def test_without_a_quota_policy_a_job_is_admitted_at_once(client):
-    admission = await admission_for(None)
+    watch = await shared.acquire("kubernetes_default", NAMESPACE)
+    await watch.wait_synced(timeout=30)
+    admission = UnmanagedEngine.for_watch(watch)
     # As large as a node, far beyond any group's share: no pool limits it (one larger than any node
     # can never start and fails at once: test_quota_shell_never_fits.py).
     (job,) = await create_jobs(client, job_body(unique("any"), "ann", 8))

@@ -12,6 +12,7 @@ from sim_fixtures import cluster_fixture
 from airflow_jobs_plugin import labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.kube import EVENTS, JOBS, NODES, PODS
 from airflow_jobs_plugin.sim.cluster import node_object
 from airflow_jobs_plugin.sim.config import ClusterConfig
@@ -28,10 +29,10 @@ def autoscaled(monkeypatch):
     monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__AUTOSCALED_NODE_SHAPES", SHAPES)
 
 
-async def _admission() -> Admission:
+async def _admission() -> UnmanagedEngine:
     watch = await shared.acquire("kubernetes_default", NAMESPACE)
     await watch.wait_synced(timeout=30)
-    return Admission.for_watch(watch)
+    return UnmanagedEngine.for_watch(watch)
 
 
 async def test_a_gpu_job_waits_for_the_node_pool_and_runs_when_a_node_joins(client, autoscaled):

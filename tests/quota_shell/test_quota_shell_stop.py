@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from airflow_jobs_plugin import actions, labels
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.kube import JOBS
 from airflow_jobs_plugin.quota import ledger as ledger_io
 
@@ -157,7 +158,7 @@ async def test_a_job_stopped_after_waiting_past_its_queue_timeout_fails_as_the_q
 async def test_without_a_quota_policy_a_stopped_job_is_not_released_either(client):
     watch = await shared.acquire("kubernetes_default", NAMESPACE)
     await watch.wait_synced(timeout=30)
-    admission = Admission.for_watch(watch)
+    admission = UnmanagedEngine.for_watch(watch)
     body = job_body(unique("free"), "ann", 1, task="stopped")
     body["metadata"]["annotations"].update(
         {labels.STOPPED_AT: "2026-01-01T00:00:00Z", labels.STOPPED_BY: "ann"}

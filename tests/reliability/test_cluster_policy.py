@@ -13,7 +13,8 @@ from airflow.exceptions import AirflowClusterPolicyViolation
 
 from airflow_jobs_plugin.cluster_policy import task_policy
 from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.quota.policy import claim_problem, parse_policy
+from airflow_jobs_plugin.quota.parse import parse_policy
+from airflow_jobs_plugin.quota.policy import claim_problem
 
 POLICY = """
 groups:

@@ -28,7 +28,7 @@ from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.operators import JobOperator
 from airflow_jobs_plugin.quota import ledger as ledger_io
 from airflow_jobs_plugin.quota import ledger_model
-from airflow_jobs_plugin.quota.policy import Reservation
+from airflow_jobs_plugin.quota.model import Reservation
 from airflow_jobs_plugin.sensors import JobSensor
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
 from tests.patience import stretch
@@ -51,7 +51,7 @@ COMPONENTS = {
 # jobs without writing the ledger (quota/ledger.py admission_pass: never from a cached ledger), which
 # the lost unsuspend below drives.
 # Karpenter's NodePools: the simulator serves no Karpenter API, so the triggerer's LIST of them
-# (admission._read_autoscaling, where Karpenter runs) is answered 404 and never counted.
+# (engines.door.Door._read_autoscaling, where Karpenter runs) is answered 404 and never counted.
 NOT_DRIVEN: dict[str, dict[tuple[str, str], set[str]]] = {
     "triggerer": {
         ("karpenter.sh", "nodepools"): {"list"},

@@ -30,7 +30,7 @@ def charging_files(tmp_path, monkeypatch):
 
 async def put_pool(client: KubeClient, charging: str | None = None) -> str:
     name = f"policy-{uuid.uuid4().hex[:6]}"
-    data = {quota.POLICY_KEY: POLICY, **({quota.policy.CHARGING_KEY: charging} if charging else {})}
+    data = {quota.POLICY_KEY: POLICY, **({quota.model.CHARGING_KEY: charging} if charging else {})}
     await client.create(CONFIGMAPS, "default", {"metadata": {"name": name}, "data": data})
     return name
 

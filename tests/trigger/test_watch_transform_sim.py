@@ -13,7 +13,7 @@ from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.quota import ledger, placement
 from airflow_jobs_plugin.quota.ledger_model import Ledger, plan_admission
-from airflow_jobs_plugin.quota.policy import parse_policy
+from airflow_jobs_plugin.quota.parse import parse_policy
 from airflow_jobs_plugin.watch_transform import trim
 
 from .conftest import job_manifest, task_identity
