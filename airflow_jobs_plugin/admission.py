@@ -33,8 +33,6 @@ from airflow_jobs_plugin.kinds import charge
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
     EVENTS,
-    JOBS,
-    MPIJOBS,
     NODEPOOLS,
     NODES,
     PENDING_IN_LOCAL_QUEUES,
@@ -238,11 +236,10 @@ async def check_group(
 
 # The shared watch's index of the product's jobs by quota group (a pass reads one group's jobs).
 _BY_GROUP = "quota-group"
-_JOB_PLURALS = frozenset({JOBS.plural, MPIJOBS.plural})
 
 
 def _group_index(plural: str, obj: dict) -> str | None:
-    return group_of(obj) if plural in _JOB_PLURALS else None
+    return group_of(obj) if kinds.is_job_resource(plural) else None
 
 
 def _wake(watch: SharedWatch, job_name: str) -> None:
@@ -882,7 +879,7 @@ class Admission:
                 "%s %s: Kueue took it without the quota pool's admission gate (%s): it does not honour "
                 "admission gates (Kueue before %s, or its AdmissionGatedBy feature off), so per-user "
                 "limits cannot stand in front of it for jobs it takes at creation",
-                job.get("kind", "Job"),
+                kinds.kind_of(job).resource.kind,
                 (job.get("metadata") or {}).get("name"),
                 kueue.ADMISSION_GATE_ANNOTATION,
                 kueue.MIN_GATED_VERSION,
@@ -943,7 +940,9 @@ class Admission:
     async def _rule_kueue_job(self, job: dict, reason: str, message: str) -> None:
         """Fail a Kueue job with the product's verdict, written alone: ending it through a deadline would
         need an unsuspend, which Kueue undoes for a job it has not admitted."""
-        log.warning("%s %s: %s: %s", job.get("kind", "Job"), job["metadata"]["name"], reason, message)
+        log.warning(
+            "%s %s: %s: %s", kinds.kind_of(job).resource.kind, job["metadata"]["name"], reason, message
+        )
         result, _ = await ledger.settle(
             self.client, job, lambda j: ledger.verdict_only_patch(j, reason, message), ledger.is_finished
         )
@@ -957,7 +956,9 @@ class Admission:
     ) -> None:
         """Fail a queued job with the product's verdict (conditional on the version read; a job changed
         meanwhile is re-read once), and fold the result into the shared watch."""
-        log.warning("%s %s: %s: %s", job.get("kind", "Job"), job["metadata"]["name"], reason, message)
+        log.warning(
+            "%s %s: %s: %s", kinds.kind_of(job).resource.kind, job["metadata"]["name"], reason, message
+        )
         result, _ = await ledger.settle(
             self.client,
             job,
@@ -1117,7 +1118,7 @@ class Admission:
         if plural == "pods":
             self._on_pod_event(etype, obj)
             return
-        if plural not in (JOBS.plural, MPIJOBS.plural):
+        if not kinds.is_job_resource(plural):
             return
         group = group_of(obj)
         worker = self._groups.get(group) if group else None
@@ -1416,7 +1417,9 @@ class Admission:
                 members=policy.members(unit) if unit not in policy.groups else (),
             )
             if result is not None:
-                self.job_log(uid, logging.WARNING, "%s %s: %s", job.get("kind", "Job"), name, result.message)
+                self.job_log(
+                    uid, logging.WARNING, "%s %s: %s", kinds.kind_of(job).resource.kind, name, result.message
+                )
                 metrics.emit(metrics.after_requeue(job, result))
             # The job changed (requeued, failed, or raced): the next pass sees the new state.
             due.append(now)

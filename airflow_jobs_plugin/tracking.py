@@ -481,10 +481,11 @@ def awaits_pods(job: Mapping[str, Any], snapshot: JobSnapshot) -> bool:
 def mpijob_expiry(
     job: Mapping[str, Any], snapshot: JobSnapshot, ttl_after_finished: timedelta | None
 ) -> datetime | None:
-    """When a finished MPIJob is to be deleted (labels.DELETE_AFTER), or ``None``: not an MPIJob, no TTL,
-    not finished, or already marked. Its end is the controller's completion time where known, else now's
+    """When a finished job whose controller outlives its TTL (``JobKind.outlives_its_ttl``: an MPIJob) is
+    to be deleted (labels.DELETE_AFTER), or ``None``: another kind, no TTL, not finished, or already
+    marked. Its end is the controller's completion time where known, else now's
     snapshot time, so every reader of the mark deletes it when its TTL says."""
-    if not kinds.is_mpi(job) or ttl_after_finished is None:
+    if not kinds.kind_of(job).outlives_its_ttl or ttl_after_finished is None:
         return None
     if labels.DELETE_AFTER in ((job.get("metadata") or {}).get("annotations") or {}):
         return None

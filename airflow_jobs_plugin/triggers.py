@@ -88,7 +88,7 @@ class JobTrigger(BaseTrigger):
         *,
         job_name: str,
         namespace: str,
-        kind: str = "Job",
+        kind: str = kinds.DEFAULT_KIND.name,
         kubernetes_conn_id: str = DEFAULT_CONN_ID,
         max_attempts: int = 1,
         retry_backoff: float = 60.0,
@@ -710,9 +710,8 @@ class _Follow:
         if loop.time() - self.refusals_read_at < REFUSAL_LOOK_SECONDS:
             return False
         self.refusals_read_at = loop.time()
-        name = job["metadata"]["name"]
         # An MPIJob's launcher is a Job of the Job controller; its workers are the MPI operator's.
-        names = [name, name + kinds.LAUNCHER_SUFFIX] if kinds.is_mpi(job) else [name]
+        names = kinds.kind_of(job).pod_creators(job)
         refusal = refused_pods(await self._patiently(self._events_of, names))
         if refusal is None:
             return False

@@ -35,7 +35,7 @@ from typing import Any
 
 from .. import history, labels
 from ..bounded import MESSAGE_LIMIT, bounded
-from ..kinds import LAUNCHER, MPI_JOB, JobKind, kind_of
+from ..kinds import LAUNCHER, JobKind, kind_of
 from ..objects import as_int, as_utc, condition, dig, items, mapping, parse_time
 from ..records import NOT_YET, PodFacts, ReadMemo, pod_facts
 from .replicas import (
@@ -510,27 +510,24 @@ def _decide(
 def _holding(job: Mapping[str, Any], facts: _Facts, live: list[PodFacts]) -> list[Mapping[str, Any]]:
     """The live pods that still hold their GPUs once the controller has ruled on the job.
 
-    A pod being deleted holds its GPUs until it is gone. So does an MPI worker: the workers of an
+    A pod being deleted holds its GPUs until it is gone. So does a pod its kind says outlives the job (``JobKind.pod_outlives_job``), an MPI worker: the workers of an
     MPIJob never end by themselves; mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8.0,
     ``deleteWorkerPods`` after the launcher finished) deletes them per ``cleanPodPolicy``, and with
     ``None`` they keep running. A launcher pod or a Job's pod that looks live without a deletion
     timestamp is a view older than the job's own: the launcher Job only finishes once its pod ended,
     and the Job controller (``pkg/controller/job/job_controller.go``, 1.31+) writes SuccessCriteriaMet
     and FailureTarget only after counting the pods that decided them, deleting the others; while it
-    still counts pods as active or terminating, they hold.
+    still counts pods as active or terminating (``JobKind.still_counts_pods``), they hold.
     """
     holding: list[Mapping[str, Any]] = []
     if not live:
         return holding
-    mpi = facts.adapter is MPI_JOB
-    counted = (as_int(dig(job, "status", "active"), 0) or 0) + (
-        as_int(dig(job, "status", "terminating"), 0) or 0
-    )
-    still_counted = not mpi and counted > 0 and not (facts.holds("Complete") or facts.holds("Failed"))
+    adapter = facts.adapter
+    still_counted = adapter.still_counts_pods(job)
     for pod in live:
         if pod.deleting:
             holding.append(pod.obj)
-        elif mpi and replica_key(facts.adapter, pod)[0] != LAUNCHER:
+        elif adapter.pod_outlives_job(replica_key(adapter, pod)[0]):
             holding.append(pod.obj)
         elif still_counted:
             holding.append(pod.obj)

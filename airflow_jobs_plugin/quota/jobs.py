@@ -71,12 +71,7 @@ def group_of(job: Mapping[str, Any]) -> str | None:
 
 def is_product_job(job: Mapping[str, Any]) -> bool:
     """A Job or MPIJob the product submitted, not the launcher Job an MPI operator made for an MPIJob."""
-    meta = job.get("metadata") or {}
-    if labels.MPI_JOB_NAME in (meta.get("labels") or {}) and not kinds.is_mpi(job):
-        return False
-    return not any(
-        ref.get("kind") == kinds.MPI_JOB.resource.kind for ref in meta.get("ownerReferences") or ()
-    )
+    return not kinds.made_for_another_job(job)
 
 
 def fingerprint(job: Mapping[str, Any]) -> tuple:
