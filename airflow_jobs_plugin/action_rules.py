@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_jobs_plugin import kinds, kueue, labels
+from airflow_jobs_plugin.jobview import JobView
 
 
 class Action(enum.Enum):
@@ -119,7 +120,7 @@ def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:
         finished=finished,
         deleting=bool(meta.get("deletionTimestamp")),
         suspended=kind.is_suspended(job),
-        verdict=annotations.get(labels.VERDICT),
+        verdict=JobView(job).verdict,
         cancelled_by=annotations.get(labels.CANCELLED_BY),
         cancelled_at=annotations.get(labels.CANCELLED_AT),
         stopped_by=annotations.get(labels.STOPPED_BY),

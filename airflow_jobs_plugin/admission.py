@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
 from airflow_jobs_plugin import kinds, kueue, kueue_cluster, labels, metrics, quota
+from airflow_jobs_plugin.jobview import JobView
 from airflow_jobs_plugin.kinds import charge
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
@@ -632,7 +633,7 @@ class Admission:
         """
         meta = job.get("metadata") or {}
         self._follow(meta.get("uid"))
-        if (meta.get("annotations") or {}).get(labels.VERDICT):
+        if JobView(job).verdict:
             return None
         if kueue.manages(job) and not (self.quota_enabled and kueue.gated_by_pool(job)):
             # Kueue admits it; the product only reports what Kueue says (see kueue.py: never fight).

@@ -46,6 +46,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_jobs_plugin import actions, config, inspect, kinds, labels
+from airflow_jobs_plugin.jobview import JobView
 from airflow_jobs_plugin.kube import KubeClient, KubeError, Resource
 from airflow_jobs_plugin.objects import parse_time
 from airflow_jobs_plugin.orphans import JobRecord, TaskRecord, TaskRef, Verdict, job_record, judge
@@ -116,8 +117,7 @@ def maybe_live(metadata: Iterable[Mapping[str, Any]], finished: set[str]) -> lis
     verdict (a verdict is final), not being deleted, not seen finished by an earlier sweep."""
     found = []
     for job in metadata:
-        annotations = (job.get("metadata") or {}).get("annotations") or {}
-        ended = bool(annotations.get(labels.VERDICT)) or _uid(job) in finished
+        ended = JobView(job).verdict is not None or _uid(job) in finished
         record = job_record(job, finished=ended)
         if record.live and record.task is not None:
             found.append((dict(job), record))
