@@ -55,8 +55,11 @@ COMPONENTS = {
 NOT_DRIVEN: dict[str, dict[tuple[str, str], set[str]]] = {
     "triggerer": {
         ("karpenter.sh", "nodepools"): {"list"},
-        # The Failed status of an MPIJob ruled while queued (quota/ledger.py end_ruled_job): driven by
-        # tests/trigger/test_mpijob_ruled_while_queued.py, on the simulator and on the real plane.
+        # The Failed status of an MPIJob ruled while queued (kinds/mpi.py MPIJob.ending_writes, sent by
+        # quota/ledger.py end_ruled_job): driven by tests/trigger/test_mpijob_ruled_while_queued.py, on the
+        # simulator and on the real plane. Not here, rightly: a one-worker job, framework "mpi" or not, is
+        # a batch/v1 Job (JobSpec.is_mpi needs two workers), so a QueueTimeout ruling ends it through its
+        # own deadline in the verdict's write (BatchJob.ending_spec), and no MPIJob status is written.
         ("kubeflow.org", "mpijobs/status"): {"patch"},
     }
 }
