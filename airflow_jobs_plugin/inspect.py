@@ -466,6 +466,19 @@ async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
 # --- the UI's read model (plugin/job_index.py): filled page by page, refreshed by creation window ---
 
 
+def _name_kind(items: list, resource: Resource, metadata_only: bool) -> None:
+    """Set each listed item's kind and apiVersion to its resource's (in a function of its own, so that
+    no loop variable of the page generator keeps an item alive while the next page is read)."""
+    for item in items:
+        if metadata_only:
+            # Each item says PartialObjectMetadata: its readers (its kind adapter, which the orphan sweep
+            # asks whether its controller outlives its TTL) are told what the object is.
+            item["kind"], item["apiVersion"] = resource.kind, resource.api_version
+        else:
+            item.setdefault("kind", resource.kind)
+            item.setdefault("apiVersion", resource.api_version)
+
+
 async def _pages(
     client: KubeClient, resource: Resource, namespace: str, selector: str, *, metadata_only: bool = False
 ) -> AsyncIterator[list]:
@@ -487,10 +500,7 @@ async def _pages(
                 return
             raise
         items = found.get("items") or []
-        if not metadata_only:  # a PartialObjectMetadata keeps its own kind
-            for item in items:
-                item.setdefault("kind", resource.kind)
-                item.setdefault("apiVersion", resource.api_version)
+        _name_kind(items, resource, metadata_only)
         token = (found.get("metadata") or {}).get("continue") or None
         page = [i for i in items if is_product_job(i)]
         # Dropped before the next chunk is asked for: a reader holds one page, not two.
