@@ -165,11 +165,11 @@ class JobKind(ABC):
         """(kind, name) of objects besides the job and its pods whose events explain it."""
         return set()
 
+    @abstractmethod
     def build(
         self, spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
     ) -> dict[str, Any]:
         """The object a task submits for ``spec``, suspended (its builder in ``manifests``)."""
-        raise NotImplementedError(f"kind {self.name} builds no object")
 
     # Ending a job the product ruled failed (Kueue's JobWithCustomStop) ---------------------------------
 
