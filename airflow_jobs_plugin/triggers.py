@@ -28,6 +28,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_jobs_plugin import actions, attempts, kinds, labels, metrics, tracking
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.admission import Admission
+from airflow_jobs_plugin.jobview import JobView
 from airflow_jobs_plugin.kube import (
     DEFAULT_CONN_ID,
     EVENTS,
@@ -453,13 +454,9 @@ class _Follow:
     async def _admit(self, job: dict) -> tuple[QueueStatus | None, Reservation | None]:
         """Ask the admission to admit a job that waits for it; what the queue says about it, and its
         reservation once the pool has admitted it (SCHEDULING / QuotaReserved until it is unsuspended)."""
-        annotations = job["metadata"].get("annotations") or {}
         # A job the product ruled on (a verdict) or a user stopped stays suspended: never admit it here.
-        waiting = (
-            kinds.kind_of(job).is_suspended(job)
-            and labels.VERDICT not in annotations
-            and labels.STOPPED_AT not in annotations
-        )
+        view = JobView(job)
+        waiting = view.suspended and view.verdict is None and not view.stopped
         if not waiting:
             self.unsuspended_from = None
             return None, None

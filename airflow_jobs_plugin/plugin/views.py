@@ -406,7 +406,7 @@ def may_be_waiting(job: Mapping[str, Any]) -> bool:
     created suspended without one, and the admission sets it in the write that unsuspends
     (``quota.ledger.unsuspend_patch``): so a job carrying it is not in the queue, whatever its status.
     The others still need their whole object to tell (:func:`_is_waiting`)."""
-    return labels.ADMITTED_AT not in _annotations(job)
+    return JobView(job).admitted_at is None
 
 
 def is_suspended(job: Mapping[str, Any]) -> bool:
