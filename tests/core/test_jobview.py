@@ -106,3 +106,51 @@ def test_a_metadata_only_object_is_read_alike():
         "metadata": {"name": "t", "labels": {labels.GROUP: "nlp"}},
     }
     assert (JobView(partial).group, JobView(partial).kind) == ("nlp", kinds.MPI_JOB)
+
+
+# --- the view is the one reader ---------------------------------------------------------------------
+
+READ_KEYS = frozenset({"GROUP_NAME", "USER_NAME", "GROUP", "USER", "VERDICT", "ADMITTED_AT"})
+# Modules that read those keys themselves, each with why.
+OWN_READERS = {
+    "jobview.py": "the view",
+    "kinds/mpi.py": "below the view: the MPIJob's ending reads its verdict",
+    "plugin/nodes.py": "a pod's annotations, not a job's",
+    "queue_clock.py": "an annotation map it is handed before the write that changes it",
+}
+
+
+def _reads_of_keys(source: str) -> list[int]:
+    """Lines that read one of READ_KEYS from a mapping: ``x.get(labels.KEY)`` or ``labels.KEY in x``."""
+    import ast
+
+    def is_key(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr in READ_KEYS
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            if node.args and is_key(node.args[0]):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Compare) and is_key(node.left):
+            if any(isinstance(op, ast.In | ast.NotIn) for op in node.ops):
+                found.append(node.lineno)
+    return found
+
+
+def test_group_user_verdict_and_admitted_at_are_read_through_the_view():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "airflow_jobs_plugin"
+    reads = {
+        f"{path.relative_to(root)}:{line}"
+        for path in root.rglob("*.py")
+        if path.relative_to(root).parts[0] != "sim" and str(path.relative_to(root)) not in OWN_READERS
+        for line in _reads_of_keys(path.read_text())
+    }
+    assert reads == set(), "read them through jobview.JobView"
+
+
+def test_the_check_sees_a_get_and_a_membership_test():
+    source = "a = ann.get(labels.VERDICT)\nb = labels.ADMITTED_AT not in ann\nc = ann.get(labels.DAG_ID)\n"
+    assert _reads_of_keys(source) == [1, 2]
