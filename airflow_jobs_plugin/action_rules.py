@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_jobs_plugin import kinds, kueue, labels
+from airflow_jobs_plugin.jobview import JobView
 
 
 class Action(enum.Enum):
@@ -83,48 +84,28 @@ def refusal(action: Action, job: JobFacts) -> str | None:
     return None
 
 
-class Ending(enum.Enum):
-    """How a cancel ends a job."""
-
-    # A batch/v1 Job's own activeDeadlineSeconds (a suspended one resumed with parallelism 0 so its
-    # clock starts without a pod): the Job controller fails it and deletes its pods, and its
-    # ttlSecondsAfterFinished removes it later (``quota.ledger.verdict_patch``).
-    OWN_DEADLINE = "own deadline"
-    # A running MPIJob through its launcher Job's deadline: mpi-operator marks the MPIJob Failed and its
-    # runPolicy.ttlSecondsAfterFinished removes it later (``quota.ledger.end_ruled_job``).
-    LAUNCHER_DEADLINE = "launcher deadline"
-    # Nothing can end it: delete it with its pods (Background propagation).
-    DELETE = "delete"
+# How a cancel ends a job: its kind's answer (``JobKind.cancel_ending``), or a delete.
+Ending = kinds.Ending
 
 
 def cancel_ending(job: JobFacts) -> Ending:
     """How cancelling ``job`` ends it.
 
-    - A suspended MPIJob (queued or stopped) is deleted: mpi-operator has no failed state for a job that
-      never started (kubeflow/mpi-operator v0.8.0 ``pkg/controller/mpi_job_controller.go``: a suspended
-      MPIJob's launcher is suspended too, and a deadline never counts on a suspended Job), and
-      unsuspending it to fail it would place its workers.
+    - A suspended MPIJob (queued or stopped) is deleted (``MPIJob.cancel_ending``).
     - A suspended Job that Kueue admits is deleted: Kueue's job reconciler suspends again a managed job
       that runs without an admitted Workload (kubernetes-sigs/kueue v0.19.2
       ``pkg/controller/jobframework/reconciler.go``), so its deadline's clock would never start.
     - A running MPIJob ends through its launcher's deadline; any other Job through its own.
     """
-    if job.suspended and (job.kind == kinds.MPI_JOB.name or job.kueue_queue is not None):
+    if job.suspended and job.kueue_queue is not None:
         return Ending.DELETE
-    return Ending.LAUNCHER_DEADLINE if job.kind == kinds.MPI_JOB.name else Ending.OWN_DEADLINE
+    return kinds.for_name(job.kind).cancel_ending(job.suspended)
 
 
 def kept_for(job: Mapping[str, Any]) -> int | None:
-    """Seconds a finished ``job`` is kept (``ttlSecondsAfterFinished`` of a Job, of an MPIJob's
-    ``runPolicy``), ``None`` if nothing removes it."""
-    spec = job.get("spec") or {}
-    value = spec.get("ttlSecondsAfterFinished")
-    if value is None:
-        value = (spec.get("runPolicy") or {}).get("ttlSecondsAfterFinished")
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
+    """Seconds a finished ``job`` is kept (its kind's ``ttl_after_finished``), ``None`` if nothing
+    removes it."""
+    return kinds.kind_of(job).ttl_after_finished(job)
 
 
 def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:
@@ -139,7 +120,7 @@ def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:
         finished=finished,
         deleting=bool(meta.get("deletionTimestamp")),
         suspended=kind.is_suspended(job),
-        verdict=annotations.get(labels.VERDICT),
+        verdict=JobView(job).verdict,
         cancelled_by=annotations.get(labels.CANCELLED_BY),
         cancelled_at=annotations.get(labels.CANCELLED_AT),
         stopped_by=annotations.get(labels.STOPPED_BY),

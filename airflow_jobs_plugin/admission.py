@@ -30,11 +30,10 @@ from airflow_jobs_plugin import kinds, kueue, labels, metrics, quota
 from airflow_jobs_plugin.engines.door import ENSURE_WAIT_SECONDS, Door, ThroughTheDoor, detached, spawn
 from airflow_jobs_plugin.engines.kueue import KueueEngine
 from airflow_jobs_plugin.engines.ruling import wake_after
+from airflow_jobs_plugin.jobview import JobView
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
     EVENTS,
-    JOBS,
-    MPIJOBS,
     PODS,
     KubeClient,
     KubeError,
@@ -89,11 +88,10 @@ def _now() -> datetime:
 
 # The shared watch's index of the product's jobs by quota group (a pass reads one group's jobs).
 _BY_GROUP = "quota-group"
-_JOB_PLURALS = frozenset({JOBS.plural, MPIJOBS.plural})
 
 
 def _group_index(plural: str, obj: dict) -> str | None:
-    return group_of(obj) if plural in _JOB_PLURALS else None
+    return group_of(obj) if kinds.is_job_resource(plural) else None
 
 
 def _wake(watch: SharedWatch, job_name: str) -> None:
@@ -314,7 +312,7 @@ class Admission(ThroughTheDoor):
         """
         meta = job.get("metadata") or {}
         self._follow(meta.get("uid"))
-        if (meta.get("annotations") or {}).get(labels.VERDICT):
+        if JobView(job).verdict:
             return None
         if kueue.manages(job) and not kueue.gated_by_pool(job):
             # Kueue admits it; the product only reports what Kueue says (see kueue.py: never fight).
@@ -584,7 +582,7 @@ class Admission(ThroughTheDoor):
         if plural == "pods":
             self._on_pod_event(etype, obj)
             return
-        if plural not in (JOBS.plural, MPIJOBS.plural):
+        if not kinds.is_job_resource(plural):
             return
         group = group_of(obj)
         worker = self._groups.get(group) if group else None
@@ -883,7 +881,9 @@ class Admission(ThroughTheDoor):
                 members=policy.members(unit) if unit not in policy.groups else (),
             )
             if result is not None:
-                self.job_log(uid, logging.WARNING, "%s %s: %s", job.get("kind", "Job"), name, result.message)
+                self.job_log(
+                    uid, logging.WARNING, "%s %s: %s", kinds.kind_of(job).resource.kind, name, result.message
+                )
                 metrics.emit(metrics.after_requeue(job, result))
             # The job changed (requeued, failed, or raced): the next pass sees the new state.
             due.append(now)

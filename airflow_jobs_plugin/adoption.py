@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_jobs_plugin import kinds, labels
+from airflow_jobs_plugin.jobview import JobView
 from airflow_jobs_plugin.naming import TaskIdentity
 from airflow_jobs_plugin.outcome import same_run_of_task
 from airflow_jobs_plugin.spec import JobSpec
@@ -123,7 +124,7 @@ def cancelled_in_run(
     for job in jobs:
         meta = job.get("metadata") or {}
         annotations = meta.get("annotations") or {}
-        if annotations.get(labels.VERDICT) != "Cancelled":
+        if JobView(job).verdict != "Cancelled":
             continue
         try:
             earlier = int((meta.get("labels") or {}).get(labels.TRY) or "")

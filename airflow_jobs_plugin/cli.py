@@ -630,7 +630,12 @@ def _run_logs(args: argparse.Namespace) -> int:
             chosen = pick_log_target(targets, args.rank)
         if chosen is None:
             launcher = pick_log_target(targets, LAUNCHER_RANK)
-            if kinds.is_mpi(job) and launcher is not None and args.rank is not None and args.rank >= 0:
+            if (
+                kinds.kind_of(job).ranks_in_launcher_log
+                and launcher is not None
+                and args.rank is not None
+                and args.rank >= 0
+            ):
                 return await _rank_from_launcher(client, args, job, launcher)
             present = ", ".join(str(t[1]) for t in targets) or "none yet"
             raise JobNotFound(f"job {args.job} has no pod of rank {args.rank} (pods of ranks: {present})")

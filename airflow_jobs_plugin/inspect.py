@@ -21,8 +21,6 @@ from airflow_jobs_plugin.actions import ActionOutcome, CancelOutcome
 from airflow_jobs_plugin.kube import (
     CONFIGMAPS,
     EVENTS,
-    JOBS,
-    MPIJOBS,
     NODES,
     PENDING_IN_LOCAL_QUEUES,
     PODS,
@@ -122,14 +120,20 @@ async def _items(
     return items
 
 
-async def _mpijobs(
-    client: KubeClient, namespace: str, selector: str | None = None, *, metadata_only: bool = False
+async def _jobs_of(
+    client: KubeClient,
+    resource: Resource,
+    namespace: str,
+    selector: str | None = None,
+    *,
+    metadata_only: bool = False,
 ) -> list:
-    """MPIJobs, or none where the cluster has no kubeflow MPI operator (the resource is unknown)."""
+    """The objects of one kind's resource, or none where the cluster does not serve it (a custom
+    resource whose operator is not installed: ``kinds.may_be_absent``)."""
     try:
-        return await _items(client, MPIJOBS, namespace, selector, metadata_only=metadata_only)
+        return await _items(client, resource, namespace, selector, metadata_only=metadata_only)
     except KubeError as exc:
-        if exc.not_found:
+        if exc.not_found and kinds.may_be_absent(resource):
             return []
         raise
 
@@ -448,11 +452,10 @@ async def _product_jobs(
     client: KubeClient, namespace: str, *, metadata_only: bool = False, selector: str = ""
 ) -> list[dict]:
     chosen = f"{MANAGED_SELECTOR},{selector}" if selector else MANAGED_SELECTOR
-    jobs, mpijobs = await asyncio.gather(
-        _items(client, JOBS, namespace, chosen, metadata_only=metadata_only),
-        _mpijobs(client, namespace, chosen, metadata_only=metadata_only),
+    lists = await asyncio.gather(
+        *(_jobs_of(client, r, namespace, chosen, metadata_only=metadata_only) for r in kinds.RESOURCES)
     )
-    return [j for j in [*jobs, *mpijobs] if is_product_job(j)]
+    return [j for found in lists for j in found if is_product_job(j)]
 
 
 async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
@@ -461,6 +464,19 @@ async def read_jobs(client: KubeClient, namespace: str) -> list[dict]:
 
 
 # --- the UI's read model (plugin/job_index.py): filled page by page, refreshed by creation window ---
+
+
+def _name_kind(items: list, resource: Resource, metadata_only: bool) -> None:
+    """Set each listed item's kind and apiVersion to its resource's (in a function of its own, so that
+    no loop variable of the page generator keeps an item alive while the next page is read)."""
+    for item in items:
+        if metadata_only:
+            # Each item says PartialObjectMetadata: its readers (its kind adapter, which the orphan sweep
+            # asks whether its controller outlives its TTL) are told what the object is.
+            item["kind"], item["apiVersion"] = resource.kind, resource.api_version
+        else:
+            item.setdefault("kind", resource.kind)
+            item.setdefault("apiVersion", resource.api_version)
 
 
 async def _pages(
@@ -480,14 +496,11 @@ async def _pages(
                 metadata_only=metadata_only,
             )
         except KubeError as exc:
-            if exc.not_found and any(k.resource_may_be_absent for k in kinds.KINDS if k.resource is resource):
+            if exc.not_found and kinds.may_be_absent(resource):
                 return
             raise
         items = found.get("items") or []
-        if not metadata_only:  # a PartialObjectMetadata keeps its own kind
-            for item in items:
-                item.setdefault("kind", resource.kind)
-                item.setdefault("apiVersion", resource.api_version)
+        _name_kind(items, resource, metadata_only)
         token = (found.get("metadata") or {}).get("continue") or None
         page = [i for i in items if is_product_job(i)]
         # Dropped before the next chunk is asked for: a reader holds one page, not two.
@@ -578,10 +591,10 @@ async def read_job_metadata(client: KubeClient, namespace: str) -> list[dict]:
 
 
 async def job_metadata_pages(client: KubeClient, namespace: str) -> AsyncIterator[list[dict]]:
-    """The product's Jobs, then MPIJobs, of a namespace as metadata only, one LIST chunk of
-    :data:`LIST_CHUNK` at a time (what :func:`read_job_metadata` joins), so the orphan sweep can judge
-    and drop each page before the next is decoded."""
-    for resource in (JOBS, MPIJOBS):
+    """The product's jobs of a namespace, resource by resource (``kinds.RESOURCES``), as metadata only,
+    one LIST chunk of :data:`LIST_CHUNK` at a time (what :func:`read_job_metadata` joins), so the orphan
+    sweep can judge and drop each page before the next is decoded."""
+    for resource in kinds.RESOURCES:
         async for page in _pages(client, resource, namespace, MANAGED_SELECTOR, metadata_only=True):
             yield page
             del page  # not held while the next chunk is read
@@ -596,7 +609,7 @@ async def jobs_of_tasks_pages(
     keys = sorted(set(task_keys))
     for i in range(0, len(keys), NAMES_PER_SELECTOR):
         selector = f"{MANAGED_SELECTOR},{labels.TASK_KEY} in ({','.join(keys[i : i + NAMES_PER_SELECTOR])})"
-        for resource in (JOBS, MPIJOBS):
+        for resource in kinds.RESOURCES:
             async for page in _pages(client, resource, namespace, selector):
                 yield page
                 del page  # not held while the next chunk is read
@@ -608,7 +621,7 @@ async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
         try:
             job = await client.get_or_none(resource, namespace, name)
         except KubeError as exc:
-            if resource is MPIJOBS and exc.not_found:
+            if exc.not_found and kinds.may_be_absent(resource):
                 continue
             raise
         if job is not None:
@@ -640,10 +653,7 @@ async def find_task_job(
     """The latest job (newest try, then newest attempt) of a task instance, by its TASK_KEY label."""
     key = TaskIdentity(dag_id, task_id, run_id, map_index).instance_key()
     selector = f"{labels.TASK_KEY}={key}"
-    found = [
-        *await _items(client, JOBS, namespace, selector),
-        *await _mpijobs(client, namespace, selector),
-    ]
+    found = [j for r in kinds.RESOURCES for j in await _jobs_of(client, r, namespace, selector)]
     found = [j for j in found if is_product_job(j)]
     if not found:
         raise JobNotFound(f"no GPU job for task {dag_id}.{task_id} of run {run_id} (map index {map_index})")
@@ -670,12 +680,7 @@ async def attempts_of(client: KubeClient, namespace: str, job: Mapping[str, Any]
     selector = f"{labels.TASK_KEY}={meta_labels[labels.TASK_KEY]}"
     if meta_labels.get(labels.TRY):
         selector += f",{labels.TRY}={meta_labels[labels.TRY]}"
-    resource = kinds.kind_of(job).resource
-    found = await (
-        _mpijobs(client, namespace, selector)
-        if resource is MPIJOBS
-        else _items(client, resource, namespace, selector)
-    )
+    found = await _jobs_of(client, kinds.kind_of(job).resource, namespace, selector)
     return [j for j in found if is_product_job(j)] or [dict(job)]
 
 
@@ -755,10 +760,11 @@ async def _cancelled_earlier(client: KubeClient, namespace: str, name: str) -> C
     if not events:
         return None
     last = max(events, key=lambda e: str(e.get("lastTimestamp") or ""))
-    kind = str((last.get("involvedObject") or {}).get("kind") or "Job")
+    kind = str((last.get("involvedObject") or {}).get("kind") or "")
     when = last.get("lastTimestamp")
-    message = f"{kind.lower()}/{name} was already {last.get('message') or 'cancelled'}" + (
-        f" at {when}" if when else ""
+    message = (
+        f"{kind.lower() + '/' if kind else ''}{name} was already {last.get('message') or 'cancelled'}"
+        + (f" at {when}" if when else "")
     )
     return CancelOutcome(namespace, name, kind, False, True, f"{message} (deleted)")
 

@@ -33,7 +33,7 @@ class JobSensorTrigger(BaseTrigger):
         *,
         job_name: str,
         namespace: str,
-        kind: str = "Job",
+        kind: str = kinds.DEFAULT_KIND.name,
         kubernetes_conn_id: str = DEFAULT_CONN_ID,
         label_selector: str | None = None,
         target_states: list[str] | tuple[str, ...] = DEFAULT_TARGET_STATES,

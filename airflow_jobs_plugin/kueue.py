@@ -63,11 +63,14 @@ DEFAULT_LOCAL_QUEUE = "default"
 def manages(job: Mapping[str, Any]) -> bool:
     """Whether Kueue, not the product's pool, admits ``job``: it names a LocalQueue.
 
-    A Job owned by an MPIJob (its launcher) belongs to its parent, as in Kueue's
-    ``FindAncestorJobManagedByKueue``."""
+    A Job another kind's controller made for its job (an MPIJob's launcher) belongs to its parent, as
+    in Kueue's ``FindAncestorJobManagedByKueue``."""
     meta = job.get("metadata") or {}
+    own = kinds.kind_of(job).resource
     for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == kinds.MPI_JOB.resource.kind:
+        if ref.get("controller") and any(
+            k.resource.kind == ref.get("kind") and k.resource != own for k in kinds.KINDS
+        ):
             return False
     return bool((meta.get("labels") or {}).get(QUEUE_NAME_LABEL))
 

@@ -685,18 +685,16 @@ def build_manifest(
     spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
 ) -> dict:
     """The object to create for one attempt: a Job when ``spec.workers == 1``, else an MPIJob, or with
-    ``framework='torchrun'`` an Indexed Job (its kind's builder, :data:`BUILDERS`).
+    ``framework='torchrun'`` an Indexed Job: the kind's adapter builds it (``JobKind.build``, which
+    points at its builder here).
 
     ``name`` is normally ``task.job_name(attempt)``; ``queued_at`` (timezone-aware) is the enqueue time
     of the task's first attempt, so a resubmitted attempt keeps its place in the queue.
     """
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise ValueError(f"attempt must be a whole number >= 1, got {attempt!r}")
-    return BUILDERS[spec.kind](spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
-
-
-# The builder of each kind of job, by the name of its adapter (airflow_jobs_plugin.kinds).
-BUILDERS = {"Job": build_job, "MPIJob": build_mpijob, TORCHRUN: build_torchrun}
+    adapter = kinds.for_name(spec.kind)
+    return adapter.build(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
 
 
 def with_charge(spec: JobSpec, charge: Charge | None) -> JobSpec:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from airflow_jobs_plugin import kinds
 from airflow_jobs_plugin.logcursor import LogMarker
 
 # Product verdicts that no retry of the same task can cure (pod failures carry their own class). A
@@ -183,7 +184,7 @@ class JobEvent:
 
     status: EventStatus
     job_name: str
-    kind: str = "Job"
+    kind: str = kinds.DEFAULT_KIND.name
     namespace: str = ""
     state: str = "UNKNOWN"
     reason: str = ""
@@ -258,7 +259,7 @@ class JobEvent:
         return cls(
             status=status,
             job_name=str(payload.get("job_name") or "?"),
-            kind=str(payload.get("kind") or "Job"),
+            kind=str(payload.get("kind") or kinds.DEFAULT_KIND.name),
             namespace=str(payload.get("namespace") or ""),
             state=str(payload.get("state") or "UNKNOWN"),
             reason=str(payload.get("reason") or ""),

@@ -66,7 +66,7 @@ class JobSensor(BaseSensorOperator):
         *,
         job_name: str | None = None,
         labels: Mapping[str, str] | None = None,
-        kind: str = "Job",
+        kind: str = kinds.DEFAULT_KIND.name,
         namespace: str = "default",
         kubernetes_conn_id: str = DEFAULT_CONN_ID,
         target_states: Sequence[str] = DEFAULT_TARGET_STATES,

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from airflow_jobs_plugin import attempts, history, kinds, labels, retry
+from airflow_jobs_plugin.jobview import JobView
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
@@ -64,10 +65,8 @@ def pods_outran_job(
     pod yet). So a job the cache shows admitted and unfinished, whose pods are being deleted, have
     failed beyond the failures it counts, or are gone since the last look (``seen_before``: the pod
     names it saw), is read again. A real pod failure costs one read, which confirms it."""
-    meta = job.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
     kind = kinds.kind_of(job)
-    if kind.is_suspended(job) or kind.is_finished(job) or labels.VERDICT in annotations:
+    if kind.is_suspended(job) or kind.is_finished(job) or JobView(job).verdict is not None:
         return False
     names = set()
     failed = 0
@@ -470,8 +469,7 @@ def check_states(target_states: Any, fail_states: Any) -> tuple[tuple[str, ...],
 def awaits_pods(job: Mapping[str, Any], snapshot: JobSnapshot) -> bool:
     """A released job (not suspended, no verdict) still waiting for some of its pods to be created: the
     one moment the API server's refusal of them (``lifecycle.refused_pods``) is worth looking for."""
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
-    if labels.VERDICT in annotations or kinds.kind_of(job).is_suspended(job):
+    if JobView(job).verdict is not None or kinds.kind_of(job).is_suspended(job):
         return False
     if snapshot.state not in (JobState.SCHEDULING, JobState.STARTING):
         return False
@@ -481,10 +479,11 @@ def awaits_pods(job: Mapping[str, Any], snapshot: JobSnapshot) -> bool:
 def mpijob_expiry(
     job: Mapping[str, Any], snapshot: JobSnapshot, ttl_after_finished: timedelta | None
 ) -> datetime | None:
-    """When a finished MPIJob is to be deleted (labels.DELETE_AFTER), or ``None``: not an MPIJob, no TTL,
-    not finished, or already marked. Its end is the controller's completion time where known, else now's
+    """When a finished job whose controller outlives its TTL (``JobKind.outlives_its_ttl``: an MPIJob) is
+    to be deleted (labels.DELETE_AFTER), or ``None``: another kind, no TTL, not finished, or already
+    marked. Its end is the controller's completion time where known, else now's
     snapshot time, so every reader of the mark deletes it when its TTL says."""
-    if not kinds.is_mpi(job) or ttl_after_finished is None:
+    if not kinds.kind_of(job).outlives_its_ttl or ttl_after_finished is None:
         return None
     if labels.DELETE_AFTER in ((job.get("metadata") or {}).get("annotations") or {}):
         return None

@@ -29,6 +29,7 @@ from airflow_jobs_plugin import actions, attempts, kinds, labels, metrics, track
 from airflow_jobs_plugin import watch as shared
 from airflow_jobs_plugin.engines.base import QueueEngine
 from airflow_jobs_plugin.engines.pick import engine_for
+from airflow_jobs_plugin.jobview import JobView
 from airflow_jobs_plugin.kube import (
     DEFAULT_CONN_ID,
     EVENTS,
@@ -88,7 +89,7 @@ class JobTrigger(BaseTrigger):
         *,
         job_name: str,
         namespace: str,
-        kind: str = "Job",
+        kind: str = kinds.DEFAULT_KIND.name,
         kubernetes_conn_id: str = DEFAULT_CONN_ID,
         max_attempts: int = 1,
         retry_backoff: float = 60.0,
@@ -465,13 +466,9 @@ class _Follow:
     async def _admit(self, job: dict) -> tuple[QueueStatus | None, Reservation | None]:
         """Ask the admission to admit a job that waits for it; what the queue says about it, and its
         reservation once the pool has admitted it (SCHEDULING / QuotaReserved until it is unsuspended)."""
-        annotations = job["metadata"].get("annotations") or {}
         # A job the product ruled on (a verdict) or a user stopped stays suspended: never admit it here.
-        waiting = (
-            kinds.kind_of(job).is_suspended(job)
-            and labels.VERDICT not in annotations
-            and labels.STOPPED_AT not in annotations
-        )
+        view = JobView(job)
+        waiting = view.suspended and view.verdict is None and not view.stopped
         if not waiting:
             self.unsuspended_from = None
             return None, None
@@ -721,9 +718,8 @@ class _Follow:
         if loop.time() - self.refusals_read_at < REFUSAL_LOOK_SECONDS:
             return False
         self.refusals_read_at = loop.time()
-        name = job["metadata"]["name"]
         # An MPIJob's launcher is a Job of the Job controller; its workers are the MPI operator's.
-        names = [name, name + kinds.LAUNCHER_SUFFIX] if kinds.is_mpi(job) else [name]
+        names = kinds.kind_of(job).pod_creators(job)
         refusal = refused_pods(await self._patiently(self._events_of, names))
         if refusal is None:
             return False

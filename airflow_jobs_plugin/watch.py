@@ -28,13 +28,14 @@ from airflow_jobs_plugin import kinds, labels, metrics, resource_version
 
 # job_key is the kinds' rule (which job an object belongs to), re-exported for the watch's users.
 from airflow_jobs_plugin.kinds import job_key as job_key
-from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, JOBS, MPIJOBS, PODS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, PODS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.watch_transform import Sharing, trim
 
 log = logging.getLogger(__name__)
 
 MANAGED_SELECTOR = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
-WATCHED: tuple[Resource, ...] = (JOBS, MPIJOBS, PODS)
+# Every kind's resource, then the pods.
+WATCHED: tuple[Resource, ...] = (*kinds.RESOURCES, PODS)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Scope:
         return self.job_labels, self.job_fields
 
     @classmethod
-    def for_job(cls, name: str, kind: str = "Job") -> Scope:
+    def for_job(cls, name: str, kind: str = kinds.DEFAULT_KIND.name) -> Scope:
         """Exactly one job, whoever created it, and the pods its controller made: a Job's pods carry
         the Job controller's job-name label, an MPIJob's launcher and workers the kubeflow label."""
         pod_key = kinds.for_name(kind).pod_job_label
@@ -394,8 +395,8 @@ class SharedWatch:
                     continue
                 self.errors += 1
                 failures += 1
-                if exc.not_found and resource is MPIJOBS:
-                    # No MPI operator on this cluster: keep trying, slowly, so one installed later is seen.
+                if exc.not_found and kinds.may_be_absent(resource):
+                    # No operator for this kind (MPI) on this cluster: keep trying, slowly, so one installed later is seen.
                     self._listed(resource)
                     await asyncio.sleep(self.max_backoff)
                     continue

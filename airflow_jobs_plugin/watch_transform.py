@@ -37,16 +37,16 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from . import labels
+from . import kinds, labels
 
 # Written by the API server for server-side apply; the product never reads who owns which field. On a
 # real cluster it is often the largest part of an object (one entry per manager: controller, kubelet,
 # the product's own patches).
 _DROPPED_METADATA = frozenset({"managedFields"})
 
-# Of a Job's own spec: set by the API server from the job's uid (and so different in every job), read
-# by nothing from the cache; a next attempt is cloned from the whole object (and clears them there).
-_JOB_SPEC_DROPPED = frozenset({"selector", "manualSelector", "podReplacementPolicy"})
+# Of a job's own spec, each kind drops what the API server sets from the job's uid (and so different in
+# every job) and nothing reads from the cache (``JobKind.cache_dropped_spec``); a next attempt is cloned
+# from the whole object (and clears them there).
 
 # Of a pod spec, and of the pod templates inside a job's spec, what is read:
 _POD_SPEC_KEPT = frozenset(
@@ -207,15 +207,15 @@ def trim(
         if key == "metadata" and isinstance(value, Mapping):
             # A job's own labels and annotations (its task, its times) are its alone: not looked up.
             # A pod's are its template's.
-            own = _NO_SHARING if kind in ("Job", "MPIJob") else share
+            own = _NO_SHARING if kind in kinds.API_KINDS else share
             out["metadata"] = _metadata(value, own, words)
         elif key == "spec" and isinstance(value, Mapping) and kind == "Pod":
             out["spec"] = _pod_spec(value, share)
-        elif key == "spec" and isinstance(value, Mapping) and kind in ("Job", "MPIJob"):
+        elif key == "spec" and isinstance(value, Mapping) and kind in kinds.API_KINDS:
             out["spec"] = _job_spec(value, kind, share, words)
         elif key == "status" and isinstance(value, Mapping) and kind == "Pod":
             out["status"] = _pod_status(value, share)
-        elif key == "status" and isinstance(value, Mapping) and kind in ("Job", "MPIJob"):
+        elif key == "status" and isinstance(value, Mapping) and kind in kinds.API_KINDS:
             out["status"] = _keyed_copy(_JOB_STATUS, value, share)
         else:
             out[_s(key)] = _compact(value, share)
@@ -270,7 +270,8 @@ def _job_spec(spec: Mapping[str, Any], kind: str, share: Sharing, words: dict[st
     backoffLimit, the deadline verdict_patch records, runPolicy, runLauncherAsWorker, replica counts)
     but a Job's selector; the pod templates inside are cut like a pod. The dicts holding the templates
     are the job's alone (its templates' labels name it): only their parts are looked up."""
-    dropped = _JOB_SPEC_DROPPED if kind == "Job" else frozenset()
+    adapter = kinds.for_api_kind(kind)
+    dropped = adapter.cache_dropped_spec if adapter is not None else frozenset()
     out = {
         _s(k): _compact(v, share)
         for k, v in spec.items()

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from .. import kinds
 from ..kube import CONFIGMAPS, NODEPOOLS, NODES, KubeClient, KubeError
 from ..quota import ledger, placement
 from ..watch import SharedWatch
@@ -81,7 +82,9 @@ class Door:
     ) -> None:
         """Fail a queued job with the product's verdict (conditional on the version read; a job changed
         meanwhile is re-read once), and fold the result into the shared watch."""
-        log.warning("%s %s: %s: %s", job.get("kind", "Job"), job["metadata"]["name"], reason, message)
+        log.warning(
+            "%s %s: %s: %s", kinds.kind_of(job).resource.kind, job["metadata"]["name"], reason, message
+        )
         result, _ = await ledger.settle(
             self.client,
             job,
@@ -96,7 +99,9 @@ class Door:
     async def rule_kueue_job(self, job: dict, reason: str, message: str) -> None:
         """Fail a Kueue job with the product's verdict, written alone: ending it through a deadline would
         need an unsuspend, which Kueue undoes for a job it has not admitted."""
-        log.warning("%s %s: %s: %s", job.get("kind", "Job"), job["metadata"]["name"], reason, message)
+        log.warning(
+            "%s %s: %s: %s", kinds.kind_of(job).resource.kind, job["metadata"]["name"], reason, message
+        )
         result, _ = await ledger.settle(
             self.client, job, lambda j: ledger.verdict_only_patch(j, reason, message), ledger.is_finished
         )

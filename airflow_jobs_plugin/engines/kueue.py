@@ -16,7 +16,8 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from .. import kueue, kueue_cluster, labels
+from .. import kinds, kueue, kueue_cluster
+from ..jobview import JobView
 from ..kube import PENDING_IN_LOCAL_QUEUES, WORKLOADS, KubeClient, KubeError
 from ..lifecycle import QueueStatus, Reason
 from ..watch import Scope, SharedWatch
@@ -208,7 +209,7 @@ class KueueEngine(ThroughTheDoor):
 
     async def ensure(self, job: dict) -> QueueStatus | None:
         """What Kueue says of a suspended job (``None`` once it is ruled, and for a job ruled already)."""
-        if (((job.get("metadata") or {}).get("annotations")) or {}).get(labels.VERDICT):
+        if JobView(job).verdict:
             return None
         return await self._status(job)
 
@@ -275,7 +276,7 @@ class KueueEngine(ThroughTheDoor):
                 "%s %s: Kueue took it without the quota pool's admission gate (%s): it does not honour "
                 "admission gates (Kueue before %s, or its AdmissionGatedBy feature off), so per-user "
                 "limits cannot stand in front of it for jobs it takes at creation",
-                job.get("kind", "Job"),
+                kinds.kind_of(job).resource.kind,
                 (job.get("metadata") or {}).get("name"),
                 kueue.ADMISSION_GATE_ANNOTATION,
                 kueue.MIN_GATED_VERSION,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from weakref import WeakKeyDictionary
 
-from .. import kinds, labels
+from .. import kinds
+from ..jobview import JobView
 from ..kube import KubeClient, KubeError
 from ..lifecycle import QueueStatus
 from ..quota import ledger
@@ -49,7 +50,7 @@ class UnmanagedEngine(ThroughTheDoor):
 
     async def ensure(self, job: dict) -> QueueStatus | None:
         """Called while ``job`` is suspended: let it go if it may run now, else say why it waits."""
-        if (((job.get("metadata") or {}).get("annotations")) or {}).get(labels.VERDICT):
+        if JobView(job).verdict:
             return None
         if self.kueue.manages(job) or await self.kueue.takes(job):
             # Kueue admits it; unsuspending it would only make Kueue suspend it again (kueue.py).

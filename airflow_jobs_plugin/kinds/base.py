@@ -8,15 +8,20 @@ they read and describe the API's plain JSON and never call the cluster.
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from .. import labels
 from ..objects import as_int, condition_true, dig, mapping
 from ..records import PodFacts, pod_facts
 from ..resources import Resource
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec, TaskIdentity
 
 LAUNCHER = "launcher"
 WORKER = "worker"
@@ -26,6 +31,45 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation on p
 
 # The controllers' final words (batch/v1 Job: Complete/Failed; kubeflow MPIJob: Succeeded/Failed).
 TERMINAL_CONDITIONS = ("Complete", "Succeeded", "Failed")
+
+
+class Ending(enum.Enum):
+    """How a cancel ends a job."""
+
+    # A batch/v1 Job's own activeDeadlineSeconds (a suspended one resumed with parallelism 0 so its
+    # clock starts without a pod): the Job controller fails it and deletes its pods, and its
+    # ttlSecondsAfterFinished removes it later (``BatchJob.ending_spec``).
+    OWN_DEADLINE = "own deadline"
+    # A running MPIJob through its launcher Job's deadline: mpi-operator marks the MPIJob Failed and its
+    # runPolicy.ttlSecondsAfterFinished removes it later (``MPIJob.ending_writes``).
+    LAUNCHER_DEADLINE = "launcher deadline"
+    # Nothing can end it: delete it with its pods (Background propagation).
+    DELETE = "delete"
+
+
+class Then(enum.Enum):
+    """What follows one write of an ending (:class:`EndingWrite`)."""
+
+    STOP = "stop"  # the job is ended (or nothing is left to end): no further write
+    NEXT = "next"  # go on with the next write
+
+
+@dataclass(frozen=True)
+class EndingWrite:
+    """One write that ends a job the product ruled failed, beyond the ruling write itself: Kueue's
+    ``JobWithCustomStop.Stop`` (kubernetes-sigs/kueue v0.19.2 ``pkg/controller/jobframework/
+    interface.go``) as data, so the adapter decides and the shell (``quota.ledger.end_ruled_job``) only
+    sends. ``patch`` is a merge patch of ``subresource`` (``None``: the object itself), or ``None`` for a
+    Background delete. ``if_absent`` / ``if_conflict`` say what a 404 / 409 answer means; ``None``
+    there means the answer is an error to raise."""
+
+    resource: Resource
+    name: str
+    patch: Mapping[str, Any] | None
+    subresource: str | None = None
+    then: Then = Then.STOP
+    if_absent: Then | None = Then.STOP
+    if_conflict: Then | None = None
 
 
 @dataclass(frozen=True)
@@ -112,9 +156,85 @@ class JobKind(ABC):
         del job  # most kinds need nothing beside them
         return []
 
+    def pod_creators(self, job: Mapping[str, Any]) -> list[str]:
+        """The names of the objects whose controllers create the job's pods (their FailedCreate
+        events say why a pod was refused): the job itself, and any object made for it."""
+        return [str(dig(job, "metadata", "name") or "")]
+
     def related_names(self, job: Mapping[str, Any]) -> set[tuple[str, str]]:
         """(kind, name) of objects besides the job and its pods whose events explain it."""
         return set()
+
+    @abstractmethod
+    def build(
+        self, spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
+    ) -> dict[str, Any]:
+        """The object a task submits for ``spec``, suspended (its builder in ``manifests``)."""
+
+    # Ending a job the product ruled failed (Kueue's JobWithCustomStop) ---------------------------------
+
+    def ending_spec(self, job: Mapping[str, Any]) -> dict[str, Any]:
+        """The merge patch of ``spec`` that ends the job in the very write that records the product's
+        verdict (``quota.ledger.verdict_patch``); empty where one write cannot end it."""
+        del job  # a kind that is ended by later writes (ending_writes) changes no spec here
+        return {}
+
+    def ended_spec_record(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The author's values of the fields :meth:`ending_spec` changes, recorded on the job with the
+        verdict so a retry's clone gets them back (:meth:`clear_run`); ``None``: nothing to record."""
+        del job
+        return None
+
+    def ruled_but_running(self, job: Mapping[str, Any]) -> bool:
+        """Carries a failing verdict of the product but still runs: :meth:`ending_writes` has work."""
+        del job
+        return False
+
+    def ruled_while_queued(self, job: Mapping[str, Any]) -> bool:
+        """Ruled failed while queued (suspended), not yet shown ended: :meth:`ending_writes` has work."""
+        del job
+        return False
+
+    def ending_writes(self, job: Mapping[str, Any], now: datetime) -> list[EndingWrite]:
+        """The writes, in order, that end ``job`` (as read after its verdict was written) where the
+        verdict's write alone does not; empty when there is nothing left to end."""
+        del job, now
+        return []
+
+    def cancel_ending(self, suspended: bool) -> Ending:
+        """How a cancel ends a job of this kind, suspended (queued, stopped) or not."""
+        del suspended
+        return Ending.OWN_DEADLINE
+
+    def ttl_after_finished(self, job: Mapping[str, Any]) -> int | None:
+        """Seconds its controller keeps the finished job (``None``: nothing removes it)."""
+        return as_int(dig(job, "spec", "ttlSecondsAfterFinished"))
+
+    # Pods and GPUs after the controller's final word ------------------------------------------------
+
+    def pod_outlives_job(self, role: str) -> bool:
+        """Whether a live pod of ``role`` keeps running (and holding its GPUs) after the controller
+        ruled on the job, until something deletes it."""
+        del role
+        return False
+
+    def still_counts_pods(self, job: Mapping[str, Any]) -> bool:
+        """Whether the controller still counts pods as active or terminating, before its final word
+        (pods it counts hold their GPUs whatever the view of them says)."""
+        del job
+        return False
+
+    # Whether its controller leaves the finished job in place when ``ttl_after_finished`` runs out, so
+    # the product marks it (labels.DELETE_AFTER) and the orphan sweep deletes it.
+    outlives_its_ttl: bool = False
+
+    # Whether the launcher's log holds every rank's lines (mpirun gathers them), so a rank whose pod is
+    # gone can still be read there.
+    ranks_in_launcher_log: bool = False
+
+    # What the watch's cache keeps of the kind's spec
+    # (watch_transform): fields the product never reads and the API server writes per object.
+    cache_dropped_spec: frozenset[str] = frozenset()
 
     # Shared readings, the same for every kind ------------------------------------------------------
 

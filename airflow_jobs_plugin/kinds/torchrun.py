@@ -14,7 +14,8 @@ for Services and Pods"). No training operator is needed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from .. import labels
 from ..objects import as_int, dig, mapping
@@ -22,6 +23,9 @@ from ..resources import SERVICES, Resource
 from ..spec import TORCHRUN_PORT
 from .base import COMPLETION_INDEX
 from .batch import BatchJob
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec, TaskIdentity
 
 # The product's label on a torchrun Job and its pods (labels.FRAMEWORK); its value names the kind.
 FRAMEWORK_VALUE = "torchrun"
@@ -38,6 +42,13 @@ class TorchrunJob(BatchJob):
             and dig(job, "spec", "completionMode") == "Indexed"
             and mapping(job, "metadata", "labels").get(labels.FRAMEWORK) == FRAMEWORK_VALUE
         )
+
+    def build(
+        self, spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
+    ) -> dict[str, Any]:
+        from ..manifests import build_torchrun  # see BatchJob.build
+
+        return build_torchrun(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
 
     def key_of(self, pod_labels: Mapping[str, Any], pod_annotations: Mapping[str, Any]) -> tuple[str, int]:
         # Every node runs the same template: its rank is its completion index, never a fixed label.

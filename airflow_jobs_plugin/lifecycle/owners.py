@@ -25,6 +25,7 @@ from typing import Any
 from .. import labels
 from ..kinds import kind_of
 from ..objects import dig, items, mapping
+from ..resources import JOBS
 from .replicas import _CREATED_POD, disrupted_pod
 
 # Every pod label whose value names the job (or the MPIJob's launcher Job) the pod belongs to.
@@ -61,10 +62,10 @@ class OwnerIndex:
 
     def pods_for(self, job: Obj) -> list[Obj]:
         """A superset of ``job``'s pods, in the order they were given."""
-        name = dig(job, "metadata", "name")
         uid = dig(job, "metadata", "uid")
         found: dict[int, Obj] = {}
-        for key in (uid, f"name:{name}", f"name:{name}-launcher"):
+        # Pods named by the job's label, or by the label of an object made for it (an MPI launcher Job).
+        for key in (uid, *(f"name:{creator}" for creator in kind_of(job).pod_creators(job))):
             for position, pod in self._pods.get(str(key), ()) if key else ():
                 found[position] = pod
         return [found[p] for p in sorted(found)]
@@ -77,9 +78,10 @@ class OwnerIndex:
         disrupted = disrupted_pod(job)
         if disrupted:
             names.add(disrupted)
-        for own in (name, f"{name}-launcher"):
+        for own in kind_of(job).pod_creators(job):
             for _, event in self._events.get(f"name:{own}", ()):
-                if _about(event).get("kind") == "Job" and event.get("reason") == "SuccessfulCreate":
+                # The Job controller's record of each pod it created (see replicas.events_about).
+                if _about(event).get("kind") == JOBS.kind and event.get("reason") == "SuccessfulCreate":
                     created = _CREATED_POD.match(str(event.get("message") or event.get("note") or ""))
                     if created:
                         names.add(created["pod"])

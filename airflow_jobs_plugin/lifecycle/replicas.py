@@ -18,6 +18,7 @@ from .. import kinds
 from ..kinds import LAUNCHER, WORKER  # noqa: F401  (re-exported by lifecycle)
 from ..objects import condition, dig, latest, parse_time
 from ..records import NOT_YET, PodFacts, pod_facts
+from ..resources import JOBS
 from .pod_status import columns
 from .state import Reason
 
@@ -146,7 +147,7 @@ def events_about(
         about = event.get("involvedObject") or event.get("regarding") or {}
         if (
             (about.get("kind"), about.get("name")) in names
-            and about.get("kind") == "Job"
+            and about.get("kind") == JOBS.kind  # the Job controller's (an MPI launcher's too)
             and event.get("reason") == "SuccessfulCreate"
         ):
             created = _CREATED_POD.match(str(event.get("message") or event.get("note") or ""))

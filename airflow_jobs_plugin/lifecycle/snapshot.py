@@ -35,7 +35,8 @@ from typing import Any
 
 from .. import history, labels
 from ..bounded import MESSAGE_LIMIT, bounded
-from ..kinds import LAUNCHER, MPI_JOB, JobKind, kind_of
+from ..jobview import JobView
+from ..kinds import LAUNCHER, JobKind, kind_of
 from ..objects import as_int, as_utc, condition, dig, items, mapping, parse_time
 from ..records import NOT_YET, PodFacts, ReadMemo, pod_facts
 from .replicas import (
@@ -213,6 +214,10 @@ class _Facts:
     backoff_limit: int
     pod_failures: int
     requeue_count: int
+    # The product's own readings of the job (jobview.JobView): its verdict and when it was admitted.
+    verdict: str | None = None
+    verdict_message: str | None = None
+    admitted_at: datetime | None = None
     # The first status condition of each type, as ``objects.condition`` finds it: one pass, where every
     # rule asking about a condition walked the list again.
     conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -328,7 +333,7 @@ def snapshot(
     annotations = facts.annotations
     finished_at = _finished_at(job, decision.state, reservation)
     if reservation is None:
-        reservation = _reservation_on(annotations, finished_at)
+        reservation = _reservation_on(facts, finished_at)
     return JobSnapshot(
         name=read.name,
         namespace=read.namespace,
@@ -345,8 +350,7 @@ def snapshot(
         gpus=reservation.gpus if reservation else (as_int(annotations.get(labels.GPUS)) or 0),
         gpu_seconds=_gpu_seconds(reservation, now),
         queued_at=read.queued_at,
-        admitted_at=parse_time(annotations.get(labels.ADMITTED_AT))
-        or (reservation.admitted_at if reservation else None),
+        admitted_at=facts.admitted_at or (reservation.admitted_at if reservation else None),
         started_at=_started_at(own_pods) or _recorded_start(annotations),
         finished_at=finished_at,
         observed_at=now,
@@ -400,11 +404,11 @@ def _with_cause(decision: _Decision, events: Iterable[Mapping[str, Any]]) -> _De
     )
 
 
-def _reservation_on(annotations: Mapping[str, Any], finished_at: datetime | None) -> Reservation | None:
+def _reservation_on(facts: _Facts, finished_at: datetime | None) -> Reservation | None:
     """The GPUs an admitted job holds, read from the job itself (admission time and GPU total), held
     until the job finished: what a caller without the quota ledger at hand can still account."""
-    admitted = parse_time(annotations.get(labels.ADMITTED_AT))
-    gpus = as_int(annotations.get(labels.GPUS))
+    admitted = facts.admitted_at
+    gpus = as_int(facts.annotations.get(labels.GPUS))
     if admitted is None or not gpus:
         return None
     return Reservation(gpus=gpus, admitted_at=admitted, released_at=finished_at)
@@ -413,7 +417,11 @@ def _reservation_on(annotations: Mapping[str, Any], finished_at: datetime | None
 def _facts(job: Mapping[str, Any], adapter: JobKind) -> _Facts:
     annotations = _strings(mapping(job, "metadata", "annotations"))
     backoff = adapter.backoff_limit(job)
+    view = JobView(job)
     return _Facts(
+        verdict=view.verdict,
+        verdict_message=view.verdict_message,
+        admitted_at=view.admitted_at,
         adapter=adapter,
         annotations=annotations,
         suspended=adapter.is_suspended(job),
@@ -482,9 +490,9 @@ def _decide(
     if facts.holds("Failed"):
         state = JobState.TERMINATING if holding else JobState.FAILED
         return _with_verdict(_failed(job, "Failed", facts, replicas, state, events), facts, holding)
-    verdict = facts.annotations.get(labels.VERDICT)
+    verdict = facts.verdict
     if verdict:
-        return _verdict(verdict, facts.annotations.get(labels.VERDICT_MESSAGE, ""), facts, live)
+        return _verdict(verdict, facts.verdict_message or "", facts, live)
     if facts.holds("FailureTarget"):
         state = JobState.TERMINATING if holding else JobState.FAILED
         return _failed(job, "FailureTarget", facts, replicas, state, events)
@@ -510,27 +518,24 @@ def _decide(
 def _holding(job: Mapping[str, Any], facts: _Facts, live: list[PodFacts]) -> list[Mapping[str, Any]]:
     """The live pods that still hold their GPUs once the controller has ruled on the job.
 
-    A pod being deleted holds its GPUs until it is gone. So does an MPI worker: the workers of an
+    A pod being deleted holds its GPUs until it is gone. So does a pod its kind says outlives the job (``JobKind.pod_outlives_job``), an MPI worker: the workers of an
     MPIJob never end by themselves; mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8.0,
     ``deleteWorkerPods`` after the launcher finished) deletes them per ``cleanPodPolicy``, and with
     ``None`` they keep running. A launcher pod or a Job's pod that looks live without a deletion
     timestamp is a view older than the job's own: the launcher Job only finishes once its pod ended,
     and the Job controller (``pkg/controller/job/job_controller.go``, 1.31+) writes SuccessCriteriaMet
     and FailureTarget only after counting the pods that decided them, deleting the others; while it
-    still counts pods as active or terminating, they hold.
+    still counts pods as active or terminating (``JobKind.still_counts_pods``), they hold.
     """
     holding: list[Mapping[str, Any]] = []
     if not live:
         return holding
-    mpi = facts.adapter is MPI_JOB
-    counted = (as_int(dig(job, "status", "active"), 0) or 0) + (
-        as_int(dig(job, "status", "terminating"), 0) or 0
-    )
-    still_counted = not mpi and counted > 0 and not (facts.holds("Complete") or facts.holds("Failed"))
+    adapter = facts.adapter
+    still_counted = adapter.still_counts_pods(job)
     for pod in live:
         if pod.deleting:
             holding.append(pod.obj)
-        elif mpi and replica_key(facts.adapter, pod)[0] != LAUNCHER:
+        elif adapter.pod_outlives_job(replica_key(adapter, pod)[0]):
             holding.append(pod.obj)
         elif still_counted:
             holding.append(pod.obj)
@@ -575,7 +580,7 @@ def _with_verdict(decision: _Decision, facts: _Facts, holding: list[Mapping[str,
     A cancel ends a job the same way (``actions.cancel``), so a cancelled job that failed is CANCELLED:
     its verdict is written in the same write as the deadline that fails it, conditional on the job as
     read, so it never lands on a job that had already failed by itself."""
-    verdict = facts.annotations.get(labels.VERDICT)
+    verdict = facts.verdict
     reason = VERDICTS.get(verdict or "")
     if reason is None or reason is Reason.STOPPED:
         return decision
@@ -584,7 +589,7 @@ def _with_verdict(decision: _Decision, facts: _Facts, holding: list[Mapping[str,
         if holding:
             return _Decision(JobState.TERMINATING, reason, _stopping(message, holding), decision.exit_code)
         return _Decision(JobState.CANCELLED, reason, message, decision.exit_code)
-    message = facts.annotations.get(labels.VERDICT_MESSAGE) or decision.message
+    message = facts.verdict_message or decision.message
     if holding:
         message = _stopping(message, holding)
     return _Decision(decision.state, reason, message, decision.exit_code)
@@ -635,7 +640,7 @@ def _failed(
         # infrastructure failed the job, not the program, whatever the killed container's exit code.
         # Which disruption: a NodeLost ruling the product wrote before the controller's word, or the
         # node controllers' events on the pod, which outlive it.
-        lost = facts.annotations.get(labels.VERDICT) == Reason.NODE_LOST.value
+        lost = facts.verdict == Reason.NODE_LOST.value
         lost = lost or lost_with_its_node(disrupted_pod(job), events)
         reason = Reason.NODE_LOST if lost else Reason.EVICTED
         return _Decision(state, reason, f"{detail}; its pod was disrupted", None)

@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_jobs_plugin import actions, config, inspect, labels
-from airflow_jobs_plugin.kube import MPIJOBS, KubeClient, KubeError
+from airflow_jobs_plugin import actions, config, inspect, kinds, labels
+from airflow_jobs_plugin.jobview import JobView
+from airflow_jobs_plugin.kube import KubeClient, KubeError, Resource
 from airflow_jobs_plugin.objects import parse_time
 from airflow_jobs_plugin.orphans import JobRecord, TaskRecord, TaskRef, Verdict, job_record, judge
 from airflow_jobs_plugin.quota.ledger import is_finished
@@ -116,8 +117,7 @@ def maybe_live(metadata: Iterable[Mapping[str, Any]], finished: set[str]) -> lis
     verdict (a verdict is final), not being deleted, not seen finished by an earlier sweep."""
     found = []
     for job in metadata:
-        annotations = (job.get("metadata") or {}).get("annotations") or {}
-        ended = bool(annotations.get(labels.VERDICT)) or _uid(job) in finished
+        ended = JobView(job).verdict is not None or _uid(job) in finished
         record = job_record(job, finished=ended)
         if record.live and record.task is not None:
             found.append((dict(job), record))
@@ -263,15 +263,22 @@ async def _settle(
     return swept
 
 
-def expired_mpijobs(metadata: Iterable[Mapping[str, Any]], now: datetime) -> list[tuple[str, str]]:
-    """(name, uid) of the finished MPIJobs whose TTL has ended (labels.DELETE_AFTER, written only on
-    MPIJobs by the trigger that saw them finish) and that are not being deleted already."""
+def expired_mpijobs(metadata: Iterable[Mapping[str, Any]], now: datetime) -> list[tuple[Resource, str, str]]:
+    """(resource, name, uid) of the finished jobs whose TTL has ended (labels.DELETE_AFTER, written only
+    on the kinds whose controller outlives it, MPIJobs, by the trigger that saw them finish) and that
+    are not being deleted already."""
     found = []
     for job in metadata:
         meta = job.get("metadata") or {}
         after = parse_time((meta.get("annotations") or {}).get(labels.DELETE_AFTER))
-        if after is not None and after <= now and not meta.get("deletionTimestamp"):
-            found.append((str(meta.get("name") or ""), _uid(job)))
+        adapter = kinds.kind_of(job)
+        if (
+            after is not None
+            and after <= now
+            and not meta.get("deletionTimestamp")
+            and adapter.outlives_its_ttl
+        ):
+            found.append((adapter.resource, str(meta.get("name") or ""), _uid(job)))
     return found
 
 
@@ -281,9 +288,9 @@ async def delete_expired_mpijobs(
     """Delete the finished MPIJobs whose ``ttl_after_finished`` has run out: the MPI operator (v0.5-v0.8)
     applies it to the launcher Job only. Every API server process sweeps: the delete is conditional on
     the uid (a new MPIJob of the same name is never taken), and a second delete finds it gone (404)."""
-    for name, uid in expired_mpijobs(metadata, now):
+    for resource, name, uid in expired_mpijobs(metadata, now):
         try:
-            await client.delete(MPIJOBS, namespace, name, preconditions={"uid": uid})
+            await client.delete(resource, namespace, name, preconditions={"uid": uid})
         except KubeError as exc:
             if not exc.conflict:
                 log.warning("could not delete expired MPIJob %s/%s: %s", namespace, name, exc)

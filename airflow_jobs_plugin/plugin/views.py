@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow_jobs_plugin import action_rules, history, kinds, kueue, labels, quota, tracking
+from airflow_jobs_plugin.jobview import JobView
 from airflow_jobs_plugin.lifecycle import (
     LAUNCHER,
     JobSnapshot,
@@ -373,13 +374,13 @@ def _int(value: Any) -> int | None:
 
 
 def group_of(job: Mapping[str, Any]) -> str:
-    """The exact group the job runs in (annotation), else the label's slug (quota/jobs.py), else ``""``."""
-    return pool_jobs.group_of(job) or ""
+    """The exact group the job runs in (annotation), else the label's slug (``JobView.group``), else ``""``."""
+    return JobView(job).group or ""
 
 
 def user_of(job: Mapping[str, Any]) -> str:
-    """The exact user the job runs for (annotation), else the label's slug, else ``""``."""
-    return _annotations(job).get(labels.USER_NAME) or _labels(job).get(labels.USER) or ""
+    """The exact user the job runs for (annotation), else the label's slug (``JobView.user``), else ``""``."""
+    return JobView(job).user or ""
 
 
 def dag_of(job: Mapping[str, Any]) -> str | None:
@@ -405,7 +406,7 @@ def may_be_waiting(job: Mapping[str, Any]) -> bool:
     created suspended without one, and the admission sets it in the write that unsuspends
     (``quota.ledger.unsuspend_patch``): so a job carrying it is not in the queue, whatever its status.
     The others still need their whole object to tell (:func:`_is_waiting`)."""
-    return labels.ADMITTED_AT not in _annotations(job)
+    return JobView(job).admitted_at is None
 
 
 def is_suspended(job: Mapping[str, Any]) -> bool:
@@ -415,7 +416,7 @@ def is_suspended(job: Mapping[str, Any]) -> bool:
 def _is_waiting(job: Mapping[str, Any]) -> bool:
     """Suspended, not ruled on by the product, not finished, not being deleted: in the pool's queue
     (a job Kueue admits waits in Kueue's queue, not the pool's)."""
-    if not is_suspended(job) or _annotations(job).get(labels.VERDICT) or kueue.manages(job):
+    if not is_suspended(job) or JobView(job).verdict or kueue.manages(job):
         return False
     if _meta(job).get("deletionTimestamp"):
         return False
@@ -517,7 +518,7 @@ def _queue_status(
         return QueueStatus(d.reason, d.position, d.message)
     if uid in problems:
         return QueueStatus("Inadmissible", None, problems[uid])
-    if kueue.manages(job) and is_suspended(job) and not _annotations(job).get(labels.VERDICT):
+    if kueue.manages(job) and is_suspended(job) and not JobView(job).verdict:
         return _kueue_queue_status(state, job, uid)
     return None
 
@@ -1062,7 +1063,7 @@ _ACT_LABELS = {
 
 def _product_ending(job: Mapping[str, Any], cond: Mapping[str, Any], cancelled_at: datetime | None) -> bool:
     """Whether a controller condition is the mechanism of the product's own ending of the job."""
-    if not _annotations(job).get(labels.VERDICT):
+    if not JobView(job).verdict:
         return False
     if cond.get("type") in _ENDING_CONDITIONS:
         return True

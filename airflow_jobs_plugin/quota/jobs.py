@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import kinds, kueue, labels
+from ..jobview import JobView
 from ..objects import parse_time
 from ..objects import rfc3339 as rfc3339
 from ..resources import Resource
@@ -55,28 +56,17 @@ def awaits_release(job: Mapping[str, Any]) -> bool:
 
 def is_finished(job: Mapping[str, Any]) -> bool:
     """The controller's final word (Complete / Succeeded / Failed) or a verdict of the product."""
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(labels.VERDICT):
-        return True
-    return kinds.kind_of(job).is_finished(job)
+    return JobView(job).finished
 
 
 def group_of(job: Mapping[str, Any]) -> str | None:
     """The exact quota group a job runs in (annotation, falling back to the slug label)."""
-    meta = job.get("metadata") or {}
-    return (meta.get("annotations") or {}).get(labels.GROUP_NAME) or (meta.get("labels") or {}).get(
-        labels.GROUP
-    )
+    return JobView(job).group
 
 
 def is_product_job(job: Mapping[str, Any]) -> bool:
     """A Job or MPIJob the product submitted, not the launcher Job an MPI operator made for an MPIJob."""
-    meta = job.get("metadata") or {}
-    if labels.MPI_JOB_NAME in (meta.get("labels") or {}) and not kinds.is_mpi(job):
-        return False
-    return not any(
-        ref.get("kind") == kinds.MPI_JOB.resource.kind for ref in meta.get("ownerReferences") or ()
-    )
+    return not kinds.made_for_another_job(job)
 
 
 def fingerprint(job: Mapping[str, Any]) -> tuple:
@@ -157,7 +147,7 @@ def queued_job(job: Mapping[str, Any]) -> QueuedJob:
 
 
 def admitted_at_of(job: Mapping[str, Any]) -> datetime | None:
-    return parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.ADMITTED_AT))
+    return JobView(job).admitted_at
 
 
 def expected_pods(job: Mapping[str, Any]) -> int:
@@ -187,7 +177,7 @@ def all_pods_scheduled(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
 
 def is_stopped(job: Mapping[str, Any]) -> bool:
     """A user stopped the job (labels.STOPPED_AT): no admission may release it until a resume."""
-    return bool(((job.get("metadata") or {}).get("annotations") or {}).get(labels.STOPPED_AT))
+    return JobView(job).stopped
 
 
 # How long past its deletion deadline (``metadata.deletionTimestamp``: the deletion's time plus its grace

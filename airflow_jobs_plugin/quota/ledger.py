@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import kinds, kueue, kueue_cluster, labels, queue_clock
 from ..bounded import bounded
-from ..kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient, KubeError
+from ..kube import CONFIGMAPS, PODS, KubeClient, KubeError
 
 # The pure readers of a job (jobs.py), re-exported: the ledger's callers in the shell read them here.
 from .jobs import (
@@ -324,187 +324,63 @@ def verdict_only_patch(job: Mapping[str, Any], reason: str, message: str) -> dic
     }
 
 
-# The shortest deadline the API accepts: the Job controller fails the job at its next sync.
-ENDING_DEADLINE_SECONDS = 1
+# The shortest deadline the API accepts (the kinds end a ruled batch/v1 Job, or a launcher, with it).
+ENDING_DEADLINE_SECONDS = kinds.ENDING_DEADLINE_SECONDS
 
 
 def verdict_patch(job: Mapping[str, Any], reason: str, message: str) -> dict:
-    """Record a product verdict on a job, in the write that also ends it where one write can.
-
-    A batch/v1 Job is ended through its own ``activeDeadlineSeconds``, which the API lets a Job change
-    at any time (``pkg/apis/batch/validation/validation.go``, Kubernetes 1.32: ``ValidateJobSpecUpdate``
-    keeps completions, selector, template, completionMode, podFailurePolicy and backoffLimitPerIndex
-    immutable, not the deadline). The Job controller (``pkg/controller/job/job_controller.go``,
-    ``pastActiveDeadline`` from ``status.startTime``) then writes FailureTarget and Failed
-    (DeadlineExceeded) and deletes the pods itself, so ``kubectl get jobs`` shows the job Failed, never
-    ``Suspended`` as a queued one; the product's verdict stays the job's reason. A job still suspended
-    (queued, stopped) has no start time: it is resumed with ``parallelism: 0``, which starts the
-    deadline's clock without creating a pod.
-
-    An MPIJob only gets the verdict here: it is ended through its launcher Job (:func:`end_ruled_job`),
-    the one object whose failure mpi-operator turns into the MPIJob's own ``Failed`` condition.
-    """
+    """Record a product verdict on a job, in the write that also ends it where one write can: the
+    job's kind says how (``JobKind.ending_spec``: a batch/v1 Job through its own deadline, so
+    ``kubectl get jobs`` shows it Failed; the product's verdict stays the job's reason). A kind whose
+    job one write cannot end (an MPIJob) only gets the verdict here, and is ended by
+    :func:`end_ruled_job`."""
+    adapter = kinds.kind_of(job)
     metadata = {
         **_precondition(job),
         "annotations": {labels.VERDICT: reason, labels.VERDICT_MESSAGE: bounded(message)},
     }
-    if kinds.is_mpi(job):
+    spec = adapter.ending_spec(job)
+    if not spec:
         return {"metadata": metadata}
-    spec: dict[str, Any] = {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}
-    if is_suspended(job):
-        spec.update(suspend=False, parallelism=0)
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
-    if labels.ENDED_SPEC not in annotations:  # a second ruling must not record the ending values
-        job_spec = job.get("spec") or {}
-        metadata["annotations"][labels.ENDED_SPEC] = json.dumps(
-            {field: job_spec.get(field) for field in spec if field != "suspend"}, sort_keys=True
-        )
+    record = adapter.ended_spec_record(job)
+    if record is not None:
+        metadata["annotations"][labels.ENDED_SPEC] = json.dumps(record, sort_keys=True)
     return {"metadata": metadata, "spec": spec}
 
 
-# kubeflow/mpi-operator pkg/controller/mpi_job_controller.go (v0.5.0 .. v0.8.0): launcherSuffix.
-LAUNCHER_SUFFIX = "-launcher"
-
-
 def ruled_but_running(job: Mapping[str, Any]) -> bool:
-    """An MPIJob that carries a failing verdict of the product (a cancel's too) but still runs: its
-    launcher Job has yet to be ended (:func:`end_ruled_job`), for example because the process that
-    ruled stopped between the two writes."""
-    if not kinds.is_mpi(job) or is_suspended(job):
-        return False
-    verdict = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.VERDICT)
-    if not verdict:
-        return False
-    return not kinds.MPI_JOB.is_finished(job)
+    """A job that carries a failing verdict of the product but still runs, which its kind ends by
+    further writes (:func:`end_ruled_job`; ``JobKind.ruled_but_running``)."""
+    return kinds.kind_of(job).ruled_but_running(job)
 
 
 def ruled_while_queued(job: Mapping[str, Any]) -> bool:
-    """An MPIJob the product ruled failed while it was queued (suspended), which the cluster does not show
-    ended yet: :func:`end_ruled_job` writes its ``Failed`` condition. A cancel deletes such a job
-    instead (``action_rules.cancel_ending``)."""
-    if not kinds.is_mpi(job) or not is_suspended(job) or kinds.MPI_JOB.is_finished(job):
-        return False
-    verdict = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.VERDICT)
-    return bool(verdict) and verdict != "Cancelled"
-
-
-def queued_failure_patch(job: Mapping[str, Any], now: datetime) -> dict:
-    """The status write that ends an MPIJob ruled while queued: its ``Failed`` condition (the verdict's
-    reason and message) and completion time, conditional on the version read.
-
-    mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8) has no failed state for a job that
-    never started: it fails an MPIJob only from its launcher Job's failure, and resuming the job to
-    fail it would create its workers (``getOrCreateWorker`` runs as soon as it is not suspended) and
-    run the launcher's pod. But its ``syncHandler`` returns at once, touching nothing, for an MPIJob
-    whose status is finished (``isFinished``: a Succeeded or Failed condition) with a completion time,
-    so this write is its end: the job stays suspended (no pod is ever created), the operator keeps the
-    status as written, and the condition goes last, as the operator's own ``setCondition`` puts a new
-    one (the one ``kubectl get mpijobs -o wide`` and ``describe`` read as its state). Its Running
-    condition, if any, is set False as ``filterOutCondition`` does when a job fails."""
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
-    stamp = rfc3339(now)
-    kept = []
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if not isinstance(condition, Mapping) or condition.get("type") == "Failed":
-            continue
-        if condition.get("type") == "Running":
-            condition = {**condition, "status": "False"}
-        kept.append(dict(condition))
-    failed = {
-        "type": "Failed",
-        "status": "True",
-        "reason": annotations.get(labels.VERDICT) or "Failed",
-        "message": bounded(annotations.get(labels.VERDICT_MESSAGE) or "ruled failed while queued"),
-        "lastUpdateTime": stamp,
-        "lastTransitionTime": stamp,
-    }
-    return {
-        "metadata": _precondition(job),
-        "status": {"conditions": [*kept, failed], "completionTime": stamp},
-    }
+    """A job the product ruled failed while it was queued, which the cluster does not show ended yet
+    (``JobKind.ruled_while_queued``): :func:`end_ruled_job` ends it."""
+    return kinds.kind_of(job).ruled_while_queued(job)
 
 
 async def end_ruled_job(client: KubeClient, job: Mapping[str, Any]) -> None:
-    """End a running MPIJob the product has ruled failed, so that the cluster shows it failed.
-
-    mpi-operator (``pkg/controller/mpi_job_controller.go``, v0.8.0) copies ``runPolicy.
-    activeDeadlineSeconds`` into the launcher Job only when it creates it (``newLauncherJob``), so a
-    deadline written on the MPIJob later ends nothing; but the launcher Job is a batch/v1 Job, whose
-    deadline may change at any time (see :func:`verdict_patch`). Once the Job controller fails it
-    (DeadlineExceeded, pods deleted), ``updateMPIJobFailedStatus`` sets the MPIJob's ``Failed``
-    condition and completion time, and ``cleanPodPolicy: Running`` deletes the workers still running:
-    ``kubectl get jobs`` shows the launcher Failed, where suspending would have shown it Suspended, which
-    is how a queued job looks. The operator's own updates of the launcher (``suspend`` only) are
-    compare-and-swap writes from its informer, so they never put the old deadline back.
-
-    A queued or stopped MPIJob stays suspended, and gets its ``Failed`` condition from the product
-    (:func:`queued_failure_patch`): the operator has no failed state for a job that never started, and
-    starting it to fail it would place its workers. An MPIJob with no launcher Job yet
-    (an operator that waits for its workers before creating it) is suspended instead, which frees its
-    GPUs at once; a cancelled one is deleted with its pods, since a suspended MPIJob never finishes and
-    so no TTL would ever remove it.
-    """
-    if ruled_while_queued(job):
-        meta = job.get("metadata") or {}
+    """End a job the product has ruled failed where the verdict's own write did not: send the writes
+    its kind asks for (``JobKind.ending_writes``, Kueue's ``JobWithCustomStop``), in order, each
+    answer deciding whether the next is sent."""
+    namespace = (job.get("metadata") or {}).get("namespace") or ""
+    for write in kinds.kind_of(job).ending_writes(job, utcnow()):
         try:
-            await client.merge_patch(
-                MPIJOBS,
-                meta.get("namespace") or "",
-                meta["name"],
-                queued_failure_patch(job, utcnow()),
-                sub="status",
-            )
+            if write.patch is None:
+                await client.delete(write.resource, namespace, write.name, propagation_policy="Background")
+            else:
+                await client.merge_patch(
+                    write.resource, namespace, write.name, dict(write.patch), sub=write.subresource
+                )
         except KubeError as exc:
-            # Gone, or changed since it was read (resumed, finished, ruled again): the next look at the
-            # new version decides afresh (the trigger's _end_if_ruled).
-            if not (exc.not_found or exc.status == 409):
+            then = write.if_absent if exc.not_found else write.if_conflict if exc.status == 409 else None
+            if then is None:
                 raise
+        else:
+            then = write.then
+        if then is kinds.Then.STOP:
             return
-        # Its launcher Job, created suspended with the MPIJob (a suspended MPIJob gets it at once), is
-        # ended as a queued batch Job is (verdict_patch): resumed with no pod and a deadline that has
-        # passed, so the Job controller fails it and ``kubectl get jobs`` never shows it Suspended. Only
-        # now: the operator re-suspends the launcher of a suspended MPIJob (``syncHandler``: ``suspend``
-        # aligned with the MPIJob's), except once the MPIJob is finished, when it returns before that.
-        try:
-            await client.merge_patch(
-                JOBS,
-                meta.get("namespace") or "",
-                meta["name"] + LAUNCHER_SUFFIX,
-                {
-                    "spec": {
-                        "activeDeadlineSeconds": ENDING_DEADLINE_SECONDS,
-                        "suspend": False,
-                        "parallelism": 0,
-                    }
-                },
-            )
-        except KubeError as exc:
-            if not exc.not_found:  # no launcher Job (an operator that waits for workers): nothing shows
-                raise
-        return
-    if not ruled_but_running(job):
-        return
-    meta = job.get("metadata") or {}
-    namespace, name = meta.get("namespace") or "", meta["name"]
-    try:
-        await client.merge_patch(
-            JOBS,
-            namespace,
-            name + LAUNCHER_SUFFIX,
-            {"spec": {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}},
-        )
-        return
-    except KubeError as exc:
-        if not exc.not_found:
-            raise
-    if (meta.get("annotations") or {}).get(labels.VERDICT) == "Cancelled":
-        await client.delete(MPIJOBS, namespace, name, propagation_policy="Background")
-        return
-    try:
-        await client.merge_patch(MPIJOBS, namespace, name, {"spec": _suspend_spec(job, True)})
-    except KubeError as exc:
-        if not exc.not_found:
-            raise
 
 
 def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:

@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any
 
 from .. import labels, queue_clock
+from ..jobview import JobView
 from ..kinds.charge import job_charge
 from .fair_share import Ordering, UsageHistory, recent_by_group, with_released
 from .model import Decision, QueuedJob, QuotaPolicy, Reservation, Verdict
@@ -298,15 +299,14 @@ def queued_job_from_metadata(metadata: Mapping[str, Any]) -> QueuedJob:
     The enqueue time falls back to ``creationTimestamp`` when the queued-at annotation is missing.
     Raises ValueError naming the missing or malformed key.
     """
-    job_labels = metadata.get("labels") or {}
     annotations = metadata.get("annotations") or {}
     name = metadata.get("name")
     uid = metadata.get("uid")
     if not name or not uid:
         raise ValueError("metadata needs name and uid")
     # The annotations carry the exact names the policy is keyed by; labels only hold sanitized slugs.
-    group = annotations.get(labels.GROUP_NAME) or job_labels.get(labels.GROUP)
-    user = annotations.get(labels.USER_NAME) or job_labels.get(labels.USER)
+    view = JobView({"metadata": metadata})
+    group, user = view.group, view.user
     if not group:
         raise ValueError(
             f"job {name} has neither a {labels.GROUP_NAME} annotation nor a {labels.GROUP} label"
@@ -386,7 +386,7 @@ def observed_job(
     annotations = metadata.get("annotations") or {}
     return ObservedJob(
         exists=True,
-        terminal=terminal or bool(annotations.get(labels.VERDICT)),
+        terminal=terminal or JobView({"metadata": metadata}).verdict is not None,
         suspended=suspended,
         requeue_count=_annotation_int(annotations, labels.REQUEUE_COUNT, 0),
         stopped=bool(annotations.get(labels.STOPPED_AT)),

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -55,9 +56,6 @@ COMPONENTS = {
 NOT_DRIVEN: dict[str, dict[tuple[str, str], set[str]]] = {
     "triggerer": {
         ("karpenter.sh", "nodepools"): {"list"},
-        # The Failed status of an MPIJob ruled while queued (quota/ledger.py end_ruled_job): driven by
-        # tests/trigger/test_mpijob_ruled_while_queued.py, on the simulator and on the real plane.
-        ("kubeflow.org", "mpijobs/status"): {"patch"},
     }
 }
 
@@ -147,7 +145,9 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
                 cluster.call(lambda: None)
             for (verb, resource), count in cluster.counters().items():
                 if count:
-                    used[component].setdefault((RESOURCE_GROUPS.get(resource, ""), resource), set()).add(verb)
+                    # A subresource (mpijobs/status) is in its resource's group.
+                    group = RESOURCE_GROUPS.get(resource.split("/")[0], "")
+                    used[component].setdefault((group, resource), set()).add(verb)
             cluster.reset_counters()
 
         quick = {SCENARIO: json.dumps({"main": {"run": 2, "logs": ["epoch 1"]}})}
@@ -248,9 +248,28 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
             ),
             "rbac_lost_unsuspend",
         )
+        # An MPIJob that waits past its queue_timeout: ruled while queued, it ends Failed on the cluster
+        # through its status (mpijobs/status), written by the triggerer (kinds/mpi.py
+        # MPIJob.ending_writes). Two workers: a one-worker job, framework "mpi" or not, is a batch/v1 Job
+        # (JobSpec.is_mpi), which the verdict's own write ends through its deadline.
+        timed_out, _ = deferred(
+            JobOperator(
+                task_id="train",
+                image="t:1",
+                group="vision",
+                gpus=1,
+                workers=2,
+                quota_configmap="policy",
+                queue_timeout=1,
+            ),
+            "rbac_queue_timeout",
+        )
         charge("worker")
         asyncio.run(_reserve_before_a_crash(lost.trigger.job_name))
         cluster.reset_counters()  # the crashed triggerer's write: not this scenario's
+        # Its wait counts from its creation (quota/ledger_model.py queued_job_of: no claimed enqueue time
+        # moves it earlier), so it has waited past its one second when the first pass judges it.
+        time.sleep(1.5)
 
         async def triggerer_stops() -> None:
             """The triggerer's shared watch and admission loop end, so their requests are all its own."""
@@ -278,6 +297,7 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
                     collect(retried.trigger),
                     collect(ddp.trigger),
                     collect(lost.trigger),
+                    collect(timed_out.trigger),
                 )
                 assert [e["status"] for e in events] == [
                     "success",
@@ -286,7 +306,9 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
                     "failed",
                     "failed",
                     "success",
+                    "failed",
                 ]
+                assert events[-1]["reason"] == "QueueTimeout", events[-1]
                 kill_run = asyncio.ensure_future(collect(killed.trigger))
                 await asyncio.sleep(1)
                 kill_run.cancel()

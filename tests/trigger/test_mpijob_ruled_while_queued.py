@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin import kinds, labels
 from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
 from airflow_jobs_plugin.objects import condition_true
 from airflow_jobs_plugin.quota import ledger
@@ -66,7 +66,7 @@ async def test_an_mpijob_ruled_while_queued_ends_failed_and_starts_no_pod(client
     assert pods == []
     # Its launcher Job (created suspended with it) ends Failed through the Job controller, with no pod.
     launcher = await _until(
-        lambda: client.get(JOBS, "default", name + ledger.LAUNCHER_SUFFIX),
+        lambda: client.get(JOBS, "default", kinds.MPI_JOB.launcher_name(ended)),
         lambda j: condition_true(j, "Failed"),
     )
     assert condition_true(launcher, "Failed") and launcher["spec"]["parallelism"] == 0

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from airflow_jobs_plugin import inspect, labels
 from airflow_jobs_plugin.inspect import Target
-from airflow_jobs_plugin.kube import JOBS
+from airflow_jobs_plugin.kube import JOBS, MPIJOBS
 from airflow_jobs_plugin.orphans import TaskRecord, TaskRef
 from airflow_jobs_plugin.plugin.sweep import Memory, judge_page, refs_of, sweep
 from airflow_jobs_plugin.watch import MANAGED_SELECTOR
@@ -141,8 +141,8 @@ class PagedCluster:
     read whole), served as an API server pages a LIST; each LIST records which earlier job bodies are
     still alive when it is asked."""
 
-    def __init__(self, count: int, *, shared_key: bool = False) -> None:
-        self.count, self.shared_key = count, shared_key
+    def __init__(self, count: int, *, shared_key: bool = False, resource: Any = JOBS) -> None:
+        self.count, self.shared_key, self.resource = count, shared_key, resource
         self.made: list[weakref.ref[Body]] = []
         self.metadata_lists: list[tuple[int | None, str | None]] = []
         self.whole_lists: list[str] = []
@@ -161,8 +161,8 @@ class PagedCluster:
         return [b for ref in self.made if (b := ref()) is not None]
 
     async def list(self, resource: Any, namespace: str, **kw: Any) -> dict:
-        if resource is not JOBS:
-            return {"metadata": {}, "items": []}  # no MPI operator here
+        if resource is not self.resource:
+            return {"metadata": {}, "items": []}  # one kind of job here
         # A real LIST waits for the network: the loop runs its other callbacks (and drops the
         # wake-up handles that still name the previous reads' results) before the answer comes.
         await asyncio.sleep(0)
@@ -188,7 +188,7 @@ class PagedCluster:
         for n in range(self.count):
             body = self._metadata(n)
             if body["labels"][labels.TASK_KEY] in wanted:
-                items.append({"kind": "Job", "metadata": body, "status": FINISHED_STATUS})
+                items.append({"kind": self.resource.kind, "metadata": body, "status": FINISHED_STATUS})
         return {"metadata": {}, "items": items}
 
     async def close(self) -> None:
@@ -236,7 +236,7 @@ def test_jobs_found_finished_are_remembered_so_tries_sharing_a_task_key_are_read
 
 def test_each_page_s_expired_mpijobs_are_deleted_by_uid(monkeypatch):
     monkeypatch.setattr(inspect, "LIST_CHUNK", 10)
-    cluster = PagedCluster(count=25)
+    cluster = PagedCluster(count=25, resource=MPIJOBS)
     expired = {3, 14, 22}  # one on each page
     deleted: list[tuple[str, str, dict]] = []
     made = cluster._metadata
@@ -256,3 +256,14 @@ def test_each_page_s_expired_mpijobs_are_deleted_by_uid(monkeypatch):
         sweep(cluster, Target(namespace="default"), lambda refs: ({"nightly"}, {}), now=NOW, grace=GRACE)
     )  # type: ignore[arg-type]
     assert deleted == [("MPIJob", f"job-{n}", {"uid": f"uid-{n}"}) for n in sorted(expired)]
+
+
+def test_a_delete_after_mark_on_a_kind_whose_controller_applies_its_ttl_deletes_nothing():
+    """Only the kinds whose controller leaves a finished job in place (``outlives_its_ttl``: MPIJobs) are
+    the sweep's to delete; a batch Job carrying the mark is the TTL controller's."""
+    from airflow_jobs_plugin.plugin.sweep import expired_mpijobs
+
+    mark = {"annotations": {labels.DELETE_AFTER: "2026-03-02T11:00:00Z"}, "name": "t", "uid": "u"}
+    assert expired_mpijobs([{"kind": "Job", "apiVersion": "batch/v1", "metadata": mark}], NOW) == []
+    mpijob = {"kind": "MPIJob", "apiVersion": "kubeflow.org/v2beta1", "metadata": mark}
+    assert expired_mpijobs([mpijob], NOW) == [(MPIJOBS, "t", "u")]
