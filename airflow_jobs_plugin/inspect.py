@@ -381,6 +381,29 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
     return StatusRead(state, tuple(_key(j) for j in page), counted if complete else None)
 
 
+async def read_around_job(client: KubeClient, target: Target, job: Mapping[str, Any]) -> ClusterState:
+    """What a job's page reads besides the job when no index of the namespace is at hand (the server
+    has just started, or the namespace is not one it keeps): the job's own pods, the jobs that may wait
+    in the pool's queue before it (whole: its position), the namespaces' events, policy, ledgers and
+    Workloads. Never the namespace's history: seconds at most, whatever the namespace keeps.
+
+    Pods and events are read before the waiting jobs, as :func:`read_cluster` orders them."""
+    spaces = target.namespaces
+    pods, events, policy_read, ledgers_read, workloads = await asyncio.gather(
+        _pods_of_jobs(client, [job]),
+        asyncio.gather(*(_items(client, EVENTS, ns, chunk=STATUS_EVENTS_CHUNK) for ns in spaces)),
+        read_policy(client, target),
+        read_ledgers(client, target),
+        asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
+    )
+    # As the index keeps them: the waiting jobs only, the job itself as just read if it waits too.
+    waiting = await _jobs_whole(client, spaces, f"!{labels.ADMITTED}")
+    jobs = {_key(j): j for j in [*waiting, dict(job)] if may_be_waiting(j)}
+    return await _state(
+        client, list(jobs.values()), pods, _joined(events), policy_read, ledgers_read, workloads
+    )
+
+
 async def _jobs_whole(client: KubeClient, spaces: Sequence[str], selector: str) -> list[dict]:
     return _joined(await asyncio.gather(*(_product_jobs(client, ns, selector=selector) for ns in spaces)))
 

@@ -490,38 +490,36 @@ def create_app() -> FastAPI:
         client: KubeClient, settings: Settings, namespace: str, job: dict, index: job_index.JobIndex | None
     ) -> views.ClusterState:
         """What a job's page reads besides the job: its own pods (read afresh, one label-selected LIST)
-        and, from the index, the waiting jobs, the events, policy, ledgers and Workloads."""
+        and, from the index, the waiting jobs, the events, policy, ledgers and Workloads; without an
+        index at hand, those read around the job (``inspect.read_around_job``), never the namespace."""
         if index is None:
-            # A job page of a namespace outside the configured ones reads that namespace alone, uncached.
-            return await inspect.read_cluster(client, settings.target(namespace))
+            return await inspect.read_around_job(client, settings.target(namespace), job)
         pods = await inspect.pods_of_job(client, job)
         kept = index.kept
         events = kept.owners.events_for(job, pods)
         return dataclasses.replace(kept, pods=tuple(pods), events=tuple(events))
 
-    async def index_for(settings: Settings, namespace: str) -> job_index.JobIndex | None:
-        """The index a job page of ``namespace`` reads from; none for a namespace outside it."""
-        if namespace not in settings.target().namespaces:
+    def index_for(settings: Settings, namespace: str) -> job_index.JobIndex | None:
+        """The index a job page of ``namespace`` reads from, if one is kept; never waited for. A job page
+        waiting for the index's fill (tens of seconds at 51,000 jobs, after a start or an idle spell)
+        would make the page after an action wait that long though the job it shows was read afresh: so
+        without a kept index the page reads what it needs around its job, and the fill starts (or goes
+        on) behind it. None too for a namespace outside the index."""
+        target = settings.target()
+        if namespace not in target.namespaces:
             return None
-        return await cluster_view(settings)
+        return cache.kept((settings.kubernetes_conn_id, target), builder(settings))
 
     async def detail_of(settings: Settings, user: Any, namespace: str, name: str) -> views.JobDetail:
         _require_names(namespace, name)
 
         # The job itself is read afresh (its page must show what an action just did); its pods, events
-        # and queue come from the shared state, at most a few seconds old. The index (kept, or waited
-        # for) and the job are independent: both are asked for at once, on one client; a job that is
-        # gone or not the reader's answers at once, without waiting for the index (whose shared build,
-        # if one is under way, is left to finish for the next reader).
+        # and queue come from the shared index, at most a few seconds old, or are read around the job
+        # when none is kept (index_for). A job that is gone or not the reader's answers at once.
         async def read(client: KubeClient) -> views.JobDetail:
-            index_read = asyncio.ensure_future(index_for(settings, namespace))
-            try:
-                job = await inspect.find_job(client, namespace, name)
-                _require(user, "GET", views.dag_of(job))
-            except BaseException:
-                index_read.add_done_callback(lambda f: f.cancelled() or f.exception())
-                raise
-            return await _detail(client, settings, namespace, job, await index_read)
+            job = await inspect.find_job(client, namespace, name)
+            _require(user, "GET", views.dag_of(job))
+            return await _detail(client, settings, namespace, job, index_for(settings, namespace))
 
         return await _with_cluster(settings, read)
 
@@ -543,8 +541,7 @@ def create_app() -> FastAPI:
         (state, logs), attempts = await asyncio.gather(
             state_and_logs(), inspect.attempts_of(client, namespace, job)
         )
-        if index is not None:
-            state = await with_attempts_pods(client, state, job, attempts, index)
+        state = await with_attempts_pods(client, state, job, attempts, index)
         return await asyncio.to_thread(views.job_detail, state, job, logs, attempts)
 
     async def with_attempts_pods(
@@ -552,7 +549,7 @@ def create_app() -> FastAPI:
         state: views.ClusterState,
         job: dict,
         attempts: list[dict],
-        index: job_index.JobIndex,
+        index: job_index.JobIndex | None,
     ) -> views.ClusterState:
         """``state`` with the pods (and their events) of the task try's other attempts, read afresh
         beside each other: the Attempts table shows each attempt's exit codes and nodes from its own
@@ -564,8 +561,10 @@ def create_app() -> FastAPI:
         found = await asyncio.gather(*(inspect.pods_of_job(client, a) for a in others))
         pods = [*state.pods, *(p for ps in found for p in ps)]
         events = [*state.events]
-        for other, its_pods in zip(others, found, strict=True):
-            events.extend(index.kept.owners.events_for(other, its_pods))
+        # From the index the state holds the job's own events; read around the job, all of them already.
+        if index is not None:
+            for other, its_pods in zip(others, found, strict=True):
+                events.extend(index.kept.owners.events_for(other, its_pods))
         return dataclasses.replace(state, pods=tuple(pods), events=tuple(events))
 
     async def task_detail_of(
@@ -585,7 +584,7 @@ def create_app() -> FastAPI:
         async def read(client: KubeClient) -> views.JobDetail:
             job = await find(client)
             namespace = str(job["metadata"].get("namespace") or settings.namespace)
-            return await _detail(client, settings, namespace, job, await index_for(settings, namespace))
+            return await _detail(client, settings, namespace, job, index_for(settings, namespace))
 
         return await _with_cluster(settings, read)
 
