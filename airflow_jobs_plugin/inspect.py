@@ -81,7 +81,7 @@ LIST_CHUNK = 500
 # ``airflow-jobs status`` is a process of its own with no loop to keep answering: it reads in larger
 # chunks, each a round trip fewer (17,100 events: 4 requests instead of 35; the last day's 2,000 jobs'
 # metadata: 1 instead of 4, each waited for before the next is asked). The API server's first page
-# reads the same way in chunks of LIST_CHUNK.
+# (the same read, in a worker thread) too: it is waited for by a person, chunk after chunk.
 STATUS_CHUNK = 5000
 
 

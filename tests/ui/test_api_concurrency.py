@@ -209,7 +209,7 @@ def test_a_reader_of_every_dag_gets_the_newest_page_at_once_and_the_whole_view_b
     whole = primehub_example_1()
     newest_reads = []
 
-    async def read_status(client, target, query):
+    async def read_status(client, target, query, chunk=inspect.LIST_CHUNK):
         newest_reads.append(query.sort)
         page, _ = listing.pick_page(whole.jobs, query)
         keys = tuple((j["metadata"]["namespace"], j["metadata"]["name"]) for j in page)
@@ -245,7 +245,7 @@ def test_a_reader_of_some_dags_waits_for_the_whole_view(host, monkeypatch):
     """Their page is filtered after it is chosen: the newest page could hold fewer jobs than they may read."""
     root, started, release, reads = host
 
-    async def read_status(client, target, query):
+    async def read_status(client, target, query, chunk=inspect.LIST_CHUNK):
         raise AssertionError("only a reader of every DAG is answered from the newest page")
 
     monkeypatch.setattr(inspect, "read_status", read_status)
