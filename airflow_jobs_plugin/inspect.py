@@ -707,7 +707,10 @@ async def find_task_job(
 
 async def attempts_of(client: KubeClient, namespace: str, job: Mapping[str, Any]) -> list[dict]:
     """Every attempt of ``job``'s task try the cluster still holds (``job`` among them), by the
-    TASK_KEY and TRY labels: one selected LIST of the job's own kind."""
+    TASK_KEY and TRY labels: one selected LIST of the job's own kind. Only jobs named as attempts of
+    the same try (``<base>-a<N>``, ``spec.attempt_name``) count: labels can be copied onto any job, and
+    the job page reads the pods of every attempt, so a namespace holding thousands of jobs under one
+    task key (copies of one manifest) would have it read thousands of pod LISTs."""
     meta_labels = (job.get("metadata") or {}).get("labels") or {}
     if not meta_labels.get(labels.TASK_KEY):
         return [dict(job)]
@@ -720,7 +723,12 @@ async def attempts_of(client: KubeClient, namespace: str, job: Mapping[str, Any]
         if resource is MPIJOBS
         else _items(client, resource, namespace, selector)
     )
-    return [j for j in found if is_product_job(j)] or [dict(job)]
+    base = _attempt_base(str((job.get("metadata") or {}).get("name") or ""))
+    return [
+        j
+        for j in found
+        if is_product_job(j) and _attempt_base(str((j.get("metadata") or {}).get("name") or "")) == base
+    ] or [dict(job)]
 
 
 async def read_job(client: KubeClient, target: Target, name: str) -> tuple[ClusterState, dict]:
