@@ -27,7 +27,7 @@ What a person waits for after a start, measured at 51,000 jobs on 2 loaded cores
   the newest-page read already answers in about a second of CPU;
 - a job's page, the one an action lands on, never waits for the fill: without a kept index it reads
   what it needs around its job;
-- the fill runs with Python's full garbage collections deferred (:func:`_full_collections_deferred`):
+- the fill runs with Python's full garbage collections deferred (``state_cache.full_collections_deferred``):
   they, not decoding, were what stalled Airflow's event loop during it.
 """
 
@@ -36,9 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -60,7 +59,7 @@ from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 from airflow_jobs_plugin.resources import name_problem
 
 from . import html, job_index, listing, nodes, origin, schema, sweep, views
-from .state_cache import BuildCache
+from .state_cache import BuildCache, full_collections_deferred
 
 URL_PREFIX = "/airflow-jobs"
 CONFIG_SECTION = "airflow_jobs"
@@ -251,9 +250,9 @@ async def _keep_current(
     """The index brought up to date: filled page by page when there is none yet, then refreshed by
     creation window (plugin/job_index.py); now and then swept of deleted finished jobs. Runs in a worker
     thread on a loop of its own (state_cache.py). A fill, to the index frozen, runs with full garbage
-    collections deferred (:func:`_full_collections_deferred`)."""
+    collections deferred (``state_cache.full_collections_deferred``)."""
     if previous is None:
-        with _full_collections_deferred():
+        with full_collections_deferred():
             return await _up_to_date(client, target, None)
     return await _up_to_date(client, target, previous)
 
@@ -302,44 +301,6 @@ def _freeze_long_lived() -> None:
     import gc
 
     gc.freeze()
-
-
-# Full collections deferred while any fill runs (a count, under a lock: fills of two connections may
-# overlap), and the thresholds to restore after the last.
-_deferring: list[Any] = [0, None]
-_deferring_lock = threading.Lock()
-# Gen-1 collections between full ones while a fill runs: never, in practice (CPython's default is 10).
-FILL_FULL_COLLECTION_THRESHOLD = 1_000_000
-
-
-@contextlib.contextmanager
-def _full_collections_deferred() -> Iterator[None]:
-    """No full garbage collection while the index fills, young ones as usual.
-
-    A fill decodes and judges 102 pages of 500 jobs with their pods, each page alive for a second or
-    more, so its objects outlive two young collections and reach the oldest generation; with the server's
-    own heap frozen, CPython (3.11 ``Modules/gcmodule.c``, ``collect_generations``: a full collection
-    once the objects promoted since the last exceed a quarter of those that survived it) then runs a
-    full collection every page or two, 122 of them in a fill at 51,000 jobs, up to 0.49 s each, every
-    one holding the GIL and so stalling Airflow's event loop. The page's objects are acyclic JSON and
-    freed by their reference counts when the page is dropped; what the full collections would find is
-    at most the few cycles the rest of the server makes meanwhile, collected by the first full
-    collection after the fill."""
-    import gc
-
-    with _deferring_lock:
-        if _deferring[0] == 0:
-            _deferring[1] = gc.get_threshold()
-            young, middle, _ = _deferring[1]
-            gc.set_threshold(young, middle, FILL_FULL_COLLECTION_THRESHOLD)
-        _deferring[0] += 1
-    try:
-        yield
-    finally:
-        with _deferring_lock:
-            _deferring[0] -= 1
-            if _deferring[0] == 0:
-                gc.set_threshold(*_deferring[1])
 
 
 def _map_index(raw: str) -> int:

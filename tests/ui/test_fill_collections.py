@@ -1,7 +1,7 @@
-"""The index's fill runs with full garbage collections deferred, young ones as usual, and the server's
-thresholds come back after it, whether it ended or failed (``plugin/app.py``,
-``_full_collections_deferred``): with the server's heap frozen, CPython ran a full collection every page
-or two of a fill at 51,000 jobs, each holding the GIL (docs/benchmarks.md)."""
+"""The index's fill and the orphan sweep run with full garbage collections deferred, young ones as
+usual, and the server's thresholds come back after them, whether they ended or failed
+(``state_cache.full_collections_deferred``): with the server's heap frozen, CPython ran a full
+collection every page or two of a fill at 51,000 jobs, each holding the GIL (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from airflow_jobs_plugin import inspect
 from airflow_jobs_plugin.plugin import app as plugin_app
+from airflow_jobs_plugin.plugin import state_cache
 from tests.ui.test_views import primehub_example_1
 
 
@@ -46,7 +47,7 @@ def test_a_fill_defers_full_collections_and_the_thresholds_come_back_after_it(th
     seen: list[tuple[int, int, int]] = []
     index = fill(monkeypatch, seen)
     assert len(index.rows) == 3
-    assert seen == [(700, 10, plugin_app.FILL_FULL_COLLECTION_THRESHOLD)] * 3
+    assert seen == [(700, 10, state_cache.DEFERRED_FULL_COLLECTION_THRESHOLD)] * 3
     assert gc.get_threshold() == (700, 10, 10)
 
 
@@ -54,7 +55,7 @@ def test_the_thresholds_come_back_after_a_fill_that_failed(thresholds, monkeypat
     seen: list[tuple[int, int, int]] = []
     with pytest.raises(inspect.KubeError):
         fill(monkeypatch, seen, fail=True)
-    assert seen == [(700, 10, plugin_app.FILL_FULL_COLLECTION_THRESHOLD)]
+    assert seen == [(700, 10, state_cache.DEFERRED_FULL_COLLECTION_THRESHOLD)]
     assert gc.get_threshold() == (700, 10, 10)
 
 
@@ -68,8 +69,27 @@ def test_a_refresh_leaves_the_thresholds_alone(thresholds, monkeypatch):
 
 def test_overlapping_fills_restore_the_thresholds_after_the_last():
     saved = gc.get_threshold()
-    with plugin_app._full_collections_deferred():
-        with plugin_app._full_collections_deferred():
-            assert gc.get_threshold()[2] == plugin_app.FILL_FULL_COLLECTION_THRESHOLD
-        assert gc.get_threshold()[2] == plugin_app.FILL_FULL_COLLECTION_THRESHOLD
+    with state_cache.full_collections_deferred():
+        with state_cache.full_collections_deferred():
+            assert gc.get_threshold()[2] == state_cache.DEFERRED_FULL_COLLECTION_THRESHOLD
+        assert gc.get_threshold()[2] == state_cache.DEFERRED_FULL_COLLECTION_THRESHOLD
     assert gc.get_threshold() == saved
+
+
+def test_an_orphan_sweep_defers_full_collections_too(thresholds, monkeypatch):
+    from datetime import timedelta
+
+    from airflow_jobs_plugin.plugin import sweep
+
+    seen: list[tuple[int, int, int]] = []
+
+    async def job_metadata_pages(client, namespace):
+        seen.append(gc.get_threshold())
+        return
+        yield  # an async generator of no page
+
+    monkeypatch.setattr(inspect, "job_metadata_pages", job_metadata_pages)
+    target = inspect.Target(namespace="ml-team")
+    asyncio.run(sweep.sweep(None, target, lambda refs: (set(), {}), grace=timedelta(minutes=10)))  # type: ignore[arg-type]
+    assert seen == [(700, 10, state_cache.DEFERRED_FULL_COLLECTION_THRESHOLD)]
+    assert gc.get_threshold() == (700, 10, 10)
