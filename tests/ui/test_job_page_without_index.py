@@ -36,10 +36,26 @@ def test_a_job_page_read_around_its_job_equals_the_page_from_the_whole_namespace
             await client.close()
 
     around, whole, job = asyncio.run(read())
-    assert len(around.jobs) < len(whole.jobs)  # not the namespace: the waiting jobs only
+    assert len(around.jobs) < len(whole.jobs)  # not the namespace: the waiting jobs only, if it may wait
     assert {p["metadata"]["name"] for p in around.pods} == {
         p["metadata"]["name"] for p in whole.owners.pods_for(job)
     }
     # The same moment for both, so ages and waiting times agree.
     page = views.job_detail(dataclasses.replace(around, now=whole.now), job)
     assert page == views.job_detail(whole, job)
+
+
+def test_a_waiting_job_read_around_has_its_queue_position(population):
+    name = population.names["waiting"]
+
+    async def read() -> tuple[views.ClusterState, dict]:
+        client = await KubeClient.from_kubeconfig(population.kubeconfig)
+        try:
+            job = await inspect.find_job(client, NAMESPACE, name)
+            return await inspect.read_around_job(client, Target(namespace=NAMESPACE), job), job
+        finally:
+            await client.close()
+
+    around, job = asyncio.run(read())
+    assert views.job_detail(around, job).job.queue_position == 1
+    assert name in {j["metadata"]["name"] for j in around.jobs}
