@@ -458,7 +458,7 @@ def _status_namespaces(args: argparse.Namespace) -> None:
 def _run_status(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from airflow_jobs_plugin.inspect import read_cluster, read_status
+    from airflow_jobs_plugin.inspect import STATUS_CHUNK, read_cluster, read_status
     from airflow_jobs_plugin.plugin import listing
     from airflow_jobs_plugin.plugin.text import status_text
     from airflow_jobs_plugin.plugin.views import overview
@@ -484,7 +484,7 @@ def _run_status(args: argparse.Namespace) -> int:
             # The page is chosen from every job's metadata and only its jobs and the waiting ones are
             # read whole (inspect.read_status): the finished history costs its metadata, not its pods.
             # The GPU-usage charts need every job's admission and end, so this view carries none.
-            read = await read_status(client, target, query)
+            read = await read_status(client, target, query, chunk=STATUS_CHUNK)
             view, page = listing.with_page(overview(read.state), query, read.page, read.total)
             view = dataclasses.replace(view, charts=())
         else:

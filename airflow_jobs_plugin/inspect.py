@@ -76,9 +76,11 @@ def _now() -> datetime:
 # /get.go, Kubernetes 1.32), every decode is short. The API server serves all chunks of one list from the
 # same resourceVersion (apiserver pagination, KEP-365), so the chunks form one consistent list.
 LIST_CHUNK = 500
-# ``status`` is a process of its own with no loop to keep answering: it reads a namespace's events in
-# larger chunks, each a round trip fewer (17,100 events: 4 requests instead of 35).
-STATUS_EVENTS_CHUNK = 5000
+# ``airflow-jobs status`` is a process of its own with no loop to keep answering: it reads in larger
+# chunks, each a round trip fewer (17,100 events: 4 requests instead of 35; the last day's 2,000 jobs'
+# metadata: 1 instead of 4, each waited for before the next is asked). The API server's first page
+# (the same read, in a worker thread) too: it is waited for by a person, chunk after chunk.
+STATUS_CHUNK = 5000
 
 
 async def _items(
@@ -127,11 +129,12 @@ async def _jobs_of(
     selector: str | None = None,
     *,
     metadata_only: bool = False,
+    chunk: int = LIST_CHUNK,
 ) -> list:
     """The objects of one kind's resource, or none where the cluster does not serve it (a custom
     resource whose operator is not installed: ``kinds.may_be_absent``)."""
     try:
-        return await _items(client, resource, namespace, selector, metadata_only=metadata_only)
+        return await _items(client, resource, namespace, selector, metadata_only=metadata_only, chunk=chunk)
     except KubeError as exc:
         if exc.not_found and kinds.may_be_absent(resource):
             return []
@@ -331,7 +334,9 @@ class StatusRead:
     total: int | None  # None: only the newest jobs were read (listing.creation_windows)
 
 
-async def read_status(client: KubeClient, target: Target, query: listing.JobQuery) -> StatusRead:
+async def read_status(
+    client: KubeClient, target: Target, query: listing.JobQuery, *, chunk: int = LIST_CHUNK
+) -> StatusRead:
     """The cluster state ``status`` needs for ``query`` (one that :func:`listing.by_metadata` answers),
     reading the finished history as metadata only.
 
@@ -343,11 +348,12 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
     server keeps them an hour (``--event-ttl``), so they follow the activity, not the history.
 
     Pods and events are read before the whole jobs, as :func:`read_cluster` orders them, so a pod never
-    shows a start its job does not.
+    shows a start its job does not. LISTs come in chunks of ``chunk`` objects (:data:`STATUS_CHUNK` for
+    the CLI, a process of its own).
     """
     spaces = target.namespaces
     (every, waiting, complete), (policy, problem), (ledgers, histories), workloads = await asyncio.gather(
-        _jobs_for_page(client, spaces, query),
+        _jobs_for_page(client, spaces, query, chunk),
         read_policy(client, target),
         read_ledgers(client, target),
         asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
@@ -356,7 +362,7 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
     chosen = {_key(j): j for j in [*page, *(j for j in waiting if may_be_waiting(j))]}
     pods, events = await asyncio.gather(
         _pods_of_jobs(client, list(chosen.values())),
-        asyncio.gather(*(_items(client, EVENTS, ns, chunk=STATUS_EVENTS_CHUNK) for ns in spaces)),
+        asyncio.gather(*(_items(client, EVENTS, ns, chunk=chunk) for ns in spaces)),
     )
     limit = asyncio.Semaphore(PARALLEL_GETS)
 
@@ -374,7 +380,7 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
     # read by name with the page's other jobs.
     read: dict[tuple[str, str], dict] = {}
     if any(may_be_waiting(j) for j in waiting):
-        for job in await _jobs_whole(client, spaces, f"!{labels.ADMITTED}"):
+        for job in await _jobs_whole(client, spaces, f"!{labels.ADMITTED}", chunk):
             if _key(job) in chosen:
                 read[_key(job)] = job
     rest = [j for k, j in chosen.items() if k not in read]
@@ -385,20 +391,51 @@ async def read_status(client: KubeClient, target: Target, query: listing.JobQuer
     return StatusRead(state, tuple(_key(j) for j in page), counted if complete else None)
 
 
-async def _jobs_whole(client: KubeClient, spaces: Sequence[str], selector: str) -> list[dict]:
-    return _joined(await asyncio.gather(*(_product_jobs(client, ns, selector=selector) for ns in spaces)))
+async def read_around_job(client: KubeClient, target: Target, job: Mapping[str, Any]) -> ClusterState:
+    """What a job's page reads besides the job when no index of the namespace is at hand (the server
+    has just started, or the namespace is not one it keeps): the job's own pods, the jobs that may wait
+    in the pool's queue with it (whole: its position; only if it may wait itself), the namespaces'
+    events, policy, ledgers and Workloads. Never the namespace's history.
+
+    Pods and events are read before the waiting jobs, as :func:`read_cluster` orders them."""
+    spaces = target.namespaces
+    pods, events, policy_read, ledgers_read, workloads = await asyncio.gather(
+        _pods_of_jobs(client, [job]),
+        asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
+        read_policy(client, target),
+        read_ledgers(client, target),
+        asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
+    )
+    # As the index keeps them: the waiting jobs only, the job itself as just read if it waits too. The
+    # queue is read only for a job that may be in it (its position); a running or finished job's page
+    # reads nothing of it (3,000 waiting jobs whole took the page after a Stop seconds).
+    waiting = await _jobs_whole(client, spaces, f"!{labels.ADMITTED}") if may_be_waiting(job) else []
+    jobs = {_key(j): j for j in [*waiting, dict(job)] if may_be_waiting(j)}
+    return await _state(
+        client, list(jobs.values()), pods, _joined(events), policy_read, ledgers_read, workloads
+    )
 
 
-async def _jobs_metadata(client: KubeClient, spaces: Sequence[str], selector: str = "") -> list[dict]:
+async def _jobs_whole(
+    client: KubeClient, spaces: Sequence[str], selector: str, chunk: int = LIST_CHUNK
+) -> list[dict]:
+    return _joined(
+        await asyncio.gather(*(_product_jobs(client, ns, selector=selector, chunk=chunk) for ns in spaces))
+    )
+
+
+async def _jobs_metadata(
+    client: KubeClient, spaces: Sequence[str], selector: str = "", chunk: int = LIST_CHUNK
+) -> list[dict]:
     return _joined(
         await asyncio.gather(
-            *(_product_jobs(client, ns, metadata_only=True, selector=selector) for ns in spaces)
+            *(_product_jobs(client, ns, metadata_only=True, selector=selector, chunk=chunk) for ns in spaces)
         )
     )
 
 
 async def _jobs_for_page(
-    client: KubeClient, spaces: Sequence[str], query: listing.JobQuery
+    client: KubeClient, spaces: Sequence[str], query: listing.JobQuery, chunk: int = LIST_CHUNK
 ) -> tuple[list[dict], list[dict], bool]:
     """The jobs (as metadata) ``query``'s page is chosen from, the jobs that may wait in the pool's
     queue, and whether the first are every job of the namespaces.
@@ -408,20 +445,20 @@ async def _jobs_for_page(
     (created before the label existed) and every job without the ``admitted`` label (the only ones that
     may wait); the history beyond the page is not read. Any other order reads every job's metadata."""
     if query.sort != "-created":
-        every = await _jobs_metadata(client, spaces)
+        every = await _jobs_metadata(client, spaces, chunk=chunk)
         return every, every, True
     windows = listing.creation_windows(_now())
     seen: dict[tuple[str, str], dict] = {}
     unlabelled, waiting, first = await asyncio.gather(
-        _jobs_metadata(client, spaces, f"!{labels.CREATED}"),
-        _jobs_metadata(client, spaces, f"!{labels.ADMITTED}"),
-        _jobs_metadata(client, spaces, windows[0].selector(labels.CREATED)),
+        _jobs_metadata(client, spaces, f"!{labels.CREATED}", chunk),
+        _jobs_metadata(client, spaces, f"!{labels.ADMITTED}", chunk),
+        _jobs_metadata(client, spaces, windows[0].selector(labels.CREATED), chunk),
     )
     for job in [*unlabelled, *first]:
         seen[_key(job)] = job
     for i, window in enumerate(windows):
         if i:
-            for job in await _jobs_metadata(client, spaces, window.selector(labels.CREATED)):
+            for job in await _jobs_metadata(client, spaces, window.selector(labels.CREATED), chunk):
                 seen[_key(job)] = job
         if listing.decides_newest_page(seen.values(), query, window.since, labels.CREATED):
             return list(seen.values()), waiting, window.since is None
@@ -449,11 +486,19 @@ async def _pods_of_jobs(client: KubeClient, jobs: Sequence[Mapping[str, Any]]) -
 
 
 async def _product_jobs(
-    client: KubeClient, namespace: str, *, metadata_only: bool = False, selector: str = ""
+    client: KubeClient,
+    namespace: str,
+    *,
+    metadata_only: bool = False,
+    selector: str = "",
+    chunk: int = LIST_CHUNK,
 ) -> list[dict]:
     chosen = f"{MANAGED_SELECTOR},{selector}" if selector else MANAGED_SELECTOR
     lists = await asyncio.gather(
-        *(_jobs_of(client, r, namespace, chosen, metadata_only=metadata_only) for r in kinds.RESOURCES)
+        *(
+            _jobs_of(client, r, namespace, chosen, metadata_only=metadata_only, chunk=chunk)
+            for r in kinds.RESOURCES
+        )
     )
     return [j for found in lists for j in found if is_product_job(j)]
 
@@ -673,7 +718,10 @@ async def find_task_job(
 
 async def attempts_of(client: KubeClient, namespace: str, job: Mapping[str, Any]) -> list[dict]:
     """Every attempt of ``job``'s task try the cluster still holds (``job`` among them), by the
-    TASK_KEY and TRY labels: one selected LIST of the job's own kind."""
+    TASK_KEY and TRY labels: one selected LIST of the job's own kind. Only jobs named as attempts of
+    the same try (``<base>-a<N>``, ``spec.attempt_name``) count: labels can be copied onto any job, and
+    the job page reads the pods of every attempt, so a namespace holding thousands of jobs under one
+    task key (copies of one manifest) would have it read thousands of pod LISTs."""
     meta_labels = (job.get("metadata") or {}).get("labels") or {}
     if not meta_labels.get(labels.TASK_KEY):
         return [dict(job)]
@@ -681,7 +729,12 @@ async def attempts_of(client: KubeClient, namespace: str, job: Mapping[str, Any]
     if meta_labels.get(labels.TRY):
         selector += f",{labels.TRY}={meta_labels[labels.TRY]}"
     found = await _jobs_of(client, kinds.kind_of(job).resource, namespace, selector)
-    return [j for j in found if is_product_job(j)] or [dict(job)]
+    base = _attempt_base(str((job.get("metadata") or {}).get("name") or ""))
+    return [
+        j
+        for j in found
+        if is_product_job(j) and _attempt_base(str((j.get("metadata") or {}).get("name") or "")) == base
+    ] or [dict(job)]
 
 
 async def read_job(client: KubeClient, target: Target, name: str) -> tuple[ClusterState, dict]:

@@ -16,6 +16,19 @@ index of every job for all readers (:mod:`airflow_jobs_plugin.plugin.job_index`)
 refreshed at most every few seconds by creation window, in a worker thread, never on the API server's
 event loop (:mod:`airflow_jobs_plugin.plugin.state_cache`); each request filters, sorts and pages it
 (query parameters in ``docs/ui.md``).
+
+What a person waits for after a start, measured at 51,000 jobs on 2 loaded cores (docs/benchmarks.md):
+
+- the first page is the newest page, read as ``airflow-jobs status`` reads it (a few thousand
+  objects' metadata by creation window, the page's jobs whole), in chunks of 5,000 so that its requests,
+  each waited for before the next, are few; the index fills behind it. Partial-object or table LISTs
+  would not shorten the fill much (its pages are the whole jobs the rows are made from), and a snapshot
+  of the index on local disk would add a store, its versioning and its invalidation, for a first page
+  the newest-page read already answers in about a second of CPU;
+- a job's page, the one an action lands on, never waits for the fill: without a kept index it reads
+  what it needs around its job;
+- the fill runs with Python's full garbage collections deferred (``state_cache.full_collections_deferred``):
+  they, not decoding, were what stalled Airflow's event loop during it.
 """
 
 from __future__ import annotations
@@ -46,7 +59,7 @@ from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
 from airflow_jobs_plugin.resources import name_problem
 
 from . import html, job_index, listing, nodes, origin, schema, sweep, views
-from .state_cache import BuildCache
+from .state_cache import BuildCache, full_collections_deferred
 
 URL_PREFIX = "/airflow-jobs"
 CONFIG_SECTION = "airflow_jobs"
@@ -236,7 +249,17 @@ async def _keep_current(
 ) -> job_index.JobIndex:
     """The index brought up to date: filled page by page when there is none yet, then refreshed by
     creation window (plugin/job_index.py); now and then swept of deleted finished jobs. Runs in a worker
-    thread on a loop of its own (state_cache.py)."""
+    thread on a loop of its own (state_cache.py). A fill, to the index frozen, runs with full garbage
+    collections deferred (``state_cache.full_collections_deferred``)."""
+    if previous is None:
+        with full_collections_deferred():
+            return await _up_to_date(client, target, None)
+    return await _up_to_date(client, target, previous)
+
+
+async def _up_to_date(
+    client: KubeClient, target: inspect.Target, previous: job_index.JobIndex | None
+) -> job_index.JobIndex:
     started = time.monotonic()
     fill = previous is None
     if previous is None:
@@ -456,7 +479,11 @@ def create_app() -> FastAPI:
         target = settings.target()
 
         async def read() -> tuple[views.Overview, listing.JobPage]:
-            found = await _with_cluster(settings, lambda c: inspect.read_status(c, target, query))
+            # In chunks as large as the CLI's: the first page waits for each chunk before the next, and a
+            # chunk of 5,000 events or metadata decodes in tens of milliseconds off the loop.
+            found = await _with_cluster(
+                settings, lambda c: inspect.read_status(c, target, query, chunk=inspect.STATUS_CHUNK)
+            )
             view, page = listing.with_page(views.overview(found.state), query, found.page, found.total)
             return dataclasses.replace(view, charts=()), page
 
@@ -490,38 +517,36 @@ def create_app() -> FastAPI:
         client: KubeClient, settings: Settings, namespace: str, job: dict, index: job_index.JobIndex | None
     ) -> views.ClusterState:
         """What a job's page reads besides the job: its own pods (read afresh, one label-selected LIST)
-        and, from the index, the waiting jobs, the events, policy, ledgers and Workloads."""
+        and, from the index, the waiting jobs, the events, policy, ledgers and Workloads; without an
+        index at hand, those read around the job (``inspect.read_around_job``), never the namespace."""
         if index is None:
-            # A job page of a namespace outside the configured ones reads that namespace alone, uncached.
-            return await inspect.read_cluster(client, settings.target(namespace))
+            return await inspect.read_around_job(client, settings.target(namespace), job)
         pods = await inspect.pods_of_job(client, job)
         kept = index.kept
         events = kept.owners.events_for(job, pods)
         return dataclasses.replace(kept, pods=tuple(pods), events=tuple(events))
 
-    async def index_for(settings: Settings, namespace: str) -> job_index.JobIndex | None:
-        """The index a job page of ``namespace`` reads from; none for a namespace outside it."""
-        if namespace not in settings.target().namespaces:
+    def index_for(settings: Settings, namespace: str) -> job_index.JobIndex | None:
+        """The index a job page of ``namespace`` reads from, if one is kept; never waited for. A job page
+        waiting for the index's fill (tens of seconds at 51,000 jobs, after a start or an idle spell)
+        would make the page after an action wait that long though the job it shows was read afresh: so
+        without a kept index the page reads what it needs around its job, and the fill starts (or goes
+        on) behind it. None too for a namespace outside the index."""
+        target = settings.target()
+        if namespace not in target.namespaces:
             return None
-        return await cluster_view(settings)
+        return cache.kept((settings.kubernetes_conn_id, target), builder(settings))
 
     async def detail_of(settings: Settings, user: Any, namespace: str, name: str) -> views.JobDetail:
         _require_names(namespace, name)
 
         # The job itself is read afresh (its page must show what an action just did); its pods, events
-        # and queue come from the shared state, at most a few seconds old. The index (kept, or waited
-        # for) and the job are independent: both are asked for at once, on one client; a job that is
-        # gone or not the reader's answers at once, without waiting for the index (whose shared build,
-        # if one is under way, is left to finish for the next reader).
+        # and queue come from the shared index, at most a few seconds old, or are read around the job
+        # when none is kept (index_for). A job that is gone or not the reader's answers at once.
         async def read(client: KubeClient) -> views.JobDetail:
-            index_read = asyncio.ensure_future(index_for(settings, namespace))
-            try:
-                job = await inspect.find_job(client, namespace, name)
-                _require(user, "GET", views.dag_of(job))
-            except BaseException:
-                index_read.add_done_callback(lambda f: f.cancelled() or f.exception())
-                raise
-            return await _detail(client, settings, namespace, job, await index_read)
+            job = await inspect.find_job(client, namespace, name)
+            _require(user, "GET", views.dag_of(job))
+            return await _detail(client, settings, namespace, job, index_for(settings, namespace))
 
         return await _with_cluster(settings, read)
 
@@ -543,8 +568,7 @@ def create_app() -> FastAPI:
         (state, logs), attempts = await asyncio.gather(
             state_and_logs(), inspect.attempts_of(client, namespace, job)
         )
-        if index is not None:
-            state = await with_attempts_pods(client, state, job, attempts, index)
+        state = await with_attempts_pods(client, state, job, attempts, index)
         return await asyncio.to_thread(views.job_detail, state, job, logs, attempts)
 
     async def with_attempts_pods(
@@ -552,7 +576,7 @@ def create_app() -> FastAPI:
         state: views.ClusterState,
         job: dict,
         attempts: list[dict],
-        index: job_index.JobIndex,
+        index: job_index.JobIndex | None,
     ) -> views.ClusterState:
         """``state`` with the pods (and their events) of the task try's other attempts, read afresh
         beside each other: the Attempts table shows each attempt's exit codes and nodes from its own
@@ -564,8 +588,10 @@ def create_app() -> FastAPI:
         found = await asyncio.gather(*(inspect.pods_of_job(client, a) for a in others))
         pods = [*state.pods, *(p for ps in found for p in ps)]
         events = [*state.events]
-        for other, its_pods in zip(others, found, strict=True):
-            events.extend(index.kept.owners.events_for(other, its_pods))
+        # From the index the state holds the job's own events; read around the job, all of them already.
+        if index is not None:
+            for other, its_pods in zip(others, found, strict=True):
+                events.extend(index.kept.owners.events_for(other, its_pods))
         return dataclasses.replace(state, pods=tuple(pods), events=tuple(events))
 
     async def task_detail_of(
@@ -585,7 +611,7 @@ def create_app() -> FastAPI:
         async def read(client: KubeClient) -> views.JobDetail:
             job = await find(client)
             namespace = str(job["metadata"].get("namespace") or settings.namespace)
-            return await _detail(client, settings, namespace, job, await index_for(settings, namespace))
+            return await _detail(client, settings, namespace, job, index_for(settings, namespace))
 
         return await _with_cluster(settings, read)
 

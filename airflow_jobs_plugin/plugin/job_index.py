@@ -9,7 +9,8 @@ reads (the waiting ones) and the pods of the jobs still running (:attr:`JobIndex
 How it stays current (the shell is ``plugin/app.py``, the reads ``inspect.py``):
 
 - **fill**: once per process, the jobs are read whole in pages of 500 with their own pods, each page
-  turned into rows (:func:`rows_of`) and dropped, so the heap never holds the namespace;
+  turned into rows (:func:`rows_of`) and dropped, so the heap never holds the namespace (the shell
+  defers Python's full garbage collections meanwhile: ``plugin/app.py``);
 - **refresh**: every few seconds while pages are read, only the jobs that can still change are read
   again, by their ``created`` label: every job created since the oldest job that is unfinished or
   holds a ledger reservation (:func:`refresh_since`), which also brings the new ones; a job of that

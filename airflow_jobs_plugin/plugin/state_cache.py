@@ -30,9 +30,11 @@ server (its UI and REST API share the event loop) for that long, every 5 s per o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Hashable
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -173,3 +175,41 @@ class BuildCache(Generic[T]):
         # reported as "never retrieved"; the next request past the stale window builds (and fails) anew.
         task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
         return task
+
+
+# Full collections deferred while any fill or sweep runs (a count, under a lock: they may overlap), and the thresholds to restore after the last.
+_deferring: list[Any] = [0, None]
+_deferring_lock = threading.Lock()
+# Gen-1 collections between full ones while a fill or a sweep runs: never, in practice (CPython's default is 10).
+DEFERRED_FULL_COLLECTION_THRESHOLD = 1_000_000
+
+
+@contextlib.contextmanager
+def full_collections_deferred() -> Iterator[None]:
+    """No full garbage collection while the index fills or the orphan sweep runs, young ones as usual.
+
+    A fill decodes and judges 102 pages of 500 jobs with their pods, each page alive for a second or
+    more, so its objects outlive two young collections and reach the oldest generation; with the server's
+    own heap frozen, CPython (3.11 ``Modules/gcmodule.c``, ``collect_generations``: a full collection
+    once the objects promoted since the last exceed a quarter of those that survived it) then runs a
+    full collection every page or two, 122 of them in a fill at 51,000 jobs, up to 0.49 s each, every
+    one holding the GIL and so stalling Airflow's event loop. The page's objects are acyclic JSON and
+    freed by their reference counts when the page is dropped; what the full collections would find is
+    at most the few cycles the rest of the server makes meanwhile, collected by the first full
+    collection after the fill. The orphan sweep's metadata pages (``plugin/sweep.py``) are the same
+    case: 144 full collections in a sweep at 51,000 jobs, up to 0.15 s each."""
+    import gc
+
+    with _deferring_lock:
+        if _deferring[0] == 0:
+            _deferring[1] = gc.get_threshold()
+            young, middle, _ = _deferring[1]
+            gc.set_threshold(young, middle, DEFERRED_FULL_COLLECTION_THRESHOLD)
+        _deferring[0] += 1
+    try:
+        yield
+    finally:
+        with _deferring_lock:
+            _deferring[0] -= 1
+            if _deferring[0] == 0:
+                gc.set_threshold(*_deferring[1])

@@ -52,6 +52,8 @@ from airflow_jobs_plugin.objects import parse_time
 from airflow_jobs_plugin.orphans import JobRecord, TaskRecord, TaskRef, Verdict, job_record, judge
 from airflow_jobs_plugin.quota.ledger import is_finished
 
+from .state_cache import full_collections_deferred
+
 log = logging.getLogger(__name__)
 
 BY = "orphan sweep"
@@ -204,24 +206,27 @@ async def sweep(
 
     Call it off the API server's event loop (:func:`run_periodically` does): ``read_tasks`` queries
     the database, and the reads decode megabytes."""
-    now = now or datetime.now(timezone.utc)
-    memory = memory if memory is not None else Memory()
-    listed: set[str] = set()
-    swept: list[Swept] = []
-    async for page in inspect.job_metadata_pages(client, target.namespace):
-        listed.update(_uid(j) for j in page)
-        await delete_expired_mpijobs(client, target.namespace, page, now)
-        refs = refs_of(page, memory.finished)
-        known, tasks = read_tasks(refs) if refs else (set(), {})
-        decided = judge_page(page, memory.finished, tasks, known, now=now, grace=grace)
-        del page  # dropped before its doubts are read whole and before the next page is asked for
-        swept.extend(decided.kept)
-        if decided.doubts:
-            swept.extend(await _settle(client, target, decided.doubts, tasks, known, now, grace, memory))
-        del decided, tasks
-    # A uid no longer listed is a job deleted: nothing to remember it for.
-    memory.finished &= listed
-    return swept
+    # Its metadata pages live long enough to reach the oldest generation: see
+    # state_cache.full_collections_deferred.
+    with full_collections_deferred():
+        now = now or datetime.now(timezone.utc)
+        memory = memory if memory is not None else Memory()
+        listed: set[str] = set()
+        swept: list[Swept] = []
+        async for page in inspect.job_metadata_pages(client, target.namespace):
+            listed.update(_uid(j) for j in page)
+            await delete_expired_mpijobs(client, target.namespace, page, now)
+            refs = refs_of(page, memory.finished)
+            known, tasks = read_tasks(refs) if refs else (set(), {})
+            decided = judge_page(page, memory.finished, tasks, known, now=now, grace=grace)
+            del page  # dropped before its doubts are read whole and before the next page is asked for
+            swept.extend(decided.kept)
+            if decided.doubts:
+                swept.extend(await _settle(client, target, decided.doubts, tasks, known, now, grace, memory))
+            del decided, tasks
+        # A uid no longer listed is a job deleted: nothing to remember it for.
+        memory.finished &= listed
+        return swept
 
 
 async def _settle(

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pytest
+from fastapi import FastAPI
 
 from airflow_jobs_plugin import quota
 from airflow_jobs_plugin.inspect import Target, read_cluster
 from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
 from airflow_jobs_plugin.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
+from airflow_jobs_plugin.plugin import app as plugin_app
 from airflow_jobs_plugin.plugin.views import overview
 from airflow_jobs_plugin.quota.ledger import admission_pass
 from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
@@ -43,6 +45,32 @@ groups:
   nlp: {gpus: 12, user_gpus: 4}
 """
 SCENARIO = "sim.airflow-jobs.io/scenario"
+
+
+class Admin:
+    """Airflow's user as the stubbed authentication gives it: one who may read and act on every DAG."""
+
+    def get_name(self) -> str:
+        return "admin"
+
+
+@pytest.fixture
+def mounted_app(monkeypatch) -> FastAPI:
+    """The plugin's app mounted at its prefix in a host app, as Airflow's API server mounts it, for the
+    namespace ``ml-team``, with Airflow's authentication stubbed: every request is the admin's, who may
+    read and act on every DAG. The cluster is whatever the test puts in ``plugin_app._with_cluster``."""
+    import sys
+
+    from airflow.api_fastapi.core_api import security
+
+    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
+    monkeypatch.setattr(sys, "argv", ["airflow", "api-server"])
+    plugin = plugin_app.create_app()
+    plugin.dependency_overrides[security.get_user] = Admin
+    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace="ml-team")
+    host = FastAPI()
+    host.mount(plugin_app.URL_PREFIX, plugin)
+    return host
 
 
 @dataclass(frozen=True)

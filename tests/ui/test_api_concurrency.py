@@ -12,6 +12,7 @@ thread the loop gets the GIL back at every switch interval (``sys.getswitchinter
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 
@@ -20,6 +21,7 @@ import pytest
 from fastapi import FastAPI
 
 from airflow_jobs_plugin import inspect
+from airflow_jobs_plugin.lifecycle import pods_of
 from airflow_jobs_plugin.plugin import app as plugin_app
 from tests.ui.index_reads import serve_index_from
 from tests.ui.test_views import primehub_example_1
@@ -142,11 +144,56 @@ def test_a_job_page_from_the_kept_copy_equals_the_page_from_the_whole_namespace(
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=root), base_url="http://airflow"
         ) as client:
+            await client.get("/airflow-jobs/api/jobs")  # the index, built and kept
             return await client.get(f"/airflow-jobs/api/jobs/ml-team/{name}")
 
     response = asyncio.run(scenario())
     assert response.status_code == 200
     assert response.json() == schema.job_detail(views.job_detail(whole, job)).model_dump(mode="json")
+
+
+@pytest.mark.parametrize("name", ["a", "b", "c"])
+def test_a_job_page_does_not_wait_for_the_index_being_filled(host, monkeypatch, name):
+    """After a start the index fills for tens of seconds at 51,000 jobs; a job's page (the one an action
+    lands on) reads what it needs around its job instead, and equals the page from the whole namespace."""
+    from airflow_jobs_plugin.plugin import schema, views
+
+    root, started, release, _ = host
+    whole = primehub_example_1()
+    job = next(j for j in whole.jobs if j["metadata"]["name"] == name)
+    around = []
+
+    async def find_job(client, namespace, wanted):
+        return job
+
+    async def no_logs(client, namespace, job, pods, lines=50):
+        return ()
+
+    async def read_around_job(client, target, wanted):
+        around.append(wanted["metadata"]["name"])
+        waiting = tuple(j for j in whole.jobs if views._is_waiting(j))
+        return dataclasses.replace(whole, jobs=waiting, pods=tuple(pods_of(wanted, whole.pods)))
+
+    monkeypatch.setattr(inspect, "find_job", find_job)
+    monkeypatch.setattr(inspect, "read_log_tails", no_logs)
+    monkeypatch.setattr(inspect, "read_around_job", read_around_job)
+
+    async def scenario():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=root), base_url="http://airflow"
+        ) as client:
+            overview = asyncio.create_task(client.get("/airflow-jobs/api/jobs"))
+            await asyncio.to_thread(started.wait, SAFETY_NET)
+            page = await client.get(f"/airflow-jobs/api/jobs/ml-team/{name}")
+            filling = not overview.done()  # the fill is still held: the page did not wait for it
+            release.set()
+            await overview
+            return page, filling
+
+    page, filling = asyncio.run(scenario())
+    assert filling and around == [name]
+    assert page.status_code == 200
+    assert page.json() == schema.job_detail(views.job_detail(whole, job)).model_dump(mode="json")
 
 
 def test_a_reader_of_every_dag_gets_the_newest_page_at_once_and_the_whole_view_builds_behind_it(
@@ -162,7 +209,7 @@ def test_a_reader_of_every_dag_gets_the_newest_page_at_once_and_the_whole_view_b
     whole = primehub_example_1()
     newest_reads = []
 
-    async def read_status(client, target, query):
+    async def read_status(client, target, query, chunk=inspect.LIST_CHUNK):
         newest_reads.append(query.sort)
         page, _ = listing.pick_page(whole.jobs, query)
         keys = tuple((j["metadata"]["namespace"], j["metadata"]["name"]) for j in page)
@@ -198,7 +245,7 @@ def test_a_reader_of_some_dags_waits_for_the_whole_view(host, monkeypatch):
     """Their page is filtered after it is chosen: the newest page could hold fewer jobs than they may read."""
     root, started, release, reads = host
 
-    async def read_status(client, target, query):
+    async def read_status(client, target, query, chunk=inspect.LIST_CHUNK):
         raise AssertionError("only a reader of every DAG is answered from the newest page")
 
     monkeypatch.setattr(inspect, "read_status", read_status)

@@ -26,11 +26,6 @@ PUBLIC = "https://airflow.corp.example"
 STOP = f"{plugin_app.URL_PREFIX}/api/jobs/ml-team/train-1/stop"
 
 
-class Admin:
-    def get_name(self) -> str:
-        return "admin"
-
-
 @pytest.fixture
 def stopped(monkeypatch) -> list[str]:
     """The jobs the app stopped, in order."""
@@ -53,21 +48,12 @@ def stopped(monkeypatch) -> list[str]:
     monkeypatch.setattr(inspect, "read_change", read_change)
     monkeypatch.setattr(inspect, "stop", stop)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
-    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
-    monkeypatch.setattr(sys, "argv", ["airflow", "api-server"])
     return done
 
 
 @pytest.fixture
-def root(stopped) -> FastAPI:
-    from airflow.api_fastapi.core_api import security
-
-    plugin = plugin_app.create_app()
-    plugin.dependency_overrides[security.get_user] = Admin
-    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace="ml-team")
-    host = FastAPI()
-    host.mount(plugin_app.URL_PREFIX, plugin)
-    return host
+def root(stopped, mounted_app: FastAPI) -> FastAPI:
+    return mounted_app
 
 
 def post(root: FastAPI, headers: dict[str, str]) -> httpx.Response:

@@ -5,7 +5,6 @@ page's routes refuse it (400, naming the rule), and the client refuses it in any
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import httpx
 import pytest
@@ -18,11 +17,6 @@ from airflow_jobs_plugin.resources import UnsafeName, name_problem
 
 AIRFLOW = "http://airflow.internal:8080"
 API = f"{plugin_app.URL_PREFIX}/api/jobs"
-
-
-class Admin:
-    def get_name(self) -> str:
-        return "admin"
 
 
 @pytest.fixture
@@ -42,21 +36,12 @@ def asked(monkeypatch) -> list[tuple[str, str]]:
 
     monkeypatch.setattr(inspect, "find_job", find_job)
     monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
-    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
-    monkeypatch.setattr(sys, "argv", ["airflow", "api-server"])
     return done
 
 
 @pytest.fixture
-def root(asked) -> FastAPI:
-    from airflow.api_fastapi.core_api import security
-
-    plugin = plugin_app.create_app()
-    plugin.dependency_overrides[security.get_user] = Admin
-    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace="ml-team")
-    host = FastAPI()
-    host.mount(plugin_app.URL_PREFIX, plugin)
-    return host
+def root(asked, mounted_app: FastAPI) -> FastAPI:
+    return mounted_app
 
 
 def call(root: FastAPI, method: str, path: str) -> httpx.Response:

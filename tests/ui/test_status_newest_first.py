@@ -72,9 +72,9 @@ def _reads(
     asked: list[str] = []
     real = inspect._jobs_metadata
 
-    async def recording(client, spaces, selector=""):
+    async def recording(client, spaces, selector="", chunk=inspect.LIST_CHUNK):
         asked.append(selector)
-        return await real(client, spaces, selector)
+        return await real(client, spaces, selector, chunk)
 
     monkeypatch.setattr(inspect, "_jobs_metadata", recording)
 
@@ -232,7 +232,7 @@ def test_the_jobs_that_may_wait_come_in_one_list_and_one_admitted_meanwhile_by_n
         assert sorted(by_name) == ["now-2", "now-3"]  # the waiting one came with its list
 
         # Admitted between the two reads, it has left the list of jobs without the label: read by name.
-        async def none_left(client, spaces, selector):
+        async def none_left(client, spaces, selector, chunk=inspect.LIST_CHUNK):
             return []
 
         monkeypatch.setattr(inspect, "_jobs_whole", none_left)
