@@ -1,11 +1,29 @@
 """GPU training jobs on a shared Kubernetes cluster as ordinary Airflow tasks.
 
-Public API: :class:`~airflow_jobs_plugin.operators.JobOperator`,
-:class:`~airflow_jobs_plugin.sensors.JobSensor` and
-:class:`~airflow_jobs_plugin.triggers.JobTrigger`.
+Public API, importable from the package itself::
+
+    from airflow_jobs_plugin import JobOperator, JobSensor, JobTrigger
+
+(:class:`~airflow_jobs_plugin.airflow.operators.JobOperator`,
+:class:`~airflow_jobs_plugin.airflow.sensors.JobSensor`,
+:class:`~airflow_jobs_plugin.airflow.triggers.JobTrigger`). They are resolved on first use (PEP 562), so
+that importing the package (the providers manager reads :func:`get_provider_info`; the CLI and the
+simulator's users need none of Airflow's task machinery) stays cheap.
+
+The layers, inward to outward (``docs/architecture.md``): ``jobs`` and ``lifecycle`` (what a job is and
+what state it is in), ``queueing`` (who runs next), ``logs``, ``readmodel`` (what people are shown), each
+with its pure rules and its I/O beside them over ``cluster`` (the client and the shared watch); then
+``airflow`` (operator, sensor, triggers, CLI) and ``plugin`` (the web app).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_jobs_plugin.airflow.operators import JobOperator
+    from airflow_jobs_plugin.airflow.sensors import JobSensor
+    from airflow_jobs_plugin.airflow.triggers import JobTrigger
 
 __version__ = "0.1.0"
 
@@ -42,13 +60,35 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        "operators": [{"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.operators"]}],
-        "sensors": [{"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.sensors"]}],
-        "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.triggers"]}],
-        "extra-links": ["airflow_jobs_plugin.operators.JobLink"],
+        "operators": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.airflow.operators"]}
+        ],
+        "sensors": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.airflow.sensors"]}
+        ],
+        "triggers": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_jobs_plugin.airflow.triggers"]}
+        ],
+        "extra-links": ["airflow_jobs_plugin.airflow.operators.JobLink"],
         "config": provider_config(),
-        "cli": ["airflow_jobs_plugin.airflow_cli.get_cli_commands"],
+        "cli": ["airflow_jobs_plugin.airflow.airflow_cli.get_cli_commands"],
         "plugins": [
             {"name": "airflow_jobs", "plugin-class": "airflow_jobs_plugin.plugin.AirflowJobsPlugin"},
         ],
     }
+
+
+_PUBLIC = {
+    "JobOperator": "airflow_jobs_plugin.airflow.operators",
+    "JobSensor": "airflow_jobs_plugin.airflow.sensors",
+    "JobTrigger": "airflow_jobs_plugin.airflow.triggers",
+}
+__all__ = ["DEFAULT_CONN_ID", "JobOperator", "JobSensor", "JobTrigger", "__version__", "get_provider_info"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

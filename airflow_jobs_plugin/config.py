@@ -92,7 +92,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "quota_policy_file",
         "Path of the quota policy YAML on the DAG processor, read by the opt-in cluster policy "
-        "(``airflow_jobs_plugin.cluster_policy``) to check DAGs at parse time.",
+        "(``airflow_jobs_plugin.airflow.cluster_policy``) to check DAGs at parse time.",
         "string",
         "",
         "/opt/airflow/quota/policy.yaml",

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobs_plugin.quota.jobs import group_of
+from airflow_jobs_plugin.queueing.quota.jobs import group_of
 
 if TYPE_CHECKING:
-    from airflow_jobs_plugin.quota.ledger import PassOutcome
-    from airflow_jobs_plugin.quota.model import QuotaPolicy
+    from airflow_jobs_plugin.queueing.quota.ledger import PassOutcome
+    from airflow_jobs_plugin.queueing.quota.model import QuotaPolicy
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,9 @@ def finished(job: Mapping[str, Any], state: str, reason: str | None) -> Metric:
 def after_requeue(job: Mapping[str, Any], result: object) -> tuple[Metric, ...]:
     """A stuck start was handled: a requeue counts; a job failed at its requeue limit counts as an
     outcome when its trigger sees it end, not here."""
-    from airflow_jobs_plugin.quota.requeue import Requeue  # here: watch.py imports this module early
+    from airflow_jobs_plugin.queueing.quota.requeue import (  # here: watch.py imports this module early
+        Requeue,
+    )
 
     if isinstance(result, Requeue):
         return (requeued(group_of(job), "ScheduleTimeout"),)

@@ -15,7 +15,7 @@ import pendulum
 from airflow.sdk import DAG, task
 from example_settings import NAMESPACE, PYTHON, QUOTA_CONFIGMAP, TRAINER_IMAGE, script
 
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin import JobOperator
 
 with DAG(
     dag_id="gpu_ddp_training",

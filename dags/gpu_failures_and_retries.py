@@ -33,7 +33,7 @@ from example_settings import (
     script,
 )
 
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin import JobOperator
 
 # Counts the runs of one task's script across pods, attempts and tries of one DAG run.
 STATE_FILE = (

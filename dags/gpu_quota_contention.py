@@ -31,7 +31,7 @@ from example_settings import (
     script,
 )
 
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin import JobOperator
 
 RUN_DIR = (
     ARTIFACTS_DIR + "/quota-demo/{{ run_id | replace(':', '-') | replace('+', '_') }}/{{ task.task_id }}"

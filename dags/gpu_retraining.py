@@ -32,7 +32,7 @@ from example_settings import (
     script,
 )
 
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin import JobOperator
 
 # One directory per DAG run; ':' and '+' of run ids are awkward in paths and object-store keys.
 RUN_DIR = ARTIFACTS_DIR + "/runs/{{ run_id | replace(':', '-') | replace('+', '_') }}"

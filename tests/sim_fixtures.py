@@ -12,8 +12,7 @@ import os
 from dataclasses import dataclass
 
 import pytest
-
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_sim import ClusterConfig, SimCluster
 
 CONNECTION_ENV = "AIRFLOW_CONN_KUBERNETES_DEFAULT"
 # A kubeconfig of a real cluster: the tests marked ``real_cluster`` run there instead of on the simulator

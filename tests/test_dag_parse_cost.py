@@ -16,9 +16,9 @@ pytestmark = pytest.mark.slow
 
 def test_importing_the_operator_and_sensor_does_not_load_the_kubernetes_client():
     code = (
-        "import sys, airflow_jobs_plugin.operators, airflow_jobs_plugin.sensors; "
+        "import sys, airflow_jobs_plugin.airflow.operators, airflow_jobs_plugin.airflow.sensors; "
         "print(sorted(m for m in sys.modules if m.startswith(('kubernetes_asyncio', 'aiohttp', "
-        "'airflow_jobs_plugin.kube', 'airflow_jobs_plugin.triggers'))))"
+        "'airflow_jobs_plugin.cluster.kube', 'airflow_jobs_plugin.airflow.triggers'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"

@@ -23,15 +23,15 @@ ADAPTER_NAMES = frozenset({"MPI_JOB", "BATCH_JOB", "TORCHRUN", "is_mpi", "MPIJOB
 ALLOWED = {
     # The DAG author's arguments choose the kind (JobSpec.kind names its adapter); kinds imports spec
     # (the torchrun port), so spec cannot ask the adapters.
-    "spec.py": "the author's arguments name the kind",
+    "jobs/spec.py": "the author's arguments name the kind",
     # The checks of those arguments: which arguments a ``framework="torchrun"`` job may not take.
-    "spec_checks.py": "the author's arguments name the kind",
+    "jobs/spec_checks.py": "the author's arguments name the kind",
     # The kinds' builders (each adapter's ``build`` points into it); they share the product's pod
     # template, so they stay together.
-    "manifests.py": "the builders of each kind",
+    "jobs/manifests.py": "the builders of each kind",
     # The API resources themselves (resources.JOBS, MPIJOBS) and their re-export by the client.
-    "resources.py": "the API resources the kinds are",
-    "kube.py": "re-exports the resources",
+    "cluster/resources.py": "the API resources the kinds are",
+    "cluster/kube.py": "re-exports the resources",
 }
 
 
@@ -67,7 +67,7 @@ def product_modules() -> list[Path]:
     return sorted(
         path
         for path in ROOT.rglob("*.py")
-        if path.relative_to(ROOT).parts[0] not in ("kinds", "sim")
+        if path.relative_to(ROOT).parts[:2] != ("jobs", "kinds")
         and str(path.relative_to(ROOT)) not in ALLOWED
     )
 

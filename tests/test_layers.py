@@ -1,11 +1,15 @@
 """The package's layers, read from its source: dependencies point inward (docs/architecture.md).
 
+The tree shows the layers: ``jobs``, ``lifecycle``, ``queueing``, ``logs`` and ``readmodel`` hold the
+rules, each with the few modules that do its I/O beside them; ``cluster`` is the client and the shared
+watch; ``airflow`` (operator, sensor, triggers, CLI) and ``plugin`` (the web app) are Airflow's side.
+
 - The core (rules over plain data: every module not named below) imports no shell or Airflow module of
   the product and no library that does I/O (Airflow, the Kubernetes clients, aiohttp, FastAPI).
 - The shell (the client, the watch, admission, the ledger's reads and writes, actions, logs) imports no
   module of the Airflow layer (operators, sensors, triggers, the web app, the CLI).
-- Nothing imports the simulator at module level: the provider runs without it; only the
-  ``airflow-jobs sim`` command loads it, inside the command.
+- The provider never imports the simulator (``airflow_jobs_sim``, its own distribution): not even
+  inside a function. The demo and the tests install it beside the provider.
 
 Imports only type checkers read (under ``if TYPE_CHECKING:``) are not dependencies and are not counted.
 A new module is core until it is named here, so a module that does I/O has to say so.
@@ -21,43 +25,44 @@ PACKAGE = "airflow_jobs_plugin"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 SHELL = {
-    "",  # the package itself: its constants, and the provider-info entry point that reads the config
-    "kube",
-    "lazy_kubernetes",
+    # the package itself: its constants, the provider-info entry point that reads the config, and the
+    # public names it resolves on first use
+    "",
     "config",
     "metrics",
-    "submission",
-    "watch",
-    "admission",
-    "engines.door",
-    "engines.kueue",
-    "engines.unmanaged",
-    "engines.pick",
-    "kueue_cluster",
-    "quota.ledger",
-    "actions",
-    "inspect",
-    "logstream",
-    "logtail",
+    "cluster.kube",
+    "cluster.lazy_kubernetes",
+    "cluster.watch",
+    "jobs.submission",
+    "jobs.actions",
+    "queueing.admission",
+    "queueing.engines.door",
+    "queueing.engines.kueue",
+    "queueing.engines.unmanaged",
+    "queueing.engines.pick",
+    "queueing.kueue_cluster",
+    "queueing.quota.ledger",
+    "readmodel.inspect",
+    "logs.logstream",
+    "logs.logtail",
 }
 AIRFLOW = {
-    "operators",
-    "sensors",
-    "triggers",
-    "job_sensor_trigger",
-    "cluster_policy",
-    "cli",
-    "airflow_cli",
+    "airflow",
+    "airflow.operators",
+    "airflow.sensors",
+    "airflow.triggers",
+    "airflow.job_sensor_trigger",
+    "airflow.cluster_policy",
+    "airflow.cli",
+    "airflow.airflow_cli",
     "plugin",  # the Airflow plugin's entry (plugin/__init__ loads plugin.entry on demand)
     "plugin.entry",
     "plugin.app",
     "plugin.sweep",
     "plugin.state_cache",
 }
-SIMULATOR = "sim"
+SIMULATOR = "airflow_jobs_sim"
 IO_LIBRARIES = {"airflow", "kubernetes_asyncio", "kubernetes", "aiohttp", "fastapi", "starlette", "httpx"}
-# The one place the simulator is loaded, inside the command that starts it.
-SIMULATOR_COMMAND = ("cli", "_run_sim")
 
 
 @dataclass(frozen=True)
@@ -76,11 +81,7 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {
-        _module_name(p): p
-        for p in ROOT.rglob("*.py")
-        if not _module_name(p).startswith(SIMULATOR + ".") and _module_name(p) != SIMULATOR
-    }
+    return {_module_name(p): p for p in ROOT.rglob("*.py")}
 
 
 def _resolve(name: str, known: set[str]) -> str:
@@ -120,12 +121,11 @@ def _imports(name: str, path: Path, known: set[str]) -> list[Import]:
             visit(child, function, top and not isinstance(node, (ast.ClassDef,)))
 
     def _add(dotted: str, function: str | None, top: bool) -> None:
-        if dotted == PACKAGE or dotted.startswith(PACKAGE + "."):
+        if dotted == SIMULATOR or dotted.startswith(SIMULATOR + "."):
+            found.append(Import(SIMULATOR, False, top, function))
+        elif dotted == PACKAGE or dotted.startswith(PACKAGE + "."):
             relative = dotted[len(PACKAGE) + 1 :]
-            if relative == SIMULATOR or relative.startswith(SIMULATOR + "."):
-                found.append(Import(SIMULATOR, True, top, function))
-            else:
-                found.append(Import(_resolve(relative, known), True, top, function))
+            found.append(Import(_resolve(relative, known), True, top, function))
         else:
             found.append(Import(dotted.split(".")[0], False, top, function))
 
@@ -147,8 +147,7 @@ def _violations() -> list[str]:
         for imp in _imports(name, path, known):
             where = f"{name or PACKAGE} imports {imp.module or PACKAGE}"
             if imp.module == SIMULATOR:
-                if (name, imp.function) != SIMULATOR_COMMAND:
-                    found.append(f"{where}: the provider never loads the simulator")
+                found.append(f"{where}: the provider never loads the simulator")
             elif not imp.internal:
                 if layer == "core" and imp.module in IO_LIBRARIES:
                     found.append(f"{where}: a core module does no I/O")
@@ -174,15 +173,34 @@ def test_the_check_sees_a_core_module_that_imports_the_shell(tmp_path):
     fake = tmp_path / PACKAGE
     (fake / "quota").mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    (fake / "kube.py").write_text("import aiohttp\n")
+    (fake / "cluster").mkdir()
+    (fake / "cluster" / "__init__.py").write_text("")
+    (fake / "cluster" / "kube.py").write_text("import aiohttp\n")
     (fake / "quota" / "__init__.py").write_text("")
-    (fake / "quota" / "rule.py").write_text("from ..kube import KubeClient\nimport kubernetes_asyncio\n")
+    (fake / "quota" / "rule.py").write_text(
+        "from ..cluster.kube import KubeClient\nimport kubernetes_asyncio\n"
+    )
     globals()["ROOT"] = fake
     try:
         found = _violations()
     finally:
         globals()["ROOT"] = Path(__file__).resolve().parents[1] / PACKAGE
     assert found == [
-        "quota.rule imports kube (shell): the core imports only the core",
+        "quota.rule imports cluster.kube (shell): the core imports only the core",
         "quota.rule imports kubernetes_asyncio: a core module does no I/O",
     ]
+
+
+def test_the_check_sees_the_provider_import_the_simulator(tmp_path):
+    """The simulator is never imported by the provider, not even inside a function."""
+    fake = tmp_path / PACKAGE
+    (fake / "airflow").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "airflow" / "__init__.py").write_text("")
+    (fake / "airflow" / "cli.py").write_text("def run():\n    from airflow_jobs_sim import SimCluster\n")
+    globals()["ROOT"] = fake
+    try:
+        found = _violations()
+    finally:
+        globals()["ROOT"] = Path(__file__).resolve().parents[1] / PACKAGE
+    assert found == ["airflow.cli imports airflow_jobs_sim: the provider never loads the simulator"]

@@ -20,9 +20,11 @@ cluster = cluster_fixture(nodes=1)
 PROBE = textwrap.dedent(
     """
     import json, sys
-    from airflow_jobs_plugin.lazy_kubernetes import defer_generated_classes
+    from airflow_jobs_plugin.cluster.lazy_kubernetes import defer_generated_classes
     deferred = defer_generated_classes()
-    from airflow_jobs_plugin import kube  # what the product imports: ApiClient, Configuration, the loader
+    from airflow_jobs_plugin.cluster import (  # what the product imports: ApiClient, Configuration, the loader
+        kube,
+    )
     after_product = sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models."))
     import kubernetes_asyncio
     from kubernetes_asyncio import client
@@ -67,7 +69,7 @@ def test_the_product_imports_none_of_the_generated_models_and_the_rest_loads_on_
 RUN_AS_PROGRAM = textwrap.dedent(
     """
     import json, sys
-    from airflow_jobs_plugin import cli
+    from airflow_jobs_plugin.airflow import cli
     sys.argv = ["airflow-jobs", *sys.argv[1:]]
     code = cli.main()  # no argv: as the console script calls it
     print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)

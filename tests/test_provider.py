@@ -87,19 +87,19 @@ def test_provider_info_declares_operators_sensors_triggers_and_the_extra_link():
     integration = info["integrations"][0]["integration-name"]
     modules = {key: info[key][0]["python-modules"] for key in ("operators", "sensors", "triggers")}
     assert modules == {
-        "operators": ["airflow_jobs_plugin.operators"],
-        "sensors": ["airflow_jobs_plugin.sensors"],
-        "triggers": ["airflow_jobs_plugin.triggers"],
+        "operators": ["airflow_jobs_plugin.airflow.operators"],
+        "sensors": ["airflow_jobs_plugin.airflow.sensors"],
+        "triggers": ["airflow_jobs_plugin.airflow.triggers"],
     }
     assert {info[key][0]["integration-name"] for key in modules} == {integration}
-    from airflow_jobs_plugin.operators import JobLink, JobOperator
-    from airflow_jobs_plugin.sensors import JobSensor
-    from airflow_jobs_plugin.triggers import JobTrigger
+    from airflow_jobs_plugin.airflow.operators import JobLink, JobOperator
+    from airflow_jobs_plugin.airflow.sensors import JobSensor
+    from airflow_jobs_plugin.airflow.triggers import JobTrigger
 
     assert (JobOperator.__module__, JobSensor.__module__, JobTrigger.__module__) == (
-        "airflow_jobs_plugin.operators",
-        "airflow_jobs_plugin.sensors",
-        "airflow_jobs_plugin.triggers",
+        "airflow_jobs_plugin.airflow.operators",
+        "airflow_jobs_plugin.airflow.sensors",
+        "airflow_jobs_plugin.airflow.triggers",
     )
     assert info["extra-links"] == [f"{JobLink.__module__}.{JobLink.__qualname__}"]
 
@@ -126,7 +126,11 @@ def test_airflow_providers_triggers_lists_the_job_trigger():
     rows = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
     ours = [r for r in rows if r["package_name"] == DIST]
     assert ours == [
-        {"package_name": DIST, "class": "airflow_jobs_plugin.triggers", "integration_name": "GPU Jobs"}
+        {
+            "package_name": DIST,
+            "class": "airflow_jobs_plugin.airflow.triggers",
+            "integration_name": "GPU Jobs",
+        }
     ]
 
 
@@ -226,7 +230,7 @@ def test_every_option_is_documented_in_the_deployment_guide():
 def test_the_cli_defaults_come_from_the_airflow_configuration(monkeypatch):
     import argparse
 
-    from airflow_jobs_plugin import cli
+    from airflow_jobs_plugin.airflow import cli
 
     monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__NAMESPACE", "ml")
     monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__QUOTA_CONFIGMAP", "")

@@ -7,7 +7,7 @@ points: :func:`pod_status` (kubectl's STATUS column), :func:`snapshot` (a job's 
 
 from __future__ import annotations
 
-from .failures import (
+from airflow_jobs_plugin.lifecycle.failures import (
     FAILURE_REASONS,
     START_GRACE,
     Failure,
@@ -18,7 +18,7 @@ from .failures import (
     refused_pods,
     start_cannot_succeed,
 )
-from .pod_status import (
+from airflow_jobs_plugin.lifecycle.pod_status import (
     PodRow,
     human_duration,
     is_restartable_init_container,
@@ -29,7 +29,7 @@ from .pod_status import (
     restarts_column,
     timestamp_age,
 )
-from .replicas import (
+from airflow_jobs_plugin.lifecycle.replicas import (
     LAUNCHER,
     NO_POD,
     WORKER,
@@ -41,9 +41,21 @@ from .replicas import (
     pods_of,
     replicas_of,
 )
-from .snapshot import JobSnapshot, QueueStatus, Reservation, TaskRef, snapshot
-from .state import QUEUE_REASONS, TERMINAL_STATES, VERDICTS, JobState, Reason
-from .vocabulary import (
+from airflow_jobs_plugin.lifecycle.snapshot import (
+    JobSnapshot,
+    QueueStatus,
+    Reservation,
+    TaskRef,
+    snapshot,
+)
+from airflow_jobs_plugin.lifecycle.state import (
+    QUEUE_REASONS,
+    TERMINAL_STATES,
+    VERDICTS,
+    JobState,
+    Reason,
+)
+from airflow_jobs_plugin.lifecycle.vocabulary import (
     MEANINGS,
     STATE_REASONS,
     TERMS,

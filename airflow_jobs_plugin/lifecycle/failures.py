@@ -16,8 +16,8 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any
 
-from .snapshot import JobSnapshot
-from .state import Reason
+from airflow_jobs_plugin.lifecycle.snapshot import JobSnapshot
+from airflow_jobs_plugin.lifecycle.state import Reason
 
 
 class FailureClass(str, Enum):

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .. import labels
-from ..kinds import kind_of
-from ..objects import dig, items, mapping
-from ..resources import JOBS
-from .replicas import _CREATED_POD, disrupted_pod
+from airflow_jobs_plugin.cluster.objects import dig, items, mapping
+from airflow_jobs_plugin.cluster.resources import JOBS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds import kind_of
+from airflow_jobs_plugin.lifecycle.replicas import _CREATED_POD, disrupted_pod
 
 # Every pod label whose value names the job (or the MPIJob's launcher Job) the pod belongs to.
 _NAME_LABELS = (labels.BATCH_JOB_NAME, labels.LEGACY_JOB_NAME, labels.MPI_JOB_NAME)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..objects import as_utc, dig, parse_time
-from ..records import PodFacts, pod_facts
+from airflow_jobs_plugin.cluster.objects import as_utc, dig, parse_time
+from airflow_jobs_plugin.cluster.records import PodFacts, pod_facts
 
 NODE_LOST = "NodeLost"  # status.reason the node lifecycle controller sets on pods of unreachable nodes
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -14,13 +14,16 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from .. import kinds
-from ..kinds import LAUNCHER, WORKER  # noqa: F401  (re-exported by lifecycle)
-from ..objects import condition, dig, latest, parse_time
-from ..records import NOT_YET, PodFacts, pod_facts
-from ..resources import JOBS
-from .pod_status import columns
-from .state import Reason
+from airflow_jobs_plugin.cluster.objects import condition, dig, latest, parse_time
+from airflow_jobs_plugin.cluster.records import NOT_YET, PodFacts, pod_facts
+from airflow_jobs_plugin.cluster.resources import JOBS
+from airflow_jobs_plugin.jobs import kinds
+from airflow_jobs_plugin.jobs.kinds import (  # noqa: F401  (re-exported by lifecycle)
+    LAUNCHER,
+    WORKER,
+)
+from airflow_jobs_plugin.lifecycle.pod_status import columns
+from airflow_jobs_plugin.lifecycle.state import Reason
 
 NO_POD = "<none>"  # STATUS of a replica whose pod does not exist (kubectl's word for an empty cell)
 

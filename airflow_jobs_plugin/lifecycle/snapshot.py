@@ -33,13 +33,21 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from .. import history, labels
-from ..bounded import MESSAGE_LIMIT, bounded
-from ..jobview import JobView
-from ..kinds import LAUNCHER, JobKind, kind_of
-from ..objects import as_int, as_utc, condition, dig, items, mapping, parse_time
-from ..records import NOT_YET, PodFacts, ReadMemo, pod_facts
-from .replicas import (
+from airflow_jobs_plugin.cluster.objects import (
+    as_int,
+    as_utc,
+    condition,
+    dig,
+    items,
+    mapping,
+    parse_time,
+)
+from airflow_jobs_plugin.cluster.records import NOT_YET, PodFacts, ReadMemo, pod_facts
+from airflow_jobs_plugin.jobs import history, labels
+from airflow_jobs_plugin.jobs.bounded import MESSAGE_LIMIT, bounded
+from airflow_jobs_plugin.jobs.jobview import JobView
+from airflow_jobs_plugin.jobs.kinds import LAUNCHER, JobKind, kind_of
+from airflow_jobs_plugin.lifecycle.replicas import (
     Health,
     ReplicaStatus,
     disrupted_pod,
@@ -49,7 +57,7 @@ from .replicas import (
     replica_key,
     replicas_from,
 )
-from .state import QUEUE_REASONS, VERDICTS, JobState, Reason
+from airflow_jobs_plugin.lifecycle.state import QUEUE_REASONS, VERDICTS, JobState, Reason
 
 DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job default, also what the MPI launcher Job gets
 ADMITTED = "Admitted"  # the quota pool's verdict for a job whose GPUs it reserved (quota.Verdict.ADMIT)
@@ -293,7 +301,7 @@ def snapshot(
     ``pods`` and ``events`` may hold other objects too (e.g. a namespace-wide list): only those of the
     job are used. ``job=None`` means the job object is gone. See the module docstring for the rules.
     ``memo`` keeps what was read of the job and each pod for the caller's next snapshot (see
-    :class:`~airflow_jobs_plugin.records.ReadMemo`: only for objects that are replaced, never changed in
+    :class:`~airflow_jobs_plugin.cluster.records.ReadMemo`: only for objects that are replaced, never changed in
     place); the snapshot is the same with or without it.
     Objects read through a client's models convert back with the client's
     ``ApiClient().sanitize_for_serialization(obj)``.
@@ -678,7 +686,7 @@ def _suspended(
         )
     preempted = facts.annotations.get(labels.PREEMPTION_MESSAGE)
     if live and preempted:
-        # The product's own pool preempted it (quota/preemption.py): the message names the preemptor.
+        # The product's own pool preempted it (queueing/quota/preemption.py): the message names the preemptor.
         return _Decision(JobState.TERMINATING, Reason.PREEMPTED, f"{preempted}; stopping {len(live)} pod(s)")
     if live:
         reason = Reason.REQUEUED if facts.requeue_count > 0 else Reason.PREEMPTED

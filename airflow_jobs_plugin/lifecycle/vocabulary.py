@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .state import JobState, Reason
+from airflow_jobs_plugin.lifecycle.state import JobState, Reason
 
 
 class Source(str, Enum):

@@ -14,7 +14,7 @@ __all__ = ["AirflowJobsPlugin"]
 
 def __getattr__(name: str) -> Any:
     if name == "AirflowJobsPlugin":
-        from .entry import AirflowJobsPlugin
+        from airflow_jobs_plugin.plugin.entry import AirflowJobsPlugin
 
         return AirflowJobsPlugin
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

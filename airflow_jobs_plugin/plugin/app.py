@@ -12,7 +12,7 @@ the ``Authorization`` header or Airflow's session cookie, checked by the configu
 
 The cluster is read through the Airflow connection named in ``[airflow_jobs] kubernetes_conn_id``, in
 ``[airflow_jobs] namespace`` and every namespace of ``[airflow_jobs] namespaces``. Pages read one
-index of every job for all readers (:mod:`airflow_jobs_plugin.plugin.job_index`), filled once and
+index of every job for all readers (:mod:`airflow_jobs_plugin.readmodel.job_index`), filled once and
 refreshed at most every few seconds by creation window, in a worker thread, never on the API server's
 event loop (:mod:`airflow_jobs_plugin.plugin.state_cache`); each request filters, sorts and pages it
 (query parameters in ``docs/ui.md``).
@@ -54,12 +54,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_jobs_plugin import actions, inspect, labels, quota
-from airflow_jobs_plugin.kube import DEFAULT_CONN_ID, KubeClient, KubeError
-from airflow_jobs_plugin.resources import name_problem
-
-from . import html, job_index, listing, nodes, origin, schema, sweep, views
-from .state_cache import BuildCache, full_collections_deferred
+from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.resources import name_problem
+from airflow_jobs_plugin.jobs import actions, labels
+from airflow_jobs_plugin.plugin import html, origin, sweep
+from airflow_jobs_plugin.plugin.state_cache import BuildCache, full_collections_deferred
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.readmodel import inspect, job_index, listing, nodes, schema, views
 
 URL_PREFIX = "/airflow-jobs"
 CONFIG_SECTION = "airflow_jobs"
@@ -248,7 +249,7 @@ async def _keep_current(
     client: KubeClient, target: inspect.Target, previous: job_index.JobIndex | None
 ) -> job_index.JobIndex:
     """The index brought up to date: filled page by page when there is none yet, then refreshed by
-    creation window (plugin/job_index.py); now and then swept of deleted finished jobs. Runs in a worker
+    creation window (readmodel/job_index.py); now and then swept of deleted finished jobs. Runs in a worker
     thread on a loop of its own (state_cache.py). A fill, to the index frozen, runs with full garbage
     collections deferred (``state_cache.full_collections_deferred``)."""
     if previous is None:
@@ -450,7 +451,7 @@ def create_app() -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
 
-    # The read model (plugin/job_index.py): one compact index of every job for all readers, filled
+    # The read model (readmodel/job_index.py): one compact index of every job for all readers, filled
     # once, then refreshed by creation window, never rebuilt from the whole namespace.
     cache: BuildCache[job_index.JobIndex] = BuildCache(cost=lambda index, took: index.took)
     frozen: list[bool] = []
@@ -656,7 +657,7 @@ def create_app() -> FastAPI:
 
         await cache.patch(key, lambda index: job_index.with_change(index, change))
 
-    # --- JSON (typed: plugin/schema.py; the page's formatting stays in plugin/html.py) ---
+    # --- JSON (typed: readmodel/schema.py; the page's formatting stays in plugin/html.py) ---
 
     def total_count(response: Response, page: listing.JobPage) -> None:
         """The size of the whole filtered job list, for clients paging ``/api/jobs``."""

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_jobs_plugin.operators import JobLink
-
-from .app import URL_PREFIX, create_app
+from airflow_jobs_plugin.airflow.operators import JobLink
+from airflow_jobs_plugin.plugin.app import URL_PREFIX, create_app
 
 
 class AirflowJobsPlugin(AirflowPlugin):

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from html import escape
 
-from airflow_jobs_plugin.labels import GPU_RESOURCE
-
-from . import display, svg, theme, views
-from .nodes import HIDDEN, NodeView, totals_line
-from .views import PREFIX, JobDetail, JobRow, Overview
+from airflow_jobs_plugin.jobs.labels import GPU_RESOURCE
+from airflow_jobs_plugin.plugin import svg, theme
+from airflow_jobs_plugin.readmodel import display, views
+from airflow_jobs_plugin.readmodel.nodes import HIDDEN, NodeView, totals_line
+from airflow_jobs_plugin.readmodel.views import PREFIX, JobDetail, JobRow, Overview
 
 REFRESH_SECONDS = 5
 NOTICE_MAX = 300  # characters of an action's one-line answer carried back to the job page
@@ -328,7 +328,7 @@ def jobs_section(ov: Overview, base: str = "") -> str:
 
 def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "") -> str:
     """The overview: problems, pools, queues, usage charts, jobs (``jobs_nav``: the job list's filter
-    form and pager, rendered by :func:`airflow_jobs_plugin.plugin.listing.pager_html`)."""
+    form and pager, rendered by :func:`airflow_jobs_plugin.readmodel.listing.pager_html`)."""
     problems = "".join(f'<div class="problem">{_e(p)}</div>' for p in ov.problems)
     body = (
         problems

@@ -1,4 +1,4 @@
-"""The API server's copy of the cluster's read model (the job index, ``plugin/job_index.py``): brought
+"""The API server's copy of the cluster's read model (the job index, ``readmodel/job_index.py``): brought
 up to date at most once per :data:`FRESH_SECONDS`, by one build at a time, never on the event loop. A
 build starts from the kept value (:meth:`BuildCache.peek`): the index's first build fills it, later
 ones refresh it, and the windows below stretch with what the value says its last part cost (``cost``),
@@ -9,7 +9,7 @@ job: seconds of CPU. Done per request inside an ``async def`` route it would sta
 server (its UI and REST API share the event loop) for that long, every 5 s per open page. So:
 
 - one build serves every request and every reader (each request then narrows it to what its reader
-  may see, :mod:`airflow_jobs_plugin.plugin.listing`);
+  may see, :mod:`airflow_jobs_plugin.readmodel.listing`);
 - the build (the LISTs, decoding their JSON, the snapshots) runs in a worker thread on an event loop
   of its own, so the server's loop only awaits it and keeps answering other requests meanwhile;
 - concurrent requests while a build runs wait for that build, not for a second one (single flight);
@@ -21,7 +21,7 @@ server (its UI and REST API share the event loop) for that long, every 5 s per o
   back to back, so one open page cannot keep a core of the API server busy;
 - a person's action through this server (cancel, stop, resume) patches the copy with the job it
   touched (:meth:`BuildCache.patch`, read again by the action, applied by
-  :func:`airflow_jobs_plugin.plugin.views.with_change`): the page that follows shows the action's
+  :func:`airflow_jobs_plugin.readmodel.views.with_change`): the page that follows shows the action's
   effect at once, and nobody waits for a whole rebuild because someone clicked Stop. A build under way
   when the patch came may have read the cluster before the action: the patch is applied to its value
   too when it lands.

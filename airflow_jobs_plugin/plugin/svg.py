@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from html import escape
 
-from .theme import state_var
-from .views import Phase, UsageChart
+from airflow_jobs_plugin.plugin.theme import state_var
+from airflow_jobs_plugin.readmodel.views import Phase, UsageChart
 
 _LEFT, _RIGHT, _TOP, _BOTTOM = 40, 12, 24, 30
 _AXIS = "stroke: var(--border)"

@@ -31,8 +31,8 @@ sweep after a start reads the finished history whole once, page by page; later o
 the few new candidates. Holding the whole history at once (50,000 jobs, 2.5 GB) made the garbage
 collections of that heap stall the API server's loop for seconds, from the sweep's own thread.
 
-The rule is :func:`airflow_jobs_plugin.orphans.judge`; a verdict to cancel goes through
-:func:`airflow_jobs_plugin.actions.cancel` with ``by="orphan sweep"``, like every other cancel.
+The rule is :func:`airflow_jobs_plugin.jobs.orphans.judge`; a verdict to cancel goes through
+:func:`airflow_jobs_plugin.jobs.actions.cancel` with ``by="orphan sweep"``, like every other cancel.
 """
 
 from __future__ import annotations
@@ -45,14 +45,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_jobs_plugin import actions, config, inspect, kinds, labels
-from airflow_jobs_plugin.jobview import JobView
-from airflow_jobs_plugin.kube import KubeClient, KubeError, Resource
-from airflow_jobs_plugin.objects import parse_time
-from airflow_jobs_plugin.orphans import JobRecord, TaskRecord, TaskRef, Verdict, job_record, judge
-from airflow_jobs_plugin.quota.ledger import is_finished
-
-from .state_cache import full_collections_deferred
+from airflow_jobs_plugin import config
+from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError, Resource
+from airflow_jobs_plugin.cluster.objects import parse_time
+from airflow_jobs_plugin.jobs import actions, kinds, labels
+from airflow_jobs_plugin.jobs.jobview import JobView
+from airflow_jobs_plugin.jobs.orphans import (
+    JobRecord,
+    TaskRecord,
+    TaskRef,
+    Verdict,
+    job_record,
+    judge,
+)
+from airflow_jobs_plugin.plugin.state_cache import full_collections_deferred
+from airflow_jobs_plugin.queueing.quota.ledger import is_finished
+from airflow_jobs_plugin.readmodel import inspect
 
 log = logging.getLogger(__name__)
 

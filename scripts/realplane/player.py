@@ -23,18 +23,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
-
-from airflow_jobs_plugin.sim.controllers.kubelet import LogClose, LogLine, References
-from airflow_jobs_plugin.sim.events import EventSpec
-from airflow_jobs_plugin.sim.references import (
+from airflow_jobs_sim.controllers.kubelet import LogClose, LogLine, References
+from airflow_jobs_sim.events import EventSpec
+from airflow_jobs_sim.references import (
     MissingReference,
     PodNetwork,
     container_env,
     mount_failures,
     refers_to_objects,
 )
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
 from realplane import timeline
 
 log = logging.getLogger("player")

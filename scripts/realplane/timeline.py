@@ -1,7 +1,7 @@
 """A pod's whole life, computed once when it is bound: the frames kwok's Stages play, the log lines and
 the kubelet's events.
 
-The simulator's kubelet is a pure function of a pod and a time (``airflow_jobs_plugin.sim.controllers.
+The simulator's kubelet is a pure function of a pod and a time (``airflow_jobs_sim.controllers.
 kubelet.step_pod``: the scenario annotation, image-tag conventions, init containers one at a time,
 pull errors and back-off, crash loops with ``restartCount``, exit codes, readiness, sidecars). Stepping it
 from the pod's start to its end gives every status the pod will report and when; the plane's Stages then
@@ -16,15 +16,15 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from airflow_jobs_plugin.sim.controllers.kubelet import (
+from airflow_jobs_sim.controllers.kubelet import (
     LogClose,
     LogLine,
     References,
     new_pod_run,
     step_pod,
 )
-from airflow_jobs_plugin.sim.events import EventSpec
-from airflow_jobs_plugin.sim.scenarios import ScenarioError, pod_scenarios
+from airflow_jobs_sim.events import EventSpec
+from airflow_jobs_sim.scenarios import ScenarioError, pod_scenarios
 
 FRAMES_ANNOTATION = "plane.airflow-jobs.io/frames"
 FRAME_ANNOTATION = "plane.airflow-jobs.io/frame"  # the index of the frame the Stages wrote last

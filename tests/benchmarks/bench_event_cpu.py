@@ -51,13 +51,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_jobs_plugin import attempts, tracking
-from airflow_jobs_plugin.lifecycle import JobSnapshot, JobState, classify_failure, snapshot
-from airflow_jobs_plugin.quota import ledger
-from airflow_jobs_plugin.watch_transform import trim
+from airflow_jobs_plugin.cluster.watch_transform import trim
+from airflow_jobs_plugin.jobs import attempts
+from airflow_jobs_plugin.lifecycle import JobSnapshot, JobState, classify_failure, snapshot, tracking
+from airflow_jobs_plugin.queueing.quota import ledger
 
 try:  # a version of the product from before the pod records has no memo: every look reads every pod
-    from airflow_jobs_plugin.records import ReadMemo
+    from airflow_jobs_plugin.cluster.records import ReadMemo
 except ImportError:  # pragma: no cover - measuring an older version
     ReadMemo = None  # type: ignore[assignment,misc]
 
@@ -71,9 +71,10 @@ WORKERS = {"job": 1, "mpijob": 8}  # the two jobs measured, by the name of their
 
 
 def _manifest(task_id: str, workers: int) -> dict:
-    from airflow_jobs_plugin.manifests import build_manifest
-    from airflow_jobs_plugin.sim.scenarios import ANNOTATION
-    from airflow_jobs_plugin.spec import TaskIdentity, validate
+    from airflow_jobs_sim.scenarios import ANNOTATION
+
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
     # Pull the image, then run until deleted: the recording stops once every pod runs.
     scenario = {"main": {"pull": 1, "run": None, "logs": ["starting"]}}
@@ -100,7 +101,7 @@ def _manifest(task_id: str, workers: int) -> dict:
 
 def record(timeout: float = 60.0) -> list[dict[str, Any]]:
     """Every watch event line of the two jobs' lives until all their pods run: ``{"watch", "line"}``."""
-    from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+    from airflow_jobs_sim import ClusterConfig, SimCluster
 
     with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.01)) as cluster:
         cluster.call(cluster.store.create, "namespaces", {"metadata": {"name": NAMESPACE}})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from airflow_jobs_plugin.quota.parse import MAX_POLICY_BYTES, PolicyError, parse_policy
+from airflow_jobs_plugin.queueing.quota.parse import MAX_POLICY_BYTES, PolicyError, parse_policy
 
 
 def policies() -> dict[str, str]:

@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.perf_counter()
-    from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+    from airflow_jobs_sim import ClusterConfig, SimCluster
 
     imported = time.perf_counter()
     full = SimCluster(ClusterConfig(nodes=4, time_scale=0.01)).start()

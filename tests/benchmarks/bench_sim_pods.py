@@ -146,7 +146,7 @@ def cpu_seconds() -> float:
 
 
 def run_one(n: int, run: float | None, watch: bool, timeout: float) -> dict[str, Any]:
-    from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+    from airflow_jobs_sim import ClusterConfig, SimCluster
 
     run = run if run is not None else max(20.0, n / 100)
     nodes = n // 100 + 2

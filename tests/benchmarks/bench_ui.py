@@ -65,9 +65,10 @@ LIVE_HOURS = 6
 
 def record() -> tuple[dict[str, dict], dict[str, str]]:
     """The UI tests' population as LIST bodies, and its job names by role."""
-    from airflow_jobs_plugin.kube import EVENTS, JOBS, MPIJOBS, PODS, KubeClient
-    from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-    from airflow_jobs_plugin.watch import MANAGED_SELECTOR
+    from airflow_jobs_sim import ClusterConfig, SimCluster
+
+    from airflow_jobs_plugin.cluster.kube import EVENTS, JOBS, MPIJOBS, PODS, KubeClient
+    from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR
     from tests.ui.conftest import _populate
 
     with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as cluster:
@@ -114,8 +115,8 @@ def _copy(template: dict[str, Any], name: str, i: int, created: datetime) -> dic
     """The template under a new name, fresh uids, another user and DAG, created at ``created``: every
     time in it (the job's, its pods', its events') moves with its creation, and it carries the labels
     the product writes (its creation time; ``admitted`` with ``admitted-at``)."""
-    from airflow_jobs_plugin import labels
-    from airflow_jobs_plugin.manifests import created_label
+    from airflow_jobs_plugin.jobs import labels
+    from airflow_jobs_plugin.jobs.manifests import created_label
 
     old = template["job"]["metadata"]["name"]
     text = json.dumps(template).replace(old, name)
@@ -135,7 +136,8 @@ def _copy(template: dict[str, Any], name: str, i: int, created: datetime) -> dic
 
 def multiply(bodies: dict[str, dict], names: dict[str, str], finished: int, live: int, finished_events: int):
     """LIST bodies of a namespace with ``finished`` + ``live`` jobs (see the module docstring)."""
-    from airflow_jobs_plugin import labels, quota
+    from airflow_jobs_plugin.jobs import labels
+    from airflow_jobs_plugin.queueing import quota
 
     templates = {
         role: _template(bodies, names[role]) for role in ("done", "broken", "runner", "mpi", "waiting")
@@ -255,9 +257,9 @@ def _timed(fn):
 
 
 def measure_core(kubeconfig: str) -> dict[str, float]:
-    from airflow_jobs_plugin.inspect import Target, read_cluster
-    from airflow_jobs_plugin.kube import KubeClient
-    from airflow_jobs_plugin.plugin import views
+    from airflow_jobs_plugin.cluster.kube import KubeClient
+    from airflow_jobs_plugin.readmodel import views
+    from airflow_jobs_plugin.readmodel.inspect import Target, read_cluster
 
     async def read():
         client = await KubeClient.from_kubeconfig(kubeconfig)
@@ -369,12 +371,13 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
     from airflow.api_fastapi.core_api.routes.public.version import version_router
     from fastapi import FastAPI
 
-    from airflow_jobs_plugin import actions, inspect
-    from airflow_jobs_plugin.inspect import Target
-    from airflow_jobs_plugin.kube import KubeClient
-    from airflow_jobs_plugin.orphans import TaskRecord
+    from airflow_jobs_plugin.cluster.kube import KubeClient
+    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.jobs.orphans import TaskRecord
     from airflow_jobs_plugin.plugin import app as plugin_app
     from airflow_jobs_plugin.plugin import sweep as sweep_module
+    from airflow_jobs_plugin.readmodel import inspect
+    from airflow_jobs_plugin.readmodel.inspect import Target
 
     class Reader:
         def get_name(self) -> str:
@@ -530,7 +533,7 @@ def measure_status(kubeconfig: str, runs: int = 3) -> dict[str, float]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-m", "airflow_jobs_plugin.cli", "status", "--kubeconfig", kubeconfig],
+            [sys.executable, "-m", "airflow_jobs_plugin.airflow.cli", "status", "--kubeconfig", kubeconfig],
             env=env,
             capture_output=True,
             text=True,

@@ -7,7 +7,7 @@ as the Kubernetes API server pages a list), as metadata only when asked (``Accep
 application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1``, each item its ``metadata`` as the
 API server sends it, managedFields included), one object by name, and a pod's log. Label selectors
 are applied as the API server applies them (the simulator's parser and matcher,
-``airflow_jobs_plugin/sim/selectors.py``), so ``airflow-jobs status`` reading by creation windows reads
+``simulator/airflow_jobs_sim/selectors.py``), so ``airflow-jobs status`` reading by creation windows reads
 what it would read from a cluster. The lists are decoded before the port is announced, so the first
 request measured does not wait for that. It runs in its own process, so its work is
 not counted as the measured one's, and the client decodes real bodies.
@@ -102,7 +102,7 @@ def main() -> None:
         return ranges[path, key]
 
     def _selected(path: str, selector: str) -> list[int]:
-        from airflow_jobs_plugin.sim.selectors import parse_label_selector
+        from airflow_jobs_sim.selectors import parse_label_selector
 
         chosen = set(range(len(encoded[path])))
         for requirement in parse_label_selector(selector):

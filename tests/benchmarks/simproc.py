@@ -1,7 +1,7 @@
 """The simulated cluster of a benchmark, in a process of its own, driven over stdin/stdout.
 
 Run by the benchmark drivers, not by hand: ``python simproc.py --nodes 60 --time-scale 0.5``. It starts a
-:class:`~airflow_jobs_plugin.sim.SimCluster`, prints one JSON line with the kubeconfig path, then answers
+:class:`~airflow_jobs_sim.SimCluster`, prints one JSON line with the kubeconfig path, then answers
 one JSON line per command line read from stdin (answers start with ``@bench ``) (``{"op": ...}``).
 
 Keeping the cluster out of the process under test means that process's CPU time and memory are its own.
@@ -29,10 +29,12 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_sim import ClusterConfig, SimCluster
+
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing import quota
 
 SCENARIO = "sim.airflow-jobs.io/scenario"
 SAMPLE_SECONDS = 0.5

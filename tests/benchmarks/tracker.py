@@ -4,7 +4,7 @@ Run by the benchmark drivers: ``python tracker.py --kind ours|cncf --names names
 --out result.json``. The ``kubernetes_default`` connection comes from ``AIRFLOW_CONN_KUBERNETES_DEFAULT``,
 as in a triggerer.
 
-- ``ours``: :class:`~airflow_jobs_plugin.triggers.JobTrigger` as ``JobOperator`` defers to it.
+- ``ours``: :class:`~airflow_jobs_plugin.airflow.triggers.JobTrigger` as ``JobOperator`` defers to it.
 - ``cncf``: the cncf provider's ``KubernetesJobTrigger`` as its ``KubernetesJobOperator`` defers to it
   in deferrable mode (default ``job_poll_interval`` of 10 s, ``get_logs`` on, no XCom sidecar).
 
@@ -76,7 +76,7 @@ def memory_kb() -> tuple[int, int]:
 
 def request_key(method: str, url: str, query: Any = None) -> str:
     """``"verb resource[/subresource]"`` of one API request, as the simulator's server counts it
-    (``airflow_jobs_plugin/sim/server.py`` ``_verb``): list, watch, get, create, patch, update, delete."""
+    (``simulator/airflow_jobs_sim/server.py`` ``_verb``): list, watch, get, create, patch, update, delete."""
     from urllib.parse import parse_qs, urlsplit
 
     parts = urlsplit(url)
@@ -156,7 +156,7 @@ class LineClock:
         self.ticks = 0
 
     def install(self) -> None:
-        from airflow_jobs_plugin.kube import KubeClient
+        from airflow_jobs_plugin.cluster.kube import KubeClient
 
         clock = self
         follow_log, read_log = KubeClient.follow_log, KubeClient.read_log
@@ -397,7 +397,7 @@ def _complete(obj: dict) -> bool:
 
 def build_triggers(kind: str, names: list[str], namespace: str, args: argparse.Namespace, book: Book) -> list:
     if kind == "ours":
-        from airflow_jobs_plugin.triggers import JobTrigger
+        from airflow_jobs_plugin.airflow.triggers import JobTrigger
 
         triggers = [
             JobTrigger(
@@ -461,9 +461,9 @@ async def worker_path(book: Book, namespace: str) -> dict[str, Any]:
     trigger's, and its requests too (the requests counted after this start are the worker's)."""
     if not book.markers:
         return {"jobs": 0, "lines": 0, "jobs_with_last_line": 0, "requests": 0}
-    from airflow_jobs_plugin.kube import KubeClient
-    from airflow_jobs_plugin.logcursor import LogMarker
-    from airflow_jobs_plugin.logtail import print_missing
+    from airflow_jobs_plugin.cluster.kube import KubeClient
+    from airflow_jobs_plugin.logs.logcursor import LogMarker
+    from airflow_jobs_plugin.logs.logtail import print_missing
 
     class Sink:
         def info(self, message: Any, *args: Any) -> None:
@@ -498,7 +498,7 @@ def trace_admission(book: Book) -> None:
     unsuspend). Wraps the ledger module's functions; the product's code is unchanged."""
     import contextvars
 
-    from airflow_jobs_plugin.quota import ledger
+    from airflow_jobs_plugin.queueing.quota import ledger
 
     who = contextvars.ContextVar("who", default="release")
     admission_pass, write_ledger, sleep_before_retry = (
@@ -549,7 +549,7 @@ def trace_admission(book: Book) -> None:
 def admissions() -> list:
     """The process's admissions (shared by every trigger of a namespace and policy): not walked."""
     try:
-        from airflow_jobs_plugin.admission import Admission
+        from airflow_jobs_plugin.queueing.admission import Admission
 
         return [a for per_watch in Admission._registry.values() for a in per_watch.values()]  # noqa: SLF001
     except (ImportError, AttributeError):
@@ -575,20 +575,20 @@ def cache_figures(watch: Any) -> dict[str, Any]:
 # Where a traced allocation is put (``--tracemalloc``): the first frame, newest first, whose file ends
 # with one of these.
 HEAP_SITES = (
-    ("watch_transform.py", "cache: trimmed objects (watch_transform)"),
+    ("cluster/watch_transform.py", "cache: trimmed objects (watch_transform)"),
     ("json/decoder.py", "decoded JSON kept (interned strings)"),
-    ("airflow_jobs_plugin/watch.py", "watch: index, subscriptions"),
-    ("airflow_jobs_plugin/logstream.py", "logs: streamer, runs, hub"),
-    ("airflow_jobs_plugin/logplan.py", "logs: streamer, runs, hub"),
-    ("airflow_jobs_plugin/logcursor.py", "logs: cursors"),
-    ("airflow_jobs_plugin/triggers.py", "trigger: _Follow, its state and coroutines"),
-    ("airflow_jobs_plugin/admission.py", "admission"),
-    ("airflow_jobs_plugin/quota/", "admission"),
+    ("airflow_jobs_plugin/cluster/watch.py", "watch: index, subscriptions"),
+    ("airflow_jobs_plugin/logs/logstream.py", "logs: streamer, runs, hub"),
+    ("airflow_jobs_plugin/logs/logplan.py", "logs: streamer, runs, hub"),
+    ("airflow_jobs_plugin/logs/logcursor.py", "logs: cursors"),
+    ("airflow_jobs_plugin/airflow/triggers.py", "trigger: _Follow, its state and coroutines"),
+    ("airflow_jobs_plugin/queueing/admission.py", "admission"),
+    ("airflow_jobs_plugin/queueing/quota/", "admission"),
     ("tests/benchmarks/tracker.py", "benchmark: tasks, book"),
     ("asyncio/", "asyncio: tasks, futures, handles"),
     ("aiohttp/", "aiohttp"),
     ("ssl.py", "ssl"),
-    ("airflow_jobs_plugin/kube.py", "client"),
+    ("airflow_jobs_plugin/cluster/kube.py", "client"),
     ("airflow_jobs_plugin/lifecycle/", "lifecycle"),
     ("<frozen importlib", "imports done after the triggers started"),
 )
@@ -634,7 +634,7 @@ def heap_figures(
 
     With ``--tracemalloc``: the traced allocations live now, made since just before the triggers
     started, by where they were made."""
-    from airflow_jobs_plugin import logstream
+    from airflow_jobs_plugin.logs import logstream
 
     out: dict[str, Any] = {}
     if traced_before is not None:
@@ -864,7 +864,8 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         REQUESTS.announce_at[key] = int(count)
     if args.kind == "ours":
         LINES.install()
-        from airflow_jobs_plugin import kube, logstream
+        from airflow_jobs_plugin.cluster import kube
+        from airflow_jobs_plugin.logs import logstream
 
         # The log hub's stream budget and read rate, when the run measures other values than the
         # product's (both are read when the process's hub is made).
@@ -882,7 +883,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     watch = None
     sweeps: list[tuple[float, int, int]] = []
     if args.kind == "ours":
-        from airflow_jobs_plugin import watch as shared
+        from airflow_jobs_plugin.cluster import watch as shared
 
         watch = await shared.acquire("kubernetes_default", args.namespace)
 
@@ -905,7 +906,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
                 book.receive(key, "finished")
 
         watch.add_listener(on_event)
-        from airflow_jobs_plugin import watch_transform
+        from airflow_jobs_plugin.cluster import watch_transform
 
         if hasattr(watch_transform, "Sharing"):
             # When the table of shared parts sweeps itself, and its size before and after: a sweep
@@ -998,7 +999,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         # Lists beyond the first of each watched resource: a watch that could not resume (410 Gone).
         relists = watch.relists - len(watch.resources)
     if args.kind == "ours":
-        from airflow_jobs_plugin import logstream
+        from airflow_jobs_plugin.logs import logstream
 
         for hub in list(getattr(logstream, "_HUBS", {}).values()):  # an older version has no hub
             hubs = {
@@ -1010,8 +1011,8 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         # The reads' bound: reads per second per process (an older version has none).
         hubs["poll_rate"] = getattr(logstream, "POLL_RATE", None)
     if args.kind == "ours":
-        from airflow_jobs_plugin import admission
-        from airflow_jobs_plugin import watch as shared
+        from airflow_jobs_plugin.cluster import watch as shared
+        from airflow_jobs_plugin.queueing import admission
 
         if watch is not None:
             shared.release("kubernetes_default", args.namespace)

@@ -1,4 +1,4 @@
-"""When a connection's credentials are renewed: the pure rules of ``credentials.py``, then the client's
+"""When a connection's credentials are renewed: the pure rules of ``cluster/credentials.py``, then the client's
 ``Credentials`` applying them with a fake clock and a counting source."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin.credentials import (
+from airflow_jobs_plugin.cluster.credentials import (
     Credential,
     Kind,
     Verdict,
@@ -18,7 +18,7 @@ from airflow_jobs_plugin.credentials import (
     refused_message,
     renew_at,
 )
-from airflow_jobs_plugin.kube import Credentials, KubeError
+from airflow_jobs_plugin.cluster.kube import Credentials, KubeError
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 

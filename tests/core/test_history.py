@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow_jobs_plugin import history, labels
-from airflow_jobs_plugin.history import Act, Entry, Run
+from airflow_jobs_plugin.jobs import history, labels
+from airflow_jobs_plugin.jobs.history import Act, Entry, Run
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 

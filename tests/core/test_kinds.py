@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_jobs_plugin import kinds, labels
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.jobs import kinds, labels
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
 TASK = TaskIdentity("nightly", "train", "run-1", -1, 1)
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_jobs_plugin import kinds, labels
-from airflow_jobs_plugin.action_rules import Ending
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeError
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.quota import ledger
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeError
+from airflow_jobs_plugin.jobs import kinds, labels
+from airflow_jobs_plugin.jobs.action_rules import Ending
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing.quota import ledger
 
 TASK = TaskIdentity("nightly", "train", "run-1", -1, 1)
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

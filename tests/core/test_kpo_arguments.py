@@ -2,7 +2,7 @@
 same name, or fails at once in one line naming the JobOperator argument to use; ``runtime_class_name``
 and ``secrets``, which GPU clusters need, work as that operator applies them.
 
-KubernetesPodOperator is the installed cncf provider's (10.25, ``operators/pod.py``); its ``Secret`` is
+KubernetesPodOperator is the installed cncf provider's (10.25, ``airflow/operators/pod.py``); its ``Secret`` is
 ``secret.py``'s.
 """
 
@@ -18,9 +18,9 @@ from airflow.providers.cncf.kubernetes.secret import Secret
 from airflow.sdk import BaseOperator
 from kubernetes.client import models as k8s
 
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.operators import KPO_NAMES, JobOperator
-from airflow_jobs_plugin.spec import JobSpecError, TaskIdentity
+from airflow_jobs_plugin.airflow.operators import KPO_NAMES, JobOperator
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import JobSpecError, TaskIdentity
 
 TASK = TaskIdentity("nightly", "train", "manual__1", -1, 1)
 BASE = {"task_id": "train", "image": "registry.example/trainer:1", "group": "vision", "gpus": 1}

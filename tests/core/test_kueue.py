@@ -1,9 +1,9 @@
-"""Which jobs Kueue owns and what its Workload says about a queued job (airflow_jobs_plugin.kueue)."""
+"""Which jobs Kueue owns and what its Workload says about a queued job (airflow_jobs_plugin.queueing.kueue)."""
 
 from __future__ import annotations
 
-from airflow_jobs_plugin import kueue
-from airflow_jobs_plugin.action_rules import Action, facts_of, refusal
+from airflow_jobs_plugin.jobs.action_rules import Action, facts_of, refusal
+from airflow_jobs_plugin.queueing import kueue
 
 
 def job(queue: str | None = "team-a", owner_kind: str | None = None) -> dict:
@@ -83,7 +83,7 @@ def test_stop_and_resume_of_a_kueue_job_are_refused_and_cancel_is_not():
 
 
 def test_a_job_follows_only_its_own_workload_from_the_watchs_index():
-    from airflow_jobs_plugin.engines.kueue import _WorkloadSource
+    from airflow_jobs_plugin.queueing.engines.kueue import _WorkloadSource
 
     source = _WorkloadSource(None, "default", lambda name: None)  # type: ignore[arg-type]
     mine = {
@@ -101,7 +101,7 @@ def test_a_job_follows_only_its_own_workload_from_the_watchs_index():
 
 
 def admission_workloads():
-    from airflow_jobs_plugin.kube import WORKLOADS
+    from airflow_jobs_plugin.cluster.kube import WORKLOADS
 
     return WORKLOADS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin.logcursor import (
+from airflow_jobs_plugin.logs.logcursor import (
     Cursor,
     LogMarker,
     advance,
@@ -15,7 +15,7 @@ from airflow_jobs_plugin.logcursor import (
     parse_stamp,
     split_line,
 )
-from airflow_jobs_plugin.logtail import missed_before
+from airflow_jobs_plugin.logs.logtail import missed_before
 
 S = 1_000_000_000
 T = parse_stamp("2026-01-01T10:00:05Z") or 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin.logplan import PollRing, Waiting, grant_streams
+from airflow_jobs_plugin.logs.logplan import PollRing, Waiting, grant_streams
 
 
 @pytest.mark.parametrize(

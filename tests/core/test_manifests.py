@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 from kubernetes.client import ApiClient
 
-from airflow_jobs_plugin import labels as keys
-from airflow_jobs_plugin.manifests import (
+from airflow_jobs_plugin.jobs import labels as keys
+from airflow_jobs_plugin.jobs.manifests import (
     LAUNCHER_RANK,
     build_manifest,
     parse_rfc3339,
@@ -19,7 +19,7 @@ from airflow_jobs_plugin.manifests import (
     rfc3339,
     worker_host,
 )
-from airflow_jobs_plugin.spec import TaskIdentity, label_value, validate
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, label_value, validate
 
 TASK = TaskIdentity("nightly_retrain", "train", "scheduled__2024-05-01T00:00:00+00:00", -1, 1)
 QUEUED_AT = datetime(2024, 5, 1, 0, 5, 7, 123456, tzinfo=timezone.utc)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin.naming import (
+from airflow_jobs_plugin.jobs.naming import (
     DNS_LABEL_MAX,
     MAX_ATTEMPTS,
     MAX_WORKERS,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.spec import ARGUMENTS, JOB_ARGUMENTS, SPEC_FIELDS, JobSpec
-from airflow_jobs_plugin.spec_checks import validate
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.jobs.spec import ARGUMENTS, JOB_ARGUMENTS, SPEC_FIELDS, JobSpec
+from airflow_jobs_plugin.jobs.spec_checks import validate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operator.md"
 OPERATOR_ONLY = {
@@ -90,7 +90,7 @@ def test_the_operator_assigns_each_argument_plainly_as_airflows_operator_lint_as
 
 
 def test_every_sensor_argument_is_documented_in_the_docstring_and_the_docs():
-    from airflow_jobs_plugin.sensors import JobSensor
+    from airflow_jobs_plugin.airflow.sensors import JobSensor
 
     names = {n for n in inspect.signature(JobSensor.__init__).parameters if n not in ("self", "kwargs")}
     assert set(re.findall(r":param (\w+):", JobSensor.__doc__ or "")) == names

@@ -3,7 +3,7 @@ starts another try on its own; a returned success that Airflow dropped is adopte
 
 from __future__ import annotations
 
-from airflow_jobs_plugin.outcome import (
+from airflow_jobs_plugin.jobs.outcome import (
     AttemptRecord,
     EventStatus,
     JobEvent,

@@ -1,6 +1,6 @@
 """Full pod specs: each field from the DAG argument to the pod, checked at parse time naming the field.
 
-Field names follow the KubernetesPodOperator's (apache-airflow-providers-cncf-kubernetes operators/pod.py)
+Field names follow the KubernetesPodOperator's (apache-airflow-providers-cncf-kubernetes airflow/operators/pod.py)
 where the concept is the same. Every manifest here must survive the kubernetes client's own models: a
 key the models do not know (a typo) would be dropped by the round trip and fail it.
 """
@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes.client import ApiClient
 
-from airflow_jobs_plugin import labels as keys
-from airflow_jobs_plugin.manifests import build_manifest, merge_under
-from airflow_jobs_plugin.spec import (
+from airflow_jobs_plugin.jobs import labels as keys
+from airflow_jobs_plugin.jobs.manifests import build_manifest, merge_under
+from airflow_jobs_plugin.jobs.spec import (
     TERMINATION_MESSAGE_PATH,
     JobSpecError,
     TaskIdentity,
@@ -291,7 +291,7 @@ def test_pod_template_cannot_take_gpus_or_relabel_the_job_behind_the_quotas_back
 
 
 def test_a_pod_template_file_is_read_when_the_task_runs_and_merged_under_pod_template(tmp_path):
-    from airflow_jobs_plugin.operators import JobOperator
+    from airflow_jobs_plugin.airflow.operators import JobOperator
 
     path = tmp_path / "pod.yaml"
     path.write_text("spec:\n  hostIPC: true\n  dnsPolicy: Default\n")

@@ -3,8 +3,8 @@ does not (tracking.pods_outran_job)."""
 
 from __future__ import annotations
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.tracking import pods_outran_job
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.lifecycle.tracking import pods_outran_job
 
 
 def job(

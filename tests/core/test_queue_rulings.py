@@ -1,12 +1,17 @@
-"""What is ruled on a suspended job before any engine queues it, from plain data (engines/ruling.py)."""
+"""What is ruled on a suspended job before any engine queues it, from plain data (queueing/engines/ruling.py)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.engines.ruling import Ruling, not_before, ruling_before_queue, wake_after
-from airflow_jobs_plugin.quota.placement import NO_AUTOSCALING, Autoscaling, NodeCapacity
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.engines.ruling import (
+    Ruling,
+    not_before,
+    ruling_before_queue,
+    wake_after,
+)
+from airflow_jobs_plugin.queueing.quota.placement import NO_AUTOSCALING, Autoscaling, NodeCapacity
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 EIGHT_GPU_NODES = [NodeCapacity(name=f"gpu-{i}", gpus=8, node_labels={}) for i in range(3)]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from airflow_jobs_plugin.quota import parse_policy
-from airflow_jobs_plugin.quota_source import QuotaSource, choose, opt_out_problem
+from airflow_jobs_plugin.queueing.quota import parse_policy
+from airflow_jobs_plugin.queueing.quota_source import QuotaSource, choose, opt_out_problem
 
 SHIPPED = "airflow-jobs-quota-policy"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin.rank_log import rank_lines, rank_of
+from airflow_jobs_plugin.logs.rank_log import rank_lines, rank_of
 
 LAUNCHER_LOG = [
     "train: starting 2 ranks with mpirun",
@@ -49,7 +49,7 @@ def test_rank_of_reads_the_tags_mpirun_writes(line, expected):
 
 
 def test_worker_n_ran_the_mpi_ranks_of_its_slots():
-    from airflow_jobs_plugin.rank_log import worker_lines, worker_ranks
+    from airflow_jobs_plugin.logs.rank_log import worker_lines, worker_ranks
 
     assert list(worker_ranks(1, 1)) == [1]
     assert list(worker_ranks(1, 4)) == [4, 5, 6, 7]

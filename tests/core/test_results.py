@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from airflow_jobs_sim.controllers.kubelet import termination_message
 
-from airflow_jobs_plugin import labels as keys
-from airflow_jobs_plugin.outcome import EventStatus, JobEvent, summary
-from airflow_jobs_plugin.results import job_result, parse_result
-from airflow_jobs_plugin.sim.controllers.kubelet import termination_message
+from airflow_jobs_plugin.jobs import labels as keys
+from airflow_jobs_plugin.jobs.outcome import EventStatus, JobEvent, summary
+from airflow_jobs_plugin.jobs.results import job_result, parse_result
 
 
 def pod(

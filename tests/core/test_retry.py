@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin.retry import backoff_delay, next_attempt_allowed
+from airflow_jobs_plugin.jobs.retry import backoff_delay, next_attempt_allowed
 
 S = timedelta(seconds=1)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes.client import V1PersistentVolumeClaimVolumeSource, V1Toleration, V1Volume, V1VolumeMount
 
-from airflow_jobs_plugin.spec import (
+from airflow_jobs_plugin.jobs.spec import (
     MAX_ATTEMPTS,
     MAX_WORKERS,
     FrozenMap,
@@ -473,8 +473,8 @@ def test_invalid_image_references(image):
 def test_a_requeue_limit_the_author_chose_travels_on_the_job_whatever_its_value(limit):
     from datetime import datetime, timezone
 
-    from airflow_jobs_plugin import labels
-    from airflow_jobs_plugin.manifests import build_manifest
+    from airflow_jobs_plugin.jobs import labels
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
 
     identity = TaskIdentity("nightly", "train", "run-1")
     spec = validate(image="registry.example/trainer:1", group="vision", user="alice", requeue_limit=limit)
@@ -495,8 +495,8 @@ def test_a_schedule_timeout_the_author_chose_travels_on_the_job_whatever_its_val
     the platform admin sets a different one in the policy."""
     from datetime import datetime, timezone
 
-    from airflow_jobs_plugin import labels
-    from airflow_jobs_plugin.manifests import build_manifest
+    from airflow_jobs_plugin.jobs import labels
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
 
     identity = TaskIdentity("nightly", "train", "run-1")
     spec = validate(
@@ -515,7 +515,7 @@ def test_a_schedule_timeout_the_author_chose_travels_on_the_job_whatever_its_val
 
 @pytest.mark.parametrize("argument", ["requeue_backoff", "requeue_backoff_max"])
 def test_a_requeue_back_off_is_the_quota_policys_and_the_operator_says_so(argument):
-    from airflow_jobs_plugin.operators import JobOperator
+    from airflow_jobs_plugin.airflow.operators import JobOperator
 
     with pytest.raises(JobSpecError, match=rf"{argument}: .*quota policy"):
         JobOperator(
@@ -607,7 +607,7 @@ def test_a_projected_token_of_the_default_account_is_refused(where):
 def test_the_checkers_names_are_importable_from_spec_for_code_and_for_type_checkers():
     import ast
 
-    from airflow_jobs_plugin import spec, spec_checks
+    from airflow_jobs_plugin.jobs import spec, spec_checks
 
     for name in spec._CHECKER_NAMES:
         assert getattr(spec, name) is getattr(spec_checks, name), name
@@ -616,7 +616,7 @@ def test_the_checkers_names_are_importable_from_spec_for_code_and_for_type_check
     typed = {
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "airflow_jobs_plugin.spec_checks"
+        if isinstance(node, ast.ImportFrom) and node.module == "airflow_jobs_plugin.jobs.spec_checks"
         for alias in node.names
     }
     assert typed == spec._CHECKER_NAMES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin.spec import JobSpec, JobSpecError
+from airflow_jobs_plugin.jobs.spec import JobSpec, JobSpecError
 
 BASE = {"image": "ghcr.io/acme/trainer:1", "group": "vision", "user": "alice", "gpus": 1}
 

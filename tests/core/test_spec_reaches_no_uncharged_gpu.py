@@ -1,11 +1,11 @@
-"""At DAG parse time, no argument reaches GPUs the quota does not charge (kinds/charge.py's rules):
+"""At DAG parse time, no argument reaches GPUs the quota does not charge (jobs/kinds/charge.py's rules):
 each refusal names the argument's field and the fix."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin.spec import JobSpecError, validate
+from airflow_jobs_plugin.jobs.spec import JobSpecError, validate
 
 
 def problems(**args) -> dict[str, str]:

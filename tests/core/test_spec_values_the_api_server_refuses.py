@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin.kube import KubeError
-from airflow_jobs_plugin.spec import JobSpecError, validate
-from airflow_jobs_plugin.submission import invalid_problem
+from airflow_jobs_plugin.cluster.kube import KubeError
+from airflow_jobs_plugin.jobs.spec import JobSpecError, validate
+from airflow_jobs_plugin.jobs.submission import invalid_problem
 
 
 def refusal(**arguments) -> str:

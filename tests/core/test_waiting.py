@@ -1,4 +1,4 @@
-"""The one way to wait for an event with a timeout (airflow_jobs_plugin/waiting.py)."""
+"""The one way to wait for an event with a timeout (airflow_jobs_plugin/cluster/waiting.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from airflow_jobs_plugin.waiting import wait_event
+from airflow_jobs_plugin.cluster.waiting import wait_event
 
 
 async def test_an_event_set_in_time_is_reported_set():

@@ -14,12 +14,12 @@ from collections import deque
 
 import pytest
 
-from airflow_jobs_plugin import watch as watch_module
-from airflow_jobs_plugin import watch_transform
-from airflow_jobs_plugin.kube import JOBS, PODS
-from airflow_jobs_plugin.logstream import LogTail
-from airflow_jobs_plugin.watch import SharedWatch, Subscription
-from airflow_jobs_plugin.watch_transform import Sharing, trim
+from airflow_jobs_plugin.cluster import watch as watch_module
+from airflow_jobs_plugin.cluster import watch_transform
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
+from airflow_jobs_plugin.cluster.watch import SharedWatch, Subscription
+from airflow_jobs_plugin.cluster.watch_transform import Sharing, trim
+from airflow_jobs_plugin.logs.logstream import LogTail
 from tests.lifecycle.factories import batch_job, job_pod, running, terminated
 
 

@@ -17,13 +17,16 @@ from airflow.sdk.exceptions import TaskDeferred
 from sim_fixtures import cluster_fixture, connection_fixture
 from task_doubles import task_context
 
-from airflow_jobs_plugin import cli, inspect, labels, quota
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import shutdown as admission_shutdown
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.plugin.views import job_detail
-from airflow_jobs_plugin.quota.ledger import read_ledger
+from airflow_jobs_plugin.airflow import cli
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
+from airflow_jobs_plugin.readmodel import inspect
+from airflow_jobs_plugin.readmodel.views import job_detail
 
 pytestmark = [pytest.mark.real_cluster, pytest.mark.slow]
 

@@ -18,16 +18,20 @@ from pathlib import Path
 
 import pytest
 import yaml
+from airflow_jobs_sim.admission_policy import AdmissionRequest
+from airflow_jobs_sim.admission_policy import refusals as policy_refusals
+from airflow_jobs_sim.patch import merge_patch
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.actions import RESUME_PATCH, stop_patch
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.quota.ledger import ENDING_DEADLINE_SECONDS, unsuspend_patch, verdict_patch
-from airflow_jobs_plugin.quota.ledger_model import ledger_name
-from airflow_jobs_plugin.sim.admission_policy import AdmissionRequest
-from airflow_jobs_plugin.sim.admission_policy import refusals as policy_refusals
-from airflow_jobs_plugin.sim.patch import merge_patch
-from airflow_jobs_plugin.spec import JobSpec, TaskIdentity
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.actions import RESUME_PATCH, stop_patch
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import JobSpec, TaskIdentity
+from airflow_jobs_plugin.queueing.quota.ledger import (
+    ENDING_DEADLINE_SECONDS,
+    unsuspend_patch,
+    verdict_patch,
+)
+from airflow_jobs_plugin.queueing.quota.ledger_model import ledger_name
 
 HELM = Path(__file__).resolve().parents[2] / "helm-values"
 WORKER = "system:serviceaccount:airflow:airflow-worker"

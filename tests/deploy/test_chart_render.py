@@ -98,7 +98,7 @@ def test_every_component_mounts_that_airflow_cfg(rendered):
 
 def test_the_cluster_policy_is_on_in_the_rendered_local_settings(rendered):
     settings = _config_map(rendered)["data"].get("airflow_local_settings.py") or ""
-    assert "airflow_jobs_plugin.cluster_policy import task_policy" in settings
+    assert "airflow_jobs_plugin.airflow.cluster_policy import task_policy" in settings
 
 
 def test_each_component_runs_as_the_account_its_role_is_bound_to(rendered):

@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_jobs_plugin import quota
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.spec import total_gpus
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.jobs.spec import total_gpus
+from airflow_jobs_plugin.queueing import quota
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 SCRIPTS = DAGS / "scripts"
-PUBLIC_MODULES = {"airflow_jobs_plugin.operators", "airflow_jobs_plugin.sensors"}
+# The public API is the package itself: `from airflow_jobs_plugin import JobOperator, JobSensor, JobTrigger`.
+PUBLIC_MODULES = {"airflow_jobs_plugin"}
 DAG_FILES = sorted(p for p in DAGS.glob("*.py") if p.name != "example_settings.py")
 
 
@@ -79,7 +80,7 @@ def test_the_retraining_pipeline_is_daily_and_promotes_only_after_the_comparison
 
 def test_every_replica_of_the_training_job_fetches_the_data_in_an_init_container_first(dagbag):
     """What makes the launcher's and workers' Init:0/N and PodInitializing visible in the task log."""
-    from airflow_jobs_plugin.sim.scenarios import ANNOTATION, parse_annotation
+    from airflow_jobs_sim.scenarios import ANNOTATION, parse_annotation
 
     train = dagbag.dags["gpu_retraining"].get_task("train")
     (fetch,) = train.init_containers

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from airflow.models.connection import Connection
 
-from airflow_jobs_plugin import quota
+from airflow_jobs_plugin.queueing import quota
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / "helm-values"
@@ -245,7 +245,7 @@ def _may(rules: list[dict], verb: str, resource: str, name: str | None = None) -
 
 
 def test_workers_cannot_patch_jobs_nor_write_any_configmap(rbac, ours):
-    from airflow_jobs_plugin.quota.ledger_model import ledger_name
+    from airflow_jobs_plugin.queueing.quota.ledger_model import ledger_name
 
     worker = _rules(rbac, ours["workers"]["serviceAccount"]["name"])
     assert _may(worker, "create", "jobs") and _may(worker, "create", "mpijobs")
@@ -261,7 +261,7 @@ def test_workers_cannot_patch_jobs_nor_write_any_configmap(rbac, ours):
 def test_only_the_triggerer_writes_ledgers_only_those_of_the_shipped_groups_never_the_policy_or_chart_config(
     rbac, ours
 ):
-    from airflow_jobs_plugin.quota.ledger_model import ledger_name
+    from airflow_jobs_plugin.queueing.quota.ledger_model import ledger_name
 
     groups = quota.policy_from_configmap_data(load_yaml(HELM / "quota-policy.yaml")["data"]).groups
     triggerer = _rules(rbac, ours["triggerer"]["serviceAccount"]["name"])
@@ -335,7 +335,7 @@ def test_the_provider_options_are_in_the_chart_config_every_component_mounts(mer
             assert not item["name"].startswith("AIRFLOW__AIRFLOW_JOBS__"), (component, item)
     assert not [e for e in merged["env"] if e["name"].startswith("AIRFLOW__AIRFLOW_JOBS__")]
     # The chart only writes airflow_local_settings.py when the value is set: ours turns the policy on.
-    assert "airflow_jobs_plugin.cluster_policy import task_policy" in merged["airflowLocalSettings"]
+    assert "airflow_jobs_plugin.airflow.cluster_policy import task_policy" in merged["airflowLocalSettings"]
 
 
 # --- quota-policy.yaml ---

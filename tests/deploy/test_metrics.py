@@ -12,11 +12,12 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from task_doubles import task_context
 
-from airflow_jobs_plugin import labels, metrics
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import shutdown as admission_shutdown
-from airflow_jobs_plugin.kube import KubeError
-from airflow_jobs_plugin.quota.requeue import Requeue, RequeueLimitReached
+from airflow_jobs_plugin import metrics
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import KubeError
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.quota.requeue import Requeue, RequeueLimitReached
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -143,8 +144,9 @@ def test_every_metric_name_is_documented():
 
 @pytest.mark.slow
 def test_a_job_under_the_pool_emits_its_pool_its_wait_and_its_outcome(stats, monkeypatch):
-    from airflow_jobs_plugin.operators import JobOperator
-    from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+    from airflow_jobs_sim import ClusterConfig, SimCluster
+
+    from airflow_jobs_plugin.airflow.operators import JobOperator
 
     with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01)) as cluster:
         monkeypatch.setenv(

@@ -30,7 +30,7 @@ def shipped_policy(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__CHARGING_FILE", str(tmp_path / "charging.yaml"))
     import airflow.settings
 
-    from airflow_jobs_plugin.cluster_policy import task_policy
+    from airflow_jobs_plugin.airflow.cluster_policy import task_policy
 
     # What airflow_local_settings.py (values.yaml airflowLocalSettings) installs in the dag-processor.
     monkeypatch.setattr(airflow.settings, "task_policy", task_policy)
@@ -46,7 +46,9 @@ def _bag(folder: Path):
 
 def test_the_values_enable_the_policy_the_example_dags_pass(shipped_policy):
     values = yaml.safe_load((ROOT / "helm-values" / "values.yaml").read_text())
-    assert "from airflow_jobs_plugin.cluster_policy import task_policy" in values["airflowLocalSettings"]
+    assert (
+        "from airflow_jobs_plugin.airflow.cluster_policy import task_policy" in values["airflowLocalSettings"]
+    )
     bag = _bag(shipped_policy)
     assert bag.import_errors == {}
     assert {"gpu_retraining", "gpu_quota_contention", "gpu_failures_and_retries"} <= set(bag.dag_ids)
@@ -65,7 +67,7 @@ def test_a_dag_grabbing_quota_in_the_image_folder_fails_to_import(shipped_policy
     (shipped_policy / "grab.py").write_text(
         "import pendulum\n"
         "from airflow.sdk import DAG\n"
-        "from airflow_jobs_plugin.operators import JobOperator\n"
+        "from airflow_jobs_plugin.airflow.operators import JobOperator\n"
         "with DAG('grab', schedule=None, start_date=pendulum.datetime(2026, 1, 1),"
         f" default_args={{'owner': {owner!r}}}):\n"
         f"    JobOperator(task_id='train', image='trainer:1', gpus=8, group={group!r})\n"

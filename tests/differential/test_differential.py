@@ -4,7 +4,7 @@ what a client observes must be the same (docs/simulator.md, "The differential se
 Runs where a real cluster is named (``AIRFLOW_JOBS_TEST_KUBECONFIG``, e.g. the plane ``scripts/cluster
 up --with mpi-operator,kueue`` starts; ``scripts/test`` does it); skipped, saying so, elsewhere. A
 failure lists every observation that differs, the real cluster's value first: each is a simulator bug
-to fix in ``airflow_jobs_plugin/sim/`` or to explain in docs/simulator.md.
+to fix in ``simulator/airflow_jobs_sim/`` or to explain in docs/simulator.md.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import scenarios  # noqa: E402
+from airflow_jobs_sim import ClusterConfig, SimCluster  # noqa: E402
+from airflow_jobs_sim.config import KueueConfig  # noqa: E402
 from harness import Cluster, differences, observe_both  # noqa: E402
 from sim_fixtures import real_cluster_kubeconfig  # noqa: E402
-
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster  # noqa: E402
-from airflow_jobs_plugin.sim.config import KueueConfig  # noqa: E402
 
 pytestmark = [
     pytest.mark.real_cluster,

@@ -85,8 +85,7 @@ class Stack:
         self._spawn(
             "sim",
             [
-                str(BIN / "airflow-jobs"),
-                "sim",
+                str(BIN / "airflow-jobs-sim"),
                 "--nodes",
                 "3",
                 "--exec-commands",

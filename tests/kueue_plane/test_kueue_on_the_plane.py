@@ -23,11 +23,13 @@ from airflow.sdk.exceptions import TaskDeferred
 from sim_fixtures import real_cluster_kubeconfig
 from task_doubles import task_context
 
-from airflow_jobs_plugin import cli, kueue, labels, quota
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import shutdown as admission_shutdown
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient, KubeError, Resource
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.airflow import cli
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import kueue, quota
+from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
 
 pytestmark = [
     pytest.mark.real_cluster,

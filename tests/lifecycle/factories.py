@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.jobs import labels
 
 T0 = datetime(2026, 3, 2, 9, 0, 0, tzinfo=timezone.utc)
 NAMESPACE = "ml-team"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import JobState, QueueStatus, Reason, Reservation
 
 from .factories import (

@@ -3,7 +3,7 @@ snapshot and end the failure's message, found through the events the controllers
 
 from __future__ import annotations
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import JobState, Reason, TaskRef, snapshot
 
 from .factories import at, batch_job, event, mpi_job

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import JobState, Reservation, snapshot
 
 from .factories import at, batch_job, job_condition, ts

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import (
     NO_POD,
     JobState,

@@ -10,8 +10,8 @@ import copy
 
 import pytest
 
+from airflow_jobs_plugin.cluster.records import ReadMemo
 from airflow_jobs_plugin.lifecycle import snapshot
-from airflow_jobs_plugin.records import ReadMemo
 
 from .factories import batch_job, job_condition, job_pod, mpi_job, running, worker_pod
 from .scenarios import SCENARIOS, Scenario

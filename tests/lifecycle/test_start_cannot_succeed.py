@@ -8,7 +8,12 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin.lifecycle import START_GRACE, missing_object, snapshot, start_cannot_succeed
+from airflow_jobs_plugin.lifecycle import (
+    START_GRACE,
+    missing_object,
+    snapshot,
+    start_cannot_succeed,
+)
 
 from .factories import at, batch_job, job_pod, waiting
 

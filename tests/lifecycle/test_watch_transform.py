@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from airflow_jobs_plugin import kinds, logstream, tracking
-from airflow_jobs_plugin.lifecycle import pod_ready, pod_restarts, pod_row, pod_status, snapshot
+from airflow_jobs_plugin.cluster.watch_transform import trim
+from airflow_jobs_plugin.jobs import kinds
+from airflow_jobs_plugin.jobs.results import job_result
+from airflow_jobs_plugin.lifecycle import pod_ready, pod_restarts, pod_row, pod_status, snapshot, tracking
 from airflow_jobs_plugin.lifecycle.replicas import read_replica
-from airflow_jobs_plugin.quota import ledger, placement
-from airflow_jobs_plugin.quota.requeue import RequeueSettings
-from airflow_jobs_plugin.results import job_result
-from airflow_jobs_plugin.watch_transform import trim
+from airflow_jobs_plugin.logs import logstream
+from airflow_jobs_plugin.queueing.quota import ledger, placement
+from airflow_jobs_plugin.queueing.quota.requeue import RequeueSettings
 
 from .factories import batch_job, job_pod, mpi_job
 from .scenarios import NOW, SCENARIOS, Scenario

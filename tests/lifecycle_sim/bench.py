@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_sim import tables
+from airflow_jobs_sim.scenarios import ANNOTATION
+
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import (
     JobSnapshot,
     JobState,
@@ -29,8 +32,6 @@ from airflow_jobs_plugin.lifecycle import (
     pod_status,
     snapshot,
 )
-from airflow_jobs_plugin.sim import tables
-from airflow_jobs_plugin.sim.scenarios import ANNOTATION
 
 KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.path.exists("/usr/bin/kubectl") else None)
 TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_sim import ClusterConfig, SimCluster
 
 from .bench import Bench
 

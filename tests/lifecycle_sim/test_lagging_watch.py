@@ -15,11 +15,11 @@ from datetime import datetime, timezone
 import pytest
 from sim_fixtures import cluster_fixture, connection_fixture
 
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import JOBS, KubeClient
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.spec import TaskIdentity, validate
-from airflow_jobs_plugin.triggers import JobTrigger
+from airflow_jobs_plugin.airflow.triggers import JobTrigger
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
 cluster = cluster_fixture(nodes=1)
 connection = connection_fixture()
@@ -132,7 +132,7 @@ async def _running(cluster, client, capsys) -> tuple[str, asyncio.Future, str]:
 
 
 async def test_after_a_stop_the_task_log_names_only_states_the_job_was_in(cluster, client, capsys):
-    from airflow_jobs_plugin import actions
+    from airflow_jobs_plugin.jobs import actions
 
     name, trigger, out = await _running(cluster, client, capsys)
     job = await client.get(JOBS, "default", name)
@@ -152,7 +152,7 @@ async def test_after_a_stop_the_task_log_names_only_states_the_job_was_in(cluste
 
 
 async def test_after_a_cancel_the_task_log_names_only_states_the_job_was_in(cluster, client, capsys):
-    from airflow_jobs_plugin import actions
+    from airflow_jobs_plugin.jobs import actions
 
     name, trigger, out = await _running(cluster, client, capsys)
     await actions.cancel(client, "default", await client.get(JOBS, "default", name), "alice")

@@ -9,13 +9,13 @@ from datetime import datetime, timedelta, timezone
 
 from sim_fixtures import cluster_fixture, connection_fixture
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.airflow.triggers import JobTrigger
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.lifecycle import failures
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.spec import TaskIdentity, validate
-from airflow_jobs_plugin.triggers import JobTrigger
 
 cluster = cluster_fixture(nodes=1)
 connection = connection_fixture()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import JobState, Reason, pod_status
 
 from .bench import (

@@ -20,13 +20,13 @@ import pytest
 import yaml
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_jobs_plugin import inspect
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import shutdown as admission_shutdown
-from airflow_jobs_plugin.kube import KubeClient, KubeError
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.plugin.views import job_detail
-from airflow_jobs_plugin.resources import Resource
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
+from airflow_jobs_plugin.cluster.resources import Resource
+from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.readmodel import inspect
+from airflow_jobs_plugin.readmodel.views import job_detail
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / "helm-values"

@@ -16,8 +16,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import task_context
 
-from airflow_jobs_plugin.kube import JOBS
-from airflow_jobs_plugin.resources import SERVICES
+from airflow_jobs_plugin.cluster.kube import JOBS
+from airflow_jobs_plugin.cluster.resources import SERVICES
 
 from .plane import TaskLog, create_or_replace, defer, ensure_namespace, follow, on_cluster, scenario, shipped
 

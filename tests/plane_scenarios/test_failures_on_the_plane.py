@@ -13,7 +13,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import task_context
 
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.airflow.operators import JobOperator
 
 from .plane import defer, ensure_namespace, follow, on_cluster, scenario
 

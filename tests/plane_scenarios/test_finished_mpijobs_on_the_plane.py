@@ -16,11 +16,12 @@ from datetime import datetime, timezone
 import pytest
 from task_doubles import task_context
 
-from airflow_jobs_plugin import inspect, labels
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient
-from airflow_jobs_plugin.objects import parse_time
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeClient
+from airflow_jobs_plugin.cluster.objects import parse_time
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.plugin.sweep import delete_expired_mpijobs
+from airflow_jobs_plugin.readmodel import inspect
 
 from .plane import DEADLINE, defer, ensure_namespace, follow, on_cluster, scenario
 

@@ -24,11 +24,12 @@ from reliability.chaos_triggerer import append_record
 from sim_fixtures import connection_env
 from task_doubles import task_context
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.quota.ledger import read_ledger
-from airflow_jobs_plugin.quota.ledger_model import decode
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
+from airflow_jobs_plugin.queueing.quota.ledger_model import decode
 
 from .plane import DEADLINE, create_or_replace, defer, ensure_namespace, on_cluster, scenario
 

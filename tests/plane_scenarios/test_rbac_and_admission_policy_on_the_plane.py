@@ -20,10 +20,10 @@ import pytest
 import yaml
 from task_doubles import task_context
 
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient, KubeError
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeClient, KubeError
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
 from .plane import (
     KINDS,
@@ -232,7 +232,7 @@ def test_the_api_server_stops_resumes_and_cancels_but_changes_nothing_else(ident
     """Rule user-actions-only: the api-server's identity may write what a stop, a resume and a cancel
     write (actions.py, run here as that identity), and not a queued MPIJob's workers, its Kueue queue,
     its priority or its group."""
-    from airflow_jobs_plugin import actions
+    from airflow_jobs_plugin.jobs import actions
 
     created = as_identity(identities["worker"], lambda c: c.create(MPIJOBS, NAMESPACE, manifest("MPIJob")))
     name = created["metadata"]["name"]
@@ -357,11 +357,11 @@ def test_a_group_added_to_the_policy_but_not_to_the_role_waits_naming_the_missin
     ledger but update only those it names: a group added to the policy alone would get its first job
     admitted and every later ledger write refused. Admission asks the API server first
     (SelfSubjectAccessReview) and keeps the group's jobs waiting, naming the entry to add."""
-    from airflow_jobs_plugin import watch as shared
-    from airflow_jobs_plugin.admission import Admission
-    from airflow_jobs_plugin.admission import shutdown as admission_shutdown
-    from airflow_jobs_plugin.kube import CONFIGMAPS
-    from airflow_jobs_plugin.quota import POLICY_KEY, ledger_name
+    from airflow_jobs_plugin.cluster import watch as shared
+    from airflow_jobs_plugin.cluster.kube import CONFIGMAPS
+    from airflow_jobs_plugin.queueing.admission import Admission
+    from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+    from airflow_jobs_plugin.queueing.quota import POLICY_KEY, ledger_name
 
     async def add_group(client: KubeClient) -> None:
         policy = await client.get(CONFIGMAPS, NAMESPACE, POLICY_CONFIGMAP)

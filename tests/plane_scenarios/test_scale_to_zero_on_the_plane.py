@@ -3,7 +3,7 @@ autoscaler adds one. With ``[airflow_jobs] autoscaled_node_shapes`` naming the p
 ``pool: gpu-zero``, 8 GPUs), a job of 4 GPUs in the pool waits for its node, not ruled larger than any
 node; the test then adds the node as an autoscaler would (a kwok node of 8 GPUs with that label), the
 real kube-scheduler places the pod there and the job succeeds. A job of 16 GPUs in the pool is larger
-than any node the pool can add and fails at once, naming the shape (quota/placement.py ``never_fits``).
+than any node the pool can add and fails at once, naming the shape (queueing/quota/placement.py ``never_fits``).
 Without the option the 16-GPU job is not ruled either: no node matches its selector yet, and of such a
 selector nothing is certain (docs/quota.md); it would wait for ever.
 
@@ -23,9 +23,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import task_context
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.kube import JOBS, NODES, PODS, KubeClient, KubeError
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster.kube import JOBS, NODES, PODS, KubeClient, KubeError
+from airflow_jobs_plugin.jobs import labels
 
 from .plane import DEADLINE, TaskLog, defer, ensure_namespace, follow, kube, on_cluster, scenario, state_of
 

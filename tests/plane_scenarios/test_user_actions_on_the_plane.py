@@ -20,11 +20,14 @@ from datetime import datetime, timezone
 import pytest
 from task_doubles import task_context
 
-from airflow_jobs_plugin import cli, inspect, labels, quota
-from airflow_jobs_plugin.kube import CONFIGMAPS, EVENTS, MPIJOBS, PODS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.quota.ledger import read_ledger
-from airflow_jobs_plugin.triggers import AIRFLOW_USER
+from airflow_jobs_plugin.airflow import cli
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.airflow.triggers import AIRFLOW_USER
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
+from airflow_jobs_plugin.readmodel import inspect
 
 from .plane import (
     DEADLINE,
@@ -115,7 +118,7 @@ async def reasons_recorded(client: KubeClient, name: str) -> list[str]:
 async def history_told(client: KubeClient, name: str) -> tuple[list[str], list[str], object]:
     """What the job page and ``describe`` tell of the job's life: the timeline's labels, its details,
     and when its attempt started."""
-    from airflow_jobs_plugin.plugin.views import job_detail
+    from airflow_jobs_plugin.readmodel.views import job_detail
 
     state, found = await inspect.read_job(
         client, inspect.Target(namespace=NAMESPACE, quota_configmap=POLICY), name
@@ -218,8 +221,8 @@ def test_marking_the_task_failed_in_airflow_cancels_its_running_mpijob(cluster, 
     trigger = defer(op, context)
 
     async def airflow_user() -> str:
-        from airflow_jobs_plugin import watch as shared
-        from airflow_jobs_plugin.admission import shutdown as admission_shutdown
+        from airflow_jobs_plugin.cluster import watch as shared
+        from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
 
         following = asyncio.ensure_future(trigger.run().__anext__())
         try:

@@ -36,7 +36,7 @@ def pod(scenario: dict, *, init: tuple[str, ...] = (), restart: str = "Never") -
 
 
 def timeline_annotation() -> str:
-    from airflow_jobs_plugin.sim.scenarios import ANNOTATION
+    from airflow_jobs_sim.scenarios import ANNOTATION
 
     return ANNOTATION
 

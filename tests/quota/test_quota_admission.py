@@ -6,10 +6,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
-from airflow_jobs_plugin.quota.parse import parse_policy
-from airflow_jobs_plugin.quota.policy import decide, usage
-from airflow_jobs_plugin.quota.requeue import RequeueSettings
+from airflow_jobs_plugin.queueing.quota.model import (
+    GroupQuota,
+    QueuedJob,
+    QuotaPolicy,
+    Reservation,
+    Verdict,
+)
+from airflow_jobs_plugin.queueing.quota.parse import parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import decide, usage
+from airflow_jobs_plugin.queueing.quota.requeue import RequeueSettings
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(minutes=10)

@@ -7,10 +7,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.quota import Reservation
-from airflow_jobs_plugin.quota.ledger import handoff_patch, preempt_patch, requeue_patch, unsuspend_patch
-from airflow_jobs_plugin.quota.requeue import Requeue
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.quota import Reservation
+from airflow_jobs_plugin.queueing.quota.ledger import (
+    handoff_patch,
+    preempt_patch,
+    requeue_patch,
+    unsuspend_patch,
+)
+from airflow_jobs_plugin.queueing.quota.requeue import Requeue
 
 NOW = datetime(2026, 11, 26, 12, tzinfo=timezone.utc)
 

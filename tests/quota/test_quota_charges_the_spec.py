@@ -1,4 +1,4 @@
-"""The pool charges what the pods ask for (kinds/charge.py): GPUs, device, pod count and queue position
+"""The pool charges what the pods ask for (jobs/kinds/charge.py): GPUs, device, pod count and queue position
 come from the job's spec and the API server, priority and the right to charge from the policy; a pod
 spec that could reach GPUs no count charges is refused, naming the field and the fix."""
 
@@ -9,14 +9,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.kinds.charge import ChargeRefused, job_charge, pod_request
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.quota.ledger_model import queued_job_of
-from airflow_jobs_plugin.quota.model import CHARGING_KEY, POLICY_KEY, QueuedJob, Verdict
-from airflow_jobs_plugin.quota.parse import parse_policy, policy_from_configmap_data
-from airflow_jobs_plugin.quota.policy import decide
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.charge import ChargeRefused, job_charge, pod_request
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing.quota.ledger_model import queued_job_of
+from airflow_jobs_plugin.queueing.quota.model import CHARGING_KEY, POLICY_KEY, QueuedJob, Verdict
+from airflow_jobs_plugin.queueing.quota.parse import parse_policy, policy_from_configmap_data
+from airflow_jobs_plugin.queueing.quota.policy import decide
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 TASK = TaskIdentity("nightly", "train", "run-1", -1, 1)
@@ -248,7 +248,7 @@ def test_jobs_created_in_turn_queue_in_turn_whatever_their_own_queued_at_claims(
     """A client that built its jobs' bodies before creating them one after the other (their queued-at
     all before their creation, some more than a second before) still sees them queue in that order; a
     job created a second later never passes one created earlier, whatever it claims."""
-    from airflow_jobs_plugin.quota.ledger_model import place_in_second
+    from airflow_jobs_plugin.queueing.quota.ledger_model import place_in_second
 
     built = T0.replace(microsecond=0)
     claims = [built + timedelta(milliseconds=i) for i in range(5)]

@@ -9,13 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin.quota import cohort as cohorts
-from airflow_jobs_plugin.quota import ledger_model
-from airflow_jobs_plugin.quota.cohort import Limits, Reclaim
-from airflow_jobs_plugin.quota.ledger_model import Ledger, ObservedJob, plan_admission
-from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
-from airflow_jobs_plugin.quota.parse import PolicyError, parse_policy
-from airflow_jobs_plugin.quota.policy import decide
+from airflow_jobs_plugin.queueing.quota import cohort as cohorts
+from airflow_jobs_plugin.queueing.quota import ledger_model
+from airflow_jobs_plugin.queueing.quota.cohort import Limits, Reclaim
+from airflow_jobs_plugin.queueing.quota.ledger_model import Ledger, ObservedJob, plan_admission
+from airflow_jobs_plugin.queueing.quota.model import (
+    GroupQuota,
+    QueuedJob,
+    QuotaPolicy,
+    Reservation,
+    Verdict,
+)
+from airflow_jobs_plugin.queueing.quota.parse import PolicyError, parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import decide
 from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow_jobs_plugin.quota.ledger import POD_GONE_MARGIN, pods_hold_gpus
-from airflow_jobs_plugin.quota.ledger_model import (
+from airflow_jobs_plugin.queueing.quota.ledger import POD_GONE_MARGIN, pods_hold_gpus
+from airflow_jobs_plugin.queueing.quota.ledger_model import (
     DropReason,
     Ledger,
     ObservedJob,
     observed_job,
     reconcile_drops,
 )
-from airflow_jobs_plugin.quota.model import Reservation
+from airflow_jobs_plugin.queueing.quota.model import Reservation
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 HELD = Reservation(

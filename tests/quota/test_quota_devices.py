@@ -8,9 +8,14 @@ from datetime import timedelta
 import pytest
 from test_quota_admission import NOW, T0, held, job, outcome
 
-from airflow_jobs_plugin.quota.ledger_model import Ledger, decode, encode, queued_job_from_metadata
-from airflow_jobs_plugin.quota.parse import PolicyError, parse_policy
-from airflow_jobs_plugin.quota.policy import decide, usage
+from airflow_jobs_plugin.queueing.quota.ledger_model import (
+    Ledger,
+    decode,
+    encode,
+    queued_job_from_metadata,
+)
+from airflow_jobs_plugin.queueing.quota.parse import PolicyError, parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import decide, usage
 
 MIG = "nvidia.com/mig-1g.10gb"
 POLICY = parse_policy(f"groups: {{vision: {{gpus: 4, user_gpus: 4, devices: {{{MIG}: 7, amd.com/gpu: 2}}}}}}")

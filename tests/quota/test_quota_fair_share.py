@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin.quota import ledger_model
-from airflow_jobs_plugin.quota.fair_share import (
+from airflow_jobs_plugin.queueing.quota import ledger_model
+from airflow_jobs_plugin.queueing.quota.fair_share import (
     Ordering,
     UsageHistory,
     fair_order,
@@ -18,10 +18,10 @@ from airflow_jobs_plugin.quota.fair_share import (
     recent_gpus,
     with_released,
 )
-from airflow_jobs_plugin.quota.ledger_model import Ledger, ObservedJob, plan_admission
-from airflow_jobs_plugin.quota.model import QueuedJob, Reservation, Verdict
-from airflow_jobs_plugin.quota.parse import PolicyError, parse_policy
-from airflow_jobs_plugin.quota.policy import decide, queue_order
+from airflow_jobs_plugin.queueing.quota.ledger_model import Ledger, ObservedJob, plan_admission
+from airflow_jobs_plugin.queueing.quota.model import QueuedJob, Reservation, Verdict
+from airflow_jobs_plugin.queueing.quota.parse import PolicyError, parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import decide, queue_order
 from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)

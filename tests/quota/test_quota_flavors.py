@@ -7,14 +7,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.manifests import build_manifest, with_charge
-from airflow_jobs_plugin.quota import ledger_model
-from airflow_jobs_plugin.quota.flavors import FlavorError, charge, with_avoidance
-from airflow_jobs_plugin.quota.model import QueuedJob, Verdict
-from airflow_jobs_plugin.quota.parse import PolicyError, parse_policy
-from airflow_jobs_plugin.quota.policy import decide
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import build_manifest, with_charge
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing.quota import ledger_model
+from airflow_jobs_plugin.queueing.quota.flavors import FlavorError, charge, with_avoidance
+from airflow_jobs_plugin.queueing.quota.model import QueuedJob, Verdict
+from airflow_jobs_plugin.queueing.quota.parse import PolicyError, parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import decide
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(hours=1)
@@ -175,8 +175,8 @@ def test_a_job_larger_than_its_flavors_quota_can_never_be_admitted():
 
 
 def test_the_pools_view_counts_each_flavor_of_a_group():
-    from airflow_jobs_plugin.quota.model import Reservation
-    from airflow_jobs_plugin.quota.policy import usage
+    from airflow_jobs_plugin.queueing.quota.model import Reservation
+    from airflow_jobs_plugin.queueing.quota.policy import usage
 
     held = Reservation(job="h", group="vision", user="ann", gpus=8, uid="u", admitted_at=T0, resource="h100")
     vision = next(u for u in usage(POLICY, [held]) if u.group == "vision")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from airflow_jobs_plugin import kueue, labels
-from airflow_jobs_plugin.manifests import pool_gate
-from airflow_jobs_plugin.quota.ledger import awaits_release, handed_to_kueue, handoff_patch
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import pool_gate
+from airflow_jobs_plugin.queueing import kueue
+from airflow_jobs_plugin.queueing.quota.ledger import awaits_release, handed_to_kueue, handoff_patch
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
 

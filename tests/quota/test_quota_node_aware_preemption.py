@@ -1,6 +1,6 @@
 """Preemption by the nodes: victims free room where the preemptor's pods can be placed, concentrated on
 one node where that suffices, and nobody is preempted for a job no choice of victims would place
-(kube-scheduler v1.36 default preemption; quota/preemption.py)."""
+(kube-scheduler v1.36 default preemption; queueing/quota/preemption.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
-from airflow_jobs_plugin.quota.policy import decide
-from airflow_jobs_plugin.quota.preemption import (
+from airflow_jobs_plugin.queueing.quota.model import (
+    GroupQuota,
+    QueuedJob,
+    QuotaPolicy,
+    Reservation,
+    Verdict,
+)
+from airflow_jobs_plugin.queueing.quota.policy import decide
+from airflow_jobs_plugin.queueing.quota.preemption import (
     NodeRoom,
     Placement,
     PodsOf,
@@ -199,7 +205,7 @@ def test_no_victim_of_a_plan_could_be_spared(cluster):
 
 def test_other_groups_pods_take_room_on_their_nodes():
     """The node a pod of another group fills is not free for the preemptor (placement.preemption_placement)."""
-    from airflow_jobs_plugin.quota.placement import NodeCapacity, preemption_placement
+    from airflow_jobs_plugin.queueing.quota.placement import NodeCapacity, preemption_placement
 
     def pod(node: str, gpus: int) -> dict:
         limits = {"nvidia.com/gpu": str(gpus)}

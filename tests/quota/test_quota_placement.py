@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_jobs_plugin.quota.placement import NodeCapacity, never_fits, pod_shapes
+from airflow_jobs_plugin.queueing.quota.placement import NodeCapacity, never_fits, pod_shapes
 
 
 def node(name: str, gpus: int, **node_labels: str) -> NodeCapacity:

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_jobs_plugin.quota.placement import (
+from airflow_jobs_plugin.queueing.quota.placement import (
     NO_AUTOSCALING,
     NODE_PROVISION_WAIT,
     Autoscaling,

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin.bounded import MAX_YAML_DEPTH, MESSAGE_LIMIT, bounded, excerpt
-from airflow_jobs_plugin.charging import ChargingError, parse_charging
+from airflow_jobs_plugin.jobs.bounded import MAX_YAML_DEPTH, MESSAGE_LIMIT, bounded, excerpt
 from airflow_jobs_plugin.lifecycle import QueueStatus
-from airflow_jobs_plugin.quota.model import QuotaPolicy
-from airflow_jobs_plugin.quota.parse import MAX_GROUPS, MAX_POLICY_BYTES, PolicyError, parse_policy
-from airflow_jobs_plugin.quota.policy import claim_problem
+from airflow_jobs_plugin.queueing.charging import ChargingError, parse_charging
+from airflow_jobs_plugin.queueing.quota.model import QuotaPolicy
+from airflow_jobs_plugin.queueing.quota.parse import (
+    MAX_GROUPS,
+    MAX_POLICY_BYTES,
+    PolicyError,
+    parse_policy,
+)
+from airflow_jobs_plugin.queueing.quota.policy import claim_problem
 
 
 def error_of(text: str) -> PolicyError:

@@ -6,14 +6,19 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin.quota.model import POLICY_KEY, GroupQuota, UnknownGroupError, UnknownPriorityError
-from airflow_jobs_plugin.quota.parse import (
+from airflow_jobs_plugin.queueing.quota.model import (
+    POLICY_KEY,
+    GroupQuota,
+    UnknownGroupError,
+    UnknownPriorityError,
+)
+from airflow_jobs_plugin.queueing.quota.parse import (
     PolicyError,
     parse_duration,
     parse_policy,
     policy_from_configmap_data,
 )
-from airflow_jobs_plugin.quota.requeue import RequeueSettings
+from airflow_jobs_plugin.queueing.quota.requeue import RequeueSettings
 
 FULL = """
 defaults:

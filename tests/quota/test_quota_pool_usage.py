@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin.quota import cohort as cohorts
-from airflow_jobs_plugin.quota.cohort import Limits
-from airflow_jobs_plugin.quota.fair_share import UsageHistory
-from airflow_jobs_plugin.quota.model import Reservation
-from airflow_jobs_plugin.quota.parse import parse_policy
-from airflow_jobs_plugin.quota.policy import usage
+from airflow_jobs_plugin.queueing.quota import cohort as cohorts
+from airflow_jobs_plugin.queueing.quota.cohort import Limits
+from airflow_jobs_plugin.queueing.quota.fair_share import UsageHistory
+from airflow_jobs_plugin.queueing.quota.model import Reservation
+from airflow_jobs_plugin.queueing.quota.parse import parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import usage
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(days=2)

@@ -7,12 +7,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin.quota import ledger_model
-from airflow_jobs_plugin.quota.ledger_model import Ledger, ObservedJob, plan_admission
-from airflow_jobs_plugin.quota.model import QueuedJob, Reservation, Verdict
-from airflow_jobs_plugin.quota.parse import PolicyError, parse_policy
-from airflow_jobs_plugin.quota.policy import decide
-from airflow_jobs_plugin.quota.preemption import WithinGroup, plan_preemption
+from airflow_jobs_plugin.queueing.quota import ledger_model
+from airflow_jobs_plugin.queueing.quota.ledger_model import Ledger, ObservedJob, plan_admission
+from airflow_jobs_plugin.queueing.quota.model import QueuedJob, Reservation, Verdict
+from airflow_jobs_plugin.queueing.quota.parse import PolicyError, parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import decide
+from airflow_jobs_plugin.queueing.quota.preemption import WithinGroup, plan_preemption
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(minutes=30)

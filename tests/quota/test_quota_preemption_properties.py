@@ -10,10 +10,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from airflow_jobs_plugin.quota.ledger_model import Ledger, ObservedJob, decode, encode, plan_admission
-from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
-from airflow_jobs_plugin.quota.policy import decide
-from airflow_jobs_plugin.quota.preemption import WithinGroup
+from airflow_jobs_plugin.queueing.quota.ledger_model import (
+    Ledger,
+    ObservedJob,
+    decode,
+    encode,
+    plan_admission,
+)
+from airflow_jobs_plugin.queueing.quota.model import (
+    GroupQuota,
+    QueuedJob,
+    QuotaPolicy,
+    Reservation,
+    Verdict,
+)
+from airflow_jobs_plugin.queueing.quota.policy import decide
+from airflow_jobs_plugin.queueing.quota.preemption import WithinGroup
 from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from airflow_jobs_plugin.quota.ledger_model import (
+from airflow_jobs_plugin.queueing.quota.ledger_model import (
     Ledger,
     ObservedJob,
     decode,
@@ -19,9 +19,15 @@ from airflow_jobs_plugin.quota.ledger_model import (
     plan_admission,
     without,
 )
-from airflow_jobs_plugin.quota.model import GroupQuota, QueuedJob, QuotaPolicy, Reservation, Verdict
-from airflow_jobs_plugin.quota.policy import decide, queue_order
-from airflow_jobs_plugin.quota.requeue import Requeue, RequeueSettings, requeue_decision
+from airflow_jobs_plugin.queueing.quota.model import (
+    GroupQuota,
+    QueuedJob,
+    QuotaPolicy,
+    Reservation,
+    Verdict,
+)
+from airflow_jobs_plugin.queueing.quota.policy import decide, queue_order
+from airflow_jobs_plugin.queueing.quota.requeue import Requeue, RequeueSettings, requeue_decision
 from tests.examples_budget import examples
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin.quota.ledger import all_pods_scheduled
-from airflow_jobs_plugin.quota.requeue import (
+from airflow_jobs_plugin.queueing.quota.ledger import all_pods_scheduled
+from airflow_jobs_plugin.queueing.quota.requeue import (
     Requeue,
     RequeueLimitReached,
     RequeueSettings,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.quota.ledger_model import (
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.quota.ledger_model import (
     DropReason,
     Ledger,
     ObservedJob,
@@ -16,9 +16,9 @@ from airflow_jobs_plugin.quota.ledger_model import (
     queued_job_from_metadata,
     reconcile_drops,
 )
-from airflow_jobs_plugin.quota.model import QueuedJob, Reservation, Verdict
-from airflow_jobs_plugin.quota.parse import parse_policy
-from airflow_jobs_plugin.quota.policy import decide
+from airflow_jobs_plugin.queueing.quota.model import QueuedJob, Reservation, Verdict
+from airflow_jobs_plugin.queueing.quota.parse import parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import decide
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(minutes=10)

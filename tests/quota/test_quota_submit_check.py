@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin.quota.model import UnknownGroupError
-from airflow_jobs_plugin.quota.parse import parse_policy
-from airflow_jobs_plugin.quota.submit_check import (
+from airflow_jobs_plugin.queueing.quota.model import UnknownGroupError
+from airflow_jobs_plugin.queueing.quota.parse import parse_policy
+from airflow_jobs_plugin.queueing.quota.submit_check import (
     OverQuotaError,
     policy_configmap_names,
     policy_not_found,

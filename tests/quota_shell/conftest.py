@@ -11,12 +11,13 @@ from datetime import datetime, timezone
 import pytest
 from sim_fixtures import cluster_fixture, connection_fixture
 
-from airflow_jobs_plugin import admission, labels, quota
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, Resource
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.quota import ledger as ledger_io
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, Resource
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing import admission, quota
+from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from tests.patience import Deadline
 
 NAMESPACE = "default"

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from sim_fixtures import cluster_fixture
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.admission import Admission
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, unique, wait_for
 

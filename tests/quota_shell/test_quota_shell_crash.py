@@ -15,9 +15,10 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin.kube import JOBS, KubeClient
-from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, list_jobs, unique, wait_for
 

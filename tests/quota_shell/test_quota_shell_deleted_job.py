@@ -4,7 +4,7 @@ the job go; then the next job in line gets them."""
 
 from __future__ import annotations
 
-from airflow_jobs_plugin.kube import JOBS, PODS
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
 
 from .conftest import NAMESPACE, create_jobs, job_body, ledger_of, wait_for
 from .test_quota_shell_stop import admission_for

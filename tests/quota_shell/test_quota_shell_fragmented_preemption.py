@@ -2,7 +2,7 @@
 them (two on each), and a job of one 8-GPU pod of high priority. By quota alone the two newest jobs would
 be preempted, one on each node, leaving no node with 8 free GPUs: the preemptor would wait Unschedulable,
 be requeued and preempt again. By the nodes, two jobs on one node are preempted, once, and the preemptor
-runs there (quota/preemption.py).
+runs there (queueing/quota/preemption.py).
 
 Runs on the simulator (two nodes) and on the real plane (``scripts/cluster up``: kube-scheduler binds the
 pods, kwok plays them), where the third GPU node is filled first by a job of another group, which no job
@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 from sim_fixtures import cluster_fixture
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.kube import JOBS, NODES, PODS
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, NODES, PODS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.admission import Admission
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, put_policy, unique, wait_for
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from sim_fixtures import cluster_fixture
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
-from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
 

@@ -3,10 +3,10 @@ released is never charged again because a lagging watch still shows it running."
 
 from __future__ import annotations
 
-from airflow_jobs_plugin import quota
-from airflow_jobs_plugin.kube import JOBS, KubeClient
-from airflow_jobs_plugin.quota import ledger as ledger_io
-from airflow_jobs_plugin.watch import SharedWatch
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
+from airflow_jobs_plugin.cluster.watch import SharedWatch
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, create_jobs, job_body, ledger_of, list_jobs, put_policy, unique, wait_for
 

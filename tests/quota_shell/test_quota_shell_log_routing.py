@@ -8,8 +8,8 @@ import asyncio
 import contextvars
 import logging
 
-from airflow_jobs_plugin import actions, labels
-from airflow_jobs_plugin.kube import JOBS
+from airflow_jobs_plugin.cluster.kube import JOBS
+from airflow_jobs_plugin.jobs import actions, labels
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, wait_for
 from .test_quota_shell_stop import admission_for
@@ -51,7 +51,7 @@ async def test_a_stopped_jobs_release_reaches_its_own_log_and_not_the_log_of_the
         job_body(group, "erin", 2, run=10_000, task="nlp_erin_2gpu"),
     )
     routed = RoutedRecords()
-    logger = logging.getLogger("airflow_jobs_plugin.admission")
+    logger = logging.getLogger("airflow_jobs_plugin.queueing.admission")
     logger.addHandler(routed)
     logger.setLevel(logging.INFO)
     try:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.engines.unmanaged import UnmanagedEngine
-from airflow_jobs_plugin.kube import JOBS
-from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
+from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
 

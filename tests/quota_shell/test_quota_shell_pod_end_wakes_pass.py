@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.admission import BACKSTOP_SECONDS, Admission
-from airflow_jobs_plugin.kube import JOBS
+from airflow_jobs_plugin.cluster.kube import JOBS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.admission import BACKSTOP_SECONDS, Admission
 
 
 class Worker:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS
-from airflow_jobs_plugin.quota import ledger as ledger_io
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
 from .conftest import (
     NAMESPACE,

@@ -1,21 +1,21 @@
 """A GPU node pool scaled to zero: no node offers a GPU now, but the autoscaler can add one. A GPU job
 waits for the node, and runs once it joins; a job larger than any node the cluster can add still fails
-at once (quota/placement.py ``never_fits`` with ``Autoscaling``)."""
+at once (queueing/quota/placement.py ``never_fits`` with ``Autoscaling``)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 import pytest
+from airflow_jobs_sim.cluster import node_object
+from airflow_jobs_sim.config import ClusterConfig
 from sim_fixtures import cluster_fixture
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.engines.unmanaged import UnmanagedEngine
-from airflow_jobs_plugin.kube import EVENTS, JOBS, NODES, PODS
-from airflow_jobs_plugin.sim.cluster import node_object
-from airflow_jobs_plugin.sim.config import ClusterConfig
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import EVENTS, JOBS, NODES, PODS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, put_policy, unique, wait_for
 

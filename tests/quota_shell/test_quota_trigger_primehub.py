@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from airflow_jobs_plugin.kube import JOBS
-from airflow_jobs_plugin.triggers import JobTrigger
+from airflow_jobs_plugin.airflow.triggers import JobTrigger
+from airflow_jobs_plugin.cluster.kube import JOBS
 
 from .conftest import (
     NAMESPACE,

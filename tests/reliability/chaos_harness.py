@@ -22,9 +22,9 @@ from typing import Any
 from airflow.sdk.exceptions import TaskDeferred
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.operators import STATE_KEY, JobOperator
-from airflow_jobs_plugin.spec import TaskIdentity
+from airflow_jobs_plugin.airflow.operators import STATE_KEY, JobOperator
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.spec import TaskIdentity
 
 from .chaos_plan import LOST_NODE, Kind, Task, operator_kwargs
 from .chaos_triggerer import append_record, read_records, triggerer_main
@@ -134,7 +134,9 @@ class Triggerer:
     def __init__(self, deferrals: Path, events: Path, log: Path, connection: str):
         self.files = (str(deferrals), str(events), str(log), connection)
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(["airflow_jobs_plugin.triggers", triggerer_main.__module__])
+        self.context.set_forkserver_preload(
+            ["airflow_jobs_plugin.airflow.triggers", triggerer_main.__module__]
+        )
         self.process: multiprocessing.process.BaseProcess | None = None
         self.ready = self.context.Event()
         self.kills = 0

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin.quota.ledger import is_finished, is_suspended
-from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.ledger import is_finished, is_suspended
+from airflow_jobs_plugin.queueing.quota.ledger_model import LEDGER_NAME_PREFIX
 
 TaskTry = tuple[str, str, str]  # (task key, try, attempt)
 

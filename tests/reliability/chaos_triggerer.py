@@ -100,7 +100,7 @@ def triggerer_main(
     pending trigger has been rebuilt."""
     # The process may be forked from a server started before the test set the connection: set it here.
     os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = connection
-    import airflow_jobs_plugin.triggers  # noqa: F401 - Airflow sets up its logging on import; ours goes after
+    import airflow_jobs_plugin.airflow.triggers  # noqa: F401 - Airflow sets up its logging on import; ours goes after
 
     handler = logging.FileHandler(log_path)
     handler.setFormatter(logging.Formatter(f"%(asctime)s {os.getpid()} %(name)s %(levelname)s %(message)s"))

@@ -10,16 +10,16 @@ from datetime import timedelta
 import pytest
 from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow_jobs_sim import ClusterConfig, SimCluster
 from task_doubles import task_context
 
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.job_sensor_trigger import JobSensorTrigger
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.quota import parse_policy
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-from airflow_jobs_plugin.spec import JobSpecError, TaskIdentity
-from airflow_jobs_plugin.triggers import JobTrigger
+from airflow_jobs_plugin.airflow.job_sensor_trigger import JobSensorTrigger
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.airflow.triggers import JobTrigger
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
+from airflow_jobs_plugin.jobs.spec import JobSpecError, TaskIdentity
+from airflow_jobs_plugin.queueing.quota import parse_policy
 
 GOOD = {"task_id": "train", "image": "registry.example/trainer:1", "group": "vision", "gpus": 1}
 

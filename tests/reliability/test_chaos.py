@@ -24,14 +24,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from airflow_jobs_sim import ClusterConfig, SimCluster
 from sim_fixtures import connection_fixture
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin import watch as shared
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import snapshot
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.quota.ledger_model import LEDGER_NAME_PREFIX
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.ledger_model import LEDGER_NAME_PREFIX
 
 from .chaos_harness import (
     DAG_ID,

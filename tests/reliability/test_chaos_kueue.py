@@ -17,11 +17,11 @@ import time
 from collections import Counter
 
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster
+from airflow_jobs_sim.config import KueueConfig
 from sim_fixtures import connection_fixture, real_cluster_kubeconfig
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-from airflow_jobs_plugin.sim.config import KueueConfig
+from airflow_jobs_plugin.jobs import labels
 
 from .chaos_harness import Chaos, Triggerer, Worker, events_by_task, run_in_thread, task_key
 from .chaos_invariants import Invariants

@@ -11,10 +11,10 @@ import textwrap
 import pytest
 from airflow.exceptions import AirflowClusterPolicyViolation
 
-from airflow_jobs_plugin.cluster_policy import task_policy
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.quota.parse import parse_policy
-from airflow_jobs_plugin.quota.policy import claim_problem
+from airflow_jobs_plugin.airflow.cluster_policy import task_policy
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.queueing.quota.parse import parse_policy
+from airflow_jobs_plugin.queueing.quota.policy import claim_problem
 
 POLICY = """
 groups:
@@ -96,7 +96,7 @@ def test_an_admin_enabled_policy_turns_a_quota_grab_into_an_import_error(tmp_pat
     home = tmp_path / "home"
     (home / "config").mkdir(parents=True)
     (home / "config" / "airflow_local_settings.py").write_text(
-        "from airflow_jobs_plugin.cluster_policy import task_policy  # noqa: F401\n"
+        "from airflow_jobs_plugin.airflow.cluster_policy import task_policy  # noqa: F401\n"
     )
     (tmp_path / "policy.yaml").write_text(POLICY)
     dags = tmp_path / "dags"
@@ -106,7 +106,7 @@ def test_an_admin_enabled_policy_turns_a_quota_grab_into_an_import_error(tmp_pat
             """
             from datetime import datetime
             from airflow.sdk import DAG
-            from airflow_jobs_plugin.operators import JobOperator
+            from airflow_jobs_plugin.airflow.operators import JobOperator
 
             with DAG("grab", schedule=None, start_date=datetime(2026, 1, 1), default_args={"owner": "alice"}):
                 JobOperator(task_id="train", image="trainer:1", gpus=4, group="nlp")
@@ -165,7 +165,7 @@ folders:
     ],
 )
 def test_the_dag_folder_decides_which_groups_and_users_it_may_charge(dag_file, owner, user, group, problem):
-    from airflow_jobs_plugin.charging import charge_problem, parse_charging
+    from airflow_jobs_plugin.queueing.charging import charge_problem, parse_charging
 
     found = charge_problem(
         parse_charging(CHARGING),
@@ -193,7 +193,7 @@ def test_the_dag_folder_decides_which_groups_and_users_it_may_charge(dag_file, o
     ],
 )
 def test_a_malformed_charging_map_names_the_field(text, message):
-    from airflow_jobs_plugin.charging import ChargingError, parse_charging
+    from airflow_jobs_plugin.queueing.charging import ChargingError, parse_charging
 
     with pytest.raises(ChargingError) as error:
         parse_charging(text)

@@ -8,12 +8,12 @@ import json
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from airflow_jobs_sim import ClusterConfig, SimCluster
+from airflow_jobs_sim.kubeconfig import kubeconfig_text
 from task_doubles import task_context
 
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-from airflow_jobs_plugin.sim.kubeconfig import kubeconfig_text
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster import watch as shared
 
 TOKEN = "tok-3e1c9f0a7b-never-log-me"
 DAG_SECRET = "s3cr3t-wandb-key"

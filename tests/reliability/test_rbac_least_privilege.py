@@ -20,18 +20,19 @@ from pathlib import Path
 import pytest
 import yaml
 from airflow.sdk.exceptions import TaskDeferred
+from airflow_jobs_sim import ClusterConfig, SimCluster
 from task_doubles import task_context
 
-from airflow_jobs_plugin import inspect, labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.admission import shutdown as admission_shutdown
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.quota import ledger as ledger_io
-from airflow_jobs_plugin.quota import ledger_model
-from airflow_jobs_plugin.quota.model import Reservation
-from airflow_jobs_plugin.sensors import JobSensor
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.airflow.sensors import JobSensor
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
+from airflow_jobs_plugin.queueing.quota import ledger_model
+from airflow_jobs_plugin.queueing.quota.model import Reservation
+from airflow_jobs_plugin.readmodel import inspect
 from tests.patience import stretch
 
 ROLE = Path(__file__).resolve().parents[2] / "helm-values" / "rbac.yaml"
@@ -49,7 +50,7 @@ COMPONENTS = {
 
 # Verbs a component needs on paths this scenario does not drive (races and lags), each with the path.
 # None: the triggerer reads the quota ledger from its ledger watch, and GETs it before a pass acts on
-# jobs without writing the ledger (quota/ledger.py admission_pass: never from a cached ledger), which
+# jobs without writing the ledger (queueing/quota/ledger.py admission_pass: never from a cached ledger), which
 # the lost unsuspend below drives.
 # Karpenter's NodePools: the simulator serves no Karpenter API, so the triggerer's LIST of them
 # (engines.door.Door._read_autoscaling, where Karpenter runs) is answered 404 and never counted.
@@ -249,7 +250,7 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
             "rbac_lost_unsuspend",
         )
         # An MPIJob that waits past its queue_timeout: ruled while queued, it ends Failed on the cluster
-        # through its status (mpijobs/status), written by the triggerer (kinds/mpi.py
+        # through its status (mpijobs/status), written by the triggerer (jobs/kinds/mpi.py
         # MPIJob.ending_writes). Two workers: a one-worker job, framework "mpi" or not, is a batch/v1 Job
         # (JobSpec.is_mpi), which the verdict's own write ends through its deadline.
         timed_out, _ = deferred(
@@ -267,7 +268,7 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
         charge("worker")
         asyncio.run(_reserve_before_a_crash(lost.trigger.job_name))
         cluster.reset_counters()  # the crashed triggerer's write: not this scenario's
-        # Its wait counts from its creation (quota/ledger_model.py queued_job_of: no claimed enqueue time
+        # Its wait counts from its creation (queueing/quota/ledger_model.py queued_job_of: no claimed enqueue time
         # moves it earlier), so it has waited past its one second when the first pass judges it.
         time.sleep(1.5)
 
@@ -386,7 +387,7 @@ def apply_shipped(cluster, path: Path, namespace: str) -> None:
 
 def component_runner(cluster, tmp_path: Path, monkeypatch):
     """``run_as(component)``: point ``kubernetes_default`` at a kubeconfig with that component's token."""
-    from airflow_jobs_plugin.sim.kubeconfig import write_kubeconfig
+    from airflow_jobs_sim.kubeconfig import write_kubeconfig
 
     kubeconfigs = {
         c: write_kubeconfig(str(tmp_path / f"{c}.yaml"), cluster.url, f"{c}-token") for c in COMPONENTS
@@ -406,10 +407,11 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
     # Least privilege checked by refusals: the simulated API server enforces the shipped Roles (RBAC as
     # kube-apiserver decides it, sim/rbac.py) and admission policies (sim/admission_policy.py), and each
     # component runs with its own service account's token.
-    from airflow_jobs_plugin.kube import JOBS, KubeError
-    from airflow_jobs_plugin.manifests import build_manifest
-    from airflow_jobs_plugin.sim.config import Identity
-    from airflow_jobs_plugin.spec import TaskIdentity, validate
+    from airflow_jobs_sim.config import Identity
+
+    from airflow_jobs_plugin.cluster.kube import JOBS, KubeError
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
     identities = tuple(
         Identity.service_account("airflow", account, f"{component}-token")
@@ -537,9 +539,10 @@ def test_on_a_kueue_cluster_the_kueue_roles_let_each_component_read_what_kueue_s
     """rbac-kueue.yaml beside rbac.yaml, enforced on a simulated cluster that runs Kueue: a worker submits
     to a LocalQueue, the triggerer follows Kueue's Workloads and reads the waiting job's position from
     Kueue's visibility API, the api-server shows both; the worker may read neither."""
-    from airflow_jobs_plugin.kube import PENDING_IN_LOCAL_QUEUES, WORKLOADS, KubeError
-    from airflow_jobs_plugin.plugin.views import overview
-    from airflow_jobs_plugin.sim.config import Identity, KueueConfig
+    from airflow_jobs_sim.config import Identity, KueueConfig
+
+    from airflow_jobs_plugin.cluster.kube import PENDING_IN_LOCAL_QUEUES, WORKLOADS, KubeError
+    from airflow_jobs_plugin.readmodel.views import overview
 
     identities = tuple(
         Identity.service_account("airflow", account, f"{component}-token")
@@ -665,11 +668,12 @@ def test_on_the_simulator_a_job_runs_as_an_allowed_account_and_the_api_server_on
     """Rules job-accounts and user-actions-only, with the shipped RBAC, policies and the parameter
     ConfigMap, for the deployment's service-account identities (the real plane's version:
     tests/plane_scenarios/test_rbac_and_admission_policy_on_the_plane.py)."""
-    from airflow_jobs_plugin import actions
-    from airflow_jobs_plugin.kube import MPIJOBS, KubeError
-    from airflow_jobs_plugin.manifests import build_manifest
-    from airflow_jobs_plugin.sim.config import Identity
-    from airflow_jobs_plugin.spec import TaskIdentity, validate
+    from airflow_jobs_sim.config import Identity
+
+    from airflow_jobs_plugin.cluster.kube import MPIJOBS, KubeError
+    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
     identities = tuple(
         Identity.service_account("airflow", account, f"{component}-token")

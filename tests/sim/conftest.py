@@ -8,8 +8,7 @@ import subprocess
 import uuid
 
 import pytest
-
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_sim import ClusterConfig, SimCluster
 
 KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.path.exists("/usr/bin/kubectl") else None)
 

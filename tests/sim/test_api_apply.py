@@ -13,10 +13,9 @@ import urllib.request
 import uuid
 
 import pytest
+from airflow_jobs_sim import schema
 from kubernetes_asyncio.client import CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
-
-from airflow_jobs_plugin.sim import schema
 
 
 def write(tmp_path, name: str, data: dict) -> str:
@@ -110,7 +109,7 @@ def pod_config(container: dict) -> dict:
 
 
 def test_keyed_lists_merge_per_item_so_two_managers_share_a_container():
-    from airflow_jobs_plugin.sim import apply as ssa
+    from airflow_jobs_sim import apply as ssa
 
     first = ssa.apply(None, pod_config({"name": "main", "image": "trainer:1"}), "deployer", False, "t0")
     second = ssa.apply(
@@ -129,7 +128,7 @@ def test_keyed_lists_merge_per_item_so_two_managers_share_a_container():
 
 
 def test_an_update_takes_the_fields_it_changes_from_their_applier():
-    from airflow_jobs_plugin.sim import apply as ssa
+    from airflow_jobs_sim import apply as ssa
 
     applied = ssa.apply(None, pod_config({"name": "main", "image": "trainer:1"}), "deployer", False, "t0").obj
     edited = json.loads(json.dumps(applied))

@@ -8,10 +8,9 @@ import urllib.error
 import urllib.request
 
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
-
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_sim import ClusterConfig, SimCluster
 
 JOB = {
     "apiVersion": "batch/v1",
@@ -69,8 +68,7 @@ def test_a_cluster_that_runs_commands_requires_a_token_even_when_none_is_given(t
         [
             sys.executable,
             "-m",
-            "airflow_jobs_plugin.cli",
-            "sim",
+            "airflow_jobs_sim",
             "--nodes",
             "1",
             "--exec-commands",

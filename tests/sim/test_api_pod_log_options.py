@@ -8,11 +8,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from airflow_jobs_sim.errors import ApiError
+from airflow_jobs_sim.log_options import parse_log_options
 from kubernetes import client
 
-from airflow_jobs_plugin.kube import KubeClient, KubeError
-from airflow_jobs_plugin.sim.errors import ApiError
-from airflow_jobs_plugin.sim.log_options import parse_log_options
+from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
 
 
 @pytest.mark.parametrize(

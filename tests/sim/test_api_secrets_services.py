@@ -12,10 +12,9 @@ import json
 import re
 
 import pytest
+from airflow_jobs_sim import protobuf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-
-from airflow_jobs_plugin.sim import protobuf
 
 
 def rows(output: str) -> list[list[str]]:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import pytest
-
-from airflow_jobs_plugin.sim.config import RESOURCES
-from airflow_jobs_plugin.sim.errors import ApiError
-from airflow_jobs_plugin.sim.selectors import field_value, labels_match, make_selector, parse_label_selector
+from airflow_jobs_sim.config import RESOURCES
+from airflow_jobs_sim.errors import ApiError
+from airflow_jobs_sim.selectors import (
+    field_value,
+    labels_match,
+    make_selector,
+    parse_label_selector,
+)
 
 LABELS = {"app": "train", "tier": "gpu", "rank": "3"}
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from airflow_jobs_plugin.sim.config import RESOURCES
-from airflow_jobs_plugin.sim.errors import ApiError
-from airflow_jobs_plugin.sim.store import Store, default_pull_policy, qos_class, thaw
+from airflow_jobs_sim.config import RESOURCES
+from airflow_jobs_sim.errors import ApiError
+from airflow_jobs_sim.store import Store, default_pull_policy, qos_class, thaw
 
 
 @pytest.fixture

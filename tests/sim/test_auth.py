@@ -2,7 +2,7 @@
 
 The server half (``sim/auth.py``) is checked as kube-apiserver behaves: a 401 Status for a missing,
 forged or expired token. The client half is the product's ``KubeClient`` with the real exec plugin
-(``python -m airflow_jobs_plugin.sim.mint_token``), a service-account token file rotated on disk, and an
+(``python -m airflow_jobs_sim.mint_token``), a service-account token file rotated on disk, and an
 identity revoked and restored under a shared watch.
 """
 
@@ -15,13 +15,19 @@ import uuid
 
 import aiohttp
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster, auth
+from airflow_jobs_sim import kubeconfig as kubeconfig_file
+from airflow_jobs_sim.mint_token import main as mint_main
 from kubernetes_asyncio import client as k8s_client
 
-from airflow_jobs_plugin.kube import PODS, Credentials, KubeClient, KubeError, token_file_source
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster, auth
-from airflow_jobs_plugin.sim import kubeconfig as kubeconfig_file
-from airflow_jobs_plugin.sim.mint_token import main as mint_main
-from airflow_jobs_plugin.watch import Scope, SharedWatch
+from airflow_jobs_plugin.cluster.kube import (
+    PODS,
+    Credentials,
+    KubeClient,
+    KubeError,
+    token_file_source,
+)
+from airflow_jobs_plugin.cluster.watch import Scope, SharedWatch
 
 SECRET = "sim-signing-secret"
 TTL = 2.0
@@ -222,8 +228,7 @@ def test_airflow_jobs_sim_with_a_token_ttl_writes_a_kubeconfig_whose_exec_plugin
         [
             sys.executable,
             "-m",
-            "airflow_jobs_plugin.cli",
-            "sim",
+            "airflow_jobs_sim",
             "--token-ttl",
             "5",
             "--kubeconfig",

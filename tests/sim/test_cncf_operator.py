@@ -130,8 +130,8 @@ with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz=
 @pytest.fixture(scope="module")
 def exec_sim():
     """A cluster in exec mode: the pod's containers, the XCom sidecar included, are local processes."""
-    from airflow_jobs_plugin.sim.cluster import SimCluster
-    from airflow_jobs_plugin.sim.config import ClusterConfig
+    from airflow_jobs_sim.cluster import SimCluster
+    from airflow_jobs_sim.config import ClusterConfig
 
     with SimCluster(ClusterConfig(nodes=1, time_scale=0.01, exec_commands=True)) as cluster:
         yield cluster

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from test_ctrl_job import T0, cond, job, job_pod
-
-from airflow_jobs_plugin.sim.controllers.job import (
+from airflow_jobs_sim.controllers.job import (
     COMPLETION_INDEX_KEY,
     CreatePod,
     format_indexes,
     parse_indexes,
     plan_job,
 )
+from test_ctrl_job import T0, cond, job, job_pod
 
 
 def indexed(**spec) -> dict:

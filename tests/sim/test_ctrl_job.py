@@ -9,11 +9,9 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sim_waiting import wait_for
-
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig
-from airflow_jobs_plugin.sim.controllers.job import (
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig
+from airflow_jobs_sim.controllers.job import (
     JOB_TRACKING_FINALIZER,
     CreatePod,
     DeleteJob,
@@ -24,7 +22,8 @@ from airflow_jobs_plugin.sim.controllers.job import (
     plan_job,
     pod_backoff,
 )
-from airflow_jobs_plugin.sim.scenarios import ANNOTATION
+from airflow_jobs_sim.scenarios import ANNOTATION
+from sim_waiting import wait_for
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -7,12 +7,11 @@ import base64
 import uuid
 
 import pytest
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig
+from airflow_jobs_sim.dns import cluster_records
+from airflow_jobs_sim.scenarios import ANNOTATION
 from sim_waiting import wait_for
-
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig
-from airflow_jobs_plugin.sim.dns import cluster_records
-from airflow_jobs_plugin.sim.scenarios import ANNOTATION
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +273,7 @@ def test_a_container_traps_sigint_even_when_the_simulator_was_started_ignoring_i
 
     script = (
         "import signal, subprocess, sys\n"
-        "from airflow_jobs_plugin.sim.processes import with_default_signals\n"
+        "from airflow_jobs_sim.processes import with_default_signals\n"
         "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
         "argv = ['sh', '-c', 'trap \"exit 7\" INT; kill -INT $$; sleep 5; exit 1']\n"
         "sys.exit(subprocess.run(with_default_signals(argv)).returncode)\n"

@@ -11,11 +11,10 @@ import base64
 import uuid
 
 import pytest
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig
+from airflow_jobs_sim.scenarios import ANNOTATION
 from sim_waiting import wait_for
-
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig
-from airflow_jobs_plugin.sim.scenarios import ANNOTATION
 
 
 @pytest.fixture(scope="module")

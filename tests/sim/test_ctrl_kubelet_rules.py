@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
-from airflow_jobs_plugin.sim.controllers.kubelet import (
+from airflow_jobs_sim.controllers.kubelet import (
     LogClose,
     LogLine,
     Step,
@@ -21,7 +20,7 @@ from airflow_jobs_plugin.sim.controllers.kubelet import (
     pull_backoff,
     step_pod,
 )
-from airflow_jobs_plugin.sim.scenarios import ANNOTATION
+from airflow_jobs_sim.scenarios import ANNOTATION
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -10,11 +10,9 @@ import json
 import uuid
 
 import pytest
-from sim_waiting import wait_for
-
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig, KueueConfig
-from airflow_jobs_plugin.sim.controllers.kueue import (
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig, KueueConfig
+from airflow_jobs_sim.controllers.kueue import (
     QUEUE_NAME_LABEL,
     Candidate,
     QueueView,
@@ -22,8 +20,9 @@ from airflow_jobs_plugin.sim.controllers.kueue import (
     choose_victims,
     workload_name,
 )
-from airflow_jobs_plugin.sim.errors import ApiError
-from airflow_jobs_plugin.sim.scenarios import ANNOTATION
+from airflow_jobs_sim.errors import ApiError
+from airflow_jobs_sim.scenarios import ANNOTATION
+from sim_waiting import wait_for
 
 GPU = "nvidia.com/gpu"
 

@@ -9,12 +9,9 @@ from datetime import datetime, timezone
 from functools import partial
 
 import pytest
-from sim_waiting import wait_for as _wait_for
-
-from airflow_jobs_plugin.manifests import worker_host
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig
-from airflow_jobs_plugin.sim.controllers.mpi import (
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig
+from airflow_jobs_sim.controllers.mpi import (
     Create,
     SuspendLauncher,
     job_service,
@@ -22,7 +19,10 @@ from airflow_jobs_plugin.sim.controllers.mpi import (
     plan_mpijob,
     worker_pod,
 )
-from airflow_jobs_plugin.sim.scenarios import ANNOTATION
+from airflow_jobs_sim.scenarios import ANNOTATION
+from sim_waiting import wait_for as _wait_for
+
+from airflow_jobs_plugin.jobs.manifests import worker_host
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -556,10 +556,11 @@ def _get(cluster, resource: str, name: str, ns: str) -> dict | None:
 @pytest.mark.parametrize("dag_id", ["2024_retrain", "x" * 200])
 def test_the_products_mpijobs_pass_the_operators_validation(dag_id):
     # A name the operator refuses (DNS-1035 for <name>-worker-<last>) would leave the job never starting.
-    from airflow_jobs_plugin.manifests import build_manifest
-    from airflow_jobs_plugin.sim.controllers.mpi import validation_errors
-    from airflow_jobs_plugin.sim.store import default_mpijob_spec
-    from airflow_jobs_plugin.spec import TaskIdentity, validate
+    from airflow_jobs_sim.controllers.mpi import validation_errors
+    from airflow_jobs_sim.store import default_mpijob_spec
+
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
     task = TaskIdentity(dag_id, "train", "manual__2026-01-01", -1, 1)
     spec = validate(image="trainer:1", group="vision", user="alice", gpus=1, workers=64)

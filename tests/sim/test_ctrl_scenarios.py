@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from airflow_jobs_plugin.sim.scenarios import (
+from airflow_jobs_sim.scenarios import (
     ANNOTATION,
     DEFAULT_LOGS,
     ContainerScenario,

@@ -7,11 +7,9 @@ from decimal import Decimal
 from functools import partial
 
 import pytest
-from sim_waiting import wait_for as _wait_for
-
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig
-from airflow_jobs_plugin.sim.controllers.scheduler import (
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig
+from airflow_jobs_sim.controllers.scheduler import (
     Placement,
     Unschedulable,
     fit_pod,
@@ -19,6 +17,7 @@ from airflow_jobs_plugin.sim.controllers.scheduler import (
     pending_order,
     pod_requests,
 )
+from sim_waiting import wait_for as _wait_for
 
 
 def node(

@@ -11,14 +11,14 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig
+from airflow_jobs_sim.scenarios import ANNOTATION
 from sim_waiting import wait_for
 
-from airflow_jobs_plugin import cli
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig
-from airflow_jobs_plugin.sim.scenarios import ANNOTATION
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.airflow import cli
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
 TAGGED = [
     "train: starting 2 ranks",

@@ -9,11 +9,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-
-from airflow_jobs_plugin.sim import rbac
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig, Identity
-from airflow_jobs_plugin.sim.rbac import Policy, Request, User, allowed, rule_allows
+from airflow_jobs_sim import rbac
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig, Identity
+from airflow_jobs_sim.rbac import Policy, Request, User, allowed, rule_allows
 
 WORKER = User.service_account("airflow", "airflow-worker")
 ROLE = {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "create"]}
@@ -170,8 +169,8 @@ def test_an_enforcing_cluster_serves_what_a_role_grants_and_refuses_the_rest(enf
 
 
 def test_a_binding_cannot_change_the_role_it_grants():
-    from airflow_jobs_plugin.sim.config import resource_type
-    from airflow_jobs_plugin.sim.validation import validate, validate_update
+    from airflow_jobs_sim.config import resource_type
+    from airflow_jobs_sim.validation import validate, validate_update
 
     old = binding("Role", "submit", {"kind": "User", "name": "alice"}, "ml")
     new = binding("ClusterRole", "admin", {"kind": "User", "name": "alice"}, "ml")

@@ -12,8 +12,7 @@ import urllib.request
 import uuid
 
 import pytest
-
-from airflow_jobs_plugin.sim.store import FrozenDict, FrozenError, FrozenList, Store, freeze, thaw
+from airflow_jobs_sim.store import FrozenDict, FrozenError, FrozenList, Store, freeze, thaw
 
 
 @pytest.fixture

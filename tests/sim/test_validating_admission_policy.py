@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import pytest
-
-from airflow_jobs_plugin.sim import rbac
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig
-from airflow_jobs_plugin.sim.errors import ApiError
+from airflow_jobs_sim import rbac
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig
+from airflow_jobs_sim.errors import ApiError
 
 POLICY = {
     "metadata": {"name": "no-big-configmaps"},

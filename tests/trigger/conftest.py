@@ -12,11 +12,11 @@ from datetime import datetime, timezone
 import pytest
 from sim_fixtures import cluster_fixture, connection_fixture
 
-from airflow_jobs_plugin import admission
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import KubeClient
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import KubeClient
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing import admission
 
 cluster = cluster_fixture(nodes=2)
 connection = connection_fixture()

@@ -10,10 +10,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import StateStore
 
-from airflow_jobs_plugin import actions, adoption, labels
-from airflow_jobs_plugin.kube import JOBS, KubeClient
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
+from airflow_jobs_plugin.jobs import actions, adoption, labels
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
 from .test_operator import context_for, deferral, jobs_of, operator, run_to_event
 

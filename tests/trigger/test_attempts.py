@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.attempts import attempt_of, latest_attempt, next_attempt
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.attempts import attempt_of, latest_attempt, next_attempt
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 LATER = datetime(2026, 11, 22, 12, 1, 30, tzinfo=timezone.utc)
@@ -145,7 +145,7 @@ def test_attempt_of_an_unlabelled_or_garbled_object_is_one():
 def test_next_attempt_of_a_job_the_product_ended_gets_the_authors_deadline_back():
     """A job ruled failed is ended through its own one-second deadline (quota.ledger.verdict_patch);
     a retry cloned from it must not inherit that deadline, or the new attempt fails at once."""
-    from airflow_jobs_plugin.quota.ledger import verdict_patch
+    from airflow_jobs_plugin.queueing.quota.ledger import verdict_patch
 
     job = failed_job()
     job["spec"]["activeDeadlineSeconds"] = 86400
@@ -162,7 +162,7 @@ def test_next_attempt_of_a_job_the_product_ended_gets_the_authors_deadline_back(
 
 
 def test_a_second_ruling_keeps_the_first_recorded_deadline():
-    from airflow_jobs_plugin.quota.ledger import verdict_patch
+    from airflow_jobs_plugin.queueing.quota.ledger import verdict_patch
 
     job = failed_job()
     job["metadata"]["annotations"][labels.ENDED_SPEC] = '{"activeDeadlineSeconds": 600}'

@@ -12,9 +12,9 @@ from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import quota
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
+from airflow_jobs_plugin.queueing import quota
 
 POLICY = "groups:\n  team: {gpus: 4}\n  big: {gpus: 64}\n"
 CHARGING = "folders:\n  /dags/team: {groups: [team], users: [alice]}\n"

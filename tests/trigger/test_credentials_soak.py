@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster, auth
+from airflow_jobs_sim import kubeconfig as kubeconfig_file
 from sim_fixtures import CONNECTION_ENV, connection_env
 
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import JOBS, PODS, KubeClient, KubeError
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster, auth
-from airflow_jobs_plugin.sim import kubeconfig as kubeconfig_file
-from airflow_jobs_plugin.triggers import JobTrigger
+from airflow_jobs_plugin.airflow.triggers import JobTrigger
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS, KubeClient, KubeError
 
 from .conftest import job_manifest, task_identity
 

@@ -9,11 +9,11 @@ import contextvars
 from collections import deque
 from typing import Any
 
-from airflow_jobs_plugin import logstream
-from airflow_jobs_plugin.kube import KubeError
-from airflow_jobs_plugin.logcursor import Cursor, LogMarker
-from airflow_jobs_plugin.logstream import LogHub, LogStreamer
-from airflow_jobs_plugin.logtail import print_missing
+from airflow_jobs_plugin.cluster.kube import KubeError
+from airflow_jobs_plugin.logs import logstream
+from airflow_jobs_plugin.logs.logcursor import Cursor, LogMarker
+from airflow_jobs_plugin.logs.logstream import LogHub, LogStreamer
+from airflow_jobs_plugin.logs.logtail import print_missing
 
 from .test_logstream_recovery import NO_REPLICAS, T0, FakeLogs, pod
 

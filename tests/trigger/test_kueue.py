@@ -7,15 +7,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from airflow_jobs_sim.cluster import SimCluster
+from airflow_jobs_sim.config import ClusterConfig, KueueConfig
+from airflow_jobs_sim.controllers.kueue import workload_name
 from sim_fixtures import real_cluster_kubeconfig
 
-from airflow_jobs_plugin import kueue, labels
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS
-from airflow_jobs_plugin.manifests import kueue_handoff
-from airflow_jobs_plugin.sim.cluster import SimCluster
-from airflow_jobs_plugin.sim.config import ClusterConfig, KueueConfig
-from airflow_jobs_plugin.sim.controllers.kueue import workload_name
-from airflow_jobs_plugin.triggers import JobTrigger
+from airflow_jobs_plugin.airflow.triggers import JobTrigger
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import kueue_handoff
+from airflow_jobs_plugin.queueing import kueue
 
 from .conftest import job_manifest, task_identity
 

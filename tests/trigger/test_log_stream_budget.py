@@ -9,8 +9,8 @@ import contextlib
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from airflow_jobs_plugin import kube
-from airflow_jobs_plugin.kube import JOBS, PODS, KubeClient
+from airflow_jobs_plugin.cluster import kube
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS, KubeClient
 
 from .conftest import job_manifest, task_identity
 

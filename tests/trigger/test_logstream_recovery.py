@@ -11,10 +11,11 @@ from collections import deque
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_jobs_plugin import labels, logstream
-from airflow_jobs_plugin.kube import KubeError
-from airflow_jobs_plugin.logcursor import parse_stamp
-from airflow_jobs_plugin.logstream import LogHub, LogStreamer
+from airflow_jobs_plugin.cluster.kube import KubeError
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.logs import logstream
+from airflow_jobs_plugin.logs.logcursor import parse_stamp
+from airflow_jobs_plugin.logs.logstream import LogHub, LogStreamer
 
 T0 = parse_stamp("2026-01-01T00:00:00Z") or 0
 

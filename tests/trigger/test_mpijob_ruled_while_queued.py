@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from airflow_jobs_plugin import kinds, labels
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
-from airflow_jobs_plugin.objects import condition_true
-from airflow_jobs_plugin.quota import ledger
-from airflow_jobs_plugin.triggers import JobTrigger
+from airflow_jobs_plugin.airflow.triggers import JobTrigger
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.cluster.objects import condition_true
+from airflow_jobs_plugin.jobs import kinds, labels
+from airflow_jobs_plugin.queueing.quota import ledger
 
 from .conftest import job_manifest, task_identity
 from .test_trigger_scenarios import run_trigger

@@ -9,11 +9,12 @@ from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import admission, labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, KubeClient
-from airflow_jobs_plugin.operators import STATE_KEY, JobOperator
-from airflow_jobs_plugin.spec import JobSpecError
+from airflow_jobs_plugin.airflow.operators import STATE_KEY, JobOperator
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.spec import JobSpecError
+from airflow_jobs_plugin.queueing import admission
 
 _runs = iter(range(1, 10_000))
 
@@ -44,7 +45,7 @@ def run_to_event(deferred: TaskDeferred, timeout: float = 60) -> dict:
 
 
 def jobs_of(cluster, op: JobOperator, run_id: str) -> list[dict]:
-    from airflow_jobs_plugin.spec import TaskIdentity
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity
 
     key = TaskIdentity("nightly", op.task_id, run_id).instance_key()
 
@@ -261,7 +262,7 @@ def test_a_success_returned_by_a_try_airflow_failed_anyway_is_adopted_not_traine
 
 def _failing_first(cluster, monkeypatch, verb: str, resource: str, codes: list[int]) -> list[int]:
     """Answer the next ``len(codes)`` matching requests with those error codes; returns what was served."""
-    from airflow_jobs_plugin.sim.faults import error_for_code
+    from airflow_jobs_sim.faults import error_for_code
 
     pending, served = list(codes), []
     decide = cluster.faults.error_for
@@ -289,8 +290,8 @@ def test_a_throttled_or_failing_api_at_submit_is_waited_out_within_the_try(clust
 def test_an_api_outage_longer_than_the_submit_back_off_fails_the_try_for_airflow_to_retry(
     cluster, monkeypatch
 ):
-    from airflow_jobs_plugin import submission
-    from airflow_jobs_plugin.kube import KubeError
+    from airflow_jobs_plugin.cluster.kube import KubeError
+    from airflow_jobs_plugin.jobs import submission
 
     monkeypatch.setattr(submission, "SUBMIT_TRIES", 2)
     op = operator()
@@ -324,7 +325,7 @@ def test_a_fatal_failure_stays_fatal_when_the_state_store_cannot_record_it():
 
 
 def create_policy(cluster, name: str, text: str) -> None:
-    from airflow_jobs_plugin.kube import CONFIGMAPS
+    from airflow_jobs_plugin.cluster.kube import CONFIGMAPS
 
     async def go():
         client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)

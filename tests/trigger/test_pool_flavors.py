@@ -13,10 +13,11 @@ from airflow.sdk.exceptions import TaskDeferred
 from sim_fixtures import cluster_fixture
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import admission, labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, NODES, PODS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, NODES, PODS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import admission
 
 PRODUCT = "nvidia.com/gpu.product"
 A100, H100 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"

@@ -11,10 +11,11 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import admission, labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, PODS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, PODS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import admission
 
 SCENARIO = "sim.airflow-jobs.io/scenario"
 

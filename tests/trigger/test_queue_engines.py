@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from airflow_jobs_plugin import kueue, labels
-from airflow_jobs_plugin.admission import Admission
-from airflow_jobs_plugin.engines.kueue import KueueEngine
-from airflow_jobs_plugin.engines.pick import engine_for
-from airflow_jobs_plugin.engines.unmanaged import UnmanagedEngine
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing import kueue
+from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.engines.kueue import KueueEngine
+from airflow_jobs_plugin.queueing.engines.pick import engine_for
+from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 
 
 class _Watch:

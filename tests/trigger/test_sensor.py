@@ -9,9 +9,9 @@ import pytest
 from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import JOBS, KubeClient
-from airflow_jobs_plugin.sensors import JobSensor
+from airflow_jobs_plugin.airflow.sensors import JobSensor
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
 
 
 def plain_job(name: str, *, exit_code: int = 0, labels: dict | None = None, run: int = 2) -> dict:
@@ -154,7 +154,7 @@ def test_bad_sensor_arguments_fail_at_parse_time(kwargs, message):
 def test_a_sensor_wait_deferred_by_the_previous_version_resumes_after_an_upgrade(cluster):
     # The previous version deferred JobSensor to JobTrigger(observe=True, ...); the triggerer, upgraded
     # while the task was deferred, rebuilds it from those stored kwargs.
-    from airflow_jobs_plugin.triggers import JobTrigger
+    from airflow_jobs_plugin.airflow.triggers import JobTrigger
 
     finished(cluster, plain_job("external-train-6"))
     stored = {

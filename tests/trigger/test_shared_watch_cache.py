@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from airflow_jobs_plugin import resource_version
-from airflow_jobs_plugin.kube import JOBS, PODS
-from airflow_jobs_plugin.watch import SharedWatch
+from airflow_jobs_plugin.cluster import resource_version
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
+from airflow_jobs_plugin.cluster.watch import SharedWatch
 
 
 def obj(name: str, version: str, kind: str = "Pod", **fields) -> dict:

@@ -15,10 +15,15 @@ from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.kube import MPIJOBS, KubeClient
-from airflow_jobs_plugin.operators import RESULT_XCOM_KEY, JobOperator
-from airflow_jobs_plugin.spec import JOB_ARGUMENTS, JobSpecError, TaskIdentity, contains_unrendered
+from airflow_jobs_plugin.airflow.operators import RESULT_XCOM_KEY, JobOperator
+from airflow_jobs_plugin.cluster.kube import MPIJOBS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.spec import (
+    JOB_ARGUMENTS,
+    JobSpecError,
+    TaskIdentity,
+    contains_unrendered,
+)
 
 from .test_operator import deferral, run_to_event
 

@@ -1,5 +1,5 @@
 """``kubernetes_conn_id`` and ``stream_logs`` are templated, as KubernetesPodOperator's
-``kubernetes_conn_id`` is (cncf provider 10.25.0, ``operators/pod.py`` ``template_fields``): a literal
+``kubernetes_conn_id`` is (cncf provider 10.25.0, ``airflow/operators/pod.py`` ``template_fields``): a literal
 value is still checked when the DAG is parsed, a template once Airflow has rendered it, and a rendered
 value that is wrong fails the task with the argument named and no retry spent on it.
 """
@@ -14,9 +14,9 @@ from airflow.sdk.exceptions import AirflowFailException
 from sim_fixtures import connection_env
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.sensors import JobSensor
-from airflow_jobs_plugin.spec import JobSpecError
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.airflow.sensors import JobSensor
+from airflow_jobs_plugin.jobs.spec import JobSpecError
 
 from .test_operator import deferral
 

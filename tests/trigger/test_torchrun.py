@@ -8,10 +8,10 @@ import json
 
 from task_doubles import StateStore
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.kube import JOBS, PODS, KubeClient
-from airflow_jobs_plugin.resources import SERVICES
-from airflow_jobs_plugin.spec import TaskIdentity
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS, KubeClient
+from airflow_jobs_plugin.cluster.resources import SERVICES
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.spec import TaskIdentity
 
 from .test_operator import _runs, context_for, deferral, operator, run_to_event
 

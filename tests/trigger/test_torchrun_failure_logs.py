@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from sim_fixtures import cluster_fixture
 from task_doubles import StateStore
 
-from airflow_jobs_plugin import kube
+from airflow_jobs_plugin.cluster import kube
 
 from .test_operator import _runs, context_for, deferral, operator, run_to_event
 

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.outcome import DELETED_BY_SOMEONE
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     FailureClass,
@@ -16,8 +17,7 @@ from airflow_jobs_plugin.lifecycle import (
     Reason,
     ReplicaStatus,
 )
-from airflow_jobs_plugin.outcome import DELETED_BY_SOMEONE
-from airflow_jobs_plugin.tracking import (
+from airflow_jobs_plugin.lifecycle.tracking import (
     SensorVerdict,
     Step,
     after_deletion,

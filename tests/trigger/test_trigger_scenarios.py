@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
-from airflow_jobs_plugin.objects import condition_true
-from airflow_jobs_plugin.triggers import JobTrigger
+from airflow_jobs_plugin.airflow.triggers import JobTrigger
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.cluster.objects import condition_true
+from airflow_jobs_plugin.jobs import labels
 
 from .conftest import job_manifest, set_scenario, task_identity
 
@@ -316,7 +316,7 @@ async def test_a_trigger_rebuilt_from_serialize_mid_run_resumes_without_resubmit
     await wait_for_state(cluster, name, running)
     task.cancel()  # the triggerer restarts: the trigger is gone mid-run
     classpath, kwargs = first.serialize()
-    assert classpath == "airflow_jobs_plugin.triggers.JobTrigger"
+    assert classpath == "airflow_jobs_plugin.airflow.triggers.JobTrigger"
     rebuilt = JobTrigger(**kwargs)
     (event,) = await run_trigger(rebuilt)
     assert event["status"] == "success"
@@ -324,7 +324,7 @@ async def test_a_trigger_rebuilt_from_serialize_mid_run_resumes_without_resubmit
 
 
 async def test_under_a_quota_an_admitted_job_reads_scheduling_never_queued_admitted(client, capsys):
-    from airflow_jobs_plugin.kube import CONFIGMAPS
+    from airflow_jobs_plugin.cluster.kube import CONFIGMAPS
 
     policy = "groups:\n  vision: {gpus: 8, members: [alice]}\n"
     await client.create(

@@ -14,13 +14,15 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from task_doubles import FakeTI, StateStore
 
-from airflow_jobs_plugin import admission, inspect, labels
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import JOBS, PODS, KubeClient
-from airflow_jobs_plugin.operators import JobOperator
-from airflow_jobs_plugin.outcome import DELETED_BY_SOMEONE
-from airflow_jobs_plugin.spec import TaskIdentity
-from airflow_jobs_plugin.triggers import AIRFLOW_USER, JobTrigger
+from airflow_jobs_plugin.airflow.operators import JobOperator
+from airflow_jobs_plugin.airflow.triggers import AIRFLOW_USER, JobTrigger
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS, KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.outcome import DELETED_BY_SOMEONE
+from airflow_jobs_plugin.jobs.spec import TaskIdentity
+from airflow_jobs_plugin.queueing import admission
+from airflow_jobs_plugin.readmodel import inspect
 
 _runs = iter(range(1, 10_000))
 FOREVER = '{"main": {"run": null}}'
@@ -301,16 +303,16 @@ def test_a_trigger_serialized_by_the_previous_version_is_rebuilt(cluster):
         "fail_states": ["FAILED", "CANCELLED"],
     }
     follower = JobTrigger(**old)
-    assert follower.serialize()[0] == "airflow_jobs_plugin.triggers.JobTrigger"
+    assert follower.serialize()[0] == "airflow_jobs_plugin.airflow.triggers.JobTrigger"
     assert "observe" not in follower.serialize()[1]
     sensor = JobTrigger(**{**old, "observe": True})
-    assert sensor.serialize()[0] == "airflow_jobs_plugin.job_sensor_trigger.JobSensorTrigger"
+    assert sensor.serialize()[0] == "airflow_jobs_plugin.airflow.job_sensor_trigger.JobSensorTrigger"
     with pytest.raises(TypeError, match="bogus"):
         JobTrigger(**{**old, "bogus": 1})
 
 
 def test_a_job_deleted_by_hand_under_a_quota_gives_its_gpus_back(cluster):
-    from airflow_jobs_plugin.kube import CONFIGMAPS
+    from airflow_jobs_plugin.cluster.kube import CONFIGMAPS
 
     policy = f"pool-{next(_runs)}"
 
@@ -381,7 +383,7 @@ def test_a_job_deleted_with_kubectl_while_no_triggerer_ran_is_still_a_cancel(clu
 def test_a_job_gone_after_its_ttl_could_have_removed_it_is_not_called_a_cancel():
     from datetime import datetime, timedelta, timezone
 
-    from airflow_jobs_plugin.tracking import unseen_deletion_is_a_cancel
+    from airflow_jobs_plugin.lifecycle.tracking import unseen_deletion_is_a_cancel
 
     now = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
     week = timedelta(days=7)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 
-from airflow_jobs_plugin.kube import JOBS, PODS
-from airflow_jobs_plugin.watch import SharedWatch
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
+from airflow_jobs_plugin.cluster.watch import SharedWatch
 
 
 def pod(version: str, phase: str) -> dict:

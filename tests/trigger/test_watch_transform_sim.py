@@ -7,14 +7,14 @@ import asyncio
 import json
 from datetime import datetime, timezone
 
-from airflow_jobs_plugin import kinds
-from airflow_jobs_plugin import watch as shared
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.cluster.watch_transform import trim
+from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.lifecycle import snapshot
-from airflow_jobs_plugin.quota import ledger, placement
-from airflow_jobs_plugin.quota.ledger_model import Ledger, plan_admission
-from airflow_jobs_plugin.quota.parse import parse_policy
-from airflow_jobs_plugin.watch_transform import trim
+from airflow_jobs_plugin.queueing.quota import ledger, placement
+from airflow_jobs_plugin.queueing.quota.ledger_model import Ledger, plan_admission
+from airflow_jobs_plugin.queueing.quota.parse import parse_policy
 
 from .conftest import job_manifest, task_identity
 

@@ -26,17 +26,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster
 from fastapi import FastAPI
 
-from airflow_jobs_plugin import quota
-from airflow_jobs_plugin.inspect import Target, read_cluster
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
-from airflow_jobs_plugin.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.jobs.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.plugin import app as plugin_app
-from airflow_jobs_plugin.plugin.views import overview
-from airflow_jobs_plugin.quota.ledger import admission_pass
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.ledger import admission_pass
+from airflow_jobs_plugin.readmodel.inspect import Target, read_cluster
+from airflow_jobs_plugin.readmodel.views import overview
 
 NAMESPACE = "default"
 POLICY = """

@@ -9,10 +9,9 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from airflow_jobs_plugin import inspect
 from airflow_jobs_plugin.lifecycle import pods_of
-from airflow_jobs_plugin.plugin import views
-from airflow_jobs_plugin.plugin.views import ClusterState
+from airflow_jobs_plugin.readmodel import inspect, views
+from airflow_jobs_plugin.readmodel.views import ClusterState
 
 
 def serve_index_from(monkeypatch: Any, read_cluster: Callable[[Any, Any], Awaitable[ClusterState]]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin.action_rules import Action, JobFacts, available, facts_of, refusal
+from airflow_jobs_plugin.jobs.action_rules import Action, JobFacts, available, facts_of, refusal
 from airflow_jobs_plugin.plugin import origin
 
 RUNNING = JobFacts(kind="Job", name="train", finished=False, deleting=False, suspended=False)

@@ -15,17 +15,26 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin.inspect import JobNotFound, Target, cancel, find_job, read_job, resume, stop
-from airflow_jobs_plugin.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
-from airflow_jobs_plugin.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
-from airflow_jobs_plugin.objects import condition_true
-from airflow_jobs_plugin.plugin.views import job_detail
-from airflow_jobs_plugin.quota.ledger import admission_pass, read_ledger, unsuspend_patch
-from airflow_jobs_plugin.quota.ledger_model import UNSUSPEND_GRACE
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.cluster.objects import condition_true
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.ledger import admission_pass, read_ledger, unsuspend_patch
+from airflow_jobs_plugin.queueing.quota.ledger_model import UNSUSPEND_GRACE
+from airflow_jobs_plugin.readmodel.inspect import (
+    JobNotFound,
+    Target,
+    cancel,
+    find_job,
+    read_job,
+    resume,
+    stop,
+)
+from airflow_jobs_plugin.readmodel.views import job_detail
 
 NAMESPACE = "default"
 POLICY = "groups:\n  vision: {gpus: 4, user_gpus: 4}\n"

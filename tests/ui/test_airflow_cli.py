@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from airflow_jobs_plugin import cli
-from airflow_jobs_plugin.airflow_cli import COMMANDS, GROUP
+from airflow_jobs_plugin.airflow import cli
+from airflow_jobs_plugin.airflow.airflow_cli import COMMANDS, GROUP
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +21,10 @@ def airflow_parser():
 def test_the_provider_declares_its_commands_to_airflow():
     from airflow.providers_manager import ProvidersManager
 
-    from airflow_jobs_plugin import airflow_cli, get_provider_info
+    from airflow_jobs_plugin import get_provider_info
+    from airflow_jobs_plugin.airflow import airflow_cli
 
-    assert get_provider_info()["cli"] == ["airflow_jobs_plugin.airflow_cli.get_cli_commands"]
+    assert get_provider_info()["cli"] == ["airflow_jobs_plugin.airflow.airflow_cli.get_cli_commands"]
     assert airflow_cli.get_cli_commands in ProvidersManager().cli_command_functions
 
 

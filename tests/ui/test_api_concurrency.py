@@ -20,9 +20,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from airflow_jobs_plugin import inspect
 from airflow_jobs_plugin.lifecycle import pods_of
 from airflow_jobs_plugin.plugin import app as plugin_app
+from airflow_jobs_plugin.readmodel import inspect
 from tests.ui.index_reads import serve_index_from
 from tests.ui.test_views import primehub_example_1
 
@@ -124,7 +124,7 @@ def test_another_request_is_answered_while_the_overview_is_built(host):
 
 @pytest.mark.parametrize("name", ["a", "b", "c"])
 def test_a_job_page_from_the_kept_copy_equals_the_page_from_the_whole_namespace(host, monkeypatch, name):
-    from airflow_jobs_plugin.plugin import schema, views
+    from airflow_jobs_plugin.readmodel import schema, views
 
     root, _, release, _ = host
     release.set()
@@ -156,7 +156,7 @@ def test_a_job_page_from_the_kept_copy_equals_the_page_from_the_whole_namespace(
 def test_a_job_page_does_not_wait_for_the_index_being_filled(host, monkeypatch, name):
     """After a start the index fills for tens of seconds at 51,000 jobs; a job's page (the one an action
     lands on) reads what it needs around its job instead, and equals the page from the whole namespace."""
-    from airflow_jobs_plugin.plugin import schema, views
+    from airflow_jobs_plugin.readmodel import schema, views
 
     root, started, release, _ = host
     whole = primehub_example_1()
@@ -202,7 +202,7 @@ def test_a_reader_of_every_dag_gets_the_newest_page_at_once_and_the_whole_view_b
     """After a start (or an idle spell) nothing is built: the page comes from the read ``airflow-jobs
     status`` makes (inspect.read_status: the newest jobs, the waiting ones, the ledgers), without charts
     or a count, and the whole view builds behind it; once built, the pages are the whole view's."""
-    from airflow_jobs_plugin.plugin import listing
+    from airflow_jobs_plugin.readmodel import listing
 
     root, started, release, reads = host
     monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)

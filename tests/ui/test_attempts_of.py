@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from airflow_jobs_plugin import inspect, labels
-from airflow_jobs_plugin.kube import JOBS
+from airflow_jobs_plugin.cluster.kube import JOBS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.readmodel import inspect
 
 
 def job(name: str) -> dict:

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin.inspect import JobNotFound, find_job
-from airflow_jobs_plugin.kube import CONFIGMAPS, KubeClient
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, KubeClient
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.plugin import theme
-from airflow_jobs_plugin.quota.ledger import read_ledger
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
+from airflow_jobs_plugin.readmodel.inspect import JobNotFound, find_job
 from tests.ui.browser import Browser, chromium_binary, in_ci
 from tests.ui.conftest import NAMESPACE, POLICY
 
@@ -478,9 +479,9 @@ def test_a_walk_through_inside_airflow_filter_then_a_job_with_three_attempts(
         pytest.fail("CI must run the browser test: chromium is missing")
     from datetime import datetime, timezone
 
-    from airflow_jobs_plugin.kube import JOBS
-    from airflow_jobs_plugin.manifests import build_manifest
-    from airflow_jobs_plugin.spec import TaskIdentity, validate
+    from airflow_jobs_plugin.cluster.kube import JOBS
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
     from tests.ui.conftest import NAMESPACE, SCENARIO
 
     identity = TaskIdentity("nightly_training", "train_retried", "scheduled__2026-02-01", -1, 1)

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.kube import JOBS, KubeClient
-from airflow_jobs_plugin.objects import condition_true
-from airflow_jobs_plugin.quota.ledger import read_ledger
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
+from airflow_jobs_plugin.cluster.objects import condition_true
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
 from tests.e2e.stack import Stack
 from tests.patience import Deadline
 from tests.ui.browser import Browser, chromium_binary, in_ci
@@ -185,9 +185,9 @@ def test_the_api_server_sweeps_an_orphan_whose_dag_run_no_longer_exists(stack):
     """A job left by a task of a run that is gone: the API server's sweep cancels it after the grace."""
     from datetime import datetime, timezone
 
-    from airflow_jobs_plugin.kube import EVENTS
-    from airflow_jobs_plugin.manifests import build_manifest
-    from airflow_jobs_plugin.spec import TaskIdentity, validate
+    from airflow_jobs_plugin.cluster.kube import EVENTS
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 
     identity = TaskIdentity(DAG_ID, "train", "manual__a_run_that_was_deleted", -1, 1)
     spec = validate(

@@ -15,12 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster
 
-from airflow_jobs_plugin.kube import JOBS, KubeClient
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.quota.ledger import unsuspend_patch
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.queueing.quota.ledger import unsuspend_patch
 from tests.ui.browser import Browser, chromium_binary, in_ci
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

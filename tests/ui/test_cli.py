@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import time
 
-from airflow_jobs_plugin import cli
+from airflow_jobs_plugin.airflow import cli
 from airflow_jobs_plugin.plugin.app import create_app
 from tests.ui.json_api import display_values, validate
 
-# What the JSON routes answer (plugin/schema.py): --json prints the same documents.
+# What the JSON routes answer (readmodel/schema.py): --json prints the same documents.
 SPEC = create_app().openapi()
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobs_plugin import cli
+from airflow_jobs_plugin.airflow import cli
 
 SCRIPT = str(Path(sys.executable).with_name("airflow-jobs"))
 

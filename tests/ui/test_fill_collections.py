@@ -10,9 +10,9 @@ import gc
 
 import pytest
 
-from airflow_jobs_plugin import inspect
 from airflow_jobs_plugin.plugin import app as plugin_app
 from airflow_jobs_plugin.plugin import state_cache
+from airflow_jobs_plugin.readmodel import inspect
 from tests.ui.test_views import primehub_example_1
 
 

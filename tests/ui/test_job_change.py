@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.plugin import views
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.plugin.state_cache import BuildCache
+from airflow_jobs_plugin.readmodel import views
 from tests.lifecycle.factories import NAMESPACE, job_condition, ts
 from tests.ui.index_reads import serve_index_from
 from tests.ui.test_state_cache import Clock
@@ -166,8 +166,9 @@ def test_after_stop_the_job_list_shows_the_job_stopped_without_reading_the_names
     from airflow.api_fastapi.core_api import security
     from fastapi import FastAPI
 
-    from airflow_jobs_plugin import actions, inspect
+    from airflow_jobs_plugin.jobs import actions
     from airflow_jobs_plugin.plugin import app as plugin_app
+    from airflow_jobs_plugin.readmodel import inspect
 
     whole = with_history()
     a = next(j for j in whole.jobs if j["metadata"]["name"] == "a")

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster
 
-from airflow_jobs_plugin import history, labels, tracking
-from airflow_jobs_plugin.inspect import cancel, read_job, resume, stop
-from airflow_jobs_plugin.lifecycle import snapshot
-from airflow_jobs_plugin.plugin import html, text
-from airflow_jobs_plugin.plugin.views import JobDetail, job_detail
-from airflow_jobs_plugin.quota.ledger_model import UNSUSPEND_GRACE
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
+from airflow_jobs_plugin.jobs import history, labels
+from airflow_jobs_plugin.lifecycle import snapshot, tracking
+from airflow_jobs_plugin.plugin import html
+from airflow_jobs_plugin.queueing.quota.ledger_model import UNSUSPEND_GRACE
+from airflow_jobs_plugin.readmodel import text
+from airflow_jobs_plugin.readmodel.inspect import cancel, read_job, resume, stop
+from airflow_jobs_plugin.readmodel.views import JobDetail, job_detail
 
 from .test_actions import QUOTA, Cluster, manifest, scenario, until
 
@@ -203,7 +204,7 @@ def test_a_resume_after_the_pool_freed_the_gpus_says_it_is_back_in_its_queue(clu
 
 def test_facts_of_one_second_are_told_in_the_order_the_job_lived_them():
     """Two runs in one second: the product's times carry microseconds, Kubernetes' whole seconds."""
-    from airflow_jobs_plugin.plugin import views
+    from airflow_jobs_plugin.readmodel import views
     from tests.lifecycle.factories import at, job_condition, job_pod, running
     from tests.ui.test_views import product_job
 

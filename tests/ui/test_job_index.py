@@ -1,4 +1,4 @@
-"""The read model's rules (``plugin/job_index.py``): a refresh updates the rows of the jobs it read and
+"""The read model's rules (``readmodel/job_index.py``): a refresh updates the rows of the jobs it read and
 drops those of its window it no longer lists; an action patches the job it touched; and an index filled
 page by page and refreshed gives every page the whole view gives, on any cluster (a property test)."""
 
@@ -10,10 +10,11 @@ from datetime import datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin import labels, quota
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import created_label
 from airflow_jobs_plugin.lifecycle import pods_of
-from airflow_jobs_plugin.manifests import created_label
-from airflow_jobs_plugin.plugin import job_index, listing, views
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.readmodel import job_index, listing, views
 from tests.lifecycle.factories import NAMESPACE, at, job_condition, job_pod, running, ts
 from tests.ui.test_job_change import change, rebuilt, stopped, with_history
 from tests.ui.test_views import NOW, product_job, reservation

@@ -10,10 +10,9 @@ import dataclasses
 
 import pytest
 
-from airflow_jobs_plugin import inspect
-from airflow_jobs_plugin.inspect import Target
-from airflow_jobs_plugin.kube import KubeClient
-from airflow_jobs_plugin.plugin import views
+from airflow_jobs_plugin.cluster.kube import KubeClient
+from airflow_jobs_plugin.readmodel import inspect, views
+from airflow_jobs_plugin.readmodel.inspect import Target
 from tests.ui.conftest import NAMESPACE
 
 # Jobs whose objects do not change while the test reads (running until deleted, finished, queued).

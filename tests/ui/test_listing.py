@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from airflow_jobs_plugin.plugin import listing, views
+from airflow_jobs_plugin.readmodel import listing, views
 from tests.ui.test_views import NOW, PHUSERS, product_job, reservation
 
 from .test_views import job_pod, running
@@ -33,7 +33,7 @@ def population() -> views.Overview:
         job_pod("j0", phase="Running", statuses=[running("main", ready=True)], ready=True),
         job_pod("j3", phase="Running", statuses=[running("main", ready=True)], ready=True),
     )
-    from airflow_jobs_plugin import quota
+    from airflow_jobs_plugin.queueing import quota
 
     ledgers = {"phusers": quota.Ledger("phusers", (reservation(jobs[0], 0),))}
     state = views.ClusterState(

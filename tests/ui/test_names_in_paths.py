@@ -10,10 +10,11 @@ import httpx
 import pytest
 from fastapi import FastAPI, HTTPException
 
-from airflow_jobs_plugin import cli, inspect
-from airflow_jobs_plugin.kube import JOBS, PODS
+from airflow_jobs_plugin.airflow import cli
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
+from airflow_jobs_plugin.cluster.resources import UnsafeName, name_problem
 from airflow_jobs_plugin.plugin import app as plugin_app
-from airflow_jobs_plugin.resources import UnsafeName, name_problem
+from airflow_jobs_plugin.readmodel import inspect
 
 AIRFLOW = "http://airflow.internal:8080"
 API = f"{plugin_app.URL_PREFIX}/api/jobs"
@@ -123,7 +124,7 @@ def test_the_cli_refuses_a_name_kubernetes_could_not_hold_before_any_request(arg
 
 
 def test_a_sensor_of_a_name_kubernetes_could_not_hold_fails_the_dag_import():
-    from airflow_jobs_plugin.sensors import JobSensor
+    from airflow_jobs_plugin.airflow.sensors import JobSensor
 
     with pytest.raises(ValueError, match="JobSensor: job name '../x' is not a Kubernetes name"):
         JobSensor(task_id="wait", job_name="../x")

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from airflow_jobs_plugin import cli
-from airflow_jobs_plugin.inspect import Target, read_cluster
-from airflow_jobs_plugin.kube import JOBS, KubeClient, Resource
-from airflow_jobs_plugin.plugin.views import overview
-from airflow_jobs_plugin.spec import TaskIdentity
+from airflow_jobs_plugin.airflow import cli
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient, Resource
+from airflow_jobs_plugin.jobs.spec import TaskIdentity
+from airflow_jobs_plugin.readmodel.inspect import Target, read_cluster
+from airflow_jobs_plugin.readmodel.views import overview
 from tests.ui.conftest import _manifest
 
 OTHER = "team-b"
@@ -107,7 +107,7 @@ def test_status_refuses_an_unknown_state_naming_it(population, capsys):
 
 
 def test_lists_read_in_chunks_hold_every_object_once(population, monkeypatch):
-    from airflow_jobs_plugin import inspect
+    from airflow_jobs_plugin.readmodel import inspect
 
     async def read():
         client = await KubeClient.from_kubeconfig(population.kubeconfig)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.plugin import html, text
-from airflow_jobs_plugin.plugin.nodes import HIDDEN, for_reader, node_view, pod_gpus
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.plugin import html
+from airflow_jobs_plugin.readmodel import text
+from airflow_jobs_plugin.readmodel.nodes import HIDDEN, for_reader, node_view, pod_gpus
 
 GPU = labels.GPU_RESOURCE
 
@@ -95,7 +96,7 @@ def test_a_reader_sees_the_gpus_of_jobs_it_may_not_read_but_not_their_names():
 
 
 def test_the_cli_shows_the_nodes_of_the_cluster(population, capsys):
-    from airflow_jobs_plugin import cli
+    from airflow_jobs_plugin.airflow import cli
 
     assert cli.main(["nodes", "--kubeconfig", population.kubeconfig]) == 0
     out = capsys.readouterr().out

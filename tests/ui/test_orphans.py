@@ -9,17 +9,19 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from airflow_jobs_sim import ClusterConfig, SimCluster
 
-from airflow_jobs_plugin import inspect, labels, quota
-from airflow_jobs_plugin.inspect import Target, find_job
-from airflow_jobs_plugin.kube import CONFIGMAPS, EVENTS, JOBS, PODS, KubeClient
-from airflow_jobs_plugin.manifests import build_manifest
-from airflow_jobs_plugin.orphans import JobRecord, TaskRecord, TaskRef, job_record, judge
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, JOBS, PODS, KubeClient
+from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR as MANAGED
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.orphans import JobRecord, TaskRecord, TaskRef, job_record, judge
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.plugin.sweep import BY, Memory, run_periodically, sweep
-from airflow_jobs_plugin.quota.ledger import admission_pass, is_finished, read_ledger
-from airflow_jobs_plugin.sim import ClusterConfig, SimCluster
-from airflow_jobs_plugin.spec import TaskIdentity, validate
-from airflow_jobs_plugin.watch import MANAGED_SELECTOR as MANAGED
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.ledger import admission_pass, is_finished, read_ledger
+from airflow_jobs_plugin.readmodel import inspect
+from airflow_jobs_plugin.readmodel.inspect import Target, find_job
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 GRACE = timedelta(minutes=10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobs_plugin import labels
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import events_of, pods_of, snapshot
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from tests.lifecycle.factories import (

@@ -10,9 +10,11 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_jobs_plugin import labels, quota
-from airflow_jobs_plugin.plugin import html, schema, text, views
-from airflow_jobs_plugin.quota.fair_share import UsageHistory
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.plugin import html
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.quota.fair_share import UsageHistory
+from airflow_jobs_plugin.readmodel import schema, text, views
 from tests.lifecycle.factories import NAMESPACE, at, batch_job, ts
 
 NOW = at(600)

@@ -11,13 +11,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sim_fixtures import cluster_fixture
 
-from airflow_jobs_plugin import inspect, labels
-from airflow_jobs_plugin.inspect import Target, read_cluster, read_status
-from airflow_jobs_plugin.kube import JOBS, KubeClient, Resource
-from airflow_jobs_plugin.manifests import build_manifest, created_label
-from airflow_jobs_plugin.plugin import listing
-from airflow_jobs_plugin.plugin.views import overview
-from airflow_jobs_plugin.spec import TaskIdentity, validate
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient, Resource
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.manifests import build_manifest, created_label
+from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.readmodel import inspect, listing
+from airflow_jobs_plugin.readmodel.inspect import Target, read_cluster, read_status
+from airflow_jobs_plugin.readmodel.views import overview
 
 NAMESPACE = "history"
 NOW = datetime.now(timezone.utc)

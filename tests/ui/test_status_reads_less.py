@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_jobs_plugin import labels
-from airflow_jobs_plugin.inspect import Target, read_cluster, read_status
-from airflow_jobs_plugin.kube import KubeClient
-from airflow_jobs_plugin.plugin import listing
-from airflow_jobs_plugin.plugin.views import may_be_waiting, overview
+from airflow_jobs_plugin.cluster.kube import KubeClient
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.readmodel import listing
+from airflow_jobs_plugin.readmodel.inspect import Target, read_cluster, read_status
+from airflow_jobs_plugin.readmodel.views import may_be_waiting, overview
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 

@@ -13,12 +13,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin import inspect, labels
-from airflow_jobs_plugin.inspect import Target
-from airflow_jobs_plugin.kube import JOBS, MPIJOBS
-from airflow_jobs_plugin.orphans import TaskRecord, TaskRef
+from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS
+from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.orphans import TaskRecord, TaskRef
 from airflow_jobs_plugin.plugin.sweep import Memory, judge_page, refs_of, sweep
-from airflow_jobs_plugin.watch import MANAGED_SELECTOR
+from airflow_jobs_plugin.readmodel import inspect
+from airflow_jobs_plugin.readmodel.inspect import Target
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 GRACE = timedelta(minutes=10)

@@ -8,9 +8,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin import kueue, labels, quota
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
-from airflow_jobs_plugin.plugin import display, html, schema, svg, text, views
+from airflow_jobs_plugin.plugin import html, svg
+from airflow_jobs_plugin.queueing import kueue, quota
+from airflow_jobs_plugin.readmodel import display, schema, text, views
 from tests.lifecycle.factories import (
     NAMESPACE,
     at,
@@ -713,7 +715,7 @@ def test_a_groups_other_gpu_devices_show_beside_its_whole_gpus():
 
 
 def test_a_mig_jobs_row_names_its_device_and_sorting_by_gpus_never_mixes_devices():
-    from airflow_jobs_plugin.plugin import listing
+    from airflow_jobs_plugin.readmodel import listing
 
     mig = "nvidia.com/mig-1g.10gb"
     slices = product_job(

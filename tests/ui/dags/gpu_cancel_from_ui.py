@@ -7,7 +7,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_jobs_plugin.operators import JobOperator
+from airflow_jobs_plugin.airflow.operators import JobOperator
 
 with DAG(
     "gpu_cancel_from_ui",

@@ -1,0 +1,3 @@
+"""Airflow's side of the product: the operator, the sensor, the triggers, the cluster policy
+and the command line.
+"""

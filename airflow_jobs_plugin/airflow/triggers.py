@@ -1,0 +1,766 @@
+"""JobTrigger: follows a GPU job on the triggerer, from the queue to its final state.
+
+Example (what :class:`~airflow_jobs_plugin.airflow.operators.JobOperator` defers to; DAG authors rarely build
+one themselves)::
+
+    self.defer(
+        trigger=JobTrigger(job_name="train-3f2a-1-1", namespace="ml", kind="MPIJob", max_attempts=3),
+        method_name="execute_complete",
+    )
+
+A JobSensor's wait is :class:`~airflow_jobs_plugin.airflow.job_sensor_trigger.JobSensorTrigger`.
+
+Everything the trigger knows comes from the cluster: its kwargs name the job and the retry rules, never a
+manifest or a credential (trigger kwargs are stored unencrypted). ``run()`` can start over at any
+moment (a triggerer restart rebuilds the trigger from ``serialize()``) and picks up where the cluster
+is: the latest attempt of the job, its admission, its pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_jobs_plugin import metrics
+from airflow_jobs_plugin.cluster import watch as shared
+from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID, EVENTS, PODS, KubeError, patiently
+from airflow_jobs_plugin.cluster.records import ReadMemo
+from airflow_jobs_plugin.jobs import actions, attempts, kinds, labels
+from airflow_jobs_plugin.jobs.jobview import JobView
+from airflow_jobs_plugin.jobs.naming import attempt_name
+from airflow_jobs_plugin.jobs.outcome import AttemptRecord, EventStatus, JobEvent
+from airflow_jobs_plugin.jobs.results import job_result
+from airflow_jobs_plugin.jobs.submission import ensure_companions
+from airflow_jobs_plugin.lifecycle import (
+    Failure,
+    JobSnapshot,
+    JobState,
+    QueueStatus,
+    Reason,
+    Reservation,
+    classify_failure,
+    disrupted_pod,
+    refused_pods,
+    snapshot,
+    tracking,
+)
+from airflow_jobs_plugin.logs.logcursor import LogMarker
+from airflow_jobs_plugin.logs.logstream import FINAL_DRAIN, LogStreamer, LogTail
+from airflow_jobs_plugin.queueing.engines.base import QueueEngine
+from airflow_jobs_plugin.queueing.engines.pick import engine_for
+
+T = TypeVar("T")
+
+# How often a trigger whose released job still lacks pods looks for the API server's refusal of them.
+REFUSAL_LOOK_SECONDS = 5.0
+
+# The queue reason of a job the pool admitted (its reservation written) but not yet unsuspended.
+ADMITTED = "Admitted"
+# Without a quota pool nothing is waited for but the cluster: the trigger releases the job at once.
+NO_QUOTA = QueueStatus(
+    reason="Pending", message="no quota pool: released at once, waiting for the cluster to start it"
+)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class JobTrigger(BaseTrigger):
+    """Follow the job a :class:`~airflow_jobs_plugin.airflow.operators.JobOperator` submitted, through the
+    process's shared watch: admit it, log its states and its pods' logs, start its next attempt after a
+    retryable failure, and yield exactly one event (a :class:`~airflow_jobs_plugin.jobs.outcome.JobEvent`
+    payload) when it is over.
+
+    A STOPPED job is not over: the trigger logs who stopped it and waits (deferred, on no worker) for a
+    resume. A job cancelled or deleted on purpose ends the wait as CANCELLED, naming who and when.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        namespace: str,
+        kind: str = kinds.DEFAULT_KIND.name,
+        kubernetes_conn_id: str = DEFAULT_CONN_ID,
+        max_attempts: int = 1,
+        retry_backoff: float = 60.0,
+        retry_backoff_max: float = 1800.0,
+        retryable_exit_codes: list[int] | tuple[int, ...] = (),
+        fatal_exit_codes: list[int] | tuple[int, ...] = (),
+        stream_logs: bool = True,
+        log_tail_lines: int = 30,
+        recheck_interval: float = 60.0,
+        quota_configmap: str | None = None,
+        quota_namespace: str | None = None,
+        deferred_at: str | None = None,
+        ttl_after_finished: float | None = None,
+        **previous: Any,
+    ):
+        super().__init__()
+        kinds.for_name(kind)  # a bad name is refused here, naming the choices
+        self.job_name = job_name
+        self.namespace = namespace
+        self.kind = kind
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.max_attempts = max(1, int(max_attempts))
+        self.retry_backoff = float(retry_backoff)
+        self.retry_backoff_max = float(retry_backoff_max)
+        self.retryable_exit_codes = tuple(int(c) for c in retryable_exit_codes)
+        self.fatal_exit_codes = tuple(int(c) for c in fatal_exit_codes)
+        self.stream_logs = bool(stream_logs)
+        self.log_tail_lines = int(log_tail_lines)
+        self.recheck_interval = float(recheck_interval)
+        self.quota_configmap = quota_configmap
+        self.quota_namespace = quota_namespace
+        # When the task deferred, and the job's TTL after it finishes: together they tell a job deleted
+        # by hand while no triggerer ran from one its TTL cleaned up (tracking.unseen_deletion_is_a_cancel).
+        self.deferred_at = deferred_at
+        self.ttl_after_finished = None if ttl_after_finished is None else float(ttl_after_finished)
+        self._sensor = _previous_sensor(self, previous)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        if self._sensor is not None:
+            return self._sensor.serialize()
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_name": self.job_name,
+                "namespace": self.namespace,
+                "kind": self.kind,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "max_attempts": self.max_attempts,
+                "retry_backoff": self.retry_backoff,
+                "retry_backoff_max": self.retry_backoff_max,
+                "retryable_exit_codes": list(self.retryable_exit_codes),
+                "fatal_exit_codes": list(self.fatal_exit_codes),
+                "stream_logs": self.stream_logs,
+                "log_tail_lines": self.log_tail_lines,
+                "recheck_interval": self.recheck_interval,
+                "quota_configmap": self.quota_configmap,
+                "quota_namespace": self.quota_namespace,
+                "deferred_at": self.deferred_at,
+                "ttl_after_finished": self.ttl_after_finished,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self._sensor is not None:  # a JobSensor's wait deferred by the previous version
+            async for sensed in self._sensor.run():
+                yield sensed
+            return
+        watch = await shared.acquire(self.kubernetes_conn_id, self.namespace)
+        follow = _Follow(self, watch)
+        try:
+            await follow.start()
+            # The follow's loop is here, in the frame every deferred trigger keeps anyway: a coroutine of
+            # the follow's running it would be a second frame held as long as the job runs (216 bytes).
+            # The look returns before the wait: what it read (the job, its pods, the snapshot) is not
+            # held in a suspended frame either.
+            while not isinstance(outcome := await follow.look(), JobEvent):
+                if outcome is not None:
+                    await follow.sub.wait(timeout=outcome)
+            event = outcome
+            metrics.emit(metrics.finished(follow.last_seen or {}, event.state, event.reason))
+            yield TriggerEvent(event.to_payload())
+        finally:
+            await follow.close()
+            shared.release(self.kubernetes_conn_id, self.namespace)
+
+    # --- user kill and teardown ---
+
+    async def on_kill(self) -> None:
+        """A user marked the task failed or success, or cleared it: cancel the job (its newest attempt)
+        as one cancelled from the GPU Jobs page would be; the admitting pass frees its quota."""
+        client = await shared.client_for(self.kubernetes_conn_id)
+        resource = kinds.for_name(self.kind).resource
+        job = await client.get_or_none(resource, self.namespace, self.job_name)
+        name = self.job_name
+        what = "already gone"
+        if job is not None:
+            outcome = await actions.cancel(client, self.namespace, job, AIRFLOW_USER)
+            name = outcome.name
+            if outcome.already_finished:
+                what = "already finished, left as it is"
+            elif outcome.deleted:
+                what = f"CANCELLED by {AIRFLOW_USER} at {_now().isoformat(timespec='seconds')}, and deleted"
+            elif outcome.ended:
+                what = (
+                    f"CANCELLED by {AIRFLOW_USER} at {_now().isoformat(timespec='seconds')}: its pods are "
+                    "stopped and it stays listed as cancelled until its TTL"
+                )
+        self.log.info("task killed in Airflow: %s %s/%s %s", self.kind, self.namespace, name, what)
+
+    async def cleanup(self) -> None:
+        """Runs on every exit, including a triggerer restart: never touches the job."""
+
+
+# Who a cancel from Airflow's own controls is put down to: Airflow does not tell a trigger which user.
+AIRFLOW_USER = "an Airflow user (mark failed, mark success or clear)"
+
+
+def _previous_sensor(trigger: JobTrigger, previous: dict[str, Any]) -> BaseTrigger | None:
+    """The previous version served JobSensor too (``observe=True``) and wrote the sensor's kwargs into
+    every JobTrigger it serialized; a triggerer upgraded mid-run rebuilds those from the database."""
+    unknown = set(previous) - {"observe", "label_selector", "target_states", "fail_states"}
+    if unknown:
+        raise TypeError(f"JobTrigger got unexpected keyword argument(s) {sorted(unknown)}")
+    if not previous.get("observe"):
+        return None
+    from airflow_jobs_plugin.airflow.job_sensor_trigger import JobSensorTrigger
+
+    return JobSensorTrigger(
+        job_name=trigger.job_name,
+        namespace=trigger.namespace,
+        kind=trigger.kind,
+        kubernetes_conn_id=trigger.kubernetes_conn_id,
+        label_selector=previous.get("label_selector"),
+        target_states=previous.get("target_states") or (JobState.SUCCEEDED.value,),
+        fail_states=previous.get("fail_states") or (JobState.FAILED.value, JobState.CANCELLED.value),
+        recheck_interval=trigger.recheck_interval,
+    )
+
+
+class _Follow:
+    """One trigger's follow of one task try's job, attempt after attempt. Each look at the cluster is
+    :meth:`step`; the rest are its steps."""
+
+    # A triggerer holds one per deferred job for as long as the job runs.
+    __slots__ = (
+        "t",
+        "log",
+        "watch",
+        "client",
+        "adapter",
+        "resource",
+        "engine",
+        "tail",
+        "streamer",
+        "name",
+        "sub",
+        "history",
+        "ran",
+        "looked",
+        "reported",
+        "preemptions_seen",
+        "final_read",
+        "refusals_read_at",
+        "final_events",
+        "unsuspended_from",
+        "_last_seen",
+        "ended_version",
+        "pods_read",
+        "pod_names_seen",
+        "pods_confirmed",
+    )
+    _last_seen: dict | None
+
+    def __init__(self, trigger: JobTrigger, watch: shared.SharedWatch):
+        self.t = trigger
+        self.log = trigger.log
+        self.watch = watch
+        self.client = watch.client
+        self.adapter = kinds.for_name(trigger.kind)
+        self.resource = self.adapter.resource
+        # The quota pool when the task names one; else chosen by the job at its first look (Kueue when it
+        # names a LocalQueue, unmanaged otherwise): see _engine.
+        self.engine: QueueEngine | None = (
+            engine_for(watch, trigger.quota_configmap, trigger.quota_namespace)
+            if trigger.quota_configmap is not None
+            else None
+        )
+        self.tail = LogTail(trigger.log_tail_lines)
+        self.streamer = (
+            LogStreamer(self.client, trigger.namespace, self.log, self.tail, owner=trigger.job_name)
+            if trigger.stream_logs
+            else None
+        )
+        self.name = trigger.job_name
+        self.sub = watch.subscribe(self.name)
+        self.history: list[AttemptRecord] = []
+        # The watch's cached pods are replaced on every change, never edited: what a look read of the
+        # pods an event did not touch serves the next look.
+        self.pods_read = ReadMemo()
+        # The pods the last look saw, and their picture when the job was last read afresh because of
+        # them (_caught_up).
+        self.pod_names_seen: tuple[str, ...] = ()
+        self.pods_confirmed: tuple[tuple[str, str], ...] | None = None
+        self._new_attempt()
+
+    def _new_attempt(self) -> None:
+        self.ran: JobSnapshot | None = None  # the job's last look while admitted, until a run ends
+        self.looked: JobSnapshot | None = None  # the job's previous look
+        # The look last logged. Its signature is computed again at each look rather than kept: the
+        # snapshot is usually the very one ``looked`` holds, and a kept signature (its nested tuples, about
+        # 300 bytes) is what one of 20,000 triggers would pay for it (docs/benchmarks.md).
+        self.reported: JobSnapshot | None = None
+        self.preemptions_seen: str | None = None  # the job's preemption count at the last look
+        self.final_read = False
+        self.refusals_read_at: float | None = None  # loop time of the last look for refused pods
+        # Read with the final look: what outlives a disrupted pod.
+        self.final_events: list[dict] | tuple[()] = ()
+        self.unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
+        self.last_seen = None  # the job as last seen, or as the watch saw it deleted
+        self.ended_version: str | None = None  # version of a ruled MPIJob whose launcher this ended
+
+    @property
+    def last_seen(self) -> dict | None:
+        """The job as last seen, or as the watch saw it deleted since: the DELETED event carries the
+        object as it was deleted, so a cancel's verdict written just before the delete is read there
+        even if no look caught the object in between."""
+        gone = self.sub.take_gone(self.resource.plural)
+        if gone is not None:
+            self._last_seen = gone
+        return self._last_seen
+
+    @last_seen.setter
+    def last_seen(self, value: dict | None) -> None:
+        self.sub.take_gone(self.resource.plural)  # a deletion seen before this look is older news
+        self._last_seen = value
+
+    async def close(self) -> None:
+        self.watch.unsubscribe(self.sub)
+        if self.streamer is not None:
+            await self.streamer.close()
+
+    async def start(self) -> None:
+        """Wait for the watch's lists, then follow the newest attempt of the task try's job."""
+        await self.watch.wait_synced(timeout=60)
+        self._follow(self._newest_attempt_name())
+
+    async def look(self) -> JobEvent | float | None:
+        """One look at the job: the final event, the seconds to wait for the next change before looking
+        again, or None to look again at once."""
+        t = self.t
+        # The look reads every change notified so far: only one notified from here on wakes the next
+        # wait. (The initial listing notified the subscription too; left set, that stale wake-up would
+        # make the second look read the cache before the admission's own change arrives, and admit the
+        # job a second time.)
+        self.sub.clear()
+        job = await self._look()
+        if job is None:
+            return await self._vanished()
+        pods = self.watch.pods_of(self.name)
+        job = await self._caught_up(job, pods)
+        self.last_seen = job
+        queue, reservation = await self._admit(job)
+        snap = snapshot(
+            job,
+            pods,
+            self.final_events,
+            queue=queue,
+            reservation=reservation,
+            now=_now(),
+            memo=self.pods_read,
+        )
+        snap, annotations = tracking.who_cancelled(snap, job["metadata"].get("annotations") or {}, now=_now())
+        self._note_interrupted_run(job, snap)
+        self._note_preemption(job)
+        failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
+        attempt = attempts.attempt_of(job)
+        decision = tracking.decide(
+            snap,
+            failure,
+            attempt=attempt,
+            max_attempts=t.max_attempts,
+            backoff=timedelta(seconds=t.retry_backoff),
+            backoff_max=timedelta(seconds=t.retry_backoff_max),
+        )
+        if decision.step is not tracking.Step.WAIT and decision.step is not tracking.Step.FAIL_FAST:
+            if not self.final_read:
+                # Jobs and pods arrive on separate watch streams: the Job's final condition can overtake
+                # its pods' last statuses. Read the pods once, then decide (and log) on fresh facts.
+                await self._read_final_facts(job)
+                return None
+        resumed = tracking.resumed_line(self.reported, snap, job["metadata"].get("annotations") or {})
+        if resumed is not None:
+            self.log.info("%s %s: %s", t.kind, self.name, resumed)
+        self._report(snap, pods)
+        if decision.step is tracking.Step.FAIL_FAST:
+            await self._fail_fast(job, pods, queue)
+            return t.recheck_interval
+        if decision.step is tracking.Step.WAIT:
+            await self._end_if_ruled(job)
+            wait = self._engine(job).wake_after(job, t.recheck_interval)
+            if tracking.awaits_pods(job, snap):
+                if await self._refused(job):
+                    return t.recheck_interval  # the verdict's write wakes the trigger
+                # The controller's refused creations change no object the watch sees: look again soon.
+                return min(wait, REFUSAL_LOOK_SECONDS)
+            return wait
+        whole = None
+        if decision.step is tracking.Step.RETRY:
+            whole = await self._whole(job)
+            if whole is None:
+                # Deleted (or replaced) since this look: the next look tells which, once the watch does.
+                return t.recheck_interval
+        engine = self._engine(job)
+        await engine.release(job)
+        if engine.ruled_unended(job, running_too=False):
+            # Ruled while queued by a process that stopped before writing its Failed condition.
+            await self._patiently(engine.end_ruled, job)
+        await self._patiently(self._mark_expiry, job, snap)
+        self.history.append(tracking.attempt_record(job, snap))
+        if whole is not None:
+            await self._start_next_attempt(whole, snap, attempt, decision.delay)
+            return None
+        return await self._finish(snap, failure, decision.retryable, annotations, job_result(pods))
+
+    def _note_interrupted_run(self, job: dict, snap: JobSnapshot) -> None:
+        """A run that ended with the job back in a queue (preempted, requeued, stopped) goes into the
+        history beside the attempts, so the task's summary shows every run, not only the last."""
+        if snap.state in tracking.STARTED:
+            self.ran = snap
+        else:
+            record = tracking.interrupted_run(job, self.ran, self.looked, snap, _now())
+            if record is not None:
+                self.history.append(record)
+                self.ran = None
+        self.looked = snap
+
+    def _engine(self, job: dict) -> QueueEngine:
+        """The engine that queues the task's job, picked once (a job's LocalQueue never changes, and
+        every attempt is a clone of the first)."""
+        if self.engine is None:
+            self.engine = engine_for(self.watch, self.t.quota_configmap, self.t.quota_namespace, job)
+        return self.engine
+
+    # --- the steps ---
+
+    async def _look(self) -> dict | None:
+        job = self.watch.get(self.resource, self.name) or await self._patiently(
+            self.client.get_or_none, self.resource, self.t.namespace, self.name
+        )
+        return job
+
+    async def _caught_up(self, job: dict, pods: list[dict]) -> dict:
+        """The job as new as its pods: read again from the API server when the pods show a change the
+        cached job does not (tracking.pods_outran_job), once per change of the pods; folded into the
+        watch, so later looks do not go back to the older version while its stream catches up."""
+        seen, self.pod_names_seen = (
+            self.pod_names_seen,
+            tuple(str((p.get("metadata") or {}).get("name")) for p in pods),
+        )
+        if not tracking.pods_outran_job(job, pods, seen):
+            return job
+        picture = tracking.pods_picture(pods)
+        if picture == self.pods_confirmed:
+            return job
+        self.pods_confirmed = picture
+        fresh = await self._patiently(self.client.get_or_none, self.resource, self.t.namespace, self.name)
+        if fresh is None or (fresh.get("metadata") or {}).get("uid") != (job.get("metadata") or {}).get(
+            "uid"
+        ):
+            return job  # gone or replaced: the watch's DELETED event tells how it ended
+        self.watch.absorb(self.resource, fresh)
+        return self.watch.get(self.resource, self.name) or job
+
+    async def _admit(self, job: dict) -> tuple[QueueStatus | None, Reservation | None]:
+        """Ask the admission to admit a job that waits for it; what the queue says about it, and its
+        reservation once the pool has admitted it (SCHEDULING / QuotaReserved until it is unsuspended)."""
+        # A job the product ruled on (a verdict) or a user stopped stays suspended: never admit it here.
+        view = JobView(job)
+        waiting = view.suspended and view.verdict is None and not view.stopped
+        if not waiting:
+            self.unsuspended_from = None
+            return None, None
+        version = job["metadata"].get("resourceVersion")
+        if self.unsuspended_from is not None and self.unsuspended_from == version:
+            # This process unsuspended this very version: the change is on its way, but a pod's event
+            # (another watch stream) can wake us before the job's own. Do not admit twice.
+            return NO_QUOTA, None
+        engine = self._engine(job)
+        queue = await self._patiently(engine.ensure, job)
+        direct = queue is None and engine.direct
+        self.unsuspended_from = version if direct else None
+        if direct:
+            return NO_QUOTA, None
+        reservation = None
+        if queue is not None and queue.reason == ADMITTED:
+            gpus = engine.reserved_gpus(job["metadata"].get("uid") or "")
+            if gpus is not None:
+                reservation = Reservation(gpus, _now())
+        return queue, reservation
+
+    def _note_preemption(self, job: dict) -> None:
+        """Say in the task log that the pool preempted the job, and by whom, even when its TERMINATING and
+        QUEUED states passed between two looks: the job's preemption count moved on."""
+        annotations = job["metadata"].get("annotations") or {}
+        count = annotations.get(labels.PREEMPTIONS) or "0"
+        if self.preemptions_seen is not None and count != self.preemptions_seen:
+            message = annotations.get(labels.PREEMPTION_MESSAGE) or "preempted by a job of higher priority"
+            self.log.info("%s %s: PREEMPTED: %s", self.t.kind, self.name, message)
+        self.preemptions_seen = count
+
+    def _report(self, snap: JobSnapshot, pods: list[dict]) -> None:
+        news = self.reported is None or tracking.signature(snap) != tracking.signature(self.reported)
+        self.reported = snap  # news or the same signature: the newest, the very snapshot ``looked`` keeps
+        if news:
+            self.log.info("%s %s: %s", self.t.kind, self.name, tracking.state_line(snap))
+        if self.streamer is not None:
+            self.streamer.follow(snap, pods)
+
+    async def _fail_fast(self, job: dict, pods: list[dict], queue: QueueStatus | None) -> None:
+        # The pod's back-off message hides the registry's answer; the pull events carry it. Look once,
+        # just before ruling, so a transient refusal is never ruled permanent.
+        t = self.t
+        events = await self._patiently(self._events_of, [p["metadata"]["name"] for p in pods])
+        snap = snapshot(job, pods, events, queue=queue, now=_now(), memo=self.pods_read)
+        failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
+        if tracking.stuck_for_good(snap, failure, events):
+            await self._patiently(self._rule_failed, job, snap, failure)
+
+    async def _end_if_ruled(self, job: dict) -> None:
+        """Finish ending an MPIJob ruled failed whose launcher was not ended, or whose Failed condition was
+        not written while it was queued (the ruling process stopped between its two writes): once per
+        version, so a look that changes nothing costs nothing."""
+        version = job["metadata"].get("resourceVersion")
+        if self._engine(job).ruled_unended(job, running_too=True) and version != self.ended_version:
+            self.ended_version = version
+            await self._patiently(self._engine(job).end_ruled, job)
+
+    async def _read_final_facts(self, job: dict) -> None:
+        self.final_read = True
+        fresh = await self._patiently(self._pods_now)
+        for pod in fresh:
+            self.watch.absorb(PODS, pod)
+        disrupted = disrupted_pod(job)
+        if disrupted:
+            # The disrupted pod may be gone; its events still say whether its node was lost.
+            self.final_events = await self._patiently(self._events_of, [disrupted])
+
+    async def _whole(self, job: dict) -> dict | None:
+        """The whole object of the attempt ``job`` (a look from the watch's cache, which keeps only what
+        the product reads of it: watch_transform), for the next attempt to be cloned from: its env,
+        volumes and every field of its pod templates. None if it is gone or is another object now."""
+        whole = await self._patiently(self.client.get_or_none, self.resource, self.t.namespace, self.name)
+        if whole is None or whole["metadata"].get("uid") != job["metadata"].get("uid"):
+            return None
+        return whole
+
+    async def _start_next_attempt(self, job: dict, snap: JobSnapshot, attempt: int, delay: timedelta) -> None:
+        """Submit the next attempt, cloned from ``job``: the failed attempt's whole object (``_whole``)."""
+        t = self.t
+        name = attempt_name(t.job_name, attempt + 1)
+        now = _now()
+        body = attempts.next_attempt(job, name=name, attempt=attempt + 1, not_before=now + delay, now=now)
+        await self._patiently(self._create_adopting, body)
+        self.log.warning(
+            "attempt %d of %s failed (%s); attempt %d of %d starts after %s as %s",
+            attempt,
+            t.job_name,
+            getattr(snap.reason, "value", snap.reason),
+            attempt + 1,
+            t.max_attempts,
+            delay,
+            name,
+        )
+        self._follow(name)
+        self._new_attempt()
+        # This trigger created it: should it vanish before the first look, someone deleted it (a cancel).
+        self.last_seen = body
+
+    async def _finish(
+        self,
+        snap: JobSnapshot,
+        failure: Failure | None,
+        retryable: bool,
+        annotations: dict[str, str],
+        result: Any = None,
+    ) -> JobEvent:
+        markers = await self._logs_so_far()
+        return tracking.final_event(
+            snap,
+            failure,
+            status=EventStatus.SUCCESS if snap.state is JobState.SUCCEEDED else EventStatus.FAILED,
+            job_name=self.name,
+            kind=self.t.kind,
+            namespace=self.t.namespace,
+            history=self.history,
+            log_tail=list(self.tail),
+            retryable=retryable,
+            annotations=annotations,
+            result=result,
+            log_markers=markers,
+        )
+
+    async def _logs_so_far(self) -> tuple[LogMarker, ...]:
+        """Give the ended containers' logs a moment to finish printing, then stop printing: the event
+        carries where each unfinished log stands, and the worker prints the rest (logtail)."""
+        if self.streamer is None:
+            return ()
+        await self.streamer.drain(timeout=FINAL_DRAIN)
+        return self.streamer.seal()
+
+    async def _vanished(self) -> JobEvent:
+        """The job object is gone: cancelled, deleted by hand, or (never seen) unknown."""
+        t = self.t
+        ttl = None if t.ttl_after_finished is None else timedelta(seconds=t.ttl_after_finished)
+        if self.last_seen is None and tracking.unseen_deletion_is_a_cancel(t.deferred_at, ttl, now=_now()):
+            # Gone before its TTL could have removed it: deleted on purpose while nobody watched.
+            self.last_seen = {"kind": t.kind, "metadata": {"name": self.name, "namespace": t.namespace}}
+        if self.last_seen is None:
+            self.log.error("%s %s/%s does not exist", t.kind, t.namespace, self.name)
+            return JobEvent(
+                status=EventStatus.ERROR,
+                job_name=self.name,
+                kind=t.kind,
+                namespace=t.namespace,
+                state=JobState.UNKNOWN.value,
+                reason="JobDeleted",
+                message=f"{t.kind} {self.name} was deleted before the task could follow it",
+                attempts=tuple(self.history),
+                log_tail=tuple(self.tail),
+            )
+        last = self.last_seen
+        snap, annotations = tracking.after_deletion(last, now=_now())
+        # A cancel from the UI or CLI freed the reservation already; a kubectl delete did not.
+        await self._engine(last).release(last)
+        self.history.append(tracking.attempt_record(last, snap))
+        self.reported = None
+        self._report(snap, [])
+        markers = await self._logs_so_far()
+        failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
+        return tracking.final_event(
+            snap,
+            failure,
+            status=EventStatus.SUCCESS if snap.state is JobState.SUCCEEDED else EventStatus.FAILED,
+            job_name=self.name,
+            kind=t.kind,
+            namespace=t.namespace,
+            history=self.history,
+            log_tail=list(self.tail),
+            retryable=False,
+            annotations=annotations,
+            log_markers=markers,
+        )
+
+    # --- helpers ---
+
+    def _follow(self, name: str) -> None:
+        if name != self.sub.key:
+            self.watch.unsubscribe(self.sub)
+            self.sub = self.watch.subscribe(name)
+        self.name = name
+
+    async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        # Without this, one throttled or failed request would fail the Airflow task of a job that is
+        # running fine: on the triggerer, wait the API out.
+        return await patiently(call, *args, log=self.log)
+
+    def _newest_attempt_name(self) -> str:
+        """After a rebuild, the job in the kwargs may have been followed by later attempts (and the first
+        may be gone, deleted by its TTL). Later attempts are only ever named ``attempt_name(job_name, k)``:
+        look those names up rather than scan every cached job (a scan per trigger is quadratic when a
+        triggerer restarts with thousands of triggers, and stalls the loop for all of them)."""
+        t = self.t
+        try:
+            names = [attempt_name(t.job_name, k) for k in range(1, t.max_attempts + 1)]
+        except ValueError:  # a name this product did not make: it has no later attempts
+            return t.job_name
+        found = [j for j in (self.watch.get(self.resource, n) for n in names) if j is not None]
+        newest = attempts.latest_attempt(found)
+        return newest["metadata"]["name"] if newest is not None else t.job_name
+
+    async def _pods_now(self) -> list[dict]:
+        key = self.adapter.pod_job_label
+        listing = await self.client.list(PODS, self.t.namespace, label_selector=f"{key}={self.name}")
+        return listing.get("items") or []
+
+    async def _events_of(self, pod_names: list[str]) -> list[dict]:
+        events: list[dict] = []
+        for pod in pod_names:
+            listing = await self.client.list(
+                EVENTS, self.t.namespace, field_selector=f"involvedObject.name={pod}"
+            )
+            events.extend(listing.get("items") or [])
+        return events
+
+    async def _mark_expiry(self, job: dict, snap: JobSnapshot) -> None:
+        """Write on a finished MPIJob when its TTL ends (labels.DELETE_AFTER): its operator deletes only
+        the launcher Job then, and the orphan sweep deletes the MPIJob. Until then it stays readable
+        (``describe``, ``logs``, the GPU Jobs page) as a finished Job does."""
+        ttl = None if self.t.ttl_after_finished is None else timedelta(seconds=self.t.ttl_after_finished)
+        expiry = tracking.mpijob_expiry(job, snap, ttl)
+        if expiry is None:
+            return
+        stamp = expiry.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            await self.client.merge_patch(
+                self.resource,
+                self.t.namespace,
+                job["metadata"]["name"],
+                {"metadata": {"annotations": {labels.DELETE_AFTER: stamp}}},
+            )
+        except KubeError as exc:
+            if not (exc.not_found or exc.conflict):
+                raise
+
+    async def _refused(self, job: dict) -> bool:
+        """Whether the API server refuses the pods the job's controller creates (its FailedCreate events:
+        a PriorityClass that does not exist, PodSecurity, a ResourceQuota); if so the job is ruled failed
+        with the API server's own message. Read first REFUSAL_LOOK_SECONDS after the job was seen lacking
+        pods, then at most every REFUSAL_LOOK_SECONDS."""
+        loop = asyncio.get_running_loop()
+        if self.refusals_read_at is None:
+            # Its controller usually creates the pods within moments: the first look waits that long, so
+            # a job that starts normally costs no read of events.
+            self.refusals_read_at = loop.time()
+            return False
+        if loop.time() - self.refusals_read_at < REFUSAL_LOOK_SECONDS:
+            return False
+        self.refusals_read_at = loop.time()
+        # An MPIJob's launcher is a Job of the Job controller; its workers are the MPI operator's.
+        names = kinds.kind_of(job).pod_creators(job)
+        refusal = refused_pods(await self._patiently(self._events_of, names))
+        if refusal is None:
+            return False
+        await self._patiently(
+            self._rule, job, Reason.POD_REFUSED.value, f"the API server refused its pods: {refusal}"
+        )
+        return True
+
+    async def _rule_failed(self, job: dict, snap: JobSnapshot, failure: Failure | None) -> None:
+        """Record the product's verdict and end the job through its own controller, so its pods (and
+        GPUs) go now and ``kubectl get jobs`` shows it failed (engines.door.Door.fail)."""
+        reason = snap.reason.value
+        message = (failure.message if failure else "") + (f": {snap.message}" if snap.message else "")
+        await self._rule(job, reason, message)
+
+    async def _rule(self, job: dict, reason: str, message: str) -> None:
+        self.log.error(
+            "%s %s cannot start (%s); failing it now", self.t.kind, job["metadata"]["name"], reason
+        )
+        # Gone: nothing left to end. Changed since this look (the patch carries its resourceVersion):
+        # the next look rules again on the fresh object.
+        await self._engine(job).fail(job, reason, message[:1000])
+
+    async def _create_adopting(self, body: dict) -> None:
+        try:
+            created = await self.client.create(self.resource, self.t.namespace, body)
+        except KubeError as exc:
+            if not exc.already_exists:  # a rebuilt trigger already submitted it: adopt
+                raise
+            created = await self.client.get(self.resource, self.t.namespace, body["metadata"]["name"])
+        await ensure_companions(self.client, created)
+
+
+def _failure(snap: JobSnapshot, retryable: tuple[int, ...], fatal: tuple[int, ...]) -> Failure | None:
+    """The failure class of a snapshot reporting a failure (a FAILED job, or live pods stuck on one);
+    None otherwise and for product verdicts (QueueTimeout, OverQuota, ...) that are not pod failures."""
+    if snap.state not in (
+        JobState.FAILED,
+        JobState.STARTING,
+        JobState.RETRYING,
+        JobState.DEGRADED,
+        JobState.UNKNOWN,
+    ):
+        return None
+    try:
+        return classify_failure(snap, retryable_exit_codes=retryable, fatal_exit_codes=fatal)
+    except ValueError:
+        return None

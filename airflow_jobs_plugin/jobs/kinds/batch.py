@@ -1,0 +1,124 @@
+"""A ``batch/v1`` Job: one pod template run ``parallelism`` times, suspended through ``spec.suspend``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_jobs_plugin.cluster.objects import as_int, condition_true, dig, mapping
+from airflow_jobs_plugin.cluster.resources import JOBS
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.base import WORKER, JobKind, PodSet
+
+if TYPE_CHECKING:
+    from airflow_jobs_plugin.jobs.spec import JobSpec, TaskIdentity
+
+# kubernetes/kubernetes pkg/controller/job/job_controller.go (1.32): a Job without backoffLimit gets 6.
+DEFAULT_BACKOFF_LIMIT = 6
+
+# The shortest deadline the API accepts: the Job controller fails the job at its next sync.
+ENDING_DEADLINE_SECONDS = 1
+
+
+class BatchJob(JobKind):
+    name = "Job"
+    resource = JOBS
+    pod_job_label = labels.LEGACY_JOB_NAME
+    succeeded_condition = "Complete"
+    # The selector the API server generates from the Job's uid (and the fields beside it): read by nothing
+    # from the watch's cache, and unique per Job, so caching it would cost a copy per Job.
+    cache_dropped_spec = frozenset({"selector", "manualSelector", "podReplacementPolicy"})
+
+    def recognises(self, job: Mapping[str, Any]) -> bool:
+        return job.get("kind") in (None, "Job") and dig(job, "spec", "mpiReplicaSpecs") is None
+
+    def is_suspended(self, job: Mapping[str, Any]) -> bool:
+        return bool(dig(job, "spec", "suspend"))
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"suspend": suspend}
+
+    def pod_sets(self, job: Mapping[str, Any]) -> list[PodSet]:
+        parallelism = as_int(dig(job, "spec", "parallelism"), 1)
+        count = 1 if parallelism is None else parallelism
+        # The Job controller never runs more pods than completions remain (kubernetes/kubernetes
+        # pkg/controller/job/job_controller.go, manageJob's wantActive, v1.32).
+        completions = as_int(dig(job, "spec", "completions"))
+        if completions is not None:
+            count = min(count, completions)
+        template = mapping(job, "spec", "template")
+        role = mapping(template, "metadata", "labels").get(labels.ROLE) or WORKER
+        return [PodSet(str(role), count, template)]
+
+    def backoff_limit(self, job: Mapping[str, Any]) -> int | None:
+        return as_int(dig(job, "spec", "backoffLimit"), DEFAULT_BACKOFF_LIMIT)
+
+    def pod_failures(self, job: Mapping[str, Any]) -> int:
+        return as_int(dig(job, "status", "failed"), 0) or 0
+
+    def expected_replicas(self, job: Mapping[str, Any]) -> list[tuple[str, int]]:
+        return [(pod_set.role, i) for pod_set in self.pod_sets(job) for i in range(pod_set.count)]
+
+    def build(
+        self, spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
+    ) -> dict[str, Any]:
+        # The builders share the product's pod template, so they live together in manifests (which reads
+        # the kinds, hence imported here when a job is built, not when the adapters are).
+        from airflow_jobs_plugin.jobs.manifests import build_job
+
+        return build_job(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
+
+    def ending_spec(self, job: Mapping[str, Any]) -> dict[str, Any]:
+        """A batch/v1 Job is ended through its own ``activeDeadlineSeconds``, which the API lets a Job
+        change at any time (``pkg/apis/batch/validation/validation.go``, Kubernetes 1.32:
+        ``ValidateJobSpecUpdate`` keeps completions, selector, template, completionMode,
+        podFailurePolicy and backoffLimitPerIndex immutable, not the deadline). The Job controller
+        (``pkg/controller/job/job_controller.go``, ``pastActiveDeadline`` from ``status.startTime``)
+        then writes FailureTarget and Failed (DeadlineExceeded) and deletes the pods itself, so
+        ``kubectl get jobs`` shows the job Failed, never ``Suspended`` as a queued one. A job still
+        suspended (queued, stopped) has no start time: it is resumed with ``parallelism: 0``, which
+        starts the deadline's clock without creating a pod."""
+        spec: dict[str, Any] = {"activeDeadlineSeconds": ENDING_DEADLINE_SECONDS}
+        if self.is_suspended(job):
+            spec.update(suspend=False, parallelism=0)
+        return spec
+
+    def ended_spec_record(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
+        if labels.ENDED_SPEC in mapping(job, "metadata", "annotations"):
+            return None  # a second ruling must not record the ending values
+        job_spec = mapping(job, "spec")
+        return {field: job_spec.get(field) for field in self.ending_spec(job) if field != "suspend"}
+
+    def still_counts_pods(self, job: Mapping[str, Any]) -> bool:
+        # The Job controller (pkg/controller/job/job_controller.go, 1.31+) writes SuccessCriteriaMet and
+        # FailureTarget only after counting the pods that decided them, deleting the others.
+        counted = (as_int(dig(job, "status", "active"), 0) or 0) + (
+            as_int(dig(job, "status", "terminating"), 0) or 0
+        )
+        return counted > 0 and not (condition_true(job, "Complete") or condition_true(job, "Failed"))
+
+    def clear_run(self, spec: dict[str, Any], ended: Mapping[str, Any]) -> None:
+        # A run the product ended through its own deadline (ending_spec) gets the
+        # author's deadline and parallelism back.
+        for field, value in ended.items():
+            if value is None:
+                spec.pop(field, None)
+            else:
+                spec[field] = value
+        # The API server defaults the selector (and its label on the template) from the Job's uid;
+        # a new object with it is refused unless manualSelector is set.
+        spec.pop("selector", None)
+        spec.pop("manualSelector", None)
+
+    def owns_labels(self, job: Mapping[str, Any], pod_labels: Mapping[str, Any]) -> bool:
+        name = dig(job, "metadata", "name")
+        if name not in (pod_labels.get(labels.BATCH_JOB_NAME), pod_labels.get(labels.LEGACY_JOB_NAME)):
+            return False
+        # A job recreated under the same name must not adopt the pods of its predecessor.
+        uid = dig(job, "metadata", "uid")
+        pod_uid = pod_labels.get(labels.CONTROLLER_UID) or pod_labels.get(labels.LEGACY_CONTROLLER_UID)
+        return not (uid and pod_uid and pod_uid != uid)
+
+
+BATCH_JOB = BatchJob()

@@ -1,0 +1,145 @@
+"""Which live jobs nobody follows any more: the orphan sweep's rule. Pure: no I/O, no Airflow import.
+
+A task that dies after creating its job and before deferring leaves the job on the cluster with no
+trigger following it. A retry or a clear reattaches to it (by its task key), but with no retry left
+nothing ever does: under a quota pool another process's admission pass admits it and it runs, holding
+GPUs until its deadline, its result read by nobody. The sweep (``airflow_jobs_plugin.plugin.sweep``)
+reads the task instance each live job was submitted for and asks :func:`judge`; first match wins:
+
+1. a job that finished or is being deleted: keep (nothing holds GPUs for long);
+2. a job with no Airflow task on it (submitted by hand or by another tool): keep;
+3. a job younger than the grace period: keep; its task may be between creating it and deferring, and
+   a worker that just started a try has not yet reported it running;
+4. a job of a DAG this Airflow does not have: keep; another Airflow deployment sharing the namespace
+   owns it, and only that deployment can tell whether its task lives;
+5. no such task instance (its DAG run was deleted): cancel;
+6. a task instance that still follows or will follow the job (running, deferred, waiting for a retry,
+   queued or scheduled for its next try, restarting after a clear, or not yet given a state): keep;
+7. a task instance that ended less than the grace period ago: keep; the task's own end (a user's mark
+   failed runs the trigger's ``on_kill``, which cancels the job itself and names who did it) gets the
+   first word;
+8. otherwise (success, failed, skipped, upstream_failed, removed, ... for longer than the grace):
+   cancel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow_jobs_plugin.cluster.objects import as_int, parse_time
+from airflow_jobs_plugin.jobs import labels
+
+# Airflow's TaskInstanceState values (airflow-core ``airflow/utils/state.py``, 3.3) in which a try of the
+# task is running or will run, and so follows (or will reattach to) the task's live job. ``None`` is a
+# task instance with no state yet (just created, or cleared); ``awaiting_input`` is a task still running
+# that waits for a person.
+FOLLOWING_STATES = frozenset(
+    {
+        "running",
+        "deferred",
+        "up_for_retry",
+        "up_for_reschedule",
+        "queued",
+        "scheduled",
+        "restarting",
+        "awaiting_input",
+        None,
+    }
+)
+DEFAULT_GRACE = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """The Airflow task instance a job was submitted for."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+
+    def __str__(self) -> str:
+        mapped = f"[{self.map_index}]" if self.map_index >= 0 else ""
+        return f"{self.dag_id}.{self.task_id}{mapped} of run {self.run_id}"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What the rule reads of a job: its task, its try, its age and whether it is still live."""
+
+    name: str
+    task: TaskRef | None
+    try_number: int | None
+    created_at: datetime | None
+    live: bool
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What the rule reads of a task instance in Airflow's metadata database."""
+
+    state: str | None
+    try_number: int
+    end_date: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cancel: bool
+    reason: str
+
+
+def job_record(job: Mapping[str, Any], *, finished: bool) -> JobRecord:
+    """The record of a Job or MPIJob, from the annotations the operator writes (exact Airflow ids)."""
+    meta = job.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    dag_id, task_id, run_id = (annotations.get(k) for k in (labels.DAG_ID, labels.TASK_ID, labels.RUN_ID))
+    task = None
+    if dag_id and task_id and run_id:
+        map_index = as_int(annotations.get(labels.MAP_INDEX))
+        task = TaskRef(dag_id, task_id, run_id, -1 if map_index is None else map_index)
+    return JobRecord(
+        name=str(meta.get("name") or ""),
+        task=task,
+        try_number=as_int(annotations.get(labels.TRY_NUMBER)),
+        created_at=parse_time(meta.get("creationTimestamp")),
+        live=not finished and not meta.get("deletionTimestamp"),
+    )
+
+
+def judge(
+    job: JobRecord,
+    task: TaskRecord | None,
+    *,
+    dag_known: bool,
+    now: datetime,
+    grace: timedelta = DEFAULT_GRACE,
+) -> Verdict:
+    """Cancel or keep ``job`` (see the module's rules); ``task`` is ``None`` when no such instance exists."""
+    if not job.live:
+        return Verdict(False, "finished or being deleted")
+    if job.task is None:
+        return Verdict(False, "not submitted by an Airflow task")
+    if job.created_at is None or now - job.created_at < grace:
+        return Verdict(False, f"younger than {_span(grace)}: its task may not have deferred yet")
+    if not dag_known:
+        return Verdict(False, f"DAG {job.task.dag_id} is not in this Airflow: another deployment may own it")
+    if task is None:
+        return Verdict(True, f"task instance {job.task} no longer exists")
+    if task.state in FOLLOWING_STATES:
+        return Verdict(False, f"task instance is {task.state or 'waiting for a state'}")
+    if task.end_date is not None and now - task.end_date < grace:
+        return Verdict(False, f"task instance ended {_span(now - task.end_date)} ago ({task.state})")
+    ended = f" since {task.end_date.isoformat(timespec='seconds')}" if task.end_date else ""
+    return Verdict(
+        True,
+        f"task instance {job.task} is {task.state}{ended} (try {task.try_number}): no try follows the job",
+    )
+
+
+def _span(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

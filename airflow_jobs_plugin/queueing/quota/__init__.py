@@ -1,0 +1,110 @@
+"""The GPU quota pool: policy, admission rule, requeue rules and the reservation ledger's data model.
+
+The modules re-exported here (``policy``, ``requeue``, ``ledger_model``) are pure: no I/O. The one
+exception, ``quota.ledger``, is the cluster I/O that applies them (reading and compare-and-swapping the
+ledger ConfigMaps) and is imported on its own by the shell; the protocol is in ``docs/quota.md``.
+"""
+
+from __future__ import annotations
+
+from airflow_jobs_plugin.queueing.quota.ledger_model import (
+    AdmissionPlan,
+    Drop,
+    DropReason,
+    Ledger,
+    ObservedJob,
+    UnreadableEntry,
+    adopt,
+    cas_retry_delay,
+    decode,
+    encode,
+    entry_key,
+    ledger_name,
+    observed_job,
+    pending_unsuspend,
+    plan_admission,
+    queued_job_from_metadata,
+    reconcile,
+    reconcile_drops,
+    with_admitted,
+    without,
+)
+from airflow_jobs_plugin.queueing.quota.model import (
+    DEFAULT_POLICY_CONFIGMAP,
+    POLICY_KEY,
+    Decision,
+    GroupQuota,
+    GroupUsage,
+    QueuedJob,
+    QuotaPolicy,
+    Reservation,
+    UnknownGroupError,
+    UnknownPriorityError,
+    UserUsage,
+    Verdict,
+)
+from airflow_jobs_plugin.queueing.quota.parse import (
+    PolicyError,
+    parse_duration,
+    parse_policy,
+    policy_from_configmap_data,
+)
+from airflow_jobs_plugin.queueing.quota.policy import decide, queue_order, usage
+from airflow_jobs_plugin.queueing.quota.requeue import (
+    Requeue,
+    RequeueLimitReached,
+    RequeueSettings,
+    queue_timed_out,
+    requeue_backoff,
+    requeue_decision,
+    schedule_deadline,
+)
+
+__all__ = [
+    "DEFAULT_POLICY_CONFIGMAP",
+    "POLICY_KEY",
+    "AdmissionPlan",
+    "Decision",
+    "Drop",
+    "DropReason",
+    "GroupQuota",
+    "GroupUsage",
+    "Ledger",
+    "ObservedJob",
+    "PolicyError",
+    "QueuedJob",
+    "QuotaPolicy",
+    "Requeue",
+    "RequeueLimitReached",
+    "RequeueSettings",
+    "Reservation",
+    "UnknownGroupError",
+    "UnknownPriorityError",
+    "UnreadableEntry",
+    "UserUsage",
+    "Verdict",
+    "adopt",
+    "cas_retry_delay",
+    "decide",
+    "decode",
+    "encode",
+    "entry_key",
+    "ledger_name",
+    "observed_job",
+    "parse_duration",
+    "parse_policy",
+    "pending_unsuspend",
+    "plan_admission",
+    "policy_from_configmap_data",
+    "queue_order",
+    "queue_timed_out",
+    "queued_job_from_metadata",
+    "reconcile",
+    "reconcile_drops",
+    "requeue_backoff",
+    "requeue_decision",
+    "schedule_deadline",
+    "usage",
+    "with_admitted",
+    "without",
+]

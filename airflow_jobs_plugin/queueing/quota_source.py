@@ -1,0 +1,82 @@
+"""Which quota pool a task's job is under: the task's own choice, or the deployment's default. Pure.
+
+A deployment names its pool once (``[airflow_jobs] quota_configmap`` / ``quota_namespace``, declared in
+:mod:`airflow_jobs_plugin.config`); every :class:`~airflow_jobs_plugin.airflow.operators.JobOperator` that names
+none is under it, so a DAG written without a thought for quotas (the README's quick start) still waits
+its turn. A task names another pool with ``quota_configmap="<name>"``, or leaves the pool with
+``quota_configmap=""``, which the pool's policy must allow for the task's group (``opt_out: true``).
+
+A pool someone named (on the task, or a deployment setting other than the shipped name) must exist: a
+mistyped name fails the task at submit time instead of leaving the job Inadmissible forever. The shipped
+name (``airflow-jobs-quota-policy``) not found means the cluster has no pool installed: no quota.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_jobs_plugin.queueing.quota.model import DEFAULT_POLICY_CONFIGMAP, QuotaPolicy
+
+OPT_OUT = ""  # quota_configmap="" on a task: run outside the deployment's pool
+
+
+@dataclass(frozen=True)
+class QuotaSource:
+    """The pool a task asked for. ``configmap`` None: no pool; ``opted_out``: the task left the
+    deployment's pool ``deployed`` (which must allow it); ``named_by`` says who chose the name."""
+
+    configmap: str | None
+    namespace: str | None
+    named_by: str = ""
+    must_exist: bool = False
+    opted_out: bool = False
+    deployed: str | None = None
+
+
+def choose(
+    task_configmap: str | None, task_namespace: str | None, deployed_configmap: str, deployed_namespace: str
+) -> QuotaSource:
+    """The pool of a task given its arguments (None: not set) and the deployment's options ("": unset)."""
+    namespace = task_namespace or deployed_namespace or None
+    if task_configmap == OPT_OUT:
+        return QuotaSource(
+            None, namespace, opted_out=bool(deployed_configmap), deployed=deployed_configmap or None
+        )
+    if task_configmap is not None:
+        return QuotaSource(task_configmap, namespace, "the task's quota_configmap", must_exist=True)
+    if not deployed_configmap:
+        return QuotaSource(None, None)
+    return QuotaSource(
+        deployed_configmap,
+        namespace,
+        "[airflow_jobs] quota_configmap",
+        must_exist=deployed_configmap != DEFAULT_POLICY_CONFIGMAP,
+    )
+
+
+def missing_problem(source: QuotaSource, namespace: str) -> str:
+    """The error for a pool named by someone that does not exist."""
+    return (
+        f"quota_configmap: the quota policy ConfigMap {source.configmap!r} (named by {source.named_by}) does "
+        f"not exist in namespace {namespace!r}: the job could never be admitted. Fix the name, create the "
+        f"ConfigMap, or set quota_configmap='' to run outside any pool"
+    )
+
+
+def opt_out_problem(
+    source: QuotaSource, policy: QuotaPolicy | None, group: str, namespace: str
+) -> str | None:
+    """Why the task may not leave the deployment's pool, or None if it may (the pool's policy allows
+    it for ``group``, or the deployment's pool is not installed)."""
+    if not source.opted_out:
+        return None
+    where = f"the quota pool {source.deployed!r} (namespace {namespace!r})"
+    if policy is None:
+        return None
+    quota = policy.groups.get(group)
+    if quota is not None and quota.opt_out:
+        return None
+    return (
+        f"quota_configmap='': group {group!r} may not run outside {where}; remove quota_configmap='' to "
+        f"queue for its GPUs, or ask the platform admin to set 'opt_out: true' for the group in the policy"
+    )

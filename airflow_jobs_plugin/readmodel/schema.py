@@ -1,0 +1,774 @@
+"""The JSON API's response models: what ``/airflow-jobs/api/...`` and ``airflow-jobs ... --json`` return.
+
+The view models (:mod:`airflow_jobs_plugin.readmodel.views`, :mod:`airflow_jobs_plugin.readmodel.nodes`) are
+shared with the page and the CLI tables; these models are their JSON form, with typed values only:
+times are ISO 8601 in UTC (``2026-03-02T09:10:00Z``) or ``null``, durations are numbers of seconds in
+fields ending in ``_seconds``, counts are integers, and an absent value is ``null``, never ``""`` or
+kubectl's ``<none>``. How a person reads them (``19s``, ``1/2``) is the page's and the CLI table's
+business (``readmodel/display.py``). FastAPI publishes these models in the app's ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from airflow_jobs_plugin.jobs import action_rules
+from airflow_jobs_plugin.lifecycle import Health, JobSnapshot, JobState, Reason, ReplicaStatus
+from airflow_jobs_plugin.lifecycle.replicas import NO_POD
+from airflow_jobs_plugin.readmodel import nodes, views
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+
+
+# Every time the API returns goes through this: a naive time would lose its zone in JSON.
+Time = Annotated[datetime, AfterValidator(_utc)]
+ActionName = Literal["stop", "resume", "cancel"]
+_ACTIONS: dict[str, ActionName] = {"stop": "stop", "resume": "resume", "cancel": "cancel"}
+_STOP_OR_RESUME: dict[str, Literal["stop", "resume"]] = {"stop": "stop", "resume": "resume"}
+
+
+def _text(value: str | None) -> str | None:
+    """An absent text is ``null`` in the API, not the empty string or kubectl's ``<none>``."""
+    return None if value is None or value == "" or value == NO_POD else value
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Problem(Model):
+    """An error: FastAPI's ``{"detail": ...}``."""
+
+    detail: str = Field(description="what went wrong and, where there is one, the fix")
+
+
+# --------------------------------------------------------------------------------------------------
+# Overview: pools, queues, jobs, charts
+# --------------------------------------------------------------------------------------------------
+
+
+class UserShare(Model):
+    """One user's share of a group's quota."""
+
+    user: str = Field(description="the user the GPUs are held or asked for")
+    gpus: int = Field(description="GPUs the user's admitted jobs hold in this group")
+    jobs: int = Field(description="admitted jobs of the user in this group")
+    limit: int | None = Field(description="the user's GPU limit in this group; null when none applies")
+    queued_jobs: int = Field(description="jobs of the user waiting in the group's queue")
+    queued_gpus: int = Field(description="GPUs those waiting jobs ask for")
+    recent_gpus: float | None = Field(
+        description="in a fair_share group, the user's recent usage in GPUs (GPUs held, decayed with the "
+        "group's fair_share_half_life), which orders the group's queue; null in any other group"
+    )
+
+
+class Device(Model):
+    """A group's quota and use of a GPU device other than whole NVIDIA GPUs."""
+
+    resource: str = Field(description="the device's extended-resource name, e.g. nvidia.com/mig-1g.10gb")
+    quota: int = Field(description="the group's quota of the device (policy: groups.<group>.devices)")
+    used: int = Field(description="how many of the device the group's admitted jobs hold")
+    free: int = Field(description="quota minus used, never below 0")
+
+
+class Pool(Model):
+    """A group's quota pool."""
+
+    group: str = Field(description="the group (quota pool) name")
+    quota: int | None = Field(
+        description="the group's GPU quota; null when the policy does not name the group"
+    )
+    used: int = Field(description="GPUs the group's admitted jobs hold")
+    free: int | None = Field(
+        description="GPUs the group may take now: quota minus used, or in a cohort what is left of its "
+        "guaranteed part plus what the cohort has left to lend, within its borrowing_limit; null without a quota"
+    )
+    queued_jobs: int = Field(description="jobs waiting in the group's queue")
+    queued_gpus: int = Field(description="GPUs the waiting jobs ask for")
+    users: list[UserShare] = Field(description="per user, in name order")
+    devices: list[Device] = Field(
+        description="other GPU devices the group has a quota of or holds (MIG profiles, other vendors)"
+    )
+    cohort: str | None = Field(
+        description="the cohort whose groups lend each other unused GPUs; null for none"
+    )
+    borrowed: int = Field(
+        description="GPUs the group holds above its quota, lent by its cohort; 0 outside one"
+    )
+    lent: int = Field(
+        description="GPUs of the group's quota that other groups of its cohort hold now; 0 outside one"
+    )
+    most: int | None = Field(
+        description="the most GPUs the group may hold: its quota, or in a cohort its quota minus what it "
+        "lends plus all the cohort lends, within its borrowing_limit; null without a quota"
+    )
+
+
+class QueueEntry(Model):
+    """A waiting job at its place in its group's queue."""
+
+    position: int | None = Field(
+        description="place in the queue, 1 = next; null when the pool cannot judge the job"
+    )
+    namespace: str = Field(description="the job's namespace")
+    name: str = Field(description="the job's name")
+    user: str | None = Field(description="the user the job runs for")
+    gpus: int = Field(description="GPUs the job asks for")
+    priority: int = Field(description="the job's priority within its group")
+    reason: str = Field(
+        description="why it waits: GroupQuota, UserQuota, BehindHead, BackingOff, Inadmissible, Pending, "
+        "Preempting (it waits for the jobs it preempted to end), Preempted (the pool preempted it; the "
+        "message names who took its GPUs)"
+    )
+    message: str | None = Field(description="the pool's words about why it waits")
+    queued_at: Time | None = Field(description="when the job joined the queue")
+    waiting_seconds: float | None = Field(description="seconds since queued_at, at the overview's now")
+    detail_url: str = Field(description="the job page, relative to Airflow's root")
+
+
+class GroupQueue(Model):
+    """A group's queue, in order."""
+
+    group: str = Field(description="the group")
+    entries: list[QueueEntry] = Field(description="the waiting jobs, next first")
+
+
+class Job(Model):
+    """One GPU job: a line of the job list, and the head of a job's page."""
+
+    namespace: str = Field(description="the job's namespace")
+    name: str = Field(description="the Job or MPIJob name")
+    kind: str = Field(description="Job or MPIJob")
+    state: JobState = Field(description="where the job is in its life (docs/states.md)")
+    reason: Reason = Field(description="why it is in that state")
+    message: str | None = Field(description="the cluster's or the pool's words about the state")
+    group: str | None = Field(description="the quota group it runs in")
+    user: str | None = Field(description="the user it runs for")
+    gpus: int = Field(description="GPUs the job asks for, all replicas together")
+    device: str = Field(
+        description="the GPU resource gpus counts: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
+    )
+    attempt: int = Field(description="the product's submission attempt of the task try, from 1")
+    requeue_count: int = Field(description="how often the pool sent it back to the queue")
+    pod_failures: int = Field(description="pods that failed within this attempt")
+    created_at: Time | None = Field(description="when the job object was created")
+    age_seconds: float | None = Field(description="seconds since created_at, when the data was read")
+    queue_position: int | None = Field(description="place in its queue (1 = next) while it waits")
+    dag_id: str | None = Field(description="the DAG of the task that submitted it; null outside Airflow")
+    task_id: str | None = Field(description="the task that submitted it")
+    run_id: str | None = Field(description="the DAG run of that task")
+    map_index: int | None = Field(description="the task's map index (-1 unmapped)")
+    detail_url: str = Field(description="the job page, relative to Airflow's root")
+    dag_run_url: str | None = Field(description="the DAG run in Airflow's UI, relative to Airflow's root")
+    task_url: str | None = Field(description="the task instance in Airflow's UI, relative to Airflow's root")
+    kueue_queue: str | None = Field(description="Kueue LocalQueue of a job Kueue admits; null for the pool")
+    cluster_queue: str | None = Field(description="Kueue ClusterQueue that reserved quota for it")
+
+
+class UsagePoint(Model):
+    """From ``at`` until the next point, the group held ``gpus`` GPUs."""
+
+    at: Time = Field(description="when the level began")
+    gpus: int = Field(description="GPUs held from then on")
+
+
+class UsageChart(Model):
+    """A group's GPUs held over time, as steps."""
+
+    group: str = Field(description="the group")
+    quota: int | None = Field(description="the group's quota, for reference")
+    start: Time = Field(description="start of the span drawn")
+    end: Time = Field(description="end of the span drawn (the overview's now)")
+    points: list[UsagePoint] = Field(description="change points, the first at start")
+    peak: int = Field(description="the most GPUs held within the span")
+
+
+class Overview(Model):
+    """Pools, queues, one page of jobs and the usage charts."""
+
+    now: Time = Field(description="when the cluster was read")
+    pools: list[Pool] = Field(description="every group of the policy, and any group holding GPUs")
+    queues: list[GroupQueue] = Field(description="each group's waiting jobs the reader may see")
+    jobs: list[Job] = Field(description="the page of jobs asked for (sort, offset, limit)")
+    charts: list[UsageChart] = Field(description="one GPU usage chart per group")
+    problems: list[str] = Field(description="what could not be read: no policy, unreadable ledger entries")
+    jobs_total: int | None = Field(
+        description="jobs matching the filters, on every page; null when not counted (`airflow-jobs "
+        "status --json` in the default order reads only the newest jobs: see jobs_more)"
+    )
+    jobs_more: bool = Field(description="whether jobs follow this page (next page: offset + limit)")
+    jobs_offset: int = Field(description="jobs skipped before this page")
+    jobs_limit: int = Field(description="most jobs on a page")
+
+
+# --------------------------------------------------------------------------------------------------
+# A job's page
+# --------------------------------------------------------------------------------------------------
+
+
+class SnapshotReplica(Model):
+    """A replica as the lifecycle snapshot reads it."""
+
+    role: str = Field(description="launcher or worker")
+    index: int = Field(description="the replica's index within its role")
+    name: str = Field(description="launcher, or <role>-<index>")
+    pod: str | None = Field(description="its current pod; null before it has one")
+    status: str | None = Field(description="kubectl's STATUS of the pod; null without a pod")
+    ready_containers: int | None = Field(description="ready containers of the pod (kubectl READY)")
+    containers: int | None = Field(description="containers counted by kubectl READY")
+    restarts: int = Field(description="container restarts of the pod")
+    node: str | None = Field(description="the node the pod is bound to")
+    health: Health = Field(description="what the pod is doing, coarser than its status")
+    reason: Reason | None = Field(description="the product's reading of a problem; null when none")
+    exit_code: int | None = Field(description="the exit code that explains a failure")
+    message: str | None = Field(description="the cluster's own words about the problem")
+    since: Time | None = Field(description="since when the pod has been where it is now")
+
+
+class TaskRef(Model):
+    """The Airflow task instance try that submitted the job."""
+
+    dag_id: str = Field(description="the DAG")
+    task_id: str = Field(description="the task")
+    run_id: str = Field(description="the DAG run")
+    map_index: int = Field(description="-1 for an unmapped task")
+    try_number: int | None = Field(description="the task's try number")
+
+
+class Snapshot(Model):
+    """Everything the lifecycle says about the job at one moment (``JobSnapshot``)."""
+
+    name: str = Field(description="the job's name")
+    namespace: str = Field(description="the job's namespace")
+    kind: str = Field(description="Job or MPIJob")
+    state: JobState = Field(description="where the job is in its life")
+    reason: Reason = Field(description="why it is in that state")
+    message: str | None = Field(description="the cluster's or the pool's words about the state")
+    replicas: list[SnapshotReplica] = Field(description="the launcher, then the workers")
+    attempt: int = Field(description="the product's submission attempt, from 1")
+    requeue_count: int = Field(description="how often the pool sent it back to the queue")
+    queue_position: int | None = Field(description="place in its queue (1 = next) while it waits")
+    pod_failures: int = Field(description="pods that failed within this attempt")
+    exit_code: int | None = Field(description="the exit code that explains a failure, if any")
+    gpus: int = Field(description="GPUs the job asks for")
+    gpu_seconds: float = Field(description="GPU-seconds from admission to release (or observed_at)")
+    queued_at: Time | None = Field(description="when it joined its group's queue")
+    admitted_at: Time | None = Field(description="when the pool reserved its GPUs")
+    started_at: Time | None = Field(description="when its first container started")
+    finished_at: Time | None = Field(description="when it reached its final state")
+    observed_at: Time | None = Field(description="when the objects were read")
+    last_events: list[str] = Field(description="the newest Warning events about its pods, newest last")
+    task: TaskRef | None = Field(description="the task instance try that submitted it")
+    created_at: Time | None = Field(description="when the job object was created")
+    is_terminal: bool = Field(description="SUCCEEDED, FAILED or CANCELLED: it will not change any more")
+    holds_gpus: bool = Field(description="whether it holds GPUs now")
+
+
+class Phase(Model):
+    """A stretch of the job's life in one state, drawn on the timeline."""
+
+    state: JobState = Field(description="the state of the stretch")
+    start: Time = Field(description="when the stretch began")
+    end: Time | None = Field(description="null for an instant (the final state)")
+    duration_seconds: float | None = Field(description="end minus start; null for an instant")
+    detail: str | None = Field(description="what happened")
+
+
+class TimelineEntry(Model):
+    """A dated fact: a state entered, or a condition the controller set."""
+
+    at: Time = Field(description="when")
+    label: str = Field(description="QUEUED, ADMITTED, STARTED, a condition, or the final state")
+    detail: str | None = Field(description="the reason and message of the fact")
+
+
+class Replica(Model):
+    """A replica and its current pod: the facts behind kubectl's columns."""
+
+    replica: str = Field(description="launcher, or worker-<index>")
+    rank: int = Field(description="-1 for the MPI launcher, the index for a worker")
+    pod: str | None = Field(description="the current pod; null before it has one")
+    ready_containers: int | None = Field(description="ready containers (kubectl READY's first number)")
+    containers: int | None = Field(description="containers counted (kubectl READY's second number)")
+    status: str | None = Field(description="kubectl's STATUS; null without a pod")
+    restarts: int = Field(description="container restarts (kubectl RESTARTS)")
+    pod_created_at: Time | None = Field(description="when the pod was created")
+    age_seconds: float | None = Field(description="seconds since pod_created_at (kubectl AGE)")
+    node: str | None = Field(description="the node it is bound to")
+    message: str | None = Field(description="the cluster's words about a problem")
+
+
+class Event(Model):
+    """An event about the job or one of its pods."""
+
+    type: str | None = Field(description="Normal or Warning")
+    reason: str | None = Field(description="the event's reason")
+    object: str = Field(description="<kind>/<name> the event is about")
+    message: str | None = Field(description="the event's message")
+    count: int = Field(description="how often it was seen")
+    at: Time | None = Field(description="when it was last seen")
+    age_seconds: float | None = Field(description="seconds since at, when the data was read")
+
+
+class LogTail(Model):
+    """The last lines of one replica's log."""
+
+    replica: str = Field(description="launcher, or worker-<index>")
+    rank: int = Field(description="-1 for the MPI launcher")
+    pod: str = Field(description="the pod the lines were read from")
+    container: str | None = Field(description="the container the lines were read from")
+    lines: list[str] = Field(description="the last lines, oldest first")
+    error: str | None = Field(description="why the log could not be read; null when it was")
+
+
+class Attempt(Model):
+    """One attempt of the job's task try."""
+
+    attempt: int = Field(description="the attempt's number, from 1")
+    name: str = Field(description="the attempt's job name")
+    state: JobState = Field(description="the attempt's state")
+    reason: str | None = Field(description="why it is in that state")
+    message: str | None = Field(description="the cluster's or the pool's words about the state")
+    requeues: int = Field(description="how often the pool sent it back to the queue")
+    queued_at: Time | None = Field(description="when it joined the queue")
+    started_at: Time | None = Field(description="when its first container started")
+    finished_at: Time | None = Field(description="when it reached its final state")
+    exit_codes: dict[str, int] = Field(description="exit code by replica")
+    nodes: list[str] = Field(description="nodes its pods ran on")
+    gpu_seconds: float = Field(description="GPU-seconds it held")
+    detail_url: str = Field(description="the attempt's job page, relative to Airflow's root")
+
+
+class JobDetail(Model):
+    """A job's page: the job, its lifecycle, replicas, events, logs and what may be done to it."""
+
+    job: Job = Field(description="the job's line")
+    snapshot: Snapshot = Field(description="the lifecycle snapshot")
+    phases: list[Phase] = Field(description="the state timeline, first to last")
+    timeline: list[TimelineEntry] = Field(description="dated facts, oldest first")
+    replicas: list[Replica] = Field(description="the launcher, then the workers")
+    events: list[Event] = Field(description="oldest first")
+    logs: list[LogTail] = Field(description="by rank, the launcher first")
+    actions: list[ActionName] = Field(description="the actions that apply now, for a user who may act")
+    attempts: list[Attempt] = Field(
+        description="every attempt of the task try the cluster holds, first to last"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Nodes and actions
+# --------------------------------------------------------------------------------------------------
+
+
+class NodeHolder(Model):
+    """A job (or another pod) holding GPUs on a node."""
+
+    namespace: str = Field(description="the holder's namespace")
+    job: str = Field(description="the job's name, else the pod's; a job the reader may not read is not named")
+    gpus: int = Field(description="GPUs it holds on the node")
+    user: str | None = Field(description="the job's user; null for other pods and unreadable jobs")
+    group: str | None = Field(description="the job's group")
+    product: bool = Field(description="false for a pod that is not a GPU job of this product")
+    dag_id: str | None = Field(description="the job's DAG; null for other pods and unreadable jobs")
+    device: str = Field(
+        description="the GPU resource it holds: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
+    )
+
+
+class Node(Model):
+    """One GPU device of one node (a node offering several devices has a row for each)."""
+
+    name: str = Field(description="the node's name")
+    device: str = Field(
+        description="the GPU resource of this row: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
+    )
+    gpus: int = Field(description="allocatable units of the device")
+    used: int = Field(description="units of the device the live pods bound to it ask for")
+    free: int = Field(description="gpus minus used, at least 0")
+    ready: bool = Field(description="the node's Ready condition")
+    schedulable: bool = Field(description="false when cordoned")
+    holders: list[NodeHolder] = Field(description="largest first")
+
+
+class DeviceTotal(Model):
+    """One GPU device over every node."""
+
+    device: str = Field(description="the GPU resource")
+    gpus: int = Field(description="allocatable units on every node")
+    used: int = Field(description="units held on every node")
+    free: int = Field(description="units free on every node")
+    nodes: int = Field(description="nodes offering or holding it")
+
+
+class Nodes(Model):
+    """Every node with GPUs, a row per device, and the totals per device."""
+
+    nodes: list[Node] = Field(description="device by device (whole NVIDIA GPUs first), busiest first")
+    gpus: int = Field(description="allocatable whole NVIDIA GPUs (nvidia.com/gpu) of every node; see devices")
+    used: int = Field(description="whole NVIDIA GPUs held on every node")
+    free: int = Field(description="whole NVIDIA GPUs free on every node")
+    devices: list[DeviceTotal] = Field(description="the totals of every device, never added together")
+    problem: str | None = Field(description="what could not be read (e.g. pods outside the jobs' namespaces)")
+
+
+class CancelResult(Model):
+    """What a cancel did."""
+
+    namespace: str = Field(description="the job's namespace")
+    name: str = Field(description="the attempt it ruled on (the task try's newest)")
+    kind: str = Field(description="Job or MPIJob")
+    deleted: bool = Field(description="whether the job object was deleted (a queued MPIJob or Kueue job)")
+    ended: bool = Field(
+        description="whether it was ended through its controller: it stays listed, CANCELLED, until its TTL"
+    )
+    already_finished: bool = Field(description="the job had already finished: nothing was done")
+    message: str | None = Field(description="the one-line answer")
+
+
+class ActionResult(Model):
+    """What a stop or a resume did."""
+
+    action: Literal["stop", "resume"] = Field(description="which action")
+    namespace: str = Field(description="the job's namespace")
+    name: str = Field(description="the attempt it acted on (the task try's newest)")
+    kind: str = Field(description="Job or MPIJob")
+    done: bool = Field(description="false when the action did not apply; message says why")
+    message: str = Field(description="the one-line answer")
+
+
+# --------------------------------------------------------------------------------------------------
+# From view models
+# --------------------------------------------------------------------------------------------------
+
+
+def job(row: views.JobRow) -> Job:
+    return Job(
+        namespace=row.namespace,
+        name=row.name,
+        kind=row.kind,
+        state=JobState(row.state),
+        reason=Reason(row.reason),
+        message=_text(row.message),
+        group=_text(row.group),
+        user=_text(row.user),
+        gpus=row.gpus,
+        device=row.device,
+        attempt=row.attempt,
+        requeue_count=row.requeue_count,
+        pod_failures=row.pod_failures,
+        created_at=row.created_at,
+        age_seconds=row.age_seconds,
+        queue_position=row.queue_position,
+        dag_id=row.dag_id,
+        task_id=row.task_id,
+        run_id=row.run_id,
+        map_index=row.map_index,
+        detail_url=row.detail_url,
+        dag_run_url=row.dag_run_url,
+        task_url=row.task_url,
+        kueue_queue=row.kueue_queue,
+        cluster_queue=row.cluster_queue,
+    )
+
+
+def jobs(rows: Iterable[views.JobRow]) -> list[Job]:
+    return [job(r) for r in rows]
+
+
+def pools(rows: Iterable[views.PoolRow]) -> list[Pool]:
+    return [
+        Pool(
+            group=p.group,
+            quota=p.quota,
+            used=p.used,
+            free=p.free,
+            queued_jobs=p.queued_jobs,
+            queued_gpus=p.queued_gpus,
+            users=[
+                UserShare(
+                    user=u.user,
+                    gpus=u.gpus,
+                    jobs=u.jobs,
+                    limit=u.limit,
+                    queued_jobs=u.queued_jobs,
+                    queued_gpus=u.queued_gpus,
+                    recent_gpus=None if u.recent_gpus is None else round(u.recent_gpus, 3),
+                )
+                for u in p.users
+            ],
+            devices=[Device(resource=d.resource, quota=d.quota, used=d.used, free=d.free) for d in p.devices],
+            cohort=p.cohort,
+            borrowed=p.borrowed,
+            lent=p.lent,
+            most=p.most,
+        )
+        for p in rows
+    ]
+
+
+def queues(rows: Iterable[views.GroupQueue]) -> list[GroupQueue]:
+    return [
+        GroupQueue(
+            group=q.group,
+            entries=[
+                QueueEntry(
+                    position=e.position,
+                    namespace=e.namespace,
+                    name=e.name,
+                    user=_text(e.user),
+                    gpus=e.gpus,
+                    priority=e.priority,
+                    reason=e.reason,
+                    message=_text(e.message),
+                    queued_at=e.queued_at,
+                    waiting_seconds=e.waiting_seconds,
+                    detail_url=e.detail_url,
+                )
+                for e in q.entries
+            ],
+        )
+        for q in rows
+    ]
+
+
+def charts(rows: Iterable[views.UsageChart]) -> list[UsageChart]:
+    return [
+        UsageChart(
+            group=c.group,
+            quota=c.quota,
+            start=c.start,
+            end=c.end,
+            points=[UsagePoint(at=p.at, gpus=p.gpus) for p in c.points],
+            peak=c.peak,
+        )
+        for c in rows
+    ]
+
+
+def overview(ov: views.Overview, *, total: int | None, offset: int, limit: int, more: bool) -> Overview:
+    """``ov`` (already narrowed and paged) with the size of the whole filtered job list (None: not
+    counted) and whether jobs follow the page."""
+    return Overview(
+        now=ov.now,
+        pools=pools(ov.pools),
+        queues=queues(ov.queues),
+        jobs=jobs(ov.jobs),
+        charts=charts(ov.charts),
+        problems=list(ov.problems),
+        jobs_total=total,
+        jobs_more=more,
+        jobs_offset=offset,
+        jobs_limit=limit,
+    )
+
+
+def _snapshot_replica(r: ReplicaStatus) -> SnapshotReplica:
+    ready, containers = views.ready_counts(r.ready)
+    return SnapshotReplica(
+        role=r.role,
+        index=r.index,
+        name=r.name,
+        pod=r.pod,
+        status=_text(r.status),
+        ready_containers=ready,
+        containers=containers,
+        restarts=r.restarts,
+        node=r.node,
+        health=r.health,
+        reason=r.reason,
+        exit_code=r.exit_code,
+        message=_text(r.message),
+        since=r.since,
+    )
+
+
+def snapshot(s: JobSnapshot) -> Snapshot:
+    task = s.task
+    return Snapshot(
+        name=s.name,
+        namespace=s.namespace,
+        kind=s.kind,
+        state=s.state,
+        reason=s.reason,
+        message=_text(s.message),
+        replicas=[_snapshot_replica(r) for r in s.replicas],
+        attempt=s.attempt,
+        requeue_count=s.requeue_count,
+        queue_position=s.queue_position,
+        pod_failures=s.pod_failures,
+        exit_code=s.exit_code,
+        gpus=s.gpus,
+        gpu_seconds=s.gpu_seconds,
+        queued_at=s.queued_at,
+        admitted_at=s.admitted_at,
+        started_at=s.started_at,
+        finished_at=s.finished_at,
+        observed_at=s.observed_at,
+        last_events=list(s.last_events),
+        task=None
+        if task is None
+        else TaskRef(
+            dag_id=task.dag_id,
+            task_id=task.task_id,
+            run_id=task.run_id,
+            map_index=task.map_index,
+            try_number=task.try_number,
+        ),
+        created_at=s.created_at,
+        is_terminal=s.is_terminal,
+        holds_gpus=s.holds_gpus,
+    )
+
+
+def _exit_codes(codes: Mapping[str, int]) -> dict[str, int]:
+    return {str(k): int(v) for k, v in codes.items()}
+
+
+def job_detail(d: views.JobDetail) -> JobDetail:
+    return JobDetail(
+        job=job(d.job),
+        snapshot=snapshot(d.snapshot),
+        phases=[
+            Phase(
+                state=JobState(p.state),
+                start=p.start,
+                end=p.end,
+                duration_seconds=None if p.end is None else (p.end - p.start).total_seconds(),
+                detail=_text(p.detail),
+            )
+            for p in d.phases
+        ],
+        timeline=[TimelineEntry(at=e.at, label=e.label, detail=_text(e.detail)) for e in d.timeline],
+        replicas=[
+            Replica(
+                replica=r.replica,
+                rank=r.rank,
+                pod=r.pod,
+                ready_containers=r.ready_containers,
+                containers=r.containers,
+                status=_text(r.status),
+                restarts=r.restarts,
+                pod_created_at=r.pod_created_at,
+                age_seconds=r.age_seconds,
+                node=r.node,
+                message=_text(r.message),
+            )
+            for r in d.replicas
+        ],
+        events=[
+            Event(
+                type=_text(e.type),
+                reason=_text(e.reason),
+                object=e.object,
+                message=_text(e.message),
+                count=e.count,
+                at=e.at,
+                age_seconds=e.age_seconds,
+            )
+            for e in d.events
+        ],
+        logs=[
+            LogTail(
+                replica=t.replica,
+                rank=t.rank,
+                pod=t.pod,
+                container=_text(t.container),
+                lines=list(t.lines),
+                error=t.error,
+            )
+            for t in d.logs
+        ],
+        actions=[_ACTIONS[a] for a in d.actions],
+        attempts=[
+            Attempt(
+                attempt=a.attempt,
+                name=a.name,
+                state=JobState(a.state),
+                reason=_text(a.reason),
+                message=_text(a.message),
+                requeues=a.requeues,
+                queued_at=a.queued_at,
+                started_at=a.started_at,
+                finished_at=a.finished_at,
+                exit_codes=_exit_codes(a.exit_codes),
+                nodes=list(a.nodes),
+                gpu_seconds=a.gpu_seconds,
+                detail_url=a.detail_url,
+            )
+            for a in d.attempts
+        ],
+    )
+
+
+def node_view(v: nodes.NodeView) -> Nodes:
+    return Nodes(
+        nodes=[
+            Node(
+                name=n.name,
+                device=n.device,
+                gpus=n.gpus,
+                used=n.used,
+                free=n.free,
+                ready=n.ready,
+                schedulable=n.schedulable,
+                holders=[
+                    NodeHolder(
+                        namespace=h.namespace,
+                        job=h.job,
+                        gpus=h.gpus,
+                        user=_text(h.user),
+                        group=_text(h.group),
+                        product=h.product,
+                        dag_id=_text(h.dag_id),
+                        device=h.device,
+                    )
+                    for h in n.holders
+                ],
+            )
+            for n in v.nodes
+        ],
+        gpus=v.gpus,
+        used=v.used,
+        free=v.free,
+        devices=[
+            DeviceTotal(device=t.device, gpus=t.gpus, used=t.used, free=t.free, nodes=t.nodes)
+            for t in v.devices
+        ],
+        problem=_text(v.problem),
+    )
+
+
+def cancel_result(o: action_rules.CancelOutcome) -> CancelResult:
+    return CancelResult(
+        namespace=o.namespace,
+        name=o.name,
+        kind=o.kind,
+        deleted=o.deleted,
+        ended=o.ended,
+        already_finished=o.already_finished,
+        message=_text(o.message),
+    )
+
+
+def action_result(o: action_rules.ActionOutcome) -> ActionResult:
+    return ActionResult(
+        action=_STOP_OR_RESUME[o.action],
+        namespace=o.namespace,
+        name=o.name,
+        kind=o.kind,
+        done=o.done,
+        message=o.message,
+    )
+
+
+def outcome(o: action_rules.CancelOutcome | action_rules.ActionOutcome) -> CancelResult | ActionResult:
+    """The JSON of a cancel, stop or resume."""
+    return cancel_result(o) if isinstance(o, action_rules.CancelOutcome) else action_result(o)
