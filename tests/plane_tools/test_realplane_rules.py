@@ -121,3 +121,39 @@ def test_the_timeline_ends_with_the_pods_final_phase(kind):
     init = ("fetch",) if kind == "init" else ()
     plan = timeline.compute(pod(scenario, init=init), START, host_ip="127.0.0.1", pod_ip="10.244.0.2")
     assert plan.frames[-1].status["phase"] == "Failed"
+
+
+def test_cluster_up_raises_the_inotify_instances_kwok_follows_need(tmp_path):
+    from realplane import inotify
+
+    setting = tmp_path / "max_user_instances"
+    setting.write_text("128\n")
+    outcome = inotify.ensure(setting)
+    assert (outcome.before, outcome.after) == (128, inotify.WANTED)
+    assert setting.read_text().strip() == str(inotify.WANTED)
+    assert "raised from 128 to 1024" in outcome.message
+
+
+def test_cluster_up_never_lowers_the_inotify_instances(tmp_path):
+    from realplane import inotify
+
+    setting = tmp_path / "max_user_instances"
+    setting.write_text("8192\n")
+    assert inotify.ensure(setting).after == 8192
+    assert setting.read_text().strip() == "8192"
+
+
+def test_cluster_up_starts_anyway_when_the_inotify_instances_cannot_be_raised():
+    from realplane import inotify
+
+    class NotRoot:  # what /proc/sys gives a user who may read the setting and not write it
+        def read_text(self) -> str:
+            return "128\n"
+
+        def write_text(self, text: str) -> None:
+            raise PermissionError(13, "Permission denied")
+
+    outcome = inotify.ensure(NotRoot())  # type: ignore[arg-type]
+    assert (outcome.before, outcome.after) == (128, 128)
+    assert "cannot be raised to 1024 (Permission denied)" in outcome.message
+    assert "sysctl -w fs.inotify.max_user_instances=1024" in outcome.message
