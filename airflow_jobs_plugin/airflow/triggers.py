@@ -19,6 +19,8 @@ is: the latest attempt of the job, its admission, its pods.
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -157,6 +159,7 @@ class JobTrigger(BaseTrigger):
         follow = _Follow(self, watch)
         try:
             await follow.start()
+            freeze_start_up_objects()
             # The follow's loop is here, in the frame every deferred trigger keeps anyway: a coroutine of
             # the follow's running it would be a second frame held as long as the job runs (216 bytes).
             # The look returns before the wait: what it read (the job, its pods, the snapshot) is not
@@ -197,6 +200,39 @@ class JobTrigger(BaseTrigger):
 
     async def cleanup(self) -> None:
         """Runs on every exit, including a triggerer restart: never touches the job."""
+
+
+# The process whose start-up objects were frozen (gc.freeze): once per process, and again in a child
+# forked after it (its own start-up).
+_FROZEN_IN: int | None = None
+
+
+def freeze_start_up_objects() -> bool:
+    """Once per process, when its first JobTrigger has started: move every object alive now out of the
+    garbage collector's generations (``gc.freeze``, Python 3.7+). True if it froze them now.
+
+    A full collection walks every tracked object of the process with the loop stopped: at 1,000 to
+    20,000 triggers that is 0.6 to 1.5 s in which no trigger of the process runs, and a final event
+    that falls in it waits. Most of what it walks lives as long as the process: Airflow's and the
+    product's modules, the triggerer's own objects, the shared watch's cache as first listed, the
+    triggers already built. Frozen objects are skipped by every later collection (CPython's gc docs:
+    ``gc.freeze`` moves them to a permanent generation ignored by future collections) and are still
+    freed by their reference counts when they die; only a cycle among them would outlive its use, so a
+    collection first clears the start-up's cyclic garbage. That one collection is paid once, at
+    start-up, instead of on every full collection after. The collector's thresholds, and what it does
+    with every object made afterwards, are Airflow's and the other triggers' as before.
+
+    The triggerer runs its triggers in a child process of its own (Airflow 3.3,
+    ``airflow/jobs/triggerer_job_runner.py``: the ``TriggerRunnerSupervisor`` starts the runner's
+    process), which is the process the first ``run`` is in."""
+    global _FROZEN_IN
+    pid = os.getpid()
+    if _FROZEN_IN == pid:
+        return False
+    _FROZEN_IN = pid
+    gc.collect()
+    gc.freeze()
+    return True
 
 
 # Who a cancel from Airflow's own controls is put down to: Airflow does not tell a trigger which user.

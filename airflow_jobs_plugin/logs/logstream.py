@@ -176,6 +176,13 @@ class _Run:
             return False
         return self.after is None or self.after.finished or now - self.registered > EARLIER_POD_WAIT
 
+    def ready_at(self) -> float:
+        """The loop time by which :meth:`ready` turns true whatever else happens (its earlier pod may
+        finish sooner: :meth:`LogHub.unblocked`)."""
+        if self.after is not None and not self.after.finished:
+            return max(self.not_before, self.registered + EARLIER_POD_WAIT)
+        return self.not_before
+
     def marker(self) -> LogMarker:
         return LogMarker(self.pod, self.container, self.label, self.cursor, self.previous)
 
@@ -205,6 +212,9 @@ class LogHub:
         self._slots = asyncio.Semaphore(POLL_CONCURRENCY)
         self._wake = asyncio.Event()
         self._poller: asyncio.Task | None = None
+        # Grants the free streams when the first waiting run that is not ready yet (backing off) becomes
+        # ready: no other event may come to hand them out (a refused stream's run waits for it).
+        self._grant_timer: asyncio.TimerHandle | None = None
         self._order = itertools.count()
         self.loop = asyncio.get_running_loop()
         self.opened = 0  # streams opened, reads sent, streams open at once: for tests and benchmarks
@@ -315,6 +325,9 @@ class LogHub:
     async def close(self) -> None:
         for run in list(self._runs):
             self.drop(run)
+        if self._grant_timer is not None:
+            self._grant_timer.cancel()
+            self._grant_timer = None
         tasks = [t for t in (self._poller, *self._reads) if t is not None]
         for task in tasks:
             task.cancel()
@@ -330,16 +343,40 @@ class LogHub:
             return
         now = self._now()
         held = Counter(run.owner for run in self._streaming)
-        ready = [w for run, w in self._waiting.items() if run.ready(now)]
-        for run in grant_streams(ready, held, free):
+        ready: list[Waiting[_Run]] = []
+        soonest: float | None = None  # when the first waiting run not ready yet becomes ready
+        for run, w in self._waiting.items():
+            if run.ready(now):
+                ready.append(w)
+            else:
+                at = run.ready_at()
+                soonest = at if soonest is None else min(soonest, at)
+        granted = grant_streams(ready, held, free)
+        for run in granted:
             self._waiting.pop(run, None)
             self.ring.remove(run)
             self._streaming[run] = asyncio.create_task(self._stream(run))
         self.most_streams = max(self.most_streams, len(self._streaming))
+        if soonest is not None and len(granted) < free:
+            self._grant_at(soonest)
+
+    def _grant_at(self, when: float) -> None:
+        timer = self._grant_timer
+        if timer is not None and not timer.cancelled() and timer.when() <= when:
+            return  # an earlier grant comes anyway, and grants then schedules the next
+        if timer is not None:
+            timer.cancel()
+        self._grant_timer = self.loop.call_at(when, self._grant_due, context=_NO_CONTEXT)
+
+    def _grant_due(self) -> None:
+        self._grant_timer = None
+        if self._runs:
+            self._grant()
 
     async def _stream(self, run: _Run) -> None:
         self.opened += 1
-        refused = False
+        refusal: KubeError | None = None
+        broken = False
         repeated = 0  # the stream is one read: it repeats the cursor's second once, at its start
         try:
             async for line in self.client.follow_log(
@@ -354,15 +391,21 @@ class LogHub:
         except asyncio.CancelledError:
             raise
         except KubeError as exc:
-            refused = True
-            self._refused(run, exc)
+            refusal = exc
         except Exception:  # a broken stream is resumed from the cursor, never kills the hub
-            refused = True
-            self._backoff(run)
+            broken = True
         finally:
             if self._streaming.get(run) is asyncio.current_task():
                 del self._streaming[run]
-        if not refused and run in self._runs and not run.finished:
+        # Handled once the stream is no longer counted as open: a refused run waits for a stream again
+        # (``_retry_at`` queues only a run without one), instead of being read in turn for ever.
+        if refusal is not None or broken:
+            run.reopens += 1  # a run whose streams are always refused ends up read in turn only
+            if refusal is not None:
+                self._refused(run, refusal)
+            else:
+                self._backoff(run)
+        elif run in self._runs and not run.finished:
             if not run.running:
                 # The API server ends a follow once the container has ended and its log is read out.
                 run.finish()
@@ -496,6 +539,8 @@ class LogHub:
 
 
 _HUBS: weakref.WeakKeyDictionary[Any, LogHub] = weakref.WeakKeyDictionary()
+# The context the hub's grant timer runs in: the streams it opens print in their runs' own contexts.
+_NO_CONTEXT = contextvars.Context()
 
 
 def hub_for(client: KubeClient) -> LogHub:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from realplane import build, kueue_setup, nodes, stages
+from realplane import build, inotify, kueue_setup, nodes, stages
 from realplane.pins import Pins
 from realplane.pki import LOOPBACK, Authority
 
@@ -468,6 +468,8 @@ class Plane:
 
     def _start_kwok(self) -> None:
         assert self.state is not None
+        # One kwok plays every node's kubelet: its follows share one user's inotify instances.
+        self.say(inotify.ensure().message)
         p = self.state.ports
         kw = self.module("kwok")
         self.apply(

@@ -75,10 +75,33 @@ def _ms(t: datetime) -> int:
     return int(t.timestamp() * 1000)
 
 
-# A strategic-merge patch merges maps key by key: a container going from waiting to running would keep
-# its old `waiting`. `$patch: replace` makes each state map replace the old one whole.
-def _replace(state: dict | None) -> dict:
-    return {"$patch": "replace", **(state or {})}
+# Every field a container state can hold, by state (k8s.io/api v0.36 core/v1 ContainerStateWaiting,
+# ContainerStateRunning, ContainerStateTerminated).
+_STATE_FIELDS = {
+    "waiting": ("reason", "message"),
+    "running": ("startedAt",),
+    "terminated": ("exitCode", "signal", "reason", "message", "startedAt", "finishedAt", "containerID"),
+}
+
+
+def _whole_state(state: dict | None) -> dict:
+    """A container state (or last state) as a patch that leaves nothing of any earlier one: every state
+    and field it lacks is set to null.
+
+    A strategic-merge patch merges maps key by key, so a container going from waiting to running would
+    keep its old `waiting`, and a new waiting reason the old one's message. Nulls, not a `$patch:
+    replace` directive, because a frame may be applied to a pod that never showed the frames before it:
+    kwok writes the latest frame due when its stage fires (late under load), so a pod can go from no
+    container status to the Running frame at once; the merge then adds the container's item whole, and
+    a directive inside an added item is dropped with the map it sits in, leaving `state: {}` (seen at
+    150 and 200 jobs: most pods Running with an empty state until the next frame, minutes later). A
+    null in an added item is dropped when the API server decodes the pod, which leaves the state
+    itself."""
+    state = state or {}
+    return {
+        key: None if state.get(key) is None else {**dict.fromkeys(fields), **state[key]}
+        for key, fields in _STATE_FIELDS.items()
+    }
 
 
 def _nulls(previous: dict | None, current: dict) -> dict:
@@ -109,8 +132,8 @@ def smp_status(status: dict, previous: dict | None = None) -> dict:
             out[key] = [
                 {
                     **_nulls(before.get(s["name"]), s),
-                    "state": _replace(s.get("state")) if s["name"] in before else s.get("state") or {},
-                    "lastState": _replace(s.get("lastState"))
+                    "state": _whole_state(s.get("state")) if s["name"] in before else s.get("state") or {},
+                    "lastState": _whole_state(s.get("lastState"))
                     if s["name"] in before
                     else s.get("lastState") or {},
                 }

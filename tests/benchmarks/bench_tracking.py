@@ -112,7 +112,7 @@ def run_tracking(
     startup: float | None = None,
     cluster: str = "sim",
     kubeconfig: str | None = None,
-    gc_freeze: bool = False,
+    gc_freeze: bool = True,
     log_streams: int | None = None,
     poll_rate: float | None = None,
     say: Any = print,
@@ -166,7 +166,7 @@ def run_tracking(
             (["--stream-logs"] if stream_logs else [])
             + (["--heap"] if heap else [])
             + (["--tracemalloc", str(tracemalloc)] if tracemalloc else [])
-            + (["--gc-freeze"] if gc_freeze else [])
+            + ([] if gc_freeze else ["--no-gc-freeze"])
             + (["--log-streams", str(log_streams)] if log_streams is not None else [])
             + (["--poll-rate", str(poll_rate)] if poll_rate is not None else [])
         )
@@ -689,7 +689,10 @@ def main() -> None:
     )
     parser.add_argument("--kubeconfig", default=None, help="--cluster real: a plane already up")
     parser.add_argument(
-        "--gc-freeze", action="store_true", help="the tracker calls gc.freeze() after start-up"
+        "--gc-freeze",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the product's gc.freeze() at its first trigger's start (--no-gc-freeze: off, to compare)",
     )
     parser.add_argument("--log-streams", type=int, default=None, help="our log stream budget (default 500)")
     parser.add_argument("--poll-rate", type=float, default=None, help="our log reads per second (default 20)")
@@ -767,7 +770,11 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f"[tracking n={n}] line latency: "
         + ", ".join(
             f"{source} p50 {_s(f['p50'])} p99 {_s(f['p99'])} ({f['count']:,} lines)"
-            for source, f in ((ours.get("line_latency") or {}).get("by_source") or {}).items()
+            for source, f in (
+                (ours.get("line_latency") or {}).get("by_class")
+                or (ours.get("line_latency") or {}).get("by_source")
+                or {}
+            ).items()
         )
         + f"; writer lag p99 {_s(((ours.get('line_latency') or {}).get('writer_lag') or {}).get('p99'))}",
     ]

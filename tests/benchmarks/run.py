@@ -5,7 +5,7 @@ starts the real control plane (``scripts/cluster up`` with a kwok node per 100 j
 stops it after; ``--cluster sim`` (the default) uses the stand-in. Each run is added to
 ``docs/bench-results/tracking-<cluster>.json`` (``--keep`` runs per N, the newest) and the workload
 section of ``docs/benchmarks.md`` is rewritten from both files, side by side. Other options:
-``--log-streams``, ``--poll-rate``, ``--gc-freeze``, ``--startup 1000=300``, ``--kubeconfig`` (a plane
+``--log-streams``, ``--poll-rate``, ``--no-gc-freeze``, ``--startup 1000=300``, ``--kubeconfig`` (a plane
 already up), ``--window``, ``--cncf-windows``, ``--cncf-max``, ``--no-stream-logs``. The admission
 benchmark (``--skip-tracking``; stand-in only) rewrites the results section between its markers, and
 ``--from results.json`` re-renders a saved admission run.
@@ -445,9 +445,13 @@ def _req(part: dict | None) -> str:
 
 
 def _gen2(o: dict) -> str:
+    """Full collections: count and longest, and whether the product had frozen its start-up objects
+    (``gc.freeze`` at its first trigger's start) and how long after the triggers started."""
     gens = (o.get("gc") or {}).get("by_generation") or {}
     g2 = gens.get("2") or {}
-    return f"{g2.get('count', 0)}× (longest {g2.get('max', 0) * 1000:.0f} ms)"
+    frozen = o.get("gc_frozen_after_s")
+    after = f"; frozen at {frozen:.0f} s" if frozen is not None else ""
+    return f"{g2.get('count', 0)}× (longest {g2.get('max', 0) * 1000:.0f} ms{after})"
 
 
 def _load(r: dict) -> str:
@@ -505,18 +509,30 @@ def workload_tables(results: dict) -> list[str]:
     out += [
         "",
         "Latency (seconds, p50 / p99), the task logs, the event loop and memory. A line's latency runs"
-        " from the wall time its writer put in it to the moment the tracker logged it; a job is"
-        " streamed while it holds one of the hub's log streams, polled otherwise.",
+        " from the wall time its writer put in it to the moment the tracker logged it. A line is"
+        " *streamed* if its container held one of the hub's log streams when the line was written,"
+        " *polled* otherwise, whichever path brought it; *handed over* are the polled lines a stream"
+        " the container got later delivered (its backlog from the cursor). Rows marked † were measured"
+        " before lines were classed so: there a line counts under the path that brought it (a new"
+        " stream's backlog as streamed) and no handed-over figure exists.",
         "",
-        "| N | cluster | Complete → final event | lines: streamed | lines: polled | lines: writer's lag |"
+        "| N | cluster | Complete → final event | lines: streamed | lines: polled | of which handed over |"
+        " lines: writer's lag |"
         " last line in the task log: trigger / worker / missing | log streams (budget) / reads |"
         " longest loop stall | full GCs | peak RSS above import (per job) | CPU at steady state |",
-        "|---:|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|",
+        "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|",
     ]
     for cluster, r in rows:
         o = r["ours"]
         lat = o.get("line_latency") or {}
-        by = lat.get("by_source") or {}
+        if "by_class" in lat:
+            classes = lat["by_class"]
+            streamed, polled = _p(classes.get("streamed")), _p(classes.get("polled"))
+            handed = _p(classes.get("handed_over"))
+            handed += f" ({(classes.get('handed_over') or {}).get('count', 0):,} lines)"
+        else:  # an older run: by the path that brought the line
+            by = lat.get("by_source") or {}
+            streamed, polled, handed = f"{_p(by.get('stream'))} †", f"{_p(by.get('read'))} †", "-"
         logs = o.get("logs") or {}
         worker = logs.get("worker_path") or {}
         hub = logs.get("hub") or {}
@@ -525,8 +541,8 @@ def workload_tables(results: dict) -> list[str]:
         missing = r["n"] - trig - via_worker
         stall = o.get("loop_lag_max")
         out.append(
-            f"| {r['n']:,} | {name[cluster]} | {_p(o['latency']['final_event'])} | {_p(by.get('stream'))} |"
-            f" {_p(by.get('read'))} | {_p(lat.get('writer_lag'))} |"
+            f"| {r['n']:,} | {name[cluster]} | {_p(o['latency']['final_event'])} | {streamed} |"
+            f" {polled} | {handed} | {_p(lat.get('writer_lag'))} |"
             f" {trig:,} / {via_worker:,} / {missing:,} |"
             f" {hub.get('streams_opened', 0):,} ({hub.get('stream_budget', '-')}) / {hub.get('reads', 0):,} |"
             f" {_s(stall)} | {_gen2(o)} |"
@@ -865,7 +881,10 @@ def main() -> None:
     )
     parser.add_argument("--poll-rate", type=float, default=None, help="our log reads per second")
     parser.add_argument(
-        "--gc-freeze", action="store_true", help="the tracker calls gc.freeze() after start-up"
+        "--gc-freeze",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the product's gc.freeze() at its first trigger's start (--no-gc-freeze: off, to compare)",
     )
     parser.add_argument("--keep", type=int, default=2, help="runs kept per N in the results file")
     parser.add_argument("--skip-admission", action="store_true")

@@ -142,16 +142,28 @@ class LineClock:
     """How soon each container line reached its task log: the writer (the plane's player, or the
     stand-in's ticker) puts its wall time in the line (``tick K due=T wrote=W``); the line's latency is
     the time it was logged minus ``W``, and the writer's own lag is ``W - T``. Counted in histograms of
-    10 ms bins (a few hundred KB whatever the number of lines), apart by the path that brought the
-    line: a follow stream, a read in turn, the trigger's last read of an ended run, or the worker's
-    ``execute_complete`` (``logtail``)."""
+    10 ms bins (a few hundred KB whatever the number of lines), apart by what its container held when
+    the line was written, not by the path that brought it:
 
-    SOURCES = ("stream", "read", "worker")
+    - ``streamed``: its container held a follow stream at ``W`` (opened at or before it): the budget's
+      promise, whichever read delivered the line (an ended run's last read too);
+    - ``polled``: it held none, and a read in turn brought the line;
+    - ``handed_over``: it held none, and a stream it got later brought the line (the backlog a new
+      stream delivers from the cursor): a polled line too, reported apart;
+    - ``worker``: the worker's ``execute_complete`` (``logtail``) printed it.
+
+    A container's streams are the follow requests the hub sent for its pod: from the moment the request
+    is sent to the moment the stream ends (its generator closes)."""
+
+    CLASSES = ("streamed", "polled", "handed_over", "worker")
 
     def __init__(self) -> None:
         self.source = "read"  # set by the wrapped log calls just before the lines they return are taken
+        self.pod = ""  # the pod of those lines, set with ``source``
         self.worker = False  # the worker's path (execute_complete) is reading
-        self.hist = {s: array("l", bytes(8 * (LATENCY_BINS + 1))) for s in self.SOURCES}
+        # Each pod's streams: [opened, closed or None], in order (a pod has one or a few).
+        self.streams: dict[str, list[list[float | None]]] = {}
+        self.hist = {s: array("l", bytes(8 * (LATENCY_BINS + 1))) for s in self.CLASSES}
         self.writer_lag = array("l", bytes(8 * (LATENCY_BINS + 1)))
         self.ticks = 0
 
@@ -162,16 +174,21 @@ class LineClock:
         follow_log, read_log = KubeClient.follow_log, KubeClient.read_log
 
         @functools.wraps(follow_log)
-        async def following(*args: Any, **kwargs: Any) -> Any:
-            async for line in follow_log(*args, **kwargs):
-                # The hub takes the line synchronously after this yield: nothing else runs between.
-                clock.source = "stream"
-                yield line
+        async def following(client: Any, namespace: str, pod: str, *args: Any, **kwargs: Any) -> Any:
+            held: list[float | None] = [time.time(), None]
+            clock.streams.setdefault(pod, []).append(held)
+            try:
+                async for line in follow_log(client, namespace, pod, *args, **kwargs):
+                    # The hub takes the line synchronously after this yield: nothing else runs between.
+                    clock.source, clock.pod = "stream", pod
+                    yield line
+            finally:
+                held[1] = time.time()
 
         @functools.wraps(read_log)
-        async def reading(*args: Any, **kwargs: Any) -> Any:
-            body = await read_log(*args, **kwargs)
-            clock.source = "worker" if clock.worker else "read"
+        async def reading(client: Any, namespace: str, pod: str, *args: Any, **kwargs: Any) -> Any:
+            body = await read_log(client, namespace, pod, *args, **kwargs)
+            clock.source, clock.pod = ("worker" if clock.worker else "read"), pod
             return body
 
         KubeClient.follow_log = following  # type: ignore[method-assign]
@@ -180,6 +197,20 @@ class LineClock:
     @staticmethod
     def _bin(seconds: float) -> int:
         return min(LATENCY_BINS, max(0, int(seconds / LATENCY_BIN)))
+
+    def held_stream(self, pod: str, wrote: float) -> bool:
+        """Whether ``pod`` held a stream at ``wrote`` (one opened by then and not yet ended)."""
+        return any(
+            opened is not None and opened <= wrote and (closed is None or wrote <= closed)
+            for opened, closed in self.streams.get(pod, ())
+        )
+
+    def classify(self, source: str, pod: str, wrote: float) -> str:
+        if source == "worker":
+            return "worker"
+        if self.held_stream(pod, wrote):
+            return "streamed"
+        return "handed_over" if source == "stream" else "polled"
 
     def line(self, text: str, now: float) -> None:
         at = text.find(" wrote=")
@@ -191,7 +222,7 @@ class LineClock:
         except (ValueError, IndexError):
             return
         self.ticks += 1
-        self.hist[self.source][self._bin(now - wrote)] += 1
+        self.hist[self.classify(self.source, self.pod, wrote)][self._bin(now - wrote)] += 1
         self.writer_lag[self._bin(wrote - due)] += 1
 
     @staticmethod
@@ -213,16 +244,28 @@ class LineClock:
         )
         return out
 
-    def figures(self) -> dict[str, Any]:
+    @staticmethod
+    def merged(*hists: array) -> array:
         every = array("l", bytes(8 * (LATENCY_BINS + 1)))
-        for hist in self.hist.values():
+        for hist in hists:
             for i, c in enumerate(hist):
                 if c:
                     every[i] += c
+        return every
+
+    def figures(self) -> dict[str, Any]:
+        h = self.hist
         return {
             "ticks": self.ticks,
-            "by_source": {s: self.stats(h) for s, h in self.hist.items()},
-            "all": self.stats(every),
+            # By what the container held when the line was written; "polled" counts the handed-over
+            # lines too (they waited as polled lines do), and "handed_over" is that part alone.
+            "by_class": {
+                "streamed": self.stats(h["streamed"]),
+                "polled": self.stats(self.merged(h["polled"], h["handed_over"])),
+                "handed_over": self.stats(h["handed_over"]),
+                "worker": self.stats(h["worker"]),
+            },
+            "all": self.stats(self.merged(*h.values())),
             "writer_lag": self.stats(self.writer_lag),
         }
 
@@ -857,6 +900,7 @@ async def sample(
 
 async def amain(args: argparse.Namespace, names: list[str]) -> dict:
     book = Book(names)
+    froze: list[float] = []
     loop = asyncio.get_running_loop()
     REQUESTS.install()
     for item in args.announce_requests:
@@ -873,7 +917,22 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
             kube.LOG_STREAM_CONNECTIONS = args.log_streams
         if args.poll_rate is not None:
             logstream.POLL_RATE = args.poll_rate
-    froze: list[float] = []
+        from airflow_jobs_plugin.airflow import triggers as product_triggers
+
+        if args.no_gc_freeze:
+            # The comparison run: the product's once-per-process freeze counts as done already.
+            product_triggers._FROZEN_IN = os.getpid()  # noqa: SLF001
+        else:
+            # When the product froze its start-up objects (its first trigger's start).
+            freeze = product_triggers.freeze_start_up_objects
+
+            def noted_freeze() -> bool:
+                frozen = freeze()
+                if frozen:
+                    froze.append(time.time())
+                return frozen
+
+            product_triggers.freeze_start_up_objects = noted_freeze
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     triggers = build_triggers(args.kind, names, args.namespace, args, book)
@@ -895,13 +954,6 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
                 if book.receive(key, "running") and book.running_received == len(names):
                     # Every job's pod runs, as this process sees it: the start-up burst has arrived.
                     announce(received_all_running=time.time())
-                    if args.gc_freeze:
-                        # What a triggerer could do once its triggers have started: move every object
-                        # alive now out of the collector's reach, so a full collection walks only
-                        # what came after (Python 3.7+, gc.freeze).
-                        gc.collect()
-                        gc.freeze()
-                        froze.append(time.time())
             elif plural == "jobs" and _complete(obj):
                 book.receive(key, "finished")
 
@@ -1087,7 +1139,9 @@ def main() -> None:
     parser.add_argument("--log-streams", type=int, default=None, help="ours: the log stream budget")
     parser.add_argument("--poll-rate", type=float, default=None, help="ours: log reads per second")
     parser.add_argument(
-        "--gc-freeze", action="store_true", help="gc.freeze() once every job's Running pod is received"
+        "--no-gc-freeze",
+        action="store_true",
+        help="turn off the product's gc.freeze() at its first trigger's start (the comparison run)",
     )
     args = parser.parse_args()
     with open(args.names) as f:

@@ -96,12 +96,28 @@ def test_frames_are_strategic_merge_patches_that_leave_nothing_stale():
     )
     patches = json.loads(plan.annotation())["f"]
     states = [p["s"]["containerStatuses"][0]["state"] for p in patches]
-    # The first frame adds the container whole; each later state replaces the one before it whole, so
-    # ErrImagePull's message never lingers under another reason.
-    assert "$patch" not in states[0]
-    assert all(s["$patch"] == "replace" for s in states[1:])
-    reasons = [s["waiting"]["reason"] for s in states if "waiting" in s]
+    # The first frame adds the container whole; each later state names every state and field it lacks
+    # as null, so ErrImagePull's message never lingers under another reason.
+    assert "$patch" not in json.dumps(patches)
+    for state in states[1:]:
+        assert set(state) == {"waiting", "running", "terminated"}
+        waiting = state["waiting"]
+        assert waiting is None or set(waiting) == {"reason", "message"}
+    reasons = [s["waiting"]["reason"] for s in states if s.get("waiting")]
     assert "ErrImagePull" in reasons and "ImagePullBackOff" in reasons
+
+
+def test_a_frame_applied_to_a_pod_that_missed_the_frames_before_it_still_reads_running():
+    # kwok writes the latest frame due, so under load a pod goes from no container status straight to
+    # its Running frame: the merge adds the container's item whole, where a `$patch: replace` inside it
+    # is dropped with its map and the state reads {} (kube-apiserver v1.36.3, measured on the plane).
+    # Nulls are dropped when the pod is decoded, and the running state stays.
+    creating = {
+        "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    }
+    running = {"containerStatuses": [{"name": "main", "state": {"running": {"startedAt": "t"}}}]}
+    state = timeline.smp_status(running, creating)["containerStatuses"][0]["state"]
+    assert state == {"waiting": None, "running": {"startedAt": "t"}, "terminated": None}
 
 
 def test_a_dropped_field_is_removed_by_the_next_frame():
@@ -121,3 +137,39 @@ def test_the_timeline_ends_with_the_pods_final_phase(kind):
     init = ("fetch",) if kind == "init" else ()
     plan = timeline.compute(pod(scenario, init=init), START, host_ip="127.0.0.1", pod_ip="10.244.0.2")
     assert plan.frames[-1].status["phase"] == "Failed"
+
+
+def test_cluster_up_raises_the_inotify_instances_kwok_follows_need(tmp_path):
+    from realplane import inotify
+
+    setting = tmp_path / "max_user_instances"
+    setting.write_text("128\n")
+    outcome = inotify.ensure(setting)
+    assert (outcome.before, outcome.after) == (128, inotify.WANTED)
+    assert setting.read_text().strip() == str(inotify.WANTED)
+    assert "raised from 128 to 1024" in outcome.message
+
+
+def test_cluster_up_never_lowers_the_inotify_instances(tmp_path):
+    from realplane import inotify
+
+    setting = tmp_path / "max_user_instances"
+    setting.write_text("8192\n")
+    assert inotify.ensure(setting).after == 8192
+    assert setting.read_text().strip() == "8192"
+
+
+def test_cluster_up_starts_anyway_when_the_inotify_instances_cannot_be_raised():
+    from realplane import inotify
+
+    class NotRoot:  # what /proc/sys gives a user who may read the setting and not write it
+        def read_text(self) -> str:
+            return "128\n"
+
+        def write_text(self, text: str) -> None:
+            raise PermissionError(13, "Permission denied")
+
+    outcome = inotify.ensure(NotRoot())  # type: ignore[arg-type]
+    assert (outcome.before, outcome.after) == (128, 128)
+    assert "cannot be raised to 1024 (Permission denied)" in outcome.message
+    assert "sysctl -w fs.inotify.max_user_instances=1024" in outcome.message

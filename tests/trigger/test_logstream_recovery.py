@@ -249,3 +249,31 @@ async def test_a_run_whose_pod_is_gone_is_read_once_more_and_leaves_no_marker():
     assert streamer.seal() == ()  # nothing left the worker could read: no marker, no note
     assert list(tail) == ["[train-0] Server listening on 0.0.0.0 port 22."]
     await hub.close()
+
+
+class RefusedFirstFollow(FakeLogs):
+    """The first follow is refused (400: the container is not ready to be read yet), every later one
+    is served and then hangs as a follow of a running container does."""
+
+    async def follow_log(self, namespace, pod, *, container=None, since_time=None, timestamps=False):
+        self.follows += 1
+        if self.follows == 1:
+            raise KubeError(400, "BadRequest", 'container "main" in pod "train-0" is waiting to start')
+        for line in self._since(pod, since_time):
+            yield line
+        await asyncio.Event().wait()
+
+
+async def test_a_run_whose_stream_was_refused_gets_a_stream_again_once_it_may():
+    client = RefusedFirstFollow()
+    client.write("train-0", "epoch 1", at=0.1)
+    streamer, tail, hub = streamer_for(client, streams=1)
+    streamer.follow(NO_REPLICAS, [pod(running=True)])
+    # Read in turn meanwhile; once its wait after the refusal is over, the free stream is its again.
+    for _ in range(500):
+        if client.follows == 2 and tail:
+            break
+        await asyncio.sleep(0.01)
+    assert client.follows == 2  # before: read in turn for ever, the stream left unused
+    assert list(tail) == ["[train-0] epoch 1"]
+    await hub.close()
