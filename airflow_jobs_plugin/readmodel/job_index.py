@@ -6,11 +6,11 @@ the refresh's window read (:class:`IndexRow`: a named tuple of interned strings,
 which the garbage collector stops tracking), and whole objects only for the jobs the pool's queue rule
 reads (the waiting ones) and the pods of the jobs still running (:attr:`JobIndex.kept`).
 
-How it stays current (the shell is ``plugin/app.py``, the reads ``readmodel/inspect.py``):
+How it stays current (the shell is ``plugin/reads.py``, the reads ``readmodel/inspect.py``):
 
 - **fill**: once per process, the jobs are read whole in pages of 500 with their own pods, each page
   turned into rows (:func:`rows_of`) and dropped, so the heap never holds the namespace (the shell
-  defers Python's full garbage collections meanwhile: ``plugin/app.py``);
+  defers Python's full garbage collections meanwhile: ``plugin/reads.py``);
 - **refresh**: every few seconds while pages are read, only the jobs that can still change are read
   again, by their ``created`` label: every job created since the oldest job that is unfinished or
   holds a ledger reservation (:func:`refresh_since`), which also brings the new ones; a job of that
@@ -181,7 +181,7 @@ class JobIndex:
     unlabelled_open: bool = False
     # Seconds the last refresh took: the next one waits at least twice as long (state_cache.py).
     took: float = 0.0
-    # When (time.monotonic) deleted finished jobs were last swept out (app.DELETION_SWEEP_SECONDS).
+    # When (time.monotonic) deleted finished jobs were last swept out (reads.DELETION_SWEEP_SECONDS).
     swept_at: float = 0.0
     _sorted: dict[str, tuple[IndexRow, ...]] = dataclasses.field(
         default_factory=dict, compare=False, repr=False
