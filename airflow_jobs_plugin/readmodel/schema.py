@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from airflow_jobs_plugin.jobs import action_rules
 from airflow_jobs_plugin.lifecycle import Health, JobSnapshot, JobState, Reason, ReplicaStatus
 from airflow_jobs_plugin.lifecycle.replicas import NO_POD
-from airflow_jobs_plugin.readmodel import nodes, views
+from airflow_jobs_plugin.readmodel import fields, nodes, views
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -42,6 +42,9 @@ def _text(value: str | None) -> str | None:
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+M = TypeVar("M", bound=Model)
 
 
 class Problem(Model):
@@ -141,36 +144,41 @@ class GroupQueue(Model):
     entries: list[QueueEntry] = Field(description="the waiting jobs, next first")
 
 
-class Job(Model):
-    """One GPU job: a line of the job list, and the head of a job's page."""
+def _json_type(kind: Any) -> Any:
+    """A view field's type as the JSON model declares it: every time goes through :data:`Time`."""
+    if kind is datetime:
+        return Time
+    if kind == datetime | None:
+        return Time | None
+    return kind
 
-    namespace: str = Field(description="the job's namespace")
-    name: str = Field(description="the Job or MPIJob name")
-    kind: str = Field(description="Job or MPIJob")
-    state: JobState = Field(description="where the job is in its life (docs/states.md)")
-    reason: Reason = Field(description="why it is in that state")
-    message: str | None = Field(description="the cluster's or the pool's words about the state")
-    group: str | None = Field(description="the quota group it runs in")
-    user: str | None = Field(description="the user it runs for")
-    gpus: int = Field(description="GPUs the job asks for, all replicas together")
-    device: str = Field(
-        description="the GPU resource gpus counts: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
-    )
-    attempt: int = Field(description="the product's submission attempt of the task try, from 1")
-    requeue_count: int = Field(description="how often the pool sent it back to the queue")
-    pod_failures: int = Field(description="pods that failed within this attempt")
-    created_at: Time | None = Field(description="when the job object was created")
-    age_seconds: float | None = Field(description="seconds since created_at, when the data was read")
-    queue_position: int | None = Field(description="place in its queue (1 = next) while it waits")
-    dag_id: str | None = Field(description="the DAG of the task that submitted it; null outside Airflow")
-    task_id: str | None = Field(description="the task that submitted it")
-    run_id: str | None = Field(description="the DAG run of that task")
-    map_index: int | None = Field(description="the task's map index (-1 unmapped)")
-    detail_url: str = Field(description="the job page, relative to Airflow's root")
-    dag_run_url: str | None = Field(description="the DAG run in Airflow's UI, relative to Airflow's root")
-    task_url: str | None = Field(description="the task instance in Airflow's UI, relative to Airflow's root")
-    kueue_queue: str | None = Field(description="Kueue LocalQueue of a job Kueue admits; null for the pool")
-    cluster_queue: str | None = Field(description="Kueue ClusterQueue that reserved quota for it")
+
+def _json_value(field: fields.JsonField, value: Any) -> Any:
+    if field.json.blank_is_null:
+        value = _text(value)
+    if value is not None and field.json.as_type is not None:
+        return field.json.as_type(value)
+    return value
+
+
+def _model_of(view: type, name: str, doc: str) -> type[Model]:
+    """The JSON model of ``view``, from the fields it declares with a :class:`fields.Json` (in order,
+    then its JSON properties): a field's name, type and description are written once, on the view."""
+    declared: dict[str, Any] = {
+        f.name: (_json_type(f.type), Field(description=f.json.description)) for f in fields.json_fields(view)
+    }
+    return create_model(name, __base__=Model, __doc__=doc, __module__=__name__, **declared)
+
+
+def _from_view(model: type[M], view: Any) -> M:
+    """``view`` as ``model`` (made by :func:`_model_of` from ``view``'s class)."""
+    return model(**{f.name: _json_value(f, getattr(view, f.name)) for f in fields.json_fields(type(view))})
+
+
+if TYPE_CHECKING:  # a model made at import time is not a type mypy can check against; the base is
+    Job = Model
+else:
+    Job = _model_of(views.JobRow, "Job", "One GPU job: a line of the job list, and the head of a job's page.")
 
 
 class UsagePoint(Model):
@@ -450,33 +458,7 @@ class ActionResult(Model):
 
 
 def job(row: views.JobRow) -> Job:
-    return Job(
-        namespace=row.namespace,
-        name=row.name,
-        kind=row.kind,
-        state=JobState(row.state),
-        reason=Reason(row.reason),
-        message=_text(row.message),
-        group=_text(row.group),
-        user=_text(row.user),
-        gpus=row.gpus,
-        device=row.device,
-        attempt=row.attempt,
-        requeue_count=row.requeue_count,
-        pod_failures=row.pod_failures,
-        created_at=row.created_at,
-        age_seconds=row.age_seconds,
-        queue_position=row.queue_position,
-        dag_id=row.dag_id,
-        task_id=row.task_id,
-        run_id=row.run_id,
-        map_index=row.map_index,
-        detail_url=row.detail_url,
-        dag_run_url=row.dag_run_url,
-        task_url=row.task_url,
-        kueue_queue=row.kueue_queue,
-        cluster_queue=row.cluster_queue,
-    )
+    return _from_view(Job, row)
 
 
 def jobs(rows: Iterable[views.JobRow]) -> list[Job]:

@@ -23,7 +23,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Annotated, Any, NamedTuple
 from urllib.parse import quote
 
 from airflow_jobs_plugin.cluster.objects import parse_time
@@ -50,6 +50,7 @@ from airflow_jobs_plugin.queueing import kueue, quota
 from airflow_jobs_plugin.queueing.quota import jobs as pool_jobs
 from airflow_jobs_plugin.queueing.quota import ledger_model as ledger_rules
 from airflow_jobs_plugin.queueing.quota.fair_share import UsageHistory, recent_by_group
+from airflow_jobs_plugin.readmodel.fields import Json
 
 PREFIX = "/airflow-jobs"
 CHART_WINDOW = timedelta(hours=1)
@@ -98,38 +99,62 @@ class ClusterState:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobRow:
-    """One line of the job list."""
+class JobRow(NamedTuple):
+    """One line of the job list, and the head of a job's page: one GPU job.
 
-    namespace: str
-    name: str
-    kind: str
-    state: str
-    reason: str
-    message: str
-    group: str
-    user: str
-    gpus: int
-    attempt: int
-    requeue_count: int
-    pod_failures: int
-    # Seconds since the object was created, at the overview's ``now`` (``None`` without a creation time).
-    age_seconds: float | None
-    created_at: datetime | None
-    queue_position: int | None
-    dag_id: str | None
-    task_id: str | None
-    run_id: str | None
-    map_index: int | None
-    detail_url: str
-    dag_run_url: str | None
-    task_url: str | None
-    # Where Kueue admits the job: its LocalQueue, and the ClusterQueue that reserved quota for it.
-    kueue_queue: str | None = None
-    cluster_queue: str | None = None
+    Each field is declared once, with its JSON description (``readmodel/fields.py``): the JSON API's
+    ``Job`` is derived from this class, and the index of every job (``readmodel/job_index.py``) keeps
+    one per job: a named tuple of strings, numbers and times, without a ``__dict__``, as the index
+    holds 51,000 of them. The links are computed from the fields, not kept.
+    """
+
+    namespace: Annotated[str, Json("the job's namespace")]
+    name: Annotated[str, Json("the Job or MPIJob name")]
+    kind: Annotated[str, Json("Job or MPIJob")]
+    state: Annotated[str, Json("where the job is in its life (docs/states.md)", as_type=JobState)]
+    reason: Annotated[str, Json("why it is in that state", as_type=Reason)]
+    message: Annotated[str, Json("the cluster's or the pool's words about the state", blank_is_null=True)]
+    group: Annotated[str, Json("the quota group it runs in", blank_is_null=True)]
+    user: Annotated[str, Json("the user it runs for", blank_is_null=True)]
+    gpus: Annotated[int, Json("GPUs the job asks for, all replicas together")]
     # The GPU resource ``gpus`` counts: whole NVIDIA GPUs, a MIG profile, amd.com/gpu (the job's gpu_resource).
-    device: str = labels.GPU_RESOURCE
+    device: Annotated[
+        str, Json("the GPU resource gpus counts: nvidia.com/gpu, a MIG profile, amd.com/gpu, ...")
+    ]
+    attempt: Annotated[int, Json("the product's submission attempt of the task try, from 1")]
+    requeue_count: Annotated[int, Json("how often the pool sent it back to the queue")]
+    pod_failures: Annotated[int, Json("pods that failed within this attempt")]
+    created_at: Annotated[datetime | None, Json("when the job object was created")]
+    # Seconds since the object was created, at the overview's ``now`` (``None`` without a creation time).
+    age_seconds: Annotated[float | None, Json("seconds since created_at, when the data was read")]
+    queue_position: Annotated[int | None, Json("place in its queue (1 = next) while it waits")]
+    dag_id: Annotated[str | None, Json("the DAG of the task that submitted it; null outside Airflow")]
+    task_id: Annotated[str | None, Json("the task that submitted it")]
+    run_id: Annotated[str | None, Json("the DAG run of that task")]
+    map_index: Annotated[int | None, Json("the task's map index (-1 unmapped)")]
+    # Where Kueue admits the job: its LocalQueue, and the ClusterQueue that reserved quota for it.
+    kueue_queue: Annotated[str | None, Json("Kueue LocalQueue of a job Kueue admits; null for the pool")] = (
+        None
+    )
+    cluster_queue: Annotated[str | None, Json("Kueue ClusterQueue that reserved quota for it")] = None
+
+    @property
+    def detail_url(self) -> Annotated[str, Json("the job page, relative to Airflow's root")]:
+        return job_url(self.namespace, self.name)
+
+    @property
+    def dag_run_url(
+        self,
+    ) -> Annotated[str | None, Json("the DAG run in Airflow's UI, relative to Airflow's root")]:
+        dag_id, run_id = self.dag_id, self.run_id
+        return dag_run_url(dag_id, run_id) if dag_id and run_id else None
+
+    @property
+    def task_url(
+        self,
+    ) -> Annotated[str | None, Json("the task instance in Airflow's UI, relative to Airflow's root")]:
+        dag_id, run_id, task_id = self.dag_id, self.run_id, self.task_id
+        return task_url(dag_id, run_id, task_id, self.map_index) if dag_id and run_id and task_id else None
 
 
 @dataclass(frozen=True)
@@ -563,10 +588,6 @@ def job_row(
     annotations = _annotations(job)
     namespace = snap.namespace or str(_meta(job).get("namespace") or "")
     name = snap.name or str(_meta(job).get("name") or "")
-    dag_id = dag_of(job)
-    task_id = annotations.get(labels.TASK_ID) or None
-    run_id = annotations.get(labels.RUN_ID) or None
-    map_index = _int(annotations.get(labels.MAP_INDEX))
     created = parse_time(_meta(job).get("creationTimestamp"))
     return JobRow(
         namespace=namespace,
@@ -578,22 +599,19 @@ def job_row(
         group=group_of(job),
         user=user_of(job),
         gpus=snap.gpus,
+        device=device_of(job),
         attempt=snap.attempt,
         requeue_count=snap.requeue_count,
         pod_failures=snap.pod_failures,
-        age_seconds=_seconds_since(created, now),
         created_at=created,
+        age_seconds=_seconds_since(created, now),
         queue_position=snap.queue_position,
-        dag_id=dag_id,
-        task_id=task_id,
-        run_id=run_id,
-        map_index=map_index,
-        detail_url=job_url(namespace, name),
-        dag_run_url=dag_run_url(dag_id, run_id) if dag_id and run_id else None,
-        task_url=task_url(dag_id, run_id, task_id, map_index) if dag_id and run_id and task_id else None,
+        dag_id=dag_of(job),
+        task_id=annotations.get(labels.TASK_ID) or None,
+        run_id=annotations.get(labels.RUN_ID) or None,
+        map_index=_int(annotations.get(labels.MAP_INDEX)),
         kueue_queue=kueue.queue_name(job),
         cluster_queue=kueue.cluster_queue(workload),
-        device=device_of(job),
     )
 
 
