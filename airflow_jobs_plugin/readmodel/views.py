@@ -210,18 +210,27 @@ class PoolRow:
 class QueueEntry:
     """A waiting job at its position (1 = next) with the pool's reason and message."""
 
-    position: int | None
-    namespace: str
-    name: str
-    user: str
-    gpus: int
-    priority: int
-    reason: str
-    message: str
+    position: Annotated[
+        int | None, Json("place in the queue, 1 = next; null when the pool cannot judge the job")
+    ]
+    namespace: Annotated[str, Json("the job's namespace")]
+    name: Annotated[str, Json("the job's name")]
+    user: Annotated[str, Json("the user the job runs for", blank_is_null=True)]
+    gpus: Annotated[int, Json("GPUs the job asks for")]
+    priority: Annotated[int, Json("the job's priority within its group")]
+    reason: Annotated[
+        str,
+        Json(
+            "why it waits: GroupQuota, UserQuota, BehindHead, BackingOff, Inadmissible, Pending, "
+            "Preempting (it waits for the jobs it preempted to end), Preempted (the pool preempted it; the "
+            "message names who took its GPUs)"
+        ),
+    ]
+    message: Annotated[str, Json("the pool's words about why it waits", blank_is_null=True)]
     # Since when it waits (the product's queued-at, else the object's creation) and for how many seconds.
-    queued_at: datetime | None
-    waiting_seconds: float | None
-    detail_url: str
+    queued_at: Annotated[datetime | None, Json("when the job joined the queue")]
+    waiting_seconds: Annotated[float | None, Json("seconds since queued_at, at the overview's now")]
+    detail_url: Annotated[str, Json("the job page, relative to Airflow's root")]
 
 
 @dataclass(frozen=True)
@@ -234,8 +243,8 @@ class GroupQueue:
 class UsagePoint:
     """From ``at`` until the next point, the group held ``gpus`` GPUs."""
 
-    at: datetime
-    gpus: int
+    at: Annotated[datetime, Json("when the level began")]
+    gpus: Annotated[int, Json("GPUs held from then on")]
 
 
 @dataclass(frozen=True)
@@ -269,19 +278,23 @@ class Overview:
 class Phase:
     """A stretch of a job's life in one state (``end`` is ``None`` for an instant, e.g. the finish)."""
 
-    state: str
-    start: datetime
-    end: datetime | None
-    detail: str
+    state: Annotated[str, Json("the state of the stretch", as_type=JobState)]
+    start: Annotated[datetime, Json("when the stretch began")]
+    end: Annotated[datetime | None, Json("null for an instant (the final state)")]
+    detail: Annotated[str, Json("what happened", blank_is_null=True)]
+
+    @property
+    def duration_seconds(self) -> Annotated[float | None, Json("end minus start; null for an instant")]:
+        return None if self.end is None else (self.end - self.start).total_seconds()
 
 
 @dataclass(frozen=True)
 class TimelineEntry:
     """A dated fact about the job: a state it entered or a condition the controller set."""
 
-    at: datetime
-    label: str
-    detail: str
+    at: Annotated[datetime, Json("when")]
+    label: Annotated[str, Json("QUEUED, ADMITTED, STARTED, a condition, or the final state")]
+    detail: Annotated[str, Json("the reason and message of the fact", blank_is_null=True)]
 
 
 @dataclass(frozen=True)
@@ -293,44 +306,44 @@ class ReplicaRow:
     kept for the page and the CLI table; ``restarts`` is the number.
     """
 
-    replica: str
-    rank: int
-    pod: str | None
-    ready_containers: int | None
-    containers: int | None
-    status: str | None
-    restarts: int
+    replica: Annotated[str, Json("launcher, or worker-<index>")]
+    rank: Annotated[int, Json("-1 for the MPI launcher, the index for a worker")]
+    pod: Annotated[str | None, Json("the current pod; null before it has one")]
+    ready_containers: Annotated[int | None, Json("ready containers (kubectl READY's first number)")]
+    containers: Annotated[int | None, Json("containers counted (kubectl READY's second number)")]
+    status: Annotated[str | None, Json("kubectl's STATUS; null without a pod", blank_is_null=True)]
+    restarts: Annotated[int, Json("container restarts (kubectl RESTARTS)")]
     restarts_column: str
-    pod_created_at: datetime | None
-    age_seconds: float | None
-    node: str | None
-    message: str
+    pod_created_at: Annotated[datetime | None, Json("when the pod was created")]
+    age_seconds: Annotated[float | None, Json("seconds since pod_created_at (kubectl AGE)")]
+    node: Annotated[str | None, Json("the node it is bound to")]
+    message: Annotated[str, Json("the cluster's words about a problem", blank_is_null=True)]
 
 
 @dataclass(frozen=True)
 class EventRow:
     """An event about the job or one of its pods, as ``kubectl describe`` lists them."""
 
-    type: str
-    reason: str
-    object: str
-    message: str
-    count: int
+    type: Annotated[str, Json("Normal or Warning", blank_is_null=True)]
+    reason: Annotated[str, Json("the event's reason", blank_is_null=True)]
+    object: Annotated[str, Json("<kind>/<name> the event is about")]
+    message: Annotated[str, Json("the event's message", blank_is_null=True)]
+    count: Annotated[int, Json("how often it was seen")]
     # When it was last seen, and how many seconds before the view's ``now``.
-    at: datetime | None
-    age_seconds: float | None
+    at: Annotated[datetime | None, Json("when it was last seen")]
+    age_seconds: Annotated[float | None, Json("seconds since at, when the data was read")]
 
 
 @dataclass(frozen=True)
 class LogTail:
     """The last lines of one replica's log (``error`` when they could not be read)."""
 
-    replica: str
-    rank: int
-    pod: str
-    container: str
-    lines: tuple[str, ...]
-    error: str | None = None
+    replica: Annotated[str, Json("launcher, or worker-<index>")]
+    rank: Annotated[int, Json("-1 for the MPI launcher")]
+    pod: Annotated[str, Json("the pod the lines were read from")]
+    container: Annotated[str, Json("the container the lines were read from", blank_is_null=True)]
+    lines: Annotated[tuple[str, ...], Json("the last lines, oldest first")]
+    error: Annotated[str | None, Json("why the log could not be read; null when it was")] = None
 
 
 @dataclass(frozen=True)
@@ -354,19 +367,19 @@ class JobDetail:
 class AttemptRow:
     """One attempt of a task try: how it went, on which nodes, for how many GPU-seconds."""
 
-    attempt: int
-    name: str
-    state: str
-    reason: str
-    message: str
-    requeues: int
-    queued_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    exit_codes: Mapping[str, int]
-    nodes: tuple[str, ...]
-    gpu_seconds: float
-    detail_url: str
+    attempt: Annotated[int, Json("the attempt's number, from 1")]
+    name: Annotated[str, Json("the attempt's job name")]
+    state: Annotated[str, Json("the attempt's state", as_type=JobState)]
+    reason: Annotated[str, Json("why it is in that state", blank_is_null=True)]
+    message: Annotated[str, Json("the cluster's or the pool's words about the state", blank_is_null=True)]
+    requeues: Annotated[int, Json("how often the pool sent it back to the queue")]
+    queued_at: Annotated[datetime | None, Json("when it joined the queue")]
+    started_at: Annotated[datetime | None, Json("when its first container started")]
+    finished_at: Annotated[datetime | None, Json("when it reached its final state")]
+    exit_codes: Annotated[Mapping[str, int], Json("exit code by replica")]
+    nodes: Annotated[tuple[str, ...], Json("nodes its pods ran on")]
+    gpu_seconds: Annotated[float, Json("GPU-seconds it held")]
+    detail_url: Annotated[str, Json("the attempt's job page, relative to Airflow's root")]
 
 
 # --------------------------------------------------------------------------------------------------
