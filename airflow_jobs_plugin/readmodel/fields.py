@@ -26,11 +26,13 @@ class Json:
     ``description`` is the OpenAPI description. ``as_type`` is the JSON's type when it is not the
     field's own: the enum whose value a state's text is. ``blank_is_null``: the view keeps ``""`` (or
     kubectl's ``<none>``) for an absent text, which the pages print; the JSON says ``null``.
+    ``digits``: a number the JSON rounds to that many decimals (a decayed usage has no more meaning).
     """
 
     description: str
     as_type: Any = None
     blank_is_null: bool = False
+    digits: int | None = None
 
 
 @dataclass(frozen=True)

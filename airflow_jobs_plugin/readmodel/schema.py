@@ -59,63 +59,6 @@ class Problem(Model):
 # --------------------------------------------------------------------------------------------------
 
 
-class UserShare(Model):
-    """One user's share of a group's quota."""
-
-    user: str = Field(description="the user the GPUs are held or asked for")
-    gpus: int = Field(description="GPUs the user's admitted jobs hold in this group")
-    jobs: int = Field(description="admitted jobs of the user in this group")
-    limit: int | None = Field(description="the user's GPU limit in this group; null when none applies")
-    queued_jobs: int = Field(description="jobs of the user waiting in the group's queue")
-    queued_gpus: int = Field(description="GPUs those waiting jobs ask for")
-    recent_gpus: float | None = Field(
-        description="in a fair_share group, the user's recent usage in GPUs (GPUs held, decayed with the "
-        "group's fair_share_half_life), which orders the group's queue; null in any other group"
-    )
-
-
-class Device(Model):
-    """A group's quota and use of a GPU device other than whole NVIDIA GPUs."""
-
-    resource: str = Field(description="the device's extended-resource name, e.g. nvidia.com/mig-1g.10gb")
-    quota: int = Field(description="the group's quota of the device (policy: groups.<group>.devices)")
-    used: int = Field(description="how many of the device the group's admitted jobs hold")
-    free: int = Field(description="quota minus used, never below 0")
-
-
-class Pool(Model):
-    """A group's quota pool."""
-
-    group: str = Field(description="the group (quota pool) name")
-    quota: int | None = Field(
-        description="the group's GPU quota; null when the policy does not name the group"
-    )
-    used: int = Field(description="GPUs the group's admitted jobs hold")
-    free: int | None = Field(
-        description="GPUs the group may take now: quota minus used, or in a cohort what is left of its "
-        "guaranteed part plus what the cohort has left to lend, within its borrowing_limit; null without a quota"
-    )
-    queued_jobs: int = Field(description="jobs waiting in the group's queue")
-    queued_gpus: int = Field(description="GPUs the waiting jobs ask for")
-    users: list[UserShare] = Field(description="per user, in name order")
-    devices: list[Device] = Field(
-        description="other GPU devices the group has a quota of or holds (MIG profiles, other vendors)"
-    )
-    cohort: str | None = Field(
-        description="the cohort whose groups lend each other unused GPUs; null for none"
-    )
-    borrowed: int = Field(
-        description="GPUs the group holds above its quota, lent by its cohort; 0 outside one"
-    )
-    lent: int = Field(
-        description="GPUs of the group's quota that other groups of its cohort hold now; 0 outside one"
-    )
-    most: int | None = Field(
-        description="the most GPUs the group may hold: its quota, or in a cohort its quota minus what it "
-        "lends plus all the cohort lends, within its borrowing_limit; null without a quota"
-    )
-
-
 def _json_type(kind: Any) -> Any:
     """A view field's type as the JSON model declares it: every time goes through :data:`Time`, a
     view's tuples are JSON lists and its mappings JSON objects."""
@@ -134,6 +77,8 @@ def _json_type(kind: Any) -> Any:
 def _json_value(field: fields.JsonField, value: Any) -> Any:
     if field.json.blank_is_null:
         value = _text(value)
+    if value is not None and field.json.digits is not None:
+        return round(value, field.json.digits)
     if value is not None and field.json.as_type is not None:
         return field.json.as_type(value)
     if isinstance(value, tuple):
@@ -177,6 +122,11 @@ if TYPE_CHECKING:  # a model made at import time is not a type mypy can check ag
     Node = Model
     DeviceTotal = Model
     Nodes = Model
+    UserShare = Model
+    Device = Model
+    Pool = Model
+    GroupQueue = Model
+    UsageChart = Model
 else:
     Job = _model_of(views.JobRow, "Job", "One GPU job: a line of the job list, and the head of a job's page.")
     QueueEntry = _model_of(views.QueueEntry, "QueueEntry", "A waiting job at its place in its group's queue.")
@@ -197,6 +147,13 @@ else:
     Event = _model_of(views.EventRow, "Event", "An event about the job or one of its pods.")
     LogTail = _model_of(views.LogTail, "LogTail", "The last lines of one replica's log.")
     Attempt = _model_of(views.AttemptRow, "Attempt", "One attempt of the job's task try.")
+    UserShare = _model_of(views.UserRow, "UserShare", "One user's share of a group's quota.")
+    Device = _model_of(
+        views.DeviceRow, "Device", "A group's quota and use of a GPU device other than whole NVIDIA GPUs."
+    )
+    Pool = _model_of(views.PoolRow, "Pool", "A group's quota pool.")
+    GroupQueue = _model_of(views.GroupQueue, "GroupQueue", "A group's queue, in order.")
+    UsageChart = _model_of(views.UsageChart, "UsageChart", "A group's GPUs held over time, as steps.")
     NodeHolder = _model_of(nodes.NodeHolder, "NodeHolder", "A job (or another pod) holding GPUs on a node.")
     Node = _model_of(
         nodes.NodeRow,
@@ -207,24 +164,6 @@ else:
     Nodes = _model_of(
         nodes.NodeView, "Nodes", "Every node with GPUs, a row per device, and the totals per device."
     )
-
-
-class GroupQueue(Model):
-    """A group's queue, in order."""
-
-    group: str = Field(description="the group")
-    entries: list[QueueEntry] = Field(description="the waiting jobs, next first")
-
-
-class UsageChart(Model):
-    """A group's GPUs held over time, as steps."""
-
-    group: str = Field(description="the group")
-    quota: int | None = Field(description="the group's quota, for reference")
-    start: Time = Field(description="start of the span drawn")
-    end: Time = Field(description="end of the span drawn (the overview's now)")
-    points: list[UsagePoint] = Field(description="change points, the first at start")
-    peak: int = Field(description="the most GPUs held within the span")
 
 
 class Overview(Model):
@@ -368,52 +307,15 @@ def jobs(rows: Iterable[views.JobRow]) -> list[Job]:
 
 
 def pools(rows: Iterable[views.PoolRow]) -> list[Pool]:
-    return [
-        Pool(
-            group=p.group,
-            quota=p.quota,
-            used=p.used,
-            free=p.free,
-            queued_jobs=p.queued_jobs,
-            queued_gpus=p.queued_gpus,
-            users=[
-                UserShare(
-                    user=u.user,
-                    gpus=u.gpus,
-                    jobs=u.jobs,
-                    limit=u.limit,
-                    queued_jobs=u.queued_jobs,
-                    queued_gpus=u.queued_gpus,
-                    recent_gpus=None if u.recent_gpus is None else round(u.recent_gpus, 3),
-                )
-                for u in p.users
-            ],
-            devices=[Device(resource=d.resource, quota=d.quota, used=d.used, free=d.free) for d in p.devices],
-            cohort=p.cohort,
-            borrowed=p.borrowed,
-            lent=p.lent,
-            most=p.most,
-        )
-        for p in rows
-    ]
+    return [_from_view(Pool, p) for p in rows]
 
 
 def queues(rows: Iterable[views.GroupQueue]) -> list[GroupQueue]:
-    return [GroupQueue(group=q.group, entries=[_from_view(QueueEntry, e) for e in q.entries]) for q in rows]
+    return [_from_view(GroupQueue, q) for q in rows]
 
 
 def charts(rows: Iterable[views.UsageChart]) -> list[UsageChart]:
-    return [
-        UsageChart(
-            group=c.group,
-            quota=c.quota,
-            start=c.start,
-            end=c.end,
-            points=[_from_view(UsagePoint, p) for p in c.points],
-            peak=c.peak,
-        )
-        for c in rows
-    ]
+    return [_from_view(UsageChart, c) for c in rows]
 
 
 def overview(ov: views.Overview, *, total: int | None, offset: int, limit: int, more: bool) -> Overview:

@@ -161,26 +161,33 @@ class JobRow(NamedTuple):
 class UserRow:
     """One user's share of a group: GPUs held, jobs running, their limit and what they have queued."""
 
-    user: str
-    gpus: int
-    jobs: int
-    limit: int | None
-    queued_jobs: int
-    queued_gpus: int
+    user: Annotated[str, Json("the user the GPUs are held or asked for")]
+    gpus: Annotated[int, Json("GPUs the user's admitted jobs hold in this group")]
+    jobs: Annotated[int, Json("admitted jobs of the user in this group")]
+    limit: Annotated[int | None, Json("the user's GPU limit in this group; null when none applies")]
+    queued_jobs: Annotated[int, Json("jobs of the user waiting in the group's queue")]
+    queued_gpus: Annotated[int, Json("GPUs those waiting jobs ask for")]
     # In a fair_share group: the user's recent usage in GPUs, which orders the queue (queueing/quota/fair_share.py).
-    recent_gpus: float | None = None
+    recent_gpus: Annotated[
+        float | None,
+        Json(
+            "in a fair_share group, the user's recent usage in GPUs (GPUs held, decayed with the "
+            "group's fair_share_half_life), which orders the group's queue; null in any other group",
+            digits=3,
+        ),
+    ] = None
 
 
 @dataclass(frozen=True)
 class DeviceRow:
     """A group's quota and use of a GPU device other than whole NVIDIA GPUs (``devices`` in the policy)."""
 
-    resource: str
-    quota: int
-    used: int
+    resource: Annotated[str, Json("the device's extended-resource name, e.g. nvidia.com/mig-1g.10gb")]
+    quota: Annotated[int, Json("the group's quota of the device (policy: groups.<group>.devices)")]
+    used: Annotated[int, Json("how many of the device the group's admitted jobs hold")]
 
     @property
-    def free(self) -> int:
+    def free(self) -> Annotated[int, Json("quota minus used, never below 0")]:
         return max(0, self.quota - self.used)
 
 
@@ -192,18 +199,39 @@ class PoolRow:
     ``borrowed`` what it holds of the cohort's above its quota, ``lent`` what of its quota others hold.
     """
 
-    group: str
-    quota: int | None
-    used: int
-    free: int | None
-    queued_jobs: int
-    queued_gpus: int
-    users: tuple[UserRow, ...]
-    devices: tuple[DeviceRow, ...] = ()
-    cohort: str | None = None
-    borrowed: int = 0
-    lent: int = 0
-    most: int | None = None
+    group: Annotated[str, Json("the group (quota pool) name")]
+    quota: Annotated[int | None, Json("the group's GPU quota; null when the policy does not name the group")]
+    used: Annotated[int, Json("GPUs the group's admitted jobs hold")]
+    free: Annotated[
+        int | None,
+        Json(
+            "GPUs the group may take now: quota minus used, or in a cohort what is left of its "
+            "guaranteed part plus what the cohort has left to lend, within its borrowing_limit; null without a quota"
+        ),
+    ]
+    queued_jobs: Annotated[int, Json("jobs waiting in the group's queue")]
+    queued_gpus: Annotated[int, Json("GPUs the waiting jobs ask for")]
+    users: Annotated[tuple[UserRow, ...], Json("per user, in name order")]
+    devices: Annotated[
+        tuple[DeviceRow, ...],
+        Json("other GPU devices the group has a quota of or holds (MIG profiles, other vendors)"),
+    ] = ()
+    cohort: Annotated[
+        str | None, Json("the cohort whose groups lend each other unused GPUs; null for none")
+    ] = None
+    borrowed: Annotated[
+        int, Json("GPUs the group holds above its quota, lent by its cohort; 0 outside one")
+    ] = 0
+    lent: Annotated[
+        int, Json("GPUs of the group's quota that other groups of its cohort hold now; 0 outside one")
+    ] = 0
+    most: Annotated[
+        int | None,
+        Json(
+            "the most GPUs the group may hold: its quota, or in a cohort its quota minus what it "
+            "lends plus all the cohort lends, within its borrowing_limit; null without a quota"
+        ),
+    ] = None
 
 
 @dataclass(frozen=True)
@@ -235,8 +263,10 @@ class QueueEntry:
 
 @dataclass(frozen=True)
 class GroupQueue:
-    group: str
-    entries: tuple[QueueEntry, ...]
+    """A group's queue, in order."""
+
+    group: Annotated[str, Json("the group")]
+    entries: Annotated[tuple[QueueEntry, ...], Json("the waiting jobs, next first")]
 
 
 @dataclass(frozen=True)
@@ -251,14 +281,14 @@ class UsagePoint:
 class UsageChart:
     """A group's GPUs held over ``[start, end]`` as steps, with its quota for reference."""
 
-    group: str
-    quota: int | None
-    start: datetime
-    end: datetime
-    points: tuple[UsagePoint, ...]
+    group: Annotated[str, Json("the group")]
+    quota: Annotated[int | None, Json("the group's quota, for reference")]
+    start: Annotated[datetime, Json("start of the span drawn")]
+    end: Annotated[datetime, Json("end of the span drawn (the overview's now)")]
+    points: Annotated[tuple[UsagePoint, ...], Json("change points, the first at start")]
 
     @property
-    def peak(self) -> int:
+    def peak(self) -> Annotated[int, Json("the most GPUs held within the span")]:
         return max((p.gpus for p in self.points), default=0)
 
 

@@ -99,3 +99,37 @@ def test_a_page_row_from_the_index_is_the_stored_row_at_the_pages_now():
     kept = job_index.IndexRow(row=stored, uid="u", created_label=None, terminal=False, held=None)
     now = datetime(2026, 3, 2, 9, 10)
     assert job_index.job_row(kept, now) == stored._replace(age_seconds=600.0)
+
+
+@pytest.mark.parametrize("view", list(schema._MODELS), ids=lambda v: v.__name__)
+def test_every_derived_model_has_exactly_its_views_declared_fields(view):
+    model = schema._MODELS[view]
+    assert {n: f.description for n, f in model.model_fields.items()} == {
+        f.name: f.json.description for f in fields.json_fields(view)
+    }
+
+
+def test_a_pool_holds_its_users_and_devices_models_its_computed_free_and_a_rounded_usage():
+    pool = views.PoolRow(
+        group="vision",
+        quota=8,
+        used=2,
+        free=6,
+        queued_jobs=0,
+        queued_gpus=0,
+        users=(views.UserRow("alice", 2, 1, None, 0, 0, recent_gpus=1.23456),),
+        devices=(views.DeviceRow("nvidia.com/mig-1g.10gb", quota=2, used=3),),
+    )
+    (answer,) = [p.model_dump(mode="json") for p in schema.pools([pool])]
+    assert answer["users"] == [
+        {
+            "user": "alice",
+            "gpus": 2,
+            "jobs": 1,
+            "limit": None,
+            "queued_jobs": 0,
+            "queued_gpus": 0,
+            "recent_gpus": 1.235,
+        }
+    ]
+    assert answer["devices"] == [{"resource": "nvidia.com/mig-1g.10gb", "quota": 2, "used": 3, "free": 0}]
