@@ -50,7 +50,7 @@ def _i(value: str | None) -> str | None:
 class IndexRow(NamedTuple):
     """One job of the index: its page row (:class:`views.JobRow`, its strings interned) and what the
     index itself needs (``uid``, ``created_label``, ``terminal``, ``held``). The row's ``age_seconds``
-    is the fill's or refresh's; a page gives its own (:func:`job_row`)."""
+    is not kept: a page gives its own (:func:`job_row`)."""
 
     row: views.JobRow
     uid: str
@@ -83,6 +83,7 @@ def index_row(job: Mapping[str, Any], snap: JobSnapshot, row: views.JobRow) -> I
         group=sys.intern(row.group),
         user=sys.intern(row.user),
         device=sys.intern(row.device),
+        age_seconds=None,  # a page's own (job_row): not a float per job kept for nothing
         dag_id=_i(row.dag_id),
         task_id=_i(row.task_id),
         run_id=_i(row.run_id),
