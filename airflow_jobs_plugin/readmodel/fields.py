@@ -12,6 +12,7 @@ so the view, the JSON answer and its OpenAPI description cannot drift apart. A p
 
 from __future__ import annotations
 
+import functools
 import sys
 import typing
 from collections.abc import Iterator
@@ -52,6 +53,7 @@ def _declared(hint: Any) -> tuple[Any, Json] | None:
     return (base, found[0]) if found else None
 
 
+@functools.cache  # a view's declarations do not change; reading them (get_type_hints) is not cheap
 def json_fields(view: type) -> tuple[JsonField, ...]:
     """Every field of ``view`` the JSON carries, in declaration order, then its JSON properties.
 
