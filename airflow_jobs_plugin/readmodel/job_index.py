@@ -328,17 +328,18 @@ def page(
 
     groups, users, states = set(query.groups), set(query.users), set(query.states)
     dags, spaces = set(query.dags), set(query.namespaces)
-    matching = [
-        i
-        for i in index.in_order(query.sort)
-        if (r := i.row)
-        and (not groups or r.group in groups)
-        and (not users or r.user in users)
-        and (not states or r.state in states)
-        and (not dags or (r.dag_id or "") in dags)
-        and (not spaces or r.namespace in spaces)
-        and allowed(r)
-    ]
+
+    def matches(r: views.JobRow) -> bool:
+        return (
+            (not groups or r.group in groups)
+            and (not users or r.user in users)
+            and (not states or r.state in states)
+            and (not dags or (r.dag_id or "") in dags)
+            and (not spaces or r.namespace in spaces)
+            and allowed(r)
+        )
+
+    matching = [i for i in index.in_order(query.sort) if matches(i.row)]
     shown = tuple(job_row(r, now) for r in matching[query.offset : query.offset + query.limit])
     keep = {r.key for r in matching}
     queues = tuple(
