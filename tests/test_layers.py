@@ -58,6 +58,11 @@ AIRFLOW = {
     "plugin",  # the Airflow plugin's entry (plugin/__init__ loads plugin.entry on demand)
     "plugin.entry",
     "plugin.app",
+    "plugin.deps",
+    "plugin.reads",
+    "plugin.routes",
+    "plugin.routes.api",
+    "plugin.routes.pages",
     "plugin.sweep",
     "plugin.state_cache",
 }

@@ -2,15 +2,17 @@
 
 At 51,000 jobs the namespace's objects are 540 MB of JSON and several GB decoded; the page shows 100
 rows, the pools and the queues. So the API server keeps, per job, only what a row, a pool's chart and
-the refresh's window read (:class:`IndexRow`: a named tuple of interned strings, numbers and times,
-which the garbage collector stops tracking), and whole objects only for the jobs the pool's queue rule
-reads (the waiting ones) and the pods of the jobs still running (:attr:`JobIndex.kept`).
+the refresh's window read (:class:`IndexRow`: the job's page row, :class:`views.JobRow`, a named tuple
+of interned strings, numbers and times, beside the index's own few fields), and whole objects only for
+the jobs the pool's queue rule reads (the waiting ones) and the pods of the jobs still running
+(:attr:`JobIndex.kept`). Named tuples stay tracked by the garbage collector (CPython untracks only
+exact tuples), so the shell freezes the index once filled (``plugin/reads.py``).
 
-How it stays current (the shell is ``plugin/app.py``, the reads ``readmodel/inspect.py``):
+How it stays current (the shell is ``plugin/reads.py``, the reads ``readmodel/inspect.py``):
 
 - **fill**: once per process, the jobs are read whole in pages of 500 with their own pods, each page
   turned into rows (:func:`rows_of`) and dropped, so the heap never holds the namespace (the shell
-  defers Python's full garbage collections meanwhile: ``plugin/app.py``);
+  defers Python's full garbage collections meanwhile: ``plugin/reads.py``);
 - **refresh**: every few seconds while pages are read, only the jobs that can still change are read
   again, by their ``created`` label: every job created since the oldest job that is unfinished or
   holds a ledger reservation (:func:`refresh_since`), which also brings the new ones; a job of that
@@ -46,31 +48,11 @@ def _i(value: str | None) -> str | None:
 
 
 class IndexRow(NamedTuple):
-    """One job of the index: what its row on the page shows, with the fields the sort keys of
-    :data:`listing.SORT_KEYS` read under the same names as :class:`views.JobRow`, and what the index
-    itself needs (``uid``, ``created_label``, ``terminal``, ``held``)."""
+    """One job of the index: its page row (:class:`views.JobRow`, its strings interned) and what the
+    index itself needs (``uid``, ``created_label``, ``terminal``, ``held``). The row's ``age_seconds``
+    is not kept: a page gives its own (:func:`job_row`)."""
 
-    namespace: str
-    name: str
-    kind: str
-    state: str
-    reason: str
-    message: str
-    group: str
-    user: str
-    gpus: int
-    attempt: int
-    requeue_count: int
-    pod_failures: int
-    created_at: datetime | None
-    queue_position: int | None
-    dag_id: str | None
-    task_id: str | None
-    run_id: str | None
-    map_index: int | None
-    kueue_queue: str | None
-    cluster_queue: str | None
-    device: str
+    row: views.JobRow
     uid: str
     # The ``created`` label (epoch seconds, the creating process's clock): what the refresh selects by.
     created_label: int | None
@@ -80,7 +62,7 @@ class IndexRow(NamedTuple):
 
     @property
     def key(self) -> Key:
-        return (self.namespace, self.name)
+        return (self.row.namespace, self.row.name)
 
 
 def index_row(job: Mapping[str, Any], snap: JobSnapshot, row: views.JobRow) -> IndexRow:
@@ -92,28 +74,24 @@ def index_row(job: Mapping[str, Any], snap: JobSnapshot, row: views.JobRow) -> I
         # As views.gpu_intervals: a finished job held them until it finished, a live one until now.
         end = (snap.finished_at or snap.admitted_at) if snap.is_terminal else None
         held = (snap.admitted_at, max(end, snap.admitted_at) if end else None, snap.gpus)
-    return IndexRow(
+    kept = row._replace(
         namespace=sys.intern(row.namespace),
-        name=row.name,
         kind=sys.intern(row.kind),
         state=sys.intern(row.state),
         reason=sys.intern(row.reason),
         message=sys.intern(row.message),
         group=sys.intern(row.group),
         user=sys.intern(row.user),
-        gpus=row.gpus,
-        attempt=row.attempt,
-        requeue_count=row.requeue_count,
-        pod_failures=row.pod_failures,
-        created_at=row.created_at,
-        queue_position=row.queue_position,
+        device=sys.intern(row.device),
+        age_seconds=None,  # a page's own (job_row): not a float per job kept for nothing
         dag_id=_i(row.dag_id),
         task_id=_i(row.task_id),
         run_id=_i(row.run_id),
-        map_index=row.map_index,
         kueue_queue=_i(row.kueue_queue),
         cluster_queue=_i(row.cluster_queue),
-        device=sys.intern(row.device),
+    )
+    return IndexRow(
+        row=kept,
         uid=str(meta.get("uid") or ""),
         created_label=int(label) if label.isdigit() else None,
         terminal=snap.is_terminal,
@@ -123,36 +101,8 @@ def index_row(job: Mapping[str, Any], snap: JobSnapshot, row: views.JobRow) -> I
 
 def job_row(r: IndexRow, now: datetime) -> views.JobRow:
     """The page's row of ``r`` at ``now``: what :func:`views.job_row` gives for the same job."""
-    dag_id, run_id, task_id = r.dag_id, r.run_id, r.task_id
-    return views.JobRow(
-        namespace=r.namespace,
-        name=r.name,
-        kind=r.kind,
-        state=r.state,
-        reason=r.reason,
-        message=r.message,
-        group=r.group,
-        user=r.user,
-        gpus=r.gpus,
-        attempt=r.attempt,
-        requeue_count=r.requeue_count,
-        pod_failures=r.pod_failures,
-        age_seconds=None if r.created_at is None else (now - r.created_at).total_seconds(),
-        created_at=r.created_at,
-        queue_position=r.queue_position,
-        dag_id=dag_id,
-        task_id=task_id,
-        run_id=run_id,
-        map_index=r.map_index,
-        detail_url=views.job_url(r.namespace, r.name),
-        dag_run_url=views.dag_run_url(dag_id, run_id) if dag_id and run_id else None,
-        task_url=views.task_url(dag_id, run_id, task_id, r.map_index)
-        if dag_id and run_id and task_id
-        else None,
-        kueue_queue=r.kueue_queue,
-        cluster_queue=r.cluster_queue,
-        device=r.device,
-    )
+    created = r.row.created_at
+    return r.row._replace(age_seconds=None if created is None else (now - created).total_seconds())
 
 
 def rows_of(state: views.ClusterState) -> list[IndexRow]:
@@ -181,7 +131,7 @@ class JobIndex:
     unlabelled_open: bool = False
     # Seconds the last refresh took: the next one waits at least twice as long (state_cache.py).
     took: float = 0.0
-    # When (time.monotonic) deleted finished jobs were last swept out (app.DELETION_SWEEP_SECONDS).
+    # When (time.monotonic) deleted finished jobs were last swept out (reads.DELETION_SWEEP_SECONDS).
     swept_at: float = 0.0
     _sorted: dict[str, tuple[IndexRow, ...]] = dataclasses.field(
         default_factory=dict, compare=False, repr=False
@@ -195,9 +145,9 @@ class JobIndex:
         """Every row in ``sort``'s order, as :func:`listing.narrow` orders them (ties by namespace and
         name): a total order, so filtering after sorting gives narrow's page. Kept per index."""
         if sort not in self._sorted:
-            rows = sorted(self.rows.values(), key=lambda r: (r.namespace, r.name))
-            key: Callable[[Any], Any] = listing.SORT_KEYS[sort.lstrip("-")]
-            rows.sort(key=key, reverse=sort.startswith("-"))
+            rows = sorted(self.rows.values(), key=lambda r: r.key)
+            key: Callable[[views.JobRow], Any] = listing.SORT_KEYS[sort.lstrip("-")]
+            rows.sort(key=lambda r: key(r.row), reverse=sort.startswith("-"))
             self._sorted[sort] = tuple(rows)
         return self._sorted[sort]
 
@@ -209,7 +159,7 @@ class JobIndex:
         for r in self.rows.values():
             if r.held is not None:
                 start, end, gpus = r.held
-                by_group.setdefault(r.group, []).append(
+                by_group.setdefault(r.row.group, []).append(
                     (start, max(now if end is None else end, start), gpus)
                 )
         # The span and the groups as views.charts chooses them.
@@ -235,8 +185,8 @@ def _carried(index: JobIndex, rows: Mapping[Key, IndexRow]) -> dict[str, tuple[I
         return {}
     out = {}
     for sort, order in index._sorted.items():
-        key: Callable[[Any], Any] = listing.SORT_KEYS[sort.lstrip("-")]
-        if all(key(index.rows[k]) == key(r) for k, r in changed.items()):
+        key: Callable[[views.JobRow], Any] = listing.SORT_KEYS[sort.lstrip("-")]
+        if all(key(index.rows[k].row) == key(r.row) for k, r in changed.items()):
             out[sort] = tuple(changed.get(r.key, r) for r in order)
     return out
 
@@ -315,7 +265,7 @@ def without_deleted(
         for k, r in index.rows.items()
         if k not in there
         and r.terminal
-        and (complete_before is None or r.created_at is None or r.created_at < complete_before)
+        and (complete_before is None or r.row.created_at is None or r.row.created_at < complete_before)
     ]
     if not gone:
         return index
@@ -371,23 +321,25 @@ def page(
     by the group filter (quota is shared)."""
     verdicts: dict[str | None, bool] = {}
 
-    def allowed(r: IndexRow) -> bool:
+    def allowed(r: views.JobRow) -> bool:
         if r.dag_id not in verdicts:
             verdicts[r.dag_id] = may_read(r.dag_id)
         return verdicts[r.dag_id]
 
     groups, users, states = set(query.groups), set(query.users), set(query.states)
     dags, spaces = set(query.dags), set(query.namespaces)
-    matching = [
-        r
-        for r in index.in_order(query.sort)
-        if (not groups or r.group in groups)
-        and (not users or r.user in users)
-        and (not states or r.state in states)
-        and (not dags or (r.dag_id or "") in dags)
-        and (not spaces or r.namespace in spaces)
-        and allowed(r)
-    ]
+
+    def matches(r: views.JobRow) -> bool:
+        return (
+            (not groups or r.group in groups)
+            and (not users or r.user in users)
+            and (not states or r.state in states)
+            and (not dags or (r.dag_id or "") in dags)
+            and (not spaces or r.namespace in spaces)
+            and allowed(r)
+        )
+
+    matching = [i for i in index.in_order(query.sort) if matches(i.row)]
     shown = tuple(job_row(r, now) for r in matching[query.offset : query.offset + query.limit])
     keep = {r.key for r in matching}
     queues = tuple(

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any
 
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds import job_key
 from airflow_jobs_plugin.jobs.spec import GPU_RESOURCE_PREFIXES
 from airflow_jobs_plugin.queueing.quota.placement import NodeCapacity
+from airflow_jobs_plugin.readmodel.fields import Json
 
 ENDED = ("Succeeded", "Failed")
 
@@ -33,39 +34,50 @@ ENDED = ("Succeeded", "Failed")
 class NodeHolder:
     """A job (or another pod) holding GPUs on a node."""
 
-    namespace: str
-    job: str  # the product job's name, else the pod's
-    gpus: int
-    user: str | None = None
-    group: str | None = None
-    product: bool = True  # False: a pod of something else, not a GPU job of this product
-    dag_id: str | None = None
-    device: str = labels.GPU_RESOURCE  # the resource it holds: nvidia.com/gpu, a MIG profile, amd.com/gpu
+    namespace: Annotated[str, Json("the holder's namespace")]
+    # The product job's name, else the pod's.
+    job: Annotated[str, Json("the job's name, else the pod's; a job the reader may not read is not named")]
+    gpus: Annotated[int, Json("GPUs it holds on the node")]
+    user: Annotated[
+        str | None, Json("the job's user; null for other pods and unreadable jobs", blank_is_null=True)
+    ] = None
+    group: Annotated[str | None, Json("the job's group", blank_is_null=True)] = None
+    # False: a pod of something else, not a GPU job of this product.
+    product: Annotated[bool, Json("false for a pod that is not a GPU job of this product")] = True
+    dag_id: Annotated[
+        str | None, Json("the job's DAG; null for other pods and unreadable jobs", blank_is_null=True)
+    ] = None
+    # The resource it holds: nvidia.com/gpu, a MIG profile, amd.com/gpu.
+    device: Annotated[
+        str, Json("the GPU resource it holds: nvidia.com/gpu, a MIG profile, amd.com/gpu, ...")
+    ] = labels.GPU_RESOURCE
 
 
 @dataclass(frozen=True)
 class NodeRow:
     """One device of one node: how many it offers, how many pods hold, and who."""
 
-    name: str
-    gpus: int  # of ``device``
-    used: int
-    free: int
-    ready: bool
-    schedulable: bool
-    holders: tuple[NodeHolder, ...]
-    device: str = labels.GPU_RESOURCE
+    name: Annotated[str, Json("the node's name")]
+    gpus: Annotated[int, Json("allocatable units of the device")]
+    used: Annotated[int, Json("units of the device the live pods bound to it ask for")]
+    free: Annotated[int, Json("gpus minus used, at least 0")]
+    ready: Annotated[bool, Json("the node's Ready condition")]
+    schedulable: Annotated[bool, Json("false when cordoned")]
+    holders: Annotated[tuple[NodeHolder, ...], Json("largest first")]
+    device: Annotated[
+        str, Json("the GPU resource of this row: nvidia.com/gpu, a MIG profile, amd.com/gpu, ...")
+    ] = labels.GPU_RESOURCE
 
 
 @dataclass(frozen=True)
 class DeviceTotal:
     """One device over every node."""
 
-    device: str
-    gpus: int
-    used: int
-    free: int
-    nodes: int
+    device: Annotated[str, Json("the GPU resource")]
+    gpus: Annotated[int, Json("allocatable units on every node")]
+    used: Annotated[int, Json("units held on every node")]
+    free: Annotated[int, Json("units free on every node")]
+    nodes: Annotated[int, Json("nodes offering or holding it")]
 
 
 @dataclass(frozen=True)
@@ -73,12 +85,15 @@ class NodeView:
     """Every node with GPUs, a row per device it offers, and the totals per device (``gpus``, ``used``,
     ``free``: whole NVIDIA GPUs; ``devices``: every device); ``problem`` says what could not be read."""
 
-    nodes: tuple[NodeRow, ...]
-    gpus: int
-    used: int
-    free: int
-    problem: str | None = None
-    devices: tuple[DeviceTotal, ...] = ()
+    nodes: Annotated[tuple[NodeRow, ...], Json("device by device (whole NVIDIA GPUs first), busiest first")]
+    gpus: Annotated[int, Json("allocatable whole NVIDIA GPUs (nvidia.com/gpu) of every node; see devices")]
+    used: Annotated[int, Json("whole NVIDIA GPUs held on every node")]
+    free: Annotated[int, Json("whole NVIDIA GPUs free on every node")]
+    problem: Annotated[
+        str | None,
+        Json("what could not be read (e.g. pods outside the jobs' namespaces)", blank_is_null=True),
+    ] = None
+    devices: Annotated[tuple[DeviceTotal, ...], Json("the totals of every device, never added together")] = ()
 
 
 def _count(value: Any) -> int:

@@ -10,16 +10,17 @@ business (``readmodel/display.py``). FastAPI publishes these models in the app's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from airflow_jobs_plugin.jobs import action_rules
 from airflow_jobs_plugin.lifecycle import Health, JobSnapshot, JobState, Reason, ReplicaStatus
 from airflow_jobs_plugin.lifecycle.replicas import NO_POD
-from airflow_jobs_plugin.readmodel import nodes, views
+from airflow_jobs_plugin.readmodel import fields, nodes, views
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -44,6 +45,9 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+M = TypeVar("M", bound=Model)
+
+
 class Problem(Model):
     """An error: FastAPI's ``{"detail": ...}``."""
 
@@ -55,140 +59,142 @@ class Problem(Model):
 # --------------------------------------------------------------------------------------------------
 
 
-class UserShare(Model):
-    """One user's share of a group's quota."""
+def _json_type(kind: Any) -> Any:
+    """A view field's type as the JSON model declares it: every time goes through :data:`Time`, a
+    view's tuples are JSON lists and its mappings JSON objects."""
+    if kind is datetime:
+        return Time
+    if kind == datetime | None:
+        return Time | None
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return list[_MODELS.get(args[0], args[0])]  # type: ignore[misc]
+    if origin is Mapping:
+        return dict[args[0], args[1]]  # type: ignore[valid-type]
+    return kind
 
-    user: str = Field(description="the user the GPUs are held or asked for")
-    gpus: int = Field(description="GPUs the user's admitted jobs hold in this group")
-    jobs: int = Field(description="admitted jobs of the user in this group")
-    limit: int | None = Field(description="the user's GPU limit in this group; null when none applies")
-    queued_jobs: int = Field(description="jobs of the user waiting in the group's queue")
-    queued_gpus: int = Field(description="GPUs those waiting jobs ask for")
-    recent_gpus: float | None = Field(
-        description="in a fair_share group, the user's recent usage in GPUs (GPUs held, decayed with the "
-        "group's fair_share_half_life), which orders the group's queue; null in any other group"
+
+def _converter(field: fields.JsonField) -> Callable[[Any], Any] | None:
+    """What turns the view's value of ``field`` into its JSON value (None: nothing), chosen once per
+    field rather than asked of every value: the job list converts thousands of rows."""
+    json = field.json
+    steps: list[Callable[[Any], Any]] = []
+    if json.blank_is_null:
+        steps.append(_text)
+    if json.digits is not None:
+        digits = json.digits
+        steps.append(lambda v: None if v is None else round(v, digits))
+    elif json.as_type is not None:
+        as_type = json.as_type
+        steps.append(lambda v: None if v is None else as_type(v))
+    origin, args = typing.get_origin(field.type), typing.get_args(field.type)
+    if origin is tuple:
+        nested = _MODELS.get(args[0])
+        steps.append(list if nested is None else lambda v: [_from_view(nested, item) for item in v])
+    elif origin is Mapping:
+        steps.append(dict)
+    if not steps:
+        return None
+    if len(steps) == 1:
+        return steps[0]
+
+    def in_turn(value: Any) -> Any:
+        for step in steps:
+            value = step(value)
+        return value
+
+    return in_turn
+
+
+_CONVERTERS: dict[type, tuple[tuple[str, Callable[[Any], Any] | None], ...]] = {}
+
+
+def _converters(view: type) -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
+    if view not in _CONVERTERS:
+        _CONVERTERS[view] = tuple((f.name, _converter(f)) for f in fields.json_fields(view))
+    return _CONVERTERS[view]
+
+
+# The model made of each view, so that a view holding others (a node's holders) holds their models.
+_MODELS: dict[type, type[Model]] = {}
+
+
+def _model_of(view: type, name: str, doc: str) -> type[Model]:
+    """The JSON model of ``view``, from the fields it declares with a :class:`fields.Json` (in order,
+    then its JSON properties): a field's name, type and description are written once, on the view."""
+    declared: dict[str, Any] = {
+        f.name: (_json_type(f.type), Field(description=f.json.description)) for f in fields.json_fields(view)
+    }
+    model = create_model(name, __base__=Model, __doc__=doc, __module__=__name__, **declared)
+    _MODELS[view] = model
+    return model
+
+
+def _from_view(model: type[M], view: Any) -> M:
+    """``view`` as ``model`` (made by :func:`_model_of` from ``view``'s class)."""
+    values = {}
+    for name, convert in _converters(type(view)):
+        value = getattr(view, name)
+        values[name] = value if convert is None else convert(value)
+    return model(**values)
+
+
+if TYPE_CHECKING:  # a model made at import time is not a type mypy can check against; the base is
+    Job = Model
+    QueueEntry = Model
+    UsagePoint = Model
+    Phase = Model
+    TimelineEntry = Model
+    Replica = Model
+    Event = Model
+    LogTail = Model
+    Attempt = Model
+    NodeHolder = Model
+    Node = Model
+    DeviceTotal = Model
+    Nodes = Model
+    UserShare = Model
+    Device = Model
+    Pool = Model
+    GroupQueue = Model
+    UsageChart = Model
+else:
+    Job = _model_of(views.JobRow, "Job", "One GPU job: a line of the job list, and the head of a job's page.")
+    QueueEntry = _model_of(views.QueueEntry, "QueueEntry", "A waiting job at its place in its group's queue.")
+    UsagePoint = _model_of(
+        views.UsagePoint, "UsagePoint", "From ``at`` until the next point, the group held ``gpus`` GPUs."
     )
-
-
-class Device(Model):
-    """A group's quota and use of a GPU device other than whole NVIDIA GPUs."""
-
-    resource: str = Field(description="the device's extended-resource name, e.g. nvidia.com/mig-1g.10gb")
-    quota: int = Field(description="the group's quota of the device (policy: groups.<group>.devices)")
-    used: int = Field(description="how many of the device the group's admitted jobs hold")
-    free: int = Field(description="quota minus used, never below 0")
-
-
-class Pool(Model):
-    """A group's quota pool."""
-
-    group: str = Field(description="the group (quota pool) name")
-    quota: int | None = Field(
-        description="the group's GPU quota; null when the policy does not name the group"
+    Phase = _model_of(
+        views.Phase, "Phase", "A stretch of the job's life in one state, drawn on the timeline."
     )
-    used: int = Field(description="GPUs the group's admitted jobs hold")
-    free: int | None = Field(
-        description="GPUs the group may take now: quota minus used, or in a cohort what is left of its "
-        "guaranteed part plus what the cohort has left to lend, within its borrowing_limit; null without a quota"
+    TimelineEntry = _model_of(
+        views.TimelineEntry,
+        "TimelineEntry",
+        "A dated fact: a state entered, or a condition the controller set.",
     )
-    queued_jobs: int = Field(description="jobs waiting in the group's queue")
-    queued_gpus: int = Field(description="GPUs the waiting jobs ask for")
-    users: list[UserShare] = Field(description="per user, in name order")
-    devices: list[Device] = Field(
-        description="other GPU devices the group has a quota of or holds (MIG profiles, other vendors)"
+    Replica = _model_of(
+        views.ReplicaRow, "Replica", "A replica and its current pod: the facts behind kubectl's columns."
     )
-    cohort: str | None = Field(
-        description="the cohort whose groups lend each other unused GPUs; null for none"
+    Event = _model_of(views.EventRow, "Event", "An event about the job or one of its pods.")
+    LogTail = _model_of(views.LogTail, "LogTail", "The last lines of one replica's log.")
+    Attempt = _model_of(views.AttemptRow, "Attempt", "One attempt of the job's task try.")
+    UserShare = _model_of(views.UserRow, "UserShare", "One user's share of a group's quota.")
+    Device = _model_of(
+        views.DeviceRow, "Device", "A group's quota and use of a GPU device other than whole NVIDIA GPUs."
     )
-    borrowed: int = Field(
-        description="GPUs the group holds above its quota, lent by its cohort; 0 outside one"
+    Pool = _model_of(views.PoolRow, "Pool", "A group's quota pool.")
+    GroupQueue = _model_of(views.GroupQueue, "GroupQueue", "A group's queue, in order.")
+    UsageChart = _model_of(views.UsageChart, "UsageChart", "A group's GPUs held over time, as steps.")
+    NodeHolder = _model_of(nodes.NodeHolder, "NodeHolder", "A job (or another pod) holding GPUs on a node.")
+    Node = _model_of(
+        nodes.NodeRow,
+        "Node",
+        "One GPU device of one node (a node offering several devices has a row for each).",
     )
-    lent: int = Field(
-        description="GPUs of the group's quota that other groups of its cohort hold now; 0 outside one"
+    DeviceTotal = _model_of(nodes.DeviceTotal, "DeviceTotal", "One GPU device over every node.")
+    Nodes = _model_of(
+        nodes.NodeView, "Nodes", "Every node with GPUs, a row per device, and the totals per device."
     )
-    most: int | None = Field(
-        description="the most GPUs the group may hold: its quota, or in a cohort its quota minus what it "
-        "lends plus all the cohort lends, within its borrowing_limit; null without a quota"
-    )
-
-
-class QueueEntry(Model):
-    """A waiting job at its place in its group's queue."""
-
-    position: int | None = Field(
-        description="place in the queue, 1 = next; null when the pool cannot judge the job"
-    )
-    namespace: str = Field(description="the job's namespace")
-    name: str = Field(description="the job's name")
-    user: str | None = Field(description="the user the job runs for")
-    gpus: int = Field(description="GPUs the job asks for")
-    priority: int = Field(description="the job's priority within its group")
-    reason: str = Field(
-        description="why it waits: GroupQuota, UserQuota, BehindHead, BackingOff, Inadmissible, Pending, "
-        "Preempting (it waits for the jobs it preempted to end), Preempted (the pool preempted it; the "
-        "message names who took its GPUs)"
-    )
-    message: str | None = Field(description="the pool's words about why it waits")
-    queued_at: Time | None = Field(description="when the job joined the queue")
-    waiting_seconds: float | None = Field(description="seconds since queued_at, at the overview's now")
-    detail_url: str = Field(description="the job page, relative to Airflow's root")
-
-
-class GroupQueue(Model):
-    """A group's queue, in order."""
-
-    group: str = Field(description="the group")
-    entries: list[QueueEntry] = Field(description="the waiting jobs, next first")
-
-
-class Job(Model):
-    """One GPU job: a line of the job list, and the head of a job's page."""
-
-    namespace: str = Field(description="the job's namespace")
-    name: str = Field(description="the Job or MPIJob name")
-    kind: str = Field(description="Job or MPIJob")
-    state: JobState = Field(description="where the job is in its life (docs/states.md)")
-    reason: Reason = Field(description="why it is in that state")
-    message: str | None = Field(description="the cluster's or the pool's words about the state")
-    group: str | None = Field(description="the quota group it runs in")
-    user: str | None = Field(description="the user it runs for")
-    gpus: int = Field(description="GPUs the job asks for, all replicas together")
-    device: str = Field(
-        description="the GPU resource gpus counts: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
-    )
-    attempt: int = Field(description="the product's submission attempt of the task try, from 1")
-    requeue_count: int = Field(description="how often the pool sent it back to the queue")
-    pod_failures: int = Field(description="pods that failed within this attempt")
-    created_at: Time | None = Field(description="when the job object was created")
-    age_seconds: float | None = Field(description="seconds since created_at, when the data was read")
-    queue_position: int | None = Field(description="place in its queue (1 = next) while it waits")
-    dag_id: str | None = Field(description="the DAG of the task that submitted it; null outside Airflow")
-    task_id: str | None = Field(description="the task that submitted it")
-    run_id: str | None = Field(description="the DAG run of that task")
-    map_index: int | None = Field(description="the task's map index (-1 unmapped)")
-    detail_url: str = Field(description="the job page, relative to Airflow's root")
-    dag_run_url: str | None = Field(description="the DAG run in Airflow's UI, relative to Airflow's root")
-    task_url: str | None = Field(description="the task instance in Airflow's UI, relative to Airflow's root")
-    kueue_queue: str | None = Field(description="Kueue LocalQueue of a job Kueue admits; null for the pool")
-    cluster_queue: str | None = Field(description="Kueue ClusterQueue that reserved quota for it")
-
-
-class UsagePoint(Model):
-    """From ``at`` until the next point, the group held ``gpus`` GPUs."""
-
-    at: Time = Field(description="when the level began")
-    gpus: int = Field(description="GPUs held from then on")
-
-
-class UsageChart(Model):
-    """A group's GPUs held over time, as steps."""
-
-    group: str = Field(description="the group")
-    quota: int | None = Field(description="the group's quota, for reference")
-    start: Time = Field(description="start of the span drawn")
-    end: Time = Field(description="end of the span drawn (the overview's now)")
-    points: list[UsagePoint] = Field(description="change points, the first at start")
-    peak: int = Field(description="the most GPUs held within the span")
 
 
 class Overview(Model):
@@ -272,81 +278,6 @@ class Snapshot(Model):
     holds_gpus: bool = Field(description="whether it holds GPUs now")
 
 
-class Phase(Model):
-    """A stretch of the job's life in one state, drawn on the timeline."""
-
-    state: JobState = Field(description="the state of the stretch")
-    start: Time = Field(description="when the stretch began")
-    end: Time | None = Field(description="null for an instant (the final state)")
-    duration_seconds: float | None = Field(description="end minus start; null for an instant")
-    detail: str | None = Field(description="what happened")
-
-
-class TimelineEntry(Model):
-    """A dated fact: a state entered, or a condition the controller set."""
-
-    at: Time = Field(description="when")
-    label: str = Field(description="QUEUED, ADMITTED, STARTED, a condition, or the final state")
-    detail: str | None = Field(description="the reason and message of the fact")
-
-
-class Replica(Model):
-    """A replica and its current pod: the facts behind kubectl's columns."""
-
-    replica: str = Field(description="launcher, or worker-<index>")
-    rank: int = Field(description="-1 for the MPI launcher, the index for a worker")
-    pod: str | None = Field(description="the current pod; null before it has one")
-    ready_containers: int | None = Field(description="ready containers (kubectl READY's first number)")
-    containers: int | None = Field(description="containers counted (kubectl READY's second number)")
-    status: str | None = Field(description="kubectl's STATUS; null without a pod")
-    restarts: int = Field(description="container restarts (kubectl RESTARTS)")
-    pod_created_at: Time | None = Field(description="when the pod was created")
-    age_seconds: float | None = Field(description="seconds since pod_created_at (kubectl AGE)")
-    node: str | None = Field(description="the node it is bound to")
-    message: str | None = Field(description="the cluster's words about a problem")
-
-
-class Event(Model):
-    """An event about the job or one of its pods."""
-
-    type: str | None = Field(description="Normal or Warning")
-    reason: str | None = Field(description="the event's reason")
-    object: str = Field(description="<kind>/<name> the event is about")
-    message: str | None = Field(description="the event's message")
-    count: int = Field(description="how often it was seen")
-    at: Time | None = Field(description="when it was last seen")
-    age_seconds: float | None = Field(description="seconds since at, when the data was read")
-
-
-class LogTail(Model):
-    """The last lines of one replica's log."""
-
-    replica: str = Field(description="launcher, or worker-<index>")
-    rank: int = Field(description="-1 for the MPI launcher")
-    pod: str = Field(description="the pod the lines were read from")
-    container: str | None = Field(description="the container the lines were read from")
-    lines: list[str] = Field(description="the last lines, oldest first")
-    error: str | None = Field(description="why the log could not be read; null when it was")
-
-
-class Attempt(Model):
-    """One attempt of the job's task try."""
-
-    attempt: int = Field(description="the attempt's number, from 1")
-    name: str = Field(description="the attempt's job name")
-    state: JobState = Field(description="the attempt's state")
-    reason: str | None = Field(description="why it is in that state")
-    message: str | None = Field(description="the cluster's or the pool's words about the state")
-    requeues: int = Field(description="how often the pool sent it back to the queue")
-    queued_at: Time | None = Field(description="when it joined the queue")
-    started_at: Time | None = Field(description="when its first container started")
-    finished_at: Time | None = Field(description="when it reached its final state")
-    exit_codes: dict[str, int] = Field(description="exit code by replica")
-    nodes: list[str] = Field(description="nodes its pods ran on")
-    gpu_seconds: float = Field(description="GPU-seconds it held")
-    detail_url: str = Field(description="the attempt's job page, relative to Airflow's root")
-
-
 class JobDetail(Model):
     """A job's page: the job, its lifecycle, replicas, events, logs and what may be done to it."""
 
@@ -366,57 +297,6 @@ class JobDetail(Model):
 # --------------------------------------------------------------------------------------------------
 # Nodes and actions
 # --------------------------------------------------------------------------------------------------
-
-
-class NodeHolder(Model):
-    """A job (or another pod) holding GPUs on a node."""
-
-    namespace: str = Field(description="the holder's namespace")
-    job: str = Field(description="the job's name, else the pod's; a job the reader may not read is not named")
-    gpus: int = Field(description="GPUs it holds on the node")
-    user: str | None = Field(description="the job's user; null for other pods and unreadable jobs")
-    group: str | None = Field(description="the job's group")
-    product: bool = Field(description="false for a pod that is not a GPU job of this product")
-    dag_id: str | None = Field(description="the job's DAG; null for other pods and unreadable jobs")
-    device: str = Field(
-        description="the GPU resource it holds: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
-    )
-
-
-class Node(Model):
-    """One GPU device of one node (a node offering several devices has a row for each)."""
-
-    name: str = Field(description="the node's name")
-    device: str = Field(
-        description="the GPU resource of this row: nvidia.com/gpu, a MIG profile, amd.com/gpu, ..."
-    )
-    gpus: int = Field(description="allocatable units of the device")
-    used: int = Field(description="units of the device the live pods bound to it ask for")
-    free: int = Field(description="gpus minus used, at least 0")
-    ready: bool = Field(description="the node's Ready condition")
-    schedulable: bool = Field(description="false when cordoned")
-    holders: list[NodeHolder] = Field(description="largest first")
-
-
-class DeviceTotal(Model):
-    """One GPU device over every node."""
-
-    device: str = Field(description="the GPU resource")
-    gpus: int = Field(description="allocatable units on every node")
-    used: int = Field(description="units held on every node")
-    free: int = Field(description="units free on every node")
-    nodes: int = Field(description="nodes offering or holding it")
-
-
-class Nodes(Model):
-    """Every node with GPUs, a row per device, and the totals per device."""
-
-    nodes: list[Node] = Field(description="device by device (whole NVIDIA GPUs first), busiest first")
-    gpus: int = Field(description="allocatable whole NVIDIA GPUs (nvidia.com/gpu) of every node; see devices")
-    used: int = Field(description="whole NVIDIA GPUs held on every node")
-    free: int = Field(description="whole NVIDIA GPUs free on every node")
-    devices: list[DeviceTotal] = Field(description="the totals of every device, never added together")
-    problem: str | None = Field(description="what could not be read (e.g. pods outside the jobs' namespaces)")
 
 
 class CancelResult(Model):
@@ -450,33 +330,7 @@ class ActionResult(Model):
 
 
 def job(row: views.JobRow) -> Job:
-    return Job(
-        namespace=row.namespace,
-        name=row.name,
-        kind=row.kind,
-        state=JobState(row.state),
-        reason=Reason(row.reason),
-        message=_text(row.message),
-        group=_text(row.group),
-        user=_text(row.user),
-        gpus=row.gpus,
-        device=row.device,
-        attempt=row.attempt,
-        requeue_count=row.requeue_count,
-        pod_failures=row.pod_failures,
-        created_at=row.created_at,
-        age_seconds=row.age_seconds,
-        queue_position=row.queue_position,
-        dag_id=row.dag_id,
-        task_id=row.task_id,
-        run_id=row.run_id,
-        map_index=row.map_index,
-        detail_url=row.detail_url,
-        dag_run_url=row.dag_run_url,
-        task_url=row.task_url,
-        kueue_queue=row.kueue_queue,
-        cluster_queue=row.cluster_queue,
-    )
+    return _from_view(Job, row)
 
 
 def jobs(rows: Iterable[views.JobRow]) -> list[Job]:
@@ -484,73 +338,15 @@ def jobs(rows: Iterable[views.JobRow]) -> list[Job]:
 
 
 def pools(rows: Iterable[views.PoolRow]) -> list[Pool]:
-    return [
-        Pool(
-            group=p.group,
-            quota=p.quota,
-            used=p.used,
-            free=p.free,
-            queued_jobs=p.queued_jobs,
-            queued_gpus=p.queued_gpus,
-            users=[
-                UserShare(
-                    user=u.user,
-                    gpus=u.gpus,
-                    jobs=u.jobs,
-                    limit=u.limit,
-                    queued_jobs=u.queued_jobs,
-                    queued_gpus=u.queued_gpus,
-                    recent_gpus=None if u.recent_gpus is None else round(u.recent_gpus, 3),
-                )
-                for u in p.users
-            ],
-            devices=[Device(resource=d.resource, quota=d.quota, used=d.used, free=d.free) for d in p.devices],
-            cohort=p.cohort,
-            borrowed=p.borrowed,
-            lent=p.lent,
-            most=p.most,
-        )
-        for p in rows
-    ]
+    return [_from_view(Pool, p) for p in rows]
 
 
 def queues(rows: Iterable[views.GroupQueue]) -> list[GroupQueue]:
-    return [
-        GroupQueue(
-            group=q.group,
-            entries=[
-                QueueEntry(
-                    position=e.position,
-                    namespace=e.namespace,
-                    name=e.name,
-                    user=_text(e.user),
-                    gpus=e.gpus,
-                    priority=e.priority,
-                    reason=e.reason,
-                    message=_text(e.message),
-                    queued_at=e.queued_at,
-                    waiting_seconds=e.waiting_seconds,
-                    detail_url=e.detail_url,
-                )
-                for e in q.entries
-            ],
-        )
-        for q in rows
-    ]
+    return [_from_view(GroupQueue, q) for q in rows]
 
 
 def charts(rows: Iterable[views.UsageChart]) -> list[UsageChart]:
-    return [
-        UsageChart(
-            group=c.group,
-            quota=c.quota,
-            start=c.start,
-            end=c.end,
-            points=[UsagePoint(at=p.at, gpus=p.gpus) for p in c.points],
-            peak=c.peak,
-        )
-        for c in rows
-    ]
+    return [_from_view(UsageChart, c) for c in rows]
 
 
 def overview(ov: views.Overview, *, total: int | None, offset: int, limit: int, more: bool) -> Overview:
@@ -628,122 +424,22 @@ def snapshot(s: JobSnapshot) -> Snapshot:
     )
 
 
-def _exit_codes(codes: Mapping[str, int]) -> dict[str, int]:
-    return {str(k): int(v) for k, v in codes.items()}
-
-
 def job_detail(d: views.JobDetail) -> JobDetail:
     return JobDetail(
         job=job(d.job),
         snapshot=snapshot(d.snapshot),
-        phases=[
-            Phase(
-                state=JobState(p.state),
-                start=p.start,
-                end=p.end,
-                duration_seconds=None if p.end is None else (p.end - p.start).total_seconds(),
-                detail=_text(p.detail),
-            )
-            for p in d.phases
-        ],
-        timeline=[TimelineEntry(at=e.at, label=e.label, detail=_text(e.detail)) for e in d.timeline],
-        replicas=[
-            Replica(
-                replica=r.replica,
-                rank=r.rank,
-                pod=r.pod,
-                ready_containers=r.ready_containers,
-                containers=r.containers,
-                status=_text(r.status),
-                restarts=r.restarts,
-                pod_created_at=r.pod_created_at,
-                age_seconds=r.age_seconds,
-                node=r.node,
-                message=_text(r.message),
-            )
-            for r in d.replicas
-        ],
-        events=[
-            Event(
-                type=_text(e.type),
-                reason=_text(e.reason),
-                object=e.object,
-                message=_text(e.message),
-                count=e.count,
-                at=e.at,
-                age_seconds=e.age_seconds,
-            )
-            for e in d.events
-        ],
-        logs=[
-            LogTail(
-                replica=t.replica,
-                rank=t.rank,
-                pod=t.pod,
-                container=_text(t.container),
-                lines=list(t.lines),
-                error=t.error,
-            )
-            for t in d.logs
-        ],
+        phases=[_from_view(Phase, p) for p in d.phases],
+        timeline=[_from_view(TimelineEntry, e) for e in d.timeline],
+        replicas=[_from_view(Replica, r) for r in d.replicas],
+        events=[_from_view(Event, e) for e in d.events],
+        logs=[_from_view(LogTail, t) for t in d.logs],
         actions=[_ACTIONS[a] for a in d.actions],
-        attempts=[
-            Attempt(
-                attempt=a.attempt,
-                name=a.name,
-                state=JobState(a.state),
-                reason=_text(a.reason),
-                message=_text(a.message),
-                requeues=a.requeues,
-                queued_at=a.queued_at,
-                started_at=a.started_at,
-                finished_at=a.finished_at,
-                exit_codes=_exit_codes(a.exit_codes),
-                nodes=list(a.nodes),
-                gpu_seconds=a.gpu_seconds,
-                detail_url=a.detail_url,
-            )
-            for a in d.attempts
-        ],
+        attempts=[_from_view(Attempt, a) for a in d.attempts],
     )
 
 
 def node_view(v: nodes.NodeView) -> Nodes:
-    return Nodes(
-        nodes=[
-            Node(
-                name=n.name,
-                device=n.device,
-                gpus=n.gpus,
-                used=n.used,
-                free=n.free,
-                ready=n.ready,
-                schedulable=n.schedulable,
-                holders=[
-                    NodeHolder(
-                        namespace=h.namespace,
-                        job=h.job,
-                        gpus=h.gpus,
-                        user=_text(h.user),
-                        group=_text(h.group),
-                        product=h.product,
-                        dag_id=_text(h.dag_id),
-                        device=h.device,
-                    )
-                    for h in n.holders
-                ],
-            )
-            for n in v.nodes
-        ],
-        gpus=v.gpus,
-        used=v.used,
-        free=v.free,
-        devices=[
-            DeviceTotal(device=t.device, gpus=t.gpus, used=t.used, free=t.free, nodes=t.nodes)
-            for t in v.devices
-        ],
-        problem=_text(v.problem),
-    )
+    return _from_view(Nodes, v)
 
 
 def cancel_result(o: action_rules.CancelOutcome) -> CancelResult:

@@ -23,7 +23,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Annotated, Any, NamedTuple
 from urllib.parse import quote
 
 from airflow_jobs_plugin.cluster.objects import parse_time
@@ -50,6 +50,7 @@ from airflow_jobs_plugin.queueing import kueue, quota
 from airflow_jobs_plugin.queueing.quota import jobs as pool_jobs
 from airflow_jobs_plugin.queueing.quota import ledger_model as ledger_rules
 from airflow_jobs_plugin.queueing.quota.fair_share import UsageHistory, recent_by_group
+from airflow_jobs_plugin.readmodel.fields import Json
 
 PREFIX = "/airflow-jobs"
 CHART_WINDOW = timedelta(hours=1)
@@ -98,64 +99,95 @@ class ClusterState:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobRow:
-    """One line of the job list."""
+class JobRow(NamedTuple):
+    """One line of the job list, and the head of a job's page: one GPU job.
 
-    namespace: str
-    name: str
-    kind: str
-    state: str
-    reason: str
-    message: str
-    group: str
-    user: str
-    gpus: int
-    attempt: int
-    requeue_count: int
-    pod_failures: int
-    # Seconds since the object was created, at the overview's ``now`` (``None`` without a creation time).
-    age_seconds: float | None
-    created_at: datetime | None
-    queue_position: int | None
-    dag_id: str | None
-    task_id: str | None
-    run_id: str | None
-    map_index: int | None
-    detail_url: str
-    dag_run_url: str | None
-    task_url: str | None
-    # Where Kueue admits the job: its LocalQueue, and the ClusterQueue that reserved quota for it.
-    kueue_queue: str | None = None
-    cluster_queue: str | None = None
+    Each field is declared once, with its JSON description (``readmodel/fields.py``): the JSON API's
+    ``Job`` is derived from this class, and the index of every job (``readmodel/job_index.py``) keeps
+    one per job: a named tuple of strings, numbers and times, without a ``__dict__``, as the index
+    holds 51,000 of them. The links are computed from the fields, not kept.
+    """
+
+    namespace: Annotated[str, Json("the job's namespace")]
+    name: Annotated[str, Json("the Job or MPIJob name")]
+    kind: Annotated[str, Json("Job or MPIJob")]
+    state: Annotated[str, Json("where the job is in its life (docs/states.md)", as_type=JobState)]
+    reason: Annotated[str, Json("why it is in that state", as_type=Reason)]
+    message: Annotated[str, Json("the cluster's or the pool's words about the state", blank_is_null=True)]
+    group: Annotated[str, Json("the quota group it runs in", blank_is_null=True)]
+    user: Annotated[str, Json("the user it runs for", blank_is_null=True)]
+    gpus: Annotated[int, Json("GPUs the job asks for, all replicas together")]
     # The GPU resource ``gpus`` counts: whole NVIDIA GPUs, a MIG profile, amd.com/gpu (the job's gpu_resource).
-    device: str = labels.GPU_RESOURCE
+    device: Annotated[
+        str, Json("the GPU resource gpus counts: nvidia.com/gpu, a MIG profile, amd.com/gpu, ...")
+    ]
+    attempt: Annotated[int, Json("the product's submission attempt of the task try, from 1")]
+    requeue_count: Annotated[int, Json("how often the pool sent it back to the queue")]
+    pod_failures: Annotated[int, Json("pods that failed within this attempt")]
+    created_at: Annotated[datetime | None, Json("when the job object was created")]
+    # Seconds since the object was created, at the overview's ``now`` (``None`` without a creation time).
+    age_seconds: Annotated[float | None, Json("seconds since created_at, when the data was read")]
+    queue_position: Annotated[int | None, Json("place in its queue (1 = next) while it waits")]
+    dag_id: Annotated[str | None, Json("the DAG of the task that submitted it; null outside Airflow")]
+    task_id: Annotated[str | None, Json("the task that submitted it")]
+    run_id: Annotated[str | None, Json("the DAG run of that task")]
+    map_index: Annotated[int | None, Json("the task's map index (-1 unmapped)")]
+    # Where Kueue admits the job: its LocalQueue, and the ClusterQueue that reserved quota for it.
+    kueue_queue: Annotated[str | None, Json("Kueue LocalQueue of a job Kueue admits; null for the pool")] = (
+        None
+    )
+    cluster_queue: Annotated[str | None, Json("Kueue ClusterQueue that reserved quota for it")] = None
+
+    @property
+    def detail_url(self) -> Annotated[str, Json("the job page, relative to Airflow's root")]:
+        return job_url(self.namespace, self.name)
+
+    @property
+    def dag_run_url(
+        self,
+    ) -> Annotated[str | None, Json("the DAG run in Airflow's UI, relative to Airflow's root")]:
+        dag_id, run_id = self.dag_id, self.run_id
+        return dag_run_url(dag_id, run_id) if dag_id and run_id else None
+
+    @property
+    def task_url(
+        self,
+    ) -> Annotated[str | None, Json("the task instance in Airflow's UI, relative to Airflow's root")]:
+        dag_id, run_id, task_id = self.dag_id, self.run_id, self.task_id
+        return task_url(dag_id, run_id, task_id, self.map_index) if dag_id and run_id and task_id else None
 
 
 @dataclass(frozen=True)
 class UserRow:
     """One user's share of a group: GPUs held, jobs running, their limit and what they have queued."""
 
-    user: str
-    gpus: int
-    jobs: int
-    limit: int | None
-    queued_jobs: int
-    queued_gpus: int
+    user: Annotated[str, Json("the user the GPUs are held or asked for")]
+    gpus: Annotated[int, Json("GPUs the user's admitted jobs hold in this group")]
+    jobs: Annotated[int, Json("admitted jobs of the user in this group")]
+    limit: Annotated[int | None, Json("the user's GPU limit in this group; null when none applies")]
+    queued_jobs: Annotated[int, Json("jobs of the user waiting in the group's queue")]
+    queued_gpus: Annotated[int, Json("GPUs those waiting jobs ask for")]
     # In a fair_share group: the user's recent usage in GPUs, which orders the queue (queueing/quota/fair_share.py).
-    recent_gpus: float | None = None
+    recent_gpus: Annotated[
+        float | None,
+        Json(
+            "in a fair_share group, the user's recent usage in GPUs (GPUs held, decayed with the "
+            "group's fair_share_half_life), which orders the group's queue; null in any other group",
+            digits=3,
+        ),
+    ] = None
 
 
 @dataclass(frozen=True)
 class DeviceRow:
     """A group's quota and use of a GPU device other than whole NVIDIA GPUs (``devices`` in the policy)."""
 
-    resource: str
-    quota: int
-    used: int
+    resource: Annotated[str, Json("the device's extended-resource name, e.g. nvidia.com/mig-1g.10gb")]
+    quota: Annotated[int, Json("the group's quota of the device (policy: groups.<group>.devices)")]
+    used: Annotated[int, Json("how many of the device the group's admitted jobs hold")]
 
     @property
-    def free(self) -> int:
+    def free(self) -> Annotated[int, Json("quota minus used, never below 0")]:
         return max(0, self.quota - self.used)
 
 
@@ -167,64 +199,96 @@ class PoolRow:
     ``borrowed`` what it holds of the cohort's above its quota, ``lent`` what of its quota others hold.
     """
 
-    group: str
-    quota: int | None
-    used: int
-    free: int | None
-    queued_jobs: int
-    queued_gpus: int
-    users: tuple[UserRow, ...]
-    devices: tuple[DeviceRow, ...] = ()
-    cohort: str | None = None
-    borrowed: int = 0
-    lent: int = 0
-    most: int | None = None
+    group: Annotated[str, Json("the group (quota pool) name")]
+    quota: Annotated[int | None, Json("the group's GPU quota; null when the policy does not name the group")]
+    used: Annotated[int, Json("GPUs the group's admitted jobs hold")]
+    free: Annotated[
+        int | None,
+        Json(
+            "GPUs the group may take now: quota minus used, or in a cohort what is left of its "
+            "guaranteed part plus what the cohort has left to lend, within its borrowing_limit; null without a quota"
+        ),
+    ]
+    queued_jobs: Annotated[int, Json("jobs waiting in the group's queue")]
+    queued_gpus: Annotated[int, Json("GPUs the waiting jobs ask for")]
+    users: Annotated[tuple[UserRow, ...], Json("per user, in name order")]
+    devices: Annotated[
+        tuple[DeviceRow, ...],
+        Json("other GPU devices the group has a quota of or holds (MIG profiles, other vendors)"),
+    ] = ()
+    cohort: Annotated[
+        str | None, Json("the cohort whose groups lend each other unused GPUs; null for none")
+    ] = None
+    borrowed: Annotated[
+        int, Json("GPUs the group holds above its quota, lent by its cohort; 0 outside one")
+    ] = 0
+    lent: Annotated[
+        int, Json("GPUs of the group's quota that other groups of its cohort hold now; 0 outside one")
+    ] = 0
+    most: Annotated[
+        int | None,
+        Json(
+            "the most GPUs the group may hold: its quota, or in a cohort its quota minus what it "
+            "lends plus all the cohort lends, within its borrowing_limit; null without a quota"
+        ),
+    ] = None
 
 
 @dataclass(frozen=True)
 class QueueEntry:
     """A waiting job at its position (1 = next) with the pool's reason and message."""
 
-    position: int | None
-    namespace: str
-    name: str
-    user: str
-    gpus: int
-    priority: int
-    reason: str
-    message: str
+    position: Annotated[
+        int | None, Json("place in the queue, 1 = next; null when the pool cannot judge the job")
+    ]
+    namespace: Annotated[str, Json("the job's namespace")]
+    name: Annotated[str, Json("the job's name")]
+    user: Annotated[str, Json("the user the job runs for", blank_is_null=True)]
+    gpus: Annotated[int, Json("GPUs the job asks for")]
+    priority: Annotated[int, Json("the job's priority within its group")]
+    reason: Annotated[
+        str,
+        Json(
+            "why it waits: GroupQuota, UserQuota, BehindHead, BackingOff, Inadmissible, Pending, "
+            "Preempting (it waits for the jobs it preempted to end), Preempted (the pool preempted it; the "
+            "message names who took its GPUs)"
+        ),
+    ]
+    message: Annotated[str, Json("the pool's words about why it waits", blank_is_null=True)]
     # Since when it waits (the product's queued-at, else the object's creation) and for how many seconds.
-    queued_at: datetime | None
-    waiting_seconds: float | None
-    detail_url: str
+    queued_at: Annotated[datetime | None, Json("when the job joined the queue")]
+    waiting_seconds: Annotated[float | None, Json("seconds since queued_at, at the overview's now")]
+    detail_url: Annotated[str, Json("the job page, relative to Airflow's root")]
 
 
 @dataclass(frozen=True)
 class GroupQueue:
-    group: str
-    entries: tuple[QueueEntry, ...]
+    """A group's queue, in order."""
+
+    group: Annotated[str, Json("the group")]
+    entries: Annotated[tuple[QueueEntry, ...], Json("the waiting jobs, next first")]
 
 
 @dataclass(frozen=True)
 class UsagePoint:
     """From ``at`` until the next point, the group held ``gpus`` GPUs."""
 
-    at: datetime
-    gpus: int
+    at: Annotated[datetime, Json("when the level began")]
+    gpus: Annotated[int, Json("GPUs held from then on")]
 
 
 @dataclass(frozen=True)
 class UsageChart:
     """A group's GPUs held over ``[start, end]`` as steps, with its quota for reference."""
 
-    group: str
-    quota: int | None
-    start: datetime
-    end: datetime
-    points: tuple[UsagePoint, ...]
+    group: Annotated[str, Json("the group")]
+    quota: Annotated[int | None, Json("the group's quota, for reference")]
+    start: Annotated[datetime, Json("start of the span drawn")]
+    end: Annotated[datetime, Json("end of the span drawn (the overview's now)")]
+    points: Annotated[tuple[UsagePoint, ...], Json("change points, the first at start")]
 
     @property
-    def peak(self) -> int:
+    def peak(self) -> Annotated[int, Json("the most GPUs held within the span")]:
         return max((p.gpus for p in self.points), default=0)
 
 
@@ -244,19 +308,23 @@ class Overview:
 class Phase:
     """A stretch of a job's life in one state (``end`` is ``None`` for an instant, e.g. the finish)."""
 
-    state: str
-    start: datetime
-    end: datetime | None
-    detail: str
+    state: Annotated[str, Json("the state of the stretch", as_type=JobState)]
+    start: Annotated[datetime, Json("when the stretch began")]
+    end: Annotated[datetime | None, Json("null for an instant (the final state)")]
+    detail: Annotated[str, Json("what happened", blank_is_null=True)]
+
+    @property
+    def duration_seconds(self) -> Annotated[float | None, Json("end minus start; null for an instant")]:
+        return None if self.end is None else (self.end - self.start).total_seconds()
 
 
 @dataclass(frozen=True)
 class TimelineEntry:
     """A dated fact about the job: a state it entered or a condition the controller set."""
 
-    at: datetime
-    label: str
-    detail: str
+    at: Annotated[datetime, Json("when")]
+    label: Annotated[str, Json("QUEUED, ADMITTED, STARTED, a condition, or the final state")]
+    detail: Annotated[str, Json("the reason and message of the fact", blank_is_null=True)]
 
 
 @dataclass(frozen=True)
@@ -268,44 +336,44 @@ class ReplicaRow:
     kept for the page and the CLI table; ``restarts`` is the number.
     """
 
-    replica: str
-    rank: int
-    pod: str | None
-    ready_containers: int | None
-    containers: int | None
-    status: str | None
-    restarts: int
+    replica: Annotated[str, Json("launcher, or worker-<index>")]
+    rank: Annotated[int, Json("-1 for the MPI launcher, the index for a worker")]
+    pod: Annotated[str | None, Json("the current pod; null before it has one")]
+    ready_containers: Annotated[int | None, Json("ready containers (kubectl READY's first number)")]
+    containers: Annotated[int | None, Json("containers counted (kubectl READY's second number)")]
+    status: Annotated[str | None, Json("kubectl's STATUS; null without a pod", blank_is_null=True)]
+    restarts: Annotated[int, Json("container restarts (kubectl RESTARTS)")]
     restarts_column: str
-    pod_created_at: datetime | None
-    age_seconds: float | None
-    node: str | None
-    message: str
+    pod_created_at: Annotated[datetime | None, Json("when the pod was created")]
+    age_seconds: Annotated[float | None, Json("seconds since pod_created_at (kubectl AGE)")]
+    node: Annotated[str | None, Json("the node it is bound to")]
+    message: Annotated[str, Json("the cluster's words about a problem", blank_is_null=True)]
 
 
 @dataclass(frozen=True)
 class EventRow:
     """An event about the job or one of its pods, as ``kubectl describe`` lists them."""
 
-    type: str
-    reason: str
-    object: str
-    message: str
-    count: int
+    type: Annotated[str, Json("Normal or Warning", blank_is_null=True)]
+    reason: Annotated[str, Json("the event's reason", blank_is_null=True)]
+    object: Annotated[str, Json("<kind>/<name> the event is about")]
+    message: Annotated[str, Json("the event's message", blank_is_null=True)]
+    count: Annotated[int, Json("how often it was seen")]
     # When it was last seen, and how many seconds before the view's ``now``.
-    at: datetime | None
-    age_seconds: float | None
+    at: Annotated[datetime | None, Json("when it was last seen")]
+    age_seconds: Annotated[float | None, Json("seconds since at, when the data was read")]
 
 
 @dataclass(frozen=True)
 class LogTail:
     """The last lines of one replica's log (``error`` when they could not be read)."""
 
-    replica: str
-    rank: int
-    pod: str
-    container: str
-    lines: tuple[str, ...]
-    error: str | None = None
+    replica: Annotated[str, Json("launcher, or worker-<index>")]
+    rank: Annotated[int, Json("-1 for the MPI launcher")]
+    pod: Annotated[str, Json("the pod the lines were read from")]
+    container: Annotated[str, Json("the container the lines were read from", blank_is_null=True)]
+    lines: Annotated[tuple[str, ...], Json("the last lines, oldest first")]
+    error: Annotated[str | None, Json("why the log could not be read; null when it was")] = None
 
 
 @dataclass(frozen=True)
@@ -329,19 +397,19 @@ class JobDetail:
 class AttemptRow:
     """One attempt of a task try: how it went, on which nodes, for how many GPU-seconds."""
 
-    attempt: int
-    name: str
-    state: str
-    reason: str
-    message: str
-    requeues: int
-    queued_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    exit_codes: Mapping[str, int]
-    nodes: tuple[str, ...]
-    gpu_seconds: float
-    detail_url: str
+    attempt: Annotated[int, Json("the attempt's number, from 1")]
+    name: Annotated[str, Json("the attempt's job name")]
+    state: Annotated[str, Json("the attempt's state", as_type=JobState)]
+    reason: Annotated[str, Json("why it is in that state", blank_is_null=True)]
+    message: Annotated[str, Json("the cluster's or the pool's words about the state", blank_is_null=True)]
+    requeues: Annotated[int, Json("how often the pool sent it back to the queue")]
+    queued_at: Annotated[datetime | None, Json("when it joined the queue")]
+    started_at: Annotated[datetime | None, Json("when its first container started")]
+    finished_at: Annotated[datetime | None, Json("when it reached its final state")]
+    exit_codes: Annotated[Mapping[str, int], Json("exit code by replica")]
+    nodes: Annotated[tuple[str, ...], Json("nodes its pods ran on")]
+    gpu_seconds: Annotated[float, Json("GPU-seconds it held")]
+    detail_url: Annotated[str, Json("the attempt's job page, relative to Airflow's root")]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -563,10 +631,6 @@ def job_row(
     annotations = _annotations(job)
     namespace = snap.namespace or str(_meta(job).get("namespace") or "")
     name = snap.name or str(_meta(job).get("name") or "")
-    dag_id = dag_of(job)
-    task_id = annotations.get(labels.TASK_ID) or None
-    run_id = annotations.get(labels.RUN_ID) or None
-    map_index = _int(annotations.get(labels.MAP_INDEX))
     created = parse_time(_meta(job).get("creationTimestamp"))
     return JobRow(
         namespace=namespace,
@@ -578,22 +642,19 @@ def job_row(
         group=group_of(job),
         user=user_of(job),
         gpus=snap.gpus,
+        device=device_of(job),
         attempt=snap.attempt,
         requeue_count=snap.requeue_count,
         pod_failures=snap.pod_failures,
-        age_seconds=_seconds_since(created, now),
         created_at=created,
+        age_seconds=_seconds_since(created, now),
         queue_position=snap.queue_position,
-        dag_id=dag_id,
-        task_id=task_id,
-        run_id=run_id,
-        map_index=map_index,
-        detail_url=job_url(namespace, name),
-        dag_run_url=dag_run_url(dag_id, run_id) if dag_id and run_id else None,
-        task_url=task_url(dag_id, run_id, task_id, map_index) if dag_id and run_id and task_id else None,
+        dag_id=dag_of(job),
+        task_id=annotations.get(labels.TASK_ID) or None,
+        run_id=annotations.get(labels.RUN_ID) or None,
+        map_index=_int(annotations.get(labels.MAP_INDEX)),
         kueue_queue=kueue.queue_name(job),
         cluster_queue=kueue.cluster_queue(workload),
-        device=device_of(job),
     )
 
 

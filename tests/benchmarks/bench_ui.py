@@ -291,16 +291,17 @@ def measure_app() -> dict[str, Any]:
     from airflow.api_fastapi.core_api import security
 
     from airflow_jobs_plugin.plugin import app as plugin_app
+    from airflow_jobs_plugin.plugin import deps as plugin_deps
 
     class Reader:
         def get_name(self) -> str:
             return "bench"
 
-    plugin_app._may = lambda *args, **kwargs: True  # every DAG readable: the auth manager is not measured
+    plugin_deps._may = lambda *args, **kwargs: True  # every DAG readable: the auth manager is not measured
     app = plugin_app.create_app()
     app.dependency_overrides[security.get_user] = Reader
-    app.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
-    app.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace=NAMESPACE)
+    app.dependency_overrides[plugin_deps.ReadAccess.dependency] = lambda: None
+    app.dependency_overrides[plugin_deps._settings] = lambda: plugin_app.Settings(namespace=NAMESPACE)
 
     async def run() -> dict[str, Any]:
         transport = httpx.ASGITransport(app=app)
@@ -375,6 +376,7 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
     from airflow_jobs_plugin.jobs import actions
     from airflow_jobs_plugin.jobs.orphans import TaskRecord
     from airflow_jobs_plugin.plugin import app as plugin_app
+    from airflow_jobs_plugin.plugin import deps as plugin_deps
     from airflow_jobs_plugin.plugin import sweep as sweep_module
     from airflow_jobs_plugin.readmodel import inspect
     from airflow_jobs_plugin.readmodel.inspect import Target
@@ -387,12 +389,12 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
         return actions.ActionOutcome("stop", target.namespace, name, "Job", True, f"job/{name} stopped")
 
     inspect.stop = stop
-    plugin_app._may = lambda *args, **kwargs: True
+    plugin_deps._may = lambda *args, **kwargs: True
     plugin = plugin_app.create_app()
     plugin.dependency_overrides[security.get_user] = Reader
-    plugin.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
-    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace=NAMESPACE)
-    plugin.dependency_overrides[plugin_app.require_same_origin] = lambda: None
+    plugin.dependency_overrides[plugin_deps.ReadAccess.dependency] = lambda: None
+    plugin.dependency_overrides[plugin_deps._settings] = lambda: plugin_app.Settings(namespace=NAMESPACE)
+    plugin.dependency_overrides[plugin_deps.require_same_origin] = lambda: None
     host = FastAPI()
     host.include_router(version_router, prefix="/api/v2")
     host.mount(plugin_app.URL_PREFIX, plugin)

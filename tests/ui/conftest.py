@@ -33,6 +33,7 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, Ku
 from airflow_jobs_plugin.jobs.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.plugin import app as plugin_app
+from airflow_jobs_plugin.plugin import deps as plugin_deps
 from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.queueing.quota.ledger import admission_pass
 from airflow_jobs_plugin.readmodel.inspect import Target, read_cluster
@@ -58,16 +59,16 @@ class Admin:
 def mounted_app(monkeypatch) -> FastAPI:
     """The plugin's app mounted at its prefix in a host app, as Airflow's API server mounts it, for the
     namespace ``ml-team``, with Airflow's authentication stubbed: every request is the admin's, who may
-    read and act on every DAG. The cluster is whatever the test puts in ``plugin_app._with_cluster``."""
+    read and act on every DAG. The cluster is whatever the test puts in ``plugin_reads._with_cluster``."""
     import sys
 
     from airflow.api_fastapi.core_api import security
 
-    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
+    monkeypatch.setattr(plugin_deps, "_may", lambda *args, **kwargs: True)
     monkeypatch.setattr(sys, "argv", ["airflow", "api-server"])
     plugin = plugin_app.create_app()
     plugin.dependency_overrides[security.get_user] = Admin
-    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace="ml-team")
+    plugin.dependency_overrides[plugin_deps._settings] = lambda: plugin_app.Settings(namespace="ml-team")
     host = FastAPI()
     host.mount(plugin_app.URL_PREFIX, plugin)
     return host

@@ -22,6 +22,8 @@ from fastapi import FastAPI
 
 from airflow_jobs_plugin.lifecycle import pods_of
 from airflow_jobs_plugin.plugin import app as plugin_app
+from airflow_jobs_plugin.plugin import deps as plugin_deps
+from airflow_jobs_plugin.plugin import reads as plugin_reads
 from airflow_jobs_plugin.readmodel import inspect
 from tests.ui.index_reads import serve_index_from
 from tests.ui.test_views import primehub_example_1
@@ -72,14 +74,14 @@ def host(monkeypatch):
 
     monkeypatch.setattr(inspect, "read_cluster", slow_read)
     serve_index_from(monkeypatch, slow_read)
-    monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
+    monkeypatch.setattr(plugin_reads, "_with_cluster", no_client)
     # A reader of the jobs' DAG, not of every DAG: pages wait for the whole view's build (a reader of
     # every DAG gets the newest page before it: test_api_concurrency.py).
-    monkeypatch.setattr(plugin_app, "_may", lambda user, method, dag_id: dag_id is not None)
+    monkeypatch.setattr(plugin_deps, "_may", lambda user, method, dag_id: dag_id is not None)
     plugin = plugin_app.create_app()
     plugin.dependency_overrides[security.get_user] = Reader
-    plugin.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
-    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace="ml-team")
+    plugin.dependency_overrides[plugin_deps.ReadAccess.dependency] = lambda: None
+    plugin.dependency_overrides[plugin_deps._settings] = lambda: plugin_app.Settings(namespace="ml-team")
     root = FastAPI()
 
     @root.get("/api/v2/monitor/health")
@@ -205,7 +207,7 @@ def test_a_reader_of_every_dag_gets_the_newest_page_at_once_and_the_whole_view_b
     from airflow_jobs_plugin.readmodel import listing
 
     root, started, release, reads = host
-    monkeypatch.setattr(plugin_app, "_may", lambda *args, **kwargs: True)
+    monkeypatch.setattr(plugin_deps, "_may", lambda *args, **kwargs: True)
     whole = primehub_example_1()
     newest_reads = []
 

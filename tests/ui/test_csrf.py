@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from airflow_jobs_plugin.jobs import actions
 from airflow_jobs_plugin.plugin import app as plugin_app
 from airflow_jobs_plugin.plugin import origin
+from airflow_jobs_plugin.plugin import reads as plugin_reads
 from airflow_jobs_plugin.readmodel import inspect
 
 AIRFLOW = "http://airflow.internal:8080"
@@ -48,7 +49,7 @@ def stopped(monkeypatch) -> list[str]:
     monkeypatch.setattr(inspect, "find_job", find_job)
     monkeypatch.setattr(inspect, "read_change", read_change)
     monkeypatch.setattr(inspect, "stop", stop)
-    monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
+    monkeypatch.setattr(plugin_reads, "_with_cluster", no_client)
     return done
 
 

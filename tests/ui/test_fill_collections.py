@@ -10,7 +10,7 @@ import gc
 
 import pytest
 
-from airflow_jobs_plugin.plugin import app as plugin_app
+from airflow_jobs_plugin.plugin import reads as plugin_reads
 from airflow_jobs_plugin.plugin import state_cache
 from airflow_jobs_plugin.readmodel import inspect
 from tests.ui.test_views import primehub_example_1
@@ -40,7 +40,7 @@ def fill(monkeypatch, seen: list[tuple[int, int, int]], fail: bool = False):
 
     monkeypatch.setattr(inspect, "read_in_pages", read_in_pages)
     monkeypatch.setattr(inspect, "read_window", read_window)
-    return asyncio.run(plugin_app._keep_current(None, inspect.Target(namespace="ml-team"), None))  # type: ignore[arg-type]
+    return asyncio.run(plugin_reads._keep_current(None, inspect.Target(namespace="ml-team"), None))  # type: ignore[arg-type]
 
 
 def test_a_fill_defers_full_collections_and_the_thresholds_come_back_after_it(thresholds, monkeypatch):
@@ -63,7 +63,7 @@ def test_a_refresh_leaves_the_thresholds_alone(thresholds, monkeypatch):
     seen: list[tuple[int, int, int]] = []
     index = fill(monkeypatch, seen)
     seen.clear()
-    asyncio.run(plugin_app._keep_current(None, inspect.Target(namespace="ml-team"), index))  # type: ignore[arg-type]
+    asyncio.run(plugin_reads._keep_current(None, inspect.Target(namespace="ml-team"), index))  # type: ignore[arg-type]
     assert seen == [(700, 10, 10)]
 
 

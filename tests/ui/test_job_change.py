@@ -168,6 +168,8 @@ def test_after_stop_the_job_list_shows_the_job_stopped_without_reading_the_names
 
     from airflow_jobs_plugin.jobs import actions
     from airflow_jobs_plugin.plugin import app as plugin_app
+    from airflow_jobs_plugin.plugin import deps as plugin_deps
+    from airflow_jobs_plugin.plugin import reads as plugin_reads
     from airflow_jobs_plugin.readmodel import inspect
 
     whole = with_history()
@@ -201,21 +203,21 @@ def test_after_stop_the_job_list_shows_the_job_stopped_without_reading_the_names
     }.items():
         monkeypatch.setattr(inspect, name, stand_in)
     serve_index_from(monkeypatch, read_cluster)
-    monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
+    monkeypatch.setattr(plugin_reads, "_with_cluster", no_client)
     # A reader of the jobs' DAG, not of every DAG: pages wait for the whole view's build (a reader of
     # every DAG gets the newest page before it: test_api_concurrency.py).
-    monkeypatch.setattr(plugin_app, "_may", lambda user, method, dag_id: dag_id is not None)
+    monkeypatch.setattr(plugin_deps, "_may", lambda user, method, dag_id: dag_id is not None)
     # Fresh for the whole test, however slow the machine: any second read would be the action's doing.
     monkeypatch.setattr(plugin_app, "BuildCache", lambda **kw: BuildCache(fresh_seconds=3600, **kw))
     plugin = plugin_app.create_app()
     plugin.dependency_overrides[security.get_user] = lambda: type(
         "Admin", (), {"get_name": lambda self: "admin"}
     )()
-    plugin.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
-    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(
+    plugin.dependency_overrides[plugin_deps.ReadAccess.dependency] = lambda: None
+    plugin.dependency_overrides[plugin_deps._settings] = lambda: plugin_app.Settings(
         namespace=NAMESPACE, namespaces=(NAMESPACE,)
     )
-    plugin.dependency_overrides[plugin_app.require_same_origin] = lambda: None
+    plugin.dependency_overrides[plugin_deps.require_same_origin] = lambda: None
     root = FastAPI()
     root.mount(plugin_app.URL_PREFIX, plugin)
 

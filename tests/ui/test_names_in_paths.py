@@ -14,6 +14,7 @@ from airflow_jobs_plugin.airflow import cli
 from airflow_jobs_plugin.cluster.kube import JOBS, PODS
 from airflow_jobs_plugin.cluster.resources import UnsafeName, name_problem
 from airflow_jobs_plugin.plugin import app as plugin_app
+from airflow_jobs_plugin.plugin import reads as plugin_reads
 from airflow_jobs_plugin.readmodel import inspect
 
 AIRFLOW = "http://airflow.internal:8080"
@@ -36,7 +37,7 @@ def asked(monkeypatch) -> list[tuple[str, str]]:
             raise HTTPException(404, exc.args[0]) from exc
 
     monkeypatch.setattr(inspect, "find_job", find_job)
-    monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
+    monkeypatch.setattr(plugin_reads, "_with_cluster", no_client)
     return done
 
 

@@ -16,7 +16,9 @@ from fastapi import FastAPI, HTTPException
 
 from airflow_jobs_plugin.jobs import actions
 from airflow_jobs_plugin.plugin import app as plugin_app
+from airflow_jobs_plugin.plugin import deps as plugin_deps
 from airflow_jobs_plugin.plugin import html
+from airflow_jobs_plugin.plugin import reads as plugin_reads
 from airflow_jobs_plugin.readmodel import inspect, nodes, schema, views
 from tests.ui.index_reads import serve_index_from
 from tests.ui.json_api import display_values, json_routes, untyped, validate
@@ -87,15 +89,15 @@ def root(monkeypatch) -> FastAPI:
     }.items():
         monkeypatch.setattr(inspect, name, stand_in)
     serve_index_from(monkeypatch, read_cluster)
-    monkeypatch.setattr(plugin_app, "_with_cluster", no_client)
+    monkeypatch.setattr(plugin_reads, "_with_cluster", no_client)
     # A reader of the jobs' DAG, not of every DAG: pages wait for the whole view's build (a reader of
     # every DAG gets the newest page before it: test_api_concurrency.py).
-    monkeypatch.setattr(plugin_app, "_may", lambda user, method, dag_id: dag_id is not None)
+    monkeypatch.setattr(plugin_deps, "_may", lambda user, method, dag_id: dag_id is not None)
     plugin = plugin_app.create_app()
     plugin.dependency_overrides[security.get_user] = Reader
-    plugin.dependency_overrides[plugin_app.ReadAccess.dependency] = lambda: None
-    plugin.dependency_overrides[plugin_app._settings] = lambda: plugin_app.Settings(namespace="ml-team")
-    plugin.dependency_overrides[plugin_app.require_same_origin] = lambda: None
+    plugin.dependency_overrides[plugin_deps.ReadAccess.dependency] = lambda: None
+    plugin.dependency_overrides[plugin_deps._settings] = lambda: plugin_app.Settings(namespace="ml-team")
+    plugin.dependency_overrides[plugin_deps.require_same_origin] = lambda: None
     host = FastAPI()
     host.mount(plugin_app.URL_PREFIX, plugin)
     return host
