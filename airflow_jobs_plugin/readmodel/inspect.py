@@ -44,6 +44,7 @@ from airflow_jobs_plugin.readmodel.views import (
     LogTail,
     log_targets,
     may_be_waiting,
+    may_have_a_position,
 )
 
 LOG_TAIL_LINES = 50
@@ -414,9 +415,10 @@ async def read_around_job(client: KubeClient, target: Target, job: Mapping[str, 
         asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
     )
     # As the index keeps them: the waiting jobs only, the job itself as just read if it waits too. The
-    # queue is read only for a job that may be in it (its position); a running or finished job's page
-    # reads nothing of it (3,000 waiting jobs whole took the page after a Stop seconds).
-    waiting = await _jobs_whole(client, spaces, f"!{labels.ADMITTED}") if may_be_waiting(job) else []
+    # queue is read only for a job that may have a place in it (its position); a running, finished or
+    # stopped job's page reads nothing of it (3,000 waiting jobs whole took the page after a Stop
+    # seconds: a stop removes ``admitted-at``, but a stopped job has no position).
+    waiting = await _jobs_whole(client, spaces, f"!{labels.ADMITTED}") if may_have_a_position(job) else []
     jobs = {_key(j): j for j in [*waiting, dict(job)] if may_be_waiting(j)}
     return await _state(
         client, list(jobs.values()), pods, _joined(events), policy_read, ledgers_read, workloads
