@@ -35,7 +35,7 @@ from airflow_jobs_plugin.jobs.kinds import job_key as job_key
 
 log = logging.getLogger(__name__)
 
-MANAGED_SELECTOR = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
+MANAGED_SELECTOR = labels.MANAGED_SELECTOR
 # Every kind's resource, then the pods.
 WATCHED: tuple[Resource, ...] = (*kinds.RESOURCES, PODS)
 

@@ -13,6 +13,8 @@ PREFIX = "airflow-jobs.io"
 # --- labels (selectable; values are DNS-1123-label-safe, at most 63 characters) ---
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-jobs-plugin"
+# The label selector of every object the product made (the watch's, the UI's and the CLI's LISTs).
+MANAGED_SELECTOR = f"{MANAGED_BY}={MANAGED_BY_VALUE}"
 GROUP = f"{PREFIX}/group"
 USER = f"{PREFIX}/user"
 # Identifies the Airflow task instance (dag, task, run, map index), the same for every try and every

@@ -310,26 +310,25 @@ class JobReads:
             if job is None and not may_act(user, None):
                 # A job already gone: only someone who may act on every DAG learns what happened to it.
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no GPU job {target.namespace}/{name}")
-            acted.append(True)
-            return await door(client, target, name, user.get_name())
+            try:
+                return await door(client, target, name, user.get_name())
+            finally:
+                # Whatever the action changed, the next page shows it: the job is read again, on the
+                # same client, and patched into the kept index (and into a build under way), not the
+                # whole namespace rebuilt. The answer waits for the patch; the patch is small
+                # (job_index.with_change: the job's row, pools, queues, the rows whose place moved).
+                await self.refresh_job(client, settings, namespace, name)
 
-        acted: list[bool] = []
-        try:
-            return await _with_cluster(settings, work)
-        finally:
-            if acted:
-                # Whatever the action changed, the next page shows it: the job is read again and patched
-                # into the cached view (and into a build under way), not the whole namespace rebuilt.
-                await self.refresh_job(settings, namespace, name)
+        return await _with_cluster(settings, work)
 
-    async def refresh_job(self, settings: Settings, namespace: str, name: str) -> None:
+    async def refresh_job(self, client: KubeClient, settings: Settings, namespace: str, name: str) -> None:
         target = settings.target()
         key = (settings.kubernetes_conn_id, target)
         if namespace not in target.namespaces or not self.cache.holds(key):
             return  # nothing read before the action is kept (another namespace's page reads it uncached)
         try:
-            change = await _with_cluster(settings, lambda c: inspect.read_change(c, target, namespace, name))
-        except HTTPException:
+            change = await inspect.read_change(client, target, namespace, name)
+        except KubeError:
             self.cache.invalidate()  # the job could not be read again: no copy read before the action is kept
             return
 

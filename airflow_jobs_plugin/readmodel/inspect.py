@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_jobs_plugin.cluster.kube import (
     CONFIGMAPS,
@@ -27,9 +27,8 @@ from airflow_jobs_plugin.cluster.kube import (
     KubeError,
     Resource,
 )
-from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR
-from airflow_jobs_plugin.jobs import actions, attempts, kinds, labels
-from airflow_jobs_plugin.jobs.actions import ActionOutcome, CancelOutcome
+from airflow_jobs_plugin.jobs import attempts, kinds, labels
+from airflow_jobs_plugin.jobs.labels import MANAGED_SELECTOR
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, split_attempt
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.queueing import kueue, quota
@@ -37,14 +36,19 @@ from airflow_jobs_plugin.queueing.quota.fair_share import UsageHistory
 from airflow_jobs_plugin.queueing.quota.ledger import group_of, is_product_job
 from airflow_jobs_plugin.queueing.quota.ledger_model import LEDGER_NAME_PREFIX
 from airflow_jobs_plugin.readmodel import listing
-from airflow_jobs_plugin.readmodel import nodes as node_view
 from airflow_jobs_plugin.readmodel.views import (
     ClusterState,
     JobChange,
     LogTail,
     log_targets,
     may_be_waiting,
+    may_have_a_position,
 )
+
+if TYPE_CHECKING:
+    # ``airflow-jobs status`` reads jobs and needs neither (imported where they are used).
+    from airflow_jobs_plugin.jobs.actions import ActionOutcome, CancelOutcome
+    from airflow_jobs_plugin.readmodel import nodes as node_view
 
 LOG_TAIL_LINES = 50
 
@@ -192,6 +196,8 @@ LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 async def read_nodes(client: KubeClient, target: Target) -> node_view.NodeView:
+    from airflow_jobs_plugin.readmodel import nodes as node_view
+
     """The node view: every node with GPUs and the live pods of every namespace holding them.
 
     Without ``list`` on pods cluster-wide (the api-server's ClusterRole in helm-values/rbac.yaml grants
@@ -385,9 +391,16 @@ async def read_status(
     # The jobs that may wait come whole in one LIST per namespace and kind (read after the pods, as
     # above), not one GET each; a job admitted since the metadata was read has left that list and is
     # read by name with the page's other jobs.
+    # The page's jobs come the same way when they are the newest (the default order): one LIST of the
+    # jobs created since the oldest of them, when the metadata says it holds few others, instead of a
+    # GET each (100 requests).
+    lists = [f"!{labels.ADMITTED}"] if any(may_be_waiting(j) for j in waiting) else []
+    newest = page_selector(page, every)
+    if newest is not None:
+        lists.append(newest)
     read: dict[tuple[str, str], dict] = {}
-    if any(may_be_waiting(j) for j in waiting):
-        for job in await _jobs_whole(client, spaces, f"!{labels.ADMITTED}", chunk):
+    for found in await asyncio.gather(*(_jobs_whole(client, spaces, sel, chunk) for sel in lists)):
+        for job in found:
             if _key(job) in chosen:
                 read[_key(job)] = job
     rest = [j for k, j in chosen.items() if k not in read]
@@ -396,6 +409,31 @@ async def read_status(
         client, jobs, pods, _joined(events), (policy, problem), (ledgers, histories), workloads
     )
     return StatusRead(state, tuple(_key(j) for j in page), counted if complete else None)
+
+
+# Jobs beyond the page that :func:`page_selector` lets one LIST bring, rather than a GET per page job.
+PAGE_LIST_SLACK = 100
+
+
+def page_selector(page: Sequence[Mapping[str, Any]], every: Iterable[Mapping[str, Any]]) -> str | None:
+    """The label selector listing ``page``'s jobs (metadata) whole in one LIST per kind: every job whose
+    ``created`` label is at least the page's oldest, if ``every`` (the metadata the page was chosen from,
+    which holds every job of that range: each window read is complete) names at most
+    :data:`PAGE_LIST_SLACK` other jobs there; ``None`` when a page job carries no such label or the
+    range holds more (a filter leaving out most jobs), so its jobs are read by name."""
+    values = [_created(j) for j in page]
+    if not values or any(v is None for v in values):
+        return None
+    low = min(v for v in values if v is not None)
+    listed = sum(1 for j in every if (v := _created(j)) is not None and v >= low)
+    if listed > len(values) + PAGE_LIST_SLACK:
+        return None
+    return f"{labels.CREATED}>{low - 1}"
+
+
+def _created(job: Mapping[str, Any]) -> int | None:
+    value = str(((job.get("metadata") or {}).get("labels") or {}).get(labels.CREATED) or "")
+    return int(value) if value.isdigit() else None
 
 
 async def read_around_job(client: KubeClient, target: Target, job: Mapping[str, Any]) -> ClusterState:
@@ -414,9 +452,10 @@ async def read_around_job(client: KubeClient, target: Target, job: Mapping[str, 
         asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
     )
     # As the index keeps them: the waiting jobs only, the job itself as just read if it waits too. The
-    # queue is read only for a job that may be in it (its position); a running or finished job's page
-    # reads nothing of it (3,000 waiting jobs whole took the page after a Stop seconds).
-    waiting = await _jobs_whole(client, spaces, f"!{labels.ADMITTED}") if may_be_waiting(job) else []
+    # queue is read only for a job that may have a place in it (its position); a running, finished or
+    # stopped job's page reads nothing of it (3,000 waiting jobs whole took the page after a Stop
+    # seconds: a stop removes ``admitted-at``, but a stopped job has no position).
+    waiting = await _jobs_whole(client, spaces, f"!{labels.ADMITTED}") if may_have_a_position(job) else []
     jobs = {_key(j): j for j in [*waiting, dict(job)] if may_be_waiting(j)}
     return await _state(
         client, list(jobs.values()), pods, _joined(events), policy_read, ledgers_read, workloads
@@ -811,6 +850,8 @@ def _ledger_namespace(target: Target) -> str | None:
 
 async def _cancelled_earlier(client: KubeClient, namespace: str, name: str) -> CancelOutcome | None:
     """A cancel of a job that is already gone: what its ``Cancelled`` event says, if it is still kept."""
+    from airflow_jobs_plugin.jobs import actions
+
     listing = await client.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")
     events = [
         e
@@ -826,7 +867,7 @@ async def _cancelled_earlier(client: KubeClient, namespace: str, name: str) -> C
         f"{kind.lower() + '/' if kind else ''}{name} was already {last.get('message') or 'cancelled'}"
         + (f" at {when}" if when else "")
     )
-    return CancelOutcome(namespace, name, kind, False, True, f"{message} (deleted)")
+    return actions.CancelOutcome(namespace, name, kind, False, True, f"{message} (deleted)")
 
 
 async def cancel(client: KubeClient, target: Target, name: str, by: str) -> CancelOutcome:
@@ -834,6 +875,8 @@ async def cancel(client: KubeClient, target: Target, name: str, by: str) -> Canc
 
     A job cancelled earlier and already deleted answers with who cancelled it, from its event.
     """
+    from airflow_jobs_plugin.jobs import actions
+
     try:
         job = await find_job(client, target.namespace, name)
     except JobNotFound:
@@ -846,12 +889,16 @@ async def cancel(client: KubeClient, target: Target, name: str, by: str) -> Canc
 
 async def stop(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
     """Stop a job (see :func:`airflow_jobs_plugin.jobs.actions.stop`)."""
+    from airflow_jobs_plugin.jobs import actions
+
     job = await find_job(client, target.namespace, name)
     return await actions.stop(client, target.namespace, job, by)
 
 
 async def resume(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
     """Resume a stopped job (see :func:`airflow_jobs_plugin.jobs.actions.resume`)."""
+    from airflow_jobs_plugin.jobs import actions
+
     job = await find_job(client, target.namespace, name)
     # A group of a cohort keeps its reservations in the cohort's ledger (QuotaPolicy.ledger_of).
     policy, _ = await read_policy(client, target) if _ledger_namespace(target) else (None, None)

@@ -105,11 +105,17 @@ def job_row(r: IndexRow, now: datetime) -> views.JobRow:
     return r.row._replace(age_seconds=None if created is None else (now - created).total_seconds())
 
 
-def rows_of(state: views.ClusterState) -> list[IndexRow]:
-    """Every job of ``state`` as the index keeps it: its snapshot (the same rules as the whole view's,
-    :func:`views.snapshots`) and its row."""
+def rows_of(
+    state: views.ClusterState,
+    jobs: Iterable[Mapping[str, Any]] | None = None,
+    decided: tuple[Mapping[str, Any], Mapping[str, str]] | None = None,
+) -> list[IndexRow]:
+    """Every job of ``state`` (or only ``jobs`` of it) as the index keeps it: its snapshot (the same
+    rules as the whole view's, :func:`views.snapshots`; ``decided``: ``views.queue_decisions(state)``
+    when already known) and its row."""
+    decisions, problems = decided if decided is not None else views.queue_decisions(state)
     out = []
-    for job, snap in views.snapshots(state):
+    for job, snap in views.snapshots_of(state, state.jobs if jobs is None else jobs, decisions, problems):
         uid = str((job.get("metadata") or {}).get("uid") or "")
         out.append(index_row(job, snap, views.job_row(job, snap, state.now, state.workloads.get(uid))))
     return out
@@ -275,19 +281,25 @@ def without_deleted(
 
 def with_change(index: JobIndex, change: views.JobChange) -> JobIndex:
     """``index`` with one job as an action left it (``change``: the job read again, ``None`` once
-    deleted, with its own pods, the policy and ledgers): its row, the waiting jobs' rows (their queue
-    positions), the pools and the queues; nothing else of the namespace is read or computed again."""
+    deleted, with its own pods, the policy and ledgers): its row, the pools, the queues, and the rows
+    of the waiting jobs whose place in the queue (or reservation) the change moved; nothing else of the
+    namespace is read or computed again.
+
+    The page after the action waits for this patch, so it is small: the pool's decisions over the
+    waiting jobs before and after (pure arithmetic over their metadata), and a snapshot only for the
+    touched job and the jobs whose queue status or reservation differs (``views.row_inputs``). Among
+    3,000 waiting jobs without a pool, a Stop recomputes one row, not 3,000 twice."""
     key = (change.namespace, change.name)
     kept = index.kept
     owners = kept.owners
     stand_in = change.job or {"metadata": {"namespace": change.namespace, "name": change.name}}
     old_pods = {views._identity(p) for p in owners.pods_for(stand_in)}
-    jobs = tuple(j for j in kept.jobs if views._identity(j) != key)
-    jobs += (change.job,) if change.job is not None else ()
+    others = tuple(j for j in kept.jobs if views._identity(j) != key)
+    jobs = others + ((change.job,) if change.job is not None else ())
     pods = tuple(p for p in kept.pods if views._identity(p) not in old_pods) + change.pods
-    state = dataclasses.replace(
+    still = dataclasses.replace(
         kept,
-        jobs=jobs,
+        jobs=tuple(j for j in jobs if views._is_waiting(j)),
         pods=pods,
         now=change.now,
         policy=change.policy,
@@ -295,19 +307,26 @@ def with_change(index: JobIndex, change: views.JobChange) -> JobIndex:
         ledgers=change.ledgers,
         usage_histories=change.usage_histories,
     )
-    ov = views.overview(state)
+    still.owners  # noqa: B018 - indexed in the worker thread the patch runs in, shared with ``state``
+    state = still.with_jobs(jobs)
+    decisions, problems = views.queue_decisions(state)
+    before = views.row_inputs(kept, *views.queue_decisions(kept))
+    after = views.row_inputs(state, decisions, problems)
+    moved = [
+        j
+        for j in jobs
+        if views._identity(j) == key or before.get(views._uid(j), (None, None)) != after[views._uid(j)]
+    ]
     rows = dict(index.rows)
     rows.pop(key, None)
-    rows.update((r.key, r) for r in rows_of(state))
-    still = dataclasses.replace(state, jobs=tuple(j for j in jobs if views._is_waiting(j)))
-    still.owners  # noqa: B018 - indexed in the worker thread the patch runs in
+    rows.update((r.key, r) for r in rows_of(state, moved, (decisions, problems)))
     return dataclasses.replace(
         index,
         rows=rows,
         kept=still,
-        pools=ov.pools,
-        queues=ov.queues,
-        problems=ov.problems,
+        pools=views.pools(state, decisions.values()),
+        queues=views.queues(state, decisions.values(), problems),
+        problems=views.problems_of(state),
         _sorted=_carried(index, rows),
     )
 

@@ -93,6 +93,14 @@ class ClusterState:
         """The pods and events indexed by job, built on first use: each job's lookup is O(1), not a scan."""
         return OwnerIndex(self.pods, self.events)
 
+    def with_jobs(self, jobs: Iterable[Mapping[str, Any]]) -> ClusterState:
+        """This state with other jobs: the same pods and events, and their index if it is built already
+        (it depends on nothing else)."""
+        other = dataclasses.replace(self, jobs=tuple(jobs))
+        if "owners" in self.__dict__:
+            other.__dict__["owners"] = self.__dict__["owners"]
+        return other
+
 
 # --------------------------------------------------------------------------------------------------
 # Outputs
@@ -477,6 +485,16 @@ def may_be_waiting(job: Mapping[str, Any]) -> bool:
     return JobView(job).admitted_at is None
 
 
+def may_have_a_position(job: Mapping[str, Any]) -> bool:
+    """Whether a job may have a place in the pool's queue, from its metadata alone: it may be waiting
+    (:func:`may_be_waiting`) and no person stopped it. A stopped job keeps its enqueue time but is
+    never admitted and takes no place in line until a resume (``queueing/quota/policy.py``: ``_judge``
+    rules it ``Stopped`` before anything else, ``decide`` gives it no position), and its snapshot reads
+    STOPPED (or TERMINATING while its pods stop) whatever the queue says (``lifecycle/snapshot.py``,
+    ``_suspended``): its page needs nothing of the queue."""
+    return may_be_waiting(job) and not JobView(job).stopped
+
+
 def is_suspended(job: Mapping[str, Any]) -> bool:
     return kinds.kind_of(job).is_suspended(job)
 
@@ -593,10 +611,32 @@ def _queue_status(
 
 def snapshots(state: ClusterState) -> list[tuple[Mapping[str, Any], JobSnapshot]]:
     """Every job with its snapshot, the queue status and reservation taken from the pool's view."""
-    decisions, problems = queue_decisions(state)
+    return snapshots_of(state, state.jobs, *queue_decisions(state))
+
+
+def row_inputs(
+    state: ClusterState, decisions: Mapping[str, quota.Decision], problems: Mapping[str, str]
+) -> dict[str, tuple[QueueStatus | None, quota.Reservation | None]]:
+    """What each job's snapshot in ``state`` reads besides its own objects, by uid: the queue status the
+    pool's decisions (``queue_decisions(state)``) give it and the reservation the ledgers hold for it.
+    A job whose inputs and objects did not change has the same snapshot (``now`` aside)."""
+    held = {r.uid: r for r in _reservations(state)}
+    return {
+        _uid(job): (_queue_status(state, job, decisions, problems, held), held.get(_uid(job)))
+        for job in state.jobs
+    }
+
+
+def snapshots_of(
+    state: ClusterState,
+    jobs: Iterable[Mapping[str, Any]],
+    decisions: Mapping[str, quota.Decision],
+    problems: Mapping[str, str],
+) -> list[tuple[Mapping[str, Any], JobSnapshot]]:
+    """``jobs`` (of ``state``) with their snapshots, given the pool's decisions over ``state``."""
     held = {r.uid: r for r in _reservations(state)}
     result = []
-    for job in state.jobs:
+    for job in jobs:
         uid = _uid(job)
         queue = _queue_status(state, job, decisions, problems, held)
         reservation = held.get(uid)
@@ -895,6 +935,18 @@ def overview(state: ClusterState, visible: Visible | None = None) -> Overview:
         GroupQueue(q.group, tuple(e for e in q.entries if (e.namespace, e.name) in allowed))
         for q in queues(state, decisions.values(), problems)
     )
+    return Overview(
+        now=state.now,
+        pools=pool_rows,
+        queues=tuple(q for q in queue_views if q.entries),
+        jobs=tuple(rows),
+        charts=charts(state, pairs, pool_rows),
+        problems=problems_of(state),
+    )
+
+
+def problems_of(state: ClusterState) -> tuple[str, ...]:
+    """What the overview says first: no usable policy, unreadable ledger entries, Kueue unreadable."""
     notes = []
     if state.policy is None and state.policy_problem:
         notes.append(state.policy_problem)
@@ -902,14 +954,7 @@ def overview(state: ClusterState, visible: Visible | None = None) -> Overview:
         notes.extend(f"ledger of group {ledger.group}: {p}" for p in ledger.problems)
     if state.workloads_problem:
         notes.append(state.workloads_problem)
-    return Overview(
-        now=state.now,
-        pools=pool_rows,
-        queues=tuple(q for q in queue_views if q.entries),
-        jobs=tuple(rows),
-        charts=charts(state, pairs, pool_rows),
-        problems=tuple(notes),
-    )
+    return tuple(notes)
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,103 @@ def test_a_stop_patches_the_jobs_row_the_pools_and_the_queue_as_a_whole_build_af
     assert (ov.pools, ov.queues) == (after.pools, after.queues)
 
 
+def crowd(waiting: int) -> views.ClusterState:
+    """One running job holding the group's one GPU and ``waiting`` jobs queued behind it."""
+    return cluster(
+        [("running", "bob", "d", -900, True)]
+        + [("waiting", f"u{i % 7}", "d", -800 + i, True) for i in range(waiting)]
+    )
+
+
+def stop_of(whole: views.ClusterState, name: str) -> tuple[dict, views.JobChange]:
+    """``name`` as ``actions.stop`` leaves it once its pods are gone, read again with the ledgers the
+    stop left (its reservation released), and that change."""
+    job = next(j for j in whole.jobs if j["metadata"]["name"] == name)
+    left = dict(job, metadata=dict(job["metadata"]), spec=dict(job["spec"], suspend=True))
+    left["metadata"]["labels"] = {k: v for k, v in job["metadata"]["labels"].items() if k != labels.ADMITTED}
+    annotations = {k: v for k, v in job["metadata"]["annotations"].items() if k != labels.ADMITTED_AT}
+    left["metadata"]["annotations"] = {**annotations, labels.STOPPED_AT: ts(590), labels.STOPPED_BY: "admin"}
+    uid = job["metadata"]["uid"]
+    ledgers = {
+        g: dataclasses.replace(ledger, reservations=tuple(r for r in ledger.reservations if r.uid != uid))
+        for g, ledger in whole.ledgers.items()
+    }
+    return left, views.JobChange(NAMESPACE, name, left, (), NOW, whole.policy, None, ledgers, {})
+
+
+def recomputed(monkeypatch) -> list[str]:
+    """The jobs whose snapshot is computed from now on (a row is made from one)."""
+    names: list[str] = []
+    snapshot = views.snapshot
+
+    def counted(job, *args, **kwargs):
+        names.append(job["metadata"]["name"])
+        return snapshot(job, *args, **kwargs)
+
+    monkeypatch.setattr(views, "snapshot", counted)
+    return names
+
+
+def test_a_stop_recomputes_only_the_stopped_jobs_row_and_those_whose_place_moved(monkeypatch):
+    whole = crowd(40)
+    index = fill(whole)
+    running = "j000"
+    left, stop = stop_of(whole, running)
+    seen = recomputed(monkeypatch)
+    patched = job_index.with_change(index, stop)
+    seen = list(seen)
+    after = views.overview(
+        dataclasses.replace(whole, jobs=(left, *whole.jobs[1:]), pods=(), ledgers=stop.ledgers)
+    )
+    # The page after the action is the page a whole build after it gives.
+    ov, page = job_index.page(patched, listing.JobQuery(limit=1000), lambda dag: True, NOW)
+    assert [(r.name, r.state, r.message, r.queue_position) for r in page.rows] == [
+        (r.name, r.state, r.message, r.queue_position) for r in after.jobs
+    ]
+    assert (ov.pools, ov.queues) == (after.pools, after.queues)
+    # Only the stopped job and the rows whose queue status moved (the head, now let in) were redone.
+    moved = {
+        r.name
+        for r in after.jobs
+        if (r.state, r.message, r.queue_position)
+        != ((old := index.rows[(NAMESPACE, r.name)].row).state, old.message, old.queue_position)
+    }
+    assert running in moved
+    assert sorted(seen) == sorted(moved)
+
+
+def test_a_stop_among_jobs_waiting_without_a_pool_recomputes_one_row(monkeypatch):
+    """As in the browser test (3,000 jobs waiting, no quota pool): nothing but the stopped job moves."""
+    whole = dataclasses.replace(crowd(40), policy=None, ledgers={})
+    index = fill(whole)
+    left, stop = stop_of(whole, "j000")
+    seen = recomputed(monkeypatch)
+    patched = job_index.with_change(index, stop)
+    seen = list(seen)
+    after = views.overview(dataclasses.replace(whole, jobs=(left, *whole.jobs[1:]), pods=()))
+    assert {r.row.name: (r.row.state, r.row.message) for r in patched.rows.values()} == {
+        r.name: (r.state, r.message) for r in after.jobs
+    }
+    assert seen == ["j000"]
+
+
+def test_a_stop_at_the_queues_head_moves_every_position_behind_it(monkeypatch):
+    whole = crowd(10)
+    index = fill(whole)
+    left, stop = stop_of(whole, "j001")
+    seen = recomputed(monkeypatch)
+    patched = job_index.with_change(index, stop)
+    seen = list(seen)
+    after = views.overview(
+        dataclasses.replace(whole, jobs=(whole.jobs[0], left, *whole.jobs[2:]), ledgers=stop.ledgers)
+    )
+    assert {r.row.name: r.row.queue_position for r in patched.rows.values()} == {
+        r.name: r.queue_position for r in after.jobs
+    }
+    assert patched.rows[(NAMESPACE, "j002")].row.queue_position == 1
+    assert sorted(seen) == [f"j{i:03d}" for i in range(1, 11)]  # the stopped job and the 9 behind it
+
+
 def test_a_cancel_that_deleted_the_job_removes_its_row():
     whole = with_history()
     index = refresh(job_index.filled(job_index.rows_of(whole), whole.now), whole)

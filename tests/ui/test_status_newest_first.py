@@ -192,6 +192,21 @@ def test_the_newest_page_is_decided_by_enough_matching_jobs_inside_the_windows_r
     assert created_label(datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc)) == "60"
 
 
+def _meta(name: str, created: int) -> dict:
+    return {"metadata": {"namespace": NAMESPACE, "name": name, "labels": {labels.CREATED: str(created)}}}
+
+
+def test_the_pages_newest_jobs_come_in_one_list_unless_their_range_holds_many_others():
+    page = [_meta("a", 1000), _meta("b", 990)]
+    older = [_meta(f"old-{i}", 900 - i) for i in range(500)]
+    assert inspect.page_selector(page, [*page, *older]) == f"{labels.CREATED}>989"
+    # A filter leaving out most jobs (another user's created between the page's): each read by name.
+    between = [_meta(f"other-{i}", 995) for i in range(inspect.PAGE_LIST_SLACK + 1)]
+    assert inspect.page_selector(page, [*page, *between, *older]) is None
+    # A page job made before the label existed: by name too.
+    assert inspect.page_selector([*page, {"metadata": {"name": "c", "labels": {}}}], [*page, *older]) is None
+
+
 def test_the_jobs_that_may_wait_come_in_one_list_and_one_admitted_meanwhile_by_name(history, monkeypatch):
     async def add(client) -> None:
         when = NOW - timedelta(days=50)
@@ -229,7 +244,9 @@ def test_the_jobs_that_may_wait_come_in_one_list_and_one_admitted_meanwhile_by_n
     try:
         read_whole, by_name = asyncio.run(read())
         assert read_whole == {"now-3", "now-2", "waits-long"}
-        assert sorted(by_name) == ["now-2", "now-3"]  # the waiting one came with its list
+        # The waiting one came with its list, the page's with the list of the jobs created since the
+        # oldest of them: nothing by name.
+        assert by_name == []
 
         # Admitted between the two reads, it has left the list of jobs without the label: read by name.
         async def none_left(client, spaces, selector, chunk=inspect.LIST_CHUNK):
