@@ -95,6 +95,12 @@ def startup_estimate(n: int, history: dict[int, float] | None = None, real: bool
     return default
 
 
+# Started beside a real plane this run starts: a cluster that runs MPI jobs runs the MPI operator, so
+# the MPIJob resource is served and the shared watch holds a watch on it (without it, the watch checks
+# every 30 s whether the resource has appeared: one list at steady state, whatever the number of jobs).
+PLANE_WITH = "mpi-operator"
+
+
 def run_tracking(
     n: int,
     *,
@@ -115,6 +121,7 @@ def run_tracking(
     gc_freeze: bool = True,
     log_streams: int | None = None,
     poll_rate: float | None = None,
+    plane_with: str = PLANE_WITH,
     say: Any = print,
 ) -> dict[str, Any]:
     """One tracking run of ``n`` jobs on the stand-in (``cluster="sim"``) or on the real control plane
@@ -141,7 +148,7 @@ def run_tracking(
     )
     load = os.getloadavg()  # the machine is shared: what else ran when this one started
     plane: RealCluster | SimProcess = (
-        RealCluster(nodes=nodes, kubeconfig=kubeconfig, time_scale=time_scale)
+        RealCluster(nodes=nodes, kubeconfig=kubeconfig, time_scale=time_scale, with_=plane_with)
         if real
         else SimProcess(nodes=nodes, time_scale=time_scale)
     )
@@ -264,6 +271,7 @@ def run_tracking(
         "job_logs": list(JOB_LOGS),
         "talk": {"quiet_every": QUIET_EVERY, "loud_every": LOUD_EVERY, "loud_jobs": talk.count(LOUD_EVERY)},
         "gc_freeze": gc_freeze,
+        "plane_with": plane_with if real and kubeconfig is None else None,
         "log_streams": log_streams,
         "poll_rate": poll_rate,
         "heap": heap,
@@ -689,6 +697,12 @@ def main() -> None:
     )
     parser.add_argument("--kubeconfig", default=None, help="--cluster real: a plane already up")
     parser.add_argument(
+        "--plane-with",
+        default=PLANE_WITH,
+        help=f"--cluster real: components started beside the plane (scripts/cluster up --with; default"
+        f" {PLANE_WITH}; '' for none)",
+    )
+    parser.add_argument(
         "--gc-freeze",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -724,6 +738,7 @@ def main() -> None:
             gc_freeze=args.gc_freeze,
             log_streams=args.log_streams,
             poll_rate=args.poll_rate,
+            plane_with=args.plane_with,
         )
         history[n] = result["startup_seconds"]
         results.append(result)

@@ -370,7 +370,9 @@ class RealCluster:
     each job and pod changed, as this process received it from the API server (the plane's components
     write the changes; nobody can timestamp them inside etcd): the simulator's ``transitions``."""
 
-    def __init__(self, *, nodes: int, kubeconfig: str | None = None, time_scale: float = 1.0):
+    def __init__(
+        self, *, nodes: int, kubeconfig: str | None = None, time_scale: float = 1.0, with_: str = ""
+    ):
         self.started_here = kubeconfig is None
         self.dir = tempfile.mkdtemp(prefix="bench-plane-") if kubeconfig is None else None
         self.kubeconfig = kubeconfig or os.path.join(self.dir or "", "kubeconfig")
@@ -388,6 +390,7 @@ class RealCluster:
                     str(nodes),
                     "--time-scale",
                     str(time_scale),
+                    *(["--with", with_] if with_ else []),
                 ],
                 check=True,
                 stdout=sys.stderr,

@@ -873,6 +873,12 @@ def main() -> None:
         "--kubeconfig", default=None, help="--cluster real: a plane already up (enough nodes)"
     )
     parser.add_argument(
+        "--plane-with",
+        default=None,
+        help="--cluster real: components started beside the plane (scripts/cluster up --with; default"
+        " mpi-operator, as a cluster that runs MPI jobs has; '' for none)",
+    )
+    parser.add_argument(
         "--log-streams",
         type=int,
         default=None,
@@ -968,6 +974,7 @@ def main() -> None:
                     gc_freeze=args.gc_freeze,
                     log_streams=args.log_streams,
                     poll_rate=args.poll_rate,
+                    **({} if args.plane_with is None else {"plane_with": args.plane_with}),
                 )
                 history[n] = result["startup_seconds"]
                 save_result(args.cluster, result, keep=args.keep)
