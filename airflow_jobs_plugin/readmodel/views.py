@@ -1076,10 +1076,17 @@ def _current_run(snap: JobSnapshot, done: Sequence[history.Entry]) -> history.Ru
     if admitted is not None and recorded and admitted <= max(recorded):
         admitted = None
     started = snap.started_at
+    # A cancel ends the run it recorded: it came after that run's start, so the run is looked for after
+    # the action before the cancel; and once the pods are gone, the cancel's record speaks for the start.
+    cancel = done[-1] if done and done[-1].act is history.Act.CANCELLED else None
+    if started is None and cancel is not None and cancel.run is not None:
+        started = cancel.run.started_at
+    before = done[:-1] if cancel is not None else done
     if admitted is None:
-        # No admission of its own was written (no quota pool here): the run is known from its start,
-        # after the newest action, and held its GPUs from then as far as anyone recorded.
-        since = done[-1].at.replace(microsecond=0) if done else None
+        # No admission of its own was written (no quota pool here, or none kept after the end): the run
+        # is known from its start, after the newest action before it, and held its GPUs from then as
+        # far as anyone recorded.
+        since = before[-1].at.replace(microsecond=0) if before else None
         if started is None or (since is not None and started < since):
             return None
         return history.Run(started, started, snap.finished_at, snap.gpus)

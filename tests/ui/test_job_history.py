@@ -237,3 +237,30 @@ def test_facts_of_one_second_are_told_in_the_order_the_job_lived_them():
         "Suspended (not suspended)",
         "STARTED",
     ]
+
+
+def test_a_run_cancelled_in_a_later_second_than_it_started_is_told_after_the_pool_let_it_go():
+    """The pool releases a cancelled job's reservation, and with it the admission the page reads; the
+    run is then known from its start, which came before the cancel (in an earlier second when the cancel
+    came a moment later) and after the resume. Its pods gone, the cancel's record gives the start."""
+    from airflow_jobs_plugin.readmodel import views
+    from tests.lifecycle.factories import at
+    from tests.ui.test_views import product_job
+
+    stop = history.Entry(history.Act.STOPPED, at(1.4), "bob", history.Run(at(0.5), at(1), None, 2))
+    resume = history.Entry(history.Act.RESUMED, at(1.6), "bob")
+    cancel = history.Entry(history.Act.CANCELLED, at(3.1), "bob", history.Run(at(2.7), at(2), None, 2))
+    annotations: dict[str, str] = {}
+    for entry in (stop, resume, cancel):
+        annotations[labels.HISTORY] = history.appended(annotations, entry)
+    job = product_job("c", "bob", 2, queued_s=0.2, suspend=False, annotations=annotations)
+    snap = snapshot(job, [], (), now=at(5))  # no pods left, no reservation kept
+    assert snap.admitted_at is None
+    found = [e.label for e in views.timeline(job, snap)]
+    assert [label for label in found if label in ("STARTED", "STOPPED", "RESUMED", "CANCELLED")] == [
+        "STARTED",
+        "STOPPED",
+        "RESUMED",
+        "STARTED",
+        "CANCELLED",
+    ], found
