@@ -127,27 +127,47 @@ def unsuspended(body: dict) -> dict:
     return body
 
 
+def _skips_the_pool() -> dict:
+    body = unsuspended(manifest())
+    body["spec"]["parallelism"] = 0
+    return body
+
+
+def _mounts_a_token() -> dict:
+    body = manifest()  # suspended for the pool: it runs no pod, should it be let through
+    body["spec"]["template"]["spec"]["automountServiceAccountToken"] = True
+    return body
+
+
+# One probe per policy the scenarios rely on, each refused by that policy alone once it is in force.
+# The API server loads each policy, its binding and its parameter through informers of their own
+# (k8s.io/apiserver v0.36 pkg/admission/plugin/policy/generic), so one policy refusing says nothing of
+# another: each is probed until it refuses.
+POLICY_PROBES = {
+    "airflow-jobs-quota-admission": _skips_the_pool,
+    "airflow-jobs-job-accounts": _mounts_a_token,
+}
+
+
 def until_the_policy_is_in_force(worker: str, admin: str) -> None:
-    """The API server loads a new policy through an informer: probe, as the worker, with a job that
-    skips the pool (and runs no pod, should it be let through) until it is refused."""
+    """Probe, as the worker, with a job that only one policy refuses (and runs no pod, should it be let
+    through), until every policy the scenarios rely on refuses its probe."""
 
     async def go() -> None:
         deadline = asyncio.get_running_loop().time() + 120
         async with kube(worker) as as_worker, kube(admin) as as_admin:
-            while True:
-                body = unsuspended(manifest())
-                body["spec"]["parallelism"] = 0
-                try:
-                    await as_worker.create(JOBS, NAMESPACE, body)
-                except KubeError as exc:
-                    if exc.status == 403 and "airflow-jobs rule" in str(exc):
-                        return
-                    raise
-                await as_admin.delete(JOBS, NAMESPACE, body["metadata"]["name"])
-                assert asyncio.get_running_loop().time() < deadline, (
-                    "the admission policy never came into force"
-                )
-                await asyncio.sleep(1)
+            for policy, probe in POLICY_PROBES.items():
+                while True:
+                    body = probe()
+                    try:
+                        await as_worker.create(JOBS, NAMESPACE, body)
+                    except KubeError as exc:
+                        if exc.status == 403 and f"ValidatingAdmissionPolicy '{policy}'" in str(exc):
+                            break
+                        raise
+                    await as_admin.delete(JOBS, NAMESPACE, body["metadata"]["name"])
+                    assert asyncio.get_running_loop().time() < deadline, f"{policy} never came into force"
+                    await asyncio.sleep(1)
 
     asyncio.run(go())
 
