@@ -21,7 +21,7 @@ server (its UI and REST API share the event loop) for that long, every 5 s per o
   back to back, so one open page cannot keep a core of the API server busy;
 - a person's action through this server (cancel, stop, resume) patches the copy with the job it
   touched (:meth:`BuildCache.patch`, read again by the action, applied by
-  :func:`airflow_jobs_plugin.readmodel.views.with_change`): the page that follows shows the action's
+  :func:`airflow_jobs_plugin.readmodel.job_index.with_change`): the page that follows shows the action's
   effect at once, and nobody waits for a whole rebuild because someone clicked Stop. A build under way
   when the patch came may have read the cluster before the action: the patch is applied to its value
   too when it lands.

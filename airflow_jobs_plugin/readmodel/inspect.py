@@ -723,7 +723,7 @@ async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
 
 async def read_change(client: KubeClient, target: Target, namespace: str, name: str) -> JobChange:
     """Job ``name`` as it is now (``None`` once deleted), with its own pods and the quota policy and
-    ledgers: what :func:`views.with_change` needs to patch a cached view after an action on it."""
+    ledgers: what :func:`job_index.with_change` needs to patch the kept index after an action on it."""
     try:
         job: dict | None = await find_job(client, namespace, name)
     except JobNotFound:

@@ -973,56 +973,6 @@ class JobChange:
     usage_histories: Mapping[str, UsageHistory]
 
 
-def with_change(kept: ClusterState, whole: Overview, change: JobChange) -> tuple[ClusterState, Overview]:
-    """The kept state and the overview with one job's change applied, without the rest of the namespace.
-
-    ``kept`` is what the cached view keeps of the cluster (the waiting jobs whole, every pod and event);
-    ``whole`` is the overview of the whole namespace built with it. Only what the change can move is
-    computed again: the job's own row, the rows of the waiting jobs (their queue positions), the pools
-    and the queues (the ledgers, and the waiting jobs the pool's rule reads). The charts keep the
-    build's history; the next build redraws them. A reservation of a job that is neither waiting nor
-    the changed one is taken as its ledger holds it, as ``airflow-jobs status`` does.
-    """
-    key = (change.namespace, change.name)
-    stand_in = change.job or {"metadata": {"namespace": change.namespace, "name": change.name}}
-    index = kept.owners  # built once per kept state; the namespace's pods are not indexed again here
-    old_pods = {_identity(p) for p in index.pods_for(stand_in)}
-    waiting = tuple(j for j in kept.jobs if _identity(j) != key)
-    jobs = waiting + ((change.job,) if change.job is not None else ())
-    # What the pools, the queues and these rows read: the waiting jobs' and the changed job's own
-    # objects, not the namespace's (at 51,000 jobs, indexing every pod again cost seconds).
-    own_pods: dict[int, Mapping[str, Any]] = {}
-    own_events: dict[int, Mapping[str, Any]] = {}
-    for job in jobs:
-        pods = list(change.pods) if job is change.job else index.pods_for(job)
-        own_pods.update((id(p), p) for p in pods)
-        own_events.update((id(e), e) for e in index.events_for(job, pods))
-    state = _as_read(
-        dataclasses.replace(
-            kept, jobs=jobs, pods=tuple(own_pods.values()), events=tuple(own_events.values())
-        ),
-        change,
-    )
-    part = overview(state)
-    fresh = {(r.namespace, r.name): r for r in part.jobs}
-    rows = [fresh.pop((r.namespace, r.name), r) for r in whole.jobs if (r.namespace, r.name) != key]
-    if key in fresh:
-        rows.append(fresh.pop(key))
-    rows.sort(key=lambda r: (r.created_at or change.now, r.name), reverse=True)
-    still_kept = _as_read(
-        dataclasses.replace(
-            kept,
-            jobs=tuple(j for j in jobs if _is_waiting(j)),
-            pods=tuple(p for p in kept.pods if _identity(p) not in old_pods) + change.pods,
-        ),
-        change,
-    )
-    updated = dataclasses.replace(
-        whole, now=change.now, pools=part.pools, queues=part.queues, jobs=tuple(rows), problems=part.problems
-    )
-    return still_kept, updated
-
-
 def _as_read(state: ClusterState, change: JobChange) -> ClusterState:
     """``state`` with the time, policy and ledgers read with the change."""
     return dataclasses.replace(

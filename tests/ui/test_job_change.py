@@ -66,35 +66,6 @@ def same_view(patched: views.Overview, built: views.Overview) -> None:
     ]
 
 
-def test_a_stopped_job_reads_stopped_with_its_pool_and_queue_as_a_rebuild_would():
-    whole = with_history()
-    a = next(j for j in whole.jobs if j["metadata"]["name"] == "a")
-    kept, patched = views.with_change(kept_of(whole), views.overview(whole), change(whole, "a", stopped(a)))
-    same_view(patched, rebuilt(whole, "a", stopped(a)))
-    rows = {r.name: r for r in patched.jobs}
-    assert rows["a"].state == "STOPPED"
-    assert rows["h"].state == "SUCCEEDED"  # the history's rows are the build's
-    assert not kept.owners.pods_for(a)  # its pods are gone from the kept state too
-
-
-def test_a_cancelled_job_that_is_gone_leaves_the_list_and_its_queue():
-    whole = with_history()
-    _, patched = views.with_change(kept_of(whole), views.overview(whole), change(whole, "c", None))
-    same_view(patched, rebuilt(whole, "c", None))
-    assert "c" not in {r.name for r in patched.jobs}
-    assert [e.name for q in patched.queues for e in q.entries] == ["b"]
-
-
-def test_the_charts_keep_the_builds_history():
-    whole = with_history()
-    built = views.overview(whole)
-    _, patched = views.with_change(kept_of(whole), built, change(whole, "c", None))
-    assert patched.charts == built.charts
-
-
-# --- the cache applies the patch to what it keeps and to a build under way --------------------------
-
-
 async def on_this_loop(build):
     return await build()
 
