@@ -86,7 +86,11 @@ class JobSensorTrigger(BaseTrigger):
             await watch.wait_synced(timeout=60)
             while True:
                 job = self._observed_job(watch)
-                if job is not None:
+                if job is None:
+                    # A job of a custom resource the cluster did not serve at the watch's last check
+                    # (its operator not installed yet): look again at the sensor's own pace.
+                    watch.want(kinds.for_name(self.kind).resource)
+                else:
                     name = job["metadata"]["name"]
                     snap = snapshot(
                         job, watch.pods_of(name), (), now=datetime.now(timezone.utc), memo=pods_read

@@ -317,6 +317,7 @@ class _Follow:
         )
         self.name = trigger.job_name
         self.sub = watch.subscribe(self.name)
+        watch.want(self.resource)
         self.history: list[AttemptRecord] = []
         # The watch's cached pods are replaced on every change, never edited: what a look read of the
         # pods an event did not touch serves the next look.

@@ -167,6 +167,7 @@ class SharedWatch:
         scope: Scope = PRODUCT,
         watch_timeout: int = 300,
         max_backoff: float = 30.0,
+        absent_recheck: float = 300.0,
     ):
         self.client = client
         self.namespace = namespace
@@ -174,6 +175,10 @@ class SharedWatch:
         self.scope = scope
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
+        self.absent_recheck = absent_recheck
+        # The resources a list answered 404 (a custom resource whose operator is not installed), each
+        # with what wakes its next check before ``absent_recheck`` runs out: a subscriber that needs it.
+        self._absent: dict[str, asyncio.Event] = {}
         self._cache: dict[str, dict[str, dict]] = {r.plural: {} for r in self.resources}
         # Equal parts of cached objects are one object (watch_transform.Sharing): never change one.
         self._sharing = Sharing()
@@ -300,6 +305,14 @@ class SharedWatch:
 
     # --- subscribing ---
 
+    def want(self, resource: Resource) -> None:
+        """Someone here follows a job of ``resource``: if the cluster did not serve it at the last
+        check, check again now rather than at the next ``absent_recheck``. A trigger follows a job that
+        was created, so the resource is served by then (the operator was installed since)."""
+        waiting = self._absent.get(resource.plural)
+        if waiting is not None:
+            waiting.set()
+
     def subscribe(self, key: str) -> Subscription:
         sub = Subscription(key)
         self._subs.setdefault(key, []).append(sub)
@@ -370,6 +383,7 @@ class SharedWatch:
             try:
                 if rv is None:
                     rv = await self._relist(resource)
+                    self._absent.pop(resource.plural, None)
                 async for event in self.client.watch(
                     resource,
                     self.namespace,
@@ -398,9 +412,12 @@ class SharedWatch:
                 self.errors += 1
                 failures += 1
                 if exc.not_found and kinds.may_be_absent(resource):
-                    # No operator for this kind (MPI) on this cluster: keep trying, slowly, so one installed later is seen.
+                    # No operator for this kind on this cluster: nothing of it to follow. Check again when a
+                    # subscriber needs it (want) or, for readers that subscribe to nothing (the web app's
+                    # index), after absent_recheck, so an operator installed later is seen without a
+                    # request every few seconds while none is.
                     self._listed(resource)
-                    await asyncio.sleep(self.max_backoff)
+                    await self._await_demand(resource)
                     continue
                 delay = min(self.max_backoff, 0.2 * 2**failures) * (0.5 + random.random() / 2)
                 if exc.status == 401:
@@ -428,6 +445,12 @@ class SharedWatch:
                 log.exception("watch %s/%s: unexpected error", self.namespace, resource.plural)
                 rv = None
                 await asyncio.sleep(min(self.max_backoff, 0.2 * 2**failures))
+
+    async def _await_demand(self, resource: Resource) -> None:
+        waiting = self._absent.setdefault(resource.plural, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiting.wait(), timeout=self.absent_recheck)
+        waiting.clear()  # a want() from here on wakes the check after this one
 
     async def _relist(self, resource: Resource) -> str:
         label_selector, field_selector = self.scope.selectors(resource)

@@ -97,7 +97,7 @@ def startup_estimate(n: int, history: dict[int, float] | None = None, real: bool
 
 # Started beside a real plane this run starts: a cluster that runs MPI jobs runs the MPI operator, so
 # the MPIJob resource is served and the shared watch holds a watch on it (without it, the watch checks
-# every 30 s whether the resource has appeared: one list at steady state, whatever the number of jobs).
+# every 5 minutes whether the resource has appeared, or at once when a trigger follows one of its jobs).
 PLANE_WITH = "mpi-operator"
 
 
