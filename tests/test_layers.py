@@ -35,7 +35,7 @@ SHELL = {
     "cluster.watch",
     "jobs.submission",
     "jobs.actions",
-    "queueing.admission",
+    "queueing.engines.pool",
     "queueing.engines.door",
     "queueing.engines.kueue",
     "queueing.engines.unmanaged",

@@ -1,6 +1,6 @@
 """Kueue as the queueing engine: which jobs Kueue owns, and what its Workload says about a queued job.
 
-Pure rules over plain dicts: no I/O, no Airflow. The shell (``queueing/admission.py``) watches the Workloads of
+Pure rules over plain dicts: no I/O, no Airflow. The shell (``queueing/engines/pool.py``) watches the Workloads of
 a namespace and asks these functions.
 
 Where a job is Kueue's, the product never admits, suspends or requeues it: Kueue's job reconciler

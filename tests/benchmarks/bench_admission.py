@@ -5,7 +5,7 @@ Run: ``.venv/bin/python tests/benchmarks/bench_admission.py [--jobs 1000] [--pro
 
 The quota pool in production: every job is created suspended, a ``JobTrigger`` with ``quota_configmap``
 follows it, and each triggerer process runs the admission passes of the groups its triggers wait in
-(``airflow_jobs_plugin.queueing.admission`` over ``queueing/quota/ledger.py``). Here:
+(``airflow_jobs_plugin.queueing.engines.pool`` over ``queueing/quota/ledger.py``). Here:
 
 - a policy ConfigMap with 20 groups of 8 GPUs (``user_gpus: 4``), 10 users per group;
 - 1,000 jobs of 1 or 2 GPUs, created suspended from real manifests, spread round-robin over the groups,

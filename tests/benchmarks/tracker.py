@@ -592,7 +592,7 @@ def trace_admission(book: Book) -> None:
 def admissions() -> list:
     """The process's admissions (shared by every trigger of a namespace and policy): not walked."""
     try:
-        from airflow_jobs_plugin.queueing.admission import Admission
+        from airflow_jobs_plugin.queueing.engines.pool import Admission
 
         return [a for per_watch in Admission._registry.values() for a in per_watch.values()]  # noqa: SLF001
     except (ImportError, AttributeError):
@@ -625,7 +625,7 @@ HEAP_SITES = (
     ("airflow_jobs_plugin/logs/logplan.py", "logs: streamer, runs, hub"),
     ("airflow_jobs_plugin/logs/logcursor.py", "logs: cursors"),
     ("airflow_jobs_plugin/airflow/triggers.py", "trigger: _Follow, its state and coroutines"),
-    ("airflow_jobs_plugin/queueing/admission.py", "admission"),
+    ("airflow_jobs_plugin/queueing/engines/pool.py", "admission"),
     ("airflow_jobs_plugin/queueing/quota/", "admission"),
     ("tests/benchmarks/tracker.py", "benchmark: tasks, book"),
     ("asyncio/", "asyncio: tasks, futures, handles"),
@@ -1064,7 +1064,7 @@ async def amain(args: argparse.Namespace, names: list[str]) -> dict:
         hubs["poll_rate"] = getattr(logstream, "POLL_RATE", None)
     if args.kind == "ours":
         from airflow_jobs_plugin.cluster import watch as shared
-        from airflow_jobs_plugin.queueing import admission
+        from airflow_jobs_plugin.queueing.engines import pool as admission
 
         if watch is not None:
             shared.release("kubernetes_default", args.namespace)

@@ -23,7 +23,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing import quota
-from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
 from airflow_jobs_plugin.readmodel import inspect
 from airflow_jobs_plugin.readmodel.views import job_detail

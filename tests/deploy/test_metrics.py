@@ -16,7 +16,7 @@ from airflow_jobs_plugin import metrics
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import KubeError
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 from airflow_jobs_plugin.queueing.quota.requeue import Requeue, RequeueLimitReached
 
 ROOT = Path(__file__).resolve().parents[2]

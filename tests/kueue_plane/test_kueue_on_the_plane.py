@@ -29,7 +29,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing import kueue, quota
-from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 
 pytestmark = [
     pytest.mark.real_cluster,

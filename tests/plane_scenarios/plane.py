@@ -24,7 +24,7 @@ from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
 from airflow_jobs_plugin.cluster.resources import Resource
-from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 from airflow_jobs_plugin.readmodel import inspect
 from airflow_jobs_plugin.readmodel.views import job_detail
 

@@ -379,8 +379,8 @@ def test_a_group_added_to_the_policy_but_not_to_the_role_waits_naming_the_missin
     (SelfSubjectAccessReview) and keeps the group's jobs waiting, naming the entry to add."""
     from airflow_jobs_plugin.cluster import watch as shared
     from airflow_jobs_plugin.cluster.kube import CONFIGMAPS
-    from airflow_jobs_plugin.queueing.admission import Admission
-    from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+    from airflow_jobs_plugin.queueing.engines.pool import Admission
+    from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
     from airflow_jobs_plugin.queueing.quota import POLICY_KEY, ledger_name
 
     async def add_group(client: KubeClient) -> None:

@@ -222,7 +222,7 @@ def test_marking_the_task_failed_in_airflow_cancels_its_running_mpijob(cluster, 
 
     async def airflow_user() -> str:
         from airflow_jobs_plugin.cluster import watch as shared
-        from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+        from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 
         following = asyncio.ensure_future(trigger.run().__anext__())
         try:

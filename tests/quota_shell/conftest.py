@@ -16,7 +16,8 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClie
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
-from airflow_jobs_plugin.queueing import admission, quota
+from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.engines import pool as admission
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from tests.patience import Deadline
 

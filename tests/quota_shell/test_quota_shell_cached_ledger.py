@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.cluster.watch import SharedWatch
-from airflow_jobs_plugin.queueing import admission as admission_module
-from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.engines import pool as admission_module
+from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, create_jobs, job_body, ledger_of, put_policy, unique, wait_for

@@ -10,7 +10,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing import quota
-from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.engines.pool import Admission
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, unique, wait_for
 

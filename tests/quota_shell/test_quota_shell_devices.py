@@ -9,7 +9,7 @@ from sim_fixtures import cluster_fixture
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import JOBS
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.engines.pool import Admission
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
 

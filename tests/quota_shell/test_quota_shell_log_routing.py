@@ -51,7 +51,7 @@ async def test_a_stopped_jobs_release_reaches_its_own_log_and_not_the_log_of_the
         job_body(group, "erin", 2, run=10_000, task="nlp_erin_2gpu"),
     )
     routed = RoutedRecords()
-    logger = logging.getLogger("airflow_jobs_plugin.queueing.admission")
+    logger = logging.getLogger("airflow_jobs_plugin.queueing.engines.pool")
     logger.addHandler(routed)
     logger.setLevel(logging.INFO)
     try:

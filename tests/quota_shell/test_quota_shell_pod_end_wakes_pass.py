@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from airflow_jobs_plugin.cluster.kube import JOBS
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.queueing.admission import BACKSTOP_SECONDS, Admission
+from airflow_jobs_plugin.queueing.engines.pool import BACKSTOP_SECONDS, Admission
 
 
 class Worker:

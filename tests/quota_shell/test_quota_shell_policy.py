@@ -12,7 +12,7 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.submission import check_group
 from airflow_jobs_plugin.queueing import quota
-from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from airflow_jobs_plugin.queueing.quota.submit_check import OverQuotaError, PolicyNotFoundError

@@ -7,7 +7,7 @@ import asyncio
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.queueing.admission import Admission
+from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
 from .conftest import (

@@ -28,7 +28,7 @@ from airflow_jobs_plugin.airflow.sensors import JobSensor
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.queueing.admission import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from airflow_jobs_plugin.queueing.quota import ledger_model
 from airflow_jobs_plugin.queueing.quota.model import Reservation

@@ -16,7 +16,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import KubeClient
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
-from airflow_jobs_plugin.queueing import admission
+from airflow_jobs_plugin.queueing.engines import pool as admission
 
 cluster = cluster_fixture(nodes=2)
 connection = connection_fixture()

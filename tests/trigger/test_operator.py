@@ -14,7 +14,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeClient
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.spec import JobSpecError
-from airflow_jobs_plugin.queueing import admission
+from airflow_jobs_plugin.queueing.engines import pool as admission
 
 _runs = iter(range(1, 10_000))
 

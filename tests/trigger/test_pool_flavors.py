@@ -17,7 +17,7 @@ from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, NODES, PODS, KubeClient
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.queueing import admission
+from airflow_jobs_plugin.queueing.engines import pool as admission
 
 PRODUCT = "nvidia.com/gpu.product"
 A100, H100 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"

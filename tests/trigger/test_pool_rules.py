@@ -15,7 +15,7 @@ from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, PODS, KubeClient
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.queueing import admission
+from airflow_jobs_plugin.queueing.engines import pool as admission
 
 SCENARIO = "sim.airflow-jobs.io/scenario"
 

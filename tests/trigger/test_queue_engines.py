@@ -6,9 +6,9 @@ import asyncio
 
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing import kueue
-from airflow_jobs_plugin.queueing.admission import Admission
 from airflow_jobs_plugin.queueing.engines.kueue import KueueEngine
 from airflow_jobs_plugin.queueing.engines.pick import engine_for
+from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 
 

@@ -21,7 +21,7 @@ from airflow_jobs_plugin.cluster.kube import JOBS, PODS, KubeClient
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.outcome import DELETED_BY_SOMEONE
 from airflow_jobs_plugin.jobs.spec import TaskIdentity
-from airflow_jobs_plugin.queueing import admission
+from airflow_jobs_plugin.queueing.engines import pool as admission
 from airflow_jobs_plugin.readmodel import inspect
 
 _runs = iter(range(1, 10_000))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from airflow_jobs_plugin.cluster.watch import SharedWatch
-from airflow_jobs_plugin.queueing.admission import Admission
 from airflow_jobs_plugin.queueing.engines.base import QueueEngine
+from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 
 
