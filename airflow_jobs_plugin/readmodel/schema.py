@@ -1,7 +1,10 @@
 """The JSON API's response models: what ``/airflow-jobs/api/...`` and ``airflow-jobs ... --json`` return.
 
-The view models (:mod:`airflow_jobs_plugin.readmodel.views`, :mod:`airflow_jobs_plugin.readmodel.nodes`) are
-shared with the page and the CLI tables; these models are their JSON form, with typed values only:
+Each model is derived from the dataclass it returns: the view models
+(:mod:`airflow_jobs_plugin.readmodel.views`, :mod:`airflow_jobs_plugin.readmodel.nodes`), shared with the
+page and the CLI tables, the lifecycle's ``JobSnapshot`` and an action's outcome, each of which declares
+its fields' JSON form (:mod:`airflow_jobs_plugin.json_fields`). The models are their JSON form, with
+typed values only:
 times are ISO 8601 in UTC (``2026-03-02T09:10:00Z``) or ``null``, durations are numbers of seconds in
 fields ending in ``_seconds``, counts are integers, and an absent value is ``null``, never ``""`` or
 kubectl's ``<none>``. How a person reads them (``19s``, ``1/2``) is the page's and the CLI table's
@@ -165,8 +168,8 @@ def _from_view(model: type[M], view: Any) -> M:
 
 
 if TYPE_CHECKING:
-    # A model made at run time is no type a checker can read: it reads the models' generated stub,
-    # which tests/ui/test_schema_stub.py keeps equal to what MODELS derives (scripts/schema-stub).
+    # A model made at run time is no type a checker can read: it reads the models' stub, generated
+    # from the models below by scripts/schema-stub; tests/ui/test_schema_stub.py fails when it differs.
     from airflow_jobs_plugin.readmodel.schema_models import (
         ActionResult,
         Attempt,
