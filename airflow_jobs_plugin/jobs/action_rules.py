@@ -22,10 +22,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
+from airflow_jobs_plugin.json_fields import Json
 from airflow_jobs_plugin.queueing import kueue
 
 
@@ -33,6 +34,11 @@ class Action(enum.Enum):
     CANCEL = "cancel"
     STOP = "stop"
     RESUME = "resume"
+
+
+# An action's name as the JSON API and the CLI write it.
+ActionName = Literal["stop", "resume", "cancel"]
+NAMES: dict[Action, ActionName] = {Action.CANCEL: "cancel", Action.STOP: "stop", Action.RESUME: "resume"}
 
 
 @dataclass(frozen=True)
@@ -144,23 +150,29 @@ class CancelOutcome:
     """What cancelling did: the job (latest attempt) it ruled on, and whether it was ended through its
     controller (kept until its TTL) or deleted."""
 
-    namespace: str
-    name: str
-    kind: str
-    deleted: bool
-    already_finished: bool
-    message: str = ""
+    namespace: Annotated[str, Json("the job's namespace")]
+    name: Annotated[str, Json("the attempt it ruled on (the task try's newest)")]
+    kind: Annotated[str, Json("Job or MPIJob")]
+    deleted: Annotated[bool, Json("whether the job object was deleted (a queued MPIJob or Kueue job)")]
+    already_finished: Annotated[bool, Json("the job had already finished: nothing was done")]
+    message: Annotated[str, Json("the one-line answer", blank_is_null=True)] = ""
     # Ended through its controller and kept, CANCELLED, until its TTL (``deleted`` is then False).
-    ended: bool = False
+    ended: Annotated[
+        bool,
+        Json(
+            "whether it was ended through its controller: it stays listed, CANCELLED, until its TTL",
+            after="deleted",
+        ),
+    ] = False
 
 
 @dataclass(frozen=True)
 class ActionOutcome:
     """What a stop or a resume did: ``done`` False when it did not apply, ``message`` says why or what."""
 
-    action: str
-    namespace: str
-    name: str
-    kind: str
-    done: bool
-    message: str
+    action: Annotated[Literal["stop", "resume"], Json("which action")]
+    namespace: Annotated[str, Json("the job's namespace")]
+    name: Annotated[str, Json("the attempt it acted on (the task try's newest)")]
+    kind: Annotated[str, Json("Job or MPIJob")]
+    done: Annotated[bool, Json("false when the action did not apply; message says why")]
+    message: Annotated[str, Json("the one-line answer")]

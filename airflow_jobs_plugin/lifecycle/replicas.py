@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 from airflow_jobs_plugin.cluster.objects import condition, dig, latest, parse_time
 from airflow_jobs_plugin.cluster.records import NOT_YET, PodFacts, pod_facts
@@ -22,6 +22,7 @@ from airflow_jobs_plugin.jobs.kinds import (  # noqa: F401  (re-exported by life
     LAUNCHER,
     WORKER,
 )
+from airflow_jobs_plugin.json_fields import Json
 from airflow_jobs_plugin.lifecycle.pod_status import columns
 from airflow_jobs_plugin.lifecycle.state import Reason
 
@@ -54,25 +55,53 @@ class ReplicaStatus:
     problem (``None`` when there is none) and ``message`` the cluster's own words about it.
     """
 
-    role: str
-    index: int
-    pod: str | None
-    status: str
+    role: Annotated[str, Json("launcher or worker")]
+    index: Annotated[int, Json("the replica's index within its role")]
+    pod: Annotated[str | None, Json("its current pod; null before it has one")]
+    status: Annotated[str, Json("kubectl's STATUS of the pod; null without a pod", blank_is_null=True)]
+    # The JSON carries it as two counts (ready_containers, containers).
     ready: str
-    restarts: int
-    node: str | None
-    health: Health
-    reason: Reason | None = None
-    exit_code: int | None = None
-    message: str = ""
+    restarts: Annotated[int, Json("container restarts of the pod")]
+    node: Annotated[str | None, Json("the node the pod is bound to")]
+    health: Annotated[Health, Json("what the pod is doing, coarser than its status")]
+    reason: Annotated[Reason | None, Json("the product's reading of a problem; null when none")] = None
+    exit_code: Annotated[int | None, Json("the exit code that explains a failure")] = None
+    message: Annotated[str, Json("the cluster's own words about the problem", blank_is_null=True)] = ""
     # Since when the current pod has been where it is now, as far as its own conditions tell: for a
     # pod whose containers cannot be created, the moment it got ready to start them.
-    since: datetime | None = None
+    since: Annotated[datetime | None, Json("since when the pod has been where it is now")] = None
 
     @property
-    def name(self) -> str:
+    def name(self) -> Annotated[str, Json("launcher, or <role>-<index>", after="index")]:
         """``launcher`` for the MPI launcher, else ``<role>-<index>`` (e.g. ``worker-1``)."""
         return self.role if self.role == LAUNCHER and self.index == 0 else f"{self.role}-{self.index}"
+
+    @property
+    def ready_containers(
+        self,
+    ) -> Annotated[int | None, Json("ready containers of the pod (kubectl READY)", after="status")]:
+        return ready_counts(self.ready)[0]
+
+    @property
+    def containers(
+        self,
+    ) -> Annotated[int | None, Json("containers counted by kubectl READY", after="ready_containers")]:
+        return ready_counts(self.ready)[1]
+
+
+def ready_counts(column: str) -> tuple[int | None, int | None]:
+    """kubectl's READY cell (``1/2``) as (ready, containers); ``(None, None)`` for ``<none>``."""
+    ready, slash, total = column.partition("/")
+    if not slash:
+        return None, None
+    return _count(ready), _count(total)
+
+
+def _count(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def job_kind(job: Mapping[str, Any]) -> str:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 from airflow_jobs_plugin.cluster.objects import (
     as_int,
@@ -47,6 +47,7 @@ from airflow_jobs_plugin.jobs import history, labels
 from airflow_jobs_plugin.jobs.bounded import MESSAGE_LIMIT, bounded
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.kinds import LAUNCHER, JobKind, kind_of
+from airflow_jobs_plugin.json_fields import Json
 from airflow_jobs_plugin.lifecycle.replicas import (
     Health,
     ReplicaStatus,
@@ -91,11 +92,11 @@ class TaskRef:
     """The Airflow task instance try that submitted a job, from the job's own annotations: what a sweep
     for jobs nobody follows (their task no longer running, deferred or up for retry) asks Airflow about."""
 
-    dag_id: str
-    task_id: str
-    run_id: str
-    map_index: int = -1
-    try_number: int | None = None
+    dag_id: Annotated[str, Json("the DAG")]
+    task_id: Annotated[str, Json("the task")]
+    run_id: Annotated[str, Json("the DAG run")]
+    map_index: Annotated[int, Json("-1 for an unmapped task")] = -1
+    try_number: Annotated[int | None, Json("the task's try number")] = None
 
     @classmethod
     def of(cls, annotations: Mapping[str, str]) -> TaskRef | None:
@@ -124,45 +125,49 @@ class JobSnapshot:
     explains a failure, if any. ``gpu_seconds`` runs from admission to release (or ``observed_at``).
     """
 
-    name: str
-    namespace: str
-    kind: str
-    state: JobState
-    reason: Reason
-    message: str
-    replicas: tuple[ReplicaStatus, ...] = ()
-    attempt: int = 1
-    requeue_count: int = 0
-    queue_position: int | None = None
-    pod_failures: int = 0
-    exit_code: int | None = None
-    gpus: int = 0
-    gpu_seconds: float = 0.0
-    queued_at: datetime | None = None
-    admitted_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    observed_at: datetime | None = None
+    name: Annotated[str, Json("the job's name")]
+    namespace: Annotated[str, Json("the job's namespace")]
+    kind: Annotated[str, Json("Job or MPIJob")]
+    state: Annotated[JobState, Json("where the job is in its life")]
+    reason: Annotated[Reason, Json("why it is in that state")]
+    message: Annotated[str, Json("the cluster's or the pool's words about the state", blank_is_null=True)]
+    replicas: Annotated[tuple[ReplicaStatus, ...], Json("the launcher, then the workers")] = ()
+    attempt: Annotated[int, Json("the product's submission attempt, from 1")] = 1
+    requeue_count: Annotated[int, Json("how often the pool sent it back to the queue")] = 0
+    queue_position: Annotated[int | None, Json("place in its queue (1 = next) while it waits")] = None
+    pod_failures: Annotated[int, Json("pods that failed within this attempt")] = 0
+    exit_code: Annotated[int | None, Json("the exit code that explains a failure, if any")] = None
+    gpus: Annotated[int, Json("GPUs the job asks for")] = 0
+    gpu_seconds: Annotated[float, Json("GPU-seconds from admission to release (or observed_at)")] = 0.0
+    queued_at: Annotated[datetime | None, Json("when it joined its group's queue")] = None
+    admitted_at: Annotated[datetime | None, Json("when the pool reserved its GPUs")] = None
+    started_at: Annotated[datetime | None, Json("when its first container started")] = None
+    finished_at: Annotated[datetime | None, Json("when it reached its final state")] = None
+    observed_at: Annotated[datetime | None, Json("when the objects were read")] = None
     # The newest Warning events about the job's pods, newest last, even of pods already deleted:
     # ``worker-0 train-x7k2p Failed: Failed to pull image "...": not found``. The cause of a failure
     # outlives the pod that showed it.
-    last_events: tuple[str, ...] = ()
+    last_events: Annotated[
+        tuple[str, ...], Json("the newest Warning events about its pods, newest last")
+    ] = ()
     # Who submitted it and when the object was created: a job younger than a short grace may belong to
     # a task between creating it and deferring, which is not an orphan yet.
-    task: TaskRef | None = None
-    created_at: datetime | None = None
+    task: Annotated[TaskRef | None, Json("the task instance try that submitted it")] = None
+    created_at: Annotated[datetime | None, Json("when the job object was created")] = None
 
     @property
-    def holds_gpus(self) -> bool:
+    def is_terminal(
+        self,
+    ) -> Annotated[bool, Json("SUCCEEDED, FAILED or CANCELLED: it will not change any more")]:
+        """Whether the job reached SUCCEEDED, FAILED or CANCELLED."""
+        return self.state.is_terminal
+
+    @property
+    def holds_gpus(self) -> Annotated[bool, Json("whether it holds GPUs now")]:
         """Whether the job holds GPUs now: admitted and not finished, or pods of it still running."""
         return (self.admitted_at is not None and self.finished_at is None and not self.is_terminal) or (
             self.state is JobState.TERMINATING
         )
-
-    @property
-    def is_terminal(self) -> bool:
-        """Whether the job reached SUCCEEDED, FAILED or CANCELLED."""
-        return self.state.is_terminal
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (enums as their values, times as RFC 3339) for XCom, the UI and the CLI."""

@@ -24,8 +24,8 @@ from typing import Annotated, Any
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds import job_key
 from airflow_jobs_plugin.jobs.spec import GPU_RESOURCE_PREFIXES
+from airflow_jobs_plugin.json_fields import Json
 from airflow_jobs_plugin.queueing.quota.placement import NodeCapacity
-from airflow_jobs_plugin.readmodel.fields import Json
 
 ENDED = ("Succeeded", "Failed")
 

@@ -29,6 +29,7 @@ from urllib.parse import quote
 from airflow_jobs_plugin.cluster.objects import parse_time
 from airflow_jobs_plugin.jobs import action_rules, history, kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
+from airflow_jobs_plugin.json_fields import Json
 from airflow_jobs_plugin.lifecycle import (
     LAUNCHER,
     JobSnapshot,
@@ -45,12 +46,11 @@ from airflow_jobs_plugin.lifecycle import (
 )
 from airflow_jobs_plugin.lifecycle import Reservation as HeldGpus
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
-from airflow_jobs_plugin.lifecycle.replicas import NO_POD, event_time
+from airflow_jobs_plugin.lifecycle.replicas import NO_POD, event_time, ready_counts
 from airflow_jobs_plugin.queueing import kueue, quota
 from airflow_jobs_plugin.queueing.quota import jobs as pool_jobs
 from airflow_jobs_plugin.queueing.quota import ledger_model as ledger_rules
 from airflow_jobs_plugin.queueing.quota.fair_share import UsageHistory, recent_by_group
-from airflow_jobs_plugin.readmodel.fields import Json
 
 PREFIX = "/airflow-jobs"
 CHART_WINDOW = timedelta(hours=1)
@@ -110,7 +110,7 @@ class ClusterState:
 class JobRow(NamedTuple):
     """One line of the job list, and the head of a job's page: one GPU job.
 
-    Each field is declared once, with its JSON description (``readmodel/fields.py``): the JSON API's
+    Each field is declared once, with its JSON description (``json_fields.py``): the JSON API's
     ``Job`` is derived from this class, and the index of every job (``readmodel/job_index.py``) keeps
     one per job: a named tuple of strings, numbers and times, without a ``__dict__``, as the index
     holds 51,000 of them. The links are computed from the fields, not kept.
@@ -304,12 +304,35 @@ class UsageChart:
 class Overview:
     """Everything the overview page and ``airflow-jobs status`` show."""
 
-    now: datetime
-    pools: tuple[PoolRow, ...]
-    queues: tuple[GroupQueue, ...]
-    jobs: tuple[JobRow, ...]
-    charts: tuple[UsageChart, ...]
-    problems: tuple[str, ...]
+    now: Annotated[datetime, Json("when the cluster was read")]
+    pools: Annotated[tuple[PoolRow, ...], Json("every group of the policy, and any group holding GPUs")]
+    queues: Annotated[tuple[GroupQueue, ...], Json("each group's waiting jobs the reader may see")]
+    jobs: Annotated[tuple[JobRow, ...], Json("the page of jobs asked for (sort, offset, limit)")]
+    charts: Annotated[tuple[UsageChart, ...], Json("one GPU usage chart per group")]
+    problems: Annotated[tuple[str, ...], Json("what could not be read: no policy, unreadable ledger entries")]
+
+
+@dataclass(frozen=True)
+class PagedOverview(Overview):
+    """An overview whose jobs are one page of the filtered job list, and where that page sits: what
+    the JSON API's overview and ``airflow-jobs status --json`` return."""
+
+    jobs_total: Annotated[
+        int | None,
+        Json(
+            "jobs matching the filters, on every page; null when not counted (`airflow-jobs status "
+            "--json` in the default order reads only the newest jobs: see jobs_more)"
+        ),
+    ]
+    jobs_more: Annotated[bool, Json("whether jobs follow this page (next page: offset + limit)")]
+    jobs_offset: Annotated[int, Json("jobs skipped before this page")]
+    jobs_limit: Annotated[int, Json("most jobs on a page")]
+
+    @classmethod
+    def of(cls, ov: Overview, *, total: int | None, offset: int, limit: int, more: bool) -> PagedOverview:
+        """``ov`` (already narrowed and paged) with the size of the whole filtered job list (None: not
+        counted) and whether jobs follow the page."""
+        return cls(ov.now, ov.pools, ov.queues, ov.jobs, ov.charts, ov.problems, total, more, offset, limit)
 
 
 @dataclass(frozen=True)
@@ -388,17 +411,21 @@ class LogTail:
 class JobDetail:
     """Everything the job page and ``airflow-jobs describe`` show."""
 
-    job: JobRow
-    snapshot: JobSnapshot
-    phases: tuple[Phase, ...]
-    timeline: tuple[TimelineEntry, ...]
-    replicas: tuple[ReplicaRow, ...]
-    events: tuple[EventRow, ...]
-    logs: tuple[LogTail, ...]
+    job: Annotated[JobRow, Json("the job's line")]
+    snapshot: Annotated[JobSnapshot, Json("the lifecycle snapshot")]
+    phases: Annotated[tuple[Phase, ...], Json("the state timeline, first to last")]
+    timeline: Annotated[tuple[TimelineEntry, ...], Json("dated facts, oldest first")]
+    replicas: Annotated[tuple[ReplicaRow, ...], Json("the launcher, then the workers")]
+    events: Annotated[tuple[EventRow, ...], Json("oldest first")]
+    logs: Annotated[tuple[LogTail, ...], Json("by rank, the launcher first")]
     # What a user who may edit the job's DAG can do to it now: "stop", "resume", "cancel".
-    actions: tuple[str, ...]
+    actions: Annotated[
+        tuple[action_rules.ActionName, ...], Json("the actions that apply now, for a user who may act")
+    ]
     # Every attempt of the job's task try the cluster still holds, first to last (this one included).
-    attempts: tuple[AttemptRow, ...] = ()
+    attempts: Annotated[
+        tuple[AttemptRow, ...], Json("every attempt of the task try the cluster holds, first to last")
+    ] = ()
 
 
 @dataclass(frozen=True)
@@ -1263,14 +1290,6 @@ def replica_rows(
     return tuple(rows)
 
 
-def ready_counts(column: str) -> tuple[int | None, int | None]:
-    """kubectl's READY cell (``1/2``) as (ready, containers); ``(None, None)`` for ``<none>``."""
-    ready, slash, total = column.partition("/")
-    if not slash:
-        return None, None
-    return _int(ready), _int(total)
-
-
 def event_rows(events: Iterable[Mapping[str, Any]], now: datetime) -> tuple[EventRow, ...]:
     """Events oldest first, each with kubectl describe's columns."""
     rows = []
@@ -1393,7 +1412,8 @@ def job_detail(
         events=event_rows(events_of(job, own_pods, events), state.now),
         logs=tuple(logs),
         actions=tuple(
-            a.value for a in action_rules.available(action_rules.facts_of(job, finished=snap.is_terminal))
+            action_rules.NAMES[a]
+            for a in action_rules.available(action_rules.facts_of(job, finished=snap.is_terminal))
         ),
         attempts=attempt_rows(state, job, snap, attempts),
     )

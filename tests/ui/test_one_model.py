@@ -5,15 +5,17 @@ pinned one."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
-from airflow_jobs_plugin.lifecycle import JobState, Reason
+from airflow_jobs_plugin import json_fields as fields
+from airflow_jobs_plugin.lifecycle import Health, JobSnapshot, JobState, Reason, ReplicaStatus
 from airflow_jobs_plugin.plugin import app as plugin_app
-from airflow_jobs_plugin.readmodel import fields, job_index, schema, views
+from airflow_jobs_plugin.readmodel import job_index, schema, views
 
 SNAPSHOT = Path(__file__).with_name("openapi_snapshot.json")
 
@@ -133,3 +135,48 @@ def test_a_pool_holds_its_users_and_devices_models_its_computed_free_and_a_round
         }
     ]
     assert answer["devices"] == [{"resource": "nvidia.com/mig-1g.10gb", "quota": 2, "used": 3, "free": 0}]
+
+
+def test_every_model_but_the_error_is_derived_from_a_dataclasss_declarations():
+    written_by_hand = {m.__name__ for m in schema.Model.__subclasses__()} - {
+        m.__name__ for m in schema._MODELS.values()
+    }
+    assert written_by_hand == {"Problem"}
+
+
+def test_a_field_declared_after_another_follows_it_in_the_json():
+    """A replica's name and READY counts are properties, and a cancel's ``ended`` is its constructor's
+    last argument: each sits where the JSON has always had it."""
+    assert list(schema.SnapshotReplica.model_fields)[:8] == [
+        "role",
+        "index",
+        "name",
+        "pod",
+        "status",
+        "ready_containers",
+        "containers",
+        "restarts",
+    ]
+    assert list(schema.CancelResult.model_fields)[3:5] == ["deleted", "ended"]
+
+
+def test_a_field_declared_after_no_field_is_refused_with_the_names_it_could_follow():
+    @dataclass(frozen=True)
+    class Misplaced:
+        first: Annotated[int, fields.Json("one")]
+        second: Annotated[int, fields.Json("two", after="frist")]
+
+    Misplaced.__module__ = __name__
+    with pytest.raises(TypeError, match=r"Misplaced.second: Json\(after='frist'\) .*declared: first"):
+        fields.json_fields(Misplaced)
+
+
+@pytest.mark.parametrize(("ready", "counts"), [("1/2", (1, 2)), ("0/1", (0, 1)), ("<none>", (None, None))])
+def test_a_snapshot_replicas_ready_column_is_two_counts_in_the_json(ready, counts):
+    replica = ReplicaStatus("worker", 0, "p", "Running", ready, 0, "gpu-a", Health.RUNNING)
+    answer = schema.snapshot(
+        JobSnapshot("j", "ns", "Job", JobState.RUNNING, Reason("Running"), "", (replica,))
+    )
+    (json_replica,) = answer.model_dump(mode="json")["replicas"]
+    assert (json_replica["ready_containers"], json_replica["containers"]) == counts
+    assert json_replica["name"] == "worker-0"
