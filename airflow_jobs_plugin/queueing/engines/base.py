@@ -1,6 +1,6 @@
 """What a trigger asks of whoever queues its job: the engine protocol.
 
-Three engines implement it: the quota pool (``admission.Admission``), Kueue (``engines.kueue``) and,
+Three engines implement it: the quota pool (``engines.pool.Admission``), Kueue (``engines.kueue``) and,
 without either, the unmanaged engine (``engines.unmanaged``), which lets a job go at once. The trigger
 picks one for its job and asks it, and only it: to admit the job or say why it waits, how long it may
 sleep, to give back what the job held once it ended, and to write or finish the product's verdict.
