@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from enum import Enum
 from typing import Annotated, Any
 
 from airflow_jobs_plugin.cluster.objects import (
@@ -169,43 +168,12 @@ class JobSnapshot:
             self.state is JobState.TERMINATING
         )
 
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (enums as their values, times as RFC 3339) for XCom, the UI and the CLI."""
-        out: dict[str, Any] = {}
-        for key in self.__dataclass_fields__:
-            value = getattr(self, key)
-            if key == "replicas":
-                out[key] = [_replica_dict(r) for r in value]
-            elif key == "task":
-                out[key] = (
-                    None if value is None else {k: getattr(value, k) for k in value.__dataclass_fields__}
-                )
-            else:
-                out[key] = list(value) if isinstance(value, tuple) else _plain(value)
-        out["is_terminal"] = self.is_terminal
-        out["holds_gpus"] = self.holds_gpus
-        return out
-
     def replica(self, role: str, index: int = 0) -> ReplicaStatus | None:
         """The replica ``role``/``index`` (e.g. ``("launcher", 0)``, ``("worker", 3)``), if present."""
         for replica in self.replicas:
             if replica.role == role and replica.index == index:
                 return replica
         return None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, datetime):
-        return as_utc(value).isoformat().replace("+00:00", "Z")
-    return value
-
-
-def _replica_dict(replica: ReplicaStatus) -> dict[str, Any]:
-    out = {key: _plain(getattr(replica, key)) for key in replica.__dataclass_fields__}
-    out["name"] = replica.name
-    return out
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import JobState, Reason, TaskRef, snapshot
+from airflow_jobs_plugin.readmodel import schema
 
 from .factories import at, batch_job, event, mpi_job
 from .scenarios import NOT_FOUND
@@ -80,6 +81,6 @@ def test_a_snapshot_names_the_task_instance_try_that_submitted_the_job():
     assert result.task == TaskRef("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00", 3, 2)
     assert result.created_at is not None
     assert result.holds_gpus
-    assert result.as_dict()["task"]["map_index"] == 3
+    assert schema.snapshot(result).model_dump(mode="json")["task"]["map_index"] == 3
     queued = snapshot(batch_job(suspend=True), [], now=at(60))
     assert queued.task is None and not queued.holds_gpus

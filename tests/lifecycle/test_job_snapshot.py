@@ -336,10 +336,12 @@ def test_controller_completion_wins_over_a_later_cancel_verdict():
     assert (result.state, result.reason) == (JobState.SUCCEEDED, Reason.COMPLETED)
 
 
-def test_as_dict_is_json_ready():
+def test_the_json_form_of_a_snapshot_is_plain_json():
     import json
 
-    data = take(BY_ID["starting-mpi-launcher-init-1-of-2"]).as_dict()
+    from airflow_jobs_plugin.readmodel import schema
+
+    data = schema.snapshot(take(BY_ID["starting-mpi-launcher-init-1-of-2"])).model_dump(mode="json")
     assert json.loads(json.dumps(data)) == data
     assert (data["state"], data["reason"], data["is_terminal"]) == ("STARTING", "Initializing", False)
     assert data["replicas"][0]["name"] == "launcher"
