@@ -220,7 +220,7 @@ def test_every_problem_is_reported_at_once():
 
 def test_minimal_spec_gets_the_documented_defaults():
     spec = build()
-    assert spec.workers == 1 and not spec.is_mpi
+    assert spec.workers == 1 and spec.kind == "Job"
     assert spec.schedule_timeout == "policy"  # the quota policy's (3 minutes unless it says otherwise)
     assert spec.active_deadline == timedelta(days=1)
     assert spec.ttl_after_finished == timedelta(days=7)
@@ -328,7 +328,7 @@ def test_init_containers_may_mount_declared_volumes():
 
 def test_mpi_job_without_gpus_is_accepted():
     spec = build(gpus=0, workers=4)
-    assert spec.is_mpi and total_gpus(spec) == 0
+    assert spec.kind == "MPIJob" and total_gpus(spec) == 0
 
 
 def test_launcher_may_have_gpus_equal_to_a_worker():
@@ -530,7 +530,7 @@ def test_framework_is_mpi_or_torchrun():
     with pytest.raises(JobSpecError, match=r"framework: must be one of 'mpi', 'torchrun', got str 'ddp'"):
         validate(image="t:1", group="vision", user="alice", framework="ddp")
     spec = validate(image="t:1", group="vision", user="alice", workers=2, framework="torchrun")
-    assert spec.kind == "torchrun" and not spec.is_mpi and spec.pod_count == 2
+    assert spec.kind == "torchrun" and spec.pod_count == 2
 
 
 @pytest.mark.parametrize(
