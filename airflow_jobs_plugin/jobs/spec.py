@@ -110,7 +110,7 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 MAIN_CONTAINER = "main"
 WAIT_FOR_WORKERS_CONTAINER = "wait-for-workers"
 
-# Environment variables the product sets in every container (see manifests.py).
+# Environment variables the product sets in every container (see pod_template.py).
 ENV_USER = "JOB_USER"
 ENV_GROUP = "JOB_GROUP"
 ENV_NAME = "JOB_NAME"

@@ -1381,12 +1381,27 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
                 "fatal_exit_codes",
                 f"{both} also listed in retryable_exit_codes -- an exit code is either fatal or retryable",
             )
-    if ok("framework", "workers"):
-        # The kind the arguments choose says which of them it refuses (an MPI-only one on a torchrun
-        # job, say); an argument is given when it is valid and not its default.
-        valid = {name: value for name, value in v.items() if value is not _MISSING}
-        given = {name for name, value in valid.items() if name in _DEFAULTS and value != _DEFAULTS[name]}
-        for field, message in kinds.for_choice(v["framework"], v["workers"]).argument_problems(valid, given):
+    _kind_refusals(c, v)
+
+
+def _kind_refusals(c: _Checker, v: dict[str, Any]) -> None:
+    """The arguments the kind of job refuses (an MPI-only one on a torchrun job, say), each adapter
+    saying which (``JobKind.argument_problems``). Where ``framework`` or ``workers`` is not known yet (a
+    template at parse time, or wrong), every kind they could still choose is asked, and an argument is
+    refused only when each of those kinds refuses it, in the words of the kind their defaults choose."""
+    frameworks = kinds.FRAMEWORKS if v["framework"] is _MISSING else (v["framework"],)
+    counts = range(1, MAX_WORKERS + 1) if v["workers"] is _MISSING else (v["workers"],)
+    candidates = {kinds.for_choice(framework, workers) for framework in frameworks for workers in counts}
+    chosen = kinds.for_choice(
+        _DEFAULTS["framework"] if v["framework"] is _MISSING else v["framework"],
+        _DEFAULTS["workers"] if v["workers"] is _MISSING else v["workers"],
+    )
+    # An argument is given when it is valid and not its default.
+    valid = {name: value for name, value in v.items() if value is not _MISSING}
+    given = {name for name, value in valid.items() if name in _DEFAULTS and value != _DEFAULTS[name]}
+    refused = [{field for field, _ in kind.argument_problems(valid, given)} for kind in candidates]
+    for field, message in chosen.argument_problems(valid, given):
+        if all(field in fields for fields in refused):
             c.add(field, message)
 
 

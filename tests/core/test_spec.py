@@ -562,6 +562,39 @@ def test_a_wrong_wait_for_workers_under_torchrun_is_named_once_as_wrong_not_as_m
     assert "must be True or False" in raised.value.message
 
 
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (
+            {"framework": "torchrun", "workers": "{{ params.nodes }}", "mpi_implementation": "MPICH"},
+            "mpi_implementation",
+        ),
+        ({"framework": "{{ params.framework }}", "workers": 1, "launcher_cpu": "2"}, "launcher_cpu"),
+        ({"framework": "mpi", "workers": "{{ params.n }}", "gpus": 4, "launcher_gpus": 2}, "launcher_gpus"),
+    ],
+    ids=["torchrun-nodes-templated", "framework-templated", "workers-templated"],
+)
+def test_an_argument_every_kind_a_template_may_choose_refuses_is_refused_at_parse_time(args, refused):
+    with pytest.raises(JobSpecError) as raised:
+        validate(image="t:1", group="vision", user="alice", templated=True, **args)
+    assert [f for f, _ in raised.value.errors] == [refused]
+    assert "-- remove it" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # Right for an MPIJob, which two workers or more make it.
+        {"framework": "mpi", "workers": "{{ params.n }}", "gpus": 4, "launcher_gpus": 4},
+        # Read by an MPIJob, which framework 'mpi' makes it.
+        {"framework": "{{ params.framework }}", "workers": 2, "wait_for_workers": False},
+    ],
+    ids=["workers-templated", "framework-templated"],
+)
+def test_an_argument_some_kind_a_template_may_choose_reads_waits_for_the_render(args):
+    validate(image="t:1", group="vision", user="alice", templated=True, **args)
+
+
 def test_a_torchrun_job_is_charged_every_nodes_gpus():
     spec = validate(image="t:1", group="vision", user="alice", gpus=4, workers=2, framework="torchrun")
     assert total_gpus(spec) == 8

@@ -81,9 +81,10 @@ class BatchJob(JobKind):
         return True
 
     def argument_problems(self, values: Mapping[str, Any], given: AbstractSet[str]) -> list[tuple[str, str]]:
-        workers = values.get("workers", 1)
+        # ``workers`` is absent from ``values`` while a template holds it (the check at parse time).
+        but = f", but workers is {values['workers']}" if "workers" in values else ""
         return [
-            (name, f"only applies to MPI jobs (workers > 1), but workers is {workers} -- remove it")
+            (name, f"only applies to MPI jobs (workers > 1){but} -- remove it")
             for name in REFUSED_ARGUMENTS
             if name in given
         ]
