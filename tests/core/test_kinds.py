@@ -8,7 +8,7 @@ import pytest
 
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.manifests import build_manifest
-from airflow_jobs_plugin.jobs.spec import JobSpecError, TaskIdentity, total_gpus, validate
+from airflow_jobs_plugin.jobs.spec import ARGUMENTS, JobSpecError, TaskIdentity, total_gpus, validate
 
 TASK = TaskIdentity("nightly", "train", "run-1", -1, 1)
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -207,3 +207,11 @@ def test_a_kind_that_reads_every_argument_refuses_none():
         )
         == []
     )
+
+
+@pytest.mark.parametrize("kind", kinds.KINDS, ids=lambda k: k.name)
+def test_every_argument_a_kind_refuses_is_an_argument_of_the_author(kind):
+    every = {argument.spec_field for argument in ARGUMENTS if argument.name not in ("framework", "workers")}
+    values = {field: object() for field in every}  # no argument at its default: all of them given
+    refused = {field for field, _ in kind.argument_problems(values, every)}
+    assert refused and refused <= every

@@ -55,7 +55,7 @@ DEFAULT_WORKER_COMMAND = ("/usr/sbin/sshd", "-De")
 WAIT_FOR_WORKERS_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
 # Sleep between DNS checks; the launcher waits at most as long as the workers take to become Ready.
 _WAIT_SLEEP_SECONDS = 2
-# The arguments only an MPIJob reads (what another kind refuses: TorchrunJob.argument_problems).
+# The arguments only an MPIJob reads (what a torchrun job refuses: TorchrunJob.argument_problems).
 MPI_ARGUMENTS = (
     "launcher_gpus",
     "launcher_cpu",

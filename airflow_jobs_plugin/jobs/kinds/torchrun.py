@@ -23,6 +23,7 @@ from airflow_jobs_plugin.cluster.resources import SERVICES, Resource
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.base import COMPLETION_INDEX
 from airflow_jobs_plugin.jobs.kinds.batch import BatchJob, job_pod_template, pod_failure_policy
+from airflow_jobs_plugin.jobs.kinds.mpi import MPI_ARGUMENTS
 from airflow_jobs_plugin.jobs.pod_template import deadlines, metadata, object_labels, pod_env
 from airflow_jobs_plugin.jobs.spec import PRODUCT_ENV
 
@@ -33,17 +34,9 @@ if TYPE_CHECKING:
 FRAMEWORK_VALUE = "torchrun"
 # torchrun's default rendezvous port (torch.distributed.run, --master-port / --rdzv-endpoint).
 TORCHRUN_PORT = 29500
-# The arguments only an MPIJob reads (kinds/mpi.py MPI_ARGUMENTS): every node of a torchrun job runs
-# the same command, and torchrun starts gpus processes per node.
-REFUSED_ARGUMENTS = (
-    "launcher_gpus",
-    "launcher_cpu",
-    "launcher_memory",
-    "worker_command",
-    "wait_for_workers",
-    "launcher_creation_policy",
-    "mpi_implementation",
-)
+# The arguments only an MPIJob reads: every node of a torchrun job runs the same command, and torchrun
+# starts gpus processes per node.
+REFUSED_ARGUMENTS = MPI_ARGUMENTS
 # The role every node plays (labels.ROLE, JOB_ROLE): they run the same template.
 ROLE_NODE = "node"
 
