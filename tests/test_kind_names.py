@@ -21,17 +21,10 @@ ADAPTER_NAMES = frozenset({"MPI_JOB", "BATCH_JOB", "TORCHRUN", "is_mpi", "MPIJOB
 
 # Modules that may name a kind, each with why. Kept short: a new entry needs a reason a reviewer accepts.
 ALLOWED = {
-    # The DAG author's arguments choose the kind (JobSpec.kind names its adapter); kinds imports spec
-    # (the torchrun port), so spec cannot ask the adapters.
-    "jobs/spec.py": "the author's arguments name the kind",
-    # The checks of those arguments: which arguments a ``framework="torchrun"`` job may not take.
-    "jobs/spec_checks.py": "the author's arguments name the kind",
-    # The kinds' builders (each adapter's ``build`` points into it); they share the product's pod
-    # template, so they stay together.
-    "jobs/manifests.py": "the builders of each kind",
-    # The API resources themselves (resources.JOBS, MPIJOBS) and their re-export by the client.
-    "cluster/resources.py": "the API resources the kinds are",
-    "cluster/kube.py": "re-exports the resources",
+    # The core API resources the product reads beside PODS: JOBS (batch/v1 Job), which the launcher Job
+    # of an MPIJob and the owners of pods are whatever kind the job is. A kind's own resource that is no
+    # core API (MPIJOBS) is its adapter's.
+    "cluster/resources.py": "the core API resource batch/v1 Job, beside PODS",
     # The JSON API's model of one job of any kind is named Job (its OpenAPI title): a name, not a kind.
     "readmodel/schema.py": "the JSON model named Job",
 }
@@ -96,3 +89,36 @@ def test_prose_may_name_a_kind():
 def test_every_allowed_module_exists_and_still_names_a_kind():
     for module in ALLOWED:
         assert kind_names_in((ROOT / module).read_text()), f"{module} names no kind: drop it from ALLOWED"
+
+
+def _imported(path: Path) -> set[str]:
+    """The modules ``path`` imports, anywhere in it (inside functions too), type checkers' imports aside."""
+    tree = ast.parse(path.read_text())
+    checking = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in checking:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_the_pieces_every_kind_shares_import_no_kind():
+    # The kinds build from jobs/pod_template.py; were it to import them, they could only import it lazily.
+    assert not {
+        m for m in _imported(ROOT / "jobs" / "pod_template.py") if m.startswith(f"{PACKAGE}.jobs.kinds")
+    }
+
+
+def test_each_kind_builds_its_own_object():
+    # A kind's builder is in its module, not in jobs/manifests.py (which is about any kind and reads them).
+    for path in sorted((ROOT / "jobs" / "kinds").glob("*.py")):
+        assert f"{PACKAGE}.jobs.manifests" not in _imported(path), path.name

@@ -523,7 +523,6 @@ def _run_logs(args: argparse.Namespace) -> int:
     import json
 
     from airflow_jobs_plugin.jobs import kinds
-    from airflow_jobs_plugin.jobs.manifests import LAUNCHER_RANK
     from airflow_jobs_plugin.readmodel.inspect import JobNotFound, find_job, follow_log, pods_of_job
     from airflow_jobs_plugin.readmodel.views import (
         expected_ranks,
@@ -546,7 +545,7 @@ def _run_logs(args: argparse.Namespace) -> int:
         else:
             chosen = pick_log_target(targets, args.rank)
         if chosen is None:
-            launcher = pick_log_target(targets, LAUNCHER_RANK)
+            launcher = pick_log_target(targets, kinds.LAUNCHER_RANK)
             if (
                 kinds.kind_of(job).ranks_in_launcher_log
                 and launcher is not None

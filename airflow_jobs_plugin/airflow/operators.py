@@ -15,7 +15,6 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin.jobs import spec as spec_defaults
 from airflow_jobs_plugin.jobs.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
-from airflow_jobs_plugin.jobs.manifests import merge_under
 from airflow_jobs_plugin.jobs.naming import TaskIdentity
 from airflow_jobs_plugin.jobs.outcome import (
     JobEvent,
@@ -26,6 +25,7 @@ from airflow_jobs_plugin.jobs.outcome import (
     repeated_fatal_failure,
     summary,
 )
+from airflow_jobs_plugin.jobs.pod_template import merge_under
 from airflow_jobs_plugin.jobs.spec import (
     ARGUMENTS,
     JOB_ARGUMENTS,

@@ -28,7 +28,6 @@ from airflow_jobs_plugin.cluster.resources import (  # noqa: F401  (re-exported)
     CONFIGMAPS,
     EVENTS,
     JOBS,
-    MPIJOBS,
     NODEPOOLS,
     NODES,
     PODS,

@@ -60,7 +60,6 @@ def segment(value: str, what: str) -> str:
 
 
 JOBS = Resource("batch", "v1", "jobs", "Job")
-MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
 PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")

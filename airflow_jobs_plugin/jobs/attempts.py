@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from airflow_jobs_plugin.cluster.objects import rfc3339
 from airflow_jobs_plugin.jobs import kinds, labels
-from airflow_jobs_plugin.jobs.manifests import created_label, merge_under
+from airflow_jobs_plugin.jobs.pod_template import created_label, merge_under
 from airflow_jobs_plugin.queueing import kueue, queue_clock
 
 # Keys the API server or a controller writes; a new object must not carry them over.

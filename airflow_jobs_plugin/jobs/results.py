@@ -1,6 +1,6 @@
 """A job's result: the small JSON document its program wrote to its termination message.
 
-Pure. The main container's ``terminationMessagePath`` is ``/dev/termination-log`` (see manifests.py); the
+Pure. The main container's ``terminationMessagePath`` is ``/dev/termination-log`` (see pod_template.py); the
 kubelet copies the file's last 4096 bytes into the pod status,
 ``status.containerStatuses[].state.terminated.message`` (kubernetes
 ``pkg/kubelet/kuberuntime/kuberuntime_container.go`` v1.31, ``getTerminationMessage``), where the trigger

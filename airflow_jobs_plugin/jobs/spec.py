@@ -8,7 +8,8 @@ Decisions worth knowing:
 * ``command`` given as one string runs through ``sh -c`` (pipes and ``$VARS`` work as typed); give a
   list to bypass the shell. ``args`` must be a list: a single string there is nearly always a command
   line that would reach the program as one argument.
-* ``workers == 1`` builds a ``batch/v1`` Job; ``workers > 1`` an MPIJob with one launcher and that many
+* The kind of job is the registry's choice (:mod:`airflow_jobs_plugin.jobs.kinds`, ``for_spec``):
+  ``workers == 1`` builds a ``batch/v1`` Job; ``workers > 1`` an MPIJob with one launcher and that many
   workers, or with ``framework='torchrun'`` an Indexed Job of that many nodes and a headless Service.
   An MPI job without GPUs (``gpus=0``) is accepted: it is legal on Kubernetes and useful for smoke
   tests, although the product is meant for GPU jobs.
@@ -83,11 +84,6 @@ DEFAULT_JOB_SERVICE_ACCOUNT = "default"
 
 LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
-# How a job of several workers runs: "mpi" an MPIJob (launcher + workers, mpi-operator); "torchrun" an
-# Indexed Job and a headless Service, one pod per node, no operator (jobs/kinds/torchrun.py).
-FRAMEWORKS = ("mpi", "torchrun")
-# torchrun's default rendezvous port (torch.distributed.run, --master-port / --rdzv-endpoint).
-TORCHRUN_PORT = 29500
 IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -114,7 +110,7 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 MAIN_CONTAINER = "main"
 WAIT_FOR_WORKERS_CONTAINER = "wait-for-workers"
 
-# Environment variables the product sets in every container (see manifests.py).
+# Environment variables the product sets in every container (see pod_template.py).
 ENV_USER = "JOB_USER"
 ENV_GROUP = "JOB_GROUP"
 ENV_NAME = "JOB_NAME"
@@ -413,25 +409,15 @@ class JobSpec:
         return validate(**kwargs)
 
     @property
-    def is_mpi(self) -> bool:
-        """True when the job runs as an MPIJob (more than one worker, framework ``mpi``)."""
-        return self.workers > 1 and self.framework == "mpi"
-
-    @property
-    def is_torchrun(self) -> bool:
-        return self.framework == "torchrun"
-
-    @property
     def kind(self) -> str:
-        """The kind of job it runs as (the name of its adapter in :mod:`airflow_jobs_plugin.jobs.kinds`)."""
-        if self.is_torchrun:
-            return "torchrun"
-        return "MPIJob" if self.is_mpi else "Job"
+        """The kind of job it runs as: the name of the adapter in :mod:`airflow_jobs_plugin.jobs.kinds`
+        that takes its ``framework`` and ``workers``."""
+        return kind_of_spec(self).name
 
     @property
     def pod_count(self) -> int:
-        """Pods one attempt runs: the workers, plus the launcher of an MPI job."""
-        return self.workers + 1 if self.is_mpi else self.workers
+        """Pods one attempt runs (its kind's count: the workers, plus an MPI job's launcher)."""
+        return kind_of_spec(self).pod_count(self)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable arguments; ``validate(**spec.to_dict()) == spec``."""
@@ -451,8 +437,18 @@ class JobSpec:
 
 
 def total_gpus(spec: JobSpec) -> int:
-    """GPUs the job holds while running, what the quota pool charges: workers x gpus + launcher."""
-    return spec.workers * spec.gpus + (spec.launcher_gpus if spec.is_mpi else 0)
+    """GPUs the job holds while running, what the quota pool charges: workers x gpus, plus an MPI
+    job's launcher's (its kind's count)."""
+    return kind_of_spec(spec).total_gpus(spec)
+
+
+def kind_of_spec(spec: JobSpec) -> JobKind:
+    """The adapter ``spec`` runs as: the registry's choice (``kinds.for_spec``). The kinds build from
+    this module's names (their pod template reads its constants), so the registry is imported when first
+    asked, not when this module is."""
+    from airflow_jobs_plugin.jobs import kinds
+
+    return kinds.for_spec(spec)
 
 
 # --- the checker's names ------------------------------------------------------------------------------
@@ -481,6 +477,7 @@ _CHECKER_NAMES = frozenset(
 )
 
 if TYPE_CHECKING:
+    from airflow_jobs_plugin.jobs.kinds import JobKind
     from airflow_jobs_plugin.jobs.spec_checks import (  # noqa: F401
         AFFINITY_KEYS,
         CONTAINER_SECURITY_CONTEXT_KEYS,

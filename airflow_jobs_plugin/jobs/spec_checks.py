@@ -17,6 +17,7 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.jobs import labels as keys
 from airflow_jobs_plugin.jobs.naming import (
     DNS_LABEL,
@@ -32,7 +33,6 @@ from airflow_jobs_plugin.jobs.spec import (
     DEFAULT_JOB_SERVICE_ACCOUNT,
     DEFAULT_SHM_SIZE,
     DEVICE_PLUGIN_ENV,
-    FRAMEWORKS,
     GPU_RESOURCE_PREFIXES,
     IMAGE_PULL_POLICIES,
     LAUNCHER_CREATION_POLICIES,
@@ -1210,7 +1210,7 @@ def validate(
         "launcher_creation_policy", a["launcher_creation_policy"], LAUNCHER_CREATION_POLICIES
     )
     v["mpi_implementation"] = c.choice("mpi_implementation", a["mpi_implementation"], MPI_IMPLEMENTATIONS)
-    v["framework"] = c.choice("framework", a["framework"], FRAMEWORKS)
+    v["framework"] = c.choice("framework", a["framework"], kinds.FRAMEWORKS)
     volume_names = None if v["volumes"] is _MISSING else {vol["name"] for vol in v["volumes"]}
     v["init_containers"] = c.init_containers(a["init_containers"], volume_names)
     v["image_pull_policy"] = c.choice(
@@ -1245,18 +1245,6 @@ _DEFERRED: Any = object()
 # Every argument's default, by JobSpec field, in the order of ARGUMENTS.
 _DEFAULTS: Mapping[str, Any] = {argument.spec_field: argument.default for argument in ARGUMENTS}
 _READINGS: Mapping[str, Reading] = {argument.spec_field: argument.reading for argument in ARGUMENTS}
-# The arguments only an MPIJob reads: refused with framework 'torchrun', where every node runs the same
-# command. The first four describe the launcher and the workers apart, which one pod of workers=1 has not.
-_MPI_ONLY = (
-    "launcher_gpus",
-    "launcher_cpu",
-    "launcher_memory",
-    "worker_command",
-    "wait_for_workers",
-    "launcher_creation_policy",
-    "mpi_implementation",
-)
-_LAUNCHER_AND_WORKERS = _MPI_ONLY[:4]
 
 
 def _settle(given: dict[str, Any], *, templated: bool, rendered: frozenset[str]) -> dict[str, Any]:
@@ -1393,26 +1381,28 @@ def _check_consistency(c: _Checker, v: dict[str, Any], volume_names: set[str] | 
                 "fatal_exit_codes",
                 f"{both} also listed in retryable_exit_codes -- an exit code is either fatal or retryable",
             )
+    _kind_refusals(c, v)
+
+
+def _kind_refusals(c: _Checker, v: dict[str, Any]) -> None:
+    """The arguments the kind of job refuses (an MPI-only one on a torchrun job, say), each adapter
+    saying which (``JobKind.argument_problems``). Where ``framework`` or ``workers`` is not known yet (a
+    template at parse time, or wrong), every kind they could still choose is asked, and an argument is
+    refused only when each of those kinds refuses it, in the words of the kind their defaults choose."""
+    frameworks = kinds.FRAMEWORKS if v["framework"] is _MISSING else (v["framework"],)
+    counts = range(1, MAX_WORKERS + 1) if v["workers"] is _MISSING else (v["workers"],)
+    candidates = {kinds.for_choice(framework, workers) for framework in frameworks for workers in counts}
+    chosen = kinds.for_choice(
+        _DEFAULTS["framework"] if v["framework"] is _MISSING else v["framework"],
+        _DEFAULTS["workers"] if v["workers"] is _MISSING else v["workers"],
+    )
     # An argument is given when it is valid and not its default.
-    given = {name for name in _MPI_ONLY if v[name] is not _MISSING and v[name] != _DEFAULTS[name]}
-    if ok("framework") and v["framework"] == "torchrun":
-        for name in _MPI_ONLY:
-            if name in given:
-                c.add(
-                    name,
-                    "only applies to MPI jobs, but framework is 'torchrun' (every node runs the same "
-                    "command; torchrun starts gpus processes per node) -- remove it",
-                )
-    elif ok("workers") and v["workers"] == 1:
-        for name in _LAUNCHER_AND_WORKERS:
-            if name in given:
-                c.add(name, "only applies to MPI jobs (workers > 1), but workers is 1 -- remove it")
-    elif ok("workers", "launcher_gpus", "gpus") and v["launcher_gpus"] not in (0, v["gpus"]):
-        c.add(
-            "launcher_gpus",
-            f"must be 0 or equal to gpus ({v['gpus']}), got {v['launcher_gpus']}: a launcher with GPUs runs "
-            "as an extra MPI worker with the same number of slots",
-        )
+    valid = {name: value for name, value in v.items() if value is not _MISSING}
+    given = {name for name, value in valid.items() if name in _DEFAULTS and value != _DEFAULTS[name]}
+    refused = [{field for field, _ in kind.argument_problems(valid, given)} for kind in candidates]
+    for field, message in chosen.argument_problems(valid, given):
+        if all(field in fields for fields in refused):
+            c.add(field, message)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -67,8 +67,9 @@ def record() -> tuple[dict[str, dict], dict[str, str]]:
     """The UI tests' population as LIST bodies, and its job names by role."""
     from airflow_jobs_sim import ClusterConfig, SimCluster
 
-    from airflow_jobs_plugin.cluster.kube import EVENTS, JOBS, MPIJOBS, PODS, KubeClient
+    from airflow_jobs_plugin.cluster.kube import EVENTS, JOBS, PODS, KubeClient
     from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR
+    from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
     from tests.ui.conftest import _populate
 
     with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as cluster:
@@ -116,7 +117,7 @@ def _copy(template: dict[str, Any], name: str, i: int, created: datetime) -> dic
     time in it (the job's, its pods', its events') moves with its creation, and it carries the labels
     the product writes (its creation time; ``admitted`` with ``admitted-at``)."""
     from airflow_jobs_plugin.jobs import labels
-    from airflow_jobs_plugin.jobs.manifests import created_label
+    from airflow_jobs_plugin.jobs.pod_template import created_label
 
     old = template["job"]["metadata"]["name"]
     text = json.dumps(template).replace(old, name)

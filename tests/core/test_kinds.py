@@ -8,7 +8,7 @@ import pytest
 
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.manifests import build_manifest
-from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.jobs.spec import ARGUMENTS, JobSpecError, TaskIdentity, total_gpus, validate
 
 TASK = TaskIdentity("nightly", "train", "run-1", -1, 1)
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -138,3 +138,80 @@ def test_only_torchrun_runs_a_companion_its_headless_service_owned_by_the_job():
     }
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"] == {labels.BATCH_JOB_NAME: "train-a1"}
+
+
+# --- the author's choice of kind ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("framework", "workers", "kind"),
+    [
+        ("mpi", 1, kinds.BATCH_JOB),
+        ("mpi", 2, kinds.MPI_JOB),
+        ("torchrun", 1, kinds.TORCHRUN),
+        ("torchrun", 4, kinds.TORCHRUN),
+    ],
+)
+def test_the_most_specific_kind_that_takes_the_arguments_is_chosen(framework, workers, kind):
+    assert kinds.for_choice(framework, workers) is kind
+    spec = validate(image="t:1", group="vision", user="alice", framework=framework, workers=workers)
+    assert kinds.for_spec(spec) is kind and spec.kind == kind.name
+
+
+def test_the_framework_values_are_those_the_kinds_answer_to():
+    assert kinds.FRAMEWORKS == ("mpi", "torchrun")
+    for framework in kinds.FRAMEWORKS:
+        assert kinds.for_choice(framework, 2).framework == framework
+
+
+@pytest.mark.parametrize(
+    ("args", "pods", "gpus"),
+    [
+        ({}, 1, 4),
+        ({"workers": 3}, 4, 12),  # the launcher is a pod without GPUs
+        ({"workers": 3, "launcher_gpus": 4}, 4, 16),  # a launcher with GPUs is charged as a worker
+        ({"workers": 3, "framework": "torchrun"}, 3, 12),
+    ],
+)
+def test_a_spec_counts_the_pods_and_gpus_its_kind_runs(args, pods, gpus):
+    spec = validate(image="t:1", group="vision", user="alice", gpus=4, **args)
+    kind = kinds.for_spec(spec)
+    assert (kind.pod_count(spec), kind.total_gpus(spec)) == (spec.pod_count, total_gpus(spec)) == (pods, gpus)
+    assert build_manifest(spec, name="train-a1", task=TASK, attempt=1, queued_at=NOW)["metadata"][
+        "annotations"
+    ][labels.GPUS] == str(gpus)
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        ({"workers": 2, "framework": "torchrun", "mpi_implementation": "MPICH"}, "mpi_implementation"),
+        ({"workers": 1, "launcher_cpu": "2"}, "launcher_cpu"),
+        ({"workers": 2, "launcher_gpus": 2}, "launcher_gpus"),
+    ],
+)
+def test_the_checker_reports_what_the_chosen_kind_refuses(args, refused):
+    kind = kinds.for_choice(args.get("framework", "mpi"), args["workers"])
+    values = {"gpus": 4, **args}
+    problems = kind.argument_problems(values, set(args) - {"workers", "framework"})
+    assert [field for field, _ in problems] == [refused]
+    with pytest.raises(JobSpecError) as raised:
+        validate(image="t:1", group="vision", user="alice", gpus=4, **args)
+    assert raised.value.errors == tuple(problems)
+
+
+def test_a_kind_that_reads_every_argument_refuses_none():
+    assert (
+        kinds.MPI_JOB.argument_problems(
+            {"workers": 2, "gpus": 4, "mpi_implementation": "MPICH"}, {"mpi_implementation"}
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize("kind", kinds.KINDS, ids=lambda k: k.name)
+def test_every_argument_a_kind_refuses_is_an_argument_of_the_author(kind):
+    every = {argument.spec_field for argument in ARGUMENTS if argument.name not in ("framework", "workers")}
+    values = {field: object() for field in every}  # no argument at its default: all of them given
+    refused = {field for field, _ in kind.argument_problems(values, every)}
+    assert refused and refused <= every

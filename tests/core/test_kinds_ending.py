@@ -11,9 +11,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeError
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeError
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.action_rules import Ending
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.queueing.quota import ledger

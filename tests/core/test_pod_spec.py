@@ -13,7 +13,8 @@ import pytest
 from kubernetes.client import ApiClient
 
 from airflow_jobs_plugin.jobs import labels as keys
-from airflow_jobs_plugin.jobs.manifests import build_manifest, merge_under
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.pod_template import merge_under
 from airflow_jobs_plugin.jobs.spec import (
     TERMINATION_MESSAGE_PATH,
     JobSpecError,

@@ -220,7 +220,7 @@ def test_every_problem_is_reported_at_once():
 
 def test_minimal_spec_gets_the_documented_defaults():
     spec = build()
-    assert spec.workers == 1 and not spec.is_mpi
+    assert spec.workers == 1 and spec.kind == "Job"
     assert spec.schedule_timeout == "policy"  # the quota policy's (3 minutes unless it says otherwise)
     assert spec.active_deadline == timedelta(days=1)
     assert spec.ttl_after_finished == timedelta(days=7)
@@ -328,7 +328,7 @@ def test_init_containers_may_mount_declared_volumes():
 
 def test_mpi_job_without_gpus_is_accepted():
     spec = build(gpus=0, workers=4)
-    assert spec.is_mpi and total_gpus(spec) == 0
+    assert spec.kind == "MPIJob" and total_gpus(spec) == 0
 
 
 def test_launcher_may_have_gpus_equal_to_a_worker():
@@ -530,7 +530,7 @@ def test_framework_is_mpi_or_torchrun():
     with pytest.raises(JobSpecError, match=r"framework: must be one of 'mpi', 'torchrun', got str 'ddp'"):
         validate(image="t:1", group="vision", user="alice", framework="ddp")
     spec = validate(image="t:1", group="vision", user="alice", workers=2, framework="torchrun")
-    assert spec.kind == "torchrun" and not spec.is_mpi and spec.pod_count == 2
+    assert spec.kind == "torchrun" and spec.pod_count == 2
 
 
 @pytest.mark.parametrize(
@@ -560,6 +560,39 @@ def test_a_wrong_wait_for_workers_under_torchrun_is_named_once_as_wrong_not_as_m
         )
     assert [f for f, _ in raised.value.errors] == ["wait_for_workers"]
     assert "must be True or False" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (
+            {"framework": "torchrun", "workers": "{{ params.nodes }}", "mpi_implementation": "MPICH"},
+            "mpi_implementation",
+        ),
+        ({"framework": "{{ params.framework }}", "workers": 1, "launcher_cpu": "2"}, "launcher_cpu"),
+        ({"framework": "mpi", "workers": "{{ params.n }}", "gpus": 4, "launcher_gpus": 2}, "launcher_gpus"),
+    ],
+    ids=["torchrun-nodes-templated", "framework-templated", "workers-templated"],
+)
+def test_an_argument_every_kind_a_template_may_choose_refuses_is_refused_at_parse_time(args, refused):
+    with pytest.raises(JobSpecError) as raised:
+        validate(image="t:1", group="vision", user="alice", templated=True, **args)
+    assert [f for f, _ in raised.value.errors] == [refused]
+    assert "-- remove it" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # Right for an MPIJob, which two workers or more make it.
+        {"framework": "mpi", "workers": "{{ params.n }}", "gpus": 4, "launcher_gpus": 4},
+        # Read by an MPIJob, which framework 'mpi' makes it.
+        {"framework": "{{ params.framework }}", "workers": 2, "wait_for_workers": False},
+    ],
+    ids=["workers-templated", "framework-templated"],
+)
+def test_an_argument_some_kind_a_template_may_choose_reads_waits_for_the_render(args):
+    validate(image="t:1", group="vision", user="alice", templated=True, **args)
 
 
 def test_a_torchrun_job_is_charged_every_nodes_gpus():

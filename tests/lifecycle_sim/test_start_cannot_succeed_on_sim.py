@@ -11,8 +11,9 @@ from sim_fixtures import cluster_fixture, connection_fixture
 
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
 from airflow_jobs_plugin.cluster import watch as shared
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS, KubeClient
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.lifecycle import failures

@@ -17,9 +17,10 @@ import pytest
 from task_doubles import task_context
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeClient
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
 from airflow_jobs_plugin.cluster.objects import parse_time
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.plugin.sweep import delete_expired_mpijobs
 from airflow_jobs_plugin.readmodel import inspect
 

@@ -21,7 +21,8 @@ import yaml
 from task_doubles import task_context
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient, KubeError
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 

@@ -23,8 +23,9 @@ from task_doubles import task_context
 from airflow_jobs_plugin.airflow import cli
 from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.airflow.triggers import AIRFLOW_USER
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, PODS, KubeClient
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
 from airflow_jobs_plugin.readmodel import inspect

@@ -12,8 +12,9 @@ import pytest
 from sim_fixtures import cluster_fixture, connection_fixture
 
 from airflow_jobs_plugin.cluster import watch as shared
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, MPIJOBS, KubeClient, Resource
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient, Resource
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.queueing import quota

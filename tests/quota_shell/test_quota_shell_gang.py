@@ -8,8 +8,9 @@ import pytest
 from sim_fixtures import cluster_fixture
 
 from airflow_jobs_plugin.cluster import watch as shared
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 

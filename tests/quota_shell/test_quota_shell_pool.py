@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from airflow_jobs_plugin.cluster import watch as shared
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS
+from airflow_jobs_plugin.cluster.kube import JOBS
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 

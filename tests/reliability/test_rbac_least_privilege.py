@@ -252,7 +252,7 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
         # An MPIJob that waits past its queue_timeout: ruled while queued, it ends Failed on the cluster
         # through its status (mpijobs/status), written by the triggerer (jobs/kinds/mpi.py
         # MPIJob.ending_writes). Two workers: a one-worker job, framework "mpi" or not, is a batch/v1 Job
-        # (JobSpec.is_mpi), which the verdict's own write ends through its deadline.
+        # (MPIJob.takes), which the verdict's own write ends through its deadline.
         timed_out, _ = deferred(
             JobOperator(
                 task_id="train",
@@ -670,8 +670,9 @@ def test_on_the_simulator_a_job_runs_as_an_allowed_account_and_the_api_server_on
     tests/plane_scenarios/test_rbac_and_admission_policy_on_the_plane.py)."""
     from airflow_jobs_sim.config import Identity
 
-    from airflow_jobs_plugin.cluster.kube import MPIJOBS, KubeError
+    from airflow_jobs_plugin.cluster.kube import KubeError
     from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
     from airflow_jobs_plugin.jobs.manifests import build_manifest
     from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 

@@ -22,7 +22,7 @@ from airflow_jobs_sim.controllers.mpi import (
 from airflow_jobs_sim.scenarios import ANNOTATION
 from sim_waiting import wait_for as _wait_for
 
-from airflow_jobs_plugin.jobs.manifests import worker_host
+from airflow_jobs_plugin.jobs.kinds.mpi import worker_host
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -9,9 +9,10 @@ import asyncio
 import pytest
 
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
 from airflow_jobs_plugin.cluster.objects import condition_true
 from airflow_jobs_plugin.jobs import kinds, labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.queueing.quota import ledger
 
 from .conftest import job_manifest, task_identity

@@ -11,8 +11,9 @@ from task_doubles import FakeTI, StateStore
 
 from airflow_jobs_plugin.airflow.operators import STATE_KEY, JobOperator
 from airflow_jobs_plugin.cluster import watch as shared
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, KubeClient
+from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.spec import JobSpecError
 from airflow_jobs_plugin.queueing.engines import pool as admission
 

@@ -16,8 +16,9 @@ from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import FakeTI, StateStore
 
 from airflow_jobs_plugin.airflow.operators import RESULT_XCOM_KEY, JobOperator
-from airflow_jobs_plugin.cluster.kube import MPIJOBS, KubeClient
+from airflow_jobs_plugin.cluster.kube import KubeClient
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.spec import (
     JOB_ARGUMENTS,
     JobSpecError,

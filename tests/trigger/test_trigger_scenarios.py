@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
 from airflow_jobs_plugin.cluster.objects import condition_true
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 
 from .conftest import job_manifest, set_scenario, task_identity
 

@@ -8,9 +8,10 @@ import json
 from datetime import datetime, timezone
 
 from airflow_jobs_plugin.cluster import watch as shared
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS, PODS
+from airflow_jobs_plugin.cluster.kube import JOBS, PODS
 from airflow_jobs_plugin.cluster.watch_transform import trim
 from airflow_jobs_plugin.jobs import kinds
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.queueing.quota import ledger, placement
 from airflow_jobs_plugin.queueing.quota.ledger_model import Ledger, plan_admission

@@ -29,9 +29,10 @@ import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
 from fastapi import FastAPI
 
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
-from airflow_jobs_plugin.jobs.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
-from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, PODS, KubeClient
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import WAIT_FOR_WORKERS_CONTAINER, TaskIdentity, validate
 from airflow_jobs_plugin.plugin import app as plugin_app
 from airflow_jobs_plugin.plugin import deps as plugin_deps
 from airflow_jobs_plugin.queueing import quota

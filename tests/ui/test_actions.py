@@ -17,11 +17,12 @@ from datetime import datetime, timezone
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
 
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, MPIJOBS, PODS, KubeClient
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, PODS, KubeClient
 from airflow_jobs_plugin.cluster.objects import condition_true
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.jobs.manifests import WAIT_FOR_WORKERS_CONTAINER, build_manifest
-from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.spec import WAIT_FOR_WORKERS_CONTAINER, TaskIdentity, validate
 from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.queueing.quota.ledger import admission_pass, read_ledger, unsuspend_patch
 from airflow_jobs_plugin.queueing.quota.ledger_model import UNSUSPEND_GRACE

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.jobs.manifests import created_label
+from airflow_jobs_plugin.jobs.pod_template import created_label
 from airflow_jobs_plugin.lifecycle import pods_of
 from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.readmodel import job_index, listing, views

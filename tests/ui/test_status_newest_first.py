@@ -13,7 +13,8 @@ from sim_fixtures import cluster_fixture
 
 from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient, Resource
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.jobs.manifests import build_manifest, created_label
+from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.pod_template import created_label
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.readmodel import inspect, listing
 from airflow_jobs_plugin.readmodel.inspect import Target, read_cluster, read_status

@@ -13,9 +13,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobs_plugin.cluster.kube import JOBS, MPIJOBS
+from airflow_jobs_plugin.cluster.kube import JOBS
 from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.orphans import TaskRecord, TaskRef
 from airflow_jobs_plugin.plugin.sweep import Memory, judge_page, refs_of, sweep
 from airflow_jobs_plugin.readmodel import inspect

@@ -8,7 +8,7 @@ a torchrun Indexed Job is answered here, and the rest of the product asks the ad
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_jobs_plugin.cluster.objects import items, mapping
 from airflow_jobs_plugin.cluster.resources import Resource
@@ -16,6 +16,7 @@ from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.base import (
     COMPLETION_INDEX,
     LAUNCHER,
+    LAUNCHER_RANK,
     TERMINAL_CONDITIONS,
     WORKER,
     Ending,
@@ -28,11 +29,16 @@ from airflow_jobs_plugin.jobs.kinds.batch import BATCH_JOB, ENDING_DEADLINE_SECO
 from airflow_jobs_plugin.jobs.kinds.mpi import LAUNCHER_SUFFIX, MPI_JOB, MPIJob
 from airflow_jobs_plugin.jobs.kinds.torchrun import TORCHRUN, TorchrunJob
 
+if TYPE_CHECKING:
+    from airflow_jobs_plugin.jobs.spec import JobSpec
+
 # Most specific first: a torchrun Job is also a batch/v1 Job.
 KINDS: tuple[JobKind, ...] = (MPI_JOB, TORCHRUN, BATCH_JOB)
 # The kind of a job nothing says otherwise of: what kind_of falls back to, and a trigger's or sensor's
 # kind when none is given.
 DEFAULT_KIND: JobKind = BATCH_JOB
+# The values of the author's ``framework`` argument, each the choice of one kind.
+FRAMEWORKS = tuple(kind.framework for kind in KINDS if kind.framework is not None)
 # The kinds by the product's word for them (what a trigger or sensor is told to follow).
 BY_NAME: dict[str, JobKind] = {kind.name: kind for kind in KINDS}
 # The ``kind`` the API gives the objects of every kind.
@@ -62,6 +68,20 @@ def for_name(kind: str) -> JobKind:
         raise ValueError(
             f"kind: must be one of {', '.join(repr(k) for k in BY_NAME)}, got {kind!r}"
         ) from None
+
+
+def for_choice(framework: str, workers: int) -> JobKind:
+    """The kind a job of the author's ``framework`` and ``workers`` runs as: the most specific that
+    takes it (an MPIJob needs framework ``mpi`` and two workers or more; ``torchrun`` any number)."""
+    for kind in KINDS:
+        if kind.takes(framework, workers):
+            return kind
+    return DEFAULT_KIND
+
+
+def for_spec(spec: JobSpec) -> JobKind:
+    """The kind ``spec`` runs as (``JobSpec.kind`` names it)."""
+    return for_choice(spec.framework, spec.workers)
 
 
 def may_be_absent(resource: Resource) -> bool:
@@ -104,9 +124,11 @@ __all__ = [
     "BY_NAME",
     "COMPLETION_INDEX",
     "DEFAULT_KIND",
+    "FRAMEWORKS",
     "RESOURCES",
     "KINDS",
     "LAUNCHER",
+    "LAUNCHER_RANK",
     "LAUNCHER_SUFFIX",
     "MPI_JOB",
     "TERMINAL_CONDITIONS",
@@ -121,6 +143,8 @@ __all__ = [
     "Then",
     "TorchrunJob",
     "for_api_kind",
+    "for_choice",
+    "for_spec",
     "for_name",
     "is_job_resource",
     "kind_of",

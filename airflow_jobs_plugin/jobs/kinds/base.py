@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 LAUNCHER = "launcher"
 WORKER = "worker"
+# A launcher's JOB_RANK where it runs no rank itself: always set and always an integer, so
+# ``int(os.environ["JOB_RANK"])`` works everywhere, and never a valid worker index.
+LAUNCHER_RANK = -1
 
 # Kubernetes' own key that the product does not write, so it is not in labels.py.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation on pods of Indexed Jobs
@@ -92,6 +96,9 @@ class JobKind(ABC):
     """
 
     name: str
+    # The value of the author's ``framework`` argument that asks for this kind (``None``: none does, the
+    # kind is chosen by the rest of the arguments).
+    framework: str | None = None
     resource: Resource
     resource_may_be_absent: bool = False
     pod_job_label: str
@@ -165,11 +172,34 @@ class JobKind(ABC):
         """(kind, name) of objects besides the job and its pods whose events explain it."""
         return set()
 
+    # The author's choice (JobSpec -> kind) ------------------------------------------------------------
+
+    @abstractmethod
+    def takes(self, framework: str, workers: int) -> bool:
+        """Whether a job of the author's ``framework`` and ``workers`` runs as this kind, asked of the
+        kinds most specific first (``kinds.for_choice``)."""
+
+    def pod_count(self, spec: JobSpec) -> int:
+        """Pods one attempt of ``spec`` runs."""
+        return spec.workers
+
+    def total_gpus(self, spec: JobSpec) -> int:
+        """GPUs a job of ``spec`` holds while running, what the quota pool charges."""
+        return spec.workers * spec.gpus
+
+    def argument_problems(self, values: Mapping[str, Any], given: AbstractSet[str]) -> list[tuple[str, str]]:
+        """(argument, message naming the fix) for each argument a job of this kind refuses, at DAG parse
+        time: ``values`` holds the arguments valid on their own (by JobSpec field), ``given`` those of
+        them the author set to other than their default."""
+        del values, given  # a kind that reads every argument refuses none
+        return []
+
     @abstractmethod
     def build(
         self, spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
     ) -> dict[str, Any]:
-        """The object a task submits for ``spec``, suspended (its builder in ``manifests``)."""
+        """The object a task submits for ``spec``, suspended, from the shared pieces of
+        :mod:`airflow_jobs_plugin.jobs.pod_template`."""
 
     # Ending a job the product ruled failed (Kueue's JobWithCustomStop) ---------------------------------
 

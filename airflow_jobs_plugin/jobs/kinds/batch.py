@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -10,12 +11,27 @@ from airflow_jobs_plugin.cluster.objects import as_int, condition_true, dig, map
 from airflow_jobs_plugin.cluster.resources import JOBS
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.base import WORKER, JobKind, PodSet
+from airflow_jobs_plugin.jobs.pod_template import (
+    author_init_containers,
+    build_template,
+    deadlines,
+    identity_annotations,
+    main_container,
+    metadata,
+    object_labels,
+    pod_env,
+    resource_requirements,
+)
+from airflow_jobs_plugin.jobs.spec import MAIN_CONTAINER
 
 if TYPE_CHECKING:
     from airflow_jobs_plugin.jobs.spec import JobSpec, TaskIdentity
 
 # kubernetes/kubernetes pkg/controller/job/job_controller.go (1.32): a Job without backoffLimit gets 6.
 DEFAULT_BACKOFF_LIMIT = 6
+
+# The arguments that describe an MPI job's launcher and workers apart, which one pod has not.
+REFUSED_ARGUMENTS = ("launcher_gpus", "launcher_cpu", "launcher_memory", "worker_command")
 
 # The shortest deadline the API accepts: the Job controller fails the job at its next sync.
 ENDING_DEADLINE_SECONDS = 1
@@ -60,14 +76,38 @@ class BatchJob(JobKind):
     def expected_replicas(self, job: Mapping[str, Any]) -> list[tuple[str, int]]:
         return [(pod_set.role, i) for pod_set in self.pod_sets(job) for i in range(pod_set.count)]
 
+    def takes(self, framework: str, workers: int) -> bool:
+        del framework, workers  # a single pod: what no more specific kind takes
+        return True
+
+    def argument_problems(self, values: Mapping[str, Any], given: AbstractSet[str]) -> list[tuple[str, str]]:
+        # ``workers`` is absent from ``values`` while a template holds it (the check at parse time).
+        but = f", but workers is {values['workers']}" if "workers" in values else ""
+        return [
+            (name, f"only applies to MPI jobs (workers > 1){but} -- remove it")
+            for name in REFUSED_ARGUMENTS
+            if name in given
+        ]
+
     def build(
         self, spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
     ) -> dict[str, Any]:
-        # The builders share the product's pod template, so they live together in manifests (which reads
-        # the kinds, hence imported here when a job is built, not when the adapters are).
-        from airflow_jobs_plugin.jobs.manifests import build_job
-
-        return build_job(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
+        """A suspended batch/v1 Job running one pod (``workers == 1``)."""
+        pod_labels = {**object_labels(spec, task, attempt), labels.ROLE: WORKER, labels.RANK: "0"}
+        env = pod_env(spec, name, attempt, role=WORKER, rank=0, world_size=spec.workers, gpus=spec.gpus)
+        return {
+            "apiVersion": self.resource.api_version,
+            "kind": self.resource.kind,
+            "metadata": metadata(spec, name, task, attempt, queued_at, gpus=self.total_gpus(spec)),
+            "spec": {
+                "suspend": True,
+                "parallelism": 1,
+                "completions": 1,
+                **deadlines(spec),
+                "podFailurePolicy": pod_failure_policy(spec),
+                "template": job_pod_template(spec, task, pod_labels, env),
+            },
+        }
 
     def ending_spec(self, job: Mapping[str, Any]) -> dict[str, Any]:
         """A batch/v1 Job is ended through its own ``activeDeadlineSeconds``, which the API lets a Job
@@ -119,6 +159,42 @@ class BatchJob(JobKind):
         uid = dig(job, "metadata", "uid")
         pod_uid = pod_labels.get(labels.CONTROLLER_UID) or pod_labels.get(labels.LEGACY_CONTROLLER_UID)
         return not (uid and pod_uid and pod_uid != uid)
+
+
+def pod_failure_policy(spec: JobSpec) -> dict:
+    """The author's fatal and retryable exit codes, and a disrupted pod, fail the Job at once
+    (``FailJob``): the product tells them apart and decides on a new attempt (``jobs/manifests.py``)."""
+    rules: list[dict] = []
+    for codes in (spec.fatal_exit_codes, spec.retryable_exit_codes):
+        if codes:
+            rules.append(
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": MAIN_CONTAINER, "operator": "In", "values": list(codes)},
+                }
+            )
+    rules.append({"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
+    return {"rules": rules}
+
+
+def job_pod_template(spec: JobSpec, task: TaskIdentity, pod_labels: dict[str, str], env: list[dict]) -> dict:
+    """The pod template of a batch/v1 Job's pods: the main container and the author's init containers,
+    never restarted in place (``restartPolicy: Never``, which podFailurePolicy requires)."""
+    container = main_container(
+        spec,
+        env=env,
+        command=spec.command,
+        args=spec.args,
+        resources=resource_requirements(spec, spec.cpu, spec.memory, spec.gpus),
+    )
+    return build_template(
+        spec,
+        labels=pod_labels,
+        annotations=identity_annotations(spec, task),
+        container=container,
+        init_containers=author_init_containers(spec, env),
+        restart_policy="Never",
+    )
 
 
 BATCH_JOB = BatchJob()

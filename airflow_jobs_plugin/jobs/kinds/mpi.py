@@ -9,16 +9,18 @@ The rules are mpi-operator's (kubeflow/mpi-operator v0.8.0, ``pkg/controller/mpi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_jobs_plugin.cluster.objects import as_int, dig, mapping, rfc3339
-from airflow_jobs_plugin.cluster.resources import JOBS, MPIJOBS
+from airflow_jobs_plugin.cluster.resources import JOBS, Resource
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.bounded import bounded
 from airflow_jobs_plugin.jobs.kinds.base import (
     COMPLETION_INDEX,
     LAUNCHER,
+    LAUNCHER_RANK,
     WORKER,
     Ending,
     EndingWrite,
@@ -27,18 +29,49 @@ from airflow_jobs_plugin.jobs.kinds.base import (
     Then,
 )
 from airflow_jobs_plugin.jobs.kinds.batch import ENDING_DEADLINE_SECONDS
+from airflow_jobs_plugin.jobs.pod_template import (
+    author_init_containers,
+    build_template,
+    deadlines,
+    identity_annotations,
+    main_container,
+    metadata,
+    object_labels,
+    pod_env,
+    resource_requirements,
+)
+from airflow_jobs_plugin.jobs.spec import WAIT_FOR_WORKERS_CONTAINER
 
 if TYPE_CHECKING:
     from airflow_jobs_plugin.jobs.spec import JobSpec, TaskIdentity
 
+# The MPIJob custom resource (kubeflow/mpi-operator v0.8.0 ``pkg/apis/kubeflow/v2beta1``), served only
+# where the MPI operator's CRD is installed (``MPIJob.resource_may_be_absent``).
+MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
 # kubeflow/mpi-operator pkg/controller/mpi_job_controller.go (v0.5.0 .. v0.8.0): launcherSuffix.
 LAUNCHER_SUFFIX = "-launcher"
+# What a worker runs unless the author says: the sshd that mpirun reaches it through.
+DEFAULT_WORKER_COMMAND = ("/usr/sbin/sshd", "-De")
+WAIT_FOR_WORKERS_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
+# Sleep between DNS checks; the launcher waits at most as long as the workers take to become Ready.
+_WAIT_SLEEP_SECONDS = 2
+# The arguments only an MPIJob reads (what a torchrun job refuses: TorchrunJob.argument_problems).
+MPI_ARGUMENTS = (
+    "launcher_gpus",
+    "launcher_cpu",
+    "launcher_memory",
+    "worker_command",
+    "wait_for_workers",
+    "launcher_creation_policy",
+    "mpi_implementation",
+)
 # kubeflow/mpi-operator pkg/apis/kubeflow/v2beta1/default.go (v0.8.0): runPolicy.backoffLimit's default.
 DEFAULT_BACKOFF_LIMIT = 6
 
 
 class MPIJob(JobKind):
     name = "MPIJob"
+    framework = "mpi"
     resource = MPIJOBS
     # The MPIJob CRD comes with the MPI operator, which a cluster may not run.
     resource_may_be_absent = True
@@ -125,12 +158,101 @@ class MPIJob(JobKind):
         # The launcher is a Job of the Job controller; the workers are mpi-operator's own pods.
         return [*super().pod_creators(job), self.launcher_name(job)]
 
+    def takes(self, framework: str, workers: int) -> bool:
+        # One worker is a single pod, which a batch/v1 Job runs without an operator.
+        return framework == self.framework and workers >= 2
+
+    def pod_count(self, spec: JobSpec) -> int:
+        return spec.workers + 1  # the launcher
+
+    def total_gpus(self, spec: JobSpec) -> int:
+        return spec.workers * spec.gpus + spec.launcher_gpus
+
+    def argument_problems(self, values: Mapping[str, Any], given: AbstractSet[str]) -> list[tuple[str, str]]:
+        if (
+            "launcher_gpus" in values
+            and "gpus" in values
+            and values["launcher_gpus"] not in (0, values["gpus"])
+        ):
+            return [
+                (
+                    "launcher_gpus",
+                    f"must be 0 or equal to gpus ({values['gpus']}), got {values['launcher_gpus']}: a launcher "
+                    "with GPUs runs as an extra MPI worker with the same number of slots",
+                )
+            ]
+        return []
+
     def build(
         self, spec: JobSpec, *, name: str, task: TaskIdentity, attempt: int, queued_at: datetime
     ) -> dict[str, Any]:
-        from airflow_jobs_plugin.jobs.manifests import build_mpijob  # see BatchJob.build
+        """A suspended MPIJob: one launcher and ``spec.workers`` workers."""
+        base_labels = object_labels(spec, task, attempt)
+        pod_annotations = identity_annotations(spec, task)
+        hosts = world_size(spec)
 
-        return build_mpijob(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
+        launcher_rank = 0 if launcher_works(spec) else LAUNCHER_RANK
+        launcher_env = pod_env(
+            spec, name, attempt, role=LAUNCHER, rank=launcher_rank, world_size=hosts, gpus=spec.launcher_gpus
+        )
+        launcher_init = author_init_containers(spec, launcher_env)
+        if spec.wait_for_workers:
+            launcher_init.append(_wait_for_workers_container(spec, launcher_env))
+        launcher_resources = resource_requirements(
+            spec,
+            spec.launcher_cpu if spec.launcher_cpu is not None else spec.cpu,
+            spec.launcher_memory if spec.launcher_memory is not None else spec.memory,
+            spec.launcher_gpus,
+        )
+        launcher = build_template(
+            spec,
+            labels={**base_labels, labels.ROLE: LAUNCHER},
+            annotations=pod_annotations,
+            container=main_container(
+                spec, env=launcher_env, command=spec.command, args=spec.args, resources=launcher_resources
+            ),
+            init_containers=launcher_init,
+            restart_policy=None,  # set per replica below; the MPI operator warns about one in the template
+        )
+
+        # The workers share one template: each reads its rank from the operator's replica-index label.
+        worker_rank = {"fieldRef": {"fieldPath": f"metadata.labels['{labels.MPI_REPLICA_INDEX}']"}}
+        worker_env = pod_env(
+            spec, name, attempt, role=WORKER, rank=worker_rank, world_size=hosts, gpus=spec.gpus
+        )
+        worker = build_template(
+            spec,
+            labels={**base_labels, labels.ROLE: WORKER},
+            annotations=dict(pod_annotations),
+            container=main_container(
+                spec,
+                env=worker_env,
+                command=spec.worker_command or DEFAULT_WORKER_COMMAND,
+                args=None,
+                resources=resource_requirements(spec, spec.cpu, spec.memory, spec.gpus),
+            ),
+            init_containers=author_init_containers(spec, worker_env),
+            restart_policy=None,
+        )
+
+        mpi_spec: dict[str, Any] = {
+            "slotsPerWorker": max(spec.gpus, 1),
+            "mpiImplementation": spec.mpi_implementation,
+            "launcherCreationPolicy": spec.launcher_creation_policy,
+        }
+        if launcher_works(spec):
+            mpi_spec["runLauncherAsWorker"] = True
+        mpi_spec["runPolicy"] = {"suspend": True, "cleanPodPolicy": "Running", **deadlines(spec)}
+        mpi_spec["mpiReplicaSpecs"] = {
+            "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": launcher},
+            "Worker": {"replicas": spec.workers, "restartPolicy": "OnFailure", "template": worker},
+        }
+        return {
+            "apiVersion": self.resource.api_version,
+            "kind": self.resource.kind,
+            "metadata": metadata(spec, name, task, attempt, queued_at, gpus=self.total_gpus(spec)),
+            "spec": mpi_spec,
+        }
 
     def ttl_after_finished(self, job: Mapping[str, Any]) -> int | None:
         return as_int(dig(job, "spec", "runPolicy", "ttlSecondsAfterFinished"))
@@ -261,6 +383,68 @@ class MPIJob(JobKind):
         if self._verdict(job) == "Cancelled":
             return [by_launcher, EndingWrite(MPIJOBS, name, None, if_absent=None)]
         return [by_launcher, EndingWrite(MPIJOBS, name, {"spec": self.suspend_patch(True)})]
+
+
+def worker_host(job: str, index: int | str, namespace: str) -> str:
+    """The DNS name of MPI worker ``index``, as the MPI operator publishes it and writes it in the hostfile.
+
+    kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go`` (v0.5.0 .. v0.8.0): worker pods get
+    ``hostname: <job>-worker-<i>`` and ``subdomain: <job>``, the name of the headless Service
+    ``newJobService`` creates; ``newConfigMap`` writes ``<job>-worker-<i>.<job>.<ns>.svc``. (Before
+    v0.5 the Service was ``<job>-worker``: a name that no longer resolves.) Shell variables may stand
+    for the parts, which is how the ``wait-for-workers`` script uses this one rule.
+    """
+    return f"{job}-worker-{index}.{job}.{namespace}.svc"
+
+
+def launcher_works(spec: JobSpec) -> bool:
+    """An MPI job's launcher with GPUs also runs ranks: mpi-operator hides GPUs from a launcher unless
+    ``runLauncherAsWorker`` is set, and with it lists the launcher first in the hostfile
+    (``newConfigMap``) and gives it replica index 0, the workers 1..N (``workerReplicaIndexLabel``,
+    kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go``, v0.7.0 and v0.8.0)."""
+    return spec.launcher_gpus > 0
+
+
+def world_size(spec: JobSpec) -> int:
+    """Hosts of an MPI job that run ranks: the workers, plus a launcher that works (see :func:`launcher_works`)."""
+    return spec.workers + (1 if launcher_works(spec) else 0)
+
+
+def _wait_script(workers: int) -> str:
+    host = worker_host("$JOB_NAME", "$i", "$JOB_NAMESPACE")
+    return f"""\
+if command -v getent >/dev/null 2>&1; then resolve() {{ getent hosts "$1"; }}
+elif command -v nslookup >/dev/null 2>&1; then resolve() {{ nslookup "$1"; }}
+else echo "wait-for-workers: the image has neither getent nor nslookup; set wait_for_workers=False" >&2; exit 1
+fi
+i=0
+while [ "$i" -lt {workers} ]; do
+  host="{host}"
+  if ! resolve "$host" >/dev/null 2>&1; then
+    echo "waiting for $host"
+    until resolve "$host" >/dev/null 2>&1; do sleep {_WAIT_SLEEP_SECONDS}; done
+  fi
+  i=$((i + 1))
+done
+echo "all {workers} workers resolve"
+"""
+
+
+def _wait_for_workers_container(spec: JobSpec, env: list[dict]) -> dict:
+    container: dict[str, Any] = {
+        "name": WAIT_FOR_WORKERS_CONTAINER,
+        "image": spec.image,
+        "command": ["sh", "-c", _wait_script(spec.workers)],
+        "env": [dict(e) for e in env]
+        + [{"name": "JOB_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "resources": {
+            "requests": dict(WAIT_FOR_WORKERS_RESOURCES),
+            "limits": dict(WAIT_FOR_WORKERS_RESOURCES),
+        },
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    return container
 
 
 MPI_JOB = MPIJob()
