@@ -258,6 +258,47 @@ def test_workers_cannot_patch_jobs_nor_write_any_configmap(rbac, ours):
     assert not _may(worker, "get", "configmaps", ledger_name("vision"))
 
 
+def test_every_kind_of_job_is_granted_to_the_components_that_submit_follow_and_show_it(rbac, ours):
+    """A new kind (a module in jobs/kinds/) needs its resource in the deployment too: the workers submit
+    it, the triggerers follow, admit, retry and cancel it, the api-server shows and acts on it."""
+    from airflow_jobs_plugin.jobs import kinds
+
+    needs = {
+        "workers": ("get", "list", "create"),
+        "triggerer": ("get", "list", "watch", "create", "patch", "delete"),
+        "apiServer": ("get", "list", "patch"),
+    }
+    for resource in kinds.RESOURCES:
+        for component, verbs in needs.items():
+            rules = _rules(rbac, ours[component]["serviceAccount"]["name"])
+            for verb in verbs:
+                grants = [r for r in rules if resource.plural in r["resources"] and verb in r["verbs"]]
+                assert any(resource.group in r["apiGroups"] for r in grants), (
+                    f"helm-values/rbac.yaml: {component} may not {verb} {resource.plural}.{resource.group}"
+                )
+
+
+def test_the_admission_policy_matches_every_kind_of_job():
+    """The rule that a worker creates jobs only suspended and labelled holds for every kind."""
+    from airflow_jobs_plugin.jobs import kinds
+
+    (policy,) = [
+        d
+        for d in load_documents(HELM / "admission-policy.yaml")
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "airflow-jobs-quota-admission"
+    ]
+    matched = {
+        (group, version, plural)
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        for group in rule["apiGroups"]
+        for version in rule["apiVersions"]
+        for plural in rule["resources"]
+        if {"CREATE", "UPDATE"} <= set(rule["operations"])
+    }
+    for resource in kinds.RESOURCES:
+        assert (resource.group, resource.version, resource.plural) in matched, resource
+
+
 def test_only_the_triggerer_writes_ledgers_only_those_of_the_shipped_groups_never_the_policy_or_chart_config(
     rbac, ours
 ):
