@@ -285,7 +285,8 @@ def test_the_admission_policy_matches_every_kind_of_job():
     (policy,) = [
         d
         for d in load_documents(HELM / "admission-policy.yaml")
-        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "airflow-jobs-quota-admission"
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"] == "airflow-jobs-quota-admission"
     ]
     matched = {
         (group, version, plural)
