@@ -243,6 +243,12 @@ def run_tracking(
     result["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["cluster"] = cluster
     result["writer"] = ticker[0] if ticker else None
+    late = (result["writer"] or {}).get("late_last_lines") or {}
+    logs = result["ours"].get("logs") or {}
+    if late and "jobs_without_last_line" in logs:
+        # A job's pods are named after it plus a suffix the Job controller adds.
+        late_jobs = {pod.rsplit("-", 1)[0] for pod in late}
+        logs["jobs_missing_late_last_line"] = [j for j in logs["jobs_without_last_line"] if j in late_jobs]
     if isinstance(plane, RealCluster):
         # The plane's processes: CPU seconds over the run, RSS (the apiserver's and etcd's for n jobs).
         result["plane"] = {"processes": simulator, "up_seconds": round(plane.up_seconds, 1)}
@@ -601,6 +607,8 @@ def container_logs(ours: dict, transitions: dict[str, dict]) -> dict[str, Any]:
         "markers": sum(markers.values()),
         # The last line printed by the trigger, or left to the worker by a marker.
         "jobs_last_line_accounted": len(with_last | with_markers),
+        # Neither printed by the trigger nor left to the worker: what the table counts as missing.
+        "jobs_without_last_line": sorted(set(jobs) - with_last - with_markers),
         # The markers' runs read on the worker (tracker.worker_path): jobs whose last line came so.
         "worker_path": ours.get("worker_path") or {},
         "hub": ours.get("log_hub") or {},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -441,11 +442,28 @@ class RealCluster:
                 "jobs": len(entries),
                 **{k: sum(1 for e in entries if k in e) for k in ("unsuspended", "running", "finished")},
             }
-        if op in ("samples", "counters", "ticker"):
+        if op == "ticker":
+            return [{"late_last_lines": self.late_last_lines()}]
+        if op in ("samples", "counters"):
             return [] if op != "counters" else {}
         if op == "resources":
             return self.resources()
         raise ValueError(f"the real plane has no command {op!r}")
+
+    def late_last_lines(self) -> dict[str, float]:
+        """The pods whose last line the plane's player wrote after their container had ended (it says so
+        in its log, scripts/realplane/player.py): pod name -> seconds late. A reader that read such a
+        container's log to its end after the end could not have seen the line; no real container
+        writes after it ended."""
+        path = Path(self.kubeconfig + ".plane") / "logs" / "scenario-player.log"
+        late: dict[str, float] = {}
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            return late
+        for match in re.finditer(r"late last line: [^/\s]+/(\S+) ([0-9.]+) s after", text):
+            late[match.group(1)] = float(match.group(2))
+        return late
 
     def create_jobs(
         self,

@@ -514,7 +514,10 @@ def workload_tables(results: dict) -> list[str]:
         " *polled* otherwise, whichever path brought it; *handed over* are the polled lines a stream"
         " the container got later delivered (its backlog from the cursor). Rows marked † were measured"
         " before lines were classed so: there a line counts under the path that brought it (a new"
-        " stream's backlog as streamed) and no handed-over figure exists.",
+        " stream's backlog as streamed) and no handed-over figure exists. ‡ k: of the jobs missing"
+        " their last line, k whose last line the plane's player wrote after their container had ended"
+        " (its writer ran late on a loaded machine; no real container writes after it ended, and a"
+        " reader that read the log to its end after the end cannot see it).",
         "",
         "| N | cluster | Complete → final event | lines: streamed | lines: polled | of which handed over |"
         " lines: writer's lag |"
@@ -539,11 +542,13 @@ def workload_tables(results: dict) -> list[str]:
         trig = logs.get("jobs_with_last_line", 0)
         via_worker = worker.get("jobs_with_last_line", 0)
         missing = r["n"] - trig - via_worker
+        late = len(logs.get("jobs_missing_late_last_line") or ())
+        missing_text = f"{missing:,}" + (f" (‡ {late:,})" if late else "")
         stall = o.get("loop_lag_max")
         out.append(
             f"| {r['n']:,} | {name[cluster]} | {_p(o['latency']['final_event'])} | {streamed} |"
             f" {polled} | {handed} | {_p(lat.get('writer_lag'))} |"
-            f" {trig:,} / {via_worker:,} / {missing:,} |"
+            f" {trig:,} / {via_worker:,} / {missing_text} |"
             f" {hub.get('streams_opened', 0):,} ({hub.get('stream_budget', '-')}) / {hub.get('reads', 0):,} |"
             f" {_s(stall)} | {_gen2(o)} |"
             f" {_above_import(o):.0f} MB ({o['peak_rss_per_job_kb']:.1f} KB) |"
