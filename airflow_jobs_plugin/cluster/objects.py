@@ -73,6 +73,18 @@ def _parse_rfc3339(value: str) -> datetime | None:
     return parsed.astimezone(timezone.utc)
 
 
+def parse_rfc3339(value: object, what: str = "timestamp") -> datetime:
+    """``value`` as an aware datetime, strictly: what the product itself wrote (a ledger entry, a time it
+    round-trips), where a malformed time is an error to report, naming ``what``, not an absent one
+    (:func:`parse_time` is the lenient reader of the API's objects)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be an RFC 3339 string, got {value!r}")
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"{what} must carry a time zone, got {value!r}")
+    return parsed
+
+
 def rfc3339(moment: datetime) -> str:
     """UTC RFC 3339 with microseconds ('2024-05-01T12:00:00.000123Z'): the one form of every time the
     product writes. Microseconds keep two jobs queued within the same second in their true order. A

@@ -71,10 +71,6 @@ def _annotations(job: Mapping[str, Any]) -> Mapping[str, Any]:
     return (job.get("metadata") or {}).get("annotations") or {}
 
 
-def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
-    return kinds.kind_of(job).suspend_patch(suspend)
-
-
 @dataclass(frozen=True)
 class _Seen:
     """What an action reads of the job's pods before it acts: the run it would end, and how many of
@@ -127,7 +123,7 @@ def stop_patch(
                 **(clock or {}),
             },
         },
-        "spec": _suspend_spec(job, True),
+        "spec": kinds.kind_of(job).suspend_patch(True),
     }
 
 

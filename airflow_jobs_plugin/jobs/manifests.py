@@ -77,14 +77,6 @@ from airflow_jobs_plugin.queueing import kueue
 from airflow_jobs_plugin.queueing.quota.flavors import Charge, with_avoidance
 
 
-def parse_rfc3339(text: str) -> datetime:
-    """Inverse of :func:`rfc3339` (also accepts offsets and no fraction); returns an aware datetime."""
-    parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    if parsed.tzinfo is None:
-        raise ValueError(f"timestamp has no timezone: {text!r}")
-    return parsed
-
-
 def pod_role_and_rank(pod_labels: Mapping[str, str]) -> tuple[str | None, int | None]:
     """Role and rank of a pod of this product from its labels: ('worker', 0), ('launcher', None), ...
 

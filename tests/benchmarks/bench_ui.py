@@ -137,6 +137,7 @@ def _copy(template: dict[str, Any], name: str, i: int, created: datetime) -> dic
 
 def multiply(bodies: dict[str, dict], names: dict[str, str], finished: int, live: int, finished_events: int):
     """LIST bodies of a namespace with ``finished`` + ``live`` jobs (see the module docstring)."""
+    from airflow_jobs_plugin.cluster.objects import parse_rfc3339
     from airflow_jobs_plugin.jobs import labels
     from airflow_jobs_plugin.queueing import quota
 
@@ -173,7 +174,7 @@ def multiply(bodies: dict[str, dict], names: dict[str, str], finished: int, live
                     user=ann[labels.USER_NAME],
                     gpus=int(ann[labels.GPUS]),
                     uid=job["metadata"]["uid"],
-                    admitted_at=quota.ledger_model._parse_time(ann[labels.ADMITTED_AT]),
+                    admitted_at=parse_rfc3339(ann[labels.ADMITTED_AT]),
                     namespace=NAMESPACE,
                 )
             )

@@ -10,10 +10,11 @@ import jsonschema
 import pytest
 from kubernetes.client import ApiClient
 
+from airflow_jobs_plugin.cluster.objects import parse_rfc3339
 from airflow_jobs_plugin.jobs import labels as keys
 from airflow_jobs_plugin.jobs.kinds import LAUNCHER_RANK
 from airflow_jobs_plugin.jobs.kinds.mpi import worker_host
-from airflow_jobs_plugin.jobs.manifests import build_manifest, parse_rfc3339, pod_role_and_rank, rfc3339
+from airflow_jobs_plugin.jobs.manifests import build_manifest, pod_role_and_rank, rfc3339
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, label_value, validate
 
 TASK = TaskIdentity("nightly_retrain", "train", "scheduled__2024-05-01T00:00:00+00:00", -1, 1)

@@ -223,10 +223,6 @@ async def release(
 # --------------------------------------------------------------------------------------------------
 
 
-def _suspend_spec(job: Mapping[str, Any], suspend: bool) -> dict[str, Any]:
-    return kinds.kind_of(job).suspend_patch(suspend)
-
-
 def _precondition(job: Mapping[str, Any]) -> dict[str, Any]:
     version = (job.get("metadata") or {}).get("resourceVersion")
     return {"resourceVersion": version} if version else {}
@@ -244,7 +240,7 @@ def unsuspend_patch(job: Mapping[str, Any], admitted_at: datetime, *, conditiona
             "labels": {labels.ADMITTED: labels.ADMITTED_VALUE},
             "annotations": {labels.ADMITTED_AT: rfc3339(admitted_at)},
         },
-        "spec": _suspend_spec(job, False),
+        "spec": kinds.kind_of(job).suspend_patch(False),
     }
 
 
@@ -362,7 +358,7 @@ def requeue_patch(job: Mapping[str, Any], outcome: Requeue) -> dict:
                 labels.PREEMPTION_MESSAGE: None,
             },
         },
-        "spec": _suspend_spec(job, True),
+        "spec": kinds.kind_of(job).suspend_patch(True),
     }
 
 
@@ -401,7 +397,7 @@ def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
                 labels.ADMITTED_AT: None,
             },
         },
-        "spec": _suspend_spec(job, True),
+        "spec": kinds.kind_of(job).suspend_patch(True),
     }
 
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
+from airflow_jobs_plugin.cluster.objects import parse_rfc3339
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.kinds.charge import job_charge
@@ -96,15 +97,6 @@ def _canonical(reservations: Iterable[Reservation]) -> tuple[Reservation, ...]:
 
 def _rfc3339(value: datetime) -> str:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_time(value: object) -> datetime:
-    if not isinstance(value, str):
-        raise ValueError(f"admitted_at must be an RFC 3339 string, got {value!r}")
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if parsed.tzinfo is None:
-        raise ValueError(f"admitted_at must carry a time zone, got {value!r}")
-    return parsed
 
 
 def entry_key(reservation: Reservation) -> str:
@@ -201,7 +193,7 @@ def _decode_entry(group: str, raw: object, members: Collection[str] | None = ())
         user=value["user"],
         gpus=value["gpus"],
         uid=value["uid"],
-        admitted_at=_parse_time(value["admitted_at"]),
+        admitted_at=parse_rfc3339(value["admitted_at"], "admitted_at"),
         namespace=namespace,
         requeue_count=value.get("requeue_count", 0),
         kueue=value.get("kueue") is True,
@@ -258,7 +250,7 @@ def _decode_usage(raw: object) -> UsageHistory:
     if not isinstance(half_life, (int, float)) or isinstance(half_life, bool) or half_life <= 0:
         raise ValueError(f"half_life_seconds must be a positive number, got {half_life!r}")
     return UsageHistory(
-        at=_parse_time(value.get("at")),
+        at=parse_rfc3339(value.get("at"), "at"),
         gpu_seconds={k: float(v) for k, v in seconds.items()},
         half_life=timedelta(seconds=half_life),
     )
