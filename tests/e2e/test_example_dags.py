@@ -157,13 +157,21 @@ def test_failures_are_retried_at_the_right_level_and_fatal_ones_never(stack):
 
     # Two tasks cannot succeed by design, so the run fails; each task ends as its scenario says.
     assert state == "failed"
-    assert {task: state for task, (state, _) in tries.items()} == {
+    expected = {
         "pod_restart_in_job": "success",
         "job_resubmitted": "success",
         "task_retry": "success",
         "fatal_exit_code": "failed",
         "missing_image": "failed",
     }
+    ended = {task: state for task, (state, _) in tries.items()}
+    # A task that ended otherwise is told with its log, every try in order: what its jobs did.
+    wrong = {
+        task: stack.task_log(FAILURES, run_id, task) for task in expected if ended.get(task) != expected[task]
+    }
+    assert ended == expected, "\n\n".join(
+        f"{task} (tries: {tries.get(task)}):\n" + "\n".join(log) for task, log in wrong.items()
+    )
     # Level 1: the second run of the script is a new pod of the same job.
     restarted = stack.task_log(FAILURES, run_id, "pod_restart_in_job")
     first_run = _first(restarted, r"^\[worker-0\] flaky: run 1 \(job attempt 1\)")
