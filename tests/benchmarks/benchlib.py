@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -589,6 +590,10 @@ class RealCluster:
                 check=False,
                 stdout=sys.stderr,
             )
+            # A stopped plane's etcd and pod logs take hundreds of megabytes per run: gone with it,
+            # unless asked to keep them for a look (AJP_BENCH_KEEP_PLANE=1).
+            if self.dir and not os.environ.get("AJP_BENCH_KEEP_PLANE"):
+                shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RealCluster:
         return self
