@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -139,3 +140,74 @@ def latest(objs: Iterable[Mapping[str, Any]], when: Any) -> Mapping[str, Any] | 
         if best is None or best_time is None or moment >= best_time:
             best, best_time = obj, moment
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """A read-only view of any object's ``metadata`` (a pod, a node, a ConfigMap, a Workload, a list):
+    the one walk of it, where an absent or ``null`` field reads as empty. Modelled on kopf's
+    ``bodies.Meta`` (nolar/kopf ``kopf/_cogs/structs/bodies.py``); ``jobs.jobview.JobView`` extends it
+    with what the product reads of a job.
+
+        >>> Meta({"metadata": {"name": "p", "labels": None}}).name, Meta({}).labels
+        ('p', {})
+    """
+
+    obj: Mapping[str, Any] | None
+
+    @property
+    def fields(self) -> Mapping[str, Any]:
+        """The ``metadata`` mapping itself (empty when absent)."""
+        return mapping(self.obj, "metadata")
+
+    @property
+    def name(self) -> str:
+        return str(self.fields.get("name") or "")
+
+    @property
+    def namespace(self) -> str:
+        return str(self.fields.get("namespace") or "")
+
+    @property
+    def uid(self) -> str:
+        return str(self.fields.get("uid") or "")
+
+    @property
+    def resource_version(self) -> str | None:
+        """The version the server gave (``None`` for an object not read from it)."""
+        value = self.fields.get("resourceVersion")
+        return str(value) if value else None
+
+    @property
+    def labels(self) -> Mapping[str, Any]:
+        return mapping(self.obj, "metadata", "labels")
+
+    @property
+    def annotations(self) -> Mapping[str, Any]:
+        return mapping(self.obj, "metadata", "annotations")
+
+    @property
+    def owner_references(self) -> list[Any]:
+        return items(self.obj, "metadata", "ownerReferences")
+
+    @property
+    def creation_timestamp(self) -> str:
+        """As written (RFC 3339 orders as text, the sort key of "newest first"); ``""`` when absent."""
+        value = self.fields.get("creationTimestamp")
+        return (
+            value if isinstance(value, str) else rfc3339(as_utc(value)) if isinstance(value, datetime) else ""
+        )
+
+    @property
+    def created_at(self) -> datetime | None:
+        return parse_time(self.fields.get("creationTimestamp"))
+
+    @property
+    def deleting(self) -> bool:
+        """A deletion is under way (a ``deletionTimestamp`` is set): the object is on its way out."""
+        return bool(self.fields.get("deletionTimestamp"))
+
+    @property
+    def continue_token(self) -> str | None:
+        """A list's ``metadata.continue``: the next page's token, ``None`` on the last page."""
+        return self.fields.get("continue") or None

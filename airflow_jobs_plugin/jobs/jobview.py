@@ -19,56 +19,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from airflow_jobs_plugin.cluster.objects import mapping, parse_time
+from airflow_jobs_plugin.cluster.objects import Meta, mapping, parse_time
 from airflow_jobs_plugin.jobs import kinds, labels
 
 
 @dataclass(frozen=True, slots=True)
-class JobView:
-    """What the product reads of one job (a Job, MPIJob or torchrun Job, whole or metadata only)."""
-
-    obj: Mapping[str, Any]
-
-    # --- the object ---------------------------------------------------------------------------------
-
-    @property
-    def meta(self) -> Mapping[str, Any]:
-        return mapping(self.obj, "metadata")
-
-    @property
-    def labels(self) -> Mapping[str, Any]:
-        return mapping(self.obj, "metadata", "labels")
-
-    @property
-    def annotations(self) -> Mapping[str, Any]:
-        return mapping(self.obj, "metadata", "annotations")
-
-    @property
-    def name(self) -> str:
-        return str(self.meta.get("name") or "")
-
-    @property
-    def namespace(self) -> str:
-        return str(self.meta.get("namespace") or "")
-
-    @property
-    def uid(self) -> str | None:
-        return self.meta.get("uid") or None
+class JobView(Meta):
+    """What the product reads of one job (a Job, MPIJob or torchrun Job, whole or metadata only): its
+    metadata as :class:`~airflow_jobs_plugin.cluster.objects.Meta` reads any object's, and more."""
 
     @property
     def kind(self) -> kinds.JobKind:
         """The job's kind adapter (``kinds.kind_of``)."""
-        return kinds.kind_of(self.obj)
-
-    @property
-    def created_at(self) -> datetime | None:
-        return parse_time(self.meta.get("creationTimestamp"))
-
-    @property
-    def deleting(self) -> bool:
-        return bool(self.meta.get("deletionTimestamp"))
+        return kinds.kind_of(self.obj or {})
 
     # --- who it runs for ------------------------------------------------------------------------------
 
@@ -113,12 +77,12 @@ class JobView:
 
     @property
     def suspended(self) -> bool:
-        return self.kind.is_suspended(self.obj)
+        return self.kind.is_suspended(self.obj or {})
 
     @property
     def finished(self) -> bool:
         """The controller's final word (Complete / Succeeded / Failed) or a verdict of the product."""
-        return self.verdict is not None or self.kind.is_finished(self.obj)
+        return self.verdict is not None or self.kind.is_finished(self.obj or {})
 
     @property
     def finished_at(self) -> datetime | None:
