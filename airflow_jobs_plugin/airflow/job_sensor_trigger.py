@@ -17,6 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID
+from airflow_jobs_plugin.cluster.objects import Meta, latest
 from airflow_jobs_plugin.cluster.records import ReadMemo
 from airflow_jobs_plugin.cluster.waiting import wait_event
 from airflow_jobs_plugin.jobs import kinds
@@ -91,7 +92,7 @@ class JobSensorTrigger(BaseTrigger):
                     # (its operator not installed yet): look again at the sensor's own pace.
                     watch.want(kinds.for_name(self.kind).resource)
                 else:
-                    name = job["metadata"]["name"]
+                    name = Meta(job).name
                     snap = snapshot(
                         job, watch.pods_of(name), (), now=datetime.now(timezone.utc), memo=pods_read
                     )
@@ -113,7 +114,7 @@ class JobSensorTrigger(BaseTrigger):
                             history=[tracking.attempt_record(job, snap)],
                             log_tail=[],
                             retryable=False,
-                            annotations=job["metadata"].get("annotations") or {},
+                            annotations=Meta(job).annotations,
                         )
                         yield TriggerEvent(event.to_payload())
                         return
@@ -127,6 +128,4 @@ class JobSensorTrigger(BaseTrigger):
         resource = kinds.for_name(self.kind).resource
         if not self.label_selector:
             return watch.get(resource, self.job_name)
-        jobs = watch.jobs(resource)
-        jobs.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
-        return jobs[-1] if jobs else None
+        return latest(watch.jobs(resource), lambda j: Meta(j).created_at)

@@ -10,6 +10,7 @@ from airflow.exceptions import AirflowException
 from airflow.sdk import BaseSensorOperator
 
 from airflow_jobs_plugin import DEFAULT_CONN_ID
+from airflow_jobs_plugin.cluster.objects import Meta, latest
 from airflow_jobs_plugin.cluster.resources import name_problem
 from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.jobs.outcome import JobEvent, failure_message
@@ -147,24 +148,21 @@ class JobSensor(BaseSensorOperator):
             if self.job_name:
                 job = await client.get_or_none(adapter.resource, self.namespace, self.job_name)
             else:
-                items = (await client.list(adapter.resource, self.namespace, label_selector=self._selector))[
-                    "items"
-                ]
-                items.sort(key=lambda j: j["metadata"].get("creationTimestamp") or "")
-                job = items[-1] if items else None
+                found = await client.list(adapter.resource, self.namespace, label_selector=self._selector)
+                job = latest(found["items"], lambda j: Meta(j).created_at)
             if job is None:
                 return False
             key = adapter.pod_job_label
-            pods = (
-                await client.list(PODS, self.namespace, label_selector=f"{key}={job['metadata']['name']}")
-            )["items"]
+            pods = (await client.list(PODS, self.namespace, label_selector=f"{key}={Meta(job).name}"))[
+                "items"
+            ]
             state = snapshot(job, pods, (), now=datetime.now(timezone.utc)).state
         finally:
             await client.close()
         verdict = sensor_verdict(state, target_states=self.target_states, fail_states=self.fail_states)
         if verdict is SensorVerdict.FAILED:
             raise AirflowException(
-                f"{self.kind} {job['metadata']['name']} reached {state.value}, which is not one of "
+                f"{self.kind} {Meta(job).name} reached {state.value}, which is not one of "
                 f"{list(self.target_states)} and never will be"
             )
         return verdict is SensorVerdict.REACHED

@@ -30,6 +30,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_jobs_plugin import metrics
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID, EVENTS, PODS, KubeError, patiently
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.records import ReadMemo
 from airflow_jobs_plugin.jobs import actions, attempts, kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
@@ -394,7 +395,7 @@ class _Follow:
             now=_now(),
             memo=self.pods_read,
         )
-        snap, annotations = tracking.who_cancelled(snap, job["metadata"].get("annotations") or {}, now=_now())
+        snap, annotations = tracking.who_cancelled(snap, Meta(job).annotations, now=_now())
         self._note_interrupted_run(job, snap)
         self._note_preemption(job)
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
@@ -413,7 +414,7 @@ class _Follow:
                 # its pods' last statuses. Read the pods once, then decide (and log) on fresh facts.
                 await self._read_final_facts(job)
                 return None
-        resumed = tracking.resumed_line(self.reported, snap, job["metadata"].get("annotations") or {})
+        resumed = tracking.resumed_line(self.reported, snap, Meta(job).annotations)
         if resumed is not None:
             self.log.info("%s %s: %s", t.kind, self.name, resumed)
         self._report(snap, pods)
@@ -480,7 +481,7 @@ class _Follow:
         watch, so later looks do not go back to the older version while its stream catches up."""
         seen, self.pod_names_seen = (
             self.pod_names_seen,
-            tuple(str((p.get("metadata") or {}).get("name")) for p in pods),
+            tuple(Meta(p).name for p in pods),
         )
         if not tracking.pods_outran_job(job, pods, seen):
             return job
@@ -489,9 +490,7 @@ class _Follow:
             return job
         self.pods_confirmed = picture
         fresh = await self._patiently(self.client.get_or_none, self.resource, self.t.namespace, self.name)
-        if fresh is None or (fresh.get("metadata") or {}).get("uid") != (job.get("metadata") or {}).get(
-            "uid"
-        ):
+        if fresh is None or Meta(fresh).uid != Meta(job).uid:
             return job  # gone or replaced: the watch's DELETED event tells how it ended
         self.watch.absorb(self.resource, fresh)
         return self.watch.get(self.resource, self.name) or job
@@ -505,7 +504,7 @@ class _Follow:
         if not waiting:
             self.unsuspended_from = None
             return None, None
-        version = job["metadata"].get("resourceVersion")
+        version = Meta(job).resource_version
         if self.unsuspended_from is not None and self.unsuspended_from == version:
             # This process unsuspended this very version: the change is on its way, but a pod's event
             # (another watch stream) can wake us before the job's own. Do not admit twice.
@@ -518,7 +517,7 @@ class _Follow:
             return NO_QUOTA, None
         reservation = None
         if queue is not None and queue.reason == ADMITTED:
-            gpus = engine.reserved_gpus(job["metadata"].get("uid") or "")
+            gpus = engine.reserved_gpus(Meta(job).uid)
             if gpus is not None:
                 reservation = Reservation(gpus, _now())
         return queue, reservation
@@ -526,7 +525,7 @@ class _Follow:
     def _note_preemption(self, job: dict) -> None:
         """Say in the task log that the pool preempted the job, and by whom, even when its TERMINATING and
         QUEUED states passed between two looks: the job's preemption count moved on."""
-        annotations = job["metadata"].get("annotations") or {}
+        annotations = Meta(job).annotations
         count = annotations.get(labels.PREEMPTIONS) or "0"
         if self.preemptions_seen is not None and count != self.preemptions_seen:
             message = annotations.get(labels.PREEMPTION_MESSAGE) or "preempted by a job of higher priority"
@@ -545,7 +544,7 @@ class _Follow:
         # The pod's back-off message hides the registry's answer; the pull events carry it. Look once,
         # just before ruling, so a transient refusal is never ruled permanent.
         t = self.t
-        events = await self._patiently(self._events_of, [p["metadata"]["name"] for p in pods])
+        events = await self._patiently(self._events_of, [Meta(p).name for p in pods])
         snap = snapshot(job, pods, events, queue=queue, now=_now(), memo=self.pods_read)
         failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
         if tracking.stuck_for_good(snap, failure, events):
@@ -555,7 +554,7 @@ class _Follow:
         """Finish ending an MPIJob ruled failed whose launcher was not ended, or whose Failed condition was
         not written while it was queued (the ruling process stopped between its two writes): once per
         version, so a look that changes nothing costs nothing."""
-        version = job["metadata"].get("resourceVersion")
+        version = Meta(job).resource_version
         if self._engine(job).ruled_unended(job, running_too=True) and version != self.ended_version:
             self.ended_version = version
             await self._patiently(self._engine(job).end_ruled, job)
@@ -575,7 +574,7 @@ class _Follow:
         the product reads of it: watch_transform), for the next attempt to be cloned from: its env,
         volumes and every field of its pod templates. None if it is gone or is another object now."""
         whole = await self._patiently(self.client.get_or_none, self.resource, self.t.namespace, self.name)
-        if whole is None or whole["metadata"].get("uid") != job["metadata"].get("uid"):
+        if whole is None or Meta(whole).uid != Meta(job).uid:
             return None
         return whole
 
@@ -701,7 +700,7 @@ class _Follow:
             return t.job_name
         found = [j for j in (self.watch.get(self.resource, n) for n in names) if j is not None]
         newest = attempts.latest_attempt(found)
-        return newest["metadata"]["name"] if newest is not None else t.job_name
+        return Meta(newest).name if newest is not None else t.job_name
 
     async def _pods_now(self) -> list[dict]:
         key = self.adapter.pod_job_label
@@ -730,7 +729,7 @@ class _Follow:
             await self.client.merge_patch(
                 self.resource,
                 self.t.namespace,
-                job["metadata"]["name"],
+                Meta(job).name,
                 {"metadata": {"annotations": {labels.DELETE_AFTER: stamp}}},
             )
         except KubeError as exc:
@@ -769,9 +768,7 @@ class _Follow:
         await self._rule(job, reason, message)
 
     async def _rule(self, job: dict, reason: str, message: str) -> None:
-        self.log.error(
-            "%s %s cannot start (%s); failing it now", self.t.kind, job["metadata"]["name"], reason
-        )
+        self.log.error("%s %s cannot start (%s); failing it now", self.t.kind, Meta(job).name, reason)
         # Gone: nothing left to end. Changed since this look (the patch carries its resourceVersion):
         # the next look rules again on the fresh object.
         await self._engine(job).fail(job, reason, message[:1000])
@@ -782,7 +779,7 @@ class _Follow:
         except KubeError as exc:
             if not exc.already_exists:  # a rebuilt trigger already submitted it: adopt
                 raise
-            created = await self.client.get(self.resource, self.t.namespace, body["metadata"]["name"])
+            created = await self.client.get(self.resource, self.t.namespace, Meta(body).name)
         await ensure_companions(self.client, created)
 
 

@@ -24,6 +24,7 @@ from kubernetes_asyncio import config as k8s_config
 from airflow_jobs_plugin import DEFAULT_CONN_ID  # noqa: E402,F401  (re-exported)
 from airflow_jobs_plugin.cluster import credentials as rules
 from airflow_jobs_plugin.cluster.credentials import Credential, Kind
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.resources import (  # noqa: F401  (re-exported)
     CONFIGMAPS,
     EVENTS,
@@ -584,7 +585,7 @@ class KubeClient:
 
     async def replace(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict:
         """PUT: a compare-and-swap when ``body.metadata.resourceVersion`` is set (409 if stale)."""
-        name = body["metadata"]["name"]
+        name = Meta(body).name
         return await self._request("PUT", resource.path(namespace, name), body=dict(body))
 
     async def merge_patch(

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
+
+_M = TypeVar("_M", bound=Mapping[str, Any])
 
 _RFC3339 = re.compile(
     r"^(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})(?:\.(?P<frac>\d+))?"
@@ -131,9 +133,10 @@ def as_int(value: Any, default: int | None = None) -> int | None:
     return default
 
 
-def latest(objs: Iterable[Mapping[str, Any]], when: Any) -> Mapping[str, Any] | None:
-    """The object with the greatest timestamp according to ``when(obj)`` (ties: the later in order)."""
-    best: Mapping[str, Any] | None = None
+def latest(objs: Iterable[_M], when: Callable[[_M], datetime | None]) -> _M | None:
+    """The object with the greatest timestamp according to ``when(obj)`` (ties: the later in order; no
+    timestamp: the earliest)."""
+    best: _M | None = None
     best_time: datetime | None = None
     for obj in objs:
         moment = when(obj) or datetime.min.replace(tzinfo=timezone.utc)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from airflow_jobs_plugin import metrics
 from airflow_jobs_plugin.cluster import resource_version
 from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID, PODS, KubeClient, KubeError, Resource
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.watch_transform import Sharing, trim
 from airflow_jobs_plugin.jobs import kinds, labels
 
@@ -356,10 +357,10 @@ class SharedWatch:
         versions are compared as the API allows (:mod:`~airflow_jobs_plugin.cluster.resource_version`), and
         where they cannot be, only an exact match is known to be current.
         """
-        name = obj["metadata"]["name"]
-        version = obj["metadata"].get("resourceVersion")
+        meta = Meta(obj)
+        name, version = meta.name, meta.resource_version
         cached = self._cache.get(resource.plural, {}).get(name)
-        cached_version = None if cached is None else cached["metadata"].get("resourceVersion")
+        cached_version = None if cached is None else Meta(cached).resource_version
         if replaces is not None:
             if cached_version != replaces:
                 return False
@@ -396,7 +397,7 @@ class SharedWatch:
                     obj = event.get("object") or {}
                     if etype == "ERROR":
                         raise KubeError.from_status(int(obj.get("code") or 500), obj)
-                    new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    new_rv = Meta(obj).resource_version
                     if etype != "BOOKMARK":
                         self._deliver(resource, etype, obj)
                     if new_rv:
@@ -475,13 +476,13 @@ class SharedWatch:
             for item in listing.get("items") or []:
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", resource.api_version)
-                name = item["metadata"]["name"]
+                name = Meta(item).name
                 fresh[name] = trim(item, kind, self._sharing, current.get(name))
-            meta = listing.get("metadata") or {}
-            del listing
+            page = Meta(listing)
+            version, token = page.resource_version or "", page.continue_token
+            del listing, page  # the page's items are trimmed into ``fresh``: let the page go
             if listed_at is None:
-                listed_at = str(meta.get("resourceVersion") or "")
-            token = meta.get("continue") or None
+                listed_at = version
             if token is None:
                 break
         self.relists += 1
@@ -490,19 +491,17 @@ class SharedWatch:
         # object meanwhile (absorb). The cache only moves forward, so the list never puts back an older
         # version of it, nor deletes an object first seen after the list's version.
         for name in set(old) - set(fresh):
-            seen = old[name]["metadata"].get("resourceVersion")
+            seen = Meta(old[name]).resource_version
             if resource_version.compare(seen, listed_at) == 1:
                 continue
             self._apply(resource, "DELETED", old[name], trimmed=True)
             if listed_at:  # gone by the list's version, whatever version it was last seen at
                 self._deleted[resource.plural][name] = listed_at
         for obj in fresh.values():
-            cached = old.get(obj["metadata"]["name"])
+            meta = Meta(obj)
+            cached = old.get(meta.name)
             if cached is not None and (
-                resource_version.compare(
-                    obj["metadata"].get("resourceVersion"), cached["metadata"].get("resourceVersion")
-                )
-                == -1
+                resource_version.compare(meta.resource_version, Meta(cached).resource_version) == -1
             ):
                 continue
             self._apply(resource, "MODIFIED" if cached is not None else "ADDED", obj, trimmed=True)
@@ -518,12 +517,10 @@ class SharedWatch:
         final look in that window reports a finished job without its exit codes. A DELETED event older
         than the cached object belongs to an earlier object of that name, created again since.
         """
-        cached = self._cache.get(resource.plural, {}).get(str((obj.get("metadata") or {}).get("name") or ""))
+        meta = Meta(obj)
+        cached = self._cache.get(resource.plural, {}).get(meta.name)
         if cached is not None and (
-            resource_version.compare(
-                (obj.get("metadata") or {}).get("resourceVersion"), cached["metadata"].get("resourceVersion")
-            )
-            == -1
+            resource_version.compare(meta.resource_version, Meta(cached).resource_version) == -1
         ):
             return
         self._apply(resource, etype, obj)
@@ -537,13 +534,14 @@ class SharedWatch:
             # Every way into the cache (list, watch event, absorbed read or write) comes through here or
             # the relist, so the cache and the listeners only ever hold the trimmed copy: client-go's
             # informer transform (SharedIndexInformer.SetTransform), see watch_transform.
-            obj = trim(obj, resource.kind, self._sharing, cache.get(obj["metadata"]["name"]))
-        name = obj["metadata"]["name"]
+            obj = trim(obj, resource.kind, self._sharing, cache.get(Meta(obj).name))
+        meta = Meta(obj)
+        name = meta.name
         key = job_key(obj)
         deleted = self._deleted.setdefault(resource.plural, {})
         if etype == "DELETED":
             deleted.pop(name, None)
-            deleted[name] = obj["metadata"].get("resourceVersion") or ""
+            deleted[name] = meta.resource_version or ""
             if len(deleted) > MAX_DELETED_REMEMBERED:
                 del deleted[next(iter(deleted))]
             old = cache.pop(name, None)

@@ -118,16 +118,16 @@ def kept_for(job: Mapping[str, Any]) -> int | None:
 def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:
     """The facts of a Job or MPIJob; ``finished`` is the caller's reading of its end (one rule each:
     the quota ledger's for the actions, the lifecycle snapshot's for the pages)."""
-    meta = job.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    kind = kinds.kind_of(job)
+    view = JobView(job)
+    annotations = view.annotations
+    kind = view.kind
     return JobFacts(
         kind=kind.name,
-        name=str(meta.get("name") or ""),
+        name=view.name,
         finished=finished,
-        deleting=bool(meta.get("deletionTimestamp")),
+        deleting=view.deleting,
         suspended=kind.is_suspended(job),
-        verdict=JobView(job).verdict,
+        verdict=view.verdict,
         cancelled_by=annotations.get(labels.CANCELLED_BY),
         cancelled_at=annotations.get(labels.CANCELLED_AT),
         stopped_by=annotations.get(labels.STOPPED_BY),

@@ -22,16 +22,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_jobs_plugin.cluster.kube import EVENTS, PODS, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import action_rules, attempts, history, kinds, labels
 from airflow_jobs_plugin.jobs.action_rules import Action, Ending, JobFacts, refusal
 from airflow_jobs_plugin.jobs.action_rules import ActionOutcome as ActionOutcome
 from airflow_jobs_plugin.jobs.action_rules import CancelOutcome as CancelOutcome
+from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.queueing import queue_clock
 from airflow_jobs_plugin.queueing.engines.ruling import not_before
 from airflow_jobs_plugin.queueing.quota.ledger import (
     end_ruled_job,
-    group_of,
     is_finished,
     patch_job,
     read_ledger,
@@ -53,7 +54,7 @@ def facts_of(job: Mapping[str, Any]) -> JobFacts:
 async def newest_attempt(client: KubeClient, namespace: str, job: Mapping[str, Any]) -> dict:
     """The newest job-level attempt of the task try ``job`` belongs to (``job`` itself if it is alone)."""
     resource = resource_of(job)
-    meta_labels = (job.get("metadata") or {}).get("labels") or {}
+    meta_labels = Meta(job).labels
     if not meta_labels.get(labels.TASK_KEY):
         return dict(job)
     selector = f"{labels.TASK_KEY}={meta_labels[labels.TASK_KEY]}"
@@ -65,10 +66,6 @@ async def newest_attempt(client: KubeClient, namespace: str, job: Mapping[str, A
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _annotations(job: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (job.get("metadata") or {}).get("annotations") or {}
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,7 @@ async def _seen(client: KubeClient, namespace: str, job: Mapping[str, Any]) -> _
     """The job's run as its pods show it now, before a stop or a cancel has their controller delete
     them and, with them, the only record of when the run's first container started. Best effort: the
     action stands without it (the run is then recorded without a start)."""
-    name = str((job.get("metadata") or {}).get("name") or "")
+    name = Meta(job).name
     try:
         listing = await client.list(
             PODS, namespace, label_selector=f"{kinds.kind_of(job).pod_job_label}={name}"
@@ -99,7 +96,7 @@ async def _seen(client: KubeClient, namespace: str, job: Mapping[str, Any]) -> _
 
 def _history(job: Mapping[str, Any], act: history.Act, by: str, run: history.Run | None = None) -> str:
     """The job's history annotation with this action added."""
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    annotations = Meta(job).annotations
     return history.appended(annotations, history.Entry(act, datetime.now(timezone.utc), by, run))
 
 
@@ -148,7 +145,8 @@ async def _still_reserved(
     A reservation admitted since ``resumed_at`` is not kept but new: a pass saw the resume, found the
     GPUs free and admitted the job from its queue before this read (a quiet pool does it within
     milliseconds), which is what "back in its queue" said."""
-    group, uid = group_of(job), (job.get("metadata") or {}).get("uid")
+    view = JobView(job)
+    group, uid = view.group, view.uid
     if not group or not uid:
         return False
     try:
@@ -162,16 +160,16 @@ async def record_event(
     client: KubeClient, namespace: str, job: Mapping[str, Any], reason: str, message: str
 ) -> None:
     """A Normal Event on ``job`` saying what a person did (best effort: the action stands without it)."""
-    meta = job.get("metadata") or {}
+    meta = Meta(job)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     body = {
-        "metadata": {"generateName": f"{meta.get('name', 'job')}.", "namespace": namespace},
+        "metadata": {"generateName": f"{meta.name or 'job'}.", "namespace": namespace},
         "involvedObject": {
             "apiVersion": job.get("apiVersion") or resource_of(job).api_version,
             "kind": resource_of(job).kind,
-            "name": meta.get("name"),
+            "name": meta.name,
             "namespace": namespace,
-            "uid": meta.get("uid"),
+            "uid": meta.uid,
         },
         "reason": reason,
         "message": message,
@@ -295,7 +293,7 @@ async def stop(client: KubeClient, namespace: str, job: Mapping[str, Any], by: s
     seen = await _seen(client, namespace, job)
     # The queue clock stops with the job: the wait it had before its admission (or before this stop,
     # when it was still queued) is banked, and the run since its admission never counts.
-    clock = queue_clock.leave_queue(_annotations(job), now, rejoin=False)
+    clock = queue_clock.leave_queue(Meta(job).annotations, now, rejoin=False)
     await client.merge_patch(resource, namespace, facts.name, stop_patch(job, by, seen.run, clock))
     await record_event(client, namespace, job, "Stopped", f"stopped by {by}")
     return ActionOutcome(
@@ -354,8 +352,8 @@ async def resume(
     else:
         patch = copy.deepcopy(dict(RESUME_PATCH))
         patch["metadata"]["annotations"].update(forget)
-        group = group_of(job)
-        queued_at = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.QUEUED_AT)
+        group = JobView(job).group
+        queued_at = Meta(job).annotations.get(labels.QUEUED_AT)
         since = f", queued since {queued_at}" if queued_at else ""
         message = f"{facts.ref} resumed: back in group {group}'s queue at its original position{since}"
         if ledger_namespace is None:

@@ -97,9 +97,9 @@ def foreign_problem(job: Mapping[str, Any], fingerprint: str, expected: Mapping[
 
     ``fingerprint`` is :func:`spec_fingerprint` of this try's spec; ``expected`` the manifest this try
     would create (its pod templates are compared with ``job``'s)."""
-    meta = job.get("metadata") or {}
-    ref = f"{kinds.kind_of(job).resource.kind} {meta.get('namespace') or ''}/{meta.get('name')}"
-    stamped = (meta.get("annotations") or {}).get(labels.SPEC_FINGERPRINT)
+    meta = JobView(job)
+    ref = f"{meta.kind.resource.kind} {meta.namespace}/{meta.name}"
+    stamped = meta.annotations.get(labels.SPEC_FINGERPRINT)
     problems = []
     if stamped is None:
         problems.append(f"it carries no {labels.SPEC_FINGERPRINT} annotation")
@@ -111,8 +111,8 @@ def foreign_problem(job: Mapping[str, Any], fingerprint: str, expected: Mapping[
     return (
         f"{ref} holds this task's name or task key but is not the job this task would submit: "
         f"{'; '.join(problems)}. It was submitted by another DAG, or this task's arguments changed since "
-        f"an earlier try: it was left alone. Cancel it (airflow-jobs cancel {meta.get('namespace') or ''}/"
-        f"{meta.get('name')}) or delete it, then clear the task"
+        f"an earlier try: it was left alone. Cancel it (airflow-jobs cancel {meta.namespace}/{meta.name}) "
+        f"or delete it, then clear the task"
     )
 
 
@@ -122,12 +122,12 @@ def cancelled_in_run(
     """The message to end this try with as cancelled, or None: a job of an earlier try of the same run of
     the task (no clear between) was cancelled; after a clear the task runs again."""
     for job in jobs:
-        meta = job.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        if JobView(job).verdict != "Cancelled":
+        view = JobView(job)
+        annotations = view.annotations
+        if view.verdict != "Cancelled":
             continue
         try:
-            earlier = int((meta.get("labels") or {}).get(labels.TRY) or "")
+            earlier = int(view.labels.get(labels.TRY) or "")
         except ValueError:
             continue
         if not same_run_of_task(earlier, try_number=try_number, max_tries=max_tries, retries=retries):
@@ -136,7 +136,7 @@ def cancelled_in_run(
         at = annotations.get(labels.CANCELLED_AT)
         when = f" at {at}" if at else ""
         return (
-            f"try {earlier} of this task was cancelled (job {meta.get('name')}, by {by}{when}) and the task "
+            f"try {earlier} of this task was cancelled (job {view.name}, by {by}{when}) and the task "
             "was not cleared since: not running the job again (clear the task to run it again)"
         )
     return None

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from airflow_jobs_plugin.cluster.objects import rfc3339
+from airflow_jobs_plugin.cluster.objects import Meta, rfc3339
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.pod_template import created_label, merge_under
 from airflow_jobs_plugin.queueing import kueue, queue_clock
@@ -46,7 +46,7 @@ _ATTEMPT_ANNOTATIONS = (labels.ADMITTED_AT, labels.VERDICT, labels.VERDICT_MESSA
 
 def attempt_of(obj: Mapping[str, Any]) -> int:
     """The job-level attempt number recorded on a job object (1 if absent)."""
-    value = ((obj.get("metadata") or {}).get("labels") or {}).get(labels.ATTEMPT, "1")
+    value = Meta(obj).labels.get(labels.ATTEMPT, "1")
     try:
         return max(1, int(value))
     except ValueError:

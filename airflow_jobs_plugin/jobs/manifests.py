@@ -68,6 +68,7 @@ import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 
+from airflow_jobs_plugin.cluster.objects import dig
 from airflow_jobs_plugin.cluster.objects import rfc3339 as rfc3339
 from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.jobs import labels as keys
@@ -122,8 +123,9 @@ def kueue_handoff(body: dict) -> dict:
         raise ValueError("kueue_handoff: the job names no Kueue LocalQueue")
     out["metadata"].setdefault("annotations", {})[keys.KUEUE_HANDOFF] = queue
     for template in [pod_set.template for pod_set in kinds.kind_of(out).pod_sets(out)]:
-        if template:
-            ((template.get("metadata") or {}).get("labels") or {}).pop(kueue.QUEUE_NAME_LABEL, None)
+        template_labels = dig(template, "metadata", "labels")
+        if isinstance(template_labels, dict):
+            template_labels.pop(kueue.QUEUE_NAME_LABEL, None)
     return out
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_jobs_plugin.cluster.objects import as_int, parse_time
+from airflow_jobs_plugin.cluster.objects import Meta, as_int
 from airflow_jobs_plugin.jobs import labels
 
 # Airflow's TaskInstanceState values (airflow-core ``airflow/utils/state.py``, 3.3) in which a try of the
@@ -94,19 +94,19 @@ class Verdict:
 
 def job_record(job: Mapping[str, Any], *, finished: bool) -> JobRecord:
     """The record of a Job or MPIJob, from the annotations the operator writes (exact Airflow ids)."""
-    meta = job.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
+    meta = Meta(job)
+    annotations = meta.annotations
     dag_id, task_id, run_id = (annotations.get(k) for k in (labels.DAG_ID, labels.TASK_ID, labels.RUN_ID))
     task = None
     if dag_id and task_id and run_id:
         map_index = as_int(annotations.get(labels.MAP_INDEX))
         task = TaskRef(dag_id, task_id, run_id, -1 if map_index is None else map_index)
     return JobRecord(
-        name=str(meta.get("name") or ""),
+        name=meta.name,
         task=task,
         try_number=as_int(annotations.get(labels.TRY_NUMBER)),
-        created_at=parse_time(meta.get("creationTimestamp")),
-        live=not finished and not meta.get("deletionTimestamp"),
+        created_at=meta.created_at,
+        live=not finished and not meta.deleting,
     )
 
 

@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs.manifests import pod_role_and_rank
 from airflow_jobs_plugin.jobs.spec import MAIN_CONTAINER
 
@@ -38,7 +39,7 @@ def _main_terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _speaks_for_the_job(pod: Mapping[str, Any]) -> int:
     """0 for the launcher, 1 for rank 0 (worker 0, torchrun's node 0), 2 for any other pod (never a
     result)."""
-    role, rank = pod_role_and_rank((pod.get("metadata") or {}).get("labels") or {})
+    role, rank = pod_role_and_rank(Meta(pod).labels)
     if role == "launcher":
         return 0
     return 1 if role is not None and rank == 0 else 2

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import adoption, kinds, labels
 from airflow_jobs_plugin.jobs.bounded import bounded
 from airflow_jobs_plugin.jobs.manifests import build_manifest, kueue_handoff, pool_gate, with_charge
@@ -158,7 +159,7 @@ async def submit(
             foreign = adoption.foreign_problem(live, fingerprint, expected)
             if foreign:
                 raise SubmissionRefused(foreign)
-            name = live["metadata"]["name"]
+            name = Meta(live).name
             log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
             _remember(store, name, kind, spec.namespace)
             # The earlier try may have stopped between creating the job and what goes beside it.
@@ -276,7 +277,7 @@ async def ensure_companions(client: KubeClient, job: Mapping[str, Any]) -> None:
     (as the server returned it, with its uid) so that it goes when the job goes. Idempotent."""
     for resource, body in kinds.kind_of(job).companions(job):
         try:
-            await client.create(resource, str(body["metadata"].get("namespace") or ""), body)
+            await client.create(resource, Meta(body).namespace, body)
         except KubeError as exc:
             if not exc.already_exists:
                 raise
@@ -342,16 +343,16 @@ def live_job_among(jobs: list[dict], delivered: str | None = None) -> dict | Non
     now = datetime.now(timezone.utc)
     live, undelivered = [], []
     for item in jobs:
-        if (item.get("metadata") or {}).get("deletionTimestamp"):
+        if Meta(item).deleting:
             continue
         state = snapshot(item, [], (), now=now).state
         if not state.is_terminal:
             live.append(item)
-        elif state is JobState.SUCCEEDED and delivered is not None and item["metadata"]["name"] != delivered:
+        elif state is JobState.SUCCEEDED and delivered is not None and Meta(item).name != delivered:
             undelivered.append(item)
     for candidates in (live, undelivered):
         if candidates:
-            return max(candidates, key=lambda j: j["metadata"].get("creationTimestamp") or "")
+            return max(candidates, key=lambda j: Meta(j).creation_timestamp)
     return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobs_plugin.cluster.objects import items, mapping
+from airflow_jobs_plugin.cluster.objects import Meta, items, mapping
 from airflow_jobs_plugin.cluster.resources import Resource
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.base import (
@@ -159,13 +159,13 @@ def job_key(obj: Mapping[str, Any]) -> str | None:
     MPI pods (and the launcher Job the operator creates) carry the MPIJob's name in the kubeflow label;
     batch Job pods carry their Job's name in the Job controller's labels.
     """
-    meta = obj.get("metadata") or {}
-    lbl = meta.get("labels") or {}
+    meta = Meta(obj)
+    lbl = meta.labels
     if obj.get("kind") in API_KINDS and labels.MANAGED_BY in lbl and labels.MPI_JOB_NAME not in lbl:
-        return meta.get("name")
+        return meta.name or None
     return (
         lbl.get(labels.MPI_JOB_NAME)
         or lbl.get(labels.BATCH_JOB_NAME)
         or lbl.get(labels.LEGACY_JOB_NAME)
-        or (meta.get("name") if obj.get("kind") in API_KINDS else None)
+        or ((meta.name or None) if obj.get("kind") in API_KINDS else None)
     )
