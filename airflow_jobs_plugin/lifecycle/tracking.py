@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from airflow_jobs_plugin.cluster.objects import parse_time
+from airflow_jobs_plugin.cluster.objects import Meta, parse_time
 from airflow_jobs_plugin.jobs import attempts, history, kinds, labels, retry
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.outcome import (
@@ -41,15 +41,7 @@ from airflow_jobs_plugin.logs.logcursor import LogMarker
 
 def pods_picture(pods: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
     """Which pods a look saw, each at which version: a job's pods changed since a look when this did."""
-    return tuple(
-        sorted(
-            (
-                str((p.get("metadata") or {}).get("name")),
-                str((p.get("metadata") or {}).get("resourceVersion")),
-            )
-            for p in pods
-        )
-    )
+    return tuple(sorted((meta.name, meta.resource_version or "") for meta in map(Meta, pods)))
 
 
 def pods_outran_job(
@@ -71,9 +63,9 @@ def pods_outran_job(
     names = set()
     failed = 0
     for pod in pods:
-        pod_meta = pod.get("metadata") or {}
-        names.add(pod_meta.get("name"))
-        if pod_meta.get("deletionTimestamp"):
+        pod_meta = Meta(pod)
+        names.add(pod_meta.name)
+        if pod_meta.deleting:
             return True
         failed += (pod.get("status") or {}).get("phase") == "Failed"
     # A failure the job already counts is old news; only one it does not count yet is read about.
@@ -250,7 +242,7 @@ def attempt_record(job: Mapping[str, Any], snapshot: JobSnapshot) -> AttemptReco
     """How one attempt ended, for the event's history and the XCom."""
     return AttemptRecord(
         attempt=attempts.attempt_of(job),
-        job_name=str((job.get("metadata") or {}).get("name") or ""),
+        job_name=JobView(job).name,
         state=snapshot.state.value,
         reason=_reason(snapshot),
         exit_codes=exit_codes(snapshot),
@@ -293,7 +285,7 @@ def interrupted_run(
     last = ran or now_seen
     return AttemptRecord(
         attempt=attempts.attempt_of(job),
-        job_name=str((job.get("metadata") or {}).get("name") or ""),
+        job_name=JobView(job).name,
         state="STOPPED" if now_seen.state is JobState.STOPPED else "REQUEUED",
         reason=_reason(now_seen),
         exit_codes=exit_codes(ran) if ran is not None else {},
@@ -374,7 +366,7 @@ def after_deletion(last_seen: Mapping[str, Any], *, now: datetime) -> tuple[JobS
     product: it is a cancel, put down to whoever deletes job objects, at the moment it was seen.
     """
     gone = snapshot(last_seen, (), (), now=now)
-    annotations = dict((last_seen.get("metadata") or {}).get("annotations") or {})
+    annotations = dict(Meta(last_seen).annotations)
     if gone.state.is_terminal:
         return who_cancelled(gone, annotations, now=now)
     when = _iso(now) or ""
@@ -485,7 +477,7 @@ def mpijob_expiry(
     snapshot time, so every reader of the mark deletes it when its TTL says."""
     if not kinds.kind_of(job).outlives_its_ttl or ttl_after_finished is None:
         return None
-    if labels.DELETE_AFTER in ((job.get("metadata") or {}).get("annotations") or {}):
+    if labels.DELETE_AFTER in JobView(job).annotations:
         return None
     if snapshot.state not in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
         return None

@@ -24,12 +24,13 @@ import contextvars
 import itertools
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from airflow_jobs_plugin.cluster import kube
 from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.waiting import wait_event
 from airflow_jobs_plugin.jobs.manifests import pod_role_and_rank
 from airflow_jobs_plugin.lifecycle import JobSnapshot
@@ -87,7 +88,7 @@ def _started_containers(pod: dict) -> Iterable[tuple[str, int, bool]]:
             yield cs["name"], int(cs.get("restartCount") or 0), "running" in state
 
 
-def _replica_name(pod_labels: dict) -> str | None:
+def _replica_name(pod_labels: Mapping[str, Any]) -> str | None:
     """``launcher`` or ``worker-<rank>`` from a product pod's labels."""
     role, rank = pod_role_and_rank(pod_labels)
     if role == "launcher":
@@ -600,10 +601,9 @@ class LogStreamer:
         Every pod, not only each replica's current one: a pod that failed and was replaced between two
         looks still has the log that explains the retry."""
         current = {r.pod: r.name for r in snap.replicas if r.pod}
-        pods = list(pods)
-        present = {
-            (p.get("metadata") or {}).get("uid") or (p.get("metadata") or {}).get("name") for p in pods
-        }
+        # One view of each pod's metadata, for all three reads below.
+        viewed = [(Meta(p), p) for p in pods]
+        present = {meta.uid or meta.name for meta, _ in viewed}
         for (uid, _, _), known in self._runs.items():
             if uid not in present and known.running:
                 # Its pod is gone (deleted: an MPI worker once its launcher ended) or belongs to an
@@ -611,14 +611,13 @@ class LogStreamer:
                 known.running = False
                 self.hub.ended(known)
         # Oldest first: the pods of one replica are followed, and printed, in the order they ran.
-        for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
-            meta = pod.get("metadata") or {}
-            name = meta.get("name")
+        for meta, pod in sorted(viewed, key=lambda viewed_pod: viewed_pod[0].creation_timestamp):
+            name = meta.name
             if not name:  # only a pod the API server has named has a log to follow
                 continue
-            uid = meta.get("uid") or name
-            deleting = bool(meta.get("deletionTimestamp"))
-            prefix = _replica_name(meta.get("labels") or {}) or current.get(name) or name
+            uid = meta.uid or name
+            deleting = meta.deleting
+            prefix = _replica_name(meta.labels) or current.get(name) or name
             main = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
             for container, restart, running in _started_containers(pod):
                 label = prefix if container == main else f"{prefix}/{container}"

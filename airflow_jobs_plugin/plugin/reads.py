@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, HTTPException, Request, status
 
 from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import actions, labels
 from airflow_jobs_plugin.plugin import deps
 from airflow_jobs_plugin.plugin.deps import Settings, _require, _require_names, _settings, may_act
@@ -258,8 +259,8 @@ class JobReads:
         """``state`` with the pods (and their events) of the task try's other attempts, read afresh
         beside each other: the Attempts table shows each attempt's exit codes and nodes from its own
         pods, which the index does not keep."""
-        own = (job.get("metadata") or {}).get("uid")
-        others = [a for a in attempts if (a.get("metadata") or {}).get("uid") != own]
+        own = Meta(job).uid
+        others = [a for a in attempts if Meta(a).uid != own]
         if not others:
             return state
         found = await asyncio.gather(*(inspect.pods_of_job(client, a) for a in others))
@@ -287,7 +288,7 @@ class JobReads:
 
         async def read(client: KubeClient) -> views.JobDetail:
             job = await find(client)
-            namespace = str(job["metadata"].get("namespace") or settings.namespace)
+            namespace = Meta(job).namespace or settings.namespace
             return await self._detail(client, settings, namespace, job, self.index_for(settings, namespace))
 
         return await _with_cluster(settings, read)

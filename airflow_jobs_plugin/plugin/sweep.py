@@ -115,11 +115,11 @@ def read_task_instances(refs: set[TaskRef]) -> tuple[set[str], dict[TaskRef, Tas
 
 
 def _uid(job: Mapping[str, Any]) -> str:
-    return str((job.get("metadata") or {}).get("uid") or "")
+    return JobView(job).uid
 
 
 def _task_key(job: Mapping[str, Any]) -> str | None:
-    return ((job.get("metadata") or {}).get("labels") or {}).get(labels.TASK_KEY)
+    return JobView(job).labels.get(labels.TASK_KEY)
 
 
 def maybe_live(metadata: Iterable[Mapping[str, Any]], finished: set[str]) -> list[tuple[dict, JobRecord]]:
@@ -282,16 +282,11 @@ def expired_mpijobs(metadata: Iterable[Mapping[str, Any]], now: datetime) -> lis
     are not being deleted already."""
     found = []
     for job in metadata:
-        meta = job.get("metadata") or {}
-        after = parse_time((meta.get("annotations") or {}).get(labels.DELETE_AFTER))
+        meta = JobView(job)
+        after = parse_time(meta.annotations.get(labels.DELETE_AFTER))
         adapter = kinds.kind_of(job)
-        if (
-            after is not None
-            and after <= now
-            and not meta.get("deletionTimestamp")
-            and adapter.outlives_its_ttl
-        ):
-            found.append((adapter.resource, str(meta.get("name") or ""), _uid(job)))
+        if after is not None and after <= now and not meta.deleting and adapter.outlives_its_ttl:
+            found.append((adapter.resource, meta.name, meta.uid))
     return found
 
 

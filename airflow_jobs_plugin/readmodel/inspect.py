@@ -27,6 +27,7 @@ from airflow_jobs_plugin.cluster.kube import (
     KubeError,
     Resource,
 )
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import attempts, kinds, labels
 from airflow_jobs_plugin.jobs.labels import MANAGED_SELECTOR
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, split_attempt
@@ -115,14 +116,14 @@ async def _items(
             metadata_only=metadata_only,
         )
         items.extend(found.get("items") or [])
-        token = (found.get("metadata") or {}).get("continue") or None
+        token = Meta(found).continue_token
         if token is None:
             break
     if metadata_only:
         # Each item says PartialObjectMetadata: the readers of a job's metadata (its kind adapter, its
         # group and user) are told what the object is, as for a whole one.
         return [
-            {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": i["metadata"]}
+            {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": Meta(i).fields}
             for i in items
         ]
     # A LIST leaves out each built-in item's kind and apiVersion; the pages and the JSON show them as a
@@ -173,8 +174,7 @@ async def _kueue_positions(
     for workload in workloads.values():
         status = kueue.queue_status({}, workload)
         if kueue.waits_in_queue(status):
-            meta = workload.get("metadata") or {}
-            queues.add((str(meta.get("namespace") or ""), kueue.workload_view(workload).queue))
+            queues.add((Meta(workload).namespace, kueue.workload_view(workload).queue))
 
     async def read(namespace: str, queue: str) -> dict[tuple[str, str], kueue.PendingPosition]:
         try:
@@ -252,9 +252,9 @@ async def read_ledgers(
     seen: set[str] = set()
     for configmap in sorted(
         await _items(client, CONFIGMAPS, target.ledger_namespace),
-        key=lambda c: str((c.get("metadata") or {}).get("name") or ""),
+        key=lambda c: Meta(c).name,
     ):
-        name = str((configmap.get("metadata") or {}).get("name") or "")
+        name = Meta(configmap).name
         if not name.startswith(LEDGER_NAME_PREFIX) or name == target.quota_configmap:
             continue
         unit = name[len(LEDGER_NAME_PREFIX) :]
@@ -432,7 +432,7 @@ def page_selector(page: Sequence[Mapping[str, Any]], every: Iterable[Mapping[str
 
 
 def _created(job: Mapping[str, Any]) -> int | None:
-    value = str(((job.get("metadata") or {}).get("labels") or {}).get(labels.CREATED) or "")
+    value = str(Meta(job).labels.get(labels.CREATED) or "")
     return int(value) if value.isdigit() else None
 
 
@@ -512,8 +512,8 @@ async def _jobs_for_page(
 
 
 def _key(job: Mapping[str, Any]) -> tuple[str, str]:
-    meta = job.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    meta = Meta(job)
+    return meta.namespace, meta.name
 
 
 async def _pods_of_jobs(client: KubeClient, jobs: Sequence[Mapping[str, Any]]) -> list:
@@ -592,7 +592,7 @@ async def _pages(
             raise
         items = found.get("items") or []
         _name_kind(items, resource, metadata_only)
-        token = (found.get("metadata") or {}).get("continue") or None
+        token = Meta(found).continue_token
         page = [i for i in items if is_product_job(i)]
         # Dropped before the next chunk is asked for: a reader holds one page, not two.
         del found, items
@@ -716,7 +716,7 @@ async def find_job(client: KubeClient, namespace: str, name: str) -> dict:
                 continue
             raise
         if job is not None:
-            if (job["metadata"].get("labels") or {}).get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE:
+            if Meta(job).labels.get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE:
                 return job
     raise JobNotFound(f"no GPU job {namespace}/{name}")
 
@@ -750,14 +750,10 @@ async def find_task_job(
         raise JobNotFound(f"no GPU job for task {dag_id}.{task_id} of run {run_id} (map index {map_index})")
 
     def order(job: Mapping[str, Any]) -> tuple:
-        meta_labels = (job.get("metadata") or {}).get("labels") or {}
-        try_label = str(meta_labels.get(labels.TRY) or "")
+        meta = Meta(job)
+        try_label = str(meta.labels.get(labels.TRY) or "")
         try_number = int(try_label) if try_label.isdigit() else 0
-        return (
-            try_number,
-            attempts.attempt_of(job),
-            (job.get("metadata") or {}).get("creationTimestamp") or "",
-        )
+        return (try_number, attempts.attempt_of(job), meta.creation_timestamp)
 
     return max(found, key=order)
 
@@ -768,19 +764,16 @@ async def attempts_of(client: KubeClient, namespace: str, job: Mapping[str, Any]
     the same try (``<base>-a<N>``, ``spec.attempt_name``) count: labels can be copied onto any job, and
     the job page reads the pods of every attempt, so a namespace holding thousands of jobs under one
     task key (copies of one manifest) would have it read thousands of pod LISTs."""
-    meta_labels = (job.get("metadata") or {}).get("labels") or {}
+    meta = Meta(job)
+    meta_labels = meta.labels
     if not meta_labels.get(labels.TASK_KEY):
         return [dict(job)]
     selector = f"{labels.TASK_KEY}={meta_labels[labels.TASK_KEY]}"
     if meta_labels.get(labels.TRY):
         selector += f",{labels.TRY}={meta_labels[labels.TRY]}"
     found = await _jobs_of(client, kinds.kind_of(job).resource, namespace, selector)
-    base = _attempt_base(str((job.get("metadata") or {}).get("name") or ""))
-    return [
-        j
-        for j in found
-        if is_product_job(j) and _attempt_base(str((j.get("metadata") or {}).get("name") or "")) == base
-    ] or [dict(job)]
+    base = _attempt_base(meta.name)
+    return [j for j in found if is_product_job(j) and _attempt_base(Meta(j).name) == base] or [dict(job)]
 
 
 async def read_job(client: KubeClient, target: Target, name: str) -> tuple[ClusterState, dict]:
@@ -793,8 +786,7 @@ async def read_job(client: KubeClient, target: Target, name: str) -> tuple[Clust
         newest = attempts.latest_attempt(
             j
             for j in state.jobs
-            if (j.get("metadata") or {}).get("namespace") == target.namespace
-            and _attempt_base(str((j.get("metadata") or {}).get("name") or "")) == name
+            if Meta(j).namespace == target.namespace and _attempt_base(Meta(j).name) == name
         )
         if newest is None:
             raise

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import JobSnapshot, JobState
 from airflow_jobs_plugin.readmodel import listing, views
@@ -67,8 +68,8 @@ class IndexRow(NamedTuple):
 
 def index_row(job: Mapping[str, Any], snap: JobSnapshot, row: views.JobRow) -> IndexRow:
     """The index's record of ``job``, from its snapshot and its page row (:func:`views.job_row`)."""
-    meta = job.get("metadata") or {}
-    label = str((meta.get("labels") or {}).get(labels.CREATED) or "")
+    meta = Meta(job)
+    label = str(meta.labels.get(labels.CREATED) or "")
     held = None
     if snap.admitted_at is not None and snap.gpus > 0 and snap.state != JobState.QUEUED:
         # As views.gpu_intervals: a finished job held them until it finished, a live one until now.
@@ -92,7 +93,7 @@ def index_row(job: Mapping[str, Any], snap: JobSnapshot, row: views.JobRow) -> I
     )
     return IndexRow(
         row=kept,
-        uid=str(meta.get("uid") or ""),
+        uid=meta.uid,
         created_label=int(label) if label.isdigit() else None,
         terminal=snap.is_terminal,
         held=held,
@@ -116,7 +117,7 @@ def rows_of(
     decisions, problems = decided if decided is not None else views.queue_decisions(state)
     out = []
     for job, snap in views.snapshots_of(state, state.jobs if jobs is None else jobs, decisions, problems):
-        uid = str((job.get("metadata") or {}).get("uid") or "")
+        uid = Meta(job).uid
         out.append(index_row(job, snap, views.job_row(job, snap, state.now, state.workloads.get(uid))))
     return out
 

@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
 
+from airflow_jobs_plugin.cluster.objects import Meta
+from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.labels import GPU_RESOURCE
 from airflow_jobs_plugin.readmodel.views import (
     GroupQueue,
@@ -24,7 +26,6 @@ from airflow_jobs_plugin.readmodel.views import (
     Overview,
     created_at,
     dag_of,
-    group_of,
     user_of,
 )
 
@@ -35,10 +36,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def _text(value: object) -> str:
     return "" if value is None else str(value)
-
-
-def _meta(job: Mapping[str, Any]) -> Mapping[str, Any]:
-    return job.get("metadata") or {}
 
 
 # Sort keys of the job list: each reads a JobRow; ties break by namespace and name, so pages are stable.
@@ -62,9 +59,9 @@ DEFAULT_SORT = "-created"
 # position, GPUs, attempt) come from each job's snapshot, so sorting by them needs every job whole.
 METADATA_SORT_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "created": lambda j: created_at(j) or _EPOCH,
-    "name": lambda j: _meta(j).get("name") or "",
-    "namespace": lambda j: _meta(j).get("namespace") or "",
-    "group": group_of,
+    "name": lambda j: Meta(j).name,
+    "namespace": lambda j: Meta(j).namespace,
+    "group": lambda j: JobView(j).group or "",
     "user": user_of,
     "dag": lambda j: _text(dag_of(j)),
 }
@@ -254,10 +251,10 @@ def by_metadata(query: JobQuery) -> bool:
 def _matches(job: Mapping[str, Any], query: JobQuery) -> bool:
     """Whether a job's metadata passes ``query``'s filters (all but the state)."""
     return (
-        (not query.groups or group_of(job) in query.groups)
+        (not query.groups or (JobView(job).group or "") in query.groups)
         and (not query.users or user_of(job) in query.users)
         and (not query.dags or _text(dag_of(job)) in query.dags)
-        and (not query.namespaces or (_meta(job).get("namespace") or "") in query.namespaces)
+        and (not query.namespaces or Meta(job).namespace in query.namespaces)
     )
 
 
@@ -269,7 +266,7 @@ def pick_page(jobs: Iterable[Mapping[str, Any]], query: JobQuery) -> tuple[list[
         raise ValueError(f"the page of sort {query.sort!r} and states {query.states} needs every job whole")
     found = [j for j in jobs if _matches(j, query)]
     key = METADATA_SORT_KEYS[query.sort.lstrip("-")]
-    found.sort(key=lambda j: (_meta(j).get("namespace") or "", _meta(j).get("name") or ""))
+    found.sort(key=lambda j: (Meta(j).namespace, Meta(j).name))
     found.sort(key=key, reverse=query.sort.startswith("-"))  # stable, as narrow's
     return found[query.offset : query.offset + query.limit], len(found)
 
@@ -328,7 +325,7 @@ def decides_newest_page(
     needed = query.offset + query.limit + 1
     count = 0
     for job in jobs:
-        value = (_meta(job).get("labels") or {}).get(key)
+        value = Meta(job).labels.get(key)
         if value is not None and value.isdigit() and int(value) >= since and _matches(job, query):
             count += 1
             if count >= needed:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds import job_key
 from airflow_jobs_plugin.jobs.spec import GPU_RESOURCE_PREFIXES
@@ -148,15 +149,15 @@ def node_view(
     with the jobs holding them, largest first."""
     held: dict[tuple[str, str], dict[tuple[str, str], NodeHolder]] = {}
     for pod in pods:
-        spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+        spec, meta = pod.get("spec") or {}, Meta(pod)
         node = spec.get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in ENDED:
             continue
-        namespace = str(meta.get("namespace") or "")
-        annotations = meta.get("annotations") or {}
+        namespace = meta.namespace
+        annotations = meta.annotations
         owner = job_key(pod)
-        product = labels.MANAGED_BY in (meta.get("labels") or {}) and owner is not None
-        name = str(owner if product else meta.get("name") or "")
+        product = labels.MANAGED_BY in meta.labels and owner is not None
+        name = str(owner if product else meta.name)
         for device, gpus in pod_devices(pod).items():
             on_node = held.setdefault((node, device), {})
             before = on_node.get((namespace, name))

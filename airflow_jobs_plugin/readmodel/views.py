@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, NamedTuple
 from urllib.parse import quote
 
-from airflow_jobs_plugin.cluster.objects import parse_time
+from airflow_jobs_plugin.cluster.objects import Meta, parse_time
 from airflow_jobs_plugin.jobs import action_rules, history, kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.json_fields import Json
@@ -452,18 +452,6 @@ class AttemptRow:
 # --------------------------------------------------------------------------------------------------
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("annotations") or {}
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("labels") or {}
-
-
 def _seconds_since(moment: datetime | None, now: datetime) -> float | None:
     """Seconds from ``moment`` to ``now`` (``None`` without a moment): what a page shows as an age."""
     return None if moment is None else (now - moment).total_seconds()
@@ -476,11 +464,6 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def group_of(job: Mapping[str, Any]) -> str:
-    """The exact group the job runs in (annotation), else the label's slug (``JobView.group``), else ``""``."""
-    return JobView(job).group or ""
-
-
 def user_of(job: Mapping[str, Any]) -> str:
     """The exact user the job runs for (annotation), else the label's slug (``JobView.user``), else ``""``."""
     return JobView(job).user or ""
@@ -488,18 +471,18 @@ def user_of(job: Mapping[str, Any]) -> str:
 
 def dag_of(job: Mapping[str, Any]) -> str | None:
     """The DAG the job belongs to (``None`` for a job submitted outside Airflow)."""
-    return _annotations(job).get(labels.DAG_ID) or None
+    return Meta(job).annotations.get(labels.DAG_ID) or None
 
 
 def created_at(job: Mapping[str, Any]) -> datetime | None:
     """When the job object was created (its list column "age" counts from it)."""
-    return parse_time(_meta(job).get("creationTimestamp"))
+    return Meta(job).created_at
 
 
 def device_of(job: Mapping[str, Any]) -> str:
     """The GPU resource a job's ``gpus`` are: the annotation the operator writes when it is not whole
     NVIDIA GPUs (``labels.GPU_DEVICE``)."""
-    return _annotations(job).get(labels.GPU_DEVICE) or labels.GPU_RESOURCE
+    return Meta(job).annotations.get(labels.GPU_DEVICE) or labels.GPU_RESOURCE
 
 
 def may_be_waiting(job: Mapping[str, Any]) -> bool:
@@ -531,7 +514,7 @@ def _is_waiting(job: Mapping[str, Any]) -> bool:
     (a job Kueue admits waits in Kueue's queue, not the pool's)."""
     if not is_suspended(job) or JobView(job).verdict or kueue.manages(job):
         return False
-    if _meta(job).get("deletionTimestamp"):
+    if Meta(job).deleting:
         return False
     conditions = (job.get("status") or {}).get("conditions") or ()
     return not any(
@@ -540,7 +523,7 @@ def _is_waiting(job: Mapping[str, Any]) -> bool:
 
 
 def _uid(job: Mapping[str, Any]) -> str:
-    return str(_meta(job).get("uid") or "")
+    return Meta(job).uid
 
 
 def job_url(namespace: str, name: str) -> str:
@@ -578,14 +561,14 @@ def queue_decisions(state: ClusterState) -> tuple[dict[str, quota.Decision], dic
     if state.policy is None:
         if state.policy_problem:
             for job in waiting:
-                problems[str(_meta(job).get("uid") or "")] = state.policy_problem
+                problems[Meta(job).uid] = state.policy_problem
         return {}, problems
     queued = []
     for job in waiting:
         try:
-            queued.append(quota.queued_job_from_metadata(_meta(job)))
+            queued.append(quota.queued_job_from_metadata(Meta(job).fields))
         except ValueError as exc:
-            problems[str(_meta(job).get("uid") or "")] = str(exc)
+            problems[Meta(job).uid] = str(exc)
     # As a pass sees the ledgers (quota.ledger_model.plan_admission): without the reservations of jobs
     # read as gone, finished, stopped or requeued, and with those whose pods still hold their GPUs on
     # their way back, which a preempting head waits for before it preempts anyone. A reservation whose
@@ -686,7 +669,7 @@ def _kueue_queue_status(state: ClusterState, job: Mapping[str, Any], uid: str) -
     status = kueue.queue_status(job, workload)
     if workload is not None:
         view = kueue.workload_view(workload)
-        namespace = str((workload.get("metadata") or {}).get("namespace") or "")
+        namespace = Meta(workload).namespace
         status = kueue.with_position(status, state.kueue_positions.get((namespace, view.name)), view.queue)
     return QueueStatus(status.reason, status.position, status.message)
 
@@ -695,10 +678,11 @@ def job_row(
     job: Mapping[str, Any], snap: JobSnapshot, now: datetime, workload: Mapping[str, Any] | None = None
 ) -> JobRow:
     """The job list line of ``job``."""
-    annotations = _annotations(job)
-    namespace = snap.namespace or str(_meta(job).get("namespace") or "")
-    name = snap.name or str(_meta(job).get("name") or "")
-    created = parse_time(_meta(job).get("creationTimestamp"))
+    view = JobView(job)
+    annotations = view.annotations
+    namespace = snap.namespace or view.namespace
+    name = snap.name or view.name
+    created = view.created_at
     return JobRow(
         namespace=namespace,
         name=name,
@@ -706,8 +690,8 @@ def job_row(
         state=snap.state.value,
         reason=snap.reason.value,
         message=snap.message,
-        group=group_of(job),
-        user=user_of(job),
+        group=view.group or "",
+        user=view.user or "",
         gpus=snap.gpus,
         device=device_of(job),
         attempt=snap.attempt,
@@ -814,7 +798,7 @@ def queues(
     """Each group's waiting jobs in queue order; jobs the pool cannot judge come last with the reason."""
     by_group: dict[str, list[QueueEntry]] = {}
     preempted = {
-        _uid(job): why for job in state.jobs if (why := _annotations(job).get(labels.PREEMPTION_MESSAGE))
+        _uid(job): why for job in state.jobs if (why := Meta(job).annotations.get(labels.PREEMPTION_MESSAGE))
     }
     for d in decisions:
         if not d.verdict.waiting:
@@ -840,21 +824,20 @@ def queues(
             )
         )
     for job in state.jobs:
-        uid = str(_meta(job).get("uid") or "")
+        view = JobView(job)
+        uid = view.uid
         if uid not in problems:
             continue
-        namespace, name = str(_meta(job).get("namespace") or ""), str(_meta(job).get("name") or "")
-        queued_at = parse_time(_annotations(job).get(labels.QUEUED_AT)) or parse_time(
-            _meta(job).get("creationTimestamp")
-        )
-        by_group.setdefault(group_of(job), []).append(
+        namespace, name = view.namespace, view.name
+        queued_at = parse_time(view.annotations.get(labels.QUEUED_AT)) or view.created_at
+        by_group.setdefault(view.group or "", []).append(
             QueueEntry(
                 position=None,
                 namespace=namespace,
                 name=name,
-                user=user_of(job),
-                gpus=_int(_annotations(job).get(labels.GPUS)) or 0,
-                priority=_int(_annotations(job).get(labels.PRIORITY)) or 0,
+                user=view.user or "",
+                gpus=_int(view.annotations.get(labels.GPUS)) or 0,
+                priority=_int(view.annotations.get(labels.PRIORITY)) or 0,
                 reason="Inadmissible",
                 message=problems[uid],
                 queued_at=queued_at,
@@ -926,7 +909,7 @@ def charts(
     for job, snap in pairs:
         interval = gpu_intervals(snap, state.now)
         if interval is not None:
-            by_group.setdefault(group_of(job), []).append(interval)
+            by_group.setdefault(JobView(job).group or "", []).append(interval)
     earliest = min((i[0] for intervals in by_group.values() for i in intervals), default=state.now)
     margin = (state.now - earliest) / 10
     start = max(state.now - window, min(earliest - margin, state.now - CHART_MIN_SPAN))
@@ -950,11 +933,7 @@ def overview(state: ClusterState, visible: Visible | None = None) -> Overview:
     decisions, problems = queue_decisions(state)
     pairs = snapshots(state)
     pool_rows = pools(state, decisions.values())
-    allowed = {
-        (str(_meta(j).get("namespace") or ""), str(_meta(j).get("name") or ""))
-        for j in state.jobs
-        if visible is None or visible(j)
-    }
+    allowed = {_identity(j) for j in state.jobs if visible is None or visible(j)}
     rows = [job_row(job, snap, state.now, state.workloads.get(_uid(job))) for job, snap in pairs]
     rows = [r for r in rows if (r.namespace, r.name) in allowed]
     rows.sort(key=lambda r: (r.created_at or state.now, r.name), reverse=True)
@@ -1013,7 +992,8 @@ def _as_read(state: ClusterState, change: JobChange) -> ClusterState:
 
 
 def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
-    return str(_meta(obj).get("namespace") or ""), str(_meta(obj).get("name") or "")
+    meta = Meta(obj)
+    return meta.namespace, meta.name
 
 
 def dag_filter(readable_dags: set[str] | None, *, all_dags: bool) -> Visible:
@@ -1174,7 +1154,9 @@ def _life(job: Mapping[str, Any], snap: JobSnapshot, done: Sequence[history.Entr
     started) and the action that ended it, each resume, then the end."""
     life = []
     if snap.queued_at is not None:
-        life.append(TimelineEntry(snap.queued_at, "QUEUED", f"submitted to group {group_of(job) or '-'}"))
+        life.append(
+            TimelineEntry(snap.queued_at, "QUEUED", f"submitted to group {JobView(job).group or '-'}")
+        )
 
     def run_facts(run: history.Run) -> None:
         if run.admitted_at != run.started_at:
@@ -1218,7 +1200,7 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
     Kubernetes writes whole seconds (a condition's lastTransitionTime, a pod's startedAt) where the
     product writes microseconds, so facts of one second are ordered by the job's life: the product's
     own facts in the order it lived them, a condition just after the fact it follows."""
-    done = history.entries(_annotations(job))
+    done = history.entries(Meta(job).annotations)
     life = _life(job, snap, done)
     # Each fact's second, never before the one it followed.
     seconds: list[datetime] = []
@@ -1245,7 +1227,7 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
             (i for i, fact in enumerate(life) if fact.label in follows and seconds[i] <= second), default=-1
         )
         keyed.append((second, anchor + 0.5, at, TimelineEntry(at, f"{kind} ({words})", detail)))
-    deleted = parse_time(_meta(job).get("deletionTimestamp"))
+    deleted = parse_time(Meta(job).fields.get("deletionTimestamp"))
     if deleted is not None:
         keyed.append(
             (
@@ -1263,14 +1245,14 @@ def replica_rows(
     job: Mapping[str, Any], snap: JobSnapshot, pods: Iterable[Mapping[str, Any]], now: datetime
 ) -> tuple[ReplicaRow, ...]:
     """Each replica with its current pod's kubectl columns (no status, counts or age while it has no pod)."""
-    by_name = {str(_meta(p).get("name") or ""): p for p in pods}
+    by_name = {Meta(p).name: p for p in pods}
     rows = []
     for replica in snap.replicas:
         pod = by_name.get(replica.pod or "")
         printed = pod_row(pod, now) if pod is not None else None
         ready, containers = ready_counts(printed.ready if printed else replica.ready)
         status = printed.status if printed else replica.status
-        created = parse_time(_meta(pod).get("creationTimestamp")) if pod is not None else None
+        created = Meta(pod).created_at if pod is not None else None
         rows.append(
             ReplicaRow(
                 replica=replica.name,
@@ -1328,16 +1310,14 @@ def log_targets(
     for pod in pods_of(job, pods):
         key = kind.replica_key(pod)
         current = newest.get(key)
-        if current is None or str(_meta(pod).get("creationTimestamp") or "") >= str(
-            _meta(current).get("creationTimestamp") or ""
-        ):
+        if current is None or Meta(pod).creation_timestamp >= Meta(current).creation_timestamp:
             newest[key] = pod
     targets = []
     for (role, index), pod in sorted(newest.items(), key=lambda kv: (kv[0][0] != LAUNCHER, kv[0][1])):
         containers = (pod.get("spec") or {}).get("containers") or [{}]
         name = "launcher" if role == LAUNCHER else f"{role}-{index}"
         rank = LAUNCHER_RANK if role == LAUNCHER else index
-        targets.append((name, rank, str(_meta(pod).get("name") or ""), str(containers[0].get("name") or "")))
+        targets.append((name, rank, Meta(pod).name, str(containers[0].get("name") or "")))
     return tuple(targets)
 
 
@@ -1362,7 +1342,7 @@ def failed_log_target(
                 name = "launcher" if role == LAUNCHER else f"{role}-{index}"
                 rank = LAUNCHER_RANK if role == LAUNCHER else index
                 if first is None or at < first[0]:
-                    first = (at, (name, rank, str(_meta(pod).get("name") or ""), str(cs.get("name") or "")))
+                    first = (at, (name, rank, Meta(pod).name, str(cs.get("name") or "")))
     return first[1] if first is not None else None
 
 
@@ -1384,9 +1364,9 @@ def job_detail(
     """The job page of ``job`` (one of ``state.jobs``, or a job read on its own). ``attempts``: the
     objects of every attempt of its task try, where ``state`` does not hold them all (the API server's
     cache keeps only the waiting jobs); by default they are found among ``state.jobs``."""
-    uid = str(_meta(job).get("uid") or "")
+    uid = Meta(job).uid
     jobs = tuple(state.jobs)
-    if not any(str(_meta(j).get("uid") or "") == uid for j in jobs):
+    if not any(Meta(j).uid == uid for j in jobs):
         jobs += (job,)
     decisions, problems = queue_decisions(dataclasses.replace(state, jobs=jobs))
     reservations = {r.uid: r for r in _reservations(state)}
@@ -1406,7 +1386,7 @@ def job_detail(
     return JobDetail(
         job=job_row(job, snap, state.now, state.workloads.get(_uid(job))),
         snapshot=snap,
-        phases=phases(snap, history.entries(_annotations(job))),
+        phases=phases(snap, history.entries(Meta(job).annotations)),
         timeline=timeline(job, snap),
         replicas=replica_rows(job, snap, own_pods, state.now),
         events=event_rows(events_of(job, own_pods, events), state.now),
@@ -1420,9 +1400,9 @@ def job_detail(
 
 
 def _try_of(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    found = _meta(job).get("labels") or {}
-    key = found.get(labels.TASK_KEY)
-    return (str(_meta(job).get("namespace") or ""), key, found.get(labels.TRY) or "") if key else None
+    meta = Meta(job)
+    key = meta.labels.get(labels.TASK_KEY)
+    return (meta.namespace, key, meta.labels.get(labels.TRY) or "") if key else None
 
 
 def attempt_rows(
@@ -1445,10 +1425,10 @@ def attempt_rows(
             pods = state.owners.pods_for(other)
             other_snap = snapshot(other, pods, state.owners.events_for(other, pods), now=state.now)
         record = tracking.attempt_record(other, other_snap)
-        namespace = str(_meta(other).get("namespace") or "")
+        namespace = Meta(other).namespace
         # A stopped and resumed attempt had several runs: it started with the first, and used the
         # GPU-seconds of each (the stops recorded the runs they ended; the snapshot counts the current).
-        done = history.entries(_annotations(other))
+        done = history.entries(Meta(other).annotations)
         ended = [e.run for e in done if e.act is history.Act.STOPPED and e.run is not None]
         starts = [r.started_at for r in runs(other_snap, done) if r.started_at is not None]
         rows.append(
