@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import kinds
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -65,14 +66,14 @@ def manages(job: Mapping[str, Any]) -> bool:
 
     A Job another kind's controller made for its job (an MPIJob's launcher) belongs to its parent, as
     in Kueue's ``FindAncestorJobManagedByKueue``."""
-    meta = job.get("metadata") or {}
+    meta = Meta(job)
     own = kinds.kind_of(job).resource
-    for ref in meta.get("ownerReferences") or ():
+    for ref in meta.owner_references:
         if ref.get("controller") and any(
             k.resource.kind == ref.get("kind") and k.resource != own for k in kinds.KINDS
         ):
             return False
-    return bool((meta.get("labels") or {}).get(QUEUE_NAME_LABEL))
+    return bool(meta.labels.get(QUEUE_NAME_LABEL))
 
 
 def choose_queue(task_queue: str | None, deployment_queue: str, kueue_manages_all: bool) -> str | None:
@@ -139,7 +140,7 @@ def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> 
 
 def gates(obj: Mapping[str, Any]) -> tuple[str, ...]:
     """The admission gates an object (a job or its Workload) carries, in order."""
-    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(ADMISSION_GATE_ANNOTATION) or ""
+    value = Meta(obj).annotations.get(ADMISSION_GATE_ANNOTATION) or ""
     return tuple(g.strip() for g in value.split(",") if g.strip())
 
 
@@ -189,7 +190,7 @@ def manages_every_job_status(workload: Mapping[str, Any] | None) -> KueueStatus:
 
 
 def queue_name(job: Mapping[str, Any]) -> str | None:
-    return ((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL)
+    return Meta(job).labels.get(QUEUE_NAME_LABEL)
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ class WorkloadView:
 def workload_view(workload: Mapping[str, Any]) -> WorkloadView:
     status = workload.get("status") or {}
     return WorkloadView(
-        name=(workload.get("metadata") or {}).get("name", ""),
+        name=Meta(workload).name,
         queue=(workload.get("spec") or {}).get("queueName", ""),
         cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
         conditions={c.get("type", ""): c for c in status.get("conditions") or ()},
@@ -240,7 +241,7 @@ def pending_positions(summary: Mapping[str, Any]) -> dict[str, PendingPosition]:
     ``apis/visibility/v1beta2/types.go``), by Workload name; entries without both positions are skipped."""
     out: dict[str, PendingPosition] = {}
     for item in summary.get("items") or ():
-        name = (item.get("metadata") or {}).get("name")
+        name = Meta(item).name
         in_cq, in_lq = item.get("positionInClusterQueue"), item.get("positionInLocalQueue")
         if name and isinstance(in_cq, int) and isinstance(in_lq, int):
             out[name] = PendingPosition(in_cq, in_lq)
@@ -253,7 +254,7 @@ def waits_in_queue(status: KueueStatus) -> bool:
 
 
 def workload_name(workload: Mapping[str, Any] | None) -> str | None:
-    return ((workload or {}).get("metadata") or {}).get("name") or None
+    return Meta(workload).name or None
 
 
 def with_position(status: KueueStatus, position: PendingPosition | None, queue: str) -> KueueStatus:
@@ -290,7 +291,7 @@ def by_job_uid(workloads: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str,
     """Workloads by the UID of the job each was made for (Kueue's job-uid label)."""
     out: dict[str, Mapping[str, Any]] = {}
     for workload in workloads:
-        uid = ((workload.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
+        uid = Meta(workload).labels.get(JOB_UID_LABEL)
         if uid:
             out[uid] = workload
     return out

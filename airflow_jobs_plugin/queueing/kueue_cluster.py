@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, WORKLOADS, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.resources import Resource
 from airflow_jobs_plugin.queueing import kueue
 
@@ -63,7 +64,7 @@ async def namespace_labels(client: KubeClient, namespace: str) -> Mapping[str, s
     labels: Mapping[str, str] = {kueue.NAMESPACE_NAME_LABEL: namespace}
     try:
         obj = await client.get(NAMESPACES, "", namespace)
-        labels = {**labels, **((obj.get("metadata") or {}).get("labels") or {})}
+        labels = {**labels, **Meta(obj).labels}
     except KubeError as exc:
         if not (exc.not_found or exc.status == 403):
             raise
@@ -76,10 +77,10 @@ async def workload_of(client: KubeClient, job: Mapping[str, Any]) -> dict | None
     """The Workload Kueue made for ``job`` (by its job-uid label), ``None`` if none or no Kueue here."""
     if getattr(client, _UNSERVED, False):
         return None
-    meta = job.get("metadata") or {}
+    meta = Meta(job)
     try:
         found = await client.list(
-            WORKLOADS, meta.get("namespace") or "", label_selector=f"{kueue.JOB_UID_LABEL}={meta.get('uid')}"
+            WORKLOADS, meta.namespace, label_selector=f"{kueue.JOB_UID_LABEL}={meta.uid}"
         )
     except KubeError as exc:
         if exc.not_found:
@@ -93,7 +94,7 @@ async def configured_to_take(client: KubeClient, job: Mapping[str, Any]) -> bool
     """Whether Kueue's own configuration says it manages ``job`` though it names no LocalQueue."""
     if kueue.queue_name(job):
         return False
-    namespace = (job.get("metadata") or {}).get("namespace") or ""
+    namespace = Meta(job).namespace
     config = await configuration(client)
     return config is not None and kueue.takes_unlabelled_jobs(
         config, await namespace_labels(client, namespace)

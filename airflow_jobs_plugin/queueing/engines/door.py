@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, NODEPOOLS, NODES, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.watch import SharedWatch
 from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.queueing.engines.ruling import Ruling, ruling_before_queue
@@ -82,9 +83,7 @@ class Door:
     ) -> None:
         """Fail a queued job with the product's verdict (conditional on the version read; a job changed
         meanwhile is re-read once), and fold the result into the shared watch."""
-        log.warning(
-            "%s %s: %s: %s", kinds.kind_of(job).resource.kind, job["metadata"]["name"], reason, message
-        )
+        log.warning("%s %s: %s: %s", kinds.kind_of(job).resource.kind, Meta(job).name, reason, message)
         result, _ = await ledger.settle(
             self.client,
             job,
@@ -99,9 +98,7 @@ class Door:
     async def rule_kueue_job(self, job: dict, reason: str, message: str) -> None:
         """Fail a Kueue job with the product's verdict, written alone: ending it through a deadline would
         need an unsuspend, which Kueue undoes for a job it has not admitted."""
-        log.warning(
-            "%s %s: %s: %s", kinds.kind_of(job).resource.kind, job["metadata"]["name"], reason, message
-        )
+        log.warning("%s %s: %s: %s", kinds.kind_of(job).resource.kind, Meta(job).name, reason, message)
         result, _ = await ledger.settle(
             self.client, job, lambda j: ledger.verdict_only_patch(j, reason, message), ledger.is_finished
         )
@@ -112,12 +109,12 @@ class Door:
         version read, then the job ended through its own controller so its pods (and GPUs) go now and
         ``kubectl get jobs`` shows it failed (``quota.ledger.verdict_patch``). A job gone or changed since
         it was read is left to the next look."""
-        meta = job["metadata"]
+        meta = Meta(job)
         try:
             result = await self.client.merge_patch(
                 ledger.resource_of(job),
-                meta["namespace"],
-                meta["name"],
+                meta.namespace,
+                meta.name,
                 ledger.verdict_patch(job, reason, message),
             )
         except KubeError as exc:
@@ -137,10 +134,9 @@ class Door:
         await ledger.end_ruled_job(self.client, job)
 
     def _absorb(self, job: dict, result: dict | None) -> None:
-        if result is not None and job["metadata"].get("namespace") == self.watch.namespace:
-            self.watch.absorb(
-                ledger.resource_of(job), result, replaces=job["metadata"].get("resourceVersion")
-            )
+        meta = Meta(job)
+        if result is not None and meta.namespace == self.watch.namespace:
+            self.watch.absorb(ledger.resource_of(job), result, replaces=meta.resource_version)
 
     # --- the nodes ---
 

@@ -22,6 +22,7 @@ from airflow_jobs_plugin.cluster.kube import (
     KubeClient,
     KubeError,
 )
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.watch import Scope, SharedWatch
 from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.jobs.jobview import JobView
@@ -50,7 +51,7 @@ POSITIONS_FORGET_SECONDS = 600.0  # a queue no trigger asked about for this long
 
 def _owner_name(obj: dict) -> str | None:
     """The name of the job that controls a Workload."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+    for ref in Meta(obj).owner_references:
         if ref.get("controller") and ref.get("name"):
             return str(ref["name"])
     return None
@@ -106,7 +107,7 @@ class _WorkloadSource:
         await self.watch.stop()
 
     def of(self, job: dict) -> dict | None:
-        name = self._by_job.get((job.get("metadata") or {}).get("uid") or "")
+        name = self._by_job.get(JobView(job).uid)
         return self.watch.get(WORKLOADS, name) if name else None
 
     async def positions(self, queue: str) -> dict[str, kueue.PendingPosition] | None:
@@ -158,12 +159,12 @@ class _WorkloadSource:
         return found
 
     def _on_event(self, etype: str, plural: str, obj: dict) -> None:
-        meta = obj.get("metadata") or {}
-        uid = (meta.get("labels") or {}).get(kueue.JOB_UID_LABEL)
+        meta = Meta(obj)
+        uid = meta.labels.get(kueue.JOB_UID_LABEL)
         if uid and etype == "DELETED":
             self._by_job.pop(uid, None)
         elif uid:
-            self._by_job[uid] = meta.get("name", "")
+            self._by_job[uid] = meta.name
         owner = _owner_name(obj)
         if owner:
             self._wake(owner)
@@ -289,7 +290,7 @@ class KueueEngine(ThroughTheDoor):
                 "admission gates (Kueue before %s, or its AdmissionGatedBy feature off), so per-user "
                 "limits cannot stand in front of it for jobs it takes at creation",
                 kinds.kind_of(job).resource.kind,
-                (job.get("metadata") or {}).get("name"),
+                JobView(job).name,
                 kueue.ADMISSION_GATE_ANNOTATION,
                 kueue.MIN_GATED_VERSION,
             )

@@ -35,6 +35,7 @@ from airflow_jobs_plugin.cluster.kube import (
     KubeError,
     Resource,
 )
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.waiting import wait_event
 from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR, Scope, SharedWatch, job_key
 from airflow_jobs_plugin.jobs import kinds, labels
@@ -51,7 +52,7 @@ from airflow_jobs_plugin.queueing.engines.door import (
 from airflow_jobs_plugin.queueing.engines.kueue import KueueEngine
 from airflow_jobs_plugin.queueing.engines.ruling import wake_after
 from airflow_jobs_plugin.queueing.quota import ledger, placement, preemption
-from airflow_jobs_plugin.queueing.quota.ledger import LedgerConflict, group_of
+from airflow_jobs_plugin.queueing.quota.ledger import LedgerConflict
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ _BY_GROUP = "quota-group"
 
 
 def _group_index(plural: str, obj: dict) -> str | None:
-    return group_of(obj) if kinds.is_job_resource(plural) else None
+    return JobView(obj).group if kinds.is_job_resource(plural) else None
 
 
 def _wake(watch: SharedWatch, job_name: str) -> None:
@@ -152,7 +153,7 @@ class _PolicySource:
                 f"the quota policy ConfigMap {where} does not exist; jobs wait until a platform admin "
                 f"creates it (key {quota.POLICY_KEY})",
             )
-        version = configmap["metadata"].get("resourceVersion")
+        version = Meta(configmap).resource_version
         if self._state is not None and self._state.version == version:
             return self._state
         async with self._parsing:  # one parse per version, however many groups' passes ask at once
@@ -318,9 +319,9 @@ class Admission(ThroughTheDoor):
         message), waiting for a pass first if no pass has judged this version of the job yet; ``None``
         if no pass has seen the job.
         """
-        meta = job.get("metadata") or {}
-        self._follow(meta.get("uid"))
-        if JobView(job).verdict:
+        view = JobView(job)
+        self._follow(view.uid)
+        if view.verdict:
             return None
         if kueue.manages(job) and not kueue.gated_by_pool(job):
             # Kueue admits it; the product only reports what Kueue says (see kueue.py: never fight).
@@ -331,14 +332,14 @@ class Admission(ThroughTheDoor):
         if ruling is not None:
             await self.door.rule(job, ruling.reason, ruling.message)
             return None
-        group = group_of(job)
+        group = view.group
         if not group:
             return QueueStatus(
                 reason="Inadmissible",
                 message=f"the job has no {labels.GROUP_NAME} annotation: the quota pool cannot place it in a queue",
             )
         worker = self._worker(group)
-        uid = meta.get("uid") or ""
+        uid = view.uid
         if worker.seen.get(uid) != ledger.fingerprint(job):
             await worker.wait_pass(ENSURE_WAIT_SECONDS)
         return self._status(worker, uid)
@@ -349,9 +350,10 @@ class Admission(ThroughTheDoor):
         This also makes sure the job's group has a worker in this process, so a
         trigger rebuilt while its job already runs still gets its schedule deadline watched.
         """
-        group = group_of(job)
+        view = JobView(job)
+        group = view.group
         if group:
-            self._follow((job.get("metadata") or {}).get("uid"))
+            self._follow(view.uid)
             self._worker(group)
         return wake_after(job, default, _now())
 
@@ -364,8 +366,8 @@ class Admission(ThroughTheDoor):
         job's end wakes it at once, while the trigger reads the pods before it decides), and nothing
         is asked of the API server. Only if that pass could not (it failed, or the ledger watch lags)
         does the release write the ledger itself."""
-        group = group_of(job)
-        uid = (job.get("metadata") or {}).get("uid") or ""
+        view = JobView(job)
+        group, uid = view.group, view.uid
         if not group or not uid:
             return
         worker = self._worker(group)
@@ -385,16 +387,15 @@ class Admission(ThroughTheDoor):
         finally:
             self._released.discard(uid)
         if self._holds(group, uid) is not False:
-            await self._release_in_ledger(group, uid, (job.get("metadata") or {}).get("name"))
+            await self._release_in_ledger(group, uid, view.name)
             worker.mark()
         # Its trigger is done with it: a later pass's line about it goes to the triggerer's own log.
         self._job_contexts.pop(uid, None)
 
     def _deleted_with_pods(self, job: dict) -> bool:
         """A job deleted or being deleted whose pods, as this process's watch holds them, still hold GPUs."""
-        meta = job.get("metadata") or {}
-        current = self.watch.get(ledger.resource_of(job), meta.get("name") or "")
-        deleted = current is None or bool((current.get("metadata") or {}).get("deletionTimestamp"))
+        current = self.watch.get(ledger.resource_of(job), JobView(job).name)
+        deleted = current is None or JobView(current).deleting
         pods = self._pods_of(job)
         return deleted and pods is not None and ledger.pods_hold_gpus(pods, _now())
 
@@ -592,11 +593,12 @@ class Admission(ThroughTheDoor):
             return
         if not kinds.is_job_resource(plural):
             return
-        group = group_of(obj)
+        view = JobView(obj)
+        group = view.group
         worker = self._groups.get(group) if group else None
         if worker is None:
             return
-        uid = (obj.get("metadata") or {}).get("uid") or ""
+        uid = view.uid
         if etype == "DELETED":
             self._fingerprints.pop(uid, None)
             self._mark_for(worker, job_key(obj))
@@ -628,14 +630,13 @@ class Admission(ThroughTheDoor):
         found = False
         for resource in kinds.RESOURCES:
             job = self.watch.get(resource, key)
-            found = found or job is not None
+            if job is None:
+                continue
+            found = True
+            view = JobView(job)
             # Ended, or suspended by a stop, a requeue or a preemption: its reservation waits for its pods.
-            if job is not None and (
-                ledger.is_finished(job)
-                or ledger.is_suspended(job)
-                or job["metadata"].get("deletionTimestamp")
-            ):
-                group = group_of(job)
+            if view.finished or view.suspended or view.deleting:
+                group = view.group
                 worker = self._groups.get(group) if group else None
                 if worker is not None:
                     self._mark_for(worker, key)
@@ -647,8 +648,8 @@ class Admission(ThroughTheDoor):
                 self._mark_for(worker, key)
 
     def _on_ledger_event(self, etype: str, plural: str, obj: dict) -> None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name") or ""
+        meta = Meta(obj)
+        name = meta.name
         if not name.startswith(quota.ledger_name("")):
             return
         if self._ledger_changed is not None:
@@ -660,7 +661,7 @@ class Admission(ThroughTheDoor):
         # follow up (it runs its own pass after its release or its admission): a backstop here.
         for worker in list(self._groups.values()):
             if self._units.get(worker.group, worker.group) == unit and (
-                etype == "DELETED" or meta.get("resourceVersion") != worker.ledger_version
+                etype == "DELETED" or meta.resource_version != worker.ledger_version
             ):
                 worker.mark_later(BACKSTOP_SECONDS)
 
@@ -706,9 +707,10 @@ class Admission(ThroughTheDoor):
             worker.decisions = {}
             worker.next_due = _now() + timedelta(seconds=RESYNC_SECONDS)
             for job in jobs:
-                worker.seen[job["metadata"]["uid"]] = ledger.fingerprint(job)
+                view = JobView(job)
+                worker.seen[view.uid] = ledger.fingerprint(job)
                 if changed:
-                    _wake(self.watch, job["metadata"]["name"])
+                    _wake(self.watch, view.name)
             return
         policy = state.policy
         had_problem, worker.problem = worker.problem, None
@@ -767,10 +769,10 @@ class Admission(ThroughTheDoor):
 
     def _pods_of(self, job: dict) -> list[dict] | None:
         """A job's pods as this process's watch holds them; ``None`` for a job outside its namespace."""
-        meta = job.get("metadata") or {}
-        if meta.get("namespace") != self.watch.namespace or not self.watch.synced:
+        view = JobView(job)
+        if view.namespace != self.watch.namespace or not self.watch.synced:
             return None
-        return self.watch.pods_of(meta.get("name") or "")
+        return self.watch.pods_of(view.name)
 
     def _cached_ledger(self, group: str, members: tuple[str, ...] = ()) -> ledger.StoredLedger | None:
         """The group's ledger as this process's ledger watch holds it; ``None`` before it has synced."""
@@ -804,10 +806,10 @@ class Admission(ThroughTheDoor):
         if self._ledgers is not None and written is not None:
             if outcome.written_over is not None:
                 self._ledgers.absorb(CONFIGMAPS, written, replaces=outcome.written_over)
-            elif self._ledgers.get(CONFIGMAPS, written["metadata"]["name"]) is None:  # this pass created it
+            elif self._ledgers.get(CONFIGMAPS, Meta(written).name) is None:  # this pass created it
                 self._ledgers.absorb(CONFIGMAPS, written)
         for read_version, job in outcome.patched:
-            if (job.get("metadata") or {}).get("namespace") == self.watch.namespace:
+            if JobView(job).namespace == self.watch.namespace:
                 self.watch.absorb(ledger.resource_of(job), job, replaces=read_version)
 
     def _record(
@@ -834,7 +836,7 @@ class Admission(ThroughTheDoor):
         for uid, job in outcome.view.by_uid.items():
             worker.seen[uid] = ledger.fingerprint(job)
             if force_wake or statuses.get(uid) != worker.statuses.get(uid):
-                _wake(self.watch, job["metadata"]["name"])
+                _wake(self.watch, JobView(job).name)
         for uid in set(worker.seen) - set(outcome.view.by_uid):
             del worker.seen[uid]
         worker.decisions = decisions
@@ -846,20 +848,21 @@ class Admission(ThroughTheDoor):
         """Requeue admitted jobs whose pods missed their schedule deadline; the deadlines still ahead."""
         due: list[datetime] = []
         for uid, job in outcome.view.by_uid.items():
+            view = JobView(job)
             if (
-                ledger.is_suspended(job)
+                view.suspended
                 or ledger.handed_to_kueue(job)  # Kueue's waitForPodsReady is its stuck-start rule
-                or ledger.is_finished(job)
-                or job["metadata"].get("deletionTimestamp")
+                or view.finished
+                or view.deleting
                 # Its pods are outside this process's view: the processes watching its namespace judge it.
-                or job["metadata"].get("namespace") != self.watch.namespace
+                or view.namespace != self.watch.namespace
             ):
                 continue
             reservation = outcome.ledger.find(uid)
-            admitted_at = reservation.admitted_at if reservation is not None else ledger.admitted_at_of(job)
+            admitted_at = reservation.admitted_at if reservation is not None else view.admitted_at
             if admitted_at is None:
                 continue
-            name = job["metadata"]["name"]
+            name = view.name
             if ledger.all_pods_scheduled(job, self.watch.pods_of(name)):
                 continue
             try:
@@ -876,7 +879,7 @@ class Admission(ThroughTheDoor):
                 # An autoscaler is adding a node for its pods: waiting, not stuck.
                 due.append(coming)
                 continue
-            unit = policy.ledger_of(group_of(job) or "")
+            unit = policy.ledger_of(view.group or "")
             result = await ledger.requeue_stuck(
                 self.client,
                 job,
@@ -900,9 +903,9 @@ class Admission(ThroughTheDoor):
     async def _node_coming(self, job: dict) -> datetime | None:
         """Until when an autoscaler's node is waited for by ``job``'s unscheduled pods (their events)."""
         pending = [
-            pod["metadata"]["name"]
-            for pod in self.watch.pods_of(job["metadata"]["name"])
-            if not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp")
+            meta.name
+            for pod in self.watch.pods_of(JobView(job).name)
+            if not (pod.get("spec") or {}).get("nodeName") and not (meta := Meta(pod)).deleting
         ]
         until: datetime | None = None
         for name in pending[:MAX_POD_EVENT_READS]:

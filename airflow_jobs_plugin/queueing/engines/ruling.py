@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from airflow_jobs_plugin.cluster.objects import parse_time
+from airflow_jobs_plugin.cluster.objects import Meta, parse_time
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds import charge
 from airflow_jobs_plugin.lifecycle import Reason
@@ -31,7 +31,7 @@ class Ruling:
 
 def not_before(job: dict) -> datetime | None:
     """The time before which a job must not be admitted (a retry's or a requeue's back-off)."""
-    return parse_time(((job.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUE_NOT_BEFORE))
+    return parse_time(Meta(job).annotations.get(labels.REQUEUE_NOT_BEFORE))
 
 
 def wake_after(job: dict, default: float, now: datetime) -> float:

@@ -84,10 +84,10 @@ class UnmanagedEngine(ThroughTheDoor):
                 reason="BackingOff", position=None, message=f"retry back-off: admitted in {secs}s"
             )
         resource = kinds.kind_of(job).resource
-        meta = job["metadata"]
+        meta = JobView(job)
         try:
             patched = await self.client.merge_patch(
-                resource, meta["namespace"], meta["name"], unsuspend_patch(job, now, conditional=False)
+                resource, meta.namespace, meta.name, unsuspend_patch(job, now, conditional=False)
             )
         except KubeError as exc:
             if not exc.not_found:
@@ -96,8 +96,8 @@ class UnmanagedEngine(ThroughTheDoor):
         # Fold the unsuspended job into the shared watch now, as the quota path does: its pods can
         # arrive on their own stream before the Job's own update does, and must not meet a cached Job
         # that still reads suspended.
-        if meta.get("namespace") == self.watch.namespace:
-            self.watch.absorb(resource, patched, replaces=meta.get("resourceVersion"))
+        if meta.namespace == self.watch.namespace:
+            self.watch.absorb(resource, patched, replaces=meta.resource_version)
         return None
 
     async def _hold_stopped(self, job: dict, now: datetime) -> QueueStatus | None:

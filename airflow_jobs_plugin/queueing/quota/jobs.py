@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_jobs_plugin.cluster.objects import parse_time
+from airflow_jobs_plugin.cluster.objects import Meta, parse_time
 from airflow_jobs_plugin.cluster.objects import rfc3339 as rfc3339
 from airflow_jobs_plugin.cluster.resources import Resource
 from airflow_jobs_plugin.jobs import kinds, labels
@@ -42,11 +42,11 @@ def handed_to_kueue(job: Mapping[str, Any]) -> bool:
     """A job the pool handed to Kueue (:func:`handoff_patch`): from then on Kueue's alone to admit,
     suspend or requeue; the pool only keeps its reservation. A job Kueue took at creation (its
     ``default`` LocalQueue) is not handed over while the pool's admission gate still holds it."""
-    meta = job.get("metadata") or {}
     if not kueue.manages(job) or kueue.gated_by_pool(job):
         return False
-    admitted = (meta.get("labels") or {}).get(labels.ADMITTED) == labels.ADMITTED_VALUE
-    return admitted or bool((meta.get("annotations") or {}).get(labels.KUEUE_HANDOFF))
+    meta = Meta(job)
+    admitted = meta.labels.get(labels.ADMITTED) == labels.ADMITTED_VALUE
+    return admitted or bool(meta.annotations.get(labels.KUEUE_HANDOFF))
 
 
 def awaits_release(job: Mapping[str, Any]) -> bool:
@@ -72,12 +72,12 @@ def is_product_job(job: Mapping[str, Any]) -> bool:
 
 def fingerprint(job: Mapping[str, Any]) -> tuple:
     """What an admission pass reads from a job: a pass is due only when this changes."""
-    meta = job.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
+    meta = Meta(job)
+    annotations = meta.annotations
     return (
         awaits_release(job),
         is_finished(job),
-        bool(meta.get("deletionTimestamp")),
+        meta.deleting,
         tuple(
             annotations.get(k)
             for k in (
@@ -115,7 +115,7 @@ def job_settings(job: Mapping[str, Any], policy: RequeueSettings) -> RequeueSett
 
     A malformed annotation raises ValueError naming it.
     """
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    annotations = Meta(job).annotations
     settings = policy
     schedule = _seconds_annotation(annotations, labels.SCHEDULE_TIMEOUT)
     if schedule is not None:
@@ -141,9 +141,8 @@ def job_settings(job: Mapping[str, Any], policy: RequeueSettings) -> RequeueSett
 
 def queued_job(job: Mapping[str, Any]) -> QueuedJob:
     """The job as the admission rule sees it, with its own queue timeout (ValueError names a bad key)."""
-    meta = job.get("metadata") or {}
     result = queued_job_of(job)
-    own_timeout = _seconds_annotation(meta.get("annotations") or {}, labels.QUEUE_TIMEOUT)
+    own_timeout = _seconds_annotation(Meta(job).annotations, labels.QUEUE_TIMEOUT)
     return replace(result, queue_timeout=own_timeout) if own_timeout is not None else result
 
 
@@ -170,9 +169,7 @@ def all_pods_scheduled(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
 
     Pods being deleted do not count: the controller is replacing them, the new ones must be placed.
     """
-    placed = sum(
-        1 for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp") and pod_scheduled(p)
-    )
+    placed = sum(1 for p in pods if not Meta(p).deleting and pod_scheduled(p))
     return placed >= expected_pods(job)
 
 
@@ -191,12 +188,11 @@ def pods_hold_gpus(pods: Iterable[Mapping[str, Any]], now: datetime) -> bool:
     """Whether any of ``pods`` still holds GPUs: placed on a node, not ended, and (when being deleted)
     not yet past its deletion deadline by POD_GONE_MARGIN."""
     for pod in pods:
-        meta = pod.get("metadata") or {}
         if not (pod.get("spec") or {}).get("nodeName"):  # a pod never placed holds no GPUs
             continue
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        deadline = parse_time(meta.get("deletionTimestamp"))
+        deadline = parse_time(Meta(pod).fields.get("deletionTimestamp"))
         if deadline is not None and now > deadline + POD_GONE_MARGIN:
             continue
         return True
@@ -210,7 +206,7 @@ def observe(
     GPUs after it ended or was stopped; ``released``: its trigger let its reservation go."""
     holding = pods is not None and pods_hold_gpus(pods, utcnow())
     return observed_job(
-        job.get("metadata") or {},
+        Meta(job).fields,
         suspended=awaits_release(job),
         terminal=is_finished(job),
         holding_pods=holding,

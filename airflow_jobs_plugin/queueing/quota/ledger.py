@@ -23,8 +23,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, PODS, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.bounded import bounded
+from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.queueing import kueue, kueue_cluster, queue_clock
 
 # The pure readers of a job (jobs.py), re-exported: the ledger's callers in the shell read them here.
@@ -103,7 +105,7 @@ class StoredLedger:
 
     @property
     def version(self) -> str | None:
-        return (self.configmap or {}).get("metadata", {}).get("resourceVersion")
+        return Meta(self.configmap).resource_version
 
 
 async def read_ledger(
@@ -224,7 +226,7 @@ async def release(
 
 
 def _precondition(job: Mapping[str, Any]) -> dict[str, Any]:
-    version = (job.get("metadata") or {}).get("resourceVersion")
+    version = Meta(job).resource_version
     return {"resourceVersion": version} if version else {}
 
 
@@ -256,9 +258,8 @@ def handoff_patch(job: Mapping[str, Any], admitted_at: datetime) -> dict:
     is the one the task asked for (``labels.KUEUE_HANDOFF``), else the one Kueue gave the job at
     creation, else -- a Kueue that manages every job took it without one -- Kueue's ``default``.
     """
-    meta = job.get("metadata") or {}
     queue = (
-        (meta.get("annotations") or {}).get(labels.KUEUE_HANDOFF)
+        JobView(job).annotations.get(labels.KUEUE_HANDOFF)
         or kueue.queue_name(job)
         or kueue.DEFAULT_LOCAL_QUEUE
     )
@@ -324,7 +325,7 @@ async def end_ruled_job(client: KubeClient, job: Mapping[str, Any]) -> None:
     """End a job the product has ruled failed where the verdict's own write did not: send the writes
     its kind asks for (``JobKind.ending_writes``, Kueue's ``JobWithCustomStop``), in order, each
     answer deciding whether the next is sent."""
-    namespace = (job.get("metadata") or {}).get("namespace") or ""
+    namespace = JobView(job).namespace
     for write in kinds.kind_of(job).ending_writes(job, utcnow()):
         try:
             if write.patch is None:
@@ -372,7 +373,7 @@ def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
     (``pkg/controller/job/job_controller.go``, Kubernetes 1.32, ``suspendJob`` path of ``syncJob``),
     mpi-operator for an MPIJob (``runPolicy.suspend``, v0.5+).
     """
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    annotations = JobView(job).annotations
     count = int(annotations.get(labels.REQUEUE_COUNT) or 0)
     preemptions = int(annotations.get(labels.PREEMPTIONS) or 0)
     by = reservation.preempted_by or "a job of higher priority"
@@ -403,9 +404,9 @@ def preempt_patch(job: Mapping[str, Any], reservation: Reservation) -> dict:
 
 async def patch_job(client: KubeClient, job: Mapping[str, Any], patch: Mapping[str, Any]) -> dict | None:
     """Apply a conditional patch; ``None`` if the job changed since it was read (409) or is gone."""
-    meta = job.get("metadata") or {}
+    meta = JobView(job)
     try:
-        return await client.merge_patch(resource_of(job), meta.get("namespace") or "", meta["name"], patch)
+        return await client.merge_patch(resource_of(job), meta.namespace, meta.name, patch)
     except KubeError as exc:
         if exc.status == 409 or exc.not_found:
             return None
@@ -442,7 +443,7 @@ async def _lookup(client: KubeClient, reservation: Reservation, namespace: str) 
                 if exc.not_found:
                     continue
                 raise
-            if (job.get("metadata") or {}).get("uid") == reservation.uid:
+            if JobView(job).uid == reservation.uid:
                 return job
         return _MISSING
     except KubeError:
@@ -499,23 +500,23 @@ async def read_view(
     unreadable: dict[str, str] = {}
     mine = {group, *members}
     for job in jobs:
-        meta = job.get("metadata") or {}
-        uid = meta.get("uid")
-        if not uid or group_of(job) not in mine or not is_product_job(job):
+        view = JobView(job)
+        uid = view.uid
+        if not uid or view.group not in mine or not is_product_job(job):
             continue
         by_uid[uid] = job
-        if is_finished(job):
+        if view.finished:
             continue
         try:
             entry = queued_job(job)
         except ValueError as exc:
             unreadable[uid] = str(exc)
             continue
-        if awaits_release(job) or is_stopped(job):
-            if not meta.get("deletionTimestamp"):
+        if awaits_release(job) or view.stopped:
+            if not view.deleting:
                 queued.append(entry)
         else:
-            running.append(Reservation.for_job(entry, admitted_at_of(job) or now))
+            running.append(Reservation.for_job(entry, view.admitted_at or now))
     # A running job the ledger does not hold is adopted (charged), which only a lost ledger or a
     # hand-unsuspended job needs. The cache that shows it running may be older than the ledger: a job
     # whose end a pass already released shows running in a lagging watch, and adopting it would charge
@@ -693,7 +694,7 @@ async def admission_pass(
         if result is None:
             stale = True
         else:
-            patched.append((job["metadata"].get("resourceVersion") or "", result))
+            patched.append((JobView(job).resource_version or "", result))
             if ours:
                 failed.append(decision.job.name)
             await end_ruled_job(client, result)
@@ -713,7 +714,7 @@ async def admission_pass(
             if seen is None or result is None:
                 stale = True
             else:
-                patched.append((seen["metadata"].get("resourceVersion") or "", result))
+                patched.append((JobView(seen).resource_version or "", result))
                 if ours:  # not found done already by another process
                     ours_names.append(reservation.job)
             await _call(hook, f"{step}:{reservation.job}")
@@ -807,9 +808,9 @@ async def settle(
     result = await patch_job(client, job, patch(job))
     if result is not None:
         return result, True
-    meta = job.get("metadata") or {}
-    current = await client.get_or_none(resource_of(job), meta.get("namespace") or "", meta["name"])
-    if current is None or (current.get("metadata") or {}).get("uid") != meta.get("uid"):
+    meta = JobView(job)
+    current = await client.get_or_none(resource_of(job), meta.namespace, meta.name)
+    if current is None or JobView(current).uid != meta.uid:
         return None, False
     if done(current):
         return current, False
@@ -842,8 +843,8 @@ async def requeue_stuck(
     its reservation released, so a job that may still run never goes unaccounted. ``None`` if the job
     changed since it was read (another process got there first): nothing was written.
     """
-    meta = job.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
+    meta = JobView(job)
+    annotations = meta.annotations
     count = int(annotations.get(labels.REQUEUE_COUNT) or 0)
     preemptions = int(annotations.get(labels.PREEMPTIONS) or 0)
     outcome = requeue_decision(max(0, count - preemptions), now, settings)
@@ -855,17 +856,17 @@ async def requeue_stuck(
     if result is None:
         return None
     await end_ruled_job(client, result)
-    await _call(hook, f"requeue-patched:{meta['name']}")
-    group = ledger_group or group_of(job)  # a cohort's groups share its ledger
+    await _call(hook, f"requeue-patched:{meta.name}")
+    group = ledger_group or meta.group  # a cohort's groups share its ledger
     if group:
         await release(
             client,
             ledger_namespace,
             group,
-            meta["uid"],
+            meta.uid,
             requeue_count_at_most=count,
             rng=rng,
             members=members,
         )
-    await _call(hook, f"released:{meta['name']}")
+    await _call(hook, f"released:{meta.name}")
     return outcome

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
-from airflow_jobs_plugin.cluster.objects import parse_rfc3339
+from airflow_jobs_plugin.cluster.objects import Meta, parse_rfc3339
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.kinds.charge import job_charge
@@ -358,11 +358,12 @@ def queued_job_of(job: Mapping[str, Any]) -> QueuedJob:
     created in an earlier second. Raises ValueError naming what is missing, or
     :class:`~airflow_jobs_plugin.jobs.kinds.charge.ChargeRefused` naming what cannot be charged.
     """
-    meta = job.get("metadata") or {}
-    declared = queued_job_from_metadata(meta)
+    meta = Meta(job)
+    declared = queued_job_from_metadata(meta.fields)
     charge = job_charge(job)
-    created = _rfc3339_or_none(meta.get("creationTimestamp"), "metadata.creationTimestamp")
-    flavor = (meta.get("annotations") or {}).get(labels.GPU_FLAVOR)
+    # The raw value, not Meta.creation_timestamp: a malformed one must fail here, naming the field.
+    created = _rfc3339_or_none(meta.fields.get("creationTimestamp"), "metadata.creationTimestamp")
+    flavor = meta.annotations.get(labels.GPU_FLAVOR)
     queued_at = declared.queued_at
     if created is not None:
         queued_at = place_in_second(created, queued_at)

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.bounded import BoundedSafeLoader
 from airflow_jobs_plugin.jobs.kinds.charge import ChargeRefused, job_charge, job_device, pod_request
@@ -41,12 +42,12 @@ class NodeCapacity:
     @classmethod
     def of(cls, node: Mapping[str, Any]) -> NodeCapacity:
         """From a core/v1 Node: ``status.allocatable`` (what pods may use; capacity minus reservations)."""
-        meta = node.get("metadata") or {}
+        meta = Meta(node)
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         return cls(
-            name=str(meta.get("name") or ""),
+            name=meta.name,
             gpus=_count(allocatable.get(labels.GPU_RESOURCE)),
-            node_labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            node_labels={str(k): str(v) for k, v in meta.labels.items()},
             devices={
                 str(k): _count(v) for k, v in allocatable.items() if str(k).startswith(GPU_RESOURCE_PREFIXES)
             },
@@ -159,13 +160,13 @@ def nodepool_shape(pool: Mapping[str, Any]) -> NodeCapacity | None:
     if labels.GPU_RESOURCE not in gpu_limits:
         return None
     template = spec.get("template") or {}
-    node_labels = {str(k): str(v) for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()}
+    node_labels = {str(k): str(v) for k, v in Meta(template).labels.items()}
     for requirement in (template.get("spec") or {}).get("requirements") or ():
         values = requirement.get("values") or []
         if requirement.get("operator") == "In" and len(values) == 1:
             node_labels[str(requirement.get("key"))] = str(values[0])
     return NodeCapacity(
-        name=f"nodepool/{(pool.get('metadata') or {}).get('name')}",
+        name=f"nodepool/{Meta(pool).name}",
         gpus=gpu_limits[labels.GPU_RESOURCE],
         node_labels=node_labels,
         devices=gpu_limits,
@@ -231,7 +232,7 @@ def preemption_placement(
     held_on: dict[str, dict[str, int]] = {}
     asks: dict[str, tuple[PodsOf, ...]] = {}
     for job in jobs:
-        uid = str((job.get("metadata") or {}).get("uid") or "")
+        uid = Meta(job).uid
         if not uid:
             continue
         try:

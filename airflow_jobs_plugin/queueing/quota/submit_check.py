@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs.labels import GPU_RESOURCE
 from airflow_jobs_plugin.queueing.quota import flavors
 from airflow_jobs_plugin.queueing.quota.model import POLICY_KEY, QuotaPolicy
@@ -29,11 +30,7 @@ class PolicyNotFoundError(ValueError):
 
 def policy_configmap_names(configmaps: Iterable[Mapping]) -> list[str]:
     """The names of the ConfigMaps of a listing that hold a quota policy (key ``policy.yaml``)."""
-    return sorted(
-        str((cm.get("metadata") or {}).get("name"))
-        for cm in configmaps
-        if POLICY_KEY in (cm.get("data") or {})
-    )
+    return sorted(Meta(cm).name for cm in configmaps if POLICY_KEY in (cm.get("data") or {}))
 
 
 def policy_not_found(quota_configmap: str, quota_namespace: str, policies: Iterable[str]) -> str:
