@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobs_plugin.queueing.quota.jobs import group_of
+from airflow_jobs_plugin.jobs.jobview import JobView
 
 if TYPE_CHECKING:
     from airflow_jobs_plugin.queueing.quota.ledger import PassOutcome
@@ -120,7 +120,7 @@ def from_pass(outcome: PassOutcome, policy: QuotaPolicy, now: datetime) -> tuple
 
 def finished(job: Mapping[str, Any], state: str, reason: str | None) -> Metric:
     """A trigger saw ``job`` end in ``state`` for ``reason``: one outcome for its group."""
-    return outcome(state, reason, group_of(job))
+    return outcome(state, reason, JobView(job).group)
 
 
 def after_requeue(job: Mapping[str, Any], result: object) -> tuple[Metric, ...]:
@@ -131,7 +131,7 @@ def after_requeue(job: Mapping[str, Any], result: object) -> tuple[Metric, ...]:
     )
 
     if isinstance(result, Requeue):
-        return (requeued(group_of(job), "ScheduleTimeout"),)
+        return (requeued(JobView(job).group, "ScheduleTimeout"),)
     return ()
 
 

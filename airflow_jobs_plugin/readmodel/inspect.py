@@ -29,12 +29,13 @@ from airflow_jobs_plugin.cluster.kube import (
 )
 from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import attempts, kinds, labels
+from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.labels import MANAGED_SELECTOR
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, split_attempt
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
 from airflow_jobs_plugin.queueing import kueue, quota
 from airflow_jobs_plugin.queueing.quota.fair_share import UsageHistory
-from airflow_jobs_plugin.queueing.quota.ledger import group_of, is_product_job
+from airflow_jobs_plugin.queueing.quota.ledger import is_product_job
 from airflow_jobs_plugin.queueing.quota.ledger_model import LEDGER_NAME_PREFIX
 from airflow_jobs_plugin.readmodel import listing
 from airflow_jobs_plugin.readmodel.views import (
@@ -894,7 +895,7 @@ async def resume(client: KubeClient, target: Target, name: str, by: str) -> Acti
     job = await find_job(client, target.namespace, name)
     # A group of a cohort keeps its reservations in the cohort's ledger (QuotaPolicy.ledger_of).
     policy, _ = await read_policy(client, target) if _ledger_namespace(target) else (None, None)
-    group = group_of(job)
+    group = JobView(job).group
     unit = policy.ledger_of(group) if policy is not None and group else None
     members = policy.members(unit) if policy is not None and unit else ()
     return await actions.resume(client, target.namespace, job, by, _ledger_namespace(target), unit, members)

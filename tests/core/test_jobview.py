@@ -94,7 +94,6 @@ def test_creation_and_deletion_are_read_from_metadata():
 
 def test_the_pools_readers_are_the_views():
     obj = job({labels.GROUP_NAME: "vision", labels.ADMITTED_AT: AT, labels.VERDICT: "X"})
-    assert pool_jobs.group_of(obj) == "vision"
     assert pool_jobs.admitted_at_of(obj) == TEN
     assert pool_jobs.is_finished(obj)
 

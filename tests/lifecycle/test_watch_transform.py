@@ -16,6 +16,7 @@ import pytest
 
 from airflow_jobs_plugin.cluster.watch_transform import trim
 from airflow_jobs_plugin.jobs import kinds
+from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.results import job_result
 from airflow_jobs_plugin.lifecycle import pod_ready, pod_restarts, pod_row, pod_status, snapshot, tracking
 from airflow_jobs_plugin.lifecycle.replicas import read_replica
@@ -74,7 +75,7 @@ def _job_readings(job: dict, pods: list[dict]) -> dict[str, Any]:
         "settings": _outcome(ledger.job_settings, job, RequeueSettings()),
         "awaits_release": ledger.awaits_release(job),
         "product_job": ledger.is_product_job(job),
-        "group": ledger.group_of(job),
+        "group": JobView(job).group,
         "ruled_but_running": ledger.ruled_but_running(job),
         "verdict_patch": ledger.verdict_patch(job, "QueueTimeout", "waited too long"),
         "unsuspend_patch": ledger.unsuspend_patch(job, now),

@@ -60,11 +60,6 @@ def is_finished(job: Mapping[str, Any]) -> bool:
     return JobView(job).finished
 
 
-def group_of(job: Mapping[str, Any]) -> str | None:
-    """The exact quota group a job runs in (annotation, falling back to the slug label)."""
-    return JobView(job).group
-
-
 def is_product_job(job: Mapping[str, Any]) -> bool:
     """A Job or MPIJob the product submitted, not the launcher Job an MPI operator made for an MPIJob."""
     return not kinds.made_for_another_job(job)

@@ -37,7 +37,6 @@ from airflow_jobs_plugin.queueing.quota.jobs import all_pods_scheduled as all_po
 from airflow_jobs_plugin.queueing.quota.jobs import awaits_release as awaits_release
 from airflow_jobs_plugin.queueing.quota.jobs import expected_pods as expected_pods
 from airflow_jobs_plugin.queueing.quota.jobs import fingerprint as fingerprint
-from airflow_jobs_plugin.queueing.quota.jobs import group_of as group_of
 from airflow_jobs_plugin.queueing.quota.jobs import handed_to_kueue as handed_to_kueue
 from airflow_jobs_plugin.queueing.quota.jobs import is_finished as is_finished
 from airflow_jobs_plugin.queueing.quota.jobs import is_product_job as is_product_job
