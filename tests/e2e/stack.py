@@ -218,6 +218,18 @@ class Stack:
                 events.extend(str(e.get("exc_value", "")) for e in record.get("error_detail") or [])
         return events
 
+    def unsuccessful(self, dag_id: str, run_id: str, expected: dict[str, str] | None = None) -> str:
+        """Every task of the run that ended otherwise than ``expected`` says (default: success), with its
+        tries and its log, every try in order: what a failed assertion on the run should show."""
+        tries = self.task_tries(dag_id, run_id)
+        expected = expected or {}
+        wrong = [task for task, (state, _) in tries.items() if state != expected.get(task, "success")]
+        return "\n\n".join(
+            f"{task} ({tries[task][0]}, {tries[task][1]} tries):\n"
+            + "\n".join(self.task_log(dag_id, run_id, task))
+            for task in sorted(wrong)
+        )
+
     def _wait_for(self, condition, timeout: float, what: str) -> None:
         deadline = Deadline(timeout)
         while not deadline.passed():

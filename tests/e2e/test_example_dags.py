@@ -51,7 +51,9 @@ def test_daily_retraining_runs_to_success_and_streams_the_pods_logs(stack):
     run_id, state = stack.wait_for_run(RETRAINING, timeout=RUN_TIMEOUT)
     states = stack.task_states(RETRAINING, run_id)
 
-    assert state == "success", f"{RETRAINING} {run_id} ended {state}: {states}"
+    assert state == "success", f"{RETRAINING} {run_id} ended {state}: {states}\n" + stack.unsuccessful(
+        RETRAINING, run_id
+    )
     # The first run has no production model to beat, so the candidate is promoted.
     assert states == {
         "prepare_data": "success",
@@ -86,7 +88,7 @@ def test_torchrun_training_starts_every_node_streams_every_rank_and_returns_its_
     run_id, state = stack.wait_for_run(DDP, timeout=RUN_TIMEOUT)
     states = stack.task_states(DDP, run_id)
 
-    assert state == "success", f"{DDP} {run_id} ended {state}: {states}"
+    assert state == "success", f"{DDP} {run_id} ended {state}: {states}\n" + stack.unsuccessful(DDP, run_id)
     assert states == {"train": "success", "report": "success"}
     train = stack.task_log(DDP, run_id, "train")
     # Both nodes ran, each its 4 local ranks (global ranks 0-3 on node 0, 4-7 on node 1), and each
@@ -106,7 +108,9 @@ def test_quota_contention_queues_jobs_with_a_quota_reason_before_they_run(stack)
     run_id, state = stack.wait_for_run(CONTENTION, timeout=RUN_TIMEOUT)
     states = stack.task_states(CONTENTION, run_id)
 
-    assert state == "success", f"{CONTENTION} {run_id} ended {state}: {states}"
+    assert state == "success", f"{CONTENTION} {run_id} ended {state}: {states}\n" + stack.unsuccessful(
+        CONTENTION, run_id
+    )
     queued_then_ran = {}
     for task_id in states:
         events = stack.task_log(CONTENTION, run_id, task_id)
@@ -166,12 +170,7 @@ def test_failures_are_retried_at_the_right_level_and_fatal_ones_never(stack):
     }
     ended = {task: state for task, (state, _) in tries.items()}
     # A task that ended otherwise is told with its log, every try in order: what its jobs did.
-    wrong = {
-        task: stack.task_log(FAILURES, run_id, task) for task in expected if ended.get(task) != expected[task]
-    }
-    assert ended == expected, "\n\n".join(
-        f"{task} (tries: {tries.get(task)}):\n" + "\n".join(log) for task, log in wrong.items()
-    )
+    assert ended == expected, stack.unsuccessful(FAILURES, run_id, expected)
     # Level 1: the second run of the script is a new pod of the same job.
     restarted = stack.task_log(FAILURES, run_id, "pod_restart_in_job")
     first_run = _first(restarted, r"^\[worker-0\] flaky: run 1 \(job attempt 1\)")
