@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import ast
 from datetime import datetime, timezone
-from pathlib import Path
+
+from package_source import findings
 
 from airflow_jobs_plugin.cluster.objects import Meta
-
-PACKAGE = "airflow_jobs_plugin"
-ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 # Modules that read metadata themselves, each with why.
 OWN_READERS = {
@@ -68,13 +66,9 @@ def _metadata_reads(source: str) -> list[int]:
 
 
 def test_metadata_is_read_through_the_view():
-    reads = {
-        f"{path.relative_to(ROOT)}:{line}"
-        for path in ROOT.rglob("*.py")
-        if str(path.relative_to(ROOT)) not in OWN_READERS
-        for line in _metadata_reads(path.read_text())
-    }
-    assert reads == set(), "read them through cluster.objects.Meta (or jobs.jobview.JobView for a job)"
+    assert findings(_metadata_reads, OWN_READERS) == set(), (
+        "read them through cluster.objects.Meta (or jobs.jobview.JobView for a job)"
+    )
 
 
 def test_the_check_sees_a_walk_and_a_subscript_read_but_not_a_write():
@@ -97,7 +91,17 @@ def test_absent_and_null_fields_read_as_empty():
         meta = Meta(obj)
         assert (meta.name, meta.namespace, meta.uid, meta.resource_version) == ("", "", "", None)
         assert (dict(meta.labels), dict(meta.annotations), meta.owner_references) == ({}, {}, [])
-        assert (meta.creation_timestamp, meta.created_at, meta.deleting) == ("", None, False)
+        assert (meta.creation_timestamp, meta.created_at, meta.deleting, meta.deletion_time) == (
+            "",
+            None,
+            False,
+            None,
+        )
+
+
+def test_a_graceful_deletion_is_due_at_its_deletion_timestamp():
+    meta = Meta({"metadata": {"deletionTimestamp": "2026-01-01T10:00:30Z"}})
+    assert meta.deleting and meta.deletion_time == datetime(2026, 1, 1, 10, 0, 30, tzinfo=timezone.utc)
 
 
 def test_a_creation_time_given_as_a_datetime_sorts_as_the_text_the_server_writes():

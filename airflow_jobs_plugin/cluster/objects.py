@@ -211,6 +211,14 @@ class Meta:
         return bool(self.fields.get("deletionTimestamp"))
 
     @property
+    def deletion_time(self) -> datetime | None:
+        """When a graceful deletion is due: the server sets ``deletionTimestamp`` to the time the object
+        will be removed once its grace period ends (``ObjectMeta.DeletionTimestamp``, kubernetes v1.36.3
+        ``staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go``); ``None`` if no deletion is under
+        way or the time does not parse."""
+        return parse_time(self.fields.get("deletionTimestamp"))
+
+    @property
     def continue_token(self) -> str | None:
         """A list's ``metadata.continue``: the next page's token, ``None`` on the last page."""
         return self.fields.get("continue") or None

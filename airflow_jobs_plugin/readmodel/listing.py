@@ -24,9 +24,7 @@ from airflow_jobs_plugin.readmodel.views import (
     GroupQueue,
     JobRow,
     Overview,
-    created_at,
     dag_of,
-    user_of,
 )
 
 DEFAULT_LIMIT = 100
@@ -58,11 +56,11 @@ DEFAULT_SORT = "-created"
 # page chosen before the jobs are read whole (:func:`pick_page`). The other columns (state, queue
 # position, GPUs, attempt) come from each job's snapshot, so sorting by them needs every job whole.
 METADATA_SORT_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
-    "created": lambda j: created_at(j) or _EPOCH,
+    "created": lambda j: Meta(j).created_at or _EPOCH,
     "name": lambda j: Meta(j).name,
     "namespace": lambda j: Meta(j).namespace,
     "group": lambda j: JobView(j).group or "",
-    "user": user_of,
+    "user": lambda j: JobView(j).user or "",
     "dag": lambda j: _text(dag_of(j)),
 }
 
@@ -252,7 +250,7 @@ def _matches(job: Mapping[str, Any], query: JobQuery) -> bool:
     """Whether a job's metadata passes ``query``'s filters (all but the state)."""
     return (
         (not query.groups or (JobView(job).group or "") in query.groups)
-        and (not query.users or user_of(job) in query.users)
+        and (not query.users or (JobView(job).user or "") in query.users)
         and (not query.dags or _text(dag_of(job)) in query.dags)
         and (not query.namespaces or Meta(job).namespace in query.namespaces)
     )

@@ -464,19 +464,9 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def user_of(job: Mapping[str, Any]) -> str:
-    """The exact user the job runs for (annotation), else the label's slug (``JobView.user``), else ``""``."""
-    return JobView(job).user or ""
-
-
 def dag_of(job: Mapping[str, Any]) -> str | None:
     """The DAG the job belongs to (``None`` for a job submitted outside Airflow)."""
     return Meta(job).annotations.get(labels.DAG_ID) or None
-
-
-def created_at(job: Mapping[str, Any]) -> datetime | None:
-    """When the job object was created (its list column "age" counts from it)."""
-    return Meta(job).created_at
 
 
 def device_of(job: Mapping[str, Any]) -> str:
@@ -1227,7 +1217,7 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
             (i for i, fact in enumerate(life) if fact.label in follows and seconds[i] <= second), default=-1
         )
         keyed.append((second, anchor + 0.5, at, TimelineEntry(at, f"{kind} ({words})", detail)))
-    deleted = parse_time(Meta(job).fields.get("deletionTimestamp"))
+    deleted = Meta(job).deletion_time
     if deleted is not None:
         keyed.append(
             (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from package_source import findings
+
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.queueing.quota import jobs as pool_jobs
@@ -138,16 +140,7 @@ def _reads_of_keys(source: str) -> list[int]:
 
 
 def test_group_user_verdict_and_admitted_at_are_read_through_the_view():
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2] / "airflow_jobs_plugin"
-    reads = {
-        f"{path.relative_to(root)}:{line}"
-        for path in root.rglob("*.py")
-        if str(path.relative_to(root)) not in OWN_READERS
-        for line in _reads_of_keys(path.read_text())
-    }
-    assert reads == set(), "read them through jobview.JobView"
+    assert findings(_reads_of_keys, OWN_READERS) == set(), "read them through jobview.JobView"
 
 
 def test_the_check_sees_a_get_and_a_membership_test():

@@ -903,9 +903,9 @@ class Admission(ThroughTheDoor):
     async def _node_coming(self, job: dict) -> datetime | None:
         """Until when an autoscaler's node is waited for by ``job``'s unscheduled pods (their events)."""
         pending = [
-            meta.name
+            Meta(pod).name
             for pod in self.watch.pods_of(JobView(job).name)
-            if not (pod.get("spec") or {}).get("nodeName") and not (meta := Meta(pod)).deleting
+            if not (pod.get("spec") or {}).get("nodeName") and not Meta(pod).deleting
         ]
         until: datetime | None = None
         for name in pending[:MAX_POD_EVENT_READS]:

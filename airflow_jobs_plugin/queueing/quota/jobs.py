@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_jobs_plugin.cluster.objects import Meta, parse_time
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.objects import rfc3339 as rfc3339
 from airflow_jobs_plugin.cluster.resources import Resource
 from airflow_jobs_plugin.jobs import kinds, labels
@@ -187,7 +187,7 @@ def pods_hold_gpus(pods: Iterable[Mapping[str, Any]], now: datetime) -> bool:
             continue
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        deadline = parse_time(Meta(pod).fields.get("deletionTimestamp"))
+        deadline = Meta(pod).deletion_time
         if deadline is not None and now > deadline + POD_GONE_MARGIN:
             continue
         return True
