@@ -25,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_inspect_commands(subparsers)
+    from airflow_jobs_plugin.controller.main import add_command
+
+    add_command(subparsers)
     return parser
 
 

@@ -14,11 +14,16 @@ Everything the trigger knows comes from the cluster: its kwargs name the job and
 manifest or a credential (trigger kwargs are stored unencrypted). ``run()`` can start over at any
 moment (a triggerer restart rebuilds the trigger from ``serialize()``) and picks up where the cluster
 is: the latest attempt of the job, its admission, its pods.
+
+The trigger observes; it admits nothing. The triggerer runs DAG authors' code (Airflow's security
+model), so the admission controller (controller/), not the trigger, admits the job, rules on it and
+frees what it held; the trigger reads why the job waits from the controller's queue boards
+(queueing/engines/observer.py). Its one write is the next attempt of a job that failed for a retryable
+reason, created suspended behind the pool's gate as the worker creates the first.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,7 +37,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID, EVENTS, PODS, KubeError, patiently
 from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.records import ReadMemo
-from airflow_jobs_plugin.jobs import actions, attempts, kinds, labels
+from airflow_jobs_plugin.jobs import actions, attempts, kinds, labels, manifests
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.naming import attempt_name
 from airflow_jobs_plugin.jobs.outcome import AttemptRecord, EventStatus, JobEvent
@@ -43,30 +48,21 @@ from airflow_jobs_plugin.lifecycle import (
     JobSnapshot,
     JobState,
     QueueStatus,
-    Reason,
     Reservation,
     classify_failure,
     disrupted_pod,
-    refused_pods,
     snapshot,
     tracking,
 )
 from airflow_jobs_plugin.logs.logcursor import LogMarker
 from airflow_jobs_plugin.logs.logstream import FINAL_DRAIN, LogStreamer, LogTail
-from airflow_jobs_plugin.queueing.engines.base import QueueEngine
-from airflow_jobs_plugin.queueing.engines.pick import engine_for
+from airflow_jobs_plugin.queueing.engines.observer import Observer
+from airflow_jobs_plugin.queueing.quota import ledger
 
 T = TypeVar("T")
 
-# How often a trigger whose released job still lacks pods looks for the API server's refusal of them.
-REFUSAL_LOOK_SECONDS = 5.0
-
 # The queue reason of a job the pool admitted (its reservation written) but not yet unsuspended.
 ADMITTED = "Admitted"
-# Without a quota pool nothing is waited for but the cluster: the trigger releases the job at once.
-NO_QUOTA = QueueStatus(
-    reason="Pending", message="no quota pool: released at once, waiting for the cluster to start it"
-)
 
 
 def _now() -> datetime:
@@ -75,8 +71,8 @@ def _now() -> datetime:
 
 class JobTrigger(BaseTrigger):
     """Follow the job a :class:`~airflow_jobs_plugin.airflow.operators.JobOperator` submitted, through the
-    process's shared watch: admit it, log its states and its pods' logs, start its next attempt after a
-    retryable failure, and yield exactly one event (a :class:`~airflow_jobs_plugin.jobs.outcome.JobEvent`
+    process's shared watch: say why it waits, log its states and its pods' logs, start its next attempt
+    after a retryable failure, and yield exactly one event (a :class:`~airflow_jobs_plugin.jobs.outcome.JobEvent`
     payload) when it is over.
 
     A STOPPED job is not over: the trigger logs who stopped it and waits (deferred, on no worker) for a
@@ -274,7 +270,7 @@ class _Follow:
         "client",
         "adapter",
         "resource",
-        "engine",
+        "observer",
         "tail",
         "streamer",
         "name",
@@ -285,11 +281,8 @@ class _Follow:
         "reported",
         "preemptions_seen",
         "final_read",
-        "refusals_read_at",
         "final_events",
-        "unsuspended_from",
         "_last_seen",
-        "ended_version",
         "pods_read",
         "pod_names_seen",
         "pods_confirmed",
@@ -303,13 +296,8 @@ class _Follow:
         self.client = watch.client
         self.adapter = kinds.for_name(trigger.kind)
         self.resource = self.adapter.resource
-        # The quota pool when the task names one; else chosen by the job at its first look (Kueue when it
-        # names a LocalQueue, unmanaged otherwise): see _engine.
-        self.engine: QueueEngine | None = (
-            engine_for(watch, trigger.quota_configmap, trigger.quota_namespace)
-            if trigger.quota_configmap is not None
-            else None
-        )
+        # What the admission controller (or Kueue) says of the job while it waits: read only.
+        self.observer = Observer.for_watch(watch)
         self.tail = LogTail(trigger.log_tail_lines)
         self.streamer = (
             LogStreamer(self.client, trigger.namespace, self.log, self.tail, owner=trigger.job_name)
@@ -338,12 +326,9 @@ class _Follow:
         self.reported: JobSnapshot | None = None
         self.preemptions_seen: str | None = None  # the job's preemption count at the last look
         self.final_read = False
-        self.refusals_read_at: float | None = None  # loop time of the last look for refused pods
         # Read with the final look: what outlives a disrupted pod.
         self.final_events: list[dict] | tuple[()] = ()
-        self.unsuspended_from: str | None = None  # resourceVersion this process admitted without quota
         self.last_seen = None  # the job as last seen, or as the watch saw it deleted
-        self.ended_version: str | None = None  # version of a ruled MPIJob whose launcher this ended
 
     @property
     def last_seen(self) -> dict | None:
@@ -419,29 +404,18 @@ class _Follow:
             self.log.info("%s %s: %s", t.kind, self.name, resumed)
         self._report(snap, pods)
         if decision.step is tracking.Step.FAIL_FAST:
-            await self._fail_fast(job, pods, queue)
+            # Stuck for good: the admission controller rules on it (controller/rulings.py) and the
+            # verdict's write wakes this trigger.
             return t.recheck_interval
         if decision.step is tracking.Step.WAIT:
-            await self._end_if_ruled(job)
-            wait = self._engine(job).wake_after(job, t.recheck_interval)
-            if tracking.awaits_pods(job, snap):
-                if await self._refused(job):
-                    return t.recheck_interval  # the verdict's write wakes the trigger
-                # The controller's refused creations change no object the watch sees: look again soon.
-                return min(wait, REFUSAL_LOOK_SECONDS)
-            return wait
+            return self.observer.wake_after(job, t.recheck_interval)
         whole = None
         if decision.step is tracking.Step.RETRY:
             whole = await self._whole(job)
             if whole is None:
                 # Deleted (or replaced) since this look: the next look tells which, once the watch does.
                 return t.recheck_interval
-        engine = self._engine(job)
-        await engine.release(job)
-        if engine.ruled_unended(job, running_too=False):
-            # Ruled while queued by a process that stopped before writing its Failed condition.
-            await self._patiently(engine.end_ruled, job)
-        await self._patiently(self._mark_expiry, job, snap)
+        self.observer.forget(Meta(job).uid)
         self.history.append(tracking.attempt_record(job, snap))
         if whole is not None:
             await self._start_next_attempt(whole, snap, attempt, decision.delay)
@@ -459,13 +433,6 @@ class _Follow:
                 self.history.append(record)
                 self.ran = None
         self.looked = snap
-
-    def _engine(self, job: dict) -> QueueEngine:
-        """The engine that queues the task's job, picked once (a job's LocalQueue never changes, and
-        every attempt is a clone of the first)."""
-        if self.engine is None:
-            self.engine = engine_for(self.watch, self.t.quota_configmap, self.t.quota_namespace, job)
-        return self.engine
 
     # --- the steps ---
 
@@ -496,30 +463,17 @@ class _Follow:
         return self.watch.get(self.resource, self.name) or job
 
     async def _admit(self, job: dict) -> tuple[QueueStatus | None, Reservation | None]:
-        """Ask the admission to admit a job that waits for it; what the queue says about it, and its
-        reservation once the pool has admitted it (SCHEDULING / QuotaReserved until it is unsuspended)."""
-        # A job the product ruled on (a verdict) or a user stopped stays suspended: never admit it here.
+        """What the queue says of a job that waits for admission, and its reservation once the pool has
+        admitted it (SCHEDULING / QuotaReserved until the controller's unsuspend lands)."""
+        # A job the product ruled on (a verdict) or a user stopped is not waiting for admission.
         view = JobView(job)
         waiting = view.suspended and view.verdict is None and not view.stopped
         if not waiting:
-            self.unsuspended_from = None
             return None, None
-        version = Meta(job).resource_version
-        if self.unsuspended_from is not None and self.unsuspended_from == version:
-            # This process unsuspended this very version: the change is on its way, but a pod's event
-            # (another watch stream) can wake us before the job's own. Do not admit twice.
-            return NO_QUOTA, None
-        engine = self._engine(job)
-        queue = await self._patiently(engine.ensure, job)
-        direct = queue is None and engine.direct
-        self.unsuspended_from = version if direct else None
-        if direct:
-            return NO_QUOTA, None
+        queue = await self._patiently(self.observer.status, job)
         reservation = None
         if queue is not None and queue.reason == ADMITTED:
-            gpus = engine.reserved_gpus(Meta(job).uid)
-            if gpus is not None:
-                reservation = Reservation(gpus, _now())
+            reservation = Reservation(_charged_gpus(job), _now())
         return queue, reservation
 
     def _note_preemption(self, job: dict) -> None:
@@ -539,25 +493,6 @@ class _Follow:
             self.log.info("%s %s: %s", self.t.kind, self.name, tracking.state_line(snap))
         if self.streamer is not None:
             self.streamer.follow(snap, pods)
-
-    async def _fail_fast(self, job: dict, pods: list[dict], queue: QueueStatus | None) -> None:
-        # The pod's back-off message hides the registry's answer; the pull events carry it. Look once,
-        # just before ruling, so a transient refusal is never ruled permanent.
-        t = self.t
-        events = await self._patiently(self._events_of, [Meta(p).name for p in pods])
-        snap = snapshot(job, pods, events, queue=queue, now=_now(), memo=self.pods_read)
-        failure = _failure(snap, t.retryable_exit_codes, t.fatal_exit_codes)
-        if tracking.stuck_for_good(snap, failure, events):
-            await self._patiently(self._rule_failed, job, snap, failure)
-
-    async def _end_if_ruled(self, job: dict) -> None:
-        """Finish ending an MPIJob ruled failed whose launcher was not ended, or whose Failed condition was
-        not written while it was queued (the ruling process stopped between its two writes): once per
-        version, so a look that changes nothing costs nothing."""
-        version = Meta(job).resource_version
-        if self._engine(job).ruled_unended(job, running_too=True) and version != self.ended_version:
-            self.ended_version = version
-            await self._patiently(self._engine(job).end_ruled, job)
 
     async def _read_final_facts(self, job: dict) -> None:
         self.final_read = True
@@ -654,8 +589,7 @@ class _Follow:
             )
         last = self.last_seen
         snap, annotations = tracking.after_deletion(last, now=_now())
-        # A cancel from the UI or CLI freed the reservation already; a kubectl delete did not.
-        await self._engine(last).release(last)
+        self.observer.forget(Meta(last).uid)
         self.history.append(tracking.attempt_record(last, snap))
         self.reported = None
         self._report(snap, [])
@@ -716,64 +650,10 @@ class _Follow:
             events.extend(listing.get("items") or [])
         return events
 
-    async def _mark_expiry(self, job: dict, snap: JobSnapshot) -> None:
-        """Write on a finished MPIJob when its TTL ends (labels.DELETE_AFTER): its operator deletes only
-        the launcher Job then, and the orphan sweep deletes the MPIJob. Until then it stays readable
-        (``describe``, ``logs``, the GPU Jobs page) as a finished Job does."""
-        ttl = None if self.t.ttl_after_finished is None else timedelta(seconds=self.t.ttl_after_finished)
-        expiry = tracking.mpijob_expiry(job, snap, ttl)
-        if expiry is None:
-            return
-        stamp = expiry.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        try:
-            await self.client.merge_patch(
-                self.resource,
-                self.t.namespace,
-                Meta(job).name,
-                {"metadata": {"annotations": {labels.DELETE_AFTER: stamp}}},
-            )
-        except KubeError as exc:
-            if not (exc.not_found or exc.conflict):
-                raise
-
-    async def _refused(self, job: dict) -> bool:
-        """Whether the API server refuses the pods the job's controller creates (its FailedCreate events:
-        a PriorityClass that does not exist, PodSecurity, a ResourceQuota); if so the job is ruled failed
-        with the API server's own message. Read first REFUSAL_LOOK_SECONDS after the job was seen lacking
-        pods, then at most every REFUSAL_LOOK_SECONDS."""
-        loop = asyncio.get_running_loop()
-        if self.refusals_read_at is None:
-            # Its controller usually creates the pods within moments: the first look waits that long, so
-            # a job that starts normally costs no read of events.
-            self.refusals_read_at = loop.time()
-            return False
-        if loop.time() - self.refusals_read_at < REFUSAL_LOOK_SECONDS:
-            return False
-        self.refusals_read_at = loop.time()
-        # An MPIJob's launcher is a Job of the Job controller; its workers are the MPI operator's.
-        names = kinds.kind_of(job).pod_creators(job)
-        refusal = refused_pods(await self._patiently(self._events_of, names))
-        if refusal is None:
-            return False
-        await self._patiently(
-            self._rule, job, Reason.POD_REFUSED.value, f"the API server refused its pods: {refusal}"
-        )
-        return True
-
-    async def _rule_failed(self, job: dict, snap: JobSnapshot, failure: Failure | None) -> None:
-        """Record the product's verdict and end the job through its own controller, so its pods (and
-        GPUs) go now and ``kubectl get jobs`` shows it failed (engines.door.Door.fail)."""
-        reason = snap.reason.value
-        message = (failure.message if failure else "") + (f": {snap.message}" if snap.message else "")
-        await self._rule(job, reason, message)
-
-    async def _rule(self, job: dict, reason: str, message: str) -> None:
-        self.log.error("%s %s cannot start (%s); failing it now", self.t.kind, Meta(job).name, reason)
-        # Gone: nothing left to end. Changed since this look (the patch carries its resourceVersion):
-        # the next look rules again on the fresh object.
-        await self._engine(job).fail(job, reason, message[:1000])
-
     async def _create_adopting(self, body: dict) -> None:
+        # The next attempt waits behind the pool's gate, as every job is created (the admission policy
+        # refuses anything else from this identity): the admission controller hands it on.
+        body = manifests.pool_gate(body)
         try:
             created = await self.client.create(self.resource, self.t.namespace, body)
         except KubeError as exc:
@@ -798,3 +678,11 @@ def _failure(snap: JobSnapshot, retryable: tuple[int, ...], fatal: tuple[int, ..
         return classify_failure(snap, retryable_exit_codes=retryable, fatal_exit_codes=fatal)
     except ValueError:
         return None
+
+
+def _charged_gpus(job: dict) -> int:
+    """The GPUs the pool charges a job (what its reservation holds), 0 where it cannot be read."""
+    try:
+        return ledger.queued_job(job).gpus
+    except ValueError:
+        return 0

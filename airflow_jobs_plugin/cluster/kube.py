@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 # Kueue's Workloads (kubernetes-sigs/kueue v0.19.2, apis/kueue/v1beta2): served only where Kueue runs.
 WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
 # Kueue's visibility API (v0.19.2 apis/visibility/v1beta2, pkg/visibility): a LocalQueue's pending
 # Workloads and their positions, through the subresource ``pendingworkloads``. Served where Kueue's
 # visibility server runs (its APIService), which clusters may leave out.
@@ -396,6 +397,19 @@ class KubeClient:
             config_file=path, context=context, client_configuration=configuration, persist_config=False
         )
         credentials = await Credentials.start(f"kubeconfig {path!r}", kubeconfig_source(path, context))
+        return cls(k8s_client.ApiClient(configuration=configuration), credentials)
+
+    @classmethod
+    async def in_cluster(cls) -> KubeClient:
+        """A client for the pod this process runs in: its service account's token (renewed as the
+        kubelet rotates the projected file) and the cluster's CA, as client-go's ``rest.InClusterConfig``."""
+        from kubernetes_asyncio.config import incluster_config
+
+        configuration = k8s_client.Configuration()
+        incluster_config.load_incluster_config(client_configuration=configuration)
+        credentials = await Credentials.start(
+            "the pod's service account", token_file_source(incluster_config.SERVICE_TOKEN_FILENAME)
+        )
         return cls(k8s_client.ApiClient(configuration=configuration), credentials)
 
     async def close(self) -> None:

@@ -65,6 +65,7 @@ EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SERVICES = Resource("", "v1", "services", "Service")
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 # Karpenter's NodePools (karpenter.sh/v1): what nodes the cluster can add, where Karpenter runs.
 NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", namespaced=False)
 

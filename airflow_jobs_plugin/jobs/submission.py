@@ -23,7 +23,7 @@ from airflow_jobs_plugin.jobs.manifests import build_manifest, kueue_handoff, po
 from airflow_jobs_plugin.jobs.naming import TaskIdentity
 from airflow_jobs_plugin.jobs.spec import JobSpec, total_gpus
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
-from airflow_jobs_plugin.queueing import quota_source
+from airflow_jobs_plugin.queueing import pools, quota_source
 from airflow_jobs_plugin.queueing.quota.flavors import Charge
 from airflow_jobs_plugin.queueing.quota.model import QuotaPolicy
 from airflow_jobs_plugin.queueing.quota.parse import PolicyError, policy_from_configmap_data
@@ -198,13 +198,14 @@ async def submit(
             attempt=1,
             queued_at=datetime.now(timezone.utc),
         )
-        if spec.kueue_queue and quota_configmap:
-            # Per-user limits in front of Kueue: the pool hands the job over once its user may run it.
+        if spec.kueue_queue:
+            # The LocalQueue asked for travels as a request: the admission controller names it on the job
+            # once the job may run (after its user's limits, where a pool is in front of Kueue).
             body = kueue_handoff(body)
-        if quota_configmap:
-            # Kueue may take the job at creation anyway (a `default` LocalQueue, a Kueue managing every
-            # job): its admission gate keeps it for the pool to judge first (kueue.ADMISSION_GATE_ANNOTATION).
-            body = pool_gate(body)
+        # Every job waits behind the pool's gate until the admission controller lets it go: Kueue, which
+        # may take a job at creation (a `default` LocalQueue, a Kueue managing every job), admits none that
+        # carries it (kueue.ADMISSION_GATE_ANNOTATION), and the admission policy refuses a job without it.
+        body = pool_gate(body)
         body["metadata"].setdefault("annotations", {})[labels.SPEC_FINGERPRINT] = fingerprint
         try:
             # A create the server applied but answered with an error is repeated into AlreadyExists: adopted.
@@ -286,41 +287,38 @@ async def ensure_companions(client: KubeClient, job: Mapping[str, Any]) -> None:
 async def _pool_of(
     client: KubeClient, pool: QuotaSource, spec: JobSpec, log: logging.Logger | Any
 ) -> str | None:
-    """The policy ConfigMap the job is under (None: no pool), checked against the cluster: a named pool
-    must exist, and a task leaving the deployment's pool needs its policy's leave."""
-    name = pool.configmap or pool.deployed
-    if name is None:
-        return None
-    namespace = pool.namespace or spec.namespace or "default"
-    configmap = await patiently(client.get_or_none, CONFIGMAPS, namespace, name, log=log, tries=SUBMIT_TRIES)
-    if configmap is None:
-        if pool.must_exist:
-            raise SubmissionRefused(quota_source.missing_problem(pool, namespace))
-        if not pool.opted_out:
-            log.info(
-                "no quota pool installed (ConfigMap %s/%s not found): the job is not under a quota",
-                namespace,
-                name,
-            )
-        return None
-    if pool.opted_out:
+    """The policy ConfigMap that will judge the job (None: no pool), as the admission controller will
+    route it (queueing/pools.py): the pool of the namespace's policies that lists its group. The task's
+    own choice changes nothing on the cluster; it is only checked against that answer, so a task that
+    expects another pool, or none, fails here with the reason instead of waiting for ever."""
+    namespace = spec.namespace or "default"
+    listing = await patiently(client.list, CONFIGMAPS, namespace, log=log, tries=SUBMIT_TRIES)
+    docs: list[pools.PolicyDoc] = []
+    for configmap in listing.get("items") or []:
+        meta = Meta(configmap)
+        if not pools.is_policy(meta.name, meta.labels):
+            continue
         try:
+            # In a thread: reading a large policy takes seconds (quota.parse.MAX_POLICY_BYTES).
             policy: QuotaPolicy | None = await asyncio.to_thread(
                 policy_from_configmap_data, configmap.get("data")
             )
+            docs.append(pools.PolicyDoc(meta.name, policy))
         except PolicyError as exc:
-            raise SubmissionRefused(
-                f"quota_configmap='': the quota policy {namespace}/{name} cannot be read, so whether group "
-                f"{spec.group!r} may leave it is unknown: {exc}"
-            ) from exc
-        problem = quota_source.opt_out_problem(pool, policy, spec.group, namespace)
-        if problem:
-            raise SubmissionRefused(problem)
-        log.info(
-            "outside the quota pool %s/%s, as its policy allows for group %s", namespace, name, spec.group
-        )
+            docs.append(pools.PolicyDoc(meta.name, None, str(exc)))
+    namespace_pools = pools.index(namespace, docs)
+    route = pools.route(namespace_pools, spec.group)
+    problem = quota_source.route_problem(pool, route, spec.group, namespace, namespace_pools.names)
+    if problem:
+        raise SubmissionRefused(problem)
+    if route.way is pools.Way.LET_GO:
+        log.info("%s", route.message)
         return None
-    return name
+    if route.way is pools.Way.HOLD:
+        # The platform's to fix (two policies naming the group, a policy that cannot be read): the job
+        # is created and waits with the reason, as the admission controller says.
+        log.warning("the job will wait: %s", route.message)
+    return route.policy
 
 
 async def jobs_of_task(

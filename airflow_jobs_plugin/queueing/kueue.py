@@ -325,3 +325,37 @@ def queue_status(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> 
     if reserved.get("reason") == "Inadmissible":
         return KueueStatus(INADMISSIBLE, f"Kueue: {message}")
     return KueueStatus(PENDING, f"Kueue: {message} (LocalQueue {view.queue})")
+
+
+def handoff_queue(job: Mapping[str, Any], requested: str | None) -> str:
+    """The LocalQueue a gated job is handed to: the one asked for (``requested``: the task's, as the job
+    carries it), else the one Kueue gave it at creation (its ``default`` LocalQueue), else Kueue's
+    ``default`` (a Kueue that manages every job took it without one)."""
+    return requested or queue_name(job) or DEFAULT_LOCAL_QUEUE
+
+
+def local_queue_problem(local_queue: Mapping[str, Any] | None, name: str, namespace: str) -> str | None:
+    """Why a job may not be handed to LocalQueue ``name`` now (``None``: it may): it does not exist, or
+    Kueue does not hold it active (its ClusterQueue is missing or stopped: kubernetes-sigs/kueue v0.19.2
+    ``apis/kueue/v1beta2/localqueue_types.go``, condition ``Active``). Handed over anyway, the job would
+    wait in Kueue for ever while its user's booking in the pool kept her next jobs out."""
+    if local_queue is None:
+        return (
+            f"Kueue LocalQueue {name!r} does not exist in namespace {namespace!r}: the job stays in the "
+            "product's queue, charged to no one, until a platform admin creates it (or the job names "
+            "another queue)"
+        )
+    for cond in (local_queue.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Active":
+            if cond.get("status") == "True":
+                return None
+            why = cond.get("reason") or "Inactive"
+            text = cond.get("message") or ""
+            return (
+                f"Kueue LocalQueue {namespace}/{name} is not active ({why}{': ' + text if text else ''}): the job "
+                "stays in the product's queue, charged to no one, until Kueue activates it"
+            )
+    return (
+        f"Kueue has not activated LocalQueue {namespace}/{name} yet (no Active condition): the job stays in "
+        "the product's queue, charged to no one, until it does"
+    )

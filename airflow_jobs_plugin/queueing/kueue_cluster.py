@@ -19,12 +19,11 @@ import yaml
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, WORKLOADS, KubeClient, KubeError
 from airflow_jobs_plugin.cluster.objects import Meta
-from airflow_jobs_plugin.cluster.resources import Resource
+from airflow_jobs_plugin.cluster.resources import NAMESPACES
 from airflow_jobs_plugin.queueing import kueue
 
 log = logging.getLogger(__name__)
 
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 # A changed Kueue configuration is a redeployment of Kueue; reading it again every few minutes is enough.
 CONFIG_TTL_SECONDS = 300.0
 

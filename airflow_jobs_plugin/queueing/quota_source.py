@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from airflow_jobs_plugin.queueing.pools import Route, Way
 from airflow_jobs_plugin.queueing.quota.model import DEFAULT_POLICY_CONFIGMAP, QuotaPolicy
 
 OPT_OUT = ""  # quota_configmap="" on a task: run outside the deployment's pool
@@ -79,4 +80,32 @@ def opt_out_problem(
     return (
         f"quota_configmap='': group {group!r} may not run outside {where}; remove quota_configmap='' to "
         f"queue for its GPUs, or ask the platform admin to set 'opt_out: true' for the group in the policy"
+    )
+
+
+def route_problem(
+    source: QuotaSource, route: Route, group: str, namespace: str, policies: tuple[str, ...]
+) -> str | None:
+    """Why a task's submit fails against where the admission controller will route its job
+    (queueing/pools.py), or ``None``: its group is in no pool of a namespace that has pools (it could
+    never run), or the task named a pool, or none, other than the platform's choice."""
+    where = f"namespace {namespace!r}"
+    if route.unknown_group:
+        return f"group: {route.message}"
+    if source.opted_out and route.way is Way.POOL:
+        return (
+            f"quota_configmap='': group {group!r} is under the quota pool {route.policy!r} of {where}, and "
+            "only the platform decides which groups run outside it ('opt_out: true' for the group in the "
+            "policy); remove quota_configmap=''"
+        )
+    named = source.configmap if source.named_by == "the task's quota_configmap" else None
+    if named is None or named == route.policy:
+        return None
+    actual = f"the quota pool {route.policy!r}" if route.policy else "no quota pool"
+    fix = (
+        f"remove quota_configmap, or set it to {route.policy!r}" if route.policy else "remove quota_configmap"
+    )
+    return (
+        f"quota_configmap: {named!r} is not the pool of group {group!r}: the platform puts it under {actual} "
+        f"in {where} (policies there: {', '.join(policies) or 'none'}); {fix}"
     )

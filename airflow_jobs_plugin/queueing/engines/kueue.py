@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from airflow_jobs_plugin.cluster.kube import (
+    LOCAL_QUEUES,
     PENDING_IN_LOCAL_QUEUES,
     WORKLOADS,
     KubeClient,
@@ -47,6 +48,9 @@ POSITIONS_UNSERVED_SECONDS = 300.0
 # are read again this long after a burst of changes, and the triggers whose position moved look again.
 POSITIONS_SETTLE_SECONDS = 1.0
 POSITIONS_FORGET_SECONDS = 600.0  # a queue no trigger asked about for this long is no longer re-read
+# How long a LocalQueue read to judge a hand-over is trusted (a queue a platform admin just created or
+# activated is seen within this long).
+LOCAL_QUEUE_TTL_SECONDS = 5.0
 
 
 def _owner_name(obj: dict) -> str | None:
@@ -215,6 +219,7 @@ class KueueEngine(ThroughTheDoor):
         self.client: KubeClient = watch.client
         self.door = door
         self._workloads: _WorkloadSource | None = None
+        self._local_queues: dict[str, tuple[float, str | None]] = {}  # name -> (until, problem)
 
     def manages(self, job: dict) -> bool:
         """Whether ``job`` names a LocalQueue of Kueue's (then Kueue admits it, not the product)."""
@@ -224,7 +229,36 @@ class KueueEngine(ThroughTheDoor):
         """What Kueue says of a suspended job (``None`` once it is ruled, and for a job ruled already)."""
         if JobView(job).verdict:
             return None
-        return await self._status(job)
+        return await self._status(job, rule=True)
+
+    async def observe(self, job: dict) -> QueueStatus | None:
+        """What Kueue says of a suspended job, read only: a Workload Kueue deactivated for good is
+        reported as such (the admission controller rules on it), never ruled here."""
+        if JobView(job).verdict:
+            return None
+        return await self._status(job, rule=False)
+
+    async def queue_problem(self, queue: str) -> str | None:
+        """Why a job may not be handed to LocalQueue ``queue`` of this namespace now (``None``: it may),
+        read at most every LOCAL_QUEUE_TTL_SECONDS per queue (kueue.local_queue_problem)."""
+        loop = asyncio.get_running_loop()
+        cached = self._local_queues.get(queue)
+        if cached is not None and cached[0] > loop.time():
+            return cached[1]
+        namespace = self.watch.namespace
+        try:
+            found = await self.client.get_or_none(LOCAL_QUEUES, namespace, queue)
+            problem = kueue.local_queue_problem(found, queue, namespace)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+            # 404 on the resource itself: no Kueue API is served.
+            problem = (
+                f"the job is for Kueue LocalQueue {queue!r}, but the cluster serves no Kueue API "
+                f"{kueue.GROUP}/{kueue.VERSION}: it stays in the product's queue, charged to no one"
+            )
+        self._local_queues[queue] = (loop.time() + LOCAL_QUEUE_TTL_SECONDS, problem)
+        return problem
 
     def wake_after(self, job: dict, default: float) -> float:
         return wake_after(job, default, datetime.now(timezone.utc))
@@ -266,7 +300,7 @@ class KueueEngine(ThroughTheDoor):
         await source.watch.wait_synced(timeout=ENSURE_WAIT_SECONDS)
         return source.of(job) or await kueue_cluster.workload_of(self.client, job)
 
-    async def _status(self, job: dict) -> QueueStatus | None:
+    async def _status(self, job: dict, *, rule: bool) -> QueueStatus | None:
         source = self._workload_source()
         if not await source.start():
             missing = kueue.no_api_status(job)
@@ -277,6 +311,8 @@ class KueueEngine(ThroughTheDoor):
             workload = await self._workload_taking(job)
         ended = kueue.deactivation(workload)
         if ended is not None:
+            if not rule:
+                return QueueStatus(reason=kueue.INADMISSIBLE, message=f"{ended}; the job is failed for it")
             # Kueue will never admit it: the task ends now instead of waiting for ever. The verdict is
             # written alone; the job's suspend stays Kueue's (see kueue.py).
             await self.door.rule_kueue_job(job, Reason.DEACTIVATED.value, ended)

@@ -21,7 +21,7 @@ import asyncio
 import contextvars
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from weakref import WeakKeyDictionary, WeakSet
@@ -41,7 +41,7 @@ from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR, Scope, SharedWat
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.lifecycle import QueueStatus
-from airflow_jobs_plugin.queueing import kueue, quota
+from airflow_jobs_plugin.queueing import kueue, kueue_cluster, quota
 from airflow_jobs_plugin.queueing.engines.door import (
     ENSURE_WAIT_SECONDS,
     Door,
@@ -296,6 +296,9 @@ class Admission(ThroughTheDoor):
         self._ledger_access: dict[str, tuple[float, str | None]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
+        # Where the statuses of each pass go, by ledger unit (the admission controller publishes them on
+        # the unit's queue board: queueing/board.py); None in a process that publishes nothing.
+        self.board_sink: Callable[[str, Mapping[str, QueueStatus]], None] | None = None
 
     @classmethod
     def for_watch(
@@ -711,6 +714,10 @@ class Admission(ThroughTheDoor):
                 worker.seen[view.uid] = ledger.fingerprint(job)
                 if changed:
                     _wake(self.watch, view.name)
+            if self.board_sink is not None and problem is not None:
+                inadmissible = QueueStatus(reason="Inadmissible", message=problem)
+                unit = self._units.get(group, group)
+                self.board_sink(unit, {JobView(job).uid: inadmissible for job in jobs if JobView(job).uid})
             return
         policy = state.policy
         had_problem, worker.problem = worker.problem, None
@@ -724,12 +731,18 @@ class Admission(ThroughTheDoor):
             for g in members or (group,)
         )
         nodes = await self.door.nodes() if preempts else []
+        held = await self._kueue_holds([job for g in members or (group,) for job in self._group_jobs(g)])
         outcome = await ledger.admission_pass(
             self.client,
             ledger_namespace=self.quota_namespace,
             group=unit,
             policy=policy,
-            jobs=lambda: [job for g in members or (group,) for job in self._group_jobs(g)],
+            jobs=lambda: [
+                job
+                for g in members or (group,)
+                for job in self._group_jobs(g)
+                if JobView(job).uid not in held
+            ],
             hook=self.hook,
             rng=self._rng,
             cached=lambda: self._cached_ledger(unit, members),
@@ -764,8 +777,28 @@ class Admission(ThroughTheDoor):
         if outcome.unsuspend_due is not None:
             due.append(outcome.unsuspend_due)
         due.extend(await self._check_stuck(outcome, policy, now))
-        self._record(worker, outcome, policy, due, had_problem is not None)
+        self._record(worker, outcome, policy, due, had_problem is not None, held)
         worker.next_due = min(due)
+
+    async def _kueue_holds(self, jobs: list[dict]) -> dict[str, tuple[dict, str]]:
+        """The waiting jobs of a pass that are for Kueue but whose LocalQueue may not take them now (it
+        does not exist, or is not active), each with why: they stay out of the pass, charged to no one,
+        until it may (kueue.local_queue_problem). Whether Kueue takes a job that names no queue is read
+        from Kueue's configuration here; a Workload made for it is looked for only at its admission."""
+        held: dict[str, tuple[dict, str]] = {}
+        for job in jobs:
+            view = JobView(job)
+            if not (view.suspended and kueue.gated_by_pool(job)) or view.verdict or view.stopped:
+                continue
+            requested = view.annotations.get(labels.KUEUE_HANDOFF)
+            if not (
+                requested or kueue.manages(job) or await kueue_cluster.configured_to_take(self.client, job)
+            ):
+                continue
+            problem = await self.kueue.queue_problem(kueue.handoff_queue(job, requested))
+            if problem is not None:
+                held[view.uid] = (job, problem)
+        return held
 
     def _pods_of(self, job: dict) -> list[dict] | None:
         """A job's pods as this process's watch holds them; ``None`` for a job outside its namespace."""
@@ -819,6 +852,7 @@ class Admission(ThroughTheDoor):
         policy: quota.QuotaPolicy,
         due: list[datetime],
         force_wake: bool,
+        held: Mapping[str, tuple[dict, str]] | None = None,
     ) -> None:
         decisions = {d.job.uid: d for d in outcome.decisions}
         statuses: dict[str, QueueStatus | None] = {}
@@ -833,14 +867,22 @@ class Admission(ThroughTheDoor):
                     due.append(decision.job.queued_at + timeout)
         for uid, problem in outcome.view.unreadable.items():
             statuses[uid] = QueueStatus(reason="Inadmissible", message=problem)
+        for uid, (job, problem) in (held or {}).items():
+            statuses[uid] = QueueStatus(reason="Inadmissible", message=problem)
+            worker.seen[uid] = ledger.fingerprint(job)
+            if force_wake or statuses[uid] != worker.statuses.get(uid):
+                _wake(self.watch, JobView(job).name)
         for uid, job in outcome.view.by_uid.items():
             worker.seen[uid] = ledger.fingerprint(job)
             if force_wake or statuses.get(uid) != worker.statuses.get(uid):
                 _wake(self.watch, JobView(job).name)
-        for uid in set(worker.seen) - set(outcome.view.by_uid):
+        for uid in set(worker.seen) - set(outcome.view.by_uid) - set(held or {}):
             del worker.seen[uid]
         worker.decisions = decisions
         worker.statuses = statuses
+        if self.board_sink is not None:
+            unit = self._units.get(worker.group, worker.group)
+            self.board_sink(unit, {uid: status for uid, status in statuses.items() if status is not None})
 
     async def _check_stuck(
         self, outcome: ledger.PassOutcome, policy: quota.QuotaPolicy, now: datetime

@@ -1,8 +1,11 @@
-"""The unmanaged engine: without a quota pool, a suspended job is let go (unsuspended) at once.
+"""The unmanaged engine: without a quota pool, a suspended job is let go at once.
 
 After its retry back-off, and never while a user holds it stopped (past its own queue timeout a stopped
-job fails as the timeout says). A job that can never be placed is failed first (engines.ruling), and a
-job Kueue manages (it names a LocalQueue, or Kueue manages every job) is the Kueue engine's.
+job fails as the timeout says). A job that can never be placed is failed first (engines.ruling). Every
+job is created behind the pool's admission gate (``kueue.POOL_GATE``), so letting it go is one of two
+writes: a job Kueue is to take (it asks for a LocalQueue, Kueue gave it its ``default`` one at creation,
+or Kueue manages every job) is handed over -- the gate removed, the LocalQueue named -- once that queue
+exists and is active; any other is unsuspended. A job already handed to Kueue is the Kueue engine's.
 """
 
 from __future__ import annotations
@@ -12,14 +15,15 @@ from weakref import WeakKeyDictionary
 
 from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
 from airflow_jobs_plugin.cluster.watch import SharedWatch
-from airflow_jobs_plugin.jobs import kinds
+from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.lifecycle import QueueStatus
+from airflow_jobs_plugin.queueing import kueue
 from airflow_jobs_plugin.queueing.engines.door import Door, ThroughTheDoor
 from airflow_jobs_plugin.queueing.engines.kueue import KueueEngine
 from airflow_jobs_plugin.queueing.engines.ruling import not_before, wake_after
 from airflow_jobs_plugin.queueing.quota import ledger
-from airflow_jobs_plugin.queueing.quota.ledger import unsuspend_patch
+from airflow_jobs_plugin.queueing.quota.ledger import handoff_patch, unsuspend_patch
 from airflow_jobs_plugin.queueing.quota.model import QueuedJob, Verdict
 from airflow_jobs_plugin.queueing.quota.requeue import format_duration, queue_timed_out
 
@@ -52,14 +56,22 @@ class UnmanagedEngine(ThroughTheDoor):
         """Called while ``job`` is suspended: let it go if it may run now, else say why it waits."""
         if JobView(job).verdict:
             return None
-        if self.kueue.manages(job) or await self.kueue.takes(job):
+        if self.kueue.manages(job) and not kueue.gated_by_pool(job):
             # Kueue admits it; unsuspending it would only make Kueue suspend it again (kueue.py).
             return await self.kueue.ensure(job)
-        ruling = await self.door.ruling_before_queue(job, pooled=False)
-        if ruling is not None:
-            await self.door.rule(job, ruling.reason, ruling.message)
-            return None
-        return await self._admit_at_once(job)
+        to_kueue = await self._for_kueue(job)
+        if not to_kueue:
+            ruling = await self.door.ruling_before_queue(job, pooled=False)
+            if ruling is not None:
+                await self.door.rule(job, ruling.reason, ruling.message)
+                return None
+        return await self._admit_at_once(job, to_kueue)
+
+    async def _for_kueue(self, job: dict) -> bool:
+        """Whether ``job`` is to be handed to Kueue rather than unsuspended."""
+        if JobView(job).annotations.get(labels.KUEUE_HANDOFF) or self.kueue.manages(job):
+            return True
+        return kueue.gated_by_pool(job) and await self.kueue.takes(job)
 
     def wake_after(self, job: dict, default: float) -> float:
         return wake_after(job, default, _now())
@@ -73,7 +85,7 @@ class UnmanagedEngine(ThroughTheDoor):
     async def close(self) -> None:
         await self.kueue.close()
 
-    async def _admit_at_once(self, job: dict) -> QueueStatus | None:
+    async def _admit_at_once(self, job: dict, to_kueue: bool) -> QueueStatus | None:
         now = _now()
         if ledger.is_stopped(job):
             return await self._hold_stopped(job, now)
@@ -85,12 +97,24 @@ class UnmanagedEngine(ThroughTheDoor):
             )
         resource = kinds.kind_of(job).resource
         meta = JobView(job)
+        if to_kueue:
+            queue = kueue.handoff_queue(job, meta.annotations.get(labels.KUEUE_HANDOFF))
+            problem = await self.kueue.queue_problem(queue)
+            if problem is not None:
+                return QueueStatus(reason="Inadmissible", message=problem)
+            patch = handoff_patch(job, now)
+        else:
+            patch = unsuspend_patch(job, now, conditional=False)
+            if kueue.gated_by_pool(job):
+                # No Kueue takes it: the gate is the product's own mark, gone with the admission.
+                patch["metadata"]["annotations"][kueue.ADMISSION_GATE_ANNOTATION] = (
+                    kueue.gate_annotation_without_pool(job)
+                )
         try:
-            patched = await self.client.merge_patch(
-                resource, meta.namespace, meta.name, unsuspend_patch(job, now, conditional=False)
-            )
+            patched = await self.client.merge_patch(resource, meta.namespace, meta.name, patch)
         except KubeError as exc:
-            if not exc.not_found:
+            # Gone, or changed since it was read (the hand-over is conditional): its next look decides.
+            if not (exc.not_found or exc.conflict):
                 raise
             return None
         # Fold the unsuspended job into the shared watch now, as the quota path does: its pods can

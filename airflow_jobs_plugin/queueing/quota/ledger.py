@@ -257,11 +257,7 @@ def handoff_patch(job: Mapping[str, Any], admitted_at: datetime) -> dict:
     is the one the task asked for (``labels.KUEUE_HANDOFF``), else the one Kueue gave the job at
     creation, else -- a Kueue that manages every job took it without one -- Kueue's ``default``.
     """
-    queue = (
-        JobView(job).annotations.get(labels.KUEUE_HANDOFF)
-        or kueue.queue_name(job)
-        or kueue.DEFAULT_LOCAL_QUEUE
-    )
+    queue = kueue.handoff_queue(job, JobView(job).annotations.get(labels.KUEUE_HANDOFF))
     annotations: dict[str, Any] = {labels.ADMITTED_AT: rfc3339(admitted_at)}
     if kueue.gated_by_pool(job):
         annotations[kueue.ADMISSION_GATE_ANNOTATION] = kueue.gate_annotation_without_pool(job)

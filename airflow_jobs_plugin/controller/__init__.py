@@ -1,0 +1,1 @@
+"""The admission controller: the one identity that admits, rules on and ends the product's jobs."""
