@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
+from controller_fixture import ControllerThread
 
 CONNECTION_ENV = "AIRFLOW_CONN_KUBERNETES_DEFAULT"
 # A kubeconfig of a real cluster: the tests marked ``real_cluster`` run there instead of on the simulator
@@ -32,8 +33,12 @@ def real_cluster_kubeconfig() -> str | None:
     return os.environ.get(REAL_CLUSTER_ENV) or None
 
 
-def cluster_fixture(nodes: int, gpus_per_node: int = 8, time_scale: float = 0.01, **config):
-    """A module-scoped simulated cluster of ``nodes`` GPU nodes (``config``: more ClusterConfig fields)."""
+def cluster_fixture(
+    nodes: int, gpus_per_node: int = 8, time_scale: float = 0.01, *, controller: bool = True, **config
+):
+    """A module-scoped simulated cluster of ``nodes`` GPU nodes (``config``: more ClusterConfig fields),
+    with its admission controller running beside it (``controller=False``: none, for tests that drive
+    the quota pool's engine themselves). On a real cluster the tier's own controller process admits."""
 
     @pytest.fixture(scope="module")
     def cluster():
@@ -44,7 +49,11 @@ def cluster_fixture(nodes: int, gpus_per_node: int = 8, time_scale: float = 0.01
         with SimCluster(
             ClusterConfig(nodes=nodes, gpus_per_node=gpus_per_node, time_scale=time_scale, **config)
         ) as sim:
-            yield sim
+            if not controller:
+                yield sim
+                return
+            with ControllerThread(sim.kubeconfig_path):
+                yield sim
 
     return cluster
 

@@ -33,6 +33,8 @@ from airflow_jobs_plugin.queueing.quota.model import DEFAULT_POLICY_CONFIGMAP, Q
 
 POLICY_LABEL = f"{labels.PREFIX}/quota-policy"
 POLICY_LABEL_VALUE = "true"
+# The labels a platform puts on a policy ConfigMap that is not the default one.
+POLICY_LABELS = {POLICY_LABEL: POLICY_LABEL_VALUE}
 
 
 def is_policy(name: str, object_labels: Mapping[str, str]) -> bool:

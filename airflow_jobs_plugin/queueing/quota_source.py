@@ -13,6 +13,7 @@ name (``airflow-jobs-quota-policy``) not found means the cluster has no pool ins
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from airflow_jobs_plugin.queueing.pools import Route, Way
@@ -98,14 +99,24 @@ def route_problem(
             "only the platform decides which groups run outside it ('opt_out: true' for the group in the "
             "policy); remove quota_configmap=''"
         )
-    named = source.configmap if source.named_by == "the task's quota_configmap" else None
-    if named is None or named == route.policy:
+    named = source.configmap if source.must_exist else None
+    if named is None or named == route.policy or (route.way is Way.HOLD and route.policy is None):
+        # A group two policies name is the platform's to fix: the job waits, saying so.
         return None
+    if named not in policies:
+        close = difflib.get_close_matches(named, policies, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return (
+            f"quota_configmap: the quota policy ConfigMap {named!r} (named by {source.named_by}) does not exist "
+            f"in namespace {namespace!r}{hint} (policies there: {', '.join(policies) or 'none'}); the cluster "
+            "chooses a group's pool, so remove quota_configmap, or fix the name"
+        )
     actual = f"the quota pool {route.policy!r}" if route.policy else "no quota pool"
     fix = (
         f"remove quota_configmap, or set it to {route.policy!r}" if route.policy else "remove quota_configmap"
     )
     return (
-        f"quota_configmap: {named!r} is not the pool of group {group!r}: the platform puts it under {actual} "
+        f"quota_configmap: {named!r} (named by {source.named_by}) is not the pool of group {group!r}: the "
+        f"platform puts it under {actual} "
         f"in {where} (policies there: {', '.join(policies) or 'none'}); {fix}"
     )

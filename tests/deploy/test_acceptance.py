@@ -24,6 +24,7 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
 from airflow_jobs_plugin.readmodel import inspect
 from airflow_jobs_plugin.readmodel.views import job_detail
@@ -173,7 +174,7 @@ def test_a_job_under_a_quota_pool_is_admitted_by_the_pool_and_leaves_no_reservat
             await client.delete(CONFIGMAPS, NAMESPACE, policy)
             await client.delete(CONFIGMAPS, NAMESPACE, quota.ledger_name("acceptance"))
             body = {
-                "metadata": {"name": policy},
+                "metadata": {"name": policy, "labels": POLICY_LABELS},
                 "data": {quota.POLICY_KEY: "groups:\n  acceptance: {gpus: 4}\n"},
             }
             await client.create(CONFIGMAPS, NAMESPACE, body)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from controller_fixture import ControllerThread
 from task_doubles import task_context
 
 from airflow_jobs_plugin import metrics
@@ -17,6 +18,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import KubeError
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.queueing.quota.requeue import Requeue, RequeueLimitReached
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,14 +150,20 @@ def test_a_job_under_the_pool_emits_its_pool_its_wait_and_its_outcome(stats, mon
 
     from airflow_jobs_plugin.airflow.operators import JobOperator
 
-    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01)) as cluster:
+    with (
+        SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01)) as cluster,
+        ControllerThread(cluster.kubeconfig_path),
+    ):
         monkeypatch.setenv(
             "AIRFLOW_CONN_KUBERNETES_DEFAULT",
             json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": cluster.kubeconfig_path}}),
         )
         cluster.store.create(
             "configmaps",
-            {"metadata": {"name": "policy"}, "data": {"policy.yaml": "groups:\n  vision: {gpus: 8}\n"}},
+            {
+                "metadata": {"name": "policy", "labels": POLICY_LABELS},
+                "data": {"policy.yaml": "groups:\n  vision: {gpus: 8}\n"},
+            },
             "default",
         )
         scenario = {"sim.airflow-jobs.io/scenario": json.dumps({"main": {"run": 1}})}

@@ -30,6 +30,7 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient, KubeE
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing import kueue, quota
 from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 
 pytestmark = [
     pytest.mark.real_cluster,
@@ -157,7 +158,9 @@ def pool(kubeconfig: str, namespace: str, policy: str) -> None:
         client = await _client(kubeconfig)
         try:
             await client.create(
-                CONFIGMAPS, namespace, {"metadata": {"name": POLICY}, "data": {quota.POLICY_KEY: policy}}
+                CONFIGMAPS,
+                namespace,
+                {"metadata": {"name": POLICY, "labels": POLICY_LABELS}, "data": {quota.POLICY_KEY: policy}},
             )
         finally:
             await client.close()

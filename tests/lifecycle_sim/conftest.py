@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
+from controller_fixture import ControllerThread
 
 from .bench import Bench
 
@@ -15,9 +16,14 @@ def cluster():
     """A full cluster at 100x speed. Exec mode runs a container's ``command`` as a local process,
     which is how a pod is kept in its termination grace period; containers without a command
     follow their scenario as usual."""
-    with SimCluster(
-        ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.01, bookmark_interval=0.3, exec_commands=True)
-    ) as running:
+    with (
+        SimCluster(
+            ClusterConfig(
+                nodes=2, gpus_per_node=8, time_scale=0.01, bookmark_interval=0.3, exec_commands=True
+            )
+        ) as running,
+        ControllerThread(running.kubeconfig_path),
+    ):
         yield running
 
 

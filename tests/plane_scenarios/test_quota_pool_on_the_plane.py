@@ -28,6 +28,7 @@ from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, KubeClient
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
 from airflow_jobs_plugin.queueing.quota.ledger_model import decode
 
@@ -114,7 +115,7 @@ def quota_pool(cluster):
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": POLICY},
+            "metadata": {"name": POLICY, "labels": POLICY_LABELS},
             "data": {quota.POLICY_KEY: f"groups:\n  {GROUP}: {{gpus: {QUOTA}, user_gpus: {QUOTA}}}\n"},
         }
         await create_or_replace(client, body, NAMESPACE)

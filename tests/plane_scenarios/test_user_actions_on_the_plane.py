@@ -27,6 +27,7 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, PODS, KubeClien
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.queueing.quota.ledger import read_ledger
 from airflow_jobs_plugin.readmodel import inspect
 
@@ -60,7 +61,7 @@ def quota_pool(cluster):
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": POLICY},
+            "metadata": {"name": POLICY, "labels": POLICY_LABELS},
             "data": {quota.POLICY_KEY: f"groups:\n  {GROUP}: {{gpus: 8}}\n"},
         }
         await create_or_replace(client, body, NAMESPACE)

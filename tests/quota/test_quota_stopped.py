@@ -149,7 +149,7 @@ def test_a_job_its_trigger_released_gives_its_gpus_back_whatever_its_pods_still_
     released = ObservedJob(terminal=True, holding_pods=True, released=True)
     (drop,) = reconcile_drops(ledger, {"uid-done": released})
     assert drop.reason is DropReason.RELEASED
-    assert drop.message.endswith("the job is over and its task let it go")
+    assert drop.message.endswith("the job is over (the admission controller saw it end)")
 
 
 def test_the_stop_annotations_are_read_from_the_job():

@@ -19,6 +19,7 @@ from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.queueing.engines import pool as admission
+from airflow_jobs_plugin.queueing.pools import POLICY_LABEL, POLICY_LABEL_VALUE
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from tests.patience import Deadline
 
@@ -27,7 +28,8 @@ SCENARIO = "sim.airflow-jobs.io/scenario"
 _CREATED: list[tuple[Resource, str]] = []
 
 
-cluster = cluster_fixture(nodes=4)
+# The tests here drive the quota pool's engine themselves: no admission controller beside them.
+cluster = cluster_fixture(nodes=4, controller=False)
 connection = connection_fixture()
 
 
@@ -56,7 +58,8 @@ async def put_policy(client: KubeClient, name: str, text: str) -> None:
     body = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name},
+        # Labelled as a policy, as a platform installs one: the admission controller finds it by it.
+        "metadata": {"name": name, "labels": {POLICY_LABEL: POLICY_LABEL_VALUE}},
         "data": {quota.POLICY_KEY: text},
     }
     await client.create(CONFIGMAPS, NAMESPACE, body)

@@ -14,7 +14,7 @@ from airflow_jobs_plugin.queueing.engines.pool import Admission
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, unique, wait_for
 
-cluster = cluster_fixture(nodes=3)
+cluster = cluster_fixture(nodes=3, controller=False)
 
 
 async def put_pool(client, name: str, policy: str, charging: str | None = None) -> None:

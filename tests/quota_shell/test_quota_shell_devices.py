@@ -15,7 +15,7 @@ from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, p
 
 MIG = "nvidia.com/mig-1g.10gb"
 
-cluster = cluster_fixture(nodes=2, devices_per_node=((MIG, 7),))
+cluster = cluster_fixture(nodes=2, devices_per_node=((MIG, 7),), controller=False)
 
 
 async def test_a_mig_job_is_charged_the_groups_slices_and_a_whole_gpu_job_its_gpus(client):

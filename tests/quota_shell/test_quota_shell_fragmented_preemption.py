@@ -22,7 +22,7 @@ from .conftest import NAMESPACE, annotation, create_jobs, job_body, put_policy, 
 
 pytestmark = [pytest.mark.real_cluster]
 
-cluster = cluster_fixture(nodes=2)
+cluster = cluster_fixture(nodes=2, controller=False)
 
 
 async def _running_on(client, job: dict) -> set[str]:

@@ -16,7 +16,7 @@ from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
 
-cluster = cluster_fixture(nodes=2)
+cluster = cluster_fixture(nodes=2, controller=False)
 
 
 async def test_a_torchrun_job_that_only_half_fits_is_requeued_whole_and_holds_no_gpus(client):

@@ -20,7 +20,7 @@ from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, put_policy, unique, wait_for
 
 # CPU nodes only: the GPU pool is at zero.
-cluster = cluster_fixture(nodes=1, gpus_per_node=0)
+cluster = cluster_fixture(nodes=1, gpus_per_node=0, controller=False)
 SHAPES = "[{labels: {pool: gpu}, resources: {nvidia.com/gpu: 8}}]"
 
 

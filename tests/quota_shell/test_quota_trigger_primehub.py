@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+from sim_fixtures import cluster_fixture
+
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
 from airflow_jobs_plugin.cluster.kube import JOBS
 
@@ -25,6 +27,9 @@ from .conftest import (
 )
 
 WAITING = ("(GroupQuota)", "(UserQuota)", "(BehindHead)", "(Inadmissible)")
+
+# Triggers observe; the admission controller beside the cluster admits.
+cluster = cluster_fixture(nodes=4)
 
 
 async def run_triggers(policy: str, *names: str) -> list[dict]:

@@ -11,6 +11,7 @@ import pytest
 from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from airflow_jobs_sim import ClusterConfig, SimCluster
+from controller_fixture import ControllerThread
 from task_doubles import task_context
 
 from airflow_jobs_plugin.airflow.job_sensor_trigger import JobSensorTrigger
@@ -19,6 +20,7 @@ from airflow_jobs_plugin.airflow.triggers import JobTrigger
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.jobs.spec import JobSpecError, TaskIdentity
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.queueing.quota import parse_policy
 
 GOOD = {"task_id": "train", "image": "registry.example/trainer:1", "group": "vision", "gpus": 1}
@@ -137,7 +139,10 @@ def test_any_dag_id_gives_a_valid_job_name(dag_id):
 
 @pytest.fixture(scope="module")
 def cluster():
-    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01)) as sim:
+    with (
+        SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01)) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         yield sim
 
 
@@ -163,7 +168,7 @@ def put_policy(cluster, name: str, text: str) -> None:
     async def go():
         client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
         try:
-            body = {"metadata": {"name": name}, "data": {"policy.yaml": text}}
+            body = {"metadata": {"name": name, "labels": POLICY_LABELS}, "data": {"policy.yaml": text}}
             await client.create(CONFIGMAPS, "default", body)
         finally:
             await client.close()

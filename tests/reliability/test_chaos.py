@@ -32,6 +32,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.lifecycle import snapshot
 from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.queueing.quota.ledger_model import LEDGER_NAME_PREFIX
 
 from .chaos_harness import (
@@ -89,7 +90,10 @@ def prepare(cluster) -> None:
             cluster.store.patch(
                 "nodes", f"sim-node-{index}", {"metadata": {"labels": {POOL_LABEL: POOL_MAIN}}}, "merge"
             )
-        body = {"metadata": {"name": POLICY_NAME}, "data": {quota.POLICY_KEY: POLICY_YAML}}
+        body = {
+            "metadata": {"name": POLICY_NAME, "labels": POLICY_LABELS},
+            "data": {quota.POLICY_KEY: POLICY_YAML},
+        }
         cluster.store.create("configmaps", body, NAMESPACE)
 
     cluster.call(on_loop)

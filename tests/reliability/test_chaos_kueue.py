@@ -19,6 +19,7 @@ from collections import Counter
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
 from airflow_jobs_sim.config import KueueConfig
+from controller_fixture import ControllerThread
 from sim_fixtures import connection_fixture, real_cluster_kubeconfig
 
 from airflow_jobs_plugin.jobs import labels
@@ -48,7 +49,10 @@ GPU = "nvidia.com/gpu"
 
 @pytest.fixture(scope="module")
 def cluster():
-    with SimCluster(ClusterConfig(nodes=NODES, gpus_per_node=8, time_scale=0.02, kueue=KueueConfig())) as sim:
+    with (
+        SimCluster(ClusterConfig(nodes=NODES, gpus_per_node=8, time_scale=0.02, kueue=KueueConfig())) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         yield sim
 
 

@@ -10,6 +10,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from airflow_jobs_sim import ClusterConfig, SimCluster
 from airflow_jobs_sim.kubeconfig import kubeconfig_text
+from controller_fixture import ControllerThread
 from task_doubles import task_context
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
@@ -21,7 +22,10 @@ DAG_SECRET = "s3cr3t-wandb-key"
 
 @pytest.fixture(scope="module")
 def guarded_cluster():
-    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01, token=TOKEN)) as sim:
+    with (
+        SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01, token=TOKEN)) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         yield sim
 
 

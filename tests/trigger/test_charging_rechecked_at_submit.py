@@ -15,6 +15,7 @@ from task_doubles import FakeTI, StateStore
 from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 
 POLICY = "groups:\n  team: {gpus: 4}\n  big: {gpus: 64}\n"
 CHARGING = "folders:\n  /dags/team: {groups: [team], users: [alice]}\n"
@@ -31,7 +32,9 @@ def charging_files(tmp_path, monkeypatch):
 async def put_pool(client: KubeClient, charging: str | None = None) -> str:
     name = f"policy-{uuid.uuid4().hex[:6]}"
     data = {quota.POLICY_KEY: POLICY, **({quota.model.CHARGING_KEY: charging} if charging else {})}
-    await client.create(CONFIGMAPS, "default", {"metadata": {"name": name}, "data": data})
+    await client.create(
+        CONFIGMAPS, "default", {"metadata": {"name": name, "labels": POLICY_LABELS}, "data": data}
+    )
     return name
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster, auth
 from airflow_jobs_sim import kubeconfig as kubeconfig_file
+from controller_fixture import ControllerThread
 from sim_fixtures import CONNECTION_ENV, connection_env
 
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
@@ -54,11 +55,18 @@ def soak(request) -> Soak:
 
 @pytest.fixture(scope="module")
 def cluster(soak):
-    with SimCluster(
-        ClusterConfig(
-            nodes=soak.jobs // 8 + 1, gpus_per_node=8, time_scale=TIME_SCALE, token=SECRET, token_ttl=soak.ttl
-        )
-    ) as sim:
+    with (
+        SimCluster(
+            ClusterConfig(
+                nodes=soak.jobs // 8 + 1,
+                gpus_per_node=8,
+                time_scale=TIME_SCALE,
+                token=SECRET,
+                token_ttl=soak.ttl,
+            )
+        ) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         yield sim
 
 

@@ -10,6 +10,7 @@ import pytest
 from airflow_jobs_sim.cluster import SimCluster
 from airflow_jobs_sim.config import ClusterConfig, KueueConfig
 from airflow_jobs_sim.controllers.kueue import workload_name
+from controller_fixture import ControllerThread
 from sim_fixtures import real_cluster_kubeconfig
 
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
@@ -17,6 +18,7 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.manifests import kueue_handoff
 from airflow_jobs_plugin.queueing import kueue
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 
 from .conftest import job_manifest, task_identity
 
@@ -28,7 +30,10 @@ GPU = "nvidia.com/gpu"
 
 @pytest.fixture(scope="module")
 def cluster():
-    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.01, kueue=KueueConfig())) as sim:
+    with (
+        SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.01, kueue=KueueConfig())) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         sim.store.create("resourceflavors", {"metadata": {"name": "default-flavor"}})
         yield sim
 
@@ -191,7 +196,7 @@ async def test_a_user_over_their_limit_waits_in_front_of_kueue_without_blocking_
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": policy},
+            "metadata": {"name": policy, "labels": POLICY_LABELS},
             "data": {"policy.yaml": "groups:\n  vision: {gpus: 2, user_gpus: 2}\n"},
         },
     )

@@ -15,7 +15,7 @@ from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.queueing.quota import ledger
 
-from .conftest import job_manifest, task_identity
+from .conftest import held_back, job_manifest, task_identity
 from .test_trigger_scenarios import run_trigger
 
 # Nothing here is the simulator's: the same scenario runs against mpi-operator v0.8.2 on the real plane.
@@ -33,7 +33,8 @@ async def _until(read, holds, tries: int = 400):
 
 
 async def test_an_mpijob_ruled_while_queued_ends_failed_and_starts_no_pod(client):
-    body = job_manifest(task_identity(), workers=2, gpus=1)
+    # Held in its queue (a retry back-off), so the admission controller lets the ruling below come first.
+    body = held_back(job_manifest(task_identity(), workers=2, gpus=1), 120)
     name = body["metadata"]["name"]
     await client.create(MPIJOBS, "default", body)
 
@@ -77,10 +78,10 @@ async def test_an_mpijob_ruled_while_queued_ends_failed_and_starts_no_pod(client
     assert conditions(mpijob)[-1]["type"] == "Failed" and mpijob["spec"]["runPolicy"]["suspend"] is True
 
 
-async def test_a_trigger_ends_an_mpijob_whose_ruling_process_stopped_before_writing_its_failed_condition(
+async def test_the_controller_ends_an_mpijob_whose_ruling_process_stopped_before_writing_its_failed_condition(
     client,
 ):
-    body = job_manifest(task_identity("ruled_half"), workers=2, gpus=1)
+    body = held_back(job_manifest(task_identity("ruled_half"), workers=2, gpus=1), 120)
     name = body["metadata"]["name"]
     await client.create(MPIJOBS, "default", body)
     queued = await _until(

@@ -16,6 +16,7 @@ from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.spec import JobSpecError
 from airflow_jobs_plugin.queueing.engines import pool as admission
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 
 _runs = iter(range(1, 10_000))
 
@@ -332,7 +333,9 @@ def create_policy(cluster, name: str, text: str) -> None:
         client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
         try:
             await client.create(
-                CONFIGMAPS, "default", {"metadata": {"name": name}, "data": {"policy.yaml": text}}
+                CONFIGMAPS,
+                "default",
+                {"metadata": {"name": name, "labels": POLICY_LABELS}, "data": {"policy.yaml": text}},
             )
         finally:
             await client.close()
@@ -372,7 +375,10 @@ def test_leaving_the_deployments_pool_is_refused_unless_the_policy_allows_it_for
 ):
     op = operator(quota_configmap="")
     run_id = f"run-{next(_runs)}"
-    with pytest.raises(AirflowFailException, match=r"group 'vision' may not run outside the quota pool"):
+    with pytest.raises(
+        AirflowFailException,
+        match=r"group 'vision' is under the quota pool 'pool-\d+' .* only the platform decides",
+    ):
         op.execute(context_for(op, run_id, 1, StateStore()))
     assert jobs_of(cluster, op, run_id) == []
     allowed = operator(quota_configmap="", group="speech")

@@ -18,6 +18,7 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, NODES, PODS, KubeClient
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing.engines import pool as admission
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 
 PRODUCT = "nvidia.com/gpu.product"
 A100, H100 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"
@@ -52,7 +53,11 @@ async def put_policy(client: KubeClient) -> str:
         "groups:\n"
         "  vision: {gpus: 0, flavors: {a100: 8, h100: 8}}\n"
     )
-    await client.create(CONFIGMAPS, "default", {"metadata": {"name": name}, "data": {"policy.yaml": text}})
+    await client.create(
+        CONFIGMAPS,
+        "default",
+        {"metadata": {"name": name, "labels": POLICY_LABELS}, "data": {"policy.yaml": text}},
+    )
     return name
 
 

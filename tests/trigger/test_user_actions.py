@@ -22,6 +22,7 @@ from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.outcome import DELETED_BY_SOMEONE
 from airflow_jobs_plugin.jobs.spec import TaskIdentity
 from airflow_jobs_plugin.queueing.engines import pool as admission
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.readmodel import inspect
 
 _runs = iter(range(1, 10_000))
@@ -321,7 +322,9 @@ def test_a_job_deleted_by_hand_under_a_quota_gives_its_gpus_back(cluster):
         try:
             text = "groups:\n  vision: {gpus: 8}\n"
             await client.create(
-                CONFIGMAPS, "default", {"metadata": {"name": policy}, "data": {"policy.yaml": text}}
+                CONFIGMAPS,
+                "default",
+                {"metadata": {"name": policy, "labels": POLICY_LABELS}, "data": {"policy.yaml": text}},
             )
         finally:
             await client.close()

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
+from controller_fixture import ControllerThread
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, PODS, KubeClient
 from airflow_jobs_plugin.cluster.objects import condition_true
@@ -24,6 +25,7 @@ from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import WAIT_FOR_WORKERS_CONTAINER, TaskIdentity, validate
 from airflow_jobs_plugin.queueing import quota
+from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.queueing.quota.ledger import admission_pass, read_ledger, unsuspend_patch
 from airflow_jobs_plugin.queueing.quota.ledger_model import UNSUSPEND_GRACE
 from airflow_jobs_plugin.readmodel.inspect import (
@@ -46,7 +48,10 @@ NO_QUOTA = Target(namespace=NAMESPACE, quota_configmap=None)
 
 @pytest.fixture
 def cluster():
-    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim:
+    with (
+        SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         yield sim
 
 
@@ -175,7 +180,10 @@ def scenario(
                 await client.create(
                     CONFIGMAPS,
                     NAMESPACE,
-                    {"metadata": {"name": target.quota_configmap}, "data": {quota.POLICY_KEY: policy}},
+                    {
+                        "metadata": {"name": target.quota_configmap, "labels": POLICY_LABELS},
+                        "data": {quota.POLICY_KEY: policy},
+                    },
                 )
             await body(Cluster(client, target, policy, unit))
         finally:

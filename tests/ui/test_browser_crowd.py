@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
+from controller_fixture import ControllerThread
 
 from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
 from airflow_jobs_plugin.jobs.manifests import build_manifest
@@ -88,7 +89,10 @@ def crowded(tmp_path_factory):
     """The simulated cluster with the crowd, and an Airflow API server reading its namespace."""
     from tests.ui.server import start
 
-    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim:
+    with (
+        SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         name = populate(sim)
         server = start(tmp_path_factory.mktemp("airflow-home"), sim.kubeconfig_path, namespace=NAMESPACE)
         try:

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
+from controller_fixture import ControllerThread
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, JOBS, PODS, KubeClient
 from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR as MANAGED
@@ -226,7 +227,10 @@ def test_the_sweep_cancels_a_running_orphan_and_frees_its_quota_and_keeps_the_re
         finally:
             await client.close()
 
-    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim:
+    with (
+        SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         asyncio.run(scenario(sim))
 
 
@@ -334,7 +338,10 @@ def test_the_sweep_reads_metadata_in_pages_and_whole_only_the_jobs_it_would_canc
         finally:
             await client.close()
 
-    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim:
+    with (
+        SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim,
+        ControllerThread(sim.kubeconfig_path),
+    ):
         asyncio.run(scenario(sim))
 
 
@@ -381,6 +388,7 @@ def test_each_sweep_runs_on_a_loop_and_thread_of_its_own(monkeypatch):
 SWEEP_DAG = """
 from airflow.sdk import DAG
 from airflow.providers.standard.operators.python import PythonOperator
+from controller_fixture import ControllerThread
 
 
 def boom():

@@ -457,7 +457,7 @@ class Drop:
         r = self.reservation
         what = {
             DropReason.GONE: "no longer exists",
-            DropReason.RELEASED: "is over and its task let it go",
+            DropReason.RELEASED: "is over (the admission controller saw it end)",
             DropReason.FINISHED: "has finished",
             DropReason.REQUEUED: "was requeued",
             DropReason.STOPPED: "was stopped by a user",
