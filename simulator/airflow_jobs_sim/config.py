@@ -97,6 +97,12 @@ class ResourceType:
     )
     # An add-on whose CRDs the resource belongs to ("kueue"): served only by clusters that install it.
     addon: str = ""
+    # The registry strategy's AllowCreateOnUpdate and AllowUnconditionalUpdate (k8s.io/apiserver v0.36.3
+    # pkg/registry/generic/registry/store.go ``Update``): a PUT of a missing object creates it; a PUT
+    # without metadata.resourceVersion overwrites the stored object (else it is 422 Invalid). Set for the
+    # kinds whose strategy says so where the product relies on it (Leases).
+    create_on_update: bool = False
+    unconditional_update: bool = True
 
     @property
     def api_version(self) -> str:
@@ -292,6 +298,18 @@ RESOURCES: dict[str, ResourceType] = {
             "v1",
             namespaced=False,
             short_names=("pc",),
+        ),
+        # Leader election's Leases (kubernetes v1.36.3 pkg/registry/coordination/lease/strategy.go: created
+        # by a PUT of a missing one, never updated without a resourceVersion).
+        ResourceType(
+            "leases",
+            "lease",
+            "Lease",
+            "coordination.k8s.io",
+            "v1",
+            namespaced=True,
+            create_on_update=True,
+            unconditional_update=False,
         ),
         # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2 config/components/crd; v1beta2 is the storage
         # version there, apis/kueue/v1beta2/*_types.go).

@@ -604,9 +604,11 @@ class ApiServer:
         delay = self.faults.latency_for(verb, counted)
         if delay > 0:
             await asyncio.sleep(delay)
-        injected = self.faults.error_for(verb, counted)
+        caller = request.get("sim.user")
+        user = caller.name if caller is not None else ""
+        injected = self.faults.error_for(verb, counted, user)
         if injected is not None:
-            return _error_response(injected, self.faults.retry_after(verb, counted))
+            return _error_response(injected, self.faults.retry_after(verb, counted, user))
         if self.config.rbac:
             attributes = rbac.Request(verb, rtype.group, rtype.plural, sub or "", namespace or "", name or "")
             self._authorize(request, attributes, rtype)
@@ -642,9 +644,11 @@ class ApiServer:
             return _warn(_json(self.store.create(rtype.plural, body, namespace), 201), warnings)
         if verb == "update":
             body, warnings = self._decoded(request, rtype, await self._body(request))
+            old = self._current(rtype, name or "", namespace)
+            # A kind whose strategy allows it is created by a PUT of a missing object (201, as a create).
+            creating = old is None and rtype.create_on_update and sub is None
             if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
-                old = self._current(rtype, name or "", namespace)
-                if old is not None:
+                if old is not None or creating:
                     self._track(request, old, body, sub)
             meta = body.get("metadata") if isinstance(body, dict) else None
             if not isinstance(meta, dict):
@@ -652,7 +656,8 @@ class ApiServer:
             if meta.get("name") and meta["name"] != name:
                 raise errors.bad_request("the name of the object does not match the name on the URL")
             meta["name"] = name
-            return _warn(_json(self.store.update(rtype.plural, body, sub, namespace)), warnings)
+            stored = self.store.update(rtype.plural, body, sub, namespace)
+            return _warn(_json(stored, 201 if creating else 200), warnings)
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type == APPLY_TYPE:

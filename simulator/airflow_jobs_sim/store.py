@@ -520,6 +520,12 @@ class Store:
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
         with self._lock:
+            if (
+                rtype.create_on_update
+                and subresource is None
+                and self._key(rtype, name, ns) not in self._objects[resource]
+            ):
+                return self.create(resource, obj, ns)
             return self._update(rtype, ns, obj, subresource)
 
     def _update(self, rtype: ResourceType, ns: str | None, obj: dict, subresource: str | None) -> dict:
@@ -535,6 +541,10 @@ class Store:
             raise errors.not_found(rtype.group_resource, name)
         old_meta = old["metadata"]
         want_rv = meta.get("resourceVersion")
+        if not want_rv and not rtype.unconditional_update:
+            # store.go Update: the GroupKind of this error is the group and the *resource*, not the kind.
+            cause = errors.invalid_value("metadata.resourceVersion", 0, "must be specified for an update")
+            raise errors.invalid(rtype.plural, name, [cause], rtype.group)
         if want_rv and want_rv != old_meta["resourceVersion"]:
             raise errors.conflict(rtype.group_resource, name)
         if meta.get("uid") and meta["uid"] != old_meta["uid"]:
