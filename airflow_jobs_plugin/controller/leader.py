@@ -240,13 +240,14 @@ class LeaderElector:
     # --- giving it up ---
 
     async def _release(self) -> None:
-        """Rule 6, within the renew deadline (client-go's ``release``); never raises: the Lease expires
-        on its own if this cannot be written."""
+        """Rule 6, within the renew deadline (client-go's ``release``). It runs on the way out (a
+        cancellation, ``lead`` ending), so it never raises, whatever went wrong (the client may be closed
+        already): the Lease expires on its own if this cannot be written."""
         if self._memory is None or self._memory.record.holder != self.identity:
             return
         try:
             finished, _ = await _within(self.timings.renew_deadline, self._give_up())
-        except KubeError as exc:
+        except Exception as exc:  # noqa: BLE001 - see the docstring
             log.warning("%s: releasing it failed (%s); it expires on its own", self.describe(), exc)
             return
         if not finished:
