@@ -349,15 +349,11 @@ def validate(rtype: ResourceType, obj: dict) -> list[Cause]:
     return out
 
 
-# pkg/apis/coordination/validation/validation.go (kubernetes v1.36.3): the strategies coordinated leader
-# election knows; a name with a "/" is a qualified name of someone else's. The field path names
-# "strategy" twice, as upstream's ValidateCoordinatedLeaseStrategy does.
-LEASE_STRATEGIES = ["OldestEmulationVersion"]
-
-
 def lease_spec_errors(spec: object) -> list[Cause]:
-    """``ValidateLeaseSpec``: a positive term, transitions not negative, a known strategy, and a preferred
-    holder only beside a strategy. The times need no rule: the decoder parsed them (``sim/micro_time.py``)."""
+    """``ValidateLeaseSpec`` (pkg/apis/coordination/validation/validation.go, kubernetes v1.36.3): a
+    positive term and transitions not negative. Its rules on ``strategy`` and ``preferredHolder`` never
+    run here: the server drops both fields first (``prepare_for_create``). The times need no rule: the
+    decoder parsed them (``sim/micro_time.py``)."""
     if not isinstance(spec, dict):
         return []
     out: list[Cause] = []
@@ -369,15 +365,6 @@ def lease_spec_errors(spec: object) -> list[Cause]:
         out.append(
             errors.invalid_value("spec.leaseTransitions", transitions, "must be greater than or equal to 0")
         )
-    strategy = spec.get("strategy")
-    if isinstance(strategy, str):
-        if "/" not in strategy:
-            if strategy not in LEASE_STRATEGIES:
-                out.append(errors.not_supported("spec.strategy.strategy", strategy, LEASE_STRATEGIES))
-        else:
-            out += _qualified_name_errors("spec.strategy.strategy", strategy)
-    if spec.get("preferredHolder") and not strategy:
-        out.append(errors.forbidden("spec.preferredHolder", "may only be specified if `strategy` is defined"))
     return out
 
 

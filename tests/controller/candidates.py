@@ -42,6 +42,11 @@ class Candidate:
     terms: list[Term] = field(default_factory=list)
     task: asyncio.Task | None = None
 
+    @property
+    def leading(self) -> bool:
+        """Its ``lead`` runs now (the elector's ``is_leader`` turns True just before ``lead`` starts)."""
+        return bool(self.terms) and self.terms[-1].stopped is None
+
     async def lead(self) -> None:
         term = Term(time.monotonic(), datetime.now(timezone.utc))
         self.terms.append(term)

@@ -55,7 +55,7 @@ def no_faults_left(sim):
 async def test_a_leader_that_cannot_renew_stops_before_its_lease_expires_for_others(sim):
     async with election(sim.kubeconfig_path) as vote:
         a = (await vote.candidate("controller-a", sim.kubeconfigs["a"])).start()
-        await until(lambda: a.elector.is_leader, 10 * D, "a leads")
+        await until(lambda: a.leading, 10 * D, "a leads")
         b = (await vote.candidate("controller-b", sim.kubeconfigs["b"])).start()
         await until(lambda: b.elector.holder == "controller-a", 10 * D, "b sees a lead")
 
@@ -65,7 +65,7 @@ async def test_a_leader_that_cannot_renew_stops_before_its_lease_expires_for_oth
         await until(lambda: a.terms[0].stopped is not None, LATENCY, "a's lead stops")
         last_renewal = a.elector.renewed_at
         a_stopped = a.terms[0].stopped
-        await until(lambda: b.elector.is_leader, D + R * (1 + JITTER_FACTOR) + 2 * LATENCY, "b takes over")
+        await until(lambda: b.leading, D + R * (1 + JITTER_FACTOR) + 2 * LATENCY, "b takes over")
 
         # a stopped within a retry period and the renew deadline of being cut off; b started a term
         # after a's last renewal, on the same clock; their terms never overlapped.
@@ -89,7 +89,7 @@ async def test_a_leader_that_reads_another_holder_stops_at_once(sim):
     not at the renew deadline: another candidate may be leading already."""
     async with election(sim.kubeconfig_path) as vote:
         a = (await vote.candidate("controller-a", sim.kubeconfigs["a"])).start()
-        await until(lambda: a.elector.is_leader, 10 * D, "a leads")
+        await until(lambda: a.leading, 10 * D, "a leads")
         taken = await vote.lease()
         taken["spec"]["holderIdentity"] = "someone-else"
         await vote.admin.replace(LEASES, vote.namespace, taken)

@@ -1,6 +1,6 @@
 """``coordination.k8s.io/v1`` Leases served as kube-apiserver v1.36.3 serves them: discovery, CRUD, list and
 watch, compare-and-swap on the resourceVersion, MicroTime parsed as ``metav1.MicroTime`` parses it
-(``sim/micro_time.py``), ``ValidateLeaseSpec``, the lease strategy's create-on-update and its refusal of
+(``sim/micro_time.py``), ``ValidateLeaseSpec``, coordinated election's fields dropped, the lease strategy's create-on-update and its refusal of
 an unconditional update, ``kubectl get`` columns, RBAC and fault injection like any other resource."""
 
 from __future__ import annotations
@@ -206,26 +206,6 @@ def test_a_put_of_a_missing_lease_creates_it(sim, namespace):
                 )
             ],
         ),
-        (
-            {"preferredHolder": "controller-1"},
-            [
-                (
-                    "spec.preferredHolder",
-                    "FieldValueForbidden",
-                    "Forbidden: may only be specified if `strategy` is defined",
-                )
-            ],
-        ),
-        (
-            {"strategy": "Youngest"},
-            [
-                (
-                    "spec.strategy.strategy",
-                    "FieldValueNotSupported",
-                    'Unsupported value: "Youngest": supported values: "OldestEmulationVersion"',
-                )
-            ],
-        ),
     ],
 )
 def test_the_spec_is_validated_as_validate_lease_spec_does(sim, namespace, spec, causes):
@@ -235,14 +215,22 @@ def test_the_spec_is_validated_as_validate_lease_spec_does(sim, namespace, spec,
     assert body["details"]["group"] == "coordination.k8s.io" and body["details"]["kind"] == "Lease"
 
 
-def test_a_known_strategy_with_a_preferred_holder_is_accepted(sim, namespace):
-    status, _ = call(
-        sim.url,
-        "POST",
-        leases(namespace),
-        lease("coordinated", strategy="OldestEmulationVersion", preferredHolder="controller-1"),
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"strategy": "OldestEmulationVersion", "preferredHolder": "controller-1"},
+        {"preferredHolder": "controller-1"},
+        {"strategy": "Youngest"},
+    ],
+)
+def test_coordinated_election_fields_are_dropped_as_with_its_feature_gate_off(sim, namespace, spec):
+    name = f"c-{uuid.uuid4().hex[:6]}"
+    status, created = call(sim.url, "POST", leases(namespace), lease(name, holderIdentity="a", **spec))
+    assert (status, created["spec"]) == (201, {"holderIdentity": "a"})
+    status, updated = call(
+        sim.url, "PUT", leases(namespace, name), {**created, "spec": {"holderIdentity": "b", **spec}}
     )
-    assert status == 201
+    assert (status, updated["spec"]) == (200, {"holderIdentity": "b"})
 
 
 def test_a_watch_sees_a_lease_added_renewed_and_deleted(sim, namespace):
