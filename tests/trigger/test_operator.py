@@ -268,11 +268,11 @@ def _failing_first(cluster, monkeypatch, verb: str, resource: str, codes: list[i
     pending, served = list(codes), []
     decide = cluster.faults.error_for
 
-    def error_for(v: str, r: str):
+    def error_for(v: str, r: str, *caller: str):
         if v == verb and r == resource and pending:
             served.append(pending.pop(0))
             return error_for_code(served[-1], 0)
-        return decide(v, r)
+        return decide(v, r, *caller)
 
     monkeypatch.setattr(cluster.faults, "error_for", error_for)
     return served
