@@ -82,7 +82,8 @@ CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 LIFECYCLE_HANDLERS = ("postStart", "preStop")
 
-# Why each baseline check refuses, and the fix, in the words every message uses.
+# Why each baseline check refuses, and the fix, in the words every message uses; keyed by the check's
+# ``ID`` in policy/check_*.go.
 _WHY = {
     "hostNamespaces": "a pod sharing the node's network, processes or IPC reaches the node and every "
     "pod on it -- remove it (a job's pods reach each other over the pod network)",
@@ -111,8 +112,6 @@ _WHY = {
     "hostProbesAndHostLifecycle": "a probe or hook with a host reaches another address than the pod's "
     "-- remove host (the pod's own address is the default)",
 }
-# The Pod Security Standards' name of each check (policy/check_*.go, ``ID``).
-CHECKS = tuple(_WHY)
 
 
 @dataclass(frozen=True)
