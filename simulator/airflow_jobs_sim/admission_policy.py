@@ -21,6 +21,7 @@ is null on DELETE and ``oldObject`` on CREATE, as upstream.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,12 +86,21 @@ def _kubernetes_library(celpy: Any) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def _program(expression: str) -> Any:
+    """``expression`` compiled, once per process: a policy's expressions are few and parsing them is
+    most of an evaluation's cost (the API server, too, compiles a policy once, when it loads it)."""
+    import celpy  # only clusters that hold a policy need the CEL library
+
+    env = celpy.Environment()
+    return env.program(env.compile(expression), functions=_kubernetes_library(celpy))
+
+
 class _Evaluator:
     def __init__(self, request: AdmissionRequest, params: Mapping[str, Any] | None = None):
         import celpy  # only clusters that hold a policy need the CEL library
 
         self._celpy = celpy
-        self._env = celpy.Environment()
         self.activation: dict[str, Any] = {
             "request": celpy.json_to_cel(
                 {
@@ -109,7 +119,7 @@ class _Evaluator:
     def __call__(self, expression: str, variables: Any = None) -> Any:
         celpy = self._celpy
         try:
-            program = self._env.program(self._env.compile(expression), functions=_kubernetes_library(celpy))
+            program = _program(expression)
             scope = self.activation if variables is None else {**self.activation, "variables": variables}
             result = program.evaluate(scope)
         except Exception as exc:  # a compile error, a missing field

@@ -94,7 +94,7 @@ class BatchJob(JobKind):
     ) -> dict[str, Any]:
         """A suspended batch/v1 Job running one pod (``workers == 1``)."""
         pod_labels = {**object_labels(spec, task, attempt), labels.ROLE: WORKER, labels.RANK: "0"}
-        env = pod_env(spec, name, attempt, role=WORKER, rank=0, world_size=spec.workers, gpus=spec.gpus)
+        env = pod_env(spec, name, attempt, role=WORKER, rank=0, world_size=spec.workers)
         return {
             "apiVersion": self.resource.api_version,
             "kind": self.resource.kind,
