@@ -166,7 +166,9 @@ _PREEMPTION_KEYS = {
     "reclaim_within_cohort": "never (default), lower_priority or any",
 }
 _DEFAULTS_KEYS = {
-    k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user", "priority_classes")
+    k: v
+    for k, v in _GROUP_KEYS.items()
+    if k in ("user_gpus", "max_running_jobs_per_user", "priority_classes")
 }
 _BACKOFF_KEYS = {"base": "first back-off", "cap": "longest back-off"}
 
@@ -367,7 +369,9 @@ def _parse_group(
         half_life = _duration(body["fair_share_half_life"], _join(path, "fair_share_half_life"), errors)
     priority_classes = defaults.get("priority_classes", frozenset())
     if "priority_classes" in body:
-        priority_classes = _priority_classes(body["priority_classes"], _join(path, "priority_classes"), errors)
+        priority_classes = _priority_classes(
+            body["priority_classes"], _join(path, "priority_classes"), errors
+        )
         ok = ok and priority_classes is not None
     max_priority: int | None = None
     if "max_priority" in body:
@@ -693,7 +697,10 @@ def parse_policy(text: str) -> QuotaPolicy:
     defaults: dict[str, Any] = {}
     if "defaults" in doc:
         raw_defaults = _mapping(
-            doc["defaults"], "defaults", errors, what="user_gpus / max_running_jobs_per_user / priority_classes"
+            doc["defaults"],
+            "defaults",
+            errors,
+            what="user_gpus / max_running_jobs_per_user / priority_classes",
         )
         if raw_defaults is not None:
             _check_keys(raw_defaults, _DEFAULTS_KEYS, "defaults", errors)

@@ -35,6 +35,7 @@ from airflow_jobs_plugin.jobs.spec import SYSTEM_PRIORITY_CLASS_PREFIX, JobSpec
 from airflow_jobs_plugin.queueing.kueue import PRIORITY_CLASS_LABEL
 from airflow_jobs_plugin.queueing.quota.model import QuotaPolicy, known_names
 
+
 def is_system(priority_class: str) -> bool:
     return priority_class.startswith(SYSTEM_PRIORITY_CLASS_PREFIX)
 
