@@ -47,6 +47,7 @@ from airflow_jobs_plugin.jobs.spec import (
     REQUEUE_LIMIT_FROM_POLICY,
     SCHEDULE_TIMEOUT_FROM_POLICY,
     SHM_AUTO,
+    SYSTEM_PRIORITY_CLASS_PREFIX,
     TOLERATION_EFFECTS,
     TOLERATION_OPERATORS,
     WAIT_FOR_WORKERS_CONTAINER,
@@ -58,6 +59,7 @@ from airflow_jobs_plugin.jobs.spec import (
     VolumeMount,
     freeze,
 )
+from airflow_jobs_plugin.queueing.kueue import PRIORITY_CLASS_LABEL
 
 AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 POD_SECURITY_CONTEXT_KEYS = (
@@ -1001,6 +1003,7 @@ class _Checker:
         if not isinstance(pod, Mapping):
             self.add("pod_template.spec", f"must be a mapping, got {_show(pod)}")
             pod = {}
+        self.not_system_class("pod_template.spec.priorityClassName", pod.get("priorityClassName"))
         for key in ("serviceAccountName", "serviceAccount"):
             if key in pod:
                 self.add(
@@ -1063,6 +1066,19 @@ class _Checker:
             f"allowed: {', '.join(map(repr, allowed))} ([airflow_jobs] job_service_accounts) -- remove it to "
             f"run as {allowed[0]!r}, or ask the platform to allow the account",
         )
+
+    def not_system_class(self, field: str, value: Any) -> Any:
+        """``value`` unless it names one of the cluster's own priority classes (``system-*``), which no
+        job may use whatever its group is allowed (queueing/quota/priority_classes.py)."""
+        if isinstance(value, str) and value.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
+            return self.add(
+                field,
+                f"{value!r} is one of the cluster's own priority classes ({SYSTEM_PRIORITY_CLASS_PREFIX}*), "
+                "whose pods preempt any other pod of their node; no job may use it -- name a class the "
+                "platform allows your group (groups.<group>.priority_classes in the quota policy), or "
+                "none for the cluster's default",
+            )
+        return value
 
     def priority(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -1178,6 +1194,7 @@ def validate(
     for name in ("priority_class_name", "scheduler_name"):
         # Both are DNS subdomains (kubernetes pkg/apis/core/validation/validation.go, ValidatePodSpec, v1.31).
         v[name] = None if a[name] is None else c.dns_name(name, a[name], subdomain=True)
+    v["priority_class_name"] = c.not_system_class("priority_class_name", v["priority_class_name"])
     v["security_context"] = c.known_keys(
         "security_context", a["security_context"], POD_SECURITY_CONTEXT_KEYS, "PodSecurityContext"
     )
@@ -1236,6 +1253,9 @@ def validate(
         "ttl_after_finished", a["ttl_after_finished"], optional=True, minimum=MIN_TTL_AFTER_FINISHED
     )
     v["labels"] = c.string_map("labels", a["labels"], label_values=True, reserved_ok=False)
+    if v["labels"] is not _MISSING:
+        # Kueue's WorkloadPriorityClass is a priority class the DAG chooses too.
+        c.not_system_class(f"labels.{PRIORITY_CLASS_LABEL}", v["labels"].get(PRIORITY_CLASS_LABEL))
     v["annotations"] = c.string_map("annotations", a["annotations"], label_values=False, reserved_ok=False)
     # The job's annotations are its pods' too (pod_template.identity_annotations).
     c.refuse(pod_security.annotation_refusals(_plain(a["annotations"]), "annotations"))

@@ -10,7 +10,7 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -27,6 +27,7 @@ from airflow_jobs_plugin.queueing import quota_source
 from airflow_jobs_plugin.queueing.quota.flavors import Charge
 from airflow_jobs_plugin.queueing.quota.model import QuotaPolicy
 from airflow_jobs_plugin.queueing.quota.parse import PolicyError, policy_from_configmap_data
+from airflow_jobs_plugin.queueing.quota.priority_classes import named_by_job
 from airflow_jobs_plugin.queueing.quota.submit_check import (
     PolicyNotFoundError,
     policy_configmap_names,
@@ -51,6 +52,7 @@ async def check_group(
     kueue_queue: str | None = None,
     resource: str = labels.GPU_RESOURCE,
     node_selector: Mapping[str, str] | None = None,
+    priority_classes: Sequence[str] = (),
 ) -> Charge | None:
     """Submit-time check of a job against the quota policy, before the job is created; how it is
     charged, ``None`` without a usable policy. The rule is :func:`~.quota.submit_check.submit_charge`'s.
@@ -84,6 +86,7 @@ async def check_group(
         kueue_queue=kueue_queue,
         resource=resource,
         node_selector=node_selector,
+        priority_classes=priority_classes,
     )
 
 
@@ -165,8 +168,10 @@ async def submit(
             # The earlier try may have stopped between creating the job and what goes beside it.
             await patiently(ensure_companions, client, live, log=log, tries=SUBMIT_TRIES)
             return Submitted(name, kind, quota_configmap, quota_namespace)
-        # An unknown group, a non-member, or a job that could never fit its quota fails here, before
-        # anything is created (the error names the group and the known ones, or the numbers).
+        # An unknown group, a non-member, a priority class the group may not use, or a job that could
+        # never fit its quota fails here, before anything is created (the error names the group and the
+        # known ones, the class and the allowed ones, or the numbers). The classes are read off the
+        # manifest as the pool reads them off the job.
         try:
             charge = await patiently(
                 functools.partial(
@@ -174,6 +179,7 @@ async def submit(
                     kueue_queue=spec.kueue_queue,
                     resource=spec.gpu_resource,
                     node_selector=spec.node_selector,
+                    priority_classes=named_by_job(expected),
                 ),
                 client,
                 quota_configmap,

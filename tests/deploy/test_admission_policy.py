@@ -47,6 +47,7 @@ RESOURCES = {
     "Deployment": ("apps", "deployments"),
     "CronJob": ("batch", "cronjobs"),
     "JobSet": ("jobset.x-k8s.io", "jobsets"),
+    "Service": ("", "services"),
 }
 
 
@@ -72,9 +73,10 @@ def policies() -> list[dict]:
     return [d for d in shipped_policy_file() if d["kind"] == "ValidatingAdmissionPolicy"]
 
 
-def refusals(request: Request) -> list[str]:
+def refusals(request: Request, params: dict[str, dict] | None = None) -> list[str]:
     """The messages of every validation the request fails, over all policies that select it, evaluated
-    by the simulator's ValidatingAdmissionPolicy (``sim/admission_policy.py``, cel-python)."""
+    by the simulator's ValidatingAdmissionPolicy (``sim/admission_policy.py``, cel-python). A policy with
+    a parameter reads the ConfigMap rbac.yaml ships for it, or ``params[policy]``."""
     group, resource = request.group_resource
     attributes = AdmissionRequest(
         operation=request.operation,
@@ -90,11 +92,14 @@ def refusals(request: Request) -> list[str]:
     return [
         message
         for policy in policies()
-        for _reason, message in policy_refusals(policy, attributes, shipped_params(policy))
+        for _reason, message in policy_refusals(
+            policy, attributes, {**PARAMS, **(params or {})}.get(policy["metadata"]["name"])
+        )
     ]
 
 
 def shipped_configmap(file: str, name: str) -> dict:
+    """A ConfigMap a shipped file holds (a policy's parameter)."""
     (found,) = [
         d
         for d in yaml.safe_load_all((HELM / file).read_text())
@@ -103,24 +108,30 @@ def shipped_configmap(file: str, name: str) -> dict:
     return found
 
 
+def _shipped_parameter(name: str) -> dict:
+    """A policy's parameter ConfigMap, from whichever shipped file holds it."""
+    for file in ("rbac.yaml", "pod-security.yaml"):
+        for d in yaml.safe_load_all((HELM / file).read_text()):
+            if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == name:
+                return d
+    raise AssertionError(f"no shipped ConfigMap {name}")
+
+
 # The policies' parameters as shipped: rbac.yaml's accounts jobs may run as (rule job-accounts) and
-# pod-security.yaml's RuntimeClasses they may name (rule pod-security).
+# priority classes per group (rule priority-classes), pod-security.yaml's RuntimeClasses (rule pod-security).
 JOB_ACCOUNTS = shipped_configmap("rbac.yaml", "airflow-jobs-job-accounts")
 RUNTIME_CLASSES = shipped_configmap("pod-security.yaml", "airflow-jobs-runtime-classes")
-PARAMS = {c["metadata"]["name"]: c for c in (JOB_ACCOUNTS, RUNTIME_CLASSES)}
+# Each parameterised policy's parameter as shipped: the ConfigMap its binding's paramRef names.
+PARAMS = {
+    d["spec"]["policyName"]: _shipped_parameter(d["spec"]["paramRef"]["name"])
+    for d in shipped_policy_file()
+    if d["kind"] == "ValidatingAdmissionPolicyBinding" and d["spec"].get("paramRef")
+}
 
 
 def shipped_params(policy: dict) -> dict | None:
     """The parameter the policy's binding names (``paramRef``), as shipped; None for a policy without."""
-    if not policy["spec"].get("paramKind"):
-        return None
-    (binding,) = [
-        d
-        for d in shipped_policy_file()
-        if d["kind"] == "ValidatingAdmissionPolicyBinding"
-        and d["spec"]["policyName"] == policy["metadata"]["name"]
-    ]
-    return PARAMS[binding["spec"]["paramRef"]["name"]]
+    return PARAMS.get(policy["metadata"]["name"]) if policy["spec"].get("paramKind") else None
 
 
 # --- the product's real requests ---
@@ -946,3 +957,237 @@ def test_a_visible_devices_value_other_than_void_is_refused(job, value):
     spec.setdefault("initContainers", []).append({"name": "i", "image": "x", "env": [var]})
     (message,) = refusals(Request(WORKER, "CREATE", cheat))
     assert message.startswith(f"{CHARGE}: NVIDIA_VISIBLE_DEVICES is the device plugin's")
+
+
+# --- priority-classes: a job names only the priority classes its group is given ---
+
+CLASSES = "airflow-jobs rule priority-classes"
+KUEUE_PRIORITY = "kueue.x-k8s.io/priority-class"
+# The parameter a platform writes from its quota policy: vision may use two classes, nlp one.
+GIVEN = {
+    "airflow-jobs-priority-classes": {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "airflow-jobs-priority-classes"},
+        "data": {"vision": "training-low,training-high", "nlp": "training-low"},
+    }
+}
+
+
+def naming(job: dict, priority_class: str, where: str = "template") -> dict:
+    """``job`` naming ``priority_class`` in its last pod template, its MPIJob gang or Kueue's label."""
+    job = copy.deepcopy(job)
+    if where == "template":
+        pod_specs(job)[-1]["priorityClassName"] = priority_class
+    elif where == "gang":
+        job["spec"]["runPolicy"]["schedulingPolicy"] = {"priorityClass": priority_class}
+    else:
+        job["metadata"]["labels"][KUEUE_PRIORITY] = priority_class
+    return job
+
+
+def test_the_shipped_parameter_gives_the_groups_of_the_shipped_policy_what_their_lists_say():
+    """rbac.yaml's ConfigMap is the quota policy's priority_classes written for the API server: a key per
+    group with a class, the classes comma-separated (a group without one has no key)."""
+    from airflow_jobs_plugin.queueing.quota.parse import policy_from_configmap_data
+
+    policy = policy_from_configmap_data(yaml.safe_load((HELM / "quota-policy.yaml").read_text())["data"])
+    written = {
+        g: ",".join(sorted(q.priority_classes)) for g, q in policy.groups.items() if q.priority_classes
+    }
+    assert (PARAMS["airflow-jobs-priority-classes"].get("data") or {}) == written
+
+
+def test_a_job_naming_no_class_passes_whatever_the_parameter(job):
+    assert refusals(Request(WORKER, "CREATE", job)) == []
+    assert refusals(Request(WORKER, "CREATE", job), GIVEN) == []
+
+
+@pytest.mark.parametrize("where", ["template", "label"])
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, API_SERVER], ids=["worker", "triggerer", "api-server"])
+def test_a_class_the_group_is_given_passes_and_another_is_refused_naming_group_class_and_allowed(
+    job, who, where
+):
+    assert refusals(Request(who, "CREATE", naming(job, "training-high", where)), GIVEN) == []
+    (message,) = refusals(Request(who, "CREATE", naming(job, "training-urgent", where)), GIVEN)
+    assert message == (
+        f"{CLASSES}: group vision may not use priority class training-urgent (allowed: "
+        "training-low,training-high; the ConfigMap airflow-jobs-priority-classes, groups.vision.priority_classes "
+        "in the quota policy); name one of those, or none for the cluster's default"
+    )
+
+
+def test_with_the_shipped_parameter_no_group_may_name_a_class(job):
+    (message,) = refusals(Request(WORKER, "CREATE", naming(job, "training-high")))
+    assert message.startswith(
+        f"{CLASSES}: group vision may not use priority class training-high (allowed: none;"
+    )
+
+
+@pytest.mark.parametrize("where", ["template", "gang", "label"])
+def test_a_system_class_is_refused_even_where_the_parameter_lists_it(where):
+    job = manifest(workers=2)
+    given = copy.deepcopy(GIVEN)
+    given["airflow-jobs-priority-classes"]["data"]["vision"] = "system-node-critical"
+    messages = refusals(Request(WORKER, "CREATE", naming(job, "system-node-critical", where)), given)
+    assert messages == [
+        f"{CLASSES}: priority class system-node-critical is one of the cluster's own (system-*), whose pods "
+        "preempt any other pod of their node; no job may name it, whatever its group is allowed; remove it"
+    ]
+
+
+def test_a_raw_mpijob_naming_a_gang_class_its_group_may_not_use_is_refused():
+    (message,) = refusals(
+        Request(WORKER, "CREATE", naming(manifest(workers=2), "training-high", "gang")),
+        {
+            "airflow-jobs-priority-classes": {
+                **GIVEN["airflow-jobs-priority-classes"],
+                "data": {"vision": "x"},
+            }
+        },
+    )
+    assert message.startswith(
+        f"{CLASSES}: group vision may not use priority class training-high (allowed: x;"
+    )
+
+
+def test_the_group_is_the_exact_name_the_pool_reads_not_the_label():
+    """A job labelled vision but annotated nlp is charged to nlp (JobView.group): nlp's list judges it."""
+    job = naming(manifest(), "training-high")
+    job["metadata"]["annotations"][labels.GROUP_NAME] = "nlp"
+    (message,) = refusals(Request(WORKER, "CREATE", job), GIVEN)
+    assert message.startswith(
+        f"{CLASSES}: group nlp may not use priority class training-high (allowed: training-low;"
+    )
+
+
+def test_an_update_judges_only_the_classes_it_brings(job):
+    """A job created before the rule (or by an admin) with a class is still cancelled and stopped; adding
+    one on an update is refused like a create."""
+    old = created(naming(job, "system-node-critical"))
+    for patch in (verdict_patch(old, "Cancelled", "cancelled by alice"), stop_patch(old, "alice")):
+        assert not [
+            m for m in refusals(Request(API_SERVER, "UPDATE", patched(old, patch), old)) if CLASSES in m
+        ]
+    queued = created(job)
+    relabelled = patched(queued, {"metadata": {"labels": {KUEUE_PRIORITY: "system-node-critical"}}})
+    messages = refusals(Request(TRIGGERER, "UPDATE", relabelled, queued))
+    assert [m for m in messages if m.startswith(CLASSES)] == [
+        f"{CLASSES}: priority class system-node-critical is one of the cluster's own (system-*), whose pods "
+        "preempt any other pod of their node; no job may name it, whatever its group is allowed; remove it"
+    ]
+
+
+# --- services: the one Service the product creates, a torchrun job's headless Service ---
+
+SERVICES = "airflow-jobs rule services"
+
+
+def torchrun_service() -> dict:
+    """The Service the submitter creates beside a created torchrun Job (kinds' companions)."""
+    from airflow_jobs_plugin.jobs import kinds
+
+    job = created(built(gpus=4, workers=2, framework="torchrun"))
+    job["metadata"]["namespace"] = "airflow"
+    ((resource, service),) = kinds.kind_of(job).companions(job)
+    assert resource.plural == "services"
+    return service
+
+
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, API_SERVER], ids=["worker", "triggerer", "api-server"])
+def test_the_torchrun_jobs_own_service_passes(who):
+    service = torchrun_service()
+    assert refusals(Request(who, "CREATE", service)) == []
+    assert refusals(Request(who, "UPDATE", service, service)) == []
+
+
+def _service(**changes) -> dict:
+    service = copy.deepcopy(torchrun_service())
+    for path, value in changes.items():
+        holder = service
+        *parents, key = path.split(".")
+        for parent in parents:
+            holder = holder[parent]
+        if value is None:
+            holder.pop(key, None)
+        else:
+            holder[key] = value
+    return service
+
+
+API_SERVER_PODS = {"component": "api-server", "release": "airflow"}
+SERVICE_CHEATS = {
+    # CVE-2020-8554: a Service claiming an address takes the cluster's traffic to it.
+    "externalIPs": (_service(**{"spec.externalIPs": ["10.0.0.1"]}), "spec.externalIPs lets a Service take"),
+    "a NodePort on Airflow's api-server": (
+        _service(
+            **{
+                "spec.type": "NodePort",
+                "spec.clusterIP": None,
+                "spec.selector": API_SERVER_PODS,
+                "spec.ports": [{"port": 8080, "nodePort": 30080}],
+            }
+        ),
+        "only a job's headless Service may be created, of type ClusterIP",
+    ),
+    "a LoadBalancer": (
+        _service(**{"spec.type": "LoadBalancer", "spec.loadBalancerIP": "1.2.3.4"}),
+        "only a job's headless Service may be created",
+    ),
+    "a load-balancer IP on a ClusterIP": (
+        _service(**{"spec.loadBalancerIP": "1.2.3.4"}),
+        "no nodePort, externalName or loadBalancer* field",
+    ),
+    "an ExternalName": (
+        _service(
+            **{"spec.type": "ExternalName", "spec.externalName": "evil.example", "spec.clusterIP": None}
+        ),
+        "only a job's headless Service may be created",
+    ),
+    "a virtual IP": (_service(**{"spec.clusterIP": "10.96.0.77"}), "a job's Service is headless"),
+    "no clusterIP": (_service(**{"spec.clusterIP": None}), "a job's Service is headless"),
+    "the api-server's pods": (
+        _service(**{"spec.selector": API_SERVER_PODS}),
+        "spec.selector must be exactly {batch.kubernetes.io/job-name: <the Service's name>}",
+    ),
+    "another job's pods": (
+        _service(**{"spec.selector": {labels.BATCH_JOB_NAME: "someone-elses-job"}}),
+        "spec.selector must be exactly",
+    ),
+    "a wider selector": (
+        _service(**{"spec.selector": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}}),
+        "spec.selector must be exactly",
+    ),
+    "a second selector key": (
+        _service(**{"spec.selector": {labels.BATCH_JOB_NAME: TASK.job_name(1), "component": "api-server"}}),
+        "spec.selector must be exactly",
+    ),
+    "no selector": (_service(**{"spec.selector": None}), "spec.selector must be exactly"),
+    "no owner": (_service(**{"metadata.ownerReferences": None}), "a job's Service is owned by its Job"),
+    "another owner": (
+        _service(
+            **{
+                "metadata.ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "airflow-api-server", "uid": "u"}
+                ]
+            }
+        ),
+        "a job's Service is owned by its Job",
+    ),
+}
+
+
+@pytest.mark.parametrize("cheat", sorted(SERVICE_CHEATS))
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, API_SERVER], ids=["worker", "triggerer", "api-server"])
+def test_every_other_service_is_refused_naming_the_rule_and_the_fix(who, cheat):
+    service, said = SERVICE_CHEATS[cheat]
+    messages = refusals(Request(who, "CREATE", service))
+    assert messages and all(m.startswith(f"{SERVICES}: ") for m in messages), messages
+    assert any(said in m for m in messages), messages
+    # An update may not turn the job's Service into one either.
+    assert refusals(Request(who, "UPDATE", service, torchrun_service())) == messages
+
+
+def test_services_of_other_identities_are_not_the_rules_to_judge():
+    service, _ = SERVICE_CHEATS["a NodePort on Airflow's api-server"]
+    assert refusals(Request("system:serviceaccount:kube-system:mpi-operator", "CREATE", service)) == []

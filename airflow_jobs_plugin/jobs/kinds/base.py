@@ -168,6 +168,12 @@ class JobKind(ABC):
         events say why a pod was refused): the job itself, and any object made for it."""
         return [str(dig(job, "metadata", "name") or "")]
 
+    def priority_classes(self, job: Mapping[str, Any]) -> list[str]:
+        """The PriorityClasses the job names: each pod template's ``priorityClassName`` (which the
+        scheduler preempts other pods by, and Kueue orders a job by without a WorkloadPriorityClass)."""
+        found = (dig(pod_set.template, "spec", "priorityClassName") for pod_set in self.pod_sets(job))
+        return [name for name in found if isinstance(name, str) and name]
+
     def related_names(self, job: Mapping[str, Any]) -> set[tuple[str, str]]:
         """(kind, name) of objects besides the job and its pods whose events explain it."""
         return set()

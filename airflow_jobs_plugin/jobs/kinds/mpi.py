@@ -105,6 +105,14 @@ class MPIJob(JobKind):
     def backoff_limit(self, job: Mapping[str, Any]) -> int | None:
         return as_int(dig(job, "spec", "runPolicy", "backoffLimit"), DEFAULT_BACKOFF_LIMIT)
 
+    def priority_classes(self, job: Mapping[str, Any]) -> list[str]:
+        # An MPIJob names one more: its gang's (runPolicy.schedulingPolicy.priorityClass), the PodGroup's
+        # under gang scheduling (kubeflow/mpi-operator v0.8.2 pkg/controller/podgroup.go) and what Kueue
+        # orders it by before its templates' (kubernetes-sigs/kueue v0.19.2
+        # pkg/controller/jobs/mpijob/mpijob_controller.go, PriorityClass).
+        gang = dig(job, "spec", "runPolicy", "schedulingPolicy", "priorityClass")
+        return [*([gang] if isinstance(gang, str) and gang else []), *super().priority_classes(job)]
+
     def pod_failures(self, job: Mapping[str, Any]) -> int:
         return sum(
             as_int(dig(status, "failed"), 0) or 0
