@@ -130,7 +130,8 @@ async def submit(
 
     ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success).
     Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled, and
-    :class:`SubmissionRefused` naming a job under the task's name or key that is not this task's."""
+    :class:`SubmissionRefused` naming a job under the task's name or key that is not, field for field,
+    the one this task would submit (``adoption.foreign_problem``), and the first field that differs."""
     kind = spec.kind
     resource = kinds.for_name(kind).resource
     client = await KubeClient.from_connection(conn_id)

@@ -216,6 +216,7 @@ ONE_FIELD = {
 }
 
 
+@pytest.mark.real_cluster
 @pytest.mark.parametrize("field", ONE_FIELD)
 def test_a_planted_job_that_differs_in_one_field_is_refused_naming_it_and_left_alone(cluster, field):
     change, path = ONE_FIELD[field]
@@ -238,6 +239,7 @@ def test_a_planted_job_that_differs_in_one_field_is_refused_naming_it_and_left_a
     _on_cluster(cluster, lambda client: client.delete(JOBS, "default", name))
 
 
+@pytest.mark.real_cluster
 def test_the_victims_job_to_the_letter_would_be_adopted(cluster):
     """The planting above changes one field of a job the victim adopts: the refusals are that field's."""
     op = _victim()
@@ -269,6 +271,7 @@ def _jobs(cluster, op, run_id: str) -> list[dict]:
     )["items"]
 
 
+@pytest.mark.real_cluster
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_retry_adopts_its_earlier_trys_job_of_every_kind(cluster, kind):
     op = _victim(**KINDS[kind])
@@ -282,6 +285,7 @@ def test_a_retry_adopts_its_earlier_trys_job_of_every_kind(cluster, kind):
     _on_cluster(cluster, lambda client: actions.cancel(client, "default", job, by="test"))
 
 
+@pytest.mark.real_cluster
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_retry_adopts_a_later_attempt_the_trigger_cloned_and_refuses_a_tampered_one(cluster, kind):
     op = _victim(**KINDS[kind])
