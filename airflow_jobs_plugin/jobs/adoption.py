@@ -9,19 +9,20 @@ its own. A try adopts a job only if it is, field for field, the job this task wo
 1. Its try and attempt labels name a try of this task instance up to this one and one of its attempts,
    and its name is the one :func:`~airflow_jobs_plugin.jobs.naming.job_name` gives them.
 2. Its kind is the kind this try's spec runs as.
-3. Its spec is what that try would have created (:func:`~airflow_jobs_plugin.jobs.manifests.submitted_body`:
+3. Its Kueue LocalQueue (the queue-name label) is one it may have (:func:`_queue_difference`).
+4. Its spec is what that try would have created (:func:`~airflow_jobs_plugin.jobs.manifests.submitted_body`:
    this try's spec, charged as the pool charges it now), carried to that attempt as a job-level retry
    clones it (:func:`~airflow_jobs_plugin.jobs.attempts.next_attempt`): every pod template whole and every
    job-level field (parallelism, completions, completion mode, back-off, deadlines, an MPIJob's replicas,
    slots and run policy), both read in their stored form (``JobKind.stored_form``: what the API server
    and the kind's controller fill in or generate does not count). Not compared: ``suspend``, which
-   admission switches, and in a job Kueue may admit, what Kueue writes into its pod templates when it
-   does (:func:`_without_kueue_additions`).
-4. Its labels and annotations carry this try's value of every key the product writes at creation, and
-   no other key of the product's or Kueue's (no quota limit, GPU flavor, device or LocalQueue of its
-   own), leaving aside the keys written after creation (:data:`WRITTEN_AFTER_CREATION`). Keys of other
-   owners are not the product's to judge. Its LocalQueue is this try's, or one Kueue or the pool gives
-   it (:func:`_queue_difference`). It has no owner that could take it away.
+   admission switches, and in a job in a LocalQueue, what Kueue writes into its pod templates when it
+   admits it (:func:`_without_kueue_additions`).
+5. Its labels and annotations carry this try's value of every key the product writes at creation, and
+   no other key of the product's or Kueue's (no quota limit, GPU flavor, device or priority of its own),
+   leaving aside the keys written after creation (:data:`WRITTEN_AFTER_CREATION`). Keys of other owners
+   are not the product's to judge.
+6. It has no owner that could take it away.
 
 Among the annotations is the digest of the task instance and the rendered spec
 (:func:`spec_fingerprint`, stamped at submit): a sign that the task's arguments changed, never enough
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import attempts, kinds, labels
 from airflow_jobs_plugin.jobs.differences import ABSENT, Difference, first_difference
 from airflow_jobs_plugin.jobs.jobview import JobView
@@ -165,8 +167,8 @@ def job_difference(job: Mapping[str, Any], submission: Submission) -> Difference
         span = f"an attempt from 1 to {MAX_ATTEMPTS}"
         return Difference(f"metadata.labels[{labels.ATTEMPT}]", span, meta.labels.get(labels.ATTEMPT, ABSENT))
     expected = _as_attempt(submission.body(try_number), attempt)
-    if meta.name != expected["metadata"]["name"]:
-        return Difference("metadata.name", expected["metadata"]["name"], meta.name)
+    if meta.name != Meta(expected).name:
+        return Difference("metadata.name", Meta(expected).name, meta.name)
     kind = kinds.kind_of(expected)
     if kinds.kind_of(job) is not kind:
         return Difference("kind", kind.name, kinds.kind_of(job).name)
@@ -203,7 +205,7 @@ def _as_attempt(first: dict, attempt: int) -> dict:
     """``first`` (an attempt 1) as the trigger clones it into ``attempt`` (``attempts.next_attempt``)."""
     if attempt == 1:
         return first
-    name = attempt_name(first["metadata"]["name"], attempt)
+    name = attempt_name(Meta(first).name, attempt)
     now = datetime.now(timezone.utc)
     return attempts.next_attempt(first, name=name, attempt=attempt, not_before=now, now=now)
 
@@ -267,8 +269,8 @@ def _without_kueue_additions(
         if not isinstance(template, dict):
             continue
         for field in ("labels", "annotations"):
-            own = ours.template.get("metadata", {}).get(field) or {}
-            found_map = (template.get("metadata") or {}).get(field)
+            own = getattr(Meta(ours.template), field)
+            found_map = getattr(Meta(template), field)
             if isinstance(found_map, dict):
                 for key in [k for k in found_map if k not in own and _in(KUEUE_DOMAINS, k)]:
                     del found_map[key]
@@ -293,7 +295,11 @@ def _without_kueue_additions(
         gates = spec.get("schedulingGates")
         if isinstance(gates, list):
             own_gates = own_spec.get("schedulingGates") or []
-            kept = [g for g in gates if g in own_gates or not _in(KUEUE_DOMAINS, str((g or {}).get("name")))]
+            kept = [
+                g
+                for g in gates
+                if g in own_gates or not (isinstance(g, Mapping) and _in(KUEUE_DOMAINS, str(g.get("name"))))
+            ]
             if kept:
                 spec["schedulingGates"] = kept
             else:

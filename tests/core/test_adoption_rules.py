@@ -471,6 +471,13 @@ def test_kueue_never_changes_a_value_the_template_sets_nor_adds_to_a_job_of_no_l
     job = created(sub)
     pod(job)["nodeSelector"]["zone"] = "b"
     assert adoption.job_difference(job, sub).path == f"{TEMPLATE}.nodeSelector[zone]"
+    job = created(sub)
+    _kueue_admits(job)
+    templates(job)[0]["metadata"]["annotations"][SCENARIO] = '{"main": {"exit": 0}}'
+    assert adoption.job_difference(job, sub).path == f"spec.template.metadata.annotations[{SCENARIO}]"
+    job = created(sub)
+    pod(job)["schedulingGates"] = [{"name": "example.com/hold"}]
+    assert adoption.job_difference(job, sub).path == f"{TEMPLATE}.schedulingGates"
 
     plain = submission()
     job = created(plain)
