@@ -80,8 +80,9 @@ REQUEUE_LIMIT = f"{PREFIX}/requeue-limit"
 VERDICT = f"{PREFIX}/verdict"
 VERDICT_MESSAGE = f"{PREFIX}/verdict-message"
 CANCELLED_BY = f"{PREFIX}/cancelled-by"
-# A digest of the task instance and the rendered spec its try submitted (adoption.spec_fingerprint): a
-# later try reattaches only to a job carrying the digest of its own spec, with the containers it asks for.
+# A digest of the task instance and the rendered spec its try submitted (adoption.spec_fingerprint): one of
+# the annotations a later try compares before it reattaches to a job, never enough by itself (any DAG
+# author can compute it): the whole job must be the one the try would submit (jobs/adoption.py).
 SPEC_FINGERPRINT = f"{PREFIX}/spec-fingerprint"
 # The spec fields (JSON) the product overwrote to end a Job through its own controller (a one-second
 # activeDeadlineSeconds, parallelism 0): a retry's next attempt, cloned from the ended one, restores them.

@@ -144,6 +144,31 @@ def build_manifest(
     return kinds.for_spec(spec).build(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
 
 
+def submitted_body(
+    spec: JobSpec,
+    *,
+    task: TaskIdentity,
+    charge: Charge | None,
+    pooled: bool,
+    fingerprint: str,
+    queued_at: datetime,
+) -> dict:
+    """The object try ``task`` creates: the first attempt of ``spec`` as the pool charges it
+    (:func:`with_charge`), handed to Kueue by the pool rather than at once where it names a LocalQueue
+    and is ``pooled`` (:func:`kueue_handoff`), held back from Kueue until the pool admits it
+    (:func:`pool_gate`), and stamped with the digest of its task and spec (``fingerprint``). What a try
+    creates, and what a try that finds an earlier try's job compares it with (``jobs/adoption.py``)."""
+    body = build_manifest(
+        with_charge(spec, charge), name=task.job_name(1), task=task, attempt=1, queued_at=queued_at
+    )
+    if spec.kueue_queue and pooled:
+        body = kueue_handoff(body)
+    if pooled:
+        body = pool_gate(body)
+    body["metadata"].setdefault("annotations", {})[keys.SPEC_FINGERPRINT] = fingerprint
+    return body
+
+
 def with_charge(spec: JobSpec, charge: Charge | None) -> JobSpec:
     """``spec`` as the quota pool charges it: a job on a GPU flavor's nodes carries the flavor's name
     (the quota line it waits in); one that names no flavor of a resource that has some is kept off

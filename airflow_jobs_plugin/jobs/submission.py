@@ -19,7 +19,7 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, KubeClient, KubeError, 
 from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import adoption, kinds, labels
 from airflow_jobs_plugin.jobs.bounded import bounded
-from airflow_jobs_plugin.jobs.manifests import build_manifest, kueue_handoff, pool_gate, with_charge
+from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.naming import TaskIdentity
 from airflow_jobs_plugin.jobs.spec import JobSpec, total_gpus
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
@@ -134,14 +134,10 @@ async def submit(
 
     ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success).
     Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled, and
-    :class:`SubmissionRefused` naming a job under the task's name or key that is not this task's."""
+    :class:`SubmissionRefused` naming a job under the task's name or key that is not, field for field,
+    the one this task would submit (``adoption.foreign_problem``), and the first field that differs."""
     kind = spec.kind
     resource = kinds.for_name(kind).resource
-    # What this try would create, and the digest it stamps: what an adopted job must match.
-    fingerprint = adoption.spec_fingerprint(spec, identity)
-    expected = build_manifest(
-        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
-    )
     client = await KubeClient.from_connection(conn_id)
     try:
         quota_configmap = await _pool_of(client, pool, spec, log)
@@ -157,21 +153,14 @@ async def submit(
             )
             if cancelled:
                 raise TryCancelled(cancelled)
-        live = live_job_among(jobs, delivered)
-        if live is not None:
-            foreign = adoption.foreign_problem(live, fingerprint, expected)
-            if foreign:
-                raise SubmissionRefused(foreign)
-            name = Meta(live).name
-            log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
-            _remember(store, name, kind, spec.namespace)
-            # The earlier try may have stopped between creating the job and what goes beside it.
-            await patiently(ensure_companions, client, live, log=log, tries=SUBMIT_TRIES)
-            return Submitted(name, kind, quota_configmap, quota_namespace)
         # An unknown group, a non-member, a priority class the group may not use, or a job that could
         # never fit its quota fails here, before anything is created (the error names the group and the
         # known ones, the class and the allowed ones, or the numbers). The classes are read off the
-        # manifest as the pool reads them off the job.
+        # manifest as the pool reads them off the job. How the pool charges the job is also part of what
+        # an earlier try's job must match to be followed.
+        expected = build_manifest(
+            spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+        )
         try:
             charge = await patiently(
                 functools.partial(
@@ -192,26 +181,36 @@ async def submit(
             )
         except ValueError as exc:
             raise SubmissionRefused(str(exc)) from exc
+        # What this try creates, and what the job of an earlier try must be, field for field, to be
+        # followed instead (jobs/adoption.py).
+        submission = adoption.Submission(
+            spec,
+            identity,
+            charge,
+            pooled=quota_configmap is not None,
+            fingerprint=adoption.spec_fingerprint(spec, identity),
+        )
+        live = live_job_among(jobs, delivered)
+        if live is not None:
+            foreign = adoption.foreign_problem(live, submission)
+            if foreign:
+                raise SubmissionRefused(foreign)
+            name = Meta(live).name
+            log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
+            _remember(store, name, kind, spec.namespace)
+            # The earlier try may have stopped between creating the job and what goes beside it.
+            await patiently(ensure_companions, client, live, log=log, tries=SUBMIT_TRIES)
+            return Submitted(name, kind, quota_configmap, quota_namespace)
         name = identity.job_name(1)
         # Remember the name before creating: a worker that dies right after the create leaves a record
         # the retry finds (and the TASK_KEY label finds the job even without the record).
         _remember(store, name, kind, spec.namespace)
-        # The GPU flavor the node selector picks is the quota line the job waits in (queueing/quota/flavors.py).
-        body = build_manifest(
-            with_charge(spec, charge),
-            name=name,
-            task=identity,
-            attempt=1,
-            queued_at=datetime.now(timezone.utc),
-        )
-        if spec.kueue_queue and quota_configmap:
-            # Per-user limits in front of Kueue: the pool hands the job over once its user may run it.
-            body = kueue_handoff(body)
-        if quota_configmap:
-            # Kueue may take the job at creation anyway (a `default` LocalQueue, a Kueue managing every
-            # job): its admission gate keeps it for the pool to judge first (kueue.ADMISSION_GATE_ANNOTATION).
-            body = pool_gate(body)
-        body["metadata"].setdefault("annotations", {})[labels.SPEC_FINGERPRINT] = fingerprint
+        # The GPU flavor the node selector picks is the quota line the job waits in
+        # (queueing/quota/flavors.py); a job under a pool that names a Kueue LocalQueue is handed to it by
+        # the pool, and Kueue may take a pooled job at creation anyway (a `default` LocalQueue, a Kueue
+        # managing every job): its admission gate keeps it for the pool to judge first
+        # (manifests.submitted_body).
+        body = submission.body()
         try:
             # A create the server applied but answered with an error is repeated into AlreadyExists: adopted.
             created = await patiently(
@@ -227,7 +226,7 @@ async def submit(
             created = await patiently(client.get, resource, spec.namespace, name, log=log, tries=SUBMIT_TRIES)
             # A create repeated into AlreadyExists finds this try's own job; a job planted under the
             # name (the name is predictable) is refused, never adopted nor deleted.
-            foreign = adoption.foreign_problem(created, fingerprint, expected)
+            foreign = adoption.foreign_problem(created, submission)
             if foreign:
                 raise SubmissionRefused(foreign) from exc
             log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)

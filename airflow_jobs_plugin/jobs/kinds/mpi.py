@@ -258,6 +258,35 @@ class MPIJob(JobKind):
             "spec": mpi_spec,
         }
 
+    def fill_stored_defaults(self, obj: dict[str, Any]) -> None:
+        """The MPIJob CRD's schema defaults, which the API server writes (kubeflow/mpi-operator v0.8.2
+        ``manifests/base/kubeflow.org_mpijobs.yaml``: slotsPerWorker, sshAuthMountPath,
+        mpiImplementation, launcherCreationPolicy, runLauncherAsWorker, runPolicy.suspend), and those
+        the operator applies when it reads one (``pkg/apis/kubeflow/v2beta1/default.go``: cleanPodPolicy
+        None, a launcher's one replica restarted OnFailure, workers' none restarted Never). A missing
+        ``runPolicy.backoffLimit`` reaches the launcher Job as nothing, which the Job API defaults."""
+        spec = obj["spec"]
+        for key, default in (
+            ("slotsPerWorker", 1),
+            ("sshAuthMountPath", "/root/.ssh"),
+            ("mpiImplementation", "OpenMPI"),
+            ("launcherCreationPolicy", "AtStartup"),
+            ("runLauncherAsWorker", False),
+        ):
+            spec.setdefault(key, default)
+        policy = spec.setdefault("runPolicy", {})
+        if isinstance(policy, dict):
+            policy.setdefault("cleanPodPolicy", "None")
+            policy.setdefault("suspend", False)
+            policy.setdefault("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+        replicas = spec.get("mpiReplicaSpecs")
+        if not isinstance(replicas, dict):
+            return
+        for role, count, restart in (("Launcher", 1, "OnFailure"), ("Worker", 0, "Never")):
+            if isinstance(replicas.get(role), dict):
+                replicas[role].setdefault("replicas", count)
+                replicas[role].setdefault("restartPolicy", restart)
+
     def ttl_after_finished(self, job: Mapping[str, Any]) -> int | None:
         return as_int(dig(job, "spec", "runPolicy", "ttlSecondsAfterFinished"))
 
