@@ -183,6 +183,8 @@ RESOURCES: dict[str, ResourceType] = {
             ),
         ),
         ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", namespaced=True, short_names=("cm",)),
+        # Leases (kubernetes v1.36 pkg/apis/coordination): the product's cancel records.
+        ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", namespaced=True),
         ResourceType("secrets", "secret", "Secret", "", "v1", namespaced=True, field_labels=("type",)),
         ResourceType(
             "services",

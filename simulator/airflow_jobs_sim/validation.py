@@ -333,6 +333,8 @@ def validate(rtype: ResourceType, obj: dict) -> list[Cause]:
         out += _nonneg("spec.slotsPerWorker", spec.get("slotsPerWorker"))
     elif rtype.plural == "configmaps":
         out += config_map_errors(obj)
+    elif rtype.plural == "leases":
+        out += lease_errors(obj)
     elif rtype.plural == "secrets":
         out += secret_errors(obj)
     elif rtype.plural == "services":
@@ -344,6 +346,24 @@ def validate(rtype: ResourceType, obj: dict) -> list[Cause]:
         out += rbac_rule_errors(obj, namespaced=rtype.plural == "roles")
     elif rtype.plural in ("rolebindings", "clusterrolebindings"):
         out += rbac_binding_errors(obj, namespaced=rtype.plural == "rolebindings")
+    return out
+
+
+def lease_errors(obj: dict) -> list[Cause]:
+    """``ValidateLeaseSpec`` (kubernetes v1.36 pkg/apis/coordination/validation/validation.go): a duration
+    above 0, transitions not below it, a preferred holder only with a strategy."""
+    spec = obj.get("spec") or {}
+    out: list[Cause] = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and (not isinstance(duration, int) or duration <= 0):
+        out.append(errors.invalid_value("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
+        out.append(
+            errors.invalid_value("spec.leaseTransitions", transitions, "must be greater than or equal to 0")
+        )
+    if spec.get("preferredHolder") and not spec.get("strategy"):
+        out.append(errors.forbidden("spec.preferredHolder", "may only be specified if `strategy` is defined"))
     return out
 
 
