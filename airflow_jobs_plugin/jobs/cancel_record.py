@@ -117,7 +117,8 @@ def task_try_of(job: Mapping[str, Any]) -> TaskIdentity | None:
     annotations, job_labels = meta.annotations, meta.labels
     dag_id, task_id, run_id = (annotations.get(k) for k in (labels.DAG_ID, labels.TASK_ID, labels.RUN_ID))
     try_number = as_int(annotations.get(labels.TRY_NUMBER))
-    map_index = as_int(annotations.get(labels.MAP_INDEX), -1)
+    raw_index = annotations.get(labels.MAP_INDEX)
+    map_index = -1 if raw_index is None else as_int(raw_index)
     if not (dag_id and task_id and run_id) or try_number is None or try_number < 1 or map_index is None:
         return None
     task = TaskIdentity(str(dag_id), str(task_id), str(run_id), map_index, try_number)

@@ -183,8 +183,6 @@ RESOURCES: dict[str, ResourceType] = {
             ),
         ),
         ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", namespaced=True, short_names=("cm",)),
-        # Leases (kubernetes v1.36 pkg/apis/coordination): the product's cancel records.
-        ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", namespaced=True),
         ResourceType("secrets", "secret", "Secret", "", "v1", namespaced=True, field_labels=("type",)),
         ResourceType(
             "services",
@@ -295,6 +293,9 @@ RESOURCES: dict[str, ResourceType] = {
             namespaced=False,
             short_names=("pc",),
         ),
+        # Leases (kubernetes v1.36 pkg/apis/coordination; after scheduling.k8s.io in discovery, as
+        # kube-apiserver orders its groups): the product's cancel records.
+        ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", namespaced=True),
         # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2 config/components/crd; v1beta2 is the storage
         # version there, apis/kueue/v1beta2/*_types.go).
         *(
