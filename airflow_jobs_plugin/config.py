@@ -125,6 +125,16 @@ OPTIONS: tuple[Option, ...] = (
         "900",
     ),
     Option(
+        "cancel_record_ttl",
+        "Seconds the record a cancel leaves for its task try is kept (a Lease in the job's namespace, "
+        "removed by the orphan sweep once expired): while it is kept, no later try of that run of the task "
+        "submits the job again, even if the cancelled try died before recording the cancel. Keep it longer "
+        "than the longest retry delay of your DAGs (Airflow's [core] max_task_retry_delay: 24 h).",
+        "integer",
+        "604800",
+        "1209600",
+    ),
+    Option(
         "charging_file",
         "Path of the platform's charging map on the DAG processor: which groups and users the DAGs of "
         "each DAG folder may charge (format: docs/deploying.md). Read by the opt-in cluster policy; "

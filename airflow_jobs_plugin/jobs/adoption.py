@@ -32,7 +32,8 @@ A job that fails is never adopted and never deleted: the try fails naming the fi
 
 A cancel stays a cancel: a job of an earlier try of the same run of the task that carries the Cancelled
 verdict ends this try as cancelled (:func:`cancelled_in_run`), even when the try that saw the cancel died
-before recording it in the task's state store.
+before recording it in the task's state store. A cancel that deleted the job leaves its record instead
+(:mod:`airflow_jobs_plugin.jobs.cancel_record`), which the submission reads.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any
 
 from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.jobs import attempts, kinds, labels
+from airflow_jobs_plugin.jobs.cancel_record import cancelled_message
 from airflow_jobs_plugin.jobs.differences import ABSENT, Difference, first_difference
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.manifests import submitted_body
@@ -322,11 +324,7 @@ def cancelled_in_run(
             continue
         if not same_run_of_task(earlier, try_number=try_number, max_tries=max_tries, retries=retries):
             continue
-        by = annotations.get(labels.CANCELLED_BY) or "someone"
-        at = annotations.get(labels.CANCELLED_AT)
-        when = f" at {at}" if at else ""
-        return (
-            f"try {earlier} of this task was cancelled (job {view.name}, by {by}{when}) and the task "
-            "was not cleared since: not running the job again (clear the task to run it again)"
+        return cancelled_message(
+            earlier, view.name, annotations.get(labels.CANCELLED_BY), annotations.get(labels.CANCELLED_AT)
         )
     return None

@@ -88,6 +88,12 @@ SPEC_FINGERPRINT = f"{PREFIX}/spec-fingerprint"
 # activeDeadlineSeconds, parallelism 0): a retry's next attempt, cloned from the ended one, restores them.
 ENDED_SPEC = f"{PREFIX}/ended-spec"
 CANCELLED_AT = f"{PREFIX}/cancelled-at"
+# On the record a product cancel leaves for its task try (a Lease: jobs/cancel_record.py): RECORD is
+# "cancel", the label the orphan sweep lists to remove expired records; CANCELLED_JOB names the job the
+# cancel acted on ("<Kind>/<name>"), which may be gone.
+RECORD = f"{PREFIX}/record"
+CANCEL_RECORD_VALUE = "cancel"
+CANCELLED_JOB = f"{PREFIX}/cancelled-job"
 # A user stopped the job (RFC 3339 time, and who): it is suspended, holds no GPUs and no reservation, and
 # no admission pass may unsuspend it until a resume removes both annotations. QUEUED_AT is kept, so a
 # resumed job goes back to its original queue position; its queue clock stops while it is stopped and

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, LEASES, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.cluster.objects import Meta
-from airflow_jobs_plugin.jobs import adoption, kinds, labels
+from airflow_jobs_plugin.jobs import adoption, cancel_record, kinds, labels
 from airflow_jobs_plugin.jobs.bounded import bounded
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.naming import TaskIdentity
@@ -133,7 +133,8 @@ async def submit(
     """The job this try follows, created if no earlier try's job lives, and the pool it is under.
 
     ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success).
-    Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled, and
+    Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled (its
+    verdict on a job still there, or the record the cancel left: :func:`recorded_cancel`), and
     :class:`SubmissionRefused` naming a job under the task's name or key that is not, field for field,
     the one this task would submit (``adoption.foreign_problem``), and the first field that differs."""
     kind = spec.kind
@@ -146,10 +147,13 @@ async def submit(
             jobs_of_task, client, resource, spec.namespace, identity, log=log, tries=SUBMIT_TRIES
         )
         if tries is not None:
-            # The Cancelled verdict on the cluster, whatever the task's state store holds: the try that
-            # saw the cancel may have died before recording it.
+            # The cancel as the cluster keeps it, whatever the task's state store holds: the try that
+            # saw the cancel may have died before recording it. The Cancelled verdict on a job still
+            # there, else the record the cancel left before it ended or deleted the job.
             cancelled = adoption.cancelled_in_run(
                 jobs, try_number=tries.try_number, max_tries=tries.max_tries, retries=tries.retries
+            ) or await patiently(
+                recorded_cancel, client, spec.namespace, identity, tries, log=log, tries=SUBMIT_TRIES
             )
             if cancelled:
                 raise TryCancelled(cancelled)
@@ -326,6 +330,38 @@ async def _pool_of(
         )
         return None
     return name
+
+
+class CancelRecordsUnreadable(RuntimeError):
+    """The worker may not read the task's cancel records: the try fails (Airflow retries it) rather than
+    risk running a cancelled job again."""
+
+
+async def recorded_cancel(
+    client: KubeClient, namespace: str, identity: TaskIdentity, tries: Tries
+) -> str | None:
+    """Why this try must not run, if an earlier try of the same run of the task was cancelled by the
+    product: the record that cancel left (:mod:`~airflow_jobs_plugin.jobs.cancel_record`), read by the
+    name this try computes for each earlier try (never by label), the newest first. ``None``: none."""
+    now = datetime.now(timezone.utc)
+    names = cancel_record.record_names(identity, max_tries=tries.max_tries, retries=tries.retries)
+    for earlier, name in names:
+        try:
+            record = await client.get_or_none(LEASES, namespace, name)
+        except KubeError as exc:
+            if exc.status != 403:
+                raise
+            raise CancelRecordsUnreadable(
+                f"cannot read whether an earlier try of this task was cancelled (Lease {namespace}/{name}: "
+                f"{exc}): the worker's Role needs get on leases.coordination.k8s.io in namespace "
+                f"{namespace} (helm-values/rbac.yaml)"
+            ) from exc
+        if record is None:
+            continue
+        refusal = cancel_record.refusal(record, earlier, now=now)
+        if refusal:
+            return refusal
+    return None
 
 
 async def jobs_of_task(

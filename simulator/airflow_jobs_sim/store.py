@@ -710,6 +710,10 @@ class Store:
                     f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the "
                     f"ResourceVersion in record ({meta['resourceVersion']}). The object might have been modified",
                 )
+            # Validating admission sees a delete after its preconditions, with the object as stored
+            # (k8s.io/apiserver pkg/registry/generic/registry/store.go, ``Delete``: ``deleteValidation``).
+            for validator in self.validators:
+                validator.admit("DELETE", resource, None, obj)
             if resource == "namespaces":
                 return self._delete_namespace(rtype, key, obj), False
             if policy == "Orphan":

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from airflow_jobs_plugin.airflow.sensors import JobSensor
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.plugin.sweep import delete_expired_records
 from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from airflow_jobs_plugin.queueing.quota import ledger_model
@@ -36,7 +37,8 @@ from airflow_jobs_plugin.readmodel import inspect
 from tests.patience import stretch
 
 ROLE = Path(__file__).resolve().parents[2] / "helm-values" / "rbac.yaml"
-RESOURCE_GROUPS = {"jobs": "batch", "mpijobs": "kubeflow.org"}  # everything else is the core group ""
+# Everything else is the core group "".
+RESOURCE_GROUPS = {"jobs": "batch", "mpijobs": "kubeflow.org", "leases": "coordination.k8s.io"}
 SCENARIO = "sim.airflow-jobs.io/scenario"
 
 
@@ -265,6 +267,14 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
             ),
             "rbac_queue_timeout",
         )
+        # A retry (try 2 of a run with one retry) reads, by name, whether try 1 was cancelled: the record
+        # a cancel that deleted its job left (jobs/cancel_record.py).
+        retry_context = task_context("rbac_second_try", try_number=2)
+        retry_context["ti"].max_tries = 1
+        with pytest.raises(TaskDeferred):
+            JobOperator(
+                task_id="train", image="t:1", group="vision", gpus=1, retries=1, job_annotations=quick
+            ).execute(retry_context)
         charge("worker")
         asyncio.run(_reserve_before_a_crash(lost.trigger.job_name))
         cluster.reset_counters()  # the crashed triggerer's write: not this scenario's
@@ -286,6 +296,12 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
                     target = inspect.Target(namespace="default", quota_configmap="policy")
                     outcome = await inspect.cancel(client, target, queued_cancel.trigger.job_name, by="admin")
                     assert outcome.deleted, outcome
+                    # Cancelled again once gone: the record of the first cancel says who did it.
+                    again = await inspect.cancel(client, target, queued_cancel.trigger.job_name, by="bob")
+                    assert again.already_finished and "already cancelled by admin" in again.message, again
+                    # The orphan sweep's clean-up: the records whose time has run out are deleted.
+                    later = datetime.now(timezone.utc) + timedelta(days=30)
+                    assert await delete_expired_records(client, "default", later) == 1
                 finally:
                     await client.close()
                 charge("api-server")
