@@ -25,6 +25,7 @@ from airflow_jobs_plugin.readmodel import inspect
 from tests.reliability.test_rbac_least_privilege import (
     COMPONENTS,
     NAMESPACE,
+    POD_SECURITY,
     POLICY,
     ROLE,
     apply_shipped,
@@ -88,6 +89,7 @@ def enforced(monkeypatch, tmp_path):
         if not cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}"):
             cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
         apply_shipped(cluster, ROLE, NAMESPACE)
+        apply_shipped(cluster, POD_SECURITY, NAMESPACE)
         apply_shipped(cluster, POLICY, NAMESPACE)
         cluster.store.create("roles", CAROL_ROLE, NAMESPACE)
         cluster.store.create(
