@@ -90,6 +90,17 @@ OPTIONS: tuple[Option, ...] = (
         "default,trainer-s3-reader",
     ),
     Option(
+        "job_runtime_classes",
+        "The RuntimeClasses a job's pods may name (a ``pod_template``'s ``runtimeClassName``, JobOperator's "
+        "``runtime_class_name``), comma-separated. Empty: none, the pods run with the nodes' default "
+        "runtime. The admission policy's parameter (the keys of the ConfigMap "
+        "``airflow-jobs-runtime-classes`` of the jobs' namespace) must list the same classes "
+        "(docs/deploying.md).",
+        "string",
+        "",
+        "nvidia",
+    ),
+    Option(
         "quota_policy_file",
         "Path of the quota policy YAML on the DAG processor, read by the opt-in cluster policy "
         "(``airflow_jobs_plugin.airflow.cluster_policy``) to check DAGs at parse time.",
@@ -112,6 +123,16 @@ OPTIONS: tuple[Option, ...] = (
         "integer",
         "600",
         "900",
+    ),
+    Option(
+        "cancel_record_ttl",
+        "Seconds the record a cancel leaves for its task try is kept (a Lease in the job's namespace, "
+        "removed by the orphan sweep once expired): while it is kept, no later try of that run of the task "
+        "submits the job again, even if the cancelled try died before recording the cancel. Keep it longer "
+        "than the longest retry delay of your DAGs (Airflow's [core] max_task_retry_delay: 24 h).",
+        "integer",
+        "604800",
+        "1209600",
     ),
     Option(
         "charging_file",
@@ -183,6 +204,11 @@ def job_service_accounts() -> tuple[str, ...]:
     """``job_service_accounts`` as a list, each once, in order (the default account when it names none)."""
     accounts = namespaces("", get("job_service_accounts"))
     return accounts or (BY_NAME["job_service_accounts"].default or "",)
+
+
+def job_runtime_classes() -> tuple[str, ...]:
+    """``job_runtime_classes`` as a list, each once, in order (empty: jobs name no RuntimeClass)."""
+    return namespaces("", get("job_runtime_classes"))
 
 
 def get_bool(name: str) -> bool:

@@ -10,19 +10,49 @@ tests/controller/ tests the election itself, and the real-plane tier runs the co
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
+from pathlib import Path
+
+import yaml
+from airflow_jobs_sim.config import Identity
 
 from airflow_jobs_plugin.cluster.kube import KubeClient
 from airflow_jobs_plugin.controller.runner import ClusterController
 
 IDENTITY = "test-admission-controller"
+# The controller's own caller on a simulated cluster: the service account the shipped manifests give it,
+# in system:masters here (the tests that check its Role apply rbac.yaml to a cluster that enforces it).
+CONTROLLER_TOKEN = "admission-controller-token"
+CONTROLLER = Identity(
+    CONTROLLER_TOKEN,
+    "system:serviceaccount:airflow-jobs-system:airflow-jobs-controller",
+    ("system:serviceaccounts", "system:serviceaccounts:airflow-jobs-system", "system:masters"),
+)
+
+
+def own_kubeconfig(kubeconfig_path: str, token: str) -> str:
+    """A copy of ``kubeconfig_path`` whose user is ``token``'s: the controller's own credentials."""
+    config = yaml.safe_load(Path(kubeconfig_path).read_text())
+    for user in config.get("users") or []:
+        user["user"] = {"token": token}
+    path = Path(tempfile.mkdtemp(prefix="ajp-controller-")) / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
 
 
 class ControllerThread:
     """The admission controller of every namespace of a cluster, in a thread."""
 
-    def __init__(self, kubeconfig_path: str, *, namespaces: tuple[str, ...] = (), selector: str = ""):
-        self.kubeconfig_path = kubeconfig_path
+    def __init__(
+        self,
+        kubeconfig_path: str,
+        *,
+        namespaces: tuple[str, ...] = (),
+        selector: str = "",
+        token: str | None = None,
+    ):
+        self.kubeconfig_path = own_kubeconfig(kubeconfig_path, token) if token else kubeconfig_path
         self.namespaces = namespaces
         self.selector = selector
         self.loop: asyncio.AbstractEventLoop | None = None

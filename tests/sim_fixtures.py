@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
-from controller_fixture import ControllerThread
+from controller_fixture import CONTROLLER, CONTROLLER_TOKEN, ControllerThread
 
 CONNECTION_ENV = "AIRFLOW_CONN_KUBERNETES_DEFAULT"
 # A kubeconfig of a real cluster: the tests marked ``real_cluster`` run there instead of on the simulator
@@ -46,13 +46,22 @@ def cluster_fixture(
         if real is not None:
             yield RealCluster(real)
             return
+        identities = (
+            (*config.pop("identities", ()), CONTROLLER) if controller else config.pop("identities", ())
+        )
         with SimCluster(
-            ClusterConfig(nodes=nodes, gpus_per_node=gpus_per_node, time_scale=time_scale, **config)
+            ClusterConfig(
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                time_scale=time_scale,
+                identities=identities,
+                **config,
+            )
         ) as sim:
             if not controller:
                 yield sim
                 return
-            with ControllerThread(sim.kubeconfig_path):
+            with ControllerThread(sim.kubeconfig_path, token=CONTROLLER_TOKEN):
                 yield sim
 
     return cluster

@@ -33,6 +33,7 @@ SHELL = {
     "cluster.kube",
     "cluster.lazy_kubernetes",
     "cluster.watch",
+    "controller.leader",
     "jobs.submission",
     "jobs.actions",
     "queueing.engines.pool",

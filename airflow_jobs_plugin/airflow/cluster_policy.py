@@ -6,8 +6,9 @@ Off until an admin turns it on, in ``$AIRFLOW_HOME/config/airflow_local_settings
 
 and points ``[airflow_jobs] quota_policy_file`` (``AIRFLOW__AIRFLOW_JOBS__QUOTA_POLICY_FILE``) at the quota
 policy YAML, for example the policy ConfigMap mounted into the dag processor. With it, a DAG whose
-JobOperator names another user, an unknown group or a group its owner is not a member of fails to import,
-with the reason in the import error. The rule itself is ``quota.policy.claim_problem``.
+JobOperator names another user, an unknown group, a group its owner is not a member of or a priority class
+its group may not use fails to import, with the reason in the import error. The rules themselves are
+``quota.policy.claim_problem`` and ``quota.priority_classes.priority_class_problem``.
 
 A platform that decides who may charge what sets ``[airflow_jobs] charging_file`` too: the DAG's folder
 then decides which groups and users its tasks may charge (``charging.charge_problem``), whatever the
@@ -31,6 +32,7 @@ from airflow_jobs_plugin.queueing.charging import (
 from airflow_jobs_plugin.queueing.quota.model import QuotaPolicy
 from airflow_jobs_plugin.queueing.quota.parse import parse_policy
 from airflow_jobs_plugin.queueing.quota.policy import claim_problem
+from airflow_jobs_plugin.queueing.quota.priority_classes import named_by_spec, priority_classes_problem
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,10 @@ def task_policy(task) -> None:
         )
     else:
         problem = claim_problem(policy, owner=task.owner, user=task.user, group=task.group)
+    if not problem:
+        # The priority classes the task names, where they are plain values: its group must allow each.
+        named = named_by_spec(task._spec(templated=True))
+        problem = priority_classes_problem(policy, task.group, named)
     if problem:
         raise AirflowClusterPolicyViolation(f"{where}: {problem}")
 

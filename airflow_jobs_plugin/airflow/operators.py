@@ -82,7 +82,8 @@ KPO_NAMES = {
     "config_file": "use kubernetes_conn_id (an Airflow Kubernetes connection)",
     "cluster_context": "use kubernetes_conn_id (an Airflow Kubernetes connection)",
     "poll_interval": "remove it: the triggerer follows the job through a watch, not by polling",
-    "hostnetwork": "use pod_template={'spec': {'hostNetwork': True}}",
+    "hostnetwork": "remove it: a job's pods may not share the node's network (the cluster's pod security, "
+    "baseline); they reach each other over the pod network",
     "dnspolicy": "use pod_template={'spec': {'dnsPolicy': ...}}",
     "termination_grace_period": "use pod_template={'spec': {'terminationGracePeriodSeconds': ...}}",
     "ports": "use pod_template with the main container's ports: {'spec': {'containers': [{'name': 'main', "
@@ -174,6 +175,24 @@ def kpo_pod_arguments(
     return out
 
 
+# Where kpo_pod_arguments puts runtime_class_name, and where validate() reports a RuntimeClass it refuses.
+_RUNTIME_CLASS_FIELD = "pod_template.spec.runtimeClassName"
+
+
+def runtime_class_named(error: JobSpecError, runtime_class_name: Any, pod_template: Any) -> JobSpecError:
+    """``error`` with a refused RuntimeClass that came from ``runtime_class_name`` (folded into the pod
+    template) named as that argument, the one the author wrote."""
+    spec = pod_template.get("spec") if isinstance(pod_template, Mapping) else None
+    folded = spec.get("runtimeClassName") if isinstance(spec, Mapping) else None
+    if runtime_class_name is None or folded != runtime_class_name:
+        return error
+    errors = tuple(
+        ("runtime_class_name" if field == _RUNTIME_CLASS_FIELD else field, message)
+        for field, message in error.errors
+    )
+    return JobSpecError(errors[0][0], errors[0][1], errors)
+
+
 def read_pod_template_file(path: str) -> dict[str, Any]:
     """The pod in a YAML or JSON file (``pod_template_file``), or a JobSpecError naming the argument."""
     import yaml
@@ -251,16 +270,20 @@ class JobOperator(BaseOperator):
     :param node_selector: node labels the pods require.
     :param affinity: a Kubernetes ``Affinity`` mapping (node, pod, pod anti-affinity).
     :param tolerations: Kubernetes tolerations (mappings or ``V1Toleration``).
-    :param volumes: Kubernetes volumes of every pod.
+    :param volumes: Kubernetes volumes of every pod; no ``hostPath`` (the cluster's pod security, baseline).
     :param volume_mounts: mounts of those volumes in every container.
     :param namespace: namespace of the job.
     :param priority_class_name: the pods' PriorityClass (the scheduler's preemption order).
     :param scheduler_name: the scheduler that places the pods (Volcano, a coscheduling plugin, ...).
-    :param security_context: the pods' ``PodSecurityContext`` mapping.
+    :param security_context: the pods' ``PodSecurityContext`` mapping, within what the cluster's pod
+        security (baseline) allows: safe sysctls, RuntimeDefault or Localhost profiles.
     :param container_security_context: the main container's ``SecurityContext`` mapping, e.g.
-        ``{'capabilities': {'add': ['IPC_LOCK']}}`` for RDMA.
+        ``{'runAsUser': 1000}``; baseline allows adding only the runtime's default capabilities and no
+        ``privileged``.
     :param pod_template: a pod (``{'metadata': ..., 'spec': ...}``) the product's pod is laid over: the
-        product's fields win where both set one; it may not ask for GPUs.
+        product's fields win where both set one; it may not ask for GPUs, nor for what the cluster's pod
+        security (baseline) refuses (host namespaces, ``hostPath``, host ports, ...), nor for a
+        ``runtimeClassName`` the platform does not allow.
     :param pod_template_file: a YAML or JSON file holding such a pod, read when the task runs; merged
         under ``pod_template``.
     :param backoff_limit: pod retries inside one attempt.
@@ -285,7 +308,8 @@ class JobOperator(BaseOperator):
     :param wait_for_workers: MPI only: the launcher waits until every worker's name resolves.
     :param launcher_creation_policy: MPI only: ``WaitForWorkersReady`` or ``AtStartup``.
     :param mpi_implementation: MPI only: ``OpenMPI``, ``Intel`` or ``MPICH``.
-    :param init_containers: containers that run before the main one, in every pod.
+    :param init_containers: containers that run before the main one, in every pod, within the cluster's
+        pod security (baseline).
     :param image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``.
     :param image_pull_secrets: names of Secrets to pull the image with.
     :param service_account: the pods' ServiceAccount.
@@ -295,7 +319,8 @@ class JobOperator(BaseOperator):
     :param stream_logs: stream the pods' logs into the task log.
     :param quota_configmap: the quota policy ConfigMap (default: the deployment's configuration).
     :param quota_namespace: the namespace of that ConfigMap.
-    :param runtime_class_name: the pods' RuntimeClass, e.g. ``nvidia`` (KubernetesPodOperator's name).
+    :param runtime_class_name: the pods' RuntimeClass, e.g. ``nvidia`` (KubernetesPodOperator's name): one the
+        platform allows (``[airflow_jobs] job_runtime_classes``).
     :param secrets: KubernetesPodOperator ``Secret`` objects (cncf ``secret.Secret``): each becomes a variable,
         all of a Secret's keys (``env_from``) or a read-only volume, as that operator mounts them.
     """
@@ -490,12 +515,16 @@ class JobOperator(BaseOperator):
         rendered = {SPEC_FIELDS.get(name, name) for name in self._from_templates}
         from airflow_jobs_plugin import config
 
-        return validate(
-            **values,
-            templated=templated,
-            rendered=rendered,
-            service_accounts=config.job_service_accounts(),
-        )
+        try:
+            return validate(
+                **values,
+                templated=templated,
+                rendered=rendered,
+                service_accounts=config.job_service_accounts(),
+                runtime_classes=config.job_runtime_classes(),
+            )
+        except JobSpecError as exc:
+            raise runtime_class_named(exc, self.runtime_class_name, values["pod_template"]) from None
 
     def _connection(self, *, templated: bool) -> tuple[str, bool]:
         """``kubernetes_conn_id`` and ``stream_logs`` checked: literal values at parse time (templates

@@ -182,7 +182,9 @@ class JobTrigger(BaseTrigger):
         name = self.job_name
         what = "already gone"
         if job is not None:
-            outcome = await actions.cancel(client, self.namespace, job, AIRFLOW_USER)
+            # No record of the cancel (jobs/cancel_record.py): mark failed and mark success end the task
+            # instance themselves, and a clear starts a new run, which must run.
+            outcome = await actions.cancel(client, self.namespace, job, AIRFLOW_USER, record=False)
             name = outcome.name
             if outcome.already_finished:
                 what = "already finished, left as it is"

@@ -29,6 +29,7 @@ from airflow_jobs_plugin.cluster.resources import (  # noqa: F401  (re-exported)
     CONFIGMAPS,
     EVENTS,
     JOBS,
+    LEASES,
     NODEPOOLS,
     NODES,
     PODS,

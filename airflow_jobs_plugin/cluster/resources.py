@@ -66,6 +66,9 @@ CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SERVICES = Resource("", "v1", "services", "Service")
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+# Leases (coordination.k8s.io/v1): the admission controller's leader election (controller/lease.py), and
+# a product cancel's record, which outlives the job it cancelled (jobs/cancel_record.py).
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 # Karpenter's NodePools (karpenter.sh/v1): what nodes the cluster can add, where Karpenter runs.
 NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", namespaced=False)
 

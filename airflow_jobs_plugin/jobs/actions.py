@@ -9,21 +9,25 @@ that does not apply (a second cancel, a stop of a stopped job) answers in one li
 
 Each action also records a Kubernetes Event on the job (``Cancelled``, ``Stopped``, ``Resumed``, with who
 did it), so ``kubectl describe``, the job page's events and a later ``cancel`` of a job that is already
-gone can all say who acted and when.
+gone can all say who acted and when. A person's cancel first leaves the record that keeps every later try
+of the task's run from submitting the job again, even once the job is gone
+(:mod:`airflow_jobs_plugin.jobs.cancel_record`): no record, no cancel.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_jobs_plugin.cluster.kube import EVENTS, PODS, KubeClient, KubeError
+from airflow_jobs_plugin import config
+from airflow_jobs_plugin.cluster.kube import EVENTS, LEASES, PODS, KubeClient, KubeError, patiently
 from airflow_jobs_plugin.cluster.objects import Meta
-from airflow_jobs_plugin.jobs import action_rules, attempts, history, kinds, labels
+from airflow_jobs_plugin.jobs import action_rules, attempts, cancel_record, history, kinds, labels
 from airflow_jobs_plugin.jobs.action_rules import Action, Ending, JobFacts, refusal
 from airflow_jobs_plugin.jobs.action_rules import ActionOutcome as ActionOutcome
 from airflow_jobs_plugin.jobs.action_rules import CancelOutcome as CancelOutcome
@@ -41,9 +45,18 @@ from airflow_jobs_plugin.queueing.quota.ledger import (
     verdict_patch,
 )
 
+log = logging.getLogger(__name__)
+
 EVENT_SOURCE = "airflow-jobs"
 # Reads and conditional writes a cancel tries while the job keeps changing under it, before deleting it.
 CANCEL_TRIES = 5
+# Attempts at writing a cancel's record while the API answers with a transient error (about 6 s in all).
+RECORD_TRIES = 6
+
+
+class CancelNotRecorded(KubeError):
+    """A cancel whose record (:mod:`~airflow_jobs_plugin.jobs.cancel_record`) could not be written: the
+    job was left as it was, since a cancel without its record could be undone by a retry of its task."""
 
 
 def facts_of(job: Mapping[str, Any]) -> JobFacts:
@@ -183,8 +196,60 @@ async def record_event(
         await client.create(EVENTS, namespace, body)
 
 
-async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by: str) -> CancelOutcome:
+def _record_keep() -> timedelta:
+    """How long a cancel's record is kept (``[airflow_jobs] cancel_record_ttl``); a value that is not a
+    number of seconds is logged and the default kept: a cancel must not fail for it."""
+    try:
+        return cancel_record.keep_from(config.get("cancel_record_ttl"))
+    except ValueError as exc:
+        log.error("%s", exc)
+        return cancel_record.DEFAULT_KEEP
+
+
+async def _record(
+    client: KubeClient, namespace: str, job: Mapping[str, Any], by: str, at: datetime, ref: str
+) -> None:
+    """Write the record of cancelling ``job``, before anything ends or deletes it. A job of no task try
+    needs none; a record already there (a cancel of another attempt of the same try) stands. Raises
+    :class:`CancelNotRecorded`, naming the missing right, when it cannot be written."""
+    record = cancel_record.record_of(job, kind=resource_of(job).kind, by=by, at=at, keep=_record_keep())
+    if record is None:
+        return
+    try:
+        await patiently(
+            client.create, LEASES, namespace, cancel_record.lease(record), log=log, tries=RECORD_TRIES
+        )
+    except KubeError as exc:
+        if exc.already_exists:
+            return
+        if exc.status == 403:
+            fix = (
+                f"this identity needs create on leases.coordination.k8s.io in namespace {namespace} "
+                "(helm-values/rbac.yaml grants it to the api-server's Role): cancel from the GPU Jobs page, "
+                "or ask for that right"
+            )
+        else:
+            fix = "try the cancel again"
+        raise CancelNotRecorded(
+            exc.status,
+            exc.reason,
+            f"{ref} was not cancelled: its cancel could not be recorded (Lease {namespace}/{record.name}: "
+            f"{exc.message or exc}), and a cancel without its record could be undone by a retry of its "
+            f"task; {fix}",
+            exc.body,
+        ) from exc
+
+
+async def cancel(
+    client: KubeClient, namespace: str, job: Mapping[str, Any], by: str, *, record: bool = True
+) -> CancelOutcome:
     """Cancel ``job``'s newest attempt: rule it Cancelled and end it.
+
+    A person's cancel (``record``, the default: the GPU Jobs page, the CLI) first writes the record of the
+    cancelled task try, which keeps every later try of the run from submitting the job again even once
+    the job is gone; if it cannot be written nothing is done (:class:`CancelNotRecorded`). The orphan
+    sweep and Airflow's own kill pass ``record=False``: the task instance's state already keeps the run
+    from trying again, or a clear starts a new run that must run (``cancel_record``'s docstring).
 
     The verdict goes on in the write that ends the job, so every reader (the task's trigger above all)
     reports CANCELLED from then on. The job is ended through its own controller where one can end it
@@ -198,6 +263,9 @@ async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by:
     job's change wakes that pass. So the identities that act for people (the API server, the CLI) need
     no write on the ledgers, and the GPUs count until the pods holding them have really stopped.
     """
+    at = datetime.now(timezone.utc)
+    when = at.isoformat(timespec="seconds")
+    recorded = not record
     for _ in range(CANCEL_TRIES):
         job = await newest_attempt(client, namespace, job)
         resource = resource_of(job)
@@ -205,6 +273,9 @@ async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by:
         why_not = refusal(Action.CANCEL, facts)
         if why_not is not None:
             return CancelOutcome(namespace, facts.name, resource.kind, False, True, why_not)
+        if not recorded:
+            await _record(client, namespace, job, by, at, facts.ref)
+            recorded = True
         ending = action_rules.cancel_ending(facts)
         if ending is Ending.DELETE:
             break
@@ -213,7 +284,7 @@ async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by:
         patch["metadata"]["annotations"].update(
             {
                 labels.CANCELLED_BY: by,
-                labels.CANCELLED_AT: _now(),
+                labels.CANCELLED_AT: when,
                 labels.HISTORY: _history(job, history.Act.CANCELLED, by, seen.run),
             }
         )
@@ -236,8 +307,9 @@ async def cancel(client: KubeClient, namespace: str, job: Mapping[str, Any], by:
             f"{facts.ref} cancelled: its pods are stopped and it stays listed as cancelled {until}",
             ended=True,
         )
-    # Nothing can end it, or it kept changing under us: delete it, which always ends it.
-    resource, name, when = resource_of(job), facts.name, _now()
+    # Nothing can end it, or it kept changing under us: delete it, which always ends it. A cancel that
+    # must be recorded has been, in the loop, before this delete.
+    resource, name = resource_of(job), facts.name
     with contextlib.suppress(KubeError):
         await client.merge_patch(
             resource,

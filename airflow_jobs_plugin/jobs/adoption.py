@@ -2,37 +2,106 @@
 
 Job names and task keys are predictable from a DAG's identifiers, and every DAG's code runs with the
 same worker identity, so a job found under a task's name or task key may have been planted by another
-DAG. A try adopts a job only if it is the one this task would have submitted:
+DAG: with the task's image and command, and an environment variable, a volume or a security context of
+its own. A try adopts a job only if it is, field for field, the job this task would have submitted
+(:func:`foreign_problem`, first match wins):
 
-* the job carries the digest of this task instance and of the rendered spec this try submits
-  (:func:`spec_fingerprint`, the annotation :data:`~airflow_jobs_plugin.jobs.labels.SPEC_FINGERPRINT`,
-  stamped at submit and recomputed by every later try), and
-* what its pods run is what this try's manifest runs: the same containers and init containers, by name,
-  with the same image, command and args, and the same service account (the server defaults none of
-  these), so a digest copied onto a job that runs something else does not pass.
+1. Its try and attempt labels name a try of this task instance up to this one and one of its attempts,
+   and its name is the one :func:`~airflow_jobs_plugin.jobs.naming.job_name` gives them.
+2. Its kind is the kind this try's spec runs as.
+3. Its Kueue LocalQueue (the queue-name label) is one it may have (:func:`_queue_difference`).
+4. Its spec is what that try would have created (:func:`~airflow_jobs_plugin.jobs.manifests.submitted_body`:
+   this try's spec, charged as the pool charges it now), carried to that attempt as a job-level retry
+   clones it (:func:`~airflow_jobs_plugin.jobs.attempts.next_attempt`): every pod template whole and every
+   job-level field (parallelism, completions, completion mode, back-off, deadlines, an MPIJob's replicas,
+   slots and run policy), both read in their stored form (``JobKind.stored_form``: what the API server
+   and the kind's controller fill in or generate does not count). Not compared: ``suspend``, which
+   admission switches, and in a job in a LocalQueue, what Kueue writes into its pod templates when it
+   admits it (:func:`_without_kueue_additions`).
+5. Its labels and annotations carry this try's value of every key the product writes at creation, and
+   no other key of the product's or Kueue's (no quota limit, GPU flavor, device or priority of its own),
+   leaving aside the keys written after creation (:data:`WRITTEN_AFTER_CREATION`). Keys of other owners
+   are not the product's to judge.
+6. It has no owner that could take it away.
 
-A job that fails either check is never adopted and never deleted: the try fails naming it.
+Among the annotations is the digest of the task instance and the rendered spec
+(:func:`spec_fingerprint`, stamped at submit): a sign that the task's arguments changed, never enough
+by itself, since any DAG author can compute it.
+
+A job that fails is never adopted and never deleted: the try fails naming the first field that differs.
 
 A cancel stays a cancel: a job of an earlier try of the same run of the task that carries the Cancelled
 verdict ends this try as cancelled (:func:`cancelled_in_run`), even when the try that saw the cancel died
-before recording it in the task's state store.
+before recording it in the task's state store. A cancel that deleted the job leaves its record instead
+(:mod:`airflow_jobs_plugin.jobs.cancel_record`), which the submission reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin.jobs import kinds, labels
+from airflow_jobs_plugin.cluster.objects import Meta
+from airflow_jobs_plugin.jobs import attempts, kinds, labels
+from airflow_jobs_plugin.jobs.cancel_record import cancelled_message
+from airflow_jobs_plugin.jobs.differences import ABSENT, Difference, first_difference
 from airflow_jobs_plugin.jobs.jobview import JobView
-from airflow_jobs_plugin.jobs.naming import TaskIdentity
+from airflow_jobs_plugin.jobs.manifests import submitted_body
+from airflow_jobs_plugin.jobs.naming import MAX_ATTEMPTS, TaskIdentity, attempt_name
 from airflow_jobs_plugin.jobs.outcome import same_run_of_task
+from airflow_jobs_plugin.jobs.pod_template import merge_under
 from airflow_jobs_plugin.jobs.spec import JobSpec
+from airflow_jobs_plugin.queueing import kueue
+from airflow_jobs_plugin.queueing.quota.flavors import Charge
 
 # Bumped when what the digest covers changes, so a digest of another version never matches by chance.
 _FINGERPRINT_VERSION = "1"
+
+# Kueue's mark on a Job it is stopping, between its two writes (kubernetes-sigs/kueue v0.19.2
+# pkg/controller/jobs/job/job_controller.go, StoppingAnnotation).
+KUEUE_STOPPING = "kueue.x-k8s.io/stopping"
+# The label and annotation domains whose keys change what the product or Kueue does with a job (a
+# subdomain counts: sim.airflow-jobs.io's scenario, Kueue's podset labels). What Kueue's admission checks
+# add to pod templates (a ProvisioningRequest's annotations) is under autoscaling.x-k8s.io.
+PRODUCT_DOMAINS = (labels.PREFIX,)
+KUEUE_DOMAINS = ("kueue.x-k8s.io", "autoscaling.x-k8s.io")
+
+# Keys the product or Kueue writes on a job after creating it, or whose value differs between a task's
+# attempts without changing what runs or what is charged: never compared. Every other key of the
+# product's is written at creation and compared (tests/core/test_adoption_rules.py classifies each key
+# of labels.py).
+WRITTEN_AFTER_CREATION = frozenset(
+    {
+        labels.CREATED,  # each attempt's creation time
+        labels.QUEUED_AT,  # the first attempt's, kept by every later one
+        labels.ADMITTED,
+        labels.ADMITTED_AT,
+        labels.QUEUE_WAITED,
+        labels.QUEUE_WAIT_SINCE,
+        labels.REQUEUE_COUNT,
+        labels.REQUEUE_NOT_BEFORE,
+        labels.VERDICT,
+        labels.VERDICT_MESSAGE,
+        labels.CANCELLED_BY,
+        labels.CANCELLED_AT,
+        labels.ENDED_SPEC,
+        labels.STOPPED_AT,
+        labels.STOPPED_BY,
+        labels.DELETE_AFTER,
+        labels.HISTORY,
+        labels.PREEMPTED_BY,
+        labels.PREEMPTION_MESSAGE,
+        labels.PREEMPTIONS,
+        # The pool lifts its gate when it hands the job over (ledger.handoff_patch).
+        kueue.ADMISSION_GATE_ANNOTATION,
+        KUEUE_STOPPING,
+    }
+)
 
 
 def spec_fingerprint(spec: JobSpec, task: TaskIdentity) -> str:
@@ -47,73 +116,195 @@ def spec_fingerprint(spec: JobSpec, task: TaskIdentity) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _runs(job: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """What a job's pods run, per pod template (role), in an order that does not depend on the API."""
-    out: list[tuple[str, Any]] = []
-    for pod_set in kinds.kind_of(job).pod_sets(job):
-        pod = (pod_set.template or {}).get("spec") or {}
-        containers = {
-            kind: sorted(
-                (
-                    str(c.get("name")),
-                    str(c.get("image")),
-                    list(c.get("command") or []),
-                    list(c.get("args") or []),
-                )
-                for c in pod.get(kind) or []
-                if isinstance(c, Mapping)
-            )
-            for kind in ("initContainers", "containers")
-        }
-        account = pod.get("serviceAccountName") or pod.get("serviceAccount") or "default"
-        out.append((pod_set.role, {"containers": containers, "serviceAccountName": account}))
-    return sorted(out, key=lambda item: item[0])
+@dataclass(frozen=True)
+class Submission:
+    """What this try submits: its spec, its task try, how the pool charges it (``None``: no policy),
+    and the digest it stamps (:func:`spec_fingerprint`)."""
+
+    spec: JobSpec
+    task: TaskIdentity
+    charge: Charge | None
+    fingerprint: str
+
+    def body(self, try_number: int | None = None) -> dict:
+        """The object try ``try_number`` of the task (this one by default) creates with this spec."""
+        task = self.task if try_number is None else dataclasses.replace(self.task, try_number=try_number)
+        return submitted_body(
+            self.spec,
+            task=task,
+            charge=self.charge,
+            fingerprint=self.fingerprint,
+            queued_at=datetime.now(timezone.utc),
+        )
 
 
-def _differences(job: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
-    found, wanted = dict(_runs(job)), dict(_runs(expected))
-    problems: list[str] = []
-    if sorted(found) != sorted(wanted):
-        problems.append(f"runs pods of roles {sorted(found)} instead of {sorted(wanted)}")
-        return problems
-    for role, runs in wanted.items():
-        seen = found[role]
-        if seen["serviceAccountName"] != runs["serviceAccountName"]:
-            problems.append(
-                f"{role} pods run as service account {seen['serviceAccountName']!r}, not "
-                f"{runs['serviceAccountName']!r}"
-            )
-        for kind in ("initContainers", "containers"):
-            if seen["containers"][kind] != runs["containers"][kind]:
-                images = sorted({c[1] for c in seen["containers"][kind]})
-                problems.append(
-                    f"{role} {kind} differ from this task's (images {', '.join(images) or 'none'})"
-                )
-    return problems
-
-
-def foreign_problem(job: Mapping[str, Any], fingerprint: str, expected: Mapping[str, Any]) -> str | None:
-    """Why ``job`` is not the job this try would have submitted (None: it is), in one sentence.
-
-    ``fingerprint`` is :func:`spec_fingerprint` of this try's spec; ``expected`` the manifest this try
-    would create (its pod templates are compared with ``job``'s)."""
+def foreign_problem(job: Mapping[str, Any], submission: Submission) -> str | None:
+    """Why ``job`` is not the job this task would have submitted (None: it is), in one message naming
+    the first field that differs."""
+    difference = job_difference(job, submission)
+    if difference is None:
+        return None
     meta = JobView(job)
     ref = f"{meta.kind.resource.kind} {meta.namespace}/{meta.name}"
-    stamped = meta.annotations.get(labels.SPEC_FINGERPRINT)
-    problems = []
-    if stamped is None:
-        problems.append(f"it carries no {labels.SPEC_FINGERPRINT} annotation")
-    elif stamped != fingerprint:
-        problems.append(f"its {labels.SPEC_FINGERPRINT} is not this task's spec's")
-    problems.extend(_differences(job, expected))
-    if not problems:
-        return None
     return (
         f"{ref} holds this task's name or task key but is not the job this task would submit: "
-        f"{'; '.join(problems)}. It was submitted by another DAG, or this task's arguments changed since "
-        f"an earlier try: it was left alone. Cancel it (airflow-jobs cancel {meta.namespace}/{meta.name}) "
-        f"or delete it, then clear the task"
+        f"{difference.describe('this task', 'that job')}. It was submitted by another DAG, or this task's "
+        f"arguments changed since an earlier try: it was left alone. Cancel it (airflow-jobs cancel "
+        f"{meta.namespace}/{meta.name}) or delete it, then clear the task"
     )
+
+
+def job_difference(job: Mapping[str, Any], submission: Submission) -> Difference | None:
+    """The first field in which ``job`` differs from the job this task would have submitted, in the
+    order of the module's rules, or None."""
+    meta = JobView(job)
+    try_number = _whole(meta.labels.get(labels.TRY), 1, submission.task.try_number)
+    if try_number is None:
+        tries = f"a try from 1 to {submission.task.try_number}"
+        return Difference(f"metadata.labels[{labels.TRY}]", tries, meta.labels.get(labels.TRY, ABSENT))
+    attempt = _whole(meta.labels.get(labels.ATTEMPT), 1, MAX_ATTEMPTS)
+    if attempt is None:
+        span = f"an attempt from 1 to {MAX_ATTEMPTS}"
+        return Difference(f"metadata.labels[{labels.ATTEMPT}]", span, meta.labels.get(labels.ATTEMPT, ABSENT))
+    expected = _as_attempt(submission.body(try_number), attempt)
+    if meta.name != Meta(expected).name:
+        return Difference("metadata.name", Meta(expected).name, meta.name)
+    kind = kinds.kind_of(expected)
+    if kinds.kind_of(job) is not kind:
+        return Difference("kind", kind.name, kinds.kind_of(job).name)
+    # The server generates what names the object itself (a Job's selector on its uid) from the object.
+    expected["metadata"]["uid"] = meta.uid
+    wanted, found = kind.stored_form(expected), kind.stored_form(job)
+    queue = _queue_difference(expected, job)
+    if queue is not None:
+        return queue
+    if kueue.queue_name(job) is not None or meta.annotations.get(labels.KUEUE_HANDOFF):
+        # A job for Kueue, handed over or (a later attempt cloned from one Kueue admitted) waiting to be.
+        _without_kueue_additions(kind, wanted, found)
+    # Admission switches suspend; it is never what a job runs.
+    for stored in (wanted, found):
+        if isinstance(stored.get("spec"), Mapping):
+            stored["spec"] = merge_under(stored["spec"], kind.suspend_patch(True))
+    return (
+        first_difference(wanted.get("spec"), found.get("spec", ABSENT), "spec")
+        or _metadata_difference(expected, job, "labels")
+        or _metadata_difference(expected, job, "annotations")
+        or first_difference(
+            JobView(expected).owner_references, JobView(job).owner_references, "metadata.ownerReferences"
+        )
+    )
+
+
+def _whole(value: Any, low: int, high: int) -> int | None:
+    if not isinstance(value, str) or not value.isdigit():
+        return None
+    number = int(value)
+    return number if low <= number <= high else None
+
+
+def _as_attempt(first: dict, attempt: int) -> dict:
+    """``first`` (an attempt 1) as the trigger clones it into ``attempt`` (``attempts.next_attempt``)."""
+    if attempt == 1:
+        return first
+    name = attempt_name(Meta(first).name, attempt)
+    now = datetime.now(timezone.utc)
+    return attempts.next_attempt(first, name=name, attempt=attempt, not_before=now, now=now)
+
+
+def _in(domains: tuple[str, ...], key: str) -> bool:
+    """Whether the label or annotation ``key`` is in one of ``domains`` or a subdomain of one."""
+    prefix = key.split("/", 1)[0] if "/" in key else ""
+    return any(prefix == domain or prefix.endswith(f".{domain}") for domain in domains)
+
+
+def _metadata_difference(
+    expected: Mapping[str, Any], job: Mapping[str, Any], field: str
+) -> Difference | None:
+    wanted: Mapping[str, Any] = getattr(JobView(expected), field)
+    found: Mapping[str, Any] = getattr(JobView(job), field)
+    for key in [*wanted, *sorted(k for k in found if k not in wanted)]:
+        if key in WRITTEN_AFTER_CREATION or key == kueue.QUEUE_NAME_LABEL:
+            continue
+        if key not in wanted and not _in(PRODUCT_DOMAINS + KUEUE_DOMAINS, key):
+            continue  # another owner's key: nothing the product or Kueue reads
+        difference = first_difference(
+            wanted.get(key, ABSENT), found.get(key, ABSENT), f"metadata.{field}[{key}]"
+        )
+        if difference is not None:
+            return difference
+    return None
+
+
+def _queue_difference(expected: Mapping[str, Any], job: Mapping[str, Any]) -> Difference | None:
+    """The job's Kueue LocalQueue (its queue-name label), if it is not one it may have: this try's; where
+    this try names none, none, Kueue's ``default`` (the one Kueue's webhook gives a job naming none where
+    a LocalQueue of that name exists), or the one the pool hands it to (``labels.KUEUE_HANDOFF``)."""
+    wanted = kueue.queue_name(expected)
+    found = kueue.queue_name(job)
+    allowed: set[str | None]
+    if wanted is not None:
+        allowed = {wanted}
+    else:
+        handoff = JobView(expected).annotations.get(labels.KUEUE_HANDOFF)
+        allowed = {None, kueue.DEFAULT_LOCAL_QUEUE, handoff}
+    if found in allowed:
+        return None
+    return Difference(
+        f"metadata.labels[{kueue.QUEUE_NAME_LABEL}]", ABSENT if wanted is None else wanted, found
+    )
+
+
+def _without_kueue_additions(
+    kind: kinds.JobKind, wanted: Mapping[str, Any], found: Mapping[str, Any]
+) -> None:
+    """Take out of ``found``'s pod templates what Kueue adds to them when it admits a job in one of its
+    LocalQueues (kubernetes-sigs/kueue v0.19.2 ``pkg/podset/podset.go``, ``Merge`` of ``FromAssignment``
+    and ``FromUpdate``; ``pkg/controller/jobframework/reconciler.go``, ``getPodSetsInfoFromStatus``): its
+    flavors' node labels as node-selector entries, their tolerations after the template's own, its
+    topology scheduling gate, and labels and annotations of its own domain and of its admission checks.
+    Kueue refuses to change a value the template sets (``Merge`` fails on a conflict), and takes all of
+    it back when it suspends the job; a job it once admitted keeps them in a later attempt's clone."""
+    pairs = zip(kind.pod_sets(wanted), kind.pod_sets(found), strict=False)
+    for ours, theirs in pairs:
+        template = theirs.template
+        if not isinstance(template, dict):
+            continue
+        for field in ("labels", "annotations"):
+            own = getattr(Meta(ours.template), field)
+            found_map = getattr(Meta(template), field)
+            if isinstance(found_map, dict):
+                for key in [k for k in found_map if k not in own and _in(KUEUE_DOMAINS, k)]:
+                    del found_map[key]
+        spec = template.get("spec")
+        own_spec = ours.template.get("spec") or {}
+        if not isinstance(spec, dict):
+            continue
+        selector = spec.get("nodeSelector")
+        if isinstance(selector, dict):
+            own_selector = own_spec.get("nodeSelector") or {}
+            for key in [k for k in selector if k not in own_selector]:
+                del selector[key]
+            if not selector:
+                del spec["nodeSelector"]
+        own_tolerations = list(own_spec.get("tolerations") or [])
+        tolerations = spec.get("tolerations")
+        if isinstance(tolerations, list) and tolerations[: len(own_tolerations)] == own_tolerations:
+            if own_tolerations:
+                spec["tolerations"] = own_tolerations
+            else:
+                del spec["tolerations"]
+        gates = spec.get("schedulingGates")
+        if isinstance(gates, list):
+            own_gates = own_spec.get("schedulingGates") or []
+            kept = [
+                g
+                for g in gates
+                if g in own_gates or not (isinstance(g, Mapping) and _in(KUEUE_DOMAINS, str(g.get("name"))))
+            ]
+            if kept:
+                spec["schedulingGates"] = kept
+            else:
+                del spec["schedulingGates"]
 
 
 def cancelled_in_run(
@@ -132,11 +323,7 @@ def cancelled_in_run(
             continue
         if not same_run_of_task(earlier, try_number=try_number, max_tries=max_tries, retries=retries):
             continue
-        by = annotations.get(labels.CANCELLED_BY) or "someone"
-        at = annotations.get(labels.CANCELLED_AT)
-        when = f" at {at}" if at else ""
-        return (
-            f"try {earlier} of this task was cancelled (job {view.name}, by {by}{when}) and the task "
-            "was not cleared since: not running the job again (clear the task to run it again)"
+        return cancelled_message(
+            earlier, view.name, annotations.get(labels.CANCELLED_BY), annotations.get(labels.CANCELLED_AT)
         )
     return None

@@ -80,13 +80,20 @@ REQUEUE_LIMIT = f"{PREFIX}/requeue-limit"
 VERDICT = f"{PREFIX}/verdict"
 VERDICT_MESSAGE = f"{PREFIX}/verdict-message"
 CANCELLED_BY = f"{PREFIX}/cancelled-by"
-# A digest of the task instance and the rendered spec its try submitted (adoption.spec_fingerprint): a
-# later try reattaches only to a job carrying the digest of its own spec, with the containers it asks for.
+# A digest of the task instance and the rendered spec its try submitted (adoption.spec_fingerprint): one of
+# the annotations a later try compares before it reattaches to a job, never enough by itself (any DAG
+# author can compute it): the whole job must be the one the try would submit (jobs/adoption.py).
 SPEC_FINGERPRINT = f"{PREFIX}/spec-fingerprint"
 # The spec fields (JSON) the product overwrote to end a Job through its own controller (a one-second
 # activeDeadlineSeconds, parallelism 0): a retry's next attempt, cloned from the ended one, restores them.
 ENDED_SPEC = f"{PREFIX}/ended-spec"
 CANCELLED_AT = f"{PREFIX}/cancelled-at"
+# On the record a product cancel leaves for its task try (a Lease: jobs/cancel_record.py): RECORD is
+# "cancel", the label the orphan sweep lists to remove expired records; CANCELLED_JOB names the job the
+# cancel acted on ("<Kind>/<name>"), which may be gone.
+RECORD = f"{PREFIX}/record"
+CANCEL_RECORD_VALUE = "cancel"
+CANCELLED_JOB = f"{PREFIX}/cancelled-job"
 # A user stopped the job (RFC 3339 time, and who): it is suspended, holds no GPUs and no reservation, and
 # no admission pass may unsuspend it until a resume removes both annotations. QUEUED_AT is kept, so a
 # resumed job goes back to its original queue position; its queue clock stops while it is stopped and

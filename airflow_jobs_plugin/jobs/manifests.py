@@ -144,6 +144,30 @@ def build_manifest(
     return kinds.for_spec(spec).build(spec, name=name, task=task, attempt=attempt, queued_at=queued_at)
 
 
+def submitted_body(
+    spec: JobSpec,
+    *,
+    task: TaskIdentity,
+    charge: Charge | None,
+    fingerprint: str,
+    queued_at: datetime,
+) -> dict:
+    """The object try ``task`` creates: the first attempt of ``spec`` as the pool charges it
+    (:func:`with_charge`), its LocalQueue, where it names one, only asked for (:func:`kueue_handoff`: the
+    admission controller names it on the job once the job may run), held back from Kueue and from
+    running until the admission controller lets it go (:func:`pool_gate`: the admission policy refuses a
+    job without the gate), and stamped with the digest of its task and spec (``fingerprint``). What a try
+    creates, and what a try that finds an earlier try's job compares it with (``jobs/adoption.py``)."""
+    body = build_manifest(
+        with_charge(spec, charge), name=task.job_name(1), task=task, attempt=1, queued_at=queued_at
+    )
+    if spec.kueue_queue:
+        body = kueue_handoff(body)
+    body = pool_gate(body)
+    body["metadata"].setdefault("annotations", {})[keys.SPEC_FINGERPRINT] = fingerprint
+    return body
+
+
 def with_charge(spec: JobSpec, charge: Charge | None) -> JobSpec:
     """``spec`` as the quota pool charges it: a job on a GPU flavor's nodes carries the flavor's name
     (the quota line it waits in); one that names no flavor of a resource that has some is kept off

@@ -110,11 +110,11 @@ def pod_env(
     role: str,
     rank: int | Mapping[str, Any],
     world_size: int,
-    gpus: int,
 ) -> list[dict]:
     """The product's variables (:data:`~airflow_jobs_plugin.jobs.spec.PRODUCT_ENV`, in that order), then
     the author's. ``rank`` is the pod's rank, or where a pod of a shared template reads it (a ``valueFrom``
-    source); ``world_size`` the hosts that run ranks; ``gpus`` the container's (none: no GPU visible)."""
+    source); ``world_size`` the hosts that run ranks. Which containers see no GPU is
+    :func:`hide_unallocated_gpus`' to say, once the pod is whole."""
     rank_var: dict[str, Any] = {"name": ENV_RANK}
     if isinstance(rank, Mapping):
         rank_var["valueFrom"] = dict(rank)
@@ -135,9 +135,36 @@ def pod_env(
             if isinstance(value, str)
             else {"name": key, "valueFrom": thaw(value)}
         )
-    if gpus == 0:
-        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"})
     return env
+
+
+# NVIDIA's container toolkit exposes the GPUs NVIDIA_VISIBLE_DEVICES names. A CUDA base image sets it to
+# `all` (ENV NVIDIA_VISIBLE_DEVICES=all), and under the toolkit's default configuration
+# (accept-nvidia-visible-devices-envvar-when-unprivileged = true) a container that asks for no GPU then
+# sees every GPU of its node. `void` is the toolkit's value for "no GPU, no driver" (`none` still mounts
+# the driver and its control devices), so every container that asks for no GPU carries it: the main one
+# without gpus, every init container and sidecar. The device plugin sets the variable of a container it
+# allocated GPUs to. docs/deploying.md names the toolkit settings that make the image's value harmless.
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+NO_GPU = "void"
+
+
+def hide_unallocated_gpus(pod: dict, device: str) -> dict:
+    """``pod`` (a pod spec) with ``NVIDIA_VISIBLE_DEVICES=void`` in every container, init container and
+    sidecar that asks for none of ``device`` (the job's GPUs; the checker refuses any other accelerator),
+    whatever value it held."""
+    for kind in ("initContainers", "containers"):
+        for container in pod.get(kind) or ():
+            resources = container.get("resources") or {}
+            if any(device in (resources.get(part) or {}) for part in ("requests", "limits")):
+                continue
+            env = [
+                e
+                for e in container.get("env") or ()
+                if not (isinstance(e, Mapping) and e.get("name") == VISIBLE_DEVICES_ENV)
+            ]
+            container["env"] = [*env, {"name": VISIBLE_DEVICES_ENV, "value": NO_GPU}]
+    return pod
 
 
 def resource_requirements(spec: JobSpec, cpu: str | None, memory: str | None, gpus: int) -> dict:
@@ -242,7 +269,9 @@ def build_template(
     if spec.security_context:
         pod["securityContext"] = thaw(spec.security_context)
     own = {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
-    return merge_under(_as_main(thaw(spec.pod_template)), own) if spec.pod_template else own
+    template = merge_under(_as_main(thaw(spec.pod_template)), own) if spec.pod_template else own
+    hide_unallocated_gpus(template["spec"], spec.gpu_resource)
+    return template
 
 
 # The KubernetesPodOperator's pod templates call the container it runs "base"

@@ -82,6 +82,12 @@ MIN_TTL_AFTER_FINISHED = timedelta(seconds=60)
 # component (the worker's, the triggerer's).
 DEFAULT_JOB_SERVICE_ACCOUNT = "default"
 
+# The prefix Kubernetes reserves for its own PriorityClasses (system-node-critical, system-cluster-critical:
+# kubernetes/kubernetes v1.36 pkg/apis/scheduling/types.go, SystemPriorityClassPrefix; only those two may
+# carry it). A pod of such a class preempts any other pod of its node, whoever's, so no job of the product
+# may name one, whatever the quota policy's priority_classes say.
+SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
+
 LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")

@@ -17,7 +17,7 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from airflow_jobs_plugin.jobs import kinds
+from airflow_jobs_plugin.jobs import kinds, pod_security
 from airflow_jobs_plugin.jobs import labels as keys
 from airflow_jobs_plugin.jobs.naming import (
     DNS_LABEL,
@@ -47,6 +47,7 @@ from airflow_jobs_plugin.jobs.spec import (
     REQUEUE_LIMIT_FROM_POLICY,
     SCHEDULE_TIMEOUT_FROM_POLICY,
     SHM_AUTO,
+    SYSTEM_PRIORITY_CLASS_PREFIX,
     TOLERATION_EFFECTS,
     TOLERATION_OPERATORS,
     WAIT_FOR_WORKERS_CONTAINER,
@@ -58,6 +59,7 @@ from airflow_jobs_plugin.jobs.spec import (
     VolumeMount,
     freeze,
 )
+from airflow_jobs_plugin.queueing.kueue import PRIORITY_CLASS_LABEL
 
 AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 POD_SECURITY_CONTEXT_KEYS = (
@@ -350,12 +352,27 @@ def parse_quantity(text: str) -> Decimal | None:
 class _Checker:
     """Field-by-field parsing into normalized values; every problem is recorded, none raised early."""
 
-    def __init__(self, templated: bool) -> None:
+    def __init__(
+        self, templated: bool, runtime_classes: tuple[str, ...] = (), user_namespace: bool = False
+    ) -> None:
         self.templated = templated
         self.problems = _Problems()
+        # The RuntimeClasses the platform allows ([airflow_jobs] job_runtime_classes), and whether the
+        # pods run in a user namespace (pod_template's hostUsers: false), where baseline allows any
+        # procMount: the container checks read both.
+        self.runtime_classes = runtime_classes
+        self.user_namespace = user_namespace
 
     def add(self, field: str, message: str) -> Any:
         return self.problems.add(field, message)
+
+    def refuse(self, refusals: list[pod_security.Refusal]) -> None:
+        """The cluster's pod security refusals, each a problem of its field; a field the GPU rules
+        already refused (a privileged container) keeps that one message."""
+        known = {field for field, _ in self.problems.items}
+        for refusal in refusals:
+            if refusal.field not in known:
+                self.add(*refusal.problem)
 
     # scalars
 
@@ -669,6 +686,11 @@ class _Checker:
                 )
                 ok = False
                 continue
+            host_path = pod_security.hostpath_refusal(item, where)
+            if host_path is not None:
+                self.refuse([host_path])
+                ok = False
+                continue
             out.append(freeze(dict(item)))
         return tuple(out) if ok else _MISSING
 
@@ -762,6 +784,7 @@ class _Checker:
             self.image(f"{where}.image", item.get("image"))
             for problem in _device_rules().container_problems(item, where, None):
                 self.add(*problem.split(": ", 1))
+            self.refuse(pod_security.container_refusals(item, where, user_namespace=self.user_namespace))
             mounts = self.volume_mounts(item.get("volumeMounts"), f"{where}.volumeMounts")
             if mounts is not _MISSING and volume_names is not None:
                 for j, mount in enumerate(mounts):
@@ -980,6 +1003,7 @@ class _Checker:
         if not isinstance(pod, Mapping):
             self.add("pod_template.spec", f"must be a mapping, got {_show(pod)}")
             pod = {}
+        self.not_system_class("pod_template.spec.priorityClassName", pod.get("priorityClassName"))
         for key in ("serviceAccountName", "serviceAccount"):
             if key in pod:
                 self.add(
@@ -1024,6 +1048,7 @@ class _Checker:
                         self.add(f"{where}.env[{j}]", f"{var.get('name')} is set by the product -- remove it")
                 for problem in _device_rules().reach_problems(container, where):
                     self.add(*problem.split(": ", 1))
+        self.refuse(pod_security.template_refusals(raw, "pod_template", self.runtime_classes))
         if len(self.problems.items) != before:
             return _MISSING
         return freeze(dict(raw))
@@ -1041,6 +1066,19 @@ class _Checker:
             f"allowed: {', '.join(map(repr, allowed))} ([airflow_jobs] job_service_accounts) -- remove it to "
             f"run as {allowed[0]!r}, or ask the platform to allow the account",
         )
+
+    def not_system_class(self, field: str, value: Any) -> Any:
+        """``value`` unless it names one of the cluster's own priority classes (``system-*``), which no
+        job may use whatever its group is allowed (queueing/quota/priority_classes.py)."""
+        if isinstance(value, str) and value.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
+            return self.add(
+                field,
+                f"{value!r} is one of the cluster's own priority classes ({SYSTEM_PRIORITY_CLASS_PREFIX}*), "
+                "whose pods preempt any other pod of their node; no job may use it -- name a class the "
+                "platform allows your group (groups.<group>.priority_classes in the quota policy), or "
+                "none for the cluster's default",
+            )
+        return value
 
     def priority(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -1083,6 +1121,7 @@ def validate(
     templated: bool = False,
     rendered: frozenset[str] | set[str] = frozenset(),
     service_accounts: Sequence[str] = (DEFAULT_JOB_SERVICE_ACCOUNT,),
+    runtime_classes: Sequence[str] = (),
     **arguments: Any,
 ) -> JobSpec:
     """Check DAG-author arguments and return the normalized :class:`JobSpec`.
@@ -1101,7 +1140,10 @@ def validate(
     ("4", "True", "600") and is read as what it spells.
 
     ``service_accounts`` are the accounts the platform lets jobs run as (``[airflow_jobs]
-    job_service_accounts``); a job that names none runs as the first.
+    job_service_accounts``); a job that names none runs as the first. ``runtime_classes`` are the
+    RuntimeClasses a ``pod_template`` may name (``[airflow_jobs] job_runtime_classes``). What the
+    cluster's Pod Security (baseline) refuses of a pod is refused in every argument that can ask for it
+    (:mod:`~airflow_jobs_plugin.jobs.pod_security`).
 
     Accepted shapes: durations as ``timedelta`` or seconds; ``command`` as a list or one shell string;
     ``env`` values as strings or one ``valueFrom`` mapping (``{'secretKeyRef': {...}}``);
@@ -1118,7 +1160,13 @@ def validate(
     partial = {name for name in partial if templated and contains_unrendered(given[name])}
     for name in deferred:
         a[name] = _DEFAULTS[name]
-    c = _Checker(templated)
+    # Baseline allows any procMount in a user namespace: a pod_template still to be rendered may ask for
+    # one, so a procMount waits for it.
+    template = _plain(a["pod_template"])
+    user_namespace = pod_security.in_user_namespace(
+        template.get("spec") if isinstance(template, Mapping) else None
+    ) or (templated and contains_unrendered(given["pod_template"]))
+    c = _Checker(templated, tuple(runtime_classes), user_namespace)
     v: dict[str, Any] = {}
     v["image"] = c.image("image", a["image"])
     v["group"] = c.text("group", a["group"])
@@ -1146,9 +1194,11 @@ def validate(
     for name in ("priority_class_name", "scheduler_name"):
         # Both are DNS subdomains (kubernetes pkg/apis/core/validation/validation.go, ValidatePodSpec, v1.31).
         v[name] = None if a[name] is None else c.dns_name(name, a[name], subdomain=True)
+    v["priority_class_name"] = c.not_system_class("priority_class_name", v["priority_class_name"])
     v["security_context"] = c.known_keys(
         "security_context", a["security_context"], POD_SECURITY_CONTEXT_KEYS, "PodSecurityContext"
     )
+    c.refuse(pod_security.pod_security_context_refusals(_plain(a["security_context"]), "security_context"))
     if isinstance(a["container_security_context"], Mapping) and (
         a["container_security_context"].get("privileged") is True
     ):
@@ -1162,6 +1212,13 @@ def validate(
         a["container_security_context"],
         CONTAINER_SECURITY_CONTEXT_KEYS,
         "SecurityContext (a container's)",
+    )
+    c.refuse(
+        pod_security.container_security_context_refusals(
+            _plain(a["container_security_context"]),
+            "container_security_context",
+            user_namespace=c.user_namespace,
+        )
     )
     v["pod_template"] = c.pod_template(a["pod_template"], v["gpu_resource"])
     v["backoff_limit"] = c.whole(
@@ -1196,7 +1253,12 @@ def validate(
         "ttl_after_finished", a["ttl_after_finished"], optional=True, minimum=MIN_TTL_AFTER_FINISHED
     )
     v["labels"] = c.string_map("labels", a["labels"], label_values=True, reserved_ok=False)
+    if v["labels"] is not _MISSING:
+        # Kueue's WorkloadPriorityClass is a priority class the DAG chooses too.
+        c.not_system_class(f"labels.{PRIORITY_CLASS_LABEL}", v["labels"].get(PRIORITY_CLASS_LABEL))
     v["annotations"] = c.string_map("annotations", a["annotations"], label_values=False, reserved_ok=False)
+    # The job's annotations are its pods' too (pod_template.identity_annotations).
+    c.refuse(pod_security.annotation_refusals(_plain(a["annotations"]), "annotations"))
     v["priority"] = c.priority(a["priority"])
     v["launcher_gpus"] = c.whole("launcher_gpus", a["launcher_gpus"], 0, MAX_GPUS_PER_WORKER)
     v["launcher_cpu"] = c.quantity("launcher_cpu", a["launcher_cpu"], memory=False)

@@ -10,16 +10,16 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, KubeClient, KubeError, Resource, patiently
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, LEASES, KubeClient, KubeError, Resource, patiently
 from airflow_jobs_plugin.cluster.objects import Meta
-from airflow_jobs_plugin.jobs import adoption, kinds, labels
+from airflow_jobs_plugin.jobs import adoption, cancel_record, kinds, labels
 from airflow_jobs_plugin.jobs.bounded import bounded
-from airflow_jobs_plugin.jobs.manifests import build_manifest, kueue_handoff, pool_gate, with_charge
+from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.naming import TaskIdentity
 from airflow_jobs_plugin.jobs.spec import JobSpec, total_gpus
 from airflow_jobs_plugin.lifecycle import JobState, snapshot
@@ -27,6 +27,7 @@ from airflow_jobs_plugin.queueing import pools, quota_source
 from airflow_jobs_plugin.queueing.quota.flavors import Charge
 from airflow_jobs_plugin.queueing.quota.model import QuotaPolicy
 from airflow_jobs_plugin.queueing.quota.parse import PolicyError, policy_from_configmap_data
+from airflow_jobs_plugin.queueing.quota.priority_classes import named_by_job
 from airflow_jobs_plugin.queueing.quota.submit_check import (
     PolicyNotFoundError,
     policy_configmap_names,
@@ -51,6 +52,7 @@ async def check_group(
     kueue_queue: str | None = None,
     resource: str = labels.GPU_RESOURCE,
     node_selector: Mapping[str, str] | None = None,
+    priority_classes: Sequence[str] = (),
 ) -> Charge | None:
     """Submit-time check of a job against the quota policy, before the job is created; how it is
     charged, ``None`` without a usable policy. The rule is :func:`~.quota.submit_check.submit_charge`'s.
@@ -84,6 +86,7 @@ async def check_group(
         kueue_queue=kueue_queue,
         resource=resource,
         node_selector=node_selector,
+        priority_classes=priority_classes,
     )
 
 
@@ -130,15 +133,12 @@ async def submit(
     """The job this try follows, created if no earlier try's job lives, and the pool it is under.
 
     ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success).
-    Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled, and
-    :class:`SubmissionRefused` naming a job under the task's name or key that is not this task's."""
+    Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled (its
+    verdict on a job still there, or the record the cancel left: :func:`recorded_cancel`), and
+    :class:`SubmissionRefused` naming a job under the task's name or key that is not, field for field,
+    the one this task would submit (``adoption.foreign_problem``), and the first field that differs."""
     kind = spec.kind
     resource = kinds.for_name(kind).resource
-    # What this try would create, and the digest it stamps: what an adopted job must match.
-    fingerprint = adoption.spec_fingerprint(spec, identity)
-    expected = build_manifest(
-        spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
-    )
     client = await KubeClient.from_connection(conn_id)
     try:
         quota_configmap = await _pool_of(client, pool, spec, log)
@@ -147,26 +147,24 @@ async def submit(
             jobs_of_task, client, resource, spec.namespace, identity, log=log, tries=SUBMIT_TRIES
         )
         if tries is not None:
-            # The Cancelled verdict on the cluster, whatever the task's state store holds: the try that
-            # saw the cancel may have died before recording it.
+            # The cancel as the cluster keeps it, whatever the task's state store holds: the try that
+            # saw the cancel may have died before recording it. The Cancelled verdict on a job still
+            # there, else the record the cancel left before it ended or deleted the job.
             cancelled = adoption.cancelled_in_run(
                 jobs, try_number=tries.try_number, max_tries=tries.max_tries, retries=tries.retries
+            ) or await patiently(
+                recorded_cancel, client, spec.namespace, identity, tries, log=log, tries=SUBMIT_TRIES
             )
             if cancelled:
                 raise TryCancelled(cancelled)
-        live = live_job_among(jobs, delivered)
-        if live is not None:
-            foreign = adoption.foreign_problem(live, fingerprint, expected)
-            if foreign:
-                raise SubmissionRefused(foreign)
-            name = Meta(live).name
-            log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
-            _remember(store, name, kind, spec.namespace)
-            # The earlier try may have stopped between creating the job and what goes beside it.
-            await patiently(ensure_companions, client, live, log=log, tries=SUBMIT_TRIES)
-            return Submitted(name, kind, quota_configmap, quota_namespace)
-        # An unknown group, a non-member, or a job that could never fit its quota fails here, before
-        # anything is created (the error names the group and the known ones, or the numbers).
+        # An unknown group, a non-member, a priority class the group may not use, or a job that could
+        # never fit its quota fails here, before anything is created (the error names the group and the
+        # known ones, the class and the allowed ones, or the numbers). The classes are read off the
+        # manifest as the pool reads them off the job. How the pool charges the job is also part of what
+        # an earlier try's job must match to be followed.
+        expected = build_manifest(
+            spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)
+        )
         try:
             charge = await patiently(
                 functools.partial(
@@ -174,6 +172,7 @@ async def submit(
                     kueue_queue=spec.kueue_queue,
                     resource=spec.gpu_resource,
                     node_selector=spec.node_selector,
+                    priority_classes=named_by_job(expected),
                 ),
                 client,
                 quota_configmap,
@@ -186,27 +185,35 @@ async def submit(
             )
         except ValueError as exc:
             raise SubmissionRefused(str(exc)) from exc
+        # What this try creates, and what the job of an earlier try must be, field for field, to be
+        # followed instead (jobs/adoption.py).
+        submission = adoption.Submission(
+            spec,
+            identity,
+            charge,
+            fingerprint=adoption.spec_fingerprint(spec, identity),
+        )
+        live = live_job_among(jobs, delivered)
+        if live is not None:
+            foreign = adoption.foreign_problem(live, submission)
+            if foreign:
+                raise SubmissionRefused(foreign)
+            name = Meta(live).name
+            log.info("reattaching to %s %s/%s of an earlier try", kind, spec.namespace, name)
+            _remember(store, name, kind, spec.namespace)
+            # The earlier try may have stopped between creating the job and what goes beside it.
+            await patiently(ensure_companions, client, live, log=log, tries=SUBMIT_TRIES)
+            return Submitted(name, kind, quota_configmap, quota_namespace)
         name = identity.job_name(1)
         # Remember the name before creating: a worker that dies right after the create leaves a record
         # the retry finds (and the TASK_KEY label finds the job even without the record).
         _remember(store, name, kind, spec.namespace)
-        # The GPU flavor the node selector picks is the quota line the job waits in (queueing/quota/flavors.py).
-        body = build_manifest(
-            with_charge(spec, charge),
-            name=name,
-            task=identity,
-            attempt=1,
-            queued_at=datetime.now(timezone.utc),
-        )
-        if spec.kueue_queue:
-            # The LocalQueue asked for travels as a request: the admission controller names it on the job
-            # once the job may run (after its user's limits, where a pool is in front of Kueue).
-            body = kueue_handoff(body)
-        # Every job waits behind the pool's gate until the admission controller lets it go: Kueue, which
-        # may take a job at creation (a `default` LocalQueue, a Kueue managing every job), admits none that
-        # carries it (kueue.ADMISSION_GATE_ANNOTATION), and the admission policy refuses a job without it.
-        body = pool_gate(body)
-        body["metadata"].setdefault("annotations", {})[labels.SPEC_FINGERPRINT] = fingerprint
+        # The GPU flavor the node selector picks is the quota line the job waits in
+        # (queueing/quota/flavors.py); a job under a pool that names a Kueue LocalQueue is handed to it by
+        # the pool, and Kueue may take a pooled job at creation anyway (a `default` LocalQueue, a Kueue
+        # managing every job): its admission gate keeps it for the pool to judge first
+        # (manifests.submitted_body).
+        body = submission.body()
         try:
             # A create the server applied but answered with an error is repeated into AlreadyExists: adopted.
             created = await patiently(
@@ -222,7 +229,7 @@ async def submit(
             created = await patiently(client.get, resource, spec.namespace, name, log=log, tries=SUBMIT_TRIES)
             # A create repeated into AlreadyExists finds this try's own job; a job planted under the
             # name (the name is predictable) is refused, never adopted nor deleted.
-            foreign = adoption.foreign_problem(created, fingerprint, expected)
+            foreign = adoption.foreign_problem(created, submission)
             if foreign:
                 raise SubmissionRefused(foreign) from exc
             log.info("%s %s/%s already exists: adopting it", kind, spec.namespace, name)
@@ -319,6 +326,38 @@ async def _pool_of(
         # is created and waits with the reason, as the admission controller says.
         log.warning("the job will wait: %s", route.message)
     return route.policy
+
+
+class CancelRecordsUnreadable(RuntimeError):
+    """The worker may not read the task's cancel records: the try fails (Airflow retries it) rather than
+    risk running a cancelled job again."""
+
+
+async def recorded_cancel(
+    client: KubeClient, namespace: str, identity: TaskIdentity, tries: Tries
+) -> str | None:
+    """Why this try must not run, if an earlier try of the same run of the task was cancelled by the
+    product: the record that cancel left (:mod:`~airflow_jobs_plugin.jobs.cancel_record`), read by the
+    name this try computes for each earlier try (never by label), the newest first. ``None``: none."""
+    now = datetime.now(timezone.utc)
+    names = cancel_record.record_names(identity, max_tries=tries.max_tries, retries=tries.retries)
+    for earlier, name in names:
+        try:
+            record = await client.get_or_none(LEASES, namespace, name)
+        except KubeError as exc:
+            if exc.status != 403:
+                raise
+            raise CancelRecordsUnreadable(
+                f"cannot read whether an earlier try of this task was cancelled (Lease {namespace}/{name}: "
+                f"{exc}): the worker's Role needs get on leases.coordination.k8s.io in namespace "
+                f"{namespace} (helm-values/rbac.yaml)"
+            ) from exc
+        if record is None:
+            continue
+        refusal = cancel_record.refusal(record, earlier, now=now)
+        if refusal:
+            return refusal
+    return None
 
 
 async def jobs_of_task(

@@ -103,14 +103,14 @@ def may_act(user: Any, dag_id: str | None) -> bool:
     return _may(user, "PUT", dag_id)
 
 
-def _own_origins(request: Request) -> list[str]:
-    """The origins this Airflow is reached at, by :func:`origin.own_origins`."""
+def _own_site(request: Request) -> origin.OwnSite:
+    """Where this Airflow is reached, by :func:`origin.own_site`: ``[api] base_url`` where it is set."""
     import sys
 
     from airflow.configuration import conf
 
     headers = request.headers
-    return origin.own_origins(
+    return origin.own_site(
         request.url.scheme,
         headers.get("host", request.url.netloc),
         forwarded_host=headers.get("x-forwarded-host"),
@@ -127,7 +127,7 @@ def require_same_origin(request: Request, user: GetUserDep) -> None:
     """
     if origin.carries_bearer(request.headers.get("authorization")):
         return
-    why = origin.refusal(request.headers.get("origin"), request.headers.get("referer"), _own_origins(request))
+    why = origin.refusal(request.headers.get("origin"), request.headers.get("referer"), _own_site(request))
     if why is not None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, why)
 

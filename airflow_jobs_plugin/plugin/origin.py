@@ -13,17 +13,29 @@ Airflow honours only Bearer and falls back to the cookie (``get_user`` in
 ``airflow/api_fastapi/core_api/security.py``, apache-airflow-core 3.3.2), so such a header proves
 nothing about who sent the request.
 
-This Airflow's own origins are the request's ``Host`` and ``[api] base_url``. A proxy's
-``X-Forwarded-Host`` is one more only where Airflow is configured to trust proxies (the API server
-started with ``--proxy-headers``, ``ARG_API_SERVER_ALLOW_PROXY_FORWARDING`` in ``airflow/cli/cli_config.py``,
-3.3.2): elsewhere any client may send it, and an origin it names proves nothing.
+This Airflow's own origin is the one ``[api] base_url`` names, where it names one: a request's ``Host``
+is the client's to write (a name of the attacker's resolving to this server carries its own ``Host`` and
+``Origin`` alike), while ``base_url`` is the address the admin gave. Only where ``base_url`` is unset (or
+a bare path, which names no host) is the request's ``Host`` the origin, with a proxy's
+``X-Forwarded-Host`` one more where Airflow is configured to trust proxies (the API server started with
+``--proxy-headers``, ``ARG_API_SERVER_ALLOW_PROXY_FORWARDING`` in ``airflow/cli/cli_config.py``, 3.3.2):
+elsewhere any client may send it, and an origin it names proves nothing.
+
+``base_url`` is read as Airflow reads it (apache-airflow-core 3.3.2): its scheme and host are the
+origin, its path is where Airflow is served (``API_ROOT_PATH`` in ``airflow/api_fastapi/app.py``), and a
+URL belongs to this Airflow when its path is that path or under it (``is_safe_url`` in
+``airflow/api_fastapi/core_api/security.py``, paths normalized). An ``Origin`` carries no path, so the
+path is checked on a ``Referer`` only: another application served at the same host under another path
+does not pass for this Airflow's pages.
 
 Pure: the shell (:mod:`airflow_jobs_plugin.plugin.app`) gathers the headers and the server's flags.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -44,7 +56,33 @@ def trusts_proxies(argv: Sequence[str]) -> bool:
     return PROXY_HEADERS_FLAG in argv
 
 
-def own_origins(
+@dataclass(frozen=True)
+class OwnSite:
+    """Where this Airflow is reached: its origins (``scheme://host[:port]``), the path its pages are
+    served under, and whether ``[api] base_url`` said so (else the request's ``Host`` did)."""
+
+    origins: tuple[str, ...]
+    path: str = "/"
+    from_base_url: bool = False
+
+    def describe(self) -> str:
+        named = ", ".join(self.origins) or "unknown"
+        return f"{named}, its [api] base_url" if self.from_base_url else named
+
+
+def base_path(base_url: str | None) -> str:
+    """The path Airflow is served under, from ``[api] base_url`` (``/`` when it has none), normalized."""
+    if not base_url:
+        return "/"
+    try:
+        path = urlsplit(base_url.strip()).path
+    except ValueError:
+        return "/"
+    normalized = posixpath.normpath(path) if path else "/"
+    return "/" if normalized in (".", "//") else normalized
+
+
+def own_site(
     scheme: str,
     host: str,
     *,
@@ -52,16 +90,26 @@ def own_origins(
     forwarded_proto: str | None,
     base_url: str | None,
     trust_proxies: bool,
-) -> list[str]:
-    """The origins this Airflow is reached at: as the request names its host, as a trusted proxy
-    forwarded it (its first hop), and ``base_url`` when set."""
-    found = [f"{scheme}://{host}"]
+) -> OwnSite:
+    """Where this Airflow is reached: ``base_url``'s origin where it names one; else the request's host
+    and, behind a trusted proxy, the host the proxy forwarded (its first hop)."""
+    path = base_path(base_url)
+    configured = origin_of(base_url)
+    if configured is not None:
+        return OwnSite((configured,), path, from_base_url=True)
+    found = [origin_of(f"{scheme}://{host}")]
     if trust_proxies and forwarded_host:
         proto = (forwarded_proto or scheme).split(",")[0].strip() or scheme
-        found.append(f"{proto}://{forwarded_host.split(',')[0].strip()}")
-    if base_url:
-        found.append(base_url)
-    return found
+        found.append(origin_of(f"{proto}://{forwarded_host.split(',')[0].strip()}"))
+    return OwnSite(tuple(dict.fromkeys(o for o in found if o)), path)
+
+
+def _under(path: str, base: str) -> bool:
+    """Whether URL ``path`` is ``base`` or below it, both normalized (Airflow's ``is_safe_url``)."""
+    if base == "/":
+        return True
+    target = posixpath.normpath(path or "/")
+    return target == base or target.startswith(base.rstrip("/") + "/")
 
 
 def origin_of(url: str | None) -> str | None:
@@ -82,14 +130,15 @@ def origin_of(url: str | None) -> str | None:
     return f"{scheme}://{host}" if port in (None, _DEFAULT_PORTS[scheme]) else f"{scheme}://{host}:{port}"
 
 
-def refusal(origin: str | None, referer: str | None, own_origins: Iterable[str]) -> str | None:
-    """Why a cookie-authenticated POST is refused, or ``None`` when it comes from one of ``own_origins``.
+def refusal(origin: str | None, referer: str | None, site: OwnSite) -> str | None:
+    """Why a cookie-authenticated POST is refused, or ``None`` when it comes from this Airflow's ``site``.
 
     ``Origin: null`` (an opaque origin: a sandboxed frame without ``allow-same-origin``, a ``data:``
     URL, a redirect across sites) is refused; so is a request with neither header, which no browser
-    form or script sends.
+    form or script sends. A ``Referer`` (read only without an ``Origin``) must also lie under the path
+    Airflow is served at.
     """
-    own = {o for o in (origin_of(u) for u in own_origins) if o}
+    own = set(site.origins)
     if origin is not None and origin.strip():
         if origin.strip() == "null":
             return "cross-origin request refused: the page that sent it has no origin (Origin: null)"
@@ -103,6 +152,18 @@ def refusal(origin: str | None, referer: str | None, own_origins: Iterable[str])
             "cross-origin request refused: no Origin or Referer header; send the request from the "
             "GPU Jobs page, or authenticate with Authorization: Bearer <token>"
         )
-    if claimed in own:
-        return None
-    return f"cross-origin request refused: {source} {claimed or origin or referer} is not this Airflow ({', '.join(sorted(own)) or 'unknown'})"
+    if claimed not in own:
+        return f"cross-origin request refused: {source} {claimed or origin or referer} is not this Airflow ({site.describe()})"
+    if source == "Referer" and not _under(_path_of(referer), site.path):
+        return (
+            f"cross-origin request refused: Referer {referer} is not a page of this Airflow, which is served "
+            f"under {site.path} ([api] base_url)"
+        )
+    return None
+
+
+def _path_of(url: str | None) -> str:
+    try:
+        return urlsplit((url or "").strip()).path or "/"
+    except ValueError:
+        return "/"

@@ -32,7 +32,9 @@ the few new candidates. Holding the whole history at once (50,000 jobs, 2.5 GB) 
 collections of that heap stall the API server's loop for seconds, from the sweep's own thread.
 
 The rule is :func:`airflow_jobs_plugin.jobs.orphans.judge`; a verdict to cancel goes through
-:func:`airflow_jobs_plugin.jobs.actions.cancel` with ``by="orphan sweep"``, like every other cancel.
+:func:`airflow_jobs_plugin.jobs.actions.cancel` with ``by="orphan sweep"``, like every other cancel, but
+leaves no cancel record (no try of an orphan's run follows it). Each sweep also deletes the cancel records
+whose keep time has run out (:func:`delete_expired_records`, rule :func:`~airflow_jobs_plugin.jobs.cancel_record.expired_records`).
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_jobs_plugin import config
-from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError, Resource
+from airflow_jobs_plugin.cluster.kube import LEASES, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.cluster.objects import parse_time
-from airflow_jobs_plugin.jobs import actions, kinds, labels
+from airflow_jobs_plugin.jobs import actions, cancel_record, kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.orphans import (
     JobRecord,
@@ -234,6 +236,7 @@ async def sweep(
             del decided, tasks
         # A uid no longer listed is a job deleted: nothing to remember it for.
         memory.finished &= listed
+        await delete_expired_records(client, target.namespace, now)
         return swept
 
 
@@ -267,7 +270,9 @@ async def _settle(
             if not verdict.cancel:
                 swept.append(Swept(doubt.record.name, verdict))
                 continue
-            outcome = await actions.cancel(client, target.namespace, found, BY)
+            # No record (jobs/cancel_record.py): no try of its run follows an orphan, and a record for a
+            # run that does not exist yet would block that run when it comes.
+            outcome = await actions.cancel(client, target.namespace, found, BY, record=False)
             log.warning("orphan sweep: %s: %s", outcome.message, verdict.reason)
             swept.append(Swept(doubt.record.name, verdict, outcome.message))
         del page
@@ -304,6 +309,34 @@ async def delete_expired_mpijobs(
                 log.warning("could not delete expired MPIJob %s/%s: %s", namespace, name, exc)
             continue
         log.info("deleted MPIJob %s/%s: its ttl_after_finished has run out", namespace, name)
+
+
+async def delete_expired_records(client: KubeClient, namespace: str, now: datetime) -> int:
+    """Delete the cancel records (:mod:`airflow_jobs_plugin.jobs.cancel_record`) of the namespace whose
+    keep time has run out; how many. Every API server process sweeps: each delete is conditional on the
+    record's uid (a record written again since is never taken), and a second delete finds it gone. A
+    record that cannot be listed or deleted now is left for the next sweep."""
+    try:
+        listing = await client.list(
+            LEASES, namespace, label_selector=f"{labels.RECORD}={labels.CANCEL_RECORD_VALUE}"
+        )
+    except KubeError as exc:
+        log.warning("orphan sweep: could not list the cancel records of %s: %s", namespace, exc)
+        return 0
+    deleted = 0
+    for name, uid in cancel_record.expired_records(listing.get("items") or [], now):
+        try:
+            gone = await client.delete(LEASES, namespace, name, preconditions={"uid": uid})
+        except KubeError as exc:
+            if not exc.conflict:
+                log.warning(
+                    "orphan sweep: could not delete expired cancel record %s/%s: %s", namespace, name, exc
+                )
+            continue
+        if gone:
+            deleted += 1
+            log.info("orphan sweep: deleted cancel record %s/%s: its time has run out", namespace, name)
+    return deleted
 
 
 def _seconds(option: str) -> int:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_jobs_plugin.cluster.kube import (
     CONFIGMAPS,
     EVENTS,
+    LEASES,
     NODES,
     PENDING_IN_LOCAL_QUEUES,
     PODS,
@@ -841,10 +842,37 @@ def _ledger_namespace(target: Target) -> str | None:
     return target.ledger_namespace if target.quota_configmap else None
 
 
+async def _recorded_earlier(client: KubeClient, namespace: str, name: str) -> CancelOutcome | None:
+    """A cancel of a job that is already gone: what the record of its try's cancel says, while it is kept
+    (jobs/cancel_record.py; Events go after an hour). None without one, or without the right to read it."""
+    from airflow_jobs_plugin.jobs import actions, cancel_record
+
+    record_name = cancel_record.record_name_of_job(name)
+    if record_name is None:
+        return None
+    try:
+        record = await client.get_or_none(LEASES, namespace, record_name)
+    except KubeError:
+        return None
+    if record is None:
+        return None
+    seen = cancel_record.found(record)
+    kind = str(Meta(record).annotations.get(labels.CANCELLED_JOB) or "").partition("/")[0]
+    at = f" at {seen.at.isoformat(timespec='seconds')}" if seen.at is not None else ""
+    message = (
+        f"{kind.lower() + '/' if kind else ''}{name} was already cancelled by {seen.by or 'someone'}{at}"
+    )
+    return actions.CancelOutcome(namespace, name, kind, False, True, f"{message} (deleted)")
+
+
 async def _cancelled_earlier(client: KubeClient, namespace: str, name: str) -> CancelOutcome | None:
-    """A cancel of a job that is already gone: what its ``Cancelled`` event says, if it is still kept."""
+    """A cancel of a job that is already gone: what the record of the cancel says, else what its
+    ``Cancelled`` event says, if either is still kept."""
     from airflow_jobs_plugin.jobs import actions
 
+    recorded = await _recorded_earlier(client, namespace, name)
+    if recorded is not None:
+        return recorded
     listing = await client.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")
     events = [
         e

@@ -9,8 +9,8 @@ kubernetes/kubernetes v1.32, ``staging/src/k8s.io/apiserver/pkg/admission/plugin
 - the policy's ``matchConstraints.resourceRules`` select the request (API group, resource, operation,
   ``*`` matching anything), then every ``matchConditions`` expression must be true;
 - ``variables`` are evaluated in order, each seeing the ones before it under ``variables``;
-- the first ``validations`` expression that is false refuses the request with its ``message`` and its
-  ``reason`` (``Forbidden``: 403, ``Invalid``: 422, and Invalid when unset), worded
+- the first ``validations`` expression that is false refuses the request with its ``messageExpression``
+  (where it gives a one-line string) or its ``message``, and its ``reason`` (``Forbidden``: 403, ``Invalid``: 422, and Invalid when unset), worded
   ``ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>``;
 - an expression that cannot be evaluated refuses under ``failurePolicy: Fail`` (the default) and is
   ignored under ``Ignore``.
@@ -21,6 +21,7 @@ is null on DELETE and ``oldObject`` on CREATE, as upstream.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,8 @@ def _rules_match(rules: Sequence[Mapping[str, Any]], request: AdmissionRequest) 
 
 def _kubernetes_library(celpy: Any) -> dict[str, Any]:
     """The list functions Kubernetes adds to CEL that expressions here use (k8s.io/apiserver
-    pkg/cel/library/lists.go, v1.27+): ``sum``, ``min`` and ``max`` of a list of integers."""
+    pkg/cel/library/lists.go, v1.27+): ``sum``, ``min`` and ``max`` of a list of integers; and CEL's own
+    ``contains`` of a string made by concatenation."""
     types = celpy.celtypes
 
     def whole(values: Any) -> list[int]:
@@ -78,11 +80,29 @@ def _kubernetes_library(celpy: Any) -> dict[str, Any]:
             raise ValueError("min/max of an empty list")
         return types.IntType(pick(whole(values)))
 
+    def contains(container: Any, item: Any) -> Any:
+        # CEL's string contains(), on every string: cel-python's concatenation gives a plain str, which
+        # its own contains() cannot take.
+        if isinstance(container, str):
+            return types.BoolType(str(item) in container)
+        return celpy.evaluation.function_contains(container, item)
+
     return {
         "sum": lambda values: types.IntType(sum(whole(values))),
         "min": lambda values: at_least_one(values, min),
         "max": lambda values: at_least_one(values, max),
+        "contains": contains,
     }
+
+
+@functools.lru_cache(maxsize=1024)
+def _program(expression: str) -> Any:
+    """``expression`` compiled, once per process: a policy's expressions are few and parsing them is
+    most of an evaluation's cost (the API server, too, compiles a policy once, when it loads it)."""
+    import celpy  # only clusters that hold a policy need the CEL library
+
+    env = celpy.Environment()
+    return env.program(env.compile(expression), functions=_kubernetes_library(celpy))
 
 
 class _Evaluator:
@@ -90,7 +110,6 @@ class _Evaluator:
         import celpy  # only clusters that hold a policy need the CEL library
 
         self._celpy = celpy
-        self._env = celpy.Environment()
         self.activation: dict[str, Any] = {
             "request": celpy.json_to_cel(
                 {
@@ -109,7 +128,7 @@ class _Evaluator:
     def __call__(self, expression: str, variables: Any = None) -> Any:
         celpy = self._celpy
         try:
-            program = self._env.program(self._env.compile(expression), functions=_kubernetes_library(celpy))
+            program = _program(expression)
             scope = self.activation if variables is None else {**self.activation, "variables": variables}
             result = program.evaluate(scope)
         except Exception as exc:  # a compile error, a missing field
@@ -144,13 +163,39 @@ def refusals(
             )
         for validation in spec.get("validations") or ():
             if not evaluate(validation["expression"], variables or {}):
-                message = " ".join(str(validation.get("message") or validation["expression"]).split())
+                message = _message_of(evaluate, validation, variables or {}) or " ".join(
+                    str(validation.get("message") or validation["expression"]).split()
+                )
                 # An unset reason is Invalid (422): dispatcher.go.
                 failing.append((validation.get("reason") or "Invalid", message))
     except _Failed as exc:
         if spec.get("failurePolicy", "Fail") != "Ignore":
             failing.append(("Invalid", str(exc)))
     return failing
+
+
+# The longest message a messageExpression may give (k8s.io/apiserver pkg/apis/cel/config.go,
+# MaxEvaluatedMessageExpressionSizeBytes, v0.36).
+_MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024
+
+
+def _message_of(evaluate: _Evaluator, validation: Mapping[str, Any], variables: Any) -> str | None:
+    """A failed validation's ``messageExpression``, as validator.go (k8s.io/apiserver v0.36) takes it:
+    its string trimmed; ``None`` (the static ``message`` then) where there is none, where it fails, gives
+    no string, a blank one, one of more than 5 KiB or one of several lines."""
+    expression = validation.get("messageExpression")
+    if not expression:
+        return None
+    try:
+        value = evaluate(expression, variables)
+    except _Failed:
+        return None
+    if not isinstance(value, str):
+        return None
+    message = str(value).strip()
+    if not message or "\n" in message or len(message.encode()) > _MAX_MESSAGE_EXPRESSION_BYTES:
+        return None
+    return message
 
 
 # kube-apiserver's words for a binding whose parameter is missing and whose parameterNotFoundAction is

@@ -63,12 +63,20 @@ def accepts(config: ClusterConfig, authorization: str, now: float) -> bool:
 ADMIN = ("kubernetes-admin", ("system:masters", "system:authenticated"))
 
 
-def authenticate(config: ClusterConfig, authorization: str, now: float) -> tuple[str, tuple[str, ...]] | None:
-    """The user (name, groups) a request's ``Authorization`` header authenticates, or None (a 401):
-    one of ``config.identities`` by its token, else the admin token or a token minted with it."""
+def identity_of(config: ClusterConfig, authorization: str) -> tuple[str, tuple[str, ...]] | None:
+    """The configured identity whose token the ``Authorization`` header carries, or None."""
     for identity in config.identities:
         if hmac.compare_digest(authorization, f"Bearer {identity.token}"):
             return identity.user, identity.groups
+    return None
+
+
+def authenticate(config: ClusterConfig, authorization: str, now: float) -> tuple[str, tuple[str, ...]] | None:
+    """The user (name, groups) a request's ``Authorization`` header authenticates, or None (a 401):
+    one of ``config.identities`` by its token, else the admin token or a token minted with it."""
+    found = identity_of(config, authorization)
+    if found is not None:
+        return found
     return ADMIN if accepts(config, authorization, now) else None
 
 

@@ -36,13 +36,14 @@ class ClusterConfig:
     kueue: KueueConfig | None = None
     # Who else may call the API, each with a bearer token of its own (service accounts, users); with
     # ``rbac`` their requests are authorized by the cluster's Roles and RoleBindings (``sim/rbac.py``).
-    # ``token`` (and the tokens minted with it) stays the cluster admin's, in group system:masters.
+    # ``token`` (and the tokens minted with it) stays the cluster admin's, in group system:masters. Without
+    # a ``token`` no caller must authenticate, but one that sends an identity's token is that identity.
     identities: tuple[Identity, ...] = ()
     rbac: bool = False
 
     def __post_init__(self) -> None:
-        if (self.rbac or self.identities) and not self.token:
-            raise ValueError("identities and rbac need an admin token: set ClusterConfig.token")
+        if self.rbac and not self.token:
+            raise ValueError("rbac needs an admin token: set ClusterConfig.token")
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,12 @@ class ResourceType:
     )
     # An add-on whose CRDs the resource belongs to ("kueue"): served only by clusters that install it.
     addon: str = ""
+    # The registry strategy's AllowCreateOnUpdate and AllowUnconditionalUpdate (k8s.io/apiserver v0.36.3
+    # pkg/registry/generic/registry/store.go ``Update``): a PUT of a missing object creates it; a PUT
+    # without metadata.resourceVersion overwrites the stored object (else it is 422 Invalid). Set for the
+    # kinds whose strategy says so where the product relies on it (Leases).
+    create_on_update: bool = False
+    unconditional_update: bool = True
 
     @property
     def api_version(self) -> str:
@@ -292,6 +299,18 @@ RESOURCES: dict[str, ResourceType] = {
             "v1",
             namespaced=False,
             short_names=("pc",),
+        ),
+        # Leader election's Leases (kubernetes v1.36.3 pkg/registry/coordination/lease/strategy.go: created
+        # by a PUT of a missing one, never updated without a resourceVersion).
+        ResourceType(
+            "leases",
+            "lease",
+            "Lease",
+            "coordination.k8s.io",
+            "v1",
+            namespaced=True,
+            create_on_update=True,
+            unconditional_update=False,
         ),
         # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2 config/components/crd; v1beta2 is the storage
         # version there, apis/kueue/v1beta2/*_types.go).

@@ -2,7 +2,9 @@
 
 Set from Python (``cluster.faults``) or through the admin endpoint (``/_sim/faults``). Thread-safe.
 A rule's ``verb``/``resource`` of None matches everything; resource "pods" also matches its
-subresources ("pods/status", "pods/log"), "pods/log" only itself.
+subresources ("pods/status", "pods/log"), "pods/log" only itself. An error rule's ``user`` (the name
+authentication gave the caller, with ``ClusterConfig.identities``) fails only that caller's requests,
+so one client of the cluster can be cut off while the others go on.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class ErrorRule:
     verb: str | None = None
     resource: str | None = None
     retry_after: int = 1  # seconds, sent with 429 and 503
+    user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,13 +80,15 @@ class Faults:
         verb: str | None = None,
         resource: str | None = None,
         retry_after: int = 1,
+        user: str | None = None,
     ) -> ErrorRule:
-        """Fail ``rate`` (0..1) of matching requests with ``code`` (429, 500 or 503)."""
+        """Fail ``rate`` (0..1) of matching requests with ``code`` (429, 500 or 503); with ``user``, only
+        that caller's."""
         if code not in (429, 500, 503):
             raise ValueError("code must be 429, 500 or 503")
         if verb is not None and verb not in VERBS:
             raise ValueError(f"unknown verb {verb!r}")
-        rule = ErrorRule(rate, code, verb, resource, retry_after)
+        rule = ErrorRule(rate, code, verb, resource, retry_after, user)
         with self._lock:
             self._errors.append(rule)
         return rule
@@ -139,7 +144,9 @@ class Faults:
     def configure(self, body: dict) -> None:
         """Apply admin-endpoint settings: errors, latency, force_gone, drop_watches, drop_watches_every."""
         for e in body.get("errors") or []:
-            self.add_error(**{k: e[k] for k in ("rate", "code", "verb", "resource", "retry_after") if k in e})
+            self.add_error(
+                **{k: e[k] for k in ("rate", "code", "verb", "resource", "retry_after", "user") if k in e}
+            )
         for item in body.get("latency") or []:
             self.set_latency(**{k: item[k] for k in ("seconds", "verb", "resource") if k in item})
         if body.get("force_gone"):
@@ -150,18 +157,22 @@ class Faults:
             self.drop_watches()
 
     # -- used by the server
-    def error_for(self, verb: str, resource: str) -> ApiError | None:
-        """The injected error for this request, if one fires."""
+    def error_for(self, verb: str, resource: str, user: str = "") -> ApiError | None:
+        """The injected error for this request (of ``user``, when known), if one fires."""
         with self._lock:
             for rule in self._errors:
+                if rule.user is not None and rule.user != user:
+                    continue
                 if _matches(rule.verb, rule.resource, verb, resource) and self._random.random() < rule.rate:
                     return error_for_code(rule.code, rule.retry_after)
         return None
 
-    def retry_after(self, verb: str, resource: str) -> int:
+    def retry_after(self, verb: str, resource: str, user: str = "") -> int:
         """Retry-After seconds of the first matching rule (1 by default)."""
         with self._lock:
             for rule in self._errors:
+                if rule.user is not None and rule.user != user:
+                    continue
                 if _matches(rule.verb, rule.resource, verb, resource):
                     return rule.retry_after
         return 1

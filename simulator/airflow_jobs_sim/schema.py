@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from airflow_jobs_sim import errors
+from airflow_jobs_sim import errors, micro_time
 from airflow_jobs_sim.errors import ApiError
 
 # The model of each kind whose schema is known (MPIJob is a custom resource: no model here).
@@ -37,6 +37,7 @@ MODELS = {
     "namespaces": "V1Namespace",
     "nodes": "V1Node",
     "events": "CoreV1Event",
+    "leases": "V1Lease",
 }
 # Fields typed ``resource.Quantity`` upstream (the Python models type them as plain strings).
 QUANTITY_FIELDS = {
@@ -50,6 +51,9 @@ QUANTITY_FIELDS = {
     ("V1PodSpec", "overhead"),
     ("V1ContainerStatus", "allocatedResources"),
 }
+# Fields typed ``metav1.MicroTime`` upstream (the Python models type them as datetime, as metav1.Time):
+# parsed and written back in UTC as the server does (``sim/micro_time.py``).
+MICRO_TIME_FIELDS = {("V1LeaseSpec", "acquireTime"), ("V1LeaseSpec", "renewTime")}
 # resource.Quantity's parse rule, and the message its UnmarshalJSON returns.
 _QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(([eE][+-]?\d+)|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 QUANTITY_MSG = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
@@ -157,7 +161,9 @@ class _Walk:
             f"{_go_type(kind)}"
         )
 
-    def value(self, value: object, kind: str, struct: str, path: str, quantity: bool = False) -> object:
+    def value(
+        self, value: object, kind: str, struct: str, path: str, quantity: bool = False, micro: bool = False
+    ) -> object:
         if value is None or kind == "object":
             return value
         if kind.startswith("list["):
@@ -176,6 +182,11 @@ class _Walk:
         if kind == "str" or kind == "datetime":
             if not isinstance(value, str):
                 raise self.mismatch(value, struct, path, kind)
+            if micro:
+                try:
+                    return micro_time.normalize(value)
+                except micro_time.MicroTimeError as exc:
+                    raise self.fail(str(exc)) from None
             return value
         if kind == "int":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
@@ -208,7 +219,14 @@ class _Walk:
                     raise errors.bad_request(f'strict decoding error: unknown field "{where}"')
                 self.unknown.append(where)
                 continue
-            out[key] = self.value(item, kind, struct, where, (model, key) in QUANTITY_FIELDS)
+            out[key] = self.value(
+                item,
+                kind,
+                struct,
+                where,
+                (model, key) in QUANTITY_FIELDS,
+                (model, key) in MICRO_TIME_FIELDS,
+            )
         return out
 
 

@@ -435,9 +435,17 @@ class ApiServer:
         """With a token configured every request must carry it, the ``/_sim/`` admin API included (it
         can create jobs that run commands in exec mode); only the health probes stay open, as
         kube-apiserver leaves ``/healthz``, ``/livez`` and ``/readyz`` to anonymous callers."""
-        if not self.config.token or request.path in ("/healthz", "/livez", "/readyz"):
-            return
         header = request.headers.get("Authorization", "")
+        if not self.config.token:
+            # No token required: a caller may still name itself by one of the configured identities (an
+            # admission controller beside the tests' admin), as a service account's token does.
+            found = auth.identity_of(self.config, header)
+            if found is not None:
+                request["sim.user"] = rbac.User(*found)
+                rbac.CALLER.set(request["sim.user"])
+            return
+        if request.path in ("/healthz", "/livez", "/readyz"):
+            return
         # With short-lived tokens (sim.auth) the configured token is their signing secret: whoever holds
         # it may mint tokens anyway, so the admin API also takes it as is.
         if request.path.startswith("/_sim/") and hmac.compare_digest(header, f"Bearer {self.config.token}"):
@@ -604,9 +612,11 @@ class ApiServer:
         delay = self.faults.latency_for(verb, counted)
         if delay > 0:
             await asyncio.sleep(delay)
-        injected = self.faults.error_for(verb, counted)
+        caller = request.get("sim.user")
+        user = caller.name if caller is not None else ""
+        injected = self.faults.error_for(verb, counted, user)
         if injected is not None:
-            return _error_response(injected, self.faults.retry_after(verb, counted))
+            return _error_response(injected, self.faults.retry_after(verb, counted, user))
         if self.config.rbac:
             attributes = rbac.Request(verb, rtype.group, rtype.plural, sub or "", namespace or "", name or "")
             self._authorize(request, attributes, rtype)
@@ -642,9 +652,11 @@ class ApiServer:
             return _warn(_json(self.store.create(rtype.plural, body, namespace), 201), warnings)
         if verb == "update":
             body, warnings = self._decoded(request, rtype, await self._body(request))
+            old = self._current(rtype, name or "", namespace)
+            # A kind whose strategy allows it is created by a PUT of a missing object (201, as a create).
+            creating = old is None and rtype.create_on_update and sub is None
             if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
-                old = self._current(rtype, name or "", namespace)
-                if old is not None:
+                if old is not None or creating:
                     self._track(request, old, body, sub)
             meta = body.get("metadata") if isinstance(body, dict) else None
             if not isinstance(meta, dict):
@@ -652,7 +664,8 @@ class ApiServer:
             if meta.get("name") and meta["name"] != name:
                 raise errors.bad_request("the name of the object does not match the name on the URL")
             meta["name"] = name
-            return _warn(_json(self.store.update(rtype.plural, body, sub, namespace)), warnings)
+            stored = self.store.update(rtype.plural, body, sub, namespace)
+            return _warn(_json(stored, 201 if creating else 200), warnings)
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type == APPLY_TYPE:

@@ -89,6 +89,17 @@ SERVICE_COLUMNS = [
     AGE_COLUMN,
     _col("Selector", "The selector of the service", 1),
 ]
+# leaseColumnDefinitions and printLease (pkg/printers/internalversion/printers.go, kubernetes v1.36.3).
+LEASE_COLUMNS = [
+    NAME_COLUMN,
+    _col(
+        "Holder",
+        "holderIdentity contains the identity of the holder of a current lease. If Coordinated Leader "
+        "Election is used, the holder identity must be equal to the elected LeaseCandidate.metadata.name "
+        "field.",
+    ),
+    AGE_COLUMN,
+]
 EVENT_COLUMNS = [
     _col("Last Seen", "The time at which the most recent occurrence of this event was recorded."),
     _col("Type", "Type of this event (Normal, Warning), new types could be added in the future."),
@@ -463,6 +474,7 @@ def columns_for(resource: str) -> list[dict]:
         "secrets": SECRET_COLUMNS,
         "services": SERVICE_COLUMNS,
         "events": EVENT_COLUMNS,
+        "leases": LEASE_COLUMNS,
     }.get(resource, GENERIC_COLUMNS)
 
 
@@ -496,6 +508,13 @@ def row_for(resource: str, obj: dict, now: datetime, include_object: str = "Part
         cells = service_row(obj, now)
     elif resource == "events":
         cells = event_row(obj, now)
+    elif resource == "leases":
+        holder = (obj.get("spec") or {}).get("holderIdentity")
+        cells = [
+            obj["metadata"]["name"],
+            holder if isinstance(holder, str) else "",
+            since(obj["metadata"].get("creationTimestamp"), now),
+        ]
     else:
         cells = [obj["metadata"]["name"], since(obj["metadata"].get("creationTimestamp"), now)]
     row: dict = {"cells": cells}

@@ -340,10 +340,31 @@ def validate(rtype: ResourceType, obj: dict) -> list[Cause]:
     elif rtype.plural == "events":
         if not isinstance(obj.get("involvedObject"), dict):
             out.append(errors.required("involvedObject"))
+    elif rtype.plural == "leases":
+        out += lease_spec_errors(spec)
     elif rtype.plural in ("roles", "clusterroles"):
         out += rbac_rule_errors(obj, namespaced=rtype.plural == "roles")
     elif rtype.plural in ("rolebindings", "clusterrolebindings"):
         out += rbac_binding_errors(obj, namespaced=rtype.plural == "rolebindings")
+    return out
+
+
+def lease_spec_errors(spec: object) -> list[Cause]:
+    """``ValidateLeaseSpec`` (pkg/apis/coordination/validation/validation.go, kubernetes v1.36.3): a
+    positive term and transitions not negative. Its rules on ``strategy`` and ``preferredHolder`` never
+    run here: the server drops both fields first (``prepare_for_create``). The times need no rule: the
+    decoder parsed them (``sim/micro_time.py``)."""
+    if not isinstance(spec, dict):
+        return []
+    out: list[Cause] = []
+    duration = spec.get("leaseDurationSeconds")
+    if isinstance(duration, int) and duration <= 0:
+        out.append(errors.invalid_value("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if isinstance(transitions, int) and transitions < 0:
+        out.append(
+            errors.invalid_value("spec.leaseTransitions", transitions, "must be greater than or equal to 0")
+        )
     return out
 
 

@@ -71,13 +71,30 @@ def test_container_resources_as_v1_resource_requirements_names_cpu_memory_and_gp
         assert "cpu, memory and gpus" in message
 
 
-def test_runtime_class_name_sets_the_pods_runtime_class():
+def test_runtime_class_name_sets_the_pods_runtime_class(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__JOB_RUNTIME_CLASSES", "nvidia,kata")
     assert pod(JobOperator(**BASE, runtime_class_name="nvidia"))["runtimeClassName"] == "nvidia"
     own = JobOperator(
         **BASE, runtime_class_name="nvidia", pod_template={"spec": {"runtimeClassName": "kata"}}
     )
     assert pod(own)["runtimeClassName"] == "kata"  # the author's own pod_template wins
     assert "runtimeClassName" not in pod(JobOperator(**BASE))
+
+
+def test_a_runtime_class_the_platform_does_not_allow_is_refused_naming_the_argument(monkeypatch):
+    """[airflow_jobs] job_runtime_classes (empty by default, as the admission policy's parameter
+    airflow-jobs-runtime-classes ships): the error names the argument the author wrote."""
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__JOB_RUNTIME_CLASSES", "nvidia")
+    with pytest.raises(JobSpecError) as info:
+        JobOperator(**BASE, runtime_class_name="kata")
+    assert info.value.field == "runtime_class_name"
+    assert "RuntimeClass 'kata' is not one the platform allows jobs (allowed: 'nvidia'" in info.value.message
+    with pytest.raises(JobSpecError) as info:
+        JobOperator(**BASE, pod_template={"spec": {"runtimeClassName": "kata"}})
+    assert info.value.field == "pod_template.spec.runtimeClassName"
+    monkeypatch.delenv("AIRFLOW__AIRFLOW_JOBS__JOB_RUNTIME_CLASSES")
+    with pytest.raises(JobSpecError, match=r"allowed: none; \[airflow_jobs\] job_runtime_classes"):
+        JobOperator(**BASE, runtime_class_name="nvidia")
 
 
 def test_secrets_become_a_variable_all_keys_or_a_read_only_volume_as_kubernetes_pod_operator_mounts_them():

@@ -76,6 +76,47 @@ def test_job_without_gpus_requests_none_and_hides_the_devices():
     assert env_of(container)["NVIDIA_VISIBLE_DEVICES"] == "void"
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"gpus": 1},
+        {"gpus": 0},
+        {"gpus": 2, "workers": 3},
+        {"gpus": 0, "workers": 3},
+        {"gpus": 2, "workers": 3, "launcher_gpus": 2},
+        {"gpus": 4, "workers": 2, "framework": "torchrun"},
+        {"gpus": 0, "workers": 2, "framework": "torchrun"},
+    ],
+    ids=["1-gpu", "cpu", "mpi", "mpi-cpu", "mpi-launcher-gpus", "torchrun", "torchrun-cpu"],
+)
+def test_every_container_that_asks_for_no_gpu_hides_them_all(args):
+    """NVIDIA_VISIBLE_DEVICES=void in every container, init container and sidecar without a GPU, every
+    kind (a CUDA image's ENV would show every GPU of the node); none where the device plugin sets it."""
+    sidecars = {
+        "init_containers": [{"name": "fetch", "image": "x", "env": [{"name": "A", "value": "1"}]}],
+        "pod_template": {
+            "spec": {
+                "containers": [{"name": "metrics", "image": "exporter:1"}],
+                "initContainers": [{"name": "proxy", "image": "p:1", "restartPolicy": "Always"}],
+            }
+        },
+    }
+    m = manifest(**args, **sidecars)
+    seen = set()
+    for template in pod_templates(m).values():
+        spec = template["spec"]
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            asks = "nvidia.com/gpu" in (container.get("resources") or {}).get("limits", {})
+            visible = [e for e in container.get("env", []) if e["name"] == "NVIDIA_VISIBLE_DEVICES"]
+            assert visible == ([] if asks else [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]), (
+                args,
+                container["name"],
+            )
+            seen.add(container["name"])
+    assert {"main", "fetch", "metrics", "proxy"} <= seen
+    assert ("wait-for-workers" in seen) == (m["kind"] == "MPIJob")
+
+
 def test_job_with_no_resources_has_no_resources_block():
     container = manifest()["spec"]["template"]["spec"]["containers"][0]
     assert "resources" not in container
@@ -223,7 +264,9 @@ def test_author_init_containers_run_first_and_see_the_product_env():
     init = job.spec.template.spec.init_containers
     assert [c.name for c in init] == ["fetch"]
     names = [e.name for e in init[0].env]
-    assert names[: len(PRODUCT_ENV)] == list(PRODUCT_ENV) and names[-1] == "X"
+    # The product's variables, the author's, then no GPU (it asks for none: pod_template.hide_unallocated_gpus).
+    assert names[: len(PRODUCT_ENV)] == list(PRODUCT_ENV) and names[-2:] == ["X", "NVIDIA_VISIBLE_DEVICES"]
+    assert init[0].env[-1].value == "void"
 
 
 def test_building_is_deterministic():

@@ -45,8 +45,9 @@ def operator_arguments() -> list[str]:
 def test_the_job_arguments_are_the_operators_validates_and_the_specs_fields():
     spec_names = set(SPEC_FIELDS.values())
     assert [n for n in operator_arguments() if n not in OPERATOR_ONLY] == list(JOB_ARGUMENTS)
-    # How to check, not what to run: parse time or rendered, and the accounts the platform allows.
-    context = {"templated", "rendered", "service_accounts"}
+    # How to check, not what to run: parse time or rendered, the accounts and RuntimeClasses the platform
+    # allows.
+    context = {"templated", "rendered", "service_accounts", "runtime_classes"}
     assert set(inspect.signature(validate).parameters) - context == spec_names
     assert {f.name for f in dataclasses.fields(JobSpec)} == spec_names
 

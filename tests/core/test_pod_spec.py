@@ -91,7 +91,7 @@ def test_affinity_priority_class_scheduler_and_pod_security_context_reach_every_
 
 def test_container_security_context_and_env_from_reach_the_main_container():
     m = manifest(
-        container_security_context={"capabilities": {"add": ["IPC_LOCK"]}},
+        container_security_context={"capabilities": {"add": ["NET_BIND_SERVICE"]}},
         env_from=[
             {"secretRef": {"name": "wandb"}},
             {"configMapRef": {"name": "train-config"}, "prefix": "CFG_"},
@@ -99,7 +99,7 @@ def test_container_security_context_and_env_from_reach_the_main_container():
     )
     api_valid(m)
     container = main(pod_specs(m)[0])
-    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert container["securityContext"] == {"capabilities": {"add": ["NET_BIND_SERVICE"]}}
     assert container["envFrom"] == [
         {"secretRef": {"name": "wandb"}},
         {"configMapRef": {"name": "train-config"}, "prefix": "CFG_"},
@@ -207,7 +207,7 @@ TEMPLATE = {
     "metadata": {"labels": {"team": "vision"}, "annotations": {"sidecar.istio.io/inject": "false"}},
     "spec": {
         "restartPolicy": "Always",
-        "hostIPC": True,
+        "shareProcessNamespace": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "terminationGracePeriodSeconds": 120,
         "volumes": [{"name": "cache", "emptyDir": {}}],
@@ -224,7 +224,7 @@ def test_pod_template_adds_what_the_product_does_not_set_and_keeps_sidecars():
     api_valid(m)
     template = m["spec"]["template"]
     pod = template["spec"]
-    assert pod["hostIPC"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["shareProcessNamespace"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert pod["terminationGracePeriodSeconds"] == 120
     assert [c["name"] for c in pod["containers"]] == ["main", "metrics"]
     assert main(pod)["ports"] == [{"containerPort": 29500}]
@@ -295,7 +295,7 @@ def test_a_pod_template_file_is_read_when_the_task_runs_and_merged_under_pod_tem
     from airflow_jobs_plugin.airflow.operators import JobOperator
 
     path = tmp_path / "pod.yaml"
-    path.write_text("spec:\n  hostIPC: true\n  dnsPolicy: Default\n")
+    path.write_text("spec:\n  shareProcessNamespace: true\n  dnsPolicy: Default\n")
     op = JobOperator(
         task_id="t",
         **BASE,
@@ -303,7 +303,7 @@ def test_a_pod_template_file_is_read_when_the_task_runs_and_merged_under_pod_tem
         pod_template_file=str(path),
     )
     spec = op._spec(templated=False)
-    assert spec.pod_template["spec"] == {"hostIPC": True, "dnsPolicy": "ClusterFirst"}
+    assert spec.pod_template["spec"] == {"shareProcessNamespace": True, "dnsPolicy": "ClusterFirst"}
     op.pod_template_file = str(tmp_path / "missing.yaml")
     with pytest.raises(JobSpecError, match=r"^pod_template_file: cannot read"):
         op._spec(templated=False)

@@ -12,6 +12,8 @@ patch and the cancel's verdict patch, applied as the API server applies a merge 
 from __future__ import annotations
 
 import copy
+import functools
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,6 +47,7 @@ RESOURCES = {
     "Deployment": ("apps", "deployments"),
     "CronJob": ("batch", "cronjobs"),
     "JobSet": ("jobset.x-k8s.io", "jobsets"),
+    "Service": ("", "services"),
 }
 
 
@@ -60,17 +63,20 @@ class Request:
         return RESOURCES[self.object["kind"]]
 
 
+@functools.cache
+def shipped_policy_file() -> tuple[dict, ...]:
+    """admission-policy.yaml's documents, read once (the tests only read them)."""
+    return tuple(yaml.safe_load_all((HELM / "admission-policy.yaml").read_text()))
+
+
 def policies() -> list[dict]:
-    return [
-        d
-        for d in yaml.safe_load_all((HELM / "admission-policy.yaml").read_text())
-        if d["kind"] == "ValidatingAdmissionPolicy"
-    ]
+    return [d for d in shipped_policy_file() if d["kind"] == "ValidatingAdmissionPolicy"]
 
 
-def refusals(request: Request) -> list[str]:
+def refusals(request: Request, params: dict[str, dict] | None = None) -> list[str]:
     """The messages of every validation the request fails, over all policies that select it, evaluated
-    by the simulator's ValidatingAdmissionPolicy (``sim/admission_policy.py``, cel-python)."""
+    by the simulator's ValidatingAdmissionPolicy (``sim/admission_policy.py``, cel-python). A policy with
+    a parameter reads the ConfigMap rbac.yaml ships for it, or ``params[policy]``."""
     group, resource = request.group_resource
     attributes = AdmissionRequest(
         operation=request.operation,
@@ -87,22 +93,45 @@ def refusals(request: Request) -> list[str]:
         message
         for policy in policies()
         for _reason, message in policy_refusals(
-            policy, attributes, JOB_ACCOUNTS if policy["spec"].get("paramKind") else None
+            policy, attributes, {**PARAMS, **(params or {})}.get(policy["metadata"]["name"])
         )
     ]
 
 
-def job_accounts() -> dict:
-    """rbac.yaml's parameter of the rule job-accounts: the accounts jobs may run as."""
+def shipped_configmap(file: str, name: str) -> dict:
+    """A ConfigMap a shipped file holds (a policy's parameter)."""
     (found,) = [
         d
-        for d in yaml.safe_load_all((HELM / "rbac.yaml").read_text())
-        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "airflow-jobs-job-accounts"
+        for d in yaml.safe_load_all((HELM / file).read_text())
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name
     ]
     return found
 
 
-JOB_ACCOUNTS = job_accounts()
+def _shipped_parameter(name: str) -> dict:
+    """A policy's parameter ConfigMap, from whichever shipped file holds it."""
+    for file in ("rbac.yaml", "pod-security.yaml"):
+        for d in yaml.safe_load_all((HELM / file).read_text()):
+            if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == name:
+                return d
+    raise AssertionError(f"no shipped ConfigMap {name}")
+
+
+# The policies' parameters as shipped: rbac.yaml's accounts jobs may run as (rule job-accounts) and
+# priority classes per group (rule priority-classes), pod-security.yaml's RuntimeClasses (rule pod-security).
+JOB_ACCOUNTS = shipped_configmap("rbac.yaml", "airflow-jobs-job-accounts")
+RUNTIME_CLASSES = shipped_configmap("pod-security.yaml", "airflow-jobs-runtime-classes")
+# Each parameterised policy's parameter as shipped: the ConfigMap its binding's paramRef names.
+PARAMS = {
+    d["spec"]["policyName"]: _shipped_parameter(d["spec"]["paramRef"]["name"])
+    for d in shipped_policy_file()
+    if d["kind"] == "ValidatingAdmissionPolicyBinding" and d["spec"].get("paramRef")
+}
+
+
+def shipped_params(policy: dict) -> dict | None:
+    """The parameter the policy's binding names (``paramRef``), as shipped; None for a policy without."""
+    return PARAMS.get(policy["metadata"]["name"]) if policy["spec"].get("paramKind") else None
 
 
 # --- the product's real requests ---
@@ -354,8 +383,9 @@ def test_node_name_and_dra_claims_are_refused(job, field, value, rule):
 def test_a_privileged_container_and_visible_devices_are_refused(job):
     privileged = copy.deepcopy(job)
     pod_specs(privileged)[-1]["containers"][0]["securityContext"] = {"privileged": True}
-    (message,) = refusals(Request(WORKER, "CREATE", privileged))
-    assert message.startswith(f"{CHARGE}: a privileged container sees every GPU")
+    charge, pod_security = refusals(Request(WORKER, "CREATE", privileged))
+    assert charge.startswith(f"{CHARGE}: a privileged container sees every GPU")
+    assert pod_security.startswith("airflow-jobs rule pod-security: a privileged container is refused")
     visible = copy.deepcopy(job)
     pod_specs(visible)[0]["containers"][0]["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
     (message,) = refusals(Request(WORKER, "CREATE", visible))
@@ -559,3 +589,605 @@ def test_a_worker_s_pod_with_a_dra_claim_or_a_privileged_container_is_refused():
 def test_a_worker_s_cpu_work_and_other_identities_gpu_work_pass(kind):
     assert refusals(Request(WORKER, "CREATE", workload(kind, CPU_POD))) == []
     assert refusals(Request(TRIGGERER, "CREATE", workload(kind, GPU_POD))) == []
+
+
+# --- pod-security: no job's pods break out onto their node, whoever creates the job ---
+
+POD_SECURITY = "airflow-jobs rule pod-security"
+ADMIN = "kubernetes-admin"  # a cluster administrator's certificate: no matchCondition lets it through
+MPI_OPERATOR = "system:serviceaccount:mpi-operator:mpi-operator"  # creates an MPIJob's launcher Job
+EVERY_IDENTITY = (WORKER, TRIGGERER, API_SERVER, ADMIN, MPI_OPERATOR)
+
+
+def templates(job: dict) -> list[dict]:
+    if job["kind"] == "MPIJob":
+        return [r["template"] for r in job["spec"]["mpiReplicaSpecs"].values()]
+    return [job["spec"]["template"]]
+
+
+def _main(spec: dict) -> dict:
+    return spec["containers"][0]
+
+
+def _context(container: dict) -> dict:
+    return container.setdefault("securityContext", {})
+
+
+def _sidecar(spec: dict) -> dict:
+    sidecar = {"name": "proxy", "image": "proxy:1", "restartPolicy": "Always"}
+    spec.setdefault("initContainers", []).append(sidecar)
+    return sidecar
+
+
+# Each breakout the red team ran, and every other field baseline refuses: what it does to one pod
+# template, and the checks (policy/check_*.go IDs) that refuse it. The same table drives the parse-time
+# rule's parity test below and tests/core/test_pod_security.py's.
+BREAKOUTS = {
+    "hostPath /dev": (
+        lambda t: t["spec"].setdefault("volumes", []).append({"name": "dev", "hostPath": {"path": "/dev"}}),
+        {"hostPathVolumes"},
+    ),
+    "hostPath /var/lib/kubelet/pods": (
+        lambda t: (
+            t["spec"]
+            .setdefault("volumes", [])
+            .append({"name": "pods", "hostPath": {"path": "/var/lib/kubelet/pods", "type": "Directory"}})
+        ),
+        {"hostPathVolumes"},
+    ),
+    "hostPID + SYS_ADMIN, SYS_PTRACE": (
+        lambda t: (
+            t["spec"].update(hostPID=True),
+            _context(_main(t["spec"])).update(capabilities={"add": ["SYS_ADMIN", "SYS_PTRACE"]}),
+        ),
+        {"hostNamespaces", "capabilities_baseline"},
+    ),
+    "capabilities ALL + allowPrivilegeEscalation": (
+        lambda t: _context(_main(t["spec"])).update(
+            capabilities={"add": ["ALL"]}, allowPrivilegeEscalation=True
+        ),
+        {"capabilities_baseline"},
+    ),
+    "hostNetwork": (lambda t: t["spec"].update(hostNetwork=True), {"hostNamespaces"}),
+    "hostIPC": (lambda t: t["spec"].update(hostIPC=True), {"hostNamespaces"}),
+    "privileged sidecar": (lambda t: _context(_sidecar(t["spec"])).update(privileged=True), {"privileged"}),
+    "NET_RAW in an init container": (
+        lambda t: (
+            t["spec"]
+            .setdefault("initContainers", [])
+            .append({"name": "i", "image": "x", "securityContext": {"capabilities": {"add": ["NET_RAW"]}}})
+        ),
+        {"capabilities_baseline"},
+    ),
+    "hostPort": (
+        lambda t: _main(t["spec"]).update(ports=[{"containerPort": 22, "hostPort": 2222}]),
+        {"hostPorts"},
+    ),
+    "unmasked /proc": (lambda t: _context(_main(t["spec"])).update(procMount="Unmasked"), {"procMount"}),
+    "kernel.core_pattern": (
+        lambda t: (
+            t["spec"]
+            .setdefault("securityContext", {})
+            .update(sysctls=[{"name": "kernel.core_pattern", "value": "|/tmp/x"}])
+        ),
+        {"sysctls"},
+    ),
+    "SELinux spc_t": (
+        lambda t: _context(_main(t["spec"])).update(seLinuxOptions={"type": "spc_t"}),
+        {"seLinuxOptions"},
+    ),
+    "SELinux user": (
+        lambda t: t["spec"].setdefault("securityContext", {}).update(seLinuxOptions={"user": "system_u"}),
+        {"seLinuxOptions"},
+    ),
+    "seccomp Unconfined": (
+        lambda t: t["spec"].setdefault("securityContext", {}).update(seccompProfile={"type": "Unconfined"}),
+        {"seccompProfile"},
+    ),
+    "AppArmor Unconfined": (
+        lambda t: _context(_main(t["spec"])).update(appArmorProfile={"type": "Unconfined"}),
+        {"appArmorProfile"},
+    ),
+    "AppArmor annotation unconfined": (
+        lambda t: (
+            t["metadata"]
+            .setdefault("annotations", {})
+            .update({"container.apparmor.security.beta.kubernetes.io/main": "unconfined"})
+        ),
+        {"appArmorProfile"},
+    ),
+    "Windows hostProcess": (
+        lambda t: t["spec"].setdefault("securityContext", {}).update(windowsOptions={"hostProcess": True}),
+        {"windowsHostProcess"},
+    ),
+    "probe host": (
+        lambda t: _main(t["spec"]).update(
+            livenessProbe={"httpGet": {"host": "169.254.169.254", "path": "/", "port": 80}}
+        ),
+        {"hostProbesAndHostLifecycle"},
+    ),
+    "preStop host": (
+        lambda t: _main(t["spec"]).update(
+            lifecycle={"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 10250}}}
+        ),
+        {"hostProbesAndHostLifecycle"},
+    ),
+    "runtimeClassName not allowed": (lambda t: t["spec"].update(runtimeClassName="kata"), {"runtimeClass"}),
+}
+
+# Within baseline (and allowPrivilegeEscalation is restricted's to refuse, not baseline's).
+WITHIN_BASELINE = {
+    "default capabilities": lambda t: _context(_main(t["spec"])).update(
+        capabilities={"add": ["NET_BIND_SERVICE", "CHOWN"], "drop": ["ALL"]}
+    ),
+    "allowPrivilegeEscalation": lambda t: _context(_main(t["spec"])).update(allowPrivilegeEscalation=True),
+    "profiles": lambda t: (
+        t["spec"]
+        .setdefault("securityContext", {})
+        .update(
+            seccompProfile={"type": "RuntimeDefault"},
+            seLinuxOptions={"type": "container_t", "level": "s0:c1,c2"},
+            sysctls=[{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}],
+        ),
+        _context(_main(t["spec"])).update(appArmorProfile={"type": "Localhost", "localhostProfile": "k8s"}),
+        t["metadata"]
+        .setdefault("annotations", {})
+        .update({"container.apparmor.security.beta.kubernetes.io/main": "localhost/k8s"}),
+    ),
+    "unmasked /proc in a user namespace": lambda t: (
+        t["spec"].update(hostUsers=False),
+        _context(_main(t["spec"])).update(procMount="Unmasked"),
+    ),
+    "containerPort alone, host ports off": lambda t: _main(t["spec"]).update(
+        ports=[{"containerPort": 29500, "hostPort": 0}], readinessProbe={"tcpSocket": {"port": 29500}}
+    ),
+    "persistent and memory volumes": lambda t: t["spec"]["volumes"].append(
+        {"name": "data", "persistentVolumeClaim": {"claimName": "vision"}}
+    ),
+}
+
+
+def pod_security_checks(messages: list[str]) -> set[str]:
+    """The baseline checks (or the RuntimeClass list) the rule pod-security's refusals name."""
+    found = set()
+    for message in messages:
+        if not message.startswith(POD_SECURITY):
+            continue
+        named = re.search(r"Pod Security baseline, (\w+)", message)
+        found.add(named.group(1) if named else "runtimeClass")
+    return found
+
+
+def breakout(job: dict, name: str, template: int = -1) -> dict:
+    cheat = copy.deepcopy(job)
+    BREAKOUTS[name][0](templates(cheat)[template])
+    return cheat
+
+
+def pod_security_refusals(request: Request) -> list[str]:
+    """The messages of the rule pod-security alone (the identity tests ask nothing of the others)."""
+    (policy,) = [p for p in policies() if p["metadata"]["name"] == "airflow-jobs-pod-security"]
+    group, resource = request.group_resource
+    attributes = AdmissionRequest(
+        request.operation,
+        group,
+        resource,
+        "airflow",
+        request.object["metadata"]["name"],
+        request.username,
+        (),
+        request.object,
+        request.old_object,
+    )
+    return [message for _, message in policy_refusals(policy, attributes, RUNTIME_CLASSES)]
+
+
+@pytest.mark.parametrize("name", sorted(BREAKOUTS))
+def test_every_breakout_is_refused_naming_the_rule_and_the_check(job, name):
+    expected = BREAKOUTS[name][1]
+    for template in range(len(templates(job))):  # a Job's one, an MPIJob's launcher and workers
+        cheat = breakout(job, name, template)
+        assert pod_security_checks(refusals(Request(WORKER, "CREATE", cheat))) == expected, template
+
+
+# What the red team ran on the real control plane (tests/plane_scenarios/test_pod_security_on_the_plane.py).
+RED_TEAM = (
+    "hostPath /dev",
+    "hostPath /var/lib/kubelet/pods",
+    "hostPID + SYS_ADMIN, SYS_PTRACE",
+    "capabilities ALL + allowPrivilegeEscalation",
+    "hostNetwork",
+    "runtimeClassName not allowed",
+)
+
+
+@pytest.mark.parametrize("who", EVERY_IDENTITY)
+def test_whoever_creates_the_job_its_breakout_is_refused(job, who):
+    for name in RED_TEAM:
+        cheat = breakout(job, name)
+        assert pod_security_checks(pod_security_refusals(Request(who, "CREATE", cheat))) == BREAKOUTS[name][1]
+
+
+@pytest.mark.parametrize("name", sorted(BREAKOUTS))
+def test_the_parse_time_rule_refuses_what_the_policy_refuses(job, name):
+    """jobs/pod_security.py and the policy's CEL, over the same templates: the same checks."""
+    from airflow_jobs_plugin.jobs import pod_security
+
+    cheat = breakout(job, name)
+    allowed = tuple(RUNTIME_CLASSES.get("data") or {})
+    parsed = {
+        refusal.check
+        for i, template in enumerate(templates(cheat))
+        for refusal in pod_security.template_refusals(template, f"templates[{i}]", allowed)
+    }
+    assert parsed == BREAKOUTS[name][1] == pod_security_checks(refusals(Request(TRIGGERER, "CREATE", cheat)))
+
+
+@pytest.mark.parametrize("name", sorted(WITHIN_BASELINE))
+def test_what_baseline_allows_passes_the_policy_and_the_parse_time_rule(job, name):
+    from airflow_jobs_plugin.jobs import pod_security
+
+    allowed = copy.deepcopy(job)
+    for template in templates(allowed):
+        WITHIN_BASELINE[name](template)
+    assert refusals(Request(WORKER, "CREATE", allowed)) == []
+    for who in EVERY_IDENTITY:
+        assert pod_security_refusals(Request(who, "CREATE", allowed)) == [], who
+    assert [r for t in templates(allowed) for r in pod_security.template_refusals(t, "t", ())] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    PRODUCT_MANIFESTS := [
+        {"gpus": 1},
+        {"gpus": 0},
+        {"gpus": 2, "workers": 3},
+        {"gpus": 0, "workers": 3},
+        {"gpus": 2, "workers": 3, "launcher_gpus": 2},
+        {"gpus": 4, "workers": 2, "framework": "torchrun"},
+        {"gpus": 0, "workers": 2, "framework": "torchrun"},
+        {
+            "gpus": 1,
+            "init_containers": [{"name": "fetch", "image": "x"}],
+            "pod_template": {"spec": {"containers": [{"name": "metrics", "image": "exporter:1"}]}},
+        },
+    ],
+    ids=["1-gpu", "cpu-only", "mpi", "mpi-cpu", "mpi-launcher-gpus", "torchrun", "torchrun-cpu", "sidecars"],
+)
+def test_every_job_the_operator_builds_passes_every_rule_for_every_identity_that_submits_it(args):
+    job = built(**args)
+    for who in (WORKER, TRIGGERER, API_SERVER, ADMIN):
+        assert refusals(Request(who, "CREATE", job)) == [], who
+
+
+def test_the_mpi_operators_launcher_job_passes_pod_security():
+    """The launcher Job the MPI operator creates from an MPIJob's launcher template
+    (kubeflow/mpi-operator v0.8.2 pkg/controller/mpi_job_controller.go, newLauncherJob): the template
+    as the product built it, plus the operator's variables, its empty NVIDIA_VISIBLE_DEVICES and its
+    ConfigMap and ssh volumes."""
+    mpijob = built(gpus=2, workers=2)
+    template = copy.deepcopy(mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"])
+    main = template["spec"]["containers"][0]
+    main["env"] += [
+        {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+        {"name": "NVIDIA_VISIBLE_DEVICES"},
+        {"name": "NVIDIA_DRIVER_CAPABILITIES"},
+    ]
+    template["spec"].setdefault("volumes", []).extend(
+        [
+            {"name": "mpi-job-config", "configMap": {"name": "x-config"}},
+            {"name": "ssh-auth", "secret": {"secretName": "x-ssh", "defaultMode": 0o600}},
+        ]
+    )
+    launcher = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "x-launcher", "labels": {"app": "x"}},
+        "spec": {"suspend": True, "template": template},
+    }
+    assert refusals(Request(MPI_OPERATOR, "CREATE", launcher)) == []
+
+
+def test_a_runtime_class_the_platform_lists_passes():
+    job = breakout(built(gpus=1), "runtimeClassName not allowed")
+    (policy,) = [p for p in policies() if p["metadata"]["name"] == "airflow-jobs-pod-security"]
+    attributes = AdmissionRequest(
+        "CREATE", "batch", "jobs", "airflow", job["metadata"]["name"], WORKER, (), job, None
+    )
+    listed = {**RUNTIME_CLASSES, "data": {"kata": "microVMs for untrusted code"}}
+    assert policy_refusals(policy, attributes, listed) == []
+    assert [m for _, m in policy_refusals(policy, attributes, RUNTIME_CLASSES)] == [
+        m for m in refusals(Request(WORKER, "CREATE", job)) if m.startswith(POD_SECURITY)
+    ]
+    assert RUNTIME_CLASSES.get("data") in (None, {}), "shipped empty: jobs name no RuntimeClass"
+
+
+def test_the_runtime_classes_option_and_the_policys_parameter_ship_equal():
+    from airflow_jobs_plugin import config
+
+    shipped = tuple(RUNTIME_CLASSES.get("data") or {})
+    assert config.namespaces("", config.BY_NAME["job_runtime_classes"].default or "") == shipped
+    assert config.namespaces("", config.BY_NAME["job_service_accounts"].default or "") == tuple(
+        JOB_ACCOUNTS["data"]
+    )
+
+
+def test_an_update_is_checked_when_it_changes_a_pod_template():
+    """A job created before the rule (its template unchanged) is still admitted and ended; an update
+    that writes a breakout into an MPIJob's worker template is refused, whoever sends it."""
+    legacy = created(breakout(built(gpus=1, workers=2), "hostPath /dev"))
+    admit = patched(legacy, unsuspend_patch(legacy, QUEUED_AT))
+    assert not [
+        m for m in refusals(Request(TRIGGERER, "UPDATE", admit, legacy)) if m.startswith(POD_SECURITY)
+    ]
+    honest = created(built(gpus=1, workers=2))
+    rewrite = breakout(honest, "hostNetwork", template=-1)
+    for who in (TRIGGERER, ADMIN):
+        assert pod_security_checks(refusals(Request(who, "UPDATE", rewrite, honest))) == {"hostNamespaces"}
+
+
+def test_the_parameter_missing_refuses_every_job():
+    """parameterNotFoundAction Deny: a namespace without airflow-jobs-runtime-classes runs no job."""
+    (binding,) = [
+        d
+        for d in yaml.safe_load_all((HELM / "admission-policy.yaml").read_text())
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+        and d["metadata"]["name"] == "airflow-jobs-pod-security"
+    ]
+    assert binding["spec"]["paramRef"] == {
+        "name": "airflow-jobs-runtime-classes",
+        "parameterNotFoundAction": "Deny",
+    }
+    (policy,) = [p for p in policies() if p["metadata"]["name"] == "airflow-jobs-pod-security"]
+    assert "matchConditions" not in policy["spec"]
+
+
+# --- charge-the-spec: NVIDIA_VISIBLE_DEVICES is void or absent ---
+
+
+@pytest.mark.parametrize("value", ["none", "", "all", "0", "GPU-1234", None])
+def test_a_visible_devices_value_other_than_void_is_refused(job, value):
+    cheat = copy.deepcopy(job)
+    var = (
+        {"name": "NVIDIA_VISIBLE_DEVICES"}
+        if value is None
+        else {"name": "NVIDIA_VISIBLE_DEVICES", "value": value}
+    )
+    spec = pod_specs(cheat)[-1]
+    spec.setdefault("initContainers", []).append({"name": "i", "image": "x", "env": [var]})
+    (message,) = refusals(Request(WORKER, "CREATE", cheat))
+    assert message.startswith(f"{CHARGE}: NVIDIA_VISIBLE_DEVICES is the device plugin's")
+
+
+# --- priority-classes: a job names only the priority classes its group is given ---
+
+CLASSES = "airflow-jobs rule priority-classes"
+KUEUE_PRIORITY = "kueue.x-k8s.io/priority-class"
+# The parameter a platform writes from its quota policy: vision may use two classes, nlp one.
+GIVEN = {
+    "airflow-jobs-priority-classes": {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "airflow-jobs-priority-classes"},
+        "data": {"vision": "training-low,training-high", "nlp": "training-low"},
+    }
+}
+
+
+def naming(job: dict, priority_class: str, where: str = "template") -> dict:
+    """``job`` naming ``priority_class`` in its last pod template, its MPIJob gang or Kueue's label."""
+    job = copy.deepcopy(job)
+    if where == "template":
+        pod_specs(job)[-1]["priorityClassName"] = priority_class
+    elif where == "gang":
+        job["spec"]["runPolicy"]["schedulingPolicy"] = {"priorityClass": priority_class}
+    else:
+        job["metadata"]["labels"][KUEUE_PRIORITY] = priority_class
+    return job
+
+
+def test_the_shipped_parameter_gives_the_groups_of_the_shipped_policy_what_their_lists_say():
+    """rbac.yaml's ConfigMap is the quota policy's priority_classes written for the API server: a key per
+    group with a class, the classes comma-separated (a group without one has no key)."""
+    from airflow_jobs_plugin.queueing.quota.parse import policy_from_configmap_data
+
+    policy = policy_from_configmap_data(yaml.safe_load((HELM / "quota-policy.yaml").read_text())["data"])
+    written = {
+        g: ",".join(sorted(q.priority_classes)) for g, q in policy.groups.items() if q.priority_classes
+    }
+    assert (PARAMS["airflow-jobs-priority-classes"].get("data") or {}) == written
+
+
+def test_a_job_naming_no_class_passes_whatever_the_parameter(job):
+    assert refusals(Request(WORKER, "CREATE", job)) == []
+    assert refusals(Request(WORKER, "CREATE", job), GIVEN) == []
+
+
+@pytest.mark.parametrize("where", ["template", "label"])
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, API_SERVER], ids=["worker", "triggerer", "api-server"])
+def test_a_class_the_group_is_given_passes_and_another_is_refused_naming_group_class_and_allowed(
+    job, who, where
+):
+    assert refusals(Request(who, "CREATE", naming(job, "training-high", where)), GIVEN) == []
+    (message,) = refusals(Request(who, "CREATE", naming(job, "training-urgent", where)), GIVEN)
+    assert message == (
+        f"{CLASSES}: group vision may not use priority class training-urgent (allowed: "
+        "training-low,training-high; the ConfigMap airflow-jobs-priority-classes, groups.vision.priority_classes "
+        "in the quota policy); name one of those, or none for the cluster's default"
+    )
+
+
+def test_with_the_shipped_parameter_no_group_may_name_a_class(job):
+    (message,) = refusals(Request(WORKER, "CREATE", naming(job, "training-high")))
+    assert message.startswith(
+        f"{CLASSES}: group vision may not use priority class training-high (allowed: none;"
+    )
+
+
+@pytest.mark.parametrize("where", ["template", "gang", "label"])
+def test_a_system_class_is_refused_even_where_the_parameter_lists_it(where):
+    job = manifest(workers=2)
+    given = copy.deepcopy(GIVEN)
+    given["airflow-jobs-priority-classes"]["data"]["vision"] = "system-node-critical"
+    messages = refusals(Request(WORKER, "CREATE", naming(job, "system-node-critical", where)), given)
+    assert messages == [
+        f"{CLASSES}: priority class system-node-critical is one of the cluster's own (system-*), whose pods "
+        "preempt any other pod of their node; no job may name it, whatever its group is allowed; remove it"
+    ]
+
+
+def test_a_raw_mpijob_naming_a_gang_class_its_group_may_not_use_is_refused():
+    (message,) = refusals(
+        Request(WORKER, "CREATE", naming(manifest(workers=2), "training-high", "gang")),
+        {
+            "airflow-jobs-priority-classes": {
+                **GIVEN["airflow-jobs-priority-classes"],
+                "data": {"vision": "x"},
+            }
+        },
+    )
+    assert message.startswith(
+        f"{CLASSES}: group vision may not use priority class training-high (allowed: x;"
+    )
+
+
+def test_the_group_is_the_exact_name_the_pool_reads_not_the_label():
+    """A job labelled vision but annotated nlp is charged to nlp (JobView.group): nlp's list judges it."""
+    job = naming(manifest(), "training-high")
+    job["metadata"]["annotations"][labels.GROUP_NAME] = "nlp"
+    (message,) = refusals(Request(WORKER, "CREATE", job), GIVEN)
+    assert message.startswith(
+        f"{CLASSES}: group nlp may not use priority class training-high (allowed: training-low;"
+    )
+
+
+def test_an_update_judges_only_the_classes_it_brings(job):
+    """A job created before the rule (or by an admin) with a class is still cancelled and stopped; adding
+    one on an update is refused like a create."""
+    old = created(naming(job, "system-node-critical"))
+    for patch in (verdict_patch(old, "Cancelled", "cancelled by alice"), stop_patch(old, "alice")):
+        assert not [
+            m for m in refusals(Request(API_SERVER, "UPDATE", patched(old, patch), old)) if CLASSES in m
+        ]
+    queued = created(job)
+    relabelled = patched(queued, {"metadata": {"labels": {KUEUE_PRIORITY: "system-node-critical"}}})
+    messages = refusals(Request(TRIGGERER, "UPDATE", relabelled, queued))
+    assert [m for m in messages if m.startswith(CLASSES)] == [
+        f"{CLASSES}: priority class system-node-critical is one of the cluster's own (system-*), whose pods "
+        "preempt any other pod of their node; no job may name it, whatever its group is allowed; remove it"
+    ]
+
+
+# --- services: the one Service the product creates, a torchrun job's headless Service ---
+
+SERVICES = "airflow-jobs rule services"
+
+
+def torchrun_service() -> dict:
+    """The Service the submitter creates beside a created torchrun Job (kinds' companions)."""
+    from airflow_jobs_plugin.jobs import kinds
+
+    job = created(built(gpus=4, workers=2, framework="torchrun"))
+    job["metadata"]["namespace"] = "airflow"
+    ((resource, service),) = kinds.kind_of(job).companions(job)
+    assert resource.plural == "services"
+    return service
+
+
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, API_SERVER], ids=["worker", "triggerer", "api-server"])
+def test_the_torchrun_jobs_own_service_passes(who):
+    service = torchrun_service()
+    assert refusals(Request(who, "CREATE", service)) == []
+    assert refusals(Request(who, "UPDATE", service, service)) == []
+
+
+def _service(**changes) -> dict:
+    service = copy.deepcopy(torchrun_service())
+    for path, value in changes.items():
+        holder = service
+        *parents, key = path.split(".")
+        for parent in parents:
+            holder = holder[parent]
+        if value is None:
+            holder.pop(key, None)
+        else:
+            holder[key] = value
+    return service
+
+
+API_SERVER_PODS = {"component": "api-server", "release": "airflow"}
+SERVICE_CHEATS = {
+    # CVE-2020-8554: a Service claiming an address takes the cluster's traffic to it.
+    "externalIPs": (_service(**{"spec.externalIPs": ["10.0.0.1"]}), "spec.externalIPs lets a Service take"),
+    "a NodePort on Airflow's api-server": (
+        _service(
+            **{
+                "spec.type": "NodePort",
+                "spec.clusterIP": None,
+                "spec.selector": API_SERVER_PODS,
+                "spec.ports": [{"port": 8080, "nodePort": 30080}],
+            }
+        ),
+        "only a job's headless Service may be created, of type ClusterIP",
+    ),
+    "a LoadBalancer": (
+        _service(**{"spec.type": "LoadBalancer", "spec.loadBalancerIP": "1.2.3.4"}),
+        "only a job's headless Service may be created",
+    ),
+    "a load-balancer IP on a ClusterIP": (
+        _service(**{"spec.loadBalancerIP": "1.2.3.4"}),
+        "no nodePort, externalName or loadBalancer* field",
+    ),
+    "an ExternalName": (
+        _service(
+            **{"spec.type": "ExternalName", "spec.externalName": "evil.example", "spec.clusterIP": None}
+        ),
+        "only a job's headless Service may be created",
+    ),
+    "a virtual IP": (_service(**{"spec.clusterIP": "10.96.0.77"}), "a job's Service is headless"),
+    "no clusterIP": (_service(**{"spec.clusterIP": None}), "a job's Service is headless"),
+    "the api-server's pods": (
+        _service(**{"spec.selector": API_SERVER_PODS}),
+        "spec.selector must be exactly {batch.kubernetes.io/job-name: <the Service's name>}",
+    ),
+    "another job's pods": (
+        _service(**{"spec.selector": {labels.BATCH_JOB_NAME: "someone-elses-job"}}),
+        "spec.selector must be exactly",
+    ),
+    "a wider selector": (
+        _service(**{"spec.selector": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}}),
+        "spec.selector must be exactly",
+    ),
+    "a second selector key": (
+        _service(**{"spec.selector": {labels.BATCH_JOB_NAME: TASK.job_name(1), "component": "api-server"}}),
+        "spec.selector must be exactly",
+    ),
+    "no selector": (_service(**{"spec.selector": None}), "spec.selector must be exactly"),
+    "no owner": (_service(**{"metadata.ownerReferences": None}), "a job's Service is owned by its Job"),
+    "another owner": (
+        _service(
+            **{
+                "metadata.ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "airflow-api-server", "uid": "u"}
+                ]
+            }
+        ),
+        "a job's Service is owned by its Job",
+    ),
+}
+
+
+@pytest.mark.parametrize("cheat", sorted(SERVICE_CHEATS))
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, API_SERVER], ids=["worker", "triggerer", "api-server"])
+def test_every_other_service_is_refused_naming_the_rule_and_the_fix(who, cheat):
+    service, said = SERVICE_CHEATS[cheat]
+    messages = refusals(Request(who, "CREATE", service))
+    assert messages and all(m.startswith(f"{SERVICES}: ") for m in messages), messages
+    assert any(said in m for m in messages), messages
+    # An update may not turn the job's Service into one either.
+    assert refusals(Request(who, "UPDATE", service, torchrun_service())) == messages
+
+
+def test_services_of_other_identities_are_not_the_rules_to_judge():
+    service, _ = SERVICE_CHEATS["a NodePort on Airflow's api-server"]
+    assert refusals(Request("system:serviceaccount:kube-system:mpi-operator", "CREATE", service)) == []

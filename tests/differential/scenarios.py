@@ -823,3 +823,119 @@ def kueue_workload_lifecycle(c: Cluster, ns: str) -> Observation:
     )
     out["second_finished"] = _workload_view(_workload(c, ns, "second"))
     return out
+
+
+# --- leader election's Leases ------------------------------------------------------------------------
+
+
+def leases(ns: str, name: str = "") -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases" + (f"/{name}" if name else "")
+
+
+def lease(name: str, **spec: Any) -> dict:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name}, "spec": spec}
+
+
+HELD = {
+    "holderIdentity": "controller-0",
+    "leaseDurationSeconds": 15,
+    "acquireTime": "2026-03-01T12:00:00.000000Z",
+    "renewTime": "2026-03-01T13:30:02.500001+01:30",
+    "leaseTransitions": 0,
+}
+
+
+def _refusal(reply: Any) -> dict:
+    """A refusal with its message and each cause's message (the texts a client may show)."""
+    body = reply.body if isinstance(reply.body, dict) else {}
+    causes = (body.get("details") or {}).get("causes") or []
+    return {
+        **reply.status_summary(),
+        "message": body.get("message"),
+        "cause_messages": sorted(c.get("message", "") for c in causes),
+    }
+
+
+def lease_api(c: Cluster, ns: str) -> Observation:
+    """Leases as leader election uses them: MicroTime read and written back, validation, the
+    compare-and-swap, create-on-update, no unconditional update, a watch, kubectl's columns, discovery."""
+    out: Observation = {}
+    group = c.ok("GET", "/apis/coordination.k8s.io/v1")
+    entry = next(r for r in group["resources"] if r["name"] == "leases")
+    out["discovery"] = (entry["kind"], entry["namespaced"], sorted(entry["verbs"]))
+    created = c.ok("POST", leases(ns), lease("held", **HELD))
+    out["created_spec"] = created["spec"]
+    out["released_spec"] = c.ok(
+        "POST", leases(ns), lease("released", holderIdentity="", leaseDurationSeconds=1)
+    )["spec"]
+    for key, written in (
+        ("no_fraction", "2026-03-01T12:00:00Z"),
+        ("millis", "2026-03-01T12:00:00.123Z"),
+        ("nanos", "2026-03-01T12:00:00.123456789Z"),
+        ("lower_z", "2026-03-01T12:00:00.000000z"),
+        ("month_13", "2026-13-01T12:00:00.000000Z"),
+        ("february_30", "2026-02-30T12:00:00.000000Z"),
+        ("trailing", "2026-03-01T12:00:00.000000Z trailing"),
+    ):
+        out[f"micro_time_{key}"] = _refusal(c.request("POST", leases(ns), lease("bad", renewTime=written)))
+    out["micro_time_comma"] = c.ok(
+        "POST", leases(ns), lease("comma", renewTime="2026-03-01T12:00:00,123456Z")
+    )["spec"]
+    for key, spec in (
+        ("duration_zero", {"leaseDurationSeconds": 0}),
+        ("transitions_negative", {"leaseTransitions": -1}),
+        ("both_wrong", {"leaseDurationSeconds": -2, "leaseTransitions": -5}),
+    ):
+        name = f"invalid-{key.replace('_', '-')}"
+        out[f"invalid_{key}"] = _refusal(c.request("POST", leases(ns), lease(name, **spec)))
+    coordinated = c.request(
+        "POST",
+        leases(ns),
+        lease("coordinated", strategy="OldestEmulationVersion", preferredHolder="controller-1"),
+    )
+    out["coordinated"] = (coordinated.status, (coordinated.body or {}).get("spec"))
+    # With coordinated election's feature gate off (v1.36.3's default), its fields are dropped, never refused.
+    for key, spec in (
+        ("preferred_without_strategy", {"preferredHolder": "controller-1"}),
+        ("unknown_strategy", {"strategy": "Youngest"}),
+    ):
+        reply = c.request("POST", leases(ns), lease(key.replace("_", "-"), **spec))
+        out[key] = (reply.status, (reply.body or {}).get("spec"))
+
+    renewed = c.ok("PUT", leases(ns, "held"), {**created, "spec": {**HELD, "leaseTransitions": 1}})
+    out["renewed_spec"] = renewed["spec"]
+    out["stale_update"] = _refusal(
+        c.request("PUT", leases(ns, "held"), {**created, "spec": {**HELD, "holderIdentity": "controller-1"}})
+    )
+    out["update_without_resource_version"] = _refusal(
+        c.request("PUT", leases(ns, "held"), lease("held", **HELD))
+    )
+    put = c.request("PUT", leases(ns, "put-created"), lease("put-created", **HELD))
+    out["put_of_missing"] = (put.status, (put.body or {}).get("spec"))
+    stale_put = c.request(
+        "PUT",
+        leases(ns, "put-stale"),
+        {**lease("put-stale", **HELD), "metadata": {"name": "put-stale", "resourceVersion": "1"}},
+    )
+    out["put_of_missing_with_resource_version"] = (stale_put.status, (stale_put.body or {}).get("reason"))
+
+    table = c.ok("GET", leases(ns), accept=TABLE)
+    out["table_columns"] = [col["name"] for col in table["columnDefinitions"]]
+    out["table_rows"] = sorted(row["cells"][:2] for row in table["rows"])
+
+    events = []
+    for event in c.watch(
+        leases(ns),
+        query={
+            "resourceVersion": created["metadata"]["resourceVersion"],
+            "fieldSelector": "metadata.name=held",
+        },
+        timeout=5,
+    ):
+        events.append((event["type"], event["object"]["spec"].get("leaseTransitions")))
+        if len(events) == 1:
+            c.ok("DELETE", leases(ns, "held"))
+        if len(events) == 2:
+            break
+    out["watch"] = events
+    return out

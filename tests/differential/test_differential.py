@@ -112,6 +112,10 @@ def test_job_defaults(clusters):
     same(clusters, scenarios.job_defaults)
 
 
+def test_lease_api(clusters):
+    same(clusters, scenarios.lease_api)
+
+
 # --- the Job controller -----------------------------------------------------------------------------
 
 

@@ -35,10 +35,12 @@ SCENARIO = "sim.airflow-jobs.io/scenario"
 DEADLINE = 300.0
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-# The kinds of the shipped manifests (helm-values/rbac.yaml, admission-policy.yaml), by kind.
+# The kinds of the shipped manifests (helm-values/rbac.yaml, admission-policy.yaml, pod-security.yaml),
+# by kind.
 KINDS = {
     r.kind: r
     for r in (
+        NAMESPACES,
         Resource("", "v1", "serviceaccounts", "ServiceAccount"),
         Resource("", "v1", "configmaps", "ConfigMap"),
         Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),

@@ -67,7 +67,8 @@ def identities(cluster, tmp_path_factory) -> dict[str, str]:
                 {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
                 NAMESPACE,
             )
-        for doc in shipped("rbac.yaml") + shipped("admission-policy.yaml") + shipped("quota-policy.yaml"):
+        shipped_docs = shipped("rbac.yaml") + shipped("pod-security.yaml") + shipped("quota-policy.yaml")
+        for doc in shipped_docs + shipped("admission-policy.yaml"):
             await create_or_replace(client, doc, NAMESPACE)
         configs = {}
         for component, account in ACCOUNTS.items():
@@ -140,6 +141,12 @@ def _mounts_a_token() -> dict:
     return body
 
 
+def _shares_the_hosts_network() -> dict:
+    body = manifest()  # suspended for the pool: it runs no pod, should it be let through
+    body["spec"]["template"]["spec"]["hostNetwork"] = True
+    return body
+
+
 # One probe per policy the scenarios rely on, each refused by that policy alone once it is in force.
 # The API server loads each policy, its binding and its parameter through informers of their own
 # (k8s.io/apiserver v0.36 pkg/admission/plugin/policy/generic), so one policy refusing says nothing of
@@ -147,6 +154,7 @@ def _mounts_a_token() -> dict:
 POLICY_PROBES = {
     "airflow-jobs-quota-admission": _skips_the_pool,
     "airflow-jobs-job-accounts": _mounts_a_token,
+    "airflow-jobs-pod-security": _shares_the_hosts_network,
 }
 
 

@@ -194,6 +194,20 @@ def test_a_job_that_can_never_fit_fails_at_submit_time_and_creates_nothing(clust
     assert cluster_objects(cluster) == before
 
 
+def test_a_priority_class_the_group_may_not_use_fails_at_submit_time_and_creates_nothing(cluster):
+    """The group's priority_classes, read by the worker from the policy it submits under; the error
+    names the class, the group and the classes it may use."""
+    put_policy(cluster, "policy-classes", "groups:\n  vision: {gpus: 8, priority_classes: [training-low]}\n")
+    before = cluster_objects(cluster)
+    op = JobOperator(**GOOD, priority_class_name="training-high", quota_configmap="policy-classes")
+    with pytest.raises(
+        AirflowFailException,
+        match=r"priority class 'training-high' is not allowed for group 'vision' \(allowed: training-low\)",
+    ):
+        op.execute(task_context("priority_class"))
+    assert cluster_objects(cluster) == before
+
+
 def run_trigger(trigger: JobTrigger, timeout: float = 30) -> list[dict]:
     async def go():
         try:

@@ -105,8 +105,8 @@ def inject_api_faults(cluster) -> Counter:
     served: Counter = Counter()
     decide = cluster.faults.error_for
 
-    def counted(verb: str, resource: str):
-        error = decide(verb, resource)
+    def counted(verb: str, resource: str, *caller: str):
+        error = decide(verb, resource, *caller)
         if error is not None:
             served[error.code] += 1
         return error

@@ -77,6 +77,22 @@ def test_the_hook_stops_a_non_member(policy_file):
         task_policy(op(group="nlp", owner="alice"))
 
 
+def test_the_hook_stops_a_priority_class_the_group_may_not_use(policy_file):
+    """The group's priority_classes, where the argument is a plain value; a template waits for the submit."""
+    policy_file.write_text(
+        POLICY.replace("members: [alice, bob]}", "members: [alice, bob], priority_classes: [a]}")
+    )
+    os.utime(policy_file, ns=(1, 2 * 10**18))
+    task_policy(op(group="vision", owner="alice", priority_class_name="a"))
+    task_policy(op(task_id="later", group="vision", owner="alice", priority_class_name="{{ params.c }}"))
+    with pytest.raises(
+        AirflowClusterPolicyViolation, match="priority class 'b' is not allowed for group 'vision'"
+    ):
+        task_policy(op(group="vision", owner="alice", priority_class_name="b"))
+    with pytest.raises(AirflowClusterPolicyViolation, match="allowed: none"):
+        task_policy(op(group="sandbox", owner="alice", job_labels={"kueue.x-k8s.io/priority-class": "a"}))
+
+
 def test_the_hook_picks_up_a_policy_changed_in_place(policy_file):
     task_policy(op(group="vision", owner="bob"))
     policy_file.write_text(POLICY.replace("[alice, bob]", "[alice]"))

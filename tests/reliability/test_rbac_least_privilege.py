@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from airflow_jobs_plugin.airflow.sensors import JobSensor
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.plugin.sweep import delete_expired_records
 from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from airflow_jobs_plugin.queueing.quota import ledger_model
@@ -36,7 +37,8 @@ from airflow_jobs_plugin.readmodel import inspect
 from tests.patience import stretch
 
 ROLE = Path(__file__).resolve().parents[2] / "helm-values" / "rbac.yaml"
-RESOURCE_GROUPS = {"jobs": "batch", "mpijobs": "kubeflow.org"}  # everything else is the core group ""
+# Everything else is the core group "".
+RESOURCE_GROUPS = {"jobs": "batch", "mpijobs": "kubeflow.org", "leases": "coordination.k8s.io"}
 SCENARIO = "sim.airflow-jobs.io/scenario"
 
 
@@ -265,6 +267,14 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
             ),
             "rbac_queue_timeout",
         )
+        # A retry (try 2 of a run with one retry) reads, by name, whether try 1 was cancelled: the record
+        # a cancel that deleted its job left (jobs/cancel_record.py).
+        retry_context = task_context("rbac_second_try", try_number=2)
+        retry_context["ti"].max_tries = 1
+        with pytest.raises(TaskDeferred):
+            JobOperator(
+                task_id="train", image="t:1", group="vision", gpus=1, retries=1, job_annotations=quick
+            ).execute(retry_context)
         charge("worker")
         asyncio.run(_reserve_before_a_crash(lost.trigger.job_name))
         cluster.reset_counters()  # the crashed triggerer's write: not this scenario's
@@ -286,6 +296,12 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
                     target = inspect.Target(namespace="default", quota_configmap="policy")
                     outcome = await inspect.cancel(client, target, queued_cancel.trigger.job_name, by="admin")
                     assert outcome.deleted, outcome
+                    # Cancelled again once gone: the record of the first cancel says who did it.
+                    again = await inspect.cancel(client, target, queued_cancel.trigger.job_name, by="bob")
+                    assert again.already_finished and "already cancelled by admin" in again.message, again
+                    # The orphan sweep's clean-up: the records whose time has run out are deleted.
+                    later = datetime.now(timezone.utc) + timedelta(days=30)
+                    assert await delete_expired_records(client, "default", later) == 1
                 finally:
                     await client.close()
                 charge("api-server")
@@ -365,6 +381,9 @@ def test_the_role_grants_exactly_the_verbs_the_product_uses(monkeypatch):
 
 
 POLICY = ROLE.parent / "admission-policy.yaml"
+# The jobs' namespace's Pod Security labels and the rule pod-security's parameter (without it every job
+# is refused).
+POD_SECURITY = ROLE.parent / "pod-security.yaml"
 NAMESPACE = "airflow"  # the release namespace the shipped bindings and policies name
 
 
@@ -380,6 +399,10 @@ def apply_shipped(cluster, path: Path, namespace: str) -> None:
         "ConfigMap": "configmaps",
     }
     for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
+        if doc["kind"] == "Namespace":
+            # The namespace exists already (helm's --create-namespace): apply merges its labels.
+            cluster.store.patch("namespaces", doc["metadata"]["name"], {"metadata": doc["metadata"]}, "merge")
+            continue
         plural = plurals[doc["kind"]]
         namespaced = plural in ("roles", "rolebindings", "configmaps")
         cluster.store.create(plural, doc, namespace if namespaced else None)
@@ -424,6 +447,7 @@ def test_each_component_works_under_its_own_role_and_the_api_server_refuses_the_
         if not cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}"):
             cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
         apply_shipped(cluster, ROLE, NAMESPACE)
+        apply_shipped(cluster, POD_SECURITY, NAMESPACE)
         apply_shipped(cluster, POLICY, NAMESPACE)
         cluster.store.create(
             "configmaps",
@@ -563,6 +587,7 @@ def test_on_a_kueue_cluster_the_kueue_roles_let_each_component_read_what_kueue_s
             cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
         apply_shipped(cluster, ROLE, NAMESPACE)
         apply_shipped(cluster, ROLE.parent / "rbac-kueue.yaml", NAMESPACE)
+        apply_shipped(cluster, POD_SECURITY, NAMESPACE)
         apply_shipped(cluster, POLICY, NAMESPACE)
         gpu = "nvidia.com/gpu"
         cluster.store.create("resourceflavors", {"metadata": {"name": "default-flavor"}})
@@ -687,6 +712,7 @@ def test_on_the_simulator_a_job_runs_as_an_allowed_account_and_the_api_server_on
         if not cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}"):
             cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
         apply_shipped(cluster, ROLE, NAMESPACE)
+        apply_shipped(cluster, POD_SECURITY, NAMESPACE)
         apply_shipped(cluster, POLICY, NAMESPACE)
         run_as = component_runner(cluster, tmp_path, monkeypatch)
 
@@ -763,3 +789,110 @@ def test_on_the_simulator_a_job_runs_as_an_allowed_account_and_the_api_server_on
             assert error.status == 403 and "airflow-jobs rule" in str(error), error
         assert any("user-actions-only" in str(e) for e in refused), refused
         assert "stopped" in said[0] and "resumed" in said[1] and "cancel" in said[2], said
+
+
+def test_on_the_simulator_no_job_breaks_out_of_its_pods_whoever_creates_it(monkeypatch, tmp_path):
+    """Rule pod-security, with the shipped RBAC, policies and pod-security.yaml (its parameter), for the
+    worker's token (a DAG's own code) and the admin's: each breakout the red team ran is refused naming
+    the rule and the check, and the product's own jobs of every kind, with and without GPUs, pass (the
+    real plane's version: tests/plane_scenarios/test_pod_security_on_the_plane.py)."""
+    from airflow_jobs_sim.config import Identity
+    from airflow_jobs_sim.kubeconfig import write_kubeconfig
+
+    from airflow_jobs_plugin.cluster.kube import KubeError
+    from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
+    from airflow_jobs_plugin.jobs.manifests import build_manifest
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+
+    identities = tuple(
+        Identity.service_account("airflow", account, f"{component}-token")
+        for component, account in COMPONENTS.items()
+    )
+    config = ClusterConfig(
+        nodes=1, gpus_per_node=8, time_scale=0.01, token="admin", rbac=True, identities=identities
+    )
+    serial = iter(range(1, 1000))
+
+    def body(breakout: str | None = None, **args) -> dict:
+        identity = TaskIdentity("podsec", "train", f"run-{next(serial)}", -1, 1)
+        built = build_manifest(
+            validate(image="t:1", group="vision", user="alice", **args),
+            name=identity.job_name(1),
+            task=identity,
+            attempt=1,
+            queued_at=datetime.now(timezone.utc),
+        )
+        replicas = built["spec"].get("mpiReplicaSpecs")
+        pod = (replicas["Worker"] if replicas else built["spec"])["template"]["spec"]
+        main = pod["containers"][0]
+        if breakout == "hostPath /dev":
+            pod["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}})
+        elif breakout == "hostPath /var/lib/kubelet/pods":
+            pod["volumes"].append({"name": "pods", "hostPath": {"path": "/var/lib/kubelet/pods"}})
+        elif breakout == "hostPID + SYS_PTRACE":
+            pod["hostPID"] = True
+            main["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN", "SYS_PTRACE"]}}
+        elif breakout == "capabilities ALL":
+            main["securityContext"] = {"capabilities": {"add": ["ALL"]}, "allowPrivilegeEscalation": True}
+        elif breakout == "hostNetwork":
+            pod["hostNetwork"] = True
+        elif breakout == "runtimeClassName":
+            pod["runtimeClassName"] = "kata"
+        return built
+
+    breakouts = {
+        "hostPath /dev": "hostPathVolumes",
+        "hostPath /var/lib/kubelet/pods": "hostPathVolumes",
+        "hostPID + SYS_PTRACE": "hostNamespaces",
+        "capabilities ALL": "capabilities_baseline",
+        "hostNetwork": "hostNamespaces",
+        "runtimeClassName": "runtimeClassName is not one the platform allows",
+    }
+    honest = [
+        {"gpus": 1},
+        {"gpus": 0},
+        {"gpus": 2, "workers": 2},
+        {"gpus": 0, "workers": 2},
+        {"gpus": 1, "workers": 2, "framework": "torchrun"},
+    ]
+    with SimCluster(config) as cluster:
+        if not cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}"):
+            cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+        apply_shipped(cluster, ROLE, NAMESPACE)
+        apply_shipped(cluster, POD_SECURITY, NAMESPACE)
+        apply_shipped(cluster, POLICY, NAMESPACE)
+        (namespace,) = cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}")
+        assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+        run_as = component_runner(cluster, tmp_path, monkeypatch)
+        admin = write_kubeconfig(str(tmp_path / "admin.yaml"), cluster.url, "admin")
+
+        async def submit(kubeconfig: str | None, bodies: list[dict]) -> list:
+            client = await (
+                KubeClient.from_kubeconfig(kubeconfig) if kubeconfig else KubeClient.from_connection()
+            )
+            answers: list = []
+            try:
+                for one in bodies:
+                    resource = MPIJOBS if one["kind"] == "MPIJob" else JOBS
+                    try:
+                        answers.append(await client.create(resource, NAMESPACE, one))
+                    except KubeError as exc:
+                        answers.append(exc)
+            finally:
+                await client.close()
+            return answers
+
+        run_as("worker")
+        refused = asyncio.run(submit(None, [body(b, gpus=1) for b in breakouts]))
+        by_admin = asyncio.run(submit(admin, [body(b, gpus=2, workers=2) for b in breakouts]))
+        for answers in (refused, by_admin):
+            for (name, check), answer in zip(breakouts.items(), answers, strict=True):
+                assert isinstance(answer, KubeError) and answer.status == 403, (name, answer)
+                assert "ValidatingAdmissionPolicy 'airflow-jobs-pod-security'" in str(answer), (name, answer)
+                assert "airflow-jobs rule pod-security" in str(answer) and check in str(answer), (
+                    name,
+                    answer,
+                )
+        accepted = asyncio.run(submit(None, [body(**args) for args in honest]))
+        for args, answer in zip(honest, accepted, strict=True):
+            assert not isinstance(answer, KubeError), (args, answer)

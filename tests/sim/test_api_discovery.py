@@ -30,6 +30,7 @@ def test_plain_discovery_lists_groups_and_resources(sim):
         "rbac.authorization.k8s.io": "rbac.authorization.k8s.io/v1",
         "admissionregistration.k8s.io": "admissionregistration.k8s.io/v1",
         "scheduling.k8s.io": "scheduling.k8s.io/v1",
+        "coordination.k8s.io": "coordination.k8s.io/v1",
     }
     core = {r["name"]: r for r in get(f"{sim.url}/api/v1")[1]["resources"]}
     assert core["pods"]["shortNames"] == ["po"] and core["pods"]["categories"] == ["all"]
@@ -57,6 +58,7 @@ def test_plain_discovery_lists_groups_and_resources(sim):
                 "rbac.authorization.k8s.io",
                 "admissionregistration.k8s.io",
                 "scheduling.k8s.io",
+                "coordination.k8s.io",
             ],
         ),
     ],

@@ -226,7 +226,7 @@ def test_a_pod_with_every_field_the_product_writes_is_accepted(core, namespace, 
             "envFrom": [{"secretRef": {"name": "wandb", "optional": True}, "prefix": "W_"}],
             "terminationMessagePath": "/dev/termination-log",
             "terminationMessagePolicy": "FallbackToLogsOnError",
-            "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+            "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}},
             "resources": {
                 "limits": {"cpu": "1", "memory": "2Gi", "rdma/ib": "1", "hugepages-2Mi": "1Gi"},
                 "requests": {"cpu": "1", "memory": "2Gi", "rdma/ib": "1", "hugepages-2Mi": "1Gi"},

@@ -82,7 +82,7 @@ XCOMS = {
     "pick_affinity": {},
     "pick_priority_class": None,
     "pick_security": {"runAsUser": 1000},
-    "pick_container_security": {"capabilities": {"add": ["IPC_LOCK"]}},
+    "pick_container_security": {"capabilities": {"add": ["NET_BIND_SERVICE"]}},
     "pick_retryable": [3],
     "pick_pull_secrets": [],
     "pick_service_account": None,
@@ -203,7 +203,7 @@ def test_the_rendered_arguments_run_the_job_and_its_result_comes_back_as_xcom(cl
     assert (
         main["image"] == "registry.example/trainer:1" and main["resources"]["limits"]["nvidia.com/gpu"] == "1"
     )
-    assert main["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert main["securityContext"] == {"capabilities": {"add": ["NET_BIND_SERVICE"]}}
     assert worker["spec"]["securityContext"] == {"runAsUser": 1000}
     assert worker["spec"]["terminationGracePeriodSeconds"] == 5  # from pod_template_file
     assert worker["metadata"]["labels"]["team"] == "vision"  # from pod_template

@@ -83,7 +83,8 @@ def test_facts_of_read_suspend_where_each_kind_keeps_it():
 
 # --- the cross-origin guard of cookie-authenticated POSTs ----------------------------------------
 
-OWN = ["http://airflow.example:8080", "https://airflow.corp.example/"]
+# As origin.own_site gives it behind a trusted proxy: the Host and the forwarded host, no base_url.
+OWN = origin.OwnSite(("http://airflow.example:8080", "https://airflow.corp.example"))
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
 """The cross-site request forgery guard of cancel, stop and resume, one case per rule.
 
 The rule (``plugin/origin.py``): a POST authenticated by Airflow's session cookie acts only when its
-``Origin`` (or ``Referer``) is this Airflow's own; a Bearer token skips the check, any other
-``Authorization`` does not; ``X-Forwarded-Host`` names an own origin only on an API server started with
-``--proxy-headers``. The plugin's app is served in-process with Airflow's authentication stubbed (the
+``Origin`` (or ``Referer``) is this Airflow's own: ``[api] base_url``'s where it is set, else the
+request's ``Host``; a Bearer token skips the check, any other ``Authorization`` does not;
+``X-Forwarded-Host`` names an own origin only on an API server started with ``--proxy-headers`` and
+without a ``base_url``. The plugin's app is served in-process with Airflow's authentication stubbed (the
 user is whoever the cookie or token named) and a stop that records what it was asked to do;
 ``test_api.py`` checks the Basic case against a real API server.
 """
@@ -141,20 +142,109 @@ def test_proxies_are_trusted_only_where_the_api_server_was_started_with_proxy_he
     assert origin.trusts_proxies(argv) is trusted
 
 
-def test_a_trusted_proxys_first_hop_and_the_base_url_are_own_origins():
-    assert origin.own_origins(
+def site(base_url: str | None, *, host: str = "10.0.0.7:8080", trust_proxies: bool = False) -> origin.OwnSite:
+    return origin.own_site(
         "http",
-        "10.0.0.7:8080",
+        host,
         forwarded_host="airflow.corp.example, inner.proxy",
         forwarded_proto="https, http",
-        base_url="https://airflow.example/base",
-        trust_proxies=True,
-    ) == ["http://10.0.0.7:8080", "https://airflow.corp.example", "https://airflow.example/base"]
-    assert origin.own_origins(
-        "http",
-        "10.0.0.7:8080",
-        forwarded_host="airflow.corp.example",
-        forwarded_proto="https",
-        base_url=None,
-        trust_proxies=False,
-    ) == ["http://10.0.0.7:8080"]
+        base_url=base_url,
+        trust_proxies=trust_proxies,
+    )
+
+
+@pytest.mark.parametrize(
+    ("base_url", "trust_proxies", "origins", "path", "from_base_url"),
+    [
+        # Unset: the request's Host, and a trusted proxy's first hop.
+        (None, True, ("http://10.0.0.7:8080", "https://airflow.corp.example"), "/", False),
+        (None, False, ("http://10.0.0.7:8080",), "/", False),
+        ("", False, ("http://10.0.0.7:8080",), "/", False),
+        # Set: base_url's origin alone, whatever the Host or a proxy says; its path is Airflow's.
+        ("https://airflow.example", True, ("https://airflow.example",), "/", True),
+        ("https://Airflow.Example:443/", False, ("https://airflow.example",), "/", True),
+        ("https://corp.example/airflow/", True, ("https://corp.example",), "/airflow", True),
+        (
+            "http://corp.example:8080/tools/airflow",
+            False,
+            ("http://corp.example:8080",),
+            "/tools/airflow",
+            True,
+        ),
+        # A bare path names no host: the Host is the origin, the path still Airflow's.
+        ("/airflow", False, ("http://10.0.0.7:8080",), "/airflow", False),
+    ],
+)
+def test_own_site(base_url, trust_proxies, origins, path, from_base_url):
+    assert site(base_url, trust_proxies=trust_proxies) == origin.OwnSite(origins, path, from_base_url)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "origin_header", "referer", "refused"),
+    [
+        ("https://airflow.example", "https://airflow.example", None, None),
+        # The Host the request carries is no own origin once base_url names one.
+        (
+            "https://airflow.example",
+            "http://10.0.0.7:8080",
+            None,
+            "Origin http://10.0.0.7:8080 is not this Airflow (https://airflow.example, its [api] base_url)",
+        ),
+        (None, "http://10.0.0.7:8080", None, None),
+        # With a path prefix an Origin (which has no path) passes on the origin alone ...
+        ("https://corp.example/airflow/", "https://corp.example", None, None),
+        # ... and a Referer must be a page under the path, as Airflow's is_safe_url rules a URL its own.
+        ("https://corp.example/airflow/", None, "https://corp.example/airflow/airflow-jobs/jobs/x", None),
+        ("https://corp.example/airflow/", None, "https://corp.example/airflow", None),
+        (
+            "https://corp.example/airflow/",
+            None,
+            "https://corp.example/grafana/d/1",
+            "Referer https://corp.example/grafana/d/1 is not a page of this Airflow, which is served under "
+            "/airflow",
+        ),
+        (
+            "https://corp.example/airflow/",
+            None,
+            "https://corp.example/airflowx/",
+            "is not a page of this Airflow",
+        ),
+        (
+            "https://corp.example/airflow/",
+            None,
+            "https://corp.example/airflow/../grafana/",
+            "is not a page of this Airflow",
+        ),
+        ("https://corp.example/airflow/", None, "https://evil.example/airflow/", "is not this Airflow"),
+        ("/airflow", None, "http://10.0.0.7:8080/airflow/airflow-jobs/", None),
+        ("/airflow", None, "http://10.0.0.7:8080/other/", "is not a page of this Airflow"),
+    ],
+)
+def test_refusal_under_a_base_url(base_url, origin_header, referer, refused):
+    found = origin.refusal(origin_header, referer, site(base_url))
+    if refused is None:
+        assert found is None
+    else:
+        assert found is not None and refused in found, found
+
+
+def test_the_page_acts_only_from_base_urls_origin_when_it_is_set(root, stopped, monkeypatch):
+    """The app's own check, with Airflow's configuration: the request's Host (AIRFLOW) no longer counts."""
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.corp.example/airflow/")
+    response = post(root, {"Origin": AIRFLOW})
+    assert response.status_code == 403
+    assert (
+        f"Origin {AIRFLOW} is not this Airflow (https://airflow.corp.example, its [api] base_url)"
+        in response.json()["detail"]
+    )
+    assert post(root, {"Origin": PUBLIC}).status_code == 200
+    assert stopped == ["train-1"]
+    # Nor does a trusted proxy's forwarded host.
+    monkeypatch.setattr(sys, "argv", ["airflow", "api-server", "--proxy-headers"])
+    forwarded = {
+        "Origin": "https://other.example",
+        "X-Forwarded-Host": "other.example",
+        "X-Forwarded-Proto": "https",
+    }
+    assert post(root, forwarded).status_code == 403
+    assert stopped == ["train-1"]

@@ -88,8 +88,14 @@ def test_an_orphan_sweep_defers_full_collections_too(thresholds, monkeypatch):
         return
         yield  # an async generator of no page
 
+    class NoRecords:
+        """The client of a namespace without cancel records (the sweep also deletes expired ones)."""
+
+        async def list(self, resource, namespace, **_):
+            return {"items": []}
+
     monkeypatch.setattr(inspect, "job_metadata_pages", job_metadata_pages)
     target = inspect.Target(namespace="ml-team")
-    asyncio.run(sweep.sweep(None, target, lambda refs: (set(), {}), grace=timedelta(minutes=10)))  # type: ignore[arg-type]
+    asyncio.run(sweep.sweep(NoRecords(), target, lambda refs: (set(), {}), grace=timedelta(minutes=10)))  # type: ignore[arg-type]
     assert seen == [(700, 10, state_cache.DEFERRED_FULL_COLLECTION_THRESHOLD)]
     assert gc.get_threshold() == (700, 10, 10)

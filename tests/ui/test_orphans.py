@@ -12,9 +12,10 @@ import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
 from controller_fixture import ControllerThread
 
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, JOBS, PODS, KubeClient
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, KubeClient
 from airflow_jobs_plugin.cluster.watch import MANAGED_SELECTOR as MANAGED
-from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs import cancel_record, labels
+from airflow_jobs_plugin.jobs.cancel_record import CancelRecord
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.orphans import JobRecord, TaskRecord, TaskRef, job_record, judge
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
@@ -259,11 +260,11 @@ class Reads:
 
     def whole_lists(self) -> list[str | None]:
         """The whole LISTs of jobs (a cancel also lists its job's own pods, by the job's name, to record
-        the run it ends)."""
+        the run it ends; the sweep lists the cancel records, small Leases, to delete the expired ones)."""
         return [
             selector
             for what, selector, _, meta in self.calls
-            if not meta and not what.startswith("GET") and what != "pods"
+            if not meta and not what.startswith("GET") and what not in ("pods", "leases")
         ]
 
 
@@ -319,6 +320,8 @@ def test_the_sweep_reads_metadata_in_pages_and_whole_only_the_jobs_it_would_canc
             }
             assert {n for n, s in first.items() if s.outcome} == {names["orphan"]}
             assert names["finished"] not in first  # read whole once, found finished, remembered
+            # No try of an orphan's run follows it: its cancel leaves no record (jobs/cancel_record.py).
+            assert (await client.list(LEASES, "default"))["items"] == []
             # Metadata in pages; whole jobs only for the two the rule would cancel, by their task keys.
             sweeps_own = [c for c in reads.calls if (c[1] or "").startswith(MANAGED)]  # not the cancel's
             assert sweeps_own and all(limit == 500 for _, _, limit, _ in sweeps_own)
@@ -343,6 +346,33 @@ def test_the_sweep_reads_metadata_in_pages_and_whole_only_the_jobs_it_would_canc
         ControllerThread(sim.kubeconfig_path),
     ):
         asyncio.run(scenario(sim))
+
+
+def test_the_sweep_deletes_the_cancel_records_whose_time_has_run_out():
+    cancelled_at = datetime.now(timezone.utc) - timedelta(days=2)
+    old = TaskIdentity("nightly", "train", "manual__old", -1, 1)
+    kept = TaskIdentity("nightly", "train", "manual__kept", -1, 1)
+
+    def record(task: TaskIdentity, keep: timedelta) -> dict:
+        return cancel_record.lease(CancelRecord(task, "MPIJob", task.job_name(1), "bob", cancelled_at, keep))
+
+    async def scenario(sim: SimCluster) -> list[str]:
+        client = await KubeClient.from_kubeconfig(sim.kubeconfig_path)
+        try:
+            await client.create(LEASES, "default", record(old, timedelta(days=1)))
+            await client.create(LEASES, "default", record(kept, timedelta(days=7)))
+            # Someone else's Lease in the namespace, however old: not a record, never touched.
+            other = {"metadata": {"name": "some-controller"}, "spec": {"leaseDurationSeconds": 1}}
+            await client.create(LEASES, "default", other)
+            swept = await sweep(client, Target(namespace="default"), lambda refs: (set(), {}), grace=GRACE)
+            assert swept == []  # no job at all
+            return sorted(i["metadata"]["name"] for i in (await client.list(LEASES, "default"))["items"])
+        finally:
+            await client.close()
+
+    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim:
+        left = asyncio.run(scenario(sim))
+    assert left == sorted([cancel_record.record_name(kept), "some-controller"])
 
 
 def test_each_sweep_runs_on_a_loop_and_thread_of_its_own(monkeypatch):

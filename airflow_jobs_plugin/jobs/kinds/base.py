@@ -8,6 +8,7 @@ they read and describe the API's plain JSON and never call the cluster.
 
 from __future__ import annotations
 
+import copy
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -152,6 +153,37 @@ class JobKind(ABC):
             index = as_int(pod_annotations.get(COMPLETION_INDEX), 0)
         return str(role), index or 0
 
+    def stored_form(self, job: Mapping[str, Any]) -> dict[str, Any]:
+        """``job``'s API kind, metadata and spec as its API server stores them and its controllers read
+        them: the defaults they fill filled in, what reads as absent left out, its pod templates as
+        :func:`~airflow_jobs_plugin.jobs.stored_form.pod_template` writes them. Two objects of the kind
+        run the same pods the same way exactly when their stored forms are equal (its status is left
+        out). ``job`` is not changed."""
+        # Imported here: stored_form reads quantities with spec_checks, which imports this package.
+        from airflow_jobs_plugin.jobs import stored_form
+
+        obj = {
+            key: copy.deepcopy(job[key]) for key in ("apiVersion", "kind", "metadata", "spec") if key in job
+        }
+        if not isinstance(obj.get("spec"), Mapping):
+            return obj
+        obj["spec"] = stored_form.pruned(obj["spec"])
+        self.fill_stored_defaults(obj)
+        for pod_set in self.pod_sets(obj):
+            # The pod sets hand back the templates inside ``obj``: each is rewritten in place.
+            template = pod_set.template
+            if isinstance(template, dict):
+                normal = stored_form.pod_template(template)
+                template.clear()
+                template.update(normal)
+        obj["spec"] = stored_form.pruned(obj["spec"])
+        return obj
+
+    def fill_stored_defaults(self, obj: dict[str, Any]) -> None:
+        """Fill in ``obj`` (kind, metadata and a spec, changed in place) what the kind's API server and
+        controller default or generate outside its pod templates (:meth:`stored_form`)."""
+        del obj  # a kind whose server and controller fill nothing changes nothing
+
     def clear_run(self, spec: dict[str, Any], ended: Mapping[str, Any]) -> None:
         """Drop from a copied ``spec`` what the API server or the product wrote about the run it
         describes, so that it can be created again; ``ended`` holds the author's values of fields the
@@ -167,6 +199,12 @@ class JobKind(ABC):
         """The names of the objects whose controllers create the job's pods (their FailedCreate
         events say why a pod was refused): the job itself, and any object made for it."""
         return [str(dig(job, "metadata", "name") or "")]
+
+    def priority_classes(self, job: Mapping[str, Any]) -> list[str]:
+        """The PriorityClasses the job names: each pod template's ``priorityClassName`` (which the
+        scheduler preempts other pods by, and Kueue orders a job by without a WorkloadPriorityClass)."""
+        found = (dig(pod_set.template, "spec", "priorityClassName") for pod_set in self.pod_sets(job))
+        return [name for name in found if isinstance(name, str) and name]
 
     def related_names(self, job: Mapping[str, Any]) -> set[tuple[str, str]]:
         """(kind, name) of objects besides the job and its pods whose events explain it."""

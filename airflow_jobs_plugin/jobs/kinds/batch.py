@@ -7,7 +7,7 @@ from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobs_plugin.cluster.objects import as_int, condition_true, dig, mapping
+from airflow_jobs_plugin.cluster.objects import as_int, condition_true, dig, items, mapping
 from airflow_jobs_plugin.cluster.resources import JOBS
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.base import WORKER, JobKind, PodSet
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 # kubernetes/kubernetes pkg/controller/job/job_controller.go (1.32): a Job without backoffLimit gets 6.
 DEFAULT_BACKOFF_LIMIT = 6
+# kubernetes v1.36.3 pkg/apis/batch/v1/defaults.go: the backoffLimit of a Job with backoffLimitPerIndex.
+_MAX_INT32 = 2**31 - 1
 
 # The arguments that describe an MPI job's launcher and workers apart, which one pod has not.
 REFUSED_ARGUMENTS = ("launcher_gpus", "launcher_cpu", "launcher_memory", "worker_command")
@@ -94,7 +96,7 @@ class BatchJob(JobKind):
     ) -> dict[str, Any]:
         """A suspended batch/v1 Job running one pod (``workers == 1``)."""
         pod_labels = {**object_labels(spec, task, attempt), labels.ROLE: WORKER, labels.RANK: "0"}
-        env = pod_env(spec, name, attempt, role=WORKER, rank=0, world_size=spec.workers, gpus=spec.gpus)
+        env = pod_env(spec, name, attempt, role=WORKER, rank=0, world_size=spec.workers)
         return {
             "apiVersion": self.resource.api_version,
             "kind": self.resource.kind,
@@ -150,6 +152,47 @@ class BatchJob(JobKind):
         # a new object with it is refused unless manualSelector is set.
         spec.pop("selector", None)
         spec.pop("manualSelector", None)
+
+    def fill_stored_defaults(self, obj: dict[str, Any]) -> None:
+        """``SetDefaults_Job`` and ``SetDefaults_PodFailurePolicyOnPodConditionsPattern`` (kubernetes
+        v1.36.3 ``pkg/apis/batch/v1/defaults.go``), then what the registry writes on create
+        (``pkg/registry/batch/job/strategy.go``, ``generateSelector``): unless ``manualSelector``, a
+        selector on the Job's uid, and the job-name and controller-uid labels, each in its current and
+        its legacy spelling, on the pod template."""
+        spec = obj["spec"]
+        if spec.get("completions") is None and spec.get("parallelism") is None:
+            spec["completions"] = 1
+            spec["parallelism"] = 1
+        spec.setdefault("parallelism", 1)
+        per_index = spec.get("backoffLimitPerIndex") is not None
+        spec.setdefault("backoffLimit", _MAX_INT32 if per_index else DEFAULT_BACKOFF_LIMIT)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        failures = spec.get("podFailurePolicy")
+        spec.setdefault("podReplacementPolicy", "Failed" if failures is not None else "TerminatingOrFailed")
+        spec.setdefault("manualSelector", False)
+        for rule in items(spec, "podFailurePolicy", "rules"):
+            for pattern in items(rule, "onPodConditions") if isinstance(rule, Mapping) else []:
+                if isinstance(pattern, dict):
+                    pattern.setdefault("status", "True")
+        if spec.get("manualSelector") is True:
+            return
+        meta = mapping(obj, "metadata")
+        name, uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
+        template = spec.setdefault("template", {})
+        if not isinstance(template, dict):
+            return
+        template_meta = template.setdefault("metadata", {})
+        template_labels = template_meta.setdefault("labels", {}) if isinstance(template_meta, dict) else None
+        if isinstance(template_labels, dict):
+            for key in (labels.LEGACY_JOB_NAME, labels.BATCH_JOB_NAME):
+                template_labels.setdefault(key, name)
+            for key in (labels.LEGACY_CONTROLLER_UID, labels.CONTROLLER_UID):
+                template_labels.setdefault(key, uid)
+        selector = spec.setdefault("selector", {})
+        match = selector.setdefault("matchLabels", {}) if isinstance(selector, dict) else None
+        if isinstance(match, dict):
+            match.setdefault(labels.CONTROLLER_UID, uid)
 
     def owns_labels(self, job: Mapping[str, Any], pod_labels: Mapping[str, Any]) -> bool:
         name = dig(job, "metadata", "name")

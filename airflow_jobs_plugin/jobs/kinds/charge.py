@@ -46,9 +46,12 @@ ACCELERATOR_PREFIXES = (
     "xilinx.com/",
 )
 # What the NVIDIA container toolkit reads to decide which GPUs a container sees: only the device plugin
-# may set it (to the devices it allocated); "void" and "none" expose none.
+# may set it (to the devices it allocated). "void" exposes no GPU and no driver, and is what the product
+# writes (pod_template.hide_unallocated_gpus); "none" still mounts the driver and its control devices.
+# The admission policy's rule charge-the-spec allows "void" alone, one spelling that shows nothing, and so
+# does the pool.
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
-HIDDEN_DEVICES = ("void", "none", "")
+HIDDEN_DEVICES = ("void",)
 _CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 

@@ -105,6 +105,14 @@ class MPIJob(JobKind):
     def backoff_limit(self, job: Mapping[str, Any]) -> int | None:
         return as_int(dig(job, "spec", "runPolicy", "backoffLimit"), DEFAULT_BACKOFF_LIMIT)
 
+    def priority_classes(self, job: Mapping[str, Any]) -> list[str]:
+        # An MPIJob names one more: its gang's (runPolicy.schedulingPolicy.priorityClass), the PodGroup's
+        # under gang scheduling (kubeflow/mpi-operator v0.8.2 pkg/controller/podgroup.go) and what Kueue
+        # orders it by before its templates' (kubernetes-sigs/kueue v0.19.2
+        # pkg/controller/jobs/mpijob/mpijob_controller.go, PriorityClass).
+        gang = dig(job, "spec", "runPolicy", "schedulingPolicy", "priorityClass")
+        return [*([gang] if isinstance(gang, str) and gang else []), *super().priority_classes(job)]
+
     def pod_failures(self, job: Mapping[str, Any]) -> int:
         return sum(
             as_int(dig(status, "failed"), 0) or 0
@@ -192,9 +200,7 @@ class MPIJob(JobKind):
         hosts = world_size(spec)
 
         launcher_rank = 0 if launcher_works(spec) else LAUNCHER_RANK
-        launcher_env = pod_env(
-            spec, name, attempt, role=LAUNCHER, rank=launcher_rank, world_size=hosts, gpus=spec.launcher_gpus
-        )
+        launcher_env = pod_env(spec, name, attempt, role=LAUNCHER, rank=launcher_rank, world_size=hosts)
         launcher_init = author_init_containers(spec, launcher_env)
         if spec.wait_for_workers:
             launcher_init.append(_wait_for_workers_container(spec, launcher_env))
@@ -217,9 +223,7 @@ class MPIJob(JobKind):
 
         # The workers share one template: each reads its rank from the operator's replica-index label.
         worker_rank = {"fieldRef": {"fieldPath": f"metadata.labels['{labels.MPI_REPLICA_INDEX}']"}}
-        worker_env = pod_env(
-            spec, name, attempt, role=WORKER, rank=worker_rank, world_size=hosts, gpus=spec.gpus
-        )
+        worker_env = pod_env(spec, name, attempt, role=WORKER, rank=worker_rank, world_size=hosts)
         worker = build_template(
             spec,
             labels={**base_labels, labels.ROLE: WORKER},
@@ -253,6 +257,35 @@ class MPIJob(JobKind):
             "metadata": metadata(spec, name, task, attempt, queued_at, gpus=self.total_gpus(spec)),
             "spec": mpi_spec,
         }
+
+    def fill_stored_defaults(self, obj: dict[str, Any]) -> None:
+        """The MPIJob CRD's schema defaults, which the API server writes (kubeflow/mpi-operator v0.8.2
+        ``manifests/base/kubeflow.org_mpijobs.yaml``: slotsPerWorker, sshAuthMountPath,
+        mpiImplementation, launcherCreationPolicy, runLauncherAsWorker, runPolicy.suspend), and those
+        the operator applies when it reads one (``pkg/apis/kubeflow/v2beta1/default.go``: cleanPodPolicy
+        None, a launcher's one replica restarted OnFailure, workers' none restarted Never). A missing
+        ``runPolicy.backoffLimit`` reaches the launcher Job as nothing, which the Job API defaults."""
+        spec = obj["spec"]
+        for key, default in (
+            ("slotsPerWorker", 1),
+            ("sshAuthMountPath", "/root/.ssh"),
+            ("mpiImplementation", "OpenMPI"),
+            ("launcherCreationPolicy", "AtStartup"),
+            ("runLauncherAsWorker", False),
+        ):
+            spec.setdefault(key, default)
+        policy = spec.setdefault("runPolicy", {})
+        if isinstance(policy, dict):
+            policy.setdefault("cleanPodPolicy", "None")
+            policy.setdefault("suspend", False)
+            policy.setdefault("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+        replicas = spec.get("mpiReplicaSpecs")
+        if not isinstance(replicas, dict):
+            return
+        for role, count, restart in (("Launcher", 1, "OnFailure"), ("Worker", 0, "Never")):
+            if isinstance(replicas.get(role), dict):
+                replicas[role].setdefault("replicas", count)
+                replicas[role].setdefault("restartPolicy", restart)
 
     def ttl_after_finished(self, job: Mapping[str, Any]) -> int | None:
         return as_int(dig(job, "spec", "runPolicy", "ttlSecondsAfterFinished"))
@@ -441,6 +474,10 @@ def _wait_for_workers_container(spec: JobSpec, env: list[dict]) -> dict:
             "requests": dict(WAIT_FOR_WORKERS_RESOURCES),
             "limits": dict(WAIT_FOR_WORKERS_RESOURCES),
         },
+        # A loop of name lookups needs no privilege; this much the restricted Pod Security level asks of
+        # every container (check_allowPrivilegeEscalation.go, check_capabilities_restricted.go, kubernetes
+        # v1.36.3), so a namespace run at restricted refuses no pod for the product's own container.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy

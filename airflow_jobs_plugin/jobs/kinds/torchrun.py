@@ -163,7 +163,7 @@ def _torchrun_env(spec: JobSpec, name: str, attempt: int) -> list[dict]:
     # kubernetes/kubernetes 1.32 pkg/controller/job/indexed_job_utils.go: the completion index of a pod
     # of an Indexed Job, as annotation.
     index: dict[str, Any] = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}
-    env = pod_env(spec, name, attempt, role=ROLE_NODE, rank=index, world_size=spec.workers, gpus=spec.gpus)
+    env = pod_env(spec, name, attempt, role=ROLE_NODE, rank=index, world_size=spec.workers)
     nproc = max(spec.gpus, 1)
     master = torchrun_master(name)
     torchrun: list[dict[str, Any]] = [

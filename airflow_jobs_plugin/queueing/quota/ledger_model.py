@@ -36,6 +36,7 @@ from airflow_jobs_plugin.queueing.quota.model import (
 )
 from airflow_jobs_plugin.queueing.quota.policy import decide
 from airflow_jobs_plugin.queueing.quota.preemption import Placement, preemptor_key
+from airflow_jobs_plugin.queueing.quota.priority_classes import named_by_job
 
 LEDGER_FORMAT = 1
 LEDGER_NAME_PREFIX = "airflow-jobs-quota-"
@@ -374,6 +375,7 @@ def queued_job_of(job: Mapping[str, Any]) -> QueuedJob:
         # A flavor is a quota line of its own (queueing/quota/flavors.py), checked against the pods' nodeSelector
         # by the pass, which holds the policy's flavors.
         resource=flavor or charge.resource,
+        priority_classes=named_by_job(job),
     )
 
 

@@ -157,6 +157,11 @@ class GroupQuota:
     flavors: Mapping[str, int] = field(default_factory=dict, hash=False)
     # The highest priority a job of the group is queued at (None: the policy's highest class).
     max_priority: int | None = None
+    # The Kubernetes PriorityClasses and Kueue WorkloadPriorityClasses its jobs may name (none: the
+    # cluster's default class alone). A class is a claim on other tenants' GPUs (the scheduler preempts
+    # running pods for it, Kueue reorders and preempts workloads by it), so the platform hands them out
+    # per group (queueing/quota/priority_classes.py).
+    priority_classes: frozenset[str] = frozenset()
 
     @property
     def limits(self) -> Limits:
@@ -346,6 +351,9 @@ class QueuedJob:
     # (None: at ``queued_at``). ``queue_timeout`` measures only waiting, never a run or a stop.
     waited_before: timedelta = timedelta(0)
     wait_since: datetime | None = None
+    # The priority classes its spec and labels name (queueing/quota/priority_classes.py named_by_job),
+    # each of which its group must allow.
+    priority_classes: tuple[str, ...] = ()
 
     def waited(self, now: datetime) -> timedelta:
         """How long this job has waited for quota by ``now``."""

@@ -26,7 +26,8 @@ from airflow_jobs_plugin.jobs.bounded import (
     excerpt,
 )
 from airflow_jobs_plugin.jobs.labels import GPU_RESOURCE as DEFAULT_RESOURCE
-from airflow_jobs_plugin.jobs.spec import GPU_RESOURCE_PREFIXES
+from airflow_jobs_plugin.jobs.naming import DNS_SUBDOMAIN
+from airflow_jobs_plugin.jobs.spec import GPU_RESOURCE_PREFIXES, SYSTEM_PRIORITY_CLASS_PREFIX
 from airflow_jobs_plugin.queueing.charging import ChargingError, parse_charging
 from airflow_jobs_plugin.queueing.quota.flavors import Flavor
 from airflow_jobs_plugin.queueing.quota.model import (
@@ -157,12 +158,18 @@ _GROUP_KEYS = {
     "flavors": "quotas per GPU flavor (see the top-level flavors), e.g. {h100: 8}",
     "max_priority": "the highest priority its jobs are queued at, a class name or an integer "
     "(default: the highest class under priorities)",
+    "priority_classes": "the PriorityClasses and Kueue WorkloadPriorityClasses its jobs may name, e.g. "
+    "[training-low, training-high] (default: none)",
 }
 _PREEMPTION_KEYS = {
     "within_group": "never (default) or lower_priority",
     "reclaim_within_cohort": "never (default), lower_priority or any",
 }
-_DEFAULTS_KEYS = {k: v for k, v in _GROUP_KEYS.items() if k in ("user_gpus", "max_running_jobs_per_user")}
+_DEFAULTS_KEYS = {
+    k: v
+    for k, v in _GROUP_KEYS.items()
+    if k in ("user_gpus", "max_running_jobs_per_user", "priority_classes")
+}
 _BACKOFF_KEYS = {"base": "first back-off", "cap": "longest back-off"}
 
 
@@ -360,6 +367,12 @@ def _parse_group(
     half_life: timedelta | None = DEFAULT_HALF_LIFE
     if "fair_share_half_life" in body:
         half_life = _duration(body["fair_share_half_life"], _join(path, "fair_share_half_life"), errors)
+    priority_classes = defaults.get("priority_classes", frozenset())
+    if "priority_classes" in body:
+        priority_classes = _priority_classes(
+            body["priority_classes"], _join(path, "priority_classes"), errors
+        )
+        ok = ok and priority_classes is not None
     max_priority: int | None = None
     if "max_priority" in body:
         max_priority = _priority_value(
@@ -395,7 +408,49 @@ def _parse_group(
         reclaim=reclaim,
         flavors=flavor_quotas or {},
         max_priority=max_priority,
+        priority_classes=priority_classes or frozenset(),
     )
+
+
+def _priority_classes(raw: object, path: str, errors: _Errors) -> frozenset[str] | None:
+    """A list of priority class names (queueing/quota/priority_classes.py); ``None`` once a bad entry is
+    reported."""
+    if not isinstance(raw, list):
+        errors.add(
+            path,
+            f"must be a list of priority class names, e.g. [training-low, training-high] ([] for none), "
+            f"got {_describe(raw)}",
+        )
+        return None
+    names: set[str] = set()
+    ok = True
+    for i, item in enumerate(raw):
+        where = f"{path}[{i}]"
+        name = _string_key(item, where, errors, what="priority class name")
+        if name is None:
+            ok = False
+        # A PriorityClass's name is a DNS subdomain (kubernetes/kubernetes v1.36
+        # pkg/apis/scheduling/validation/validation.go, ValidatePriorityClass), a WorkloadPriorityClass's too.
+        elif len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+            errors.add(
+                where,
+                f"{_describe(name)} is not a priority class name (a DNS subdomain: lower-case letters, "
+                "digits, '-' and '.', at most 253 characters)",
+            )
+            ok = False
+        elif name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
+            errors.add(
+                where,
+                f"{_describe(name)}: the {SYSTEM_PRIORITY_CLASS_PREFIX}* classes are the cluster's own (their "
+                "pods preempt any other pod of a node) and are never given to a job; remove it",
+            )
+            ok = False
+        elif name in names:
+            errors.add(where, f"{_describe(name)} is listed twice; remove one")
+            ok = False
+        else:
+            names.add(name)
+    return frozenset(names) if ok else None
 
 
 def _priority_value(raw: object, path: str, priorities: Mapping[str, int], errors: _Errors) -> int | None:
@@ -642,7 +697,10 @@ def parse_policy(text: str) -> QuotaPolicy:
     defaults: dict[str, Any] = {}
     if "defaults" in doc:
         raw_defaults = _mapping(
-            doc["defaults"], "defaults", errors, what="user_gpus / max_running_jobs_per_user"
+            doc["defaults"],
+            "defaults",
+            errors,
+            what="user_gpus / max_running_jobs_per_user / priority_classes",
         )
         if raw_defaults is not None:
             _check_keys(raw_defaults, _DEFAULTS_KEYS, "defaults", errors)
@@ -656,6 +714,10 @@ def parse_policy(text: str) -> QuotaPolicy:
                     "defaults.max_running_jobs_per_user",
                     errors,
                     minimum=1,
+                )
+            if "priority_classes" in raw_defaults:
+                defaults["priority_classes"] = _priority_classes(
+                    raw_defaults["priority_classes"], "defaults.priority_classes", errors
                 )
 
     # Classes first: a group's max_priority may name one.

@@ -45,6 +45,7 @@ from airflow_jobs_plugin.queueing.quota.model import (
     known_names,
 )
 from airflow_jobs_plugin.queueing.quota.preemption import Placement, plan_preemption, preemptor_key
+from airflow_jobs_plugin.queueing.quota.priority_classes import priority_classes_problem
 from airflow_jobs_plugin.queueing.quota.requeue import format_duration, queue_timed_out
 
 
@@ -498,7 +499,9 @@ def _judge(
         )
     if isinstance(job.gpus, bool) or not isinstance(job.gpus, int) or job.gpus < 0:
         return (Verdict.INADMISSIBLE, f"the job asks for {job.gpus!r} GPUs, which is not a GPU count", None)
-    refused = policy.charge_problem(job.group, job.user)
+    refused = policy.charge_problem(job.group, job.user) or priority_classes_problem(
+        policy, job.group, job.priority_classes
+    )
     if refused is not None:
         return (Verdict.INADMISSIBLE, f"never admitted: {refused}", None)
 

@@ -1,7 +1,7 @@
 """The submit-time check of a job against its quota pool, before the job is created.
 
 The rule the worker applies to the policy it read: whether the group exists and the user may charge
-it, which GPU flavor (or flavored nodes to avoid) the job is charged for, and whether the job could
+it, whether the group may use the priority classes the job names, which GPU flavor (or flavored nodes to avoid) the job is charged for, and whether the job could
 ever fit what its user or its group may hold. The admission passes on the triggerer apply the same
 rules (their wording is the model's and :func:`~.policy.claim_problem`'s), so a job refused here
 would never have been admitted there. Pure: no I/O; the worker's shell (``jobs/submission.py``) reads the
@@ -18,6 +18,7 @@ from airflow_jobs_plugin.jobs.labels import GPU_RESOURCE
 from airflow_jobs_plugin.queueing.quota import flavors
 from airflow_jobs_plugin.queueing.quota.model import POLICY_KEY, QuotaPolicy
 from airflow_jobs_plugin.queueing.quota.policy import claim_problem
+from airflow_jobs_plugin.queueing.quota.priority_classes import priority_classes_problem
 
 
 class OverQuotaError(ValueError):
@@ -56,6 +57,7 @@ def submit_charge(
     kueue_queue: str | None = None,
     resource: str = GPU_RESOURCE,
     node_selector: Mapping[str, str] | None = None,
+    priority_classes: Iterable[str] = (),
 ) -> flavors.Charge:
     """How a job of ``gpus`` (the total over all replicas) in ``group`` charged to ``user`` is
     charged: its GPU flavor, or the flavored nodes it must avoid.
@@ -65,11 +67,17 @@ def submit_charge(
 
     Raises :class:`~.model.UnknownGroupError` (a ValueError) naming the group and the known groups, a
     ValueError if ``user`` is not a member of a group that lists its members (or the charging map
-    forbids it) or if ``node_selector`` and the policy's GPU flavors disagree, and
+    forbids it), if the group may not use one of the ``priority_classes`` the job names
+    (:func:`~.priority_classes.priority_class_problem`) or if ``node_selector`` and the policy's GPU
+    flavors disagree, and
     :class:`OverQuotaError` if ``gpus`` exceeds what ``user`` may ever hold in ``group``.
     """
     group_quota = policy.require_group(group)
-    problem = claim_problem(policy, owner=user, user=None, group=group) or policy.charge_problem(group, user)
+    problem = (
+        claim_problem(policy, owner=user, user=None, group=group)
+        or policy.charge_problem(group, user)
+        or priority_classes_problem(policy, group, priority_classes)
+    )
     if problem:  # the rules and their wording live in the model and the decision, shared with admission
         raise ValueError(problem)
     charged = flavors.charge(
