@@ -10,10 +10,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
 from controller_fixture import CONTROLLER, CONTROLLER_TOKEN, ControllerThread
+
+from airflow_jobs_plugin.cluster.objects import rfc3339
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.queueing.pools import POLICY_LABEL, POLICY_LABEL_VALUE
+from tests.patience import stretch
 
 CONNECTION_ENV = "AIRFLOW_CONN_KUBERNETES_DEFAULT"
 # A kubeconfig of a real cluster: the tests marked ``real_cluster`` run there instead of on the simulator
@@ -80,3 +86,29 @@ def connection_fixture(autouse: bool = True):
         monkeypatch.setenv(CONNECTION_ENV, connection_env(cluster))
 
     return connection
+
+
+def policies_removed_fixture():
+    """An autouse fixture: the quota policies a test installed on the module's simulated cluster go with
+    it. A group belongs to one pool of its namespace (queueing/pools.py), so the next test's pool of the
+    same group is then the only one."""
+
+    @pytest.fixture(autouse=True)
+    def policies_removed(cluster):
+        yield
+        store = getattr(cluster, "store", None)
+        if store is None:
+            return
+        for item in store.list("configmaps", label_selector=f"{POLICY_LABEL}={POLICY_LABEL_VALUE}"):
+            store.delete("configmaps", item["metadata"]["name"], item["metadata"]["namespace"])
+
+    return policies_removed
+
+
+def held_back(manifest: dict, seconds: float = 1.0) -> dict:
+    """``manifest`` held in its queue for ``seconds`` (stretched with the machine's load) by a retry
+    back-off: the admission controller lets a job without a pool go at once, so a test that must see its
+    trigger log it QUEUED first holds it until the trigger surely follows it."""
+    until = datetime.now(timezone.utc) + timedelta(seconds=seconds * stretch())
+    manifest["metadata"].setdefault("annotations", {})[labels.REQUEUE_NOT_BEFORE] = rfc3339(until)
+    return manifest

@@ -43,6 +43,7 @@ from airflow_jobs_plugin.queueing import pools, quota
 from airflow_jobs_plugin.queueing.engines.base import QueueEngine
 from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
+from airflow_jobs_plugin.queueing.quota import ledger
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -140,7 +141,7 @@ class _Boards:
         if self.written.get(unit) == entries:
             return
         body = boards.configmap(boards.Board(unit, _now(), self.identity, entries), self.namespace)
-        name = body["metadata"]["name"]
+        name = boards.board_name(unit)
         current = self.configmaps.get(CONFIGMAPS, name)
         for _ in range(3):
             try:
@@ -312,9 +313,9 @@ class NamespaceController:
 
 def needs_keeping(job: Mapping[str, object]) -> bool:
     """Whether the controller still has something to do for ``job``: anything not finished, and a
-    finished MPIJob not yet marked for deletion."""
+    job ruled on but not yet ended, and a finished MPIJob not yet marked for deletion."""
     view = JobView(job)
-    if not view.finished:
+    if not view.finished or ledger.ruled_while_queued(job) or ledger.ruled_but_running(job):
         return True
     return kinds.kind_of(job).outlives_its_ttl and labels.DELETE_AFTER not in view.annotations
 
@@ -370,7 +371,13 @@ class _Keeper:
         view = JobView(job)
         route = self.c.route(job)
         engine = None if route.way is pools.Way.HOLD else self.c.engine(route)
+        # The verdict writes are every engine's (engines/door.py): a held job's go through the unmanaged one.
+        ender = engine or self.c.engine(pools.Route(pools.Way.LET_GO))
         if view.finished:
+            if ender.ruled_unended(job, running_too=True):
+                # Ruled by a process that stopped between its writes: end it, and look until it ended.
+                await self._end_if_ruled(job, ender)
+                return RECHECK_SECONDS
             await self._ended(job, engine)
             return None
         if view.deleting:
@@ -378,12 +385,10 @@ class _Keeper:
         if view.suspended and view.verdict is None:
             return await self._queued(job, route, engine)
         self.c.boards.post(view.uid, None)
-        if engine is None:
-            return RECHECK_SECONDS
         if view.verdict is not None:
-            await self._end_if_ruled(job, engine)
-            return engine.wake_after(job, RECHECK_SECONDS)
-        return await self._released(job, engine)
+            await self._end_if_ruled(job, ender)
+            return ender.wake_after(job, RECHECK_SECONDS)
+        return await self._released(job, ender)
 
     async def _queued(self, job: dict, route: pools.Route, engine: QueueEngine | None) -> float:
         uid = JobView(job).uid
@@ -436,8 +441,6 @@ class _Keeper:
         view = JobView(job)
         if engine is not None:
             await self._patiently(engine.release, job)
-            if engine.ruled_unended(job, running_too=False):
-                await self._patiently(engine.end_ruled, job)
         self.c.boards.forget(view.uid)
         pods = self.c.watch.pods_of(self.name)
         expiry = rulings.expiry(job, snapshot(job, pods, now=_now()))

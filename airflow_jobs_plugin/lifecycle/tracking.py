@@ -56,10 +56,17 @@ def pods_outran_job(
     job was never in (RETRYING (Error): a pod failed and another will come; SCHEDULING (Creating): no
     pod yet). So a job the cache shows admitted and unfinished, whose pods are being deleted, have
     failed beyond the failures it counts, or are gone since the last look (``seen_before``: the pod
-    names it saw), is read again. A real pod failure costs one read, which confirms it."""
+    names it saw), is read again. A real pod failure costs one read, which confirms it.
+
+    The other way round, a job the cache still shows suspended while pods of it live that nothing is
+    deleting was released since (its controller creates pods only then, and deletes them when the job
+    is suspended): the admission controller's unsuspend is on the lagging stream, and the cached job read
+    with those pods would make a state it was never in (QUEUED after RUNNING)."""
     kind = kinds.kind_of(job)
-    if kind.is_suspended(job) or kind.is_finished(job) or JobView(job).verdict is not None:
+    if kind.is_finished(job) or JobView(job).verdict is not None:
         return False
+    if kind.is_suspended(job):
+        return any(not Meta(pod).deleting for pod in pods)
     names = set()
     failed = 0
     for pod in pods:

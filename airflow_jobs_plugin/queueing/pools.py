@@ -29,7 +29,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.queueing.quota.model import DEFAULT_POLICY_CONFIGMAP, QuotaPolicy
+from airflow_jobs_plugin.queueing.quota.model import (
+    DEFAULT_POLICY_CONFIGMAP,
+    QuotaPolicy,
+    did_you_mean,
+    excerpt,
+    known_names,
+)
 
 POLICY_LABEL = f"{labels.PREFIX}/quota-policy"
 POLICY_LABEL_VALUE = "true"
@@ -150,11 +156,13 @@ def route(pools: NamespacePools, group: str | None) -> Route:
             f"the quota policy ConfigMap {pools.namespace}/{doc.name} cannot be read ({doc.problem}); "
             f"group {group!r} may be in it, so the job waits until a platform admin fixes it",
         )
+    known = sorted({g for doc in pools.docs if doc.policy is not None for g in doc.policy.groups})
     return Route(
         Way.HOLD,
         message=(
-            f"group {group!r} is in no quota policy of {where} (policies: {', '.join(pools.names)}): "
-            "submit it with a group of the pool, or ask a platform admin to add the group"
+            f"unknown quota group {excerpt(group)}{did_you_mean(group, known)}; known groups in {where}: "
+            f"{known_names(known)} (policies: {', '.join(pools.names)}). Pick one of them, or ask a platform "
+            "admin to add the group under 'groups:' in a quota policy"
         ),
         unknown_group=True,
     )

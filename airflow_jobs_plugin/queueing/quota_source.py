@@ -92,7 +92,7 @@ def route_problem(
     never run), or the task named a pool, or none, other than the platform's choice."""
     where = f"namespace {namespace!r}"
     if route.unknown_group:
-        return f"group: {route.message}"
+        return route.message
     if source.opted_out and route.way is Way.POOL:
         return (
             f"quota_configmap='': group {group!r} is under the quota pool {route.policy!r} of {where}, and "

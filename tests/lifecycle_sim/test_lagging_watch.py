@@ -13,7 +13,7 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from sim_fixtures import cluster_fixture, connection_fixture
+from sim_fixtures import cluster_fixture, connection_fixture, held_back
 
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
 from airflow_jobs_plugin.cluster import watch as shared
@@ -77,7 +77,9 @@ async def test_a_job_whose_own_updates_lag_its_pods_never_reads_as_preempted(clu
     # The Job's stream starts a second late: its pods are created, run and finish while the cache
     # still holds the Job as it was before admission.
     cluster.faults.set_latency(1.0, verb="watch", resource="jobs")
-    body = manifest({"main": {"pull": 1, "run": 20, "exit": 0, "logs": ["epoch 1"]}})
+    # Held in its queue until the trigger follows it (the admission controller's own watch is older
+    # than the fault, so it would let the job go before the trigger's first look).
+    body = held_back(manifest({"main": {"pull": 1, "run": 20, "exit": 0, "logs": ["epoch 1"]}}))
     await client.create(JOBS, "default", body)
     event = await follow(body["metadata"]["name"])
     assert event["state"] == "SUCCEEDED", event
@@ -91,7 +93,7 @@ async def test_a_job_whose_pods_lag_its_own_completion_goes_from_running_to_succ
     # cache still holds the pod Running.
     # It runs 3 s, long enough for a loaded trigger to see it run; the stream resumes 5 s after the cut,
     # after the Job's Complete.
-    body = manifest({"main": {"pull": 1, "run": 300, "exit": 0, "logs": ["epoch 1"]}})
+    body = held_back(manifest({"main": {"pull": 1, "run": 300, "exit": 0, "logs": ["epoch 1"]}}))
     name = body["metadata"]["name"]
     await client.create(JOBS, "default", body)
     trigger = asyncio.ensure_future(follow(name))

@@ -123,9 +123,9 @@ async def test_an_mpi_job_ruled_failed_ends_through_its_launcher_and_reads_faile
         await shared.shutdown()
 
 
-async def test_a_ruled_mpi_job_whose_launcher_was_not_ended_is_ended_by_its_trigger(cluster):
+async def test_a_ruled_mpi_job_whose_launcher_was_not_ended_is_ended_by_the_admission_controller(cluster):
     # The process that ruled stopped between its two writes: the verdict is on the MPIJob, but its
-    # launcher runs on. The trigger that follows the job finishes ending it.
+    # launcher runs on. The admission controller finishes ending it; its trigger reports the end.
     identity = TaskIdentity("stuck", "train", "run-4", -1, 1)
     spec = validate(
         image="registry.example/trainer:1",

@@ -93,7 +93,7 @@ def test_a_planted_job_with_one_extra_environment_variable_is_refused_naming_it(
     run_id = f"{RUN_ID}-{next(_serial)}"
     target = TaskIdentity("plane_adoption", op.task_id, run_id, -1, 1)
     spec = op._spec(templated=False)
-    body = adoption.Submission(spec, target, None, False, adoption.spec_fingerprint(spec, target)).body()
+    body = adoption.Submission(spec, target, None, adoption.spec_fingerprint(spec, target)).body()
     body["spec"]["template"]["spec"]["containers"][0]["env"].append(
         {"name": "PYTHONPATH", "value": "/mallory"}
     )

@@ -12,6 +12,7 @@ from airflow.exceptions import AirflowException
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from airflow_jobs_sim import ClusterConfig, SimCluster
 from controller_fixture import ControllerThread
+from sim_fixtures import policies_removed_fixture
 from task_doubles import task_context
 
 from airflow_jobs_plugin.airflow.job_sensor_trigger import JobSensorTrigger
@@ -144,6 +145,9 @@ def cluster():
         ControllerThread(sim.kubeconfig_path),
     ):
         yield sim
+
+
+policies_removed = policies_removed_fixture()
 
 
 @pytest.fixture(autouse=True)

@@ -7,21 +7,18 @@ difference from a real cluster is the kubeconfig the connection names.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
-from sim_fixtures import cluster_fixture, connection_fixture
+from sim_fixtures import cluster_fixture, connection_fixture, policies_removed_fixture
 
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import KubeClient
-from airflow_jobs_plugin.cluster.objects import rfc3339
-from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.queueing.engines import observer
 from airflow_jobs_plugin.queueing.engines import pool as admission
 from airflow_jobs_plugin.queueing.pools import POLICY_LABEL, POLICY_LABEL_VALUE
-from tests.patience import stretch
 
 POLICY_SELECTOR = f"{POLICY_LABEL}={POLICY_LABEL_VALUE}"
 
@@ -93,22 +90,4 @@ def cached_objects_are_never_changed(monkeypatch):
     assert not changed, "cached objects changed after they were cached:\n" + "\n".join(changed[:5])
 
 
-def held_back(manifest: dict, seconds: float = 1.0) -> dict:
-    """``manifest`` held in its queue for ``seconds`` (stretched with the machine's load) by a retry
-    back-off: the admission controller lets a job without a pool go at once, so a test that must see its
-    trigger log it QUEUED first holds it until the trigger surely follows it."""
-    until = datetime.now(timezone.utc) + timedelta(seconds=seconds * stretch())
-    manifest["metadata"].setdefault("annotations", {})[labels.REQUEUE_NOT_BEFORE] = rfc3339(until)
-    return manifest
-
-
-@pytest.fixture(autouse=True)
-def policies_go_with_their_test(cluster):
-    """A group belongs to one pool of its namespace (queueing/pools.py): the policies a test installed go
-    with it, so the next test's pool of the same group is the only one."""
-    yield
-    store = getattr(cluster, "store", None)
-    if store is None:
-        return
-    for item in store.list("configmaps", label_selector=POLICY_SELECTOR):
-        store.delete("configmaps", item["metadata"]["name"], item["metadata"]["namespace"])
+policies_go_with_their_test = policies_removed_fixture()

@@ -141,7 +141,7 @@ def _victim(**kwargs):
 def _the_victims_job(op, victim: TaskIdentity) -> dict:
     """What the victim's try would create, computed as any DAG author can: from its arguments."""
     spec = op._spec(templated=False)
-    sub = adoption.Submission(spec, victim, None, False, adoption.spec_fingerprint(spec, victim))
+    sub = adoption.Submission(spec, victim, None, adoption.spec_fingerprint(spec, victim))
     return sub.body()
 
 
