@@ -40,7 +40,6 @@ SHELL = {
     "queueing.engines.door",
     "queueing.engines.kueue",
     "queueing.engines.unmanaged",
-    "queueing.engines.pick",
     "queueing.engines.observer",
     "controller.runner",
     "controller.main",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+from sim_fixtures import held_back
+
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
 from airflow_jobs_plugin.cluster.kube import JOBS, PODS
 from airflow_jobs_plugin.cluster.objects import condition_true
@@ -15,7 +17,7 @@ from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from tests.patience import stretch
 
-from .conftest import held_back, job_manifest, set_scenario, task_identity
+from .conftest import job_manifest, set_scenario, task_identity
 
 
 async def run_trigger(trigger: JobTrigger, timeout: float = 60) -> list[dict]:

@@ -484,7 +484,8 @@ class KueueController(Reconciler):
             self._schedule()
             return
         if key.startswith("lq:"):
-            self._reconcile_local_queue(*split_key(key[3:]))
+            namespace, name = split_key(key[3:])
+            self._reconcile_local_queue(namespace or "", name)
             return
         _, resource, nskey = key.split(":", 2)
         ns, name = split_key(nskey)
@@ -518,7 +519,9 @@ class KueueController(Reconciler):
         current = next((c for c in conditions if c.get("type") == "Active"), None)
         if current is not None and (current.get("status"), current.get("reason")) == wanted[:2]:
             return
-        status = dict(lq.get("status") or {}, conditions=_set(conditions, "Active", *wanted, self.clock.now()))
+        status = dict(
+            lq.get("status") or {}, conditions=_set(conditions, "Active", *wanted, self.clock.now())
+        )
         self.store.update("localqueues", {"metadata": lq["metadata"], "status": status}, subresource="status")
 
     # -- the job reconciler (reconciler.go ReconcileGenericJob, in its order)
