@@ -67,6 +67,7 @@ AIRFLOW = {
     "plugin.routes.api",
     "plugin.routes.pages",
     "plugin.sweep",
+    "plugin.kills",
     "plugin.state_cache",
 }
 SIMULATOR = "airflow_jobs_sim"
