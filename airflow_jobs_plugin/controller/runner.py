@@ -201,10 +201,10 @@ class NamespaceController:
             await self._read_policies()
             await self.watch.wait_synced(timeout=None)
             self.boards.start()
+            self.ready.set()
             for resource in kinds.RESOURCES:
                 for job in self.watch.jobs(resource):
                     self._keep(job)
-            self.ready.set()
             log.info(
                 "admission controller: following namespace %s (%d jobs)", self.namespace, len(self._keepers)
             )
@@ -295,9 +295,10 @@ class NamespaceController:
             self._keep(obj)
 
     def _keep(self, job: Mapping[str, object]) -> None:
-        """Start keeping ``job`` unless it is kept already or needs nothing more."""
+        """Start keeping ``job`` unless it is kept already or needs nothing more. Not before the
+        namespace's policies are read: a job routed on no policy would be let go without quota."""
         name = Meta(job).name
-        if not name or name in self._keepers or not needs_keeping(job):
+        if not self.ready.is_set() or not name or name in self._keepers or not needs_keeping(job):
             return
         task = asyncio.create_task(_Keeper(self, name).run(), name=f"ajp-keep-{self.namespace}-{name}")
         self._keepers[name] = task

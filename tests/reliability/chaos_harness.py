@@ -6,11 +6,15 @@
   number. A worker that dies between the create and the deferral is a ``defer`` that raises.
 - :class:`Triggerer` is the OS process of :mod:`.chaos_triggerer`, killed with SIGKILL and restarted.
 - :class:`Chaos` evicts pods and loses a node, recording which tasks it hit.
+- :class:`Controllers` are two replicas of the admission controller, OS processes electing a leader;
+  the leader is SIGKILLed and restarted.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -256,3 +260,79 @@ def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+class Controllers:
+    """Two replicas of the admission controller, each an OS process of its own (``airflow-jobs
+    admission-controller``) electing a leader on a Lease: ``kill_leader`` SIGKILLs the one that leads
+    (no release: the other takes over once the Lease expires) and starts it again, as a Deployment's
+    restart does. A short Lease (3 s) keeps the takeover within the test's budget."""
+
+    LEASE = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5")
+
+    def __init__(self, kubeconfig: str, namespace: str, logs: Path):
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.logs = logs
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.identities: dict[str, str] = {}  # identity in the Lease -> replica
+        self.starts = 0
+        self.kills = 0
+
+    def start(self, name: str) -> None:
+        log = (self.logs / f"{name}.log").open("ab")
+        argv = [
+            sys.executable,
+            "-m",
+            "airflow_jobs_plugin.airflow.cli",
+            "admission-controller",
+            "--kubeconfig",
+            self.kubeconfig,
+            "--namespace",
+            self.namespace,
+            "--identity",
+            # A new pod of a Deployment has a new name: the restarted replica is another candidate.
+            f"{name}-{self.starts}",
+            *self.LEASE,
+        ]
+        self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.identities[f"{name}-{self.starts}"] = name
+        self.starts += 1
+
+    def start_all(self) -> None:
+        for name in ("controller-a", "controller-b"):
+            self.start(name)
+
+    def leader(self, store: Any) -> str | None:
+        """The replica the Lease names (read from the simulator's store), if one holds it."""
+        try:
+            lease = store.get("leases", "airflow-jobs-admission-controller", namespace=self.namespace)
+        except Exception:  # noqa: BLE001 - no Lease yet
+            return None
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        replica = self.identities.get(holder or "")
+        # Only a live holder: after a kill the Lease names the dead one until another takes it over.
+        if replica is None or not holder or holder != self._current(replica):
+            return None
+        return replica
+
+    def _current(self, replica: str) -> str | None:
+        named = [identity for identity, r in self.identities.items() if r == replica]
+        return named[-1] if named else None
+
+    def kill(self, name: str) -> None:
+        process = self.processes[name]
+        process.kill()
+        process.wait(timeout=10)
+        self.kills += 1
+        self.start(name)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from airflow_jobs_sim import ClusterConfig, SimCluster
+from controller_fixture import CONTROLLER, CONTROLLER_TOKEN, ControllerThread, own_kubeconfig
 from sim_fixtures import connection_fixture
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
@@ -38,6 +39,7 @@ from airflow_jobs_plugin.queueing.quota.ledger_model import LEDGER_NAME_PREFIX
 from .chaos_harness import (
     DAG_ID,
     Chaos,
+    Controllers,
     FakeTI,
     StateStore,
     Triggerer,
@@ -68,6 +70,7 @@ SUBMITTING_WORKERS = 4
 NODES = 6
 SEED = 20261122
 RESTARTS = 3
+CONTROLLER_KILLS = 3  # SIGKILLs of the leading admission controller, each restarted
 ERROR_RATE = 0.10
 DROP_WATCHES_EVERY = 2.5  # seconds
 NODE_DOWN = 3.0  # seconds
@@ -76,7 +79,10 @@ RUN_TIMEOUT = 120.0  # seconds for every task to get its event; the test's budge
 
 @pytest.fixture(scope="module")
 def cluster():
-    with SimCluster(ClusterConfig(nodes=NODES, gpus_per_node=8, time_scale=0.02)) as sim:
+    # The admission controllers call as their own service account (controller_fixture.CONTROLLER).
+    with SimCluster(
+        ClusterConfig(nodes=NODES, gpus_per_node=8, time_scale=0.02, identities=(CONTROLLER,))
+    ) as sim:
         yield sim
 
 
@@ -170,6 +176,7 @@ def test_jobs_survive_api_errors_watch_drops_node_loss_evictions_and_triggerer_k
 
     worker = Worker(deferrals)
     triggerer = Triggerer(deferrals, events, log, os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"])
+    controllers = Controllers(own_kubeconfig(cluster.kubeconfig_path, CONTROLLER_TOKEN), NAMESPACE, tmp_path)
     chaos = Chaos(cluster, NAMESPACE, tasks)
     faults = Counter()
     timeline: dict[str, float] = {}
@@ -177,8 +184,11 @@ def test_jobs_survive_api_errors_watch_drops_node_loss_evictions_and_triggerer_k
 
     sampler = run_in_thread(sample_forever)
     served = inject_api_faults(cluster)
+    controllers.start_all()
     triggerer.start()
     submitters = worker.submit_all(tasks, SUBMITTING_WORKERS)
+    # Within the first 25 s, while most tasks still wait or run (they all end within about 40 s).
+    controller_kills_at = sorted(rng.uniform(3, 25) for _ in range(CONTROLLER_KILLS))
     kill_due: float | None = None  # a random moment once the current triggerer has rebuilt its triggers
     gone_at = sorted(rng.uniform(2, 40) for _ in range(4))
     try:
@@ -197,6 +207,14 @@ def test_jobs_survive_api_errors_watch_drops_node_loss_evictions_and_triggerer_k
                 kill_due = None
                 timeline[f"triggerer {triggerer.kills} killed at (s)"] = round(now, 1)
                 timeline[f"triggerer {triggerer.kills} pending triggers"] = pending
+            if controller_kills_at and now >= controller_kills_at[0] and pending > 0:
+                leader = cluster.call(controllers.leader, cluster.store)
+                if leader is not None:
+                    controller_kills_at.pop(0)
+                    controllers.kill(leader)
+                    timeline[f"admission controller {controllers.kills} ({leader}) killed at (s)"] = round(
+                        now, 1
+                    )
             if gone_at and now >= gone_at[0]:
                 gone_at.pop(0)
                 cluster.faults.force_gone(2)
@@ -226,6 +244,7 @@ def test_jobs_survive_api_errors_watch_drops_node_loss_evictions_and_triggerer_k
         stop_sampling.set()
         sampler.join(timeout=10)
         triggerer.stop()
+        controllers.stop()
         cluster.faults.clear()
     duration = time.monotonic() - started
     requests = sum(cluster.counters().values()) - requests_before
@@ -240,13 +259,18 @@ def test_jobs_survive_api_errors_watch_drops_node_loss_evictions_and_triggerer_k
         - sum(t.crash_before_defer for t in tasks),
         "job objects": sum(len(v) for v in jobs.values()),
         "triggerer kills (SIGKILL) and restarts": triggerer.kills,
+        "leading admission controller kills (SIGKILL) and restarts": controllers.kills,
         "API requests": requests,
         "API errors served": f"{api_errors} ({', '.join(f'{c}: {n}' for c, n in sorted(served.items()))})",
         **dict(faults),
         "watch streams dropped": f"{dropped} (all open streams every {DROP_WATCHES_EVERY:g} s)",
         "pods stranded on the lost node": len(chaos.stranded),
-        "admission passes retried after an API error": _log_lines(log, "admission pass of group"),
-        "releases left to the next pass after an API error": _log_lines(log, "could not release the GPUs"),
+        "admission passes retried after an API error": sum(
+            _log_lines(path, "admission pass of group") for path in tmp_path.glob("controller-*.log")
+        ),
+        "releases left to the next pass after an API error": sum(
+            _log_lines(path, "could not release the GPUs") for path in tmp_path.glob("controller-*.log")
+        ),
         "invariant samples": invariants.samples,
         "peak reserved GPUs": dict(invariants.peak_reserved),
         "peak GPUs held by pods": dict(invariants.peak_pods),
@@ -296,6 +320,7 @@ def test_jobs_survive_api_errors_watch_drops_node_loss_evictions_and_triggerer_k
     assert problems == [], problems[:20]
     # The chaos really happened.
     assert triggerer.kills == RESTARTS
+    assert controllers.kills == CONTROLLER_KILLS
     assert api_errors > 0 and faults["evictions"] > 0 and chaos.stranded
 
 
@@ -326,6 +351,11 @@ def _first_attempt_reason(event: dict, first: dict, cluster) -> str:
 def test_a_node_loss_seen_only_after_the_node_returned_is_retried(cluster, connection):
     """The triggerer is down while a node is lost and comes back: the job's only evidence is its Failed
     condition (``... has condition DisruptionTarget matching FailJob rule ...``), its pod being gone."""
+    with ControllerThread(cluster.kubeconfig_path, namespaces=(NAMESPACE,), token=CONTROLLER_TOKEN):
+        _node_loss_seen_late(cluster)
+
+
+def _node_loss_seen_late(cluster) -> None:
     node = f"sim-node-{NODES - 1}"
     op = JobOperator(
         task_id="disrupted",
@@ -348,9 +378,7 @@ def test_a_node_loss_seen_only_after_the_node_returned_is_retried(cluster, conne
         pods = cluster.call(lambda: cluster.store.list("pods", NAMESPACE, label_selector=f"job-name={name}"))
         return pods[0] if pods else None
 
-    cluster.call(
-        lambda: cluster.store.patch("jobs", name, {"spec": {"suspend": False}}, "merge", NAMESPACE)
-    )  # admitted, as a pass would; no trigger runs while the node is away
+    # The admission controller admits it; no trigger runs while the node is away.
     assert wait_until(lambda: ((pod_of_job() or {}).get("status") or {}).get("phase") == "Running", 20)
     cluster.controllers.lose_node(node, eviction_after=5)
     try:
