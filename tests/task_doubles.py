@@ -52,3 +52,17 @@ def task_context(
         "ti": FakeTI(dag_id, task_id, run_id, -1, try_number),
         "task_state_store": store if store is not None else StateStore(),
     }
+
+
+async def the_api_server_answers_kills(client: Any, namespace: str, state: str | None = "failed") -> list:
+    """What the GPU Jobs app in Airflow's API server does with the kill requests of ``namespace`` when
+    Airflow's database says every task instance asked about is in ``state`` (a mark failed: "failed";
+    a clear: None), the same try as its job's (plugin/kills.py)."""
+    from airflow_jobs_plugin.jobs.orphans import TaskRecord
+    from airflow_jobs_plugin.plugin import kills
+    from airflow_jobs_plugin.readmodel import inspect
+
+    def read_tasks(refs):
+        return {r.dag_id for r in refs}, {r: TaskRecord(state, 1) for r in refs}
+
+    return await kills.answer(client, inspect.Target(namespace=namespace, quota_configmap=None), read_tasks)

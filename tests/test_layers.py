@@ -40,7 +40,6 @@ SHELL = {
     "queueing.engines.door",
     "queueing.engines.kueue",
     "queueing.engines.unmanaged",
-    "queueing.engines.pick",
     "queueing.engines.observer",
     "controller.runner",
     "controller.main",
@@ -68,6 +67,7 @@ AIRFLOW = {
     "plugin.routes.api",
     "plugin.routes.pages",
     "plugin.sweep",
+    "plugin.kills",
     "plugin.state_cache",
 }
 SIMULATOR = "airflow_jobs_sim"

@@ -39,6 +39,7 @@ from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.records import ReadMemo
 from airflow_jobs_plugin.jobs import actions, attempts, kinds, labels, manifests
 from airflow_jobs_plugin.jobs.jobview import JobView
+from airflow_jobs_plugin.jobs.kill_request import KILLED_BY
 from airflow_jobs_plugin.jobs.naming import attempt_name
 from airflow_jobs_plugin.jobs.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.jobs.results import job_result
@@ -174,28 +175,44 @@ class JobTrigger(BaseTrigger):
     # --- user kill and teardown ---
 
     async def on_kill(self) -> None:
-        """A user marked the task failed or success, or cleared it: cancel the job (its newest attempt)
-        as one cancelled from the GPU Jobs page would be; the admitting pass frees its quota."""
+        """A user marked the task failed or success, or cleared it: ask for its job to be cancelled.
+
+        The triggerer runs DAG authors' code, so it may not cancel a job itself (any DAG could then cancel
+        any tenant's job): it writes a kill request on the job (``labels.KILL_REQUESTED``, the try it
+        followed), and the GPU Jobs app in Airflow's API server cancels the job once Airflow's database
+        says its task instance was killed (jobs/kill_request.py), naming Airflow's user as who."""
         client = await shared.client_for(self.kubernetes_conn_id)
         resource = kinds.for_name(self.kind).resource
         job = await client.get_or_none(resource, self.namespace, self.job_name)
-        name = self.job_name
-        what = "already gone"
-        if job is not None:
-            # No record of the cancel (jobs/cancel_record.py): mark failed and mark success end the task
-            # instance themselves, and a clear starts a new run, which must run.
-            outcome = await actions.cancel(client, self.namespace, job, AIRFLOW_USER, record=False)
-            name = outcome.name
-            if outcome.already_finished:
-                what = "already finished, left as it is"
-            elif outcome.deleted:
-                what = f"CANCELLED by {AIRFLOW_USER} at {_now().isoformat(timespec='seconds')}, and deleted"
-            elif outcome.ended:
-                what = (
-                    f"CANCELLED by {AIRFLOW_USER} at {_now().isoformat(timespec='seconds')}: its pods are "
-                    "stopped and it stays listed as cancelled until its TTL"
-                )
-        self.log.info("task killed in Airflow: %s %s/%s %s", self.kind, self.namespace, name, what)
+        if job is None:
+            self.log.info(
+                "task killed in Airflow: %s %s/%s already gone", self.kind, self.namespace, self.job_name
+            )
+            return
+        job = await actions.newest_attempt(client, self.namespace, job)
+        view = JobView(job)
+        if view.finished:
+            self.log.info(
+                "task killed in Airflow: %s %s/%s already finished, left as it is",
+                self.kind,
+                self.namespace,
+                view.name,
+            )
+            return
+        try_number = getattr(getattr(self, "task_instance", None), "try_number", None) or 0
+        await client.merge_patch(
+            kinds.kind_of(job).resource,
+            self.namespace,
+            view.name,
+            {"metadata": {"labels": {labels.KILL_REQUESTED: str(try_number)}}},
+        )
+        self.log.info(
+            "task killed in Airflow: asked for %s %s/%s to be cancelled (the GPU Jobs app in Airflow's API "
+            "server cancels it once Airflow's database confirms the kill)",
+            self.kind,
+            self.namespace,
+            view.name,
+        )
 
     async def cleanup(self) -> None:
         """Runs on every exit, including a triggerer restart: never touches the job."""
@@ -235,7 +252,7 @@ def freeze_start_up_objects() -> bool:
 
 
 # Who a cancel from Airflow's own controls is put down to: Airflow does not tell a trigger which user.
-AIRFLOW_USER = "an Airflow user (mark failed, mark success or clear)"
+AIRFLOW_USER = KILLED_BY
 
 
 def _previous_sensor(trigger: JobTrigger, previous: dict[str, Any]) -> BaseTrigger | None:

@@ -41,7 +41,6 @@ from airflow_jobs_plugin.queueing.quota.ledger import (
     patch_job,
     read_ledger,
     resource_of,
-    unsuspend_patch,
     verdict_patch,
 )
 
@@ -394,13 +393,13 @@ async def resume(
     ``ledger_unit`` and ``ledger_members`` name the ledger holding the job's group (its cohort's, for a
     group of a cohort: ``QuotaPolicy.ledger_of``); by default the group's own.
 
-    Removing ``stopped-at`` / ``stopped-by`` is the whole resume under a quota pool: the job is still
-    suspended and keeps ``queued-at``, so the next admission pass places it where it was first enqueued
-    (a stop is a pause, not a resubmission); its queue clock starts again from the waits banked at the stop.
-    Without a quota pool (``ledger_namespace`` None) nothing else would ever admit it, so the same write
-    unsuspends it, as the no-quota admission (``engines.unmanaged.UnmanagedEngine``) does, unless a
-    retry back-off is still running: then the task's trigger admits it when the back-off ends. The job
-    then runs again from the start (its controller creates fresh pods).
+    Removing ``stopped-at`` / ``stopped-by`` is the whole resume: the job is still suspended and keeps
+    ``queued-at``, so under a quota pool the next admission pass places it where it was first enqueued (a
+    stop is a pause, not a resubmission); its queue clock starts again from the waits banked at the stop.
+    Without a quota pool the admission controller lets it go at once (``engines.unmanaged``), unless a
+    retry back-off is still running. This identity never unsuspends a job itself (the admission policy
+    refuses it: only the admission controller admits). The job then runs again from the start (its
+    controller creates fresh pods).
     """
     job = await newest_attempt(client, namespace, job)
     resource = resource_of(job)
@@ -416,20 +415,21 @@ async def resume(
         labels.HISTORY: _history(job, history.Act.RESUMED, by),
         **queue_clock.rejoin_queue(now),
     }
+    # Lifting the stop is the whole resume: the admission controller, the one identity that admits,
+    # lets the job go again (at once without a pool, after its back-off, or in its queue's order).
     backing_off = (not_before(job) or now) > now
-    if ledger_namespace is None and not backing_off:
-        patch = unsuspend_patch(job, now, conditional=False)
-        patch["metadata"]["annotations"].update(forget)
-        message = f"{facts.ref} resumed: started again (no quota pool)"
-    else:
-        patch = copy.deepcopy(dict(RESUME_PATCH))
-        patch["metadata"]["annotations"].update(forget)
-        group = JobView(job).group
-        queued_at = Meta(job).annotations.get(labels.QUEUED_AT)
-        since = f", queued since {queued_at}" if queued_at else ""
-        message = f"{facts.ref} resumed: back in group {group}'s queue at its original position{since}"
-        if ledger_namespace is None:
-            message = f"{facts.ref} resumed: starts when its retry back-off ends"
+    patch = copy.deepcopy(dict(RESUME_PATCH))
+    patch["metadata"]["annotations"].update(forget)
+    group = JobView(job).group
+    queued_at = Meta(job).annotations.get(labels.QUEUED_AT)
+    since = f", queued since {queued_at}" if queued_at else ""
+    message = f"{facts.ref} resumed: back in group {group}'s queue at its original position{since}"
+    if ledger_namespace is None:
+        message = (
+            f"{facts.ref} resumed: starts when its retry back-off ends"
+            if backing_off
+            else f"{facts.ref} resumed: the admission controller starts it again (no quota pool)"
+        )
     await client.merge_patch(resource, namespace, facts.name, patch)
     # Read after the resume has landed: from then on the pass no longer drops the reservation as a
     # stopped job's, so what the ledger holds now is what the job keeps.

@@ -97,6 +97,7 @@ WRITTEN_AFTER_CREATION = frozenset(
         labels.PREEMPTED_BY,
         labels.PREEMPTION_MESSAGE,
         labels.PREEMPTIONS,
+        labels.KILL_REQUESTED,  # a trigger's on_kill asks (jobs/kill_request.py)
         # The pool lifts its gate when it hands the job over (ledger.handoff_patch).
         kueue.ADMISSION_GATE_ANNOTATION,
         KUEUE_STOPPING,

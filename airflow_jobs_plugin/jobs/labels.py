@@ -39,6 +39,11 @@ CREATED = f"{PREFIX}/created"
 ADMITTED = f"{PREFIX}/admitted"
 ADMITTED_VALUE = "true"
 
+# A kill of the job's Airflow task asked by its trigger's on_kill (the try it followed), answered by the
+# GPU Jobs app in Airflow's API server once Airflow's database confirms the kill (jobs/kill_request.py).
+# A label, so the app finds the requests by a selector.
+KILL_REQUESTED = f"{PREFIX}/kill-requested"
+
 # --- annotations (free text; the exact Airflow identifiers live here, labels carry safe slugs) ---
 DAG_ID = f"{PREFIX}/dag-id"
 TASK_ID = f"{PREFIX}/task-id"

@@ -46,7 +46,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_jobs_plugin.plugin import html, sweep
+from airflow_jobs_plugin.plugin import html, kills, sweep
 from airflow_jobs_plugin.plugin.deps import URL_PREFIX, Settings, _base
 from airflow_jobs_plugin.plugin.reads import JobReads, connect
 from airflow_jobs_plugin.plugin.routes.api import api_router
@@ -59,14 +59,20 @@ __all__ = ["URL_PREFIX", "Settings", "create_app", "lifespan"]
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Run the orphan sweep for as long as the API server serves the app (see ``plugin/sweep.py``)."""
-    task = asyncio.create_task(sweep.run_periodically(connect), name="airflow-jobs-orphan-sweep")
+    """Run the orphan sweep (``plugin/sweep.py``) and answer kill requests (``plugin/kills.py``) for as
+    long as the API server serves the app."""
+    tasks = [
+        asyncio.create_task(sweep.run_periodically(connect), name="airflow-jobs-orphan-sweep"),
+        asyncio.create_task(kills.run_periodically(connect), name="airflow-jobs-kill-requests"),
+    ]
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 # What a browser is told for an error of a page (the JSON API keeps FastAPI's {"detail": ...}).

@@ -5,6 +5,8 @@ scripts/cluster up --kubeconfig PATH [--nodes N] [--gpus-per-node G] [--with mpi
 scripts/cluster down [--kubeconfig PATH]     stop one plane, or every plane this machine started
 scripts/cluster status [--kubeconfig PATH]   what runs, with process ids and ports
 scripts/cluster build [--with ...]           build (or find cached) every binary, start nothing
+scripts/cluster account --kubeconfig PATH --service-account NS/NAME --out PATH [--cluster-role ROLE]
+                                             a service account's own kubeconfig (a token of it)
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def parser() -> argparse.ArgumentParser:
     k = sub.add_parser("kueue", help="restart the plane's Kueue with another configuration")
     k.add_argument("--kubeconfig", required=True, type=Path)
     k.add_argument("--kueue-config", type=Path, help="merged over the shipped one (omit: as shipped)")
+    a = sub.add_parser("account", help="a service account's own kubeconfig (a TokenRequest token of it)")
+    a.add_argument("--kubeconfig", required=True, type=Path, help="the plane's admin kubeconfig")
+    a.add_argument("--service-account", required=True, metavar="NAMESPACE/NAME")
+    a.add_argument("--cluster-role", default=None, help="bind it to this ClusterRole too")
+    a.add_argument("--out", required=True, type=Path, help="where to write its kubeconfig")
     b = sub.add_parser("build", help="build every pinned component (cached), start nothing")
     b.add_argument("--with", dest="with_", type=_with, default=WITH_CHOICES)
     return ap
@@ -73,6 +80,16 @@ def main(argv: list[str] | None = None) -> int:
             names = ("etcd", "kubernetes", "kwok", *args.with_)
             took = build.ensure(build.Layout(cache), Pins.load(), names)
             print(f"cluster: {len(names)} components ready in {cache / 'bin'} ({_took(took)})")
+            return 0
+        if args.command == "account":
+            from realplane.accounts import service_account_kubeconfig
+
+            namespace, _, name = args.service_account.partition("/")
+            if not namespace or not name:
+                print("cluster: --service-account: expected NAMESPACE/NAME", file=sys.stderr)
+                return 2
+            out = service_account_kubeconfig(args.kubeconfig, namespace, name, args.out, args.cluster_role)
+            print(f"cluster: kubeconfig of {namespace}/{name}: {out}")
             return 0
         if args.command == "up":
             if args.kueue_config is not None and not args.kueue_config.is_file():

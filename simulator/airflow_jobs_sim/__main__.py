@@ -12,6 +12,9 @@ import sys
 import threading
 
 from airflow_jobs_sim import ClusterConfig, SimCluster
+from airflow_jobs_sim.config import Identity
+from airflow_jobs_sim.kubeconfig import write_kubeconfig
+from airflow_jobs_sim.rbac import MASTERS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,10 +58,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="require short-lived tokens living this long, minted by an exec plugin the kubeconfig runs "
         "(python -m airflow_jobs_sim.mint_token); --token, or a random secret, signs them",
     )
+    sim.add_argument(
+        "--service-account",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME",
+        help="a service account that calls as itself (system:serviceaccount:NAMESPACE:NAME, in "
+        "system:masters: the simulator enforces no RBAC here), with a token of its own written to a "
+        "kubeconfig beside the cluster's: <kubeconfig>-<NAME>; repeatable",
+    )
     return sim
 
 
+def _service_accounts(values: list[str]) -> list[tuple[str, str, Identity]]:
+    """(namespace, name, identity) of each --service-account, each with a fresh token."""
+    found = []
+    for value in values:
+        namespace, _, name = value.partition("/")
+        if not namespace or not name:
+            raise SystemExit(f"--service-account: expected NAMESPACE/NAME, got {value!r}")
+        account = Identity.service_account(namespace, name, secrets.token_hex(16))
+        account = Identity(account.token, account.user, (*account.groups, MASTERS))
+        found.append((namespace, name, account))
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
+    accounts = _service_accounts(args.service_account)
     config = ClusterConfig(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
@@ -70,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         token=args.token
         or (secrets.token_hex(16) if args.token_ttl is not None or args.exec_commands else None),
         token_ttl=args.token_ttl,
+        identities=tuple(identity for _, _, identity in accounts),
     )
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -77,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         print(f"Simulated cluster listening on {cluster.url}", flush=True)
         print(f"kubeconfig: {cluster.kubeconfig_path}", flush=True)
+        for namespace, name, identity in accounts:
+            path = write_kubeconfig(f"{cluster.kubeconfig_path}-{name}", cluster.url, identity.token)
+            print(f"kubeconfig of {namespace}/{name}: {path}", flush=True)
         print(f"  kubectl --kubeconfig {cluster.kubeconfig_path} get pods", flush=True)
         print("Press Ctrl+C to stop.", flush=True)
         while not stop.wait(0.5):

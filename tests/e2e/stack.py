@@ -28,6 +28,8 @@ POLICY_MANIFEST = ROOT / "helm-values" / "quota-policy.yaml"
 CLAIM_MANIFEST = ROOT / "helm-values" / "example-artifacts-claim.yaml"
 BIN = Path(sys.executable).parent
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# The admission controller's service account on the simulated cluster (its own kubeconfig).
+CONTROLLER_ACCOUNT = "airflow-jobs-system/airflow-jobs-controller"
 STOP_GRACE_SECONDS = 25
 
 
@@ -93,6 +95,9 @@ class Stack:
                 str(self.time_scale),
                 "--kubeconfig",
                 str(self.kubeconfig),
+                # The admission controller calls as its own service account (its own kubeconfig).
+                "--service-account",
+                CONTROLLER_ACCOUNT,
             ],
             sim_env,
         )
@@ -125,6 +130,23 @@ class Stack:
         self.airflow("db", "migrate", timeout=300)
         self._wait_for(lambda: self.kubeconfig.exists(), 60, "the simulated cluster's kubeconfig")
         self.create_quota_policy()
+        controller = Path(f"{self.kubeconfig}-{CONTROLLER_ACCOUNT.split('/')[1]}")
+        self._wait_for(controller.exists, 60, "the admission controller's kubeconfig")
+        # The admission controller, outside Airflow: the only process that admits the jobs.
+        self._spawn(
+            "admission-controller",
+            [
+                str(BIN / "airflow-jobs"),
+                "admission-controller",
+                "--kubeconfig",
+                str(controller),
+                "--namespace",
+                "default",
+                "--identity",
+                "e2e-controller",
+            ],
+            base,
+        )
         for component in AIRFLOW_COMPONENTS:
             self._spawn(component, [str(BIN / "airflow"), component], self.env)
         return self

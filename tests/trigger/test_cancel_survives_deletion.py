@@ -18,6 +18,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from airflow_jobs_sim.cluster import SimCluster
 from airflow_jobs_sim.config import ClusterConfig, KueueConfig
+from controller_fixture import ControllerThread
 from sim_fixtures import real_cluster_kubeconfig
 from task_doubles import FakeTI, StateStore
 
@@ -64,6 +65,8 @@ def cluster():
             "localqueues",
             {"metadata": {"name": "tight", "namespace": "default"}, "spec": {"clusterQueue": "tight"}},
         )
+        # No admission controller: a job stays queued, as long as nothing admits it, where a scenario
+        # needs it queued; the scenarios that need one admitted run one (ControllerThread).
         yield sim
 
 
@@ -217,7 +220,8 @@ def test_a_stopped_mpijob_deleted_by_its_cancel_is_not_submitted_again_by_the_re
 
         await until(stopped, f"{name} stopped")
 
-    cancel_then_gone(task, deferred, cluster, follow_first=run_then_stop)
+    with ControllerThread(cluster.kubeconfig_path, namespaces=("default",)):
+        cancel_then_gone(task, deferred, cluster, follow_first=run_then_stop)
     assert_the_retry_submits_nothing(task, deferred.trigger.job_name, cluster)
 
 
@@ -227,11 +231,16 @@ def test_a_job_waiting_in_kueue_deleted_by_its_cancel_is_not_submitted_again_by_
     assert deferred.trigger.kind == "Job"
 
     async def labelled_for_kueue(client: KubeClient, name: str) -> None:
-        job = await client.get(JOBS, "default", name)
-        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "tight"
-        assert job["spec"]["suspend"] is True
+        # The admission controller hands it to its LocalQueue, where it waits for good.
+        async def handed() -> bool:
+            job = await client.get(JOBS, "default", name)
+            return job["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == "tight"
 
-    run(lambda client: labelled_for_kueue(client, deferred.trigger.job_name), cluster)
+        await until(handed, f"{name} handed to Kueue")
+        assert (await client.get(JOBS, "default", name))["spec"]["suspend"] is True
+
+    with ControllerThread(cluster.kubeconfig_path, namespaces=("default",)):
+        run(lambda client: labelled_for_kueue(client, deferred.trigger.job_name), cluster)
     cancel_then_gone(task, deferred, cluster)
     assert_the_retry_submits_nothing(task, deferred.trigger.job_name, cluster)
 

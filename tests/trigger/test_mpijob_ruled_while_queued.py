@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sim_fixtures import held_back
 
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
 from airflow_jobs_plugin.cluster.kube import JOBS, PODS
@@ -15,7 +16,7 @@ from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.queueing.quota import ledger
 
-from .conftest import held_back, job_manifest, task_identity
+from .conftest import job_manifest, task_identity
 from .test_trigger_scenarios import run_trigger
 
 # Nothing here is the simulator's: the same scenario runs against mpi-operator v0.8.2 on the real plane.

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
+from sim_fixtures import held_back
+from task_doubles import the_api_server_answers_kills
+
 from airflow_jobs_plugin.airflow.triggers import JobTrigger
 from airflow_jobs_plugin.cluster.kube import JOBS, PODS
 from airflow_jobs_plugin.cluster.objects import condition_true
@@ -15,7 +18,7 @@ from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from tests.patience import stretch
 
-from .conftest import held_back, job_manifest, set_scenario, task_identity
+from .conftest import job_manifest, set_scenario, task_identity
 
 
 async def run_trigger(trigger: JobTrigger, timeout: float = 60) -> list[dict]:
@@ -192,6 +195,7 @@ async def test_an_unschedulable_job_reports_the_schedulers_message_until_killed(
     task.cancel()
     assert "didn't match Pod's node affinity/selector" in out
     await trigger.on_kill()
+    await the_api_server_answers_kills(client, "default", "failed")
     await ended_by_cancel(client, name)
 
 
@@ -300,6 +304,7 @@ async def test_a_user_kill_ends_the_job_and_its_pods_and_keeps_it_cancelled(clie
     await wait_for_state(cluster, name, running)
     task.cancel()
     await trigger.on_kill()
+    await the_api_server_answers_kills(client, "default", "failed")
     job = await ended_by_cancel(client, name)
     assert job["metadata"]["annotations"][labels.CANCELLED_BY].startswith("an Airflow user")
 
@@ -314,6 +319,7 @@ async def test_cleanup_after_a_triggerer_restart_never_deletes_the_job(client, c
     await trigger.cleanup()
     assert (await client.get(JOBS, "default", name))["metadata"].get("deletionTimestamp") is None
     await trigger.on_kill()
+    await the_api_server_answers_kills(client, "default", "failed")
 
 
 async def test_a_trigger_rebuilt_from_serialize_mid_run_resumes_without_resubmitting(client, cluster):

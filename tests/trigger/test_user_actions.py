@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import time
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
-from task_doubles import FakeTI, StateStore
+from task_doubles import FakeTI, StateStore, the_api_server_answers_kills
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.airflow.triggers import AIRFLOW_USER, JobTrigger
@@ -24,6 +25,7 @@ from airflow_jobs_plugin.jobs.spec import TaskIdentity
 from airflow_jobs_plugin.queueing.engines import pool as admission
 from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.readmodel import inspect
+from tests.patience import Deadline
 
 _runs = iter(range(1, 10_000))
 FOREVER = '{"main": {"run": null}}'
@@ -115,7 +117,8 @@ async def kubectl_delete(client, name, _trigger):
 
 
 async def airflow_mark_failed(client, name, trigger):
-    await trigger.on_kill()
+    await trigger.on_kill()  # asks, in the triggerer
+    await the_api_server_answers_kills(client, "default", "failed")  # confirms in Airflow's database, cancels
 
 
 def count_jobs(cluster, task: TaskRun) -> int:
@@ -185,7 +188,9 @@ def test_airflow_mark_failed_cancels_the_job_and_says_so_in_the_task_log(cluster
     event = follow_while(task.execute(1), cluster, airflow_mark_failed)
     assert (event["state"], event["cancelled_by"]) == ("CANCELLED", AIRFLOW_USER)
     log = capsys.readouterr().out
-    assert f"CANCELLED by {AIRFLOW_USER} at " in log and "stays listed as cancelled until its TTL" in log
+    # The trigger asks (it may not cancel: DAG code runs beside it); the API server's app cancels.
+    assert "task killed in Airflow: asked for Job default/" in log
+    assert f"CANCELLED: cancelled by {AIRFLOW_USER} at " in log
     assert count_jobs(cluster, task) == 0
 
 
@@ -217,11 +222,15 @@ def test_a_stopped_job_keeps_the_task_deferred_and_runs_again_when_resumed(clust
         try:
             events = asyncio.ensure_future(_collect(deferred.trigger))
             await until_running(client, name)
+            seen = ""
+            while f"Job {name}: RUNNING" not in seen:  # the task saw it run before it is stopped
+                assert not events.done(), events.result()
+                seen += capsys.readouterr().out
+                await asyncio.sleep(0.02)
             # What a stop does (the UI's and CLI's action): who and when, then suspend (pods deleted).
             stop = {labels.STOPPED_AT: "2026-11-23T21:00:00+00:00", labels.STOPPED_BY: "bob"}
             await client.merge_patch(JOBS, "default", name, {"metadata": {"annotations": stop}})
             await client.merge_patch(JOBS, "default", name, {"spec": {"suspend": True}})
-            seen = ""
             for _ in range(1000):
                 seen += capsys.readouterr().out
                 if "STOPPED: stopped by bob at 2026-11-23T21:00:00+00:00" in seen:
@@ -250,7 +259,8 @@ def test_a_stopped_job_keeps_the_task_deferred_and_runs_again_when_resumed(clust
         if f"Job {name}: " in line
     ]
     stopped = states.index("STOPPED")
-    assert "RUNNING" in states[:stopped] and "QUEUED" in states[stopped:] and states[-1] == "SUCCEEDED"
+    # Resumed, the admission controller lets it go again at once: it runs again, from the start.
+    assert "RUNNING" in states[:stopped] and "RUNNING" in states[stopped:] and states[-1] == "SUCCEEDED"
     assert count_jobs(cluster, task) == 1  # resumed, not resubmitted
 
 
@@ -342,8 +352,16 @@ def test_a_job_deleted_by_hand_under_a_quota_gives_its_gpus_back(cluster):
 
     event = follow_while(deferred, cluster, delete_after_noting_its_uid)
     assert (event["state"], event["cancelled_by"]) == ("CANCELLED", DELETED_BY_SOMEONE)
-    ledger = cluster.store.get("configmaps", "airflow-jobs-quota-vision", "default") or {}
-    assert not [value for value in (ledger.get("data") or {}).values() if uid["job"] in value]
+
+    def held() -> list[str]:
+        ledger = cluster.store.get("configmaps", "airflow-jobs-quota-vision", "default") or {}
+        return [value for value in (ledger.get("data") or {}).values() if uid["job"] in value]
+
+    # The admission controller frees them once it sees the job gone with its pods.
+    deadline = Deadline(30)
+    while held():
+        assert not deadline.passed(), f"the deleted job still holds its GPUs after {deadline}: {held()}"
+        time.sleep(0.05)
 
 
 def _rebuilt_after_the_job_was_deleted(cluster, task: TaskRun, deferred: TaskDeferred) -> dict:
@@ -394,3 +412,23 @@ def test_a_job_gone_after_its_ttl_could_have_removed_it_is_not_called_a_cancel()
     assert unseen_deletion_is_a_cancel(now - timedelta(days=30), None, now=now)  # no TTL: never removed
     assert not unseen_deletion_is_a_cancel(now - timedelta(days=8), week, now=now)  # may have finished
     assert not unseen_deletion_is_a_cancel(None, week, now=now)  # a trigger from before: unknown
+
+
+def test_a_kill_request_a_dag_wrote_on_another_tenants_job_cancels_nothing(cluster):
+    # Any DAG can write what the triggerer may (Airflow's security model): here, a kill request on a job
+    # whose task instance Airflow's database shows deferred on it. The API server's app cancels nothing
+    # and takes the request off; the victim's job runs on to its end.
+    victim = TaskRun(train(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 200}}'}))
+
+    async def forge_a_kill_request(client, name, _trigger):
+        await client.merge_patch(
+            JOBS, "default", name, {"metadata": {"labels": {labels.KILL_REQUESTED: "1"}}}
+        )
+        (answered,) = await the_api_server_answers_kills(client, "default", "deferred")
+        assert not answered.verdict.cancel and "still follows the job" in answered.verdict.reason
+        job = await client.get(JOBS, "default", name)
+        assert labels.KILL_REQUESTED not in job["metadata"]["labels"]
+        assert labels.VERDICT not in (job["metadata"].get("annotations") or {})
+
+    event = follow_while(victim.execute(1), cluster, forge_a_kill_request)
+    assert (event["status"], event["state"]) == ("success", "SUCCEEDED")

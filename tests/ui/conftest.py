@@ -27,7 +27,6 @@ from datetime import datetime, timezone
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
-from controller_fixture import ControllerThread
 from fastapi import FastAPI
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, PODS, KubeClient
@@ -214,10 +213,9 @@ async def _populate(cluster: SimCluster) -> tuple[dict[str, str], dict[str, Task
 
 @pytest.fixture(scope="package")
 def population():
-    with (
-        SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as cluster,
-        ControllerThread(cluster.kubeconfig_path),
-    ):
+    # A scene the package's tests read as it was set, admitted by the passes above: no admission
+    # controller beside it.
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as cluster:
         names, identities = asyncio.run(_populate(cluster))
         yield Population(cluster, names, identities)
 

@@ -48,10 +48,9 @@ NO_QUOTA = Target(namespace=NAMESPACE, quota_configmap=None)
 
 @pytest.fixture
 def cluster():
-    with (
-        SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim,
-        ControllerThread(sim.kubeconfig_path),
-    ):
+    # The tests drive the quota pool's passes themselves (Cluster.admit), to act between two of them: no
+    # admission controller beside them but where a test starts one.
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim:
         yield sim
 
 
@@ -341,9 +340,13 @@ def test_without_a_quota_pool_resume_starts_the_job_again(cluster):
         await until(stopped)
         assert not await c.all_pods(name)
         outcome = await resume(c.client, NO_QUOTA, name, by="alice")
-        assert outcome.message == f"job/{name} resumed: started again (no quota pool)"
-        assert not suspended(await c.job(name))
-        await until(runs)
+        assert (
+            outcome.message == f"job/{name} resumed: the admission controller starts it again (no quota pool)"
+        )
+        # The resume only lifts the stop; the admission controller lets the job go again.
+        assert suspended(await c.job(name))
+        with ControllerThread(cluster.kubeconfig_path):
+            await until(runs)
         # It runs again from the start: a fresh pod, not the one the stop deleted.
         assert set(await c.all_pods(name)).isdisjoint(running_pods)
 

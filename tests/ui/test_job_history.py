@@ -12,7 +12,6 @@ import asyncio
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
-from controller_fixture import ControllerThread
 
 from airflow_jobs_plugin.jobs import history, labels
 from airflow_jobs_plugin.lifecycle import snapshot, tracking
@@ -27,10 +26,8 @@ from .test_actions import QUOTA, Cluster, manifest, scenario, until
 
 @pytest.fixture
 def cluster():
-    with (
-        SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim,
-        ControllerThread(sim.kubeconfig_path),
-    ):
+    # The tests drive the quota pool's passes themselves (Cluster.admit): no admission controller.
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim:
         yield sim
 
 

@@ -471,6 +471,12 @@ class KueueController(Reconciler):
             "workloadpriorityclasses",
         ):
             self.enqueue("schedule")
+            if resource == "localqueues" and event_type != "DELETED":
+                self.enqueue(f"lq:{obj['metadata'].get('namespace')}/{obj['metadata'].get('name')}")
+            elif resource == "clusterqueues":
+                for lq in self.store.list("localqueues"):
+                    if (lq.get("spec") or {}).get("clusterQueue") == obj["metadata"].get("name"):
+                        self.enqueue(f"lq:{lq['metadata'].get('namespace')}/{lq['metadata'].get('name')}")
             if resource == "workloads":
                 ref = controller_ref(obj)
                 if ref is not None:
@@ -481,6 +487,10 @@ class KueueController(Reconciler):
         if key == "schedule":
             self._schedule()
             return
+        if key.startswith("lq:"):
+            namespace, name = split_key(key[3:])
+            self._reconcile_local_queue(namespace or "", name)
+            return
         _, resource, nskey = key.split(":", 2)
         ns, name = split_key(nskey)
         try:
@@ -490,6 +500,33 @@ class KueueController(Reconciler):
         if not is_managed(resource, job, self.config):
             return
         self._reconcile_job(resource, job)
+
+    def _reconcile_local_queue(self, namespace: str, name: str) -> None:
+        """A LocalQueue's Active condition, as Kueue's LocalQueue reconciler writes it
+        (kubernetes-sigs/kueue v0.19.2 pkg/controller/core/localqueue_controller.go Reconcile): False
+        (Stopped) with a stopPolicy, False (ClusterQueueDoesNotExist) without its ClusterQueue, else True
+        (Ready). A ClusterQueue here is active once it exists (the simulator does not model inactive ones)."""
+        try:
+            lq = self.store.get("localqueues", name, namespace=namespace)
+        except ApiError:
+            return
+        spec = lq.get("spec") or {}
+        if (spec.get("stopPolicy") or "None") != "None":
+            wanted = ("False", "Stopped", "LocalQueue is stopped")
+        else:
+            try:
+                self.store.get("clusterqueues", spec.get("clusterQueue") or "")
+                wanted = ("True", "Ready", "Can submit new workloads to localQueue")
+            except ApiError:
+                wanted = ("False", "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue")
+        conditions = list((lq.get("status") or {}).get("conditions") or ())
+        current = next((c for c in conditions if c.get("type") == "Active"), None)
+        if current is not None and (current.get("status"), current.get("reason")) == wanted[:2]:
+            return
+        status = dict(
+            lq.get("status") or {}, conditions=_set(conditions, "Active", *wanted, self.clock.now())
+        )
+        self.store.update("localqueues", {"metadata": lq["metadata"], "status": status}, subresource="status")
 
     # -- the job reconciler (reconciler.go ReconcileGenericJob, in its order)
     def _workload_of(self, job: dict) -> dict | None:
