@@ -35,13 +35,15 @@ SCENARIO = "sim.airflow-jobs.io/scenario"
 DEADLINE = 300.0
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-# The kinds of the shipped manifests (helm-values/rbac.yaml, admission-policy.yaml, pod-security.yaml),
-# by kind.
+# The kinds of the shipped manifests (helm-values/rbac.yaml, admission-controller.yaml,
+# admission-policy.yaml, pod-security.yaml), by kind.
 KINDS = {
     r.kind: r
     for r in (
         NAMESPACES,
         Resource("", "v1", "serviceaccounts", "ServiceAccount"),
+        Resource("apps", "v1", "deployments", "Deployment"),
+        Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
         Resource("", "v1", "configmaps", "ConfigMap"),
         Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
         Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False),
@@ -96,10 +98,10 @@ def on_cluster(kubeconfig: str, work: Callable[[KubeClient], Awaitable[Any]]) ->
 async def create_or_replace(
     client: KubeClient, body: dict, namespace: str = "", replace: bool = True
 ) -> dict:
-    """Create ``body``; if it exists, replace it (or, with ``replace=False``, keep it: a bound claim's
-    spec is immutable)."""
+    """Create ``body`` (in the namespace it names, else ``namespace``, as ``kubectl apply -n`` does); if it
+    exists, replace it (or, with ``replace=False``, keep it: a bound claim's spec is immutable)."""
     resource = KINDS[body["kind"]]
-    where = namespace if resource.namespaced else ""
+    where = (body["metadata"].get("namespace") or namespace) if resource.namespaced else ""
     try:
         return await client.create(resource, where, body)
     except KubeError as exc:
