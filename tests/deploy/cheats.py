@@ -27,12 +27,15 @@ from airflow_jobs_plugin.queueing import kueue
 # admission).
 WHO = ("worker", "triggerer", "api-server", "admin")
 _serial = count(1)
+# Job names follow the task: a run of its own per session, so a cluster that keeps an earlier session's
+# jobs (the real plane) takes this one's.
+_SESSION = datetime.now(timezone.utc).isoformat()
 
 
 def honest_body(kind: str = "Job", run: str = "run", group: str = "vision") -> dict:
     """What the worker creates for a fresh task (``submitted_body``: suspended, behind the pool's gate,
     labelled), of a unique task run."""
-    task = TaskIdentity("cheats", kind.lower(), f"{run}-{next(_serial)}", -1, 1)
+    task = TaskIdentity("cheats", kind.lower(), f"{run}-{_SESSION}-{next(_serial)}", -1, 1)
     spec = JobSpec.build(
         image="registry.example/trainer:1",
         group=group,

@@ -107,14 +107,20 @@ async def create_or_replace(
     except KubeError as exc:
         if exc.status != 409:
             raise
-    current = await client.get(resource, where, body["metadata"]["name"])
-    if not replace:
-        return current
-    body = {
-        **body,
-        "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
-    }
-    return await client.replace(resource, where, body)
+    for _ in range(10):
+        current = await client.get(resource, where, body["metadata"]["name"])
+        if not replace:
+            return current
+        version = current["metadata"]["resourceVersion"]
+        try:
+            return await client.replace(
+                resource, where, {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+            )
+        except KubeError as exc:
+            # Its controller wrote its status since it was read (a Deployment's, a budget's): read again.
+            if exc.status != 409:
+                raise
+    raise AssertionError(f"{body['kind']} {body['metadata']['name']} kept changing under the replace")
 
 
 async def ensure_namespace(client: KubeClient, name: str) -> None:

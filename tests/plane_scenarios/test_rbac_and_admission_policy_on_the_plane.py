@@ -69,12 +69,17 @@ QUICK = scenario(main={"run": 1, "logs": ["epoch 1"]})
 HELD = "unlisted"
 
 
-def install_layout() -> list[tuple[dict, str]]:
+def install_layout(kueue: bool) -> list[tuple[dict, str]]:
     """Every document docs/deploying.md applies, with the namespace ``kubectl apply -n`` gives it, in
-    order (the chart's own service accounts in Airflow's namespace first)."""
+    order (the chart's own service accounts in Airflow's namespace first); on a cluster that runs Kueue
+    (the plane started --with kueue), its Roles too."""
     accounts = [
         ({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}, namespace)
         for namespace, name in list(ACCOUNTS.values())[:3]
+    ]
+    with_kueue = [
+        *((d, NAMESPACE) for d in shipped("rbac-kueue.yaml")),
+        *((d, "kueue-system") for d in shipped("rbac-kueue-config.yaml")),
     ]
     return [
         *accounts,
@@ -82,6 +87,7 @@ def install_layout() -> list[tuple[dict, str]]:
         *((d, NAMESPACE) for d in shipped("quota-policy.yaml")),
         *((d, AIRFLOW_NAMESPACE) for d in shipped("quota-policy.yaml")),
         *((d, "") for d in shipped("admission-controller.yaml")),
+        *(with_kueue if kueue else ()),
         *((d, "") for d in shipped("admission-policy.yaml")),
     ]
 
@@ -132,7 +138,8 @@ def identities(cluster, tmp_path_factory) -> dict[str, str]:
 
     async def set_up(client: KubeClient) -> dict[str, dict]:
         await ensure_namespace(client, AIRFLOW_NAMESPACE)
-        for doc, namespace in install_layout():
+        kueue = await client.get_or_none(KINDS["Namespace"], "", "kueue-system") is not None
+        for doc, namespace in install_layout(kueue):
             await create_or_replace(client, doc, namespace)
         configs = {}
         for component, (namespace, account) in ACCOUNTS.items():
@@ -385,7 +392,7 @@ def test_a_job_another_dag_planted_under_a_tasks_name_is_never_adopted(identitie
     run_as(monkeypatch, identities, "worker")
     run_id = f"{RUN_ID}-planted-{next(_serial)}"
     victim = TaskIdentity("victim", "train", run_id, -1, 1)
-    evil = validate(image="mallory/evil:1", group=HELD, user="mallory", gpus=1, namespace=NAMESPACE)
+    evil = validate(image="mallory/evil:1", group="vision", user="mallory", gpus=1, namespace=NAMESPACE)
     body = pool_gate(
         build_manifest(
             evil, name=victim.job_name(1), task=victim, attempt=1, queued_at=datetime.now(timezone.utc)
@@ -396,7 +403,7 @@ def test_a_job_another_dag_planted_under_a_tasks_name_is_never_adopted(identitie
     op = JobOperator(
         task_id="train",
         image="registry.example/trainer:1",
-        group=HELD,
+        group="vision",
         user="alice",
         gpus=1,
         namespace=NAMESPACE,
@@ -520,12 +527,16 @@ def test_a_group_added_to_the_policy_is_admitted_without_any_role_changed(identi
     """The controller's Role names no ledger (admission-policy.yaml's rule controller-configmaps bounds
     the names instead): a group a platform admin adds to the policy gets its ledger at its first job."""
     from airflow_jobs_plugin.queueing.quota import POLICY_KEY, ledger_name
+    from airflow_jobs_plugin.queueing.quota.model import CHARGING_KEY
 
     async def add_group(client: KubeClient) -> None:
         policy = await client.get(CONFIGMAPS, NAMESPACE, POLICY_CONFIGMAP)
         text = policy["data"][POLICY_KEY]
         if "  robotics:" not in text:
             policy["data"][POLICY_KEY] = text.replace("groups:\n", "groups:\n  robotics: {gpus: 4}\n", 1)
+            # and the DAG folder's charging entry: the platform allows the DAGs to charge it.
+            charging = policy["data"][CHARGING_KEY]
+            policy["data"][CHARGING_KEY] = charging.replace("groups: [", "groups: [robotics, ", 1)
             await client.replace(CONFIGMAPS, NAMESPACE, policy)
 
     on_cluster(cluster.kubeconfig_path, add_group)
@@ -566,6 +577,107 @@ def test_the_controllers_deployment_is_admitted_under_restricted(identities):
 
     found = on_cluster(identities["admin"], pods)
     assert all(p["spec"]["serviceAccountName"] == "airflow-jobs-controller" for p in found)
+
+
+def test_a_job_kueues_webhook_gives_its_default_queue_waits_for_the_pool_then_kueue_runs_it(
+    identities, monkeypatch
+):
+    """A LocalQueue ``default`` in the jobs' namespace: Kueue's webhook gives it to a job naming no queue
+    (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/defaults.go), before the admission policy
+    sees the create, which passes it since the job still waits behind the pool's gate. The controller
+    hands it over (the gate lifted); Kueue, as its own account, admits and resumes it: the rule
+    kueue-after-handoff lets it act on a job handed to it. Skipped where the plane runs no Kueue."""
+    from airflow_jobs_plugin.cluster.kube import LOCAL_QUEUES
+    from airflow_jobs_plugin.cluster.resources import Resource
+    from airflow_jobs_plugin.queueing import kueue
+
+    flavors = Resource(kueue.GROUP, kueue.VERSION, "resourceflavors", "ResourceFlavor", namespaced=False)
+    cluster_queues = Resource(kueue.GROUP, kueue.VERSION, "clusterqueues", "ClusterQueue", namespaced=False)
+
+    def obj(resource: Resource, body: dict) -> dict:
+        return {"apiVersion": resource.api_version, "kind": resource.kind, **body}
+
+    async def create_if_absent(client: KubeClient, resource, namespace: str, body: dict) -> None:
+        with contextlib.suppress(KubeError):
+            await client.create(resource, namespace, body)
+
+    async def queues(client: KubeClient) -> bool:
+        if await client.get_or_none(KINDS["Namespace"], "", "kueue-system") is None:
+            return False
+        with contextlib.suppress(KubeError):
+            await client.create(flavors, "", obj(flavors, {"metadata": {"name": "default-flavor"}}))
+        gpu = {"name": "nvidia.com/gpu", "nominalQuota": 8}
+        spec = {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "default-flavor",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": 64},
+                                {"name": "memory", "nominalQuota": "512Gi"},
+                                gpu,
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+        await create_if_absent(
+            client,
+            cluster_queues,
+            "",
+            obj(cluster_queues, {"metadata": {"name": "plane-rbac"}, "spec": spec}),
+        )
+        await create_if_absent(
+            client,
+            LOCAL_QUEUES,
+            NAMESPACE,
+            obj(
+                LOCAL_QUEUES,
+                {"metadata": {"name": kueue.DEFAULT_LOCAL_QUEUE}, "spec": {"clusterQueue": "plane-rbac"}},
+            ),
+        )
+        return True
+
+    if not on_cluster(identities["admin"], queues):
+        pytest.skip("the plane runs no Kueue (scripts/cluster up --with kueue)")
+    try:
+        op = JobOperator(
+            task_id="defaulted",
+            image="registry.example/trainer:1",
+            group="vision",
+            user="alice",
+            gpus=1,
+            namespace=NAMESPACE,
+            job_annotations=QUICK,
+        )
+        run_as(monkeypatch, identities, "worker")
+        trigger = defer(op, task_context("plane_rbac", "defaulted", run_id=RUN_ID))
+        created = as_identity(identities["admin"], lambda c: c.get(JOBS, NAMESPACE, trigger.job_name))
+        run_as(monkeypatch, identities, "triggerer")
+
+        event = follow(trigger)
+
+        assert event["status"] == "success" and event["state"] == "SUCCEEDED", event
+        job = as_identity(identities["admin"], lambda c: c.get(JOBS, NAMESPACE, trigger.job_name))
+        assert job["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] == kueue.DEFAULT_LOCAL_QUEUE
+        assert kueue.POOL_GATE not in (job["metadata"].get("annotations") or {}).get(
+            kueue.ADMISSION_GATE_ANNOTATION, ""
+        )
+        # Kueue's webhook gave it its queue at its creation, which the policy let through behind the gate.
+        assert created["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] == kueue.DEFAULT_LOCAL_QUEUE
+    finally:
+
+        async def remove(client: KubeClient) -> None:
+            with contextlib.suppress(KubeError):
+                await client.delete(LOCAL_QUEUES, NAMESPACE, kueue.DEFAULT_LOCAL_QUEUE)
+            with contextlib.suppress(KubeError):
+                await client.delete(cluster_queues, "", "plane-rbac")
+
+        on_cluster(identities["admin"], remove)
 
 
 def test_a_kubeconfig_that_impersonates_is_refused_rather_than_run_as_its_admin(cluster, tmp_path):
