@@ -246,7 +246,7 @@ def start_manager(plane: Plane) -> None:
         [
             plane.bin("kueue"),
             f"--config={config_path}",
-            f"--kubeconfig={plane.admin_kubeconfig}",
+            f"--kubeconfig={plane.own_kubeconfig('kueue')}",
             "--zap-log-level=2",
         ],
     )

@@ -32,7 +32,7 @@ import yaml
 
 from realplane import build, inotify, kueue_setup, nodes, stages
 from realplane.pins import Pins
-from realplane.pki import LOOPBACK, Authority
+from realplane.pki import LOOPBACK, Authority, Pair
 
 
 class PlaneError(RuntimeError):
@@ -40,6 +40,17 @@ class PlaneError(RuntimeError):
 
 
 OPERATORS = ("mpi-operator", "kueue")
+# The add-ons call the API server as the service accounts their own manifests deploy them under
+# (kubeflow/mpi-operator v0.8.2 deploy/v2beta1/mpi-operator.yaml; kubernetes-sigs/kueue v0.19.2
+# config/default), so the product's admission policy (helm-values/admission-policy.yaml) tells them apart
+# on the plane as in a cluster. A client certificate's CommonName is the user's name and its
+# Organizations the groups (kubernetes v1.36.3 staging/src/k8s.io/apiserver/pkg/authentication/request/
+# x509/x509.go, CommonNameUserConversion); system:masters gives them the rights they have in a cluster
+# without their ClusterRoles.
+IDENTITIES = {
+    "mpi-operator": "system:serviceaccount:mpi-operator:mpi-operator",
+    "kueue": "system:serviceaccount:kueue-system:kueue-controller-manager",
+}
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,10 @@ class Plane:
     def admin_kubeconfig(self) -> Path:
         return self.dir / "admin.kubeconfig"
 
+    def own_kubeconfig(self, component: str) -> Path:
+        """The kubeconfig of an add-on (IDENTITIES): its own client certificate."""
+        return self.dir / f"{component}.kubeconfig"
+
     def say(self, message: str) -> None:
         print(f"cluster: {message}", file=self.out, flush=True)
 
@@ -227,8 +242,11 @@ class Plane:
         self.serving = ca.issue("serving", "localhost", hosts=LOOPBACK)
         self.sa_key = ca.service_account_key()
         self._kubeconfig(self.admin_kubeconfig)
+        for component, user in IDENTITIES.items():
+            pair = ca.issue(component, user, organizations=("system:masters",), client=True)
+            self._kubeconfig(self.own_kubeconfig(component), pair, component)
 
-    def _kubeconfig(self, path: Path) -> None:
+    def _kubeconfig(self, path: Path, pair: Pair | None = None, user: str = "admin") -> None:
         assert self.state is not None
         import base64
 
@@ -249,15 +267,15 @@ class Plane:
             ],
             "users": [
                 {
-                    "name": "admin",
+                    "name": user,
                     "user": {
-                        "client-certificate-data": b64(self.admin_pair.cert),
-                        "client-key-data": b64(self.admin_pair.key),
+                        "client-certificate-data": b64((pair or self.admin_pair).cert),
+                        "client-key-data": b64((pair or self.admin_pair).key),
                     },
                 }
             ],
             "contexts": [
-                {"name": "airflow-jobs-plane", "context": {"cluster": "airflow-jobs-plane", "user": "admin"}}
+                {"name": "airflow-jobs-plane", "context": {"cluster": "airflow-jobs-plane", "user": user}}
             ],
             "current-context": "airflow-jobs-plane",
         }
@@ -552,7 +570,7 @@ class Plane:
             "mpi-operator",
             [
                 self.bin("mpi-operator"),
-                f"--kubeConfig={self.admin_kubeconfig}",
+                f"--kubeConfig={self.own_kubeconfig('mpi-operator')}",
                 "--lock-namespace=mpi-operator",
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",

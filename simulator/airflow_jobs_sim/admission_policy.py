@@ -48,6 +48,10 @@ class AdmissionRequest:
     groups: tuple[str, ...]
     object: Mapping[str, Any] | None
     old_object: Mapping[str, Any] | None
+    # A write of a subresource ("status"): a rule selects it only by "<resource>/<subresource>", so the
+    # controllers' status writes are no rule's on ``jobs`` (k8s.io/apiserver pkg/admission/plugin/policy/
+    # matching, v0.36: the rules match the request's resource and subresource together).
+    subresource: str = ""
 
 
 class _Failed(Exception):
@@ -58,9 +62,10 @@ def _rules_match(rules: Sequence[Mapping[str, Any]], request: AdmissionRequest) 
     def has(values: Any, wanted: str) -> bool:
         return "*" in (values or ()) or wanted in (values or ())
 
+    resource = f"{request.resource}/{request.subresource}" if request.subresource else request.resource
     return any(
         has(rule.get("apiGroups"), request.group)
-        and has(rule.get("resources"), request.resource)
+        and has(rule.get("resources"), resource)
         and has(rule.get("operations"), request.operation)
         for rule in rules
     )
@@ -118,6 +123,7 @@ class _Evaluator:
                     "name": request.name,
                     "userInfo": {"username": request.username, "groups": list(request.groups)},
                     "resource": {"group": request.group, "resource": request.resource},
+                    "subResource": request.subresource,
                 }
             ),
             "object": celpy.json_to_cel(None if request.object is None else dict(request.object)),
@@ -289,7 +295,9 @@ class PolicyAdmission:
     def __init__(self, store: Any):
         self.store = store
 
-    def admit(self, operation: str, resource: str, new: dict | None, old: dict | None) -> None:
+    def admit(
+        self, operation: str, resource: str, new: dict | None, old: dict | None, subresource: str = ""
+    ) -> None:
         bindings, _ = self.store.list_with_rv("validatingadmissionpolicybindings", copy=False)
         if not bindings or resource.startswith("validatingadmissionpolic"):
             return
@@ -339,6 +347,7 @@ class PolicyAdmission:
                 groups=caller.groups,
                 object=new,
                 old_object=old,
+                subresource=subresource,
             ),
             find_param,
         )

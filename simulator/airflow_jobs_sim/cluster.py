@@ -264,6 +264,13 @@ class SimCluster:
         """Start counting from zero."""
         self.call(self._server.counters.clear)
 
+    def authorized(self) -> dict[tuple[str, Any, bool], int]:
+        """Under RBAC (``ClusterConfig.rbac``): the resource requests served so far by caller, each as
+        (user name, ``rbac.Request``: verb, API group, resource, subresource, namespace, name, and
+        whether RBAC allowed it), with their counts. The requests a test's components sent, each under
+        its own identity."""
+        return self.call(lambda: dict(self._server.authorized))
+
     def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` (plain or async) on the cluster's loop thread and return its result."""
 

@@ -379,6 +379,8 @@ class ApiServer:
         self.faults = faults
         self.config = config
         self.counters: Counter[tuple[str, str]] = Counter()
+        # Under RBAC: every resource request by who sent it, what it asked and whether RBAC allowed it.
+        self.authorized: Counter[tuple[str, rbac.Request, bool]] = Counter()
         self._controllers = controllers or (lambda: None)
         self.address = ""
         # Add-on CRDs (Kueue) are served only by a cluster that installs them: elsewhere their paths
@@ -561,6 +563,7 @@ class ApiServer:
         """Refuse what the cluster's RBAC objects do not allow the request's user (``sim/rbac.py``)."""
         user = request.get("sim.user") or rbac.User("system:anonymous", ("system:unauthenticated",))
         if rbac.MASTERS in user.groups:
+            self.authorized[(user.name, attributes, True)] += 1
             return
         policy = rbac.Policy(
             roles={
@@ -571,7 +574,9 @@ class ApiServer:
             role_bindings=self._views("rolebindings")[0],
             cluster_role_bindings=self._views("clusterrolebindings")[0],
         )
-        if not rbac.allowed(policy, user, attributes):
+        allowed = rbac.allowed(policy, user, attributes)
+        self.authorized[(user.name, attributes, allowed)] += 1
+        if not allowed:
             raise errors.forbidden_request(
                 rtype.group_resource, attributes.name, rbac.forbidden_message(user, attributes)
             )

@@ -591,7 +591,7 @@ class Store:
             for webhook in self.webhooks:
                 webhook.admit_update(resource, new, old)
             for validator in self.validators:
-                validator.admit("UPDATE", resource, new, old)
+                validator.admit("UPDATE", resource, new, old, subresource or "")
             if "generation" in old_meta and _spec_of(new) != _spec_of(old):
                 new_meta["generation"] = old_meta["generation"] + 1
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]

@@ -1,12 +1,17 @@
-"""helm-values/admission-policy.yaml: the API server refuses a job that skips the GPU quota pool.
+"""helm-values/admission-policy.yaml: the API server lets only the admission controller start or charge a
+GPU job, whoever else writes it.
 
 The policies' CEL expressions are evaluated here with cel-python, the way the API server evaluates a
-ValidatingAdmissionPolicy (kubernetes/kubernetes v1.30,
+ValidatingAdmissionPolicy (kubernetes/kubernetes v1.36.3,
 staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating: matchConstraints select the request,
 every matchCondition must hold, variables are evaluated in order under ``variables``, and each
 validation that is false refuses the request with its message; ``oldObject`` is null on CREATE). The
-requests are the product's own: its manifests (``manifests.build_manifest``), the admission's unsuspend
-patch and the cancel's verdict patch, applied as the API server applies a merge patch (RFC 7386).
+requests are the product's own, each as its identity sends it: the worker's submission
+(``manifests.submitted_body``), the triggerer's next attempt (``attempts.next_attempt``) and kill request,
+the admission controller's admission, hand-over, verdict, requeue, preemption, ending and expiry patches
+and its ledger and board writes, the api-server's cancel, stop, resume and answer to a kill request,
+Kueue's admission of a job handed to it and the MPI operator's launcher Job, applied as the API server
+applies a merge patch (RFC 7386); and the cheats of each identity, refused naming their rule.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import copy
 import functools
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -24,21 +29,36 @@ from airflow_jobs_sim.admission_policy import AdmissionRequest
 from airflow_jobs_sim.admission_policy import refusals as policy_refusals
 from airflow_jobs_sim.patch import merge_patch
 
-from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs import attempts, kinds, labels, manifests
 from airflow_jobs_plugin.jobs.actions import RESUME_PATCH, stop_patch
-from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.manifests import submitted_body
 from airflow_jobs_plugin.jobs.spec import JobSpec, TaskIdentity
+from airflow_jobs_plugin.queueing import board, kueue
 from airflow_jobs_plugin.queueing.quota.ledger import (
     ENDING_DEADLINE_SECONDS,
+    handoff_patch,
+    preempt_patch,
+    queued_job,
+    requeue_patch,
     unsuspend_patch,
+    verdict_only_patch,
     verdict_patch,
 )
 from airflow_jobs_plugin.queueing.quota.ledger_model import ledger_name
+from airflow_jobs_plugin.queueing.quota.model import Reservation
+from airflow_jobs_plugin.queueing.quota.requeue import Requeue
 
 HELM = Path(__file__).resolve().parents[2] / "helm-values"
+# The jobs' namespace of the shipped layout (pod-security.yaml's Namespace, the bindings' selector).
+NAMESPACE = "airflow-jobs"
 WORKER = "system:serviceaccount:airflow:airflow-worker"
 TRIGGERER = "system:serviceaccount:airflow:airflow-triggerer"
 API_SERVER = "system:serviceaccount:airflow:airflow-api-server"
+CONTROLLER = "system:serviceaccount:airflow-jobs-system:airflow-jobs-controller"
+# Kubeflow's manifests (deploy/v2beta1/mpi-operator.yaml) and Kueue's (config/default) deploy these.
+MPI_OPERATOR = "system:serviceaccount:mpi-operator:mpi-operator"
+KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
+ADMIN = "kubernetes-admin"  # a cluster administrator's certificate (system:masters): no exemption
 RESOURCES = {
     "Job": ("batch", "jobs"),
     "MPIJob": ("kubeflow.org", "mpijobs"),
@@ -50,17 +70,24 @@ RESOURCES = {
     "Service": ("", "services"),
 }
 
+SUBMISSION = "airflow-jobs rule suspended-submission"
+ADMISSION = "airflow-jobs rule admission-by-controller"
+KILL = "airflow-jobs rule kill-request-only"
+KUEUE_RULE = "airflow-jobs rule kueue-after-handoff"
+CONTROLLER_CONFIGMAPS = "airflow-jobs rule controller-configmaps"
+LEDGERS = "airflow-jobs rule ledgers-and-boards"
+
 
 @dataclass(frozen=True)
 class Request:
     username: str
-    operation: str  # CREATE / UPDATE
-    object: dict
+    operation: str  # CREATE / UPDATE / DELETE
+    object: dict | None
     old_object: dict | None = None
 
     @property
     def group_resource(self) -> tuple[str, str]:
-        return RESOURCES[self.object["kind"]]
+        return RESOURCES[(self.object or self.old_object or {})["kind"]]
 
 
 @functools.cache
@@ -82,8 +109,8 @@ def refusals(request: Request, params: dict[str, dict] | None = None) -> list[st
         operation=request.operation,
         group=group,
         resource=resource,
-        namespace="airflow",
-        name=request.object["metadata"].get("name") or "",
+        namespace=NAMESPACE,
+        name=(request.object or request.old_object or {})["metadata"].get("name") or "",
         username=request.username,
         groups=(),
         object=request.object,
@@ -96,6 +123,11 @@ def refusals(request: Request, params: dict[str, dict] | None = None) -> list[st
             policy, attributes, {**PARAMS, **(params or {})}.get(policy["metadata"]["name"])
         )
     ]
+
+
+def rules_of(messages: list[str]) -> set[str]:
+    """The rules the messages name (``airflow-jobs rule <name>: ...``)."""
+    return {m.split(":")[0] for m in messages}
 
 
 def shipped_configmap(file: str, name: str) -> dict:
@@ -140,9 +172,17 @@ TASK = TaskIdentity(dag_id="retrain", task_id="train", run_id="manual__1", try_n
 QUEUED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
+def built(kueue_queue: str | None = None, **args) -> dict:
+    """What the worker creates for ``args`` (JobOperator's): ``submitted_body``, suspended and behind the
+    pool's gate, a LocalQueue it names only asked for."""
+    spec = JobSpec.build(
+        image="trainer:1", group="vision", user="retraining-bot", kueue_queue=kueue_queue, **args
+    )
+    return submitted_body(spec, task=TASK, charge=None, fingerprint="digest", queued_at=QUEUED_AT)
+
+
 def manifest(workers: int = 1) -> dict:
-    spec = JobSpec.build(image="trainer:1", group="vision", user="retraining-bot", gpus=2, workers=workers)
-    return build_manifest(spec, name=TASK.job_name(1), task=TASK, attempt=1, queued_at=QUEUED_AT)
+    return built(gpus=2, workers=workers)
 
 
 def patched(job: dict, patch: dict) -> dict:
@@ -172,31 +212,360 @@ def set_suspend(job: dict, value: bool | None) -> dict:
     return job
 
 
-# --- allowed ---
-
-
-def test_the_operator_s_job_as_built_is_admitted_from_a_worker(job):
-    assert refusals(Request(WORKER, "CREATE", job)) == []
-
-
-def test_the_triggerer_s_admission_unsuspends(job):
-    old = created(job)
-    assert refusals(Request(TRIGGERER, "UPDATE", patched(old, unsuspend_patch(old, QUEUED_AT)), old)) == []
-
-
-def test_the_ui_s_cancel_passes_and_the_triggerer_ends_a_job_it_ruled_failed(job):
+def _admitted(job: dict) -> dict:
+    """A created job as the controller admits it (unsuspended; its gate stays: no Kueue takes it)."""
     queued = created(job)
-    running = patched(queued, unsuspend_patch(queued, QUEUED_AT))
-    cancel = {"metadata": {"annotations": {labels.VERDICT: "Cancelled", labels.CANCELLED_BY: "admin"}}}
-    for old in (queued, running):
-        assert refusals(Request(API_SERVER, "UPDATE", patched(old, cancel), old)) == []
-        # A job ruled failed is ended through its own deadline; a queued one is released with
-        # parallelism 0 for that (quota.ledger.verdict_patch): only the triggerers rule.
-        assert refusals(Request(TRIGGERER, "UPDATE", patched(old, verdict_patch(old, "X", "y")), old)) == []
-    assert (
-        refusals(Request(API_SERVER, "UPDATE", patched(running, verdict_patch(running, "X", "y")), running))
-        == []
+    return patched(queued, unsuspend_patch(queued, QUEUED_AT))
+
+
+def _handed_over(job: dict) -> dict:
+    """A created job as the controller hands it to Kueue (its LocalQueue named, the gate lifted)."""
+    queued = created(job)
+    return patched(queued, handoff_patch(queued, QUEUED_AT))
+
+
+def _kill_request(try_number: str = "1") -> dict:
+    """The triggerer's one write (JobTrigger.on_kill)."""
+    return {"metadata": {"labels": {labels.KILL_REQUESTED: try_number}}}
+
+
+# --- what each identity really sends passes ---
+
+
+def test_the_workers_submission_passes(job):
+    assert refusals(Request(WORKER, "CREATE", job)) == []
+    # Naming a LocalQueue it only asks for it (kueue_handoff): no label, the annotation.
+    asked = built(gpus=2, kueue_queue="team")
+    assert kueue.QUEUE_NAME_LABEL not in asked["metadata"]["labels"]
+    assert refusals(Request(WORKER, "CREATE", asked)) == []
+
+
+def test_a_job_kueues_webhook_gave_its_default_queue_passes_behind_the_gate(job):
+    """Kueue's mutating webhook gives a job naming no queue the LocalQueue ``default`` where the namespace
+    has one (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/defaults.go), before validation:
+    the job still waits behind the pool's gate, so it passes; without the gate it would not."""
+    defaulted = copy.deepcopy(job)
+    defaulted["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] = kueue.DEFAULT_LOCAL_QUEUE
+    assert refusals(Request(WORKER, "CREATE", defaulted)) == []
+    del defaulted["metadata"]["annotations"][kueue.ADMISSION_GATE_ANNOTATION]
+    (message,) = refusals(Request(WORKER, "CREATE", defaulted))
+    assert message.startswith(f"{SUBMISSION}: a job must be created behind the GPU quota pool's gate")
+
+
+@pytest.mark.parametrize(
+    "gates", ["airflow-jobs.io/quota-pool", "example.com/a, airflow-jobs.io/quota-pool ,x.io/b"]
+)
+def test_the_gate_is_read_as_kueue_reads_its_list(gates):
+    """Kueue trims each name of the comma-separated list (pkg/util/csv Parse)."""
+    job = manifest()
+    job["metadata"]["annotations"][kueue.ADMISSION_GATE_ANNOTATION] = gates
+    assert refusals(Request(WORKER, "CREATE", job)) == []
+    job["metadata"]["annotations"][kueue.ADMISSION_GATE_ANNOTATION] = "airflow-jobs.io/quota-pool-x"
+    assert rules_of(refusals(Request(WORKER, "CREATE", job))) == {SUBMISSION}
+
+
+def test_every_admission_the_controller_writes_passes(job):
+    queued = created(job)
+    running = _admitted(job)
+    reservation = Reservation.for_job(queued_job(running), QUEUED_AT)
+    writes = {
+        "unsuspend": (queued, unsuspend_patch(queued, QUEUED_AT)),
+        "hand-over": (queued, handoff_patch(queued, QUEUED_AT)),
+        "verdict while queued": (queued, verdict_patch(queued, "QueueTimeout", "waited too long")),
+        "verdict only": (queued, verdict_only_patch(queued, "OverQuota", "never fits")),
+        "verdict while running": (running, verdict_patch(running, "ImagePull", "no such image")),
+        "requeue": (running, requeue_patch(running, Requeue(1, QUEUED_AT, timedelta(minutes=1), "stuck"))),
+        "preemption": (running, preempt_patch(running, reservation)),
+        "expiry": (running, {"metadata": {"annotations": {labels.DELETE_AFTER: "2026-01-02T00:00:00Z"}}}),
+    }
+    for name, (old, patch) in writes.items():
+        assert refusals(Request(CONTROLLER, "UPDATE", patched(old, patch), old)) == [], name
+
+
+def _mpi_launcher(suspended: bool = False) -> dict:
+    """The launcher Job the MPI operator creates for an MPIJob (kubeflow/mpi-operator v0.8.2
+    pkg/controller/mpi_job_controller.go newLauncherJob): no product labels, no gate."""
+    return created(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{TASK.job_name(1)}-launcher",
+                "labels": {labels.MPI_JOB_NAME: TASK.job_name(1)},
+            },
+            "spec": {
+                "suspend": suspended,
+                "backoffLimit": 6,
+                "template": {"spec": {"containers": [{"name": "l", "image": "x"}]}},
+            },
+        }
     )
+
+
+def test_the_controller_ends_an_mpijob_ruled_while_queued_through_its_launcher():
+    """The launcher Job the MPI operator made, ended by the controller (jobs/kinds/mpi.py ending_writes:
+    resumed with no pod and a deadline that has passed); and the operator's own resume of it."""
+    mpijob = created(manifest(workers=2))
+    ruled = patched(mpijob, verdict_patch(mpijob, "QueueTimeout", "waited too long"))
+    _status, end_launcher = kinds.kind_of(ruled).ending_writes(ruled, QUEUED_AT)
+    launcher = _mpi_launcher(suspended=True)
+    ended = patched(launcher, dict(end_launcher.patch or {}))
+    assert refusals(Request(CONTROLLER, "UPDATE", ended, launcher)) == []
+    assert refusals(Request(MPI_OPERATOR, "UPDATE", set_suspend(launcher, False), launcher)) == []
+
+
+def test_the_controller_writes_its_ledgers_and_boards():
+    ledger = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": ledger_name("vision")}}
+    writes = [ledger, board.configmap(board.Board("", QUEUED_AT, "c-0", {}), NAMESPACE)]
+    writes.append(board.configmap(board.Board("vision", QUEUED_AT, "c-0", {}), NAMESPACE))
+    for configmap in writes:
+        assert refusals(Request(CONTROLLER, "CREATE", configmap)) == [], configmap["metadata"]["name"]
+        stored = created(configmap)
+        changed = {**stored, "data": {"x": "y"}}
+        assert refusals(Request(CONTROLLER, "UPDATE", changed, stored)) == [], configmap["metadata"]["name"]
+
+
+def test_the_triggerers_next_attempt_passes(job):
+    """A retry's next attempt, cloned from the failed one (attempts.next_attempt) behind the gate
+    (JobTrigger._create_adopting): from an attempt the pool admitted, one it handed to the LocalQueue the
+    task asked for, and one Kueue gave its `default` queue at creation."""
+    asked = built(gpus=2, workers=2 if job["kind"] == "MPIJob" else 1, kueue_queue="team")
+    defaulted = copy.deepcopy(job)
+    defaulted["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] = kueue.DEFAULT_LOCAL_QUEUE
+    for failed in (_admitted(job), _handed_over(asked), _handed_over(defaulted)):
+        failed = patched(failed, verdict_patch(failed, "Error", "exit 3"))
+        name = f"{TASK.job_name(1)[:-1]}2"
+        body = manifests.pool_gate(
+            attempts.next_attempt(failed, name=name, attempt=2, not_before=QUEUED_AT, now=QUEUED_AT)
+        )
+        assert refusals(Request(TRIGGERER, "CREATE", body)) == [], failed["metadata"].get("labels")
+
+
+@pytest.mark.parametrize("try_number", ["1", "12", "0"])
+def test_the_triggerers_kill_request_passes_and_the_api_server_takes_it_off(job, try_number):
+    for old in (created(job), _admitted(job)):
+        asked = patched(old, _kill_request(try_number))
+        assert refusals(Request(TRIGGERER, "UPDATE", asked, old)) == []
+        answered = patched(asked, {"metadata": {"labels": {labels.KILL_REQUESTED: None}}})
+        assert refusals(Request(API_SERVER, "UPDATE", answered, asked)) == []
+
+
+def test_kueue_admits_a_job_handed_to_it(job):
+    """Kueue resumes a job it admitted and writes its flavor's node selector into its pod template
+    (kubernetes-sigs/kueue v0.19.2 jobframework reconciler, RunWithPodSetsInfo)."""
+    handed = _handed_over(job)
+    started = set_suspend(handed, False)
+    template = (started["spec"]["mpiReplicaSpecs"]["Worker"] if job["kind"] == "MPIJob" else started["spec"])[
+        "template"
+    ]
+    template["spec"]["nodeSelector"] = {"cloud.example.com/gpu": "a100"}
+    assert refusals(Request(KUEUE, "UPDATE", started, handed)) == []
+    assert refusals(Request(KUEUE, "UPDATE", handed, started)) == []  # and suspends it again
+
+
+def test_the_mpi_operators_launcher_job_is_its_own():
+    launcher = _mpi_launcher(suspended=False)
+    assert refusals(Request(MPI_OPERATOR, "CREATE", launcher)) == []
+
+
+# --- the cheats, refused naming their rule ---
+
+
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, ADMIN], ids=["worker", "triggerer", "admin"])
+@pytest.mark.parametrize("value", [False, None], ids=["suspend false", "suspend absent"])
+def test_a_raw_unsuspended_job_is_refused(job, who, value):
+    messages = refusals(Request(who, "CREATE", set_suspend(job, value)))
+    assert messages == [
+        f"{SUBMISSION}: a job must be created suspended (spec.suspend, or spec.runPolicy.suspend for an MPIJob) so that only the admission controller starts it, once the GPU quota pool admits it; use JobOperator"
+    ]
+
+
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, ADMIN], ids=["worker", "triggerer", "admin"])
+def test_a_job_created_without_the_pools_gate_is_refused(job, who):
+    """A platform user's ``kubectl apply`` too: held and charged like any other job."""
+    ungated = copy.deepcopy(job)
+    del ungated["metadata"]["annotations"][kueue.ADMISSION_GATE_ANNOTATION]
+    (message,) = refusals(Request(who, "CREATE", ungated))
+    assert message.startswith(f"{SUBMISSION}: a job must be created behind the GPU quota pool's gate")
+
+
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, ADMIN], ids=["worker", "triggerer", "admin"])
+@pytest.mark.parametrize("queue", ["team-b", "team", ""])
+def test_a_job_created_naming_a_localqueue_is_refused(job, who, queue):
+    named = copy.deepcopy(job)
+    named["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] = queue
+    (message,) = refusals(Request(who, "CREATE", named))
+    assert message.startswith(f"{SUBMISSION}: a job is created naming no Kueue LocalQueue")
+
+
+@pytest.mark.parametrize(
+    "label", [labels.MANAGED_BY, labels.GROUP, labels.USER], ids=lambda name: name.split("/")[-1]
+)
+def test_a_job_created_without_the_products_labels_is_refused(job, label):
+    unlabelled = copy.deepcopy(job)
+    del unlabelled["metadata"]["labels"][label]
+    (message,) = refusals(Request(ADMIN, "CREATE", unlabelled))
+    assert message.startswith(f"{SUBMISSION}: a job must carry the product's labels")
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        ("labels", labels.ADMITTED, labels.ADMITTED_VALUE),
+        ("annotations", labels.ADMITTED_AT, "2026-01-01T00:00:00Z"),
+        ("annotations", labels.VERDICT, "Succeeded"),
+        ("annotations", labels.VERDICT_MESSAGE, "done"),
+    ],
+    ids=lambda f: f[1].split("/")[-1],
+)
+def test_a_job_created_with_what_only_admission_writes_is_refused(job, field):
+    """``status`` reads every job without the admitted label as one that may wait in the queue; a job
+    created with it would hide there (inspect._jobs_for_page); a verdict would end it as ruled."""
+    part, key, value = field
+    early = copy.deepcopy(job)
+    early["metadata"][part][key] = value
+    (message,) = refusals(Request(WORKER, "CREATE", early))
+    assert message.startswith(
+        f"{SUBMISSION}: a job is created waiting for the GPU quota pool, so without what only"
+    )
+
+
+def test_a_job_with_no_labels_no_suspend_no_gate_and_no_charge_is_refused_on_every_count():
+    bare = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sneak"}, "spec": {"template": {}}}
+    found = refusals(Request(WORKER, "CREATE", bare))
+    assert [m.split(":")[0] for m in found] == [SUBMISSION] * 3 + ["airflow-jobs rule charge-the-spec"]
+
+
+@pytest.mark.parametrize(
+    "who", [WORKER, TRIGGERER, API_SERVER, ADMIN], ids=["worker", "triggerer", "api-server", "admin"]
+)
+def test_only_the_controller_unsuspends(job, who):
+    old = created(job)
+    messages = refusals(Request(who, "UPDATE", patched(old, unsuspend_patch(old, QUEUED_AT)), old))
+    assert (
+        f"{ADMISSION}: only the admission controller unsuspends a job; this identity may not start one behind the GPU quota pool"
+        in messages
+    )
+    assert rules_of(messages) <= {ADMISSION, KILL}
+
+
+@pytest.mark.parametrize(
+    "who", [WORKER, TRIGGERER, API_SERVER, ADMIN], ids=["worker", "triggerer", "api-server", "admin"]
+)
+def test_only_the_controller_lifts_the_gate_or_hands_a_job_to_kueue(job, who):
+    queued = created(job)
+    for patch, said in (
+        (
+            {"metadata": {"annotations": {kueue.ADMISSION_GATE_ANNOTATION: None}}},
+            "only the admission controller lifts",
+        ),
+        (
+            {"metadata": {"annotations": {kueue.ADMISSION_GATE_ANNOTATION: "example.com/other"}}},
+            "only the admission controller lifts",
+        ),
+        (
+            {"metadata": {"labels": {kueue.QUEUE_NAME_LABEL: "team-b"}}},
+            "only the admission controller hands a job",
+        ),
+        (handoff_patch(queued, QUEUED_AT), "only the admission controller"),
+    ):
+        messages = refusals(Request(who, "UPDATE", patched(queued, patch), queued))
+        assert any(m.startswith(f"{ADMISSION}: {said}") for m in messages), (patch, messages)
+    # A job Kueue's webhook gave `default` keeps it; changing it is handing it over.
+    defaulted = copy.deepcopy(job)
+    defaulted["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] = kueue.DEFAULT_LOCAL_QUEUE
+    defaulted = created(defaulted)
+    moved = patched(defaulted, {"metadata": {"labels": {kueue.QUEUE_NAME_LABEL: "team-b"}}})
+    assert any(
+        m.startswith(f"{ADMISSION}: only the admission controller hands")
+        for m in refusals(Request(who, "UPDATE", moved, defaulted))
+    )
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"spec": {"suspend": False}},
+        {"metadata": {"annotations": {labels.VERDICT: "Succeeded", labels.VERDICT_MESSAGE: "done"}}},
+        {"metadata": {"labels": {labels.KILL_REQUESTED: "1", labels.ROLE: "x"}}},
+        {"metadata": {"labels": {labels.ADMITTED: labels.ADMITTED_VALUE}}},
+        {"metadata": {"annotations": {labels.DELETE_AFTER: "2026-01-01T00:00:00Z"}}},
+        {
+            "metadata": {
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u"}]
+            }
+        },
+        {"metadata": {"finalizers": ["example.com/keep"]}},
+    ],
+    ids=["unsuspend", "verdict", "another label", "admitted", "expiry", "owner", "finalizer"],
+)
+def test_the_triggerer_writes_the_kill_request_and_nothing_else(job, patch):
+    for old in (created(job), _admitted(job)):
+        changed = patched(old, patch)
+        if changed == old:  # an unsuspend of a running job writes nothing
+            continue
+        messages = refusals(Request(TRIGGERER, "UPDATE", changed, old))
+        assert (
+            f"{KILL}: the triggerer may only ask for a job's end, with the label airflow-jobs.io/kill-requested; it may not change the job's spec (suspend, parallelism), its other labels or annotations (a verdict, the pool's gate, a Kueue queue), its owners or its finalizers"
+            in messages
+        ), messages
+
+
+@pytest.mark.parametrize("value", ["", "abc", "-1", "1.5", "9999999999"])
+def test_the_kill_request_holds_a_try_number(job, value):
+    old = created(job)
+    (message,) = refusals(Request(TRIGGERER, "UPDATE", patched(old, _kill_request(value)), old))
+    assert message.startswith(
+        f"{KILL}: the label airflow-jobs.io/kill-requested holds the Airflow try number"
+    )
+
+
+def test_the_triggerer_does_not_take_a_kill_request_off(job):
+    asked = patched(created(job), _kill_request())
+    (message,) = refusals(
+        Request(
+            TRIGGERER,
+            "UPDATE",
+            patched(asked, {"metadata": {"labels": {labels.KILL_REQUESTED: None}}}),
+            asked,
+        )
+    )
+    assert message.startswith(f"{KILL}: the label airflow-jobs.io/kill-requested holds")
+
+
+@pytest.mark.parametrize(
+    "who", [WORKER, TRIGGERER, API_SERVER, ADMIN], ids=["worker", "triggerer", "api-server", "admin"]
+)
+def test_nobody_rewrites_who_a_job_is_charged_to(job, who):
+    queued = created(job)
+    for label in (labels.GROUP, labels.USER):
+        messages = refusals(
+            Request(who, "UPDATE", patched(queued, {"metadata": {"labels": {label: "llm"}}}), queued)
+        )
+        assert any(
+            m.startswith("airflow-jobs rule charge-the-spec: who a job is charged to") for m in messages
+        ), messages
+
+
+def test_kueue_acts_only_on_a_job_handed_to_it(job):
+    queued = created(job)
+    for change in (set_suspend(queued, False), patched(queued, {"metadata": {"labels": {"x": "y"}}})):
+        (message,) = refusals(Request(KUEUE, "UPDATE", change, queued))
+        assert message.startswith(
+            f"{KUEUE_RULE}: Kueue acts only on a job the admission controller handed to it"
+        )
+    # An admitted job the pool let go without Kueue keeps its gate: Kueue may not suspend it either.
+    running = _admitted(job)
+    (message,) = refusals(Request(KUEUE, "UPDATE", set_suspend(running, True), running))
+    assert message.startswith(KUEUE_RULE)
+
+
+def test_an_unsuspend_that_keeps_the_jobs_pods_is_the_controllers_alone():
+    queued = created(manifest(workers=1))
+    (message,) = refusals(
+        Request(API_SERVER, "UPDATE", patched(queued, {"spec": {"suspend": False, "parallelism": 1}}), queued)
+    )
+    assert message.startswith(f"{ADMISSION}: only the admission controller unsuspends a job")
 
 
 def test_the_ui_s_cancel_of_a_queued_job_resumes_it_with_no_pod_to_end_it():
@@ -209,113 +578,127 @@ def test_the_ui_s_cancel_of_a_queued_job_resumes_it_with_no_pod_to_end_it():
     message = refusals(
         Request(API_SERVER, "UPDATE", patched(cancelled, {"spec": {"parallelism": 1}}), cancelled)
     )[0]
-    assert message.startswith("airflow-jobs rule admission-by-triggerer: this identity may not raise")
+    assert message.startswith(f"{ADMISSION}: this identity may not raise")
 
 
-def test_an_unsuspend_that_keeps_the_job_s_pods_stays_the_triggerer_s_alone():
-    queued = created(manifest(workers=1))
-    (message,) = refusals(
-        Request(API_SERVER, "UPDATE", patched(queued, {"spec": {"suspend": False, "parallelism": 1}}), queued)
-    )
-    assert message.startswith("airflow-jobs rule admission-by-triggerer: only the triggerer's admission")
-
-
-@pytest.mark.parametrize("who", [WORKER, API_SERVER], ids=["worker", "api-server"])
+@pytest.mark.parametrize("who", [WORKER, API_SERVER, ADMIN], ids=["worker", "api-server", "admin"])
 def test_raising_a_running_job_s_parallelism_is_refused(who):
-    running = created(manifest(workers=1))
-    running = patched(running, unsuspend_patch(running, QUEUED_AT))
+    running = _admitted(manifest(workers=1))
     message = refusals(Request(who, "UPDATE", patched(running, {"spec": {"parallelism": 8}}), running))[0]
-    assert message.startswith("airflow-jobs rule admission-by-triggerer: this identity may not raise")
+    assert message.startswith(f"{ADMISSION}: this identity may not raise")
 
 
-def test_the_triggerer_opens_a_group_ledger():
-    ledger = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": ledger_name("vision")}}
-    assert refusals(Request(TRIGGERER, "CREATE", ledger)) == []
+# --- the quota's ConfigMaps: ledgers and boards the controller's, policies the platform's ---
 
 
-# --- refused, with the rule named ---
-
-
-@pytest.mark.parametrize("value", [False, None], ids=["suspend false", "suspend absent"])
-def test_a_worker_creating_an_unsuspended_job_is_refused(job, value):
-    (message,) = refusals(Request(WORKER, "CREATE", set_suspend(job, value)))
-    assert message.startswith("airflow-jobs rule suspended-submission: a job must be created suspended")
+def _configmap(name: str, **labels_: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels_},
+        "data": {},
+    }
 
 
 @pytest.mark.parametrize(
-    "label",
-    [labels.MANAGED_BY, labels.GROUP, labels.USER, labels.TASK_KEY],
-    ids=lambda name: name.split("/")[-1],
+    "configmap",
+    [
+        _configmap("airflow-jobs-quota-policy"),
+        _configmap("airflow-jobs-quota-research", **{"airflow-jobs.io/quota-policy": "true"}),
+        _configmap("airflow-config"),
+        _configmap("airflow-jobs-job-accounts"),
+        _configmap("sneaky"),
+    ],
+    ids=lambda c: c["metadata"]["name"],
 )
-def test_a_worker_creating_a_job_without_the_product_s_labels_is_refused(job, label):
-    unlabelled = copy.deepcopy(job)
-    del unlabelled["metadata"]["labels"][label]
-    (message,) = refusals(Request(WORKER, "CREATE", unlabelled))
-    assert "airflow-jobs rule suspended-submission: a job must carry the product's labels" in message
+def test_the_controller_writes_no_configmap_but_its_ledgers_and_boards(configmap):
+    for request in (
+        Request(CONTROLLER, "CREATE", configmap),
+        Request(
+            CONTROLLER, "UPDATE", {**configmap, "data": {"policy.yaml": "groups: {}"}}, created(configmap)
+        ),
+        Request(CONTROLLER, "DELETE", None, created(configmap)),
+    ):
+        (message,) = refusals(request)
+        assert message.startswith(f"{CONTROLLER_CONFIGMAPS}: the admission controller writes only"), (
+            request.operation
+        )
 
 
-def test_a_worker_creating_a_job_labelled_admitted_is_refused(job):
-    """``status`` reads every job without the label as one that may wait in the queue; a job created
-    with it would hide there (inspect._jobs_for_page)."""
-    early = copy.deepcopy(job)
-    early["metadata"]["labels"][labels.ADMITTED] = labels.ADMITTED_VALUE
-    (message,) = refusals(Request(WORKER, "CREATE", early))
-    assert "created waiting for the GPU quota pool, so without the label airflow-jobs.io/admitted" in message
+@pytest.mark.parametrize("name", [ledger_name("vision"), "airflow-jobs-queue", "airflow-jobs-queue-vision"])
+@pytest.mark.parametrize(
+    "who", [WORKER, TRIGGERER, API_SERVER, ADMIN], ids=["worker", "triggerer", "api-server", "admin"]
+)
+def test_nobody_else_writes_a_ledger_or_a_board(name, who):
+    """A worker given create on ConfigMaps (RBAC refuses it first as shipped) still may not forge one; an
+    administrator may delete one, the deployment's components may not."""
+    forged = _configmap(name)
+    for request in (
+        Request(who, "CREATE", forged),
+        Request(who, "UPDATE", {**forged, "data": {"x": "{}"}}, created(forged)),
+    ):
+        (message,) = refusals(request)
+        assert message.startswith(f"{LEDGERS}: only the admission controller writes the quota ledgers")
+    deleted = refusals(Request(who, "DELETE", None, created(forged)))
+    if who == ADMIN:
+        assert deleted == []
+    else:
+        (message,) = deleted
+        assert message.startswith(f"{LEDGERS}: only the admission controller writes the quota ledgers")
 
 
-def test_a_job_with_no_labels_no_suspend_and_no_charge_is_refused_on_every_count():
-    bare = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sneak"}, "spec": {"template": {}}}
-    found = refusals(Request(WORKER, "CREATE", bare))
-    assert [m.split(":")[0] for m in found] == ["airflow-jobs rule suspended-submission"] * 2 + [
-        "airflow-jobs rule charge-the-spec"
-    ]
+def test_other_configmaps_are_not_these_rules_to_judge():
+    for who in (WORKER, ADMIN, "system:serviceaccount:kube-system:namespace-controller"):
+        assert refusals(Request(who, "CREATE", _configmap("my-settings"))) == []
 
 
-@pytest.mark.parametrize("who", [WORKER, API_SERVER], ids=["worker", "api-server"])
-def test_unsuspending_behind_the_pool_is_refused(job, who):
-    old = created(job)
-    (message,) = refusals(Request(who, "UPDATE", patched(old, unsuspend_patch(old, QUEUED_AT)), old))
-    assert message.startswith("airflow-jobs rule admission-by-triggerer: only the triggerer's admission")
+# --- the policy file agrees with rbac.yaml, admission-controller.yaml and the layout ---
 
 
-@pytest.mark.parametrize("name", ["airflow-jobs-quota-policy", "airflow-config", "sneaky"])
-def test_the_triggerer_creates_no_configmap_but_a_ledger(name):
-    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
-    (message,) = refusals(Request(TRIGGERER, "CREATE", configmap))
-    assert message.startswith("airflow-jobs rule ledger-names")
-
-
-# --- the policy file agrees with rbac.yaml and values.yaml ---
-
-
-def test_the_bindings_deny_in_the_namespace_and_name_the_identities_rbac_binds():
-    docs = list(yaml.safe_load_all((HELM / "admission-policy.yaml").read_text()))
+def test_the_bindings_deny_in_the_jobs_namespace_and_name_the_identities_the_roles_bind():
+    docs = list(shipped_policy_file())
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
     bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert {b["spec"]["policyName"] for b in bindings} == names
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(names)
     rbac = [d for d in yaml.safe_load_all((HELM / "rbac.yaml").read_text()) if d["kind"] == "RoleBinding"]
     subjects = {f"system:serviceaccount:{s['namespace']}:{s['name']}" for b in rbac for s in b["subjects"]}
     assert subjects == {WORKER, TRIGGERER, API_SERVER}
-    namespaces = {s["namespace"] for b in rbac for s in b["subjects"]}
+    controller = [
+        d
+        for d in yaml.safe_load_all((HELM / "admission-controller.yaml").read_text())
+        if d and d["kind"].endswith("Binding")
+    ]
+    assert {
+        f"system:serviceaccount:{s['namespace']}:{s['name']}" for b in controller for s in b["subjects"]
+    } == {CONTROLLER}
+    (jobs_namespace,) = [
+        d["metadata"]["name"]
+        for d in yaml.safe_load_all((HELM / "pod-security.yaml").read_text())
+        if d["kind"] == "Namespace"
+    ]
+    assert jobs_namespace == NAMESPACE
+    jobs_role = [
+        d for d in controller if d["kind"] == "RoleBinding" and d["metadata"]["namespace"] == NAMESPACE
+    ]
+    assert jobs_role, "the controller's Role is bound in the jobs' namespace"
     for binding in bindings:
         assert binding["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert binding["spec"]["validationActions"] == ["Deny"]
         selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
-        assert {selector["kubernetes.io/metadata.name"]} == namespaces
+        assert selector == {"kubernetes.io/metadata.name": NAMESPACE}
     for policy in policies():
         assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert policy["spec"]["failurePolicy"] == "Fail"
+        for condition in policy["spec"].get("matchConditions") or ():
+            # Every identity a policy names is one of the layout's.
+            named = set(re.findall(r"'(system:serviceaccount:[^']+)'", condition["expression"]))
+            assert named <= {WORKER, TRIGGERER, API_SERVER, CONTROLLER, MPI_OPERATOR, KUEUE}, named
 
 
 # --- charge-the-spec: the annotations are what the pods ask for ---
 
 CHARGE = "airflow-jobs rule charge-the-spec"
 USER_ACTIONS = "airflow-jobs rule user-actions-only"
-
-
-def built(**args) -> dict:
-    spec = JobSpec.build(image="trainer:1", group="vision", user="retraining-bot", **args)
-    return build_manifest(spec, name=TASK.job_name(1), task=TASK, attempt=1, queued_at=QUEUED_AT)
 
 
 def pod_specs(job: dict) -> list[dict]:
@@ -424,27 +807,7 @@ def test_the_product_s_stop_and_resume_leave_the_charge_alone(job):
 
 
 def _running(job: dict) -> dict:
-    queued = created(job)
-    return patched(queued, unsuspend_patch(queued, QUEUED_AT))
-
-
-def _mpi_launcher() -> dict:
-    """The launcher Job the MPI operator creates for an MPIJob (no product labels)."""
-    return created(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": f"{TASK.job_name(1)}-launcher",
-                "labels": {labels.MPI_JOB_NAME: TASK.job_name(1)},
-            },
-            "spec": {
-                "suspend": False,
-                "backoffLimit": 6,
-                "template": {"spec": {"containers": [{"name": "l", "image": "x"}]}},
-            },
-        }
-    )
+    return _admitted(job)
 
 
 def test_every_cancel_stop_and_resume_the_api_server_makes_passes(job):
@@ -554,7 +917,7 @@ def test_an_account_the_platform_allowed_runs_with_its_own_token_settings(job):
     assert any(m.startswith(ACCOUNTS) for m in refusals(Request(WORKER, "CREATE", allowed)))
 
 
-# --- no-uncharged-gpu-workloads: a worker's other rights start no GPU work ---
+# --- no-uncharged-gpu-workloads: the worker's and the triggerer's other rights start no GPU work ---
 
 GPU_POD = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}
 CPU_POD = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}
@@ -586,17 +949,18 @@ def test_a_worker_s_pod_with_a_dra_claim_or_a_privileged_container_is_refused():
 
 
 @pytest.mark.parametrize("kind", ["Pod", "Deployment", "CronJob", "JobSet"])
-def test_a_worker_s_cpu_work_and_other_identities_gpu_work_pass(kind):
-    assert refusals(Request(WORKER, "CREATE", workload(kind, CPU_POD))) == []
-    assert refusals(Request(TRIGGERER, "CREATE", workload(kind, GPU_POD))) == []
+def test_where_dag_code_runs_gpu_work_goes_through_the_pool_and_other_identities_are_not_judged(kind):
+    for who in (WORKER, TRIGGERER):
+        assert refusals(Request(who, "CREATE", workload(kind, CPU_POD))) == []
+        (message,) = refusals(Request(who, "CREATE", workload(kind, GPU_POD)))
+        assert message.startswith("airflow-jobs rule no-uncharged-gpu-workloads: where DAG code runs")
+    assert refusals(Request(API_SERVER, "CREATE", workload(kind, GPU_POD))) == []
 
 
 # --- pod-security: no job's pods break out onto their node, whoever creates the job ---
 
 POD_SECURITY = "airflow-jobs rule pod-security"
-ADMIN = "kubernetes-admin"  # a cluster administrator's certificate: no matchCondition lets it through
-MPI_OPERATOR = "system:serviceaccount:mpi-operator:mpi-operator"  # creates an MPIJob's launcher Job
-EVERY_IDENTITY = (WORKER, TRIGGERER, API_SERVER, ADMIN, MPI_OPERATOR)
+EVERY_IDENTITY = (WORKER, TRIGGERER, API_SERVER, ADMIN, MPI_OPERATOR, CONTROLLER, KUEUE)
 
 
 def templates(job: dict) -> list[dict]:
@@ -917,12 +1281,10 @@ def test_an_update_is_checked_when_it_changes_a_pod_template():
     that writes a breakout into an MPIJob's worker template is refused, whoever sends it."""
     legacy = created(breakout(built(gpus=1, workers=2), "hostPath /dev"))
     admit = patched(legacy, unsuspend_patch(legacy, QUEUED_AT))
-    assert not [
-        m for m in refusals(Request(TRIGGERER, "UPDATE", admit, legacy)) if m.startswith(POD_SECURITY)
-    ]
+    assert refusals(Request(CONTROLLER, "UPDATE", admit, legacy)) == []
     honest = created(built(gpus=1, workers=2))
     rewrite = breakout(honest, "hostNetwork", template=-1)
-    for who in (TRIGGERER, ADMIN):
+    for who in (CONTROLLER, KUEUE, ADMIN):
         assert pod_security_checks(refusals(Request(who, "UPDATE", rewrite, honest))) == {"hostNamespaces"}
 
 

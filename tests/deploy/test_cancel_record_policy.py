@@ -20,6 +20,7 @@ HELM = Path(__file__).resolve().parents[2] / "helm-values"
 WORKER = "system:serviceaccount:airflow:airflow-worker"
 TRIGGERER = "system:serviceaccount:airflow:airflow-triggerer"
 API_SERVER = "system:serviceaccount:airflow:airflow-api-server"
+CONTROLLER = "system:serviceaccount:airflow-jobs-system:airflow-jobs-controller"
 RULE = "airflow-jobs rule cancel-records"
 
 TASK = TaskIdentity("nightly", "train", "run-1", -1, 1)
@@ -36,7 +37,7 @@ def refusals(who: str, operation: str, lease: dict) -> list[str]:
         operation=operation,
         group="coordination.k8s.io",
         resource="leases",
-        namespace="airflow",
+        namespace="airflow-jobs",
         name=lease["metadata"]["name"],
         username=who,
         groups=(),
@@ -65,7 +66,7 @@ def test_the_api_server_records_a_cancel_and_the_sweep_deletes_it():
     assert refusals(API_SERVER, "DELETE", RECORD) == []
 
 
-@pytest.mark.parametrize("who", [WORKER, TRIGGERER])
+@pytest.mark.parametrize("who", [WORKER, TRIGGERER, CONTROLLER])
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
 def test_a_dag_s_code_may_not_create_change_or_delete_a_record(who, operation):
     (message,) = refusals(who, operation, RECORD)

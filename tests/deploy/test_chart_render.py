@@ -1,8 +1,8 @@
 """The official Airflow chart rendered with helm-values/values.yaml by Helm's own template engine.
 
 What a platform team checks before rolling out, with the chart version they deploy: the release
-namespace and the provider's defaults reach every Airflow component, and each component runs under the
-service account its Role in rbac.yaml is bound to. It needs the chart (``helm pull apache-airflow/airflow
+jobs' namespace and the provider's defaults reach every Airflow component, and each component runs
+under the service account its Role in rbac.yaml is bound to, in the release's namespace. It needs the chart (``helm pull apache-airflow/airflow
 --untar``, or ``chart/`` of an apache/airflow checkout) at ``AIRFLOW_JOBS_CHART`` and the
 ``helm-python-sdk`` package (Helm's Go SDK bound to Python: no ``helm`` binary). Without them it is
 skipped, saying which is missing; test_helm_values.py checks the values against the chart's schema and
@@ -23,7 +23,13 @@ from airflow_jobs_plugin import config
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / "helm-values"
 CHART_ENV = "AIRFLOW_JOBS_CHART"
-RELEASE, NAMESPACE = "airflow", "ml"
+RELEASE, NAMESPACE = "airflow", "airflow"
+# The jobs' namespace (pod-security.yaml's Namespace): not the release's.
+JOBS_NAMESPACE = next(
+    d["metadata"]["name"]
+    for d in yaml.safe_load_all((HELM / "pod-security.yaml").read_text())
+    if d and d["kind"] == "Namespace"
+)
 # The chart labels each workload's pods with its component (chart/templates/*/*-deployment.yaml).
 COMPONENTS = {
     "worker": "workers",
@@ -67,12 +73,12 @@ def _workloads(rendered: list[dict]) -> dict[str, dict]:
     return found
 
 
-def test_airflow_cfg_names_the_release_namespace_and_the_shipped_policy(rendered):
+def test_airflow_cfg_names_the_jobs_namespace_and_the_shipped_policy(rendered):
     cfg = configparser.ConfigParser(interpolation=None)
     cfg.read_string(_config_map(rendered)["data"]["airflow.cfg"])
     section = cfg[config.SECTION]
-    assert section["namespace"] == NAMESPACE
-    assert section["quota_namespace"] == NAMESPACE
+    assert section["namespace"] == JOBS_NAMESPACE != NAMESPACE
+    assert section["quota_namespace"] == JOBS_NAMESPACE
     policy = yaml.safe_load((HELM / "quota-policy.yaml").read_text())
     assert section["quota_configmap"] == policy["metadata"]["name"]
     assert set(section) <= set(config.BY_NAME), "an option the provider does not declare"
@@ -107,6 +113,7 @@ def test_each_component_runs_as_the_account_its_role_is_bound_to(rendered):
         for doc in yaml.safe_load_all((HELM / "rbac.yaml").read_text())
         if doc and doc["kind"] in ("RoleBinding", "ClusterRoleBinding")
         for subject in doc["subjects"]
+        if subject["namespace"] == NAMESPACE
     }
     workloads = _workloads(rendered)
     values = yaml.safe_load((HELM / "values.yaml").read_text())

@@ -1,5 +1,5 @@
-"""The deployment files: helm-values/values.yaml over the official chart's defaults, the Role, the quota
-policy ConfigMap and the image's Dockerfile."""
+"""The deployment files: helm-values/values.yaml over the official chart's defaults, the Roles, the
+admission controller's Deployment, the quota policy ConfigMap and the image's Dockerfile."""
 
 from __future__ import annotations
 
@@ -189,9 +189,12 @@ def rbac() -> list[dict]:
     return load_documents(HELM / "rbac.yaml")
 
 
-def test_every_role_is_a_well_formed_namespaced_role(rbac):
-    roles = [d for d in rbac if d["kind"] == "Role"]
-    assert len(roles) == 3
+RBAC_FILES = ("rbac.yaml", "admission-controller.yaml", "rbac-kueue.yaml", "rbac-kueue-config.yaml")
+
+
+def test_every_role_is_a_well_formed_role_without_wildcards(rbac):
+    assert len([d for d in rbac if d["kind"] == "Role"]) == 3, "one Role per Airflow component"
+    roles = [d for f in RBAC_FILES for d in load_documents(HELM / f) if d["kind"] in ("Role", "ClusterRole")]
     for role in roles:
         assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", role["metadata"]["name"])
@@ -251,26 +254,38 @@ def test_workers_cannot_patch_jobs_nor_write_any_configmap(rbac, ours):
     assert _may(worker, "create", "jobs") and _may(worker, "create", "mpijobs")
     for verb in ("patch", "update", "delete"):
         assert not _may(worker, verb, "jobs") and not _may(worker, verb, "mpijobs")
-    for name in (DEFAULT_POLICY_CONFIGMAP, ledger_name("vision"), "airflow-config"):
+    for name in (DEFAULT_POLICY_CONFIGMAP, ledger_name("vision"), "airflow-jobs-queue", "airflow-config"):
         for verb in ("create", "update", "patch", "delete"):
             assert not _may(worker, verb, "configmaps", name)
-    assert _may(worker, "get", "configmaps", DEFAULT_POLICY_CONFIGMAP)
-    assert not _may(worker, "get", "configmaps", ledger_name("vision"))
+    # The policies are read (any ConfigMap labelled as one: queueing/pools.py); the jobs' namespace
+    # holds nothing secret in a ConfigMap.
+    assert _may(worker, "get", "configmaps", DEFAULT_POLICY_CONFIGMAP) and _may(worker, "list", "configmaps")
 
 
 def test_every_kind_of_job_is_granted_to_the_components_that_submit_follow_and_show_it(rbac, ours):
     """A new kind (a module in jobs/kinds/) needs its resource in the deployment too: the workers submit
-    it, the triggerers follow, admit, retry and cancel it, the api-server shows and acts on it."""
+    it, the triggerers follow it, retry it and ask for its kill, the api-server shows and acts on it, the
+    admission controller admits, rules on and ends it."""
     from airflow_jobs_plugin.jobs import kinds
 
     needs = {
         "workers": ("get", "list", "create"),
-        "triggerer": ("get", "list", "watch", "create", "patch", "delete"),
-        "apiServer": ("get", "list", "patch"),
+        "triggerer": ("get", "list", "watch", "create", "patch"),
+        "apiServer": ("get", "list", "patch", "delete"),
+        "controller": ("get", "list", "watch", "patch", "delete"),
     }
+    controller = [
+        d
+        for d in load_documents(HELM / "admission-controller.yaml")
+        if d["kind"] == "Role" and d["metadata"]["name"] == "airflow-jobs-controller"
+    ]
     for resource in kinds.RESOURCES:
         for component, verbs in needs.items():
-            rules = _rules(rbac, ours[component]["serviceAccount"]["name"])
+            if component == "controller":
+                (role,) = controller
+                rules = role["rules"]
+            else:
+                rules = _rules(rbac, ours[component]["serviceAccount"]["name"])
             for verb in verbs:
                 grants = [r for r in rules if resource.plural in r["resources"] and verb in r["verbs"]]
                 assert any(resource.group in r["apiGroups"] for r in grants), (
@@ -300,21 +315,125 @@ def test_the_admission_policy_matches_every_kind_of_job():
         assert (resource.group, resource.version, resource.plural) in matched, resource
 
 
-def test_only_the_triggerer_writes_ledgers_only_those_of_the_shipped_groups_never_the_policy_or_chart_config(
-    rbac, ours
-):
+def test_only_the_controller_writes_configmaps_and_the_admission_policy_bounds_the_names(rbac, ours):
+    """RBAC cannot grant a create by name, and the ledgers' and boards' names follow the policies'
+    groups: the controller's Role grants create and update on ConfigMaps, and admission-policy.yaml's
+    rule controller-configmaps limits them to ledgers and boards (tests/deploy/test_admission_policy.py).
+    No Airflow component writes any ConfigMap: a cancel or stop from the UI leaves the freeing of its GPUs
+    to the controller's pass."""
     from airflow_jobs_plugin.queueing.quota.ledger_model import ledger_name
 
-    groups = quota.policy_from_configmap_data(load_yaml(HELM / "quota-policy.yaml")["data"]).groups
-    triggerer = _rules(rbac, ours["triggerer"]["serviceAccount"]["name"])
-    assert all(_may(triggerer, "update", "configmaps", ledger_name(g)) for g in groups)
-    # A cancel or stop from the UI leaves the freeing of its GPUs to the admitting triggerer's pass.
-    api_server = _rules(rbac, ours["apiServer"]["serviceAccount"]["name"])
-    assert not any(_may(api_server, "update", "configmaps", ledger_name(g)) for g in groups)
-    for rules in (triggerer, api_server):
-        for name in (DEFAULT_POLICY_CONFIGMAP, "airflow-config", "anything-else"):
-            assert not _may(rules, "update", "configmaps", name), name
-            assert not _may(rules, "patch", "configmaps", name), name
+    for component in ("workers", "triggerer", "apiServer"):
+        rules = _rules(rbac, ours[component]["serviceAccount"]["name"])
+        for name in (DEFAULT_POLICY_CONFIGMAP, ledger_name("vision"), "airflow-jobs-queue", "airflow-config"):
+            for verb in ("create", "update", "patch", "delete"):
+                assert not _may(rules, verb, "configmaps", name), (component, verb, name)
+    (controller,) = [
+        d
+        for d in load_documents(HELM / "admission-controller.yaml")
+        if d["kind"] == "Role" and d["metadata"]["name"] == "airflow-jobs-controller"
+    ]
+    assert _may(controller["rules"], "create", "configmaps") and _may(
+        controller["rules"], "update", "configmaps"
+    )
+    for verb in ("patch", "delete"):
+        assert not _may(controller["rules"], verb, "configmaps", ledger_name("vision"))
+    (policy,) = [
+        d
+        for d in load_documents(HELM / "admission-policy.yaml")
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"] == "airflow-jobs-quota-configmaps"
+    ]
+    assert {"CREATE", "UPDATE", "DELETE"} <= set(
+        policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"]
+    )
+
+
+# --- admission-controller.yaml: the controller's Deployment ---
+
+
+def _deployment() -> dict:
+    (deployment,) = [
+        d for d in load_documents(HELM / "admission-controller.yaml") if d["kind"] == "Deployment"
+    ]
+    return deployment
+
+
+def test_the_controller_runs_the_provider_image_as_its_own_account_in_its_own_namespace(ours):
+    from airflow_jobs_plugin.controller.main import LEASE_NAME
+
+    docs = load_documents(HELM / "admission-controller.yaml")
+    deployment = _deployment()
+    namespace = deployment["metadata"]["namespace"]
+    (ns,) = [d for d in docs if d["kind"] == "Namespace"]
+    assert ns["metadata"]["name"] == namespace == "airflow-jobs-system"
+    pod = deployment["spec"]["template"]["spec"]
+    (account,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"] == "airflow-jobs-controller"
+    assert account["metadata"]["namespace"] == namespace
+    # Every binding of the file names that account, and no other.
+    for binding in (d for d in docs if d["kind"].endswith("Binding")):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "airflow-jobs-controller", "namespace": namespace}
+        ], binding["metadata"]["name"]
+    (container,) = pod["containers"]
+    image = ours["images"]["airflow"]
+    assert container["image"] == f"{image['repository']}:{image['tag']}"
+    # Replicas elect a leader; each is named in the Lease by its pod's name.
+    assert deployment["spec"]["replicas"] == 2
+    command = container["command"]
+    assert command[:3] == ["airflow-jobs", "admission-controller", "--in-cluster"]
+    assert command[command.index("--identity") + 1] == "$(POD_NAME)"
+    (pod_name,) = [e for e in container["env"] if e["name"] == "POD_NAME"]
+    assert pod_name["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # The Lease: in its own namespace (the pod's, the default --lease-namespace), by its default name.
+    assert "--lease-namespace" not in command and "--lease-name" not in command
+    (election,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-election")]
+    assert election["metadata"]["namespace"] == namespace
+    named = [r for r in election["rules"] if r.get("resourceNames")]
+    assert named and all(r["resourceNames"] == [LEASE_NAME] for r in named)
+
+
+def test_the_controller_admits_in_the_jobs_namespace_the_rest_of_the_layout_names(ours):
+    """One jobs' namespace, named alike by the controller's command and Role, pod-security.yaml's
+    Namespace, the provider's configuration and the admission policies' bindings."""
+    (jobs,) = [
+        d["metadata"]["name"] for d in load_documents(HELM / "pod-security.yaml") if d["kind"] == "Namespace"
+    ]
+    command = _deployment()["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--namespace") + 1] == jobs
+    (role,) = [
+        d
+        for d in load_documents(HELM / "admission-controller.yaml")
+        if d["kind"] == "Role" and d["metadata"]["name"] == "airflow-jobs-controller"
+    ]
+    assert role["metadata"]["namespace"] == jobs
+    section = ours["config"]["airflow_jobs"]
+    assert section["namespace"] == section["quota_namespace"] == jobs
+    assert env_of(ours)["AIRFLOW_JOBS_EXAMPLE_NAMESPACE"] == jobs
+    for binding in load_documents(HELM / "admission-policy.yaml"):
+        if binding["kind"] == "ValidatingAdmissionPolicyBinding":
+            assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
+                "kubernetes.io/metadata.name": jobs
+            }
+
+
+def test_the_controller_stops_within_its_grace_and_runs_as_restricted_asks():
+    """On SIGTERM it cancels its keepers (5 s each, at once) and gives the Lease up within its renew
+    deadline (10 s, controller/leader.py): the grace period covers both. Its pod meets Pod Security's
+    restricted level, which its namespace enforces."""
+    docs = load_documents(HELM / "admission-controller.yaml")
+    (ns,) = [d for d in docs if d["kind"] == "Namespace"]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    pod = _deployment()["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] >= 5 + 10
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert "cpu" not in container["resources"]["limits"], "a CPU limit would delay the Lease's renewals"
 
 
 # --- the configuration reaches every component ---
@@ -336,9 +455,10 @@ def test_every_provider_option_set_in_the_values_is_a_declared_option(ours):
     assert set(ours["config"][config.SECTION]) <= set(config.BY_NAME)
 
 
-def test_the_rendered_airflow_cfg_points_every_component_at_the_release_namespace(ours, tmp_path):
+def test_the_rendered_airflow_cfg_points_every_component_at_the_jobs_namespace(ours, tmp_path):
     """airflow.cfg as the chart renders it for release namespace ``ml``, read by Airflow's own parser
-    through config.get: the namespace, the policy and its files are the ones the other files use."""
+    through config.get: the jobs' namespace (not the release's: the jobs run in a namespace of their
+    own), the policy and its files are the ones the other files use."""
     from airflow.configuration import AirflowConfigParser
 
     from airflow_jobs_plugin import config
@@ -347,8 +467,11 @@ def test_the_rendered_airflow_cfg_points_every_component_at_the_release_namespac
     rendered = {key: render_config_value(value, "ml") for key, value in section.items()}
     parser = AirflowConfigParser()
     parser.read_dict({config.SECTION: rendered})
-    assert parser.get(config.SECTION, "namespace") == "ml"
-    assert parser.get(config.SECTION, "quota_namespace") == "ml"
+    (jobs,) = [
+        d["metadata"]["name"] for d in load_documents(HELM / "pod-security.yaml") if d["kind"] == "Namespace"
+    ]
+    assert parser.get(config.SECTION, "namespace") == jobs
+    assert parser.get(config.SECTION, "quota_namespace") == jobs
     policy = load_yaml(HELM / "quota-policy.yaml")
     assert parser.get(config.SECTION, "quota_configmap") == policy["metadata"]["name"]
     assert parser.get(config.SECTION, "kubernetes_conn_id") == "kubernetes_default"

@@ -35,13 +35,15 @@ SCENARIO = "sim.airflow-jobs.io/scenario"
 DEADLINE = 300.0
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-# The kinds of the shipped manifests (helm-values/rbac.yaml, admission-policy.yaml, pod-security.yaml),
-# by kind.
+# The kinds of the shipped manifests (helm-values/rbac.yaml, admission-controller.yaml,
+# admission-policy.yaml, pod-security.yaml), by kind.
 KINDS = {
     r.kind: r
     for r in (
         NAMESPACES,
         Resource("", "v1", "serviceaccounts", "ServiceAccount"),
+        Resource("apps", "v1", "deployments", "Deployment"),
+        Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
         Resource("", "v1", "configmaps", "ConfigMap"),
         Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
         Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False),
@@ -96,23 +98,29 @@ def on_cluster(kubeconfig: str, work: Callable[[KubeClient], Awaitable[Any]]) ->
 async def create_or_replace(
     client: KubeClient, body: dict, namespace: str = "", replace: bool = True
 ) -> dict:
-    """Create ``body``; if it exists, replace it (or, with ``replace=False``, keep it: a bound claim's
-    spec is immutable)."""
+    """Create ``body`` (in the namespace it names, else ``namespace``, as ``kubectl apply -n`` does); if it
+    exists, replace it (or, with ``replace=False``, keep it: a bound claim's spec is immutable)."""
     resource = KINDS[body["kind"]]
-    where = namespace if resource.namespaced else ""
+    where = (body["metadata"].get("namespace") or namespace) if resource.namespaced else ""
     try:
         return await client.create(resource, where, body)
     except KubeError as exc:
         if exc.status != 409:
             raise
-    current = await client.get(resource, where, body["metadata"]["name"])
-    if not replace:
-        return current
-    body = {
-        **body,
-        "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
-    }
-    return await client.replace(resource, where, body)
+    for _ in range(10):
+        current = await client.get(resource, where, body["metadata"]["name"])
+        if not replace:
+            return current
+        version = current["metadata"]["resourceVersion"]
+        try:
+            return await client.replace(
+                resource, where, {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+            )
+        except KubeError as exc:
+            # Its controller wrote its status since it was read (a Deployment's, a budget's): read again.
+            if exc.status != 409:
+                raise
+    raise AssertionError(f"{body['kind']} {body['metadata']['name']} kept changing under the replace")
 
 
 async def ensure_namespace(client: KubeClient, name: str) -> None:

@@ -18,14 +18,14 @@ from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import FakeTI, StateStore
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
-from airflow_jobs_plugin.cluster.kube import LEASES, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.kube import JOBS, LEASES, KubeClient, KubeError
 from airflow_jobs_plugin.jobs import cancel_record, labels
 from airflow_jobs_plugin.jobs.cancel_record import CancelRecord
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.jobs.naming import TaskIdentity
 from airflow_jobs_plugin.readmodel import inspect
 
-from .plane import defer, kube
+from .plane import defer, kube, on_cluster, scenario
 from .test_rbac_and_admission_policy_on_the_plane import NAMESPACE, RUN_ID, as_identity, identities
 
 __all__ = ["identities"]  # the module-scoped fixture: the shipped RBAC and policies, a token per component
@@ -75,11 +75,38 @@ def context(run_id: str, try_number: int, store: StateStore, max_tries: int) -> 
     }
 
 
+def _admitted(kubeconfig: str, name: str) -> None:
+    async def go(client: KubeClient) -> None:
+        deadline = asyncio.get_running_loop().time() + 120
+        while not ((await client.get(JOBS, NAMESPACE, name))["metadata"].get("annotations") or {}).get(
+            labels.ADMITTED_AT
+        ):
+            assert asyncio.get_running_loop().time() < deadline, f"{name} was never admitted"
+            await asyncio.sleep(0.3)
+
+    on_cluster(kubeconfig, go)
+
+
 def test_a_queued_mpijob_the_api_server_cancelled_is_not_submitted_again_until_cleared(in_force, monkeypatch):
+    # nlp lets a user hold 2 GPUs (quota-policy.yaml): alice's blocker holds them, so her MPIJob waits.
+    run_as(monkeypatch, in_force, "worker")
+    blocker = defer(
+        JobOperator(
+            task_id="blocker",
+            image="registry.example/trainer:1",
+            group="nlp",
+            user="alice",
+            gpus=2,
+            namespace=NAMESPACE,
+            job_annotations=scenario(main={"run": None}),
+        ),
+        context(f"{RUN_ID}-blocker-{next(_serial)}", 1, StateStore(), max_tries=0),
+    ).job_name
+    _admitted(in_force["admin"], blocker)
     op = JobOperator(
         task_id="train",
         image="registry.example/trainer:1",
-        group="vision",
+        group="nlp",
         user="alice",
         gpus=1,
         workers=2,
@@ -87,12 +114,11 @@ def test_a_queued_mpijob_the_api_server_cancelled_is_not_submitted_again_until_c
         namespace=NAMESPACE,
     )
     run_id, store = f"{RUN_ID}-cancel-{next(_serial)}", StateStore()
-    run_as(monkeypatch, in_force, "worker")
     name = defer(op, context(run_id, 1, store, max_tries=1)).job_name
 
     async def cancel(client: KubeClient) -> None:
         outcome = await inspect.cancel(client, TARGET, name, "bob")
-        assert outcome.deleted, outcome  # no triggerer admitted it from the pool: queued, so deleted
+        assert outcome.deleted, outcome  # waiting in its queue (alice's limit), so deleted
         assert await client.get_or_none(MPIJOBS, NAMESPACE, name) is None
 
     assert not isinstance(as_identity(in_force["api-server"], cancel), KubeError)
@@ -116,6 +142,7 @@ def test_a_queued_mpijob_the_api_server_cancelled_is_not_submitted_again_until_c
 
     async def clean_up(client: KubeClient) -> None:
         await inspect.cancel(client, TARGET, again.job_name, "plane test")
+        await inspect.cancel(client, TARGET, blocker, "plane test")
 
     as_identity(in_force["api-server"], clean_up)
 

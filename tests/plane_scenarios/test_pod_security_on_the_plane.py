@@ -25,6 +25,7 @@ from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 
 from .plane import NAMESPACES, defer, follow, on_cluster, scenario
 from .test_rbac_and_admission_policy_on_the_plane import (  # noqa: F401 (identities: a fixture)
+    HELD,
     NAMESPACE,
     POLICY_CONFIGMAP,
     RUN_ID,
@@ -100,7 +101,7 @@ BREAKOUTS = {
 @pytest.mark.parametrize("breakout", sorted(BREAKOUTS))
 def test_each_breakout_is_refused_for_the_workers_token_naming_the_rule(identities, kind, breakout):  # noqa: F811
     cheat, words = BREAKOUTS[breakout]
-    body = manifest(kind)  # suspended for the pool: it would run no pod, should it be let through
+    body = manifest(kind, group=HELD)  # held by the controller: it would run no pod, should it be let through
     cheat(_pod(body))
     resource = MPIJOBS if kind == "MPIJob" else JOBS
 
@@ -153,8 +154,8 @@ HONEST = {
 
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_the_products_own_jobs_pass_every_rule_and_run(identities, monkeypatch, name):  # noqa: F811
-    """Submitted with the worker's token, admitted by the triggerer's, their pods created by the Job
-    controller and the MPI operator under the namespace's baseline: the job succeeds."""
+    """Submitted with the worker's token, admitted by the admission controller's, their pods created by
+    the Job controller and the MPI operator under the namespace's baseline: the job succeeds."""
 
     def run_as(component: str) -> None:
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities[component]}}

@@ -64,7 +64,7 @@ def opening_airflow() -> dict:
 
 
 def of_class(priority_class: str) -> dict:
-    """The product's own manifest (suspended, labelled: it runs nothing) naming ``priority_class``."""
+    """The product's own manifest (suspended, behind the gate) naming ``priority_class``."""
     body = manifest()
     body["spec"]["template"]["spec"]["priorityClassName"] = priority_class
     return body

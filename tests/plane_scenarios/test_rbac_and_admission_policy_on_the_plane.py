@@ -1,30 +1,41 @@
-"""The RBAC split (helm-values/rbac.yaml) and the ValidatingAdmissionPolicy (helm-values/admission-policy.yaml)
-as shipped, applied to a real control plane and enforced by the real kube-apiserver for the real
+"""The shipped layout (helm-values/: the jobs in `airflow-jobs`, Airflow's components' Roles there, the
+admission controller in `airflow-jobs-system`, the ValidatingAdmissionPolicies) applied to a real control
+plane as docs/deploying.md installs it, and enforced by the real kube-apiserver for the real
 service-account identities of a deployment (``system:serviceaccount:airflow:airflow-worker``, ...).
 
 Each identity's kubeconfig carries a token the API server issued for that service account (the
 TokenRequest API, what a pod's projected token is), so every request is authenticated, authorized and
-admitted exactly as it would be from the component's pod. The simulator's version of these checks is
-tests/reliability/test_rbac_least_privilege.py (its RBAC and policies are sim/rbac.py and
-sim/admission_policy.py); this module checks the same rules against the real API server.
+admitted exactly as it would be from the component's pod. The admission controller runs as its own
+process with its own account's token, as its Deployment runs it; the plane's MPI operator and Kueue call
+as their own accounts too (scripts/realplane/plane.py IDENTITIES). The honest paths work, and every
+cheat of tests/deploy/cheats.py is refused, for the worker's, the triggerer's, the api-server's and the
+admin's credentials, naming its rule. The simulator's version of these checks is
+tests/reliability/test_rbac_least_privilege.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import yaml
-from task_doubles import task_context
+from task_doubles import task_context, the_api_server_answers_kills
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
-from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, PODS, KubeClient, KubeError
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
-from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.manifests import build_manifest, pool_gate
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from tests.deploy import cheats
 
 from .plane import (
     KINDS,
@@ -40,17 +51,83 @@ from .plane import (
 
 pytestmark = [pytest.mark.real_cluster, pytest.mark.timeout(900)]
 
-# The namespace and service accounts the shipped bindings name (helm-values/values.yaml's release).
-NAMESPACE = "airflow"
-ACCOUNTS = {"worker": "airflow-worker", "triggerer": "airflow-triggerer", "api-server": "airflow-api-server"}
+# The layout the shipped manifests name (docs/deploying.md, "Layout").
+AIRFLOW_NAMESPACE = "airflow"
+NAMESPACE = "airflow-jobs"
+CONTROLLER_NAMESPACE = "airflow-jobs-system"
+ACCOUNTS = {
+    "worker": (AIRFLOW_NAMESPACE, "airflow-worker"),
+    "triggerer": (AIRFLOW_NAMESPACE, "airflow-triggerer"),
+    "api-server": (AIRFLOW_NAMESPACE, "airflow-api-server"),
+    "controller": (CONTROLLER_NAMESPACE, "airflow-jobs-controller"),
+}
 POLICY_CONFIGMAP = "airflow-jobs-quota-policy"
 RUN_ID = f"manual__{datetime.now(timezone.utc).isoformat()}"
 QUICK = scenario(main={"run": 1, "logs": ["epoch 1"]})
+# A group in no policy: the controller holds its jobs (queueing/pools.py), suspended and behind the gate,
+# for the cheats to act on.
+HELD = "unlisted"
+
+
+def install_layout(kueue: bool) -> list[tuple[dict, str]]:
+    """Every document docs/deploying.md applies, with the namespace ``kubectl apply -n`` gives it, in
+    order (the chart's own service accounts in Airflow's namespace first); on a cluster that runs Kueue
+    (the plane started --with kueue), its Roles too."""
+    accounts = [
+        ({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}, namespace)
+        for namespace, name in list(ACCOUNTS.values())[:3]
+    ]
+    with_kueue = [
+        *((d, NAMESPACE) for d in shipped("rbac-kueue.yaml")),
+        *((d, "kueue-system") for d in shipped("rbac-kueue-config.yaml")),
+    ]
+    return [
+        *accounts,
+        *((d, NAMESPACE) for d in shipped("pod-security.yaml") + shipped("rbac.yaml")),
+        *((d, NAMESPACE) for d in shipped("quota-policy.yaml")),
+        *((d, AIRFLOW_NAMESPACE) for d in shipped("quota-policy.yaml")),
+        *((d, "") for d in shipped("admission-controller.yaml")),
+        *(with_kueue if kueue else ()),
+        *((d, "") for d in shipped("admission-policy.yaml")),
+    ]
+
+
+@contextlib.contextmanager
+def controller_process(kubeconfig: str, log: Path):
+    """``airflow-jobs admission-controller`` with its own account's kubeconfig, as its Deployment runs it
+    (outside a pod, its Lease's namespace is given: its own); stopped (SIGTERM: it gives the Lease up) on
+    the way out."""
+    command = [
+        sys.executable,
+        "-m",
+        "airflow_jobs_plugin.airflow.cli",
+        "admission-controller",
+        "--kubeconfig",
+        kubeconfig,
+        "--namespace",
+        NAMESPACE,
+        "--lease-namespace",
+        CONTROLLER_NAMESPACE,
+        "--identity",
+        "plane-controller-0",
+    ]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+        try:
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 @pytest.fixture(scope="module")
 def identities(cluster, tmp_path_factory) -> dict[str, str]:
-    """Apply the shipped RBAC and policies; a kubeconfig per component, holding its account's token."""
+    """Apply the shipped layout; a kubeconfig per component, holding its account's token; the admission
+    controller running as itself."""
     if getattr(cluster, "simulated", True) is not False:
         pytest.skip(
             "the real API server's RBAC and admission: on the simulator, tests/reliability/"
@@ -60,24 +137,18 @@ def identities(cluster, tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("identities")
 
     async def set_up(client: KubeClient) -> dict[str, dict]:
-        await ensure_namespace(client, NAMESPACE)
-        for account in ACCOUNTS.values():
-            await create_or_replace(
-                client,
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
-                NAMESPACE,
-            )
-        shipped_docs = shipped("rbac.yaml") + shipped("pod-security.yaml") + shipped("quota-policy.yaml")
-        for doc in shipped_docs + shipped("admission-policy.yaml"):
-            await create_or_replace(client, doc, NAMESPACE)
+        await ensure_namespace(client, AIRFLOW_NAMESPACE)
+        kueue = await client.get_or_none(KINDS["Namespace"], "", "kueue-system") is not None
+        for doc, namespace in install_layout(kueue):
+            await create_or_replace(client, doc, namespace)
         configs = {}
-        for component, account in ACCOUNTS.items():
+        for component, (namespace, account) in ACCOUNTS.items():
             token = await client._request(
                 "POST",
-                f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
+                f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
                 body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
             )
-            config = {
+            configs[component] = {
                 **admin,
                 "users": [{"name": account, "user": {"token": token["status"]["token"]}}],
                 "contexts": [
@@ -85,64 +156,65 @@ def identities(cluster, tmp_path_factory) -> dict[str, str]:
                 ],
                 "current-context": component,
             }
-            configs[component] = config
         return configs
 
-    paths = {}
+    paths = {"admin": cluster.kubeconfig_path}
     for component, config in on_cluster(cluster.kubeconfig_path, set_up).items():
         paths[component] = str(folder / f"{component}.kubeconfig")
         Path(paths[component]).write_text(yaml.safe_dump(config))
     until_the_policy_is_in_force(paths["worker"], cluster.kubeconfig_path)
-    yield paths
+    with controller_process(paths["controller"], folder / "controller.log"):
+        yield paths
 
     async def tear_down(client: KubeClient) -> None:
         for doc in shipped("admission-policy.yaml"):
             await client.delete(KINDS[doc["kind"]], "", doc["metadata"]["name"])
+        for doc in shipped("admission-controller.yaml"):
+            if doc["kind"] == "Deployment":
+                await client.delete(
+                    KINDS["Deployment"], doc["metadata"]["namespace"], doc["metadata"]["name"]
+                )
 
     on_cluster(cluster.kubeconfig_path, tear_down)
 
 
 def manifest(kind: str = "Job", **args) -> dict:
-    """The product's own manifest of a fresh task (suspended, labelled), as JobOperator builds it."""
+    """The product's own manifest of a fresh task (suspended, behind the gate, labelled), as JobOperator
+    builds it."""
     values = {"image": "registry.example/trainer:1", "group": "vision", "user": "alice", "gpus": 1}
     values.update(args)
     if kind == "MPIJob":
         values["workers"] = 2
     identity = TaskIdentity("plane_rbac", f"probe_{kind.lower()}", f"{RUN_ID}-{next(_serial)}", -1, 1)
-    return build_manifest(
-        validate(**values),
-        name=identity.job_name(1),
-        task=identity,
-        attempt=1,
-        queued_at=datetime.now(timezone.utc),
+    return pool_gate(
+        build_manifest(
+            validate(**values),
+            name=identity.job_name(1),
+            task=identity,
+            attempt=1,
+            queued_at=datetime.now(timezone.utc),
+        )
     )
 
 
 _serial = iter(range(1, 1_000_000))
 
 
-def unsuspended(body: dict) -> dict:
-    if body["kind"] == "MPIJob":
-        body["spec"]["runPolicy"]["suspend"] = False
-    else:
-        body["spec"]["suspend"] = False
-    return body
-
-
 def _skips_the_pool() -> dict:
-    body = unsuspended(manifest())
-    body["spec"]["parallelism"] = 0
+    body = manifest(group=HELD)
+    body["spec"]["suspend"] = False
+    body["spec"]["parallelism"] = 0  # it runs no pod, should it be let through
     return body
 
 
 def _mounts_a_token() -> dict:
-    body = manifest()  # suspended for the pool: it runs no pod, should it be let through
+    body = manifest(group=HELD)  # held by the controller: it runs no pod, should it be let through
     body["spec"]["template"]["spec"]["automountServiceAccountToken"] = True
     return body
 
 
 def _shares_the_hosts_network() -> dict:
-    body = manifest()  # suspended for the pool: it runs no pod, should it be let through
+    body = manifest(group=HELD)
     body["spec"]["template"]["spec"]["hostNetwork"] = True
     return body
 
@@ -160,7 +232,8 @@ POLICY_PROBES = {
 
 def until_the_policy_is_in_force(worker: str, admin: str) -> None:
     """Probe, as the worker, with a job that only one policy refuses (and runs no pod, should it be let
-    through), until every policy the scenarios rely on refuses its probe."""
+    through), until every policy the scenarios rely on refuses its probe; then the ConfigMap rules, as
+    the admin."""
 
     async def go() -> None:
         deadline = asyncio.get_running_loop().time() + 120
@@ -177,6 +250,26 @@ def until_the_policy_is_in_force(worker: str, admin: str) -> None:
                     await as_admin.delete(JOBS, NAMESPACE, body["metadata"]["name"])
                     assert asyncio.get_running_loop().time() < deadline, f"{policy} never came into force"
                     await asyncio.sleep(1)
+            probe = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "airflow-jobs-queue-probe"},
+            }
+            while True:
+                try:
+                    await as_admin.create(CONFIGMAPS, NAMESPACE, probe)
+                except KubeError as exc:
+                    if (
+                        exc.status == 403
+                        and "ValidatingAdmissionPolicy 'airflow-jobs-quota-configmaps'" in str(exc)
+                    ):
+                        break
+                    raise
+                await as_admin.delete(CONFIGMAPS, NAMESPACE, probe["metadata"]["name"])
+                assert asyncio.get_running_loop().time() < deadline, (
+                    "the ConfigMap rules never came into force"
+                )
+                await asyncio.sleep(1)
 
     asyncio.run(go())
 
@@ -193,49 +286,40 @@ def as_identity(kubeconfig: str, call) -> KubeError | dict:
     return on_cluster(kubeconfig, go)
 
 
-@pytest.mark.parametrize("kind", ["Job", "MPIJob"])
-def test_a_workers_unsuspended_job_is_refused_by_the_api_server_naming_the_rule(identities, kind):
-    body = unsuspended(manifest(kind))
-    resource = MPIJOBS if kind == "MPIJob" else JOBS
-
-    refused = as_identity(identities["worker"], lambda c: c.create(resource, NAMESPACE, body))
-
-    assert isinstance(refused, KubeError) and refused.status == 403, refused
-    assert "ValidatingAdmissionPolicy 'airflow-jobs-quota-admission'" in str(refused), refused
-    assert "airflow-jobs rule suspended-submission: a job must be created suspended" in str(refused), refused
+def run_as(monkeypatch, identities: dict[str, str], component: str) -> None:
+    connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities[component]}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
 
 
-def test_a_workers_job_without_the_products_labels_is_refused_naming_the_rule(identities):
-    body = manifest()
-    del body["metadata"]["labels"]["airflow-jobs.io/group"]
-
-    refused = as_identity(identities["worker"], lambda c: c.create(JOBS, NAMESPACE, body))
-
-    assert isinstance(refused, KubeError) and refused.status == 403, refused
-    assert "airflow-jobs rule suspended-submission: a job must carry the product's labels" in str(refused)
+# --- the cheats ---
 
 
-def test_a_worker_may_not_unsuspend_a_job_and_the_api_server_may_not_either(identities, cluster):
-    name = as_identity(identities["worker"], lambda c: c.create(JOBS, NAMESPACE, manifest()))["metadata"][
-        "name"
-    ]
-    start = {"spec": {"suspend": False}}
-
-    by_worker = as_identity(identities["worker"], lambda c: c.merge_patch(JOBS, NAMESPACE, name, start))
-    by_api_server = as_identity(
-        identities["api-server"], lambda c: c.merge_patch(JOBS, NAMESPACE, name, start)
+@pytest.fixture(scope="module")
+def held(identities) -> dict:
+    """A job the worker created honestly, of a group no policy lists: the controller holds it."""
+    return as_identity(
+        identities["worker"], lambda c: c.create(JOBS, NAMESPACE, cheats.honest_body(group=HELD))
     )
 
-    # RBAC gives the worker no patch at all; the api-server may patch (to cancel), and the policy refuses
-    # the unsuspend, naming the rule.
-    assert isinstance(by_worker, KubeError) and by_worker.status == 403, by_worker
-    assert f'User "system:serviceaccount:{NAMESPACE}:airflow-worker" cannot patch resource "jobs"' in str(
-        by_worker
-    )
-    assert isinstance(by_api_server, KubeError) and by_api_server.status == 403, by_api_server
-    assert "airflow-jobs rule admission-by-triggerer" in str(by_api_server), by_api_server
-    job = as_identity(cluster.kubeconfig_path, lambda c: c.get(JOBS, NAMESPACE, name))
+
+@pytest.mark.parametrize(
+    ("cheat", "who"), cheats.tries(), ids=[f"{c.name} by the {w}" for c, w in cheats.tries()]
+)
+def test_each_cheat_is_refused_by_the_api_server_naming_its_rule(identities, held, cheat, who):
+    assert not isinstance(held, KubeError), held
+
+    answer = on_cluster(identities[who], lambda c: cheats.attempt(c, NAMESPACE, cheat, held))
+
+    cheats.check_refused(cheat, who, answer)
+
+
+def test_the_held_job_is_still_as_the_worker_created_it(identities, held):
+    """After every cheat: suspended, behind the gate, charged as created (the controller holds it)."""
+    job = as_identity(identities["admin"], lambda c: c.get(JOBS, NAMESPACE, held["metadata"]["name"]))
     assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"] == held["metadata"]["labels"]
+    for key, value in held["metadata"]["annotations"].items():
+        assert job["metadata"]["annotations"].get(key) == value, key
 
 
 @pytest.mark.parametrize("cheat", ["airflow-triggerer", "token-of-default"])
@@ -243,7 +327,7 @@ def test_a_workers_job_whose_pods_would_carry_a_token_is_refused_naming_the_rule
     """Rule job-accounts, its parameter the ConfigMap airflow-jobs-job-accounts of rbac.yaml: a raw
     create by the worker identity (a DAG's own code) may not run its pods as an Airflow component, nor
     as the namespace's default account with its token mounted."""
-    body = manifest()
+    body = manifest(group=HELD)
     pod = body["spec"]["template"]["spec"]
     if cheat == "airflow-triggerer":
         pod["serviceAccountName"] = "airflow-triggerer"
@@ -263,21 +347,24 @@ def test_the_api_server_stops_resumes_and_cancels_but_changes_nothing_else(ident
     its priority or its group."""
     from airflow_jobs_plugin.jobs import actions
 
-    created = as_identity(identities["worker"], lambda c: c.create(MPIJOBS, NAMESPACE, manifest("MPIJob")))
+    created = as_identity(
+        identities["worker"], lambda c: c.create(MPIJOBS, NAMESPACE, manifest("MPIJob", group=HELD))
+    )
     name = created["metadata"]["name"]
-    cheats = {
+    changes = {
         "more workers": {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 8}}}},
         "more slots": {"spec": {"slotsPerWorker": 64}},
         "another queue": {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "vip"}}},
         "another priority": {"metadata": {"annotations": {"airflow-jobs.io/priority": "1000"}}},
         "another group": {"metadata": {"labels": {"airflow-jobs.io/group": "llm"}}},
+        "another requeue count": {"metadata": {"annotations": {labels.REQUEUE_COUNT: "7"}}},
     }
-    for cheat, patch in cheats.items():
+    for change, patch in changes.items():
         refused = as_identity(
             identities["api-server"], lambda c, p=patch: c.merge_patch(MPIJOBS, NAMESPACE, name, p)
         )
-        assert isinstance(refused, KubeError) and refused.status == 403, (cheat, refused)
-        assert "airflow-jobs rule" in str(refused), (cheat, refused)
+        assert isinstance(refused, KubeError) and refused.status == 403, (change, refused)
+        assert "airflow-jobs rule" in str(refused), (change, refused)
 
     async def act(client: KubeClient) -> list[str]:
         job = await client.get(MPIJOBS, NAMESPACE, name)
@@ -302,13 +389,14 @@ def test_a_job_another_dag_planted_under_a_tasks_name_is_never_adopted(identitie
     refuse it, naming it, and leave it alone."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities["worker"]}}
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+    run_as(monkeypatch, identities, "worker")
     run_id = f"{RUN_ID}-planted-{next(_serial)}"
     victim = TaskIdentity("victim", "train", run_id, -1, 1)
     evil = validate(image="mallory/evil:1", group="vision", user="mallory", gpus=1, namespace=NAMESPACE)
-    body = build_manifest(
-        evil, name=victim.job_name(1), task=victim, attempt=1, queued_at=datetime.now(timezone.utc)
+    body = pool_gate(
+        build_manifest(
+            evil, name=victim.job_name(1), task=victim, attempt=1, queued_at=datetime.now(timezone.utc)
+        )
     )
     planted = as_identity(identities["worker"], lambda c: c.create(JOBS, NAMESPACE, body))
     assert not isinstance(planted, KubeError), planted
@@ -329,11 +417,12 @@ def test_a_job_another_dag_planted_under_a_tasks_name_is_never_adopted(identitie
     assert still["metadata"]["uid"] == planted["metadata"]["uid"]
 
 
-def test_an_honest_submission_is_accepted_and_the_triggerers_admission_unsuspends_it(identities, monkeypatch):
-    def run_as(component: str) -> None:
-        connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities[component]}}
-        monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+# --- the honest paths ---
 
+
+def test_an_honest_submission_is_admitted_by_the_controller_and_followed_by_the_triggerer(
+    identities, monkeypatch
+):
     op = JobOperator(
         task_id="honest",
         image="registry.example/trainer:1",
@@ -344,9 +433,9 @@ def test_an_honest_submission_is_accepted_and_the_triggerers_admission_unsuspend
         quota_configmap=POLICY_CONFIGMAP,
         job_annotations=QUICK,
     )
-    run_as("worker")
+    run_as(monkeypatch, identities, "worker")
     trigger = defer(op, task_context("plane_rbac", "honest", run_id=RUN_ID))
-    run_as("triggerer")
+    run_as(monkeypatch, identities, "triggerer")
 
     event = follow(trigger)
 
@@ -355,13 +444,249 @@ def test_an_honest_submission_is_accepted_and_the_triggerers_admission_unsuspend
     assert job["metadata"]["annotations"].get("airflow-jobs.io/admitted-at"), job["metadata"]
 
 
+def test_an_mpijob_runs_its_launcher_the_mpi_operator_creates_as_itself(identities, monkeypatch):
+    """The launcher Job of an admitted MPIJob is the MPI operator's create, with no gate and no product
+    labels: the policy leaves that identity alone, and only that one."""
+    op = JobOperator(
+        task_id="honest_mpi",
+        image="registry.example/trainer:1",
+        group="vision",
+        user="alice",
+        gpus=1,
+        workers=2,
+        namespace=NAMESPACE,
+        job_annotations=QUICK,
+    )
+    run_as(monkeypatch, identities, "worker")
+    trigger = defer(op, task_context("plane_rbac", "honest_mpi", run_id=RUN_ID))
+    run_as(monkeypatch, identities, "triggerer")
+
+    event = follow(trigger)
+
+    assert event["status"] == "success" and event["state"] == "SUCCEEDED", event
+
+
+def test_a_retry_is_created_by_the_triggerer_and_admitted_by_the_controller(identities, monkeypatch):
+    op = JobOperator(
+        task_id="retried",
+        image="registry.example/trainer:1",
+        group="vision",
+        user="alice",
+        gpus=1,
+        namespace=NAMESPACE,
+        backoff_limit=0,
+        max_attempts=2,
+        retry_backoff=0.05,
+        retryable_exit_codes=[3],
+        job_annotations=scenario(main={"run": 1, "exit": 3}),
+    )
+    run_as(monkeypatch, identities, "worker")
+    trigger = defer(op, task_context("plane_rbac", "retried", run_id=RUN_ID))
+    run_as(monkeypatch, identities, "triggerer")
+
+    event = follow(trigger)
+
+    assert event["status"] == "failed" and len(event["attempts"]) == 2, event
+
+
+def test_a_kill_is_asked_by_the_triggerer_and_carried_out_by_the_api_server(identities, monkeypatch):
+    op = JobOperator(
+        task_id="killed",
+        image="registry.example/trainer:1",
+        group="vision",
+        user="alice",
+        gpus=1,
+        namespace=NAMESPACE,
+        job_annotations=scenario(main={"run": None}),
+    )
+    run_as(monkeypatch, identities, "worker")
+    context = task_context("plane_rbac", "killed", run_id=RUN_ID)
+    trigger = defer(op, context)
+    run_as(monkeypatch, identities, "triggerer")
+    trigger.task_instance = context["ti"]
+
+    async def kill(name: str) -> None:
+        async with kube(identities["admin"]) as admin:
+            deadline = asyncio.get_running_loop().time() + 120
+            while not (await admin.get(JOBS, NAMESPACE, name))["metadata"]["annotations"].get(
+                labels.ADMITTED_AT
+            ):
+                assert asyncio.get_running_loop().time() < deadline, "never admitted"
+                await asyncio.sleep(0.3)
+        await trigger.on_kill()
+        async with kube(identities["api-server"]) as api_server:
+            answered = await the_api_server_answers_kills(api_server, NAMESPACE)
+        assert [a.name for a in answered if a.verdict.cancel] == [name], answered
+
+    event = follow(trigger, during=kill)
+
+    assert event["state"] == "CANCELLED", event
+
+
+def test_a_group_added_to_the_policy_is_admitted_without_any_role_changed(identities, cluster, monkeypatch):
+    """The controller's Role names no ledger (admission-policy.yaml's rule controller-configmaps bounds
+    the names instead): a group a platform admin adds to the policy gets its ledger at its first job."""
+    from airflow_jobs_plugin.queueing.quota import POLICY_KEY, ledger_name
+    from airflow_jobs_plugin.queueing.quota.model import CHARGING_KEY
+
+    async def add_group(client: KubeClient) -> None:
+        policy = await client.get(CONFIGMAPS, NAMESPACE, POLICY_CONFIGMAP)
+        text = policy["data"][POLICY_KEY]
+        if "  robotics:" not in text:
+            policy["data"][POLICY_KEY] = text.replace("groups:\n", "groups:\n  robotics: {gpus: 4}\n", 1)
+            # and the DAG folder's charging entry: the platform allows the DAGs to charge it.
+            charging = policy["data"][CHARGING_KEY]
+            policy["data"][CHARGING_KEY] = charging.replace("groups: [", "groups: [robotics, ", 1)
+            await client.replace(CONFIGMAPS, NAMESPACE, policy)
+
+    on_cluster(cluster.kubeconfig_path, add_group)
+    op = JobOperator(
+        task_id="robotics",
+        image="registry.example/trainer:1",
+        group="robotics",
+        user="alice",
+        gpus=1,
+        namespace=NAMESPACE,
+        job_annotations=QUICK,
+    )
+    run_as(monkeypatch, identities, "worker")
+    trigger = defer(op, task_context("plane_rbac", "robotics", run_id=RUN_ID))
+    run_as(monkeypatch, identities, "triggerer")
+
+    assert follow(trigger)["status"] == "success"
+    ledger = as_identity(identities["admin"], lambda c: c.get(CONFIGMAPS, NAMESPACE, ledger_name("robotics")))
+    assert not isinstance(ledger, KubeError), ledger
+
+
+def test_the_controllers_deployment_is_admitted_under_restricted(identities):
+    """Its pods meet the restricted level its namespace enforces: the ReplicaSet's pods are created (the
+    plane's kwok nodes play them; the controller that admits is the process above)."""
+
+    async def pods(client: KubeClient) -> list[dict]:
+        deadline = asyncio.get_running_loop().time() + 120
+        while True:
+            listing = await client.list(
+                PODS,
+                CONTROLLER_NAMESPACE,
+                label_selector="app.kubernetes.io/name=airflow-jobs-controller",
+            )
+            if len(listing["items"]) >= 2:
+                return listing["items"]
+            assert asyncio.get_running_loop().time() < deadline, "the Deployment's pods were never created"
+            await asyncio.sleep(1)
+
+    found = on_cluster(identities["admin"], pods)
+    assert all(p["spec"]["serviceAccountName"] == "airflow-jobs-controller" for p in found)
+
+
+def test_a_job_kueues_webhook_gives_its_default_queue_waits_for_the_pool_then_kueue_runs_it(
+    identities, monkeypatch
+):
+    """A LocalQueue ``default`` in the jobs' namespace: Kueue's webhook gives it to a job naming no queue
+    (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/defaults.go), before the admission policy
+    sees the create, which passes it since the job still waits behind the pool's gate. The controller
+    hands it over (the gate lifted); Kueue, as its own account, admits and resumes it: the rule
+    kueue-after-handoff lets it act on a job handed to it. Skipped where the plane runs no Kueue."""
+    from airflow_jobs_plugin.cluster.kube import LOCAL_QUEUES
+    from airflow_jobs_plugin.cluster.resources import Resource
+    from airflow_jobs_plugin.queueing import kueue
+
+    flavors = Resource(kueue.GROUP, kueue.VERSION, "resourceflavors", "ResourceFlavor", namespaced=False)
+    cluster_queues = Resource(kueue.GROUP, kueue.VERSION, "clusterqueues", "ClusterQueue", namespaced=False)
+
+    def obj(resource: Resource, body: dict) -> dict:
+        return {"apiVersion": resource.api_version, "kind": resource.kind, **body}
+
+    async def create_if_absent(client: KubeClient, resource, namespace: str, body: dict) -> None:
+        with contextlib.suppress(KubeError):
+            await client.create(resource, namespace, body)
+
+    async def queues(client: KubeClient) -> bool:
+        if await client.get_or_none(KINDS["Namespace"], "", "kueue-system") is None:
+            return False
+        with contextlib.suppress(KubeError):
+            await client.create(flavors, "", obj(flavors, {"metadata": {"name": "default-flavor"}}))
+        gpu = {"name": "nvidia.com/gpu", "nominalQuota": 8}
+        spec = {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "default-flavor",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": 64},
+                                {"name": "memory", "nominalQuota": "512Gi"},
+                                gpu,
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+        await create_if_absent(
+            client,
+            cluster_queues,
+            "",
+            obj(cluster_queues, {"metadata": {"name": "plane-rbac"}, "spec": spec}),
+        )
+        await create_if_absent(
+            client,
+            LOCAL_QUEUES,
+            NAMESPACE,
+            obj(
+                LOCAL_QUEUES,
+                {"metadata": {"name": kueue.DEFAULT_LOCAL_QUEUE}, "spec": {"clusterQueue": "plane-rbac"}},
+            ),
+        )
+        return True
+
+    if not on_cluster(identities["admin"], queues):
+        pytest.skip("the plane runs no Kueue (scripts/cluster up --with kueue)")
+    try:
+        op = JobOperator(
+            task_id="defaulted",
+            image="registry.example/trainer:1",
+            group="vision",
+            user="alice",
+            gpus=1,
+            namespace=NAMESPACE,
+            job_annotations=QUICK,
+        )
+        run_as(monkeypatch, identities, "worker")
+        trigger = defer(op, task_context("plane_rbac", "defaulted", run_id=RUN_ID))
+        created = as_identity(identities["admin"], lambda c: c.get(JOBS, NAMESPACE, trigger.job_name))
+        run_as(monkeypatch, identities, "triggerer")
+
+        event = follow(trigger)
+
+        assert event["status"] == "success" and event["state"] == "SUCCEEDED", event
+        job = as_identity(identities["admin"], lambda c: c.get(JOBS, NAMESPACE, trigger.job_name))
+        assert job["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] == kueue.DEFAULT_LOCAL_QUEUE
+        assert kueue.POOL_GATE not in (job["metadata"].get("annotations") or {}).get(
+            kueue.ADMISSION_GATE_ANNOTATION, ""
+        )
+        # Kueue's webhook gave it its queue at its creation, which the policy let through behind the gate.
+        assert created["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] == kueue.DEFAULT_LOCAL_QUEUE
+    finally:
+
+        async def remove(client: KubeClient) -> None:
+            with contextlib.suppress(KubeError):
+                await client.delete(LOCAL_QUEUES, NAMESPACE, kueue.DEFAULT_LOCAL_QUEUE)
+            with contextlib.suppress(KubeError):
+                await client.delete(cluster_queues, "", "plane-rbac")
+
+        on_cluster(identities["admin"], remove)
+
+
 def test_a_kubeconfig_that_impersonates_is_refused_rather_than_run_as_its_admin(cluster, tmp_path):
     """kubectl would act as the account a kubeconfig's user impersonates (``as:``); the product's client
     cannot, and without the refusal every request would silently go out with the admin's own rights,
     past the RBAC split and the admission policy meant for that account."""
     config = yaml.safe_load(Path(cluster.kubeconfig_path).read_text())
     for user in config["users"]:
-        user["user"]["as"] = f"system:serviceaccount:{NAMESPACE}:airflow-worker"
+        user["user"]["as"] = f"system:serviceaccount:{AIRFLOW_NAMESPACE}:airflow-worker"
     path = tmp_path / "impersonating.kubeconfig"
     path.write_text(yaml.safe_dump(config))
 
@@ -377,62 +702,3 @@ def test_a_kubeconfig_that_impersonates_is_refused_rather_than_run_as_its_admin(
 
     assert refused is not None, "a client was built that would act as the admin"
     assert "its user impersonates (as)" in str(refused) and "kubectl create token" in str(refused), refused
-
-
-def test_a_group_added_to_the_policy_but_not_to_the_role_waits_naming_the_missing_rbac_entry(
-    identities, cluster, monkeypatch
-):
-    """RBAC cannot grant a ConfigMap's create by name, so the shipped Role lets a triggerer create any
-    ledger but update only those it names: a group added to the policy alone would get its first job
-    admitted and every later ledger write refused. Admission asks the API server first
-    (SelfSubjectAccessReview) and keeps the group's jobs waiting, naming the entry to add."""
-    from airflow_jobs_plugin.cluster import watch as shared
-    from airflow_jobs_plugin.cluster.kube import CONFIGMAPS
-    from airflow_jobs_plugin.queueing.engines.pool import Admission
-    from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
-    from airflow_jobs_plugin.queueing.quota import POLICY_KEY, ledger_name
-
-    async def add_group(client: KubeClient) -> None:
-        policy = await client.get(CONFIGMAPS, NAMESPACE, POLICY_CONFIGMAP)
-        text = policy["data"][POLICY_KEY]
-        if "  robotics:" not in text:
-            policy["data"][POLICY_KEY] = text.replace("groups:\n", "groups:\n  robotics: {gpus: 4}\n", 1)
-            await client.replace(CONFIGMAPS, NAMESPACE, policy)
-
-    on_cluster(cluster.kubeconfig_path, add_group)
-    body = manifest(group="robotics")
-    job = as_identity(identities["worker"], lambda c: c.create(JOBS, NAMESPACE, body))
-    connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": identities["triggerer"]}}
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
-
-    async def ensure() -> object:
-        watch = await shared.acquire("kubernetes_default", NAMESPACE)
-        try:
-            await watch.wait_synced(timeout=60)
-            admission = Admission.for_watch(
-                watch, quota_configmap=POLICY_CONFIGMAP, quota_namespace=NAMESPACE
-            )
-            cached = None
-            for _ in range(600):
-                cached = watch.get(JOBS, job["metadata"]["name"])
-                if cached is not None:
-                    break
-                await asyncio.sleep(0.1)
-            return await admission.ensure(cached)
-        finally:
-            await admission_shutdown()
-            await shared.shutdown()
-
-    status = asyncio.run(ensure())
-
-    assert status is not None and status.reason == "Inadmissible", status
-    assert (
-        f"may not update the ledger ConfigMap {NAMESPACE}/{ledger_name('robotics')} (RBAC)" in status.message
-    )
-    assert f"add {ledger_name('robotics')!r} to the resourceNames" in status.message
-    ledger = as_identity(
-        cluster.kubeconfig_path, lambda c: c.get_or_none(CONFIGMAPS, NAMESPACE, ledger_name("robotics"))
-    )
-    assert ledger is None  # nothing was admitted, so nothing half-written
-    current = as_identity(cluster.kubeconfig_path, lambda c: c.get(JOBS, NAMESPACE, job["metadata"]["name"]))
-    assert current["spec"]["suspend"] is True

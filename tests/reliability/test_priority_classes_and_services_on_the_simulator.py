@@ -13,26 +13,25 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from airflow_jobs_sim import ClusterConfig, SimCluster
+from airflow_jobs_sim import SimCluster
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient, KubeError
 from airflow_jobs_plugin.cluster.resources import SERVICES
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.jobs.manifests import build_manifest
+from airflow_jobs_plugin.jobs.manifests import build_manifest, pool_gate
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 from tests.reliability.test_rbac_least_privilege import (
-    COMPONENTS,
     NAMESPACE,
-    POLICY,
-    ROLE,
     SCENARIO,
-    apply_shipped,
     collect,
     component_runner,
+    controller_process,
     deferred,
+    enforcing,
+    install,
 )
 
 QUOTA = "airflow-jobs-quota-policy"
@@ -68,14 +67,16 @@ def cheat_services(job_name: str) -> dict[str, dict]:
 
 
 def raw_job(priority_class: str) -> dict:
-    """The product's own manifest of a fresh task (suspended, labelled) naming ``priority_class``."""
+    """The product's own manifest of a fresh task (suspended, gated, labelled) naming ``priority_class``."""
     identity = TaskIdentity("sneaky", "train", f"run-{priority_class}", -1, 1)
-    body = build_manifest(
-        validate(image="t:1", group="vision", user="mallory", gpus=1),
-        name=identity.job_name(1),
-        task=identity,
-        attempt=1,
-        queued_at=datetime.now(timezone.utc),
+    body = pool_gate(
+        build_manifest(
+            validate(image="t:1", group="vision", user="mallory", gpus=1),
+            name=identity.job_name(1),
+            task=identity,
+            attempt=1,
+            queued_at=datetime.now(timezone.utc),
+        )
     )
     body["spec"]["template"]["spec"]["priorityClassName"] = priority_class
     return body
@@ -83,20 +84,8 @@ def raw_job(priority_class: str) -> dict:
 
 @pytest.mark.slow
 def test_the_worker_creates_no_other_service_and_no_job_of_a_class_its_group_lacks(monkeypatch, tmp_path):
-    from airflow_jobs_sim.config import Identity
-
-    identities = tuple(
-        Identity.service_account("airflow", account, f"{component}-token")
-        for component, account in COMPONENTS.items()
-    )
-    config = ClusterConfig(
-        nodes=2, gpus_per_node=8, time_scale=0.01, token="admin", rbac=True, identities=identities
-    )
-    with SimCluster(config) as cluster:
-        if not cluster.store.list("namespaces", field_selector=f"metadata.name={NAMESPACE}"):
-            cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
-        apply_shipped(cluster, ROLE, NAMESPACE)
-        apply_shipped(cluster, POLICY, NAMESPACE)
+    with SimCluster(enforcing()) as cluster:
+        install(cluster)
         cluster.store.patch(
             "configmaps", "airflow-jobs-priority-classes", {"data": GIVEN}, "merge", namespace=NAMESPACE
         )
@@ -182,7 +171,8 @@ def test_the_worker_creates_no_other_service_and_no_job_of_a_class_its_group_lac
                 await shared.shutdown()
 
         run_as("triggerer")
-        done, ended = asyncio.run(as_triggerer())
+        with controller_process(cluster, tmp_path):
+            done, ended = asyncio.run(as_triggerer())
         assert done["status"] == "success", done
         assert ended["status"] == "failed", ended  # exit 3 on both attempts: it was retried once
         for trigger, attempts in ((ddp.trigger, 1), (retried.trigger, 2)):

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from airflow_jobs_sim import rbac
 from airflow_jobs_sim.clock import rfc3339
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,9 @@ class Reconciler:
     """A keyed work queue drained by one coroutine; subclasses implement ``reconcile``."""
 
     name = "controller"
+    # Who this controller's writes are from, as the admission policies see them (None: the controller
+    # manager's, rbac.CONTROLLERS). A cluster's add-ons call as their own service accounts.
+    identity: rbac.User | None = None
 
     def __init__(self) -> None:
         self._dirty: dict[str, None] = {}
@@ -68,6 +72,9 @@ class Reconciler:
         """Drain the queue until cancelled."""
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
+        if self.identity is not None:
+            # This task's own context: the writes it makes are this controller's.
+            rbac.CALLER.set(self.identity)
         if self._dirty:
             self._wakeup.set()
         try:

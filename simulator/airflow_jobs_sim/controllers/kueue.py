@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_jobs_sim import rbac
 from airflow_jobs_sim.clock import Clock, rfc3339
 from airflow_jobs_sim.config import KueueConfig
 from airflow_jobs_sim.controllers.base import (
@@ -413,6 +414,9 @@ class KueueController(Reconciler):
     """Kueue's job reconciler and scheduler on the simulated cluster."""
 
     name = "kueue"
+    # Kueue's manager, as its manifests deploy it (config/default: namespace kueue-system, the service
+    # account kueue-controller-manager).
+    identity = rbac.User.service_account("kueue-system", "kueue-controller-manager")
 
     def __init__(self, store: Any, clock: Clock, recorder: EventRecorder, config: KueueConfig):
         super().__init__()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from airflow_jobs_sim import rbac
 from airflow_jobs_sim.clock import Clock, rfc3339
 from airflow_jobs_sim.controllers.base import (
     Reconciler,
@@ -537,6 +538,9 @@ class MPIController(Reconciler):
     """Keeps every MPIJob's workers, launcher Job and status in line with its spec."""
 
     name = "mpi-operator"
+    # The operator, as kubeflow/mpi-operator v0.8.2's manifests deploy it (deploy/v2beta1/mpi-operator.yaml:
+    # namespace mpi-operator, the service account mpi-operator).
+    identity = rbac.User.service_account("mpi-operator", "mpi-operator")
 
     def __init__(self, store: Any, clock: Clock, recorder: EventRecorder):
         super().__init__()
