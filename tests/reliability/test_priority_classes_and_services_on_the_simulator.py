@@ -26,6 +26,7 @@ from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shut
 from tests.reliability.test_rbac_least_privilege import (
     COMPONENTS,
     NAMESPACE,
+    POD_SECURITY,
     POLICY,
     ROLE,
     SCENARIO,
@@ -97,6 +98,7 @@ def test_the_worker_creates_no_other_service_and_no_job_of_a_class_its_group_lac
             cluster.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
         apply_shipped(cluster, ROLE, NAMESPACE)
         apply_shipped(cluster, POLICY, NAMESPACE)
+        apply_shipped(cluster, POD_SECURITY, NAMESPACE)
         cluster.store.patch(
             "configmaps", "airflow-jobs-priority-classes", {"data": GIVEN}, "merge", namespace=NAMESPACE
         )
