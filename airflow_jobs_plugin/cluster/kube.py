@@ -413,6 +413,12 @@ class KubeClient:
         )
         return cls(k8s_client.ApiClient(configuration=configuration), credentials)
 
+    def sibling(self) -> KubeClient:
+        """A client of the same cluster, identity and credentials (renewed once for both) on a
+        connection pool of its own: for a caller whose requests must never wait behind this client's
+        long-lived watches (a leader's Lease renewals; one namespace's watches beside another's)."""
+        return KubeClient(k8s_client.ApiClient(configuration=self._api.configuration), self.credentials)
+
     async def close(self) -> None:
         await self._api.close()
         if self._log_api is not None:

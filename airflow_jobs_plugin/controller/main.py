@@ -146,9 +146,12 @@ async def serve(options: Options) -> None:
     else:
         assert options.kubeconfig is not None
         client = await KubeClient.from_kubeconfig(options.kubeconfig, options.context)
+    # The Lease is renewed on a pool of its own: on the namespaces' pool, a renewal could wait for a
+    # connection behind their watches past the renew deadline, and the leader would step down.
+    lease_client = client.sibling()
     try:
         elector = LeaderElector(
-            client,
+            lease_client,
             options.lease_namespace,
             options.lease_name,
             options.identity,
@@ -172,6 +175,7 @@ async def serve(options: Options) -> None:
         )
         await elector.run(lead)
     finally:
+        await lease_client.close()
         await client.close()
 
 

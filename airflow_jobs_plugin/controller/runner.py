@@ -526,9 +526,23 @@ class ClusterController:
                 await self._stop(namespace)
 
     def _start(self, namespace: str) -> None:
-        controller = NamespaceController(self.client, namespace, self.identity)
+        # Each namespace's watches (its jobs and pods, its ConfigMaps, the refusal events: about six
+        # requests held open) on a connection pool of its own: on one shared pool (100 connections,
+        # kubernetes_asyncio v36.1.0 client/configuration.py) some fifteen namespaces would hold every
+        # connection, and the next namespace's list, every write and every admission would wait for ever.
+        client = self.client.sibling() if not self.namespaces or len(self.namespaces) > 1 else self.client
+        controller = NamespaceController(client, namespace, self.identity)
         self.controllers[namespace] = controller
-        self._tasks[namespace] = asyncio.create_task(controller.run(), name=f"ajp-controller-{namespace}")
+        self._tasks[namespace] = asyncio.create_task(
+            self._run(controller, client), name=f"ajp-controller-{namespace}"
+        )
+
+    async def _run(self, controller: NamespaceController, client: KubeClient) -> None:
+        try:
+            await controller.run()
+        finally:
+            if client is not self.client:
+                await client.close()
 
     async def _stop(self, namespace: str) -> None:
         task = self._tasks.pop(namespace, None)

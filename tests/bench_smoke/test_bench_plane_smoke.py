@@ -65,7 +65,8 @@ def test_the_players_lines_reach_the_task_logs_timed_and_every_last_line_is_acco
 
 def test_the_requests_are_counted_in_the_trackers_client_and_the_plane_reports_its_processes(result):
     lifetime = result["ours"]["requests"]["lifetime"]
-    assert lifetime["admission"]["requests"] >= N  # one unsuspend per job
-    assert result["ours"]["lifetime"]["by_key"].get("patch jobs") == N
+    # The triggers only observe: the admission controller, a process of its own, unsuspends the jobs.
+    assert lifetime["admission"]["requests"] == 0
+    assert "patch jobs" not in result["ours"]["lifetime"]["by_key"]
     assert {"kube-apiserver", "etcd", "kwok", "scenario-player"} <= set(result["plane"]["processes"])
     assert result["simulator"] is None

@@ -107,7 +107,8 @@ def test_requests_are_reported_whole_tracking_log_reads_and_admission(result):
                 parts[k]["requests"] for k in ("tracking", "log_reads", "admission")
             )
     ours = result["ours"]["requests"]["lifetime"]
-    assert ours["admission"]["requests"] >= N  # one unsuspend per job
+    # The triggers only observe: the admission controller, a process of its own, unsuspends the jobs.
+    assert ours["admission"]["requests"] == 0
     assert ours["log_reads"]["requests"] > 0
     assert result["cncf"]["requests"]["lifetime"]["log_reads"]["requests"] == 0
 
@@ -146,9 +147,9 @@ def test_every_latency_has_one_measurement_per_job(result):
     assert result["cncf"]["latency"]["final_event"]["count"] == CNCF_MAX
 
 
-def test_our_trigger_admits_each_job_once_and_reads_its_pods_once_at_the_end(result):
+def test_our_trigger_writes_nothing_and_reads_its_pods_once_at_the_end(result):
     lifetime = result["ours"]["lifetime"]["by_key"]
-    assert lifetime.get("patch jobs") == N
+    assert "patch jobs" not in lifetime
     assert lifetime.get("list pods", 0) >= N
     assert "get jobs/status" not in lifetime
 

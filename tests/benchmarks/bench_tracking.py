@@ -9,8 +9,9 @@ For each N, on one simulated cluster in its own process:
    ``{"main": {"run": S, "logs": ["starting", "done"]}}``): every job runs long enough for the whole
    cluster to be running before the first one ends, then they end spread over 20 s to 12 minutes (at
    most about 28 a second).
-2. A triggerer-like process starts N ``JobTrigger``\\ s as ``JobOperator`` defers them, with its default
-   ``stream_logs=True`` (``--no-stream-logs`` turns it off). They admit their jobs and follow them.
+2. The admission controller starts in a process of its own (no pool in the namespace: it lets every job
+   go), and a triggerer-like process starts N ``JobTrigger``\\ s as ``JobOperator`` defers them, with
+   its default ``stream_logs=True`` (``--no-stream-logs`` turns it off). They follow their jobs.
 3. Window A: ``SETTLE`` seconds after that process has *received* (its shared watch delivered) a
    Running pod of every job, the API requests per second and the tracker's CPU use are measured over
    ``--window`` seconds with nothing changing in the cluster but the containers' log lines: the tracking
@@ -42,6 +43,7 @@ import time
 from typing import Any
 
 from benchlib import (
+    AdmissionController,
     RealCluster,
     SimProcess,
     TrackerProcess,
@@ -177,6 +179,9 @@ def run_tracking(
             + (["--log-streams", str(log_streams)] if log_streams is not None else [])
             + (["--poll-rate", str(poll_rate)] if poll_rate is not None else [])
         )
+        # The jobs start once the admission controller lets them (no pool in the namespace: at once); it
+        # runs beside the trackers as its own process, as deployed, and its requests are not theirs.
+        controller = AdmissionController(sim.kubeconfig, namespace)
         ours = TrackerProcess(sim, "ours", names, namespace, cap=cap, extra=extra)
         theirs: TrackerProcess | None = None
         try:
@@ -223,6 +228,7 @@ def run_tracking(
             for tracker in (ours, theirs):
                 if tracker is not None:
                     tracker.close()
+            controller.stop()
         transitions = sim.cmd("transitions", namespace=namespace)
         samples = [(t, c) for t, c in sim.cmd("samples", since=t0)]
         simulator = sim.cmd("resources")

@@ -107,6 +107,55 @@ class SimProcess:
         self.close()
 
 
+# A namespace labelled so has admission controllers of its own: the real tier's controller (scripts/test)
+# leaves it to them (tests/plane_scenarios/plane.py OWN_CONTROLLER).
+OWN_CONTROLLER = "airflow-jobs.io/own-controller"
+
+
+class AdmissionController:
+    """``airflow-jobs admission-controller`` for one namespace, its own OS process as its Deployment runs
+    it: the only identity that admits, so the jobs a benchmark's triggers follow start. Its requests are
+    not the trackers': they are the cost of admission, counted on the cluster side."""
+
+    def __init__(self, kubeconfig: str, namespace: str):
+        self.log = tempfile.NamedTemporaryFile(prefix="bench-controller-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [
+                PYTHON,
+                "-m",
+                "airflow_jobs_plugin.airflow.cli",
+                "admission-controller",
+                "--kubeconfig",
+                kubeconfig,
+                "--namespace",
+                namespace,
+                "--identity",
+                f"bench-{os.getpid()}",
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=str(ROOT),
+        )
+
+    def __enter__(self) -> AdmissionController:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
 class TrackerProcess:
     """A triggerer-like process (``tracker.py``) following ``names``.
 
@@ -480,7 +529,7 @@ class RealCluster:
         from simproc import job_manifest
 
         try:
-            self.core.create_namespace({"metadata": {"name": namespace}})
+            self.core.create_namespace({"metadata": {"name": namespace, "labels": {OWN_CONTROLLER: "true"}}})
         except Exception as exc:  # noqa: BLE001 - already there
             if getattr(exc, "status", None) != 409:
                 raise

@@ -33,6 +33,9 @@ HELM = ROOT / "helm-values"
 SCENARIO = "sim.airflow-jobs.io/scenario"
 # Generous: the plane's processes share two cores with whatever else runs on the machine.
 DEADLINE = 300.0
+# A namespace labelled so runs its own admission controllers (a test's, as the shipped layout or a
+# failover runs them); the real tier's own controller (scripts/test) admits in every other namespace.
+OWN_CONTROLLER = "airflow-jobs.io/own-controller"
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 # The kinds of the shipped manifests (helm-values/rbac.yaml, admission-controller.yaml,

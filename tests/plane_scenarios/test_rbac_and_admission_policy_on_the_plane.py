@@ -39,6 +39,7 @@ from tests.deploy import cheats
 
 from .plane import (
     KINDS,
+    OWN_CONTROLLER,
     create_or_replace,
     defer,
     ensure_namespace,
@@ -81,15 +82,25 @@ def install_layout(kueue: bool) -> list[tuple[dict, str]]:
         *((d, NAMESPACE) for d in shipped("rbac-kueue.yaml")),
         *((d, "kueue-system") for d in shipped("rbac-kueue-config.yaml")),
     ]
+    jobs_namespace = [_own_controller(d) for d in shipped("pod-security.yaml")]
     return [
         *accounts,
-        *((d, NAMESPACE) for d in shipped("pod-security.yaml") + shipped("rbac.yaml")),
+        *((d, NAMESPACE) for d in jobs_namespace + shipped("rbac.yaml")),
         *((d, NAMESPACE) for d in shipped("quota-policy.yaml")),
         *((d, AIRFLOW_NAMESPACE) for d in shipped("quota-policy.yaml")),
         *((d, "") for d in shipped("admission-controller.yaml")),
         *(with_kueue if kueue else ()),
         *((d, "") for d in shipped("admission-policy.yaml")),
     ]
+
+
+def _own_controller(doc: dict) -> dict:
+    """The jobs' namespace labelled as the one this module's controller admits in, so the real tier's own
+    controller (scripts/test) leaves it to the shipped one running as its own account."""
+    if doc["kind"] != "Namespace":
+        return doc
+    metadata = doc["metadata"]
+    return {**doc, "metadata": {**metadata, "labels": {**metadata.get("labels", {}), OWN_CONTROLLER: "true"}}}
 
 
 @contextlib.contextmanager
@@ -521,6 +532,69 @@ def test_a_kill_is_asked_by_the_triggerer_and_carried_out_by_the_api_server(iden
     event = follow(trigger, during=kill)
 
     assert event["state"] == "CANCELLED", event
+
+
+def test_a_dag_that_defers_itself_to_a_trigger_naming_no_pool_gets_no_gpu_the_policy_did_not_grant(
+    identities, monkeypatch
+):
+    """The cheat that made the triggerer admit: a DAG's own code creates three honest, suspended 2-GPU
+    jobs with the worker's token for dave of nlp (``user_gpus: 2``), then defers itself to the product's
+    own ``JobTrigger`` naming no quota pool. The triggerer only observes; the controller routes each job
+    by the namespace's policy alone: one runs, the other two wait for dave's quota, on the board."""
+    from airflow_jobs_plugin.airflow.triggers import JobTrigger
+    from airflow_jobs_plugin.cluster import watch as shared
+    from airflow_jobs_plugin.queueing import board
+    from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
+
+    bodies = [
+        manifest(group="nlp", user="dave", gpus=2, job_annotations=scenario(main={"run": None}))
+        for _ in range(3)
+    ]
+    names = [b["metadata"]["name"] for b in bodies]
+    for body in bodies:
+        created = as_identity(identities["worker"], lambda c, b=body: c.create(JOBS, NAMESPACE, b))
+        assert not isinstance(created, KubeError), created
+    run_as(monkeypatch, identities, "triggerer")
+
+    async def go() -> tuple[list[dict], dict]:
+        triggers = [
+            JobTrigger(job_name=n, namespace=NAMESPACE, quota_configmap=None, stream_logs=False)
+            for n in names
+        ]
+        following = [asyncio.ensure_future(t.run().__anext__()) for t in triggers]
+        try:
+            async with kube(identities["admin"]) as admin:
+                deadline = asyncio.get_running_loop().time() + 240
+                while True:
+                    jobs = [await admin.get(JOBS, NAMESPACE, n) for n in names]
+                    boards = (await admin.list(CONFIGMAPS, NAMESPACE, label_selector=board.BOARD_SELECTOR))[
+                        "items"
+                    ]
+                    entries = board.merged(board.decode(cm.get("data")) for cm in boards)
+                    admitted = [j for j in jobs if labels.ADMITTED_AT in j["metadata"].get("annotations", {})]
+                    waiting = [j for j in jobs if j["metadata"]["uid"] in entries]
+                    if len(admitted) == 1 and len(waiting) == 2:
+                        return jobs, {
+                            j["metadata"]["name"]: entries[j["metadata"]["uid"]][1] for j in waiting
+                        }
+                    assert asyncio.get_running_loop().time() < deadline, (admitted, entries)
+                    await asyncio.sleep(0.5)
+        finally:
+            for task in following:
+                task.cancel()
+            await asyncio.gather(*following, return_exceptions=True)
+            await admission_shutdown()
+            await shared.shutdown()
+            async with kube(identities["admin"]) as admin:
+                for n in names:
+                    with contextlib.suppress(KubeError):
+                        await admin.delete(JOBS, NAMESPACE, n)
+
+    jobs, waiting = asyncio.run(go())
+
+    assert [j["spec"]["suspend"] for j in jobs].count(False) == 1, [j["spec"]["suspend"] for j in jobs]
+    assert {e.reason for e in waiting.values()} == {"UserQuota"}, waiting
+    assert all("dave" in e.message for e in waiting.values()), waiting
 
 
 def test_a_group_added_to_the_policy_is_admitted_without_any_role_changed(identities, cluster, monkeypatch):

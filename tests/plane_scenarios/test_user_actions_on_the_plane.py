@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from datetime import datetime, timezone
 
 import pytest
@@ -245,10 +244,7 @@ def test_marking_the_task_failed_in_airflow_cancels_its_running_mpijob(cluster, 
             await shared.shutdown()
 
     assert asyncio.run(asyncio.wait_for(airflow_user(), DEADLINE)) == "CANCELLED"
-    assert (
-        log.first(rf"^task killed in Airflow: asked for MPIJob {NAMESPACE}/\S+ to be cancelled")
-        >= 0
-    ), log
+    assert log.first(rf"^task killed in Airflow: asked for MPIJob {NAMESPACE}/\S+ to be cancelled") >= 0, log
 
     async def annotations(client: KubeClient) -> dict:
         # Listed as cancelled until its TTL: who cancelled it stays on it.

@@ -309,7 +309,10 @@ class Controllers:
             lease = store.get("leases", "airflow-jobs-admission-controller", namespace=self.namespace)
         except Exception:  # noqa: BLE001 - no Lease yet
             return None
-        holder = (lease.get("spec") or {}).get("holderIdentity")
+        return self.holding((lease.get("spec") or {}).get("holderIdentity"))
+
+    def holding(self, holder: str | None) -> str | None:
+        """The replica a Lease's ``holderIdentity`` names, if that is its live process."""
         replica = self.identities.get(holder or "")
         # Only a live holder: after a kill the Lease names the dead one until another takes it over.
         if replica is None or not holder or holder != self._current(replica):
