@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, NAMESPACES, KubeClient, KubeError
-from airflow_jobs_plugin.cluster.resources import LEASES
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.resources import LEASES, NAMESPACES
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.manifests import build_manifest, pool_gate
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
