@@ -72,3 +72,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "real_cluster"
         ):
             item.add_marker(pytest.mark.skip(reason=f"{REAL_CLUSTER_ENV} is set: {NOT_PORTABLE}"))
+
+
+@pytest.fixture(autouse=True)
+def _policies_left_on_the_plane(request: pytest.FixtureRequest):
+    """On the real plane the tests share its namespaces, and the admission controller routes every job of
+    a namespace by all the quota policies there: a policy a test put in ``default`` and left would hold
+    the next tests' jobs of other groups. Each real_cluster test takes away the policies it added there."""
+    kubeconfig = os.environ.get("AIRFLOW_JOBS_TEST_KUBECONFIG")
+    if not kubeconfig or request.node.get_closest_marker("real_cluster") is None:
+        yield
+        return
+    import asyncio
+    import contextlib
+
+    from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, KubeClient, KubeError
+    from airflow_jobs_plugin.queueing.pools import is_policy
+
+    async def policies() -> set[str]:
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            listed = await client.list(CONFIGMAPS, "default")
+            return {
+                c["metadata"]["name"]
+                for c in listed["items"]
+                if is_policy(c["metadata"]["name"], c["metadata"].get("labels") or {})
+            }
+        finally:
+            await client.close()
+
+    async def remove(names: set[str]) -> None:
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            for name in names:
+                with contextlib.suppress(KubeError):
+                    await client.delete(CONFIGMAPS, "default", name)
+        finally:
+            await client.close()
+
+    before = asyncio.run(policies())
+    yield
+    left = asyncio.run(policies()) - before
+    if left:
+        asyncio.run(remove(left))

@@ -159,7 +159,11 @@ def test_stop_resume_and_cancel_from_the_cli(cluster, capsys):
     assert event["state"] == "CANCELLED", event
     assert event["cancelled_by"].startswith("acceptance"), event
     out = capsys.readouterr().out
-    assert " stopped: " in out and " resumed: started again" in out and " cancelled " in out
+    assert (
+        " stopped: " in out
+        and " resumed: the admission controller starts it again" in out
+        and " cancelled " in out
+    )
 
 
 def test_a_job_under_a_quota_pool_is_admitted_by_the_pool_and_leaves_no_reservation(cluster, monkeypatch):

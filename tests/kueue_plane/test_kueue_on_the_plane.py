@@ -290,7 +290,8 @@ def test_a_default_local_queue_lets_no_user_past_the_pool(kubeconfig, namespace,
 
 def test_a_kueue_that_manages_every_job_is_never_fought(kubeconfig, namespace, capsys):
     """Kueue runs with manageJobsWithoutQueueName: a plain job (no queue named, no pool) is Kueue's from
-    its creation. The product never unsuspends it: it says why it waits, and Kueue never has to stop it."""
+    its creation. The product never unsuspends it nor hands it to a LocalQueue that does not exist (the
+    namespace has no ``default``): it says why it waits, and Kueue never has to stop it."""
     with kueue_configuration(kubeconfig, {"manageJobsWithoutQueueName": True}):
         trigger = submit(job("plain", namespace, gpus=1, scenario={"run": 1}), "kueue_manages_all")
 
@@ -315,7 +316,7 @@ def test_a_kueue_that_manages_every_job_is_never_fought(kubeconfig, namespace, c
     (only,) = jobs
     assert only["spec"]["suspend"] is True
     assert labels.ADMITTED not in (only["metadata"].get("labels") or {})
-    assert "manages every job" in out, out[-3000:]
+    assert "Kueue LocalQueue 'default' does not exist" in out, out[-3000:]
     assert results == [None]
     cli.main(["cancel", only["metadata"]["name"], "--namespace", namespace, "--kubeconfig", kubeconfig])
 

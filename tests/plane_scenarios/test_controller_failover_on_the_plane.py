@@ -44,7 +44,7 @@ def job_body(index: int) -> dict:
         user="alice",
         gpus=1,
         namespace=NAMESPACE,
-        job_annotations=scenario(main={"run": RUN_SECONDS, "logs": ["epoch 1"]}),
+        annotations=scenario(main={"run": RUN_SECONDS, "logs": ["epoch 1"]}),
     )
     body = build_manifest(
         spec, name=identity.job_name(1), task=identity, attempt=1, queued_at=datetime.now(timezone.utc)

@@ -547,8 +547,7 @@ def test_a_dag_that_defers_itself_to_a_trigger_naming_no_pool_gets_no_gpu_the_po
     from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 
     bodies = [
-        manifest(group="nlp", user="dave", gpus=2, job_annotations=scenario(main={"run": None}))
-        for _ in range(3)
+        manifest(group="nlp", user="dave", gpus=2, annotations=scenario(main={"run": None})) for _ in range(3)
     ]
     names = [b["metadata"]["name"] for b in bodies]
     for body in bodies:

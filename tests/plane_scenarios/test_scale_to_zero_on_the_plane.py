@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
@@ -25,9 +28,21 @@ from task_doubles import task_context
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.cluster.kube import JOBS, NODES, PODS, KubeClient, KubeError
+from airflow_jobs_plugin.cluster.resources import NAMESPACES
 from airflow_jobs_plugin.jobs import labels
 
-from .plane import DEADLINE, TaskLog, defer, ensure_namespace, follow, kube, on_cluster, scenario, state_of
+from .plane import (
+    DEADLINE,
+    OWN_CONTROLLER,
+    TaskLog,
+    defer,
+    ensure_namespace,
+    follow,
+    kube,
+    on_cluster,
+    scenario,
+    state_of,
+)
 
 pytestmark = [pytest.mark.real_cluster, pytest.mark.timeout(900)]
 
@@ -41,8 +56,50 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def namespace(cluster):
-    on_cluster(cluster.kubeconfig_path, lambda client: ensure_namespace(client, NAMESPACE))
+def namespace(cluster, tmp_path_factory):
+    """The namespace, and on the real plane an admission controller of its own configured as a platform
+    would configure it (``autoscaled_node_shapes`` is the controller's setting: it rules never-fits);
+    on the simulator the cluster's controller runs in the test's process and reads the test's setting."""
+    if getattr(cluster, "simulated", True) is not False:
+        on_cluster(cluster.kubeconfig_path, lambda client: ensure_namespace(client, NAMESPACE))
+        yield
+        return
+
+    async def create(client: KubeClient) -> None:
+        body = {"metadata": {"name": NAMESPACE, "labels": {OWN_CONTROLLER: "true"}}}
+        try:
+            await client.create(NAMESPACES, "", body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            await client.merge_patch(
+                NAMESPACES, "", NAMESPACE, {"metadata": {"labels": body["metadata"]["labels"]}}
+            )
+
+    on_cluster(cluster.kubeconfig_path, create)
+    log = tmp_path_factory.mktemp("controller") / "controller.log"
+    env = {**os.environ, "AIRFLOW__AIRFLOW_JOBS__AUTOSCALED_NODE_SHAPES": SHAPES}
+    command = [
+        sys.executable,
+        "-m",
+        "airflow_jobs_plugin.airflow.cli",
+        "admission-controller",
+        "--kubeconfig",
+        cluster.kubeconfig_path,
+        "--namespace",
+        NAMESPACE,
+    ]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            yield
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 @pytest.fixture

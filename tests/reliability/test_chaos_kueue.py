@@ -26,7 +26,7 @@ from airflow_jobs_plugin.jobs import labels
 
 from .chaos_harness import Chaos, Triggerer, Worker, events_by_task, run_in_thread, task_key
 from .chaos_invariants import Invariants
-from .chaos_plan import QUOTAS, Task, expected, operator_kwargs, plan
+from .chaos_plan import POLICY_NAME, QUOTAS, Task, expected, operator_kwargs, plan
 from .test_chaos import inject_api_faults, jobs_by_task
 from .test_chaos import prepare as prepare_nodes_and_policy
 
@@ -60,11 +60,14 @@ connection = connection_fixture(autouse=False)
 
 
 def prepare(cluster) -> None:
-    """The chaos run's nodes (and its policy ConfigMap, which no task here names), plus one ClusterQueue
-    and LocalQueue per group at the group's quota."""
+    """The chaos run's nodes, plus one ClusterQueue and LocalQueue per group at the group's quota. No quota
+    policy: the admission controller routes every job of a namespace by its policies, and here Kueue alone
+    queues (with a pool in front, the pool would hold the per-user limits and reserve for jobs still
+    waiting in Kueue: tests/trigger/test_kueue.py covers that layout)."""
     prepare_nodes_and_policy(cluster)
 
     def on_loop() -> None:
+        cluster.store.delete("configmaps", POLICY_NAME, namespace=NAMESPACE)
         cluster.store.create("resourceflavors", {"metadata": {"name": "default-flavor"}})
         for group, (gpus, _) in QUOTAS.items():
             flavors = [{"name": "default-flavor", "resources": [{"name": GPU, "nominalQuota": gpus}]}]
