@@ -182,6 +182,7 @@ def job_difference(job: Mapping[str, Any], submission: Submission) -> Difference
     if kueue.queue_name(job) is not None or meta.annotations.get(labels.KUEUE_HANDOFF):
         # A job for Kueue, handed over or (a later attempt cloned from one Kueue admitted) waiting to be.
         _without_kueue_additions(kind, wanted, found)
+    _with_the_authors_values(kind, job, found)
     # Admission switches suspend; it is never what a job runs.
     for stored in (wanted, found):
         if isinstance(stored.get("spec"), Mapping):
@@ -194,6 +195,32 @@ def job_difference(job: Mapping[str, Any], submission: Submission) -> Difference
             JobView(expected).owner_references, JobView(job).owner_references, "metadata.ownerReferences"
         )
     )
+
+
+def _with_the_authors_values(kind: kinds.JobKind, job: Mapping[str, Any], found: dict) -> None:
+    """A job the controller ruled failed was ended through its own spec (``JobKind.ending_spec``: a Job's
+    deadline of 1 s, parallelism 0 if it was queued), recording the author's values beside its verdict;
+    those are what its try submitted. Only a field that holds exactly the ending's value, on a job whose
+    verdict only the controller may write (admission-policy.yaml), is given back: a planted record can
+    change nothing that runs."""
+    annotations = JobView(job).annotations
+    if not annotations.get(labels.VERDICT) or not isinstance(found.get("spec"), dict):
+        return
+    try:
+        recorded = json.loads(annotations.get(labels.ENDED_SPEC) or "")
+    except ValueError:
+        return
+    if not isinstance(recorded, Mapping):
+        return
+    queued = {**job, "spec": merge_under(dict(job.get("spec") or {}), kind.suspend_patch(True))}
+    ending = {**kind.ending_spec(job), **kind.ending_spec(queued)}
+    spec = found["spec"]
+    for field, value in recorded.items():
+        if field in ending and field != "suspend" and spec.get(field) == ending[field]:
+            if value is None:
+                spec.pop(field, None)
+            else:
+                spec[field] = value
 
 
 def _whole(value: Any, low: int, high: int) -> int | None:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from airflow_jobs_sim import ClusterConfig, SimCluster
-from controller_fixture import ControllerThread
 
 from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
 from airflow_jobs_plugin.jobs.manifests import build_manifest
@@ -89,10 +88,9 @@ def crowded(tmp_path_factory):
     """The simulated cluster with the crowd, and an Airflow API server reading its namespace."""
     from tests.ui.server import start
 
-    with (
-        SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim,
-        ControllerThread(sim.kubeconfig_path),
-    ):
+    # No admission controller: the crowd waits as it would while none is admitting (with one and no
+    # pool, it would let all 3,000 go and they would take the nodes from the running job).
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as sim:
         name = populate(sim)
         server = start(tmp_path_factory.mktemp("airflow-home"), sim.kubeconfig_path, namespace=NAMESPACE)
         try:
