@@ -203,11 +203,11 @@ def _with_the_authors_values(kind: kinds.JobKind, job: Mapping[str, Any], found:
     those are what its try submitted. Only a field that holds exactly the ending's value, on a job whose
     verdict only the controller may write (admission-policy.yaml), is given back: a planted record can
     change nothing that runs."""
-    annotations = JobView(job).annotations
-    if not annotations.get(labels.VERDICT) or not isinstance(found.get("spec"), dict):
+    view = JobView(job)
+    if not view.verdict or not isinstance(found.get("spec"), dict):
         return
     try:
-        recorded = json.loads(annotations.get(labels.ENDED_SPEC) or "")
+        recorded = json.loads(view.annotations.get(labels.ENDED_SPEC) or "")
     except ValueError:
         return
     if not isinstance(recorded, Mapping):
