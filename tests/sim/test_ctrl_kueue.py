@@ -149,7 +149,9 @@ def test_a_queued_job_is_suspended_on_create_and_started_when_its_workload_is_ad
     assert condition(wl, "QuotaReserved")["message"] == f"Quota reserved in ClusterQueue cq-{ns}"
     assert condition(wl, "Admitted")["status"] == "True"
     assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"] == {GPU: "default-flavor"}
-    assert ("Started", f"Admitted by clusterQueue cq-{ns}") in events(cluster, ns, "train")
+    # Kueue records the event once the start is written (kueue v0.19.2 pkg/controller/jobframework
+    # reconciler.go, startJob), so it may come just after the unsuspend is seen.
+    wait_for(lambda: ("Started", f"Admitted by clusterQueue cq-{ns}") in events(cluster, ns, "train"))
 
 
 def test_a_job_that_does_not_fit_waits_pending_with_kueues_message_and_runs_when_quota_frees(cluster, ns):
