@@ -105,7 +105,7 @@ def policies_removed_fixture():
     return policies_removed
 
 
-def held_back(manifest: dict, seconds: float = 1.0) -> dict:
+def held_back(manifest: dict, seconds: float = 3.0) -> dict:
     """``manifest`` held in its queue for ``seconds`` (stretched with the machine's load) by a retry
     back-off: the admission controller lets a job without a pool go at once, so a test that must see its
     trigger log it QUEUED first holds it until the trigger surely follows it."""

@@ -597,15 +597,12 @@ async def client_for(conn_id: str = DEFAULT_CONN_ID) -> KubeClient:
     loop = asyncio.get_running_loop()
     key = (id(loop), conn_id)
     fut = _CLIENTS.get(key)
-    if fut is None or (fut.done() and fut.exception() is not None):
-        fut = loop.create_future()
+    if fut is None or (fut.done() and (fut.cancelled() or fut.exception() is not None)):
+        # Built in a task of its own: the caller that starts it may be cancelled while it builds (a
+        # trigger cancelled as it starts, then asked to on_kill), and every other caller awaits the same
+        # client; a caller's cancellation must not end the build for all of them.
+        fut = asyncio.ensure_future(KubeClient.from_connection(conn_id))
         _CLIENTS[key] = fut
-        try:
-            fut.set_result(await KubeClient.from_connection(conn_id))
-        except BaseException as exc:
-            fut.set_exception(exc)
-            del _CLIENTS[key]
-            raise
     return await asyncio.shield(fut)
 
 
@@ -653,5 +650,9 @@ async def shutdown() -> None:
         await entry.watch.stop()
     for client_key in [k for k in _CLIENTS if k[0] == loop_id]:
         fut = _CLIENTS.pop(client_key)
-        if fut.done() and fut.exception() is None:
+        if not fut.done():
+            fut.cancel()
+            with contextlib.suppress(BaseException):
+                await fut
+        elif not fut.cancelled() and fut.exception() is None:
             await fut.result().close()

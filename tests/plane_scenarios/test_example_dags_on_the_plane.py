@@ -120,7 +120,9 @@ def test_the_torchrun_job_runs_every_node_of_its_indexed_job_behind_a_headless_s
     event = follow(trigger)
     assert event["status"] == "success", event
     assert event["kind"] == "torchrun" and event["state"] == "SUCCEEDED", event
-    running = log.first(r"^torchrun \S+: RUNNING \(nodes 2/2 Running\)")
+    # The trigger may start following after the first node finished (the controller admits the job
+    # before the trigger's first look, and the DAG's run times do not stretch with the machine's load).
+    running = log.first(r"^torchrun \S+: RUNNING \(nodes (2/2 Running|1/2 Completed, 1/2 Running)\)")
     succeeded = log.first(r"^torchrun \S+: SUCCEEDED")
     assert 0 <= running < succeeded, log
     assert log.first(r"^\[node-0\] ") >= 0 and log.first(r"^\[node-1\] ") >= 0, log
