@@ -44,7 +44,7 @@ from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from airflow_jobs_plugin.queueing.quota import ledger_model
 from airflow_jobs_plugin.queueing.quota.model import Reservation
 from airflow_jobs_plugin.readmodel import inspect
-from tests.patience import stretch
+from tests.patience import Deadline, stretch
 
 HELM = Path(__file__).resolve().parents[2] / "helm-values"
 ROLE = HELM / "rbac.yaml"
@@ -686,13 +686,17 @@ def test_on_a_kueue_cluster_each_component_reads_what_kueue_says_under_its_own_r
                 client = await KubeClient.from_kubeconfig(api_server)
                 try:
                     # The second waits behind the first: Kueue's visibility API says where.
-                    for _ in range(300):
+                    # The controller is a fresh interpreter: its start-up, like the wait, stretches
+                    # with the machine's load.
+                    deadline = Deadline(30)
+                    while True:
                         found = await client.get_subresource(
                             PENDING_IN_LOCAL_QUEUES, NAMESPACE, "team", "pendingworkloads"
                         )
-                        if found["items"]:
+                        if found["items"] or deadline.passed():
                             break
                         await asyncio.sleep(0.1)
+                    assert found["items"], f"no workload pending in LocalQueue team after {deadline}"
                     assert found["items"][0]["positionInClusterQueue"] == 0, found
                     state = await inspect.read_cluster(client, inspect.Target(namespace=NAMESPACE))
                     assert state.workloads_problem is None
