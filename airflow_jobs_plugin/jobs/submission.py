@@ -129,10 +129,12 @@ async def submit(
     pool: QuotaSource,
     log: logging.Logger | Any,
     tries: Tries | None = None,
+    passed_over: int | None = None,
 ) -> Submitted:
     """The job this try follows, created if no earlier try's job lives, and the pool it is under.
 
     ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success).
+    ``passed_over`` is an earlier try whose jobs are never followed (its deferral timed out).
     Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled (its
     verdict on a job still there, or the record the cancel left: :func:`recorded_cancel`), and
     :class:`SubmissionRefused` naming a job under the task's name or key that is not, field for field,
@@ -193,7 +195,7 @@ async def submit(
             charge,
             fingerprint=adoption.spec_fingerprint(spec, identity),
         )
-        live = live_job_among(jobs, delivered)
+        live = live_job_among(jobs, delivered, passed_over)
         if live is not None:
             foreign = adoption.foreign_problem(live, submission)
             if foreign:
@@ -370,17 +372,22 @@ async def jobs_of_task(
     return list(listing.get("items") or [])
 
 
-def live_job_among(jobs: list[dict], delivered: str | None = None) -> dict | None:
+def live_job_among(
+    jobs: list[dict], delivered: str | None = None, passed_over: int | None = None
+) -> dict | None:
     """The job a new try of this task instance should follow instead of submitting one, if any.
 
     The newest job of any earlier try that has not ended; failing that, the newest one that succeeded
     but whose result no try has returned (``delivered`` names the job whose result was returned). A
-    failed job is never adopted: the retry exists to run it again.
+    failed job is never adopted: the retry exists to run it again. Nor is any job of the try
+    ``passed_over`` (its time ran out: its job is being cancelled).
     """
     now = datetime.now(timezone.utc)
     live, undelivered = [], []
     for item in jobs:
         if Meta(item).deleting:
+            continue
+        if passed_over is not None and Meta(item).labels.get(labels.TRY) == str(passed_over):
             continue
         state = snapshot(item, [], (), now=now).state
         if not state.is_terminal:

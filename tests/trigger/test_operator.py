@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.exceptions import AirflowException
@@ -419,3 +420,46 @@ def test_execute_complete_prints_the_log_lines_the_trigger_left_to_it_once(clust
     op.execute_complete(context_for(op, run_id, 1, store), event)
     printed = [line for line in capsys.readouterr().out.splitlines() if "[worker-0]" in line]
     assert [line.split("[worker-0] ")[1].split()[:2] for line in printed] == [["epoch", "1"], ["epoch", "2"]]
+
+
+def test_execution_timeout_is_passed_to_defer_less_what_the_try_already_spent(cluster):
+    op = operator(execution_timeout=timedelta(minutes=10))
+    run_id = f"run-{next(_runs)}"
+    context = context_for(op, run_id, 1, StateStore())
+    context["ti"].start_date = datetime.now(timezone.utc) - timedelta(seconds=30)
+    deferred = deferral(op, context)
+    assert timedelta(minutes=9, seconds=20) <= deferred.timeout <= timedelta(minutes=9, seconds=30)
+    # A task without execution_timeout defers without a timeout, as before.
+    assert deferral(operator(), context_for(op, f"run-{next(_runs)}", 1, StateStore())).timeout is None
+
+
+def test_a_timed_out_deferral_fails_naming_the_timeout_and_the_job_and_its_retry_runs_a_new_job(cluster):
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    op = operator(
+        execution_timeout=timedelta(seconds=60),
+        retries=1,
+        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 360000}}'},
+    )
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    first = deferral(op, context_for(op, run_id, 1, store, max_tries=1))
+    # What the scheduler's check_trigger_timeouts leaves for the worker that resumes the try.
+    with pytest.raises(TaskDeferralTimeout) as failed:
+        op.resume_execution("__fail__", {"error": "Trigger timeout"}, context_for(op, run_id, 1, store, 1))
+    message = str(failed.value)
+    assert "execution_timeout (0:01:00)" in message and first.trigger.job_name in message
+    # The try's job is still live until the API server's cancel lands: the retry must not follow it.
+    second = deferral(op, context_for(op, run_id, 2, store, max_tries=1))
+    assert second.trigger.job_name != first.trigger.job_name
+    assert len(jobs_of(cluster, op, run_id)) == 2
+
+
+def test_a_trigger_failure_that_is_not_a_timeout_resumes_as_airflow_does(cluster):
+    from airflow.sdk.exceptions import TaskDeferralError
+
+    op = operator()
+    with pytest.raises(TaskDeferralError):
+        op.resume_execution(
+            "__fail__", {"error": "Trigger failure"}, context_for(op, "run-x", 1, StateStore())
+        )
