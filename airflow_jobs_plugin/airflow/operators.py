@@ -648,29 +648,37 @@ class JobOperator(BaseOperator):
                 timedelta(seconds=round(timeout.total_seconds())),
                 self.execution_timeout,
             )
-        self.defer(
-            timeout=timeout,
-            trigger=JobTrigger(
-                job_name=job.name,
-                namespace=spec.namespace or "default",
-                kind=job.kind,
-                kubernetes_conn_id=conn_id,
-                max_attempts=spec.max_attempts,
-                retry_backoff=spec.retry_backoff.total_seconds(),
-                retry_backoff_max=spec.retry_backoff_max.total_seconds(),
-                retryable_exit_codes=list(spec.retryable_exit_codes),
-                fatal_exit_codes=list(spec.fatal_exit_codes),
-                stream_logs=stream_logs,
-                quota_configmap=job.quota_configmap,
-                quota_namespace=job.quota_namespace,
-                # The job exists now: its TTL cannot remove it sooner than this plus the TTL.
-                deferred_at=datetime.now(timezone.utc).isoformat(),
-                ttl_after_finished=(
-                    spec.ttl_after_finished.total_seconds() if spec.ttl_after_finished is not None else None
-                ),
+        trigger = JobTrigger(
+            job_name=job.name,
+            namespace=spec.namespace or "default",
+            kind=job.kind,
+            kubernetes_conn_id=conn_id,
+            max_attempts=spec.max_attempts,
+            retry_backoff=spec.retry_backoff.total_seconds(),
+            retry_backoff_max=spec.retry_backoff_max.total_seconds(),
+            retryable_exit_codes=list(spec.retryable_exit_codes),
+            fatal_exit_codes=list(spec.fatal_exit_codes),
+            stream_logs=stream_logs,
+            quota_configmap=job.quota_configmap,
+            quota_namespace=job.quota_namespace,
+            # The job exists now: its TTL cannot remove it sooner than this plus the TTL.
+            deferred_at=datetime.now(timezone.utc).isoformat(),
+            ttl_after_finished=(
+                spec.ttl_after_finished.total_seconds() if spec.ttl_after_finished is not None else None
             ),
-            method_name="execute_complete",
         )
+        if job.succeeded:
+            # An earlier try's success that no try returned (adoption.returned_at_once): read it here,
+            # as the trigger would, and return it without a deferral for Airflow's scheduler to race.
+            self.log.info(
+                "%s %s/%s of an earlier try already succeeded and no try returned it: returning its success "
+                "without running it again",
+                job.kind,
+                spec.namespace or "default",
+                job.name,
+            )
+            return self.execute_complete(context, asyncio.run(_first_event(trigger)))
+        self.defer(timeout=timeout, trigger=trigger, method_name="execute_complete")
 
     # --- completion ---
 
@@ -776,6 +784,18 @@ class JobOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Nothing runs on the worker while the job runs: the trigger's on_kill deletes the job."""
+
+
+async def _first_event(trigger: Any) -> dict[str, Any]:
+    """The payload of ``trigger``'s event, run in this process (the job has ended: it comes at once)."""
+    from airflow_jobs_plugin.cluster import watch as shared
+
+    try:
+        async for event in trigger.run():
+            return dict(event.payload)
+    finally:
+        await shared.shutdown()
+    raise RuntimeError(f"the trigger following {trigger.job_name} ended without an event")
 
 
 def _charging_refusal(task: BaseOperator, group: str, user: str) -> str | None:

@@ -60,6 +60,7 @@ from airflow_jobs_plugin.jobs.outcome import same_run_of_task
 from airflow_jobs_plugin.jobs.pod_template import merge_under
 from airflow_jobs_plugin.jobs.spec import JobSpec
 from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
+from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.queueing import kueue
 from airflow_jobs_plugin.queueing.quota.flavors import Charge
 
@@ -359,3 +360,18 @@ def cancelled_in_run(
             earlier, view.name, annotations.get(labels.CANCELLED_BY), annotations.get(labels.CANCELLED_AT)
         )
     return None
+
+
+def returned_at_once(job: Mapping[str, Any], now: datetime) -> bool:
+    """True if a try that follows ``job`` (an earlier try's) returns its success at once, on the worker,
+    instead of deferring: the job already SUCCEEDED.
+
+    Such a job is followed only when no try returned its success, which is what Airflow 3.3.2's stale
+    executor event does to a try whose job ends seconds after the deferral: the scheduler drains the
+    worker's success of the deferral exit after the trigger's event has queued or started the resumed
+    try, takes the try for killed externally and fails it (airflow-core 3.3.2
+    ``jobs/scheduler_job_runner.py``, ``process_executor_events``: only a ``scheduled`` task instance
+    with ``next_method`` is told apart; apache/airflow#66374, #67287, #72716). Deferring again on the
+    finished job would fire the trigger at once and offer the race the same window; returning from
+    ``execute`` offers none."""
+    return snapshot(job, [], (), now=now).state is JobState.SUCCEEDED

@@ -117,6 +117,9 @@ class Submitted:
     kind: str
     quota_configmap: str | None
     quota_namespace: str | None
+    # An earlier try's job that already SUCCEEDED and whose success no try returned: this try returns it
+    # without deferring (adoption.returned_at_once).
+    succeeded: bool = False
 
 
 async def submit(
@@ -205,7 +208,13 @@ async def submit(
             _remember(store, name, kind, spec.namespace)
             # The earlier try may have stopped between creating the job and what goes beside it.
             await patiently(ensure_companions, client, live, log=log, tries=SUBMIT_TRIES)
-            return Submitted(name, kind, quota_configmap, quota_namespace)
+            return Submitted(
+                name,
+                kind,
+                quota_configmap,
+                quota_namespace,
+                adoption.returned_at_once(live, datetime.now(timezone.utc)),
+            )
         name = identity.job_name(1)
         # Remember the name before creating: a worker that dies right after the create leaves a record
         # the retry finds (and the TASK_KEY label finds the job even without the record).
