@@ -14,7 +14,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_jobs_plugin import DEFAULT_CONN_ID
 from airflow_jobs_plugin.jobs import spec as spec_defaults
-from airflow_jobs_plugin.jobs.labels import TASK_STATE_DELIVERED, TASK_STATE_FATAL, TASK_STATE_KEY
+from airflow_jobs_plugin.jobs.labels import (
+    TASK_STATE_DELIVERED,
+    TASK_STATE_FATAL,
+    TASK_STATE_KEY,
+    TASK_STATE_TIMED_OUT,
+)
 from airflow_jobs_plugin.jobs.naming import TaskIdentity
 from airflow_jobs_plugin.jobs.outcome import (
     JobEvent,
@@ -24,6 +29,7 @@ from airflow_jobs_plugin.jobs.outcome import (
     headline,
     repeated_fatal_failure,
     summary,
+    timed_out_try,
 )
 from airflow_jobs_plugin.jobs.pod_template import merge_under
 from airflow_jobs_plugin.jobs.spec import (
@@ -39,6 +45,7 @@ from airflow_jobs_plugin.jobs.spec_checks import (
     contains_unrendered,
     validate,
 )
+from airflow_jobs_plugin.jobs.timeouts import remaining_timeout, timed_out, timeout_message
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -561,11 +568,13 @@ class JobOperator(BaseOperator):
             try_number=ti.try_number, max_tries=getattr(ti, "max_tries", None), retries=self.retries or 0
         )
         delivered = None  # without a task_state_store nothing says what was returned: adopt no success
+        passed_over = None
         if store is not None:
             repeated = repeated_fatal_failure(TryOutcome.from_json(store.get(TASK_STATE_FATAL)), **tries)
             if repeated:
                 raise AirflowFailException(repeated)
             delivered = delivered_job(TryOutcome.from_json(store.get(TASK_STATE_DELIVERED)), **tries)
+            passed_over = timed_out_try(TryOutcome.from_json(store.get(TASK_STATE_TIMED_OUT)), **tries)
         # The cluster client and the trigger load only here, on the worker: a DAG file that merely
         # parses never pays for them.
         from airflow_jobs_plugin import config
@@ -612,6 +621,7 @@ class JobOperator(BaseOperator):
                     pool=pool,
                     log=self.log,
                     tries=Tries(**tries),
+                    passed_over=passed_over,
                 )
             )
         except TryCancelled as exc:
@@ -621,30 +631,89 @@ class JobOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from exc
         except SubmissionRefused as exc:
             raise AirflowFailException(str(exc)) from exc
-        self.defer(
-            trigger=JobTrigger(
-                job_name=job.name,
-                namespace=spec.namespace or "default",
-                kind=job.kind,
-                kubernetes_conn_id=conn_id,
-                max_attempts=spec.max_attempts,
-                retry_backoff=spec.retry_backoff.total_seconds(),
-                retry_backoff_max=spec.retry_backoff_max.total_seconds(),
-                retryable_exit_codes=list(spec.retryable_exit_codes),
-                fatal_exit_codes=list(spec.fatal_exit_codes),
-                stream_logs=stream_logs,
-                quota_configmap=job.quota_configmap,
-                quota_namespace=job.quota_namespace,
-                # The job exists now: its TTL cannot remove it sooner than this plus the TTL.
-                deferred_at=datetime.now(timezone.utc).isoformat(),
-                ttl_after_finished=(
-                    spec.ttl_after_finished.total_seconds() if spec.ttl_after_finished is not None else None
-                ),
-            ),
-            method_name="execute_complete",
+        # Airflow 3.3 times a deferred task out only by the timeout given to defer() (task-sdk 1.3
+        # BaseOperator.defer, task_runner._run_execute_callable's "TODO: handle timeout in case of
+        # deferral"; the cncf KubernetesPodOperator had the same gap, apache/airflow#67227): the try's
+        # execution_timeout is passed on, less what the worker already spent of it (jobs/timeouts.py).
+        timeout = remaining_timeout(
+            self.execution_timeout, getattr(ti, "start_date", None), datetime.now(timezone.utc)
         )
+        if timeout is not None:
+            self.log.info(
+                "%s %s/%s must end within %s (what is left of execution_timeout %s, waiting in the queue "
+                "included); then the task fails and the job is cancelled",
+                job.kind,
+                spec.namespace or "default",
+                job.name,
+                timedelta(seconds=round(timeout.total_seconds())),
+                self.execution_timeout,
+            )
+        trigger = JobTrigger(
+            job_name=job.name,
+            namespace=spec.namespace or "default",
+            kind=job.kind,
+            kubernetes_conn_id=conn_id,
+            max_attempts=spec.max_attempts,
+            retry_backoff=spec.retry_backoff.total_seconds(),
+            retry_backoff_max=spec.retry_backoff_max.total_seconds(),
+            retryable_exit_codes=list(spec.retryable_exit_codes),
+            fatal_exit_codes=list(spec.fatal_exit_codes),
+            stream_logs=stream_logs,
+            quota_configmap=job.quota_configmap,
+            quota_namespace=job.quota_namespace,
+            # The job exists now: its TTL cannot remove it sooner than this plus the TTL.
+            deferred_at=datetime.now(timezone.utc).isoformat(),
+            ttl_after_finished=(
+                spec.ttl_after_finished.total_seconds() if spec.ttl_after_finished is not None else None
+            ),
+        )
+        if job.succeeded:
+            # An earlier try's success that no try returned (adoption.returned_at_once): read it here,
+            # as the trigger would, and return it without a deferral for Airflow's scheduler to race.
+            self.log.info(
+                "%s %s/%s of an earlier try already succeeded and no try returned it: returning its success "
+                "without running it again",
+                job.kind,
+                spec.namespace or "default",
+                job.name,
+            )
+            return self.execute_complete(context, asyncio.run(_first_event(trigger)))
+        self.defer(timeout=timeout, trigger=trigger, method_name="execute_complete")
 
     # --- completion ---
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Airflow's own resume, but a deferral that ran out of its timeout fails naming the timeout and
+        the job, and is recorded so a retry never follows that job."""
+        if timed_out(next_method, next_kwargs):
+            self._deferral_timed_out(context)
+        return super().resume_execution(next_method, next_kwargs, context)
+
+    def _deferral_timed_out(self, context: Context) -> None:
+        """Fail the try whose deferral Airflow timed out (scheduler's check_trigger_timeouts, airflow-core
+        3.3 jobs/scheduler_job_runner.py). The job is cancelled by the GPU Jobs app in the API server: the
+        trigger's cleanup asked for it when the triggerer dropped it (Airflow calls no on_kill for a
+        trigger past its timeout), and Airflow's database, which the app reads, confirms the timeout."""
+        from airflow.sdk.exceptions import TaskDeferralTimeout
+
+        ti = context["ti"]
+        store = context.get("task_state_store")
+        current = store.get(STATE_KEY) if store is not None else None
+        job = current if isinstance(current, Mapping) else {}
+        message = timeout_message(
+            execution_timeout=self.execution_timeout,
+            job=str(job.get("name") or ""),
+            kind=str(job.get("kind") or "Job"),
+            namespace=str(job.get("namespace") or self.namespace or "default"),
+            try_number=ti.try_number,
+        )
+        self._remember(
+            context,
+            TASK_STATE_TIMED_OUT,
+            TryOutcome(ti.try_number, job=str(job.get("name") or ""), message=message),
+        )
+        self.log.error("%s", message)
+        raise TaskDeferralTimeout(message)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         try_number = context["ti"].try_number if "ti" in context else 0
@@ -715,6 +784,18 @@ class JobOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Nothing runs on the worker while the job runs: the trigger's on_kill deletes the job."""
+
+
+async def _first_event(trigger: Any) -> dict[str, Any]:
+    """The payload of ``trigger``'s event, run in this process (the job has ended: it comes at once)."""
+    from airflow_jobs_plugin.cluster import watch as shared
+
+    try:
+        async for event in trigger.run():
+            return dict(event.payload)
+    finally:
+        await shared.shutdown()
+    raise RuntimeError(f"the trigger following {trigger.job_name} ended without an event")
 
 
 def _charging_refusal(task: BaseOperator, group: str, user: str) -> str | None:

@@ -181,19 +181,21 @@ class JobTrigger(BaseTrigger):
         any tenant's job): it writes a kill request on the job (``labels.KILL_REQUESTED``, the try it
         followed), and the GPU Jobs app in Airflow's API server cancels the job once Airflow's database
         says its task instance was killed (jobs/kill_request.py), naming Airflow's user as who."""
+        await self._request_kill("task killed in Airflow")
+
+    async def _request_kill(self, why: str) -> None:
         client = await shared.client_for(self.kubernetes_conn_id)
         resource = kinds.for_name(self.kind).resource
         job = await client.get_or_none(resource, self.namespace, self.job_name)
         if job is None:
-            self.log.info(
-                "task killed in Airflow: %s %s/%s already gone", self.kind, self.namespace, self.job_name
-            )
+            self.log.info("%s: %s %s/%s already gone", why, self.kind, self.namespace, self.job_name)
             return
         job = await actions.newest_attempt(client, self.namespace, job)
         view = JobView(job)
         if view.finished:
             self.log.info(
-                "task killed in Airflow: %s %s/%s already finished, left as it is",
+                "%s: %s %s/%s already finished, left as it is",
+                why,
                 self.kind,
                 self.namespace,
                 view.name,
@@ -207,15 +209,37 @@ class JobTrigger(BaseTrigger):
             {"metadata": {"labels": {labels.KILL_REQUESTED: str(try_number)}}},
         )
         self.log.info(
-            "task killed in Airflow: asked for %s %s/%s to be cancelled (the GPU Jobs app in Airflow's API "
-            "server cancels it once Airflow's database confirms the kill)",
+            "%s: asked for %s %s/%s to be cancelled (the GPU Jobs app in Airflow's API server cancels it "
+            "once Airflow's database confirms it)",
+            why,
             self.kind,
             self.namespace,
             view.name,
         )
 
     async def cleanup(self) -> None:
-        """Runs on every exit, including a triggerer restart: never touches the job."""
+        """Runs on every exit, including a triggerer restart. Touches the job only once the deferral's
+        deadline has passed: Airflow 3.3 cancels a trigger past its timeout without calling ``on_kill``
+        (airflow-core 3.3 ``jobs/triggerer_job_runner.py``, ``run_trigger``: "For timeout, raise
+        immediately without calling on_kill()"), only this, so the kill is asked for here. The API server
+        cancels only once Airflow's database shows the try failing for its timeout (jobs/kill_request.py
+        rule 5): asked at a triggerer's restart just past the deadline, before the scheduler's check, it
+        is declined, and the trigger's next cancel asks again."""
+        deadline = getattr(self, "timeout_after", None)  # set by the triggerer from the deferral's timeout
+        if not isinstance(deadline, datetime):
+            return
+        if (deadline if deadline.tzinfo else deadline.replace(tzinfo=timezone.utc)) > _now():
+            return
+        try:
+            await self._request_kill("task's deferral timed out (execution_timeout)")
+        except Exception as exc:  # the teardown must not fail; the job then runs to its active_deadline
+            self.log.warning(
+                "deferral timed out: could not ask for %s %s/%s to be cancelled: %s",
+                self.kind,
+                self.namespace,
+                self.job_name,
+                exc,
+            )
 
 
 # The process whose start-up objects were frozen (gc.freeze): once per process, and again in a child

@@ -33,7 +33,10 @@ A job that fails is never adopted and never deleted: the try fails naming the fi
 A cancel stays a cancel: a job of an earlier try of the same run of the task that carries the Cancelled
 verdict ends this try as cancelled (:func:`cancelled_in_run`), even when the try that saw the cancel died
 before recording it in the task's state store. A cancel that deleted the job leaves its record instead
-(:mod:`airflow_jobs_plugin.jobs.cancel_record`), which the submission reads.
+(:mod:`airflow_jobs_plugin.jobs.cancel_record`), which the submission reads. A try that ran out of its
+``execution_timeout`` is not a person's cancel: its job is cancelled naming the timeout
+(:data:`~airflow_jobs_plugin.jobs.timeouts.TIMEOUT_CANCEL_BY`) and Airflow's retries still run, each a
+new job through the queue.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ from airflow_jobs_plugin.jobs.naming import MAX_ATTEMPTS, TaskIdentity, attempt_
 from airflow_jobs_plugin.jobs.outcome import same_run_of_task
 from airflow_jobs_plugin.jobs.pod_template import merge_under
 from airflow_jobs_plugin.jobs.spec import JobSpec
+from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
+from airflow_jobs_plugin.lifecycle import JobState, snapshot
 from airflow_jobs_plugin.queueing import kueue
 from airflow_jobs_plugin.queueing.quota.flavors import Charge
 
@@ -343,7 +348,7 @@ def cancelled_in_run(
     for job in jobs:
         view = JobView(job)
         annotations = view.annotations
-        if view.verdict != "Cancelled":
+        if view.verdict != "Cancelled" or annotations.get(labels.CANCELLED_BY) == TIMEOUT_CANCEL_BY:
             continue
         try:
             earlier = int(view.labels.get(labels.TRY) or "")
@@ -355,3 +360,18 @@ def cancelled_in_run(
             earlier, view.name, annotations.get(labels.CANCELLED_BY), annotations.get(labels.CANCELLED_AT)
         )
     return None
+
+
+def returned_at_once(job: Mapping[str, Any], now: datetime) -> bool:
+    """True if a try that follows ``job`` (an earlier try's) returns its success at once, on the worker,
+    instead of deferring: the job already SUCCEEDED.
+
+    Such a job is followed only when no try returned its success, which is what Airflow 3.3.2's stale
+    executor event does to a try whose job ends seconds after the deferral: the scheduler drains the
+    worker's success of the deferral exit after the trigger's event has queued or started the resumed
+    try, takes the try for killed externally and fails it (airflow-core 3.3.2
+    ``jobs/scheduler_job_runner.py``, ``process_executor_events``: only a ``scheduled`` task instance
+    with ``next_method`` is told apart; apache/airflow#66374, #67287, #72716). Deferring again on the
+    finished job would fire the trigger at once and offer the race the same window; returning from
+    ``execute`` offers none."""
+    return snapshot(job, [], (), now=now).state is JobState.SUCCEEDED

@@ -13,21 +13,34 @@ tenant's job cancels nothing. First match wins:
 2. a job no Airflow task submitted: not this rule's (its requester is not its task);
 3. the job's DAG is not in this Airflow: another deployment answers;
 4. no such task instance (its DAG run was deleted): cancel;
-5. a task instance that ended (success, failed, skipped, upstream_failed, removed: marked, or ended
-   otherwise while its trigger followed the job): cancel;
-6. a task instance cleared since (no state, restarting, or a later try scheduled or queued): cancel, so
+5. the job's try ran out of its time: the try's deferral deadline (``trigger_timeout``, from the
+   operator's ``defer(timeout=)``: jobs/timeouts.py) has passed and the task instance is no longer
+   deferred on it: the scheduler failed the deferral (``next_method`` ``__fail__``) or the try already
+   ended or waits for its retry: cancel, naming the timeout. Airflow 3.3's triggerer does not call
+   ``on_kill`` for a trigger it cancels past its timeout (airflow-core 3.3 ``jobs/triggerer_job_runner.py``
+   ``run_trigger``: "For timeout, raise immediately without calling on_kill()"): the trigger's
+   ``cleanup`` asks instead;
+6. a task instance that ended (success, failed, skipped, upstream_failed, removed: marked, or ended
+   otherwise while its trigger followed the job): cancel. A run past its ``dagrun_timeout`` sets its
+   unfinished task instances skipped (airflow-core 3.3 ``jobs/scheduler_job_runner.py``,
+   ``_schedule_dag_run``), its deferred ones included, and their triggers are cancelled with ``on_kill``;
+7. a task instance cleared since (no state, restarting, or a later try scheduled or queued): cancel, so
    the new run of the task submits a job of its own rather than follow the old one;
-7. otherwise (deferred on the job, running, waiting for a retry that will reattach): keep.
+8. otherwise (deferred on the job, running, waiting for a retry that will reattach): keep.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from airflow_jobs_plugin.jobs.orphans import JobRecord, TaskRecord, Verdict
+from airflow_jobs_plugin.jobs.timeouts import AIRFLOW_FAIL_METHOD, TIMEOUT_CANCEL_BY
 
 # Who a kill's cancel names (the task log's "cancelled by ..."): Airflow does not tell which user killed.
 KILLED_BY = "an Airflow user (mark failed, mark success or clear)"
+# A skipped task instance was skipped by its run's dagrun_timeout or by a person: the database does not say.
+SKIPPED_BY = "Airflow (the task instance was set skipped: its DAG run's dagrun_timeout, or a user)"
 # Airflow's TaskInstanceState values (airflow-core ``airflow/utils/state.py``, 3.3) of a task instance
 # that ended: a mark failed or mark success sets one of the first two.
 ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
@@ -44,8 +57,36 @@ class KillRequest:
     try_number: int
 
 
-def judge_kill(job: JobRecord, task: TaskRecord | None, *, dag_known: bool) -> Verdict:
-    """Cancel or keep a job whose trigger asked for it to be killed (the module's rules)."""
+def deferral_timed_out(job: JobRecord, task: TaskRecord | None, now: datetime | None) -> bool:
+    """True if the database says the try that submitted ``job`` ran out of its deferral's time (rule 5).
+
+    Only the job's own try: a later try defers with a deadline of its own, which says nothing of this one.
+    A try that resumed on a fired trigger keeps its past deadline too, but its job has ended (the trigger
+    fires only then), which rule 1 answers first; one resumed with ``__fail__`` and still scheduled,
+    queued or running can only be failing its deferral."""
+    if task is None or now is None or task.trigger_timeout is None or task.trigger_timeout > now:
+        return False
+    if job.try_number is None or task.try_number != job.try_number:
+        return False
+    if task.state in {"scheduled", "queued", "running"}:
+        return task.next_method == AIRFLOW_FAIL_METHOD
+    return task.state in {"up_for_retry", "failed"}
+
+
+def killed_by(job: JobRecord, task: TaskRecord | None, now: datetime | None) -> str:
+    """Who the cancel of a confirmed kill names (the job's page, its events, the task log)."""
+    if deferral_timed_out(job, task, now):
+        return TIMEOUT_CANCEL_BY
+    if task is not None and task.state == "skipped":
+        return SKIPPED_BY
+    return KILLED_BY
+
+
+def judge_kill(
+    job: JobRecord, task: TaskRecord | None, *, dag_known: bool, now: datetime | None = None
+) -> Verdict:
+    """Cancel or keep a job whose trigger asked for it to be killed (the module's rules). Without
+    ``now`` no deferral is judged timed out."""
     if not job.live:
         return Verdict(False, "finished or being deleted")
     if job.task is None:
@@ -54,6 +95,13 @@ def judge_kill(job: JobRecord, task: TaskRecord | None, *, dag_known: bool) -> V
         return Verdict(False, f"DAG {job.task.dag_id} is not in this Airflow: another deployment may own it")
     if task is None:
         return Verdict(True, f"task instance {job.task} no longer exists")
+    if deferral_timed_out(job, task, now) and task.trigger_timeout is not None:
+        deadline = task.trigger_timeout.isoformat(timespec="seconds")
+        return Verdict(
+            True,
+            f"try {job.try_number} of task instance {job.task} ran out of its execution_timeout (its "
+            f"deferral's deadline {deadline} passed; now {task.state})",
+        )
     if task.state in ENDED_STATES:
         return Verdict(True, f"task instance {job.task} was set {task.state}")
     later = job.try_number is not None and task.try_number > job.try_number

@@ -150,3 +150,6 @@ TASK_STATE_DELIVERED = "airflow_jobs_plugin.delivered"
 # try of that task (its scheduler can act on a stale event of the deferral after the resumed try has
 # failed); such a try fails at once instead of running a job that cannot succeed.
 TASK_STATE_FATAL = "airflow_jobs_plugin.fatal"
+# The try whose deferral ran out of its execution_timeout, and its job. Its job is being cancelled; a
+# retry that starts before the cancel lands must not follow it, but submit a job of its own.
+TASK_STATE_TIMED_OUT = "airflow_jobs_plugin.timed_out"

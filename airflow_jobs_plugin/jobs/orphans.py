@@ -84,6 +84,10 @@ class TaskRecord:
     state: str | None
     try_number: int
     end_date: datetime | None = None
+    # The deadline of the try's deferral (defer(timeout=), Airflow's ``trigger_timeout`` column) and the
+    # method its resume calls: ``__fail__`` once the scheduler failed the deferral (jobs/timeouts.py).
+    trigger_timeout: datetime | None = None
+    next_method: str | None = None
 
 
 @dataclass(frozen=True)

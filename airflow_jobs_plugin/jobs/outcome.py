@@ -115,6 +115,22 @@ def delivered_job(
     return delivered.job
 
 
+def timed_out_try(
+    timed_out: TryOutcome | None, *, try_number: int, max_tries: int | None, retries: int
+) -> int | None:
+    """The earlier try of this run of the task whose deferral ran out of its execution_timeout, whose
+    jobs this try must not follow (None: none). Airflow retries a timeout as any failure, and a retry is a
+    new job through the queue, not the rest of the old one's time. After a clear the record is
+    forgotten: the cancel ended that job anyway."""
+    if timed_out is None:
+        return None
+    if not same_run_of_task(
+        timed_out.try_number, try_number=try_number, max_tries=max_tries, retries=retries
+    ):
+        return None
+    return timed_out.try_number
+
+
 class EventStatus(str, Enum):
     """How a trigger's wait ended: the job reached what was awaited, did not, or could not be read."""
 

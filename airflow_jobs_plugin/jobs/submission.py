@@ -117,6 +117,9 @@ class Submitted:
     kind: str
     quota_configmap: str | None
     quota_namespace: str | None
+    # An earlier try's job that already SUCCEEDED and whose success no try returned: this try returns it
+    # without deferring (adoption.returned_at_once).
+    succeeded: bool = False
 
 
 async def submit(
@@ -129,10 +132,12 @@ async def submit(
     pool: QuotaSource,
     log: logging.Logger | Any,
     tries: Tries | None = None,
+    passed_over: int | None = None,
 ) -> Submitted:
     """The job this try follows, created if no earlier try's job lives, and the pool it is under.
 
     ``delivered`` names the job whose returned success Airflow kept ("" none, None: adopt no success).
+    ``passed_over`` is an earlier try whose jobs are never followed (its deferral timed out).
     Raises :class:`TryCancelled` if a job of an earlier try of this run of the task was cancelled (its
     verdict on a job still there, or the record the cancel left: :func:`recorded_cancel`), and
     :class:`SubmissionRefused` naming a job under the task's name or key that is not, field for field,
@@ -193,7 +198,7 @@ async def submit(
             charge,
             fingerprint=adoption.spec_fingerprint(spec, identity),
         )
-        live = live_job_among(jobs, delivered)
+        live = live_job_among(jobs, delivered, passed_over)
         if live is not None:
             foreign = adoption.foreign_problem(live, submission)
             if foreign:
@@ -203,7 +208,13 @@ async def submit(
             _remember(store, name, kind, spec.namespace)
             # The earlier try may have stopped between creating the job and what goes beside it.
             await patiently(ensure_companions, client, live, log=log, tries=SUBMIT_TRIES)
-            return Submitted(name, kind, quota_configmap, quota_namespace)
+            return Submitted(
+                name,
+                kind,
+                quota_configmap,
+                quota_namespace,
+                adoption.returned_at_once(live, datetime.now(timezone.utc)),
+            )
         name = identity.job_name(1)
         # Remember the name before creating: a worker that dies right after the create leaves a record
         # the retry finds (and the TASK_KEY label finds the job even without the record).
@@ -370,17 +381,22 @@ async def jobs_of_task(
     return list(listing.get("items") or [])
 
 
-def live_job_among(jobs: list[dict], delivered: str | None = None) -> dict | None:
+def live_job_among(
+    jobs: list[dict], delivered: str | None = None, passed_over: int | None = None
+) -> dict | None:
     """The job a new try of this task instance should follow instead of submitting one, if any.
 
     The newest job of any earlier try that has not ended; failing that, the newest one that succeeded
     but whose result no try has returned (``delivered`` names the job whose result was returned). A
-    failed job is never adopted: the retry exists to run it again.
+    failed job is never adopted: the retry exists to run it again. Nor is any job of the try
+    ``passed_over`` (its time ran out: its job is being cancelled).
     """
     now = datetime.now(timezone.utc)
     live, undelivered = [], []
     for item in jobs:
         if Meta(item).deleting:
+            continue
+        if passed_over is not None and Meta(item).labels.get(labels.TRY) == str(passed_over):
             continue
         state = snapshot(item, [], (), now=now).state
         if not state.is_terminal:

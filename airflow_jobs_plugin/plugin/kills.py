@@ -1,9 +1,10 @@
-"""The API server's answer to kill requests: a job whose Airflow task a user killed is cancelled here.
+"""The API server's answer to kill requests: a job whose Airflow task a user killed, or whose try ran
+out of its execution_timeout, is cancelled here.
 
 A trigger's ``on_kill`` runs in the triggerer, where DAG authors' code runs, so it only asks (the label
 ``airflow-jobs.io/kill-requested``); this app, in Airflow's API server, where no DAG code runs and
 Airflow's metadata database is read, decides from that database (jobs/kill_request.py) and cancels as
-the page's cancel does, naming Airflow's user. A request that the database does not confirm (a DAG that
+the page's cancel does, naming Airflow's user (or the timeout). A request that the database does not confirm (a DAG that
 wrote one on another tenant's job) cancels nothing. Either way the request is then taken off the job.
 
 The requests are listed by their label every ``kill_request_interval`` seconds (a LIST the API server
@@ -18,11 +19,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
 from airflow_jobs_plugin.jobs import actions, kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
-from airflow_jobs_plugin.jobs.kill_request import KILLED_BY, judge_kill
+from airflow_jobs_plugin.jobs.kill_request import judge_kill, killed_by
 from airflow_jobs_plugin.jobs.orphans import Verdict, job_record
 from airflow_jobs_plugin.plugin.sweep import TaskReader, read_task_instances
 from airflow_jobs_plugin.readmodel import inspect
@@ -63,13 +65,17 @@ async def answer(client: KubeClient, target: inspect.Target, read_tasks: TaskRea
         records = [(job, job_record(job, finished=JobView(job).finished)) for job in requested]
         refs = {record.task for _, record in records if record.task is not None}
         known, tasks = await asyncio.to_thread(read_tasks, refs)
+        # Airflow's scheduler already judged the deadline (the task instance left deferred); this clock
+        # only keeps a deadline the database shows as still ahead from counting.
+        now = datetime.now(timezone.utc)
         for job, record in records:
             task = tasks.get(record.task) if record.task is not None else None
             known_dag = record.task is not None and record.task.dag_id in known
-            verdict = judge_kill(record, task, dag_known=known_dag)
+            verdict = judge_kill(record, task, dag_known=known_dag, now=now)
             outcome = None
             if verdict.cancel:
-                done = await actions.cancel(client, namespace, job, KILLED_BY, record=False)
+                by = killed_by(record, task, now)
+                done = await actions.cancel(client, namespace, job, by, record=False)
                 outcome = done.message
                 log.info(
                     "kill request on %s/%s: cancelled (%s): %s",

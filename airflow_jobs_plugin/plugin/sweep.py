@@ -104,14 +104,26 @@ def read_task_instances(refs: set[TaskRef]) -> tuple[set[str], dict[TaskRef, Tas
         known = set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
         rows = session.execute(
             select(
-                ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.state, ti.try_number, ti.end_date
+                ti.dag_id,
+                ti.task_id,
+                ti.run_id,
+                ti.map_index,
+                ti.state,
+                ti.try_number,
+                ti.end_date,
+                ti.trigger_timeout,
+                ti.next_method,
             ).where(ti.dag_id.in_(dag_ids), ti.run_id.in_(run_ids))
         )
         found = {
             TaskRef(dag_id, task_id, run_id, map_index): TaskRecord(
-                None if state is None else str(getattr(state, "value", state)), int(try_number or 0), end_date
+                None if state is None else str(getattr(state, "value", state)),
+                int(try_number or 0),
+                end_date,
+                trigger_timeout,
+                next_method,
             )
-            for dag_id, task_id, run_id, map_index, state, try_number, end_date in rows
+            for dag_id, task_id, run_id, map_index, state, try_number, end_date, trigger_timeout, next_method in rows
         }
     return known, {r: found[r] for r in refs if r in found}
 

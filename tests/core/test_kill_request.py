@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin.jobs.kill_request import judge_kill, request_of
+from airflow_jobs_plugin.jobs.kill_request import KILLED_BY, judge_kill, killed_by, request_of
 from airflow_jobs_plugin.jobs.orphans import JobRecord, TaskRecord, TaskRef
+from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
 
 TASK = TaskRef("nightly", "train", "scheduled__2026-12-01", -1)
 CREATED = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -64,3 +65,59 @@ def test_a_request_the_database_does_not_confirm_cancels_nothing(state, try_numb
 def test_a_requests_label_value_is_the_try_its_trigger_followed(value, expected):
     request = request_of(value)
     assert (request.try_number if request else None) == expected
+
+
+DEADLINE = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+AFTER = DEADLINE + timedelta(seconds=20)
+
+
+@pytest.mark.parametrize(
+    ("state", "next_method"),
+    [("scheduled", "__fail__"), ("queued", "__fail__"), ("running", "__fail__"), ("up_for_retry", None)],
+)
+def test_a_try_past_its_deferral_deadline_has_its_job_cancelled_naming_the_timeout(state, next_method):
+    task = TaskRecord(state, 2, trigger_timeout=DEADLINE, next_method=next_method)
+    verdict = judge_kill(job(), task, dag_known=True, now=AFTER)
+    assert verdict.cancel and "ran out of its execution_timeout" in verdict.reason
+    assert killed_by(job(), task, AFTER) == TIMEOUT_CANCEL_BY
+
+
+def test_a_try_failed_for_its_timeout_names_the_timeout_too():
+    task = TaskRecord("failed", 2, trigger_timeout=DEADLINE)
+    assert judge_kill(job(), task, dag_known=True, now=AFTER).cancel
+    assert killed_by(job(), task, AFTER) == TIMEOUT_CANCEL_BY
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        # Still deferred: the scheduler has not failed the deferral yet (a triggerer restarted just past
+        # the deadline asks too early); its cancel asks again.
+        TaskRecord("deferred", 2, trigger_timeout=DEADLINE),
+        # Resumed on its trigger's event, not failed by the timeout.
+        TaskRecord("running", 2, trigger_timeout=DEADLINE, next_method="execute_complete"),
+        # The deadline is still ahead.
+        TaskRecord("up_for_retry", 2, trigger_timeout=AFTER + timedelta(minutes=1)),
+    ],
+)
+def test_a_deadline_the_database_does_not_show_passed_and_acted_on_cancels_nothing(task):
+    verdict = judge_kill(job(), task, dag_known=True, now=AFTER)
+    assert not verdict.cancel
+    assert killed_by(job(), task, AFTER) == KILLED_BY
+
+
+def test_another_trys_deadline_says_nothing_of_this_jobs_try():
+    # A retry deferred with a deadline of its own; this job's try 2 is judged by the earlier rules.
+    task = TaskRecord("deferred", 3, trigger_timeout=DEADLINE)
+    assert not judge_kill(job(), task, dag_known=True, now=AFTER).cancel
+
+
+def test_without_a_clock_no_deferral_is_judged_timed_out():
+    task = TaskRecord("up_for_retry", 2, trigger_timeout=DEADLINE)
+    assert not judge_kill(job(), task, dag_known=True).cancel
+
+
+def test_a_run_past_its_dagrun_timeout_skips_the_task_and_its_job_is_cancelled_naming_it():
+    task = TaskRecord("skipped", 2)
+    assert judge_kill(job(), task, dag_known=True, now=AFTER).cancel
+    assert "dagrun_timeout" in killed_by(job(), task, AFTER)

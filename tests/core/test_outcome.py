@@ -13,6 +13,7 @@ from airflow_jobs_plugin.jobs.outcome import (
     failure_message,
     repeated_fatal_failure,
     summary,
+    timed_out_try,
 )
 
 RECORD = TryOutcome(1, job="train-a1", message="Job default/train-a1 ended FAILED (reason ImagePull)")
@@ -171,3 +172,12 @@ def test_a_stopped_and_resumed_job_that_fails_is_one_attempt_in_its_message_and_
     )
     assert failure_message(retried).splitlines()[0].endswith("; after 2 attempts")
     assert summary(retried)["attempts"] == 2
+
+
+def test_a_retry_never_follows_the_job_of_a_try_whose_deferral_timed_out():
+    record = TryOutcome(2, job="train-a1-2-1", message="ran out of its execution_timeout")
+    # retries=3, first run: tries 1..4; the record's try 2 came before this try 3.
+    assert timed_out_try(record, try_number=3, max_tries=3, retries=3) == 2
+    # After a clear (max_tries raised past the record's run) the record is forgotten.
+    assert timed_out_try(record, try_number=5, max_tries=7, retries=3) is None
+    assert timed_out_try(None, try_number=3, max_tries=3, retries=3) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.exceptions import AirflowException
@@ -171,7 +172,9 @@ def test_an_exit_code_declared_retryable_lets_airflow_retry_the_task(cluster):
 
 
 def test_a_worker_crash_between_create_and_defer_is_reattached_by_the_retry(cluster, monkeypatch):
-    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 3}}'})
+    # Still running when the retry comes (200 simulated seconds: two real ones); a job already done is
+    # returned without deferring (test_a_retry_adopts_an_earlier_success_whose_result_was_never_returned).
+    op = operator(job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 200}}'})
     run_id = f"run-{next(_runs)}"
     store = StateStore()
 
@@ -227,11 +230,12 @@ def test_a_retry_adopts_an_earlier_success_whose_result_was_never_returned(clust
     store = StateStore()
     first = deferral(op, context_for(op, run_id, 1, store))
     assert run_to_event(first)["status"] == "success"  # ... and the try is lost here
-    second = deferral(op, context_for(op, run_id, 2, store))
-    assert second.trigger.job_name == first.trigger.job_name
+    # The retry returns that success from execute(), without deferring on the finished job (a trigger
+    # that fires at once would offer Airflow 3.3.2's stale-event race the same window again).
+    result = op.execute(context_for(op, run_id, 2, store))
+    assert result["state"] == "SUCCEEDED" and result["job_name"] == first.trigger.job_name
     assert len(jobs_of(cluster, op, run_id)) == 1
-    result = op.execute_complete(context_for(op, run_id, 2, store), run_to_event(second))
-    assert result["state"] == "SUCCEEDED"
+    assert store.get(labels.TASK_STATE_DELIVERED)["try"] == 2
 
 
 def _returned_success_of_first_try() -> tuple[JobOperator, str, StateStore, str]:
@@ -256,11 +260,9 @@ def test_a_success_returned_by_a_try_airflow_failed_anyway_is_adopted_not_traine
     # The scheduler acted on the deferral's stale executor event while the resumed try was returning
     # its result, marked the task for retry, and dropped the result: the same run of the task goes on.
     op, run_id, store, first = _returned_success_of_first_try()
-    second = deferral(op, context_for(op, run_id, 2, store, max_tries=1))
-    assert second.trigger.job_name == first
+    result = op.execute(context_for(op, run_id, 2, store, max_tries=1))
+    assert result["state"] == "SUCCEEDED" and result["job_name"] == first
     assert len(jobs_of(cluster, op, run_id)) == 1
-    result = op.execute_complete(context_for(op, run_id, 2, store, max_tries=1), run_to_event(second))
-    assert result["state"] == "SUCCEEDED"
 
 
 def _failing_first(cluster, monkeypatch, verb: str, resource: str, codes: list[int]) -> list[int]:
@@ -419,3 +421,46 @@ def test_execute_complete_prints_the_log_lines_the_trigger_left_to_it_once(clust
     op.execute_complete(context_for(op, run_id, 1, store), event)
     printed = [line for line in capsys.readouterr().out.splitlines() if "[worker-0]" in line]
     assert [line.split("[worker-0] ")[1].split()[:2] for line in printed] == [["epoch", "1"], ["epoch", "2"]]
+
+
+def test_execution_timeout_is_passed_to_defer_less_what_the_try_already_spent(cluster):
+    op = operator(execution_timeout=timedelta(minutes=10))
+    run_id = f"run-{next(_runs)}"
+    context = context_for(op, run_id, 1, StateStore())
+    context["ti"].start_date = datetime.now(timezone.utc) - timedelta(seconds=30)
+    deferred = deferral(op, context)
+    assert timedelta(minutes=9, seconds=20) <= deferred.timeout <= timedelta(minutes=9, seconds=30)
+    # A task without execution_timeout defers without a timeout, as before.
+    assert deferral(operator(), context_for(op, f"run-{next(_runs)}", 1, StateStore())).timeout is None
+
+
+def test_a_timed_out_deferral_fails_naming_the_timeout_and_the_job_and_its_retry_runs_a_new_job(cluster):
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    op = operator(
+        execution_timeout=timedelta(seconds=60),
+        retries=1,
+        job_annotations={"sim.airflow-jobs.io/scenario": '{"main": {"run": 360000}}'},
+    )
+    run_id = f"run-{next(_runs)}"
+    store = StateStore()
+    first = deferral(op, context_for(op, run_id, 1, store, max_tries=1))
+    # What the scheduler's check_trigger_timeouts leaves for the worker that resumes the try.
+    with pytest.raises(TaskDeferralTimeout) as failed:
+        op.resume_execution("__fail__", {"error": "Trigger timeout"}, context_for(op, run_id, 1, store, 1))
+    message = str(failed.value)
+    assert "execution_timeout (0:01:00)" in message and first.trigger.job_name in message
+    # The try's job is still live until the API server's cancel lands: the retry must not follow it.
+    second = deferral(op, context_for(op, run_id, 2, store, max_tries=1))
+    assert second.trigger.job_name != first.trigger.job_name
+    assert len(jobs_of(cluster, op, run_id)) == 2
+
+
+def test_a_trigger_failure_that_is_not_a_timeout_resumes_as_airflow_does(cluster):
+    from airflow.sdk.exceptions import TaskDeferralError
+
+    op = operator()
+    with pytest.raises(TaskDeferralError):
+        op.resume_execution(
+            "__fail__", {"error": "Trigger failure"}, context_for(op, "run-x", 1, StateStore())
+        )

@@ -8,8 +8,10 @@ cluster, ``execute_complete`` decides) and the same cancel the UI and CLI call (
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
@@ -432,3 +434,56 @@ def test_a_kill_request_a_dag_wrote_on_another_tenants_job_cancels_nothing(clust
 
     event = follow_while(victim.execute(1), cluster, forge_a_kill_request)
     assert (event["status"], event["state"]) == ("success", "SUCCEEDED")
+
+
+def test_a_deferral_past_its_timeout_has_its_job_cancelled_naming_it_and_a_retry_runs_a_new_job(
+    cluster, capsys
+):
+    from airflow_jobs_plugin.jobs.orphans import TaskRecord
+    from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
+    from airflow_jobs_plugin.plugin import kills
+
+    task = TaskRun(train(execution_timeout=timedelta(seconds=60)))
+    deferred = task.execute(1)
+    deadline = datetime.now(timezone.utc) - timedelta(seconds=1)
+
+    def the_scheduler_failed_the_deferral(refs):
+        # check_trigger_timeouts: scheduled again, to fail with "__fail__"; the deadline kept.
+        return {r.dag_id for r in refs}, {
+            r: TaskRecord("scheduled", 1, trigger_timeout=deadline, next_method="__fail__") for r in refs
+        }
+
+    async def go():
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        trigger = deferred.trigger
+        try:
+            following = asyncio.ensure_future(_collect(trigger))
+            await until_running(client, trigger.job_name)
+            # Airflow's triggerer cancels a trigger past its timeout without on_kill; cleanup runs.
+            trigger.timeout_after = deadline
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+            await trigger.cleanup()
+            target = inspect.Target(namespace="default", quota_configmap=None)
+            (answered,) = await kills.answer(client, target, the_scheduler_failed_the_deferral)
+            assert answered.verdict.cancel, answered.verdict.reason
+            job = await client.get(JOBS, "default", trigger.job_name)
+            for _ in range(500):  # the Job controller deletes the cancelled job's pods
+                pods = (await client.list(PODS, "default"))["items"]
+                if not any(trigger.job_name in p["metadata"]["name"] for p in pods):
+                    return job
+                await asyncio.sleep(0.02)
+            raise AssertionError(f"the pods of {trigger.job_name} outlived its cancel")
+        finally:
+            await client.close()
+            await admission.shutdown()
+            await shared.shutdown()
+
+    job = asyncio.run(go())
+    assert job["metadata"]["annotations"][labels.CANCELLED_BY] == TIMEOUT_CANCEL_BY
+    assert "task's deferral timed out (execution_timeout): asked for Job default/" in capsys.readouterr().out
+    # Not a person's cancel: Airflow's retry runs, as a new job through the queue.
+    second = task.execute(2)
+    assert second.trigger.job_name != deferred.trigger.job_name
+    assert count_jobs(cluster, task) == 1
