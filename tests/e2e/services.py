@@ -55,6 +55,20 @@ def missing_services() -> list[str]:
     return missing
 
 
+def require_services() -> None:
+    """Skip the calling test, naming what is missing, unless ``AJP_PRODUCTION_TIER=require`` (CI), where a
+    missing server fails it: scripts/setup-services installs both."""
+    import pytest
+
+    missing = missing_services()
+    if not missing:
+        return
+    message = f"{', '.join(missing)} not installed: run scripts/setup-services"
+    if os.environ.get("AJP_PRODUCTION_TIER") == "require":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.e2e.services import Postgres, Redis
+from tests.e2e.services import Postgres, Redis, require_services
 from tests.patience import Deadline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,6 +215,8 @@ class Stack:
     def _start_backends(self) -> dict[str, str]:
         """Start the private PostgreSQL and Redis the stack's shape asks for; Airflow's settings for them."""
         settings: dict[str, str] = {}
+        if self.database == "postgres" or self.executor == "CeleryExecutor":
+            require_services()
         if self.database == "postgres":
             self.postgres = Postgres().start()
             settings["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.postgres.url

@@ -274,3 +274,72 @@ def test_a_queued_job_is_taken_over_by_the_other_triggerer(both_triggerers):
     events = stack.task_log(dag_id, run_id, "train")
     assert_ticks(events, ["launcher"], killed_at)
     assert_one_job_and_no_restart(stack, dag_id, run_id, events, pods=3)
+
+
+BURST = 200
+
+
+def test_a_triggerer_killed_during_a_burst_of_deferred_jobs_loses_and_doubles_none(both_triggerers):
+    stack = both_triggerers
+    dag_id = "failover_burst"
+    _burst_policy(stack)
+    run_id = _trigger(stack, dag_id)
+    held: Counter[int] = Counter()
+
+    def many_deferred() -> bool:
+        rows = stack.query(
+            "SELECT t.triggerer_id FROM task_instance ti JOIN trigger t ON t.id = ti.trigger_id "
+            "WHERE ti.dag_id = ? AND ti.run_id = ? AND t.triggerer_id IS NOT NULL",
+            dag_id,
+            run_id,
+        )
+        held.clear()
+        held.update(row[0] for row in rows)
+        if sum(held.values()) >= BURST // 4:
+            return True
+        # A burst that ends (or fails) before it gets there is told below, with its tasks' states.
+        return bool(stack.query("SELECT 1 FROM dag_run WHERE run_id = ? AND end_date IS NOT NULL", run_id))
+
+    _wait(stack, many_deferred, 600, f"{BURST // 4} of the burst's tasks to be followed by a triggerer")
+    assert held, f"no task of the burst was ever deferred: {stack.unsuccessful(dag_id, run_id)[:3000]}"
+    dead, followed = held.most_common(1)[0]
+    stack.kill(stack.triggerer_jobs[dead])
+    run, state = stack.wait_for_run(dag_id, timeout=1500, run_id=run_id)
+    rows = stack.query(
+        "SELECT map_index, state, try_number FROM task_instance WHERE dag_id = ? AND run_id = ?",
+        dag_id,
+        run_id,
+    )
+    assert len(rows) == BURST
+    wrong = sorted((i, s, n) for i, s, n in rows if (s, n) != ("success", 1))
+    assert not wrong, f"{len(wrong)} of the burst's tasks ended otherwise than success at try 1: {wrong[:20]}"
+    assert state == "success"
+    made = Counter(
+        (j["metadata"].get("annotations") or {}).get("airflow-jobs.io/map-index")
+        for j in jobs_of_run(stack, dag_id, run_id)
+    )
+    assert sorted(made) == sorted(str(i) for i in range(BURST)), sorted(made)
+    assert set(made.values()) == {1}, {i: n for i, n in made.items() if n != 1}
+    assert followed > 0
+
+
+def _burst_policy(stack: Stack) -> None:
+    """A quota policy whose group admits the whole burst at once: one user's 200 jobs of no GPU."""
+    from kubernetes import client, config
+
+    policy = f"""
+groups:
+  burst:
+    gpus: 1
+    max_running_jobs_per_user: {BURST}
+"""
+    body = {
+        "metadata": {"name": "failover-burst-policy", "labels": {"airflow-jobs.io/quota-policy": "true"}},
+        "data": {"policy.yaml": policy},
+    }
+    api = client.CoreV1Api(config.new_client_from_config(str(stack.kubeconfig)))
+    try:
+        api.create_namespaced_config_map("default", body)
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise

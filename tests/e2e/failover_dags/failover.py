@@ -68,16 +68,18 @@ with _dag("failover_torchrun"):
     )
 
 with _dag("failover_burst"):
-    # Many short jobs outside the quota pool (no policy: admitted at creation), to put many triggers on
-    # both triggerers at once.
+    # Many jobs through the quota pool (a policy of their own, tests/e2e/test_triggerer_failover.py, lets
+    # every one run at once) that run two simulated minutes with no process behind them (the image tag is
+    # the simulator's scenario), to put many triggers on both triggerers at once.
     JobOperator.partial(
         task_id="job",
-        image="trainer:1.0",
+        image="trainer:run-1200s",
         group="burst",
         user="alice",
+        quota_configmap="failover-burst-policy",
         gpus=0,
-        cpu="100m",
-        memory="64Mi",
+        cpu="10m",
+        memory="16Mi",
         max_attempts=1,
         backoff_limit=0,
-    ).expand(command=[["python3", TICKER, "--lines", "20", "--every", "1"]] * BURST)
+    ).expand(env=[{"BURST_INDEX": str(n)} for n in range(BURST)])
