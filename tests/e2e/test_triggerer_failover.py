@@ -279,6 +279,8 @@ def test_a_queued_job_is_taken_over_by_the_other_triggerer(both_triggerers):
 BURST = 200
 
 
+# Each of the 200 tasks runs twice in a worker (submit and defer, then resume): minutes on 2 cores.
+@pytest.mark.timeout(1800)
 def test_a_triggerer_killed_during_a_burst_of_deferred_jobs_loses_and_doubles_none(both_triggerers):
     stack = both_triggerers
     dag_id = "failover_burst"
