@@ -1,7 +1,11 @@
-"""A real Airflow (api-server, scheduler with LocalExecutor, dag-processor, triggerer) next to the
-simulated GPU cluster in exec mode, each a process group of its own, for the end-to-end tests.
+"""A real Airflow (api-server, scheduler, dag-processor, triggerers) next to the simulated GPU cluster
+in exec mode, each a process group of its own, for the end-to-end tests.
 
-Mirrors what ``scripts/demo`` starts, with a private AIRFLOW_HOME, free ports and faster pacing.
+By default it mirrors what ``scripts/demo`` starts (SQLite, the LocalExecutor, one triggerer), with a
+private AIRFLOW_HOME, free ports and faster pacing. ``database="postgres"``, ``executor="CeleryExecutor"``
+and ``triggerers=2`` make it the shape production runs (the official chart's defaults plus a second
+triggerer for high availability): a private PostgreSQL as the metadata database, a Celery worker on a
+private Redis, each triggerer a process of its own (tests/e2e/services.py starts the servers).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.e2e.services import Postgres, Redis, require_services
 from tests.patience import Deadline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +32,9 @@ DAGS = ROOT / "dags"
 POLICY_MANIFEST = ROOT / "helm-values" / "quota-policy.yaml"
 CLAIM_MANIFEST = ROOT / "helm-values" / "example-artifacts-claim.yaml"
 BIN = Path(sys.executable).parent
-AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor")
+DATABASES = ("sqlite", "postgres")
+EXECUTORS = ("LocalExecutor", "CeleryExecutor")
 # The admission controller's service account on the simulated cluster (its own kubeconfig).
 CONTROLLER_ACCOUNT = "airflow-jobs-system/airflow-jobs-controller"
 STOP_GRACE_SECONDS = 25
@@ -53,8 +60,30 @@ class Stack:
     extra_env: dict[str, str] = field(default_factory=dict)
     step_seconds: float = 0.5
     time_scale: float = 0.1
+    database: str = "sqlite"
+    executor: str = "LocalExecutor"
+    triggerers: int = 1
     env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # Components a test killed on purpose: their exit is no failure of the stack.
+    killed: set[str] = field(default_factory=set)
+    postgres: Postgres | None = None
+    redis: Redis | None = None
+    # Airflow's id of each triggerer (its row in the ``job`` table) -> its component name.
+    triggerer_jobs: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.database not in DATABASES or self.executor not in EXECUTORS or self.triggerers < 1:
+            raise ValueError(
+                f"no such stack: {self.database}, {self.executor}, {self.triggerers} triggerer(s)"
+            )
+
+    @property
+    def triggerer_names(self) -> list[str]:
+        """The triggerers' component names: ``triggerer`` alone, else ``triggerer-1``, ``triggerer-2``..."""
+        if self.triggerers == 1:
+            return ["triggerer"]
+        return [f"triggerer-{n}" for n in range(1, self.triggerers + 1)]
 
     @property
     def home(self) -> Path:
@@ -72,7 +101,7 @@ class Stack:
         return self.workdir / f"{name}.out"
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        out = self._log(name).open("wb")
+        out = self._log(name).open("ab")  # a restarted component adds to its log
         self.processes[name] = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir
         )
@@ -102,12 +131,13 @@ class Stack:
             sim_env,
         )
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(self.kubeconfig)}}
+        backend = self._start_backends()
         self.env = {
             **base,
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": self.executor,
             "AIRFLOW__CORE__PARALLELISM": "6",
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
@@ -125,6 +155,7 @@ class Stack:
             "AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS": str(round(15 / self.time_scale)),
             "AIRFLOW_JOBS_EXAMPLE_SCRIPTS": str(DAGS / "scripts"),
             "AIRFLOW_JOBS_EXAMPLE_ARTIFACTS": str(self.artifacts),
+            **backend,
             **self.extra_env,
         }
         self.airflow("db", "migrate", timeout=300)
@@ -149,7 +180,58 @@ class Stack:
         )
         for component in AIRFLOW_COMPONENTS:
             self._spawn(component, [str(BIN / "airflow"), component], self.env)
+        for name in self.triggerer_names:
+            self.start_triggerer(name)
+        if self.executor == "CeleryExecutor":
+            # Tasks run in the worker's process tree, not the scheduler's: the worker takes them from
+            # Redis and reports through the API server, as on a machine of its own.
+            self._spawn("celery-worker", [str(BIN / "airflow"), "celery", "worker"], self.env)
         return self
+
+    def start_triggerer(self, name: str, timeout: float = 180) -> int:
+        """Start (or start again) the triggerer ``name``; its id in Airflow's ``job`` table.
+
+        Airflow 3.3.2's ``job`` table keeps a triggerer's hostname but not its process id
+        (airflow/jobs/job.py), and both triggerers share the host: a triggerer is told apart by its row,
+        the one that appears once it has started, so triggerers are started one at a time."""
+        before = {row[0] for row in self.query("SELECT id FROM job WHERE job_type = 'TriggererJob'")}
+        self.killed.discard(name)
+        # Each triggerer serves its own log files, on a port of its own.
+        own = {"AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())}
+        self._spawn(name, [str(BIN / "airflow"), "triggerer"], {**self.env, **own})
+        if self.triggerers == 1:
+            return 0
+        found: list[int] = []
+
+        def registered() -> bool:
+            rows = self.query("SELECT id FROM job WHERE job_type = 'TriggererJob'")
+            found[:] = sorted({row[0] for row in rows} - before)
+            return bool(found)
+
+        self._wait_for(registered, timeout, f"{name} to register as a triggerer")
+        self.triggerer_jobs[found[0]] = name
+        return found[0]
+
+    def _start_backends(self) -> dict[str, str]:
+        """Start the private PostgreSQL and Redis the stack's shape asks for; Airflow's settings for them."""
+        settings: dict[str, str] = {}
+        if self.database == "postgres" or self.executor == "CeleryExecutor":
+            require_services()
+        if self.database == "postgres":
+            self.postgres = Postgres().start()
+            settings["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.postgres.url
+        if self.executor == "CeleryExecutor":
+            self.redis = Redis(self.workdir / "redis").start()
+            settings.update(
+                {
+                    "AIRFLOW__CELERY__BROKER_URL": self.redis.url,
+                    # Results in the metadata database, as the official chart keeps them.
+                    "AIRFLOW__CELERY__RESULT_BACKEND": "db+"
+                    + (self.postgres.url if self.postgres else f"sqlite:///{self.home / 'airflow.db'}"),
+                    "AIRFLOW__CELERY__WORKER_CONCURRENCY": "6",
+                }
+            )
+        return settings
 
     def create_quota_policy(self) -> None:
         from kubernetes import client, config
@@ -176,6 +258,24 @@ class Stack:
     # --- the metadata DB, read-only ---
 
     def query(self, sql: str, *params: object) -> list[tuple]:
+        """Rows of one read; ``?`` marks the parameters, whatever the database."""
+        if self.postgres is not None:
+            import psycopg2
+
+            conn = psycopg2.connect(
+                host="127.0.0.1",
+                port=self.postgres.port,
+                user="airflow",
+                dbname="airflow",
+                connect_timeout=30,
+            )
+            try:
+                conn.set_session(readonly=True, autocommit=True)
+                with conn.cursor() as cursor:
+                    cursor.execute(sql.replace("?", "%s"), params)
+                    return cursor.fetchall()
+            finally:
+                conn.close()
         db = sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True, timeout=30)
         try:
             return db.execute(sql, params).fetchall()
@@ -184,13 +284,13 @@ class Stack:
 
     def wait_for_dags(self, dag_ids: list[str], timeout: float) -> None:
         def parsed() -> bool:
-            rows = self.query("SELECT dag_id FROM dag WHERE is_stale = 0")
+            rows = self.query("SELECT dag_id FROM dag WHERE NOT is_stale")
             return set(dag_ids) <= {r[0] for r in rows}
 
         self._wait_for(parsed, timeout, f"the DAGs {dag_ids} to be parsed")
 
-    def wait_for_run(self, dag_id: str, timeout: float) -> tuple[str, str]:
-        """(run_id, state) of the DAG's first run to finish."""
+    def wait_for_run(self, dag_id: str, timeout: float, run_id: str | None = None) -> tuple[str, str]:
+        """(run_id, state) of the DAG's first run to finish, or of the run ``run_id``."""
         finished: list[tuple[str, str]] = []
 
         def done() -> bool:
@@ -198,6 +298,7 @@ class Stack:
                 "SELECT run_id, state FROM dag_run WHERE dag_id = ? AND state IN ('success', 'failed')",
                 dag_id,
             )
+            rows = [row for row in rows if run_id is None or row[0] == run_id]
             finished[:] = rows
             return bool(rows)
 
@@ -230,14 +331,21 @@ class Stack:
 
         events: list[str] = []
         for path in sorted(folder.glob(pattern), key=order):
-            for line in path.read_text(errors="replace").splitlines():
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    events.append(line)
-                    continue
-                events.append(str(record.get("event", "")))
-                events.extend(str(e.get("exc_value", "")) for e in record.get("error_detail") or [])
+            events.extend(self.events_of(path))
+        return events
+
+    @staticmethod
+    def events_of(path: Path) -> list[str]:
+        """The events of one log file, a failure's followed by its exception's message."""
+        events: list[str] = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                events.append(line)
+                continue
+            events.append(str(record.get("event", "")))
+            events.extend(str(e.get("exc_value", "")) for e in record.get("error_detail") or [])
         return events
 
     def unsuccessful(self, dag_id: str, run_id: str, expected: dict[str, str] | None = None) -> str:
@@ -256,12 +364,12 @@ class Stack:
         deadline = Deadline(timeout)
         while not deadline.passed():
             for name, proc in self.processes.items():
-                if proc.poll() is not None:
+                if name not in self.killed and proc.poll() is not None:
                     raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}")
             try:
                 if condition():
                     return
-            except sqlite3.OperationalError:
+            except _DB_BUSY:
                 pass  # the DB is being migrated or is locked: ask again
             time.sleep(2)
         raise TimeoutError(f"timed out after {deadline} waiting for {what}")
@@ -288,6 +396,17 @@ class Stack:
         deadline = time.monotonic() + 10
         while self.alive_groups() and time.monotonic() < deadline:
             time.sleep(0.2)
+        # The servers last: the components above talk to them until they have stopped.
+        for server in (self.redis, self.postgres):
+            if server is not None:
+                server.stop()
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a component's whole process group, as a lost machine would end it: no handler runs."""
+        proc = self.processes[name]
+        self.killed.add(name)
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait(timeout=30)
 
     def alive_groups(self) -> list[str]:
         """Names of the components whose process group still has a live process."""
@@ -304,6 +423,22 @@ class Stack:
 
     def output(self, name: str) -> str:
         return self._log(name).read_text(errors="replace")
+
+
+def _db_errors() -> tuple[type[Exception], ...]:
+    errors: list[type[Exception]] = [sqlite3.OperationalError]
+    try:
+        import psycopg2
+
+        errors.append(psycopg2.OperationalError)
+        # The tables are created by the migration the stack runs first.
+        errors.append(psycopg2.errors.UndefinedTable)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+_DB_BUSY = _db_errors()
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
