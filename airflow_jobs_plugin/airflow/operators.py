@@ -703,7 +703,7 @@ class JobOperator(BaseOperator):
         message = timeout_message(
             execution_timeout=self.execution_timeout,
             job=str(job.get("name") or ""),
-            kind=str(job.get("kind") or "Job"),
+            kind=str(job.get("kind") or ""),
             namespace=str(job.get("namespace") or self.namespace or "default"),
             try_number=ti.try_number,
         )

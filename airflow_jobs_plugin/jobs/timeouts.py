@@ -75,7 +75,7 @@ def timeout_message(
     limit = (
         f"execution_timeout ({execution_timeout})" if execution_timeout is not None else "deferral timeout"
     )
-    what = f"{kind} {namespace}/{job}" if job else "its job"
+    what = f"{kind or 'job'} {namespace}/{job}" if job else "its job"
     return (
         f"try {try_number} ran out of its {limit} while {what} was queued or running: the job is "
         f"cancelled (its pods deleted and its GPUs released within seconds); Airflow's retries, if any are "
