@@ -711,7 +711,7 @@ class KubeClient:
                 async for line in response.content:
                     if line.strip():
                         yield line
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 return
             except Exception as exc:  # aiohttp payload errors: the stream broke, the caller resumes
                 if not type(exc).__module__.startswith("aiohttp"):

@@ -28,6 +28,7 @@ from airflow_jobs_plugin import metrics
 from airflow_jobs_plugin.cluster import resource_version
 from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID, PODS, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.cluster.objects import Meta
+from airflow_jobs_plugin.cluster.waiting import wait_event
 from airflow_jobs_plugin.cluster.watch_transform import Sharing, trim
 from airflow_jobs_plugin.jobs import kinds, labels
 
@@ -449,8 +450,7 @@ class SharedWatch:
 
     async def _await_demand(self, resource: Resource) -> None:
         waiting = self._absent.setdefault(resource.plural, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiting.wait(), timeout=self.absent_recheck)
+        await wait_event(waiting, self.absent_recheck)
         waiting.clear()  # a want() from here on wakes the check after this one
 
     async def _relist(self, resource: Resource) -> str:

@@ -44,7 +44,7 @@ async def print_missing(
         query = marker.query(tail_lines)
         try:
             body = await asyncio.wait_for(client.read_log(namespace, marker.pod, **query), READ_TIMEOUT)
-        except (KubeError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, KubeError) as exc:
             reason = "its pod is gone" if isinstance(exc, KubeError) and exc.not_found else str(exc)
             log.info("[%s] (the last log lines could not be read: %s)", marker.label, reason)
             continue

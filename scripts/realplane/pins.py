@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 reads it with the tomli backport
-    import tomli as tomllib
 
 PINS_FILE = Path(__file__).with_name("pins.toml")
 

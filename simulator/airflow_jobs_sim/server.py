@@ -1108,7 +1108,7 @@ class ApiServer:
                         if not queue.empty()
                         else await asyncio.wait_for(queue.get(), timeout=wait)
                     )
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if request.transport is None or request.transport.is_closing():
                         break
                     if bookmarks and time.monotonic() >= next_bookmark:
@@ -1239,7 +1239,7 @@ class ApiServer:
             while not (run and run.closed) and not (limit and written >= limit):
                 try:
                     await asyncio.wait_for(wake.wait(), timeout=1.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 wake.clear()
                 if request.transport is None or request.transport.is_closing():

@@ -9,9 +9,7 @@ themselves: a field's type is its JSON type, and a field the JSON does not have 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
-
-from typing_extensions import assert_type
+from typing import Literal, assert_type
 
 from airflow_jobs_plugin.jobs import action_rules
 from airflow_jobs_plugin.lifecycle import JobState

@@ -1391,7 +1391,7 @@ class Kubelet(Reconciler):
         for process in list(self._processes.values()):
             try:
                 await asyncio.wait_for(process.wait(), 2)
-            except (asyncio.TimeoutError, ProcessLookupError):
+            except (TimeoutError, ProcessLookupError):
                 pass
         self._processes.clear()
         if self._root is not None:
