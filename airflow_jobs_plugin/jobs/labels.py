@@ -11,6 +11,9 @@ from __future__ import annotations
 PREFIX = "airflow-jobs.io"
 
 # --- labels (selectable; values are DNS-1123-label-safe, at most 63 characters) ---
+# Kueue's: the LocalQueue a job is submitted to (kueue ``constants.QueueLabel``). The product writes it
+# when building a job and reads it when comparing one; what it means for admission is queueing.kueue's.
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-jobs-plugin"
 # The label selector of every object the product made (the watch's, the UI's and the CLI's LISTs).

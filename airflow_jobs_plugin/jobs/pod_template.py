@@ -36,7 +36,6 @@ from airflow_jobs_plugin.jobs.spec import (
     label_value,
     thaw,
 )
-from airflow_jobs_plugin.queueing import kueue
 
 
 def seconds(delta: timedelta) -> int:
@@ -56,7 +55,7 @@ def object_labels(spec: JobSpec, task: TaskIdentity, attempt: int) -> dict[str, 
         keys.TRY: str(task.try_number),
         keys.ATTEMPT: str(attempt),
         # Kueue admits a job that names its LocalQueue; the product's pool then leaves it alone.
-        **({kueue.QUEUE_NAME_LABEL: spec.kueue_queue} if spec.kueue_queue else {}),
+        **({keys.KUEUE_QUEUE_NAME: spec.kueue_queue} if spec.kueue_queue else {}),
     }
 
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_jobs_plugin.cluster.objects import Meta
-from airflow_jobs_plugin.jobs import kinds
+from airflow_jobs_plugin.jobs import kinds, labels
 
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_NAME_LABEL = labels.KUEUE_QUEUE_NAME
 # Kueue labels each Workload with its job's UID (``pkg/controller/constants``, JobUIDLabel).
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
