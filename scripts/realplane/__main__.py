@@ -2,7 +2,7 @@
 
 scripts/cluster up --kubeconfig PATH [--nodes N] [--gpus-per-node G] [--with mpi-operator,kueue]
                    [--kueue-config FILE] [--time-scale S]
-scripts/cluster down [--kubeconfig PATH]     stop one plane, or every plane this machine started
+scripts/cluster down [--kubeconfig PATH]     stop one plane, or every plane started from this checkout
 scripts/cluster status [--kubeconfig PATH]   what runs, with process ids and ports
 scripts/cluster build [--with ...]           build (or find cached) every binary, start nothing
 scripts/cluster account --kubeconfig PATH --service-account NS/NAME --out PATH [--cluster-role ROLE]
@@ -137,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"cluster: Kueue restarted {how}")
             return 0
-        targets = (
-            [plane.state_dir(args.kubeconfig.resolve())] if args.kubeconfig else plane.known_planes(cache)
-        )
+        if args.kubeconfig:
+            targets = [plane.state_dir(args.kubeconfig.resolve())]
+        elif args.command == "down":
+            # Only this checkout's: another checkout's plane, or another test run's, is not ours to stop.
+            targets = plane.known_planes(cache, plane.CHECKOUT)
+        else:
+            targets = plane.known_planes(cache)
         if args.command == "down":
             for directory in targets:
                 for stopped in plane.stop_directory(directory):

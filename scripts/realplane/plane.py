@@ -34,6 +34,9 @@ from realplane import build, inotify, kueue_setup, nodes, stages
 from realplane.pins import Pins
 from realplane.pki import LOOPBACK, Authority, Pair
 
+# The checkout this copy of the tooling belongs to (scripts/realplane/ -> the repository).
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 
 class PlaneError(RuntimeError):
     """The plane could not start; the message names the component and ends with its log's last lines."""
@@ -230,7 +233,8 @@ class Plane:
         reg = registry_dir(self.cache)
         reg.mkdir(parents=True, exist_ok=True)
         key = hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:16]
-        (reg / f"{key}.json").write_text(json.dumps({"state_dir": str(self.dir.resolve())}))
+        entry = {"state_dir": str(self.dir.resolve()), "checkout": str(CHECKOUT)}
+        (reg / f"{key}.json").write_text(json.dumps(entry))
 
     def _pki(self) -> None:
         ca = Authority(self.dir / "pki")
@@ -647,12 +651,16 @@ def _jsonable(options: Options) -> dict:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in data.items()}
 
 
-def known_planes(cache: Path) -> list[Path]:
+def known_planes(cache: Path, checkout: Path | None = None) -> list[Path]:
+    """Every plane the machine's cache knows, or only those started from ``checkout``: the cache is
+    shared by every checkout and every test run of the user, and one's `down` must not stop another's."""
     reg = registry_dir(cache)
     out = []
     for entry in sorted(reg.glob("*.json")) if reg.exists() else []:
         with contextlib.suppress(OSError, ValueError, KeyError):
-            out.append(Path(json.loads(entry.read_text())["state_dir"]))
+            recorded = json.loads(entry.read_text())
+            if checkout is None or recorded.get("checkout") == str(checkout):
+                out.append(Path(recorded["state_dir"]))
     return out
 
 

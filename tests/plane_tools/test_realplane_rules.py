@@ -173,3 +173,18 @@ def test_cluster_up_starts_anyway_when_the_inotify_instances_cannot_be_raised():
     assert (outcome.before, outcome.after) == (128, 128)
     assert "cannot be raised to 1024 (Permission denied)" in outcome.message
     assert "sysctl -w fs.inotify.max_user_instances=1024" in outcome.message
+
+
+def test_down_without_a_kubeconfig_stops_only_this_checkouts_planes(tmp_path):
+    """The machine's plane registry is shared by every checkout and test run: `scripts/cluster down`
+    with no kubeconfig must find this checkout's planes and never another's."""
+    from realplane import plane
+
+    reg = plane.registry_dir(tmp_path)
+    reg.mkdir(parents=True)
+    ours, theirs, unmarked = tmp_path / "ours.plane", tmp_path / "theirs.plane", tmp_path / "old.plane"
+    (reg / "a.json").write_text(json.dumps({"state_dir": str(ours), "checkout": str(plane.CHECKOUT)}))
+    (reg / "b.json").write_text(json.dumps({"state_dir": str(theirs), "checkout": "/elsewhere/checkout"}))
+    (reg / "c.json").write_text(json.dumps({"state_dir": str(unmarked)}))
+    assert plane.known_planes(tmp_path, plane.CHECKOUT) == [ours]
+    assert sorted(plane.known_planes(tmp_path)) == sorted([ours, theirs, unmarked])
