@@ -531,6 +531,7 @@ def _run_logs(args: argparse.Namespace) -> int:
         expected_ranks,
         failed_log_target,
         log_targets,
+        no_log_target,
         pick_log_target,
     )
 
@@ -556,8 +557,8 @@ def _run_logs(args: argparse.Namespace) -> int:
                 and args.rank >= 0
             ):
                 return await _rank_from_launcher(client, args, job, launcher)
-            present = ", ".join(str(t[1]) for t in targets) or "none yet"
-            raise JobNotFound(f"job {args.job} has no pod of rank {args.rank} (pods of ranks: {present})")
+            finished = kinds.kind_of(job).is_finished(job)
+            raise JobNotFound(no_log_target(args.job, args.rank, targets, finished=finished))
         replica, rank, pod, container = chosen
 
         def emit(line: str) -> None:

@@ -1345,6 +1345,19 @@ def pick_log_target(
     return next((t for t in targets if t[1] == LAUNCHER_RANK), targets[0] if targets else None)
 
 
+def no_log_target(
+    job_name: str, rank: int | None, targets: Sequence[tuple[str, int, str, str]], *, finished: bool
+) -> str:
+    """Why ``airflow-jobs logs`` has no pod to read: the rank asked for (if one was) and the ranks whose
+    pods exist; a job that has ended has had its pods removed, not "not yet" started them."""
+    present = ", ".join(str(t[1]) for t in targets)
+    if not targets:
+        why = "its pods are gone (the job has ended)" if finished else "none of its pods has started yet"
+        asked = f"no pod of rank {rank}" if rank is not None else "no pod to read a log from"
+        return f"job {job_name} has {asked}: {why}"
+    return f"job {job_name} has no pod of rank {rank} (pods of ranks: {present})"
+
+
 def job_detail(
     state: ClusterState,
     job: Mapping[str, Any],

@@ -367,6 +367,25 @@ def test_single_pod_job_logs_default_to_worker_zero():
     assert views.pick_log_target(views.log_targets(job, [pod]), None)[:2] == ("worker-0", 0)
 
 
+@pytest.mark.parametrize(
+    ("rank", "finished", "expected"),
+    [
+        (None, True, "job a has no pod to read a log from: its pods are gone (the job has ended)"),
+        (None, False, "job a has no pod to read a log from: none of its pods has started yet"),
+        (2, True, "job a has no pod of rank 2: its pods are gone (the job has ended)"),
+    ],
+)
+def test_a_job_with_no_pod_says_why_its_log_cannot_be_read(rank, finished, expected):
+    assert views.no_log_target("a", rank, [], finished=finished) == expected
+
+
+def test_a_missing_rank_names_the_ranks_whose_pods_exist():
+    state, job = mpi_state()
+    message = views.no_log_target("dist", 7, views.log_targets(job, state.pods), finished=False)
+    assert message == "job dist has no pod of rank 7 (pods of ranks: -1, 0, 1)"
+    assert "None" not in views.no_log_target("dist", None, [], finished=False)
+
+
 def test_a_finished_job_cannot_be_cancelled():
     job = product_job(
         "f",
