@@ -593,7 +593,20 @@ def _verdict(verdict: str, message: str, facts: _Facts, live: list[PodFacts]) ->
 
 def _condition_message(job: Mapping[str, Any], kind: str, default: str) -> str:
     cond = condition(job, kind) or {}
-    return str(cond.get("message") or cond.get("reason") or default)
+    return _clean_message(str(cond.get("message") or "")) or str(cond.get("reason") or default)
+
+
+def _clean_message(message: str) -> str:
+    """The controller's message without an empty tail: on a backoff-limit failure the MPI operator
+    appends ``": " + the last failed launcher pod's status message`` (v0.8.2
+    ``pkg/controller/mpi_job_controller.go`` ``updateMPIJobFailedStatus``), which is usually empty."""
+    return message.rstrip().removesuffix(":").rstrip()
+
+
+def _reason_head(reason: str) -> str:
+    """The controller's reason, without what the MPI operator appends to it on a backoff-limit
+    failure (``"BackoffLimitExceeded/" + the last failed pod's reason``, same function as above)."""
+    return reason.split("/", 1)[0]
 
 
 def _failed(
@@ -605,7 +618,7 @@ def _failed(
     events: list[Mapping[str, Any]],
 ) -> _Decision:
     """A failed (or failing) job's reason: a specific cause on the pods beats the controller's word."""
-    cond_reason = str(dig(condition(job, kind), "reason") or "")
+    cond_reason = _reason_head(str(dig(condition(job, kind), "reason") or ""))
     detail = _condition_message(job, kind, "failed")
     troubled = [r for r in replicas if r.reason is not None and r.health != Health.MISSING]
     specific = next((r for r in troubled if r.reason in _SPECIFIC_CAUSES), None)

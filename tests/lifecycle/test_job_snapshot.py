@@ -444,3 +444,19 @@ def test_a_launcher_that_runs_as_a_worker_shifts_the_workers_indexes_without_a_m
         ("worker", 1, "Running"),
         ("worker", 2, "Running"),
     ]
+
+
+def test_an_mpijob_past_its_launcher_backoff_limit_reads_as_such_without_an_empty_tail():
+    """MPI operator v0.8.2 (updateMPIJobFailedStatus) appends the last failed launcher pod's reason and
+    message, both empty for a plain non-zero exit: "BackoffLimitExceeded/" and a message ending ": "."""
+    job = mpi_job(
+        launcher_failed=2,
+        backoff_limit=1,
+        conditions=[
+            job_condition("Failed", "BackoffLimitExceeded/", "Job has reached the specified backoff limit: ")
+        ],
+    )
+    result = snapshot(job, [], [], now=at(400))
+    assert (result.state, result.reason) == (JobState.FAILED, Reason.BACKOFF_LIMIT_EXCEEDED)
+    assert result.message.startswith("Job has reached the specified backoff limit"), result.message
+    assert ": ;" not in result.message and not result.message.rstrip().endswith(":"), result.message

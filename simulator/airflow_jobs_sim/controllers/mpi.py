@@ -468,10 +468,13 @@ def plan_mpijob(
                 key=lambda p: p["metadata"].get("creationTimestamp") or "",
                 default=None,
             )
-            last_status = (last or {}).get("status", {})
-            if last_status.get("reason"):
-                # As the operator does: name why the last launcher pod failed (Evicted, NodeLost, ...).
-                reason += "/" + last_status["reason"]
+            if last is not None:
+                # As the operator does (v0.8.2 mpi_job_controller.go updateMPIJobFailedStatus): append
+                # the last failed launcher pod's reason and message, even when both are empty (a pod
+                # whose container exited non-zero has neither), leaving "BackoffLimitExceeded/" and a
+                # message ending in ": ".
+                last_status = last.get("status", {})
+                reason += "/" + (last_status.get("reason") or "")
                 message += ": " + (last_status.get("message") or "")
         conditions = _mpi_condition(conditions, "Failed", "True", now, reason, message)
         status["completionTime"] = rfc3339(now)
