@@ -33,6 +33,7 @@ SHELL = {
     "cluster.kube",
     "cluster.lazy_kubernetes",
     "cluster.watch",
+    "cluster.single_flight",
     "controller.leader",
     "jobs.submission",
     "jobs.actions",

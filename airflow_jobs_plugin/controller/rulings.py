@@ -97,6 +97,14 @@ def refusal_ruling(job: Mapping[str, Any], events: Iterable[Mapping[str, Any]]) 
     return Ruling(Reason.POD_REFUSED.value, f"the API server refused its pods: {refusal}"[:1000])
 
 
+def event_subject(event: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The kind and name of the object an event is about (``involvedObject``, or ``regarding`` in the
+    events.k8s.io/v1 form), ``(None, None)`` if it names none."""
+    about = event.get("involvedObject") or event.get("regarding") or {}
+    kind, name = about.get("kind"), about.get("name")
+    return (str(kind) if kind else None, str(name) if name else None)
+
+
 def expiry(job: Mapping[str, Any], snapshot: JobSnapshot) -> datetime | None:
     """When a finished job whose controller outlives its TTL (an MPIJob) is to be deleted, or ``None``:
     its own ``ttlSecondsAfterFinished`` read from the object, as the kind keeps it."""

@@ -30,10 +30,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, KubeClient, KubeError, patiently
+from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, EVENTS, PODS, KubeClient, KubeError, patiently
 from airflow_jobs_plugin.cluster.objects import Meta, rfc3339
 from airflow_jobs_plugin.cluster.resources import NAMESPACES
-from airflow_jobs_plugin.cluster.watch import Scope, SharedWatch
+from airflow_jobs_plugin.cluster.watch import Scope, SharedWatch, job_key
 from airflow_jobs_plugin.controller import rulings
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
@@ -51,12 +51,20 @@ T = TypeVar("T")
 # A keeper looks at its job at least this often without a change (timers, a missed event).
 RECHECK_SECONDS = 30.0
 # A released job missing pods is looked at this often for the API server's refusal of them: in the
-# refusal watches' cache, so a look costs no request.
+# refusal watches' cache, so a look costs no request (a refusal event also wakes its job's keeper).
 REFUSAL_LOOK_SECONDS = 5.0
 # Boards are written at most this often each: a burst of passes costs one write.
 BOARD_FLUSH_SECONDS = 0.5
 # The reasons of the events that say the API server refused a job's pods (lifecycle.refused_pods).
 REFUSAL_REASONS = ("FailedCreate", "MPIJobFailed")
+# The events that carry the registry's answer to a failed image pull: the kubelet records it on the
+# pod with reason "Failed" (FailedToPullImage in kubernetes/kubernetes pkg/kubelet/events/event.go;
+# its "BackOff" event names only the image). Followed by one watch per namespace, filtered by the API
+# server (reason and involvedObject.kind are event fields it selects on: EventToSelectableFields in
+# pkg/registry/core/event/strategy.go), instead of a LIST per stuck pod per look: kube-apiserver keeps
+# no watch cache for events, so each such LIST was a range read of every event of the namespace.
+PULL_FAILURE_FIELDS = "involvedObject.kind=Pod,reason=Failed"
+_BY_SUBJECT = "involved-object"
 _CONFIGMAP_SCOPE = Scope(job_labels=None, job_fields=None, pod_labels=None)
 
 
@@ -179,6 +187,14 @@ class NamespaceController:
             )
             for reason in REFUSAL_REASONS
         ]
+        self.pull_failures = SharedWatch(
+            client,
+            namespace,
+            resources=(EVENTS,),
+            scope=Scope(job_labels=None, job_fields=PULL_FAILURE_FIELDS, pod_labels=None),
+        )
+        # A stuck pod's pull events are read by its name, never by a scan of the namespace's.
+        self.pull_failures.add_index(_BY_SUBJECT, lambda _plural, event: rulings.event_subject(event)[1])
         self.boards = _Boards(client, namespace, identity, self.configmaps)
         self.pools = pools.index(namespace, ())
         self._parsed: dict[str, tuple[str, pools.PolicyDoc]] = {}  # name -> (resourceVersion, doc)
@@ -194,7 +210,9 @@ class NamespaceController:
         """Run until cancelled (the process stops, or stops being the leader)."""
         self.configmaps.add_listener(self._on_configmap)
         self.watch.add_listener(self._on_job_event)
-        for watch in (self.watch, self.configmaps, *self.refusals):
+        for watch in self.event_watches:
+            watch.add_listener(self._on_event_about)
+        for watch in (self.watch, self.configmaps, *self.event_watches):
             watch.start()
         try:
             await self.configmaps.wait_synced(timeout=None)
@@ -230,7 +248,7 @@ class NamespaceController:
             await admission.close()
         if self._unmanaged is not None:
             await self._unmanaged.close()
-        for watch in (self.watch, self.configmaps, *self.refusals):
+        for watch in (self.watch, self.configmaps, *self.event_watches):
             await watch.stop()
 
     # --- routing ---
@@ -253,6 +271,18 @@ class NamespaceController:
         if self._unmanaged is None:
             self._unmanaged = UnmanagedEngine.for_watch(self.watch)
         return self._unmanaged
+
+    @property
+    def event_watches(self) -> tuple[SharedWatch, ...]:
+        """The namespace's event watches: a constant number, whatever the number of jobs."""
+        return (*self.refusals, self.pull_failures)
+
+    def pull_events(self, pod_names: list[str]) -> list[dict] | None:
+        """The pull-failure events of these pods, from the watch's cache; ``None`` until it has listed
+        them once (a transient answer not yet seen must not let a job be ruled)."""
+        if not self.pull_failures.synced:
+            return None
+        return [e for pod in pod_names for e in self.pull_failures.by_index(_BY_SUBJECT, pod)]
 
     def refusal_events(self) -> list[dict]:
         found: list[dict] = []
@@ -289,6 +319,19 @@ class NamespaceController:
             self._policies_changed.set()
 
     # --- keepers ---
+
+    def _on_event_about(self, etype: str, plural: str, event: dict) -> None:
+        """An event the keepers rule on arrived: wake the keeper of the job it is about (of the job
+        itself, of an MPIJob's launcher Job, of one of its pods), which looks in the cache at once."""
+        if etype == "DELETED":
+            return
+        kind, name = rulings.event_subject(event)
+        for resource in (*kinds.RESOURCES, PODS):
+            if resource.kind == kind and name:
+                subject = self.watch.get(resource, name)
+                key = job_key(subject) if subject is not None else None
+                if key:
+                    self.watch.notify(key)
 
     def _on_job_event(self, etype: str, plural: str, obj: dict) -> None:
         if etype != "DELETED" and kinds.is_job_resource(plural):
@@ -412,8 +455,11 @@ class _Keeper:
         if look is rulings.Look.RULE:
             ruling = rulings.ruling_of(snap)
         elif look is rulings.Look.PULL_EVENTS:
-            events = await self._patiently(self._events_of, [Meta(p).name for p in pods])
-            ruling = rulings.ruling_of(snapshot(job, pods, events, now=_now()), events)
+            events = self.c.pull_events([Meta(p).name for p in pods])
+            if events is None:
+                wait = min(wait, REFUSAL_LOOK_SECONDS)  # the pull events' watch has not listed yet
+            else:
+                ruling = rulings.ruling_of(snapshot(job, pods, events, now=_now()), events)
         elif look is rulings.Look.REFUSALS:
             ruling = rulings.refusal_ruling(job, self.c.refusal_events())
             wait = min(wait, REFUSAL_LOOK_SECONDS)
@@ -458,15 +504,6 @@ class _Keeper:
         except KubeError as exc:
             if not (exc.not_found or exc.conflict):
                 raise
-
-    async def _events_of(self, pod_names: list[str]) -> list[dict]:
-        events: list[dict] = []
-        for pod in pod_names:
-            listing = await self.c.client.list(
-                EVENTS, self.c.namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}"
-            )
-            events.extend(listing.get("items") or [])
-        return events
 
 
 class ClusterController:

@@ -20,6 +20,7 @@ import yaml
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, WORKLOADS, KubeClient, KubeError
 from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.resources import NAMESPACES
+from airflow_jobs_plugin.cluster.single_flight import SingleFlight
 from airflow_jobs_plugin.queueing import kueue
 
 log = logging.getLogger(__name__)
@@ -32,12 +33,23 @@ _CONFIG = "_airflow_jobs_kueue_config"
 _NAMESPACE_LABELS = "_airflow_jobs_namespace_labels"
 
 
+# The reads in flight, by client (and namespace): every trigger of a restarted triggerer asks these at
+# once, before the first answer is cached; they share one read (single_flight).
+_CONFIG_READS: SingleFlight[Mapping[str, Any] | None] = SingleFlight("kueue-config")
+_NAMESPACE_READS: SingleFlight[Mapping[str, str]] = SingleFlight("namespace-labels")
+_SERVED_READS: SingleFlight[bool] = SingleFlight("kueue-workloads-served")
+
+
 async def configuration(client: KubeClient) -> Mapping[str, Any] | None:
     """Kueue's manager configuration, or ``None`` where there is none this identity may read."""
-    loop = asyncio.get_running_loop()
     cached = getattr(client, _CONFIG, None)
-    if cached is not None and cached[0] > loop.time():
+    if cached is not None and cached[0] > asyncio.get_running_loop().time():
         return cached[1]
+    return await _CONFIG_READS.run(id(client), lambda: _read_configuration(client))
+
+
+async def _read_configuration(client: KubeClient) -> Mapping[str, Any] | None:
+    loop = asyncio.get_running_loop()
     found: Mapping[str, Any] | None = None
     try:
         configmap = await client.get(CONFIGMAPS, kueue.CONFIG_NAMESPACE, kueue.CONFIG_MAP)
@@ -60,6 +72,12 @@ async def namespace_labels(client: KubeClient, namespace: str) -> Mapping[str, s
     cache: dict[str, Mapping[str, str]] = getattr(client, _NAMESPACE_LABELS, None) or {}
     if namespace in cache:
         return cache[namespace]
+    return await _NAMESPACE_READS.run(
+        (id(client), namespace), lambda: _read_namespace_labels(client, namespace)
+    )
+
+
+async def _read_namespace_labels(client: KubeClient, namespace: str) -> Mapping[str, str]:
     labels: Mapping[str, str] = {kueue.NAMESPACE_NAME_LABEL: namespace}
     try:
         obj = await client.get(NAMESPACES, "", namespace)
@@ -67,16 +85,39 @@ async def namespace_labels(client: KubeClient, namespace: str) -> Mapping[str, s
     except KubeError as exc:
         if not (exc.not_found or exc.status == 403):
             raise
+    cache = getattr(client, _NAMESPACE_LABELS, None) or {}
     cache[namespace] = labels
     setattr(client, _NAMESPACE_LABELS, cache)
     return labels
 
 
+async def _served(client: KubeClient, namespace: str) -> bool:
+    """Whether the cluster serves Kueue's Workloads: probed once per client (a 404 on the resource says
+    no Kueue API; it is not asked again), every concurrent caller awaiting the one probe in flight. A
+    probe that failed otherwise (403 in this namespace, 500) says nothing: the read it guards is tried."""
+    known = getattr(client, _UNSERVED, None)
+    if known is not None:
+        return not known
+    return await _SERVED_READS.run(id(client), lambda: _probe_served(client, namespace))
+
+
+async def _probe_served(client: KubeClient, namespace: str) -> bool:
+    try:
+        await client.list(WORKLOADS, namespace, label_selector=f"{kueue.JOB_UID_LABEL}=none")
+    except KubeError as exc:
+        if not exc.not_found:
+            return True
+        setattr(client, _UNSERVED, True)
+        return False
+    setattr(client, _UNSERVED, False)
+    return True
+
+
 async def workload_of(client: KubeClient, job: Mapping[str, Any]) -> dict | None:
     """The Workload Kueue made for ``job`` (by its job-uid label), ``None`` if none or no Kueue here."""
-    if getattr(client, _UNSERVED, False):
-        return None
     meta = Meta(job)
+    if not await _served(client, meta.namespace):
+        return None
     try:
         found = await client.list(
             WORKLOADS, meta.namespace, label_selector=f"{kueue.JOB_UID_LABEL}={meta.uid}"

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, NODEPOOLS, NODES, KubeClient, KubeError
 from airflow_jobs_plugin.cluster.objects import Meta
+from airflow_jobs_plugin.cluster.single_flight import SingleFlight
 from airflow_jobs_plugin.cluster.watch import SharedWatch
 from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.queueing.engines.ruling import Ruling, ruling_before_queue
@@ -69,7 +70,7 @@ class Door:
         self._node_capacities: list[placement.NodeCapacity] = []
         self._autoscaling = placement.NO_AUTOSCALING
         self._nodes_read_at: float | None = None
-        self._nodes_lock: asyncio.Lock | None = None
+        self._nodes_reads: SingleFlight[None] = SingleFlight("nodes")
 
     # --- rulings ---
 
@@ -150,12 +151,9 @@ class Door:
         loop = asyncio.get_running_loop()
         if self._nodes_read_at is not None and loop.time() - self._nodes_read_at < NODES_TTL_SECONDS:
             return self._node_capacities
-        if self._nodes_lock is None:
-            self._nodes_lock = asyncio.Lock()
-        async with self._nodes_lock:  # a thousand triggers starting at once share one LIST
-            if self._nodes_read_at is not None and loop.time() - self._nodes_read_at < NODES_TTL_SECONDS:
-                return self._node_capacities
-            await self._read_nodes(loop)
+        # A thousand keepers starting at once share one LIST; one of them cancelled does not end it for
+        # the rest (single_flight), as a lock held by the cancelled caller would.
+        await self._nodes_reads.run("nodes", lambda: self._read_nodes(loop))
         return self._node_capacities
 
     async def _read_nodes(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -24,6 +24,7 @@ from airflow_jobs_plugin.cluster.kube import (
     KubeError,
 )
 from airflow_jobs_plugin.cluster.objects import Meta
+from airflow_jobs_plugin.cluster.single_flight import SingleFlight
 from airflow_jobs_plugin.cluster.watch import Scope, SharedWatch
 from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.jobs.jobview import JobView
@@ -51,6 +52,10 @@ POSITIONS_FORGET_SECONDS = 600.0  # a queue no trigger asked about for this long
 # How long a LocalQueue read to judge a hand-over is trusted (a queue a platform admin just created or
 # activated is seen within this long).
 LOCAL_QUEUE_TTL_SECONDS = 5.0
+
+# Whether Kueue's Workloads are served, by client and namespace: one probe in flight for every source
+# asking (the sources of one namespace's engines, and the triggers that start them together).
+_PROBES: SingleFlight[bool] = SingleFlight("kueue-served")
 
 
 def _owner_name(obj: dict) -> str | None:
@@ -89,19 +94,22 @@ class _WorkloadSource:
         self._refreshing: asyncio.Future | None = None
 
     async def start(self) -> bool:
+        """Whether Kueue's API is served here (then the Workload watch runs). Every trigger of a
+        restarted triggerer asks at once: they share one probe (single_flight), and its answer holds."""
         if self.served is None:
-            try:
-                await self.client.list(
-                    WORKLOADS, self.namespace, label_selector=f"{kueue.JOB_UID_LABEL}=none"
-                )
-                self.served = True
-            except KubeError as exc:
-                if not exc.not_found:
-                    raise
-                self.served = False
+            self.served = await _PROBES.run((id(self.client), self.namespace), self._probe)
         if self.served:
             self.watch.start()
         return self.served
+
+    async def _probe(self) -> bool:
+        try:
+            await self.client.list(WORKLOADS, self.namespace, label_selector=f"{kueue.JOB_UID_LABEL}=none")
+        except KubeError as exc:
+            if not exc.not_found:
+                raise  # not an answer (a 403, a 500): the next caller probes again
+            return False
+        return True
 
     async def stop(self) -> None:
         if self._refresh is not None:
@@ -220,6 +228,7 @@ class KueueEngine(ThroughTheDoor):
         self.door = door
         self._workloads: _WorkloadSource | None = None
         self._local_queues: dict[str, tuple[float, str | None]] = {}  # name -> (until, problem)
+        self._queue_reads: SingleFlight[str | None] = SingleFlight("kueue-local-queue")
 
     def manages(self, job: dict) -> bool:
         """Whether ``job`` names a LocalQueue of Kueue's (then Kueue admits it, not the product)."""
@@ -241,10 +250,14 @@ class KueueEngine(ThroughTheDoor):
     async def queue_problem(self, queue: str) -> str | None:
         """Why a job may not be handed to LocalQueue ``queue`` of this namespace now (``None``: it may),
         read at most every LOCAL_QUEUE_TTL_SECONDS per queue (kueue.local_queue_problem)."""
-        loop = asyncio.get_running_loop()
         cached = self._local_queues.get(queue)
-        if cached is not None and cached[0] > loop.time():
+        if cached is not None and cached[0] > asyncio.get_running_loop().time():
             return cached[1]
+        # The keepers of a queue's jobs ask together as the controller starts: one read for all.
+        return await self._queue_reads.run(queue, lambda: self._read_queue_problem(queue))
+
+    async def _read_queue_problem(self, queue: str) -> str | None:
+        loop = asyncio.get_running_loop()
         namespace = self.watch.namespace
         try:
             found = await self.client.get_or_none(LOCAL_QUEUES, namespace, queue)

@@ -88,6 +88,12 @@ SELF_SUBJECT_ACCESS_REVIEWS = Resource(
 )
 # The most pods of one stuck job whose events are read to learn whether a node is coming for them.
 MAX_POD_EVENT_READS = 4
+# How long what those events said holds for a job. A pass runs on every change of its group (at
+# start-up, many a second), and each would read the events again of every job waiting past its deadline
+# for an autoscaler's node: a LIST per pod and pass, exactly when the API server is busiest, and no
+# watch cache serves events (each is a range read of the namespace's events in etcd). Read at most this
+# often per job instead; the node's own arrival (a pod scheduled) is seen at once by the pod watch.
+NODE_EVENTS_TTL_SECONDS = 30.0
 _STARTED: WeakSet[Admission] = WeakSet()
 
 
@@ -292,6 +298,8 @@ class Admission(ThroughTheDoor):
         self._reaper: asyncio.Task | None = None
         self._last_use = 0.0
         self._rng = random.Random()
+        # Job uid -> (when read, until when a node is coming for it): _node_coming's last answer.
+        self._node_reads: dict[str, tuple[float, datetime | None]] = {}
         # Per ledger: until when the answer holds, and why it may not be written (None: it may).
         self._ledger_access: dict[str, tuple[float, str | None]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -943,7 +951,25 @@ class Admission(ThroughTheDoor):
         return due
 
     async def _node_coming(self, job: dict) -> datetime | None:
-        """Until when an autoscaler's node is waited for by ``job``'s unscheduled pods (their events)."""
+        """Until when an autoscaler's node is waited for by ``job``'s unscheduled pods (their events),
+        read at most every NODE_EVENTS_TTL_SECONDS per job."""
+        uid = JobView(job).uid
+        clock = asyncio.get_running_loop().time()
+        known = self._node_reads.get(uid)
+        if known is not None and clock - known[0] < NODE_EVENTS_TTL_SECONDS:
+            return known[1]
+        try:
+            until = await self._read_node_coming(job)
+        except KubeError as exc:
+            log.info("cannot read the events of %s's pods (%s): judged without them", JobView(job).name, exc)
+            return None  # not kept: the next pass reads again
+        # Forget the jobs that left the pass's view (requeued, ended): only those still stuck are kept.
+        for old in [k for k, (at, _) in self._node_reads.items() if clock - at >= NODE_EVENTS_TTL_SECONDS]:
+            del self._node_reads[old]
+        self._node_reads[uid] = (clock, until)
+        return until
+
+    async def _read_node_coming(self, job: dict) -> datetime | None:
         pending = [
             Meta(pod).name
             for pod in self.watch.pods_of(JobView(job).name)
@@ -951,15 +977,11 @@ class Admission(ThroughTheDoor):
         ]
         until: datetime | None = None
         for name in pending[:MAX_POD_EVENT_READS]:
-            try:
-                listing = await self.client.list(
-                    EVENTS,
-                    self.watch.namespace,
-                    field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
-                )
-            except KubeError as exc:
-                log.info("cannot read the events of pod %s (%s): judged without them", name, exc)
-                return None
+            listing = await self.client.list(
+                EVENTS,
+                self.watch.namespace,
+                field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
+            )
             coming = placement.node_coming(listing.get("items") or [])
             if coming is None:
                 return None  # one pod no node is coming for is enough to be stuck
