@@ -267,6 +267,21 @@ def test_job_in_back_off_keeps_its_position_and_blocks_nobody():
     assert "30s left" in decisions[0].message
 
 
+@pytest.mark.parametrize(
+    ("requeue_count", "why"),
+    [
+        (1, "requeued 1 time after its pods could not be scheduled"),
+        (0, "a new attempt after its last attempt failed"),
+    ],
+)
+def test_a_back_off_names_its_cause_a_requeue_or_a_retried_attempt(requeue_count, why):
+    # A retryable exit's next attempt starts its requeue count again at 0 (jobs/attempts.next_attempt):
+    # "requeued 0 times after its pods could not be scheduled" would be false.
+    queue = [job("waiting", 4, "pan", not_before=NOW + timedelta(seconds=30), requeue_count=requeue_count)]
+    (decision,) = decide(PHUSERS, queue, [], NOW)
+    assert decision.message.startswith(f"{why}; back-off until "), decision.message
+
+
 def test_job_whose_back_off_expired_competes_at_its_original_position():
     queue = [
         job("later", 2, "lin", minute=5),

@@ -536,11 +536,17 @@ def _judge(
             None,
         )
     if job.not_before is not None and job.not_before > now:
+        # Two things set a back-off: a requeue (the count goes up) and a new attempt after the last one
+        # failed with a retryable exit (jobs/attempts.next_attempt starts the count again at 0).
+        why = (
+            f"requeued {_plural(job.requeue_count, 'time')} after its pods could not be scheduled"
+            if job.requeue_count
+            else "a new attempt after its last attempt failed"
+        )
         return (
             Verdict.BACKING_OFF,
-            f"requeued {_plural(job.requeue_count, 'time')} after its pods could not be scheduled; "
-            f"back-off until {_utc(job.not_before)} ({format_duration(job.not_before - now)} left), "
-            "then it competes again at its original position",
+            f"{why}; back-off until {_utc(job.not_before)} ({format_duration(job.not_before - now)} "
+            "left), then it competes again at its original position",
             None,
         )
 
