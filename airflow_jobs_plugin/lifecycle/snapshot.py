@@ -62,6 +62,9 @@ from airflow_jobs_plugin.lifecycle.state import QUEUE_REASONS, VERDICTS, JobStat
 DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job default, also what the MPI launcher Job gets
 ADMITTED = "Admitted"  # the quota pool's verdict for a job whose GPUs it reserved (quota.Verdict.ADMIT)
 
+# Kueue's reason on the Evicted condition of a Workload preempted for another (WorkloadEvictedByPreemption).
+KUEUE_PREEMPTED = "Preempted"
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
@@ -70,6 +73,9 @@ class QueueStatus:
     reason: str
     position: int | None = None
     message: str = ""
+    # Why the engine sent an admitted job back (Kueue's Evicted condition's reason, e.g. "Preempted",
+    # "PodsReadyTimeout", "Deactivated"); empty when it did not, or does not say.
+    evicted_for: str = ""
 
     def __post_init__(self) -> None:
         # Every waiting task logs this message: whatever a policy or a person wrote, it stays a line.
@@ -676,6 +682,10 @@ def _suspended(
         return _Decision(JobState.TERMINATING, Reason.PREEMPTED, f"{preempted}; stopping {len(live)} pod(s)")
     if live:
         reason = Reason.REQUEUED if facts.requeue_count > 0 else Reason.PREEMPTED
+        if queue is not None and queue.evicted_for:
+            # Kueue evicts for many causes (v0.19.2 apis/kueue/v1beta2/workload_types.go,
+            # WorkloadEvictedBy*): only one of them is a preemption.
+            reason = Reason.PREEMPTED if queue.evicted_for == KUEUE_PREEMPTED else Reason.EVICTED
         message = f"suspended; stopping {len(live)} pod(s)"
         if queue is not None and queue.reason == Reason.REQUEUED.value and queue.message:
             # Whoever evicted it says why (Kueue's preemption message names the workload that won).

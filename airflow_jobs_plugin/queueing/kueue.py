@@ -226,6 +226,7 @@ class KueueStatus:
     reason: str  # PENDING / INADMISSIBLE / REQUEUED / RESERVED
     message: str
     position: int | None = None  # 1-based, in its ClusterQueue, where the visibility API told it
+    evicted_for: str = ""  # the Evicted condition's reason while REQUEUED
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ def with_position(status: KueueStatus, position: PendingPosition | None, queue: 
         message = f"{status.message[: -len(plain)]} ({place})"
     else:
         message = f"{status.message}; {place}"
-    return KueueStatus(status.reason, message, position.cluster_queue + 1)
+    return KueueStatus(status.reason, message, position.cluster_queue + 1, status.evicted_for)
 
 
 def _ordinal(n: int) -> str:
@@ -308,11 +309,18 @@ def queue_status(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> 
     if workload is None:
         return KueueStatus(PENDING, f"Kueue: submitted to LocalQueue {queue}; no Workload yet")
     view = workload_view(workload)
+    # The Workload names its LocalQueue; one read without its job, or made before its queue was set,
+    # may not: the job's label then, never an empty name.
+    queue = view.queue or queue
     if view.true("Evicted") or (view.true("Requeued") and not view.true("QuotaReserved")):
         evicted = view.condition("Evicted") if view.true("Evicted") else view.condition("Requeued")
         why = evicted.get("reason") or "Evicted"
         text = evicted.get("message") or why
-        return KueueStatus(REQUEUED, f"Kueue: evicted ({why}): {text}; waiting in LocalQueue {view.queue}")
+        return KueueStatus(
+            REQUEUED,
+            f"Kueue: evicted ({why}): {text}; waiting in LocalQueue {queue}",
+            evicted_for=why,
+        )
     if view.true("QuotaReserved"):
         where = view.cluster_queue or "its ClusterQueue"
         if view.true("Admitted"):
@@ -324,7 +332,7 @@ def queue_status(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> 
     message = reserved.get("message") or "waiting for Kueue to reserve quota"
     if reserved.get("reason") == "Inadmissible":
         return KueueStatus(INADMISSIBLE, f"Kueue: {message}")
-    return KueueStatus(PENDING, f"Kueue: {message} (LocalQueue {view.queue})")
+    return KueueStatus(PENDING, f"Kueue: {message} (LocalQueue {queue})")
 
 
 def handoff_queue(job: Mapping[str, Any], requested: str | None) -> str:

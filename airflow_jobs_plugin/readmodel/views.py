@@ -661,7 +661,7 @@ def _kueue_queue_status(state: ClusterState, job: Mapping[str, Any], uid: str) -
         view = kueue.workload_view(workload)
         namespace = Meta(workload).namespace
         status = kueue.with_position(status, state.kueue_positions.get((namespace, view.name)), view.queue)
-    return QueueStatus(status.reason, status.position, status.message)
+    return QueueStatus(status.reason, status.position, status.message, status.evicted_for)
 
 
 def job_row(

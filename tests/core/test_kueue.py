@@ -74,6 +74,15 @@ def test_an_evicted_workload_is_requeued_with_kueues_reason():
     )
     assert status.reason == kueue.REQUEUED
     assert "evicted (Preempted): Preempted to accommodate a workload" in status.message
+    assert status.evicted_for == "Preempted"
+
+
+def test_an_eviction_for_a_pods_ready_timeout_carries_that_cause():
+    status = kueue.queue_status(
+        job(),
+        workload(("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ns/wl")),
+    )
+    assert (status.reason, status.evicted_for) == (kueue.REQUEUED, "PodsReadyTimeout")
 
 
 def test_stop_and_resume_of_a_kueue_job_are_refused_and_cancel_is_not():
@@ -117,3 +126,11 @@ def test_the_deployment_says_whether_kueue_manages_every_job_the_way_airflow_spe
     monkeypatch.setenv("AIRFLOW__AIRFLOW_JOBS__KUEUE_MANAGES_ALL_JOBS", "maybe")
     with pytest.raises(ValueError, match="kueue_manages_all_jobs: must be True or False"):
         config.get_bool("kueue_manages_all_jobs")
+
+
+def test_a_workload_without_its_queue_name_is_told_by_its_jobs_local_queue():
+    unnamed = workload(("QuotaReserved", "False", "Pending", "waiting for quota"))
+    del unnamed["spec"]["queueName"]
+    status = kueue.queue_status(job(), unnamed)
+    assert "(LocalQueue team-a)" in status.message, status.message
+    assert "LocalQueue )" not in kueue.queue_status({}, unnamed).message

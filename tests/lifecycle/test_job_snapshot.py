@@ -460,3 +460,21 @@ def test_an_mpijob_past_its_launcher_backoff_limit_reads_as_such_without_an_empt
     assert (result.state, result.reason) == (JobState.FAILED, Reason.BACKOFF_LIMIT_EXCEEDED)
     assert result.message.startswith("Job has reached the specified backoff limit"), result.message
     assert ": ;" not in result.message and not result.message.rstrip().endswith(":"), result.message
+
+
+@pytest.mark.parametrize(
+    ("evicted_for", "reason"),
+    [("Preempted", Reason.PREEMPTED), ("PodsReadyTimeout", Reason.EVICTED), ("Deactivated", Reason.EVICTED)],
+)
+def test_a_kueue_eviction_is_named_by_its_cause_while_the_pods_stop(evicted_for, reason):
+    """Kueue suspends the job of an evicted Workload; only a preemption is logged as one."""
+    queue = QueueStatus(
+        "Requeued",
+        message=f"Kueue: evicted ({evicted_for}): ...; waiting in LocalQueue team",
+        evicted_for=evicted_for,
+    )
+    pod = job_pod(phase="Running", statuses=[running()], deleting=True)
+    job = batch_job(suspend=True, annotations={labels.ADMITTED_AT: ts(-30)})
+    result = snapshot(job, [pod], [], queue=queue, now=at(400))
+    assert (result.state, result.reason) == (JobState.TERMINATING, reason)
+    assert f"evicted ({evicted_for})" in result.message

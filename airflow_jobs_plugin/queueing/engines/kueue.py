@@ -348,4 +348,9 @@ class KueueEngine(ThroughTheDoor):
             view = kueue.workload_view(workload)
             positions = await source.positions(view.queue)
             status = kueue.with_position(status, (positions or {}).get(view.name), view.queue)
-        return QueueStatus(reason=status.reason, position=status.position, message=status.message)
+        return QueueStatus(
+            reason=status.reason,
+            position=status.position,
+            message=status.message,
+            evicted_for=status.evicted_for,
+        )
