@@ -66,6 +66,12 @@ class ReplicaStatus:
     health: Annotated[Health, Json("what the pod is doing, coarser than its status")]
     reason: Annotated[Reason | None, Json("the product's reading of a problem; null when none")] = None
     exit_code: Annotated[int | None, Json("the exit code that explains a failure")] = None
+    # An init container's exit is not the program's: the MPI launcher's wait-for-workers init container
+    # runs before the job's command and exits non-zero when the workers never come up.
+    exit_from: Annotated[
+        str,
+        Json("the init container the exit code is from; null when it is the pod's own", blank_is_null=True),
+    ] = ""
     message: Annotated[str, Json("the cluster's own words about the problem", blank_is_null=True)] = ""
     # Since when the current pod has been where it is now, as far as its own conditions tell: for a
     # pod whose containers cannot be created, the moment it got ready to start them.
@@ -337,6 +343,7 @@ def _replica(role: str, index: int, pod: PodFacts, pod_events: list[Mapping[str,
         health=health,
         reason=reason,
         exit_code=_exit_code(pod),
+        exit_from=_exit_from(pod),
         message=_message(pod, health, reason, pod_events),
         since=_since(pod),
     )
@@ -474,6 +481,18 @@ def _exit_code(pod: PodFacts) -> int | None:
         if isinstance(terminated, Mapping):
             return int(terminated.get("exitCode") or 0)
     return None
+
+
+def _exit_from(pod: PodFacts) -> str:
+    """The init container whose non-zero exit ``_exit_code`` reports, ``""`` when it is not one."""
+    containers = [s for s in pod.container_statuses if isinstance(s, Mapping)]
+    inits = [s for s in pod.init_container_statuses if isinstance(s, Mapping)]
+    for which in ("state", "lastState"):
+        for status in containers + inits:
+            terminated = dig(status.get(which), "terminated")
+            if isinstance(terminated, Mapping) and (terminated.get("exitCode") or 0) != 0:
+                return "" if status in containers else f"init container {status.get('name') or '?'}"
+    return ""
 
 
 # A kubelet event that only names the container's waiting reason ("Error: ImagePullBackOff").

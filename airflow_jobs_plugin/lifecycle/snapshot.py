@@ -653,7 +653,8 @@ def _failed(
     else:
         reason = Reason.ERROR
     if failed is not None:
-        detail = f"{detail}; {failed.name} exited with code {failed.exit_code}"
+        who = f"{failed.name}'s {failed.exit_from}" if failed.exit_from else failed.name
+        detail = f"{detail}; {who} exited with code {failed.exit_code}"
     return _Decision(state, reason, detail, exit_code)
 
 

@@ -346,6 +346,8 @@ class SnapshotReplica(Model):
     reason: Reason | None
     # the exit code that explains a failure
     exit_code: int | None
+    # the init container the exit code is from; null when it is the pod's own
+    exit_from: str | None
     # the cluster's own words about the problem
     message: str | None
     # since when the pod has been where it is now

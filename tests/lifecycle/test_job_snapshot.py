@@ -478,3 +478,21 @@ def test_a_kueue_eviction_is_named_by_its_cause_while_the_pods_stop(evicted_for,
     result = snapshot(job, [pod], [], queue=queue, now=at(400))
     assert (result.state, result.reason) == (JobState.TERMINATING, reason)
     assert f"evicted ({evicted_for})" in result.message
+
+
+def test_a_launcher_whose_init_container_failed_says_so_not_that_the_launcher_exited():
+    """The MPI launcher's wait-for-workers init container exiting 3 is not the program's exit 3."""
+    launcher = launcher_pod(
+        phase="Failed",
+        init_containers=("wait-for-workers",),
+        init_statuses=[terminated("wait-for-workers", 3, "Error")],
+        statuses=[waiting("main", "PodInitializing")],
+    )
+    job = mpi_job(
+        launcher_failed=1,
+        backoff_limit=0,
+        conditions=[job_condition("Failed", "MPIJobFailed", "MPIJob ml/dist has failed")],
+    )
+    result = snapshot(job, [launcher], [], now=at(400))
+    assert result.state == JobState.FAILED
+    assert "launcher's init container wait-for-workers exited with code 3" in result.message, result.message
