@@ -37,6 +37,8 @@ from airflow_jobs_plugin import JobOperator
 # One directory per DAG run; ':' and '+' of run ids are awkward in paths and object-store keys.
 RUN_DIR = ARTIFACTS_DIR + "/runs/{{ run_id | replace(':', '-') | replace('+', '_') }}"
 PRODUCTION_DIR = f"{ARTIFACTS_DIR}/production"
+# GPUs of each training worker, and so its MPI ranks (train.py --slots).
+TRAIN_GPUS = 2
 
 with DAG(
     dag_id="gpu_retraining",
@@ -73,9 +75,19 @@ with DAG(
 
     train = JobOperator(
         task_id="train",
-        command=[PYTHON, script("train.py"), "--run-dir", RUN_DIR, "--epochs", "6"],
+        # One MPI rank per GPU: 2 workers x 2 GPUs are 4 ranks (the MPI operator's slotsPerWorker is 2).
+        command=[
+            PYTHON,
+            script("train.py"),
+            "--run-dir",
+            RUN_DIR,
+            "--epochs",
+            "6",
+            "--slots",
+            str(TRAIN_GPUS),
+        ],
         workers=2,
-        gpus=2,
+        gpus=TRAIN_GPUS,
         # Every replica (launcher and workers) stages the data before it starts.
         init_containers=[
             {

@@ -1,7 +1,8 @@
 """Distributed training step of the example pipeline, run by the MPI launcher.
 
 In a real cluster the launcher's image has ``mpirun``: this script re-executes itself under
-``mpirun -np $JOB_WORLD_SIZE`` and every rank trains its share. Where there is no ``mpirun`` (the
+``mpirun -np <hosts x slots>`` (``$JOB_WORLD_SIZE`` hosts, ``--slots`` ranks on each: one per GPU, as the
+MPI operator's hostfile says with ``slotsPerWorker``) and every rank trains its share on its own GPU. Where there is no ``mpirun`` (the
 simulated cluster runs only the launcher as a local process) it plays all ranks in one process and tags
 each rank's lines as ``mpirun --tag-output`` does (``[1,<rank>]<stdout>:``), so ``airflow-jobs logs JOB
 --rank N`` finds them in the launcher's log either way. Rank 0 writes the model into the run directory.
@@ -41,11 +42,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="train the candidate model")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--slots", type=int, default=1, help="ranks per host: the GPUs of each worker")
     args = parser.parse_args(argv)
-    world = int(os.environ.get("JOB_WORLD_SIZE", "1"))
+    hosts = int(os.environ.get("JOB_WORLD_SIZE", "1"))
+    # Rank r runs on host r // slots (mpirun fills each host's slots in turn, as the hostfile lists them).
+    world = hosts * max(1, args.slots)
     mpirun = shutil.which("mpirun")
     if os.environ.get("JOB_ROLE") == "launcher" and not _under_mpi() and mpirun:
-        print(f"train: starting {world} ranks with mpirun", flush=True)
+        print(f"train: starting {world} ranks with mpirun ({hosts} hosts x {args.slots} slots)", flush=True)
         # --tag-output: every rank's line says whose it is, in the launcher's log that outlives the workers.
         command = [mpirun, "-np", str(world), "--tag-output", sys.executable, os.path.abspath(__file__)]
         os.execv(mpirun, [*command, *argv])
@@ -60,14 +64,17 @@ def main(argv: list[str]) -> int:
     else:
         data = {"rows": 10000, "seed": 0}
         print("train: no prepared data in the run directory: using a synthetic dataset", flush=True)
-    print(f"train: {data['rows']} rows over {world} worker(s), {args.epochs} epochs", flush=True)
+    print(
+        f"train: {data['rows']} rows over {world} rank(s) on {hosts} host(s), {args.epochs} epochs",
+        flush=True,
+    )
     for epoch in range(1, args.epochs + 1):
         acc = accuracy_after(epoch, data["seed"])
         loss = round(1.2 * math.exp(-epoch / 3) + 0.05, 4)
         for rank in ranks:
             tag = f"[1,{rank}]<stdout>:" if playing_ranks else ""
             print(f"{tag}train: rank {rank}: epoch {epoch}/{args.epochs} loss={loss} acc={acc}", flush=True)
-        print(f"train: epoch {epoch}: gradients all-reduced across {world} worker(s)", flush=True)
+        print(f"train: epoch {epoch}: gradients all-reduced across {world} rank(s)", flush=True)
         time.sleep(STEP_SECONDS)
     if 0 in ranks:
         model = {"epochs": args.epochs, "accuracy": accuracy_after(args.epochs, data["seed"])}

@@ -171,6 +171,28 @@ def test_the_pipeline_scripts_hand_a_model_from_step_to_step_and_promote_it(tmp_
     assert (production / "metrics.json").read_text() == (run / "metrics.json").read_text()
 
 
+def test_the_training_job_runs_one_mpi_rank_per_gpu_and_each_worker_logs_its_own(dagbag, tmp_path):
+    """The retraining DAG's train command, run as its launcher would, starts workers x GPUs ranks, and
+    `airflow-jobs logs --rank N` (rank_log.worker_lines, slotsPerWorker = GPUs per worker) finds worker
+    N's ranks in it: no worker's GPUs sit idle and no worker's log is empty."""
+    from airflow_jobs_plugin.logs.rank_log import worker_lines
+
+    train = dagbag.dags["gpu_retraining"].get_task("train")
+    script_at = next(i for i, arg in enumerate(train.command) if str(arg).endswith("train.py"))
+    args = [str(a) for a in train.command[script_at + 1 :]]
+    args[args.index("--run-dir") + 1] = str(tmp_path / "run")
+    run = _run(
+        "train.py", *args, env={"JOB_ROLE": "launcher", "JOB_WORLD_SIZE": str(train.workers), "PATH": ""}
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    for worker in range(train.workers):
+        mine = worker_lines(lines, worker, train.gpus)
+        assert mine, f"worker {worker} has no line in:\n{run.stdout}"
+        ranks = {int(line.split("]", 1)[0].removeprefix("[rank ")) for line in mine}
+        assert ranks == set(range(worker * train.gpus, (worker + 1) * train.gpus)), mine
+
+
 def test_the_fetch_script_fails_clearly_when_the_data_was_never_prepared(tmp_path):
     fetch = _run("fetch_data.py", "--run-dir", str(tmp_path / "runs" / "missing"))
     assert fetch.returncode == 1

@@ -75,7 +75,7 @@ def test_daily_retraining_runs_to_success_and_streams_the_pods_logs(stack):
     assert any(e.startswith("[worker-0] prepare: shard 1/4") for e in prepare)
     train = stack.task_log(RETRAINING, run_id, "train")
     assert any(
-        e.startswith("[launcher] train: epoch 6: gradients all-reduced across 2 worker(s)") for e in train
+        e.startswith("[launcher] train: epoch 6: gradients all-reduced across 4 rank(s)") for e in train
     )
     # The launcher's init containers (the DAG's fetch-data, then wait-for-workers) show while it starts:
     # the README's "STARTING (launcher Init:0/2, ...)" is what the task log says.
