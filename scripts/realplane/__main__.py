@@ -164,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
                 for proc in state.processes:
                     up = plane.alive(proc.pid)
                     running += up
-                    print(f"  {proc.name:24} pid {proc.pid:>7}  {'running' if up else 'STOPPED'}  {proc.log}")
+                    count, code = plane.restarts(proc.log)
+                    again = f"  restarted {count}x (last exit code {code})" if count else ""
+                    print(
+                        f"  {proc.name:24} pid {proc.pid:>7}  {'running' if up else 'STOPPED'}  {proc.log}{again}"
+                    )
             if not running:
                 print("cluster: no plane runs")
             return 0

@@ -249,6 +249,7 @@ def start_manager(plane: Plane) -> None:
             f"--kubeconfig={plane.own_kubeconfig('kueue')}",
             "--zap-log-level=2",
         ],
+        supervised=True,
     )
     plane._wait(proc, "ready (/readyz)", lambda: _http_ok(p["kueue-health"], "/readyz"), timeout=120)
     if visibility:

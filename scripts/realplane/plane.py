@@ -36,6 +36,21 @@ from realplane.pki import LOOPBACK, Authority, Pair
 
 # The checkout this copy of the tooling belongs to (scripts/realplane/ -> the repository).
 CHECKOUT = Path(__file__).resolve().parents[2]
+SUPERVISOR = Path(__file__).resolve().with_name("supervise.py")
+
+
+def restarts_record(log: Path) -> Path:
+    """Where a supervised component's restarts are counted (beside its log)."""
+    return log.with_suffix(".restarts.json")
+
+
+def restarts(proc_log: str) -> tuple[int, int | None]:
+    """How often a component was restarted, and its last exit code (0, None: never)."""
+    try:
+        record = json.loads(restarts_record(Path(proc_log)).read_text())
+    except (OSError, ValueError):
+        return 0, None
+    return int(record.get("restarts") or 0), record.get("last_exit_code")
 
 
 class PlaneError(RuntimeError):
@@ -292,9 +307,25 @@ class Plane:
         target.write_text(self.admin_kubeconfig.read_text())
         target.chmod(0o600)
 
-    def _spawn(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Process:
+    def _spawn(
+        self, name: str, command: list[str], env: dict[str, str] | None = None, *, supervised: bool = False
+    ) -> Process:
+        """Start ``name``; ``supervised``: restarted whenever it exits, as a cluster restarts the
+        controllers it runs as Deployments (supervise.py)."""
         assert self.state is not None
         log = self.dir / "logs" / f"{name}.log"
+        if supervised:
+            record = restarts_record(log)
+            command = [
+                sys.executable,
+                str(SUPERVISOR),
+                "--name",
+                name,
+                "--record",
+                str(record),
+                "--",
+                *command,
+            ]
         with open(log, "ab") as fh:
             proc = subprocess.Popen(
                 command,
@@ -470,6 +501,7 @@ class Plane:
                 # No cloud, no pod network: the controllers that would wait on one are off.
                 "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
             ],
+            supervised=True,
         )
         sched = self._spawn(
             "kube-scheduler",
@@ -480,6 +512,7 @@ class Plane:
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
             ],
+            supervised=True,
         )
         self._wait(kcm, "healthy", lambda: self._https_ok(p["controller-manager"], "/healthz", client=False))
         self._wait(sched, "healthy", lambda: self._https_ok(p["scheduler"], "/healthz", client=False))
@@ -520,6 +553,7 @@ class Plane:
                 "--cidr=10.0.0.0/16",
                 "--enable-crds=Logs,ClusterLogs",
             ],
+            supervised=True,
         )
         self._wait(proc, "serving", lambda: self._https_ok(p["kwok"], "/healthz", client=False), timeout=60)
         self.apply(stages.storage_class(kw), "default StorageClass")
@@ -545,6 +579,7 @@ class Plane:
                 f"--time-scale={self.options.time_scale}",
             ],
             env={"PYTHONPATH": scripts + os.pathsep + os.environ.get("PYTHONPATH", "")},
+            supervised=True,
         )
         self._wait(proc, "watching pods", lambda: "watching" in Path(proc.log).read_text(), timeout=60)
 
@@ -581,6 +616,7 @@ class Plane:
                 "--threadiness=4",
             ],
             env={build.MPI_HEALTH_ADDR_ENV: f"127.0.0.1:{port}"},
+            supervised=True,
         )
 
         def leading() -> bool:

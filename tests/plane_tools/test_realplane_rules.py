@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -188,3 +189,87 @@ def test_down_without_a_kubeconfig_stops_only_this_checkouts_planes(tmp_path):
     (reg / "c.json").write_text(json.dumps({"state_dir": str(unmarked)}))
     assert plane.known_planes(tmp_path, plane.CHECKOUT) == [ours]
     assert sorted(plane.known_planes(tmp_path)) == sorted([ours, theirs, unmarked])
+
+
+def test_a_supervised_component_that_exits_is_started_again_and_counted(tmp_path):
+    """The plane restarts its controllers as a Deployment would: a component that exits after it had
+    started comes back after a back-off, and its restarts are recorded for `scripts/cluster status`."""
+    import subprocess
+
+    from realplane import plane
+
+    runs = tmp_path / "runs"
+    log = tmp_path / "ctl.log"
+    # Each run appends a line, and the first two exit 3 after a moment; the third stays up.
+    script = (
+        f"import pathlib, sys, time; p = pathlib.Path({str(runs)!r}); "
+        "n = len(p.read_text().splitlines()) if p.exists() else 0; "
+        "p.write_text(p.read_text() + 'run\\n' if p.exists() else 'run\\n'); "
+        "time.sleep(0.3) if n < 2 else time.sleep(60); sys.exit(3)"
+    )
+    record = plane.restarts_record(log)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(plane.SUPERVISOR),
+            "--name",
+            "ctl",
+            "--record",
+            str(record),
+            "--settle",
+            "0.1",
+            "--",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and plane.restarts(str(log))[0] < 2:
+            time.sleep(0.1)
+        assert plane.restarts(str(log)) == (2, 3)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(runs.read_text().splitlines()) < 3:
+            time.sleep(0.1)
+        assert len(runs.read_text().splitlines()) == 3
+        assert proc.poll() is None  # still supervising the third run
+    finally:
+        plane.stop_group(proc.pid)
+    assert proc.wait(10) is not None
+
+
+def test_a_component_that_cannot_start_is_not_restarted(tmp_path):
+    """A first run that ends at once (a bad flag, a taken port) ends the supervisor with its code, so
+    `scripts/cluster up` fails naming the component instead of looping."""
+    import subprocess
+
+    from realplane import plane
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(plane.SUPERVISOR),
+            "--name",
+            "bad",
+            "--record",
+            str(tmp_path / "r.json"),
+            "--",
+            sys.executable,
+            "-c",
+            "import sys; sys.exit(2)",
+        ],
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("current", "ran_for", "expected"), [(1, 5, 2), (16, 5, 30), (30, 5, 30), (30, 61, 1)]
+)
+def test_the_restart_back_off_doubles_to_its_cap_and_resets_after_a_steady_run(current, ran_for, expected):
+    from realplane.supervise import next_backoff
+
+    assert next_backoff(current, ran_for) == expected
