@@ -18,6 +18,7 @@ from task_doubles import task_context
 
 from airflow_jobs_plugin.cluster.kube import JOBS
 from airflow_jobs_plugin.cluster.resources import SERVICES
+from tests.patience import stretch
 
 from .plane import TaskLog, create_or_replace, defer, ensure_namespace, follow, on_cluster, scenario, shipped
 
@@ -64,6 +65,9 @@ def dags(cluster):
         patch.setenv("AIRFLOW_JOBS_EXAMPLE_NAMESPACE", NAMESPACE)
         # The data fetch of the training job's init containers: seconds of the cluster's clock.
         patch.setenv("AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS", "3")
+        # On the simulator the example scripts run: their steps (a second each by default) are the
+        # RUNNING the tests assert was seen, so they stretch with the machine's load as the waits do.
+        patch.setenv("EXAMPLE_STEP_SECONDS", str(round(stretch(), 2)))
         patch.syspath_prepend(str(ROOT_DAGS))
         patch.delitem(sys.modules, "example_settings", raising=False)
         bag = DagBag(str(ROOT_DAGS))
