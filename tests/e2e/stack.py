@@ -199,6 +199,7 @@ class Stack:
         }
 
     def _start_simulated_controller(self, base: dict[str, str]) -> None:
+        """Once the simulator is up: the quota policy and the artifact claim, then its admission controller."""
         self._wait_for(lambda: self.kubeconfig.exists(), 60, "the simulated cluster's kubeconfig")
         self.create_quota_policy()
         controller = Path(f"{self.kubeconfig}-{CONTROLLER_ACCOUNT.split('/')[1]}")
