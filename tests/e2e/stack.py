@@ -1,11 +1,18 @@
 """A real Airflow (api-server, scheduler, dag-processor, triggerers) next to the simulated GPU cluster
-in exec mode, each a process group of its own, for the end-to-end tests.
+in exec mode, each a process group of its own, for the end-to-end tests; or, with ``plane=``, next to a
+namespace of the real control plane (``scripts/cluster``, tests/e2e/plane_tenant.py).
 
 By default it mirrors what ``scripts/demo`` starts (SQLite, the LocalExecutor, one triggerer), with a
 private AIRFLOW_HOME, free ports and faster pacing. ``database="postgres"``, ``executor="CeleryExecutor"``
 and ``triggerers=2`` make it the shape production runs (the official chart's defaults plus a second
 triggerer for high availability): a private PostgreSQL as the metadata database, a Celery worker on a
 private Redis, each triggerer a process of its own (tests/e2e/services.py starts the servers).
+
+On the simulator every component reads one ``kubernetes_default`` connection (a kubeconfig of the
+simulator's admin). On the real plane each component reads its own, as its pod would hold its own service
+account's token: the worker (the Celery worker, or the scheduler that runs the LocalExecutor's tasks) the
+submitter's, each triggerer the observer's, the api-server the viewer's (helm-values/rbac.yaml); the
+scheduler and the dag-processor get none, since they never call the cluster.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.e2e.plane_tenant import PlaneTenant
 from tests.e2e.services import Postgres, Redis, require_services
 from tests.patience import Deadline, stretch
 
@@ -71,6 +79,11 @@ class Stack:
     redis: Redis | None = None
     # Airflow's id of each triggerer (its row in the ``job`` table) -> its component name.
     triggerer_jobs: dict[int, str] = field(default_factory=dict)
+    # A namespace of the real control plane to run the jobs in, instead of the simulator (not yet
+    # installed: ``start`` installs it, ``stop`` removes it).
+    plane: PlaneTenant | None = None
+    # Settings of one component only (its name, or "triggerer" for every triggerer): its connection.
+    component_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.database not in DATABASES or self.executor not in EXECUTORS or self.triggerers < 1:
@@ -102,6 +115,8 @@ class Stack:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         out = self._log(name).open("ab")  # a restarted component adds to its log
+        role = "triggerer" if name.startswith("triggerer") else name
+        env = {**env, **self.component_env.get(role, {})}
         self.processes[name] = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir
         )
@@ -112,6 +127,50 @@ class Stack:
         api_port = free_port()
         base = _clean_environ()
         base["PATH"] = f"{BIN}{os.pathsep}{base.get('PATH', '')}"
+        if self.plane is not None:
+            cluster_env = self._install_plane()
+        else:
+            cluster_env = self._start_simulator(base)
+        backend = self._start_backends()
+        self.env = {
+            **base,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": self.executor,
+            "AIRFLOW__CORE__PARALLELISM": "6",
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(api_port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
+            "AIRFLOW_JOBS_EXAMPLE_SCRIPTS": str(DAGS / "scripts"),
+            "AIRFLOW_JOBS_EXAMPLE_ARTIFACTS": str(self.artifacts),
+            **cluster_env,
+            **backend,
+            **self.extra_env,
+        }
+        self.airflow("db", "migrate", timeout=300)
+        if self.plane is None:
+            self._start_simulated_controller(base)
+        # On the plane, the real tier's admission controller (scripts/test) admits the namespace's jobs:
+        # its own process, calling as its own service account.
+        for component in AIRFLOW_COMPONENTS:
+            self._spawn(component, [str(BIN / "airflow"), component], self.env)
+        for name in self.triggerer_names:
+            self.start_triggerer(name)
+        if self.executor == "CeleryExecutor":
+            # Tasks run in the worker's process tree, not the scheduler's: the worker takes them from
+            # Redis and reports through the API server, as on a machine of its own.
+            self._spawn("celery-worker", [str(BIN / "airflow"), "celery", "worker"], self.env)
+        return self
+
+    def _start_simulator(self, base: dict[str, str]) -> dict[str, str]:
+        """The simulated cluster in exec mode; the settings that point Airflow and the DAGs at it."""
         # The example scripts' steps are the states the tests assert were seen (RUNNING before SUCCEEDED):
         # they last as long as the machine's load makes everything else last, or a loaded triggerer's
         # first look comes after the job has ended.
@@ -135,34 +194,16 @@ class Stack:
             sim_env,
         )
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(self.kubeconfig)}}
-        backend = self._start_backends()
-        self.env = {
-            **base,
-            "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": self.executor,
-            "AIRFLOW__CORE__PARALLELISM": "6",
-            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(api_port),
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
+        return {
             "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
             # The data fetch of the training job's init containers lasts 15 s here (simulated seconds
             # at the stack's time scale): longer than a loaded triggerer takes to pick a trigger up, so
             # the task log sees the launcher in Init (order, not speed, is what the test asserts).
             "AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS": str(round(15 / self.time_scale)),
-            "AIRFLOW_JOBS_EXAMPLE_SCRIPTS": str(DAGS / "scripts"),
-            "AIRFLOW_JOBS_EXAMPLE_ARTIFACTS": str(self.artifacts),
-            **backend,
-            **self.extra_env,
         }
-        self.airflow("db", "migrate", timeout=300)
+
+    def _start_simulated_controller(self, base: dict[str, str]) -> None:
+        """Once the simulator is up: the quota policy and the artifact claim, then its admission controller."""
         self._wait_for(lambda: self.kubeconfig.exists(), 60, "the simulated cluster's kubeconfig")
         self.create_quota_policy()
         controller = Path(f"{self.kubeconfig}-{CONTROLLER_ACCOUNT.split('/')[1]}")
@@ -182,15 +223,33 @@ class Stack:
             ],
             base,
         )
-        for component in AIRFLOW_COMPONENTS:
-            self._spawn(component, [str(BIN / "airflow"), component], self.env)
-        for name in self.triggerer_names:
-            self.start_triggerer(name)
-        if self.executor == "CeleryExecutor":
-            # Tasks run in the worker's process tree, not the scheduler's: the worker takes them from
-            # Redis and reports through the API server, as on a machine of its own.
-            self._spawn("celery-worker", [str(BIN / "airflow"), "celery", "worker"], self.env)
-        return self
+
+    def _install_plane(self) -> dict[str, str]:
+        """The stack's namespaces on the real plane; each component's connection (its own account's
+        kubeconfig, module docstring); the settings that point the DAGs and the GPU Jobs page there."""
+        plane = self.plane
+        assert plane is not None
+        plane.install()
+
+        def connection(component: str) -> dict[str, str]:
+            extra = {"kube_config_path": str(plane.kubeconfigs[component])}
+            return {
+                "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps({"conn_type": "kubernetes", "extra": extra})
+            }
+
+        runs_tasks = "celery-worker" if self.executor == "CeleryExecutor" else "scheduler"
+        self.component_env = {
+            runs_tasks: connection("worker"),
+            "triggerer": connection("triggerer"),
+            "api-server": connection("api-server"),
+        }
+        return {
+            "AIRFLOW_JOBS_EXAMPLE_NAMESPACE": plane.namespace,
+            "AIRFLOW__AIRFLOW_JOBS__NAMESPACE": plane.namespace,
+            # The training job's data fetch, in the plane's seconds (scripts/test's plane runs at time
+            # scale 1): a few seconds, as in tests/plane_scenarios.
+            "AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS": "5",
+        }
 
     def start_triggerer(self, name: str, timeout: float = 180) -> int:
         """Start (or start again) the triggerer ``name``; its id in Airflow's ``job`` table.
@@ -404,6 +463,8 @@ class Stack:
         for server in (self.redis, self.postgres):
             if server is not None:
                 server.stop()
+        if self.plane is not None:
+            self.plane.remove()
 
     def kill(self, name: str) -> None:
         """SIGKILL a component's whole process group, as a lost machine would end it: no handler runs."""
