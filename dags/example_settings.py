@@ -29,6 +29,8 @@ POD_SCENARIO_ANNOTATION = "sim.airflow-jobs.io/scenario"
 # How long the training job's data fetch (an init container) takes on the simulated cluster, in
 # simulated seconds; a real cluster takes what the fetch takes.
 FETCH_SECONDS = float(os.environ.get("AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS", "20"))
+# How long a training node runs where its command does not (the scenario's clock, as above).
+TRAIN_SECONDS = float(os.environ.get("AIRFLOW_JOBS_EXAMPLE_TRAIN_SECONDS", "5"))
 
 ARTIFACT_VOLUMES = [{"name": "artifacts", "persistentVolumeClaim": {"claimName": ARTIFACTS_CLAIM}}]
 ARTIFACT_MOUNTS = [{"name": "artifacts", "mountPath": ARTIFACTS_DIR}]

@@ -19,6 +19,7 @@ from example_settings import (
     POD_SCENARIO_ANNOTATION,
     PYTHON,
     QUOTA_CONFIGMAP,
+    TRAIN_SECONDS,
     TRAINER_IMAGE,
     script,
 )
@@ -54,6 +55,7 @@ with DAG(
             POD_SCENARIO_ANNOTATION: json.dumps(
                 {
                     "main": {
+                        "run": TRAIN_SECONDS,
                         "logs": ["train_ddp: epoch 3/3 loss=0.5463"],
                         "message": json.dumps({"loss": 0.5463, "epochs": 3, "world_size": 8}),
                     }

@@ -65,9 +65,10 @@ def dags(cluster):
         patch.setenv("AIRFLOW_JOBS_EXAMPLE_NAMESPACE", NAMESPACE)
         # The data fetch of the training job's init containers: seconds of the cluster's clock.
         patch.setenv("AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS", "3")
-        # On the simulator the example scripts run: their steps (a second each by default) are the
-        # RUNNING the tests assert was seen, so they stretch with the machine's load as the waits do.
-        patch.setenv("EXAMPLE_STEP_SECONDS", str(round(stretch(), 2)))
+        # The training nodes follow their scenario on both clusters: their run is the RUNNING the tests
+        # assert was seen, so it lasts about 5 s of real time stretched with the machine's load, as the
+        # waits do (the simulator here runs at 0.05 real seconds per scenario second, the plane at 1).
+        patch.setenv("AIRFLOW_JOBS_EXAMPLE_TRAIN_SECONDS", str(round(5 * stretch() / (1 if real else 0.05))))
         patch.syspath_prepend(str(ROOT_DAGS))
         patch.delitem(sys.modules, "example_settings", raising=False)
         bag = DagBag(str(ROOT_DAGS))
