@@ -10,10 +10,13 @@ Public API, importable from the package itself::
 that importing the package (the providers manager reads :func:`get_provider_info`; the CLI and the
 simulator's users need none of Airflow's task machinery) stays cheap.
 
-The layers, inward to outward (``docs/architecture.md``): ``jobs`` and ``lifecycle`` (what a job is and
-what state it is in), ``queueing`` (who runs next), ``logs``, ``readmodel`` (what people are shown), each
-with its pure rules and its I/O beside them over ``cluster`` (the client and the shared watch); then
-``airflow`` (operator, sensor, triggers, CLI) and ``plugin`` (the web app).
+The layers, inward to outward (``docs/architecture.md``; import-linter's ``layers`` contract in
+``pyproject.toml`` holds them): ``config`` and ``json_fields``; ``metrics`` (a sink); ``cluster`` (the
+client and the shared watch); ``jobs`` (what a job is); ``lifecycle`` (what state it is in); ``queueing``
+(who runs next) beside ``logs``; ``usecases`` (submit, cancel, stop, resume: jobs and queueing together);
+``readmodel`` (what people are shown) beside ``controller`` (the admission controller); then ``airflow``
+(operator, sensor, triggers, CLI) and ``plugin`` (the web app). Each package holds its pure rules and
+the few modules that do its I/O beside them.
 """
 
 from __future__ import annotations

@@ -8,18 +8,19 @@ Airflow 3.3): a backend without tags (plain StatsD) sees the totals. docs/deploy
 
 The functions that decide what to emit are pure and return :class:`Metric` values; :func:`emit` is the
 only place that talks to Airflow, and a metrics backend that fails never fails the product.
+
+A sink: it takes plain values (a group, a state, a reason) and imports no model of the product, so every
+layer may emit (the watch at the bottom too); the layer that knows a job reads its group out of it.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-from airflow_jobs_plugin.jobs.jobview import JobView
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from airflow_jobs_plugin.queueing.quota.ledger import PassOutcome
@@ -116,23 +117,6 @@ def from_pass(outcome: PassOutcome, policy: QuotaPolicy, now: datetime) -> tuple
         if d.job.name in names
     )
     return pool + latencies
-
-
-def finished(job: Mapping[str, Any], state: str, reason: str | None) -> Metric:
-    """A trigger saw ``job`` end in ``state`` for ``reason``: one outcome for its group."""
-    return outcome(state, reason, JobView(job).group)
-
-
-def after_requeue(job: Mapping[str, Any], result: object) -> tuple[Metric, ...]:
-    """A stuck start was handled: a requeue counts; a job failed at its requeue limit counts as an
-    outcome when its trigger sees it end, not here."""
-    from airflow_jobs_plugin.queueing.quota.requeue import (  # here: watch.py imports this module early
-        Requeue,
-    )
-
-    if isinstance(result, Requeue):
-        return (requeued(JobView(job).group, "ScheduleTimeout"),)
-    return ()
 
 
 def watch_interrupted(namespace: str, resource: str, error: BaseException) -> tuple[Metric, ...]:

@@ -1,216 +1,96 @@
-"""The package's layers, read from its source: dependencies point inward (docs/architecture.md).
+"""The package's layers, held by import-linter's contracts in pyproject.toml (docs/architecture.md).
 
-The tree shows the layers: ``jobs``, ``lifecycle``, ``queueing``, ``logs`` and ``readmodel`` hold the
-rules, each with the few modules that do its I/O beside them; ``cluster`` is the client and the shared
-watch; ``airflow`` (operator, sensor, triggers, CLI) and ``plugin`` (the web app) are Airflow's side.
+`lint-imports` runs in scripts/test beside ruff and mypy; these tests hold what it cannot say by itself:
 
-- The core (rules over plain data: every module not named below) imports no shell or Airflow module of
-  the product and no library that does I/O (Airflow, the Kubernetes clients, aiohttp, FastAPI).
-- The shell (the client, the watch, admission, the ledger's reads and writes, actions, logs) imports no
-  module of the Airflow layer (operators, sensors, triggers, the web app, the CLI).
-- The provider never imports the simulator (``airflow_jobs_sim``, its own distribution): not even
-  inside a function. The demo and the tests install it beside the provider.
-
-Imports only type checkers read (under ``if TYPE_CHECKING:``) are not dependencies and are not counted.
-A new module is core until it is named here, so a module that does I/O has to say so.
+- the contracts are kept (so a plain pytest run sees a broken one too);
+- every module is named: in the `pure-core` contract's sources, in its forbidden shell modules, or on
+  Airflow's side (``airflow/``, ``plugin/``), so a new module has to say whether it does I/O;
+- the contracts can fail: an upward import, an I/O import in the core and an import of the simulator,
+  each planted inside a function of a copy of the package, break the contract that forbids it, and the
+  upward one also breaks, through the module that imports it, the contract of the kinds.
 """
 
 from __future__ import annotations
 
-import ast
-from dataclasses import dataclass
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "airflow_jobs_plugin"
-ROOT = Path(__file__).resolve().parents[1] / PACKAGE
-
-SHELL = {
-    # the package itself: its constants, the provider-info entry point that reads the config, and the
-    # public names it resolves on first use
-    "",
-    "config",
-    "metrics",
-    "cluster.kube",
-    "cluster.lazy_kubernetes",
-    "cluster.watch",
-    "cluster.single_flight",
-    "controller.leader",
-    "jobs.submission",
-    "jobs.actions",
-    "queueing.engines.pool",
-    "queueing.engines.door",
-    "queueing.engines.kueue",
-    "queueing.engines.unmanaged",
-    "queueing.engines.observer",
-    "controller.runner",
-    "controller.main",
-    "queueing.kueue_cluster",
-    "queueing.quota.ledger",
-    "readmodel.inspect",
-    "logs.logstream",
-    "logs.logtail",
-}
-AIRFLOW = {
-    "airflow",
-    "airflow.operators",
-    "airflow.sensors",
-    "airflow.triggers",
-    "airflow.job_sensor_trigger",
-    "airflow.cluster_policy",
-    "airflow.cli",
-    "airflow.airflow_cli",
-    "plugin",  # the Airflow plugin's entry (plugin/__init__ loads plugin.entry on demand)
-    "plugin.entry",
-    "plugin.app",
-    "plugin.deps",
-    "plugin.reads",
-    "plugin.routes",
-    "plugin.routes.api",
-    "plugin.routes.pages",
-    "plugin.sweep",
-    "plugin.kills",
-    "plugin.state_cache",
-}
-SIMULATOR = "airflow_jobs_sim"
-IO_LIBRARIES = {"airflow", "kubernetes_asyncio", "kubernetes", "aiohttp", "fastapi", "starlette", "httpx"}
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+AIRFLOW_SIDE = (f"{PACKAGE}.airflow", f"{PACKAGE}.plugin")
 
 
-@dataclass(frozen=True)
-class Import:
-    module: str  # the imported module, relative to the package ("" the package; external names whole)
-    internal: bool
-    at_module_level: bool
-    function: str | None
+def _contracts() -> dict[str, dict]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return {c["id"]: c for c in config["contracts"]}
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
+def _modules(root: Path = ROOT / PACKAGE) -> set[str]:
+    names = set()
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names.add(".".join(parts))
+    return names
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in ROOT.rglob("*.py")}
-
-
-def _resolve(name: str, known: set[str]) -> str:
-    """The longest known module a dotted name (``plugin.views.JobRow``) is, or is inside of."""
-    while name and name not in known:
-        name = name.rpartition(".")[0]
-    return name
-
-
-def _imports(name: str, path: Path, known: set[str]) -> list[Import]:
-    tree = ast.parse(path.read_text())
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: list[Import] = []
-
-    def visit(node: ast.AST, function: str | None, top: bool) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child, function, top)
-            return
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for child in node.body:
-                visit(child, node.name, False)
-            return
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                _add(alias.name, function, top)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".") if package else []
-                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
-                origin = ".".join([PACKAGE, *base, *([node.module] if node.module else [])])
-            else:
-                origin = node.module or ""
-            for alias in node.names:
-                _add(f"{origin}.{alias.name}", function, top)
-        for child in ast.iter_child_nodes(node):
-            visit(child, function, top and not isinstance(node, (ast.ClassDef,)))
-
-    def _add(dotted: str, function: str | None, top: bool) -> None:
-        if dotted == SIMULATOR or dotted.startswith(SIMULATOR + "."):
-            found.append(Import(SIMULATOR, False, top, function))
-        elif dotted == PACKAGE or dotted.startswith(PACKAGE + "."):
-            relative = dotted[len(PACKAGE) + 1 :]
-            found.append(Import(_resolve(relative, known), True, top, function))
-        else:
-            found.append(Import(dotted.split(".")[0], False, top, function))
-
-    for node in tree.body:
-        visit(node, None, True)
-    return found
-
-
-def _layer(module: str) -> str:
-    return "airflow" if module in AIRFLOW else "shell" if module in SHELL else "core"
-
-
-def _violations() -> list[str]:
-    modules = _modules()
-    known = set(modules)
-    found = []
-    for name, path in sorted(modules.items()):
-        layer = _layer(name)
-        for imp in _imports(name, path, known):
-            where = f"{name or PACKAGE} imports {imp.module or PACKAGE}"
-            if imp.module == SIMULATOR:
-                found.append(f"{where}: the provider never loads the simulator")
-            elif not imp.internal:
-                if layer == "core" and imp.module in IO_LIBRARIES:
-                    found.append(f"{where}: a core module does no I/O")
-            elif layer == "core" and _layer(imp.module) != "core":
-                found.append(f"{where} ({_layer(imp.module)}): the core imports only the core")
-            elif layer == "shell" and _layer(imp.module) == "airflow":
-                found.append(f"{where} (airflow): the shell does not import the Airflow layer")
-    return found
-
-
-def test_every_dependency_points_inward():
-    assert _violations() == []
-
-
-def test_every_named_module_exists():
-    """A module renamed or removed is taken off the lists, so they never name what is not there."""
-    modules = set(_modules())
-    assert (SHELL | AIRFLOW) - modules == set()
-
-
-def test_the_check_sees_a_core_module_that_imports_the_shell(tmp_path):
-    """The rule can fail: a core module importing the client is reported."""
-    fake = tmp_path / PACKAGE
-    (fake / "quota").mkdir(parents=True)
-    (fake / "__init__.py").write_text("")
-    (fake / "cluster").mkdir()
-    (fake / "cluster" / "__init__.py").write_text("")
-    (fake / "cluster" / "kube.py").write_text("import aiohttp\n")
-    (fake / "quota" / "__init__.py").write_text("")
-    (fake / "quota" / "rule.py").write_text(
-        "from ..cluster.kube import KubeClient\nimport kubernetes_asyncio\n"
+def _lint(package_parent: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(package_parent)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(ROOT / "pyproject.toml")],
+        cwd=package_parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    globals()["ROOT"] = fake
-    try:
-        found = _violations()
-    finally:
-        globals()["ROOT"] = Path(__file__).resolve().parents[1] / PACKAGE
-    assert found == [
-        "quota.rule imports cluster.kube (shell): the core imports only the core",
-        "quota.rule imports kubernetes_asyncio: a core module does no I/O",
-    ]
 
 
-def test_the_check_sees_the_provider_import_the_simulator(tmp_path):
-    """The simulator is never imported by the provider, not even inside a function."""
-    fake = tmp_path / PACKAGE
-    (fake / "airflow").mkdir(parents=True)
-    (fake / "__init__.py").write_text("")
-    (fake / "airflow" / "__init__.py").write_text("")
-    (fake / "airflow" / "cli.py").write_text("def run():\n    from airflow_jobs_sim import SimCluster\n")
-    globals()["ROOT"] = fake
-    try:
-        found = _violations()
-    finally:
-        globals()["ROOT"] = Path(__file__).resolve().parents[1] / PACKAGE
-    assert found == ["airflow.cli imports airflow_jobs_sim: the provider never loads the simulator"]
+def test_the_contracts_are_kept():
+    result = _lint(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_module_is_core_shell_or_airflow():
+    core = _contracts()["pure-core"]
+    sources = set(core["source_modules"])
+    shell = {m for m in core["forbidden_modules"] if m.startswith(PACKAGE)}
+    modules = _modules()
+    airflow_side = {m for m in modules if m.startswith(AIRFLOW_SIDE)}
+    assert modules - sources - shell - airflow_side == set(), "name each new module core or shell"
+    assert (sources | shell) - modules == set(), "a module renamed or removed is taken off the lists"
+    assert sources & shell == set()
+
+
+def test_the_contracts_see_planted_imports(tmp_path):
+    """A copy of the package with three imports planted inside functions breaks every contract."""
+    copy = tmp_path / PACKAGE
+    shutil.copytree(ROOT / PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / "jobs" / "spec.py").open("a") as f:  # jobs is below queueing
+        f.write(
+            "\n\ndef _planted():\n    from airflow_jobs_plugin.queueing import pools\n\n    return pools\n"
+        )
+    with (copy / "lifecycle" / "state.py").open("a") as f:  # core: no I/O library
+        f.write("\n\ndef _planted():\n    import aiohttp\n\n    return aiohttp\n")
+    with (copy / "airflow" / "cli.py").open("a") as f:  # the provider never loads the simulator
+        f.write("\n\ndef _planted():\n    import airflow_jobs_sim\n\n    return airflow_jobs_sim\n")
+    result = _lint(tmp_path)
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0, out
+    names = {c["id"]: " ".join(c["name"].split()) for c in _contracts().values()}
+    for broken in ("layers", "pure-core", "no-simulator", "kinds-no-engine"):
+        assert f"{names[broken]} BROKEN" in out, out
+    assert "airflow_jobs_plugin.jobs.spec -> airflow_jobs_plugin.queueing.pools" in out
+    assert "airflow_jobs_plugin.lifecycle.state -> aiohttp" in out
+    assert "airflow_jobs_plugin.airflow.cli -> airflow_jobs_sim" in out
+    # indirect: a kind imports the spec, which now imports a queueing module
+    assert (
+        "airflow_jobs_plugin.jobs.spec -> airflow_jobs_plugin.queueing.pools"
+        in out.split(names["kinds-no-engine"])[-1]
+    )

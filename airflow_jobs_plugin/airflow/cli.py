@@ -13,8 +13,8 @@ from airflow_jobs_plugin import __version__
 
 if TYPE_CHECKING:  # each command imports its modules only when it runs
     from airflow_jobs_plugin.cluster.kube import KubeClient
-    from airflow_jobs_plugin.jobs.actions import ActionOutcome, CancelOutcome
     from airflow_jobs_plugin.readmodel.inspect import Target
+    from airflow_jobs_plugin.usecases.actions import ActionOutcome, CancelOutcome
 
 
 def build_parser() -> argparse.ArgumentParser:

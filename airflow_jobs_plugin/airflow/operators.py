@@ -579,13 +579,13 @@ class JobOperator(BaseOperator):
         # parses never pays for them.
         from airflow_jobs_plugin import config
         from airflow_jobs_plugin.airflow.triggers import JobTrigger
-        from airflow_jobs_plugin.jobs.submission import (
+        from airflow_jobs_plugin.queueing import kueue, quota_source
+        from airflow_jobs_plugin.usecases.submission import (
             SubmissionRefused,
             Tries,
             TryCancelled,
             submit,
         )
-        from airflow_jobs_plugin.queueing import kueue, quota_source
 
         # The group and user as this try submits them, whatever pre_execute or a template made of the
         # ones the DAG was parsed with: the platform's charging rule again (the pool checks the rest).
@@ -668,7 +668,7 @@ class JobOperator(BaseOperator):
             ),
         )
         if job.succeeded:
-            # An earlier try's success that no try returned (adoption.returned_at_once): read it here,
+            # An earlier try's success that no try returned (submission.returned_at_once): read it here,
             # as the trigger would, and return it without a deferral for Airflow's scheduler to race.
             self.log.info(
                 "%s %s/%s of an earlier try already succeeded and no try returned it: returning its success "

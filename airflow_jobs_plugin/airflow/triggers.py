@@ -37,13 +37,12 @@ from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID, EVENTS, PODS, KubeError, patiently
 from airflow_jobs_plugin.cluster.objects import Meta
 from airflow_jobs_plugin.cluster.records import ReadMemo
-from airflow_jobs_plugin.jobs import actions, attempts, kinds, labels, manifests
+from airflow_jobs_plugin.jobs import attempts, kinds, labels, manifests
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.kill_request import KILLED_BY
 from airflow_jobs_plugin.jobs.naming import attempt_name
 from airflow_jobs_plugin.jobs.outcome import AttemptRecord, EventStatus, JobEvent
 from airflow_jobs_plugin.jobs.results import job_result
-from airflow_jobs_plugin.jobs.submission import ensure_companions
 from airflow_jobs_plugin.lifecycle import (
     Failure,
     JobSnapshot,
@@ -59,6 +58,8 @@ from airflow_jobs_plugin.logs.logcursor import LogMarker
 from airflow_jobs_plugin.logs.logstream import FINAL_DRAIN, LogStreamer, LogTail
 from airflow_jobs_plugin.queueing.engines.observer import Observer
 from airflow_jobs_plugin.queueing.quota import ledger
+from airflow_jobs_plugin.usecases import actions
+from airflow_jobs_plugin.usecases.submission import ensure_companions
 
 T = TypeVar("T")
 
@@ -166,7 +167,7 @@ class JobTrigger(BaseTrigger):
                 if outcome is not None:
                     await follow.sub.wait(timeout=outcome)
             event = outcome
-            metrics.emit(metrics.finished(follow.last_seen or {}, event.state, event.reason))
+            metrics.emit(metrics.outcome(event.state, event.reason, JobView(follow.last_seen or {}).group))
             yield TriggerEvent(event.to_payload())
         finally:
             await follow.close()

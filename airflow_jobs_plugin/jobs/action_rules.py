@@ -1,6 +1,6 @@
 """Whether a person's action (cancel, stop, resume) applies to a job, and the one line that says why not.
 
-Pure: the shell (:mod:`airflow_jobs_plugin.jobs.actions`) reads the job and hands over the few facts that
+Pure: the shell (:mod:`airflow_jobs_plugin.usecases.actions`) reads the job and hands over the few facts that
 matter. An action that does not apply is not an error: a second cancel, a stop of a stopped job or a
 resume of a running one gets a clear answer and changes nothing, so a double click or a retried CLI
 call is harmless. Rules, first match wins:
@@ -24,10 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from airflow_jobs_plugin.jobs import kinds, labels
+from airflow_jobs_plugin.jobs import kinds, kueue_job, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.json_fields import Json
-from airflow_jobs_plugin.queueing import kueue
 
 
 class Action(enum.Enum):
@@ -132,7 +131,7 @@ def facts_of(job: Mapping[str, Any], *, finished: bool) -> JobFacts:
         cancelled_at=annotations.get(labels.CANCELLED_AT),
         stopped_by=annotations.get(labels.STOPPED_BY),
         stopped_at=annotations.get(labels.STOPPED_AT),
-        kueue_queue=(kueue.queue_name(job) or "(default)") if kueue.manages(job) else None,
+        kueue_queue=(kueue_job.queue_name(job) or "(default)") if kueue_job.manages(job) else None,
     )
 
 

@@ -50,7 +50,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_jobs_plugin.cluster.objects import Meta
-from airflow_jobs_plugin.jobs import attempts, kinds, labels
+from airflow_jobs_plugin.jobs import attempts, kinds, kueue_job, labels
 from airflow_jobs_plugin.jobs.cancel_record import cancelled_message
 from airflow_jobs_plugin.jobs.differences import ABSENT, Difference, first_difference
 from airflow_jobs_plugin.jobs.jobview import JobView
@@ -60,8 +60,6 @@ from airflow_jobs_plugin.jobs.outcome import same_run_of_task
 from airflow_jobs_plugin.jobs.pod_template import merge_under
 from airflow_jobs_plugin.jobs.spec import JobSpec
 from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
-from airflow_jobs_plugin.lifecycle import JobState, snapshot
-from airflow_jobs_plugin.queueing import kueue
 from airflow_jobs_plugin.queueing.quota.flavors import Charge
 
 # Bumped when what the digest covers changes, so a digest of another version never matches by chance.
@@ -104,7 +102,7 @@ WRITTEN_AFTER_CREATION = frozenset(
         labels.PREEMPTIONS,
         labels.KILL_REQUESTED,  # a trigger's on_kill asks (jobs/kill_request.py)
         # The pool lifts its gate when it hands the job over (ledger.handoff_patch).
-        kueue.ADMISSION_GATE_ANNOTATION,
+        labels.KUEUE_ADMISSION_GATE,
         KUEUE_STOPPING,
     }
 )
@@ -184,7 +182,7 @@ def job_difference(job: Mapping[str, Any], submission: Submission) -> Difference
     queue = _queue_difference(expected, job)
     if queue is not None:
         return queue
-    if kueue.queue_name(job) is not None or meta.annotations.get(labels.KUEUE_HANDOFF):
+    if kueue_job.queue_name(job) is not None or meta.annotations.get(labels.KUEUE_HANDOFF):
         # A job for Kueue, handed over or (a later attempt cloned from one Kueue admitted) waiting to be.
         _without_kueue_additions(kind, wanted, found)
     _with_the_authors_values(kind, job, found)
@@ -256,7 +254,7 @@ def _metadata_difference(
     wanted: Mapping[str, Any] = getattr(JobView(expected), field)
     found: Mapping[str, Any] = getattr(JobView(job), field)
     for key in [*wanted, *sorted(k for k in found if k not in wanted)]:
-        if key in WRITTEN_AFTER_CREATION or key == kueue.QUEUE_NAME_LABEL:
+        if key in WRITTEN_AFTER_CREATION or key == labels.KUEUE_QUEUE_NAME:
             continue
         if key not in wanted and not _in(PRODUCT_DOMAINS + KUEUE_DOMAINS, key):
             continue  # another owner's key: nothing the product or Kueue reads
@@ -272,18 +270,18 @@ def _queue_difference(expected: Mapping[str, Any], job: Mapping[str, Any]) -> Di
     """The job's Kueue LocalQueue (its queue-name label), if it is not one it may have: this try's; where
     this try names none, none, Kueue's ``default`` (the one Kueue's webhook gives a job naming none where
     a LocalQueue of that name exists), or the one the pool hands it to (``labels.KUEUE_HANDOFF``)."""
-    wanted = kueue.queue_name(expected)
-    found = kueue.queue_name(job)
+    wanted = kueue_job.queue_name(expected)
+    found = kueue_job.queue_name(job)
     allowed: set[str | None]
     if wanted is not None:
         allowed = {wanted}
     else:
         handoff = JobView(expected).annotations.get(labels.KUEUE_HANDOFF)
-        allowed = {None, kueue.DEFAULT_LOCAL_QUEUE, handoff}
+        allowed = {None, labels.KUEUE_DEFAULT_LOCAL_QUEUE, handoff}
     if found in allowed:
         return None
     return Difference(
-        f"metadata.labels[{kueue.QUEUE_NAME_LABEL}]", ABSENT if wanted is None else wanted, found
+        f"metadata.labels[{labels.KUEUE_QUEUE_NAME}]", ABSENT if wanted is None else wanted, found
     )
 
 
@@ -360,18 +358,3 @@ def cancelled_in_run(
             earlier, view.name, annotations.get(labels.CANCELLED_BY), annotations.get(labels.CANCELLED_AT)
         )
     return None
-
-
-def returned_at_once(job: Mapping[str, Any], now: datetime) -> bool:
-    """True if a try that follows ``job`` (an earlier try's) returns its success at once, on the worker,
-    instead of deferring: the job already SUCCEEDED.
-
-    Such a job is followed only when no try returned its success, which is what Airflow 3.3.2's stale
-    executor event does to a try whose job ends seconds after the deferral: the scheduler drains the
-    worker's success of the deferral exit after the trigger's event has queued or started the resumed
-    try, takes the try for killed externally and fails it (airflow-core 3.3.2
-    ``jobs/scheduler_job_runner.py``, ``process_executor_events``: only a ``scheduled`` task instance
-    with ``next_method`` is told apart; apache/airflow#66374, #67287, #72716). Deferring again on the
-    finished job would fire the trigger at once and offer the race the same window; returning from
-    ``execute`` offers none."""
-    return snapshot(job, [], (), now=now).state is JobState.SUCCEEDED

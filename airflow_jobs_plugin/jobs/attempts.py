@@ -18,7 +18,7 @@ from typing import Any, cast
 from airflow_jobs_plugin.cluster.objects import Meta, rfc3339
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.pod_template import created_label, merge_under
-from airflow_jobs_plugin.queueing import kueue, queue_clock
+from airflow_jobs_plugin.queueing import queue_clock
 
 # Keys the API server or a controller writes; a new object must not carry them over.
 _SERVER_METADATA = (
@@ -87,7 +87,7 @@ def next_attempt(
     if annotations.get(labels.KUEUE_HANDOFF):
         # A job the pool hands to Kueue: the new attempt waits for its user's limit again before the
         # pool gives it its LocalQueue (quota.ledger.handoff_patch).
-        meta_labels.pop(kueue.QUEUE_NAME_LABEL, None)
+        meta_labels.pop(labels.KUEUE_QUEUE_NAME, None)
     # The ended attempt's run is off the queue clock: the wait before its admission is banked and the
     # new attempt's wait starts now (read before admitted-at goes below).
     annotations.update(queue_clock.leave_queue(annotations, now, rejoin=True))

@@ -3,7 +3,7 @@
 A stop deletes a job's pods and drops its ``admitted-at``; a resume removes ``stopped-at`` /
 ``stopped-by``; a cancel has the controller delete the pods. Read from what is left, a job that ran and
 was cancelled never started, and a job stopped and resumed shows one wait across two runs. So each
-action (``jobs/actions.py``) appends one entry to the job's ``airflow-jobs.io/history`` annotation, in the
+action (``usecases/actions.py``) appends one entry to the job's ``airflow-jobs.io/history`` annotation, in the
 same write that acts: what it did, when and who did it, and for a stop or a cancel the run it ended
 (admitted when, first container started when, how many GPUs), read from the pods before they go.
 

@@ -14,6 +14,8 @@ PREFIX = "airflow-jobs.io"
 # Kueue's: the LocalQueue a job is submitted to (kueue ``constants.QueueLabel``). The product writes it
 # when building a job and reads it when comparing one; what it means for admission is queueing.kueue's.
 KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+# Kueue's priority class of a job's Workload (kueue ``constants.WorkloadPriorityClassLabel``).
+KUEUE_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-jobs-plugin"
 # The label selector of every object the product made (the watch's, the UI's and the CLI's LISTs).
@@ -156,3 +158,15 @@ TASK_STATE_FATAL = "airflow_jobs_plugin.fatal"
 # The try whose deferral ran out of its execution_timeout, and its job. Its job is being cancelled; a
 # retry that starts before the cancel lands must not follow it, but submit a job of its own.
 TASK_STATE_TIMED_OUT = "airflow_jobs_plugin.timed_out"
+
+
+# --- Kueue's keys and names the product writes on a job or compares (facts of Kueue's API, kept here so
+# that building and comparing a job needs no queueing engine; queueing.kueue says what they mean) ---
+# Kueue's admission gate (kubernetes-sigs/kueue v0.19.2 ``pkg/constants/constants.go``,
+# AdmissionGatedByAnnotation; feature AdmissionGatedBy, beta and on by default since v0.19): while a job
+# carries it, Kueue creates the job's Workload but admits it to no ClusterQueue. It can be set only when
+# the job is created, and only removed later (``pkg/util/webhook/validation_admissiongatedby.go``).
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission-gated-by"
+# Kueue's default LocalQueue name (``pkg/controller/constants`` DefaultLocalQueueName): its webhook gives
+# an unlabelled job this queue when the namespace has one (``jobframework/defaults.go``).
+KUEUE_DEFAULT_LOCAL_QUEUE = "default"

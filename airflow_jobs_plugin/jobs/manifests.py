@@ -70,11 +70,10 @@ from datetime import datetime
 
 from airflow_jobs_plugin.cluster.objects import dig
 from airflow_jobs_plugin.cluster.objects import rfc3339 as rfc3339
-from airflow_jobs_plugin.jobs import kinds
+from airflow_jobs_plugin.jobs import kinds, kueue_job
 from airflow_jobs_plugin.jobs import labels as keys
 from airflow_jobs_plugin.jobs.kinds import COMPLETION_INDEX
 from airflow_jobs_plugin.jobs.spec import JobSpec, TaskIdentity, freeze, thaw
-from airflow_jobs_plugin.queueing import kueue
 from airflow_jobs_plugin.queueing.quota.flavors import Charge, with_avoidance
 
 
@@ -99,33 +98,33 @@ def pod_role_and_rank(pod_labels: Mapping[str, str]) -> tuple[str | None, int | 
 
 
 def pool_gate(body: dict) -> dict:
-    """``body`` held back from Kueue until the quota pool admits it (``kueue.POOL_GATE``).
+    """``body`` held back from Kueue until the quota pool admits it (``kueue_job.POOL_GATE``).
 
     Harmless where no Kueue runs or where Kueue never takes the job; where it does take it at creation
     (a LocalQueue named ``default`` in the namespace, ``manageJobsWithoutQueueName``), the gate keeps its
     Workload from being admitted before the pool's per-user limits have said yes."""
     out = copy.deepcopy(body)
     annotations = out["metadata"].setdefault("annotations", {})
-    present = [g for g in (annotations.get(kueue.ADMISSION_GATE_ANNOTATION) or "").split(",") if g]
-    if kueue.POOL_GATE not in present:
-        annotations[kueue.ADMISSION_GATE_ANNOTATION] = ",".join([*present, kueue.POOL_GATE])
+    present = [g for g in (annotations.get(keys.KUEUE_ADMISSION_GATE) or "").split(",") if g]
+    if kueue_job.POOL_GATE not in present:
+        annotations[keys.KUEUE_ADMISSION_GATE] = ",".join([*present, kueue_job.POOL_GATE])
     return out
 
 
 def kueue_handoff(body: dict) -> dict:
     """``body`` to be handed to Kueue by the quota pool rather than at once: no queue-name label yet
     (Kueue ignores a job without one, unless it manages every job of the namespace), and the LocalQueue
-    it will get in ``labels.KUEUE_HANDOFF``. The pool writes the label once the job's user may run it
+    it will get in ``keys.KUEUE_HANDOFF``. The pool writes the label once the job's user may run it
     (``quota.ledger.handoff_patch``), so a user over their limit never reaches Kueue's queue."""
     out = copy.deepcopy(body)
-    queue = out["metadata"]["labels"].pop(kueue.QUEUE_NAME_LABEL, None)
+    queue = out["metadata"]["labels"].pop(keys.KUEUE_QUEUE_NAME, None)
     if not queue:
         raise ValueError("kueue_handoff: the job names no Kueue LocalQueue")
     out["metadata"].setdefault("annotations", {})[keys.KUEUE_HANDOFF] = queue
     for template in [pod_set.template for pod_set in kinds.kind_of(out).pod_sets(out)]:
         template_labels = dig(template, "metadata", "labels")
         if isinstance(template_labels, dict):
-            template_labels.pop(kueue.QUEUE_NAME_LABEL, None)
+            template_labels.pop(keys.KUEUE_QUEUE_NAME, None)
     return out
 
 

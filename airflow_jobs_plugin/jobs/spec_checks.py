@@ -59,7 +59,6 @@ from airflow_jobs_plugin.jobs.spec import (
     VolumeMount,
     freeze,
 )
-from airflow_jobs_plugin.queueing.kueue import PRIORITY_CLASS_LABEL
 
 AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 POD_SECURITY_CONTEXT_KEYS = (
@@ -1255,7 +1254,7 @@ def validate(
     v["labels"] = c.string_map("labels", a["labels"], label_values=True, reserved_ok=False)
     if v["labels"] is not _MISSING:
         # Kueue's WorkloadPriorityClass is a priority class the DAG chooses too.
-        c.not_system_class(f"labels.{PRIORITY_CLASS_LABEL}", v["labels"].get(PRIORITY_CLASS_LABEL))
+        c.not_system_class(f"labels.{keys.KUEUE_PRIORITY_CLASS}", v["labels"].get(keys.KUEUE_PRIORITY_CLASS))
     v["annotations"] = c.string_map("annotations", a["annotations"], label_values=False, reserved_ok=False)
     # The job's annotations are its pods' too (pod_template.identity_annotations).
     c.refuse(pod_security.annotation_refusals(_plain(a["annotations"]), "annotations"))

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
-from airflow_jobs_plugin.jobs import actions, kinds, labels
+from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.kill_request import judge_kill, killed_by
 from airflow_jobs_plugin.jobs.orphans import Verdict, job_record
 from airflow_jobs_plugin.plugin.sweep import TaskReader, read_task_instances
 from airflow_jobs_plugin.readmodel import inspect
+from airflow_jobs_plugin.usecases import actions
 
 log = logging.getLogger(__name__)
 

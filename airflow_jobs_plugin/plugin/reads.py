@@ -19,11 +19,12 @@ from fastapi import Depends, HTTPException, Request, status
 
 from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
 from airflow_jobs_plugin.cluster.objects import Meta
-from airflow_jobs_plugin.jobs import actions, labels
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.plugin import deps
 from airflow_jobs_plugin.plugin.deps import Settings, _require, _require_names, _settings, may_act
 from airflow_jobs_plugin.plugin.state_cache import BuildCache, full_collections_deferred
 from airflow_jobs_plugin.readmodel import inspect, job_index, listing, nodes, views
+from airflow_jobs_plugin.usecases import actions
 
 T = TypeVar("T")
 Outcome = TypeVar("Outcome", actions.CancelOutcome, actions.ActionOutcome)

@@ -50,7 +50,7 @@ from typing import Any
 from airflow_jobs_plugin import config
 from airflow_jobs_plugin.cluster.kube import LEASES, KubeClient, KubeError, Resource
 from airflow_jobs_plugin.cluster.objects import parse_time
-from airflow_jobs_plugin.jobs import actions, cancel_record, kinds, labels
+from airflow_jobs_plugin.jobs import cancel_record, kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.orphans import (
     JobRecord,
@@ -63,6 +63,7 @@ from airflow_jobs_plugin.jobs.orphans import (
 from airflow_jobs_plugin.plugin.state_cache import full_collections_deferred
 from airflow_jobs_plugin.queueing.quota.ledger import is_finished
 from airflow_jobs_plugin.readmodel import inspect
+from airflow_jobs_plugin.usecases import actions
 
 log = logging.getLogger(__name__)
 

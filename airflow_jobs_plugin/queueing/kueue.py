@@ -32,12 +32,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_jobs_plugin.cluster.objects import Meta
-from airflow_jobs_plugin.jobs import kinds, labels
+from airflow_jobs_plugin.jobs import kueue_job, labels
+from airflow_jobs_plugin.jobs.kueue_job import manages as manages
+from airflow_jobs_plugin.jobs.kueue_job import queue_name as queue_name
 
+# Kueue's keys and names are facts of its API, declared in jobs/labels.py (building and comparing a job
+# needs them, and no engine); what they mean for admission is this module's.
 QUEUE_NAME_LABEL = labels.KUEUE_QUEUE_NAME
 # Kueue labels each Workload with its job's UID (``pkg/controller/constants``, JobUIDLabel).
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+PRIORITY_CLASS_LABEL = labels.KUEUE_PRIORITY_CLASS
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 
@@ -45,35 +49,16 @@ VERSION = "v1beta2"
 PENDING, INADMISSIBLE, REQUEUED, RESERVED = "Pending", "Inadmissible", "Requeued", "Admitted"
 
 
-# Kueue's admission gate (kubernetes-sigs/kueue v0.19.2 ``pkg/constants/constants.go``,
-# AdmissionGatedByAnnotation; feature AdmissionGatedBy, beta and on by default since v0.19): while a job
-# carries it, Kueue creates the job's Workload but admits it to no ClusterQueue. It can be set only when
-# the job is created, and only removed later (``pkg/util/webhook/validation_admissiongatedby.go``). The
-# quota pool gates every job it admits, so that a job Kueue takes at creation -- through a LocalQueue
-# named ``default`` in its namespace, or a Kueue that manages every job -- still waits for the pool's
-# per-user limits; the pool's admission of such a job is the removal of its gate.
-ADMISSION_GATE_ANNOTATION = "kueue.x-k8s.io/admission-gated-by"
-POOL_GATE = "airflow-jobs.io/quota-pool"
+# Kueue's admission gate (labels.KUEUE_ADMISSION_GATE). The quota pool gates every job it admits, so that
+# a job Kueue takes at creation -- through a LocalQueue named ``default`` in its namespace, or a Kueue
+# that manages every job -- still waits for the pool's per-user limits; the pool's admission of such a
+# job is the removal of its gate.
+ADMISSION_GATE_ANNOTATION = labels.KUEUE_ADMISSION_GATE
+POOL_GATE = kueue_job.POOL_GATE
 MIN_GATED_VERSION = "v0.19"
 
-# Kueue's default LocalQueue name (``pkg/controller/constants`` DefaultLocalQueueName): its webhook gives
-# an unlabelled job this queue when the namespace has one (``jobframework/defaults.go``).
-DEFAULT_LOCAL_QUEUE = "default"
-
-
-def manages(job: Mapping[str, Any]) -> bool:
-    """Whether Kueue, not the product's pool, admits ``job``: it names a LocalQueue.
-
-    A Job another kind's controller made for its job (an MPIJob's launcher) belongs to its parent, as
-    in Kueue's ``FindAncestorJobManagedByKueue``."""
-    meta = Meta(job)
-    own = kinds.kind_of(job).resource
-    for ref in meta.owner_references:
-        if ref.get("controller") and any(
-            k.resource.kind == ref.get("kind") and k.resource != own for k in kinds.KINDS
-        ):
-            return False
-    return bool(meta.labels.get(QUEUE_NAME_LABEL))
+# Kueue's default LocalQueue name (labels.KUEUE_DEFAULT_LOCAL_QUEUE).
+DEFAULT_LOCAL_QUEUE = labels.KUEUE_DEFAULT_LOCAL_QUEUE
 
 
 def choose_queue(task_queue: str | None, deployment_queue: str, kueue_manages_all: bool) -> str | None:
@@ -187,10 +172,6 @@ def manages_every_job_status(workload: Mapping[str, Any] | None) -> KueueStatus:
         "kueue_queue), or set [airflow_jobs] kueue_manages_all_jobs = True to use Kueue's LocalQueue "
         f"{DEFAULT_LOCAL_QUEUE!r}",
     )
-
-
-def queue_name(job: Mapping[str, Any]) -> str | None:
-    return Meta(job).labels.get(QUEUE_NAME_LABEL)
 
 
 @dataclass(frozen=True)

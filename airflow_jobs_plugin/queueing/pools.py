@@ -19,7 +19,7 @@ A group belongs to the one policy that lists it. The admission controller routes
 6. otherwise its group is in no pool of the namespace: held, saying which policies there are.
 
 What a DAG writes (its task's ``quota_configmap``, a trigger's arguments) plays no part: a task that
-names a pool only has its submit checked against this answer (jobs/submission.py).
+names a pool only has its submit checked against this answer (usecases/submission.py).
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ from airflow_jobs_plugin.readmodel.views import (
 
 if TYPE_CHECKING:
     # ``airflow-jobs status`` reads jobs and needs neither (imported where they are used).
-    from airflow_jobs_plugin.jobs.actions import ActionOutcome, CancelOutcome
     from airflow_jobs_plugin.readmodel import nodes as node_view
+    from airflow_jobs_plugin.usecases.actions import ActionOutcome, CancelOutcome
 
 LOG_TAIL_LINES = 50
 
@@ -845,7 +845,8 @@ def _ledger_namespace(target: Target) -> str | None:
 async def _recorded_earlier(client: KubeClient, namespace: str, name: str) -> CancelOutcome | None:
     """A cancel of a job that is already gone: what the record of its try's cancel says, while it is kept
     (jobs/cancel_record.py; Events go after an hour). None without one, or without the right to read it."""
-    from airflow_jobs_plugin.jobs import actions, cancel_record
+    from airflow_jobs_plugin.jobs import cancel_record
+    from airflow_jobs_plugin.usecases import actions
 
     record_name = cancel_record.record_name_of_job(name)
     if record_name is None:
@@ -868,7 +869,7 @@ async def _recorded_earlier(client: KubeClient, namespace: str, name: str) -> Ca
 async def _cancelled_earlier(client: KubeClient, namespace: str, name: str) -> CancelOutcome | None:
     """A cancel of a job that is already gone: what the record of the cancel says, else what its
     ``Cancelled`` event says, if either is still kept."""
-    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.usecases import actions
 
     recorded = await _recorded_earlier(client, namespace, name)
     if recorded is not None:
@@ -896,7 +897,7 @@ async def cancel(client: KubeClient, target: Target, name: str, by: str) -> Canc
 
     A job cancelled earlier and already deleted answers with who cancelled it, from its event.
     """
-    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.usecases import actions
 
     try:
         job = await find_job(client, target.namespace, name)
@@ -910,7 +911,7 @@ async def cancel(client: KubeClient, target: Target, name: str, by: str) -> Canc
 
 async def stop(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
     """Stop a job (see :func:`airflow_jobs_plugin.jobs.actions.stop`)."""
-    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.usecases import actions
 
     job = await find_job(client, target.namespace, name)
     return await actions.stop(client, target.namespace, job, by)
@@ -918,7 +919,7 @@ async def stop(client: KubeClient, target: Target, name: str, by: str) -> Action
 
 async def resume(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
     """Resume a stopped job (see :func:`airflow_jobs_plugin.jobs.actions.resume`)."""
-    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.usecases import actions
 
     job = await find_job(client, target.namespace, name)
     # A group of a cohort keeps its reservations in the cohort's ledger (QuotaPolicy.ledger_of).

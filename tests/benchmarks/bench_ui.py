@@ -375,13 +375,13 @@ def measure_loop(kubeconfig: str) -> dict[str, Any]:
     from fastapi import FastAPI
 
     from airflow_jobs_plugin.cluster.kube import KubeClient
-    from airflow_jobs_plugin.jobs import actions
     from airflow_jobs_plugin.jobs.orphans import TaskRecord
     from airflow_jobs_plugin.plugin import app as plugin_app
     from airflow_jobs_plugin.plugin import deps as plugin_deps
     from airflow_jobs_plugin.plugin import sweep as sweep_module
     from airflow_jobs_plugin.readmodel import inspect
     from airflow_jobs_plugin.readmodel.inspect import Target
+    from airflow_jobs_plugin.usecases import actions
 
     class Reader:
         def get_name(self) -> str:

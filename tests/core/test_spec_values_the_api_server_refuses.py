@@ -10,7 +10,7 @@ import pytest
 
 from airflow_jobs_plugin.cluster.kube import KubeError
 from airflow_jobs_plugin.jobs.spec import JobSpecError, validate
-from airflow_jobs_plugin.jobs.submission import invalid_problem
+from airflow_jobs_plugin.usecases.submission import invalid_problem
 
 
 def refusal(**arguments) -> str:

@@ -1,12 +1,12 @@
 """A retry that follows an earlier try's job which already SUCCEEDED returns its success from execute(),
-without deferring (jobs/adoption.py ``returned_at_once``): Airflow 3.3.2's scheduler can fail a try whose
+without deferring (usecases/submission.py ``returned_at_once``): Airflow 3.3.2's scheduler can fail a try whose
 trigger fires seconds after the deferral, on the stale executor event of the deferral exit."""
 
 from __future__ import annotations
 
 from lifecycle.factories import at, batch_job, job_condition
 
-from airflow_jobs_plugin.jobs.adoption import returned_at_once
+from airflow_jobs_plugin.usecases.submission import returned_at_once
 
 
 def test_a_succeeded_job_is_returned_at_once():

@@ -30,7 +30,6 @@ from airflow_jobs_sim.admission_policy import refusals as policy_refusals
 from airflow_jobs_sim.patch import merge_patch
 
 from airflow_jobs_plugin.jobs import attempts, kinds, labels, manifests
-from airflow_jobs_plugin.jobs.actions import RESUME_PATCH, stop_patch
 from airflow_jobs_plugin.jobs.manifests import submitted_body
 from airflow_jobs_plugin.jobs.spec import JobSpec, TaskIdentity
 from airflow_jobs_plugin.queueing import board, kueue
@@ -47,6 +46,7 @@ from airflow_jobs_plugin.queueing.quota.ledger import (
 from airflow_jobs_plugin.queueing.quota.ledger_model import ledger_name
 from airflow_jobs_plugin.queueing.quota.model import Reservation
 from airflow_jobs_plugin.queueing.quota.requeue import Requeue
+from airflow_jobs_plugin.usecases.actions import RESUME_PATCH, stop_patch
 
 HELM = Path(__file__).resolve().parents[2] / "helm-values"
 # The jobs' namespace of the shipped layout (pod-security.yaml's Namespace, the bindings' selector).

@@ -17,6 +17,8 @@ from airflow_jobs_plugin import metrics
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import KubeError
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.jobview import JobView
+from airflow_jobs_plugin.queueing.engines.pool import requeue_metrics
 from airflow_jobs_plugin.queueing.engines.pool import shutdown as admission_shutdown
 from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.queueing.quota.requeue import Requeue, RequeueLimitReached
@@ -78,14 +80,14 @@ def test_admission_latency_is_milliseconds_and_never_negative():
     assert metrics.admitted("nlp", queued_at=T0 + timedelta(seconds=1), admitted_at=T0).value == 0
 
 
-def test_an_outcome_counts_state_reason_and_group_from_the_job():
-    metric = metrics.finished(job("nlp"), "FAILED", "OOMKilled")
+def test_an_outcome_counts_state_reason_and_group():
+    metric = metrics.outcome("FAILED", "OOMKilled", JobView(job("nlp")).group)
     assert (metric.name, metric.value, metric.tags) == (
         metrics.JOB_OUTCOMES,
         1,
         {"state": "FAILED", "reason": "OOMKilled", "group": "nlp"},
     )
-    assert metrics.finished({"metadata": {}}, "SUCCEEDED", None).tags == {
+    assert metrics.outcome("SUCCEEDED", None, JobView({"metadata": {}}).group).tags == {
         "state": "SUCCEEDED",
         "reason": "none",
         "group": "none",
@@ -94,9 +96,9 @@ def test_an_outcome_counts_state_reason_and_group_from_the_job():
 
 def test_a_requeue_counts_but_the_requeue_limit_is_an_outcome_seen_later():
     requeue = Requeue(requeue_count=1, not_before=T0, backoff=timedelta(seconds=30), message="m")
-    (metric,) = metrics.after_requeue(job(), requeue)
+    (metric,) = requeue_metrics(job(), requeue)
     assert (metric.name, metric.tags) == (metrics.REQUEUES, {"group": "vision", "reason": "ScheduleTimeout"})
-    assert metrics.after_requeue(job(), RequeueLimitReached(requeue_count=3, message="m")) == ()
+    assert requeue_metrics(job(), RequeueLimitReached(requeue_count=3, message="m")) == ()
 
 
 def test_a_broken_watch_is_a_reconnect_and_an_error_but_an_expired_history_only_a_reconnect():

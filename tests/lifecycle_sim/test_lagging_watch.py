@@ -134,7 +134,7 @@ async def _running(cluster, client, capsys) -> tuple[str, asyncio.Future, str]:
 
 
 async def test_after_a_stop_the_task_log_names_only_states_the_job_was_in(cluster, client, capsys):
-    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.usecases import actions
 
     name, trigger, out = await _running(cluster, client, capsys)
     job = await client.get(JOBS, "default", name)
@@ -154,7 +154,7 @@ async def test_after_a_stop_the_task_log_names_only_states_the_job_was_in(cluste
 
 
 async def test_after_a_cancel_the_task_log_names_only_states_the_job_was_in(cluster, client, capsys):
-    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.usecases import actions
 
     name, trigger, out = await _running(cluster, client, capsys)
     await actions.cancel(client, "default", await client.get(JOBS, "default", name), "alice")

@@ -18,8 +18,9 @@ from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import StateStore, task_context
 
 from airflow_jobs_plugin.airflow.operators import JobOperator
-from airflow_jobs_plugin.jobs import actions, adoption, kinds
+from airflow_jobs_plugin.jobs import adoption, kinds
 from airflow_jobs_plugin.jobs.spec import TaskIdentity
+from airflow_jobs_plugin.usecases import actions
 
 from .plane import defer, ensure_namespace, on_cluster, scenario
 

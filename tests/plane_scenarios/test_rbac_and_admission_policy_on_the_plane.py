@@ -356,7 +356,7 @@ def test_the_api_server_stops_resumes_and_cancels_but_changes_nothing_else(ident
     """Rule user-actions-only: the api-server's identity may write what a stop, a resume and a cancel
     write (actions.py, run here as that identity), and not a queued MPIJob's workers, its Kueue queue,
     its priority or its group."""
-    from airflow_jobs_plugin.jobs import actions
+    from airflow_jobs_plugin.usecases import actions
 
     created = as_identity(
         identities["worker"], lambda c: c.create(MPIJOBS, NAMESPACE, manifest("MPIJob", group=HELD))

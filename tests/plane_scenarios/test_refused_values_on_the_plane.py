@@ -16,8 +16,8 @@ import pytest
 
 from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, freeze, validate
-from airflow_jobs_plugin.jobs.submission import SubmissionRefused, submit
 from airflow_jobs_plugin.queueing.quota_source import QuotaSource
+from airflow_jobs_plugin.usecases.submission import SubmissionRefused, submit
 
 from .plane import ensure_namespace, on_cluster
 

@@ -9,7 +9,8 @@ import contextvars
 import logging
 
 from airflow_jobs_plugin.cluster.kube import JOBS
-from airflow_jobs_plugin.jobs import actions, labels
+from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.usecases import actions
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, wait_for
 from .test_quota_shell_stop import admission_for

@@ -10,12 +10,12 @@ import pytest
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS
 from airflow_jobs_plugin.jobs import labels
-from airflow_jobs_plugin.jobs.submission import check_group
 from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from airflow_jobs_plugin.queueing.quota.submit_check import OverQuotaError, PolicyNotFoundError
+from airflow_jobs_plugin.usecases.submission import check_group
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, policy_yaml, put_policy, unique, wait_for
 

@@ -7,10 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import JOBS
-from airflow_jobs_plugin.jobs import actions, labels
+from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
+from airflow_jobs_plugin.usecases import actions
 
 from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
 from .test_quota_shell_never_fits import job_failed

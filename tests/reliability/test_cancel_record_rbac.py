@@ -18,10 +18,10 @@ from task_doubles import FakeTI, StateStore
 from airflow_jobs_plugin.airflow.operators import JobOperator
 from airflow_jobs_plugin.cluster.kube import LEASES, KubeClient, KubeError
 from airflow_jobs_plugin.jobs import cancel_record, kinds, labels
-from airflow_jobs_plugin.jobs.actions import CancelNotRecorded
 from airflow_jobs_plugin.jobs.cancel_record import CancelRecord
 from airflow_jobs_plugin.jobs.naming import TaskIdentity
 from airflow_jobs_plugin.readmodel import inspect
+from airflow_jobs_plugin.usecases.actions import CancelNotRecorded
 from tests.reliability.test_rbac_least_privilege import (
     COMPONENTS,
     NAMESPACE,

@@ -783,10 +783,10 @@ def test_on_the_simulator_a_job_runs_as_an_allowed_account_and_the_api_server_on
     ConfigMap, for the deployment's service-account identities (the real plane's version:
     tests/plane_scenarios/test_rbac_and_admission_policy_on_the_plane.py)."""
     from airflow_jobs_plugin.cluster.kube import KubeError
-    from airflow_jobs_plugin.jobs import actions
     from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
     from airflow_jobs_plugin.jobs.manifests import build_manifest, pool_gate
     from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+    from airflow_jobs_plugin.usecases import actions
 
     with SimCluster(enforcing(nodes=1)) as cluster:
         install(cluster)

@@ -14,10 +14,11 @@ from airflow.sdk.exceptions import AirflowFailException
 from task_doubles import StateStore
 
 from airflow_jobs_plugin.cluster.kube import JOBS, KubeClient
-from airflow_jobs_plugin.jobs import actions, adoption, attempts, kinds, labels
+from airflow_jobs_plugin.jobs import adoption, attempts, kinds, labels
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.naming import attempt_name
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.usecases import actions
 
 from .test_operator import context_for, deferral, jobs_of, operator, run_to_event
 

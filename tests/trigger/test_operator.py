@@ -297,7 +297,7 @@ def test_an_api_outage_longer_than_the_submit_back_off_fails_the_try_for_airflow
     cluster, monkeypatch
 ):
     from airflow_jobs_plugin.cluster.kube import KubeError
-    from airflow_jobs_plugin.jobs import submission
+    from airflow_jobs_plugin.usecases import submission
 
     monkeypatch.setattr(submission, "SUBMIT_TRIES", 2)
     op = operator()

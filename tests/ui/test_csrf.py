@@ -18,11 +18,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from airflow_jobs_plugin.jobs import actions
 from airflow_jobs_plugin.plugin import app as plugin_app
 from airflow_jobs_plugin.plugin import origin
 from airflow_jobs_plugin.plugin import reads as plugin_reads
 from airflow_jobs_plugin.readmodel import inspect
+from airflow_jobs_plugin.usecases import actions
 
 AIRFLOW = "http://airflow.internal:8080"
 PUBLIC = "https://airflow.corp.example"

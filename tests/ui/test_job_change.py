@@ -137,11 +137,11 @@ def test_after_stop_the_job_list_shows_the_job_stopped_without_reading_the_names
     from airflow.api_fastapi.core_api import security
     from fastapi import FastAPI
 
-    from airflow_jobs_plugin.jobs import actions
     from airflow_jobs_plugin.plugin import app as plugin_app
     from airflow_jobs_plugin.plugin import deps as plugin_deps
     from airflow_jobs_plugin.plugin import reads as plugin_reads
     from airflow_jobs_plugin.readmodel import inspect
+    from airflow_jobs_plugin.usecases import actions
 
     whole = with_history()
     a = next(j for j in whole.jobs if j["metadata"]["name"] == "a")

@@ -11,9 +11,9 @@ import dataclasses
 import pytest
 
 from airflow_jobs_plugin.cluster.kube import KubeClient
-from airflow_jobs_plugin.jobs import actions
 from airflow_jobs_plugin.readmodel import inspect, views
 from airflow_jobs_plugin.readmodel.inspect import Target
+from airflow_jobs_plugin.usecases import actions
 from tests.ui.conftest import NAMESPACE
 
 # Jobs whose objects do not change while the test reads (running until deleted, finished, queued).

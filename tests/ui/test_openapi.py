@@ -14,12 +14,12 @@ import httpx
 import pytest
 from fastapi import FastAPI, HTTPException
 
-from airflow_jobs_plugin.jobs import actions
 from airflow_jobs_plugin.plugin import app as plugin_app
 from airflow_jobs_plugin.plugin import deps as plugin_deps
 from airflow_jobs_plugin.plugin import html
 from airflow_jobs_plugin.plugin import reads as plugin_reads
 from airflow_jobs_plugin.readmodel import inspect, nodes, schema, views
+from airflow_jobs_plugin.usecases import actions
 from tests.ui.index_reads import serve_index_from
 from tests.ui.json_api import display_values, json_routes, untyped, validate
 from tests.ui.test_nodes import node, pod

@@ -53,6 +53,7 @@ from airflow_jobs_plugin.queueing.engines.kueue import KueueEngine
 from airflow_jobs_plugin.queueing.engines.ruling import wake_after
 from airflow_jobs_plugin.queueing.quota import ledger, placement, preemption
 from airflow_jobs_plugin.queueing.quota.ledger import LedgerConflict
+from airflow_jobs_plugin.queueing.quota.requeue import Requeue
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,14 @@ MAX_POD_EVENT_READS = 4
 # often per job instead; the node's own arrival (a pod scheduled) is seen at once by the pod watch.
 NODE_EVENTS_TTL_SECONDS = 30.0
 _STARTED: WeakSet[Admission] = WeakSet()
+
+
+def requeue_metrics(job: dict, result: object) -> tuple[metrics.Metric, ...]:
+    """A stuck start was handled: a requeue counts; a job failed at its requeue limit counts as an
+    outcome when its trigger sees it end, not here."""
+    if isinstance(result, Requeue):
+        return (metrics.requeued(JobView(job).group, "ScheduleTimeout"),)
+    return ()
 
 
 def _now() -> datetime:
@@ -945,7 +954,7 @@ class Admission(ThroughTheDoor):
                 self.job_log(
                     uid, logging.WARNING, "%s %s: %s", kinds.kind_of(job).resource.kind, name, result.message
                 )
-                metrics.emit(metrics.after_requeue(job, result))
+                metrics.emit(requeue_metrics(job, result))
             # The job changed (requeued, failed, or raced): the next pass sees the new state.
             due.append(now)
         return due

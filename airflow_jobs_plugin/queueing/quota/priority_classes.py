@@ -18,7 +18,7 @@ name are the same grant. A job names classes in its pod templates (``priorityCla
 too, and any job in Kueue's label ``kueue.x-k8s.io/priority-class``.
 
 The same rule runs at every door: the DAG's parse (the ``system-`` prefix always, the group's list where
-the cluster policy reads the quota policy), the worker's submit (jobs/submission.py), the pool's admission
+the cluster policy reads the quota policy), the worker's submit (usecases/submission.py), the pool's admission
 (queueing/quota/policy.py: such a job waits Inadmissible, never admitted) and the API server (the
 admission policy ``airflow-jobs-priority-classes``, its list the ConfigMap of the same name). Pure: no I/O.
 """

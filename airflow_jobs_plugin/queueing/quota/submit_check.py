@@ -4,7 +4,7 @@ The rule the worker applies to the policy it read: whether the group exists and 
 it, whether the group may use the priority classes the job names, which GPU flavor (or flavored nodes to avoid) the job is charged for, and whether the job could
 ever fit what its user or its group may hold. The admission passes on the triggerer apply the same
 rules (their wording is the model's and :func:`~.policy.claim_problem`'s), so a job refused here
-would never have been admitted there. Pure: no I/O; the worker's shell (``jobs/submission.py``) reads the
+would never have been admitted there. Pure: no I/O; the worker's shell (``usecases/submission.py``) reads the
 policy ConfigMap and calls :func:`submit_charge`.
 """
 

@@ -118,7 +118,7 @@ class Submitted:
     quota_configmap: str | None
     quota_namespace: str | None
     # An earlier try's job that already SUCCEEDED and whose success no try returned: this try returns it
-    # without deferring (adoption.returned_at_once).
+    # without deferring (returned_at_once).
     succeeded: bool = False
 
 
@@ -213,7 +213,7 @@ async def submit(
                 kind,
                 quota_configmap,
                 quota_namespace,
-                adoption.returned_at_once(live, datetime.now(timezone.utc)),
+                returned_at_once(live, datetime.now(timezone.utc)),
             )
         name = identity.job_name(1)
         # Remember the name before creating: a worker that dies right after the create leaves a record
@@ -423,3 +423,18 @@ async def live_job_of_task(
 def _remember(store: Any, name: str, kind: str, namespace: str | None) -> None:
     if store is not None:
         store.set(labels.TASK_STATE_KEY, {"name": name, "kind": kind, "namespace": namespace})
+
+
+def returned_at_once(job: Mapping[str, Any], now: datetime) -> bool:
+    """True if a try that follows ``job`` (an earlier try's) returns its success at once, on the worker,
+    instead of deferring: the job already SUCCEEDED.
+
+    Such a job is followed only when no try returned its success, which is what Airflow 3.3.2's stale
+    executor event does to a try whose job ends seconds after the deferral: the scheduler drains the
+    worker's success of the deferral exit after the trigger's event has queued or started the resumed
+    try, takes the try for killed externally and fails it (airflow-core 3.3.2
+    ``jobs/scheduler_job_runner.py``, ``process_executor_events``: only a ``scheduled`` task instance
+    with ``next_method`` is told apart; apache/airflow#66374, #67287, #72716). Deferring again on the
+    finished job would fire the trigger at once and offer the race the same window; returning from
+    ``execute`` offers none."""
+    return snapshot(job, [], (), now=now).state is JobState.SUCCEEDED
