@@ -333,8 +333,10 @@ def check(
     """The snapshot of ``seen`` reads ``state``/``reason`` with these replica STATUSes, and every
     printer agrees with the lifecycle's STATUS of every pod."""
     snap = bench.snapshot(seen)
-    assert (snap.state, snap.reason) == (state, reason), snap.message
-    assert {r.name: r.status for r in snap.replicas} == dict(replicas), snap.message
+    statuses = {r.name: r.status for r in snap.replicas}
+    told = f"{snap.state.value} ({snap.reason.value}): {snap.message}; replicas {statuses}"
+    assert (snap.state, snap.reason) == (state, reason), told
+    assert statuses == dict(replicas), told
     if exit_code is not None:
         assert snap.exit_code == exit_code, snap.message
     # The simulator's printer on the very objects the snapshot was computed from...
