@@ -726,7 +726,8 @@ def test_a_groups_other_gpu_devices_show_beside_its_whole_gpus():
     assert [(d.resource, d.quota, d.used, d.free) for d in pool.devices] == [(mig, 7, 3, 4)]
     overview = views.overview(state)
     device_line = next(line for line in text.status_text(overview).splitlines() if mig in line)
-    assert device_line.split()[:5] == ["<none>", "<none>", mig, "7", "3"]  # in the device column, not user's
+    # In the device column, not the user's.
+    assert device_line.split()[:5] == ["vision", "<none>", mig, "7", "3"]
     page = html.pools_section(overview)
     assert f'data-resource="{mig}"><td>vision</td><td></td><td>{mig}</td>' in page
     (shown,) = schema.pools(overview.pools)
