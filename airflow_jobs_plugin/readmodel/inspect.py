@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_jobs_plugin.cluster.kube import (
     CONFIGMAPS,
     EVENTS,
+    JOBS,
     LEASES,
     NODES,
     PENDING_IN_LOCAL_QUEUES,
@@ -555,7 +556,7 @@ async def events_about(
     for event in found:
         about = event.get("involvedObject") or {}
         namespace = Meta(event).namespace
-        if about.get("name") in creators.get(namespace, ()) and about.get("kind") == "Job":
+        if about.get("name") in creators.get(namespace, ()) and about.get("kind") == JOBS.kind:
             if event.get("reason") == "SuccessfulCreate":
                 pod = _CREATED_POD.match(str(event.get("message") or ""))
                 if pod and pod["pod"] not in wanted[namespace]:
