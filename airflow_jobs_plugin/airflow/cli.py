@@ -83,7 +83,7 @@ def _add_inspect_commands(subparsers: argparse._SubParsersAction) -> None:
         "status", help="quota pools, queues and jobs", description="Show quota pools, queues and jobs."
     )
     _cluster_arguments(status, many_namespaces=True)
-    shown = status.add_argument_group("which jobs (pools and queues always show every job of the groups)")
+    shown = status.add_argument_group("which jobs (pools and queues count every job of the groups)")
     for flag, what in (
         ("group", "groups"),
         ("user", "users"),
@@ -101,6 +101,12 @@ def _add_inspect_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     shown.add_argument("--limit", type=int, default=None, help="jobs to show (default 100, at most 1000)")
     shown.add_argument("--offset", type=int, default=None, help="jobs to skip first")
+    shown.add_argument(
+        "--queue-rows",
+        type=int,
+        default=None,
+        help="waiting jobs to list per queue and users per pool (default 20, at most 1000; the rest are counted)",
+    )
     status.set_defaults(handler=_run_status)
 
     nodes = subparsers.add_parser(
@@ -396,6 +402,10 @@ def _run_status(args: argparse.Namespace) -> int:
     except listing.QueryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    rows = listing.QUEUE_ROWS if args.queue_rows is None else args.queue_rows
+    if not 0 <= rows <= listing.MAX_QUEUE_ROWS:
+        print(f"error: --queue-rows must be from 0 to {listing.MAX_QUEUE_ROWS}, got {rows}", file=sys.stderr)
+        return 2
     _status_namespaces(args)
 
     async def work(client) -> int:
@@ -411,6 +421,7 @@ def _run_status(args: argparse.Namespace) -> int:
             view, page = listing.page_of(
                 listing.narrow(overview(await read_cluster(client, target)), query), query
             )
+        view = listing.bounded(view, rows)
         if args.json:
             # The JSON models (pydantic) cost a tenth of a second to import: only for --json.
             from airflow_jobs_plugin.readmodel import schema

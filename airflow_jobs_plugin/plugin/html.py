@@ -24,6 +24,7 @@ from html import escape
 from airflow_jobs_plugin.jobs.labels import GPU_RESOURCE
 from airflow_jobs_plugin.plugin import svg, theme
 from airflow_jobs_plugin.readmodel import display, views
+from airflow_jobs_plugin.readmodel.listing import queue_query
 from airflow_jobs_plugin.readmodel.nodes import HIDDEN, NodeView, totals_line
 from airflow_jobs_plugin.readmodel.views import PREFIX, JobDetail, JobRow, Overview
 
@@ -228,6 +229,11 @@ def pools_section(ov: Overview) -> str:
                 )
                 + "</tr>"
             )
+        if pool.more_users:
+            rows.append(
+                f'<tr class="more-users" data-group="{_e(pool.group)}"><td>{_e(pool.group)}</td>'
+                f'<td class="msg" colspan="20">and {pool.more_users} more users</td></tr>'
+            )
     if not rows:
         return '<section id="pools"><h2>Pools</h2><p class="msg">no quota pools</p></section>'
     head = (
@@ -272,6 +278,13 @@ def queues_section(ov: Overview, base: str = "") -> str:
             "<th>job</th><th>user</th><th class=num>GPUs</th><th class=num>priority</th><th>reason</th>"
             f"<th>waiting</th><th>message</th></tr>{rows}</table>"
         )
+        if queue.more:
+            # The rest of a long queue is a page of the job list away, not thousands of rows above the charts.
+            href = f"{base}{PREFIX}/?{queue_query(queue.group).params()}#jobs"
+            parts.append(
+                f'<p class="msg more" data-group="{_e(queue.group)}">and {queue.more} more waiting: '
+                f'<a href="{_e(href)}">the whole queue in the job list</a></p>'
+            )
     parts.append("</section>")
     return "".join(parts)
 

@@ -267,10 +267,13 @@ class JobReads:
         found = await asyncio.gather(*(inspect.pods_of_job(client, a) for a in others))
         pods = [*state.pods, *(p for ps in found for p in ps)]
         events = [*state.events]
-        # From the index the state holds the job's own events; read around the job, all of them already.
+        # The state holds the job's own events (from the index, or read around the job): the other
+        # attempts' come from the index too, or are read by the names of the objects they are about.
         if index is not None:
             for other, its_pods in zip(others, found, strict=True):
                 events.extend(index.kept.owners.events_for(other, its_pods))
+        else:
+            events.extend(await inspect.events_about(client, others, [p for ps in found for p in ps]))
         return dataclasses.replace(state, pods=tuple(pods), events=tuple(events))
 
     async def task_detail_of(

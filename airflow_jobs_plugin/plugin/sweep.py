@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -352,12 +353,17 @@ async def delete_expired_records(client: KubeClient, namespace: str, now: dateti
     return deleted
 
 
-def _seconds(option: str) -> int:
+def _seconds(option: str) -> float:
+    """The option's seconds; ``0``, ``0.0`` or less is 0 (for the interval: off). A value that is no
+    number (or not finite) logs why and counts as the default: ``0.0`` once did, and the sweep ran."""
     try:
-        return max(0, int(config.get(option)))
+        value = float(config.get(option))
+        if not math.isfinite(value):
+            raise ValueError(value)
+        return max(0.0, value)
     except ValueError:
-        log.error("[%s] %s must be a whole number of seconds; using its default", config.SECTION, option)
-        return int(config.BY_NAME[option].default or 0)
+        log.error("[%s] %s must be a number of seconds; using its default", config.SECTION, option)
+        return float(config.BY_NAME[option].default or 0)
 
 
 def _off_the_loop(work: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_jobs_plugin.cluster.kube import (
     CONFIGMAPS,
     EVENTS,
+    JOBS,
     LEASES,
     NODES,
     PENDING_IN_LOCAL_QUEUES,
@@ -34,6 +35,7 @@ from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.labels import MANAGED_SELECTOR
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, split_attempt
 from airflow_jobs_plugin.lifecycle.owners import OwnerIndex
+from airflow_jobs_plugin.lifecycle.replicas import _CREATED_POD, disrupted_pod
 from airflow_jobs_plugin.queueing import kueue, quota
 from airflow_jobs_plugin.queueing.quota.fair_share import UsageHistory
 from airflow_jobs_plugin.queueing.quota.ledger import is_product_job
@@ -105,6 +107,7 @@ async def _items(
     *,
     metadata_only: bool = False,
     chunk: int = LIST_CHUNK,
+    field_selector: str | None = None,
 ) -> list:
     items: list = []
     token: str | None = None
@@ -113,6 +116,7 @@ async def _items(
             resource,
             namespace,
             label_selector=selector,
+            field_selector=field_selector,
             limit=chunk,
             continue_token=token,
             metadata_only=metadata_only,
@@ -438,30 +442,143 @@ def _created(job: Mapping[str, Any]) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-async def read_around_job(client: KubeClient, target: Target, job: Mapping[str, Any]) -> ClusterState:
+async def read_around_job(
+    client: KubeClient, target: Target, job: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]] = ()
+) -> ClusterState:
     """What a job's page reads besides the job when no index of the namespace is at hand (the server
-    has just started, or the namespace is not one it keeps): the job's own pods, the jobs that may wait
-    in the pool's queue with it (whole: its position; only if it may wait itself), the namespaces'
-    events, policy, ledgers and Workloads. Never the namespace's history.
+    has just started, or the namespace is not one it keeps, or ``airflow-jobs describe``): the pods of
+    the job and of ``attempts`` (its task try's other attempts, :func:`attempts_of`), the events about
+    them, the job's own Kueue Workload, policy and ledgers; and only if the job may have a place in the
+    pool's queue, the jobs that may wait with it (whole: its position) and the jobs the ledgers hold
+    GPUs for (as a pass observes them). Never the namespace's history: what it reads grows with the
+    job's pods, the queue and the pool's reservations, not with the jobs the namespace keeps.
 
     Pods and events are read before the waiting jobs, as :func:`read_cluster` orders them."""
-    spaces = target.namespaces
-    pods, events, policy_read, ledgers_read, workloads = await asyncio.gather(
-        _pods_of_jobs(client, [job]),
-        asyncio.gather(*(_items(client, EVENTS, ns) for ns in spaces)),
+    own = Meta(job).uid
+    others = [dict(a) for a in attempts if Meta(a).uid != own]
+    pods, policy_read, ledgers_read, workload = await asyncio.gather(
+        _pods_of_jobs(client, [job, *others]),
         read_policy(client, target),
         read_ledgers(client, target),
-        asyncio.gather(*(_workloads(client, ns) for ns in spaces)),
+        _workload_of(client, job),
     )
+    events = await events_about(client, [job, *others], pods)
     # As the index keeps them: the waiting jobs only, the job itself as just read if it waits too. The
     # queue is read only for a job that may have a place in it (its position); a running, finished or
     # stopped job's page reads nothing of it (3,000 waiting jobs whole took the page after a Stop
     # seconds: a stop removes ``admitted-at``, but a stopped job has no position).
-    waiting = await _jobs_whole(client, spaces, f"!{labels.ADMITTED}") if may_have_a_position(job) else []
+    waiting: list[dict] = []
+    reserved: list[dict] = []
+    if may_have_a_position(job):
+        waiting, reserved = await asyncio.gather(
+            _jobs_whole(client, target.namespaces, f"!{labels.ADMITTED}"),
+            _reserved_jobs(client, ledgers_read[0].values()),
+        )
+        # A pass sees the reserved jobs with their pods (a job ended keeps its GPUs while they stop).
+        pods = [*pods, *await _pods_of_jobs(client, reserved)]
     jobs = {_key(j): j for j in [*waiting, dict(job)] if may_be_waiting(j)}
+    for other in [*reserved, *others]:
+        jobs.setdefault(_key(other), other)
     return await _state(
-        client, list(jobs.values()), pods, _joined(events), policy_read, ledgers_read, workloads
+        client, list(jobs.values()), _unique(pods), events, policy_read, ledgers_read, [workload]
     )
+
+
+def _unique(objects: Iterable[Mapping[str, Any]]) -> list:
+    """Each object once (by namespace and name), in the order first given."""
+    return list({_key(o): o for o in reversed(list(objects))}.values())[::-1]
+
+
+async def _workload_of(client: KubeClient, job: Mapping[str, Any]) -> tuple[list, str | None]:
+    """The Kueue Workload made for ``job`` (by Kueue's job-uid label), as :func:`_workloads` reads a
+    namespace's: none where the cluster serves no Kueue API, the reason where it cannot be read."""
+    meta = Meta(job)
+    try:
+        return await _items(client, WORKLOADS, meta.namespace, f"{kueue.JOB_UID_LABEL}={meta.uid}"), None
+    except KubeError as exc:
+        if exc.not_found:
+            return [], None
+        return [], f"Kueue's Workloads of namespace {meta.namespace} cannot be read: {exc}"
+
+
+async def _reserved_jobs(client: KubeClient, ledgers: Iterable[quota.Ledger]) -> list[dict]:
+    """The jobs the ledgers hold reservations for, read by name (a handful of GETs each, at most
+    :data:`PARALLEL_GETS` at once): the pool's running jobs, never its history. A job gone, or another
+    job by that name (a new uid), is left out, as a pass reads it as gone."""
+    wanted = {(r.namespace, r.job): r.uid for ledger in ledgers for r in ledger.reservations if r.namespace}
+    limit = asyncio.Semaphore(PARALLEL_GETS)
+
+    async def read(namespace: str, name: str) -> dict | None:
+        async with limit:
+            try:
+                found = await find_job(client, namespace, name)
+            except JobNotFound:
+                return None
+        found.setdefault("kind", kinds.kind_of(found).resource.kind)
+        return found
+
+    found = await asyncio.gather(*(read(ns, name) for ns, name in sorted(wanted)))
+    return [j for j in found if j is not None and Meta(j).uid == wanted[_key(j)]]
+
+
+# Objects whose events :func:`events_about` reads one field-selected LIST each; beyond, it reads the
+# namespace's events in one LIST (an MPIJob of hundreds of workers would cost hundreds of requests).
+EVENT_LISTS_MAX = 64
+
+
+async def events_about(
+    client: KubeClient, jobs: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
+) -> list[dict]:
+    """The events about ``jobs`` and ``pods`` (their pods, as :func:`_pods_of_jobs` reads them): those
+    :meth:`OwnerIndex.events_for` picks for each job from the namespace's events, read by the name of
+    the object they are about (``involvedObject.name``), in the order the namespace lists them (by
+    name). Two rounds: the objects the jobs and pods name, then the pods the jobs' controllers report
+    having created (``SuccessfulCreate``), which may be gone and still explain the job."""
+    owners = OwnerIndex(pods, ())
+    wanted: dict[str, set[str]] = {}
+    creators: dict[str, set[str]] = {}
+    for job in jobs:
+        namespace, name = _key(job)
+        kind = kinds.kind_of(job)
+        names = wanted.setdefault(namespace, set())
+        names |= {name, *(related for _, related in kind.related_names(job))}
+        names |= {Meta(p).name for p in owners.pods_for(job)}
+        if disrupted := disrupted_pod(job):
+            names.add(disrupted)
+        creators.setdefault(namespace, set()).update(kind.pod_creators(job))
+    if sum(len(n) for n in wanted.values()) > EVENT_LISTS_MAX:
+        every = _joined(await asyncio.gather(*(_items(client, EVENTS, ns) for ns in sorted(wanted))))
+        index = OwnerIndex(pods, every)
+        chosen = {id(e): e for job in jobs for e in index.events_for(job, index.pods_for(job))}
+        return [e for e in every if id(e) in chosen]
+    found = await _events_named(client, wanted)
+    created: dict[str, set[str]] = {}
+    for event in found:
+        about = event.get("involvedObject") or {}
+        namespace = Meta(event).namespace
+        if about.get("name") in creators.get(namespace, ()) and about.get("kind") == JOBS.kind:
+            if event.get("reason") == "SuccessfulCreate":
+                pod = _CREATED_POD.match(str(event.get("message") or ""))
+                if pod and pod["pod"] not in wanted[namespace]:
+                    created.setdefault(namespace, set()).add(pod["pod"])
+    if created:
+        found += await _events_named(client, created)
+    return sorted(
+        {(Meta(e).namespace, Meta(e).name): e for e in found}.values(),
+        key=lambda e: (Meta(e).namespace, Meta(e).name),
+    )
+
+
+async def _events_named(client: KubeClient, names: Mapping[str, set[str]]) -> list[dict]:
+    """The events about the objects of ``names`` (by namespace), one field-selected LIST per object."""
+    limit = asyncio.Semaphore(PARALLEL_GETS)
+
+    async def read(namespace: str, name: str) -> list:
+        async with limit:
+            return await _items(client, EVENTS, namespace, field_selector=f"involvedObject.name={name}")
+
+    reads = [read(ns, n) for ns in sorted(names) for n in sorted(names[ns]) if n]
+    return _joined(await asyncio.gather(*reads))
 
 
 async def _jobs_whole(
@@ -779,22 +896,33 @@ async def attempts_of(client: KubeClient, namespace: str, job: Mapping[str, Any]
 
 
 async def read_job(client: KubeClient, target: Target, name: str) -> tuple[ClusterState, dict]:
-    """The cluster state around one job (the namespace's jobs too, for its queue position and its other
-    attempts) and the job. ``name`` may leave out the ``-a<N>`` suffix: the task try's newest attempt."""
+    """The cluster state around one job (:func:`read_around_job`: its pods and events, its task try's
+    other attempts, and for a job that may wait the queue and the pool's reservations) and the job.
+    ``name`` may leave out the ``-a<N>`` suffix: the task try's newest attempt. Reads grow with the job,
+    its attempts and the pool's queue, never with the jobs the namespace keeps."""
+    job = await _job_or_newest_attempt(client, target.namespace, name)
+    attempts = await attempts_of(client, target.namespace, job)
+    return await read_around_job(client, target, job, attempts), job
+
+
+async def _job_or_newest_attempt(client: KubeClient, namespace: str, name: str) -> dict:
+    """Job ``name``, or the newest attempt of the task try whose jobs are named ``<name>-a<N>``: found
+    through its first attempt's labels (:func:`attempts_of`), or, once a TTL removed that one, among
+    the namespace's job names (metadata only)."""
     try:
-        job = await find_job(client, target.namespace, name)
+        return await find_job(client, namespace, name)
     except JobNotFound:
-        state = await read_cluster(client, target)
-        newest = attempts.latest_attempt(
-            j
-            for j in state.jobs
-            if Meta(j).namespace == target.namespace and _attempt_base(Meta(j).name) == name
-        )
+        pass
+    try:
+        first = await find_job(client, namespace, f"{name}-a1")
+    except JobNotFound:
+        named = [j for j in await read_job_metadata(client, namespace) if _attempt_base(Meta(j).name) == name]
+        newest = attempts.latest_attempt(named)
         if newest is None:
-            raise
-        return state, dict(newest)
-    state = await read_cluster(client, target)
-    return state, job
+            raise JobNotFound(f"no GPU job {namespace}/{name}") from None
+        return await find_job(client, namespace, Meta(newest).name)
+    newest = attempts.latest_attempt(await attempts_of(client, namespace, first))
+    return dict(newest) if newest is not None else first
 
 
 def _attempt_base(name: str) -> str | None:

@@ -24,6 +24,7 @@ from airflow_jobs_plugin.readmodel.views import (
     GroupQueue,
     JobRow,
     Overview,
+    PoolRow,
     dag_of,
 )
 
@@ -238,6 +239,37 @@ def narrow(ov: Overview, query: JobQuery) -> Overview:
     return dataclasses.replace(
         ov, jobs=tuple(rows), queues=_queues_of(ov.queues, rows), pools=pools, charts=charts
     )
+
+
+# Rows the overview lists of each group's queue and users (the page, ``/api/overview`` and ``status``):
+# 3,000 waiting jobs drew 4,000 px of queue rows above the charts. The rest are counted; the job list
+# pages through a queue (:func:`queue_query`).
+QUEUE_ROWS = 20
+MAX_QUEUE_ROWS = 1000
+
+
+def bounded(ov: Overview, rows: int = QUEUE_ROWS) -> Overview:
+    """``ov`` with the first ``rows`` entries of each queue and ``rows`` users of each pool, each with how
+    many it leaves out (``GroupQueue.more``, ``PoolRow.more_users``). The users kept are those holding
+    or waiting for the most GPUs (ties by name), listed in name order as before."""
+    queues = tuple(
+        dataclasses.replace(q, entries=q.entries[:rows], more=q.more + max(0, len(q.entries) - rows))
+        for q in ov.queues
+    )
+    return dataclasses.replace(ov, queues=queues, pools=tuple(_fewer_users(p, rows) for p in ov.pools))
+
+
+def _fewer_users(pool: PoolRow, rows: int) -> PoolRow:
+    if len(pool.users) <= rows:
+        return pool
+    most = sorted(pool.users, key=lambda u: (-(u.gpus + u.queued_gpus), u.user))[:rows]
+    kept = tuple(sorted(most, key=lambda u: u.user))
+    return dataclasses.replace(pool, users=kept, more_users=pool.more_users + len(pool.users) - rows)
+
+
+def queue_query(group: str) -> JobQuery:
+    """The job list of ``group``'s waiting jobs in queue order: where a queue's left-out rows are."""
+    return JobQuery(groups=(group,), states=("QUEUED",), sort="position")
 
 
 def by_metadata(query: JobQuery) -> bool:

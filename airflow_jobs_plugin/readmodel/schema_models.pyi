@@ -270,6 +270,8 @@ class Pool(Model):
     lent: int
     # the most GPUs the group may hold: its quota, or in a cohort its quota minus what it lends plus all the cohort lends, within its borrowing_limit; null without a quota
     most: int | None
+    # users of the group left out of users (the overview lists those holding or waiting for the most GPUs); 0 when users lists every one
+    more_users: int
 
 class GroupQueue(Model):
     """A group's queue, in order."""
@@ -278,6 +280,8 @@ class GroupQueue(Model):
     group: str
     # the waiting jobs, next first
     entries: list[QueueEntry]
+    # waiting jobs after entries, left out (the overview lists the first of each queue; the job list pages through them all: state QUEUED, the group, sorted by position); 0 when entries lists every one
+    more: int
 
 class UsageChart(Model):
     """A group's GPUs held over time, as steps."""

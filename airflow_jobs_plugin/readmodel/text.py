@@ -58,13 +58,21 @@ def pools_table(ov: Overview) -> str:
                 "queued gpus": pool.queued_gpus,
             }
         )
+        # Every line names its group: a line read on its own (grep, a pager's middle) says whose it is.
         for device in pool.devices:
             rows.append(
-                {"device": device.resource, "quota": device.quota, "used": device.used, "free": device.free}
+                {
+                    "group": pool.group,
+                    "device": device.resource,
+                    "quota": device.quota,
+                    "used": device.used,
+                    "free": device.free,
+                }
             )
         for user in pool.users:
             rows.append(
                 {
+                    "group": pool.group,
                     "user": user.user,
                     "quota": _limit(user.limit),
                     "used": user.gpus,
@@ -73,6 +81,8 @@ def pools_table(ov: Overview) -> str:
                     "queued gpus": user.queued_gpus,
                 }
             )
+        if pool.more_users:
+            rows.append({"group": pool.group, "user": f"(+{pool.more_users} more)"})
     return table(columns, [[row.get(c, "") for c in columns] for row in rows])
 
 
@@ -104,6 +114,12 @@ def status_text(ov: Overview) -> str:
         if entries
         else "no job is waiting"
     )
+    for q in ov.queues:
+        if q.more:
+            out.append(
+                f"{q.group}: {q.more} more waiting "
+                f"(--group {q.group} --state QUEUED --sort position lists them; --queue-rows shows more here)"
+            )
     out.append("")
     out.append("JOBS")
     jobs = [

@@ -240,6 +240,13 @@ class PoolRow:
             "lends plus all the cohort lends, within its borrowing_limit; null without a quota"
         ),
     ] = None
+    more_users: Annotated[
+        int,
+        Json(
+            "users of the group left out of users (the overview lists those holding or waiting for the most "
+            "GPUs); 0 when users lists every one"
+        ),
+    ] = 0
 
 
 @dataclass(frozen=True)
@@ -275,6 +282,13 @@ class GroupQueue:
 
     group: Annotated[str, Json("the group")]
     entries: Annotated[tuple[QueueEntry, ...], Json("the waiting jobs, next first")]
+    more: Annotated[
+        int,
+        Json(
+            "waiting jobs after entries, left out (the overview lists the first of each queue; the job list "
+            "pages through them all: state QUEUED, the group, sorted by position); 0 when entries lists every one"
+        ),
+    ] = 0
 
 
 @dataclass(frozen=True)

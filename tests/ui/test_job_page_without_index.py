@@ -37,7 +37,7 @@ def test_a_job_page_read_around_its_job_equals_the_page_from_the_whole_namespace
 
     around, whole, job = asyncio.run(read())
     assert len(around.jobs) < len(whole.jobs)  # not the namespace: the waiting jobs only, if it may wait
-    assert {p["metadata"]["name"] for p in around.pods} == {
+    assert {p["metadata"]["name"] for p in around.owners.pods_for(job)} == {
         p["metadata"]["name"] for p in whole.owners.pods_for(job)
     }
     # The same moment for both, so ages and waiting times agree.
@@ -110,3 +110,106 @@ def test_a_stopped_job_read_around_reads_no_queue_and_shows_the_page_of_the_whol
     page = views.job_detail(dataclasses.replace(around, now=whole.now), job)
     assert page == views.job_detail(whole, job)
     assert page.job.state in ("STOPPED", "TERMINATING") and page.job.queue_position is None
+
+
+# --- airflow-jobs describe: what it reads does not grow with the jobs the namespace keeps -------------
+
+
+class Counted:
+    """Every LIST and GET a client sends, and how many objects they answered with."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.requests = 0
+        self.objects = 0
+        real_list, real_get = client.list, client.get_or_none
+
+        async def listing(resource, namespace, **kw):
+            found = await real_list(resource, namespace, **kw)
+            self.requests += 1
+            self.objects += len(found.get("items") or [])
+            return found
+
+        async def getting(resource, namespace, name):
+            found = await real_get(resource, namespace, name)
+            self.requests += 1
+            self.objects += found is not None
+            return found
+
+        client.list = listing  # type: ignore[method-assign]
+        client.get_or_none = getting  # type: ignore[method-assign]
+
+
+def test_describe_reads_as_much_beside_many_finished_jobs_as_beside_few():
+    """A waiting job (the reads that depend on the queue and the pool's reservations are all made) in
+    a namespace whose finished history grows tenfold: ``read_job`` sends as many requests and reads as
+    many objects, and its page is the one the whole namespace gives."""
+    from airflow_jobs_sim import ClusterConfig, SimCluster
+
+    from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS
+    from airflow_jobs_plugin.jobs.spec import TaskIdentity
+    from airflow_jobs_plugin.queueing import quota
+    from tests.ui.conftest import POLICY, _admit_all, _manifest
+
+    policy = quota.parse_policy(POLICY)
+
+    async def create(client: KubeClient, task: str, scenario: dict, **args) -> str:
+        body = _manifest(TaskIdentity("history", task, "manual__1", -1, 1), scenario, **args)
+        await client.create(JOBS, NAMESPACE, body)
+        return body["metadata"]["name"]
+
+    async def finish(client: KubeClient, count: int, start: int) -> None:
+        names = [
+            await create(client, f"old_{i}", {"*": {"run": 0.1}}, group="nlp", user="bob", gpus=1)
+            for i in range(start, start + count)
+        ]
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            await _admit_all(client, policy)
+            states = {
+                r.name: r.state for r in views.overview(await inspect.read_cluster(client, target)).jobs
+            }
+            if all(states.get(n) == "SUCCEEDED" for n in names):
+                await _admit_all(client, policy)
+                return
+            assert asyncio.get_running_loop().time() < deadline, states
+            await asyncio.sleep(0.2)
+
+    async def described(client: KubeClient, kubeconfig: str, name: str) -> tuple[int, int, views.JobDetail]:
+        """The requests and objects of describe's read (on a client of its own), and its page."""
+        own = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            counted = Counted(own)
+            state, job = await inspect.read_job(own, target, name)
+        finally:
+            await own.close()
+        whole = await inspect.read_cluster(client, target)
+        page = views.job_detail(dataclasses.replace(state, now=whole.now), job)
+        assert page == views.job_detail(whole, job)
+        return counted.requests, counted.objects, page
+
+    target = Target(namespace=NAMESPACE)
+
+    async def scenario(cluster: SimCluster) -> None:
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            await client.create(
+                CONFIGMAPS,
+                NAMESPACE,
+                {"metadata": {"name": quota.DEFAULT_POLICY_CONFIGMAP}, "data": {quota.POLICY_KEY: POLICY}},
+            )
+            await create(client, "runner", {"*": {"run": None}}, group="vision", user="alice", gpus=2)
+            await _admit_all(client, policy)
+            waiting = await create(
+                client, "waiting", {"*": {"run": None}}, group="vision", user="grace", gpus=4
+            )
+            await finish(client, 3, 0)
+            requests, objects, page = await described(client, cluster.kubeconfig_path, waiting)
+            assert page.job.state == "QUEUED" and page.job.queue_position == 1
+            await finish(client, 27, 3)
+            more = await described(client, cluster.kubeconfig_path, waiting)
+            assert more[:2] == (requests, objects)
+        finally:
+            await client.close()
+
+    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as cluster:
+        asyncio.run(scenario(cluster))

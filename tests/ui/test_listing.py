@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.readmodel import listing, views
 from tests.ui.test_views import NOW, PHUSERS, product_job, reservation
 
@@ -138,3 +139,56 @@ def test_the_pager_links_keep_the_filters():
     assert 'href="/airflow-jobs/?state=QUEUED&amp;offset=2&amp;limit=1"' in html
     assert "jobs 2–2 of 3" in html
     assert dataclasses.replace(query, offset=0).params() == "state=QUEUED&limit=1"
+
+
+# --- the overview's queues and pools, bounded -----------------------------------------------------------
+
+
+def long_queue(waiting: int) -> views.Overview:
+    """Group phusers (quota 4): ``a`` (bob, 2) runs; ``waiting`` jobs of as many users wait behind it."""
+    a = product_job("a", "bob", 2, queued_s=-600, suspend=False)
+    jobs = [a] + [
+        product_job(f"w{i:03d}", f"user{i:03d}", 4, queued_s=-500 + i, suspend=True) for i in range(waiting)
+    ]
+    pod = job_pod("a", phase="Running", statuses=[running("main", ready=True)], ready=True)
+    ledger = quota.Ledger("phusers", (reservation(a, 0),))
+    state = views.ClusterState(
+        jobs=tuple(jobs), pods=(pod,), events=(), now=NOW, policy=PHUSERS, ledgers={"phusers": ledger}
+    )
+    return views.overview(state)
+
+
+def test_each_queue_lists_its_first_rows_and_counts_the_rest():
+    ov = listing.bounded(long_queue(30), rows=5)
+    (queue,) = ov.queues
+    assert [e.position for e in queue.entries] == [1, 2, 3, 4, 5]
+    assert queue.more == 25
+
+
+def test_each_pool_lists_the_users_holding_or_waiting_for_most_in_name_order_and_counts_the_rest():
+    whole = long_queue(30)
+    (pool,) = listing.bounded(whole, rows=3).pools
+    # bob holds 2 GPUs; every other user waits for 4: the first by name of those follow.
+    assert [u.user for u in pool.users] == ["user000", "user001", "user002"]
+    assert pool.more_users == len(whole.pools[0].users) - 3
+    (pool,) = listing.bounded(whole, rows=40).pools
+    assert pool.more_users == 0 and len(pool.users) == 31
+
+
+def test_a_queue_longer_than_the_page_shows_links_to_its_jobs_in_the_job_list():
+    from airflow_jobs_plugin.plugin import html
+
+    page = html.queues_section(listing.bounded(long_queue(30), rows=5), base="/base")
+    assert page.count('class="queued"') == 5
+    assert "and 25 more waiting" in page
+    assert "/base/airflow-jobs/?group=phusers&amp;state=QUEUED&amp;sort=position#jobs" in page
+
+
+def test_status_names_the_group_on_every_user_line_and_counts_the_users_left_out():
+    from airflow_jobs_plugin.readmodel import text
+
+    out = text.status_text(listing.bounded(long_queue(30), rows=3))
+    pools = out.split("QUEUES")[0].splitlines()[2:]
+    assert pools and all(line.split()[0] == "phusers" for line in pools if line.strip())
+    assert any("(+28 more)" in line for line in pools)
+    assert "phusers: 27 more waiting" in out

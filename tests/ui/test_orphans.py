@@ -463,3 +463,21 @@ def test_the_sweep_reads_task_states_and_known_dags_from_airflows_database():
     assert tasks[boom].state == "failed" and tasks[boom].end_date is not None
     assert tasks[boom].end_date.tzinfo is not None
     assert read_task_instances(set()) == (set(), {})
+
+
+@pytest.mark.parametrize("value", ["0", "0.0", "-5"])
+def test_an_orphan_sweep_interval_of_zero_in_any_form_turns_the_sweep_off(monkeypatch, value):
+    from airflow_jobs_plugin.plugin import sweep as sweep_module
+
+    options = {"orphan_sweep_interval": value, "orphan_grace_period": "600"}
+    monkeypatch.setattr(sweep_module.config, "get", lambda name: options[name])
+
+    async def never(*_args):
+        raise AssertionError("the sweep waited for its next turn: it is on")
+
+    monkeypatch.setattr(sweep_module.asyncio, "sleep", never)
+
+    async def connect():
+        raise AssertionError("the sweep connected: it is on")
+
+    asyncio.run(run_periodically(connect))

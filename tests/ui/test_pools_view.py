@@ -228,7 +228,7 @@ def test_status_shows_recent_usage_beside_used_for_a_fair_share_group():
     lines = text.status_text(views.overview(fair_state())).splitlines()
     assert lines[1].split()[:7] == ["GROUP", "USER", "DEVICE", "QUOTA", "USED", "RECENT", "FREE"]
     alice = next(line for line in lines if " alice " in line)
-    assert alice.split()[:6] == ["<none>", "alice", "<none>", "4", "0", "3.0"]
+    assert alice.split()[:6] == ["nlp", "alice", "<none>", "4", "0", "3.0"]
 
 
 def test_api_pools_carry_recent_usage_only_for_fair_share_groups():

@@ -726,7 +726,8 @@ def test_a_groups_other_gpu_devices_show_beside_its_whole_gpus():
     assert [(d.resource, d.quota, d.used, d.free) for d in pool.devices] == [(mig, 7, 3, 4)]
     overview = views.overview(state)
     device_line = next(line for line in text.status_text(overview).splitlines() if mig in line)
-    assert device_line.split()[:5] == ["<none>", "<none>", mig, "7", "3"]  # in the device column, not user's
+    # In the device column, not the user's.
+    assert device_line.split()[:5] == ["vision", "<none>", mig, "7", "3"]
     page = html.pools_section(overview)
     assert f'data-resource="{mig}"><td>vision</td><td></td><td>{mig}</td>' in page
     (shown,) = schema.pools(overview.pools)
@@ -755,3 +756,64 @@ def test_a_mig_jobs_row_names_its_device_and_sorting_by_gpus_never_mixes_devices
     ordered = [r.name for r in listing.narrow(overview, query).jobs]
     # Device by device: the 3 MIG slices sort apart from the whole GPUs, never between 8 and 2 of them.
     assert ordered == ["slices", "eight", "whole"]
+
+
+# --- cost in proportion to the jobs ------------------------------------------------------------------
+
+
+def crowded_state(jobs: int) -> views.ClusterState:
+    """``jobs`` jobs of five users in one group: a tenth running (a pod each, a reservation, an event),
+    a fifth waiting, the rest finished."""
+    policy = quota.parse_policy("groups:\n  phusers: {gpus: 8, user_gpus: 4}\n")
+    made, pods, events, held = [], [], [], []
+    for i in range(jobs):
+        name, user = f"j{i:05d}", f"u{i % 5}"
+        if i % 10 == 0:
+            job = product_job(name, user, 1, queued_s=-i, suspend=False)
+            job["metadata"]["annotations"][labels.ADMITTED_AT] = ts(-i)
+            pods.append(job_pod(name, phase="Running", statuses=[running("main", ready=True)], ready=True))
+            events.append(
+                event("Job", name, "SuccessfulCreate", f"Created pod: {name}-x7k2p", type_="Normal")
+            )
+            held.append(reservation(job, -i))
+        elif i % 10 < 3:
+            job = product_job(name, user, 2, queued_s=-i, suspend=True)
+        else:
+            job = product_job(name, user, 1, queued_s=-i, suspend=False)
+            job["status"] = {"conditions": [job_condition("Complete")]}
+        made.append(job)
+    ledger = quota.Ledger("phusers", tuple(held))
+    return views.ClusterState(
+        jobs=tuple(made),
+        pods=tuple(pods),
+        events=tuple(events),
+        now=NOW,
+        policy=policy,
+        ledgers={"phusers": ledger},
+    )
+
+
+def lines_run(work) -> int:
+    """The lines of Python ``work()`` runs (comprehensions' loops included): a measure of its work that,
+    unlike a clock, does not depend on the machine or what else runs on it."""
+    import sys
+
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        work()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_the_overview_of_four_times_the_jobs_runs_at_most_four_times_the_lines():
+    small, large = crowded_state(100), crowded_state(400)
+    assert lines_run(lambda: views.overview(large)) <= 4.4 * lines_run(lambda: views.overview(small))

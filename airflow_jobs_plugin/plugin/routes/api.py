@@ -3,7 +3,7 @@ app's ``/openapi.json``; errors are FastAPI's ``{"detail": ...}``, described per
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
@@ -48,10 +48,24 @@ def total_count(response: Response, page: listing.JobPage) -> None:
     summary="Pools, queues, a page of jobs and the GPU usage charts",
 )
 async def api_overview(
-    response: Response, settings: SettingsDep, user: GetUserDep, query: JobQueryDep, reads: ReadsDep
+    response: Response,
+    settings: SettingsDep,
+    user: GetUserDep,
+    query: JobQueryDep,
+    reads: ReadsDep,
+    queue_rows: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=listing.MAX_QUEUE_ROWS,
+            description="entries listed of each queue and users of each pool (the rest are counted: more, "
+            "more_users); /api/queues and /api/pools list them all",
+        ),
+    ] = listing.QUEUE_ROWS,
 ) -> schema.Overview:
     ov, page = await reads.overview_of(settings, user, query)
     total_count(response, page)
+    ov = listing.bounded(ov, queue_rows)
     return schema.overview(ov, total=page.total, offset=page.offset, limit=page.limit, more=page.more)
 
 

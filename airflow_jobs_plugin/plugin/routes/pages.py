@@ -50,7 +50,7 @@ async def overview_page(
     ov, page = await reads.overview_of(settings, user, query)
     base = _base(request)
     nav = listing.pager_html(page, query, f"{base}{URL_PREFIX}/")
-    return HTMLResponse(html.overview_page(ov, base=base, jobs_nav=nav))
+    return HTMLResponse(html.overview_page(listing.bounded(ov), base=base, jobs_nav=nav))
 
 
 @pages_router.get("/jobs/{namespace}/{name}", response_class=HTMLResponse)
