@@ -32,7 +32,7 @@ the few new candidates. Holding the whole history at once (50,000 jobs, 2.5 GB) 
 collections of that heap stall the API server's loop for seconds, from the sweep's own thread.
 
 The rule is :func:`airflow_jobs_plugin.jobs.orphans.judge`; a verdict to cancel goes through
-:func:`airflow_jobs_plugin.jobs.actions.cancel` with ``by="orphan sweep"``, like every other cancel, but
+:func:`airflow_jobs_plugin.usecases.actions.cancel` with ``by="orphan sweep"``, like every other cancel, but
 leaves no cancel record (no try of an orphan's run follows it). Each sweep also deletes the cancel records
 whose keep time has run out (:func:`delete_expired_records`, rule :func:`~airflow_jobs_plugin.jobs.cancel_record.expired_records`).
 """

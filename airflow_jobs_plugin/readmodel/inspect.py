@@ -1021,7 +1021,7 @@ async def _cancelled_earlier(client: KubeClient, namespace: str, name: str) -> C
 
 
 async def cancel(client: KubeClient, target: Target, name: str, by: str) -> CancelOutcome:
-    """Cancel a job as a user's kill of its task does (see :func:`airflow_jobs_plugin.jobs.actions.cancel`).
+    """Cancel a job as a user's kill of its task does (see :func:`airflow_jobs_plugin.usecases.actions.cancel`).
 
     A job cancelled earlier and already deleted answers with who cancelled it, from its event.
     """
@@ -1038,7 +1038,7 @@ async def cancel(client: KubeClient, target: Target, name: str, by: str) -> Canc
 
 
 async def stop(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
-    """Stop a job (see :func:`airflow_jobs_plugin.jobs.actions.stop`)."""
+    """Stop a job (see :func:`airflow_jobs_plugin.usecases.actions.stop`)."""
     from airflow_jobs_plugin.usecases import actions
 
     job = await find_job(client, target.namespace, name)
@@ -1046,7 +1046,7 @@ async def stop(client: KubeClient, target: Target, name: str, by: str) -> Action
 
 
 async def resume(client: KubeClient, target: Target, name: str, by: str) -> ActionOutcome:
-    """Resume a stopped job (see :func:`airflow_jobs_plugin.jobs.actions.resume`)."""
+    """Resume a stopped job (see :func:`airflow_jobs_plugin.usecases.actions.resume`)."""
     from airflow_jobs_plugin.usecases import actions
 
     job = await find_job(client, target.namespace, name)
