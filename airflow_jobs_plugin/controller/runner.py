@@ -223,6 +223,7 @@ class NamespaceController:
             for resource in kinds.RESOURCES:
                 for job in self.watch.jobs(resource):
                     self._keep(job)
+            self._pass_every_group()
             log.info(
                 "admission controller: following namespace %s (%d jobs)", self.namespace, len(self._keepers)
             )
@@ -250,6 +251,20 @@ class NamespaceController:
             await self._unmanaged.close()
         for watch in (self.watch, self.configmaps, *self.event_watches):
             await watch.stop()
+
+    def _pass_every_group(self) -> None:
+        """One admission pass of every group now. A job that ended while no controller led (its leader
+        killed between the job's end and its release) gets no keeper, since nothing is left to do for a
+        finished job, and no event of it will come: its reservation would stay in the ledger until a
+        pass of its group, and a group none of whose jobs wait has none. A pass reconciles the ledger
+        with the jobs, dropping what ended."""
+        for doc in self.pools.docs:
+            if doc.policy is None:
+                continue
+            for group in doc.policy.groups:
+                engine = self.engine(pools.route(self.pools, group))
+                if isinstance(engine, Admission):
+                    engine.start_group(group)
 
     # --- routing ---
 

@@ -19,6 +19,7 @@ from airflow_jobs_plugin.jobs.manifests import build_manifest, pool_gate
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.queueing import board, quota
 from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
+from airflow_jobs_plugin.queueing.quota.ledger_model import LEDGER_NAME_PREFIX
 from tests.patience import Deadline
 
 pytestmark = pytest.mark.fault_injection("holds back the ConfigMaps' list with the simulator's latency fault")
@@ -75,3 +76,64 @@ def test_a_job_waits_for_the_namespaces_policies_before_it_is_routed():
         running = [n for n in (first, second) if not jobs[n]["spec"]["suspend"]]
         assert running == [first], {n: jobs[n]["spec"]["suspend"] for n in (first, second)}
         assert labels.ADMITTED_AT in jobs[first]["metadata"]["annotations"]
+
+
+def _ledger_reservations(sim: SimCluster) -> dict[str, tuple]:
+    def on_loop() -> dict[str, tuple]:
+        return {
+            cm["metadata"]["name"][len(LEDGER_NAME_PREFIX) :]: quota.decode(
+                cm["metadata"]["name"][len(LEDGER_NAME_PREFIX) :], cm.get("data")
+            ).reservations
+            for cm in sim.store.list("configmaps", "default")
+            if cm["metadata"]["name"].startswith(LEDGER_NAME_PREFIX)
+        }
+
+    return sim.call(on_loop)
+
+
+def test_a_job_that_ended_while_no_controller_led_has_its_gpus_released_by_the_next_leader():
+    """Nothing keeps a finished job, and no event of it comes again: a job that ended between its
+    leader's death and the next leader's start left its reservation in the ledger, and a group with no
+    waiting job ran no pass to drop it. The next leader passes every group at its start."""
+    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.01)) as sim:
+
+        async def prepare() -> str:
+            client = await KubeClient.from_kubeconfig(sim.kubeconfig_path)
+            try:
+                policy = {
+                    "metadata": {"name": "pool", "labels": POLICY_LABELS},
+                    "data": {quota.POLICY_KEY: "groups:\n  vision: {gpus: 2}\n"},
+                }
+                await client.create(CONFIGMAPS, "default", policy)
+                body = _job("ends-alone", 2)
+                scenario = json.dumps({"main": {"run": 300}})  # 3 s at this time scale
+                body["metadata"]["annotations"]["sim.airflow-jobs.io/scenario"] = scenario
+                body["spec"]["template"]["metadata"]["annotations"]["sim.airflow-jobs.io/scenario"] = scenario
+                await client.create(JOBS, "default", body)
+                return body["metadata"]["name"]
+            finally:
+                await client.close()
+
+        name = asyncio.run(prepare())
+
+        def job() -> dict:
+            return next(j for j in sim.store.list("jobs", "default") if j["metadata"]["name"] == name)
+
+        with ControllerThread(sim.kubeconfig_path, namespaces=("default",)):
+            deadline = Deadline(20)
+            while job()["spec"]["suspend"] or not any(_ledger_reservations(sim).values()):
+                assert not deadline.passed(), f"the pool never admitted the job after {deadline}"
+                time.sleep(0.05)
+        # No controller leads while the job runs to its end.
+        deadline = Deadline(30)
+        while not any(c["type"] == "Complete" for c in job().get("status", {}).get("conditions") or []):
+            assert not deadline.passed(), f"the job never completed after {deadline}"
+            time.sleep(0.05)
+        assert any(_ledger_reservations(sim).values()), (
+            "the reservation was dropped before a leader saw the end"
+        )
+        with ControllerThread(sim.kubeconfig_path, namespaces=("default",)):
+            deadline = Deadline(20)
+            while any(_ledger_reservations(sim).values()):
+                assert not deadline.passed(), f"still reserved after {deadline}: {_ledger_reservations(sim)}"
+                time.sleep(0.05)

@@ -197,9 +197,10 @@ class Stack:
         return {
             "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
             # The data fetch of the training job's init containers lasts 15 s here (simulated seconds
-            # at the stack's time scale): longer than a loaded triggerer takes to pick a trigger up, so
-            # the task log sees the launcher in Init (order, not speed, is what the test asserts).
-            "AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS": str(round(15 / self.time_scale)),
+            # at the stack's time scale), stretched with the machine's load: longer than a loaded
+            # triggerer takes to pick a trigger up, so the task log sees the launcher in Init (order,
+            # not speed, is what the test asserts).
+            "AIRFLOW_JOBS_EXAMPLE_FETCH_SECONDS": str(round(15 * stretch() / self.time_scale)),
         }
 
     def _start_simulated_controller(self, base: dict[str, str]) -> None:
