@@ -125,6 +125,15 @@ OPTIONS: tuple[Option, ...] = (
         "900",
     ),
     Option(
+        "resume_settle_seconds",
+        "Seconds after a JobOperator task deferred before its trigger reports the job's end, for a job that "
+        "ends sooner: Airflow 3.3.2's scheduler can fail a task resumed before it has drained the deferring "
+        "worker's exit (docs/operator.md). 0 reports at once.",
+        "float",
+        "15",
+        "30",
+    ),
+    Option(
         "cancel_record_ttl",
         "Seconds the record a cancel leaves for its task try is kept (a Lease in the job's namespace, "
         "removed by the orphan sweep once expired): while it is kept, no later try of that run of the task "

@@ -17,6 +17,9 @@ _home = tempfile.mkdtemp(prefix="ajp-airflow-home-")
 os.environ.setdefault("AIRFLOW_HOME", _home)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+# Triggers driven in this process have no scheduler whose stale executor event they could race
+# (jobs/stale_event.py): they report at once. The Airflow the e2e tests start keeps the default.
+os.environ.setdefault("AIRFLOW__AIRFLOW_JOBS__RESUME_SETTLE_SECONDS", "0")
 
 # Hypothesis: `full` draws each property test's own count; `fast` (scripts/test --fast) a tenth of it
 # (tests/examples_budget.py). No deadline: a loaded machine must not fail a correct rule.

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_jobs_plugin.airflow.settle import settle
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID
 from airflow_jobs_plugin.cluster.objects import Meta, latest
@@ -44,6 +45,7 @@ class JobSensorTrigger(BaseTrigger):
         target_states: list[str] | tuple[str, ...] = DEFAULT_TARGET_STATES,
         fail_states: list[str] | tuple[str, ...] = DEFAULT_FAIL_STATES,
         recheck_interval: float = 60.0,
+        deferred_at: str | None = None,
     ):
         super().__init__()
         kinds.for_name(kind)  # a bad name is refused here, naming the choices
@@ -56,6 +58,9 @@ class JobSensorTrigger(BaseTrigger):
         self.label_selector = label_selector
         self.target_states, self.fail_states = check_states(target_states, fail_states)
         self.recheck_interval = float(recheck_interval)
+        # When the sensor deferred: a state reached sooner after it is reported once the deferral has
+        # settled (jobs/stale_event.py).
+        self.deferred_at = deferred_at
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -69,6 +74,7 @@ class JobSensorTrigger(BaseTrigger):
                 "target_states": list(self.target_states),
                 "fail_states": list(self.fail_states),
                 "recheck_interval": self.recheck_interval,
+                "deferred_at": self.deferred_at,
             },
         )
 
@@ -116,6 +122,7 @@ class JobSensorTrigger(BaseTrigger):
                             retryable=False,
                             annotations=Meta(job).annotations,
                         )
+                        await settle(self.deferred_at, name)
                         yield TriggerEvent(event.to_payload())
                         return
                 await wait_event(wake, self.recheck_interval)

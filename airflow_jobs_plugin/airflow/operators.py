@@ -677,6 +677,8 @@ class JobOperator(BaseOperator):
                 spec.namespace or "default",
                 job.name,
             )
+            # Read here, nothing deferred: no scheduler can race a deferral's exit (jobs/stale_event.py).
+            trigger.deferred_at = None
             return self.execute_complete(context, asyncio.run(_first_event(trigger)))
         self.defer(timeout=timeout, trigger=trigger, method_name="execute_complete")
 

@@ -128,6 +128,7 @@ class JobSensor(BaseSensorOperator):
                 label_selector=self._selector,
                 target_states=list(self.target_states),
                 fail_states=list(self.fail_states),
+                deferred_at=datetime.now(timezone.utc).isoformat(),
             ),
             method_name="execute_complete",
             timeout=self.execution_timeout,

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_jobs_plugin import metrics
+from airflow_jobs_plugin.airflow.settle import settle
 from airflow_jobs_plugin.cluster import watch as shared
 from airflow_jobs_plugin.cluster.kube import DEFAULT_CONN_ID, EVENTS, PODS, KubeError, patiently
 from airflow_jobs_plugin.cluster.objects import Meta
@@ -167,6 +168,9 @@ class JobTrigger(BaseTrigger):
                 if outcome is not None:
                     await follow.sub.wait(timeout=outcome)
             event = outcome
+            # A job that ended seconds after the deferral is reported once Airflow 3.3.2's scheduler has
+            # had time to drain the deferring worker's exit (jobs/stale_event.py).
+            await settle(self.deferred_at, event.job_name)
             metrics.emit(metrics.outcome(event.state, event.reason, JobView(follow.last_seen or {}).group))
             yield TriggerEvent(event.to_payload())
         finally:

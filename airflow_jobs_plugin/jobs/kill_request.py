@@ -34,8 +34,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from airflow_jobs_plugin.jobs.orphans import JobRecord, TaskRecord, Verdict
-from airflow_jobs_plugin.jobs.timeouts import AIRFLOW_FAIL_METHOD, TIMEOUT_CANCEL_BY
+from airflow_jobs_plugin.jobs.orphans import (
+    JobRecord,
+    TaskRecord,
+    Verdict,
+    deferral_timed_out,
+    timeout_verdict,
+)
+from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
 
 # Who a kill's cancel names (the task log's "cancelled by ..."): Airflow does not tell which user killed.
 KILLED_BY = "an Airflow user (mark failed, mark success or clear)"
@@ -55,22 +61,6 @@ class KillRequest:
     """A kill request as the job carries it: the try its trigger followed (0 where it did not say)."""
 
     try_number: int
-
-
-def deferral_timed_out(job: JobRecord, task: TaskRecord | None, now: datetime | None) -> bool:
-    """True if the database says the try that submitted ``job`` ran out of its deferral's time (rule 5).
-
-    Only the job's own try: a later try defers with a deadline of its own, which says nothing of this one.
-    A try that resumed on a fired trigger keeps its past deadline too, but its job has ended (the trigger
-    fires only then), which rule 1 answers first; one resumed with ``__fail__`` and still scheduled,
-    queued or running can only be failing its deferral."""
-    if task is None or now is None or task.trigger_timeout is None or task.trigger_timeout > now:
-        return False
-    if job.try_number is None or task.try_number != job.try_number:
-        return False
-    if task.state in {"scheduled", "queued", "running"}:
-        return task.next_method == AIRFLOW_FAIL_METHOD
-    return task.state in {"up_for_retry", "failed"}
 
 
 def killed_by(job: JobRecord, task: TaskRecord | None, now: datetime | None) -> str:
@@ -95,13 +85,8 @@ def judge_kill(
         return Verdict(False, f"DAG {job.task.dag_id} is not in this Airflow: another deployment may own it")
     if task is None:
         return Verdict(True, f"task instance {job.task} no longer exists")
-    if deferral_timed_out(job, task, now) and task.trigger_timeout is not None:
-        deadline = task.trigger_timeout.isoformat(timespec="seconds")
-        return Verdict(
-            True,
-            f"try {job.try_number} of task instance {job.task} ran out of its execution_timeout (its "
-            f"deferral's deadline {deadline} passed; now {task.state})",
-        )
+    if deferral_timed_out(job, task, now):
+        return timeout_verdict(job, task)
     if task.state in ENDED_STATES:
         return Verdict(True, f"task instance {job.task} was set {task.state}")
     later = job.try_number is not None and task.try_number > job.try_number

@@ -8,17 +8,23 @@ reads the task instance each live job was submitted for and asks :func:`judge`; 
 
 1. a job that finished or is being deleted: keep (nothing holds GPUs for long);
 2. a job with no Airflow task on it (submitted by hand or by another tool): keep;
-3. a job younger than the grace period: keep; its task may be between creating it and deferring, and
+3. a job whose try ran out of its ``execution_timeout`` (:func:`deferral_timed_out`: the database shows
+   the try's deferral deadline passed and the try failing or failed for it), in a DAG this Airflow has:
+   cancel at once, naming the timeout, so Airflow's retries still run (each a new job). The trigger's
+   cleanup asks for this cancel as the deadline passes (jobs/kill_request.py); this rule is for a
+   triggerer that died before it could, which would otherwise leave the job running, charged, until
+   its own deadline while the next try runs a job of its own;
+4. a job younger than the grace period: keep; its task may be between creating it and deferring, and
    a worker that just started a try has not yet reported it running;
-4. a job of a DAG this Airflow does not have: keep; another Airflow deployment sharing the namespace
+5. a job of a DAG this Airflow does not have: keep; another Airflow deployment sharing the namespace
    owns it, and only that deployment can tell whether its task lives;
-5. no such task instance (its DAG run was deleted): cancel;
-6. a task instance that still follows or will follow the job (running, deferred, waiting for a retry,
+6. no such task instance (its DAG run was deleted): cancel;
+7. a task instance that still follows or will follow the job (running, deferred, waiting for a retry,
    queued or scheduled for its next try, restarting after a clear, or not yet given a state): keep;
-7. a task instance that ended less than the grace period ago: keep; the task's own end (a user's mark
+8. a task instance that ended less than the grace period ago: keep; the task's own end (a user's mark
    failed runs the trigger's ``on_kill``, which cancels the job itself and names who did it) gets the
    first word;
-8. otherwise (success, failed, skipped, upstream_failed, removed, ... for longer than the grace):
+9. otherwise (success, failed, skipped, upstream_failed, removed, ... for longer than the grace):
    cancel.
 """
 
@@ -31,6 +37,7 @@ from typing import Any
 
 from airflow_jobs_plugin.cluster.objects import Meta, as_int
 from airflow_jobs_plugin.jobs import labels
+from airflow_jobs_plugin.jobs.timeouts import AIRFLOW_FAIL_METHOD, TIMEOUT_CANCEL_BY
 
 # Airflow's TaskInstanceState values (airflow-core ``airflow/utils/state.py``, 3.3) in which a try of the
 # task is running or will run, and so follows (or will reattach to) the task's live job. ``None`` is a
@@ -94,6 +101,36 @@ class TaskRecord:
 class Verdict:
     cancel: bool
     reason: str
+    # Who a cancel names, where not the caller itself: a timeout's cancel names Airflow's execution_timeout
+    # so the task's retries still run (adoption.cancelled_in_run).
+    by: str | None = None
+
+
+def deferral_timed_out(job: JobRecord, task: TaskRecord | None, now: datetime | None) -> bool:
+    """True if the database says the try that submitted ``job`` ran out of its deferral's time.
+
+    Only the job's own try: a later try defers with a deadline of its own, which says nothing of this one.
+    A try that resumed on a fired trigger keeps its past deadline too, but its job has ended (the trigger
+    fires only then), which the callers' first rule answers; one resumed with ``__fail__`` and still
+    scheduled, queued or running can only be failing its deferral (jobs/timeouts.py)."""
+    if task is None or now is None or task.trigger_timeout is None or task.trigger_timeout > now:
+        return False
+    if job.try_number is None or task.try_number != job.try_number:
+        return False
+    if task.state in {"scheduled", "queued", "running"}:
+        return task.next_method == AIRFLOW_FAIL_METHOD
+    return task.state in {"up_for_retry", "failed"}
+
+
+def timeout_verdict(job: JobRecord, task: TaskRecord) -> Verdict:
+    """The cancel of a job whose try ran out of its time (:func:`deferral_timed_out` said so)."""
+    deadline = task.trigger_timeout.isoformat(timespec="seconds") if task.trigger_timeout else "?"
+    return Verdict(
+        True,
+        f"try {job.try_number} of task instance {job.task} ran out of its execution_timeout (its "
+        f"deferral's deadline {deadline} passed; now {task.state})",
+        by=TIMEOUT_CANCEL_BY,
+    )
 
 
 def job_record(job: Mapping[str, Any], *, finished: bool) -> JobRecord:
@@ -127,6 +164,8 @@ def judge(
         return Verdict(False, "finished or being deleted")
     if job.task is None:
         return Verdict(False, "not submitted by an Airflow task")
+    if dag_known and task is not None and deferral_timed_out(job, task, now):
+        return timeout_verdict(job, task)
     if job.created_at is None or now - job.created_at < grace:
         return Verdict(False, f"younger than {_span(grace)}: its task may not have deferred yet")
     if not dag_known:

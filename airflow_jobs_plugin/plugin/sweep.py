@@ -286,7 +286,8 @@ async def _settle(
                 continue
             # No record (jobs/cancel_record.py): no try of its run follows an orphan, and a record for a
             # run that does not exist yet would block that run when it comes.
-            outcome = await actions.cancel(client, target.namespace, found, BY, record=False)
+            # A timeout's cancel names the timeout, so the task's retries still run (jobs/orphans.py).
+            outcome = await actions.cancel(client, target.namespace, found, verdict.by or BY, record=False)
             log.warning("orphan sweep: %s: %s", outcome.message, verdict.reason)
             swept.append(Swept(doubt.record.name, verdict, outcome.message))
         del page

@@ -19,6 +19,7 @@ from airflow_jobs_plugin.jobs.cancel_record import CancelRecord
 from airflow_jobs_plugin.jobs.manifests import build_manifest
 from airflow_jobs_plugin.jobs.orphans import JobRecord, TaskRecord, TaskRef, job_record, judge
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
+from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
 from airflow_jobs_plugin.plugin.sweep import BY, Memory, run_periodically, sweep
 from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.queueing.quota.ledger import admission_pass, is_finished, read_ledger
@@ -85,6 +86,41 @@ def test_an_orphan_is_a_live_job_no_try_of_its_task_will_follow(record, task, da
     assert verdict.cancel is cancel
     if reason is not None:
         assert verdict.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("state", "next_method"),
+    [("scheduled", "__fail__"), ("queued", "__fail__"), ("running", "__fail__"), ("up_for_retry", None)],
+)
+def test_a_job_whose_try_ran_out_of_its_time_is_cancelled_at_once_naming_the_timeout(state, next_method):
+    # The triggerer following it died at the deadline: nobody asked for the cancel, and with a retry left
+    # the next try runs a job of its own beside this one. The database says enough; no grace applies.
+    timed_out = TaskRecord(state, 1, trigger_timeout=NOW - timedelta(seconds=30), next_method=next_method)
+    verdict = judge(job(age_min=2), timed_out, dag_known=True, now=NOW, grace=GRACE)
+    assert verdict.cancel
+    assert verdict.by == TIMEOUT_CANCEL_BY
+    assert "ran out of its execution_timeout" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        TaskRecord("deferred", 1, trigger_timeout=NOW + timedelta(seconds=30)),  # before the deadline
+        TaskRecord(
+            "scheduled", 1, trigger_timeout=NOW - timedelta(seconds=30), next_method="execute_complete"
+        ),
+        TaskRecord("up_for_retry", 2, trigger_timeout=NOW - timedelta(seconds=30)),  # another try's
+    ],
+)
+def test_a_deadline_the_database_does_not_show_passed_for_the_jobs_try_leaves_a_young_job_alone(task):
+    verdict = judge(job(age_min=2), task, dag_known=True, now=NOW, grace=GRACE)
+    assert not verdict.cancel
+    assert verdict.by is None
+
+
+def test_the_timeout_rule_is_not_applied_to_a_dag_this_airflow_does_not_have():
+    timed_out = TaskRecord("up_for_retry", 1, trigger_timeout=NOW - timedelta(seconds=30))
+    assert not judge(job(age_min=2), timed_out, dag_known=False, now=NOW, grace=GRACE).cancel
 
 
 def test_the_record_comes_from_the_operators_exact_annotations():
@@ -232,6 +268,31 @@ def test_the_sweep_cancels_a_running_orphan_and_frees_its_quota_and_keeps_the_re
         SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim,
         ControllerThread(sim.kubeconfig_path),
     ):
+        asyncio.run(scenario(sim))
+
+
+def test_the_sweep_cancels_the_job_of_a_try_that_timed_out_naming_the_timeout_so_retries_still_run():
+    timed_out = TaskIdentity("nightly", "bounded", "manual__1", -1, 1)
+    deadline = datetime.now(timezone.utc) - timedelta(seconds=20)
+    tasks = {TaskRef("nightly", "bounded", "manual__1"): TaskRecord("up_for_retry", 1, None, deadline, None)}
+
+    def read_tasks(refs: set[TaskRef]) -> tuple[set[str], dict[TaskRef, TaskRecord]]:
+        return {"nightly"}, {r: tasks[r] for r in refs if r in tasks}
+
+    async def scenario(sim: SimCluster) -> None:
+        client = await KubeClient.from_kubeconfig(sim.kubeconfig_path)
+        try:
+            body = submitted(timed_out)
+            await client.create(JOBS, "default", body)
+            # Seconds old, far within the grace: the database's word on the timeout is enough.
+            swept = await sweep(client, Target(namespace="default"), read_tasks, grace=timedelta(minutes=10))
+            assert [s.name for s in swept if s.outcome] == [body["metadata"]["name"]]
+            job = await find_job(client, "default", body["metadata"]["name"])
+            assert job["metadata"]["annotations"][labels.CANCELLED_BY] == TIMEOUT_CANCEL_BY
+        finally:
+            await client.close()
+
+    with SimCluster(ClusterConfig(nodes=1, gpus_per_node=8, time_scale=0.02)) as sim:
         asyncio.run(scenario(sim))
 
 
