@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -467,18 +468,25 @@ class Stack:
         then read from the worker's log server, as the api-server reads a running try's, with the
         request it would sign. On the chart's defaults (no disk shared, no remote logging) the api-server
         of production shows the worker's part alone once the try has ended: docs/deploying.md."""
+        served = self.served_log(dag_id, run_id, task_id, try_number)
+        if self.executor == "CeleryExecutor" and not served.read_from_worker(self.worker_log_port):
+            return _interleave(served.records, self._worker_part(dag_id, run_id, task_id, try_number))
+        return served.records
+
+    def served_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> ServedLog:
+        """One try's log as the api-server's REST API serves it, whole."""
         path = "/".join(
             quote(part, safe="") for part in ("dags", dag_id, "dagRuns", run_id, "taskInstances", task_id)
         )
         response = self._api_get(f"/api/v2/{path}/logs/{try_number}", params={"full_content": "true"})
         if response.status_code == 404:
-            return []
+            return ServedLog([], [])
         response.raise_for_status()
-        sources, records = _split_sources(response.json().get("content") or [])
-        port = self.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"]
-        if self.executor == "CeleryExecutor" and not any(f":{port}/log/" in source for source in sources):
-            records = _interleave(records, self._worker_part(dag_id, run_id, task_id, try_number))
-        return records
+        return ServedLog.of(response.json().get("content") or [])
+
+    @property
+    def worker_log_port(self) -> int:
+        return int(self.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
 
     def _worker_part(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[dict]:
         """The records the worker wrote for a try, from the worker's log server (the api-server's
@@ -499,9 +507,8 @@ class Stack:
             self.env["AIRFLOW__API__SECRET_KEY"],
             algorithm="HS512",
         )
-        port = self.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"]
         response = httpx.get(
-            f"http://{hosts[0]}:{port}/log/{relative}",
+            f"http://{hosts[0]}:{self.worker_log_port}/log/{relative}",
             headers={"Authorization": token},
             timeout=30 * stretch(),
         )
@@ -639,22 +646,33 @@ def _events(record: dict) -> list[str]:
     ]
 
 
-def _split_sources(content: list[dict]) -> tuple[list[str], list[dict]]:
-    """The api-server's log sources of a try, and its records without them."""
-    sources: list[str] = []
-    records: list[dict] = []
-    inside = False
-    for record in content:
-        event = str(record.get("event", ""))
-        if event == SOURCES_BEGIN:
-            inside = True
-        elif inside and event == SOURCES_END:
-            inside = False
-        elif inside:
-            sources.append(event)
-        else:
-            records.append(record)
-    return sources, records
+@dataclass
+class ServedLog:
+    """A try's log as the REST API serves it: where the api-server read it from, and its records."""
+
+    sources: list[str]
+    records: list[dict]
+
+    @classmethod
+    def of(cls, content: list[dict]) -> ServedLog:
+        """Split the API's records into the source group Airflow puts first and the log itself."""
+        served = cls([], [])
+        inside = False
+        for record in content:
+            event = str(record.get("event", ""))
+            if event == SOURCES_BEGIN:
+                inside = True
+            elif inside and event == SOURCES_END:
+                inside = False
+            elif inside:
+                served.sources.append(event)
+            else:
+                served.records.append(record)
+        return served
+
+    def read_from_worker(self, port: int) -> bool:
+        """Whether the api-server read this try from a worker's log server on ``port``."""
+        return any(re.match(rf"https?://[^/]+:{port}/log/", source) for source in self.sources)
 
 
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
