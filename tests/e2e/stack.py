@@ -8,6 +8,12 @@ and ``triggerers=2`` make it the shape production runs (the official chart's def
 triggerer for high availability): a private PostgreSQL as the metadata database, a Celery worker on a
 private Redis, each triggerer a process of its own (tests/e2e/services.py starts the servers).
 
+The Celery worker shares no disk with the rest, as the chart's worker pods do not: its own AIRFLOW_HOME
+and log folder, its own copy of the DAGs folder, the same configuration through the environment
+(``[api] secret_key`` and the Fernet key included, which the chart passes to every component from its
+Secrets), and its log server on a port of its own. ``task_log`` reads task logs through the api-server's
+REST API, as a user does; the api-server fetches what the worker wrote from the worker's log server.
+
 On the simulator every component reads one ``kubernetes_default`` connection (a kubeconfig of the
 simulator's admin). On the real plane each component reads its own, as its pod would hold its own service
 account's token: the worker (the Celery worker, or the scheduler that runs the LocalExecutor's tasks) the
@@ -17,9 +23,12 @@ scheduler and the dag-processor get none, since they never call the cluster.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import secrets
+import shutil
 import signal
 import socket
 import sqlite3
@@ -27,8 +36,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
+import jwt
 import yaml
 
 from tests.e2e.plane_tenant import PlaneTenant
@@ -46,6 +59,11 @@ EXECUTORS = ("LocalExecutor", "CeleryExecutor")
 # The admission controller's service account on the simulated cluster (its own kubeconfig).
 CONTROLLER_ACCOUNT = "airflow-jobs-system/airflow-jobs-controller"
 STOP_GRACE_SECONDS = 25
+# The log source group Airflow 3.3.2 puts first in a try's log (airflow/utils/log/file_task_handler.py,
+# ``FileTaskHandler._read``): the files and URLs the api-server read the try from.
+SOURCES_BEGIN = "::group::Log message source details"
+SOURCES_END = "::endgroup::"
+API_USER = "admin"
 
 
 def free_port() -> int:
@@ -84,6 +102,8 @@ class Stack:
     plane: PlaneTenant | None = None
     # Settings of one component only (its name, or "triggerer" for every triggerer): its connection.
     component_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The REST API's bearer token, once logged in.
+    _token: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.database not in DATABASES or self.executor not in EXECUTORS or self.triggerers < 1:
@@ -101,6 +121,15 @@ class Stack:
     @property
     def home(self) -> Path:
         return self.workdir / "airflow"
+
+    @property
+    def worker_home(self) -> Path:
+        """The Celery worker's own AIRFLOW_HOME: its machine's disk, which no other component reads."""
+        return self.workdir / "celery-worker" / "airflow"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['AIRFLOW__API__PORT']}"
 
     @property
     def artifacts(self) -> Path:
@@ -132,6 +161,8 @@ class Stack:
         else:
             cluster_env = self._start_simulator(base)
         backend = self._start_backends()
+        passwords = self.workdir / "api-passwords.json"
+        passwords.write_text(json.dumps({API_USER: secrets.token_hex(8)}))
         self.env = {
             **base,
             "AIRFLOW_HOME": str(self.home),
@@ -145,6 +176,14 @@ class Stack:
             "AIRFLOW__API__PORT": str(api_port),
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            # Each home's airflow.cfg would get keys of its own: the chart gives every component the same
+            # ones from its Secrets. The api-server signs its requests to a worker's log server with
+            # ``[api] secret_key``, which the log server checks (airflow/utils/serve_logs/log_server.py).
+            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
+            "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
+            # The REST API's one user, whose password the tests know (task_log reads logs through it).
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{API_USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
@@ -166,8 +205,25 @@ class Stack:
         if self.executor == "CeleryExecutor":
             # Tasks run in the worker's process tree, not the scheduler's: the worker takes them from
             # Redis and reports through the API server, as on a machine of its own.
-            self._spawn("celery-worker", [str(BIN / "airflow"), "celery", "worker"], self.env)
+            self._spawn("celery-worker", [str(BIN / "airflow"), "celery", "worker"], self._worker_env())
         return self
+
+    def _worker_env(self) -> dict[str, str]:
+        """The Celery worker's settings: production's, but for its own disk.
+
+        Its task logs go to its own home's ``logs``; ``airflow celery worker`` serves that folder on
+        ``[logging] worker_log_server_port`` (the providers' celery_command.py starts
+        airflow/utils/serve_logs), the port every component's settings name, since the api-server asks
+        ``http://<the try's hostname>:<that port>/log/<its file>`` (apache-airflow-core 3.3.2,
+        airflow/utils/log/file_task_handler.py, ``_get_log_retrieval_url``). The scheduler serves no
+        logs when it runs no local executor, so the port is the worker's alone."""
+        self.worker_home.mkdir(parents=True, exist_ok=True)
+        # The dags-folder bundle is a path on the worker's disk: a copy there, as an image or a git-sync
+        # sidecar gives each pod its own.
+        dags = self.worker_home / "dags"
+        if not dags.exists():
+            shutil.copytree(self.dags_folder, dags, ignore=shutil.ignore_patterns("__pycache__"))
+        return {**self.env, "AIRFLOW_HOME": str(self.worker_home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
 
     def _start_simulator(self, base: dict[str, str]) -> dict[str, str]:
         """The simulated cluster in exec mode; the settings that point Airflow and the DAGs at it."""
@@ -385,32 +441,115 @@ class Stack:
         return {task: (state, tries) for task, state, tries in rows}
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int | None = None) -> list[str]:
-        """The events of the task's log files (the worker's and the trigger's part) of one try, or of
-        every try in order; a failure's event is followed by its exception's message."""
-        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
-        pattern = f"attempt={try_number}.log*" if try_number is not None else "attempt=*.log*"
-
-        def order(path: Path) -> tuple[int, str]:
-            return int(path.name.split("=", 1)[1].split(".", 1)[0]), path.name
-
+        """The events of the task's log (the worker's and the triggers' parts) of one try, or of every
+        try in order, as the api-server's REST API serves them; a failure's event is followed by its
+        exception's message."""
+        if try_number is not None:
+            tries = [try_number]
+        else:
+            latest = self.task_tries(dag_id, run_id).get(task_id, ("", 0))[1]
+            tries = list(range(1, latest + 1))
         events: list[str] = []
-        for path in sorted(folder.glob(pattern), key=order):
-            events.extend(self.events_of(path))
+        for n in tries:
+            events.extend(
+                event
+                for record in self.task_log_records(dag_id, run_id, task_id, n)
+                for event in _events(record)
+            )
         return events
+
+    def task_log_records(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[dict]:
+        """One try's log records through the REST API, in time order, the source group left out.
+
+        The api-server of apache-airflow-core 3.3.2 reads a finished try from its own disk and asks the
+        worker's log server only when it has no file of that try (airflow/utils/log/file_task_handler.py,
+        ``FileTaskHandler._read``). The triggers' part of a deferred try is on its disk here (the
+        triggerers share its home), so for such a try it serves that part alone; the worker's part is
+        then read from the worker's log server, as the api-server reads a running try's, with the
+        request it would sign. On the chart's defaults (no disk shared, no remote logging) the api-server
+        of production shows the worker's part alone once the try has ended: docs/deploying.md."""
+        served = self.served_log(dag_id, run_id, task_id, try_number)
+        if self.executor == "CeleryExecutor" and not served.read_from_worker(self.worker_log_port):
+            return _interleave(served.records, self._worker_part(dag_id, run_id, task_id, try_number))
+        return served.records
+
+    def served_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> ServedLog:
+        """One try's log as the api-server's REST API serves it, whole."""
+        path = "/".join(
+            quote(part, safe="") for part in ("dags", dag_id, "dagRuns", run_id, "taskInstances", task_id)
+        )
+        response = self._api_get(f"/api/v2/{path}/logs/{try_number}", params={"full_content": "true"})
+        if response.status_code == 404:
+            return ServedLog([], [])
+        response.raise_for_status()
+        return ServedLog.of(response.json().get("content") or [])
+
+    @property
+    def worker_log_port(self) -> int:
+        return int(self.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
+
+    def _worker_part(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[dict]:
+        """The records the worker wrote for a try, from the worker's log server (the api-server's
+        request: airflow/utils/log/file_task_handler.py ``_fetch_logs_from_service``, 3.3.2)."""
+        rows = self.query(
+            "SELECT hostname FROM task_instance WHERE dag_id = ? AND run_id = ? AND task_id = ? AND try_number = ? "
+            "UNION SELECT hostname FROM task_instance_history "
+            "WHERE dag_id = ? AND run_id = ? AND task_id = ? AND try_number = ?",
+            *(dag_id, run_id, task_id, try_number) * 2,
+        )
+        hosts = [row[0] for row in rows if row[0]]
+        if not hosts:
+            return []
+        relative = f"dag_id={dag_id}/run_id={run_id}/task_id={task_id}/attempt={try_number}.log"
+        now = int(time.time())
+        token = jwt.encode(
+            {"filename": relative, "aud": "task-instance-logs", "iat": now, "nbf": now, "exp": now + 60},
+            self.env["AIRFLOW__API__SECRET_KEY"],
+            algorithm="HS512",
+        )
+        response = httpx.get(
+            f"http://{hosts[0]}:{self.worker_log_port}/log/{relative}",
+            headers={"Authorization": token},
+            timeout=30 * stretch(),
+        )
+        if response.status_code == 404:
+            return []
+        response.raise_for_status()
+        return [_record(line) for line in response.text.splitlines() if line.strip()]
+
+    def _api_get(self, path: str, params: dict[str, str]) -> httpx.Response:
+        """A GET of the REST API as its user, logging in again when the token has expired."""
+        for _ in range(2):
+            if self._token is None:
+                password = json.loads(
+                    Path(self.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]).read_text()
+                )[API_USER]
+                login = httpx.post(
+                    f"{self.api_url}/auth/token",
+                    json={"username": API_USER, "password": password},
+                    timeout=60 * stretch(),
+                )
+                login.raise_for_status()
+                self._token = login.json()["access_token"]
+            response = httpx.get(
+                f"{self.api_url}{path}",
+                params=params,
+                headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
+                timeout=60 * stretch(),
+            )
+            if response.status_code != 401:
+                return response
+            self._token = None
+        return response
 
     @staticmethod
     def events_of(path: Path) -> list[str]:
         """The events of one log file, a failure's followed by its exception's message."""
-        events: list[str] = []
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                events.append(line)
-                continue
-            events.append(str(record.get("event", "")))
-            events.extend(str(e.get("exc_value", "")) for e in record.get("error_detail") or [])
-        return events
+        return [
+            event
+            for line in path.read_text(errors="replace").splitlines()
+            for event in _events(_record(line))
+        ]
 
     def unsuccessful(self, dag_id: str, run_id: str, expected: dict[str, str] | None = None) -> str:
         """Every task of the run that ended otherwise than ``expected`` says (default: success), with its
@@ -489,6 +628,82 @@ class Stack:
 
     def output(self, name: str) -> str:
         return self._log(name).read_text(errors="replace")
+
+
+def _record(line: str) -> dict:
+    """A log file's line as Airflow's structured record; a line of plain text is its event."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return {"event": line}
+    return record if isinstance(record, dict) else {"event": line}
+
+
+def _events(record: dict) -> list[str]:
+    """A record's event, followed by the messages of its exceptions."""
+    return [str(record.get("event", ""))] + [
+        str(error.get("exc_value", "")) for error in record.get("error_detail") or []
+    ]
+
+
+@dataclass
+class ServedLog:
+    """A try's log as the REST API serves it: where the api-server read it from, and its records."""
+
+    sources: list[str]
+    records: list[dict]
+
+    @classmethod
+    def of(cls, content: list[dict]) -> ServedLog:
+        """Split the API's records into the source group Airflow puts first and the log itself."""
+        served = cls([], [])
+        inside = False
+        for record in content:
+            event = str(record.get("event", ""))
+            if event == SOURCES_BEGIN:
+                inside = True
+            elif inside and event == SOURCES_END:
+                inside = False
+            elif inside:
+                served.sources.append(event)
+            else:
+                served.records.append(record)
+        return served
+
+    def read_from_worker(self, port: int) -> bool:
+        """Whether the api-server read this try from a worker's log server on ``port``."""
+        return any(re.match(rf"https?://[^/]+:{port}/log/", source) for source in self.sources)
+
+
+_EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _timestamps(records: list[dict]) -> list[datetime]:
+    """Each record's time; one without a time (a plain line) takes the one before it."""
+    times: list[datetime] = []
+    last = _EARLIEST
+    for record in records:
+        stamp = record.get("timestamp")
+        if stamp:
+            try:
+                parsed = datetime.fromisoformat(str(stamp))
+                last = parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+            except ValueError:
+                pass
+        times.append(last)
+    return times
+
+
+def _interleave(*parts: list[dict]) -> list[dict]:
+    """Records of several files in time order, each file's own order kept: what the api-server does
+    with the files of one try (file_task_handler.py ``_interleave_logs``)."""
+    keyed = [
+        (stamp, part_index, line, record)
+        for part_index, part in enumerate(parts)
+        for line, (stamp, record) in enumerate(zip(_timestamps(part), part, strict=True))
+    ]
+    keyed.sort(key=lambda item: (item[0], item[1], item[2]))
+    return [record for *_, record in keyed]
 
 
 def _db_errors() -> tuple[type[Exception], ...]:

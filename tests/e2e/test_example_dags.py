@@ -11,6 +11,7 @@ retries (the quota contention run adds nothing the executor or the database chan
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +112,22 @@ def test_torchrun_training_starts_every_node_streams_every_rank_and_returns_its_
     # Rank 0's termination message came back as XCom "result" and report read it.
     report = stack.task_log(DDP, run_id, "report")
     assert any(re.search(r"final loss 0\.\d+ after 3 epochs on 8 GPUs", e) for e in report), report
+
+
+def test_the_celery_worker_keeps_its_task_logs_on_its_own_disk_and_the_api_server_serves_them(stack):
+    if stack.executor != "CeleryExecutor":
+        pytest.skip("the LocalExecutor runs tasks in the scheduler's process tree, on its disk")
+    run_id, _ = stack.wait_for_run(DDP, timeout=RUN_TIMEOUT)
+    # report never defers: the worker alone wrote its log, on its disk and nowhere else.
+    relative = Path(f"dag_id={DDP}", f"run_id={run_id}", "task_id=report", "attempt=1.log")
+    assert (stack.worker_home / "logs" / relative).is_file()
+    assert not (stack.home / "logs" / relative).exists()
+    # The worker reads its own copy of the DAGs, not the scheduler's folder.
+    dags = stack.worker_home / "dags"
+    assert not dags.is_symlink() and dags.resolve() != stack.dags_folder.resolve()
+    served = stack.served_log(DDP, run_id, "report", 1)
+    assert served.read_from_worker(stack.worker_log_port), served.sources
+    assert any(re.search(r"final loss 0\.\d+ after 3 epochs", str(r.get("event"))) for r in served.records)
 
 
 def test_quota_contention_queues_jobs_with_a_quota_reason_before_they_run(stack):

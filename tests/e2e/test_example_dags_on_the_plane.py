@@ -12,10 +12,21 @@ downstream tasks read are there; the artifact store stays empty (no command runs
 finds no production model and ``promote`` runs. The simulator's run of the same DAGs, whose commands do
 run, is tests/e2e/test_example_dags.py.
 
-Not run here: ``gpu_failures_and_retries`` scripts its failures through the commands it runs (flaky.py
-counts its runs in the artifact store and exits non-zero until told otherwise), which kwok does not run,
-so every one of its jobs would succeed at once; ``gpu_quota_contention`` adds nothing the plane changes
-(its queue is the admission controller's, tested on the plane in tests/plane_scenarios).
+Not run here: ``gpu_failures_and_retries``, whose outcomes (docs/demo.md's table) a scenario annotation
+cannot give. Its failures come from flaky.py counting its runs in the artifact store across pods, job
+attempts and task tries, a command kwok does not run; a scenario is stateless per pod instead. Its
+``exit`` list is indexed by the container's restarts in place (``restartCount``: the simulator kubelet's
+``exit_code(c.attempt)``), the product's Jobs run their pods with ``restartPolicy: Never``
+(jobs/kinds/batch.py; podFailurePolicy requires it), so every run is a new pod at restart 0, from the
+same template. So ``pod_restart_in_job``'s second pod would exit 1 as its first did and the job would fail
+at its backoff limit, and ``job_resubmitted``'s next attempt, a copy of the previous Job with its pod
+template and annotation (jobs/attempts.py, ``next_attempt``), would exit 75 again until its attempts run
+out. ``fatal_exit_code`` (``{"main": {"exit": 3}}``) and ``missing_image`` (its ``:not-found`` tag, a
+shorthand of the scenario language) could be played, and ``task_retry`` with an annotation templated on
+``ti.try_number``, but the run would not end as the table says. Playing it needs a scenario keyed on the
+pod's place in its Job or on the job's attempt (the label ``airflow-jobs.io/attempt`` the next attempt's
+templates carry). ``gpu_quota_contention`` adds nothing the plane changes (its queue is the admission
+controller's, tested on the plane in tests/plane_scenarios).
 """
 
 from __future__ import annotations
