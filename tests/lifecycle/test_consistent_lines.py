@@ -59,7 +59,9 @@ def test_a_finished_job_whose_cached_pods_have_not_ended_has_its_pods_read_in_on
 
 
 def test_a_job_the_controller_decided_but_not_yet_finished_counts_as_ruled():
-    target = job_condition("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    target = job_condition(
+        "FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+    )
     job = batch_job(conditions=[target])
     assert tracking.pods_lag_ruling(job, [job_pod(phase="Running", statuses=[running()])])
 
