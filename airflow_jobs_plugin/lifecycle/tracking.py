@@ -487,9 +487,10 @@ def after_deletion(
 def _being_deleted(job: Mapping[str, Any], now: datetime) -> Mapping[str, Any]:
     """``job`` as a job being deleted (a deletion timestamp, as the API server sets one; a job deleted in
     the background is simply gone, so its last version has none)."""
-    if Meta(job).deleting:
+    meta = Meta(job)
+    if meta.deleting:
         return job
-    metadata = {**(job.get("metadata") or {}), "deletionTimestamp": _iso(now)}
+    metadata = {**meta.fields, "deletionTimestamp": _iso(now)}
     return {**job, "metadata": metadata}
 
 
