@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -49,6 +50,7 @@ from airflow_jobs_plugin.lifecycle import (
     JobSnapshot,
     JobState,
     QueueStatus,
+    Reason,
     Reservation,
     classify_failure,
     disrupted_pod,
@@ -63,6 +65,9 @@ from airflow_jobs_plugin.usecases import actions
 from airflow_jobs_plugin.usecases.submission import ensure_companions
 
 T = TypeVar("T")
+
+# A follow that has seen no disruption on its job's pods: one shared empty mapping.
+NO_DISRUPTIONS: Mapping[str, Reason] = MappingProxyType({})
 
 # The queue reason of a job the pool admitted (its reservation written) but not yet unsuspended.
 ADMITTED = "Admitted"
@@ -334,6 +339,9 @@ class _Follow:
         "pods_read",
         "pod_names_seen",
         "pods_confirmed",
+        "pods_listing",
+        "pods_looked",
+        "disruptions",
     )
     _last_seen: dict | None
 
@@ -374,6 +382,12 @@ class _Follow:
         self.reported: JobSnapshot | None = None
         self.preemptions_seen: str | None = None  # the job's preemption count at the last look
         self.final_read = False
+        # The names in the one consistent LIST of the pods, and its version, once the job's ruling came
+        # before its pods' last statuses (tracking.pods_lag_ruling); the pods the last look used; the
+        # disruptions seen on pods (tracking.disruptions_seen), which outlive the pods.
+        self.pods_listing: tuple[frozenset[str], str | None] | None = None
+        self.pods_looked: tuple[dict, ...] = ()
+        self.disruptions: Mapping[str, Reason] = NO_DISRUPTIONS
         # Read with the final look: what outlives a disrupted pod.
         self.final_events: list[dict] | tuple[()] = ()
         self.last_seen = None  # the job as last seen, or as the watch saw it deleted
@@ -415,8 +429,7 @@ class _Follow:
         job = await self._look()
         if job is None:
             return await self._vanished()
-        pods = self.watch.pods_of(self.name)
-        job = await self._caught_up(job, pods)
+        job, pods = await self._caught_up(job, self.watch.pods_of(self.name))
         self.last_seen = job
         queue, reservation = await self._admit(job)
         snap = snapshot(
@@ -427,7 +440,9 @@ class _Follow:
             reservation=reservation,
             now=_now(),
             memo=self.pods_read,
+            disruptions=self.disruptions,
         )
+        self.disruptions = tracking.disruptions_seen(snap, self.disruptions)
         snap, annotations = tracking.who_cancelled(snap, Meta(job).annotations, now=_now())
         self._note_interrupted_run(job, snap)
         self._note_preemption(job)
@@ -490,7 +505,24 @@ class _Follow:
         )
         return job
 
-    async def _caught_up(self, job: dict, pods: list[dict]) -> dict:
+    async def _caught_up(self, job: dict, pods: list[dict]) -> tuple[dict, list[dict]]:
+        """The job and its pods of one moment: the job as new as its pods (``_job_caught_up``), the pods
+        as new as the job's ruling (one LIST of them, tracking.pods_lag_ruling, once per attempt), and
+        no pod older than the last look saw it (tracking.newest_pods)."""
+        job = await self._job_caught_up(job, pods)
+        if self.pods_listing is None and tracking.pods_lag_ruling(job, pods):
+            listed, listed_at = await self._patiently(self._pods_listed)
+            for pod in listed:
+                self.watch.absorb(PODS, pod)
+            self.pods_listing = (frozenset(Meta(pod).name for pod in listed), listed_at)
+            pods = self.watch.pods_of(self.name)
+        if self.pods_listing is not None:
+            pods = tracking.pods_as_listed(pods, *self.pods_listing)
+        pods = tracking.newest_pods(self.pods_looked, pods)
+        self.pods_looked = tuple(pods)
+        return job, pods
+
+    async def _job_caught_up(self, job: dict, pods: list[dict]) -> dict:
         """The job as new as its pods: read again from the API server when the pods show a change the
         cached job does not (tracking.pods_outran_job), once per change of the pods; folded into the
         watch, so later looks do not go back to the older version while its stream catches up."""
@@ -615,8 +647,9 @@ class _Follow:
         await self.streamer.drain(timeout=FINAL_DRAIN)
         return self.streamer.seal()
 
-    async def _vanished(self) -> JobEvent:
-        """The job object is gone: cancelled, deleted by hand, or (never seen) unknown."""
+    async def _vanished(self) -> JobEvent | float:
+        """The job object is gone: cancelled, deleted by hand, or (never seen) unknown; the seconds to wait
+        while pods of it still stop."""
         t = self.t
         ttl = None if t.ttl_after_finished is None else timedelta(seconds=t.ttl_after_finished)
         if self.last_seen is None and tracking.unseen_deletion_is_a_cancel(t.deferred_at, ttl, now=_now()):
@@ -636,7 +669,13 @@ class _Follow:
                 log_tail=tuple(self.tail),
             )
         last = self.last_seen
-        snap, annotations = tracking.after_deletion(last, now=_now())
+        pods = tracking.newest_pods(self.pods_looked, self.watch.pods_of(self.name))
+        self.pods_looked = tuple(pods)
+        snap, annotations = tracking.after_deletion(last, now=_now(), pods=pods)
+        if not snap.state.is_terminal:
+            # Its pods still stop (a deletion's garbage collection): TERMINATING until the last is gone.
+            self._report(snap, pods)
+            return t.recheck_interval
         self.observer.forget(Meta(last).uid)
         self.history.append(tracking.attempt_record(last, snap))
         self.reported = None
@@ -688,6 +727,12 @@ class _Follow:
         key = self.adapter.pod_job_label
         listing = await self.client.list(PODS, self.t.namespace, label_selector=f"{key}={self.name}")
         return listing.get("items") or []
+
+    async def _pods_listed(self) -> tuple[list[dict], str | None]:
+        """The job's pods in one LIST, and the version the list was read at."""
+        key = self.adapter.pod_job_label
+        listing = await self.client.list(PODS, self.t.namespace, label_selector=f"{key}={self.name}")
+        return listing.get("items") or [], Meta(listing).resource_version
 
     async def _events_of(self, pod_names: list[str]) -> list[dict]:
         events: list[dict] = []

@@ -46,6 +46,7 @@ from airflow_jobs_plugin.lifecycle.snapshot import (
     QueueStatus,
     Reservation,
     TaskRef,
+    holds_node,
     snapshot,
 )
 from airflow_jobs_plugin.lifecycle.state import (
@@ -95,6 +96,7 @@ __all__ = [
     "classify_failure",
     "disrupted_pod",
     "events_of",
+    "holds_node",
     "human_duration",
     "is_restartable_init_container",
     "is_transient_pull_error",

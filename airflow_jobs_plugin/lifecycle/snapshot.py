@@ -28,8 +28,9 @@ wins:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Annotated, Any
 
 from airflow_jobs_plugin.cluster.objects import (
@@ -61,6 +62,12 @@ from airflow_jobs_plugin.lifecycle.state import QUEUE_REASONS, VERDICTS, JobStat
 
 DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job default, also what the MPI launcher Job gets
 ADMITTED = "Admitted"  # the quota pool's verdict for a job whose GPUs it reserved (quota.Verdict.ADMIT)
+
+# A caller that saw no disruption on the job's pods (the default of ``snapshot``'s ``disruptions``).
+_NONE_SEEN: Mapping[str, Reason] = MappingProxyType({})
+# What a pod's DisruptionTarget condition can say took it (replicas._DISRUPTIONS): one of these, seen on a
+# pod before it went, is the cause of a failure its controller puts down to the disruption.
+_DISRUPTION_CAUSES = frozenset({Reason.NODE_LOST, Reason.EVICTED, Reason.PREEMPTED})
 
 # Kueue's reason on the Evicted condition of a Workload preempted for another (WorkloadEvictedByPreemption).
 KUEUE_PREEMPTED = "Preempted"
@@ -274,6 +281,7 @@ def snapshot(
     reservation: Reservation | None = None,
     now: datetime,
     memo: ReadMemo | None = None,
+    disruptions: Mapping[str, Reason] = _NONE_SEEN,
 ) -> JobSnapshot:
     """The state of ``job`` (a batch/v1 Job or kubeflow.org/v2beta1 MPIJob dict) at ``now``.
 
@@ -282,6 +290,9 @@ def snapshot(
     ``memo`` keeps what was read of the job and each pod for the caller's next snapshot (see
     :class:`~airflow_jobs_plugin.cluster.records.ReadMemo`: only for objects that are replaced, never changed in
     place); the snapshot is the same with or without it.
+    ``disruptions`` are the causes a caller saw on pods of the job before (``tracking.disruptions_seen``:
+    pod name to NodeLost, Evicted or Preempted); a pod gone since still names the cause of a failure its
+    controller put down to the pod's disruption.
     Objects read through a client's models convert back with the client's
     ``ApiClient().sanitize_for_serialization(obj)``.
     """
@@ -312,8 +323,10 @@ def snapshot(
     own_pods = kind.own_pods(job, records)
     own_events = events_about(kind, job, own_pods, events)
     replicas = tuple(replicas_from(kind, read.expected, read.finished, own_pods, own_events))
+    if _succeeded(facts):
+        replicas = tuple(_stopped_after_success(r) for r in replicas)
     live = _live_pods(own_pods)
-    decision = _decide(job, facts, replicas, live, queue, reservation, now, own_events)
+    decision = _decide(job, facts, replicas, live, queue, reservation, now, own_events, disruptions)
     last_events = _last_warnings(own_events)
     if decision.state in (JobState.FAILED, JobState.TERMINATING) and decision.reason not in _NOT_FAILURES:
         decision = _with_cause(decision, own_events)
@@ -462,6 +475,7 @@ def _decide(
     reservation: Reservation | None,
     now: datetime,
     events: list[Mapping[str, Any]],
+    disruptions: Mapping[str, Reason],
 ) -> _Decision:
     # The controller's final word is a fact about what ran; a verdict written after it cannot undo it.
     succeeded = facts.adapter.succeeded_condition
@@ -476,13 +490,15 @@ def _decide(
         return _Decision(JobState.SUCCEEDED, Reason.COMPLETED, message, 0)
     if facts.holds("Failed"):
         state = JobState.TERMINATING if holding else JobState.FAILED
-        return _with_verdict(_failed(job, "Failed", facts, replicas, state, events), facts, holding)
+        return _with_verdict(
+            _failed(job, "Failed", facts, replicas, state, events, disruptions), facts, holding
+        )
     verdict = facts.verdict
     if verdict:
         return _verdict(verdict, facts.verdict_message or "", facts, live)
     if facts.holds("FailureTarget"):
         state = JobState.TERMINATING if holding else JobState.FAILED
-        return _failed(job, "FailureTarget", facts, replicas, state, events)
+        return _failed(job, "FailureTarget", facts, replicas, state, events, disruptions)
     if facts.holds("SuccessCriteriaMet"):
         message = _condition_message(job, "SuccessCriteriaMet", "completed")
         if holding:
@@ -500,6 +516,49 @@ def _decide(
             return _active(facts, replicas)
         return _suspended(facts, stopping, queue, reservation, now)
     return _active(facts, replicas)
+
+
+def holds_node(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` still holds its node (and its GPUs): not ended, not stranded on a lost node, and
+    placed on one. A job whose object is gone is still stopping while one of its pods does."""
+    return bool(_live_pods([pod_facts(pod)]))
+
+
+def _succeeded(facts: _Facts) -> bool:
+    """The controller's word that the job succeeded: its success condition, or a success policy met."""
+    return facts.holds(facts.adapter.succeeded_condition) or facts.holds("SuccessCriteriaMet")
+
+
+# Exit codes of a container killed by its stop: 128 + SIGTERM (the kubelet's first signal on a
+# deletion) and 128 + SIGKILL (after the grace period).
+_STOP_EXITS = frozenset({143, 137})
+
+
+def _stopped_after_success(replica: ReplicaStatus) -> ReplicaStatus:
+    """A worker its controller stopped because the job had succeeded reads as done, not as an error.
+
+    Once an MPIJob's launcher succeeded, mpi-operator deletes its workers (v0.8.2
+    ``pkg/controller/mpi_job_controller.go``, ``syncHandler``: ``isFinished`` with a completion time, then
+    ``cleanUpWorkerPods``/``deleteWorkerPods``); the kubelet sends them SIGTERM, then SIGKILL past the
+    grace, and a worker's process exits 143 (or 137). kubectl shows such a pod ``Error``, and with
+    ``cleanPodPolicy: Running`` it is kept so. A success policy's Job (``SuccessCriteriaMet``) stops its
+    remaining pods the same way. The job's outcome is its controller's success; the kill is the end of the
+    worker's part in it, so the replica reads ``Completed`` with no exit code to report. An OOM kill
+    (reason ``OOMKilled``, also 137) is no stop and keeps its reading.
+    """
+    if replica.role == LAUNCHER or replica.health not in (Health.FAILED, Health.FAILING):
+        return replica
+    if replica.exit_code not in _STOP_EXITS or replica.reason is not Reason.ERROR:
+        return replica
+    return replace(
+        replica,
+        status="Completed",
+        health=Health.SUCCEEDED,
+        reason=None,
+        exit_code=None,
+        exit_from="",
+        message=f"stopped once the job had succeeded (exit code {replica.exit_code})",
+    )
 
 
 def _holding(job: Mapping[str, Any], facts: _Facts, live: list[PodFacts]) -> list[Mapping[str, Any]]:
@@ -622,6 +681,7 @@ def _failed(
     replicas: tuple[ReplicaStatus, ...],
     state: JobState,
     events: list[Mapping[str, Any]],
+    disruptions: Mapping[str, Reason] = _NONE_SEEN,
 ) -> _Decision:
     """A failed (or failing) job's reason: a specific cause on the pods beats the controller's word."""
     cond_reason = _reason_head(str(dig(condition(job, kind), "reason") or ""))
@@ -640,9 +700,16 @@ def _failed(
         # infrastructure failed the job, not the program, whatever the killed container's exit code.
         # Which disruption: a NodeLost ruling the product wrote before the controller's word, or the
         # node controllers' events on the pod, which outlive it.
+        # A node deleted outright leaves no event at all: the pod GC marks its pods
+        # ``DisruptionTarget``/``DeletionByPodGC`` ("PodGC: node no longer exists") and force-deletes them
+        # (kubernetes v1.36.3 ``pkg/controller/podgc/gc_controller.go``, ``gcOrphaned``), so by the time
+        # the Job fails the pod is gone; what a caller saw on it (``disruptions``) still names the cause
+        # it showed while the job was retrying, and the attempt ends with that one cause.
+        pod = disrupted_pod(job)
         lost = facts.verdict == Reason.NODE_LOST.value
-        lost = lost or lost_with_its_node(disrupted_pod(job), events)
-        reason = Reason.NODE_LOST if lost else Reason.EVICTED
+        lost = lost or lost_with_its_node(pod, events)
+        seen = disruptions.get(pod) if pod else None
+        reason = Reason.NODE_LOST if lost else seen if seen in _DISRUPTION_CAUSES else Reason.EVICTED
         return _Decision(state, reason, f"{detail}; its pod was disrupted", None)
     if cond_reason == "DeadlineExceeded":
         reason = Reason.DEADLINE_EXCEEDED

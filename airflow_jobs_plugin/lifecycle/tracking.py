@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
-from airflow_jobs_plugin.cluster.objects import Meta, parse_time
+from airflow_jobs_plugin.cluster import resource_version
+from airflow_jobs_plugin.cluster.objects import Meta, condition_true, parse_time
 from airflow_jobs_plugin.jobs import attempts, history, kinds, labels, retry
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.outcome import (
@@ -32,6 +33,7 @@ from airflow_jobs_plugin.lifecycle import (
     JobState,
     Reason,
     ReplicaStatus,
+    holds_node,
     is_transient_pull_error,
     snapshot,
     start_cannot_succeed,
@@ -77,6 +79,87 @@ def pods_outran_job(
         failed += (pod.get("status") or {}).get("phase") == "Failed"
     # A failure the job already counts is old news; only one it does not count yet is read about.
     return failed > kind.pod_failures(job) or any(name not in names for name in seen_before)
+
+
+Pod = TypeVar("Pod", bound=Mapping[str, Any])
+
+# The Job controller's words that it has decided the outcome and is stopping what is left
+# (kubernetes v1.36.3 ``pkg/controller/job/job_controller.go``): a ruling, like the final conditions.
+_RULINGS = ("FailureTarget", "SuccessCriteriaMet")
+
+
+def pods_lag_ruling(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the job's controller has had its final word while the cached pods still show one that has
+    not ended: the pods must be read in one consistent list before a state is derived from both.
+
+    A trigger that starts after the job ended (or looks as the job ends) reads the job from one watch
+    stream and its pods from another. When the pods' stream lags, the cache holds pod versions older than
+    the job's own: a launcher still Pending, workers still Running or Pending, next to an MPIJob that has
+    Succeeded. Those phases never coexisted with the finished job, and the stream's events that follow,
+    applied one by one, replay the pods' whole past as TERMINATING lines. One LIST of the job's pods is a
+    view at one resourceVersion, read after the job: with it, the job's ruling and its pods are of one
+    moment (or the pods of a later one), and the stream's older events that follow are refused by the
+    cache (``SharedWatch._deliver``)."""
+    kind = kinds.kind_of(job)
+    if not (kind.is_finished(job) or any(condition_true(job, ruling) for ruling in _RULINGS)):
+        return False
+    return any((pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for pod in pods)
+
+
+def pods_as_listed(pods: Iterable[Pod], listed: frozenset[str], listed_at: str | None) -> list[Pod]:
+    """The cached ``pods`` without those a LIST at ``listed_at`` proved gone: a pod the list did not have
+    is gone unless the cache holds it at a later version (created after the list).
+
+    The list is newer than a lagging stream: until the stream delivers their deletions, the cache still
+    holds pods the list no longer had (and the stream's older events may even move them). A pod's
+    resourceVersions compare with the list's (pods are one resource: kubernetes KEP-5504, stable in
+    1.35); where they cannot be compared, only a pod the list had is known to exist."""
+    kept = []
+    for pod in pods:
+        meta = Meta(pod)
+        if meta.name in listed or resource_version.compare(meta.resource_version, listed_at) == 1:
+            kept.append(pod)
+    return kept
+
+
+def newest_pods(before: Sequence[Pod], pods: Sequence[Pod]) -> list[Pod]:
+    """``pods``, each at the newest version of it a look has seen: a pod never goes back.
+
+    A pod's versions only move forward (its resourceVersion grows; a ``deletionTimestamp``, once set, is
+    never removed: kubernetes v1.36.3 ``pkg/registry/rest/delete.go``, ``BeforeDelete``, only shortens a
+    graceful deletion). So a pod this look reads at an older version than the last look did (a view
+    pieced together from a list and a stream that lags it), or without the deletion the last look saw,
+    is the last look's version: a line never steps back, from ``workers 1/2 Terminating`` to ``2/2
+    Running``. Pods are matched by uid (a pod deleted and created again under its name is another);
+    a pod the last look had and this one lacks is gone."""
+    if not before:
+        return list(pods)
+    seen = {Meta(pod).uid: pod for pod in before}
+    newest = []
+    for pod in pods:
+        meta = Meta(pod)
+        old = seen.get(meta.uid) if meta.uid else None
+        if old is not None and old is not pod:
+            order = resource_version.compare(meta.resource_version, Meta(old).resource_version)
+            if order == -1 or (order is None and Meta(old).deleting and not meta.deleting):
+                pod = old
+        newest.append(pod)
+    return newest
+
+
+def disruptions_seen(snap: JobSnapshot, known: Mapping[str, Reason]) -> Mapping[str, Reason]:
+    """``known`` (pod name to the disruption that took it) with what ``snap`` shows on its pods: a pod the
+    control plane is killing for its node, an eviction or a preemption. ``known`` itself when there is
+    nothing new, so a trigger of a job never disrupted keeps the one empty mapping."""
+    found = {
+        r.pod: r.reason
+        for r in snap.replicas
+        if r.pod and r.reason in _DISRUPTIONS and known.get(r.pod) is not r.reason
+    }
+    return {**known, **found} if found else known
+
+
+_DISRUPTIONS = frozenset({Reason.NODE_LOST, Reason.EVICTED, Reason.PREEMPTED})
 
 
 def replica_summary(replicas: Sequence[ReplicaStatus]) -> str:
@@ -363,15 +446,28 @@ def unseen_deletion_is_a_cancel(
     return ttl_after_finished is None or now - deferred < ttl_after_finished
 
 
-def after_deletion(last_seen: Mapping[str, Any], *, now: datetime) -> tuple[JobSnapshot, dict[str, str]]:
+def after_deletion(
+    last_seen: Mapping[str, Any], *, now: datetime, pods: Sequence[Mapping[str, Any]] = ()
+) -> tuple[JobSnapshot, dict[str, str]]:
     """What a job the trigger followed ended as once its object is gone, from the last object it saw
     (the watch's DELETED event carries the object as it was deleted), and the annotations to report.
+
+    While ``pods`` of it still hold their nodes, it has not ended: it is TERMINATING. A job deleted
+    without ``--cascade=foreground`` (``kubectl delete``'s default, background propagation) is gone at
+    once, and the garbage collector deletes its pods afterwards (kubernetes v1.36.3
+    ``pkg/controller/garbagecollector/garbagecollector.go``, ``attemptToDeleteItem`` of each dependent
+    whose owner is gone); each pod then stops within its grace period, holding its GPUs. Only once the
+    last is gone is the job over.
 
     The product's own end stands: a job that had finished (its TTL then removed it) or that the product
     ruled on (a verdict: ``actions.cancel`` writes Cancelled, who and when, before it deletes) reads as
     that verdict says. Any other deletion of a live job was done on purpose by someone outside the
     product: it is a cancel, put down to whoever deletes job objects, at the moment it was seen.
     """
+    if any(holds_node(pod) for pod in pods):
+        stopping = snapshot(_being_deleted(last_seen, now), pods, (), now=now)
+        if stopping.state is JobState.TERMINATING:
+            return stopping, dict(Meta(last_seen).annotations)
     gone = snapshot(last_seen, (), (), now=now)
     annotations = dict(Meta(last_seen).annotations)
     if gone.state.is_terminal:
@@ -386,6 +482,16 @@ def after_deletion(last_seen: Mapping[str, Any], *, now: datetime) -> tuple[JobS
         message=f"cancelled by {DELETED_BY_SOMEONE} at {when}",
     )
     return cancelled, annotations
+
+
+def _being_deleted(job: Mapping[str, Any], now: datetime) -> Mapping[str, Any]:
+    """``job`` as a job being deleted (a deletion timestamp, as the API server sets one; a job deleted in
+    the background is simply gone, so its last version has none)."""
+    meta = Meta(job)
+    if meta.deleting:
+        return job
+    metadata = {**meta.fields, "deletionTimestamp": _iso(now)}
+    return {**job, "metadata": metadata}
 
 
 def who_cancelled(
