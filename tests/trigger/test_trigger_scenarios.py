@@ -85,24 +85,6 @@ async def test_a_job_that_exits_zero_succeeds(client, capsys):
     assert "[worker-0] epoch 1" in text and "[worker-0] epoch 2" in text
 
 
-async def test_exit_one_with_backoff_limit_two_errors_retries_then_fails(client, capsys):
-    body = job_manifest(
-        task_identity(), scenario={"main": {"run": 2, "exit": [1], "logs": ["loss: nan"]}}, backoff_limit=2
-    )
-    name = await submit(client, body)
-    (event,) = await run_trigger(JobTrigger(job_name=name, namespace="default"))
-    assert event["status"] == "failed"
-    assert (event["state"], event["reason"]) == ("FAILED", "BackoffLimitExceeded")
-    assert event["exit_codes"] == {"worker-0": 1}
-    assert event["failure_class"] == "fatal"  # a non-zero exit is not retried at job level by default
-    assert "[worker-0] loss: nan" in event["log_tail"]
-    out = capsys.readouterr().out
-    assert f"Job {name}: RETRYING" in out
-    assert out.count("[worker-0] loss: nan") == 3  # every pod's log, the replaced ones too
-    pods = [p for p in await list_pods(client) if p["metadata"]["labels"].get(labels.LEGACY_JOB_NAME) == name]
-    assert len(pods) == 3  # the first pod and backoff_limit=2 replacements
-
-
 async def list_pods(client) -> list[dict]:
     return (await client.list(PODS, "default"))["items"]
 
