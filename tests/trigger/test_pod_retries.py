@@ -1,9 +1,9 @@
 """A pod that fails and is replaced within its job, as the trigger reports it.
 
 Its own cluster, whose clock runs slower as the machine is loaded: the RETRYING line lasts from the pod's
-failure to its replacement's creation, the Job controller's pod back-off (``DefaultJobPodFailureBackOff``, 10 s, kubernetes
-``pkg/controller/job/job_controller.go``), which a fixed 0.01 time scale made 0.1 s, shorter than a look
-of the trigger on a machine loaded to 20.
+failure to its replacement's creation, the Job controller's pod back-off (``DefaultJobPodFailureBackOff``,
+10 s, kubernetes ``pkg/controller/job/job_controller.go``), which a fixed 0.01 time scale made 0.1 s,
+shorter than a look of the trigger on a machine loaded to 20.
 """
 
 from __future__ import annotations
