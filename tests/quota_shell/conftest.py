@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import uuid
@@ -108,6 +109,18 @@ async def create_jobs(client: KubeClient, *bodies: dict) -> list[dict]:
 
 async def ledger_of(client: KubeClient, group: str) -> quota.Ledger:
     return (await ledger_io.read_ledger(client, NAMESPACE, group)).ledger
+
+
+async def reservations_once_released(client: KubeClient, group: str) -> tuple:
+    """The group's reservations once the admission controller has had time to release its ended jobs'
+    (its pass follows their end; the time stretches with the machine's load): () when none is leaked."""
+
+    async def released() -> bool:
+        return (await ledger_of(client, group)).reservations == ()
+
+    with contextlib.suppress(AssertionError):  # the caller's assertion shows what is still held
+        await wait_for(released, timeout=30)
+    return (await ledger_of(client, group)).reservations
 
 
 def annotation(job: dict, key: str) -> str | None:

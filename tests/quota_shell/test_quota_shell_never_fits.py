@@ -12,7 +12,16 @@ from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
-from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
+from .conftest import (
+    NAMESPACE,
+    annotation,
+    create_jobs,
+    job_body,
+    put_policy,
+    reservations_once_released,
+    unique,
+    wait_for,
+)
 
 
 async def job_failed(client, name: str) -> dict | None:
@@ -46,7 +55,7 @@ async def test_sixteen_gpus_on_eight_gpu_nodes_fails_at_once_saying_why(client, 
     assert failed["spec"]["parallelism"] == 0 and not failed["status"].get("active")
     if with_quota:
         await admission.run_pass(group)
-        assert (await ledger_of(client, group)).reservations == ()
+        assert await reservations_once_released(client, group) == ()
 
 
 async def test_a_job_as_large_as_a_node_is_admitted(client):

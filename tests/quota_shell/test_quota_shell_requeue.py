@@ -17,7 +17,17 @@ from airflow_jobs_plugin.queueing import quota
 from airflow_jobs_plugin.queueing.engines.pool import Admission
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 
-from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
+from .conftest import (
+    NAMESPACE,
+    annotation,
+    create_jobs,
+    job_body,
+    ledger_of,
+    put_policy,
+    reservations_once_released,
+    unique,
+    wait_for,
+)
 
 NOWHERE = {"pool": "nowhere"}
 
@@ -152,7 +162,7 @@ async def test_a_job_that_can_never_fit_fails_with_over_quota(client, pool):
     current = await wait_for(failed)
     assert annotation(current, labels.VERDICT) == "OverQuota"
     assert f"user ann may hold at most 2 GPUs in group {group}" in annotation(current, labels.VERDICT_MESSAGE)
-    assert (await ledger_of(client, group)).reservations == ()
+    assert await reservations_once_released(client, group) == ()
 
 
 async def test_a_requeue_killed_between_its_suspend_and_its_release_is_repaired_by_the_next_pass(client):

@@ -13,7 +13,17 @@ from airflow_jobs_plugin.queueing.engines.unmanaged import UnmanagedEngine
 from airflow_jobs_plugin.queueing.quota import ledger as ledger_io
 from airflow_jobs_plugin.usecases import actions
 
-from .conftest import NAMESPACE, annotation, create_jobs, job_body, ledger_of, put_policy, unique, wait_for
+from .conftest import (
+    NAMESPACE,
+    annotation,
+    create_jobs,
+    job_body,
+    ledger_of,
+    put_policy,
+    reservations_once_released,
+    unique,
+    wait_for,
+)
 from .test_quota_shell_never_fits import job_failed
 
 
@@ -150,7 +160,7 @@ async def test_a_job_stopped_after_waiting_past_its_queue_timeout_fails_as_the_q
     current = await wait_for(failed)
     assert annotation(current, labels.VERDICT) == "QueueTimeout"
     assert "stopped at 2026-01-01T00:00:00Z" in (annotation(current, labels.VERDICT_MESSAGE) or "")
-    assert (await ledger_of(client, group)).reservations == ()
+    assert await reservations_once_released(client, group) == ()
     # Its controller marks it Failed (kubectl shows Failed, not Suspended as a queued job), without a pod.
     failed = await wait_for(lambda: job_failed(client, job["metadata"]["name"]))
     assert failed["spec"]["parallelism"] == 0

@@ -20,9 +20,9 @@ from .conftest import (
     admitted_at,
     create_jobs,
     job_body,
-    ledger_of,
     policy_yaml,
     put_policy,
+    reservations_once_released,
     unique,
 )
 
@@ -86,7 +86,7 @@ async def test_example_1_a_runs_b_waits_for_the_group_and_c_waits_behind_b(clien
     jobs = [await client.get(JOBS, NAMESPACE, n) for n in names]
     assert admitted_at(jobs[1]) >= await finished_at(client, names[0])  # B starts once A is done
     assert admitted_at(jobs[2]) >= await finished_at(client, names[1])  # C keeps its turn behind B
-    assert (await ledger_of(client, group)).reservations == ()
+    assert await reservations_once_released(client, group) == ()
 
 
 async def test_example_2_b_waits_for_its_user_and_c_runs_next_to_a(client, capsys):
@@ -114,4 +114,4 @@ async def test_example_2_b_waits_for_its_user_and_c_runs_next_to_a(client, capsy
     assert admitted_at(jobs[2]) < await finished_at(client, names[0])  # C runs next to A
     assert admitted_at(jobs[1]) >= await finished_at(client, names[0])  # B waits for bob's GPUs
     assert admitted_at(jobs[1]) >= await finished_at(client, names[2])  # ... and then for the group's
-    assert (await ledger_of(client, group)).reservations == ()
+    assert await reservations_once_released(client, group) == ()

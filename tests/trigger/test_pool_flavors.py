@@ -19,6 +19,7 @@ from airflow_jobs_plugin.cluster.kube import CONFIGMAPS, JOBS, NODES, PODS, Kube
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.queueing.engines import pool as admission
 from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
+from tests.patience import stretch
 
 PRODUCT = "nvidia.com/gpu.product"
 A100, H100 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"
@@ -72,6 +73,8 @@ def lines_of(log: str, job: str) -> list[str]:
 
 
 def test_each_job_runs_on_its_flavors_nodes_and_waits_in_its_flavors_line(cluster, capsys):
+    slow = stretch()
+
     async def go():
         client = await KubeClient.from_kubeconfig(cluster.kubeconfig_path)
         try:
@@ -80,9 +83,13 @@ def test_each_job_runs_on_its_flavors_nodes_and_waits_in_its_flavors_line(cluste
                 await asyncio.to_thread(
                     deferred, operator(t, policy, gpus=8, run=r, node_selector={PRODUCT: p})
                 )
-                for t, r, p in (("h1", 150, H100), ("h2", 20, H100), ("a1", 150, A100))
+                # The first H100 job runs long enough, stretched with the load, for the second's trigger
+                # to follow it while it waits: at load 20 a fixed 1.5 s ended before it looked.
+                for t, r, p in (("h1", 150 * slow, H100), ("h2", 20, H100), ("a1", 150, A100))
             ]
-            events = await asyncio.wait_for(asyncio.gather(*(_events(d.trigger) for d in (h1, h2, a1))), 120)
+            events = await asyncio.wait_for(
+                asyncio.gather(*(_events(d.trigger) for d in (h1, h2, a1))), 120 * slow
+            )
             nodes = {
                 n["metadata"]["name"]: n["metadata"]["labels"][PRODUCT]
                 for n in (await client.list(NODES, ""))["items"]
