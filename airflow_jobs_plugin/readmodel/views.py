@@ -1112,17 +1112,52 @@ def phases(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[Phase
     return tuple(result)
 
 
-_CONDITION_LABELS = {
-    "Suspended": "suspended",
-    "Complete": "completed",
-    "Succeeded": "succeeded",
-    "Failed": "failed",
-    "FailureTarget": "failing",
-    "SuccessCriteriaMet": "success criteria met",
-    "Created": "created",
-    "Running": "running",
-    "Restarting": "restarting",
+# The controller conditions the facts table tells (the others say nothing a person acts on).
+_CONDITION_TYPES = frozenset(
+    {
+        "Suspended",
+        "Complete",
+        "Succeeded",
+        "Failed",
+        "FailureTarget",
+        "SuccessCriteriaMet",
+        "Created",
+        "Running",
+        "Restarting",
+    }
+)
+# The status a controller's reason asserts, by (condition type, reason). mpi-operator v0.8.2 keeps a
+# condition's reason and message when it turns the condition over for another one
+# (pkg/controller/mpi_job_controller_status.go, filterOutCondition: Running, and Failed, become False
+# when the job succeeds or fails, still reading "MPIJobRunning: MPIJob default/x is running."). A reason
+# that asserts the other status is stale: the facts table says so rather than show it as current.
+_REASON_ASSERTS = {
+    ("Running", "MPIJobRunning"): "True",
+    ("Created", "MPIJobCreated"): "True",
+    ("Succeeded", "MPIJobSucceeded"): "True",
+    ("Failed", "MPIJobFailed"): "True",
+    ("Suspended", "MPIJobSuspended"): "True",
+    ("Suspended", "MPIJobResumed"): "False",
+    ("Suspended", "JobSuspended"): "True",
+    ("Suspended", "JobResumed"): "False",
 }
+
+
+def condition_fact(cond: Mapping[str, Any]) -> tuple[str, str]:
+    """A controller condition as the facts table tells it: its type with its own status (``Running=False``)
+    and its reason and message; a reason the controller left over from the condition's other status
+    (mpi-operator's, see above) is named as stale and its message, which describes that other status,
+    left out."""
+    kind = str(cond.get("type") or "")
+    truth = str(cond.get("status") or "")
+    reason = str(cond.get("reason") or "")
+    message = str(cond.get("message") or "")
+    asserts = _REASON_ASSERTS.get((kind, reason))
+    if asserts is not None and asserts != truth:
+        return f"{kind}={truth}", f"(stale reason {reason}, left by the operator from when it was {asserts})"
+    return f"{kind}={truth}", ": ".join(x for x in (reason, message) if x)
+
+
 # The conditions a controller writes when it ends a job the product ruled on (a cancel, a queue
 # timeout): the product ends a Job through its one-second activeDeadlineSeconds and an MPIJob through its
 # launcher (quota.ledger.verdict_patch), so they read DeadlineExceeded, which is how, not why. The
@@ -1218,19 +1253,18 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
     for cond in (job.get("status") or {}).get("conditions") or ():
         at = parse_time(cond.get("lastTransitionTime"))
         kind = str(cond.get("type") or "")
-        if at is None or kind not in _CONDITION_LABELS:
+        if at is None or kind not in _CONDITION_TYPES:
             continue
         if _product_ending(job, cond, cancel.at if cancel is not None else None):
             continue
         truth = str(cond.get("status") or "")
-        words = _CONDITION_LABELS[kind] if truth == "True" else f"not {_CONDITION_LABELS[kind]}"
-        detail = ": ".join(x for x in (str(cond.get("reason") or ""), str(cond.get("message") or "")) if x)
+        label, detail = condition_fact(cond)
         follows = _CONDITION_FOLLOWS.get((kind, truth), ("STARTED",))
         second = at.replace(microsecond=0)
         anchor = max(
             (i for i, fact in enumerate(life) if fact.label in follows and seconds[i] <= second), default=-1
         )
-        keyed.append((second, anchor + 0.5, at, TimelineEntry(at, f"{kind} ({words})", detail)))
+        keyed.append((second, anchor + 0.5, at, TimelineEntry(at, label, detail)))
     deleted = Meta(job).deletion_time
     if deleted is not None:
         keyed.append(

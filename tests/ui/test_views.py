@@ -438,7 +438,40 @@ def test_timeline_orders_facts_of_one_second_by_the_jobs_life():
         conditions=[job_condition("Suspended", "JobResumed", "Job resumed", status="False", at_s=0)],
     )
     labels_in_order = [e.label for e in views.timeline(job, snapshot(job, (), (), now=NOW))]
-    assert labels_in_order == ["QUEUED", "ADMITTED", "Suspended (not suspended)"]
+    assert labels_in_order == ["QUEUED", "ADMITTED", "Suspended=False"]
+
+
+def test_a_condition_is_told_with_its_own_status_and_reason():
+    resumed = {"type": "Suspended", "status": "False", "reason": "MPIJobResumed", "message": "MPIJob resumed"}
+    assert views.condition_fact(resumed) == ("Suspended=False", "MPIJobResumed: MPIJob resumed")
+    running = {
+        "type": "Running",
+        "status": "True",
+        "reason": "MPIJobRunning",
+        "message": "MPIJob d/x is running.",
+    }
+    assert views.condition_fact(running) == ("Running=True", "MPIJobRunning: MPIJob d/x is running.")
+
+
+def test_a_reason_the_operator_left_from_the_conditions_other_status_is_labelled_stale():
+    # mpi-operator v0.8.2 turns Running False when the job succeeds and keeps its reason and message.
+    ended = {
+        "type": "Running",
+        "status": "False",
+        "reason": "MPIJobRunning",
+        "message": "MPIJob d/x is running.",
+    }
+    label, detail = views.condition_fact(ended)
+    assert label == "Running=False"
+    assert "stale" in detail and "MPIJobRunning" in detail and "is running" not in detail
+    # Its own reason for turning it False (a suspension) is told as it is.
+    suspended = {
+        "type": "Running",
+        "status": "False",
+        "reason": "MPIJobSuspended",
+        "message": "MPIJob suspended",
+    }
+    assert views.condition_fact(suspended) == ("Running=False", "MPIJobSuspended: MPIJob suspended")
 
 
 # --- JSON, text and SVG ------------------------------------------------------------------------------
