@@ -50,9 +50,20 @@ tr.user td:first-child { padding-left: 24px; color: var(--fg-muted); }
   font-weight: 500; background: var(--state-none); }
 .msg { color: var(--fg-muted); font-size: 12px; }
 .problem { background: var(--bg-warning); padding: 4px 8px; border-radius: 6px; margin: 4px 0; }
-.charts { display: flex; flex-wrap: wrap; gap: 16px; }
-.charts figure { margin: 0; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 400px), 1fr)); gap: 16px; }
+.charts figure { margin: 0; min-width: 0; max-width: 720px; }
 .charts figcaption { font-size: 12px; color: var(--fg-muted); }
+.charts svg { display: block; width: 100%; height: auto; }
+.chart-placeholder .box { aspect-ratio: 640 / 180; border-radius: 6px; display: flex; align-items: center;
+  justify-content: center; font-size: 12px; color: var(--fg-muted);
+  background: linear-gradient(90deg, var(--bg-muted) 30%, var(--bg-subtle) 50%, var(--bg-muted) 70%);
+  background-size: 300% 100%; animation: shimmer 1.6s linear infinite; }
+@keyframes shimmer { from { background-position: 100% 0; } to { background-position: 0 0; } }
+@media (prefers-reduced-motion: reduce) { .chart-placeholder .box { animation: none; } }
+#chart-tip { position: fixed; z-index: 10; pointer-events: none; padding: 4px 8px; border-radius: 6px;
+  font-size: 12px; background: var(--fg); color: var(--bg); white-space: nowrap; display: none; }
+svg g.point:hover rect { fill: var(--fg-muted) !important; fill-opacity: 0.15; }
+svg.state-timeline g[data-state]:hover rect.stretch { stroke: var(--fg); stroke-width: 1; }
 svg text { fill: var(--fg-muted); }
 pre.log { background: var(--bg-muted); padding: 6px 8px; max-height: 240px; overflow: auto; font: 12px/1.5 var(--font-mono);
   margin: 0; border-radius: 6px; }
@@ -107,6 +118,31 @@ _SCRIPT = """
       .catch(function (e) { document.body.dataset.refreshError = String(e); });
   }
   window.setInterval(refresh, seconds * 1000);
+  // A chart's values on hover at once, beside the pointer: the SVG <title> each step and stretch carries
+  // (what a page without scripts, or a screen reader, gets) is moved into a tooltip of the page's own,
+  // as the browser's native one shows only after a delay and away from the chart.
+  var tip = document.createElement("div");
+  tip.id = "chart-tip";
+  tip.setAttribute("role", "tooltip");
+  document.body.appendChild(tip);
+  function tipped(target) {
+    var g = target.closest && target.closest("svg g.point, svg.state-timeline g[data-state]");
+    if (!g) { return null; }
+    var title = g.querySelector(":scope > title");
+    if (title) { g.dataset.tip = title.textContent; g.setAttribute("aria-label", title.textContent); title.remove(); }
+    return g.dataset.tip ? g : null;
+  }
+  document.addEventListener("mousemove", function (event) {
+    var g = tipped(event.target);
+    if (!g) { tip.style.display = "none"; return; }
+    tip.textContent = g.dataset.tip;
+    tip.style.display = "block";
+    var x = Math.min(event.clientX + 12, window.innerWidth - tip.offsetWidth - 4);
+    var y = event.clientY + 16 + tip.offsetHeight > window.innerHeight ? event.clientY - tip.offsetHeight - 8 : event.clientY + 16;
+    tip.style.left = Math.max(x, 4) + "px";
+    tip.style.top = y + "px";
+  });
+  document.addEventListener("mouseleave", function () { tip.style.display = "none"; });
   // Links into Airflow's own UI: inside Airflow's frame, let its router navigate the whole page.
   document.addEventListener("click", function (event) {
     var link = event.target.closest && event.target.closest("a.airflow");
@@ -289,14 +325,31 @@ def queues_section(ov: Overview, base: str = "") -> str:
     return "".join(parts)
 
 
-def charts_section(ov: Overview) -> str:
+def charts_section(ov: Overview, *, pending: bool = False) -> str:
+    """A usage chart per group; while they are still being read (``pending``: the newest page after a
+    start, before every job was read), a placeholder per pool in their place, which the page's own
+    refresh replaces with the charts."""
+    if pending and not ov.charts:
+        groups = [p.group for p in ov.pools] or [""]
+        figures = "".join(
+            f'<figure class="chart-placeholder" data-group="{_e(g)}"><figcaption>'
+            f"{_e(g + ': ' if g else '')}GPUs held</figcaption>"
+            '<div class="box">reading the jobs&rsquo; GPU time&hellip;</div></figure>'
+            for g in groups
+        )
+        return (
+            '<section id="usage" aria-busy="true"><h2>GPU usage</h2><p class="msg" id="usage-loading">'
+            "The charts need every job's admission and end: they appear here once those are read, "
+            f'in a few seconds.</p><div class="charts">{figures}</div></section>'
+        )
     figures = "".join(
         f"<figure><figcaption>{_e(c.group)}: GPUs held since {c.start.strftime('%H:%M')} UTC "
         f"(peak {c.peak})</figcaption>"
         f"{svg.usage_chart(c)}</figure>"
         for c in ov.charts
     )
-    return f'<section id="usage"><h2>GPU usage</h2><div class="charts">{figures}</div></section>'
+    empty = "" if figures else '<p class="msg">no group holds or held GPUs</p>'
+    return f'<section id="usage"><h2>GPU usage</h2>{empty}<div class="charts">{figures}</div></section>'
 
 
 def _queue_cell(j: JobRow) -> str:
@@ -339,15 +392,16 @@ def jobs_section(ov: Overview, base: str = "") -> str:
     return f'<section id="jobs"><h2>Jobs</h2><table>{head}{job_rows(ov.jobs, base)}</table></section>'
 
 
-def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "") -> str:
+def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "", charts_pending: bool = False) -> str:
     """The overview: problems, pools, queues, usage charts, jobs (``jobs_nav``: the job list's filter
-    form and pager, rendered by :func:`airflow_jobs_plugin.readmodel.listing.pager_html`)."""
+    form and pager, rendered by :func:`airflow_jobs_plugin.readmodel.listing.pager_html`;
+    ``charts_pending``: the charts are still being read, see :func:`charts_section`)."""
     problems = "".join(f'<div class="problem">{_e(p)}</div>' for p in ov.problems)
     body = (
         problems
         + pools_section(ov)
         + queues_section(ov, base)
-        + charts_section(ov)
+        + charts_section(ov, pending=charts_pending)
         + jobs_nav
         + jobs_section(ov, base)
     )

@@ -539,6 +539,18 @@ def test_usage_chart_has_a_legend_axis_values_and_each_steps_values_on_hover():
     assert "<title>09:30:00-10:00:00 UTC: 6 GPUs held (quota 8)</title>" in drawn
 
 
+def test_the_usage_section_holds_a_placeholder_per_pool_while_the_charts_are_read():
+    ov = views.overview(primehub_example_1())
+    pending = html.charts_section(dataclasses.replace(ov, charts=()), pending=True)
+    assert 'aria-busy="true"' in pending and 'id="usage-loading"' in pending
+    assert re.findall(r'class="chart-placeholder" data-group="(\w+)"', pending) == [p.group for p in ov.pools]
+    # Once read, the charts take their place; a cluster with nothing to chart says so.
+    drawn = html.charts_section(ov, pending=True)
+    assert "chart-placeholder" not in drawn and drawn.count('class="usage-chart"') == len(ov.charts)
+    nothing = html.charts_section(dataclasses.replace(ov, charts=()))
+    assert "chart-placeholder" not in nothing and "no group holds or held GPUs" in nothing
+
+
 def test_usage_chart_gpu_axis_counts_in_steps_of_one_two_or_five():
     assert svg.gpu_ticks(0) == (0, 1)
     assert svg.gpu_ticks(3) == (0, 1, 2, 3)

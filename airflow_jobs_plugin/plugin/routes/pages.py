@@ -50,7 +50,9 @@ async def overview_page(
     ov, page = await reads.overview_of(settings, user, query)
     base = _base(request)
     nav = listing.pager_html(page, query, f"{base}{URL_PREFIX}/")
-    return HTMLResponse(html.overview_page(listing.bounded(ov), base=base, jobs_nav=nav))
+    return HTMLResponse(
+        html.overview_page(listing.bounded(ov), base=base, jobs_nav=nav, charts_pending=page.charts_pending)
+    )
 
 
 @pages_router.get("/jobs/{namespace}/{name}", response_class=HTMLResponse)
