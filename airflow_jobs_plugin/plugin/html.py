@@ -25,7 +25,7 @@ from airflow_jobs_plugin.jobs.labels import GPU_RESOURCE
 from airflow_jobs_plugin.plugin import svg, theme
 from airflow_jobs_plugin.readmodel import display, views
 from airflow_jobs_plugin.readmodel.listing import queue_query
-from airflow_jobs_plugin.readmodel.nodes import HIDDEN, NodeView, totals_line
+from airflow_jobs_plugin.readmodel.nodes import HIDDEN, NodeView, node_lines, totals_line
 from airflow_jobs_plugin.readmodel.views import PREFIX, JobDetail, JobRow, Overview
 
 REFRESH_SECONDS = 5
@@ -409,16 +409,30 @@ def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "", charts_pe
 
 
 def nodes_page(view: NodeView, *, base: str = "") -> str:
-    """The node view: a line per device of each node (offered, used, free) and one per job holding it."""
+    """The node view: a line per node (its GPU product, and each device it offers: offered, used, free),
+    then one per job holding one of its devices."""
     rows = []
-    for node in view.nodes:
+
+    def stacked(values: Sequence[object], num: bool = True) -> str:
+        # A node offering two devices (whole GPUs and MIG slices) lists them one under the other, never added.
+        cells = "".join(f"<div>{_e(v)}</div>" for v in values)
+        return f'<td class="num">{cells}</td>' if num else f"<td>{cells}</td>"
+
+    for node in node_lines(view):
         state = ("Ready" if node.ready else "NotReady") + ("" if node.schedulable else ", SchedulingDisabled")
+        devices = node.devices
         rows.append(
-            f'<tr class="node" data-node="{_e(node.name)}" data-device="{_e(node.device)}">'
-            f"<td><b>{_e(node.name)}</b></td><td>{_e(state)}</td><td>{_e(node.device)}</td>"
-            f"{_num(node.gpus)}{_num(node.used)}{_num(node.free)}<td></td><td></td><td></td></tr>"
+            f'<tr class="node" data-node="{_e(node.name)}" data-product="{_e(node.product or "")}" '
+            f'data-devices="{_e(" ".join(d.device for d in devices))}">'
+            f"<td><b>{_e(node.name)}</b></td><td>{_e(state)}</td>"
+            f'<td class="product">{_e(node.product) if node.product else _e(display.NONE)}</td>'
+            + stacked([d.device for d in devices], num=False)
+            + stacked([d.gpus for d in devices])
+            + stacked([d.used for d in devices])
+            + stacked([d.free for d in devices])
+            + "<td></td><td></td><td></td></tr>"
         )
-        for h in node.holders:
+        for h in (h for d in devices for h in d.holders):
             job = (
                 f'<a href="{_e(base + views.job_url(h.namespace, h.job))}">{_e(h.job)}</a>'
                 if h.product and h.job != HIDDEN
@@ -427,15 +441,15 @@ def nodes_page(view: NodeView, *, base: str = "") -> str:
             )
             rows.append(
                 f'<tr class="holder" data-node="{_e(node.name)}" data-device="{_e(h.device)}" '
-                f'data-job="{_e(h.job)}"><td></td><td></td><td></td><td></td>'
+                f'data-job="{_e(h.job)}"><td></td><td></td><td></td><td class="msg">{_e(h.device)}</td><td></td>'
                 f"{_num(h.gpus)}<td></td><td>{_e(h.namespace)}/{job}</td><td>{_e(h.user or '')}</td>"
                 f"<td>{_e(h.group or '')}</td></tr>"
             )
     problem = f'<div class="problem">{_e(view.problem)}</div>' if view.problem else ""
     summary = f'<p class="msg" id="totals">{_e(totals_line(view))}</p>'
     head = (
-        "<tr><th>node</th><th>status</th><th>device</th><th class=num>offered</th><th class=num>used</th>"
-        "<th class=num>free</th><th>job</th><th>user</th><th>group</th></tr>"
+        "<tr><th>node</th><th>status</th><th>GPU product</th><th>device</th><th class=num>offered</th>"
+        "<th class=num>used</th><th class=num>free</th><th>job</th><th>user</th><th>group</th></tr>"
     )
     table = f"<table>{head}{''.join(rows)}</table>" if rows else '<p class="msg">no node offers GPUs</p>'
     return page("GPU nodes", f'{problem}<section id="nodes">{summary}{table}</section>', base=base)
