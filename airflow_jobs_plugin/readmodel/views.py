@@ -1064,20 +1064,56 @@ def runs(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[history
     return (*recorded, *([current] if current is not None else []))
 
 
-def _run_marks(run: history.Run, admitted: bool) -> list[tuple[datetime, str, str]]:
+def placed_at(snap: JobSnapshot, pods: Iterable[Mapping[str, Any]]) -> datetime | None:
+    """When every replica's current pod was bound to a node (the latest ``PodScheduled`` transition to
+    True among them), or ``None`` while one is not placed (or has no pod). From then until its first
+    container runs the job pulls images and runs init containers: STARTING, as its snapshot and its
+    task's log call it, not SCHEDULING."""
+    if not snap.replicas:
+        return None
+    by_name = {Meta(p).name: p for p in pods}
+    times = []
+    for replica in snap.replicas:
+        pod = by_name.get(replica.pod or "")
+        conditions = ((pod or {}).get("status") or {}).get("conditions") or ()
+        bound = next(
+            (c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "True"), None
+        )
+        at = parse_time((bound or {}).get("lastTransitionTime"))
+        if at is None:
+            return None
+        times.append(at)
+    return max(times)
+
+
+def _run_marks(
+    run: history.Run, admitted: bool, placed: datetime | None = None
+) -> list[tuple[datetime, str, str]]:
     marks = []
     if admitted:
         marks.append((run.admitted_at, JobState.SCHEDULING.value, f"admitted with {run.gpus} GPU(s)"))
+        # Placement is known for the current run's pods only; a pod placed after the start is a
+        # replacement, not this run's start-up.
+        if (
+            placed is not None
+            and placed >= run.admitted_at.replace(microsecond=0)
+            and (run.started_at is None or placed < run.started_at)
+        ):
+            marks.append(
+                (placed, JobState.STARTING.value, "every pod placed on a node; images, init containers")
+            )
     if run.started_at is not None:
         marks.append((run.started_at, JobState.RUNNING.value, "first container started"))
     return marks
 
 
-def phases(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[Phase, ...]:
-    """The job's life as consecutive stretches: queued, admitted (placing and starting), running, and
-    for each stop and resume a person made (``done``, the job's history) stopped then queued again,
-    run by run; then the final state as an instant. A live job's last stretch is its current state up
-    to now."""
+def phases(
+    snap: JobSnapshot, done: Sequence[history.Entry] = (), placed: datetime | None = None
+) -> tuple[Phase, ...]:
+    """The job's life as consecutive stretches: queued, admitted (SCHEDULING until its pods are all
+    placed on nodes, ``placed``: :func:`placed_at`; then STARTING), running, and for each stop and
+    resume a person made (``done``, the job's history) stopped then queued again, run by run; then the
+    final state as an instant. A live job's last stretch is its current state up to now."""
     now = snap.observed_at or datetime.now(timezone.utc)
     marks: list[tuple[datetime, str, str]] = []
     if snap.queued_at is not None:
@@ -1091,7 +1127,7 @@ def phases(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[Phase
             marks.append((entry.at, JobState.QUEUED.value, f"resumed by {entry.by}; waiting for quota"))
     current = _current_run(snap, done)
     if current is not None:
-        marks.extend(_run_marks(current, admitted=current.admitted_at != current.started_at))
+        marks.extend(_run_marks(current, admitted=current.admitted_at != current.started_at, placed=placed))
     # The stretches follow the job's life in order, not the clock: Kubernetes writes whole seconds
     # (a pod's startedAt 12:00:05) where the product writes microseconds (admitted 12:00:05.300), so a
     # start may read earlier than the admission it followed. Each mark starts no earlier than the last.
@@ -1437,7 +1473,7 @@ def job_detail(
     return JobDetail(
         job=job_row(job, snap, state.now, state.workloads.get(_uid(job))),
         snapshot=snap,
-        phases=phases(snap, history.entries(Meta(job).annotations)),
+        phases=phases(snap, history.entries(Meta(job).annotations), placed_at(snap, own_pods)),
         timeline=timeline(job, snap),
         replicas=replica_rows(job, snap, own_pods, state.now),
         events=event_rows(events_of(job, own_pods, events), state.now),

@@ -420,6 +420,24 @@ def test_phases_of_a_finished_job_run_from_queued_to_its_final_state():
     ]
 
 
+def test_the_time_from_its_pods_placement_to_its_first_container_is_drawn_starting():
+    # Admitted at 0s, its pod bound to a node at 5s (the factory's PodScheduled), its container running
+    # from 30s: pulling and init containers in between are STARTING, as the task's log says.
+    job = product_job("s", "bob", 1, queued_s=-60, suspend=False, annotations={labels.ADMITTED_AT: ts(0)})
+    pod = job_pod("s", phase="Running", statuses=[running("main", since=30)])
+    state = views.ClusterState(jobs=(job,), pods=(pod,), events=(), now=NOW)
+    detail = views.job_detail(state, job)
+    assert [(p.state, p.start, p.end) for p in detail.phases] == [
+        ("QUEUED", at(-60), at(0)),
+        ("SCHEDULING", at(0), at(5)),
+        ("STARTING", at(5), at(30)),
+        ("RUNNING", at(30), NOW),
+    ]
+    # A pod not placed yet: the admission's stretch is SCHEDULING still.
+    unplaced = job_pod("s", phase="Pending", node=None, unschedulable_message="0/2 nodes are available")
+    assert views.placed_at(detail.snapshot, [unplaced]) is None
+
+
 def test_phases_of_a_live_job_end_in_its_current_state_now():
     job = product_job("q", "pan", 4, queued_s=-60, suspend=True)
     assert [(p.state, p.start, p.end) for p in views.phases(snapshot(job, (), (), now=NOW))] == [
