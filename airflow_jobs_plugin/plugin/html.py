@@ -268,7 +268,7 @@ def pools_section(ov: Overview) -> str:
         if pool.more_users:
             rows.append(
                 f'<tr class="more-users" data-group="{_e(pool.group)}"><td>{_e(pool.group)}</td>'
-                f'<td class="msg" colspan="20">and {pool.more_users} more users</td></tr>'
+                f'<td class="msg" colspan="20">+{pool.more_users} more users</td></tr>'
             )
     if not rows:
         return '<section id="pools"><h2>Pools</h2><p class="msg">no quota pools</p></section>'
@@ -302,6 +302,8 @@ def queues_section(ov: Overview, base: str = "") -> str:
     if not ov.queues:
         parts.append('<p class="msg">no job is waiting</p>')
     for queue in ov.queues:
+        # Every waiting job the reader may see, those listed and those left out (listing.bounded).
+        waiting = len(queue.entries) + queue.more
         rows = "".join(
             f'<tr class="queued" data-job="{_e(e.name)}" data-reason="{_e(e.reason)}">'
             f'{_num(e.position)}<td><a href="{_e(base + e.detail_url)}">{_e(e.name)}</a></td>'
@@ -310,7 +312,8 @@ def queues_section(ov: Overview, base: str = "") -> str:
             for e in queue.entries
         )
         parts.append(
-            f'<h3 data-group="{_e(queue.group)}">{_e(queue.group)}</h3><table><tr><th class=num>position</th>'
+            f'<h3 data-group="{_e(queue.group)}">{_e(queue.group)} <span class="msg count" '
+            f'data-waiting="{waiting}">{waiting} waiting</span></h3><table><tr><th class=num>position</th>'
             "<th>job</th><th>user</th><th class=num>GPUs</th><th class=num>priority</th><th>reason</th>"
             f"<th>waiting</th><th>message</th></tr>{rows}</table>"
         )
@@ -318,7 +321,7 @@ def queues_section(ov: Overview, base: str = "") -> str:
             # The rest of a long queue is a page of the job list away, not thousands of rows above the charts.
             href = f"{base}{PREFIX}/?{queue_query(queue.group).params()}#jobs"
             parts.append(
-                f'<p class="msg more" data-group="{_e(queue.group)}">and {queue.more} more waiting: '
+                f'<p class="msg more" data-group="{_e(queue.group)}">+{queue.more} more waiting: '
                 f'<a href="{_e(href)}">the whole queue in the job list</a></p>'
             )
     parts.append("</section>")
