@@ -113,6 +113,7 @@ _SCRIPT = """
         var fresh = new DOMParser().parseFromString(text, "text/html").querySelector("main");
         var main = document.querySelector("main");
         if (fresh && main) { var y = window.scrollY; main.replaceWith(fresh); window.scrollTo(0, y); }
+        if (tip) { tip.style.display = "none"; }  // what it described was replaced; the next move shows anew
         document.body.dataset.refreshed = new Date().toISOString();
       })
       .catch(function (e) { document.body.dataset.refreshError = String(e); });
@@ -142,7 +143,7 @@ _SCRIPT = """
     tip.style.left = Math.max(x, 4) + "px";
     tip.style.top = y + "px";
   });
-  document.addEventListener("mouseleave", function () { tip.style.display = "none"; });
+  document.documentElement.addEventListener("mouseleave", function () { tip.style.display = "none"; });
   // Links into Airflow's own UI: inside Airflow's frame, let its router navigate the whole page.
   document.addEventListener("click", function (event) {
     var link = event.target.closest && event.target.closest("a.airflow");
