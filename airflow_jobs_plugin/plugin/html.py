@@ -50,8 +50,11 @@ tr.user td:first-child { padding-left: 24px; color: var(--fg-muted); }
   font-weight: 500; background: var(--state-none); }
 .msg { color: var(--fg-muted); font-size: 12px; }
 .problem { background: var(--bg-warning); padding: 4px 8px; border-radius: 6px; margin: 4px 0; }
-.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 400px), 1fr)); gap: 16px; }
-.charts figure { margin: 0; min-width: 0; max-width: 720px; }
+/* Two charts a row wherever two fit at 400 px (Airflow's frame on a laptop), one below; never three, so
+   four groups read as a square and two fill the row. */
+.charts { display: grid; gap: 16px;
+  grid-template-columns: repeat(auto-fit, minmax(max(min(100%, 400px), calc((100% - 16px) / 2)), 1fr)); }
+.charts figure { margin: 0; min-width: 0; }
 .charts figcaption { font-size: 12px; color: var(--fg-muted); }
 .charts svg { display: block; width: 100%; height: auto; }
 .chart-placeholder .box { aspect-ratio: 640 / 180; border-radius: 6px; display: flex; align-items: center;
