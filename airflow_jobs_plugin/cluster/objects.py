@@ -58,6 +58,18 @@ def parse_time(value: Any) -> datetime | None:
     return _parse_rfc3339(value)
 
 
+def time_text(moment: datetime | str | None) -> str:
+    """A moment as the pages, the CLI and the messages print it for a person: ``2026-12-05 06:59:38 UTC``.
+
+    A message carries one time format whatever wrote the moment (an annotation's RFC 3339, a history
+    entry's microseconds): the page's tables print the same, under a "(UTC)" heading. Text that does not
+    parse as a time is printed as it is."""
+    parsed = parse_time(moment)
+    if parsed is None:
+        return "" if moment is None else str(moment)
+    return parsed.strftime("%Y-%m-%d %H:%M:%S") + " UTC"
+
+
 # The same few timestamps (a pod's creation, its conditions' transitions) are read again at every look
 # at a job; a datetime is immutable, so the parse of each string is done once.
 @functools.lru_cache(maxsize=8192)

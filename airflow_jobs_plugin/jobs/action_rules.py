@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from airflow_jobs_plugin.cluster.objects import time_text
 from airflow_jobs_plugin.jobs import kinds, kueue_job, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.json_fields import Json
@@ -141,7 +142,7 @@ def available(job: JobFacts) -> tuple[Action, ...]:
 
 
 def _at(when: str | None) -> str:
-    return f" at {when}" if when else ""
+    return f" at {time_text(when)}" if when else ""
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_jobs_plugin.cluster.objects import Meta, as_int, dig, parse_time, rfc3339
+from airflow_jobs_plugin.cluster.objects import Meta, as_int, dig, parse_time, rfc3339, time_text
 from airflow_jobs_plugin.cluster.resources import LEASES
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.jobs.naming import TaskIdentity, split_attempt
@@ -223,7 +223,7 @@ def record_names(task: TaskIdentity, *, max_tries: int | None, retries: int) -> 
 def cancelled_message(try_number: int, job: str | None, by: str | None, at: str | None) -> str:
     """What a later try of the same run fails with: which try was cancelled, by whom and when."""
     what = f"job {job}, " if job else ""
-    when = f" at {at}" if at else ""
+    when = f" at {time_text(at)}" if at else ""
     return (
         f"try {try_number} of this task was cancelled ({what}by {by or 'someone'}{when}) and the task was "
         "not cleared since: not running the job again (clear the task to run it again)"

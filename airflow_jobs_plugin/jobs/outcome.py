@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from airflow_jobs_plugin.cluster.objects import time_text
 from airflow_jobs_plugin.jobs import kinds
 from airflow_jobs_plugin.logs.logcursor import LogMarker
 
@@ -319,7 +320,7 @@ def headline(event: JobEvent) -> str:
     name = f"{event.kind} {event.namespace}/{event.job_name}"
     if event.cancelled and event.cancelled_by:
         head = f"{name} was cancelled by {event.cancelled_by}"
-        return head + (f" at {event.cancelled_at}" if event.cancelled_at else "")
+        return head + (f" at {time_text(event.cancelled_at)}" if event.cancelled_at else "")
     head = f"{name} ended {event.state}"
     if event.reason:
         head += f" (reason {event.reason})"

@@ -41,6 +41,7 @@ from airflow_jobs_plugin.cluster.objects import (
     items,
     mapping,
     parse_time,
+    time_text,
 )
 from airflow_jobs_plugin.cluster.records import NOT_YET, PodFacts, ReadMemo, pod_facts
 from airflow_jobs_plugin.jobs import history, labels
@@ -742,7 +743,9 @@ def _suspended(
                 JobState.TERMINATING, Reason.STOPPED, f"stopped by {who}; stopping {len(live)} pod(s)"
             )
         return _Decision(
-            JobState.STOPPED, Reason.STOPPED, f"stopped by {who} at {stopped_at}; resume to requeue"
+            JobState.STOPPED,
+            Reason.STOPPED,
+            f"stopped by {who} at {time_text(stopped_at)}; resume to requeue",
         )
     preempted = facts.annotations.get(labels.PREEMPTION_MESSAGE)
     if live and preempted:
@@ -772,7 +775,7 @@ def _suspended(
     requeued = f"requeued {facts.requeue_count} time(s)"
     if facts.requeue_count > 0 and not_before is not None and not_before > now:
         return _Decision(
-            JobState.QUEUED, Reason.REQUEUED, f"{requeued}; back in the queue at {not_before.isoformat()}"
+            JobState.QUEUED, Reason.REQUEUED, f"{requeued}; back in the queue at {time_text(not_before)}"
         )
     if queue is not None:
         reason = next((r for r in QUEUE_REASONS if r.value == queue.reason), Reason.PENDING)
@@ -795,13 +798,13 @@ def _suspended(
 
 
 def _resumed(annotations: Mapping[str, str]) -> str | None:
-    """``resumed by alice at 12:00:05Z`` when a person's resume is the newest thing done to the job."""
+    """``resumed by alice at 2026-12-05 12:00:05 UTC`` when a person's resume is the newest thing done to the job."""
     if labels.HISTORY not in annotations:
         return None
     done = history.entries(annotations)
     if not done or done[-1].act is not history.Act.RESUMED:
         return None
-    return f"resumed by {done[-1].by} at {done[-1].at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    return f"resumed by {done[-1].by} at {time_text(done[-1].at)}"
 
 
 def _recorded_start(annotations: Mapping[str, str]) -> datetime | None:

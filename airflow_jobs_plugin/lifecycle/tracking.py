@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from airflow_jobs_plugin.cluster import resource_version
-from airflow_jobs_plugin.cluster.objects import Meta, condition_true, parse_time
+from airflow_jobs_plugin.cluster.objects import Meta, condition_true, parse_time, time_text
 from airflow_jobs_plugin.jobs import attempts, history, kinds, labels, retry
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.outcome import (
@@ -215,7 +215,7 @@ def state_line(snapshot: JobSnapshot) -> str:
 
 
 def resumed_line(before: JobSnapshot | None, now: JobSnapshot, annotations: Mapping[str, str]) -> str | None:
-    """``resumed by bob at 2026-11-28T17:59:21Z``: what a task log says when the job it follows, last
+    """``resumed by bob at 2026-11-28 17:59:21 UTC``: what a task log says when the job it follows, last
     reported stopped (or stopping), is stopped no more because a person resumed it. The job's next line
     says where it waits (the pool's reason) or that it runs; this one says who put it back."""
     if before is None or before.reason is not Reason.STOPPED or now.reason is Reason.STOPPED:
@@ -223,7 +223,7 @@ def resumed_line(before: JobSnapshot | None, now: JobSnapshot, annotations: Mapp
     done = history.entries(annotations) if labels.HISTORY in annotations else ()
     if not done or done[-1].act is not history.Act.RESUMED:
         return None
-    return f"resumed by {done[-1].by} at {done[-1].at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    return f"resumed by {done[-1].by} at {time_text(done[-1].at)}"
 
 
 # States whose line ends with the job's message: why it waits, why it ended, who stopped it.
@@ -479,7 +479,7 @@ def after_deletion(
         gone,
         state=JobState.CANCELLED,
         reason=Reason.CANCELLED,
-        message=f"cancelled by {DELETED_BY_SOMEONE} at {when}",
+        message=f"cancelled by {DELETED_BY_SOMEONE} at {time_text(when)}",
     )
     return cancelled, annotations
 
@@ -506,7 +506,7 @@ def who_cancelled(
     when = annotations.get(labels.CANCELLED_AT) or _iso(now) or ""
     annotations[labels.CANCELLED_BY] = who
     annotations[labels.CANCELLED_AT] = when
-    return replace(snap, message=f"cancelled by {who} at {when}"), annotations
+    return replace(snap, message=f"cancelled by {who} at {time_text(when)}"), annotations
 
 
 class SensorVerdict(str, Enum):

@@ -168,6 +168,16 @@ def job_query(
 
 
 JobQueryDep = Annotated[listing.JobQuery, Depends(job_query)]
+# The overview's bound on its queue and pool-user rows, for the page and the JSON alike.
+QueueRows = Annotated[
+    int,
+    Query(
+        ge=0,
+        le=listing.MAX_QUEUE_ROWS,
+        description="entries listed of each queue and users of each pool (the rest are counted: more, "
+        "more_users); /api/queues and /api/pools list them all",
+    ),
+]
 
 
 def _base(request: Request) -> str:

@@ -25,7 +25,7 @@ from airflow_jobs_plugin.jobs.labels import GPU_RESOURCE
 from airflow_jobs_plugin.plugin import svg, theme
 from airflow_jobs_plugin.readmodel import display, views
 from airflow_jobs_plugin.readmodel.listing import queue_query
-from airflow_jobs_plugin.readmodel.nodes import HIDDEN, NodeView, totals_line
+from airflow_jobs_plugin.readmodel.nodes import HIDDEN, NodeView, node_lines, totals_line
 from airflow_jobs_plugin.readmodel.views import PREFIX, JobDetail, JobRow, Overview
 
 REFRESH_SECONDS = 5
@@ -50,9 +50,23 @@ tr.user td:first-child { padding-left: 24px; color: var(--fg-muted); }
   font-weight: 500; background: var(--state-none); }
 .msg { color: var(--fg-muted); font-size: 12px; }
 .problem { background: var(--bg-warning); padding: 4px 8px; border-radius: 6px; margin: 4px 0; }
-.charts { display: flex; flex-wrap: wrap; gap: 16px; }
-.charts figure { margin: 0; }
+/* Two charts a row wherever two fit at 400 px (Airflow's frame on a laptop), one below; never three, so
+   four groups read as a square and two fill the row. */
+.charts { display: grid; gap: 16px;
+  grid-template-columns: repeat(auto-fit, minmax(max(min(100%, 400px), calc((100% - 16px) / 2)), 1fr)); }
+.charts figure { margin: 0; min-width: 0; }
 .charts figcaption { font-size: 12px; color: var(--fg-muted); }
+.charts svg { display: block; width: 100%; height: auto; }
+.chart-placeholder .box { aspect-ratio: 640 / 180; border-radius: 6px; display: flex; align-items: center;
+  justify-content: center; font-size: 12px; color: var(--fg-muted);
+  background: linear-gradient(90deg, var(--bg-muted) 30%, var(--bg-subtle) 50%, var(--bg-muted) 70%);
+  background-size: 300% 100%; animation: shimmer 1.6s linear infinite; }
+@keyframes shimmer { from { background-position: 100% 0; } to { background-position: 0 0; } }
+@media (prefers-reduced-motion: reduce) { .chart-placeholder .box { animation: none; } }
+#chart-tip { position: fixed; z-index: 10; pointer-events: none; padding: 4px 8px; border-radius: 6px;
+  font-size: 12px; background: var(--fg); color: var(--bg); white-space: nowrap; display: none; }
+svg g.point:hover rect { fill: var(--fg-muted) !important; fill-opacity: 0.15; }
+svg.state-timeline g[data-state]:hover rect.stretch { stroke: var(--fg); stroke-width: 1; }
 svg text { fill: var(--fg-muted); }
 pre.log { background: var(--bg-muted); padding: 6px 8px; max-height: 240px; overflow: auto; font: 12px/1.5 var(--font-mono);
   margin: 0; border-radius: 6px; }
@@ -102,11 +116,37 @@ _SCRIPT = """
         var fresh = new DOMParser().parseFromString(text, "text/html").querySelector("main");
         var main = document.querySelector("main");
         if (fresh && main) { var y = window.scrollY; main.replaceWith(fresh); window.scrollTo(0, y); }
+        if (tip) { tip.style.display = "none"; }  // what it described was replaced; the next move shows anew
         document.body.dataset.refreshed = new Date().toISOString();
       })
       .catch(function (e) { document.body.dataset.refreshError = String(e); });
   }
   window.setInterval(refresh, seconds * 1000);
+  // A chart's values on hover at once, beside the pointer: the SVG <title> each step and stretch carries
+  // (what a page without scripts, or a screen reader, gets) is moved into a tooltip of the page's own,
+  // as the browser's native one shows only after a delay and away from the chart.
+  var tip = document.createElement("div");
+  tip.id = "chart-tip";
+  tip.setAttribute("role", "tooltip");
+  document.body.appendChild(tip);
+  function tipped(target) {
+    var g = target.closest && target.closest("svg g.point, svg.state-timeline g[data-state]");
+    if (!g) { return null; }
+    var title = g.querySelector(":scope > title");
+    if (title) { g.dataset.tip = title.textContent; g.setAttribute("aria-label", title.textContent); title.remove(); }
+    return g.dataset.tip ? g : null;
+  }
+  document.addEventListener("mousemove", function (event) {
+    var g = tipped(event.target);
+    if (!g) { tip.style.display = "none"; return; }
+    tip.textContent = g.dataset.tip;
+    tip.style.display = "block";
+    var x = Math.min(event.clientX + 12, window.innerWidth - tip.offsetWidth - 4);
+    var y = event.clientY + 16 + tip.offsetHeight > window.innerHeight ? event.clientY - tip.offsetHeight - 8 : event.clientY + 16;
+    tip.style.left = Math.max(x, 4) + "px";
+    tip.style.top = y + "px";
+  });
+  document.documentElement.addEventListener("mouseleave", function () { tip.style.display = "none"; });
   // Links into Airflow's own UI: inside Airflow's frame, let its router navigate the whole page.
   document.addEventListener("click", function (event) {
     var link = event.target.closest && event.target.closest("a.airflow");
@@ -232,7 +272,7 @@ def pools_section(ov: Overview) -> str:
         if pool.more_users:
             rows.append(
                 f'<tr class="more-users" data-group="{_e(pool.group)}"><td>{_e(pool.group)}</td>'
-                f'<td class="msg" colspan="20">and {pool.more_users} more users</td></tr>'
+                f'<td class="msg" colspan="20">+{pool.more_users} more users</td></tr>'
             )
     if not rows:
         return '<section id="pools"><h2>Pools</h2><p class="msg">no quota pools</p></section>'
@@ -266,6 +306,8 @@ def queues_section(ov: Overview, base: str = "") -> str:
     if not ov.queues:
         parts.append('<p class="msg">no job is waiting</p>')
     for queue in ov.queues:
+        # Every waiting job the reader may see, those listed and those left out (listing.bounded).
+        waiting = len(queue.entries) + queue.more
         rows = "".join(
             f'<tr class="queued" data-job="{_e(e.name)}" data-reason="{_e(e.reason)}">'
             f'{_num(e.position)}<td><a href="{_e(base + e.detail_url)}">{_e(e.name)}</a></td>'
@@ -274,7 +316,8 @@ def queues_section(ov: Overview, base: str = "") -> str:
             for e in queue.entries
         )
         parts.append(
-            f'<h3 data-group="{_e(queue.group)}">{_e(queue.group)}</h3><table><tr><th class=num>position</th>'
+            f'<h3 data-group="{_e(queue.group)}">{_e(queue.group)} <span class="msg count" '
+            f'data-waiting="{waiting}">{waiting} waiting</span></h3><table><tr><th class=num>position</th>'
             "<th>job</th><th>user</th><th class=num>GPUs</th><th class=num>priority</th><th>reason</th>"
             f"<th>waiting</th><th>message</th></tr>{rows}</table>"
         )
@@ -282,21 +325,38 @@ def queues_section(ov: Overview, base: str = "") -> str:
             # The rest of a long queue is a page of the job list away, not thousands of rows above the charts.
             href = f"{base}{PREFIX}/?{queue_query(queue.group).params()}#jobs"
             parts.append(
-                f'<p class="msg more" data-group="{_e(queue.group)}">and {queue.more} more waiting: '
+                f'<p class="msg more" data-group="{_e(queue.group)}">+{queue.more} more waiting: '
                 f'<a href="{_e(href)}">the whole queue in the job list</a></p>'
             )
     parts.append("</section>")
     return "".join(parts)
 
 
-def charts_section(ov: Overview) -> str:
+def charts_section(ov: Overview, *, pending: bool = False) -> str:
+    """A usage chart per group; while they are still being read (``pending``: the newest page after a
+    start, before every job was read), a placeholder per pool in their place, which the page's own
+    refresh replaces with the charts."""
+    if pending and not ov.charts:
+        groups = [p.group for p in ov.pools] or [""]
+        figures = "".join(
+            f'<figure class="chart-placeholder" data-group="{_e(g)}"><figcaption>'
+            f"{_e(g + ': ' if g else '')}GPUs held</figcaption>"
+            '<div class="box">reading the jobs&rsquo; GPU time&hellip;</div></figure>'
+            for g in groups
+        )
+        return (
+            '<section id="usage" aria-busy="true"><h2>GPU usage</h2><p class="msg" id="usage-loading">'
+            "The charts need every job's admission and end: they appear here once those are read, "
+            f'in a few seconds.</p><div class="charts">{figures}</div></section>'
+        )
     figures = "".join(
         f"<figure><figcaption>{_e(c.group)}: GPUs held since {c.start.strftime('%H:%M')} UTC "
         f"(peak {c.peak})</figcaption>"
         f"{svg.usage_chart(c)}</figure>"
         for c in ov.charts
     )
-    return f'<section id="usage"><h2>GPU usage</h2><div class="charts">{figures}</div></section>'
+    empty = "" if figures else '<p class="msg">no group holds or held GPUs</p>'
+    return f'<section id="usage"><h2>GPU usage</h2>{empty}<div class="charts">{figures}</div></section>'
 
 
 def _queue_cell(j: JobRow) -> str:
@@ -339,15 +399,16 @@ def jobs_section(ov: Overview, base: str = "") -> str:
     return f'<section id="jobs"><h2>Jobs</h2><table>{head}{job_rows(ov.jobs, base)}</table></section>'
 
 
-def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "") -> str:
+def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "", charts_pending: bool = False) -> str:
     """The overview: problems, pools, queues, usage charts, jobs (``jobs_nav``: the job list's filter
-    form and pager, rendered by :func:`airflow_jobs_plugin.readmodel.listing.pager_html`)."""
+    form and pager, rendered by :func:`airflow_jobs_plugin.readmodel.listing.pager_html`;
+    ``charts_pending``: the charts are still being read, see :func:`charts_section`)."""
     problems = "".join(f'<div class="problem">{_e(p)}</div>' for p in ov.problems)
     body = (
         problems
         + pools_section(ov)
         + queues_section(ov, base)
-        + charts_section(ov)
+        + charts_section(ov, pending=charts_pending)
         + jobs_nav
         + jobs_section(ov, base)
     )
@@ -355,16 +416,30 @@ def overview_page(ov: Overview, *, base: str = "", jobs_nav: str = "") -> str:
 
 
 def nodes_page(view: NodeView, *, base: str = "") -> str:
-    """The node view: a line per device of each node (offered, used, free) and one per job holding it."""
+    """The node view: a line per node (its GPU product, and each device it offers: offered, used, free),
+    then one per job holding one of its devices."""
     rows = []
-    for node in view.nodes:
+
+    def stacked(values: Sequence[object], num: bool = True) -> str:
+        # A node offering two devices (whole GPUs and MIG slices) lists them one under the other, never added.
+        cells = "".join(f"<div>{_e(v)}</div>" for v in values)
+        return f'<td class="num">{cells}</td>' if num else f"<td>{cells}</td>"
+
+    for node in node_lines(view):
         state = ("Ready" if node.ready else "NotReady") + ("" if node.schedulable else ", SchedulingDisabled")
+        devices = node.devices
         rows.append(
-            f'<tr class="node" data-node="{_e(node.name)}" data-device="{_e(node.device)}">'
-            f"<td><b>{_e(node.name)}</b></td><td>{_e(state)}</td><td>{_e(node.device)}</td>"
-            f"{_num(node.gpus)}{_num(node.used)}{_num(node.free)}<td></td><td></td><td></td></tr>"
+            f'<tr class="node" data-node="{_e(node.name)}" data-product="{_e(node.product or "")}" '
+            f'data-devices="{_e(" ".join(d.device for d in devices))}">'
+            f"<td><b>{_e(node.name)}</b></td><td>{_e(state)}</td>"
+            f'<td class="product">{_e(node.product) if node.product else _e(display.NONE)}</td>'
+            + stacked([d.device for d in devices], num=False)
+            + stacked([d.gpus for d in devices])
+            + stacked([d.used for d in devices])
+            + stacked([d.free for d in devices])
+            + "<td></td><td></td><td></td></tr>"
         )
-        for h in node.holders:
+        for h in (h for d in devices for h in d.holders):
             job = (
                 f'<a href="{_e(base + views.job_url(h.namespace, h.job))}">{_e(h.job)}</a>'
                 if h.product and h.job != HIDDEN
@@ -373,15 +448,15 @@ def nodes_page(view: NodeView, *, base: str = "") -> str:
             )
             rows.append(
                 f'<tr class="holder" data-node="{_e(node.name)}" data-device="{_e(h.device)}" '
-                f'data-job="{_e(h.job)}"><td></td><td></td><td></td><td></td>'
+                f'data-job="{_e(h.job)}"><td></td><td></td><td></td><td class="msg">{_e(h.device)}</td><td></td>'
                 f"{_num(h.gpus)}<td></td><td>{_e(h.namespace)}/{job}</td><td>{_e(h.user or '')}</td>"
                 f"<td>{_e(h.group or '')}</td></tr>"
             )
     problem = f'<div class="problem">{_e(view.problem)}</div>' if view.problem else ""
     summary = f'<p class="msg" id="totals">{_e(totals_line(view))}</p>'
     head = (
-        "<tr><th>node</th><th>status</th><th>device</th><th class=num>offered</th><th class=num>used</th>"
-        "<th class=num>free</th><th>job</th><th>user</th><th>group</th></tr>"
+        "<tr><th>node</th><th>status</th><th>GPU product</th><th>device</th><th class=num>offered</th>"
+        "<th class=num>used</th><th class=num>free</th><th>job</th><th>user</th><th>group</th></tr>"
     )
     table = f"<table>{head}{''.join(rows)}</table>" if rows else '<p class="msg">no node offers GPUs</p>'
     return page("GPU nodes", f'{problem}<section id="nodes">{summary}{table}</section>', base=base)

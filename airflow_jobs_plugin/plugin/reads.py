@@ -157,7 +157,7 @@ class JobReads:
                 settings, lambda c: inspect.read_status(c, target, query, chunk=inspect.STATUS_CHUNK)
             )
             view, page = listing.with_page(views.overview(found.state), query, found.page, found.total)
-            return dataclasses.replace(view, charts=()), page
+            return dataclasses.replace(view, charts=()), dataclasses.replace(page, charts_pending=True)
 
         return await asyncio.to_thread(lambda: asyncio.run(read()))
 

@@ -6,8 +6,9 @@ chart repaints with the page when Airflow's light or dark mode changes; they are
 where ``var()`` is honoured, not as SVG presentation attributes.
 
 Each chart says what it shows without a second look: a legend, values on its axes, and a ``<title>``
-on every step and stretch, which a browser shows as a tooltip on hover (and a screen reader reads):
-``09:05:00-09:12:30 UTC: 6 GPUs held (quota 8)``.
+on every step and stretch (``09:05:00-09:12:30 UTC: 6 GPUs held (quota 8)``), which the page's script
+shows in a tooltip beside the pointer on hover (``html.py``), and a page without scripts as the
+browser's own.
 """
 
 from __future__ import annotations

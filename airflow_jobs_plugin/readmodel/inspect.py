@@ -29,7 +29,7 @@ from airflow_jobs_plugin.cluster.kube import (
     KubeError,
     Resource,
 )
-from airflow_jobs_plugin.cluster.objects import Meta
+from airflow_jobs_plugin.cluster.objects import Meta, time_text
 from airflow_jobs_plugin.jobs import attempts, kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
 from airflow_jobs_plugin.jobs.labels import MANAGED_SELECTOR
@@ -987,7 +987,7 @@ async def _recorded_earlier(client: KubeClient, namespace: str, name: str) -> Ca
         return None
     seen = cancel_record.found(record)
     kind = str(Meta(record).annotations.get(labels.CANCELLED_JOB) or "").partition("/")[0]
-    at = f" at {seen.at.isoformat(timespec='seconds')}" if seen.at is not None else ""
+    at = f" at {time_text(seen.at)}" if seen.at is not None else ""
     message = (
         f"{kind.lower() + '/' if kind else ''}{name} was already cancelled by {seen.by or 'someone'}{at}"
     )
@@ -1015,7 +1015,7 @@ async def _cancelled_earlier(client: KubeClient, namespace: str, name: str) -> C
     when = last.get("lastTimestamp")
     message = (
         f"{kind.lower() + '/' if kind else ''}{name} was already {last.get('message') or 'cancelled'}"
-        + (f" at {when}" if when else "")
+        + (f" at {time_text(when)}" if when else "")
     )
     return actions.CancelOutcome(namespace, name, kind, False, True, f"{message} (deleted)")
 

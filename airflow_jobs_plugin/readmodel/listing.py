@@ -171,6 +171,9 @@ class JobPage:
     total: int | None  # None: not counted (only the newest jobs were read); older ones may follow
     offset: int
     limit: int
+    # Whether the overview beside this page was answered before the index of every job was built (the
+    # newest page after a start): its usage charts, which need every job, are still being read.
+    charts_pending: bool = False
 
     @property
     def more(self) -> bool:

@@ -29,6 +29,9 @@ from airflow_jobs_plugin.json_fields import Json
 from airflow_jobs_plugin.queueing.quota.placement import NodeCapacity
 
 ENDED = ("Succeeded", "Failed")
+# The GPU model of a node, as NVIDIA's GPU Feature Discovery labels it (NVIDIA-A100-SXM4-80GB): the same
+# label a quota flavor's node_labels select (queueing/quota/flavors.py).
+GPU_PRODUCT = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,25 @@ class NodeRow:
     device: Annotated[
         str, Json("the GPU resource of this row: nvidia.com/gpu, a MIG profile, amd.com/gpu, ...")
     ] = labels.GPU_RESOURCE
+    product: Annotated[
+        str | None,
+        Json(
+            "the node's GPU model, its nvidia.com/gpu.product label (NVIDIA's GPU Feature Discovery); "
+            "null without one",
+            blank_is_null=True,
+        ),
+    ] = None
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    """One node as the node page lists it: once, with every device it offers (its rows of the view)."""
+
+    name: str
+    ready: bool
+    schedulable: bool
+    product: str | None
+    devices: tuple[NodeRow, ...]
 
 
 @dataclass(frozen=True)
@@ -195,6 +217,7 @@ def node_view(
                     schedulable=not (node.get("spec") or {}).get("unschedulable"),
                     holders=holders,
                     device=device,
+                    product=Meta(node).labels.get(GPU_PRODUCT) or None,
                 )
             )
     # Whole GPUs first, then the other devices by name; busiest first within a device.
@@ -219,6 +242,25 @@ def node_view(
         free=whole.free if whole else 0,
         problem=problem,
         devices=tuple(totals),
+    )
+
+
+def node_lines(view: NodeView) -> tuple[NodeLine, ...]:
+    """A line per node, with its devices' rows in the view's order (whole GPUs first), the nodes in the
+    order their first row comes: the view keeps a row per device so that no total adds a MIG slice to a
+    whole GPU, but a person looks for a node once."""
+    devices: dict[str, list[NodeRow]] = {}
+    for row in view.nodes:
+        devices.setdefault(row.name, []).append(row)
+    return tuple(
+        NodeLine(
+            name=name,
+            ready=rows[0].ready,
+            schedulable=rows[0].schedulable,
+            product=next((r.product for r in rows if r.product), None),
+            devices=tuple(rows),
+        )
+        for name, rows in devices.items()
     )
 
 

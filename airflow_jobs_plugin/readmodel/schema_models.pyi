@@ -484,6 +484,8 @@ class Node(Model):
     holders: list[NodeHolder]
     # the GPU resource of this row: nvidia.com/gpu, a MIG profile, amd.com/gpu, ...
     device: str
+    # the node's GPU model, its nvidia.com/gpu.product label (NVIDIA's GPU Feature Discovery); null without one
+    product: str | None
 
 class DeviceTotal(Model):
     """One GPU device over every node."""

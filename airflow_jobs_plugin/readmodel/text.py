@@ -275,16 +275,18 @@ def nodes_text(view: NodeView) -> str:
         state = "Ready" if node.ready else "NotReady"
         if not node.schedulable:
             state += ",SchedulingDisabled"
-        rows.append([node.name, state, node.device, node.gpus, node.used, node.free, "", "", ""])
+        rows.append(
+            [node.name, state, node.product or "", node.device, node.gpus, node.used, node.free, "", "", ""]
+        )
         for holder in node.holders:
             who = (
                 f"{holder.namespace}/{holder.job}"
                 if holder.product
                 else f"{holder.namespace}/{holder.job} (not a GPU job of this product)"
             )
-            rows.append(["", "", "", "", holder.gpus, "", who, holder.user or "", holder.group or ""])
+            rows.append(["", "", "", "", "", holder.gpus, "", who, holder.user or "", holder.group or ""])
     out = [
-        table(["node", "status", "device", "gpus", "used", "free", "job", "user", "group"], rows)
+        table(["node", "status", "product", "device", "gpus", "used", "free", "job", "user", "group"], rows)
         if rows
         else "no node offers GPUs",
         "",

@@ -1064,20 +1064,56 @@ def runs(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[history
     return (*recorded, *([current] if current is not None else []))
 
 
-def _run_marks(run: history.Run, admitted: bool) -> list[tuple[datetime, str, str]]:
+def placed_at(snap: JobSnapshot, pods: Iterable[Mapping[str, Any]]) -> datetime | None:
+    """When every replica's current pod was bound to a node (the latest ``PodScheduled`` transition to
+    True among them), or ``None`` while one is not placed (or has no pod). From then until its first
+    container runs the job pulls images and runs init containers: STARTING, as its snapshot and its
+    task's log call it, not SCHEDULING."""
+    if not snap.replicas:
+        return None
+    by_name = {Meta(p).name: p for p in pods}
+    times = []
+    for replica in snap.replicas:
+        pod = by_name.get(replica.pod or "")
+        conditions = ((pod or {}).get("status") or {}).get("conditions") or ()
+        bound = next(
+            (c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "True"), None
+        )
+        at = parse_time((bound or {}).get("lastTransitionTime"))
+        if at is None:
+            return None
+        times.append(at)
+    return max(times)
+
+
+def _run_marks(
+    run: history.Run, admitted: bool, placed: datetime | None = None
+) -> list[tuple[datetime, str, str]]:
     marks = []
     if admitted:
         marks.append((run.admitted_at, JobState.SCHEDULING.value, f"admitted with {run.gpus} GPU(s)"))
+        # Placement is known for the current run's pods only; a pod placed after the start is a
+        # replacement, not this run's start-up.
+        if (
+            placed is not None
+            and placed >= run.admitted_at.replace(microsecond=0)
+            and (run.started_at is None or placed < run.started_at)
+        ):
+            marks.append(
+                (placed, JobState.STARTING.value, "every pod placed on a node; images, init containers")
+            )
     if run.started_at is not None:
         marks.append((run.started_at, JobState.RUNNING.value, "first container started"))
     return marks
 
 
-def phases(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[Phase, ...]:
-    """The job's life as consecutive stretches: queued, admitted (placing and starting), running, and
-    for each stop and resume a person made (``done``, the job's history) stopped then queued again,
-    run by run; then the final state as an instant. A live job's last stretch is its current state up
-    to now."""
+def phases(
+    snap: JobSnapshot, done: Sequence[history.Entry] = (), placed: datetime | None = None
+) -> tuple[Phase, ...]:
+    """The job's life as consecutive stretches: queued, admitted (SCHEDULING until its pods are all
+    placed on nodes, ``placed``: :func:`placed_at`; then STARTING), running, and for each stop and
+    resume a person made (``done``, the job's history) stopped then queued again, run by run; then the
+    final state as an instant. A live job's last stretch is its current state up to now."""
     now = snap.observed_at or datetime.now(timezone.utc)
     marks: list[tuple[datetime, str, str]] = []
     if snap.queued_at is not None:
@@ -1091,7 +1127,7 @@ def phases(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[Phase
             marks.append((entry.at, JobState.QUEUED.value, f"resumed by {entry.by}; waiting for quota"))
     current = _current_run(snap, done)
     if current is not None:
-        marks.extend(_run_marks(current, admitted=current.admitted_at != current.started_at))
+        marks.extend(_run_marks(current, admitted=current.admitted_at != current.started_at, placed=placed))
     # The stretches follow the job's life in order, not the clock: Kubernetes writes whole seconds
     # (a pod's startedAt 12:00:05) where the product writes microseconds (admitted 12:00:05.300), so a
     # start may read earlier than the admission it followed. Each mark starts no earlier than the last.
@@ -1112,17 +1148,52 @@ def phases(snap: JobSnapshot, done: Sequence[history.Entry] = ()) -> tuple[Phase
     return tuple(result)
 
 
-_CONDITION_LABELS = {
-    "Suspended": "suspended",
-    "Complete": "completed",
-    "Succeeded": "succeeded",
-    "Failed": "failed",
-    "FailureTarget": "failing",
-    "SuccessCriteriaMet": "success criteria met",
-    "Created": "created",
-    "Running": "running",
-    "Restarting": "restarting",
+# The controller conditions the facts table tells (the others say nothing a person acts on).
+_CONDITION_TYPES = frozenset(
+    {
+        "Suspended",
+        "Complete",
+        "Succeeded",
+        "Failed",
+        "FailureTarget",
+        "SuccessCriteriaMet",
+        "Created",
+        "Running",
+        "Restarting",
+    }
+)
+# The status a controller's reason asserts, by (condition type, reason). mpi-operator v0.8.2 keeps a
+# condition's reason and message when it turns the condition over for another one
+# (pkg/controller/mpi_job_controller_status.go, filterOutCondition: Running, and Failed, become False
+# when the job succeeds or fails, still reading "MPIJobRunning: MPIJob default/x is running."). A reason
+# that asserts the other status is stale: the facts table says so rather than show it as current.
+_REASON_ASSERTS = {
+    ("Running", "MPIJobRunning"): "True",
+    ("Created", "MPIJobCreated"): "True",
+    ("Succeeded", "MPIJobSucceeded"): "True",
+    ("Failed", "MPIJobFailed"): "True",
+    ("Suspended", "MPIJobSuspended"): "True",
+    ("Suspended", "MPIJobResumed"): "False",
+    ("Suspended", "JobSuspended"): "True",
+    ("Suspended", "JobResumed"): "False",
 }
+
+
+def condition_fact(cond: Mapping[str, Any]) -> tuple[str, str]:
+    """A controller condition as the facts table tells it: its type with its own status (``Running=False``)
+    and its reason and message; a reason the controller left over from the condition's other status
+    (mpi-operator's, see above) is named as stale and its message, which describes that other status,
+    left out."""
+    kind = str(cond.get("type") or "")
+    truth = str(cond.get("status") or "")
+    reason = str(cond.get("reason") or "")
+    message = str(cond.get("message") or "")
+    asserts = _REASON_ASSERTS.get((kind, reason))
+    if asserts is not None and asserts != truth:
+        return f"{kind}={truth}", f"(stale reason {reason}, left by the operator from when it was {asserts})"
+    return f"{kind}={truth}", ": ".join(x for x in (reason, message) if x)
+
+
 # The conditions a controller writes when it ends a job the product ruled on (a cancel, a queue
 # timeout): the product ends a Job through its one-second activeDeadlineSeconds and an MPIJob through its
 # launcher (quota.ledger.verdict_patch), so they read DeadlineExceeded, which is how, not why. The
@@ -1218,19 +1289,18 @@ def timeline(job: Mapping[str, Any], snap: JobSnapshot) -> tuple[TimelineEntry, 
     for cond in (job.get("status") or {}).get("conditions") or ():
         at = parse_time(cond.get("lastTransitionTime"))
         kind = str(cond.get("type") or "")
-        if at is None or kind not in _CONDITION_LABELS:
+        if at is None or kind not in _CONDITION_TYPES:
             continue
         if _product_ending(job, cond, cancel.at if cancel is not None else None):
             continue
         truth = str(cond.get("status") or "")
-        words = _CONDITION_LABELS[kind] if truth == "True" else f"not {_CONDITION_LABELS[kind]}"
-        detail = ": ".join(x for x in (str(cond.get("reason") or ""), str(cond.get("message") or "")) if x)
+        label, detail = condition_fact(cond)
         follows = _CONDITION_FOLLOWS.get((kind, truth), ("STARTED",))
         second = at.replace(microsecond=0)
         anchor = max(
             (i for i, fact in enumerate(life) if fact.label in follows and seconds[i] <= second), default=-1
         )
-        keyed.append((second, anchor + 0.5, at, TimelineEntry(at, f"{kind} ({words})", detail)))
+        keyed.append((second, anchor + 0.5, at, TimelineEntry(at, label, detail)))
     deleted = Meta(job).deletion_time
     if deleted is not None:
         keyed.append(
@@ -1403,7 +1473,7 @@ def job_detail(
     return JobDetail(
         job=job_row(job, snap, state.now, state.workloads.get(_uid(job))),
         snapshot=snap,
-        phases=phases(snap, history.entries(Meta(job).annotations)),
+        phases=phases(snap, history.entries(Meta(job).annotations), placed_at(snap, own_pods)),
         timeline=timeline(job, snap),
         replicas=replica_rows(job, snap, own_pods, state.now),
         events=event_rows(events_of(job, own_pods, events), state.now),

@@ -87,7 +87,7 @@ def test_unknown_queue_reason_reads_as_pending_and_keeps_the_pools_words():
 def test_requeue_back_off_message_says_when_the_job_returns():
     result = take(BY_ID["queued-requeued-during-back-off"])
     assert result.requeue_count == 1
-    assert "2026-03-02T09:10:00" in result.message
+    assert "back in the queue at 2026-03-02 09:10:00 UTC" in result.message
 
 
 def test_unschedulable_message_is_the_schedulers():

@@ -215,7 +215,11 @@ async def _populate(cluster: SimCluster) -> tuple[dict[str, str], dict[str, Task
 def population():
     # A scene the package's tests read as it was set, admitted by the passes above: no admission
     # controller beside it.
-    with SimCluster(ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02)) as cluster:
+    # The first node carries the GPU model label NVIDIA's GPU Feature Discovery writes; the second none.
+    products = ((("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),),)
+    with SimCluster(
+        ClusterConfig(nodes=2, gpus_per_node=8, time_scale=0.02, node_labels=products)
+    ) as cluster:
         names, identities = asyncio.run(_populate(cluster))
         yield Population(cluster, names, identities)
 

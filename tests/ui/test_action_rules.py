@@ -26,7 +26,7 @@ CANCELLED = JobFacts(
     suspended=True,
     verdict="Cancelled",
     cancelled_by="bob",
-    cancelled_at="2026-03-02T09:05:00+00:00",
+    cancelled_at="2026-03-02 09:05:00 UTC",
 )
 SUCCEEDED = JobFacts(kind="Job", name="train", finished=True, deleting=False, suspended=False)
 TIMED_OUT = JobFacts(
@@ -54,14 +54,14 @@ def test_the_actions_a_job_offers_follow_its_state(job, actions):
 @pytest.mark.parametrize(
     ("action", "job", "answer"),
     [
-        (Action.CANCEL, CANCELLED, "job/train was already cancelled by bob at 2026-03-02T09:05:00+00:00"),
-        (Action.STOP, CANCELLED, "job/train was already cancelled by bob at 2026-03-02T09:05:00+00:00"),
+        (Action.CANCEL, CANCELLED, "job/train was already cancelled by bob at 2026-03-02 09:05:00 UTC"),
+        (Action.STOP, CANCELLED, "job/train was already cancelled by bob at 2026-03-02 09:05:00 UTC"),
         (Action.CANCEL, SUCCEEDED, "job/train already finished: nothing to cancel"),
         (Action.RESUME, TIMED_OUT, "job/train already finished (QueueTimeout): nothing to resume"),
         (
             Action.STOP,
             STOPPED,
-            "mpijob/dist is already stopped by alice at 2026-03-02T09:00:00+00:00; "
+            "mpijob/dist is already stopped by alice at 2026-03-02 09:00:00 UTC; "
             "resume puts it back in its queue",
         ),
         (Action.RESUME, RUNNING, "job/train is not stopped (admitted and holds its GPUs): nothing to resume"),

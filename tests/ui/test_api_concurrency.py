@@ -243,6 +243,40 @@ def test_a_reader_of_every_dag_gets_the_newest_page_at_once_and_the_whole_view_b
     assert newest_reads == ["-created"]  # once built, the whole view answers
 
 
+def test_the_newest_page_shows_placeholders_where_the_charts_come_once_the_whole_view_is_built(
+    host, monkeypatch
+):
+    from airflow_jobs_plugin.readmodel import listing
+
+    root, started, release, reads = host
+    monkeypatch.setattr(plugin_deps, "_may", lambda *args, **kwargs: True)
+    whole = primehub_example_1()
+
+    async def read_status(client, target, query, chunk=inspect.LIST_CHUNK):
+        page, _ = listing.pick_page(whole.jobs, query)
+        keys = tuple((j["metadata"]["namespace"], j["metadata"]["name"]) for j in page)
+        return inspect.StatusRead(whole, keys, None)
+
+    monkeypatch.setattr(inspect, "read_status", read_status)
+
+    async def scenario():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=root), base_url="http://airflow"
+        ) as client:
+            first = await client.get("/airflow-jobs/")
+            await asyncio.to_thread(started.wait, SAFETY_NET)
+            release.set()
+            await client.get("/airflow-jobs/api/jobs?sort=state")  # a state sort waits for the build
+            return first, await client.get("/airflow-jobs/")
+
+    first, after = asyncio.run(scenario())
+    assert (
+        'id="usage-loading"' in first.text and 'class="chart-placeholder" data-group="phusers"' in first.text
+    )
+    assert 'class="usage-chart"' not in first.text
+    assert 'class="chart-placeholder"' not in after.text and 'class="usage-chart"' in after.text
+
+
 def test_a_reader_of_some_dags_waits_for_the_whole_view(host, monkeypatch):
     """Their page is filtered after it is chosen: the newest page could hold fewer jobs than they may read."""
     root, started, release, reads = host

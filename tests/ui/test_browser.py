@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,20 @@ def test_pages_in_a_real_browser(api_server, population, tmp_path):
             assert (facts["scripts"], facts["stylesheets"]) == (0, 0)  # nothing loaded from elsewhere
             await browser.screenshot(ARTIFACTS / "ui-overview.png")
 
+            # Hovering a step of a chart shows its value and time beside the pointer at once.
+            box = await browser.evaluate(
+                "(() => { const r = document.querySelector('svg.usage-chart g.point rect').getBoundingClientRect();"
+                " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+            )
+            await browser.send("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
+            tip = await browser.wait_for(
+                "(() => { const t = document.querySelector('#chart-tip');"
+                " return t && t.style.display === 'block' && t.textContent; })()"
+            )
+            assert re.fullmatch(r"\d\d:\d\d:\d\d-\d\d:\d\d:\d\d UTC: \d+ GPUs? held \(quota \d+\)", tip), tip
+            await browser.send("Input.dispatchMouseEvent", type="mouseMoved", x=2, y=2)
+            await browser.wait_for("document.querySelector('#chart-tip').style.display === 'none'")
+
             # The page refreshes itself: its <main> is replaced by a freshly fetched one.
             await browser.evaluate(
                 "delete document.body.dataset.refreshed; document.querySelector('main').dataset.stale = 'yes'"
@@ -133,6 +148,27 @@ def test_pages_in_a_real_browser(api_server, population, tmp_path):
             )
             await browser.screenshot(ARTIFACTS / "ui-in-airflow.png")
 
+            # Airflow's frame is narrower than the window: its charts still share a row, two by two, at
+            # the width of a laptop's browser too.
+            two_in_a_row = (
+                "(() => { const d = document.querySelector('iframe[title=\"GPU Jobs\"]').contentDocument;"
+                " const f = [...d.querySelectorAll('#usage figure')].map(e => e.getBoundingClientRect());"
+                " return f.length === 2 && f[0].top === f[1].top && f[0].width > 300"
+                " && f[1].left > f[0].right; })()"
+            )
+            await browser.wait_for(two_in_a_row, timeout=30)
+            await browser.send(
+                "Emulation.setDeviceMetricsOverride",
+                width=1100,
+                height=900,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            try:
+                await browser.wait_for(two_in_a_row, timeout=30)
+            finally:
+                await browser.send("Emulation.clearDeviceMetricsOverride")
+
             # The node view, reached by its link inside Airflow's frame.
             inside = "document.querySelector('iframe[title=\"GPU Jobs\"]').contentDocument"
             await browser.evaluate(f"{inside}.querySelector('header a[href$=\"/nodes\"]').click()")
@@ -143,11 +179,14 @@ def test_pages_in_a_real_browser(api_server, population, tmp_path):
                 f"(() => {{ const d = {inside}; return {{"
                 "totals: d.querySelector('#totals').textContent,"
                 "nodes: [...d.querySelectorAll('tr.node')].map(r => r.dataset.node),"
+                "products: [...d.querySelectorAll('tr.node')].map(r => r.dataset.product),"
                 "holders: [...d.querySelectorAll('tr.holder')].map(r => r.dataset.job)}; })()"
             )
             assert nodes["totals"].split(" nvidia.com/gpu in use")[0].endswith(" of 16"), nodes["totals"]
             assert nodes["totals"].endswith(" free, on 2 nodes"), nodes["totals"]
             assert len(nodes["nodes"]) == 2 and names["runner"] in nodes["holders"]
+            assert len(set(nodes["nodes"])) == 2  # a node once, whatever devices it offers
+            assert sorted(nodes["products"]) == ["", "NVIDIA-H100-80GB-HBM3"]
             await browser.screenshot(ARTIFACTS / "ui-nodes-in-airflow.png")
 
     asyncio.run(scenario())

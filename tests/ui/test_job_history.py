@@ -235,7 +235,7 @@ def test_facts_of_one_second_are_told_in_the_order_the_job_lived_them():
         "STOPPED",
         "RESUMED",
         "ADMITTED",
-        "Suspended (not suspended)",
+        "Suspended=False",
         "STARTED",
     ]
 

@@ -146,16 +146,19 @@ def test_the_pager_links_keep_the_filters():
 
 def long_queue(waiting: int) -> views.Overview:
     """Group phusers (quota 4): ``a`` (bob, 2) runs; ``waiting`` jobs of as many users wait behind it."""
+    return views.overview(long_queue_state(waiting))
+
+
+def long_queue_state(waiting: int) -> views.ClusterState:
     a = product_job("a", "bob", 2, queued_s=-600, suspend=False)
     jobs = [a] + [
         product_job(f"w{i:03d}", f"user{i:03d}", 4, queued_s=-500 + i, suspend=True) for i in range(waiting)
     ]
     pod = job_pod("a", phase="Running", statuses=[running("main", ready=True)], ready=True)
     ledger = quota.Ledger("phusers", (reservation(a, 0),))
-    state = views.ClusterState(
+    return views.ClusterState(
         jobs=tuple(jobs), pods=(pod,), events=(), now=NOW, policy=PHUSERS, ledgers={"phusers": ledger}
     )
-    return views.overview(state)
 
 
 def test_each_queue_lists_its_first_rows_and_counts_the_rest():
@@ -180,7 +183,7 @@ def test_a_queue_longer_than_the_page_shows_links_to_its_jobs_in_the_job_list():
 
     page = html.queues_section(listing.bounded(long_queue(30), rows=5), base="/base")
     assert page.count('class="queued"') == 5
-    assert "and 25 more waiting" in page
+    assert "+25 more waiting" in page and "30 waiting</span>" in page
     assert "/base/airflow-jobs/?group=phusers&amp;state=QUEUED&amp;sort=position#jobs" in page
 
 
@@ -192,3 +195,46 @@ def test_status_names_the_group_on_every_user_line_and_counts_the_users_left_out
     assert pools and all(line.split()[0] == "phusers" for line in pools if line.strip())
     assert any("(+28 more)" in line for line in pools)
     assert "phusers: 27 more waiting" in out
+
+
+def test_the_overview_page_takes_the_same_queue_rows_bound_as_the_json(monkeypatch):
+    import sys
+
+    from airflow.api_fastapi.core_api import security
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from airflow_jobs_plugin.plugin import app as plugin_app
+    from airflow_jobs_plugin.plugin import deps as plugin_deps
+    from airflow_jobs_plugin.plugin import reads as plugin_reads
+    from tests.ui.conftest import Admin
+    from tests.ui.index_reads import serve_index_from
+
+    async def read_cluster(client, target):
+        return long_queue_state(30)
+
+    async def no_client(settings, work):
+        return await work(None)
+
+    serve_index_from(monkeypatch, read_cluster)
+    monkeypatch.setattr(plugin_reads, "_with_cluster", no_client)
+    # A reader of the jobs' DAG: the page is the whole view's (a reader of every DAG may get the newest
+    # page first, test_api_concurrency.py).
+    monkeypatch.setattr(plugin_deps, "_may", lambda user, method, dag_id: dag_id is not None)
+    monkeypatch.setattr(sys, "argv", ["airflow", "api-server"])
+    plugin = plugin_app.create_app()
+    plugin.dependency_overrides[security.get_user] = Admin
+    plugin.dependency_overrides[plugin_deps.ReadAccess.dependency] = lambda: None
+    plugin.dependency_overrides[plugin_deps._settings] = lambda: plugin_app.Settings(namespace="ml-team")
+    root = FastAPI()
+    root.mount(plugin_app.URL_PREFIX, plugin)
+    with TestClient(root) as client:
+        page = client.get("/airflow-jobs/?queue_rows=5").text
+        json = client.get("/airflow-jobs/api/overview?queue_rows=5").json()
+        refused = client.get(
+            f"/airflow-jobs/?queue_rows={listing.MAX_QUEUE_ROWS + 1}", headers={"Accept": "text/html"}
+        )
+    assert page.count('class="queued"') == 5 == len(json["queues"][0]["entries"])
+    assert "+25 more waiting" in page and json["queues"][0]["more"] == 25
+    assert 'data-waiting="30"' in page
+    assert refused.status_code == 422 and "queue_rows" in refused.text  # a page naming the parameter

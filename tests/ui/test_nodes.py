@@ -7,7 +7,14 @@ import json
 from airflow_jobs_plugin.jobs import labels
 from airflow_jobs_plugin.plugin import html
 from airflow_jobs_plugin.readmodel import text
-from airflow_jobs_plugin.readmodel.nodes import HIDDEN, for_reader, node_view, pod_gpus
+from airflow_jobs_plugin.readmodel.nodes import (
+    GPU_PRODUCT,
+    HIDDEN,
+    for_reader,
+    node_lines,
+    node_view,
+    pod_gpus,
+)
 
 GPU = labels.GPU_RESOURCE
 
@@ -160,3 +167,23 @@ def test_a_pod_holding_a_device_its_node_does_not_list_still_counts():
     plugin that restarted): the holder is shown, offering 0."""
     view = node_view([node("gpu-a", 8)], [pod("slice-0", "gpu-a", 1, job="slice", device=MIG)])
     assert [(n.device, n.gpus, n.used, n.free) for n in view.nodes] == [(GPU, 8, 0, 8), (MIG, 0, 1, 0)]
+
+
+# --- one line per node -------------------------------------------------------------------------------
+
+
+def test_a_node_is_one_line_with_each_device_it_offers_and_its_gpu_product():
+    a100 = node("mixed", 4, devices={MIG: 14})
+    a100["metadata"]["labels"][GPU_PRODUCT] = "NVIDIA-A100-SXM4-80GB"
+    view = node_view(
+        [a100, node("plain", 8)],
+        [pod("whole-0", "mixed", 4, job="whole"), pod("slice-0", "mixed", 3, job="slice", device=MIG)],
+    )
+    lines = node_lines(view)
+    assert [(n.name, n.product) for n in lines] == [("mixed", "NVIDIA-A100-SXM4-80GB"), ("plain", None)]
+    assert [(d.device, d.gpus, d.used) for d in lines[0].devices] == [(GPU, 4, 4), (MIG, 14, 3)]
+    page = html.nodes_page(view)
+    assert page.count('<tr class="node"') == 2
+    assert 'data-node="mixed" data-product="NVIDIA-A100-SXM4-80GB"' in page
+    # Each holder still names the device it holds.
+    assert 'data-device="nvidia.com/mig-1g.10gb" data-job="slice"' in page

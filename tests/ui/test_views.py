@@ -420,6 +420,24 @@ def test_phases_of_a_finished_job_run_from_queued_to_its_final_state():
     ]
 
 
+def test_the_time_from_its_pods_placement_to_its_first_container_is_drawn_starting():
+    # Admitted at 0s, its pod bound to a node at 5s (the factory's PodScheduled), its container running
+    # from 30s: pulling and init containers in between are STARTING, as the task's log says.
+    job = product_job("s", "bob", 1, queued_s=-60, suspend=False, annotations={labels.ADMITTED_AT: ts(0)})
+    pod = job_pod("s", phase="Running", statuses=[running("main", since=30)])
+    state = views.ClusterState(jobs=(job,), pods=(pod,), events=(), now=NOW)
+    detail = views.job_detail(state, job)
+    assert [(p.state, p.start, p.end) for p in detail.phases] == [
+        ("QUEUED", at(-60), at(0)),
+        ("SCHEDULING", at(0), at(5)),
+        ("STARTING", at(5), at(30)),
+        ("RUNNING", at(30), NOW),
+    ]
+    # A pod not placed yet: the admission's stretch is SCHEDULING still.
+    unplaced = job_pod("s", phase="Pending", node=None, unschedulable_message="0/2 nodes are available")
+    assert views.placed_at(detail.snapshot, [unplaced]) is None
+
+
 def test_phases_of_a_live_job_end_in_its_current_state_now():
     job = product_job("q", "pan", 4, queued_s=-60, suspend=True)
     assert [(p.state, p.start, p.end) for p in views.phases(snapshot(job, (), (), now=NOW))] == [
@@ -438,7 +456,40 @@ def test_timeline_orders_facts_of_one_second_by_the_jobs_life():
         conditions=[job_condition("Suspended", "JobResumed", "Job resumed", status="False", at_s=0)],
     )
     labels_in_order = [e.label for e in views.timeline(job, snapshot(job, (), (), now=NOW))]
-    assert labels_in_order == ["QUEUED", "ADMITTED", "Suspended (not suspended)"]
+    assert labels_in_order == ["QUEUED", "ADMITTED", "Suspended=False"]
+
+
+def test_a_condition_is_told_with_its_own_status_and_reason():
+    resumed = {"type": "Suspended", "status": "False", "reason": "MPIJobResumed", "message": "MPIJob resumed"}
+    assert views.condition_fact(resumed) == ("Suspended=False", "MPIJobResumed: MPIJob resumed")
+    running = {
+        "type": "Running",
+        "status": "True",
+        "reason": "MPIJobRunning",
+        "message": "MPIJob d/x is running.",
+    }
+    assert views.condition_fact(running) == ("Running=True", "MPIJobRunning: MPIJob d/x is running.")
+
+
+def test_a_reason_the_operator_left_from_the_conditions_other_status_is_labelled_stale():
+    # mpi-operator v0.8.2 turns Running False when the job succeeds and keeps its reason and message.
+    ended = {
+        "type": "Running",
+        "status": "False",
+        "reason": "MPIJobRunning",
+        "message": "MPIJob d/x is running.",
+    }
+    label, detail = views.condition_fact(ended)
+    assert label == "Running=False"
+    assert "stale" in detail and "MPIJobRunning" in detail and "is running" not in detail
+    # Its own reason for turning it False (a suspension) is told as it is.
+    suspended = {
+        "type": "Running",
+        "status": "False",
+        "reason": "MPIJobSuspended",
+        "message": "MPIJob suspended",
+    }
+    assert views.condition_fact(suspended) == ("Running=False", "MPIJobSuspended: MPIJob suspended")
 
 
 # --- JSON, text and SVG ------------------------------------------------------------------------------
@@ -504,6 +555,18 @@ def test_usage_chart_has_a_legend_axis_values_and_each_steps_values_on_hover():
     ]
     assert "<title>09:00:00-09:30:00 UTC: 2 GPUs held (quota 8)</title>" in drawn
     assert "<title>09:30:00-10:00:00 UTC: 6 GPUs held (quota 8)</title>" in drawn
+
+
+def test_the_usage_section_holds_a_placeholder_per_pool_while_the_charts_are_read():
+    ov = views.overview(primehub_example_1())
+    pending = html.charts_section(dataclasses.replace(ov, charts=()), pending=True)
+    assert 'aria-busy="true"' in pending and 'id="usage-loading"' in pending
+    assert re.findall(r'class="chart-placeholder" data-group="(\w+)"', pending) == [p.group for p in ov.pools]
+    # Once read, the charts take their place; a cluster with nothing to chart says so.
+    drawn = html.charts_section(ov, pending=True)
+    assert "chart-placeholder" not in drawn and drawn.count('class="usage-chart"') == len(ov.charts)
+    nothing = html.charts_section(dataclasses.replace(ov, charts=()))
+    assert "chart-placeholder" not in nothing and "no group holds or held GPUs" in nothing
 
 
 def test_usage_chart_gpu_axis_counts_in_steps_of_one_two_or_five():

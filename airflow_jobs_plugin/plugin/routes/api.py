@@ -3,13 +3,20 @@ app's ``/openapi.json``; errors are FastAPI's ``{"detail": ...}``, described per
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import APIRouter, Depends, Query, Response
 
-from airflow_jobs_plugin.plugin.deps import JobQueryDep, ReadAccess, SameOrigin, SettingsDep, _map_index
+from airflow_jobs_plugin.plugin.deps import (
+    JobQueryDep,
+    QueueRows,
+    ReadAccess,
+    SameOrigin,
+    SettingsDep,
+    _map_index,
+)
 from airflow_jobs_plugin.plugin.reads import ReadsDep
 from airflow_jobs_plugin.readmodel import inspect, listing, schema
 
@@ -53,15 +60,7 @@ async def api_overview(
     user: GetUserDep,
     query: JobQueryDep,
     reads: ReadsDep,
-    queue_rows: Annotated[
-        int,
-        Query(
-            ge=0,
-            le=listing.MAX_QUEUE_ROWS,
-            description="entries listed of each queue and users of each pool (the rest are counted: more, "
-            "more_users); /api/queues and /api/pools list them all",
-        ),
-    ] = listing.QUEUE_ROWS,
+    queue_rows: QueueRows = listing.QUEUE_ROWS,
 ) -> schema.Overview:
     ov, page = await reads.overview_of(settings, user, query)
     total_count(response, page)

@@ -15,6 +15,7 @@ from airflow_jobs_plugin.plugin import html
 from airflow_jobs_plugin.plugin.deps import (
     URL_PREFIX,
     JobQueryDep,
+    QueueRows,
     ReadAccess,
     SameOrigin,
     Settings,
@@ -45,12 +46,20 @@ async def nodes_page(
 
 @pages_router.get("/", response_class=HTMLResponse, dependencies=[ReadAccess])
 async def overview_page(
-    request: Request, settings: SettingsDep, user: GetUserDep, query: JobQueryDep, reads: ReadsDep
+    request: Request,
+    settings: SettingsDep,
+    user: GetUserDep,
+    query: JobQueryDep,
+    reads: ReadsDep,
+    queue_rows: QueueRows = listing.QUEUE_ROWS,
 ) -> HTMLResponse:
     ov, page = await reads.overview_of(settings, user, query)
     base = _base(request)
     nav = listing.pager_html(page, query, f"{base}{URL_PREFIX}/")
-    return HTMLResponse(html.overview_page(listing.bounded(ov), base=base, jobs_nav=nav))
+    bounded = listing.bounded(ov, queue_rows)
+    return HTMLResponse(
+        html.overview_page(bounded, base=base, jobs_nav=nav, charts_pending=page.charts_pending)
+    )
 
 
 @pages_router.get("/jobs/{namespace}/{name}", response_class=HTMLResponse)
