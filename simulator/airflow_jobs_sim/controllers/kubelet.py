@@ -25,11 +25,11 @@ from typing import Any
 
 from airflow_jobs_sim import dns, processes
 from airflow_jobs_sim.clock import Clock, rfc3339
+from airflow_jobs_sim.conditions import set_condition
 from airflow_jobs_sim.controllers.base import (
     Reconciler,
     key_of,
     pod_is_terminal,
-    set_condition,
     split_key,
 )
 from airflow_jobs_sim.events import (
