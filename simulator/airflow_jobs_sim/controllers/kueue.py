@@ -42,12 +42,11 @@ from typing import Any
 
 from airflow_jobs_sim import rbac
 from airflow_jobs_sim.clock import Clock, rfc3339
+from airflow_jobs_sim.conditions import condition_true, get_condition
 from airflow_jobs_sim.config import KueueConfig
 from airflow_jobs_sim.controllers.base import (
     Reconciler,
-    condition_true,
     controller_ref,
-    get_condition,
     key_of,
     split_key,
 )

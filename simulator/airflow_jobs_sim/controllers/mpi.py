@@ -25,16 +25,14 @@ from typing import Any
 
 from airflow_jobs_sim import rbac
 from airflow_jobs_sim.clock import Clock, rfc3339
+from airflow_jobs_sim.conditions import condition_true, get_condition, set_condition
 from airflow_jobs_sim.controllers.base import (
     Reconciler,
-    condition_true,
     controller_ref,
-    get_condition,
     key_of,
     owned_by,
     owner_reference,
     pod_is_terminal,
-    set_condition,
     split_key,
 )
 from airflow_jobs_sim.events import MPI_OPERATOR, NORMAL, WARNING, EventRecorder, EventSpec
