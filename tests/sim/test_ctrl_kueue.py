@@ -17,6 +17,7 @@ from airflow_jobs_sim.controllers.kueue import (
     Candidate,
     QueueView,
     assign_flavor,
+    available,
     choose_victims,
     workload_name,
 )
@@ -285,15 +286,84 @@ def test_assign_flavor_names_the_missing_quota():
     queue = QueueView(
         "cq", "StrictFIFO", [("f", {GPU: 8.0}, {GPU: None})], {GPU}, None, False, {("f", GPU): 6.0}
     )
-    assert assign_flavor(queue, {GPU: 2.0}, {}) == ("f", "")
+    assert assign_flavor(queue, {GPU: 2.0}) == ("f", "")
     assert (
-        assign_flavor(queue, {GPU: 3.0}, {})[1]
+        assign_flavor(queue, {GPU: 3.0})[1]
         == "insufficient unused quota for nvidia.com/gpu in flavor f, 1 more needed"
     )
     assert (
-        assign_flavor(queue, {"example.com/fpga": 1.0}, {})[1]
+        assign_flavor(queue, {"example.com/fpga": 1.0})[1]
         == "resource example.com/fpga unavailable in ClusterQueue"
     )
+
+
+def gpu_queue(name: str, nominal: float, used: float, cohort: str | None = "co", limit=None) -> QueueView:
+    return QueueView(
+        name,
+        "BestEffortFIFO",
+        [("f", {GPU: nominal}, {GPU: limit})],
+        {GPU},
+        cohort,
+        False,
+        {("f", GPU): used},
+    )
+
+
+# Kueue v0.19.2 pkg/cache/scheduler/resource_node.go (``available``): in a cohort a ClusterQueue can take
+# the cohort's nominal quota less the cohort's usage, its own usage counted once, capped by its
+# borrowingLimit above its own nominal quota.
+
+
+def test_a_borrower_with_no_nominal_quota_can_take_all_an_idle_lender_has():
+    lender = gpu_queue("lender", 4, 0)
+    for used in range(4):
+        borrower = gpu_queue("borrower", 0, used)
+        assert available(borrower, [lender], "f", GPU) == 4 - used
+        assert assign_flavor(borrower, {GPU: 1.0}, [lender]) == ("f", "")
+    full = gpu_queue("borrower", 0, 4)
+    assert assign_flavor(full, {GPU: 1.0}, [lender]) == (
+        None,
+        "insufficient unused quota for nvidia.com/gpu in flavor f, 1 more needed",
+    )
+
+
+def test_what_another_member_borrows_is_not_free_for_the_rest_of_the_cohort():
+    a, b = gpu_queue("a", 4, 0), gpu_queue("b", 4, 6)  # b uses 2 of a's 4
+    assert available(gpu_queue("c", 0, 0), [a, b], "f", GPU) == 2
+
+
+def test_a_borrowing_limit_caps_what_a_queue_takes_above_its_own_nominal_quota():
+    lender = gpu_queue("lender", 4, 0)
+    assert available(gpu_queue("a", 4, 5, limit=2), [lender], "f", GPU) == 1  # 4 + 2 - 5
+    assert available(gpu_queue("a", 4, 0, limit=2), [lender], "f", GPU) == 6
+    assert available(gpu_queue("a", 4, 0, limit=2), [gpu_queue("lender", 4, 7)], "f", GPU) == 1
+
+
+def test_a_queue_outside_a_cohort_borrows_nothing_from_queues_of_another_cohort():
+    assert available(gpu_queue("alone", 2, 1, cohort=None), [gpu_queue("other", 8, 0)], "f", GPU) == 1
+    assert available(gpu_queue("a", 2, 1, cohort="x"), [gpu_queue("other", 8, 0, cohort="y")], "f", GPU) == 1
+
+
+def test_a_borrower_with_no_nominal_quota_gets_as_many_jobs_admitted_as_the_idle_lender_has_gpus(cluster, ns):
+    cluster_queue(cluster, f"lender-{ns}", 4, cohort=f"co-{ns}")
+    cluster_queue(cluster, f"borrower-{ns}", 0, cohort=f"co-{ns}")
+    local_queue(cluster, ns, "b", f"borrower-{ns}")
+    for i in range(4):
+        job(cluster, ns, f"j{i}", 1, queue="b", run=60000.0)
+    for i in range(4):
+        wait_for(lambda i=i: running(cluster, ns, f"j{i}"))
+    job(cluster, ns, "fifth", 1, queue="b", run=60000.0)
+    wl = wait_for(
+        lambda: (
+            condition(workload(cluster, ns, "fifth"), "QuotaReserved").get("reason") == "Pending"
+            and workload(cluster, ns, "fifth")
+        )
+    )
+    assert condition(wl, "QuotaReserved")["message"].endswith(
+        "insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 1 more needed"
+    )
+    for i in range(4):
+        cluster.store.delete("jobs", f"j{i}", namespace=ns, propagation_policy="Background")
 
 
 def test_wait_for_pods_ready_evicts_a_job_whose_pods_never_get_ready_and_backs_off():

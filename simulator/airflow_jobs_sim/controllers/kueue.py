@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -298,32 +299,54 @@ def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def available(queue: QueueView, cohort: Iterable[QueueView], flavor: str, resource: str) -> float:
+    """How much of ``resource`` in ``flavor`` ``queue`` can still take (pure; negative when over-admitted).
+
+    Kueue v0.19.2 ``pkg/cache/scheduler/resource_node.go`` (``available``, ``accumulateFromChild``), for
+    a flat cohort without lending limits: every ClusterQueue lends all its nominal quota to the cohort
+    and all its usage counts there, so what a member can take is the cohort's nominal quota (its own
+    included) less the cohort's usage (its own and every other member's, borrowed or not), capped by
+    its ``borrowingLimit`` above its own nominal quota less its own usage. A queue's own usage is
+    counted once: it is part of the cohort's usage, nowhere else. Outside a cohort: nominal less usage.
+    ``cohort`` holds the ClusterQueues to consider; those of another cohort (and ``queue`` itself,
+    if present) are skipped."""
+    key = (flavor, resource)
+    nominal = dict((name, quota) for name, quota, _ in queue.flavors).get(flavor, {})
+    limits = dict((name, limit) for name, _, limit in queue.flavors).get(flavor, {})
+    own_left = nominal.get(resource, 0.0) - queue.usage.get(key, 0.0)
+    if queue.cohort is None:
+        return own_left
+    members = [queue, *(q for q in cohort if q.cohort == queue.cohort and q.name != queue.name)]
+    cohort_quota = sum(
+        quota.get(resource, 0.0) for q in members for name, quota, _ in q.flavors if name == flavor
+    )
+    cohort_left = cohort_quota - sum(q.usage.get(key, 0.0) for q in members)
+    limit = limits.get(resource)
+    return cohort_left if limit is None else min(cohort_left, own_left + limit)
+
+
 def assign_flavor(
-    queue: QueueView, requests: dict[str, float], cohort_free: dict[tuple[str, str], float]
+    queue: QueueView, requests: dict[str, float], cohort: Iterable[QueueView] = ()
 ) -> tuple[str | None, str]:
-    """The first flavor with room for every request (nominal, then borrowed), or why none fits."""
+    """The first flavor with room for every request (nominal, then borrowed from ``cohort``, the other
+    ClusterQueues), or why none fits. Kueue v0.19.2 ``pkg/scheduler/flavorassigner/flavorassigner.go``
+    (``fitsResourceQuota``): a request fits when it is at most :func:`available`; else the message
+    says how much more is needed (the request less what is available)."""
     for name in requests:
         if name not in queue.covered and requests[name] > 0:
             return None, f"resource {name} unavailable in ClusterQueue"
+    members = list(cohort)
     reasons: list[str] = []
-    for flavor, nominal, borrow in queue.flavors:
+    for flavor, _, _ in queue.flavors:
         ok = True
         for res, amount in requests.items():
             if amount <= 0 or res not in queue.covered:
                 continue
-            used = queue.usage.get((flavor, res), 0.0)
-            own = nominal.get(res, 0.0)
-            room = own - used
-            if queue.cohort is not None:
-                lendable = cohort_free.get((flavor, res), 0.0)
-                limit = borrow.get(res)
-                borrowed_now = max(used - own, 0.0)
-                extra = lendable if limit is None else min(lendable, max(limit - borrowed_now, 0.0))
-                room += extra
+            room = available(queue, members, flavor, res)
             if amount > room:
                 ok = False
                 reasons.append(
-                    f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(amount - max(room, 0.0))} more needed"
+                    f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(amount - room)} more needed"
                 )
                 break
         if ok:
@@ -769,8 +792,7 @@ class KueueController(Reconciler):
             cq = cqs[cq_name]
             entries.sort(key=lambda e: queue_order(e[0]))
             for cand, wl in entries:
-                free = self._cohort_free(cq, cqs)
-                flavor, why = assign_flavor(cq, cand.requests, free)
+                flavor, why = assign_flavor(cq, cand.requests, cqs.values())
                 if flavor is not None:
                     self._reserve(wl, cq, flavor, cand, now)
                     continue
@@ -834,26 +856,6 @@ class KueueController(Reconciler):
     def _first_pod_set(self, wl: dict) -> str:
         sets = (wl.get("spec") or {}).get("podSets") or ()
         return sets[0].get("name", "main") if sets else "main"
-
-    def _cohort_free(self, cq: QueueView, cqs: dict[str, QueueView]) -> dict[tuple[str, str], float]:
-        """What the other ClusterQueues of the cohort leave unused, per flavor and resource."""
-        free: dict[tuple[str, str], float] = {}
-        if cq.cohort is None:
-            return free
-        for other in cqs.values():
-            if other.name == cq.name or other.cohort != cq.cohort:
-                continue
-            for flavor, nominal, _ in other.flavors:
-                for res, amount in nominal.items():
-                    unused = max(amount - other.usage.get((flavor, res), 0.0), 0.0)
-                    free[(flavor, res)] = free.get((flavor, res), 0.0) + unused
-        # What this queue already borrows is no longer free for it.
-        for flavor, nominal, _ in cq.flavors:
-            for res in nominal:
-                borrowed = max(cq.usage.get((flavor, res), 0.0) - nominal.get(res, 0.0), 0.0)
-                if (flavor, res) in free:
-                    free[(flavor, res)] = max(free[(flavor, res)] - borrowed, 0.0)
-        return free
 
     def _pending(self, wl: dict, reason: str, message: str, now: datetime) -> None:
         current = get_condition(self._conds(wl), "QuotaReserved")
