@@ -790,14 +790,22 @@ def _workload_view(wl: dict | None) -> dict | None:
 
 def kueue_workload_lifecycle(c: Cluster, ns: str) -> Observation:
     """A queued Job admitted and run to the end beside one that waits for quota: each Workload's
-    conditions (QuotaReserved, Admitted, Finished, Pending), and the Jobs' suspend flags as Kueue sets
-    them."""
+    conditions (QuotaReserved, Admitted, PodsReady, Finished, Pending), and the Jobs' suspend flags as
+    Kueue sets them."""
     kueue_queues(c, ns, gpus=2)
     # What the create answers: the Job as Kueue's webhook left it (a later read races Kueue's admission).
-    created = c.ok("POST", jobs(ns), queued_job("first", 2, {"main": {"pull": 0, "run": 3}}))
+    created = c.ok("POST", jobs(ns), queued_job("first", 2, {"main": {"pull": 0, "run": 10}}))
     out: Observation = {"suspended_on_create": created["spec"].get("suspend")}
     running = c.until(jobs(ns, "first"), lambda j: bool(j and (j.get("status") or {}).get("active")), WAIT)
     assert running is not None
+    # waitForPodsReady (on by default in Kueue v0.19.2): the Workload is WaitForStart until the Job
+    # controller counts its pod ready, then Started. Observed once Started: the moment before depends on
+    # how soon each Job controller writes status.ready.
+    c.until(
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads",
+        lambda _: has_condition(_workload(c, ns, "first"), "PodsReady"),
+        WAIT,
+    )
     c.ok("POST", jobs(ns), queued_job("second", 2, {"main": {"pull": 0, "run": 1}}))
     wl2 = c.until(
         f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads",

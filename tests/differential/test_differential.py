@@ -55,8 +55,6 @@ KNOWN: dict[str, set[str]] = {
     "immutable_job_fields": {"selector_change"},
     # The Orphan policy's `orphan` finalizer: the simulator orphans at once and answers a Status.
     "job_pods_deleted_with_job": {"default_delete_body_kind"},
-    # Kueue v0.19's waitForPodsReady is on by default upstream; the simulator's KueueConfig keeps it off.
-    "kueue_workload_lifecycle": {"first_admitted", "first_finished", "second_finished", "second_pending"},
 }
 
 
