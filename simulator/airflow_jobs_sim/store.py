@@ -1179,6 +1179,7 @@ def default_mpijob_spec(spec: dict) -> None:
             launcher = role == "Launcher"
             replica.setdefault("replicas", 1 if launcher else 0)
             # The operator's defaults differ by role: a launcher retries in place (its mpirun may start
-            # before the workers' sshd answers), a worker pod is replaced whole.
+            # before the workers' sshd answers), a worker is not restarted (nor is a failed worker pod
+            # replaced: getOrCreateWorker creates only missing ones, mpi-operator v0.8.2).
             if not replica.get("restartPolicy"):
                 replica["restartPolicy"] = "OnFailure" if launcher else "Never"
