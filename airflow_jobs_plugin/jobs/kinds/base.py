@@ -282,6 +282,12 @@ class JobKind(ABC):
         del role
         return False
 
+    def replaces_failed_pod(self, role: str) -> bool:
+        """Whether the controller creates a new pod for a pod of ``role`` that failed (until its
+        backoff limit): a failed pod it does not replace leaves its replica down while the job runs."""
+        del role
+        return True
+
     def still_counts_pods(self, job: Mapping[str, Any]) -> bool:
         """Whether the controller still counts pods as active or terminating, before its final word
         (pods it counts hold their GPUs whatever the view of them says)."""

@@ -478,12 +478,12 @@ def plan_mpijob(
         status["completionTime"] = rfc3339(now)
         plan.events.append(EventSpec(WARNING, reason, message))
         memory.finished_at = now
-    elif evicted or failed_workers:
-        if evicted:
-            reason, message = "MPIJobEvicted", f"{len(evicted)}/{len(workers)} workers are evicted"
-        else:
-            reason = "MPIJobFailed"
-            message = f"MPIJob {ref} has failed: {len(failed_workers)}/{len(workers)} workers have failed"
+    elif evicted:
+        # updateMPIJobStatus (mpi-operator v0.8.2, pkg/controller/mpi_job_controller.go) fails the MPIJob
+        # for workers whose pod failed with reason Evicted, and for nothing else a worker does: a worker
+        # that exits non-zero only counts in replicaStatuses.Worker.failed, and the job ends when its
+        # launcher does (mpirun loses the rank and exits non-zero, which fails the launcher Job).
+        reason, message = "MPIJobEvicted", f"{len(evicted)}/{len(workers)} workers are evicted"
         conditions = _mpi_condition(conditions, "Failed", "True", now, reason, message)
         status["completionTime"] = rfc3339(now)
         plan.events.append(EventSpec(WARNING, reason, message))
