@@ -7,7 +7,9 @@
   Airflow's side (``airflow/``, ``plugin/``), so a new module has to say whether it does I/O;
 - the contracts can fail: an upward import, an I/O import in the core and an import of the simulator,
   each planted inside a function of a copy of the package, break the contract that forbids it, and the
-  upward one also breaks, through the module that imports it, the contract of the kinds.
+  upward one also breaks, through the module that imports it, the contract of the kinds; an event loop
+  planted in the kubelet's model and a simulator internal planted in the real plane's tooling break
+  theirs.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def _modules(root: Path = ROOT / PACKAGE) -> set[str]:
 
 
 def _lint(package_parent: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(package_parent)}
+    # The real plane's tooling (a root package of the graph) is importable from scripts/, as scripts/test
+    # runs lint-imports; a copy under ``package_parent`` comes first.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(package_parent), str(ROOT / "scripts")))}
     return subprocess.run(
         [str(LINT_IMPORTS), "--no-cache", str(ROOT / "pyproject.toml")],
         cwd=package_parent,
@@ -94,3 +98,28 @@ def test_the_contracts_see_planted_imports(tmp_path):
         "airflow_jobs_plugin.jobs.spec -> airflow_jobs_plugin.queueing.pools"
         in out.split(names["kinds-no-engine"])[-1]
     )
+
+
+def test_the_kubelet_model_contracts_see_planted_imports(tmp_path):
+    """Copies of the simulator and of the plane's tooling: the model imports asyncio through a module it
+    imports, and the player reaches past the model into the simulator's scenarios."""
+    sim, plane = tmp_path / "airflow_jobs_sim", tmp_path / "realplane"
+    shutil.copytree(
+        ROOT / "simulator" / "airflow_jobs_sim", sim, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copytree(ROOT / "scripts" / "realplane", plane, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / PACKAGE, tmp_path / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    with (sim / "scenarios.py").open("a") as f:  # indirect: the model imports the scenarios
+        f.write("\n\ndef _planted():\n    import asyncio\n\n    return asyncio\n")
+    with (plane / "player.py").open("a") as f:
+        f.write("\n\ndef _planted():\n    from airflow_jobs_sim import scenarios\n\n    return scenarios\n")
+    result = _lint(tmp_path)
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0, out
+    names = {c["id"]: " ".join(c["name"].split()) for c in _contracts().values()}
+    for broken in ("kubelet-model-pure", "player-uses-the-model"):
+        assert f"{names[broken]} BROKEN" in out, out
+    for kept in ("layers", "pure-core", "no-simulator", "kinds-no-engine"):
+        assert f"{names[kept]} KEPT" in out, out
+    assert "airflow_jobs_sim.scenarios -> asyncio" in out
+    assert "realplane.player -> airflow_jobs_sim.scenarios" in out

@@ -16,8 +16,8 @@ wins:
 5. Suspended: TERMINATING while pods still run (Requeued if requeued before, else Preempted); with a
    live reservation SCHEDULING / QuotaReserved; else QUEUED with the pool's reason and position
    (Requeued during a requeue back-off or when the pool says nothing), default Pending.
-6. Running, from the replicas (launcher first): a failed pod the job will replace is RETRYING; a
-   container failing in place is RETRYING when it is the launcher's or nothing runs, else DEGRADED;
+6. Running, from the replicas (launcher first): a failed pod the job will replace is RETRYING, one it
+   will not (an MPIJob's worker) is DEGRADED next to running pods; a container failing in place is RETRYING when it is the launcher's or nothing runs, else DEGRADED;
    every pod lost is UNKNOWN / NodeLost, some lost is DEGRADED; a pod not placed is SCHEDULING
    (Unschedulable with the scheduler's message, SchedulingGated, Pending); a pod still starting or
    missing is STARTING (ImagePull, InvalidImageName, CreateContainerConfigError, Initializing,
@@ -843,11 +843,17 @@ def _active(facts: _Facts, replicas: tuple[ReplicaStatus, ...]) -> _Decision:
             )
         return _Decision(JobState.SCHEDULING, Reason.CREATING, "waiting for pods to be created")
     failed = having(Health.FAILED)
-    if failed:
-        first = failed[0]
+    replaced = [r for r in failed if facts.adapter.replaces_failed_pod(r.role)]
+    if replaced:
+        first = replaced[0]
         return _Decision(
             JobState.RETRYING, first.reason or Reason.ERROR, _retry_message(first, facts), first.exit_code
         )
+    if failed and running:
+        # A failed pod nothing replaces (an MPIJob's worker) next to running ones: the job is not retrying,
+        # it runs short of a replica until its controller ends it (mpirun's failure on the launcher).
+        first = failed[0]
+        return _Decision(JobState.DEGRADED, first.reason or Reason.ERROR, _describe(first), first.exit_code)
     failing = having(Health.FAILING)
     if failing:
         first = failing[0]

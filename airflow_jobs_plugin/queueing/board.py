@@ -178,16 +178,6 @@ def configmap(board: Board, namespace: str) -> dict[str, Any]:
     }
 
 
-def unlisted_message(board: Board, unit: str) -> str:
-    """What a job missing from its unit's board is told when the board dropped entries for its size."""
-    where = f"group {unit}'s queue" if unit else "this namespace's queue"
-    if board.listed_below is not None:
-        return (
-            f"waiting in {where}, behind the first {board.listed_below} jobs the admission controller lists"
-        )
-    return f"waiting in {where} ({board.omitted} jobs are not listed)"
-
-
 def changed(old: Mapping[str, BoardEntry] | None, new: Mapping[str, BoardEntry]) -> bool:
     """Whether publishing ``new`` over ``old`` changes what any reader is told."""
     return old is None or dict(old) != dict(new)

@@ -56,15 +56,6 @@ def choose(
     )
 
 
-def missing_problem(source: QuotaSource, namespace: str) -> str:
-    """The error for a pool named by someone that does not exist."""
-    return (
-        f"quota_configmap: the quota policy ConfigMap {source.configmap!r} (named by {source.named_by}) does "
-        f"not exist in namespace {namespace!r}: the job could never be admitted. Fix the name, create the "
-        f"ConfigMap, or set quota_configmap='' to run outside any pool"
-    )
-
-
 def opt_out_problem(
     source: QuotaSource, policy: QuotaPolicy | None, group: str, namespace: str
 ) -> str | None:

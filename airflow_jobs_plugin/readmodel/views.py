@@ -983,18 +983,6 @@ class JobChange:
     usage_histories: Mapping[str, UsageHistory]
 
 
-def _as_read(state: ClusterState, change: JobChange) -> ClusterState:
-    """``state`` with the time, policy and ledgers read with the change."""
-    return dataclasses.replace(
-        state,
-        now=change.now,
-        policy=change.policy,
-        policy_problem=change.policy_problem,
-        ledgers=change.ledgers,
-        usage_histories=change.usage_histories,
-    )
-
-
 def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = Meta(obj)
     return meta.namespace, meta.name

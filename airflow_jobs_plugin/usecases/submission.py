@@ -409,17 +409,6 @@ def live_job_among(
     return None
 
 
-async def live_job_of_task(
-    client: KubeClient,
-    resource: Resource,
-    namespace: str,
-    identity: TaskIdentity,
-    delivered: str | None = None,
-) -> dict | None:
-    """:func:`live_job_among` the task instance's jobs as listed now."""
-    return live_job_among(await jobs_of_task(client, resource, namespace, identity), delivered)
-
-
 def _remember(store: Any, name: str, kind: str, namespace: str | None) -> None:
     if store is not None:
         store.set(labels.TASK_STATE_KEY, {"name": name, "kind": kind, "namespace": namespace})

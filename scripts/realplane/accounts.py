@@ -9,6 +9,7 @@ give it, or to the ClusterRole named here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -19,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 TOKEN_SECONDS = 86_400
 
 
-def _ignore_exists(create) -> None:  # type: ignore[no-untyped-def]
+def _ignore_exists(create: Callable[[], object]) -> None:
     try:
         create()
     except ApiException as exc:

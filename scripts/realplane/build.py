@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from realplane.pins import Pin, Pins
 
@@ -106,7 +107,7 @@ def _escape(path: str) -> str:
     return re.sub(r"[A-Z]", lambda m: "!" + m.group(0).lower(), path)
 
 
-def ensure(layout: Layout, pins: Pins, names: tuple[str, ...], out=sys.stderr) -> dict[str, float]:
+def ensure(layout: Layout, pins: Pins, names: tuple[str, ...], out: TextIO = sys.stderr) -> dict[str, float]:
     """Build every component of ``names`` that is not cached yet; returns the seconds each build took."""
     if shutil.which("go") is None:
         raise BuildError(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:
-    from realplane.plane import Plane
+    from realplane.plane import Plane, Process
 
 NAMESPACE = "kueue-system"
 # With Kueue's internal certificate management off (a process has no Secret volume for it to wait on),
@@ -202,7 +202,7 @@ def install(plane: Plane) -> None:
             )
 
 
-def _kueue_process(plane: Plane):
+def _kueue_process(plane: Plane) -> Process:
     assert plane.state is not None
     return next(p for p in reversed(plane.state.processes) if p.name == "kueue")
 

@@ -24,7 +24,7 @@ class Pair:
     key: Path
 
 
-def _write_key(path: Path, key) -> None:
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
     path.write_bytes(
         key.private_bytes(
             serialization.Encoding.PEM,
@@ -54,7 +54,11 @@ class Authority:
         self.ca = Pair(directory / "ca.crt", directory / "ca.key")
         if not self.ca.cert.exists():
             self._create_ca()
-        self._key = serialization.load_pem_private_key(self.ca.key.read_bytes(), None)
+        key = serialization.load_pem_private_key(self.ca.key.read_bytes(), None)
+        # The CA this class writes is an EC key; a key of another type in its place is not ours to sign with.
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise TypeError(f"{self.ca.key}: not an EC private key ({type(key).__name__})")
+        self._key = key
         self._cert = x509.load_pem_x509_certificate(self.ca.cert.read_bytes())
 
     def _create_ca(self) -> None:

@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 
@@ -153,7 +154,7 @@ def tail(path: Path | str, lines: int = 15) -> str:
 
 
 class Plane:
-    def __init__(self, options: Options, cache: Path | None = None, out=sys.stderr) -> None:
+    def __init__(self, options: Options, cache: Path | None = None, out: TextIO = sys.stderr) -> None:
         self.options = options
         self.cache = cache or build.default_cache()
         self.layout = build.Layout(self.cache)

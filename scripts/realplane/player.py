@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from airflow_jobs_sim.controllers.kubelet import LogClose, LogLine, References
-from airflow_jobs_sim.events import EventSpec
-from airflow_jobs_sim.references import (
-    MissingReference,
+from airflow_jobs_sim.kubelet_model import (
+    EventSpec,
+    LogClose,
+    LogLine,
     PodNetwork,
-    container_env,
-    mount_failures,
-    refers_to_objects,
+    References,
+    resolve_references,
 )
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
@@ -65,12 +64,16 @@ def talk_line(k: int, due: float, wrote: float) -> str:
     return f"{head} due={due:.3f} wrote={wrote:.3f}"
 
 
-@dataclass(order=True)
+@dataclass(frozen=True, order=True)
 class Due:
+    """A kubelet effect of one run of a pod (its uid), due at ``at`` (epoch seconds); ``seq`` orders
+    effects due at the same instant as they were planned."""
+
     at: float
     seq: int
     key: str = field(compare=False)
-    what: object = field(compare=False)
+    uid: str = field(compare=False)
+    effect: timeline.Effect = field(compare=False)
 
 
 def cri_line(at: datetime, line: str) -> str:
@@ -130,7 +133,7 @@ class Player:
         with self.lock:
             for timed in plan.effects:
                 heapq.heappush(
-                    self.queue, Due(timed.at.timestamp(), next(self.seq), key, (meta["uid"], timed.effect))
+                    self.queue, Due(timed.at.timestamp(), next(self.seq), key, meta["uid"], timed.effect)
                 )
             self.lock.notify()
         log.info("planned %s: %d frames, %d effects", key, len(plan.frames), len(plan.effects))
@@ -203,9 +206,8 @@ class Player:
             self.ip_counters[node] = self.ip_counters.get(node, 1) % 250 + 1
             return f"10.244.{base + index}.{self.ip_counters[node] + 1}"
 
-    def _references(self, pod: dict, node: str, host_ip: str, pod_ip: str) -> References | None:
-        if not refers_to_objects(pod):
-            return None
+    def _references(self, pod: dict, node: str, host_ip: str, pod_ip: str) -> References:
+        """The pod's ConfigMaps and Secrets as the API server holds them now."""
 
         def lookup(kind: str, namespace: str, name: str) -> dict | None:
             try:
@@ -217,18 +219,7 @@ class Player:
             except ApiException:
                 return None
 
-        net = PodNetwork(node, host_ip, pod_ip)
-        env: dict = {}
-        for init, group in (
-            (True, pod["spec"].get("initContainers") or []),
-            (False, pod["spec"].get("containers") or []),
-        ):
-            for c in group:
-                try:
-                    env[(init, c["name"])] = container_env(c, pod, lookup, net)
-                except MissingReference as exc:
-                    env[(init, c["name"])] = str(exc)
-        return References(env=env, mounts=tuple(mount_failures(pod, lookup)))
+        return resolve_references(pod, lookup, PodNetwork(node, host_ip, pod_ip))
 
     def _pod_dir(self, namespace: str, name: str, uid: str) -> Path:
         return self.logs_dir / f"{namespace}_{name}_{uid}"
@@ -281,7 +272,7 @@ class Player:
                         timeout=None if not self.queue else max(0.0, self.queue[0].at - time.time())
                     )
                 due = heapq.heappop(self.queue)
-            uid, effect = due.what  # type: ignore[misc]
+            uid, effect = due.uid, due.effect
             if self.known.get(due.key) != uid:
                 continue  # the pod is gone (or replaced): its effects go with it
             namespace, name = due.key.split("/", 1)

@@ -1,8 +1,8 @@
 """A pod's whole life, computed once when it is bound: the frames kwok's Stages play, the log lines and
 the kubelet's events.
 
-The simulator's kubelet is a pure function of a pod and a time (``airflow_jobs_sim.controllers.
-kubelet.step_pod``: the scenario annotation, image-tag conventions, init containers one at a time,
+The simulator's kubelet is a pure function of a pod and a time (``airflow_jobs_sim.kubelet_model.
+step_pod``: the scenario annotation, image-tag conventions, init containers one at a time,
 pull errors and back-off, crash loops with ``restartCount``, exit codes, readiness, sidecars). Stepping it
 from the pod's start to its end gives every status the pod will report and when; the plane's Stages then
 write each status at its time (``stages/scenario.yaml``), so a pod on kwok and a pod on the simulator
@@ -16,15 +16,16 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from airflow_jobs_sim.controllers.kubelet import (
+from airflow_jobs_sim.kubelet_model import (
+    NO_REFERENCES,
+    EventSpec,
     LogClose,
     LogLine,
     References,
+    deletion_exit_codes,
     new_pod_run,
     step_pod,
 )
-from airflow_jobs_sim.events import EventSpec
-from airflow_jobs_sim.scenarios import ScenarioError, pod_scenarios
 
 FRAMES_ANNOTATION = "plane.airflow-jobs.io/frames"
 FRAME_ANNOTATION = "plane.airflow-jobs.io/frame"  # the index of the frame the Stages wrote last
@@ -40,12 +41,16 @@ class Frame:
     status: dict
 
 
+# A side effect of the kubelet: a log line, the end of a container run, or an event.
+Effect = LogLine | LogClose | EventSpec
+
+
 @dataclass(frozen=True)
 class Timed:
-    """A side effect of the kubelet at a time: a log line, the end of a container run, or an event."""
+    """A side effect of the kubelet at a time."""
 
     at: datetime
-    effect: LogLine | LogClose | EventSpec
+    effect: Effect
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,7 @@ def compute(
     host_ip: str,
     pod_ip: str,
     scale: float = 1.0,
-    refs: References | None = None,
+    refs: References = NO_REFERENCES,
 ) -> Timeline:
     """Step the simulator's kubelet over ``pod`` from ``start`` until it ends (or runs for ever)."""
     node = pod["spec"]["nodeName"]
@@ -160,10 +165,9 @@ def compute(
     now = start
     frames: list[Frame] = []
     effects: list[Timed] = []
-    kwargs = {"refs": refs} if refs is not None else {}
     images: frozenset[str] = frozenset()
     for _ in range(MAX_STEPS):
-        step = step_pod(pod, run, now, scale, images=images, **kwargs)
+        step = step_pod(pod, run, now, scale, images=images, refs=refs)
         images = images | frozenset(step.pulled)
         run = step.run
         status = {k: v for k, v in step.status.items()}
@@ -174,13 +178,11 @@ def compute(
         if run.done or step.wake_at is None or len(frames) >= MAX_FRAMES:
             break
         now = max(step.wake_at, now + timedelta(milliseconds=1))
-    try:
-        scenarios = pod_scenarios(pod)
-        term = {n: s.term_exit for n, s in {**scenarios.init, **scenarios.containers}.items()}
-    except ScenarioError:
-        term = {}
     return Timeline(
-        frames=tuple(frames), effects=tuple(effects), term_exit=term, initial=dict(pod.get("status") or {})
+        frames=tuple(frames),
+        effects=tuple(effects),
+        term_exit=deletion_exit_codes(pod),
+        initial=dict(pod.get("status") or {}),
     )
 
 

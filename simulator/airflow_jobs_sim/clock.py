@@ -7,7 +7,6 @@ a duration of ``s`` simulated seconds takes ``s * time_scale`` real seconds.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime, timedelta, timezone
 
 
@@ -30,10 +29,6 @@ class Clock:
     def after(self, seconds: float, start: datetime | None = None) -> datetime:
         """The real instant ``seconds`` simulated seconds after ``start`` (default: now)."""
         return (start or self.now()) + timedelta(seconds=self.scaled(seconds))
-
-    async def sleep(self, seconds: float) -> None:
-        """Sleep for ``seconds`` simulated seconds."""
-        await asyncio.sleep(self.scaled(seconds))
 
 
 def rfc3339(moment: datetime) -> str:

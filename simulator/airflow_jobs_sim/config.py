@@ -71,10 +71,22 @@ class KueueConfig:
 
     # ``manageJobsWithoutQueueName``: Kueue suspends and queues every job, labelled or not.
     manage_jobs_without_queue_name: bool = False
-    # ``waitForPodsReady.timeout`` in simulated seconds; None: disabled (Kueue's default).
-    wait_for_pods_ready_seconds: float | None = None
-    # ``waitForPodsReady.requeuingStrategy.backoffBaseSeconds`` (Kueue's default 60).
+    # ``waitForPodsReady``, defaulted as Kueue v0.19.2 does (apis/config/v1beta2/defaults.go
+    # ``SetDefaults_Configuration``; pkg/util/waitforpodsready/waitforpodsready.go ``Enabled``): on, since
+    # the configuration always gets a ``waitForPodsReady`` and only the ``DisableWaitForPodsReady``
+    # feature gate (alpha, off) turns it off; ``timeout`` 30 minutes; ``recoveryTimeout`` the timeout's
+    # value; ``blockAdmission`` false; ``requeuingStrategy`` with ``timestamp: Eviction``,
+    # ``backoffBaseSeconds`` 60, ``backoffMaxSeconds`` 3600 and ``backoffLimitCount`` null (requeued for
+    # ever). The simulator models the timeouts and the back-off; ``blockAdmission`` stays false.
+    # ``waitForPodsReady.timeout`` in simulated seconds; None turns waitForPodsReady off (what the
+    # ``DisableWaitForPodsReady`` gate does): no ``PodsReady`` condition, no eviction.
+    wait_for_pods_ready_seconds: float | None = 1800.0
+    # ``waitForPodsReady.recoveryTimeout`` in simulated seconds: how long a started Workload whose pods
+    # stopped being ready may wait for them; None: the timeout's value, 0: no recovery timeout.
+    recovery_timeout_seconds: float | None = None
+    # ``waitForPodsReady.requeuingStrategy.backoffBaseSeconds`` and ``backoffMaxSeconds``.
     requeue_backoff_base_seconds: float = 60.0
+    requeue_backoff_max_seconds: float = 3600.0
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,12 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_jobs_sim.clock import Clock, rfc3339
+from airflow_jobs_sim.clock import rfc3339
+
+if TYPE_CHECKING:
+    from airflow_jobs_sim.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from airflow_jobs_sim.conditions import set_condition
 from airflow_jobs_sim.config import RESOURCES
-from airflow_jobs_sim.controllers.base import set_condition
 from airflow_jobs_sim.errors import ApiError
 from airflow_jobs_sim.store import FOREGROUND, Store
 

@@ -725,7 +725,13 @@ class Store:
             grace = 0
             if resource == "pods":
                 grace = self._pod_grace(obj, grace_period_seconds)
-            if not finalizers and grace == 0:
+            # Only a pod has a graceful-deletion strategy: every delete of one, even with grace 0, first
+            # writes its deletionTimestamp and deletionGracePeriodSeconds (a MODIFIED event), then removes
+            # it when the grace is 0 and no finalizer holds it (k8s.io/apiserver
+            # pkg/registry/generic/registry/store.go ``updateForGracefulDeletionAndFinalizers``,
+            # pkg/registry/rest/delete.go ``BeforeDelete``, v1.36.3). So a kubelet's final delete of a
+            # pod it stopped shows the grace going to 0 before the pod goes.
+            if not finalizers and grace == 0 and resource != "pods":
                 return self._remove(rtype, key), True
             new = dict(obj)
             nmeta = new["metadata"] = dict(meta)
@@ -735,8 +741,13 @@ class Store:
                 nmeta["deletionTimestamp"] = format_time(now + timedelta(seconds=grace))
                 nmeta["deletionGracePeriodSeconds"] = grace
             elif grace < nmeta.get("deletionGracePeriodSeconds", 0):
-                # A shorter grace period replaces a longer one; a longer one never extends it.
-                nmeta["deletionTimestamp"] = format_time(now + timedelta(seconds=grace))
+                # A shorter grace period replaces a longer one, counted from when the deletion was asked
+                # (BeforeDelete: the old timestamp less the old period plus the new); a longer one never
+                # extends it.
+                asked = (parse_time(nmeta["deletionTimestamp"]) or now) - timedelta(
+                    seconds=nmeta.get("deletionGracePeriodSeconds", 0)
+                )
+                nmeta["deletionTimestamp"] = format_time(asked + timedelta(seconds=grace))
                 nmeta["deletionGracePeriodSeconds"] = grace
             if new == obj:
                 return obj, False
@@ -1168,6 +1179,7 @@ def default_mpijob_spec(spec: dict) -> None:
             launcher = role == "Launcher"
             replica.setdefault("replicas", 1 if launcher else 0)
             # The operator's defaults differ by role: a launcher retries in place (its mpirun may start
-            # before the workers' sshd answers), a worker pod is replaced whole.
+            # before the workers' sshd answers), a worker is not restarted (nor is a failed worker pod
+            # replaced: getOrCreateWorker creates only missing ones, mpi-operator v0.8.2).
             if not replica.get("restartPolicy"):
                 replica["restartPolicy"] = "OnFailure" if launcher else "Never"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from airflow_jobs_sim.controllers.kubelet import termination_message
+from airflow_jobs_sim.kubelet_model import termination_message
 
 from airflow_jobs_plugin.jobs import labels as keys
 from airflow_jobs_plugin.jobs.outcome import EventStatus, JobEvent, summary

@@ -149,7 +149,11 @@ def invalid_pod_spec(c: Cluster, ns: str) -> Observation:
 
 
 def mpijob_manifest(
-    name: str, workers: int = 1, launcher: dict | None = None, worker: dict | None = None
+    name: str,
+    workers: int = 1,
+    launcher: dict | None = None,
+    worker: dict | None = None,
+    run_policy: dict | None = None,
 ) -> dict:
     def replica(role: str, replicas: int, scenario: dict | None) -> dict:
         template: dict = {
@@ -165,6 +169,7 @@ def mpijob_manifest(
         "metadata": {"name": name},
         "spec": {
             "slotsPerWorker": 1,
+            **({"runPolicy": run_policy} if run_policy else {}),
             "mpiReplicaSpecs": {
                 "Launcher": replica("launcher", 1, launcher),
                 "Worker": replica("worker", workers, worker),
@@ -624,6 +629,70 @@ def job_ttl_after_finished(c: Cluster, ns: str) -> Observation:
     return {"frames": seen["frames"], "job_deleted": gone is None, "pods_left": 0}
 
 
+def pod_deleted_with_grace_period(c: Cluster, ns: str) -> Observation:
+    """A running pod deleted with gracePeriodSeconds 30: the DELETE answers the pod with its
+    deletionTimestamp and deletionGracePeriodSeconds; the kubelet stops its container (SIGTERM's exit
+    143, phase Failed) and the pod is removed without waiting out the grace period, its container having
+    ended. The watch's frames: (type, phase, the main container's state, grace period)."""
+    c.ok("POST", pods(ns), pod_manifest("doomed", {"main": {"pull": 0, "run": None}}))
+    running = c.until(
+        pods(ns, "doomed"), lambda p: ((p or {}).get("status") or {}).get("phase") == "Running", WAIT
+    )
+    assert running is not None
+    stream = c.watch(pods(ns), query={"fieldSelector": "metadata.name=doomed"}, timeout=WAIT)
+    reply = c.request("DELETE", pods(ns, "doomed"), query={"gracePeriodSeconds": "30"})
+    body = reply.body if isinstance(reply.body, dict) else {}
+    out: Observation = {
+        "delete_status": reply.status,
+        "delete_kind": body.get("kind"),
+        "delete_grace": (body.get("metadata") or {}).get("deletionGracePeriodSeconds"),
+        "delete_has_timestamp": "deletionTimestamp" in (body.get("metadata") or {}),
+    }
+    frames: list = []
+    started = time.monotonic()
+    for event in stream:
+        if event["type"] == "BOOKMARK":
+            continue
+        obj = event["object"]
+        status = obj.get("status") or {}
+        main = next((cs for cs in status.get("containerStatuses") or [] if cs.get("name") == "main"), {})
+        state = main.get("state") or {}
+        terminated = state.get("terminated") or {}
+        frames.append(
+            (
+                event["type"],
+                status.get("phase"),
+                next(iter(state), None),
+                terminated.get("exitCode"),
+                terminated.get("reason"),
+                obj["metadata"].get("deletionGracePeriodSeconds"),
+            )
+        )
+        if event["type"] == "DELETED":
+            break
+    out["frames"] = dedupe(frames)
+    out["gone_before_the_grace_period"] = time.monotonic() - started < 30
+    # A pod that has ended is deleted at once (the pod strategy's grace is 0), yet through the same
+    # graceful path: its deletionTimestamp and grace 0 are written (MODIFIED) before it goes.
+    c.ok("POST", pods(ns), pod_manifest("ended", QUICK))
+    done = c.until(
+        pods(ns, "ended"), lambda p: ((p or {}).get("status") or {}).get("phase") == "Succeeded", WAIT
+    )
+    assert done is not None
+    stream = c.watch(pods(ns), query={"fieldSelector": "metadata.name=ended"}, timeout=WAIT)
+    c.request("DELETE", pods(ns, "ended"))
+    ended: list = []
+    for event in stream:
+        if event["type"] == "BOOKMARK":
+            continue
+        meta = event["object"]["metadata"]
+        ended.append((event["type"], "deletionTimestamp" in meta, meta.get("deletionGracePeriodSeconds")))
+        if event["type"] == "DELETED":
+            break
+    out["ended_pod_frames"] = dedupe(ended)
+    return out
+
+
 # ==================================================================================================
 # The MPI operator
 # ==================================================================================================
@@ -701,6 +770,65 @@ def _mpi_objects(c: Cluster, ns: str) -> Observation:
         },
         "launcher_job": launcher
         and {"owner": _owner(launcher), "labels": launcher["metadata"].get("labels")},
+    }
+
+
+def _watch_mpijob(c: Cluster, ns: str, manifest: dict, until, note=None) -> dict:
+    """Create the MPIJob ``manifest`` and watch it until ``until(mpijob)``: the distinct frames of its
+    true conditions in order, what ``note(mpijob)`` first returned that was not None, and the MPIJob as
+    it ended."""
+    name = manifest["metadata"]["name"]
+    stream = c.watch(mpijobs(ns), query={"fieldSelector": f"metadata.name={name}"}, timeout=WAIT)
+    frames: list = []
+    noted: Any = None
+    last: dict | None = None
+    c.ok("POST", mpijobs(ns), manifest)
+    for event in stream:
+        if event["type"] == "BOOKMARK":
+            continue
+        last = event["object"]
+        frames.append(tuple(t for t, s, _ in conditions(last) if s == "True"))
+        if note is not None and noted is None:
+            noted = note(last)
+        if until(last):
+            break
+    if last is None or not until(last):
+        raise ScenarioTimeout(f"{c.label}: MPIJob {name} never got there; last: {json.dumps(last)[:2000]}")
+    return {"frames": dedupe(frames), "noted": noted, "mpijob": last}
+
+
+def _worker_status(mpijob: dict) -> dict:
+    return ((mpijob.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
+
+
+def mpijob_failed_worker(c: Cluster, ns: str) -> Observation:
+    """Both workers exit 1 while the launcher runs: mpi-operator v0.8.2 (``updateMPIJobStatus``) counts
+    them and leaves the MPIJob running; it fails when its launcher does (mpirun losing the ranks, here the
+    launcher's scenario exiting 1 with backoffLimit 0)."""
+    manifest = mpijob_manifest(
+        "train",
+        workers=2,
+        launcher={"main": {"pull": 0, "run": 20, "exit": 1}},
+        worker={"main": {"pull": 0, "run": 8, "exit": 1}},
+        run_policy={"backoffLimit": 0},
+    )
+
+    def both_failed(job: dict) -> dict | None:
+        if _worker_status(job).get("failed") != 2:
+            return None
+        return {"conditions": condition_set(job), "replica_statuses": job["status"].get("replicaStatuses")}
+
+    seen = _watch_mpijob(c, ns, manifest, until=lambda j: has_condition(j, "Failed"), note=both_failed)
+    worker_pods = sorted(
+        (p["metadata"]["name"], (p.get("status") or {}).get("phase"))
+        for p in c.ok("GET", pods(ns))["items"]
+        if "-worker-" in p["metadata"]["name"]
+    )
+    return {
+        "frames": seen["frames"],
+        "while_the_launcher_runs": seen["noted"],
+        "ended": condition_set(seen["mpijob"]),
+        "worker_pods": worker_pods,
     }
 
 
@@ -790,14 +918,22 @@ def _workload_view(wl: dict | None) -> dict | None:
 
 def kueue_workload_lifecycle(c: Cluster, ns: str) -> Observation:
     """A queued Job admitted and run to the end beside one that waits for quota: each Workload's
-    conditions (QuotaReserved, Admitted, Finished, Pending), and the Jobs' suspend flags as Kueue sets
-    them."""
+    conditions (QuotaReserved, Admitted, PodsReady, Finished, Pending), and the Jobs' suspend flags as
+    Kueue sets them."""
     kueue_queues(c, ns, gpus=2)
     # What the create answers: the Job as Kueue's webhook left it (a later read races Kueue's admission).
-    created = c.ok("POST", jobs(ns), queued_job("first", 2, {"main": {"pull": 0, "run": 3}}))
+    created = c.ok("POST", jobs(ns), queued_job("first", 2, {"main": {"pull": 0, "run": 10}}))
     out: Observation = {"suspended_on_create": created["spec"].get("suspend")}
     running = c.until(jobs(ns, "first"), lambda j: bool(j and (j.get("status") or {}).get("active")), WAIT)
     assert running is not None
+    # waitForPodsReady (on by default in Kueue v0.19.2): the Workload is WaitForStart until the Job
+    # controller counts its pod ready, then Started. Observed once Started: the moment before depends on
+    # how soon each Job controller writes status.ready.
+    c.until(
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads",
+        lambda _: has_condition(_workload(c, ns, "first"), "PodsReady"),
+        WAIT,
+    )
     c.ok("POST", jobs(ns), queued_job("second", 2, {"main": {"pull": 0, "run": 1}}))
     wl2 = c.until(
         f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads",
@@ -823,6 +959,81 @@ def kueue_workload_lifecycle(c: Cluster, ns: str) -> Observation:
     )
     out["second_finished"] = _workload_view(_workload(c, ns, "second"))
     return out
+
+
+def _cluster_queue(name: str, flavor: str, gpus: int, cohort: str) -> dict:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "cohortName": cohort,
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": flavor,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "64"},
+                                {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def kueue_borrowing(c: Cluster, ns: str) -> Observation:
+    """A ClusterQueue with no GPU quota in a cohort beside an idle lender of 4 GPUs: four 1-GPU Jobs are
+    admitted by borrowing, one by one, and a fifth waits with Kueue's message (v0.19.2
+    ``pkg/cache/scheduler/resource_node.go`` ``available``, ``flavorassigner.go`` ``fitsResourceQuota``)."""
+    base = "/apis/kueue.x-k8s.io/v1beta2"
+    flavor, cohort = f"f-{ns}", f"co-{ns}"
+    c.ok(
+        "POST",
+        f"{base}/resourceflavors",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor}},
+    )
+    c.ok("POST", f"{base}/clusterqueues", _cluster_queue(f"lender-{ns}", flavor, 4, cohort))
+    c.ok("POST", f"{base}/clusterqueues", _cluster_queue(f"borrower-{ns}", flavor, 0, cohort))
+    c.ok(
+        "POST",
+        f"{base}/namespaces/{ns}/localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq"},
+            "spec": {"clusterQueue": f"borrower-{ns}"},
+        },
+    )
+    workloads = f"{base}/namespaces/{ns}/workloads"
+    reserved: list = []
+    for i in range(5):
+        name = f"j{i}"
+        c.ok("POST", jobs(ns), queued_job(name, 1, {"main": {"pull": 0, "run": None}}))
+        c.until(workloads, lambda _, name=name: bool(conditions(_workload(c, ns, name))), WAIT)
+        c.until(
+            workloads,
+            lambda _, name=name: (
+                has_condition(_workload(c, ns, name), "QuotaReserved")
+                or has_condition(_workload(c, ns, name), "QuotaReserved", "False")
+            ),
+            WAIT,
+        )
+        wl = _workload(c, ns, name)
+        quota = next(
+            x for x in (wl or {}).get("status", {}).get("conditions", []) if x["type"] == "QuotaReserved"
+        )
+        reserved.append(
+            (name, quota["status"], quota["reason"], (quota.get("message") or "").replace(ns, "<ns>"))
+        )
+    for i in range(5):
+        c.request("DELETE", jobs(ns, f"j{i}"), query={"propagationPolicy": "Background"})
+    return {"quota_reserved": reserved}
 
 
 # --- leader election's Leases ------------------------------------------------------------------------

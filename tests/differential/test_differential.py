@@ -55,8 +55,6 @@ KNOWN: dict[str, set[str]] = {
     "immutable_job_fields": {"selector_change"},
     # The Orphan policy's `orphan` finalizer: the simulator orphans at once and answers a Status.
     "job_pods_deleted_with_job": {"default_delete_body_kind"},
-    # Kueue v0.19's waitForPodsReady is on by default upstream; the simulator's KueueConfig keeps it off.
-    "kueue_workload_lifecycle": {"first_admitted", "first_finished", "second_finished", "second_pending"},
 }
 
 
@@ -177,6 +175,10 @@ def test_job_ttl_after_finished(clusters):
     same(clusters, scenarios.job_ttl_after_finished)
 
 
+def test_pod_deleted_with_grace_period(clusters):
+    same(clusters, scenarios.pod_deleted_with_grace_period)
+
+
 # --- the MPI operator and Kueue ---------------------------------------------------------------------
 
 
@@ -184,5 +186,13 @@ def test_mpijob_runs_to_success(clusters):
     same(clusters, scenarios.mpijob_runs_to_success)
 
 
+def test_mpijob_failed_worker(clusters):
+    same(clusters, scenarios.mpijob_failed_worker)
+
+
 def test_kueue_workload_lifecycle(clusters):
     same(clusters, scenarios.kueue_workload_lifecycle)
+
+
+def test_kueue_borrowing(clusters):
+    same(clusters, scenarios.kueue_borrowing)

@@ -370,6 +370,20 @@ SCENARIOS: list[Scenario] = [
         Reason.ERROR,
     ),
     Scenario(
+        # mpi-operator v0.8.2 neither replaces a failed worker nor fails the MPIJob for it (only an
+        # evicted one): the job runs short of a rank until mpirun on the launcher fails.
+        "degraded-mpi-worker-failed-next-to-its-running-launcher",
+        mpi_job(),
+        _running_mpi(1)
+        + [
+            worker_pod(
+                index=1, phase="Failed", restart_policy="Never", statuses=[terminated("main", 3)], ready=False
+            )
+        ],
+        JobState.DEGRADED,
+        Reason.ERROR,
+    ),
+    Scenario(
         "degraded-mpi-worker-on-lost-node",
         mpi_job(),
         _running_mpi(1)

@@ -65,6 +65,12 @@ def failed(seen: Seen) -> object:
     return seen.condition("Failed")
 
 
+def worker_failures(seen: Seen) -> int:
+    """The failed workers the MPI operator counted in the MPIJob's status."""
+    statuses = ((seen.job or {}).get("status") or {}).get("replicaStatuses") or {}
+    return int((statuses.get("Worker") or {}).get("failed") or 0)
+
+
 def scheduled_reason(pod: dict | None) -> str | None:
     for cond in ((pod or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled":
@@ -348,17 +354,37 @@ CASES = [
         act=evict_worker_0_once_running,
     ),
     Case(
-        "FAILED-Error-mpi-workers-exiting-non-zero",
+        # mpi-operator v0.8.2 (updateMPIJobStatus) fails an MPIJob for evicted workers only: workers that
+        # exit non-zero are counted, and the job runs on with its launcher until mpirun fails.
+        "DEGRADED-Error-mpi-workers-exited-non-zero-next-to-a-running-launcher",
         mpi_job("train", launcher={"main": FOREVER}, worker={"main": {"run": 1, "exit": 3}}),
         # The workers' 1 s may end before a loaded machine has the launcher running: the state named is
         # the one with all three there.
         lambda s: (
-            failed(s) and all(phase(p) == "Failed" for p in workers(s)) and phase(launcher(s)) == "Running"
+            worker_failures(s) == 2
+            and all(phase(p) == "Failed" for p in workers(s))
+            and phase(launcher(s)) == "Running"
         ),
-        JobState.FAILED,
+        JobState.DEGRADED,
         Reason.ERROR,
         {"launcher": "Running", "worker-0": "Error", "worker-1": "Error"},
         exit_code=3,
+    ),
+    Case(
+        # ... and when mpirun loses the rank and exits non-zero, the launcher Job's failure fails the job.
+        "FAILED-Error-an-mpi-launcher-failing-after-its-workers",
+        mpi_job(
+            "train",
+            launcher={"main": {"run": 40, "exit": 1, "logs": ["mpirun: rank 1 lost"]}},
+            worker={"main": {"run": 1, "exit": 3}},
+            launcher_restart="Never",
+            backoffLimit=0,
+        ),
+        lambda s: failed(s) and phase(launcher(s)) == "Failed",
+        JobState.FAILED,
+        Reason.ERROR,
+        {"launcher": "Error", "worker-0": "Error", "worker-1": "Error"},
+        exit_code=1,
     ),
     Case(
         "TERMINATING-failed-BackoffLimitExceeded-Init-Error-on-an-mpi-launcher",

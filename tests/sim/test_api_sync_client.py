@@ -197,9 +197,10 @@ def test_watch_without_version_starts_with_synthetic_added_then_streams(core, na
     threading.Thread(target=later, daemon=True).start()
     for event in w.stream(core.list_namespaced_pod, namespace, timeout_seconds=5):
         seen.append((event["type"], event["object"].metadata.name))
-        if len(seen) == 3:
+        if len(seen) == 4:
             w.stop()
-    assert seen == [("ADDED", "before"), ("ADDED", "after"), ("DELETED", "after")]
+    # The delete writes the pod's deletionTimestamp (MODIFIED) before removing it, even with grace 0.
+    assert seen == [("ADDED", "before"), ("ADDED", "after"), ("MODIFIED", "after"), ("DELETED", "after")]
 
 
 def test_watch_resumes_after_a_resource_version(core, namespace):

@@ -7,16 +7,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from airflow_jobs_sim.controllers.kubelet import (
+from airflow_jobs_sim.controllers.kubelet import node_lost, node_lost_pod_status, node_restored
+from airflow_jobs_sim.kubelet_model import (
     LogClose,
     LogLine,
     Step,
     crash_backoff,
     go_duration,
     new_pod_run,
-    node_lost,
-    node_lost_pod_status,
-    node_restored,
     pull_backoff,
     step_pod,
 )

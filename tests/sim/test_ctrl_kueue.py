@@ -17,7 +17,12 @@ from airflow_jobs_sim.controllers.kueue import (
     Candidate,
     QueueView,
     assign_flavor,
+    available,
     choose_victims,
+    job_pods_ready,
+    pods_ready_condition,
+    pods_ready_deadline,
+    requeue_backoff,
     workload_name,
 )
 from airflow_jobs_sim.errors import ApiError
@@ -285,15 +290,172 @@ def test_assign_flavor_names_the_missing_quota():
     queue = QueueView(
         "cq", "StrictFIFO", [("f", {GPU: 8.0}, {GPU: None})], {GPU}, None, False, {("f", GPU): 6.0}
     )
-    assert assign_flavor(queue, {GPU: 2.0}, {}) == ("f", "")
+    assert assign_flavor(queue, {GPU: 2.0}) == ("f", "")
     assert (
-        assign_flavor(queue, {GPU: 3.0}, {})[1]
+        assign_flavor(queue, {GPU: 3.0})[1]
         == "insufficient unused quota for nvidia.com/gpu in flavor f, 1 more needed"
     )
     assert (
-        assign_flavor(queue, {"example.com/fpga": 1.0}, {})[1]
+        assign_flavor(queue, {"example.com/fpga": 1.0})[1]
         == "resource example.com/fpga unavailable in ClusterQueue"
     )
+
+
+def gpu_queue(name: str, nominal: float, used: float, cohort: str | None = "co", limit=None) -> QueueView:
+    return QueueView(
+        name,
+        "BestEffortFIFO",
+        [("f", {GPU: nominal}, {GPU: limit})],
+        {GPU},
+        cohort,
+        False,
+        {("f", GPU): used},
+    )
+
+
+# Kueue v0.19.2 pkg/cache/scheduler/resource_node.go (``available``): in a cohort a ClusterQueue can take
+# the cohort's nominal quota less the cohort's usage, its own usage counted once, capped by its
+# borrowingLimit above its own nominal quota.
+
+
+def test_a_borrower_with_no_nominal_quota_can_take_all_an_idle_lender_has():
+    lender = gpu_queue("lender", 4, 0)
+    for used in range(4):
+        borrower = gpu_queue("borrower", 0, used)
+        assert available(borrower, [lender], "f", GPU) == 4 - used
+        assert assign_flavor(borrower, {GPU: 1.0}, [lender]) == ("f", "")
+    full = gpu_queue("borrower", 0, 4)
+    assert assign_flavor(full, {GPU: 1.0}, [lender]) == (
+        None,
+        "insufficient unused quota for nvidia.com/gpu in flavor f, 1 more needed",
+    )
+
+
+def test_what_another_member_borrows_is_not_free_for_the_rest_of_the_cohort():
+    a, b = gpu_queue("a", 4, 0), gpu_queue("b", 4, 6)  # b uses 2 of a's 4
+    assert available(gpu_queue("c", 0, 0), [a, b], "f", GPU) == 2
+
+
+def test_a_borrowing_limit_caps_what_a_queue_takes_above_its_own_nominal_quota():
+    lender = gpu_queue("lender", 4, 0)
+    assert available(gpu_queue("a", 4, 5, limit=2), [lender], "f", GPU) == 1  # 4 + 2 - 5
+    assert available(gpu_queue("a", 4, 0, limit=2), [lender], "f", GPU) == 6
+    assert available(gpu_queue("a", 4, 0, limit=2), [gpu_queue("lender", 4, 7)], "f", GPU) == 1
+
+
+def test_a_queue_outside_a_cohort_borrows_nothing_from_queues_of_another_cohort():
+    assert available(gpu_queue("alone", 2, 1, cohort=None), [gpu_queue("other", 8, 0)], "f", GPU) == 1
+    assert available(gpu_queue("a", 2, 1, cohort="x"), [gpu_queue("other", 8, 0, cohort="y")], "f", GPU) == 1
+
+
+def test_a_borrower_with_no_nominal_quota_gets_as_many_jobs_admitted_as_the_idle_lender_has_gpus(cluster, ns):
+    cluster_queue(cluster, f"lender-{ns}", 4, cohort=f"co-{ns}")
+    cluster_queue(cluster, f"borrower-{ns}", 0, cohort=f"co-{ns}")
+    local_queue(cluster, ns, "b", f"borrower-{ns}")
+    for i in range(4):
+        job(cluster, ns, f"j{i}", 1, queue="b", run=60000.0)
+    for i in range(4):
+        wait_for(lambda i=i: running(cluster, ns, f"j{i}"))
+    job(cluster, ns, "fifth", 1, queue="b", run=60000.0)
+    wl = wait_for(
+        lambda: (
+            condition(workload(cluster, ns, "fifth"), "QuotaReserved").get("reason") == "Pending"
+            and workload(cluster, ns, "fifth")
+        )
+    )
+    assert condition(wl, "QuotaReserved")["message"].endswith(
+        "insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 1 more needed"
+    )
+    for i in range(4):
+        cluster.store.delete("jobs", f"j{i}", namespace=ns, propagation_policy="Background")
+
+
+def test_wait_for_pods_ready_is_on_by_default_with_kueues_default_timeouts_and_back_off():
+    # Kueue v0.19.2 apis/config/v1beta2/defaults.go: waitForPodsReady always set (so on, short of the
+    # DisableWaitForPodsReady gate), timeout 30m, recoveryTimeout = timeout, backoff 60 s up to 3600 s.
+    config = KueueConfig()
+    assert config.wait_for_pods_ready_seconds == 1800
+    assert config.recovery_timeout_seconds is None  # the timeout's value
+    assert (config.requeue_backoff_base_seconds, config.requeue_backoff_max_seconds) == (60, 3600)
+
+
+def test_pods_ready_waits_for_start_until_the_admitted_jobs_pods_are_ready_then_started():
+    assert pods_ready_condition(False, None, False) == (
+        "False",
+        "WaitForStart",
+        "Not all pods are ready or succeeded",
+    )
+    assert (
+        pods_ready_condition(True, {"status": "False", "reason": "WaitForStart"}, False)[1] == "WaitForStart"
+    )
+    assert pods_ready_condition(True, {"status": "False", "reason": "WaitForStart"}, True) == (
+        "True",
+        "Started",
+        "All pods reached readiness and the workload is running",
+    )
+
+
+def test_a_started_workload_whose_pods_stop_being_ready_waits_for_recovery_then_recovers():
+    started = {"status": "True", "reason": "Started"}
+    waiting = pods_ready_condition(True, started, False)
+    assert waiting == ("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+    assert pods_ready_condition(True, {"status": "False", "reason": "WaitForRecovery"}, True)[:2] == (
+        "True",
+        "Recovered",
+    )
+    # Requeued (no longer admitted), it waits to start again.
+    assert pods_ready_condition(False, started, False)[1] == "WaitForStart"
+
+
+def test_the_pods_ready_timeout_runs_from_admission_and_the_recovery_timeout_from_the_loss_of_readiness():
+    from datetime import datetime, timedelta, timezone
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    admitted = {"type": "Admitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    waiting = {"type": "PodsReady", "status": "False", "reason": "WaitForStart"}
+    assert pods_ready_deadline([admitted, waiting], 1800, 600) == t0 + timedelta(seconds=1800)
+    lost = {
+        "type": "PodsReady",
+        "status": "False",
+        "reason": "WaitForRecovery",
+        "lastTransitionTime": "2026-01-01T01:00:00Z",
+    }
+    assert pods_ready_deadline([admitted, lost], 1800, 600) == t0 + timedelta(seconds=3600 + 600)
+    assert pods_ready_deadline([admitted, lost], 1800, 0) is None  # "0s" turns recovery checking off
+    assert pods_ready_deadline([admitted, {"type": "PodsReady", "status": "True"}], 1800, 600) is None
+
+
+def test_the_requeue_back_off_doubles_from_its_base_up_to_its_max():
+    assert [requeue_backoff(n, 60, 3600) for n in range(1, 9)] == [60, 120, 240, 480, 960, 1920, 3600, 3600]
+
+
+def test_a_batch_job_is_ready_once_ready_and_succeeded_pods_reach_the_smaller_of_parallelism_and_completions():
+    job = {"spec": {"parallelism": 3, "completions": 2}, "status": {"ready": 1, "succeeded": 1}}
+    assert job_pods_ready("jobs", job)
+    assert not job_pods_ready("jobs", {"spec": {"parallelism": 2}, "status": {"ready": 1}})
+    running = {"status": {"conditions": [{"type": "Running", "status": "True"}]}}
+    assert job_pods_ready("mpijobs", running) and not job_pods_ready("mpijobs", {"status": {}})
+
+
+def test_by_default_a_workload_waits_for_start_then_is_started_once_its_pods_are_ready(cluster, ns):
+    seen: list[tuple[str, str]] = []
+
+    def on_event(event_type, resource, obj):
+        if resource == "workloads" and obj["metadata"].get("namespace") == ns:
+            ready = condition(obj, "PodsReady")
+            if ready and (not seen or seen[-1] != (ready["status"], ready["reason"])):
+                seen.append((ready["status"], ready["reason"]))
+
+    close = cluster.store.subscribe(on_event)
+    try:
+        cluster_queue(cluster, f"cq-{ns}", 4)
+        local_queue(cluster, ns, "team", f"cq-{ns}")
+        job(cluster, ns, "ready", 1, run=60000.0)
+        wait_for(lambda: condition(workload(cluster, ns, "ready"), "PodsReady").get("reason") == "Started")
+    finally:
+        close()
+    assert seen == [("False", "WaitForStart"), ("True", "Started")]
+    cluster.store.delete("jobs", "ready", namespace=ns, propagation_policy="Background")
 
 
 def test_wait_for_pods_ready_evicts_a_job_whose_pods_never_get_ready_and_backs_off():

@@ -164,6 +164,42 @@ def test_padded_worker_indexes_are_not_taken_for_surplus_workers():
     assert not [a for a in plan.actions if type(a).__name__ == "Delete"]
 
 
+def _running_launcher() -> tuple[dict, dict]:
+    """A launcher Job that runs, and its Running pod."""
+    job = launcher_job(mpijob(), suspend=False)
+    job["metadata"]["uid"] = "launcher-uid"
+    job["status"] = {"active": 1}
+    pod = {
+        "metadata": {
+            "name": "train-launcher-x7k2p",
+            "labels": job["spec"]["template"]["metadata"]["labels"],
+            "ownerReferences": [
+                {"kind": "Job", "name": "train-launcher", "uid": "launcher-uid", "controller": True}
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+    return job, pod
+
+
+def _worker(index: int, phase: str, reason: str | None = None) -> dict:
+    pod = worker_pod(mpijob(), index)
+    pod["metadata"]["ownerReferences"][0]["uid"] = "mpi-uid"
+    pod["status"] = {"phase": phase, **({"reason": reason} if reason else {})}
+    return pod
+
+
+def test_a_worker_that_fails_leaves_the_mpijob_running_and_counts_as_failed():
+    # updateMPIJobStatus, mpi-operator v0.8.2: a failed worker pod is counted in the Worker replica
+    # status; only an evicted one fails the MPIJob.
+    launcher, launcher_pod = _running_launcher()
+    pods = [_worker(0, "Failed"), _worker(1, "Running"), launcher_pod]
+    plan = plan_mpijob(mpijob(), pods, launcher, T0)
+    assert [c["type"] for c in plan.status["conditions"] if c["status"] == "True"] == ["Created"]
+    assert plan.status["replicaStatuses"]["Worker"] == {"active": 1, "failed": 1}
+    assert not [e for e in plan.events if e.reason in ("MPIJobFailed", "MPIJobEvicted")]
+
+
 def test_a_suspended_mpijob_has_no_workers_and_a_suspended_launcher():
     plan = plan_mpijob(mpijob(suspend=True), [], None, T0)
     created = [a.obj for a in plan.actions if isinstance(a, Create)]
@@ -409,16 +445,26 @@ def test_a_launcher_with_an_init_container_goes_through_init_then_the_mpijob_suc
     )
 
 
-def test_a_failing_worker_fails_the_mpijob(cluster, ns):
+def test_a_failed_worker_ends_the_mpijob_only_through_its_launchers_failure(cluster, ns):
+    # mpi-operator v0.8.2 (pkg/controller/mpi_job_controller.go, updateMPIJobStatus) fails an MPIJob for
+    # an evicted worker only: a worker exiting non-zero is counted, and the job ends when mpirun on the
+    # launcher notices the lost rank and exits non-zero, failing the launcher Job.
     create(
         cluster,
         ns,
-        mpijob(worker_scenario={"main": {"run": 2, "exit": 1}}, launcher_scenario={"main": {"run": None}}),
+        mpijob(
+            backoffLimit=0,
+            worker_scenario={"main": {"run": 2, "exit": 1}},
+            launcher_scenario={"main": {"run": 60, "exit": 1, "logs": ["mpirun: rank 1 lost"]}},
+        ),
     )
     failed = wait_for(lambda: condition(cluster, ns, "train", "Failed"))
-    assert failed["reason"] == "MPIJobFailed" and "workers have failed" in failed["message"]
-    assert "MPIJobFailed" in mpi_events(cluster, ns, "train")
-    # cleanPodPolicy Running (mpi_job_controller.go deleteWorkerPods, v0.5.0..v0.8.0) deletes the workers
+    assert (failed["reason"], failed["message"]) == (
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+    )
+    assert "MPIJobFailed" not in mpi_events(cluster, ns, "train")
+    # cleanPodPolicy Running (mpi_job_controller.go deleteWorkerPods, v0.5.0..v0.8.2) deletes the workers
     # still Running or Pending and keeps the ended ones, then initializeMPIJobStatuses resets their counts.
     wait_for(lambda: cluster.store.get("mpijobs", "train", ns)["status"]["replicaStatuses"]["Worker"] == {})
     status = cluster.store.get("mpijobs", "train", ns)["status"]

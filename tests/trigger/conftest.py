@@ -36,12 +36,15 @@ async def client(cluster):
     await shared.shutdown()
 
 
-_counter = iter(range(1, 10_000))
+# The one serial of every run id these tests make (``run-<n>``): on the real plane they share one cluster
+# and its `default` namespace, and modules that counted apart gave two tests' jobs one name (the first
+# MPIJob of one module and of another, 409 AlreadyExists, when `-k` picked both).
+RUNS = iter(range(1, 100_000))
 
 
 def task_identity(task_id: str = "train", try_number: int = 1) -> TaskIdentity:
     """A fresh task instance per call, so tests sharing a cluster never collide."""
-    return TaskIdentity("nightly", task_id, f"run-{next(_counter)}", -1, try_number)
+    return TaskIdentity("nightly", task_id, f"run-{next(RUNS)}", -1, try_number)
 
 
 def job_manifest(identity: TaskIdentity, *, scenario: dict | None = None, **args) -> dict:

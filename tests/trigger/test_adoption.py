@@ -20,9 +20,10 @@ from airflow_jobs_plugin.jobs.naming import attempt_name
 from airflow_jobs_plugin.jobs.spec import TaskIdentity, validate
 from airflow_jobs_plugin.usecases import actions
 
+from .conftest import RUNS
 from .test_operator import context_for, deferral, jobs_of, operator, run_to_event
 
-_runs = iter(range(1, 10_000))
+_runs = RUNS  # shared with the package's other modules (conftest.py says why)
 LONG = {"sim.airflow-jobs.io/scenario": '{"main": {"run": 100000}}'}
 
 

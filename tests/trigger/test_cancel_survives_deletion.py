@@ -31,12 +31,14 @@ from airflow_jobs_plugin.jobs.naming import TaskIdentity
 from airflow_jobs_plugin.queueing.engines import pool as admission
 from airflow_jobs_plugin.readmodel import inspect
 
+from .conftest import RUNS
+
 pytestmark = pytest.mark.skipif(
     real_cluster_kubeconfig() is not None, reason="creates Kueue queues: the simulator's Kueue only"
 )
 GPU = "nvidia.com/gpu"
 TARGET = inspect.Target(namespace="default", quota_configmap=None)
-_runs = iter(range(1, 10_000))
+_runs = RUNS  # shared with the package's other modules (conftest.py says why)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,9 @@ from airflow_jobs_plugin.jobs.spec import JobSpecError
 from airflow_jobs_plugin.queueing.engines import pool as admission
 from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 
-_runs = iter(range(1, 10_000))
+from .conftest import RUNS
+
+_runs = RUNS  # shared with the package's other modules (conftest.py says why)
 
 
 def context_for(

@@ -30,7 +30,9 @@ from airflow_jobs_plugin.queueing.pools import POLICY_LABELS
 from airflow_jobs_plugin.readmodel import inspect
 from tests.patience import Deadline
 
-_runs = iter(range(1, 10_000))
+from .conftest import RUNS
+
+_runs = RUNS  # shared with the package's other modules (conftest.py says why)
 FOREVER = '{"main": {"run": null}}'
 
 

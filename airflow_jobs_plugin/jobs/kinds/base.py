@@ -133,13 +133,9 @@ class JobKind(ABC):
     def expected_replicas(self, job: Mapping[str, Any]) -> list[tuple[str, int]]:
         """The (role, index) of every replica the job should have, launcher first."""
 
-    def owns_pod(self, job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
-        """Whether ``pod`` (of the same namespace) is one of the job's, by its labels."""
-        return self.owns_labels(job, mapping(pod, "metadata", "labels"))
-
     @abstractmethod
     def owns_labels(self, job: Mapping[str, Any], pod_labels: Mapping[str, Any]) -> bool:
-        """:meth:`owns_pod` from the pod's labels."""
+        """Whether a pod (of the job's namespace) with ``pod_labels`` is one of the job's."""
 
     def replica_key(self, pod: Mapping[str, Any]) -> tuple[str, int]:
         """The (role, index) a pod plays, from the product's labels or the completion index."""
@@ -285,6 +281,12 @@ class JobKind(ABC):
         ruled on the job, until something deletes it."""
         del role
         return False
+
+    def replaces_failed_pod(self, role: str) -> bool:
+        """Whether the controller creates a new pod for a pod of ``role`` that failed (until its
+        backoff limit): a failed pod it does not replace leaves its replica down while the job runs."""
+        del role
+        return True
 
     def still_counts_pods(self, job: Mapping[str, Any]) -> bool:
         """Whether the controller still counts pods as active or terminating, before its final word

@@ -302,6 +302,13 @@ class MPIJob(JobKind):
         # with None they keep running.
         return role != LAUNCHER
 
+    def replaces_failed_pod(self, role: str) -> bool:
+        # The launcher Job's controller replaces a failed launcher pod. mpi-operator v0.8.2
+        # (pkg/controller/mpi_job_controller.go) never replaces a failed worker (getOrCreateWorker creates
+        # only missing pods) nor fails the MPIJob for it (updateMPIJobStatus: only evicted workers do):
+        # the job runs on until mpirun on the launcher loses the rank and fails.
+        return role == LAUNCHER
+
     # Ending a ruled MPIJob --------------------------------------------------------------------------
     # The verdict's write changes no spec of an MPIJob (ending_spec is empty): mpi-operator copies
     # runPolicy.activeDeadlineSeconds into the launcher Job only when it creates it (newLauncherJob), so

@@ -19,16 +19,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_jobs_sim.clock import Clock, parse_time, rfc3339
+from airflow_jobs_sim.conditions import condition_true, get_condition, set_condition
 from airflow_jobs_sim.controllers.base import (
     Reconciler,
-    condition_true,
     controller_ref,
-    get_condition,
     key_of,
     owned_by,
     owner_reference,
     pod_is_terminal,
-    set_condition,
     split_key,
 )
 from airflow_jobs_sim.events import JOB_CONTROLLER, NORMAL, WARNING, EventRecorder, EventSpec

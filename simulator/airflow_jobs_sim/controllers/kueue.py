@@ -22,9 +22,12 @@ Off by default (``ClusterConfig.kueue``). What it models, each rule from kuberne
   newest workloads; the conditions and messages of ``pkg/workload/workload.go`` with the
   ``UnadmittedWorkloadsObservability`` gate off (its v0.19 default): reasons ``Pending`` and
   ``Inadmissible``.
-- **waitForPodsReady** (``pkg/controller/core/workload_controller.go``): when configured, an admitted
-  Workload whose pods are not all ready within the timeout is evicted (``PodsReadyTimeout``) and requeued
-  after ``backoffBaseSeconds * 2^(n-1)``.
+- **waitForPodsReady**, on by default as in Kueue v0.19.2 (``KueueConfig``): the job reconciler keeps
+  the Workload's ``PodsReady`` condition (``WaitForStart``, ``Started``, ``WaitForRecovery``,
+  ``Recovered``: ``jobframework/reconciler.go`` ``generatePodsReadyCondition``), and an admitted
+  Workload not ready within the timeout (since its admission) or the recovery timeout (since its pods
+  stopped being ready) is evicted (``PodsReadyTimeout``, ``pkg/controller/core/workload_controller.go``)
+  and requeued after ``backoffBaseSeconds * 2^(n-1)``, at most ``backoffMaxSeconds``.
 - **The visibility API** (``pkg/visibility/storage``, served by ``sim/server.py``): a LocalQueue's or a
   ClusterQueue's pending Workloads with their positions, from :meth:`KueueController.pending_workloads`.
 
@@ -36,18 +39,18 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_jobs_sim import rbac
 from airflow_jobs_sim.clock import Clock, rfc3339
+from airflow_jobs_sim.conditions import condition_true, get_condition
 from airflow_jobs_sim.config import KueueConfig
 from airflow_jobs_sim.controllers.base import (
     Reconciler,
-    condition_true,
     controller_ref,
-    get_condition,
     key_of,
     split_key,
 )
@@ -298,32 +301,54 @@ def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def available(queue: QueueView, cohort: Iterable[QueueView], flavor: str, resource: str) -> float:
+    """How much of ``resource`` in ``flavor`` ``queue`` can still take (pure; negative when over-admitted).
+
+    Kueue v0.19.2 ``pkg/cache/scheduler/resource_node.go`` (``available``, ``accumulateFromChild``), for
+    a flat cohort without lending limits: every ClusterQueue lends all its nominal quota to the cohort
+    and all its usage counts there, so what a member can take is the cohort's nominal quota (its own
+    included) less the cohort's usage (its own and every other member's, borrowed or not), capped by
+    its ``borrowingLimit`` above its own nominal quota less its own usage. A queue's own usage is
+    counted once: it is part of the cohort's usage, nowhere else. Outside a cohort: nominal less usage.
+    ``cohort`` holds the ClusterQueues to consider; those of another cohort (and ``queue`` itself,
+    if present) are skipped."""
+    key = (flavor, resource)
+    nominal = dict((name, quota) for name, quota, _ in queue.flavors).get(flavor, {})
+    limits = dict((name, limit) for name, _, limit in queue.flavors).get(flavor, {})
+    own_left = nominal.get(resource, 0.0) - queue.usage.get(key, 0.0)
+    if queue.cohort is None:
+        return own_left
+    members = [queue, *(q for q in cohort if q.cohort == queue.cohort and q.name != queue.name)]
+    cohort_quota = sum(
+        quota.get(resource, 0.0) for q in members for name, quota, _ in q.flavors if name == flavor
+    )
+    cohort_left = cohort_quota - sum(q.usage.get(key, 0.0) for q in members)
+    limit = limits.get(resource)
+    return cohort_left if limit is None else min(cohort_left, own_left + limit)
+
+
 def assign_flavor(
-    queue: QueueView, requests: dict[str, float], cohort_free: dict[tuple[str, str], float]
+    queue: QueueView, requests: dict[str, float], cohort: Iterable[QueueView] = ()
 ) -> tuple[str | None, str]:
-    """The first flavor with room for every request (nominal, then borrowed), or why none fits."""
+    """The first flavor with room for every request (nominal, then borrowed from ``cohort``, the other
+    ClusterQueues), or why none fits. Kueue v0.19.2 ``pkg/scheduler/flavorassigner/flavorassigner.go``
+    (``fitsResourceQuota``): a request fits when it is at most :func:`available`; else the message
+    says how much more is needed (the request less what is available)."""
     for name in requests:
         if name not in queue.covered and requests[name] > 0:
             return None, f"resource {name} unavailable in ClusterQueue"
+    members = list(cohort)
     reasons: list[str] = []
-    for flavor, nominal, borrow in queue.flavors:
+    for flavor, _, _ in queue.flavors:
         ok = True
         for res, amount in requests.items():
             if amount <= 0 or res not in queue.covered:
                 continue
-            used = queue.usage.get((flavor, res), 0.0)
-            own = nominal.get(res, 0.0)
-            room = own - used
-            if queue.cohort is not None:
-                lendable = cohort_free.get((flavor, res), 0.0)
-                limit = borrow.get(res)
-                borrowed_now = max(used - own, 0.0)
-                extra = lendable if limit is None else min(lendable, max(limit - borrowed_now, 0.0))
-                room += extra
+            room = available(queue, members, flavor, res)
             if amount > room:
                 ok = False
                 reasons.append(
-                    f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(amount - max(room, 0.0))} more needed"
+                    f"insufficient unused quota for {res} in flavor {flavor}, {_fmt(amount - room)} more needed"
                 )
                 break
         if ok:
@@ -358,6 +383,71 @@ def choose_victims(
         for res, amount in victim.requests.items():
             usage[(flavor, res)] = usage.get((flavor, res), 0.0) - amount
     return chosen if chosen and fits() else None
+
+
+# ---------------------------------------------------------------------------- waitForPodsReady
+
+# The PodsReady condition's reasons and messages (Kueue v0.19.2 apis/kueue/v1beta2/workload_types.go,
+# pkg/controller/jobframework/reconciler.go ``generatePodsReadyCondition``).
+WAIT_FOR_START = ("WaitForStart", "Not all pods are ready or succeeded")
+WAIT_FOR_RECOVERY = ("WaitForRecovery", "At least one pod has failed, waiting for recovery")
+READY_MESSAGE = "All pods reached readiness and the workload is running"
+
+
+def job_pods_ready(resource: str, job: dict) -> bool:
+    """Whether the job's pods count as ready for waitForPodsReady (pure). Kueue v0.19.2: a batch Job's
+    ready and succeeded pods reach its pod count, the smaller of parallelism and completions
+    (pkg/controller/jobs/job/job_controller.go ``PodsReady``, ``podsCount``); an MPIJob is ready once
+    its ``Running`` condition is True (pkg/controller/jobs/mpijob/mpijob_controller.go ``PodsReady``)."""
+    status = job.get("status") or {}
+    if resource == "mpijobs":
+        return condition_true(status.get("conditions"), "Running")
+    spec = job.get("spec") or {}
+    count = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
+    if spec.get("completions") is not None:
+        count = min(count, int(spec["completions"]))
+    uncounted = len(((status.get("uncountedTerminatedPods") or {}).get("succeeded")) or ())
+    return int(status.get("ready") or 0) + int(status.get("succeeded") or 0) + uncounted >= count
+
+
+def pods_ready_condition(admitted: bool, current: dict | None, ready: bool) -> tuple[str, str, str]:
+    """The Workload's PodsReady condition as (status, reason, message) (pure), as Kueue v0.19.2's
+    ``generatePodsReadyCondition`` writes it whenever waitForPodsReady is on: WaitForStart until the
+    admitted job's pods are first ready (and again once it is no longer admitted), then Started;
+    WaitForRecovery when they stop being ready, then Recovered."""
+    if not admitted:
+        return ("False", *WAIT_FOR_START)
+    if ready:
+        recovering = current is not None and current.get("reason") in ("WaitForRecovery", "Recovered")
+        return ("True", "Recovered" if recovering else "Started", READY_MESSAGE)
+    if current is not None and (
+        current.get("status") == "True" or current.get("reason") == "WaitForRecovery"
+    ):
+        return ("False", *WAIT_FOR_RECOVERY)
+    return ("False", *WAIT_FOR_START)
+
+
+def pods_ready_deadline(conditions: list[dict], timeout: float, recovery: float | None) -> datetime | None:
+    """When an admitted Workload not ready in time is evicted (pure; ``None``: never), as Kueue v0.19.2
+    ``pkg/controller/core/workload_controller.go`` ``admittedNotReadyWorkload`` times it: waiting to
+    start, ``timeout`` after its admission; waiting to recover, ``recovery`` (0: never) after its pods
+    stopped being ready. ``timeout`` and ``recovery`` are in real seconds."""
+    current = get_condition(conditions, "PodsReady")
+    if current is not None and current.get("status") == "True":
+        return None
+    if current is None or current.get("reason") in ("WaitForStart", "PodsReady"):
+        admitted = parse_time((get_condition(conditions, "Admitted") or {}).get("lastTransitionTime"))
+        return None if admitted is None else admitted + timedelta(seconds=timeout)
+    if current.get("reason") == "WaitForRecovery" and recovery:
+        since = parse_time(current.get("lastTransitionTime"))
+        return None if since is None else since + timedelta(seconds=recovery)
+    return None
+
+
+def requeue_backoff(count: int, base: float, cap: float) -> float:
+    """Seconds before the ``count``-th requeue after a PodsReady timeout (pure): ``base * 2^(count-1)``
+    capped at ``cap`` (Kueue v0.19.2 pkg/workload/workload.go ``UpdateRequeueState``, jitter left out)."""
+    return min(base * (2 ** (count - 1)), cap)
 
 
 # ---------------------------------------------------------------------------- conditions
@@ -585,6 +675,17 @@ class KueueController(Reconciler):
             self.store.update("workloads", {**wl, "metadata": meta})
             self.enqueue("schedule")
             return
+        if self.config.wait_for_pods_ready_seconds is not None:
+            # jobframework/reconciler.go step 5: keep the PodsReady condition current; a change is written
+            # alone, and the Workload's update brings the job back here.
+            conds = self._conds(wl)
+            ready_status, ready_reason, ready_message = pods_ready_condition(
+                is_admitted(wl), get_condition(conds, "PodsReady"), job_pods_ready(resource, job)
+            )
+            current = get_condition(conds, "PodsReady") or {}
+            if (current.get("status"), current.get("reason")) != (ready_status, ready_reason):
+                self._status(wl, _set(conds, "PodsReady", ready_status, ready_reason, ready_message, now))
+                return
         if self._pods_ready_timeout(resource, job, wl, now):
             return
         if is_evicted(wl):
@@ -662,42 +763,28 @@ class KueueController(Reconciler):
         )
 
     def _pods_ready_timeout(self, resource: str, job: dict, wl: dict, now: datetime) -> bool:
-        """waitForPodsReady: an admitted workload whose pods are not all Ready within the timeout is evicted."""
+        """waitForPodsReady: an admitted Workload not ready by :func:`pods_ready_deadline` is evicted
+        (``PodsReadyTimeout``) and requeued after :func:`requeue_backoff`."""
         timeout = self.config.wait_for_pods_ready_seconds
         if timeout is None or not is_admitted(wl) or is_evicted(wl) or is_suspended(resource, job):
             return False
-        expected = sum(ps.get("count", 1) for ps in (wl.get("spec") or {}).get("podSets") or ())
-        ready = sum(
-            1
-            for p in self._job_pods(resource, job)
-            if condition_true((p.get("status") or {}).get("conditions"), "Ready")
-            or (p.get("status") or {}).get("phase") == "Succeeded"
-        )
+        recovery = self.config.recovery_timeout_seconds
+        recovery = timeout if recovery is None else recovery
+        scale = self.clock.time_scale
         conds = self._conds(wl)
-        if ready >= expected:
-            if not condition_true(conds, "PodsReady"):
-                self._status(
-                    wl,
-                    _set(
-                        conds,
-                        "PodsReady",
-                        "True",
-                        "PodsReady",
-                        "All pods reached readiness and the workload is running",
-                        now,
-                    ),
-                )
+        due = pods_ready_deadline(conds, timeout * scale, recovery * scale)
+        if due is None:
             return False
-        admitted = parse_time((get_condition(conds, "Admitted") or {}).get("lastTransitionTime")) or now
-        due = admitted + timedelta(seconds=timeout * self.clock.time_scale)
         if now < due:
             self.enqueue_at(f"job:{resource}:{key_of(job)}", due, now)
             return False
         ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
         message = f"Exceeded the PodsReady timeout {ns}/{name}"
         count = int(((wl.get("status") or {}).get("requeueState") or {}).get("count", 0)) + 1
-        backoff = self.config.requeue_backoff_base_seconds * (2 ** (count - 1)) * self.clock.time_scale
-        requeue_at = now + timedelta(seconds=backoff)
+        backoff = requeue_backoff(
+            count, self.config.requeue_backoff_base_seconds, self.config.requeue_backoff_max_seconds
+        )
+        requeue_at = now + timedelta(seconds=backoff * scale)
         conds = _set(conds, "Evicted", "True", "PodsReadyTimeout", message, now)
         self._status(wl, conds, requeueState={"count": count, "requeueAt": rfc3339(requeue_at)})
         self.enqueue_at("schedule", requeue_at, now)
@@ -769,8 +856,7 @@ class KueueController(Reconciler):
             cq = cqs[cq_name]
             entries.sort(key=lambda e: queue_order(e[0]))
             for cand, wl in entries:
-                free = self._cohort_free(cq, cqs)
-                flavor, why = assign_flavor(cq, cand.requests, free)
+                flavor, why = assign_flavor(cq, cand.requests, cqs.values())
                 if flavor is not None:
                     self._reserve(wl, cq, flavor, cand, now)
                     continue
@@ -834,26 +920,6 @@ class KueueController(Reconciler):
     def _first_pod_set(self, wl: dict) -> str:
         sets = (wl.get("spec") or {}).get("podSets") or ()
         return sets[0].get("name", "main") if sets else "main"
-
-    def _cohort_free(self, cq: QueueView, cqs: dict[str, QueueView]) -> dict[tuple[str, str], float]:
-        """What the other ClusterQueues of the cohort leave unused, per flavor and resource."""
-        free: dict[tuple[str, str], float] = {}
-        if cq.cohort is None:
-            return free
-        for other in cqs.values():
-            if other.name == cq.name or other.cohort != cq.cohort:
-                continue
-            for flavor, nominal, _ in other.flavors:
-                for res, amount in nominal.items():
-                    unused = max(amount - other.usage.get((flavor, res), 0.0), 0.0)
-                    free[(flavor, res)] = free.get((flavor, res), 0.0) + unused
-        # What this queue already borrows is no longer free for it.
-        for flavor, nominal, _ in cq.flavors:
-            for res in nominal:
-                borrowed = max(cq.usage.get((flavor, res), 0.0) - nominal.get(res, 0.0), 0.0)
-                if (flavor, res) in free:
-                    free[(flavor, res)] = max(free[(flavor, res)] - borrowed, 0.0)
-        return free
 
     def _pending(self, wl: dict, reason: str, message: str, now: datetime) -> None:
         current = get_condition(self._conds(wl), "QuotaReserved")

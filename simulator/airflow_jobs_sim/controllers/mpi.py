@@ -25,16 +25,14 @@ from typing import Any
 
 from airflow_jobs_sim import rbac
 from airflow_jobs_sim.clock import Clock, rfc3339
+from airflow_jobs_sim.conditions import condition_true, get_condition, set_condition
 from airflow_jobs_sim.controllers.base import (
     Reconciler,
-    condition_true,
     controller_ref,
-    get_condition,
     key_of,
     owned_by,
     owner_reference,
     pod_is_terminal,
-    set_condition,
     split_key,
 )
 from airflow_jobs_sim.events import MPI_OPERATOR, NORMAL, WARNING, EventRecorder, EventSpec
@@ -480,12 +478,12 @@ def plan_mpijob(
         status["completionTime"] = rfc3339(now)
         plan.events.append(EventSpec(WARNING, reason, message))
         memory.finished_at = now
-    elif evicted or failed_workers:
-        if evicted:
-            reason, message = "MPIJobEvicted", f"{len(evicted)}/{len(workers)} workers are evicted"
-        else:
-            reason = "MPIJobFailed"
-            message = f"MPIJob {ref} has failed: {len(failed_workers)}/{len(workers)} workers have failed"
+    elif evicted:
+        # updateMPIJobStatus (mpi-operator v0.8.2, pkg/controller/mpi_job_controller.go) fails the MPIJob
+        # for workers whose pod failed with reason Evicted, and for nothing else a worker does: a worker
+        # that exits non-zero only counts in replicaStatuses.Worker.failed, and the job ends when its
+        # launcher does (mpirun loses the rank and exits non-zero, which fails the launcher Job).
+        reason, message = "MPIJobEvicted", f"{len(evicted)}/{len(workers)} workers are evicted"
         conditions = _mpi_condition(conditions, "Failed", "True", now, reason, message)
         status["completionTime"] = rfc3339(now)
         plan.events.append(EventSpec(WARNING, reason, message))

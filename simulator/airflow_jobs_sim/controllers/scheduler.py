@@ -20,11 +20,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from airflow_jobs_sim.clock import Clock
+from airflow_jobs_sim.conditions import get_condition, set_condition
 from airflow_jobs_sim.controllers.base import (
     Reconciler,
-    get_condition,
     pod_is_terminal,
-    set_condition,
 )
 from airflow_jobs_sim.events import NORMAL, SCHEDULER, WARNING, EventRecorder, EventSpec
 from airflow_jobs_sim.references import CLAIMS, missing_claim
