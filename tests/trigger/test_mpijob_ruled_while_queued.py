@@ -15,6 +15,7 @@ from airflow_jobs_plugin.cluster.objects import condition_true
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.kinds.mpi import MPIJOBS
 from airflow_jobs_plugin.queueing.quota import ledger
+from tests.patience import Deadline
 
 from .conftest import job_manifest, task_identity
 from .test_trigger_scenarios import run_trigger
@@ -23,11 +24,12 @@ from .test_trigger_scenarios import run_trigger
 pytestmark = pytest.mark.real_cluster
 
 
-async def _until(read, holds, tries: int = 400):
+async def _until(read, holds, seconds: float = 8.0):
+    """The value ``read`` gives once ``holds`` says so, or the last one read after ``seconds`` of a quiet
+    machine (stretched with the load): the caller's assertion then shows it."""
+    deadline = Deadline(seconds)
     value = await read()
-    for _ in range(tries):
-        if holds(value):
-            break
+    while not holds(value) and not deadline.passed():
         await asyncio.sleep(0.02)
         value = await read()
     return value
