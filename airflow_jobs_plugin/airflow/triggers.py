@@ -724,9 +724,7 @@ class _Follow:
         return Meta(newest).name if newest is not None else t.job_name
 
     async def _pods_now(self) -> list[dict]:
-        key = self.adapter.pod_job_label
-        listing = await self.client.list(PODS, self.t.namespace, label_selector=f"{key}={self.name}")
-        return listing.get("items") or []
+        return (await self._pods_listed())[0]
 
     async def _pods_listed(self) -> tuple[list[dict], str | None]:
         """The job's pods in one LIST, and the version the list was read at."""

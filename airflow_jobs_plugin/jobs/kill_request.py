@@ -41,7 +41,6 @@ from airflow_jobs_plugin.jobs.orphans import (
     deferral_timed_out,
     timeout_verdict,
 )
-from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
 
 # Who a kill's cancel names (the task log's "cancelled by ..."): Airflow does not tell which user killed.
 KILLED_BY = "an Airflow user (mark failed, mark success or clear)"
@@ -63,20 +62,12 @@ class KillRequest:
     try_number: int
 
 
-def killed_by(job: JobRecord, task: TaskRecord | None, now: datetime | None) -> str:
-    """Who the cancel of a confirmed kill names (the job's page, its events, the task log)."""
-    if deferral_timed_out(job, task, now):
-        return TIMEOUT_CANCEL_BY
-    if task is not None and task.state == "skipped":
-        return SKIPPED_BY
-    return KILLED_BY
-
-
 def judge_kill(
     job: JobRecord, task: TaskRecord | None, *, dag_known: bool, now: datetime | None = None
 ) -> Verdict:
-    """Cancel or keep a job whose trigger asked for it to be killed (the module's rules). Without
-    ``now`` no deferral is judged timed out."""
+    """Cancel or keep a job whose trigger asked for it to be killed (the module's rules), a cancel naming
+    who it is for (the job's page, its events, the task log). Without ``now`` no deferral is judged
+    timed out."""
     if not job.live:
         return Verdict(False, "finished or being deleted")
     if job.task is None:
@@ -84,14 +75,17 @@ def judge_kill(
     if not dag_known:
         return Verdict(False, f"DAG {job.task.dag_id} is not in this Airflow: another deployment may own it")
     if task is None:
-        return Verdict(True, f"task instance {job.task} no longer exists")
+        return Verdict(True, f"task instance {job.task} no longer exists", by=KILLED_BY)
     if deferral_timed_out(job, task, now):
         return timeout_verdict(job, task)
     if task.state in ENDED_STATES:
-        return Verdict(True, f"task instance {job.task} was set {task.state}")
+        by = SKIPPED_BY if task.state == "skipped" else KILLED_BY
+        return Verdict(True, f"task instance {job.task} was set {task.state}", by=by)
     later = job.try_number is not None and task.try_number > job.try_number
     if task.state in CLEARED_STATES or (task.state in NEXT_TRY_STATES and later):
-        return Verdict(True, f"task instance {job.task} was cleared (now {task.state or 'no state'})")
+        return Verdict(
+            True, f"task instance {job.task} was cleared (now {task.state or 'no state'})", by=KILLED_BY
+        )
     return Verdict(False, f"task instance {job.task} is {task.state}: it still follows the job")
 
 

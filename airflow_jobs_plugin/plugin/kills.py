@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from airflow_jobs_plugin.cluster.kube import KubeClient, KubeError
 from airflow_jobs_plugin.jobs import kinds, labels
 from airflow_jobs_plugin.jobs.jobview import JobView
-from airflow_jobs_plugin.jobs.kill_request import judge_kill, killed_by
+from airflow_jobs_plugin.jobs.kill_request import KILLED_BY, judge_kill
 from airflow_jobs_plugin.jobs.orphans import Verdict, job_record
 from airflow_jobs_plugin.plugin.sweep import TaskReader, read_task_instances
 from airflow_jobs_plugin.readmodel import inspect
@@ -75,8 +75,7 @@ async def answer(client: KubeClient, target: inspect.Target, read_tasks: TaskRea
             verdict = judge_kill(record, task, dag_known=known_dag, now=now)
             outcome = None
             if verdict.cancel:
-                by = killed_by(record, task, now)
-                done = await actions.cancel(client, namespace, job, by, record=False)
+                done = await actions.cancel(client, namespace, job, verdict.by or KILLED_BY, record=False)
                 outcome = done.message
                 log.info(
                     "kill request on %s/%s: cancelled (%s): %s",

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_jobs_plugin.jobs.kill_request import KILLED_BY, judge_kill, killed_by, request_of
+from airflow_jobs_plugin.jobs.kill_request import KILLED_BY, SKIPPED_BY, judge_kill, request_of
 from airflow_jobs_plugin.jobs.orphans import JobRecord, TaskRecord, TaskRef
 from airflow_jobs_plugin.jobs.timeouts import TIMEOUT_CANCEL_BY
 
@@ -41,6 +41,7 @@ def test_a_job_whose_dag_run_was_deleted_is_cancelled():
 def test_a_task_instance_marked_or_ended_has_its_job_cancelled(state):
     verdict = judge_kill(job(), TaskRecord(state, 2), dag_known=True)
     assert verdict.cancel and verdict.reason.endswith(f"was set {state}")
+    assert verdict.by == (SKIPPED_BY if state == "skipped" else KILLED_BY)
 
 
 @pytest.mark.parametrize(
@@ -49,6 +50,7 @@ def test_a_task_instance_marked_or_ended_has_its_job_cancelled(state):
 def test_a_cleared_task_instance_has_its_job_cancelled_so_its_new_run_submits_its_own(state, try_number):
     verdict = judge_kill(job(), TaskRecord(state, try_number), dag_known=True)
     assert verdict.cancel and "was cleared" in verdict.reason
+    assert verdict.by == KILLED_BY
 
 
 @pytest.mark.parametrize(
@@ -79,13 +81,14 @@ def test_a_try_past_its_deferral_deadline_has_its_job_cancelled_naming_the_timeo
     task = TaskRecord(state, 2, trigger_timeout=DEADLINE, next_method=next_method)
     verdict = judge_kill(job(), task, dag_known=True, now=AFTER)
     assert verdict.cancel and "ran out of its execution_timeout" in verdict.reason
-    assert killed_by(job(), task, AFTER) == TIMEOUT_CANCEL_BY
+    assert verdict.by == TIMEOUT_CANCEL_BY
 
 
 def test_a_try_failed_for_its_timeout_names_the_timeout_too():
     task = TaskRecord("failed", 2, trigger_timeout=DEADLINE)
-    assert judge_kill(job(), task, dag_known=True, now=AFTER).cancel
-    assert killed_by(job(), task, AFTER) == TIMEOUT_CANCEL_BY
+    verdict = judge_kill(job(), task, dag_known=True, now=AFTER)
+    assert verdict.cancel
+    assert verdict.by == TIMEOUT_CANCEL_BY
 
 
 @pytest.mark.parametrize(
@@ -103,7 +106,7 @@ def test_a_try_failed_for_its_timeout_names_the_timeout_too():
 def test_a_deadline_the_database_does_not_show_passed_and_acted_on_cancels_nothing(task):
     verdict = judge_kill(job(), task, dag_known=True, now=AFTER)
     assert not verdict.cancel
-    assert killed_by(job(), task, AFTER) == KILLED_BY
+    assert verdict.by is None  # nothing is cancelled, so nothing is named: least of all the timeout
 
 
 def test_another_trys_deadline_says_nothing_of_this_jobs_try():
@@ -119,5 +122,6 @@ def test_without_a_clock_no_deferral_is_judged_timed_out():
 
 def test_a_run_past_its_dagrun_timeout_skips_the_task_and_its_job_is_cancelled_naming_it():
     task = TaskRecord("skipped", 2)
-    assert judge_kill(job(), task, dag_known=True, now=AFTER).cancel
-    assert "dagrun_timeout" in killed_by(job(), task, AFTER)
+    verdict = judge_kill(job(), task, dag_known=True, now=AFTER)
+    assert verdict.cancel
+    assert verdict.by is not None and "dagrun_timeout" in verdict.by

@@ -845,32 +845,7 @@ def kueue_queues(c: Cluster, ns: str, gpus: int) -> None:
         f"{base}/resourceflavors",
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor}},
     )
-    c.ok(
-        "POST",
-        f"{base}/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"cq-{ns}"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": flavor,
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "64"},
-                                    {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-    )
+    c.ok("POST", f"{base}/clusterqueues", _cluster_queue(f"cq-{ns}", flavor, gpus))
     c.ok(
         "POST",
         f"{base}/namespaces/{ns}/localqueues",
@@ -961,14 +936,15 @@ def kueue_workload_lifecycle(c: Cluster, ns: str) -> Observation:
     return out
 
 
-def _cluster_queue(name: str, flavor: str, gpus: int, cohort: str) -> dict:
+def _cluster_queue(name: str, flavor: str, gpus: int, cohort: str | None = None) -> dict:
+    """A ClusterQueue of ``gpus`` GPUs (and 64 CPUs) in ``flavor``, in ``cohort`` when one is named."""
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ClusterQueue",
         "metadata": {"name": name},
         "spec": {
             "namespaceSelector": {},
-            "cohortName": cohort,
+            **({"cohortName": cohort} if cohort else {}),
             "resourceGroups": [
                 {
                     "coveredResources": ["cpu", "nvidia.com/gpu"],
