@@ -912,7 +912,15 @@ def kueue_workload_lifecycle(c: Cluster, ns: str) -> Observation:
     c.ok("POST", jobs(ns), queued_job("second", 2, {"main": {"pull": 0, "run": 1}}))
     wl2 = c.until(
         f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads",
-        lambda _: bool((w := _workload(c, ns, "second")) and conditions(w)),
+        # Both writers of a pending Workload have written: the scheduler's QuotaReserved=False and the
+        # job reconciler's PodsReady=False WaitForStart, which Kueue v0.19.2 writes on a Workload not yet
+        # admitted too (pkg/controller/jobframework/reconciler.go, step 5, generatePodsReadyCondition),
+        # on a later reconcile of the job than the scheduler's.
+        lambda _: bool(
+            (w := _workload(c, ns, "second"))
+            and has_condition(w, "QuotaReserved", "False")
+            and has_condition(w, "PodsReady", "False")
+        ),
         WAIT,
     )
     assert wl2 is not None
